@@ -1,0 +1,181 @@
+//! The Engine boundary: what the server asks of anything that generates text.
+//!
+//! An engine gets a request that was already validated and yields a stream of
+//! events. It never sees HTTP or JSON bodies; the server never sees tokens.
+//! Dropping the stream cancels the generation.
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde_json::Value;
+use thiserror::Error;
+
+/// A validated, typed generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    pub messages: Vec<ChatMessage>,
+    pub sampling: Sampling,
+    /// Cap on completion tokens; `None` means what is left of the context.
+    pub max_tokens: Option<u32>,
+    /// Sequences that end the reply; none of them appears in the output.
+    pub stop: Vec<String>,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoiceSpec,
+    pub output: OutputFormat,
+    /// Whether the model id asked for reasoning (`svc-thinking`).
+    pub reasoning: bool,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatMessage {
+    System(String),
+    User(String),
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCallSpec>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+/// Sampling settings, already range-checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// 0 means greedy.
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: Option<u64>,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.7,
+            top_p: 1.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+        }
+    }
+}
+
+/// A function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    /// JSON Schema of the arguments (an object schema).
+    pub parameters: Value,
+}
+
+/// A call the assistant made earlier in the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallSpec {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ToolChoiceSpec {
+    None,
+    #[default]
+    Auto,
+    Required,
+    Function(String),
+}
+
+/// The shape the reply must take.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    JsonObject,
+    JsonSchema { name: String, schema: Value },
+}
+
+/// What an engine yields, in order: deltas, then exactly one `Finish`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// New reply text (never a split UTF-8 character).
+    Text(String),
+    /// New reasoning text, all of it before the first `Text`.
+    Reasoning(String),
+    /// A piece of a tool call.
+    ToolCall(ToolCallChunk),
+    /// The end, with why and how many tokens were used.
+    Finish {
+        reason: FinishReason,
+        usage: TokenUsage,
+    },
+}
+
+/// A piece of the tool call at `index`: the first piece carries id and name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallChunk {
+    pub index: u32,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+}
+
+impl FinishReason {
+    /// The wire name (`stop`, `length`, `tool_calls`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+/// Real token counts of one generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// Failures an engine reports, before or during the stream.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum EngineError {
+    #[error(
+        "this model's maximum context length is {context} tokens, but the messages use {prompt_tokens} tokens"
+    )]
+    ContextLengthExceeded { prompt_tokens: u64, context: u64 },
+    #[error("{message}")]
+    InvalidRequest { param: Option<String>, message: String },
+    #[error("the model is overloaded: {0}")]
+    Overloaded(String),
+    #[error("the model is not available: {0}")]
+    Unavailable(String),
+    #[error("engine failure: {0}")]
+    Internal(String),
+}
+
+/// The events of one generation.
+pub type EventStream = BoxStream<'static, Result<EngineEvent, EngineError>>;
+
+/// Anything that turns a validated request into a stream of events.
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Starts a generation. An error here means nothing was generated.
+    async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError>;
+
+    /// A short name for logs and metrics (`llama`, `upstream`, ...).
+    fn name(&self) -> &str;
+}

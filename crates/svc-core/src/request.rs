@@ -1,0 +1,457 @@
+//! From the wire request to a validated [`GenerateRequest`]: every range and
+//! shape check of `POST /v1/chat/completions`, each failure naming its
+//! `param` the way OpenAI does.
+
+use serde_json::Value;
+use svc_api::{
+    ChatCompletionRequest, Content, ContentPart, Message, ResponseFormat, Stop, ToolChoice,
+};
+use thiserror::Error;
+
+use crate::engine::{
+    ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+};
+
+/// Most stop sequences a request may give, as with OpenAI.
+pub const MAX_STOP_SEQUENCES: usize = 4;
+/// Most tools a request may give, as with OpenAI.
+pub const MAX_TOOLS: usize = 128;
+
+/// A request field that is out of range or of the wrong shape.
+#[derive(Debug, Clone, Error, PartialEq)]
+#[error("{message}")]
+pub struct ValidationError {
+    pub param: String,
+    pub message: String,
+}
+
+impl ValidationError {
+    pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ValidationError {
+            param: param.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A chat request that passed every check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidChatRequest {
+    pub model: String,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub generate: GenerateRequest,
+}
+
+impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
+    type Error = ValidationError;
+
+    fn try_from(req: ChatCompletionRequest) -> Result<Self, ValidationError> {
+        if req.model.trim().is_empty() {
+            return Err(ValidationError::new("model", "model must be a non-empty string"));
+        }
+        let stream = req.stream.unwrap_or(false);
+        if req.stream_options.is_some() && !stream {
+            return Err(ValidationError::new(
+                "stream_options",
+                "stream_options is only allowed when stream is true",
+            ));
+        }
+        let include_usage = req
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+
+        if let Some(n) = req.n
+            && n != 1
+        {
+            return Err(ValidationError::new(
+                "n",
+                format!("n must be 1: this service returns one choice per request (got {n})"),
+            ));
+        }
+
+        let sampling = Sampling {
+            temperature: ranged(req.temperature, "temperature", 0.0, 2.0)?.unwrap_or(0.7),
+            top_p: ranged(req.top_p, "top_p", 0.0, 1.0)?.unwrap_or(1.0),
+            // Negative seeds are accepted, as by OpenAI; their bits are the seed.
+            seed: req.seed.map(|s| s as u64),
+            presence_penalty: ranged(req.presence_penalty, "presence_penalty", -2.0, 2.0)?
+                .unwrap_or(0.0),
+            frequency_penalty: ranged(req.frequency_penalty, "frequency_penalty", -2.0, 2.0)?
+                .unwrap_or(0.0),
+        };
+
+        let max_tokens = match (req.max_completion_tokens, req.max_tokens) {
+            (Some(n), _) => Some(token_cap(n, "max_completion_tokens")?),
+            (None, Some(n)) => Some(token_cap(n, "max_tokens")?),
+            (None, None) => None,
+        };
+
+        let stop = stop_sequences(req.stop)?;
+        let tools = tools(req.tools.unwrap_or_default())?;
+        let tool_choice = tool_choice(req.tool_choice, &tools)?;
+        let output = output_format(req.response_format)?;
+        let messages = messages(req.messages)?;
+
+        Ok(ValidChatRequest {
+            model: req.model,
+            stream,
+            include_usage,
+            generate: GenerateRequest {
+                messages,
+                sampling,
+                max_tokens,
+                stop,
+                tools,
+                tool_choice,
+                output,
+                reasoning: false,
+            },
+        })
+    }
+}
+
+fn ranged(value: Option<f64>, param: &str, min: f64, max: f64) -> Result<Option<f32>, ValidationError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_finite() && (min..=max).contains(&v) => Ok(Some(v as f32)),
+        Some(v) => Err(ValidationError::new(
+            param,
+            format!("{param} must be between {min} and {max} (got {v})"),
+        )),
+    }
+}
+
+fn token_cap(n: i64, param: &str) -> Result<u32, ValidationError> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| ValidationError::new(param, format!("{param} must be a positive integer (got {n})")))
+}
+
+fn stop_sequences(stop: Option<Stop>) -> Result<Vec<String>, ValidationError> {
+    let stop = match stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if stop.len() > MAX_STOP_SEQUENCES {
+        return Err(ValidationError::new(
+            "stop",
+            format!("stop may hold at most {MAX_STOP_SEQUENCES} sequences (got {})", stop.len()),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ValidationError::new("stop", "stop sequences must not be empty"));
+    }
+    Ok(stop)
+}
+
+fn valid_function_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn tools(tools: Vec<svc_api::Tool>) -> Result<Vec<ToolSpec>, ValidationError> {
+    if tools.len() > MAX_TOOLS {
+        return Err(ValidationError::new(
+            "tools",
+            format!("tools may hold at most {MAX_TOOLS} functions (got {})", tools.len()),
+        ));
+    }
+    let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.into_iter().enumerate() {
+        if tool.kind != "function" {
+            return Err(ValidationError::new(
+                format!("tools[{i}].type"),
+                format!("tool type must be \"function\" (got {:?})", tool.kind),
+            ));
+        }
+        let f = tool.function;
+        if !valid_function_name(&f.name) {
+            return Err(ValidationError::new(
+                format!("tools[{i}].function.name"),
+                "function names are 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
+            ));
+        }
+        if specs.iter().any(|s| s.name == f.name) {
+            return Err(ValidationError::new(
+                format!("tools[{i}].function.name"),
+                format!("function {:?} is defined twice", f.name),
+            ));
+        }
+        let parameters = match f.parameters {
+            None => serde_json::json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p,
+            Some(_) => {
+                return Err(ValidationError::new(
+                    format!("tools[{i}].function.parameters"),
+                    "parameters must be a JSON Schema object",
+                ));
+            }
+        };
+        specs.push(ToolSpec {
+            name: f.name,
+            description: f.description,
+            parameters,
+        });
+    }
+    Ok(specs)
+}
+
+fn tool_choice(choice: Option<ToolChoice>, tools: &[ToolSpec]) -> Result<ToolChoiceSpec, ValidationError> {
+    let needs_tools = |what: &str| {
+        ValidationError::new("tool_choice", format!("tool_choice {what} requires tools"))
+    };
+    let spec = match choice {
+        None if tools.is_empty() => ToolChoiceSpec::None,
+        None => ToolChoiceSpec::Auto,
+        Some(ToolChoice::Mode(mode)) => match mode.as_str() {
+            "none" => ToolChoiceSpec::None,
+            "auto" if tools.is_empty() => ToolChoiceSpec::None,
+            "auto" => ToolChoiceSpec::Auto,
+            "required" if tools.is_empty() => return Err(needs_tools("\"required\"")),
+            "required" => ToolChoiceSpec::Required,
+            other => {
+                return Err(ValidationError::new(
+                    "tool_choice",
+                    format!("tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"),
+                ));
+            }
+        },
+        Some(ToolChoice::Named(named)) => {
+            if named.kind != "function" {
+                return Err(ValidationError::new(
+                    "tool_choice.type",
+                    format!("tool_choice type must be \"function\" (got {:?})", named.kind),
+                ));
+            }
+            if tools.is_empty() {
+                return Err(needs_tools("naming a function"));
+            }
+            let name = named.function.name;
+            if !tools.iter().any(|t| t.name == name) {
+                return Err(ValidationError::new(
+                    "tool_choice.function.name",
+                    format!("tool_choice names {name:?}, which is not among tools"),
+                ));
+            }
+            ToolChoiceSpec::Function(name)
+        }
+    };
+    Ok(spec)
+}
+
+fn output_format(format: Option<ResponseFormat>) -> Result<OutputFormat, ValidationError> {
+    Ok(match format {
+        None | Some(ResponseFormat::Text) => OutputFormat::Text,
+        Some(ResponseFormat::JsonObject) => OutputFormat::JsonObject,
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            if !valid_function_name(&json_schema.name) {
+                return Err(ValidationError::new(
+                    "response_format.json_schema.name",
+                    "schema names are 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
+                ));
+            }
+            let schema = match json_schema.schema {
+                None => serde_json::json!({"type": "object"}),
+                Some(s @ Value::Object(_)) => s,
+                Some(_) => {
+                    return Err(ValidationError::new(
+                        "response_format.json_schema.schema",
+                        "schema must be a JSON Schema object",
+                    ));
+                }
+            };
+            OutputFormat::JsonSchema {
+                name: json_schema.name,
+                schema,
+            }
+        }
+    })
+}
+
+fn text(content: Content, param: &str) -> Result<String, ValidationError> {
+    match content {
+        Content::Text(text) => Ok(text),
+        Content::Parts(parts) => {
+            let mut text = String::new();
+            for (j, part) in parts.into_iter().enumerate() {
+                match part {
+                    ContentPart::Text { text: t } => text.push_str(&t),
+                    ContentPart::Unsupported => {
+                        return Err(ValidationError::new(
+                            format!("{param}[{j}].type"),
+                            "only text content parts are supported",
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError> {
+    if messages.is_empty() {
+        return Err(ValidationError::new("messages", "messages must contain at least one message"));
+    }
+    messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, message)| {
+            let param = format!("messages[{i}].content");
+            Ok(match message {
+                Message::System { content, .. } | Message::Developer { content, .. } => {
+                    ChatMessage::System(text(content, &param)?)
+                }
+                Message::User { content, .. } => ChatMessage::User(text(content, &param)?),
+                Message::Assistant {
+                    content, tool_calls, ..
+                } => {
+                    let content = content.map(|c| text(c, &param)).transpose()?;
+                    let tool_calls = tool_calls.unwrap_or_default();
+                    if content.is_none() && tool_calls.is_empty() {
+                        return Err(ValidationError::new(
+                            param,
+                            "an assistant message needs content or tool_calls",
+                        ));
+                    }
+                    let tool_calls = tool_calls
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, call)| {
+                            if call.kind != "function" {
+                                return Err(ValidationError::new(
+                                    format!("messages[{i}].tool_calls[{k}].type"),
+                                    "tool call type must be \"function\"",
+                                ));
+                            }
+                            Ok(ToolCallSpec {
+                                id: call.id,
+                                name: call.function.name,
+                                arguments: call.function.arguments,
+                            })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    ChatMessage::Assistant { content, tool_calls }
+                }
+                Message::Tool {
+                    content,
+                    tool_call_id,
+                } => ChatMessage::Tool {
+                    tool_call_id,
+                    content: text(content, &param)?,
+                },
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(extra: Value) -> Result<ValidChatRequest, ValidationError> {
+        let mut body = serde_json::json!({
+            "model": "svc",
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let req: ChatCompletionRequest = serde_json::from_value(body).unwrap();
+        ValidChatRequest::try_from(req)
+    }
+
+    fn param_of(extra: Value) -> String {
+        request(extra).unwrap_err().param
+    }
+
+    #[test]
+    fn defaults() {
+        let valid = request(serde_json::json!({})).unwrap();
+        assert!(!valid.stream);
+        assert_eq!(valid.generate.sampling.temperature, 0.7);
+        assert_eq!(valid.generate.max_tokens, None);
+        assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::None);
+        assert_eq!(valid.generate.messages, vec![ChatMessage::User("hi".into())]);
+    }
+
+    #[test]
+    fn ranges_name_their_param() {
+        use serde_json::json;
+        assert_eq!(param_of(json!({"temperature": 2.5})), "temperature");
+        assert_eq!(param_of(json!({"temperature": -0.1})), "temperature");
+        assert_eq!(param_of(json!({"top_p": 1.5})), "top_p");
+        assert_eq!(param_of(json!({"presence_penalty": 3})), "presence_penalty");
+        assert_eq!(param_of(json!({"frequency_penalty": -3})), "frequency_penalty");
+        assert_eq!(param_of(json!({"max_tokens": 0})), "max_tokens");
+        assert_eq!(param_of(json!({"max_completion_tokens": -5})), "max_completion_tokens");
+        assert_eq!(param_of(json!({"n": 2})), "n");
+        assert_eq!(param_of(json!({"stop": ["a", "b", "c", "d", "e"]})), "stop");
+        assert_eq!(param_of(json!({"stream_options": {"include_usage": true}})), "stream_options");
+        assert_eq!(param_of(json!({"messages": []})), "messages");
+        assert_eq!(param_of(json!({"tool_choice": "required"})), "tool_choice");
+        assert!(request(json!({"temperature": 2, "top_p": 0, "n": 1})).is_ok());
+    }
+
+    #[test]
+    fn max_completion_tokens_wins() {
+        let valid = request(serde_json::json!({"max_tokens": 5, "max_completion_tokens": 7})).unwrap();
+        assert_eq!(valid.generate.max_tokens, Some(7));
+    }
+
+    #[test]
+    fn content_parts_join_and_refuse_images() {
+        let valid = request(serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}))
+        .unwrap();
+        assert_eq!(valid.generate.messages, vec![ChatMessage::User("ab".into())]);
+        let err = request(serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "x"}}]}]}))
+        .unwrap_err();
+        assert_eq!(err.param, "messages[0].content[0].type");
+    }
+
+    #[test]
+    fn tools_and_choices() {
+        use serde_json::json;
+        let tools = json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+        let valid = request(json!({"tools": tools, "tool_choice":
+            {"type": "function", "function": {"name": "get_weather"}}}))
+        .unwrap();
+        assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::Function("get_weather".into()));
+        assert_eq!(
+            param_of(json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}})),
+            "tool_choice.function.name"
+        );
+        assert_eq!(
+            param_of(json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]})),
+            "tools[0].function.name"
+        );
+        let valid = request(json!({"tools": tools})).unwrap();
+        assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::Auto);
+    }
+
+    #[test]
+    fn tool_history_is_accepted() {
+        let valid = request(serde_json::json!({"messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+        ]}))
+        .unwrap();
+        assert_eq!(valid.generate.messages.len(), 3);
+        assert_eq!(
+            valid.generate.messages[2],
+            ChatMessage::Tool { tool_call_id: "call_1".into(), content: "sunny".into() }
+        );
+    }
+}
