@@ -1,1 +1,20 @@
-//! placeholder
+//! svc's HTTP service: the OpenAI-compatible API on axum.
+//!
+//! [`Application::build`] binds the socket and returns the bound address, so
+//! tests start the real server exactly the way `svc serve` does.
+
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod registry;
+pub mod request_id;
+pub mod routes;
+pub mod shape;
+pub mod startup;
+pub mod state;
+
+pub use config::ServerConfig;
+pub use error::ApiError;
+pub use registry::{ModelRegistry, ModelRoute};
+pub use startup::Application;
+pub use state::AppState;

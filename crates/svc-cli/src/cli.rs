@@ -1,0 +1,82 @@
+//! The command-line grammar. Every option of the service is also settable
+//! as `SVC_*` environment and in the TOML file given by `--config`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// svc: a self-hostable, OpenAI-compatible chat-completion service.
+#[derive(Debug, Parser)]
+#[command(name = "svc", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service.
+    Serve(ServeArgs),
+    /// Create, list and revoke API keys (operator commands).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+/// Where the state lives; shared by every command that opens the store.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// TOML configuration file (keys as the long flags, with underscores).
+    #[arg(long, env = "SVC_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory for the embedded database and models [default: the user's data directory + /svc].
+    #[arg(long, env = "SVC_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// `postgres://...` to use PostgreSQL, `sqlite://...` for a given SQLite file [default: SQLite in the data directory].
+    #[arg(long, env = "SVC_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SVC_BIND", value_name = "ADDR")]
+    pub bind: Option<SocketAddr>,
+    /// The base URL clients reach this service at, printed in responses and pages [default: http://<bind>].
+    #[arg(long, env = "SVC_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
+    /// Largest accepted request body in bytes [default: 4194304].
+    #[arg(long, env = "SVC_MAX_BODY_BYTES", value_name = "BYTES")]
+    pub max_body_bytes: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key and print it (only) on stdout. It is not shown again.
+    Create {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// A name that says where the key is used.
+        #[arg(long)]
+        name: String,
+        /// Lifetime such as 30d, 12h, 2w [default: never expires].
+        #[arg(long, value_name = "DURATION")]
+        expires_in: Option<String>,
+    },
+    /// List keys: id, name, hint, created, last used, expires, state.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a key by id; the next request with it is refused.
+    Revoke {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The key's id (`key_...`, see `svc keys list`).
+        id: String,
+    },
+}

@@ -1,0 +1,75 @@
+//! `svc keys create|list|revoke`: operator commands on the store.
+
+use anyhow::{Context, bail};
+use chrono::DateTime;
+use svc_core::duration::parse_seconds;
+use svc_core::{KeyId, KeyService, KeyState, NewKey};
+
+use crate::cli::{KeysCommand, StoreArgs};
+use crate::settings::{FileConfig, StoreSettings};
+
+pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
+    match command {
+        KeysCommand::Create { store, name, expires_in } => {
+            let name = name.trim().to_owned();
+            if name.is_empty() {
+                bail!("--name must not be empty");
+            }
+            let expires_in = expires_in.as_deref().map(parse_seconds).transpose()?;
+            let keys = service(&store).await?;
+            let (key, record) = keys
+                .create(NewKey { name, owner_id: None, created_via: "cli".into(), expires_in })
+                .await
+                .context("cannot create the key")?;
+            eprintln!(
+                "Created key {} ({}){}. It is shown only now: store it safely.",
+                record.id,
+                record.name,
+                record.expires_at.map(|t| format!(", expires {}", when(Some(t)))).unwrap_or_default()
+            );
+            println!("{}", key.expose());
+        }
+        KeysCommand::List { store } => {
+            let records = service(&store).await?.list(None).await.context("cannot list keys")?;
+            let now = svc_core::now();
+            println!(
+                "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  STATE",
+                "ID", "NAME", "HINT", "CREATED", "LAST USED", "EXPIRES"
+            );
+            for r in records {
+                println!(
+                    "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  {}",
+                    r.id.0,
+                    r.name,
+                    r.hint,
+                    when(Some(r.created_at)),
+                    when(r.last_used_at),
+                    when(r.expires_at),
+                    KeyState::of(&r, now).as_str()
+                );
+            }
+        }
+        KeysCommand::Revoke { store, id } => {
+            let keys = service(&store).await?;
+            if keys.revoke(&KeyId(id.clone())).await.context("cannot revoke the key")? {
+                eprintln!("Revoked key {id}. Requests with it are refused from now on.");
+            } else {
+                bail!("no active key with id {id:?} (see `svc keys list`)");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn service(args: &StoreArgs) -> anyhow::Result<KeyService> {
+    let file = FileConfig::load(args.config.as_deref())?;
+    let settings = StoreSettings::resolve(args, &file)?;
+    Ok(KeyService::new(super::open_store(&settings).await?))
+}
+
+/// `2026-11-22 14:03` (UTC), or `-`.
+fn when(t: Option<i64>) -> String {
+    t.and_then(|t| DateTime::from_timestamp(t, 0))
+        .map(|d| d.format("%Y-%m-%d %H:%M").to_string())
+        .unwrap_or_else(|| "-".into())
+}

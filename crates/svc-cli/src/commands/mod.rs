@@ -1,0 +1,29 @@
+//! One module per command.
+
+mod keys;
+mod serve;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use svc_store::SqlStore;
+
+use crate::cli::{Cli, Command};
+use crate::settings::StoreSettings;
+
+/// Runs one parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Keys { command } => keys::run(command).await,
+    }
+}
+
+/// Opens (and migrates) the store the settings point at.
+pub(crate) async fn open_store(settings: &StoreSettings) -> anyhow::Result<Arc<SqlStore>> {
+    let url = settings.url()?;
+    let store = SqlStore::connect(&url)
+        .await
+        .with_context(|| format!("cannot open the store: {}", settings.describe()))?;
+    Ok(Arc::new(store))
+}

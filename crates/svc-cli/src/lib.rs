@@ -1,0 +1,39 @@
+//! The `svc` command line: `serve` runs the service; `keys` manages API keys
+//! against the same store. Output meant for scripts goes to stdout, all
+//! else to stderr.
+
+pub mod cli;
+pub mod commands;
+pub mod settings;
+
+use std::process::ExitCode;
+
+pub use cli::Cli;
+
+/// Runs a parsed command line; the exit code says whether it worked.
+pub fn main(cli: Cli) -> ExitCode {
+    init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SVC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,149 @@
+//! Layered settings: built-in defaults, then the TOML file, then `SVC_*`
+//! environment and flags (clap resolves those two, flags first).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use svc_server::ServerConfig;
+use svc_server::config::DEFAULT_MAX_BODY_BYTES;
+
+use crate::cli::{ServeArgs, StoreArgs};
+
+/// The TOML file's contents; an unknown key is an error that names it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub bind: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub database_url: Option<String>,
+    pub public_url: Option<String>,
+    pub max_body_bytes: Option<usize>,
+}
+
+impl FileConfig {
+    /// Reads `path`, or nothing when no file was given.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let Some(path) = path else {
+            return Ok(FileConfig::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+        toml::from_str(&text)
+            .with_context(|| format!("invalid configuration file {}", path.display()))
+    }
+}
+
+/// Where the state is, resolved.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    pub data_dir: PathBuf,
+    /// Given explicitly; `None` means SQLite in `data_dir`.
+    pub database_url: Option<String>,
+}
+
+impl StoreSettings {
+    pub fn resolve(args: &StoreArgs, file: &FileConfig) -> anyhow::Result<Self> {
+        let data_dir = match args.data_dir.clone().or_else(|| file.data_dir.clone()) {
+            Some(dir) => dir,
+            None => dirs::data_dir()
+                .context("no data directory is known for this user: pass --data-dir")?
+                .join("svc"),
+        };
+        let database_url = args.database_url.clone().or_else(|| file.database_url.clone());
+        if let Some(url) = &database_url
+            && !(url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("sqlite:"))
+        {
+            bail!("database_url must start with postgres://, postgresql:// or sqlite:");
+        }
+        Ok(StoreSettings { data_dir, database_url })
+    }
+
+    /// The URL to connect to: the given one, or SQLite in the data directory.
+    pub fn url(&self) -> anyhow::Result<String> {
+        if let Some(url) = &self.database_url {
+            return Ok(url.clone());
+        }
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("cannot create the data directory {}", self.data_dir.display()))?;
+        Ok(format!("sqlite://{}?mode=rwc", self.data_dir.join("svc.db").display()))
+    }
+
+    /// Where the state is, for people: never prints credentials.
+    pub fn describe(&self) -> String {
+        match &self.database_url {
+            Some(url) if url.starts_with("sqlite:") => format!("SQLite ({url})"),
+            Some(_) => "PostgreSQL".to_owned(),
+            None => format!("SQLite ({})", self.data_dir.join("svc.db").display()),
+        }
+    }
+}
+
+/// Everything `svc serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub store: StoreSettings,
+    pub server: ServerConfig,
+}
+
+impl ServeSettings {
+    pub fn resolve(args: &ServeArgs) -> anyhow::Result<Self> {
+        let file = FileConfig::load(args.store.config.as_deref())?;
+        let store = StoreSettings::resolve(&args.store, &file)?;
+        let defaults = ServerConfig::default();
+        let public_url = args.public_url.clone().or(file.public_url);
+        if let Some(url) = &public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("public_url must start with http:// or https:// (got {url:?})");
+        }
+        let max_body_bytes = args
+            .max_body_bytes
+            .or(file.max_body_bytes)
+            .unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes == 0 {
+            bail!("max_body_bytes must be positive");
+        }
+        Ok(ServeSettings {
+            store,
+            server: ServerConfig {
+                bind: args.bind.or(file.bind).unwrap_or(defaults.bind),
+                public_url,
+                max_body_bytes,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_file_beat_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.toml");
+        std::fs::write(&path, "bind = \"127.0.0.1:9000\"\npublic_url = \"https://file.example\"\n").unwrap();
+        let mut args = ServeArgs::default();
+        args.store.config = Some(path.clone());
+        args.store.data_dir = Some(dir.path().to_owned());
+        let s = ServeSettings::resolve(&args).unwrap();
+        assert_eq!(s.server.bind.port(), 9000);
+        assert_eq!(s.server.public_url.as_deref(), Some("https://file.example"));
+        assert_eq!(s.server.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        args.bind = Some("127.0.0.1:9001".parse().unwrap());
+        assert_eq!(ServeSettings::resolve(&args).unwrap().server.bind.port(), 9001);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.toml");
+        std::fs::write(&path, "bnd = \"127.0.0.1:9000\"\n").unwrap();
+        let err = FileConfig::load(Some(&path)).unwrap_err();
+        assert!(format!("{err:#}").contains("bnd"), "{err:#}");
+    }
+}

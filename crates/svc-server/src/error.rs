@@ -1,0 +1,148 @@
+//! The one error type of the HTTP edge: every failure becomes a status and
+//! an OpenAI-shaped body `{"error":{"message","type","param","code"}}`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use svc_api::{ErrorBody, ErrorObject};
+use svc_core::{AuthError, EngineError, StoreError, ValidationError};
+use thiserror::Error;
+
+use crate::request_id;
+
+/// Everything a request can fail with.
+#[derive(Debug, Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Auth(AuthError),
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// The body is not JSON, or JSON of the wrong shape.
+    #[error("{message}")]
+    InvalidBody {
+        param: Option<String>,
+        message: String,
+    },
+    #[error("Content-Type must be application/json")]
+    UnsupportedMediaType,
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("The model `{0}` does not exist or you do not have access to it.")]
+    ModelNotFound(String),
+    #[error("Invalid URL ({method} {path})")]
+    UnknownUrl { method: String, path: String },
+    #[error("Method {method} is not allowed for {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error(transparent)]
+    Engine(EngineError),
+    #[error("the store is unavailable")]
+    Unavailable,
+    /// Anything else: logged with the request id, never shown.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> Self {
+        match err {
+            AuthError::Store(e) => ApiError::from(e),
+            other => ApiError::Auth(other),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        ApiError::Internal(err.to_string())
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(err: EngineError) -> Self {
+        ApiError::Engine(err)
+    }
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Auth(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Validation(_) | ApiError::InvalidBody { .. } | ApiError::UnsupportedMediaType => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Engine(e) => match e {
+                EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
+                    StatusCode::BAD_REQUEST
+                }
+                EngineError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
+                EngineError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The OpenAI-shaped body. Server errors say little and carry the
+    /// request id; their cause is logged here, once.
+    pub fn body(&self) -> ErrorBody {
+        let invalid = "invalid_request_error";
+        let (kind, param, code): (&str, Option<String>, Option<&str>) = match self {
+            ApiError::Auth(_) => (invalid, None, Some("invalid_api_key")),
+            ApiError::Validation(v) => (invalid, Some(v.param.clone()), Some("invalid_value")),
+            ApiError::InvalidBody { param, .. } => (invalid, param.clone(), Some("invalid_json")),
+            ApiError::UnsupportedMediaType => (invalid, None, Some("unsupported_content_type")),
+            ApiError::PayloadTooLarge { .. } => (invalid, None, Some("request_too_large")),
+            ApiError::ModelNotFound(_) => (invalid, Some("model".into()), Some("model_not_found")),
+            ApiError::UnknownUrl { .. } => (invalid, None, Some("unknown_url")),
+            ApiError::MethodNotAllowed { .. } => (invalid, None, Some("method_not_allowed")),
+            ApiError::Engine(e) => match e {
+                EngineError::ContextLengthExceeded { .. } => {
+                    (invalid, Some("messages".into()), Some("context_length_exceeded"))
+                }
+                EngineError::InvalidRequest { param, .. } => (invalid, param.clone(), Some("invalid_value")),
+                EngineError::Overloaded(_) => ("rate_limit_exceeded", None, Some("engine_overloaded")),
+                EngineError::Unavailable(_) => ("server_error", None, Some("model_unavailable")),
+                EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
+            },
+            ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
+            ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
+        };
+        let message = if self.status().is_server_error() && !matches!(self, ApiError::Engine(EngineError::Unavailable(_))) {
+            let id = request_id::current().unwrap_or_else(|| "unknown".into());
+            tracing::error!(request_id = %id, cause = %self, "request failed");
+            format!("The server had an error while processing your request. Quote request id {id} when asking for help.")
+        } else {
+            self.to_string()
+        };
+        ErrorBody {
+            error: ErrorObject {
+                message,
+                kind: kind.to_owned(),
+                param,
+                code: code.map(str::to_owned),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        match status {
+            StatusCode::UNAUTHORIZED => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

@@ -1,0 +1,41 @@
+//! Request ids: one per request, returned in `x-request-id`, attached to
+//! logs, and quoted in 5xx bodies so an operator can find the cause.
+
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+
+/// The response header carrying the id.
+pub const HEADER: &str = "x-request-id";
+
+tokio::task_local! {
+    static CURRENT: String;
+}
+
+/// The id of the request being handled on this task, if any.
+pub fn current() -> Option<String> {
+    CURRENT.try_with(Clone::clone).ok()
+}
+
+fn generate() -> String {
+    format!("req_{}", hex::encode(rand::random::<[u8; 12]>()))
+}
+
+/// Middleware: assigns the id, runs the request inside a span that names it,
+/// and sets the response header.
+pub async fn middleware(request: Request, next: Next) -> Response {
+    let id = generate();
+    let span = tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
+    let mut response = tracing::Instrument::instrument(CURRENT.scope(id.clone(), next.run(request)), span).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, value);
+    }
+    response
+}
+
+/// Runs `f` as if inside the request `id` (for work that outlives the
+/// handler, such as a stream's body).
+pub fn scope<R>(id: String, f: impl FnOnce() -> R) -> R {
+    CURRENT.sync_scope(id, f)
+}

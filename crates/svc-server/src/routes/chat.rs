@@ -1,0 +1,38 @@
+//! `POST /v1/chat/completions`: validate, route to the model's engine, shape
+//! the events into one body or a stream.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use svc_api::ChatCompletionRequest;
+use svc_core::ValidChatRequest;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Authenticated};
+use crate::shape::{self, CompletionMeta};
+use crate::state::AppState;
+
+pub async fn create(
+    _key: Authenticated,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let mut request = ValidChatRequest::try_from(body)?;
+    let route = state
+        .models
+        .get(&request.model)
+        .ok_or_else(|| ApiError::ModelNotFound(request.model.clone()))?;
+    request.generate.reasoning = route.reasoning;
+    let events = route.engine.generate(request.generate).await?;
+    let meta = CompletionMeta::new(request.model);
+    if !request.stream {
+        return Ok(Json(shape::collect(meta, events).await?).into_response());
+    }
+    let mut response = Body::from_stream(shape::sse(meta, request.include_usage, events)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}

@@ -1,0 +1,40 @@
+//! One module per resource; [`router`] assembles them.
+
+mod chat;
+mod health;
+mod models;
+mod openapi;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::routing::{get, post};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Every route of the service.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/openapi.json", get(openapi::document))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{*id}", get(models::retrieve))
+        .route("/v1/chat/completions", post(chat::create))
+        .fallback(unknown_url)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+async fn unknown_url(request: Request) -> ApiError {
+    ApiError::UnknownUrl {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+    }
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+    }
+}

@@ -1,0 +1,38 @@
+//! `GET /v1/models` and `GET /v1/models/{id}`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use svc_api::{Model, ModelList};
+
+use crate::error::ApiError;
+use crate::extract::Authenticated;
+use crate::registry::ModelRoute;
+use crate::state::AppState;
+
+fn entry(route: &ModelRoute) -> Model {
+    Model {
+        id: route.id.clone(),
+        object: "model".into(),
+        created: route.created,
+        owned_by: route.owned_by.clone(),
+    }
+}
+
+pub async fn list(_key: Authenticated, State(state): State<AppState>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list".into(),
+        data: state.models.iter().map(entry).collect(),
+    })
+}
+
+pub async fn retrieve(
+    _key: Authenticated,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Model>, ApiError> {
+    state
+        .models
+        .get(&id)
+        .map(|route| Json(entry(route)))
+        .ok_or(ApiError::ModelNotFound(id))
+}

@@ -1,0 +1,85 @@
+//! Building and running the server: [`Application::build`] binds the socket
+//! (so the port is known before serving), [`Application::run`] serves until
+//! the shutdown token is cancelled.
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{self, Next};
+use svc_core::{KeyService, Store};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServerConfig;
+use crate::extract::BodyLimit;
+use crate::registry::ModelRegistry;
+use crate::state::AppState;
+use crate::{request_id, routes};
+
+/// A bound, ready-to-serve instance of the service.
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    addr: SocketAddr,
+    public_url: String,
+}
+
+impl Application {
+    /// Binds `config.bind` and assembles the app around `store` and `models`.
+    pub async fn build(
+        config: ServerConfig,
+        store: Arc<dyn Store>,
+        models: ModelRegistry,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(config.bind).await?;
+        let addr = listener.local_addr()?;
+        let public_url = config
+            .public_url
+            .as_deref()
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| format!("http://{addr}"));
+        let state = AppState {
+            keys: KeyService::new(store.clone()),
+            store,
+            models: Arc::new(models),
+            public_url: public_url.clone().into(),
+        };
+        let limit = config.max_body_bytes;
+        let router = routes::router()
+            .layer(DefaultBodyLimit::max(limit))
+            .layer(middleware::from_fn(move |mut req: Request, next: Next| {
+                req.extensions_mut().insert(BodyLimit(limit));
+                async move { next.run(req).await }
+            }))
+            .layer(middleware::from_fn(request_id::middleware))
+            .with_state(state);
+        Ok(Application {
+            listener,
+            router,
+            addr,
+            public_url,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The `{base_url}` without `/v1`.
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    /// Serves until `shutdown` is cancelled, then lets in-flight requests end.
+    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .into_future()
+            .await
+    }
+}
+

@@ -1,0 +1,187 @@
+//! A scripted engine: deterministic replies, delays, failures and tool calls
+//! on demand, with a [`Probe`] that counts what happened.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use svc_core::{
+    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
+    TokenUsage, ToolCallChunk,
+};
+use svc_server::{ModelRegistry, ModelRoute};
+
+/// What the fake engine does with each request.
+#[derive(Debug, Clone)]
+pub enum Script {
+    /// Replies `You said: <last user message>` word by word, waiting
+    /// `delay` before each word. With reasoning asked, thinks first.
+    Echo { delay: Duration },
+    /// Sends `words` words of the echo, then fails.
+    FailAfter { words: usize },
+    /// Calls the first tool with `{"city":"Paris"}`, in two pieces.
+    CallTool,
+    /// Refuses every prompt as too long for a 16-token context.
+    ContextTooSmall,
+}
+
+/// Counters shared between a test and the engine.
+#[derive(Debug, Default)]
+pub struct Probe {
+    /// Generations started.
+    pub started: AtomicUsize,
+    /// Words sent so far, over all generations.
+    pub words_sent: AtomicUsize,
+    /// Generations whose stream was dropped before it finished.
+    pub cancelled: AtomicUsize,
+}
+
+/// The scripted engine.
+pub struct FakeEngine {
+    script: Script,
+    probe: Arc<Probe>,
+}
+
+impl FakeEngine {
+    pub fn new(script: Script, probe: Arc<Probe>) -> Self {
+        FakeEngine { script, probe }
+    }
+}
+
+/// Counts a generation as cancelled when dropped before `finished` is set.
+struct CancelGuard {
+    probe: Arc<Probe>,
+    finished: bool,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.probe.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn last_user(request: &GenerateRequest) -> String {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            ChatMessage::User(text) => Some(text.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Words of `text`, each keeping its trailing space, so they concatenate back.
+fn words(text: &str) -> Vec<String> {
+    text.split_inclusive(' ').map(str::to_owned).collect()
+}
+
+fn prompt_tokens(request: &GenerateRequest) -> u64 {
+    request
+        .messages
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System(t) | ChatMessage::User(t) => t.split_whitespace().count(),
+            ChatMessage::Assistant { content, .. } => {
+                content.as_deref().unwrap_or("").split_whitespace().count()
+            }
+            ChatMessage::Tool { content, .. } => content.split_whitespace().count(),
+        } as u64 + 1)
+        .sum()
+}
+
+#[async_trait]
+impl Engine for FakeEngine {
+    async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
+        let prompt_tokens = prompt_tokens(&request);
+        if let Script::ContextTooSmall = self.script {
+            return Err(EngineError::ContextLengthExceeded { prompt_tokens, context: 16 });
+        }
+        self.probe.started.fetch_add(1, Ordering::SeqCst);
+        let script = self.script.clone();
+        let probe = self.probe.clone();
+        let reply = words(&format!("You said: {}", last_user(&request)));
+        let limit = request.max_tokens.map_or(usize::MAX, |n| n as usize);
+        let tool = request.tools.first().map(|t| t.name.clone());
+        Ok(Box::pin(async_stream::stream! {
+            let mut guard = CancelGuard { probe: probe.clone(), finished: false };
+            let (delay, fail_after) = match script {
+                Script::Echo { delay } => (delay, None),
+                Script::FailAfter { words } => (Duration::ZERO, Some(words)),
+                Script::CallTool => {
+                    let name = tool.unwrap_or_else(|| "none".into());
+                    yield Ok(EngineEvent::ToolCall(ToolCallChunk {
+                        index: 0, id: Some("call_fake0".into()), name: Some(name), arguments: "{\"city\":".into(),
+                    }));
+                    yield Ok(EngineEvent::ToolCall(ToolCallChunk {
+                        index: 0, id: None, name: None, arguments: "\"Paris\"}".into(),
+                    }));
+                    guard.finished = true;
+                    yield Ok(EngineEvent::Finish {
+                        reason: FinishReason::ToolCalls,
+                        usage: TokenUsage { prompt_tokens, completion_tokens: 2 },
+                    });
+                    return;
+                }
+                Script::ContextTooSmall => unreachable!("refused above"),
+            };
+            if request.reasoning {
+                yield Ok(EngineEvent::Reasoning("Thinking it over. ".into()));
+                yield Ok(EngineEvent::Reasoning("Done thinking.".into()));
+            }
+            let mut sent = 0usize;
+            for word in &reply {
+                if sent == limit {
+                    break;
+                }
+                if fail_after == Some(sent) {
+                    guard.finished = true;
+                    yield Err(EngineError::Internal("scripted failure".into()));
+                    return;
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                probe.words_sent.fetch_add(1, Ordering::SeqCst);
+                sent += 1;
+                yield Ok(EngineEvent::Text(word.clone()));
+            }
+            let reason = if sent < reply.len() { FinishReason::Length } else { FinishReason::Stop };
+            guard.finished = true;
+            yield Ok(EngineEvent::Finish {
+                reason,
+                usage: TokenUsage { prompt_tokens, completion_tokens: sent as u64 },
+            });
+        }))
+    }
+
+    fn name(&self) -> &str {
+        "fake"
+    }
+}
+
+/// The models a test server serves: `svc` and `svc-thinking` echo at once;
+/// `fake-slow` echoes a word every 50 ms; `fake-fail` fails after two words;
+/// `fake-tools` calls a tool; `fake-tiny` has a 16-token context.
+pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
+    let route = |id: &str, script: Script, reasoning: bool| ModelRoute {
+        id: id.into(),
+        engine: Arc::new(FakeEngine::new(script, probe.clone())),
+        reasoning,
+        created: 1_700_000_000,
+        owned_by: "svc".into(),
+    };
+    let instant = Script::Echo { delay: Duration::ZERO };
+    ModelRegistry::new(vec![
+        route("svc", instant.clone(), false),
+        route("svc-thinking", instant, true),
+        route("fake-slow", Script::Echo { delay: Duration::from_millis(50) }, false),
+        route("fake-fail", Script::FailAfter { words: 2 }, false),
+        route("fake-tools", Script::CallTool, false),
+        route("fake-tiny", Script::ContextTooSmall, false),
+    ])
+}

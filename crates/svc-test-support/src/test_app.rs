@@ -1,0 +1,128 @@
+//! [`TestApp`]: the real server, built by [`Application::build`] as in
+//! production, on port 0 with a fresh database and the fake models.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use svc_core::{KeyService, NewKey};
+use svc_server::{Application, ModelRegistry, ServerConfig};
+use svc_store::SqlStore;
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+use crate::fake_engine::{Probe, fake_models};
+
+/// Which database a test server uses.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// A new SQLite file in a temporary directory.
+    Sqlite,
+    /// An existing database (e.g. an isolated PostgreSQL schema).
+    Url(String),
+}
+
+/// A running server and what a test needs to talk to it.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:<port>`.
+    pub base_url: String,
+    pub client: reqwest::Client,
+    pub store: Arc<SqlStore>,
+    pub keys: KeyService,
+    pub probe: Arc<Probe>,
+    /// The database URL, for a second process on the same data.
+    pub database_url: String,
+    shutdown: CancellationToken,
+    _dir: Option<TempDir>,
+}
+
+impl TestApp {
+    /// A server on a fresh SQLite database.
+    pub async fn spawn() -> TestApp {
+        TestApp::spawn_with(Database::Sqlite, ServerConfig::default()).await
+    }
+
+    /// A server on `database` with `config` (its `bind` is replaced by port 0).
+    pub async fn spawn_with(database: Database, config: ServerConfig) -> TestApp {
+        let probe = Arc::new(Probe::default());
+        TestApp::spawn_models(database, config, fake_models(probe.clone()), probe).await
+    }
+
+    /// A server with the given models.
+    pub async fn spawn_models(
+        database: Database,
+        mut config: ServerConfig,
+        models: ModelRegistry,
+        probe: Arc<Probe>,
+    ) -> TestApp {
+        let (dir, database_url) = match database {
+            Database::Sqlite => {
+                let dir = tempfile::tempdir().expect("temporary directory");
+                let url = SqlStore::data_dir_url(dir.path()).expect("sqlite url");
+                (Some(dir), url)
+            }
+            Database::Url(url) => (None, url),
+        };
+        let store = Arc::new(SqlStore::connect(&database_url).await.expect("open the store"));
+        config.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        let app = Application::build(config, store.clone(), models)
+            .await
+            .expect("build the application");
+        let addr = app.local_addr();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(app.run(shutdown.clone()));
+        TestApp {
+            addr,
+            base_url: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            keys: KeyService::new(store.clone()),
+            store,
+            probe,
+            database_url,
+            shutdown,
+            _dir: dir,
+        }
+    }
+
+    /// `base_url` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// A new active key, as its secret string.
+    pub async fn create_key(&self) -> String {
+        self.create_key_expiring(None).await
+    }
+
+    /// A new key that expires after `seconds`.
+    pub async fn create_key_expiring(&self, seconds: Option<i64>) -> String {
+        let (key, _) = self
+            .keys
+            .create(NewKey {
+                name: "test".into(),
+                owner_id: None,
+                created_via: "cli".into(),
+                expires_in: seconds,
+            })
+            .await
+            .expect("create a key");
+        key.expose().to_owned()
+    }
+
+    /// POSTs JSON to `/v1/chat/completions` with `key`.
+    pub async fn chat(&self, key: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .expect("send the request")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
