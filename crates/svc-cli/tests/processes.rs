@@ -1,0 +1,217 @@
+//! The `svc` binary as operators run it: `svc serve` processes and
+//! `svc keys` commands sharing one store, on SQLite and on PostgreSQL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use svc_store::testing::{TestSchema, postgres_url};
+
+const SVC: &str = env!("CARGO_BIN_EXE_svc");
+
+/// A running `svc serve`, killed on drop.
+struct Serve {
+    child: Child,
+    base_url: String,
+}
+
+impl Serve {
+    /// Starts `svc serve ARGS --bind 127.0.0.1:0` and waits for its address.
+    fn start(args: &[&str]) -> Serve {
+        Serve::start_with_env(args, &[])
+    }
+
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Serve {
+        let mut child = Command::new(SVC)
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .env("SVC_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("svc is serving on ") {
+                    let _ = tx.send(url.trim().to_owned());
+                }
+            }
+        });
+        let base_url = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("svc serve did not print its address");
+        Serve { child, base_url }
+    }
+
+    async fn models(&self, key: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .get(format!("{}/v1/models", self.base_url))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn svc(args: &[&str]) -> Output {
+    Command::new(SVC).args(args).env("SVC_LOG", "warn").output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// `svc keys create` prints the key alone on stdout.
+fn create_key(store: &[&str], name: &str) -> String {
+    let output = svc(&[&["keys", "create", "--name", name], store].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert_eq!(out.lines().count(), 1, "stdout holds the key alone: {out:?}");
+    let key = out.trim().to_owned();
+    assert!(key.starts_with("sk-svc-") && key.len() == 47, "{key}");
+    assert!(!stderr(&output).contains(&key), "the key went to stderr too");
+    key
+}
+
+/// The id of the key named `name`, from `svc keys list`.
+fn key_id(store: &[&str], name: &str) -> String {
+    let output = svc(&[&["keys", "list"], store].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let list = stdout(&output);
+    let line = list
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("{name} not listed: {list}"));
+    line.split_whitespace().next().unwrap().to_owned()
+}
+
+fn list_line(store: &[&str], id: &str) -> String {
+    let list = stdout(&svc(&[&["keys", "list"], store].concat()));
+    list.lines().find(|l| l.starts_with(id)).unwrap().to_owned()
+}
+
+async fn assert_revoked(serve: &Serve, key: &str) {
+    let response = serve.models(key).await;
+    assert_eq!(response.status(), 401);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "This API key has been revoked.");
+}
+
+#[tokio::test]
+async fn keys_made_by_the_cli_work_on_a_running_server_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let store = ["--data-dir", data_dir];
+    let serve = Serve::start(&["--data-dir", data_dir, "--bind", "127.0.0.1:0"]);
+    assert!(Path::new(data_dir).join("svc.db").exists());
+
+    let key = create_key(&store, "laptop");
+    assert_eq!(serve.models(&key).await.status(), 200);
+    let id = key_id(&store, "laptop");
+    let line = list_line(&store, &id);
+    assert!(line.contains(&format!("{}…{}", &key[..11], &key[43..])), "hint: {line}");
+    assert!(line.ends_with("active"), "{line}");
+    assert!(!line.contains(&key[7..]), "the list shows the secret: {line}");
+
+    let output = svc(&[&["keys", "revoke", &id], &store[..]].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_revoked(&serve, &key).await;
+    assert!(list_line(&store, &id).ends_with("revoked"));
+
+    let again = svc(&[&["keys", "revoke", &id], &store[..]].concat());
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("no active key"), "{}", stderr(&again));
+}
+
+#[tokio::test]
+async fn expiry_flag_is_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--data-dir", dir.path().to_str().unwrap()];
+    create_key(&[&store[..], &["--expires-in", "30d"]].concat(), "month");
+    let id = key_id(&store, "month");
+    let line = list_line(&store, &id);
+    let expires = chrono::Utc::now() + chrono::Duration::days(30);
+    assert!(line.contains(&expires.format("%Y-%m-%d").to_string()), "{line}");
+
+    let bad = svc(&[&["keys", "create", "--name", "x", "--expires-in", "5x"], &store[..]].concat());
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("invalid duration"), "{}", stderr(&bad));
+    assert!(stdout(&bad).is_empty());
+}
+
+#[tokio::test]
+async fn two_servers_share_postgres_and_see_revocation_at_once() {
+    let schema = TestSchema::create(&postgres_url()).await.unwrap();
+    let url = schema.url().to_owned();
+    let store = ["--database-url", url.as_str()];
+    // Both start at once: concurrent migrations must not collide.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| Serve::start(&["--database-url", &url, "--bind", "127.0.0.1:0"]));
+        let b = s.spawn(|| Serve::start(&["--database-url", &url, "--bind", "127.0.0.1:0"]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+
+    let key = create_key(&store, "shared");
+    assert_eq!(a.models(&key).await.status(), 200);
+    assert_eq!(b.models(&key).await.status(), 200);
+
+    let id = key_id(&store, "shared");
+    assert!(svc(&[&["keys", "revoke", &id], &store[..]].concat()).status.success());
+    assert_revoked(&a, &key).await;
+    assert_revoked(&b, &key).await;
+    drop((a, b));
+    schema.remove().await.unwrap();
+}
+
+#[tokio::test]
+async fn settings_come_from_file_and_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let config = dir.path().join("svc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "bind = \"127.0.0.1:0\"\npublic_url = \"https://api.example.test\"\ndata_dir = {:?}\n",
+            data_dir.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let serve = Serve::start(&["--config", config.to_str().unwrap()]);
+    let doc: serde_json::Value = reqwest::get(format!("{}/openapi.json", serve.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["servers"][0]["url"], "https://api.example.test");
+    assert!(data_dir.join("svc.db").exists());
+    drop(serve);
+
+    // SVC_* environment works the same as the flags.
+    let env_dir = dir.path().join("env-data");
+    let serve = Serve::start_with_env(&["--bind", "127.0.0.1:0"], &[("SVC_DATA_DIR", env_dir.to_str().unwrap())]);
+    assert!(env_dir.join("svc.db").exists());
+    drop(serve);
+
+    std::fs::write(&config, "bnd = \"127.0.0.1:0\"\n").unwrap();
+    let bad = svc(&["serve", "--config", config.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("bnd"), "{}", stderr(&bad));
+}

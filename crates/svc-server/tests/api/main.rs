@@ -1,0 +1,40 @@
+//! HTTP tests of the real server (port 0, fresh SQLite, scripted engine).
+//! One test binary with a module per concern keeps link time down.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod auth;
+mod chat;
+mod errors;
+mod health;
+mod streaming;
+
+use serde_json::{Value, json};
+
+/// A minimal valid request body for `model` saying `text`.
+pub fn body(model: &str, text: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": text}]})
+}
+
+/// Asserts an OpenAI-shaped error with this status, type, code and param,
+/// and returns its message.
+pub async fn expect_error(
+    response: reqwest::Response,
+    status: u16,
+    kind: &str,
+    code: &str,
+    param: Option<&str>,
+) -> String {
+    assert_eq!(response.status().as_u16(), status, "status");
+    assert_eq!(
+        response.headers()["content-type"], "application/json",
+        "errors are JSON"
+    );
+    let body: Value = response.json().await.unwrap();
+    let error = body["error"].as_object().unwrap_or_else(|| panic!("no error object: {body}"));
+    assert_eq!(error.len(), 4, "exactly message, type, param, code: {body}");
+    assert_eq!(error["type"], kind, "{body}");
+    assert_eq!(error["code"], code, "{body}");
+    assert_eq!(error["param"].as_str(), param, "{body}");
+    error["message"].as_str().unwrap().to_owned()
+}
