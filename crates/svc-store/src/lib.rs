@@ -1,1 +1,59 @@
-//! placeholder
+//! svc's [`Store`](svc_core::store::Store) on sqlx: one type, [`SqlStore`],
+//! for both SQLite (embedded, the default) and PostgreSQL (shared by
+//! replicas), with the SQL migrations of each backend.
+//!
+//! Every query is written once, with `$1, $2, …` placeholders (SQLite reads
+//! them too), and binds only TEXT and BIGINT (times are unix seconds), so the
+//! same code runs on both databases through sqlx's `Any` driver. Queries are
+//! built at run time: there is no database at build time. This crate knows
+//! nothing of HTTP or of key semantics (expiry and revocation are judged by
+//! `svc-core`).
+
+mod connect;
+mod error;
+mod health;
+mod keys;
+pub mod testing;
+
+pub use connect::SQLITE_FILE_NAME;
+
+use sqlx::AnyPool;
+
+/// Which database a [`SqlStore`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The SQL implementation of svc's store, over SQLite or PostgreSQL.
+/// Cloning is cheap and shares the connection pool.
+#[derive(Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl SqlStore {
+    /// `"sqlite"` or `"postgres"`.
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+// By hand: the pool's `Debug` would print the database URL, password included.
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("backend", &self.backend())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,127 @@
+//! [`KeyStore`] on SQL: the `api_keys` table. Only the key's hash is stored;
+//! whether a key is usable (revoked, expired) is for the caller to judge.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use svc_core::key::{KeyHash, KeyId};
+use svc_core::store::{KeyRecord, KeyStore, StoreError};
+
+use crate::SqlStore;
+use crate::error::query_error;
+
+macro_rules! columns {
+    () => {
+        "id, name, hint, owner_id, created_via, created_at, expires_at, last_used_at, revoked_at"
+    };
+}
+
+const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
+     created_at, expires_at, last_used_at, revoked_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const BY_HASH: &str = concat!("SELECT ", columns!(), " FROM api_keys WHERE key_hash = $1");
+const BY_ID: &str = concat!("SELECT ", columns!(), " FROM api_keys WHERE id = $1");
+const ALL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM api_keys ORDER BY created_at DESC, id DESC"
+);
+const OF_OWNER: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM api_keys WHERE owner_id = $1 ORDER BY created_at DESC, id DESC"
+);
+const REVOKE: &str = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
+// Replicas may touch one key in any order: the latest time wins.
+const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
+     WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
+
+fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
+    Ok(KeyRecord {
+        id: KeyId(row.try_get("id")?),
+        name: row.try_get("name")?,
+        hint: row.try_get("hint")?,
+        owner_id: row.try_get("owner_id")?,
+        created_via: row.try_get("created_via")?,
+        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get("expires_at")?,
+        last_used_at: row.try_get("last_used_at")?,
+        revoked_at: row.try_get("revoked_at")?,
+    })
+}
+
+impl SqlStore {
+    async fn one_key(
+        &self,
+        sql: &'static str,
+        value: &str,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        let row = sqlx::query(sql)
+            .bind(value)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?;
+        row.as_ref().map(record).transpose().map_err(query_error)
+    }
+}
+
+#[async_trait]
+impl KeyStore for SqlStore {
+    async fn insert_key(&self, record: &KeyRecord, hash: &KeyHash) -> Result<(), StoreError> {
+        sqlx::query(INSERT)
+            .bind(record.id.0.as_str())
+            .bind(hash.to_hex())
+            .bind(record.name.as_str())
+            .bind(record.hint.as_str())
+            .bind(record.owner_id.as_deref())
+            .bind(record.created_via.as_str())
+            .bind(record.created_at)
+            .bind(record.expires_at)
+            .bind(record.last_used_at)
+            .bind(record.revoked_at)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(query_error)
+    }
+
+    async fn key_by_hash(&self, hash: &KeyHash) -> Result<Option<KeyRecord>, StoreError> {
+        self.one_key(BY_HASH, &hash.to_hex()).await
+    }
+
+    async fn key_by_id(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
+        self.one_key(BY_ID, &id.0).await
+    }
+
+    async fn list_keys(&self, owner_id: Option<&str>) -> Result<Vec<KeyRecord>, StoreError> {
+        let query = match owner_id {
+            Some(owner) => sqlx::query(OF_OWNER).bind(owner),
+            None => sqlx::query(ALL),
+        };
+        let rows = query.fetch_all(&self.pool).await.map_err(query_error)?;
+        rows.iter()
+            .map(record)
+            .collect::<Result<_, _>>()
+            .map_err(query_error)
+    }
+
+    async fn revoke_key(&self, id: &KeyId, at: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(REVOKE)
+            .bind(id.0.as_str())
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError> {
+        sqlx::query(TOUCH)
+            .bind(id.0.as_str())
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(query_error)
+    }
+}

@@ -1,0 +1,236 @@
+//! The KeyStore and HealthStore contract, run on SQLite and on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Db, new_key};
+use svc_core::key::{ApiKey, KeyId};
+use svc_core::keys::KeyState;
+use svc_core::store::{HealthStore, KeyStore, StoreError};
+
+on_both_backends!(
+    stored_keys_are_found_by_hash_and_id,
+    duplicate_hash_or_id_is_a_conflict,
+    list_is_newest_first_and_filters_by_owner,
+    revoking_twice_reports_false,
+    touch_records_the_latest_use,
+    expired_keys_are_still_returned,
+    ping_answers,
+    two_stores_see_each_others_writes_at_once,
+    concurrent_connects_and_writers_all_succeed,
+);
+
+async fn stored_keys_are_found_by_hash_and_id(db: &Db) {
+    let store = db.store().await;
+    let (mut full, full_hash) = new_key(Some("user_1"), 1_700_000_000);
+    full.expires_at = Some(1_800_000_000);
+    full.last_used_at = Some(1_700_000_100);
+    full.revoked_at = Some(1_700_000_200);
+    full.name = "naïve ☃ 'quoted'".into();
+    let (bare, bare_hash) = new_key(None, 1_700_000_001);
+    store.insert_key(&full, &full_hash).await.unwrap();
+    store.insert_key(&bare, &bare_hash).await.unwrap();
+
+    assert_eq!(
+        store.key_by_hash(&full_hash).await.unwrap(),
+        Some(full.clone())
+    );
+    assert_eq!(store.key_by_id(&full.id).await.unwrap(), Some(full));
+    assert_eq!(
+        store.key_by_hash(&bare_hash).await.unwrap(),
+        Some(bare.clone())
+    );
+    assert_eq!(store.key_by_id(&bare.id).await.unwrap(), Some(bare));
+    assert_eq!(
+        store.key_by_hash(&ApiKey::generate().hash()).await.unwrap(),
+        None
+    );
+    assert_eq!(store.key_by_id(&KeyId::generate()).await.unwrap(), None);
+}
+
+async fn duplicate_hash_or_id_is_a_conflict(db: &Db) {
+    let store = db.store().await;
+    let (first, hash) = new_key(None, 1);
+    store.insert_key(&first, &hash).await.unwrap();
+
+    let (mut same_hash, _) = new_key(None, 2);
+    same_hash.id = KeyId::generate();
+    let err = store.insert_key(&same_hash, &hash).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict), "{err:?}");
+
+    let (mut same_id, other_hash) = new_key(None, 3);
+    same_id.id = first.id.clone();
+    let err = store.insert_key(&same_id, &other_hash).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict), "{err:?}");
+
+    assert_eq!(store.list_keys(None).await.unwrap(), vec![first]);
+}
+
+async fn list_is_newest_first_and_filters_by_owner(db: &Db) {
+    let store = db.store().await;
+    let (old, h1) = new_key(Some("alice"), 100);
+    let (new, h2) = new_key(Some("bob"), 300);
+    let (mid, h3) = new_key(None, 200);
+    let (mut tie_a, h4) = new_key(Some("alice"), 250);
+    let (mut tie_b, h5) = new_key(Some("alice"), 250);
+    tie_a.id = KeyId("key_aaaa".into());
+    tie_b.id = KeyId("key_bbbb".into());
+    for (record, hash) in [
+        (&old, h1),
+        (&new, h2),
+        (&mid, h3),
+        (&tie_a, h4),
+        (&tie_b, h5),
+    ] {
+        store.insert_key(record, &hash).await.unwrap();
+    }
+
+    let all = store.list_keys(None).await.unwrap();
+    assert_eq!(
+        all,
+        vec![new, tie_b.clone(), tie_a.clone(), mid, old.clone()]
+    );
+    let alices = store.list_keys(Some("alice")).await.unwrap();
+    assert_eq!(alices, vec![tie_b, tie_a, old]);
+    assert_eq!(store.list_keys(Some("nobody")).await.unwrap(), vec![]);
+}
+
+async fn revoking_twice_reports_false(db: &Db) {
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 10);
+    store.insert_key(&record, &hash).await.unwrap();
+
+    assert!(store.revoke_key(&record.id, 20).await.unwrap());
+    assert!(!store.revoke_key(&record.id, 30).await.unwrap());
+    assert!(!store.revoke_key(&KeyId::generate(), 30).await.unwrap());
+    let stored = store.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(
+        stored.revoked_at,
+        Some(20),
+        "the first revocation's time stays"
+    );
+    assert_eq!(KeyState::of(&stored, 40), KeyState::Revoked);
+}
+
+async fn touch_records_the_latest_use(db: &Db) {
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 10);
+    store.insert_key(&record, &hash).await.unwrap();
+
+    store.touch_key(&record.id, 500).await.unwrap();
+    assert_eq!(
+        store
+            .key_by_id(&record.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at,
+        Some(500)
+    );
+    store.touch_key(&record.id, 600).await.unwrap();
+    assert_eq!(
+        store
+            .key_by_id(&record.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at,
+        Some(600)
+    );
+    // Another replica's older touch arriving late does not move it back.
+    store.touch_key(&record.id, 550).await.unwrap();
+    assert_eq!(
+        store
+            .key_by_id(&record.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at,
+        Some(600)
+    );
+    // Touching a key that is gone is not an error.
+    store.touch_key(&KeyId::generate(), 700).await.unwrap();
+}
+
+async fn expired_keys_are_still_returned(db: &Db) {
+    let store = db.store().await;
+    let (mut record, hash) = new_key(None, 10);
+    record.expires_at = Some(20);
+    store.insert_key(&record, &hash).await.unwrap();
+
+    let stored = store.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(stored, record);
+    assert_eq!(KeyState::of(&stored, 30), KeyState::Expired);
+    assert_eq!(store.list_keys(None).await.unwrap(), vec![record]);
+}
+
+async fn ping_answers(db: &Db) {
+    let store = db.store().await;
+    store.ping().await.unwrap();
+    assert_eq!(
+        store.backend(),
+        match db {
+            Db::Sqlite { .. } => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    );
+}
+
+async fn two_stores_see_each_others_writes_at_once(db: &Db) {
+    let a = db.store().await;
+    let b = db.store().await;
+    let (record, hash) = new_key(Some("alice"), 10);
+    a.insert_key(&record, &hash).await.unwrap();
+    assert_eq!(b.key_by_hash(&hash).await.unwrap(), Some(record.clone()));
+
+    assert!(b.revoke_key(&record.id, 20).await.unwrap());
+    let seen_by_a = a.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(seen_by_a.revoked_at, Some(20));
+    assert!(!a.revoke_key(&record.id, 30).await.unwrap());
+
+    a.touch_key(&record.id, 40).await.unwrap();
+    assert_eq!(
+        b.key_by_id(&record.id).await.unwrap().unwrap().last_used_at,
+        Some(40)
+    );
+}
+
+async fn concurrent_connects_and_writers_all_succeed(db: &Db) {
+    // Several stores migrate the same fresh database at once, as replicas
+    // starting together do, then all write at once.
+    let url = db.url().to_owned();
+    let stores = futures_join_all(4, |_| {
+        let url = url.clone();
+        async move { svc_store::SqlStore::connect(&url).await.unwrap() }
+    })
+    .await;
+    let writers = stores.into_iter().enumerate().map(|(n, store)| {
+        tokio::spawn(async move {
+            for i in 0..25 {
+                let (record, hash) = new_key(Some(&format!("owner_{n}")), i);
+                store.insert_key(&record, &hash).await.unwrap();
+                store.touch_key(&record.id, i + 1).await.unwrap();
+            }
+        })
+    });
+    for writer in writers.collect::<Vec<_>>() {
+        writer.await.unwrap();
+    }
+    let store = db.store().await;
+    assert_eq!(store.list_keys(None).await.unwrap().len(), 100);
+    assert_eq!(store.list_keys(Some("owner_3")).await.unwrap().len(), 25);
+}
+
+/// Runs `count` futures made by `make` concurrently on their own tasks.
+async fn futures_join_all<F, T>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = (0..count).map(|n| tokio::spawn(make(n))).collect();
+    let mut results = Vec::with_capacity(count);
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
+}
