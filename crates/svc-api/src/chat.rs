@@ -109,16 +109,14 @@ impl From<&str> for Content {
     }
 }
 
-/// One part of an array content. Only text parts can be served; any other
-/// type is kept so validation can name it.
+/// One part of an array content: `{"type":"text","text":...}`. Other types
+/// (images, audio) are read so that validation can name them and refuse.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentPart {
-    Text {
-        text: String,
-    },
-    #[serde(other)]
-    Unsupported,
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// A function the model may call.

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use svc_api::{
-    ChatCompletionRequest, Content, ContentPart, Message, ResponseFormat, Stop, ToolChoice,
+    ChatCompletionRequest, Content, Message, ResponseFormat, Stop, ToolChoice,
 };
 use thiserror::Error;
 
@@ -281,12 +281,18 @@ fn text(content: Content, param: &str) -> Result<String, ValidationError> {
         Content::Parts(parts) => {
             let mut text = String::new();
             for (j, part) in parts.into_iter().enumerate() {
-                match part {
-                    ContentPart::Text { text: t } => text.push_str(&t),
-                    ContentPart::Unsupported => {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    ("text", None) => {
+                        return Err(ValidationError::new(
+                            format!("{param}[{j}].text"),
+                            "a text content part needs a text string",
+                        ));
+                    }
+                    (other, _) => {
                         return Err(ValidationError::new(
                             format!("{param}[{j}].type"),
-                            "only text content parts are supported",
+                            format!("only text content parts are supported (got {other:?})"),
                         ));
                     }
                 }
@@ -416,6 +422,13 @@ mod tests {
             {"type": "image_url", "image_url": {"url": "x"}}]}]}))
         .unwrap_err();
         assert_eq!(err.param, "messages[0].content[0].type");
+        // A number is not a type name (serde would read it as a variant index).
+        assert!(serde_json::from_value::<ChatCompletionRequest>(serde_json::json!({"model": "m",
+            "messages": [{"role": "user", "content": [{"type": 0, "text": "a"}]}]})).is_err());
+        let err = request(serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "text"}]}]}))
+        .unwrap_err();
+        assert_eq!(err.param, "messages[0].content[0].text");
     }
 
     #[test]

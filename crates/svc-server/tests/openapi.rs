@@ -1,0 +1,595 @@
+//! The OpenAPI document (`crates/svc-server/openapi.json`) against the real
+//! server: it is OpenAPI 3.1, lists exactly the routes the server has, and
+//! what the server sends validates against the document's own schemas.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use svc_test_support::{TestApp, read_sse};
+
+const DOCUMENT: &str = include_str!("../openapi.json");
+
+fn document() -> Value {
+    serde_json::from_str(DOCUMENT).expect("openapi.json is JSON")
+}
+
+/// Follows a local `$ref` (`#/a/b`) inside the document.
+fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
+    match value.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let pointer = reference.strip_prefix('#').expect("local $ref");
+            let target = doc
+                .pointer(pointer)
+                .unwrap_or_else(|| panic!("dangling $ref {reference}"));
+            resolve(doc, target)
+        }
+        None => value,
+    }
+}
+
+/// A validator for `schema`, a schema taken from the document: its
+/// `#/components/...` references resolve against the document's components.
+fn validator(doc: &Value, schema: &Value) -> jsonschema::Validator {
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "allOf": [schema],
+        "components": doc["components"],
+    });
+    jsonschema::draft202012::options()
+        .build(&root)
+        .unwrap_or_else(|e| panic!("schema does not compile: {e}\n{schema:#}"))
+}
+
+/// The schema the document gives for `method path` answering `status` as
+/// `media`; panics when the document does not describe that response.
+fn response_schema(doc: &Value, method: &str, path: &str, status: u16, media: &str) -> Value {
+    let operation = &doc["paths"][path][method];
+    assert!(operation.is_object(), "no operation {method} {path}");
+    let response = operation["responses"]
+        .get(status.to_string())
+        .unwrap_or_else(|| panic!("{method} {path} does not document status {status}"));
+    let response = resolve(doc, response);
+    response["content"]
+        .get(media)
+        .unwrap_or_else(|| panic!("{method} {path} {status} does not document {media}"))["schema"]
+        .clone()
+}
+
+fn assert_valid(doc: &Value, schema: &Value, instance: &Value, what: &str) {
+    let validator = validator(doc, schema);
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what} does not match the document:\n{}\n{instance:#}",
+        errors.join("\n")
+    );
+}
+
+/// Checks `response` is documented for `method path` (status and content
+/// type) and that its body matches the schema; returns the body.
+async fn check(doc: &Value, method: &str, path: &str, response: reqwest::Response) -> Value {
+    let status = response.status().as_u16();
+    let media = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim().to_owned())
+        .unwrap_or_default();
+    assert!(
+        response.headers().contains_key("x-request-id"),
+        "{method} {path} {status}: no x-request-id"
+    );
+    let schema = response_schema(doc, method, path, status, &media);
+    let body: Value = response.json().await.expect("a JSON body");
+    assert_valid(doc, &schema, &body, &format!("{method} {path} {status}"));
+    body
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+#[test]
+fn is_openapi_3_1_with_exactly_the_server_routes() {
+    let doc = document();
+    let version = doc["openapi"].as_str().expect("an openapi version");
+    assert!(version.starts_with("3.1."), "not OpenAPI 3.1: {version}");
+    assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
+    assert!(
+        doc["servers"].is_array(),
+        "a placeholder `servers` is expected"
+    );
+
+    let mut routes = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("a path item").keys() {
+            if [
+                "get", "put", "post", "delete", "options", "head", "patch", "trace",
+            ]
+            .contains(&method.as_str())
+            {
+                routes.insert(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    let expected: BTreeSet<String> = [
+        "GET /health",
+        "GET /ready",
+        "GET /openapi.json",
+        "GET /v1/models",
+        "GET /v1/models/{model}",
+        "POST /v1/chat/completions",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(routes, expected);
+
+    // Bearer auth on /v1/*, none elsewhere.
+    let scheme = &doc["components"]["securitySchemes"]["bearer"];
+    assert_eq!(scheme["type"], "http");
+    assert_eq!(scheme["scheme"], "bearer");
+    for route in &expected {
+        let (method, path) = route.split_once(' ').unwrap();
+        let operation = &doc["paths"][path][method.to_lowercase()];
+        let security = operation["security"].as_array().expect("explicit security");
+        if path.starts_with("/v1/") {
+            assert_eq!(security, &vec![json!({"bearer": []})], "{route}");
+            assert!(
+                operation["responses"].get("401").is_some(),
+                "{route} lacks 401"
+            );
+        } else {
+            assert!(security.is_empty(), "{route} must be open");
+        }
+    }
+
+    // Every $ref points somewhere, and every component schema compiles.
+    fn refs<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get("$ref") {
+                    out.push(r);
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    for r in all {
+        let pointer = r.strip_prefix('#').expect("only local references");
+        assert!(doc.pointer(pointer).is_some(), "dangling $ref {r}");
+    }
+    for name in doc["components"]["schemas"].as_object().unwrap().keys() {
+        validator(
+            &doc,
+            &json!({"$ref": format!("#/components/schemas/{name}")}),
+        );
+    }
+    // References really resolve (a dangling one would not reject these).
+    let error = validator(&doc, &json!({"$ref": "#/components/schemas/ErrorResponse"}));
+    assert!(!error.is_valid(&json!({"error": {"message": "m", "type": "t"}})));
+    assert!(
+        error.is_valid(
+            &json!({"error": {"message": "m", "type": "t", "param": null, "code": null}})
+        )
+    );
+    let chunk = validator(
+        &doc,
+        &json!({"$ref": "#/components/schemas/ChatCompletionChunk"}),
+    );
+    assert!(!chunk.is_valid(
+        &json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+        "model": "svc", "choices": [{"index": 0, "delta": {}, "finish_reason": "done"}]})
+    ));
+
+    // The chat request lists every accepted field, and the error responses
+    // the brief promises.
+    let request = &doc["components"]["schemas"]["CreateChatCompletionRequest"]["properties"];
+    for field in [
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "user",
+    ] {
+        assert!(request.get(field).is_some(), "request schema lacks {field}");
+    }
+    let chat = &doc["paths"]["/v1/chat/completions"]["post"]["responses"];
+    for status in ["200", "400", "401", "404", "413", "429", "500", "503"] {
+        assert!(chat.get(status).is_some(), "chat lacks {status}");
+    }
+    let ok = &chat["200"]["content"];
+    assert!(ok.get("application/json").is_some() && ok.get("text/event-stream").is_some());
+}
+
+#[tokio::test]
+async fn every_documented_route_exists_and_openapi_json_is_served() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+
+    for path in [
+        "/health",
+        "/ready",
+        "/openapi.json",
+        "/v1/models",
+        "/v1/models/svc",
+    ] {
+        let response = app
+            .client
+            .get(app.url(path))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "GET {path}");
+    }
+    let response = app.client.get(app.url("/health")).send().await.unwrap();
+    check(&doc, "get", "/health", response).await;
+    let response = app.client.get(app.url("/ready")).send().await.unwrap();
+    check(&doc, "get", "/ready", response).await;
+
+    let response = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    let served = check(&doc, "get", "/openapi.json", response).await;
+    assert_eq!(served["servers"], json!([{"url": app.base_url}]));
+    let mut expected = doc.clone();
+    expected["servers"] = served["servers"].clone();
+    assert_eq!(
+        served, expected,
+        "served document differs from openapi.json beyond `servers`"
+    );
+}
+
+#[tokio::test]
+async fn model_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+
+    let response = app
+        .client
+        .get(app.url("/v1/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let list = check(&doc, "get", "/v1/models", response).await;
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"svc") && ids.contains(&"svc-thinking"),
+        "{ids:?}"
+    );
+
+    let response = app
+        .client
+        .get(app.url("/v1/models/svc"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let model = check(&doc, "get", "/v1/models/{model}", response).await;
+    assert_eq!(model["id"], "svc");
+
+    // Ids may contain '/': the whole rest of the path is the id.
+    let response = app
+        .client
+        .get(app.url("/v1/models/org/missing"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let error = check(&doc, "get", "/v1/models/{model}", response).await;
+    assert_eq!(error["error"]["code"], "model_not_found");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("org/missing")
+    );
+
+    let response = app.client.get(app.url("/v1/models")).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let error = check(&doc, "get", "/v1/models", response).await;
+    assert_eq!(error["error"]["code"], "invalid_api_key");
+}
+
+#[tokio::test]
+async fn completion_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let path = "/v1/chat/completions";
+
+    let whole = check(
+        &doc,
+        "post",
+        path,
+        app.chat(
+            &key,
+            &json!({"model": "svc", "messages": user("hello there")}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        whole["choices"][0]["message"]["content"],
+        "You said: hello there"
+    );
+
+    let thinking = check(
+        &doc,
+        "post",
+        path,
+        app.chat(
+            &key,
+            &json!({"model": "svc-thinking", "messages": user("hm")}),
+        )
+        .await,
+    )
+    .await;
+    assert!(thinking["choices"][0]["message"]["reasoning_content"].is_string());
+
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let called = check(
+        &doc,
+        "post",
+        path,
+        app.chat(
+            &key,
+            &json!({"model": "fake-tools", "messages": user("weather?"), "tools": tools}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(called["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(called["choices"][0]["message"]["content"], Value::Null);
+
+    // Errors.
+    let bad = check(
+        &doc,
+        "post",
+        path,
+        app.chat(
+            &key,
+            &json!({"model": "svc", "messages": user("x"), "temperature": 3}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(bad["error"]["param"], "temperature");
+    let tiny = check(
+        &doc,
+        "post",
+        path,
+        app.chat(&key, &json!({"model": "fake-tiny", "messages": user("x")}))
+            .await,
+    )
+    .await;
+    assert_eq!(tiny["error"]["code"], "context_length_exceeded");
+    let missing = check(
+        &doc,
+        "post",
+        path,
+        app.chat(&key, &json!({"model": "nope", "messages": user("x")}))
+            .await,
+    )
+    .await;
+    assert_eq!(missing["error"]["code"], "model_not_found");
+    let wrong_key = "sk-svc-0000000000000000000000000000000000000000";
+    let unauthorized = check(
+        &doc,
+        "post",
+        path,
+        app.chat(wrong_key, &json!({"model": "svc", "messages": user("x")}))
+            .await,
+    )
+    .await;
+    assert_eq!(unauthorized["error"]["code"], "invalid_api_key");
+    let failed = check(
+        &doc,
+        "post",
+        path,
+        app.chat(
+            &key,
+            &json!({"model": "fake-fail", "messages": user("a b c d")}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(failed["error"]["type"], "server_error");
+    let not_json = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(&key)
+        .header("content-type", "text/plain")
+        .body("hi")
+        .send()
+        .await
+        .unwrap();
+    check(&doc, "post", path, not_json).await;
+}
+
+#[tokio::test]
+async fn streamed_chunks_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    // The document describes each event (as OpenAPI 3.2's itemSchema does):
+    // `{"data": ...}` whose JSON content is a chunk or an error.
+    let event_schema = response_schema(
+        &doc,
+        "post",
+        "/v1/chat/completions",
+        200,
+        "text/event-stream",
+    );
+    let data_schema = resolve(&doc, &event_schema)["properties"]["data"]["anyOf"]
+        .as_array()
+        .expect("data: anyOf")
+        .iter()
+        .find_map(|s| s.get("contentSchema"))
+        .expect("a contentSchema for the JSON events")
+        .clone();
+    let chunk_schema = json!({"$ref": "#/components/schemas/ChatCompletionChunk"});
+    let error_schema = json!({"$ref": "#/components/schemas/ErrorResponse"});
+    let check_event = |event: &svc_test_support::SseEvent| {
+        assert_valid(
+            &doc,
+            &event_schema,
+            &json!({"data": event.data}),
+            "a stream event",
+        );
+        if let Some(payload) = &event.json {
+            assert_valid(&doc, &data_schema, payload, "a stream event's JSON");
+        }
+    };
+
+    let tools = json!([{"type": "function", "function": {"name": "get_weather"}}]);
+    let bodies = [
+        json!({"model": "svc", "messages": user("one two three"), "stream": true}),
+        json!({"model": "svc-thinking", "messages": user("one"), "stream": true, "stream_options": {"include_usage": true}}),
+        json!({"model": "fake-tools", "messages": user("w"), "tools": tools, "stream": true, "stream_options": {"include_usage": true}}),
+    ];
+    for body in &bodies {
+        let response = app.chat(&key, body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let events = read_sse(&response.text().await.unwrap());
+        assert_eq!(events.last().unwrap().data, "[DONE]");
+        for event in &events[..events.len() - 1] {
+            let chunk = event.json.as_ref().unwrap();
+            assert_valid(&doc, &chunk_schema, chunk, "a stream chunk");
+        }
+        events.iter().for_each(check_event);
+    }
+
+    // A failure mid-stream ends with one error event and no [DONE].
+    let response = app
+        .chat(
+            &key,
+            &json!({"model": "fake-fail", "messages": user("a b c d"), "stream": true}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let events = read_sse(&response.text().await.unwrap());
+    let last = events.last().unwrap().json.as_ref().unwrap();
+    assert_valid(&doc, &error_schema, last, "the error event");
+    events.iter().for_each(check_event);
+    for event in &events[..events.len() - 1] {
+        assert_valid(
+            &doc,
+            &chunk_schema,
+            event.json.as_ref().unwrap(),
+            "a stream chunk",
+        );
+    }
+}
+
+/// The request schema agrees with the server: bodies it accepts are
+/// served, bodies it rejects get 400 (spot checks, both directions).
+#[tokio::test]
+async fn request_schema_agrees_with_the_server() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let schema = &doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"];
+    let request = validator(&doc, schema);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "d",
+        "parameters": {"type": "object"}, "strict": false}}]);
+
+    let accepted = [
+        json!({"model": "svc", "messages": user("hi")}),
+        json!({"model": "svc", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "developer", "content": [{"type": "text", "text": "really"}], "name": "dev"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "user", "content": "thanks"},
+        ]}),
+        json!({"model": "svc", "messages": user("hi"), "temperature": 2, "top_p": 0, "max_tokens": 3,
+            "max_completion_tokens": 5, "stop": ["x", "y", "z", "w"], "seed": -1, "n": 1,
+            "presence_penalty": -2, "frequency_penalty": 2, "user": "u", "parallel_tool_calls": true,
+            "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": true}}}),
+        json!({"model": "svc", "messages": user("hi"), "stop": "x", "tool_choice": "none",
+            "response_format": {"type": "json_object"}, "temperature": null, "stream": null}),
+        json!({"model": "svc", "messages": user("hi"), "stream": true, "stream_options": {"include_usage": false},
+            "response_format": {"type": "text"}}),
+    ];
+    for body in &accepted {
+        assert!(request.is_valid(body), "schema refuses {body}");
+        let response = app.chat(&key, body).await;
+        assert_eq!(
+            response.status(),
+            200,
+            "server refuses {body}: {}",
+            response.text().await.unwrap()
+        );
+    }
+
+    let refused = [
+        json!({"messages": user("hi")}),
+        json!({"model": "svc"}),
+        json!({"model": "svc", "messages": []}),
+        json!({"model": "svc", "messages": [{"role": "robot", "content": "hi"}]}),
+        json!({"model": "svc", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+        json!({"model": "svc", "messages": [{"role": "tool", "content": "x"}]}),
+        json!({"model": "svc", "messages": user("hi"), "temperature": 2.5}),
+        json!({"model": "svc", "messages": user("hi"), "top_p": -0.1}),
+        json!({"model": "svc", "messages": user("hi"), "max_tokens": 0}),
+        json!({"model": "svc", "messages": user("hi"), "max_completion_tokens": 0}),
+        json!({"model": "svc", "messages": user("hi"), "n": 2}),
+        json!({"model": "svc", "messages": user("hi"), "presence_penalty": 2.5}),
+        json!({"model": "svc", "messages": user("hi"), "frequency_penalty": -3}),
+        json!({"model": "svc", "messages": user("hi"), "stop": ["a", "b", "c", "d", "e"]}),
+        json!({"model": "svc", "messages": user("hi"), "stop": ""}),
+        json!({"model": "svc", "messages": user("hi"), "tool_choice": "sometimes"}),
+        json!({"model": "svc", "messages": user("hi"), "tools": [{"type": "retrieval", "function": {"name": "f"}}]}),
+        json!({"model": "svc", "messages": user("hi"), "tools": [{"type": "function", "function": {"name": "bad name"}}]}),
+        json!({"model": "svc", "messages": user("hi"), "response_format": {"type": "xml"}}),
+        json!({"model": "svc", "messages": user("hi"), "stream": "yes"}),
+    ];
+    for body in &refused {
+        assert!(!request.is_valid(body), "schema accepts {body}");
+        let response = app.chat(&key, body).await;
+        assert_eq!(response.status(), 400, "server accepts {body}");
+        check(&doc, "post", "/v1/chat/completions", response).await;
+    }
+}

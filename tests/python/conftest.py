@@ -1,0 +1,119 @@
+"""Fixtures of the conformance suite: the svc fake server and SDK clients.
+
+The server is `target/debug/svc-fake-server` (or `$SVC_FAKE_SERVER`): the
+real HTTP layer of svc with scripted fake models. Nothing is built here;
+`run.sh` builds it. The server prints `url http://127.0.0.1:PORT` and
+`key sk-svc-...` on stdout, then serves until it is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60
+
+
+def server_binary() -> Path:
+    explicit = os.environ.get("SVC_FAKE_SERVER")
+    if explicit:
+        return Path(explicit)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if not target.is_absolute():
+        target = ROOT / target
+    return target / "debug" / "svc-fake-server"
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    """`http://127.0.0.1:PORT`, without `/v1`."""
+    key: str
+    """A valid API key."""
+
+    @property
+    def base_url(self) -> str:
+        """What the SDK takes as base_url."""
+        return f"{self.url}/v1"
+
+
+def _read_lines(stream, count: int, timeout: float) -> list[str]:
+    lines: list[str] = []
+
+    def read() -> None:
+        while len(lines) < count:
+            line = stream.readline()
+            if not line:
+                return
+            lines.append(line.strip())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return lines
+
+
+@pytest.fixture(scope="session")
+def server() -> Server:
+    binary = server_binary()
+    if not binary.is_file():
+        pytest.fail(
+            f"{binary} does not exist: build it with "
+            "`cargo build -p svc-test-support --bin svc-fake-server` or set SVC_FAKE_SERVER"
+        )
+    # Requests to the local server never go through a proxy.
+    no_proxy = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = no_proxy
+
+    log = tempfile.TemporaryFile(mode="w+b")
+    process = subprocess.Popen(
+        [str(binary), "--bind", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    try:
+        lines = _read_lines(process.stdout, 2, START_TIMEOUT_S)
+        fields = dict(line.split(" ", 1) for line in lines if " " in line)
+        if "url" not in fields or "key" not in fields:
+            process.kill()
+            process.wait()
+            log.seek(0)
+            stderr = log.read().decode(errors="replace")
+            pytest.fail(f"svc-fake-server did not start (stdout {lines!r}, exit {process.returncode}):\n{stderr}")
+        # Keep draining stdout so the server can never block on a full pipe.
+        threading.Thread(target=lambda: process.stdout.read(), daemon=True).start()
+        yield Server(url=fields["url"], key=fields["key"])
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def client(server: Server) -> openai.OpenAI:
+    """An SDK client for the server; retries off so errors show at once."""
+    with openai.OpenAI(base_url=server.base_url, api_key=server.key, max_retries=0, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def bad_client(server: Server) -> openai.OpenAI:
+    """An SDK client with a well-formed key the server never issued."""
+    key = "sk-svc-" + "0" * 40
+    with openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=30) as c:
+        yield c
