@@ -23,6 +23,8 @@ pub enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Download a model into the data directory and print its path on stdout.
+    Pull(PullArgs),
 }
 
 /// Where the state lives; shared by every command that opens the store.
@@ -52,6 +54,16 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes [default: 4194304].
     #[arg(long, env = "SVC_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct PullArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// `hf:ORG/REPO/PATH/TO/FILE.gguf[@REVISION]` for a GGUF file on Hugging Face (endpoint from
+    /// HF_ENDPOINT, token from HF_TOKEN) [default: svc's default model, SmolLM2-135M-Instruct Q4_1].
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod model_files;
 pub mod settings;
 
 use std::process::ExitCode;

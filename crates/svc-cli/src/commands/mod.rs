@@ -1,6 +1,7 @@
 //! One module per command.
 
 mod keys;
+mod pull;
 mod serve;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Keys { command } => keys::run(command).await,
+        Command::Pull(args) => pull::run(args).await,
     }
 }
 
