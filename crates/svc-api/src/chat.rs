@@ -141,7 +141,10 @@ pub struct FunctionDefinition {
 
 /// `tool_choice`: `"none"`, `"auto"`, `"required"` or a named function.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged, expecting = "\"none\", \"auto\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":...}}")]
+#[serde(
+    untagged,
+    expecting = "\"none\", \"auto\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":...}}"
+)]
 pub enum ToolChoice {
     Mode(String),
     Named(NamedToolChoice),

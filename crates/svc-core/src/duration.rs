@@ -44,7 +44,16 @@ mod tests {
 
     #[test]
     fn refuses_nonsense() {
-        for bad in ["", "d", "30", "30x", "-1d", "0d", "1.5h", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "d",
+            "30",
+            "30x",
+            "-1d",
+            "0d",
+            "1.5h",
+            "99999999999999999999d",
+        ] {
             assert!(parse_seconds(bad).is_err(), "{bad:?} was accepted");
         }
     }

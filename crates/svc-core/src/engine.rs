@@ -96,7 +96,10 @@ pub enum OutputFormat {
     #[default]
     Text,
     JsonObject,
-    JsonSchema { name: String, schema: Value },
+    JsonSchema {
+        name: String,
+        schema: Value,
+    },
 }
 
 /// What an engine yields, in order: deltas, then exactly one `Finish`.
@@ -158,7 +161,10 @@ pub enum EngineError {
     )]
     ContextLengthExceeded { prompt_tokens: u64, context: u64 },
     #[error("{message}")]
-    InvalidRequest { param: Option<String>, message: String },
+    InvalidRequest {
+        param: Option<String>,
+        message: String,
+    },
     #[error("the model is overloaded: {0}")]
     Overloaded(String),
     #[error("the model is not available: {0}")]

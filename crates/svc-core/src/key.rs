@@ -30,16 +30,20 @@ impl ApiKey {
     /// A new key from the operating system's CSPRNG (160 random bits).
     pub fn generate() -> Self {
         let mut bytes = [0u8; KEY_HEX_LEN / 2];
-        rand::rngs::OsRng.try_fill_bytes(&mut bytes).unwrap_or_else(|_| {
-            // The OS generator failing is not recoverable: never issue a weak key.
-            panic!("the operating system's random number generator failed")
-        });
+        rand::rngs::OsRng
+            .try_fill_bytes(&mut bytes)
+            .unwrap_or_else(|_| {
+                // The OS generator failing is not recoverable: never issue a weak key.
+                panic!("the operating system's random number generator failed")
+            });
         ApiKey(format!("{KEY_PREFIX}{}", hex::encode(bytes)))
     }
 
     /// Checks the format of a presented key.
     pub fn parse(text: &str) -> Result<Self, KeyFormatError> {
-        let body = text.strip_prefix(KEY_PREFIX).ok_or(KeyFormatError::Prefix)?;
+        let body = text
+            .strip_prefix(KEY_PREFIX)
+            .ok_or(KeyFormatError::Prefix)?;
         let well_formed = body.len() == KEY_HEX_LEN
             && body.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if well_formed {
@@ -127,7 +131,10 @@ mod tests {
         assert!(ApiKey::parse(&good).is_ok());
         assert_eq!(ApiKey::parse("sk-abc"), Err(KeyFormatError::Prefix));
         assert_eq!(ApiKey::parse(&good[..46]), Err(KeyFormatError::Body));
-        assert_eq!(ApiKey::parse(&format!("{good}0")), Err(KeyFormatError::Body));
+        assert_eq!(
+            ApiKey::parse(&format!("{good}0")),
+            Err(KeyFormatError::Body)
+        );
         assert_eq!(
             ApiKey::parse(&format!("sk-svc-{}", "A".repeat(40))),
             Err(KeyFormatError::Body)

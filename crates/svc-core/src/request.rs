@@ -3,9 +3,7 @@
 //! `param` the way OpenAI does.
 
 use serde_json::Value;
-use svc_api::{
-    ChatCompletionRequest, Content, Message, ResponseFormat, Stop, ToolChoice,
-};
+use svc_api::{ChatCompletionRequest, Content, Message, ResponseFormat, Stop, ToolChoice};
 use thiserror::Error;
 
 use crate::engine::{
@@ -48,7 +46,10 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
 
     fn try_from(req: ChatCompletionRequest) -> Result<Self, ValidationError> {
         if req.model.trim().is_empty() {
-            return Err(ValidationError::new("model", "model must be a non-empty string"));
+            return Err(ValidationError::new(
+                "model",
+                "model must be a non-empty string",
+            ));
         }
         let stream = req.stream.unwrap_or(false);
         if req.stream_options.is_some() && !stream {
@@ -113,7 +114,12 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
     }
 }
 
-fn ranged(value: Option<f64>, param: &str, min: f64, max: f64) -> Result<Option<f32>, ValidationError> {
+fn ranged(
+    value: Option<f64>,
+    param: &str,
+    min: f64,
+    max: f64,
+) -> Result<Option<f32>, ValidationError> {
     match value {
         None => Ok(None),
         Some(v) if v.is_finite() && (min..=max).contains(&v) => Ok(Some(v as f32)),
@@ -125,10 +131,12 @@ fn ranged(value: Option<f64>, param: &str, min: f64, max: f64) -> Result<Option<
 }
 
 fn token_cap(n: i64, param: &str) -> Result<u32, ValidationError> {
-    u32::try_from(n)
-        .ok()
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| ValidationError::new(param, format!("{param} must be a positive integer (got {n})")))
+    u32::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| {
+        ValidationError::new(
+            param,
+            format!("{param} must be a positive integer (got {n})"),
+        )
+    })
 }
 
 fn stop_sequences(stop: Option<Stop>) -> Result<Vec<String>, ValidationError> {
@@ -140,11 +148,17 @@ fn stop_sequences(stop: Option<Stop>) -> Result<Vec<String>, ValidationError> {
     if stop.len() > MAX_STOP_SEQUENCES {
         return Err(ValidationError::new(
             "stop",
-            format!("stop may hold at most {MAX_STOP_SEQUENCES} sequences (got {})", stop.len()),
+            format!(
+                "stop may hold at most {MAX_STOP_SEQUENCES} sequences (got {})",
+                stop.len()
+            ),
         ));
     }
     if stop.iter().any(String::is_empty) {
-        return Err(ValidationError::new("stop", "stop sequences must not be empty"));
+        return Err(ValidationError::new(
+            "stop",
+            "stop sequences must not be empty",
+        ));
     }
     Ok(stop)
 }
@@ -160,7 +174,10 @@ fn tools(tools: Vec<svc_api::Tool>) -> Result<Vec<ToolSpec>, ValidationError> {
     if tools.len() > MAX_TOOLS {
         return Err(ValidationError::new(
             "tools",
-            format!("tools may hold at most {MAX_TOOLS} functions (got {})", tools.len()),
+            format!(
+                "tools may hold at most {MAX_TOOLS} functions (got {})",
+                tools.len()
+            ),
         ));
     }
     let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
@@ -203,7 +220,10 @@ fn tools(tools: Vec<svc_api::Tool>) -> Result<Vec<ToolSpec>, ValidationError> {
     Ok(specs)
 }
 
-fn tool_choice(choice: Option<ToolChoice>, tools: &[ToolSpec]) -> Result<ToolChoiceSpec, ValidationError> {
+fn tool_choice(
+    choice: Option<ToolChoice>,
+    tools: &[ToolSpec],
+) -> Result<ToolChoiceSpec, ValidationError> {
     let needs_tools = |what: &str| {
         ValidationError::new("tool_choice", format!("tool_choice {what} requires tools"))
     };
@@ -219,7 +239,9 @@ fn tool_choice(choice: Option<ToolChoice>, tools: &[ToolSpec]) -> Result<ToolCho
             other => {
                 return Err(ValidationError::new(
                     "tool_choice",
-                    format!("tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"),
+                    format!(
+                        "tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"
+                    ),
                 ));
             }
         },
@@ -227,7 +249,10 @@ fn tool_choice(choice: Option<ToolChoice>, tools: &[ToolSpec]) -> Result<ToolCho
             if named.kind != "function" {
                 return Err(ValidationError::new(
                     "tool_choice.type",
-                    format!("tool_choice type must be \"function\" (got {:?})", named.kind),
+                    format!(
+                        "tool_choice type must be \"function\" (got {:?})",
+                        named.kind
+                    ),
                 ));
             }
             if tools.is_empty() {
@@ -304,7 +329,10 @@ fn text(content: Content, param: &str) -> Result<String, ValidationError> {
 
 fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError> {
     if messages.is_empty() {
-        return Err(ValidationError::new("messages", "messages must contain at least one message"));
+        return Err(ValidationError::new(
+            "messages",
+            "messages must contain at least one message",
+        ));
     }
     messages
         .into_iter()
@@ -317,7 +345,9 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                 }
                 Message::User { content, .. } => ChatMessage::User(text(content, &param)?),
                 Message::Assistant {
-                    content, tool_calls, ..
+                    content,
+                    tool_calls,
+                    ..
                 } => {
                     let content = content.map(|c| text(c, &param)).transpose()?;
                     let tool_calls = tool_calls.unwrap_or_default();
@@ -344,7 +374,10 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                             })
                         })
                         .collect::<Result<_, _>>()?;
-                    ChatMessage::Assistant { content, tool_calls }
+                    ChatMessage::Assistant {
+                        content,
+                        tool_calls,
+                    }
                 }
                 Message::Tool {
                     content,
@@ -385,7 +418,10 @@ mod tests {
         assert_eq!(valid.generate.sampling.temperature, 0.7);
         assert_eq!(valid.generate.max_tokens, None);
         assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::None);
-        assert_eq!(valid.generate.messages, vec![ChatMessage::User("hi".into())]);
+        assert_eq!(
+            valid.generate.messages,
+            vec![ChatMessage::User("hi".into())]
+        );
     }
 
     #[test]
@@ -395,12 +431,21 @@ mod tests {
         assert_eq!(param_of(json!({"temperature": -0.1})), "temperature");
         assert_eq!(param_of(json!({"top_p": 1.5})), "top_p");
         assert_eq!(param_of(json!({"presence_penalty": 3})), "presence_penalty");
-        assert_eq!(param_of(json!({"frequency_penalty": -3})), "frequency_penalty");
+        assert_eq!(
+            param_of(json!({"frequency_penalty": -3})),
+            "frequency_penalty"
+        );
         assert_eq!(param_of(json!({"max_tokens": 0})), "max_tokens");
-        assert_eq!(param_of(json!({"max_completion_tokens": -5})), "max_completion_tokens");
+        assert_eq!(
+            param_of(json!({"max_completion_tokens": -5})),
+            "max_completion_tokens"
+        );
         assert_eq!(param_of(json!({"n": 2})), "n");
         assert_eq!(param_of(json!({"stop": ["a", "b", "c", "d", "e"]})), "stop");
-        assert_eq!(param_of(json!({"stream_options": {"include_usage": true}})), "stream_options");
+        assert_eq!(
+            param_of(json!({"stream_options": {"include_usage": true}})),
+            "stream_options"
+        );
         assert_eq!(param_of(json!({"messages": []})), "messages");
         assert_eq!(param_of(json!({"tool_choice": "required"})), "tool_choice");
         assert!(request(json!({"temperature": 2, "top_p": 0, "n": 1})).is_ok());
@@ -408,25 +453,38 @@ mod tests {
 
     #[test]
     fn max_completion_tokens_wins() {
-        let valid = request(serde_json::json!({"max_tokens": 5, "max_completion_tokens": 7})).unwrap();
+        let valid =
+            request(serde_json::json!({"max_tokens": 5, "max_completion_tokens": 7})).unwrap();
         assert_eq!(valid.generate.max_tokens, Some(7));
     }
 
     #[test]
     fn content_parts_join_and_refuse_images() {
-        let valid = request(serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}))
+        let valid = request(
+            serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}),
+        )
         .unwrap();
-        assert_eq!(valid.generate.messages, vec![ChatMessage::User("ab".into())]);
-        let err = request(serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "x"}}]}]}))
+        assert_eq!(
+            valid.generate.messages,
+            vec![ChatMessage::User("ab".into())]
+        );
+        let err = request(
+            serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "x"}}]}]}),
+        )
         .unwrap_err();
         assert_eq!(err.param, "messages[0].content[0].type");
         // A number is not a type name (serde would read it as a variant index).
-        assert!(serde_json::from_value::<ChatCompletionRequest>(serde_json::json!({"model": "m",
-            "messages": [{"role": "user", "content": [{"type": 0, "text": "a"}]}]})).is_err());
-        let err = request(serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "text"}]}]}))
+        assert!(
+            serde_json::from_value::<ChatCompletionRequest>(serde_json::json!({"model": "m",
+            "messages": [{"role": "user", "content": [{"type": 0, "text": "a"}]}]}))
+            .is_err()
+        );
+        let err = request(
+            serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "text"}]}]}),
+        )
         .unwrap_err();
         assert_eq!(err.param, "messages[0].content[0].text");
     }
@@ -439,9 +497,14 @@ mod tests {
         let valid = request(json!({"tools": tools, "tool_choice":
             {"type": "function", "function": {"name": "get_weather"}}}))
         .unwrap();
-        assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::Function("get_weather".into()));
         assert_eq!(
-            param_of(json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}})),
+            valid.generate.tool_choice,
+            ToolChoiceSpec::Function("get_weather".into())
+        );
+        assert_eq!(
+            param_of(
+                json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+            ),
             "tool_choice.function.name"
         );
         assert_eq!(
@@ -464,7 +527,10 @@ mod tests {
         assert_eq!(valid.generate.messages.len(), 3);
         assert_eq!(
             valid.generate.messages[2],
-            ChatMessage::Tool { tool_call_id: "call_1".into(), content: "sunny".into() }
+            ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: "sunny".into()
+            }
         );
     }
 }

@@ -67,9 +67,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Auth(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Validation(_) | ApiError::InvalidBody { .. } | ApiError::UnsupportedMediaType => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::Validation(_)
+            | ApiError::InvalidBody { .. }
+            | ApiError::UnsupportedMediaType => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -100,21 +100,31 @@ impl ApiError {
             ApiError::UnknownUrl { .. } => (invalid, None, Some("unknown_url")),
             ApiError::MethodNotAllowed { .. } => (invalid, None, Some("method_not_allowed")),
             ApiError::Engine(e) => match e {
-                EngineError::ContextLengthExceeded { .. } => {
-                    (invalid, Some("messages".into()), Some("context_length_exceeded"))
+                EngineError::ContextLengthExceeded { .. } => (
+                    invalid,
+                    Some("messages".into()),
+                    Some("context_length_exceeded"),
+                ),
+                EngineError::InvalidRequest { param, .. } => {
+                    (invalid, param.clone(), Some("invalid_value"))
                 }
-                EngineError::InvalidRequest { param, .. } => (invalid, param.clone(), Some("invalid_value")),
-                EngineError::Overloaded(_) => ("rate_limit_exceeded", None, Some("engine_overloaded")),
+                EngineError::Overloaded(_) => {
+                    ("rate_limit_exceeded", None, Some("engine_overloaded"))
+                }
                 EngineError::Unavailable(_) => ("server_error", None, Some("model_unavailable")),
                 EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
             },
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
-        let message = if self.status().is_server_error() && !matches!(self, ApiError::Engine(EngineError::Unavailable(_))) {
+        let message = if self.status().is_server_error()
+            && !matches!(self, ApiError::Engine(EngineError::Unavailable(_)))
+        {
             let id = request_id::current().unwrap_or_else(|| "unknown".into());
             tracing::error!(request_id = %id, cause = %self, "request failed");
-            format!("The server had an error while processing your request. Quote request id {id} when asking for help.")
+            format!(
+                "The server had an error while processing your request. Quote request id {id} when asking for help."
+            )
         } else {
             self.to_string()
         };

@@ -63,16 +63,18 @@ where
             .get::<BodyLimit>()
             .map(|l| l.0)
             .unwrap_or(crate::config::DEFAULT_MAX_BODY_BYTES);
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit }
-            } else {
-                ApiError::InvalidBody {
-                    param: None,
-                    message: "could not read the request body".into(),
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge { limit }
+                } else {
+                    ApiError::InvalidBody {
+                        param: None,
+                        message: "could not read the request body".into(),
+                    }
                 }
-            }
-        })?;
+            })?;
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -85,7 +87,9 @@ pub struct BodyLimit(pub usize);
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let syntax_error = |inner: &serde_json::Error| ApiError::InvalidBody {
         param: None,
-        message: format!("We could not parse the JSON body of your request: {inner}. Send valid JSON."),
+        message: format!(
+            "We could not parse the JSON body of your request: {inner}. Send valid JSON."
+        ),
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: Result<T, _> = serde_path_to_error::deserialize(&mut de);

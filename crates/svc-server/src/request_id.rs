@@ -27,7 +27,8 @@ fn generate() -> String {
 pub async fn middleware(request: Request, next: Next) -> Response {
     let id = generate();
     let span = tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
-    let mut response = tracing::Instrument::instrument(CURRENT.scope(id.clone(), next.run(request)), span).await;
+    let mut response =
+        tracing::Instrument::instrument(CURRENT.scope(id.clone(), next.run(request)), span).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

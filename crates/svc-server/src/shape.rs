@@ -42,7 +42,10 @@ fn usage(u: TokenUsage) -> Usage {
 }
 
 /// Collects a whole generation into one `chat.completion`.
-pub async fn collect(meta: CompletionMeta, mut events: EventStream) -> Result<ChatCompletion, ApiError> {
+pub async fn collect(
+    meta: CompletionMeta,
+    mut events: EventStream,
+) -> Result<ChatCompletion, ApiError> {
     let mut content = String::new();
     let mut reasoning = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
@@ -64,12 +67,18 @@ pub async fn collect(meta: CompletionMeta, mut events: EventStream) -> Result<Ch
                 } else if let Some(call) = calls.get_mut(index) {
                     call.function.arguments.push_str(&chunk.arguments);
                 } else {
-                    return Err(ApiError::Internal(format!("tool call index {index} out of order")));
+                    return Err(ApiError::Internal(format!(
+                        "tool call index {index} out of order"
+                    )));
                 }
             }
             Some(Ok(EngineEvent::Finish { reason, usage })) => break (reason, usage),
             Some(Err(e)) => return Err(e.into()),
-            None => return Err(ApiError::Internal("engine stream ended without finishing".into())),
+            None => {
+                return Err(ApiError::Internal(
+                    "engine stream ended without finishing".into(),
+                ));
+            }
         }
     };
     let has_calls = !calls.is_empty();
@@ -82,7 +91,11 @@ pub async fn collect(meta: CompletionMeta, mut events: EventStream) -> Result<Ch
             index: 0,
             message: AssistantMessage {
                 role: "assistant".into(),
-                content: if has_calls && content.is_empty() { None } else { Some(content) },
+                content: if has_calls && content.is_empty() {
+                    None
+                } else {
+                    Some(content)
+                },
                 reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
                 tool_calls: has_calls.then_some(calls),
             },
@@ -157,26 +170,25 @@ pub fn sse(
                     break;
                 }
                 Some(Err(e)) => {
-                    let err = ApiError::from(e);
-                    let body = match &request_id {
-                        Some(id) => crate::request_id::scope(id.clone(), || err.body()),
-                        None => err.body(),
-                    };
-                    yield Ok(event(&body));
+                    yield Ok(error_event(request_id.as_deref(), e.into()));
                     break;
                 }
                 None => {
-                    let body = match &request_id {
-                        Some(id) => crate::request_id::scope(id.clone(), || {
-                            ApiError::Internal("engine stream ended without finishing".into()).body()
-                        }),
-                        None => ApiError::Internal("engine stream ended without finishing".into()).body(),
-                    };
-                    yield Ok(event(&body));
+                    let err = ApiError::Internal("engine stream ended without finishing".into());
+                    yield Ok(error_event(request_id.as_deref(), err));
                     break;
                 }
             };
             yield Ok(event(&chunk(delta, None)));
         }
+    }
+}
+
+/// The one event that ends a stream which failed after it started. Built as
+/// if inside the request, so a server error quotes its id.
+fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
+    match request_id {
+        Some(id) => crate::request_id::scope(id.to_owned(), || event(&err.body())),
+        None => event(&err.body()),
     }
 }

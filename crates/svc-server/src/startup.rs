@@ -82,4 +82,3 @@ impl Application {
             .await
     }
 }
-

@@ -99,7 +99,10 @@ impl Engine for FakeEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         let prompt_tokens = prompt_tokens(&request);
         if let Script::ContextTooSmall = self.script {
-            return Err(EngineError::ContextLengthExceeded { prompt_tokens, context: 16 });
+            return Err(EngineError::ContextLengthExceeded {
+                prompt_tokens,
+                context: 16,
+            });
         }
         self.probe.started.fetch_add(1, Ordering::SeqCst);
         let script = self.script.clone();
@@ -175,11 +178,19 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
         created: 1_700_000_000,
         owned_by: "svc".into(),
     };
-    let instant = Script::Echo { delay: Duration::ZERO };
+    let instant = Script::Echo {
+        delay: Duration::ZERO,
+    };
     ModelRegistry::new(vec![
         route("svc", instant.clone(), false),
         route("svc-thinking", instant, true),
-        route("fake-slow", Script::Echo { delay: Duration::from_millis(50) }, false),
+        route(
+            "fake-slow",
+            Script::Echo {
+                delay: Duration::from_millis(50),
+            },
+            false,
+        ),
         route("fake-fail", Script::FailAfter { words: 2 }, false),
         route("fake-tools", Script::CallTool, false),
         route("fake-tiny", Script::ContextTooSmall, false),

@@ -12,7 +12,10 @@ pub struct SseEvent {
 /// Splits a whole SSE body into events, panicking on anything but
 /// `data: <payload>\n\n` frames (the framing svc promises).
 pub fn read_sse(body: &str) -> Vec<SseEvent> {
-    assert!(body.ends_with("\n\n"), "stream does not end with a blank line: {body:?}");
+    assert!(
+        body.ends_with("\n\n"),
+        "stream does not end with a blank line: {body:?}"
+    );
     body[..body.len() - 2]
         .split("\n\n")
         .map(|frame| {
@@ -20,9 +23,13 @@ pub fn read_sse(body: &str) -> Vec<SseEvent> {
                 .strip_prefix("data: ")
                 .unwrap_or_else(|| panic!("frame without `data: ` prefix: {frame:?}"));
             assert!(!data.contains('\n'), "multi-line frame: {frame:?}");
-            let json = (data != "[DONE]")
-                .then(|| serde_json::from_str(data).unwrap_or_else(|e| panic!("bad JSON {data:?}: {e}")));
-            SseEvent { data: data.to_owned(), json }
+            let json = (data != "[DONE]").then(|| {
+                serde_json::from_str(data).unwrap_or_else(|e| panic!("bad JSON {data:?}: {e}"))
+            });
+            SseEvent {
+                data: data.to_owned(),
+                json,
+            }
         })
         .collect()
 }

@@ -63,7 +63,11 @@ impl TestApp {
             }
             Database::Url(url) => (None, url),
         };
-        let store = Arc::new(SqlStore::connect(&database_url).await.expect("open the store"));
+        let store = Arc::new(
+            SqlStore::connect(&database_url)
+                .await
+                .expect("open the store"),
+        );
         config.bind = SocketAddr::from(([127, 0, 0, 1], 0));
         let app = Application::build(config, store.clone(), models)
             .await

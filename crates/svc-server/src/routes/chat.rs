@@ -30,9 +30,13 @@ pub async fn create(
     if !request.stream {
         return Ok(Json(shape::collect(meta, events).await?).into_response());
     }
-    let mut response = Body::from_stream(shape::sse(meta, request.include_usage, events)).into_response();
+    let mut response =
+        Body::from_stream(shape::sse(meta, request.include_usage, events)).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(response)
 }

@@ -18,18 +18,42 @@ async fn missing_key_is_401() {
     let app = TestApp::spawn().await;
     let response = models_with(&app, None).await;
     assert_eq!(response.headers()["www-authenticate"], "Bearer");
-    let message = expect_error(response, 401, "invalid_request_error", "invalid_api_key", None).await;
+    let message = expect_error(
+        response,
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
+        None,
+    )
+    .await;
     assert!(message.contains("didn't provide an API key"), "{message}");
     let response = models_with(&app, Some("Basic abc")).await;
-    expect_error(response, 401, "invalid_request_error", "invalid_api_key", None).await;
+    expect_error(
+        response,
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
+        None,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn malformed_key_is_401_without_echo() {
     let app = TestApp::spawn().await;
-    for bad in ["sk-other-1234", "sk-svc-NOTHEX0000000000000000000000000000000000"] {
+    for bad in [
+        "sk-other-1234",
+        "sk-svc-NOTHEX0000000000000000000000000000000000",
+    ] {
         let response = models_with(&app, Some(&format!("Bearer {bad}"))).await;
-        let message = expect_error(response, 401, "invalid_request_error", "invalid_api_key", None).await;
+        let message = expect_error(
+            response,
+            401,
+            "invalid_request_error",
+            "invalid_api_key",
+            None,
+        )
+        .await;
         assert!(message.starts_with("Malformed API key"), "{message}");
         assert!(!message.contains(bad), "the key was echoed: {message}");
     }
@@ -40,7 +64,14 @@ async fn unknown_key_is_401_without_echo() {
     let app = TestApp::spawn().await;
     let stranger = format!("sk-svc-{}", "0123456789".repeat(4));
     let response = models_with(&app, Some(&format!("Bearer {stranger}"))).await;
-    let message = expect_error(response, 401, "invalid_request_error", "invalid_api_key", None).await;
+    let message = expect_error(
+        response,
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
+        None,
+    )
+    .await;
     assert_eq!(message, "Incorrect API key provided.");
 }
 
@@ -68,7 +99,10 @@ async fn revoked_key_is_refused_on_the_very_next_request() {
     )
     .await;
     assert_eq!(message, "This API key has been revoked.");
-    assert!(!app.keys.revoke(&id).await.unwrap(), "revoking twice reports nothing done");
+    assert!(
+        !app.keys.revoke(&id).await.unwrap(),
+        "revoking twice reports nothing done"
+    );
     assert!(!app.keys.revoke(&KeyId("key_nope".into())).await.unwrap());
 }
 

@@ -13,14 +13,20 @@ async fn whole_completion_has_the_spec_shape() {
     assert_eq!(response.status(), 200);
     let reply: Value = response.json().await.unwrap();
     let id = reply["id"].as_str().unwrap();
-    assert!(id.starts_with("chatcmpl-") && id.len() > "chatcmpl-".len(), "{id}");
+    assert!(
+        id.starts_with("chatcmpl-") && id.len() > "chatcmpl-".len(),
+        "{id}"
+    );
     assert_eq!(reply["object"], "chat.completion");
     assert!(reply["created"].as_i64().unwrap() > 1_700_000_000);
     assert_eq!(reply["model"], "svc");
     assert_eq!(reply["choices"].as_array().unwrap().len(), 1);
     let choice = &reply["choices"][0];
     assert_eq!(choice["index"], 0);
-    assert_eq!(choice["message"], json!({"role": "assistant", "content": "You said: hello there"}));
+    assert_eq!(
+        choice["message"],
+        json!({"role": "assistant", "content": "You said: hello there"})
+    );
     assert_eq!(choice["finish_reason"], "stop");
     let usage = &reply["usage"];
     assert_eq!(usage["completion_tokens"], 4);
@@ -46,12 +52,29 @@ async fn max_tokens_stops_with_length() {
 async fn reasoning_model_returns_reasoning_content() {
     let app = TestApp::spawn().await;
     let key = app.create_key().await;
-    let reply: Value = app.chat(&key, &body("svc-thinking", "why")).await.json().await.unwrap();
+    let reply: Value = app
+        .chat(&key, &body("svc-thinking", "why"))
+        .await
+        .json()
+        .await
+        .unwrap();
     let message = &reply["choices"][0]["message"];
-    assert_eq!(message["reasoning_content"], "Thinking it over. Done thinking.");
+    assert_eq!(
+        message["reasoning_content"],
+        "Thinking it over. Done thinking."
+    );
     assert_eq!(message["content"], "You said: why");
-    let plain: Value = app.chat(&key, &body("svc", "why")).await.json().await.unwrap();
-    assert!(plain["choices"][0]["message"].get("reasoning_content").is_none());
+    let plain: Value = app
+        .chat(&key, &body("svc", "why"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        plain["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -89,16 +112,33 @@ async fn content_parts_and_full_history_are_accepted() {
         "response_format": {"type": "json_object"}
     });
     let reply: Value = app.chat(&key, &request).await.json().await.unwrap();
-    assert_eq!(reply["choices"][0]["message"]["content"], "You said: second part");
+    assert_eq!(
+        reply["choices"][0]["message"]["content"],
+        "You said: second part"
+    );
 }
 
 #[tokio::test]
 async fn models_list_in_openai_shape() {
     let app = TestApp::spawn().await;
     let key = app.create_key().await;
-    let list: Value = app.client.get(app.url("/v1/models")).bearer_auth(&key).send().await.unwrap().json().await.unwrap();
+    let list: Value = app
+        .client
+        .get(app.url("/v1/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list["object"], "list");
-    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(&ids[..2], ["svc", "svc-thinking"]);
     for model in list["data"].as_array().unwrap() {
         assert_eq!(model["object"], "model");

@@ -30,7 +30,10 @@ async fn every_response_carries_a_request_id() {
     let mut seen = Vec::new();
     for path in ["/health", "/v1/models", "/nowhere"] {
         let response = app.client.get(app.url(path)).send().await.unwrap();
-        let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert!(id.starts_with("req_") && id.len() == 28, "{id}");
         seen.push(id);
     }

@@ -27,11 +27,14 @@ pub async fn expect_error(
 ) -> String {
     assert_eq!(response.status().as_u16(), status, "status");
     assert_eq!(
-        response.headers()["content-type"], "application/json",
+        response.headers()["content-type"],
+        "application/json",
         "errors are JSON"
     );
     let body: Value = response.json().await.unwrap();
-    let error = body["error"].as_object().unwrap_or_else(|| panic!("no error object: {body}"));
+    let error = body["error"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no error object: {body}"));
     assert_eq!(error.len(), 4, "exactly message, type, param, code: {body}");
     assert_eq!(error["type"], kind, "{body}");
     assert_eq!(error["code"], code, "{body}");

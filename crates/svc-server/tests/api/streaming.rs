@@ -10,7 +10,11 @@ use svc_test_support::{SseEvent, TestApp, read_sse};
 
 use crate::body;
 
-async fn stream(app: &TestApp, key: &str, mut request: Value) -> (reqwest::header::HeaderMap, String) {
+async fn stream(
+    app: &TestApp,
+    key: &str,
+    mut request: Value,
+) -> (reqwest::header::HeaderMap, String) {
     request["stream"] = json!(true);
     let response = app.chat(key, &request).await;
     assert_eq!(response.status(), 200);
@@ -40,10 +44,16 @@ async fn framing_is_exactly_as_the_spec_says() {
         assert_eq!(chunk["id"], id, "one id for the whole stream");
         assert_eq!(chunk["object"], "chat.completion.chunk");
         assert_eq!(chunk["model"], "svc");
-        assert!(chunk.get("usage").is_none(), "no usage unless asked: {chunk}");
+        assert!(
+            chunk.get("usage").is_none(),
+            "no usage unless asked: {chunk}"
+        );
         assert_eq!(chunk["choices"][0]["index"], 0);
     }
-    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
     assert_eq!(chunks[0]["choices"][0]["finish_reason"], Value::Null);
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["delta"], json!({}));
@@ -77,7 +87,11 @@ async fn include_usage_adds_a_final_usage_chunk() {
         usage_chunk["usage"]["prompt_tokens"].as_u64().unwrap() + 4
     );
     for chunk in &chunks[..chunks.len() - 1] {
-        assert_eq!(chunk["usage"], Value::Null, "usage is null before the end: {chunk}");
+        assert_eq!(
+            chunk["usage"],
+            Value::Null,
+            "usage is null before the end: {chunk}"
+        );
     }
     let finish = chunks[chunks.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
@@ -96,12 +110,23 @@ async fn streamed_length_reasoning_and_tool_calls() {
     request["max_tokens"] = json!(2);
     let (_, raw) = stream(&app, &key, request).await;
     let events = read_sse(&raw);
-    assert_eq!(chunks(&events).last().unwrap()["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        chunks(&events).last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
 
     let (_, raw) = stream(&app, &key, body("svc-thinking", "hm")).await;
     let events = read_sse(&raw);
-    let deltas: Vec<&Value> = chunks(&events).iter().map(|c| &c["choices"][0]["delta"]).collect();
-    let first_content = deltas.iter().skip(1).position(|d| d.get("content").is_some()).unwrap() + 1;
+    let deltas: Vec<&Value> = chunks(&events)
+        .iter()
+        .map(|c| &c["choices"][0]["delta"])
+        .collect();
+    let first_content = deltas
+        .iter()
+        .skip(1)
+        .position(|d| d.get("content").is_some())
+        .unwrap()
+        + 1;
     let reasoning: String = deltas[1..first_content]
         .iter()
         .map(|d| d["reasoning_content"].as_str().unwrap())
@@ -157,11 +182,21 @@ async fn a_client_that_disconnects_stops_the_generation() {
     drop(bytes);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while app.probe.cancelled.load(Ordering::SeqCst) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "generation was not cancelled");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "generation was not cancelled"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let sent = app.probe.words_sent.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(app.probe.words_sent.load(Ordering::SeqCst), sent, "words kept coming");
-    assert!(sent < 20, "the generation ran on after the disconnect ({sent} words)");
+    assert_eq!(
+        app.probe.words_sent.load(Ordering::SeqCst),
+        sent,
+        "words kept coming"
+    );
+    assert!(
+        sent < 20,
+        "the generation ran on after the disconnect ({sent} words)"
+    );
 }

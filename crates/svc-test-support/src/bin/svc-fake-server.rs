@@ -26,7 +26,9 @@ async fn main() -> anyhow::Result<()> {
         match arg.as_str() {
             "--bind" => bind = args.next().expect("--bind ADDR").parse()?,
             "--database-url" => database_url = Some(args.next().expect("--database-url URL")),
-            other => anyhow::bail!("unknown argument {other:?} (use --bind ADDR, --database-url URL)"),
+            other => {
+                anyhow::bail!("unknown argument {other:?} (use --bind ADDR, --database-url URL)")
+            }
         }
     }
     let dir = tempfile::tempdir()?;
@@ -36,9 +38,17 @@ async fn main() -> anyhow::Result<()> {
     };
     let store = Arc::new(SqlStore::connect(&url).await?);
     let (key, _) = KeyService::new(store.clone())
-        .create(NewKey { name: "fake-server".into(), owner_id: None, created_via: "cli".into(), expires_in: None })
+        .create(NewKey {
+            name: "fake-server".into(),
+            owner_id: None,
+            created_via: "cli".into(),
+            expires_in: None,
+        })
         .await?;
-    let config = ServerConfig { bind, ..ServerConfig::default() };
+    let config = ServerConfig {
+        bind,
+        ..ServerConfig::default()
+    };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;
     let mut out = std::io::stdout();
     writeln!(out, "url http://{}", app.local_addr())?;
