@@ -1,0 +1,205 @@
+//! Throughput of the embedded engine on one GGUF, without HTTP:
+//! single-stream prompt and decode tokens/s, time to first token, and the
+//! aggregate decode tokens/s of several concurrent streams.
+//!
+//! ```text
+//! cargo run --release -p svc-engine-llama --example bench -- MODEL.gguf \
+//!     [--threads N] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
+//!     [--flash-attn on|off|auto]
+//! ```
+//! `MODEL.gguf` defaults to `$SVC_TEST_MODEL`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt as _;
+use svc_core::engine::{EngineEvent, EventStream, Sampling};
+use svc_engine_llama::{CompletionParams, LlamaEngine, LlamaEngineOptions};
+
+struct Args {
+    model: String,
+    threads: Option<u32>,
+    prompt: usize,
+    gen_tokens: u32,
+    runs: usize,
+    streams: Vec<u32>,
+    flash_attention: Option<bool>,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        model: std::env::var("SVC_TEST_MODEL").unwrap_or_default(),
+        threads: None,
+        prompt: 512,
+        gen_tokens: 128,
+        runs: 3,
+        streams: vec![1, 4, 16],
+        flash_attention: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--threads" => args.threads = Some(value()?.parse()?),
+            "--prompt" => args.prompt = value()?.parse()?,
+            "--gen" => args.gen_tokens = value()?.parse()?,
+            "--runs" => args.runs = value()?.parse()?,
+            "--flash-attn" => {
+                args.flash_attention = match value()?.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    _ => None,
+                };
+            }
+            "--streams" => {
+                args.streams = value()?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()?;
+            }
+            _ if arg.starts_with("--") => bail!("unknown option {arg}"),
+            _ => args.model = arg,
+        }
+    }
+    if args.model.is_empty() {
+        bail!("usage: bench MODEL.gguf [options] (or set SVC_TEST_MODEL)");
+    }
+    Ok(args)
+}
+
+/// Timings of one stream.
+struct Timing {
+    first_event: Duration,
+    total: Duration,
+    completion_tokens: u64,
+}
+
+async fn time_stream(mut stream: EventStream, start: Instant) -> anyhow::Result<Timing> {
+    let mut first = None;
+    while let Some(event) = stream.next().await {
+        let now = start.elapsed();
+        first.get_or_insert(now);
+        if let EngineEvent::Finish { usage, .. } = event? {
+            return Ok(Timing {
+                first_event: first.unwrap_or(now),
+                total: now,
+                completion_tokens: usage.completion_tokens,
+            });
+        }
+    }
+    bail!("the stream ended without finishing")
+}
+
+fn params(max_tokens: u32) -> CompletionParams {
+    CompletionParams {
+        sampling: Sampling {
+            temperature: 0.0,
+            ..Sampling::default()
+        },
+        max_tokens: Some(max_tokens),
+        ignore_eos: true,
+        ..CompletionParams::default()
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// A prompt of about `n` tokens of plain prose.
+fn prompt_of(engine: &LlamaEngine, n: usize) -> String {
+    let sentence =
+        "The quick brown fox jumps over the lazy dog while the farmer watches from the porch. ";
+    let mut text = String::new();
+    while engine.tokenize(&text).len() < n {
+        text.push_str(sentence);
+    }
+    text
+}
+
+fn load(args: &Args, parallel: u32) -> anyhow::Result<LlamaEngine> {
+    let mut options = LlamaEngineOptions::new(&args.model);
+    options.parallel = parallel;
+    options.threads = args.threads;
+    options.flash_attention = args.flash_attention;
+    options.queue_capacity = 0;
+    options.context_per_sequence = u32::try_from(args.prompt)? + args.gen_tokens + 64;
+    Ok(LlamaEngine::load(&options)?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let engine = load(&args, 1)?;
+    println!(
+        "model: {} ({}), threads: {}, llama.cpp SIMD: {}",
+        args.model,
+        engine.info().name.as_deref().unwrap_or("?"),
+        args.threads
+            .map_or_else(|| "all".to_owned(), |t| t.to_string()),
+        svc_engine_llama::cpu::required_features().join(","),
+    );
+
+    // Single stream: prompt processing, then decoding.
+    let prompt = prompt_of(&engine, args.prompt);
+    let prompt_tokens = engine.tokenize(&prompt).len();
+    let warmup = engine.complete(&prompt, params(8))?;
+    time_stream(warmup, Instant::now()).await?;
+    let (mut pp, mut tg, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.runs {
+        let start = Instant::now();
+        let t = time_stream(engine.complete(&prompt, params(args.gen_tokens))?, start).await?;
+        let decode = (t.total - t.first_event).as_secs_f64();
+        pp.push(prompt_tokens as f64 / t.first_event.as_secs_f64());
+        tg.push((t.completion_tokens - 1) as f64 / decode);
+        ttft.push(t.first_event.as_secs_f64() * 1000.0);
+    }
+    println!(
+        "single stream: prompt {prompt_tokens} tokens: {:.1} tokens/s (time to first token {:.1} ms); decode {} tokens: {:.1} tokens/s",
+        median(pp),
+        median(ttft),
+        args.gen_tokens,
+        median(tg)
+    );
+    drop(engine);
+
+    // Concurrent streams, each with a short prompt of its own.
+    let most = args.streams.iter().copied().max().unwrap_or(1);
+    let engine = load(&args, most)?;
+    let mut single = None;
+    for &n in &args.streams {
+        let start = Instant::now();
+        let streams = (0..n)
+            .map(|i| {
+                engine.complete(
+                    &format!("Story number {i}: once upon a time"),
+                    params(args.gen_tokens),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let timings =
+            futures::future::try_join_all(streams.into_iter().map(|s| time_stream(s, start)))
+                .await?;
+        let wall = start.elapsed().as_secs_f64();
+        let tokens: u64 = timings.iter().map(|t| t.completion_tokens).sum();
+        let rate = tokens as f64 / wall;
+        let base = *single.get_or_insert(rate);
+        println!(
+            "{n:>3} streams: {rate:.1} tokens/s aggregate ({:.2}x one stream), mean time to first token {:.1} ms",
+            rate / base,
+            timings
+                .iter()
+                .map(|t| t.first_event.as_secs_f64())
+                .sum::<f64>()
+                * 1000.0
+                / f64::from(n)
+        );
+    }
+    let stats = engine.stats();
+    println!(
+        "most sequences in one decode step: {}",
+        stats.max_sequences_per_step
+    );
+    Ok(())
+}

@@ -1,0 +1,323 @@
+//! [`LlamaEngine`]: the embedded engine behind svc-core's `Engine` trait.
+//!
+//! It loads the GGUF, compiles its chat template, and starts the engine
+//! thread (see `scheduler`). A request is rendered and tokenized on the
+//! caller's task, checked against the context, and queued; its events come
+//! back on a channel the returned stream reads. Dropping the stream cancels
+//! the generation. This file owns the public entry points; batching,
+//! sampling, templates and text assembly live in their own modules.
+
+use std::path::PathBuf;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use futures::StreamExt as _;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::token::LlamaToken;
+use svc_core::engine::{
+    ChatMessage, Engine, EngineError, EventStream, GenerateRequest, Sampling, ToolSpec,
+};
+use thiserror::Error;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::backend;
+use crate::options::LlamaEngineOptions;
+use crate::sampler::Grammar;
+use crate::scheduler::{self, ContextSettings, Job, Shared};
+use crate::stats::EngineStats;
+use crate::template::{ChatTemplate, RenderOptions};
+
+/// Why an engine could not start.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// The CPU or llama.cpp itself cannot run here.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The options make no sense.
+    #[error("invalid engine option: {0}")]
+    InvalidOption(String),
+    /// llama.cpp could not read the model.
+    #[error("cannot load the model {path}: {reason}")]
+    Model { path: PathBuf, reason: String },
+    /// llama.cpp could not set up the context.
+    #[error("{0}")]
+    Context(String),
+    /// The engine thread could not start.
+    #[error("cannot start the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// What was loaded, and with what limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// `general.name` from the GGUF, when present.
+    pub name: Option<String>,
+    /// The context length the model was trained with.
+    pub trained_context: u32,
+    /// Context tokens each sequence has (prompt and reply together).
+    pub context_per_sequence: u32,
+    /// Sequences decoded together.
+    pub parallel: u32,
+    /// Tokens in the vocabulary.
+    pub vocab_size: u32,
+    /// Whether the chat template came from the GGUF (not the ChatML fallback).
+    pub chat_template_from_model: bool,
+}
+
+/// A raw completion: a prompt that is already text, and how to continue it.
+///
+/// [`Engine::generate`] is `render_prompt` followed by this; a caller that
+/// needs more than one pass (reasoning, then an answer) uses it directly.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CompletionParams {
+    /// Sampling settings.
+    pub sampling: Sampling,
+    /// Cap on completion tokens; `None` (or more than fits) means what is left of the context.
+    pub max_tokens: Option<u32>,
+    /// Sequences that end the text; none of them is sent.
+    pub stop: Vec<String>,
+    /// A grammar the text must follow.
+    pub grammar: Option<Grammar>,
+    /// Keep going past end-of-generation tokens until `max_tokens` (for benchmarks).
+    pub ignore_eos: bool,
+}
+
+/// An in-process llama.cpp engine with continuous batching.
+#[derive(Debug)]
+pub struct LlamaEngine {
+    model: Arc<LlamaModel>,
+    template: ChatTemplate,
+    shared: Arc<Shared>,
+    info: ModelInfo,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl LlamaEngine {
+    /// Loads the model and starts the engine thread. This blocks while the
+    /// file is read (call it from `spawn_blocking` inside a runtime).
+    pub fn load(options: &LlamaEngineOptions) -> Result<Self, LoadError> {
+        if options.parallel == 0 {
+            return Err(LoadError::InvalidOption(
+                "parallel must be at least 1".into(),
+            ));
+        }
+        if options.context_per_sequence == 0 {
+            return Err(LoadError::InvalidOption(
+                "context_per_sequence must be at least 1".into(),
+            ));
+        }
+        let backend = backend::backend().map_err(LoadError::Unsupported)?;
+        if !options.model_path.is_file() {
+            return Err(LoadError::Model {
+                path: options.model_path.clone(),
+                reason: "no such file".into(),
+            });
+        }
+        let model =
+            LlamaModel::load_from_file(backend, &options.model_path, &LlamaModelParams::default())
+                .map_err(|e| LoadError::Model {
+                    path: options.model_path.clone(),
+                    reason: e.to_string(),
+                })?;
+        let model = Arc::new(model);
+
+        let template = {
+            let source = model.meta_val_str("tokenizer.chat_template").ok();
+            let bos = special_text(&model, model.vocab().bos());
+            let eos = special_text(&model, model.vocab().eos());
+            ChatTemplate::new(source.as_deref(), &bos, &eos)
+        };
+
+        let trained_context = model.n_ctx_train();
+        let mut context_per_sequence = options.context_per_sequence;
+        if trained_context > 0 && context_per_sequence > trained_context {
+            tracing::warn!(
+                requested = context_per_sequence,
+                trained_context,
+                "context per sequence capped at the model's training context"
+            );
+            context_per_sequence = trained_context;
+        }
+        let settings = ContextSettings {
+            context_per_sequence,
+            parallel: options.parallel,
+            batch_size: options.batch_size.max(options.parallel),
+            threads: options.thread_count(),
+            flash_attention: options.flash_attention,
+        };
+        let shared = Arc::new(Shared::new(
+            options.parallel as usize,
+            options.queue_capacity,
+        ));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("llama-engine".into())
+            .spawn({
+                let model = Arc::clone(&model);
+                let shared = Arc::clone(&shared);
+                move || scheduler::run(model, settings, shared, ready_tx)
+            })?;
+        let context_per_sequence = match ready_rx.recv() {
+            Ok(Ok(n)) => n,
+            Ok(Err(reason)) => {
+                let _ = thread.join();
+                return Err(LoadError::Context(reason));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(LoadError::Context(
+                    "the engine thread ended while starting".into(),
+                ));
+            }
+        };
+        let info = ModelInfo {
+            path: options.model_path.clone(),
+            name: model.meta_val_str("general.name").ok(),
+            trained_context,
+            context_per_sequence,
+            parallel: options.parallel,
+            vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
+            chat_template_from_model: template.is_from_model(),
+        };
+        tracing::info!(
+            path = %info.path.display(),
+            name = info.name.as_deref().unwrap_or(""),
+            context_per_sequence,
+            parallel = info.parallel,
+            threads = options.thread_count(),
+            "llama.cpp engine ready"
+        );
+        Ok(LlamaEngine {
+            model,
+            template,
+            shared,
+            info,
+            thread: Some(thread),
+        })
+    }
+
+    /// What was loaded, and with what limits.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// The engine's counters since it started.
+    pub fn stats(&self) -> EngineStats {
+        self.shared.counters.snapshot(self.shared.waiting() as u64)
+    }
+
+    /// The chat template in use.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// Renders a conversation into prompt text with the model's chat template.
+    pub fn render_prompt(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        options: &RenderOptions,
+    ) -> Result<String, EngineError> {
+        self.template.render_with(messages, tools, options)
+    }
+
+    /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
+    pub fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        let mut tokens = vocab.tokenize(text.as_bytes(), false, true);
+        if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
+            tokens.insert(0, vocab.bos());
+        }
+        tokens
+    }
+
+    /// Continues `prompt` (already rendered text): the events of one generation.
+    ///
+    /// Fails before anything streams when the prompt does not fit the context
+    /// or the queue is full.
+    pub fn complete(
+        &self,
+        prompt: &str,
+        params: CompletionParams,
+    ) -> Result<EventStream, EngineError> {
+        let tokens = self.tokenize(prompt);
+        if tokens.is_empty() {
+            return Err(EngineError::InvalidRequest {
+                param: Some("messages".into()),
+                message: "the prompt is empty".into(),
+            });
+        }
+        let context = self.info.context_per_sequence;
+        let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+        if prompt_tokens >= context {
+            return Err(EngineError::ContextLengthExceeded {
+                prompt_tokens: tokens.len() as u64,
+                context: u64::from(context),
+            });
+        }
+        let room = context - prompt_tokens;
+        let max_tokens = params.max_tokens.map_or(room, |m| m.min(room));
+        if max_tokens == 0 {
+            return Err(EngineError::InvalidRequest {
+                param: Some("max_tokens".into()),
+                message: "max_tokens must be at least 1".into(),
+            });
+        }
+        let (sink, events) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.submit(Job {
+            prompt: tokens,
+            sampling: params.sampling,
+            grammar: params.grammar,
+            max_tokens,
+            stop: params.stop,
+            ignore_eos: params.ignore_eos,
+            sink,
+        })?;
+        Ok(UnboundedReceiverStream::new(events).boxed())
+    }
+}
+
+#[async_trait]
+impl Engine for LlamaEngine {
+    async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
+        let prompt = self.template.render(&request.messages, &request.tools)?;
+        self.complete(
+            &prompt,
+            CompletionParams {
+                sampling: request.sampling,
+                max_tokens: request.max_tokens,
+                stop: request.stop,
+                grammar: None,
+                ignore_eos: false,
+            },
+        )
+    }
+
+    fn name(&self) -> &str {
+        "llama"
+    }
+}
+
+impl Drop for LlamaEngine {
+    fn drop(&mut self) {
+        self.shared.close();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the llama.cpp engine thread panicked");
+        }
+    }
+}
+
+/// The text of a special token (BOS, EOS) for templates; empty when the model has none.
+fn special_text(model: &LlamaModel, token: LlamaToken) -> String {
+    if token.0 < 0 || token.0 >= model.n_vocab() {
+        return String::new();
+    }
+    let bytes = model.vocab().token_to_piece(token, true, None);
+    String::from_utf8_lossy(&bytes).into_owned()
+}

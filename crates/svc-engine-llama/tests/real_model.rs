@@ -1,0 +1,128 @@
+//! The engine on a real model: the GGUF at `SVC_TEST_MODEL` (the default
+//! SmolLM2-135M-Instruct Q4_1). Skipped, with a notice, when it is unset.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use futures::StreamExt as _;
+use svc_core::engine::{
+    ChatMessage, Engine, EngineEvent, FinishReason, GenerateRequest, OutputFormat, Sampling,
+    TokenUsage, ToolChoiceSpec,
+};
+use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+
+fn load(parallel: u32) -> Option<LlamaEngine> {
+    let Some(path) = std::env::var_os("SVC_TEST_MODEL") else {
+        eprintln!("skipped: set SVC_TEST_MODEL to a GGUF (SmolLM2-135M-Instruct Q4_1) to run it");
+        return None;
+    };
+    let mut options = LlamaEngineOptions::new(path);
+    options.parallel = parallel;
+    options.context_per_sequence = 1024;
+    Some(LlamaEngine::load(&options).unwrap())
+}
+
+fn request(messages: Vec<ChatMessage>, sampling: Sampling, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        messages,
+        sampling,
+        max_tokens: Some(max_tokens),
+        stop: vec![],
+        tools: vec![],
+        tool_choice: ToolChoiceSpec::Auto,
+        output: OutputFormat::Text,
+        reasoning: false,
+    }
+}
+
+async fn run(engine: &LlamaEngine, request: GenerateRequest) -> (String, FinishReason, TokenUsage) {
+    let mut stream = engine.generate(request).await.unwrap();
+    let mut text = String::new();
+    while let Some(event) = stream.next().await {
+        match event.unwrap() {
+            EngineEvent::Text(t) => text.push_str(&t),
+            EngineEvent::Finish { reason, usage } => return (text, reason, usage),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no finish event");
+}
+
+#[tokio::test]
+async fn answers_the_capital_of_france() {
+    let Some(engine) = load(2) else { return };
+    assert!(engine.info().chat_template_from_model);
+    // With no system message, SmolLM2's template adds its own ("You are a
+    // helpful AI assistant named SmolLM, ..."), and the Q4_1 model then
+    // answers "L'Étoile, ..." at temperature 0, in llama.cpp itself too.
+    let messages = vec![
+        ChatMessage::System("You are a helpful assistant.".into()),
+        ChatMessage::User("What is the capital of France?".into()),
+    ];
+    let greedy = Sampling {
+        temperature: 0.0,
+        ..Sampling::default()
+    };
+    let (text, reason, usage) = run(&engine, request(messages, greedy, 64)).await;
+    eprintln!("reply: {text:?} ({reason:?}, {usage:?})");
+    assert!(text.contains("Paris"), "{text}");
+    assert_eq!(reason, FinishReason::Stop);
+    assert!(usage.prompt_tokens > 10 && usage.completion_tokens > 1);
+}
+
+#[tokio::test]
+async fn a_seeded_reply_does_not_depend_on_the_batch() {
+    let Some(engine) = load(4) else { return };
+    let ask = |q: &str, seed: u64| {
+        request(
+            vec![ChatMessage::User(q.into())],
+            Sampling {
+                temperature: 0.9,
+                top_p: 0.95,
+                seed: Some(seed),
+                ..Sampling::default()
+            },
+            48,
+        )
+    };
+    let alone = run(&engine, ask("Write a haiku about the sea.", 11))
+        .await
+        .0;
+    let (a, b, c, d) = tokio::join!(
+        run(&engine, ask("Name three fruits.", 1)),
+        run(&engine, ask("Write a haiku about the sea.", 11)),
+        run(&engine, ask("Count to ten.", 2)),
+        run(
+            &engine,
+            ask("Tell me about the moon in one long paragraph.", 3)
+        ),
+    );
+    assert_eq!(b.0, alone);
+    assert!(engine.stats().max_sequences_per_step >= 2);
+    drop((a, c, d));
+}
+
+#[tokio::test]
+async fn a_moved_sequence_keeps_its_context() {
+    let Some(engine) = load(2) else { return };
+    let story = || {
+        request(
+            vec![ChatMessage::User(
+                "Tell me a story about a lighthouse keeper.".into(),
+            )],
+            Sampling {
+                temperature: 0.8,
+                seed: Some(99),
+                ..Sampling::default()
+            },
+            64,
+        )
+    };
+    let alone = run(&engine, story()).await.0;
+    let mut short = request(vec![ChatMessage::User("Hi".into())], Sampling::default(), 2);
+    short.sampling.temperature = 0.0;
+    // The story starts in slot 1 and moves to slot 0 when "Hi" ends.
+    let short = engine.generate(short).await.unwrap();
+    let (_, moved) = tokio::join!(short.collect::<Vec<_>>(), run(&engine, story()));
+    assert_eq!(moved.0, alone);
+    assert_eq!(engine.stats().moved, 1);
+}
