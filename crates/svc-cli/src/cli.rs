@@ -54,6 +54,28 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes [default: 4194304].
     #[arg(long, env = "SVC_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// The embedded engine behind `svc` and `svc-thinking`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct EngineArgs {
+    /// GGUF file for `svc` and `svc-thinking` [default: SmolLM2-135M-Instruct, fetched by `svc pull` on first start].
+    #[arg(long, env = "SVC_MODEL", value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Context tokens of each sequence, prompt and reply together [default: 4096].
+    #[arg(long, env = "SVC_CONTEXT", value_name = "TOKENS")]
+    pub context: Option<u32>,
+    /// Requests decoded together in one batch [default: 8].
+    #[arg(long, env = "SVC_PARALLEL", value_name = "N")]
+    pub parallel: Option<u32>,
+    /// CPU threads for inference [default: all cores].
+    #[arg(long, env = "SVC_THREADS", value_name = "N")]
+    pub threads: Option<u32>,
+    /// Requests that may wait for a free slot before 429 [default: 64].
+    #[arg(long, env = "SVC_QUEUE", value_name = "N")]
+    pub queue: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Args)]

@@ -1,6 +1,7 @@
 //! Layered settings: built-in defaults, then the TOML file, then `SVC_*`
 //! environment and flags (clap resolves those two, flags first).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -9,7 +10,7 @@ use serde::Deserialize;
 use svc_server::ServerConfig;
 use svc_server::config::DEFAULT_MAX_BODY_BYTES;
 
-use crate::cli::{ServeArgs, StoreArgs};
+use crate::cli::{EngineArgs, ServeArgs, StoreArgs};
 
 /// The TOML file's contents; an unknown key is an error that names it.
 #[derive(Debug, Default, Deserialize)]
@@ -20,6 +21,29 @@ pub struct FileConfig {
     pub database_url: Option<String>,
     pub public_url: Option<String>,
     pub max_body_bytes: Option<usize>,
+    pub model: Option<PathBuf>,
+    pub context: Option<u32>,
+    pub parallel: Option<u32>,
+    pub threads: Option<u32>,
+    pub queue: Option<usize>,
+    /// `[models.<id>]` tables: more models served from GGUF files.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelTable>,
+}
+
+/// One `[models.<id>]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// Whether this id asks for reasoning (as `svc-thinking` does).
+    #[serde(default)]
+    pub reasoning: bool,
+    /// Context tokens per sequence; the engine default when absent.
+    pub context: Option<u32>,
+    /// Sequences decoded together; the engine default when absent.
+    pub parallel: Option<u32>,
 }
 
 impl FileConfig {
@@ -82,11 +106,60 @@ impl StoreSettings {
     }
 }
 
+/// The embedded engine's settings, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// GGUF for `svc` and `svc-thinking`; `None` means the default model.
+    pub model: Option<PathBuf>,
+    pub context: u32,
+    pub parallel: u32,
+    pub threads: Option<u32>,
+    pub queue: usize,
+    /// More models, by id.
+    pub models: BTreeMap<String, ModelTable>,
+}
+
+/// Default context tokens per sequence.
+pub const DEFAULT_CONTEXT: u32 = 4096;
+/// Default sequences decoded together.
+pub const DEFAULT_PARALLEL: u32 = 8;
+/// Default requests waiting for a slot.
+pub const DEFAULT_QUEUE: usize = 64;
+
+impl EngineSettings {
+    fn resolve(args: &EngineArgs, file: &FileConfig) -> anyhow::Result<Self> {
+        let settings = EngineSettings {
+            model: args.model.clone().or_else(|| file.model.clone()),
+            context: args.context.or(file.context).unwrap_or(DEFAULT_CONTEXT),
+            parallel: args.parallel.or(file.parallel).unwrap_or(DEFAULT_PARALLEL),
+            threads: args.threads.or(file.threads),
+            queue: args.queue.or(file.queue).unwrap_or(DEFAULT_QUEUE),
+            models: file.models.clone(),
+        };
+        if settings.context < 64 {
+            bail!("context must be at least 64 tokens");
+        }
+        if settings.parallel == 0 || settings.threads == Some(0) {
+            bail!("parallel and threads must be at least 1");
+        }
+        for (id, table) in &settings.models {
+            if id.is_empty() || id.chars().any(char::is_whitespace) {
+                bail!("models.{id:?}: a model id must be non-empty and without spaces");
+            }
+            if table.context.is_some_and(|c| c < 64) || table.parallel == Some(0) {
+                bail!("models.{id}: context must be at least 64 and parallel at least 1");
+            }
+        }
+        Ok(settings)
+    }
+}
+
 /// Everything `svc serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
     pub store: StoreSettings,
     pub server: ServerConfig,
+    pub engine: EngineSettings,
 }
 
 impl ServeSettings {
@@ -94,7 +167,7 @@ impl ServeSettings {
         let file = FileConfig::load(args.store.config.as_deref())?;
         let store = StoreSettings::resolve(&args.store, &file)?;
         let defaults = ServerConfig::default();
-        let public_url = args.public_url.clone().or(file.public_url);
+        let public_url = args.public_url.clone().or(file.public_url.clone());
         if let Some(url) = &public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -108,6 +181,7 @@ impl ServeSettings {
             bail!("max_body_bytes must be positive");
         }
         Ok(ServeSettings {
+            engine: EngineSettings::resolve(&args.engine, &file)?,
             store,
             server: ServerConfig {
                 bind: args.bind.or(file.bind).unwrap_or(defaults.bind),
@@ -136,6 +210,28 @@ mod tests {
         assert_eq!(s.server.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         args.bind = Some("127.0.0.1:9001".parse().unwrap());
         assert_eq!(ServeSettings::resolve(&args).unwrap().server.bind.port(), 9001);
+    }
+
+    #[test]
+    fn model_tables_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.toml");
+        std::fs::write(
+            &path,
+            "parallel = 2\n[models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n",
+        )
+        .unwrap();
+        let mut args = ServeArgs::default();
+        args.store.config = Some(path);
+        args.store.data_dir = Some(dir.path().to_owned());
+        let s = ServeSettings::resolve(&args).unwrap();
+        assert_eq!(s.engine.parallel, 2);
+        assert_eq!(s.engine.context, DEFAULT_CONTEXT);
+        let qwen = &s.engine.models["qwen"];
+        assert!(qwen.reasoning);
+        assert_eq!(qwen.path, PathBuf::from("/m/qwen.gguf"));
+        args.engine.parallel = Some(0);
+        assert!(ServeSettings::resolve(&args).is_err());
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub struct ModelRoute {
     /// Unix time reported as `created` in the model list.
     pub created: i64,
     pub owned_by: String,
+    /// A system message put first when a request has none.
+    pub default_system_prompt: Option<String>,
 }
 
 /// The models of this server, in listing order.

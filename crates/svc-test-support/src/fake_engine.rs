@@ -177,6 +177,7 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
         reasoning,
         created: 1_700_000_000,
         owned_by: "svc".into(),
+        default_system_prompt: None,
     };
     let instant = Script::Echo {
         delay: Duration::ZERO,

@@ -4,18 +4,20 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use async_trait::async_trait;
-use svc_core::{Engine, EngineError, EventStream, GenerateRequest};
+use svc_core::Engine;
+use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
+use crate::model_files;
 use crate::settings::ServeSettings;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let settings = ServeSettings::resolve(&args)?;
     let store = super::open_store(&settings.store).await?;
-    let app = Application::build(settings.server.clone(), store, default_models())
+    let models = load_models(&settings).await?;
+    let app = Application::build(settings.server.clone(), store, models)
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
     eprintln!("svc is serving on http://{}", app.local_addr());
@@ -51,32 +53,72 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-/// `svc` and `svc-thinking`, the models every svc serves.
-fn default_models() -> ModelRegistry {
-    let engine: Arc<dyn Engine> = Arc::new(NoEmbeddedEngine);
-    let route = |id: &str, reasoning| ModelRoute {
-        id: id.into(),
-        engine: engine.clone(),
-        reasoning,
-        created: 1_735_689_600,
-        owned_by: "svc".into(),
+/// The system prompt the built-in model gets when a request has none. Without
+/// one, SmolLM2's own template introduces it as "SmolLM", and the 135M model
+/// then answers plain questions badly (measured: "What is the capital of
+/// France?" at temperature 0 gives "L'Étoile, …"; with this prompt, "Paris").
+const DEFAULT_MODEL_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
+
+/// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
+/// the default model, plus every `[models.<id>]` table. Ids on the same
+/// file share one engine.
+async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> {
+    let engine = &settings.engine;
+    let (default_path, default_prompt) = match &engine.model {
+        Some(path) => (path.clone(), None),
+        None => (
+            model_files::ensure_default_model(&settings.store.data_dir).await?,
+            Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
+        ),
     };
-    ModelRegistry::new(vec![route("svc", false), route("svc-thinking", true)])
+    let mut loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)> = Vec::new();
+    let mut routes = Vec::new();
+    let mut wanted = vec![
+        ("svc".to_owned(), default_path.clone(), false, None, None, default_prompt.clone()),
+        ("svc-thinking".to_owned(), default_path, true, None, None, default_prompt),
+    ];
+    for (id, table) in &engine.models {
+        wanted.retain(|w| &w.0 != id);
+        wanted.push((id.clone(), table.path.clone(), table.reasoning, table.context, table.parallel, None));
+    }
+    for (id, path, reasoning, context, parallel, default_system_prompt) in wanted {
+        let mut options = LlamaEngineOptions::new(path);
+        options.context_per_sequence = context.unwrap_or(engine.context);
+        options.parallel = parallel.unwrap_or(engine.parallel);
+        options.threads = engine.threads;
+        options.queue_capacity = engine.queue;
+        let shared = loaded.iter().find(|(o, _)| *o == options).map(|(_, e)| e.clone());
+        let engine = match shared {
+            Some(engine) => engine,
+            None => {
+                eprintln!("loading {} ...", options.model_path.display());
+                let load = options.clone();
+                let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
+                    .await
+                    .context("the model loader stopped")??;
+                let info = engine.info();
+                eprintln!(
+                    "  {}: context {} tokens x {} sequences",
+                    info.name.as_deref().unwrap_or("model"),
+                    info.context_per_sequence,
+                    info.parallel
+                );
+                let engine: Arc<dyn Engine> = Arc::new(engine);
+                loaded.push((options, engine.clone()));
+                engine
+            }
+        };
+        routes.push(ModelRoute {
+            id,
+            engine,
+            reasoning,
+            created: MODELS_CREATED,
+            owned_by: "svc".into(),
+            default_system_prompt,
+        });
+    }
+    Ok(ModelRegistry::new(routes))
 }
 
-/// Stands for the embedded llama.cpp engine until it is part of the build:
-/// it answers every request with a clear 503 instead of pretending.
-struct NoEmbeddedEngine;
-
-#[async_trait]
-impl Engine for NoEmbeddedEngine {
-    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
-        Err(EngineError::Unavailable(
-            "this build of svc has no embedded inference engine yet".into(),
-        ))
-    }
-
-    fn name(&self) -> &str {
-        "none"
-    }
-}
+/// `created` of every model in the listing: when svc's model list began.
+const MODELS_CREATED: i64 = 1_735_689_600;

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use svc_api::ChatCompletionRequest;
-use svc_core::ValidChatRequest;
+use svc_core::{ChatMessage, ValidChatRequest};
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
@@ -25,6 +25,11 @@ pub async fn create(
         .get(&request.model)
         .ok_or_else(|| ApiError::ModelNotFound(request.model.clone()))?;
     request.generate.reasoning = route.reasoning;
+    if let Some(prompt) = &route.default_system_prompt
+        && !request.generate.messages.iter().any(|m| matches!(m, ChatMessage::System(_)))
+    {
+        request.generate.messages.insert(0, ChatMessage::System(prompt.clone()));
+    }
     let events = route.engine.generate(request.generate).await?;
     let meta = CompletionMeta::new(request.model);
     if !request.stream {

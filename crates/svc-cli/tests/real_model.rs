@@ -1,0 +1,164 @@
+//! End to end on the real default model (SmolLM2-135M-Instruct) through the
+//! HTTP API of a real `svc serve`. Needs `SVC_TEST_MODEL` (the GGUF, as
+//! `svc pull` leaves it; `scripts/test.sh` provides it); without it each
+//! test says so and passes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const SVC: &str = env!("CARGO_BIN_EXE_svc");
+
+/// One server for the whole file: loading the model is the slow part.
+struct Server {
+    _child: Child,
+    _dir: tempfile::TempDir,
+    base_url: String,
+    key: String,
+}
+
+fn model() -> Option<PathBuf> {
+    match std::env::var_os("SVC_TEST_MODEL") {
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            eprintln!("SVC_TEST_MODEL is not set: skipping the real-model test");
+            None
+        }
+    }
+}
+
+fn server() -> Option<&'static Server> {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    let model = model()?;
+    Some(SERVER.get_or_init(|| {
+        // The default model in a data directory of its own, so `svc serve`
+        // runs exactly as on a newcomer's first start (minus the download).
+        let dir = tempfile::tempdir().unwrap();
+        let models = dir.path().join("models");
+        std::fs::create_dir_all(&models).unwrap();
+        std::os::unix::fs::symlink(&model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+        let data_dir = dir.path().to_str().unwrap().to_owned();
+        let mut child = Command::new(SVC)
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir", &data_dir, "--parallel", "4", "--context", "2048"])
+            .env("SVC_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("svc is serving on ") {
+                    let _ = tx.send(url.trim().to_owned());
+                }
+            }
+        });
+        let base_url = rx.recv_timeout(Duration::from_secs(120)).expect("svc serve did not start");
+        let out = Command::new(SVC)
+            .args(["keys", "create", "--name", "e2e", "--data-dir", &data_dir])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        Server { _child: child, _dir: dir, base_url, key }
+    }))
+}
+
+async fn chat(server: &Server, body: Value) -> Value {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.base_url))
+        .bearer_auth(&server.key)
+        .json(&body)
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn knows_the_capital_of_france() {
+    let Some(server) = server() else { return };
+    let reply = chat(
+        server,
+        json!({"model": "svc", "temperature": 0,
+               "messages": [{"role": "user", "content": "What is the capital of France?"}]}),
+    )
+    .await;
+    let content = reply["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains("Paris"), "{content}");
+    assert!(reply["choices"][0]["message"].get("reasoning_content").is_none());
+    assert!(reply["usage"]["prompt_tokens"].as_u64().unwrap() > 5);
+}
+
+#[tokio::test]
+async fn thinking_model_reasons_then_answers() {
+    let Some(server) = server() else { return };
+    let reply = chat(
+        server,
+        json!({"model": "svc-thinking", "temperature": 0, "max_tokens": 200,
+               "messages": [{"role": "user", "content": "What is 12 plus 30?"}]}),
+    )
+    .await;
+    let message = &reply["choices"][0]["message"];
+    let reasoning = message["reasoning_content"].as_str().unwrap_or_default();
+    let content = message["content"].as_str().unwrap_or_default();
+    assert!(!reasoning.trim().is_empty(), "no reasoning: {reply}");
+    assert!(!content.trim().is_empty(), "no answer: {reply}");
+}
+
+#[tokio::test]
+async fn forced_tool_call_has_schema_valid_arguments() {
+    let Some(server) = server() else { return };
+    let parameters = json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]});
+    let reply = chat(
+        server,
+        json!({"model": "svc", "temperature": 0,
+               "messages": [{"role": "user", "content": "What's the weather in Paris?"}],
+               "tools": [{"type": "function", "function": {"name": "get_weather",
+                          "description": "Current weather of a city", "parameters": parameters}}],
+               "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    )
+    .await;
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{reply}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(call["function"]["name"], "get_weather");
+    let arguments: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&parameters).unwrap();
+    assert!(validator.is_valid(&arguments), "{arguments}");
+}
+
+#[tokio::test]
+async fn json_schema_output_parses_and_validates() {
+    let Some(server) = server() else { return };
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name", "age"], "additionalProperties": false});
+    let reply = chat(
+        server,
+        json!({"model": "svc", "temperature": 0, "max_tokens": 200,
+               "messages": [{"role": "user", "content": "Invent a person and give their name and age."}],
+               "response_format": {"type": "json_schema",
+                                   "json_schema": {"name": "person", "schema": schema, "strict": true}}}),
+    )
+    .await;
+    let content = reply["choices"][0]["message"]["content"].as_str().unwrap();
+    let value: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{content:?}: {e}"));
+    assert!(jsonschema::validator_for(&schema).unwrap().is_valid(&value), "{value}");
+    assert_eq!(reply["choices"][0]["finish_reason"], "stop");
+}
