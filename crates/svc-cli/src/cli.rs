@@ -37,7 +37,12 @@ pub struct StoreArgs {
     #[arg(long, env = "SVC_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// `postgres://...` to use PostgreSQL, `sqlite://...` for a given SQLite file [default: SQLite in the data directory].
-    #[arg(long, env = "SVC_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SVC_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
 }
 

@@ -33,7 +33,9 @@ pub fn main(cli: Cli) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SVC_LOG")
         // llama.cpp reports every tensor at info; keep its warnings only.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn"));
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn")
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

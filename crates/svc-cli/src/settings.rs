@@ -75,7 +75,10 @@ impl StoreSettings {
                 .context("no data directory is known for this user: pass --data-dir")?
                 .join("svc"),
         };
-        let database_url = args.database_url.clone().or_else(|| file.database_url.clone());
+        let database_url = args
+            .database_url
+            .clone()
+            .or_else(|| file.database_url.clone());
         if let Some(url) = &database_url
             && !(url.starts_with("postgres://")
                 || url.starts_with("postgresql://")
@@ -83,7 +86,10 @@ impl StoreSettings {
         {
             bail!("database_url must start with postgres://, postgresql:// or sqlite:");
         }
-        Ok(StoreSettings { data_dir, database_url })
+        Ok(StoreSettings {
+            data_dir,
+            database_url,
+        })
     }
 
     /// The URL to connect to: the given one, or SQLite in the data directory.
@@ -91,9 +97,16 @@ impl StoreSettings {
         if let Some(url) = &self.database_url {
             return Ok(url.clone());
         }
-        std::fs::create_dir_all(&self.data_dir)
-            .with_context(|| format!("cannot create the data directory {}", self.data_dir.display()))?;
-        Ok(format!("sqlite://{}?mode=rwc", self.data_dir.join("svc.db").display()))
+        std::fs::create_dir_all(&self.data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}",
+                self.data_dir.display()
+            )
+        })?;
+        Ok(format!(
+            "sqlite://{}?mode=rwc",
+            self.data_dir.join("svc.db").display()
+        ))
     }
 
     /// Where the state is, for people: never prints credentials.
@@ -200,7 +213,11 @@ mod tests {
     fn flags_beat_file_beat_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("svc.toml");
-        std::fs::write(&path, "bind = \"127.0.0.1:9000\"\npublic_url = \"https://file.example\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "bind = \"127.0.0.1:9000\"\npublic_url = \"https://file.example\"\n",
+        )
+        .unwrap();
         let mut args = ServeArgs::default();
         args.store.config = Some(path.clone());
         args.store.data_dir = Some(dir.path().to_owned());
@@ -209,7 +226,10 @@ mod tests {
         assert_eq!(s.server.public_url.as_deref(), Some("https://file.example"));
         assert_eq!(s.server.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         args.bind = Some("127.0.0.1:9001".parse().unwrap());
-        assert_eq!(ServeSettings::resolve(&args).unwrap().server.bind.port(), 9001);
+        assert_eq!(
+            ServeSettings::resolve(&args).unwrap().server.bind.port(),
+            9001
+        );
     }
 
     #[test]

@@ -3,55 +3,41 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use svc_engine_llama::testing::TinyModel;
+
 use svc_store::testing::{TestSchema, postgres_url};
+use svc_test_support::ServeProcess;
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
-/// A running `svc serve`, killed on drop.
-struct Serve {
-    child: Child,
-    base_url: String,
-}
+/// A running `svc serve` on this test's store.
+struct Serve(ServeProcess);
 
 impl Serve {
-    /// Starts `svc serve ARGS --bind 127.0.0.1:0` and waits for its address.
     fn start(args: &[&str]) -> Serve {
         Serve::start_with_env(args, &[])
     }
 
+    /// Serves the models from a tiny generated GGUF: these tests are about
+    /// keys and stores, not text, and must not fetch the real model.
     fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Serve {
-        let mut child = Command::new(SVC)
-            .arg("serve")
-            .args(args)
-            .envs(env.iter().copied())
-            .env("SVC_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("svc is serving on ") {
-                    let _ = tx.send(url.trim().to_owned());
-                }
-            }
-        });
-        let base_url = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("svc serve did not print its address");
-        Serve { child, base_url }
+        let args = [args, &["--model", tiny_model()]].concat();
+        Serve(ServeProcess::start(
+            SVC,
+            &args,
+            env,
+            Duration::from_secs(30),
+        ))
     }
 
     async fn models(&self, key: &str) -> reqwest::Response {
         reqwest::Client::new()
-            .get(format!("{}/v1/models", self.base_url))
+            .get(format!("{}/v1/models", self.0.base_url))
             .bearer_auth(key)
             .send()
             .await
@@ -59,15 +45,26 @@ impl Serve {
     }
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A tiny random-weights GGUF, written once per test binary.
+fn tiny_model() -> &'static str {
+    static PATH: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
+    &PATH
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("tiny.gguf");
+            TinyModel::hello().write(&path).unwrap();
+            let path = path.to_str().unwrap().to_owned();
+            (dir, path)
+        })
+        .1
 }
 
 fn svc(args: &[&str]) -> Output {
-    Command::new(SVC).args(args).env("SVC_LOG", "warn").output().unwrap()
+    Command::new(SVC)
+        .args(args)
+        .env("SVC_LOG", "warn")
+        .output()
+        .unwrap()
 }
 
 fn stdout(output: &Output) -> String {
@@ -83,10 +80,17 @@ fn create_key(store: &[&str], name: &str) -> String {
     let output = svc(&[&["keys", "create", "--name", name], store].concat());
     assert!(output.status.success(), "{}", stderr(&output));
     let out = stdout(&output);
-    assert_eq!(out.lines().count(), 1, "stdout holds the key alone: {out:?}");
+    assert_eq!(
+        out.lines().count(),
+        1,
+        "stdout holds the key alone: {out:?}"
+    );
     let key = out.trim().to_owned();
     assert!(key.starts_with("sk-svc-") && key.len() == 47, "{key}");
-    assert!(!stderr(&output).contains(&key), "the key went to stderr too");
+    assert!(
+        !stderr(&output).contains(&key),
+        "the key went to stderr too"
+    );
     key
 }
 
@@ -126,9 +130,15 @@ async fn keys_made_by_the_cli_work_on_a_running_server_sqlite() {
     assert_eq!(serve.models(&key).await.status(), 200);
     let id = key_id(&store, "laptop");
     let line = list_line(&store, &id);
-    assert!(line.contains(&format!("{}…{}", &key[..11], &key[43..])), "hint: {line}");
+    assert!(
+        line.contains(&format!("{}…{}", &key[..11], &key[43..])),
+        "hint: {line}"
+    );
     assert!(line.ends_with("active"), "{line}");
-    assert!(!line.contains(&key[7..]), "the list shows the secret: {line}");
+    assert!(
+        !line.contains(&key[7..]),
+        "the list shows the secret: {line}"
+    );
 
     let output = svc(&[&["keys", "revoke", &id], &store[..]].concat());
     assert!(output.status.success(), "{}", stderr(&output));
@@ -137,7 +147,11 @@ async fn keys_made_by_the_cli_work_on_a_running_server_sqlite() {
 
     let again = svc(&[&["keys", "revoke", &id], &store[..]].concat());
     assert!(!again.status.success());
-    assert!(stderr(&again).contains("no active key"), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("no active key"),
+        "{}",
+        stderr(&again)
+    );
 }
 
 #[tokio::test]
@@ -148,11 +162,22 @@ async fn expiry_flag_is_read_and_checked() {
     let id = key_id(&store, "month");
     let line = list_line(&store, &id);
     let expires = chrono::Utc::now() + chrono::Duration::days(30);
-    assert!(line.contains(&expires.format("%Y-%m-%d").to_string()), "{line}");
+    assert!(
+        line.contains(&expires.format("%Y-%m-%d").to_string()),
+        "{line}"
+    );
 
-    let bad = svc(&[&["keys", "create", "--name", "x", "--expires-in", "5x"], &store[..]].concat());
+    let bad = svc(&[
+        &["keys", "create", "--name", "x", "--expires-in", "5x"],
+        &store[..],
+    ]
+    .concat());
     assert!(!bad.status.success());
-    assert!(stderr(&bad).contains("invalid duration"), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("invalid duration"),
+        "{}",
+        stderr(&bad)
+    );
     assert!(stdout(&bad).is_empty());
 }
 
@@ -173,7 +198,11 @@ async fn two_servers_share_postgres_and_see_revocation_at_once() {
     assert_eq!(b.models(&key).await.status(), 200);
 
     let id = key_id(&store, "shared");
-    assert!(svc(&[&["keys", "revoke", &id], &store[..]].concat()).status.success());
+    assert!(
+        svc(&[&["keys", "revoke", &id], &store[..]].concat())
+            .status
+            .success()
+    );
     assert_revoked(&a, &key).await;
     assert_revoked(&b, &key).await;
     drop((a, b));
@@ -194,7 +223,7 @@ async fn settings_come_from_file_and_environment() {
     )
     .unwrap();
     let serve = Serve::start(&["--config", config.to_str().unwrap()]);
-    let doc: serde_json::Value = reqwest::get(format!("{}/openapi.json", serve.base_url))
+    let doc: serde_json::Value = reqwest::get(format!("{}/openapi.json", serve.0.base_url))
         .await
         .unwrap()
         .json()
@@ -206,7 +235,10 @@ async fn settings_come_from_file_and_environment() {
 
     // SVC_* environment works the same as the flags.
     let env_dir = dir.path().join("env-data");
-    let serve = Serve::start_with_env(&["--bind", "127.0.0.1:0"], &[("SVC_DATA_DIR", env_dir.to_str().unwrap())]);
+    let serve = Serve::start_with_env(
+        &["--bind", "127.0.0.1:0"],
+        &[("SVC_DATA_DIR", env_dir.to_str().unwrap())],
+    );
     assert!(env_dir.join("svc.db").exists());
     drop(serve);
 

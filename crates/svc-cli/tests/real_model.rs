@@ -5,19 +5,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use svc_test_support::ServeProcess;
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
 /// One server for the whole file: loading the model is the slow part.
 struct Server {
-    _child: Child,
+    _serve: ServeProcess,
     _dir: tempfile::TempDir,
     base_url: String,
     key: String,
@@ -44,30 +44,33 @@ fn server() -> Option<&'static Server> {
         std::fs::create_dir_all(&models).unwrap();
         std::os::unix::fs::symlink(&model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
         let data_dir = dir.path().to_str().unwrap().to_owned();
-        let mut child = Command::new(SVC)
-            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir", &data_dir, "--parallel", "4", "--context", "2048"])
-            .env("SVC_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("svc is serving on ") {
-                    let _ = tx.send(url.trim().to_owned());
-                }
-            }
-        });
-        let base_url = rx.recv_timeout(Duration::from_secs(120)).expect("svc serve did not start");
+        let serve = ServeProcess::start(
+            SVC,
+            &[
+                "--bind",
+                "127.0.0.1:0",
+                "--data-dir",
+                &data_dir,
+                "--parallel",
+                "4",
+                "--context",
+                "2048",
+            ],
+            &[],
+            Duration::from_secs(120),
+        );
         let out = Command::new(SVC)
             .args(["keys", "create", "--name", "e2e", "--data-dir", &data_dir])
             .output()
             .unwrap();
         assert!(out.status.success());
         let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        Server { _child: child, _dir: dir, base_url, key }
+        Server {
+            base_url: serve.base_url.clone(),
+            _serve: serve,
+            _dir: dir,
+            key,
+        }
     }))
 }
 
@@ -97,7 +100,11 @@ async fn knows_the_capital_of_france() {
     .await;
     let content = reply["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(content.contains("Paris"), "{content}");
-    assert!(reply["choices"][0]["message"].get("reasoning_content").is_none());
+    assert!(
+        reply["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none()
+    );
     assert!(reply["usage"]["prompt_tokens"].as_u64().unwrap() > 5);
 }
 
@@ -138,7 +145,8 @@ async fn forced_tool_call_has_schema_valid_arguments() {
     assert_eq!(call["type"], "function");
     assert!(call["id"].as_str().unwrap().starts_with("call_"));
     assert_eq!(call["function"]["name"], "get_weather");
-    let arguments: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let arguments: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     let validator = jsonschema::validator_for(&parameters).unwrap();
     assert!(validator.is_valid(&arguments), "{arguments}");
 }
@@ -159,6 +167,9 @@ async fn json_schema_output_parses_and_validates() {
     .await;
     let content = reply["choices"][0]["message"]["content"].as_str().unwrap();
     let value: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{content:?}: {e}"));
-    assert!(jsonschema::validator_for(&schema).unwrap().is_valid(&value), "{value}");
+    assert!(
+        jsonschema::validator_for(&schema).unwrap().is_valid(&value),
+        "{value}"
+    );
     assert_eq!(reply["choices"][0]["finish_reason"], "stop");
 }

@@ -6,9 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fake_engine;
+pub mod process;
 pub mod sse;
 pub mod test_app;
 
 pub use fake_engine::{FakeEngine, Probe, Script, fake_models};
+pub use process::ServeProcess;
 pub use sse::{SseEvent, read_sse};
 pub use test_app::{Database, TestApp};

@@ -10,7 +10,11 @@ use crate::settings::{FileConfig, StoreSettings};
 
 pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
-        KeysCommand::Create { store, name, expires_in } => {
+        KeysCommand::Create {
+            store,
+            name,
+            expires_in,
+        } => {
             let name = name.trim().to_owned();
             if name.is_empty() {
                 bail!("--name must not be empty");
@@ -18,19 +22,31 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
             let expires_in = expires_in.as_deref().map(parse_seconds).transpose()?;
             let keys = service(&store).await?;
             let (key, record) = keys
-                .create(NewKey { name, owner_id: None, created_via: "cli".into(), expires_in })
+                .create(NewKey {
+                    name,
+                    owner_id: None,
+                    created_via: "cli".into(),
+                    expires_in,
+                })
                 .await
                 .context("cannot create the key")?;
             eprintln!(
                 "Created key {} ({}){}. It is shown only now: store it safely.",
                 record.id,
                 record.name,
-                record.expires_at.map(|t| format!(", expires {}", when(Some(t)))).unwrap_or_default()
+                record
+                    .expires_at
+                    .map(|t| format!(", expires {}", when(Some(t))))
+                    .unwrap_or_default()
             );
             println!("{}", key.expose());
         }
         KeysCommand::List { store } => {
-            let records = service(&store).await?.list(None).await.context("cannot list keys")?;
+            let records = service(&store)
+                .await?
+                .list(None)
+                .await
+                .context("cannot list keys")?;
             let now = svc_core::now();
             println!(
                 "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  STATE",
@@ -51,7 +67,11 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::Revoke { store, id } => {
             let keys = service(&store).await?;
-            if keys.revoke(&KeyId(id.clone())).await.context("cannot revoke the key")? {
+            if keys
+                .revoke(&KeyId(id.clone()))
+                .await
+                .context("cannot revoke the key")?
+            {
                 eprintln!("Revoked key {id}. Requests with it are refused from now on.");
             } else {
                 bail!("no active key with id {id:?} (see `svc keys list`)");

@@ -34,14 +34,15 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                shutdown.cancel();
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    shutdown.cancel();
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -74,12 +75,33 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     let mut loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)> = Vec::new();
     let mut routes = Vec::new();
     let mut wanted = vec![
-        ("svc".to_owned(), default_path.clone(), false, None, None, default_prompt.clone()),
-        ("svc-thinking".to_owned(), default_path, true, None, None, default_prompt),
+        (
+            "svc".to_owned(),
+            default_path.clone(),
+            false,
+            None,
+            None,
+            default_prompt.clone(),
+        ),
+        (
+            "svc-thinking".to_owned(),
+            default_path,
+            true,
+            None,
+            None,
+            default_prompt,
+        ),
     ];
     for (id, table) in &engine.models {
         wanted.retain(|w| &w.0 != id);
-        wanted.push((id.clone(), table.path.clone(), table.reasoning, table.context, table.parallel, None));
+        wanted.push((
+            id.clone(),
+            table.path.clone(),
+            table.reasoning,
+            table.context,
+            table.parallel,
+            None,
+        ));
     }
     for (id, path, reasoning, context, parallel, default_system_prompt) in wanted {
         let mut options = LlamaEngineOptions::new(path);
@@ -87,7 +109,10 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
         options.parallel = parallel.unwrap_or(engine.parallel);
         options.threads = engine.threads;
         options.queue_capacity = engine.queue;
-        let shared = loaded.iter().find(|(o, _)| *o == options).map(|(_, e)| e.clone());
+        let shared = loaded
+            .iter()
+            .find(|(o, _)| *o == options)
+            .map(|(_, e)| e.clone());
         let engine = match shared {
             Some(engine) => engine,
             None => {
