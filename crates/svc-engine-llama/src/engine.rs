@@ -23,6 +23,7 @@ use thiserror::Error;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::backend;
+use crate::chat::{self, ChatFeatures};
 use crate::options::LlamaEngineOptions;
 use crate::sampler::Grammar;
 use crate::scheduler::{self, ContextSettings, Job, Shared};
@@ -89,11 +90,95 @@ pub struct CompletionParams {
 /// An in-process llama.cpp engine with continuous batching.
 #[derive(Debug)]
 pub struct LlamaEngine {
-    model: Arc<LlamaModel>,
-    template: ChatTemplate,
-    shared: Arc<Shared>,
+    runner: Runner,
+    template: Arc<ChatTemplate>,
+    features: ChatFeatures,
     info: ModelInfo,
     thread: Option<JoinHandle<()>>,
+}
+
+/// What starting a completion needs; cheap to clone into a stream that runs
+/// several passes.
+#[derive(Debug, Clone)]
+pub(crate) struct Runner {
+    model: Arc<LlamaModel>,
+    shared: Arc<Shared>,
+    /// Context tokens of one sequence.
+    context: u32,
+}
+
+impl Runner {
+    /// Context tokens of one sequence (prompt and reply together).
+    pub(crate) fn context(&self) -> u32 {
+        self.context
+    }
+
+    /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
+    pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        let mut tokens = vocab.tokenize(text.as_bytes(), false, true);
+        if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
+            tokens.insert(0, vocab.bos());
+        }
+        tokens
+    }
+
+    /// Continues `prompt`; see [`LlamaEngine::complete`]. A `continuation`
+    /// (the second pass of a request already running) goes to the front of
+    /// the queue and is never refused for a full queue.
+    pub(crate) fn complete(
+        &self,
+        prompt: &str,
+        params: CompletionParams,
+        continuation: bool,
+    ) -> Result<EventStream, EngineError> {
+        self.start(self.tokenize(prompt), params, continuation)
+    }
+
+    /// Continues an already tokenized prompt.
+    pub(crate) fn start(
+        &self,
+        tokens: Vec<LlamaToken>,
+        params: CompletionParams,
+        continuation: bool,
+    ) -> Result<EventStream, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::InvalidRequest {
+                param: Some("messages".into()),
+                message: "the prompt is empty".into(),
+            });
+        }
+        let context = self.context;
+        let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+        if prompt_tokens >= context {
+            return Err(EngineError::ContextLengthExceeded {
+                prompt_tokens: tokens.len() as u64,
+                context: u64::from(context),
+            });
+        }
+        let room = context - prompt_tokens;
+        let max_tokens = params.max_tokens.map_or(room, |m| m.min(room));
+        if max_tokens == 0 {
+            return Err(EngineError::InvalidRequest {
+                param: Some("max_tokens".into()),
+                message: "max_tokens must be at least 1".into(),
+            });
+        }
+        let (sink, events) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.submit(
+            Job {
+                prompt: tokens,
+                sampling: params.sampling,
+                grammar: params.grammar,
+                max_tokens,
+                stop: params.stop,
+                ignore_eos: params.ignore_eos,
+                sink,
+            },
+            continuation,
+        )?;
+        Ok(UnboundedReceiverStream::new(events).boxed())
+    }
 }
 
 impl LlamaEngine {
@@ -191,10 +276,15 @@ impl LlamaEngine {
             threads = options.thread_count(),
             "llama.cpp engine ready"
         );
+        let features = ChatFeatures::of(template.source());
         Ok(LlamaEngine {
-            model,
-            template,
-            shared,
+            runner: Runner {
+                model,
+                shared,
+                context: context_per_sequence,
+            },
+            template: Arc::new(template),
+            features,
             info,
             thread: Some(thread),
         })
@@ -207,7 +297,8 @@ impl LlamaEngine {
 
     /// The engine's counters since it started.
     pub fn stats(&self) -> EngineStats {
-        self.shared.counters.snapshot(self.shared.waiting() as u64)
+        let shared = &self.runner.shared;
+        shared.counters.snapshot(shared.waiting() as u64)
     }
 
     /// The chat template in use.
@@ -227,12 +318,7 @@ impl LlamaEngine {
 
     /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
     pub fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
-        let vocab = self.model.vocab();
-        let mut tokens = vocab.tokenize(text.as_bytes(), false, true);
-        if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
-            tokens.insert(0, vocab.bos());
-        }
-        tokens
+        self.runner.tokenize(text)
     }
 
     /// Continues `prompt` (already rendered text): the events of one generation.
@@ -244,57 +330,16 @@ impl LlamaEngine {
         prompt: &str,
         params: CompletionParams,
     ) -> Result<EventStream, EngineError> {
-        let tokens = self.tokenize(prompt);
-        if tokens.is_empty() {
-            return Err(EngineError::InvalidRequest {
-                param: Some("messages".into()),
-                message: "the prompt is empty".into(),
-            });
-        }
-        let context = self.info.context_per_sequence;
-        let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
-        if prompt_tokens >= context {
-            return Err(EngineError::ContextLengthExceeded {
-                prompt_tokens: tokens.len() as u64,
-                context: u64::from(context),
-            });
-        }
-        let room = context - prompt_tokens;
-        let max_tokens = params.max_tokens.map_or(room, |m| m.min(room));
-        if max_tokens == 0 {
-            return Err(EngineError::InvalidRequest {
-                param: Some("max_tokens".into()),
-                message: "max_tokens must be at least 1".into(),
-            });
-        }
-        let (sink, events) = tokio::sync::mpsc::unbounded_channel();
-        self.shared.submit(Job {
-            prompt: tokens,
-            sampling: params.sampling,
-            grammar: params.grammar,
-            max_tokens,
-            stop: params.stop,
-            ignore_eos: params.ignore_eos,
-            sink,
-        })?;
-        Ok(UnboundedReceiverStream::new(events).boxed())
+        self.runner.complete(prompt, params, false)
     }
 }
 
 #[async_trait]
 impl Engine for LlamaEngine {
+    /// Renders the conversation (tools, reasoning and response format
+    /// included, see `chat`) and starts its first pass.
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
-        let prompt = self.template.render(&request.messages, &request.tools)?;
-        self.complete(
-            &prompt,
-            CompletionParams {
-                sampling: request.sampling,
-                max_tokens: request.max_tokens,
-                stop: request.stop,
-                grammar: None,
-                ignore_eos: false,
-            },
-        )
+        chat::generate(&self.runner, &self.template, self.features, request)
     }
 
     fn name(&self) -> &str {
@@ -304,7 +349,7 @@ impl Engine for LlamaEngine {
 
 impl Drop for LlamaEngine {
     fn drop(&mut self) {
-        self.shared.close();
+        self.runner.shared.close();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {

@@ -7,15 +7,22 @@
 //! - `sampler`: per-sequence sampler chains (temperature, top-p, seed, penalties, grammar).
 //! - `template`: chat templates from GGUF metadata, rendered with minijinja.
 //! - `text`: whole-character, stop-sequence-safe text streaming.
+//! - `chat`: the chat layer of `Engine::generate`: tools, reasoning and
+//!   response formats on top of raw completions, with `grammar` (JSON
+//!   Schema to GBNF), `tools` (tool prompts and the tool-call parser),
+//!   `reasoning` (think blocks, the explicit reasoning pass) and `markup`.
 //! - `cpu`, `backend`: the CPU check and the process-wide llama.cpp backend.
 //!
-//! This crate never sees HTTP or JSON bodies, and it does not parse tool calls
-//! or reasoning (later layers do, on top of [`LlamaEngine::complete`]).
+//! This crate never sees HTTP or JSON bodies.
 
 mod backend;
+mod chat;
 pub mod cpu;
 mod engine;
+mod grammar;
+mod markup;
 mod options;
+mod reasoning;
 mod sampler;
 mod scheduler;
 mod stats;
@@ -23,6 +30,7 @@ pub mod template;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod text;
+mod tools;
 
 pub use engine::{CompletionParams, LlamaEngine, LoadError, ModelInfo};
 pub use options::LlamaEngineOptions;

@@ -85,19 +85,25 @@ impl Shared {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `job`, or refuses it when the free slots and the queue are taken.
-    pub(crate) fn submit(&self, job: Job) -> Result<(), EngineError> {
+    /// Queues `job`, or refuses it when the free slots and the queue are
+    /// taken. A `continuation` (a later pass of a request that already ran
+    /// one) goes first and is never refused for a full queue: the request
+    /// was admitted already.
+    pub(crate) fn submit(&self, job: Job, continuation: bool) -> Result<(), EngineError> {
         let mut queue = self.lock();
         if queue.closed {
             return Err(EngineError::Unavailable("the engine has stopped".into()));
         }
-        if queue.waiting.len() >= queue.free_slots + self.queue_capacity {
+        if continuation {
+            queue.waiting.push_front(job);
+        } else if queue.waiting.len() >= queue.free_slots + self.queue_capacity {
             return Err(EngineError::Overloaded(format!(
                 "{} requests are already waiting",
                 queue.waiting.len()
             )));
+        } else {
+            queue.waiting.push_back(job);
         }
-        queue.waiting.push_back(job);
         drop(queue);
         self.wake.notify_one();
         Ok(())

@@ -187,6 +187,8 @@ pub struct TinyModel {
     pub logit_scale: f32,
     /// Seed of the random weights.
     pub seed: u64,
+    /// The chat template the GGUF carries (`tokenizer.chat_template`).
+    pub template: String,
 }
 
 /// Special tokens of the tiny vocabulary.
@@ -221,6 +223,23 @@ impl TinyModel {
             ending: Ending::EndOfTurn,
             logit_scale: 10.0,
             seed: 0x5eed,
+            template: TINY_TEMPLATE.to_owned(),
+        }
+    }
+
+    /// A model whose greedy reply is `pieces` (one token each), then the end of its turn.
+    pub fn scripted(pieces: &[&str]) -> Self {
+        TinyModel {
+            script: pieces.iter().map(|p| p.as_bytes().to_vec()).collect(),
+            ..TinyModel::hello()
+        }
+    }
+
+    /// The same model with another chat template.
+    pub fn with_template(self, template: &str) -> Self {
+        TinyModel {
+            template: template.to_owned(),
+            ..self
         }
     }
 
@@ -336,7 +355,7 @@ impl TinyModel {
             .metadata("tokenizer.ggml.add_bos_token", GgufValue::Bool(false))
             .metadata(
                 "tokenizer.chat_template",
-                GgufValue::Str(TINY_TEMPLATE.into()),
+                GgufValue::Str(self.template.clone()),
             );
 
         let e = N_EMBD as u64;

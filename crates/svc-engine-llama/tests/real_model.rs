@@ -1,12 +1,15 @@
 //! The engine on a real model: the GGUF at `SVC_TEST_MODEL` (the default
 //! SmolLM2-135M-Instruct Q4_1). Skipped, with a notice, when it is unset.
+//! Besides plain replies and batching: a forced tool call, `json_schema`
+//! output and reasoning (`svc-thinking`), through `Engine::generate`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use futures::StreamExt as _;
+use serde_json::{Value, json};
 use svc_core::engine::{
     ChatMessage, Engine, EngineEvent, FinishReason, GenerateRequest, OutputFormat, Sampling,
-    TokenUsage, ToolChoiceSpec,
+    TokenUsage, ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 
@@ -125,4 +128,123 @@ async fn a_moved_sequence_keeps_its_context() {
     let (_, moved) = tokio::join!(short.collect::<Vec<_>>(), run(&engine, story()));
     assert_eq!(moved.0, alone);
     assert_eq!(engine.stats().moved, 1);
+}
+
+/// Every event of one generation, errors failing the test.
+async fn events(engine: &LlamaEngine, request: GenerateRequest) -> Vec<EngineEvent> {
+    let mut stream = engine.generate(request).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(event) = stream.next().await {
+        out.push(event.unwrap());
+    }
+    assert!(
+        matches!(out.last(), Some(EngineEvent::Finish { .. })),
+        "{out:?}"
+    );
+    out
+}
+
+fn helpful(user: &str) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::System("You are a helpful assistant.".into()),
+        ChatMessage::User(user.into()),
+    ]
+}
+
+fn greedy() -> Sampling {
+    Sampling {
+        temperature: 0.0,
+        ..Sampling::default()
+    }
+}
+
+fn validates(schema: &Value, instance: &Value) -> bool {
+    jsonschema::validator_for(schema)
+        .unwrap()
+        .is_valid(instance)
+}
+
+#[tokio::test]
+async fn a_forced_tool_call_has_schema_valid_arguments() {
+    let Some(engine) = load(1) else { return };
+    let parameters = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "The city"}},
+        "required": ["city"]
+    });
+    let mut req = request(helpful("What's the weather like in Paris?"), greedy(), 64);
+    req.tools = vec![ToolSpec {
+        name: "get_weather".into(),
+        description: Some("Get the current weather in a city".into()),
+        parameters: parameters.clone(),
+    }];
+    req.tool_choice = ToolChoiceSpec::Function("get_weather".into());
+    let events = events(&engine, req).await;
+    eprintln!("{events:?}");
+    let mut arguments = String::new();
+    let mut names = Vec::new();
+    for event in &events {
+        match event {
+            EngineEvent::ToolCall(chunk) => {
+                assert_eq!(chunk.index, 0);
+                names.extend(chunk.name.clone());
+                arguments.push_str(&chunk.arguments);
+            }
+            EngineEvent::Finish { reason, .. } => assert_eq!(*reason, FinishReason::ToolCalls),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(names, ["get_weather"]);
+    let arguments: Value = serde_json::from_str(&arguments).unwrap();
+    assert!(validates(&parameters, &arguments), "{arguments}");
+}
+
+#[tokio::test]
+async fn json_schema_output_parses_and_validates() {
+    let Some(engine) = load(1) else { return };
+    let schema = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["name", "population"]
+    });
+    let mut req = request(
+        helpful("Give the name and the population of the capital of France as JSON."),
+        greedy(),
+        128,
+    );
+    req.output = OutputFormat::JsonSchema {
+        name: "city".into(),
+        schema: schema.clone(),
+    };
+    let (text, reason, _) = run(&engine, req).await;
+    eprintln!("reply: {text}");
+    assert_eq!(reason, FinishReason::Stop);
+    let value: Value = serde_json::from_str(&text).unwrap();
+    assert!(validates(&schema, &value), "{value}");
+}
+
+#[tokio::test]
+async fn reasoning_comes_before_a_non_empty_answer() {
+    let Some(engine) = load(1) else { return };
+    let mut req = request(helpful("What is the capital of France?"), greedy(), 200);
+    req.reasoning = true;
+    let events = events(&engine, req).await;
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for event in &events {
+        match event {
+            EngineEvent::Reasoning(t) => {
+                assert!(content.is_empty(), "reasoning after content: {events:?}");
+                reasoning.push_str(t);
+            }
+            EngineEvent::Text(t) => content.push_str(t),
+            EngineEvent::Finish { reason, usage } => {
+                assert_eq!(*reason, FinishReason::Stop);
+                assert!(usage.completion_tokens > 2, "{usage:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    eprintln!("reasoning: {reasoning:?}\ncontent: {content:?}");
+    assert!(!reasoning.trim().is_empty());
+    assert!(!content.trim().is_empty());
 }

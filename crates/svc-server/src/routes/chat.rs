@@ -26,9 +26,16 @@ pub async fn create(
         .ok_or_else(|| ApiError::ModelNotFound(request.model.clone()))?;
     request.generate.reasoning = route.reasoning;
     if let Some(prompt) = &route.default_system_prompt
-        && !request.generate.messages.iter().any(|m| matches!(m, ChatMessage::System(_)))
+        && !request
+            .generate
+            .messages
+            .iter()
+            .any(|m| matches!(m, ChatMessage::System(_)))
     {
-        request.generate.messages.insert(0, ChatMessage::System(prompt.clone()));
+        request
+            .generate
+            .messages
+            .insert(0, ChatMessage::System(prompt.clone()));
     }
     let events = route.engine.generate(request.generate).await?;
     let meta = CompletionMeta::new(request.model);

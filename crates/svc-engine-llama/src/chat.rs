@@ -1,0 +1,515 @@
+//! The chat layer of [`Engine::generate`](svc_core::engine::Engine): what
+//! turns a typed chat request into one or two raw completions and their
+//! output into reasoning, text and tool-call events.
+//!
+//! - Structured output (`json_object`, `json_schema`) and forced tool calls
+//!   (`tool_choice` `required` or a named function) become a GBNF grammar
+//!   (see `grammar`), so the reply matches even on a tiny model. With
+//!   `tool_choice` `auto` and a JSON response format, the grammar accepts
+//!   either the JSON reply or tool calls.
+//! - Tools go into the prompt through the model's template when it renders
+//!   `tools`, else as a Hermes-style system block (see `tools`); the output
+//!   is parsed into OpenAI's indexed tool-call chunks.
+//! - Reasoning: a thinking model's `<think>` block is split into `Reasoning`
+//!   events (or dropped, for `svc`); other models get an explicit reasoning
+//!   pass, then an answer pass that sees that reasoning (see `reasoning`).
+//!
+//! The returned stream owns the running completion: dropping it cancels
+//! whichever pass is running. Failures of a second pass arrive as an error
+//! item in the stream.
+
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+use svc_core::engine::{
+    ChatMessage, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
+    OutputFormat, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
+};
+
+use crate::engine::{CompletionParams, Runner};
+use crate::grammar;
+use crate::markup::WsTrim;
+use crate::reasoning::{self, Piece, REASONING_PREFILL, THINK_CLOSE, THINK_OPEN, ThinkSplitter};
+use crate::sampler::Grammar;
+use crate::template::{ChatTemplate, RenderOptions};
+use crate::tools::{self, Parsed, ToolCallParser, ToolSupport};
+
+/// The most tokens a reasoning pass may use.
+pub(crate) const REASONING_CAP: u32 = 256;
+
+/// What a model's chat template can do, read once at load.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ChatFeatures {
+    pub(crate) tools: ToolSupport,
+    /// The template writes `<think>` blocks or takes `enable_thinking`.
+    pub(crate) thinks: bool,
+    /// The template takes an `enable_thinking` switch.
+    pub(crate) enable_thinking: bool,
+}
+
+impl ChatFeatures {
+    /// The features of the template `source`.
+    pub(crate) fn of(source: &str) -> Self {
+        ChatFeatures {
+            tools: ToolSupport::of(source),
+            thinks: reasoning::template_thinks(source),
+            enable_thinking: source.contains("enable_thinking"),
+        }
+    }
+}
+
+/// Starts the generation of `request`: fails before anything streams when
+/// the request is invalid or its first pass cannot start.
+pub(crate) fn generate(
+    runner: &Runner,
+    template: &Arc<ChatTemplate>,
+    features: ChatFeatures,
+    request: GenerateRequest,
+) -> Result<EventStream, EngineError> {
+    let GenerateRequest {
+        messages,
+        sampling,
+        max_tokens,
+        stop,
+        tools,
+        tool_choice,
+        output,
+        reasoning: wants_reasoning,
+    } = request;
+
+    // Tools and the grammar.
+    let use_tools = !tools.is_empty() && tool_choice != ToolChoiceSpec::None;
+    let grammar = decoding_grammar(&tools, &tool_choice, &output, use_tools)?;
+    let offered: &[ToolSpec] = if use_tools { &tools } else { &[] };
+    let messages = tools::prepare_messages(&messages, offered, features.tools);
+    let template_tools: Vec<ToolSpec> = if features.tools.tools {
+        offered.to_vec()
+    } else {
+        Vec::new()
+    };
+
+    let mut options = RenderOptions::default();
+    if features.enable_thinking {
+        options
+            .extra
+            .insert("enable_thinking".into(), Value::Bool(wants_reasoning));
+    }
+    let out = Output {
+        think: None,
+        keep_reasoning: false,
+        tools: use_tools
+            .then(|| ToolCallParser::new(tools.iter().map(|t| t.name.clone()).collect())),
+        json: (grammar.is_some() && !use_tools).then(WsTrim::default),
+        next_index: 0,
+    };
+    let answer = CompletionParams {
+        sampling: sampling.clone(),
+        max_tokens,
+        stop,
+        grammar,
+        ignore_eos: false,
+    };
+    let render =
+        |messages: &[ChatMessage]| template.render_with(messages, &template_tools, &options);
+
+    if features.thinks {
+        let mut prompt = render(&messages)?;
+        let opened = reasoning::prompt_opens_think(&prompt);
+        if answer.grammar.is_none() {
+            // One pass; the think block is split off (and dropped for `svc`).
+            let out = Output {
+                think: Some(ThinkSplitter::new(opened)),
+                keep_reasoning: wants_reasoning,
+                ..out
+            };
+            let first = runner.complete(&prompt, answer, false)?;
+            return Ok(drive(runner.clone(), first, None, out, max_tokens));
+        }
+        if wants_reasoning {
+            // The grammar would forbid `<think>`: let the model think
+            // freely first, then continue after `</think>` under the grammar.
+            if !opened {
+                prompt.push_str(THINK_OPEN);
+                prompt.push('\n');
+            }
+            let tokens = runner.tokenize(&prompt);
+            let cap = reasoning_cap(runner, tokens.len(), max_tokens);
+            if cap > 0 {
+                let think = CompletionParams {
+                    sampling,
+                    max_tokens: Some(cap),
+                    stop: vec![THINK_CLOSE.to_owned()],
+                    grammar: None,
+                    ignore_eos: false,
+                };
+                let first = runner.start(tokens, think, false)?;
+                let second = Second::AfterThink {
+                    prefix: prompt,
+                    params: answer,
+                };
+                return Ok(drive(runner.clone(), first, Some(second), out, max_tokens));
+            }
+            // No room to think: answer at once, with the block closed.
+            prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
+        } else if opened {
+            prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
+        }
+        let first = runner.complete(&prompt, answer, false)?;
+        return Ok(drive(runner.clone(), first, None, out, max_tokens));
+    }
+
+    if wants_reasoning {
+        let mut prompt = render(&reasoning::reasoning_pass_messages(&messages))?;
+        prompt.push_str(REASONING_PREFILL);
+        let tokens = runner.tokenize(&prompt);
+        let cap = reasoning_cap(runner, tokens.len(), max_tokens);
+        if cap > 0 {
+            let think = CompletionParams {
+                sampling,
+                max_tokens: Some(cap),
+                stop: Vec::new(),
+                grammar: None,
+                ignore_eos: false,
+            };
+            let first = runner.start(tokens, think, false)?;
+            let second = Second::Answer {
+                template: Arc::clone(template),
+                messages,
+                tools: template_tools.clone(),
+                options: options.clone(),
+                params: answer,
+            };
+            return Ok(drive(runner.clone(), first, Some(second), out, max_tokens));
+        }
+    }
+    let prompt = render(&messages)?;
+    let first = runner.complete(&prompt, answer, false)?;
+    Ok(drive(runner.clone(), first, None, out, max_tokens))
+}
+
+/// Tokens the reasoning pass may use: at most [`REASONING_CAP`], half of
+/// `max_tokens`, and half of what its prompt leaves of the context (the
+/// answer pass needs room for the reasoning and its own reply). 0: no pass.
+fn reasoning_cap(runner: &Runner, prompt_tokens: usize, max_tokens: Option<u32>) -> u32 {
+    let prompt = u32::try_from(prompt_tokens).unwrap_or(u32::MAX);
+    let room = runner.context().saturating_sub(prompt);
+    let mut cap = REASONING_CAP.min(room / 2);
+    if let Some(max) = max_tokens {
+        cap = cap.min(max / 2);
+    }
+    cap
+}
+
+/// The grammar the reply must follow, if any.
+fn decoding_grammar(
+    tools: &[ToolSpec],
+    choice: &ToolChoiceSpec,
+    output: &OutputFormat,
+    use_tools: bool,
+) -> Result<Option<Grammar>, EngineError> {
+    let calls = |chosen: Vec<&ToolSpec>| {
+        grammar::tool_call(&chosen).map_err(|(i, why)| {
+            let name = &chosen[i].name;
+            let at = tools.iter().position(|t| &t.name == name).unwrap_or(i);
+            EngineError::InvalidRequest {
+                param: Some(format!("tools[{at}].function.parameters")),
+                message: format!(
+                    "the parameters of the function {name:?} are not supported: {why}"
+                ),
+            }
+        })
+    };
+    match choice {
+        ToolChoiceSpec::Required => {
+            if tools.is_empty() {
+                return Err(EngineError::InvalidRequest {
+                    param: Some("tool_choice".into()),
+                    message: "tool_choice is \"required\" but no tools were given".into(),
+                });
+            }
+            return Ok(Some(grammar::grammar(calls(tools.iter().collect())?)));
+        }
+        ToolChoiceSpec::Function(name) => {
+            let Some(tool) = tools.iter().find(|t| &t.name == name) else {
+                return Err(EngineError::InvalidRequest {
+                    param: Some("tool_choice".into()),
+                    message: format!(
+                        "tool_choice names the function {name:?}, which is not among the tools"
+                    ),
+                });
+            };
+            return Ok(Some(grammar::grammar(calls(vec![tool])?)));
+        }
+        ToolChoiceSpec::None | ToolChoiceSpec::Auto => {}
+    }
+    let response = match output {
+        OutputFormat::Text => return Ok(None),
+        OutputFormat::JsonObject => {
+            grammar::from_schema(&json!({"type": "object"})).map_err(EngineError::Internal)?
+        }
+        OutputFormat::JsonSchema { schema, .. } => {
+            grammar::from_schema(schema).map_err(|why| EngineError::InvalidRequest {
+                param: Some("response_format.json_schema.schema".into()),
+                message: format!("this JSON schema is not supported: {why}"),
+            })?
+        }
+    };
+    if use_tools {
+        let calls = calls(tools.iter().collect())?;
+        return Ok(Some(grammar::grammar(grammar::either(&response, &calls))));
+    }
+    Ok(Some(grammar::grammar(response)))
+}
+
+/// The second pass of a two-pass generation, built once the first is done.
+enum Second {
+    /// The answer pass of the explicit reasoning: the conversation again,
+    /// with the reasoning in the system message.
+    Answer {
+        template: Arc<ChatTemplate>,
+        messages: Vec<ChatMessage>,
+        tools: Vec<ToolSpec>,
+        options: RenderOptions,
+        params: CompletionParams,
+    },
+    /// A thinking model's answer under a grammar: its prompt and think block, closed.
+    AfterThink {
+        prefix: String,
+        params: CompletionParams,
+    },
+}
+
+impl Second {
+    /// Text the first pass's prompt already wrote for the model: the start
+    /// of the reasoning.
+    fn reasoning_prefix(&self) -> &'static str {
+        match self {
+            Second::Answer { .. } => REASONING_PREFILL,
+            Second::AfterThink { .. } => "",
+        }
+    }
+
+    /// The prompt and settings of the pass, given the first pass's text.
+    fn build(self, reasoning: &str) -> Result<(String, CompletionParams), EngineError> {
+        match self {
+            Second::Answer {
+                template,
+                messages,
+                tools,
+                options,
+                params,
+            } => {
+                let messages = reasoning::answer_pass_messages(&messages, reasoning);
+                Ok((template.render_with(&messages, &tools, &options)?, params))
+            }
+            Second::AfterThink { prefix, params } => Ok((
+                format!("{prefix}{}\n{THINK_CLOSE}\n\n", reasoning.trim_end()),
+                params,
+            )),
+        }
+    }
+}
+
+/// Runs the passes: the first one's text as `Reasoning` when there is a
+/// second, the last one's through `out`; one `Finish` with the usage of all.
+fn drive(
+    runner: Runner,
+    first: EventStream,
+    second: Option<Second>,
+    mut out: Output,
+    max_tokens: Option<u32>,
+) -> EventStream {
+    Box::pin(async_stream::stream! {
+        let mut usage = TokenUsage::default();
+        let mut stream = first;
+        if let Some(second) = second {
+            let mut raw = second.reasoning_prefix().to_owned();
+            let mut trim = WsTrim::default();
+            let prefix = trim.push(&raw);
+            if !prefix.is_empty() {
+                yield Ok(EngineEvent::Reasoning(prefix));
+            }
+            let mut finished = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(EngineEvent::Text(text)) => {
+                        raw.push_str(&text);
+                        let text = trim.push(&text);
+                        if !text.is_empty() {
+                            yield Ok(EngineEvent::Reasoning(text));
+                        }
+                    }
+                    Ok(EngineEvent::Finish { usage: used, .. }) => {
+                        add(&mut usage, used);
+                        finished = true;
+                        break;
+                    }
+                    Ok(other) => yield Ok(other),
+                    Err(e) => {
+                        yield Err(e);
+                        return;
+                    }
+                }
+            }
+            if !finished {
+                return;
+            }
+            let (prompt, mut params) = match second.build(&raw) {
+                Ok(next) => next,
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            };
+            // Reasoning tokens count against max_tokens, as OpenAI counts them.
+            let used = u32::try_from(usage.completion_tokens).unwrap_or(u32::MAX);
+            params.max_tokens = max_tokens.map(|max| max.saturating_sub(used).max(1));
+            stream = match runner.complete(&prompt, params, true) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            };
+        }
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(EngineEvent::Text(text)) => {
+                    for event in out.push(&text) {
+                        yield Ok(event);
+                    }
+                }
+                Ok(EngineEvent::Finish { reason, usage: used }) => {
+                    for event in out.finish() {
+                        yield Ok(event);
+                    }
+                    add(&mut usage, used);
+                    yield Ok(EngineEvent::Finish { reason: out.reason(reason), usage });
+                    return;
+                }
+                Ok(other) => yield Ok(other),
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            }
+        }
+    })
+}
+
+fn add(total: &mut TokenUsage, more: TokenUsage) {
+    total.prompt_tokens += more.prompt_tokens;
+    total.completion_tokens += more.completion_tokens;
+}
+
+/// Turns the text of the (last) pass into events.
+struct Output {
+    /// Splits a thinking model's `<think>` block off.
+    think: Option<ThinkSplitter>,
+    /// Send the think block as `Reasoning` (else drop it).
+    keep_reasoning: bool,
+    /// Parses tool calls out of the content.
+    tools: Option<ToolCallParser>,
+    /// Trims the whitespace a JSON grammar allows around the value.
+    json: Option<WsTrim>,
+    next_index: u32,
+}
+
+impl Output {
+    fn push(&mut self, text: &str) -> Vec<EngineEvent> {
+        let mut events = Vec::new();
+        match self.think.as_mut() {
+            Some(think) => {
+                let mut pieces = Vec::new();
+                think.push(text, &mut pieces);
+                self.pieces(pieces, &mut events);
+            }
+            None => self.content(text, &mut events),
+        }
+        events
+    }
+
+    fn finish(&mut self) -> Vec<EngineEvent> {
+        let mut events = Vec::new();
+        if let Some(think) = self.think.as_mut() {
+            let mut pieces = Vec::new();
+            think.finish(&mut pieces);
+            self.pieces(pieces, &mut events);
+        }
+        if let Some(tools) = self.tools.as_mut() {
+            let mut parsed = Vec::new();
+            tools.finish(&mut parsed);
+            self.parsed(parsed, &mut events);
+        }
+        if let Some(json) = self.json.as_mut() {
+            json.finish();
+        }
+        events
+    }
+
+    /// The finish reason to report: `tool_calls` when the reply ended by
+    /// itself after calling tools.
+    fn reason(&self, reason: FinishReason) -> FinishReason {
+        let called = self.tools.as_ref().is_some_and(|t| t.calls() > 0);
+        if called && reason == FinishReason::Stop {
+            FinishReason::ToolCalls
+        } else {
+            reason
+        }
+    }
+
+    fn pieces(&mut self, pieces: Vec<Piece>, events: &mut Vec<EngineEvent>) {
+        for piece in pieces {
+            match piece {
+                Piece::Reasoning(text) => {
+                    if self.keep_reasoning {
+                        events.push(EngineEvent::Reasoning(text));
+                    }
+                }
+                Piece::Content(text) => self.content(&text, events),
+            }
+        }
+    }
+
+    fn content(&mut self, text: &str, events: &mut Vec<EngineEvent>) {
+        if let Some(tools) = self.tools.as_mut() {
+            let mut parsed = Vec::new();
+            tools.push(text, &mut parsed);
+            self.parsed(parsed, events);
+        } else if let Some(json) = self.json.as_mut() {
+            let text = json.push(text);
+            if !text.is_empty() {
+                events.push(EngineEvent::Text(text));
+            }
+        } else if !text.is_empty() {
+            events.push(EngineEvent::Text(text.to_owned()));
+        }
+    }
+
+    /// Parsed output as events: a call is a first chunk with its index, id
+    /// and name, then one with its arguments.
+    fn parsed(&mut self, parsed: Vec<Parsed>, events: &mut Vec<EngineEvent>) {
+        for item in parsed {
+            match item {
+                Parsed::Text(text) => events.push(EngineEvent::Text(text)),
+                Parsed::Call { name, arguments } => {
+                    let index = self.next_index;
+                    self.next_index += 1;
+                    events.push(EngineEvent::ToolCall(ToolCallChunk {
+                        index,
+                        id: Some(tools::call_id()),
+                        name: Some(name),
+                        arguments: String::new(),
+                    }));
+                    events.push(EngineEvent::ToolCall(ToolCallChunk {
+                        index,
+                        id: None,
+                        name: None,
+                        arguments,
+                    }));
+                }
+            }
+        }
+    }
+}

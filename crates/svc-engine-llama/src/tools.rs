@@ -1,0 +1,581 @@
+//! Tools: putting the functions into the prompt for templates that do not
+//! render `tools` themselves (a Hermes-style system block), rewriting tool
+//! calls and tool results in the history for templates that do not know
+//! them, and parsing the model's tool calls out of its streamed output.
+//!
+//! The call format is Hermes' (Qwen2.5, SmolLM2, NousHermes and most
+//! ChatML models): `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`.
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use svc_core::engine::{ChatMessage, ToolSpec};
+
+use crate::markup::{partial_tag_len, trailing_ws_len};
+use crate::reasoning::with_system_note;
+
+/// Opens a tool call.
+pub(crate) const CALL_OPEN: &str = "<tool_call>";
+/// Closes it.
+pub(crate) const CALL_CLOSE: &str = "</tool_call>";
+
+/// What a chat template knows of tools, read from its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ToolSupport {
+    /// It renders the `tools` variable.
+    pub(crate) tools: bool,
+    /// It renders assistant messages' `tool_calls`.
+    pub(crate) tool_calls: bool,
+    /// It renders messages of the `tool` role.
+    pub(crate) tool_role: bool,
+}
+
+impl ToolSupport {
+    /// What `source` (a chat template) handles.
+    pub(crate) fn of(source: &str) -> Self {
+        ToolSupport {
+            tools: source.contains("tools"),
+            tool_calls: source.contains("tool_calls"),
+            tool_role: source.contains("'tool'") || source.contains("\"tool\""),
+        }
+    }
+}
+
+/// The Hermes-style system block that lists `tools` and says how to call them
+/// (Qwen2.5's wording).
+pub(crate) fn system_block(tools: &[ToolSpec]) -> String {
+    let mut block = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for tool in tools {
+        block.push('\n');
+        block.push_str(&tool_json(tool));
+    }
+    block.push_str("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    block
+}
+
+/// A tool in OpenAI's shape, keys in OpenAI's order.
+fn tool_json(tool: &ToolSpec) -> String {
+    let mut function = format!("{{\"name\": {}", Value::String(tool.name.clone()));
+    if let Some(description) = &tool.description {
+        function.push_str(&format!(
+            ", \"description\": {}",
+            Value::String(description.clone())
+        ));
+    }
+    function.push_str(&format!(", \"parameters\": {}}}", tool.parameters));
+    format!("{{\"type\": \"function\", \"function\": {function}}}")
+}
+
+/// The messages to render: the history rewritten for what the template
+/// cannot show (tool calls as `<tool_call>` text in the assistant's content,
+/// tool results as user `<tool_response>` messages), and, when `tools` are
+/// offered and the template does not render them, the system block.
+pub(crate) fn prepare_messages(
+    messages: &[ChatMessage],
+    tools: &[ToolSpec],
+    support: ToolSupport,
+) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = messages
+        .iter()
+        .map(|message| match message {
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } if !tool_calls.is_empty() && !support.tool_calls => {
+                let mut text = content.clone().unwrap_or_default();
+                for call in tool_calls {
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    let arguments = match serde_json::from_str::<Value>(&call.arguments) {
+                        Ok(_) => call.arguments.trim().to_owned(),
+                        Err(_) => Value::String(call.arguments.clone()).to_string(),
+                    };
+                    text.push_str(&format!(
+                        "{CALL_OPEN}\n{{\"name\": {}, \"arguments\": {arguments}}}\n{CALL_CLOSE}",
+                        Value::String(call.name.clone())
+                    ));
+                }
+                ChatMessage::Assistant {
+                    content: Some(text),
+                    tool_calls: Vec::new(),
+                }
+            }
+            ChatMessage::Tool { content, .. } if !support.tool_role => {
+                ChatMessage::User(format!("<tool_response>\n{content}\n</tool_response>"))
+            }
+            other => other.clone(),
+        })
+        .collect();
+    if !tools.is_empty() && !support.tools {
+        out = with_system_note(&out, &system_block(tools));
+    }
+    out
+}
+
+/// What the parser found in the output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Parsed {
+    /// Reply text.
+    Text(String),
+    /// A complete, valid call of a known function; `arguments` is a JSON object's text.
+    Call { name: String, arguments: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing visible yet: the output may turn out to be a bare JSON call.
+    Start,
+    /// Reply text, outside any call.
+    Text,
+    /// Inside `<tool_call>`, before `</tool_call>`.
+    Call,
+    /// The output started with `{` or `[`: held whole until the end.
+    Bare,
+}
+
+/// Parses streamed output into text and tool calls.
+///
+/// - Text outside `<tool_call>…</tool_call>` blocks is sent as it comes,
+///   except an end that may still become `<tool_call>` (and the whitespace
+///   before it), so no markup ever reaches the client.
+/// - A block becomes one call (or several, when it holds a JSON array of
+///   calls) when its JSON is `{"name": <a function offered>, "arguments":
+///   {...}}` (`parameters` is accepted for `arguments`; arguments given as a
+///   JSON string holding an object are accepted too). Anything else (not
+///   JSON, an unknown function, arguments that are not an object) is sent as
+///   text, tags and all: svc never reports a call the client did not offer.
+///   A block still open when the output ends is a call when its JSON is
+///   complete and valid, and is dropped otherwise (half a call, cut off by
+///   `max_tokens`, is neither a call nor text).
+/// - Output that starts with `{` or `[` is held to the end and becomes calls
+///   when it is, as a whole, a call or an array of calls (Llama 3 style), and
+///   text otherwise.
+/// - Whitespace next to a call block is dropped; other text before, between
+///   and after calls is sent as text.
+#[derive(Debug)]
+pub(crate) struct ToolCallParser {
+    names: Vec<String>,
+    state: State,
+    buf: String,
+    /// Whitespace at the start of the next text is to be skipped (after a call).
+    skip_ws: bool,
+    calls: usize,
+}
+
+impl ToolCallParser {
+    /// A parser that accepts calls of the functions `names`.
+    pub(crate) fn new(names: Vec<String>) -> Self {
+        ToolCallParser {
+            names,
+            state: State::Start,
+            buf: String::new(),
+            skip_ws: false,
+            calls: 0,
+        }
+    }
+
+    /// How many calls were found so far.
+    pub(crate) fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// Adds streamed text; what is certain now goes to `out`.
+    pub(crate) fn push(&mut self, text: &str, out: &mut Vec<Parsed>) {
+        self.buf.push_str(text);
+        loop {
+            match self.state {
+                State::Start => {
+                    let visible = self.buf.trim_start();
+                    if visible.is_empty() {
+                        return;
+                    }
+                    self.state = if visible.starts_with('{') || visible.starts_with('[') {
+                        State::Bare
+                    } else {
+                        State::Text
+                    };
+                }
+                State::Text => {
+                    if let Some(at) = self.buf.find(CALL_OPEN) {
+                        let before = self.buf[..at].trim_end().to_owned();
+                        self.text(before, out);
+                        self.buf.drain(..at + CALL_OPEN.len());
+                        self.state = State::Call;
+                        continue;
+                    }
+                    let partial = partial_tag_len(&self.buf, CALL_OPEN);
+                    let head_len = self.buf.len() - partial;
+                    let keep = partial + trailing_ws_len(&self.buf[..head_len]);
+                    let rest = self.buf.split_off(self.buf.len() - keep);
+                    let head = std::mem::replace(&mut self.buf, rest);
+                    self.text(head, out);
+                    return;
+                }
+                State::Call => {
+                    let Some(at) = self.buf.find(CALL_CLOSE) else {
+                        return;
+                    };
+                    let body: String = self.buf[..at].to_owned();
+                    self.buf.drain(..at + CALL_CLOSE.len());
+                    self.block(&body, out);
+                    self.state = State::Text;
+                }
+                State::Bare => return,
+            }
+        }
+    }
+
+    /// Ends the output: an unclosed block becomes calls when its JSON is
+    /// complete and valid, and is dropped otherwise; held text is sent.
+    pub(crate) fn finish(&mut self, out: &mut Vec<Parsed>) {
+        let rest = std::mem::take(&mut self.buf);
+        match self.state {
+            State::Start => self.text(rest, out),
+            State::Text => {
+                let rest = if self.calls > 0 {
+                    rest.trim_end().to_owned()
+                } else {
+                    rest
+                };
+                self.text(rest, out);
+            }
+            State::Call => {
+                // Cut off (length, a stop sequence) or ended without its
+                // close tag: a call when its JSON is complete, else dropped,
+                // so half a call never shows as text.
+                if let Some(calls) = self.parse_calls(&rest) {
+                    self.found(calls, out);
+                }
+            }
+            State::Bare => match self.parse_calls(&rest) {
+                Some(calls) => self.found(calls, out),
+                None => self.text(rest, out),
+            },
+        }
+        self.state = State::Text;
+    }
+
+    /// Sends reply text (skipping whitespace right after a call).
+    fn text(&mut self, text: String, out: &mut Vec<Parsed>) {
+        let text = if self.skip_ws {
+            let trimmed = text.trim_start().to_owned();
+            self.skip_ws = trimmed.is_empty();
+            trimmed
+        } else {
+            text
+        };
+        if !text.is_empty() {
+            out.push(Parsed::Text(text));
+        }
+    }
+
+    /// A closed `<tool_call>` block's body: calls, or the block as text.
+    fn block(&mut self, body: &str, out: &mut Vec<Parsed>) {
+        match self.parse_calls(body) {
+            Some(calls) => self.found(calls, out),
+            None => self.text(format!("{CALL_OPEN}{body}{CALL_CLOSE}"), out),
+        }
+    }
+
+    fn found(&mut self, calls: Vec<Parsed>, out: &mut Vec<Parsed>) {
+        self.calls += calls.len();
+        out.extend(calls);
+        self.skip_ws = true;
+    }
+
+    /// `text` as one call or an array of calls of known functions; `None` when it is anything else.
+    fn parse_calls(&self, text: &str) -> Option<Vec<Parsed>> {
+        let text = text.trim();
+        if text.starts_with('[') {
+            let items: Vec<RawCall> = serde_json::from_str(text).ok()?;
+            if items.is_empty() {
+                return None;
+            }
+            items.into_iter().map(|c| self.call(c)).collect()
+        } else {
+            let call: RawCall = serde_json::from_str(text).ok()?;
+            Some(vec![self.call(call)?])
+        }
+    }
+
+    fn call(&self, call: RawCall) -> Option<Parsed> {
+        if !self.names.contains(&call.name) {
+            return None;
+        }
+        let arguments = match call.arguments {
+            None => "{}".to_owned(),
+            Some(raw) => {
+                let raw = raw.get().trim();
+                if raw.starts_with('{') {
+                    raw.to_owned()
+                } else if raw.starts_with('"') {
+                    // Arguments as a string that holds the JSON object.
+                    let inner: String = serde_json::from_str(raw).ok()?;
+                    match serde_json::from_str::<Value>(&inner).ok()? {
+                        Value::Object(_) => inner.trim().to_owned(),
+                        _ => return None,
+                    }
+                } else {
+                    return None;
+                }
+            }
+        };
+        Some(Parsed::Call {
+            name: call.name,
+            arguments,
+        })
+    }
+}
+
+/// One call as models write it; arguments kept as the model wrote them.
+#[derive(Deserialize)]
+struct RawCall {
+    name: String,
+    #[serde(alias = "parameters")]
+    arguments: Option<Box<RawValue>>,
+}
+
+/// A fresh call id: `call_` and 24 random letters and digits.
+pub(crate) fn call_id() -> String {
+    use rand::Rng as _;
+    let suffix: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(24)
+        .map(char::from)
+        .collect();
+    format!("call_{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+    use svc_core::engine::ToolCallSpec;
+
+    use crate::reasoning::DEFAULT_SYSTEM;
+
+    fn parse(pieces: &[&str]) -> Vec<Parsed> {
+        let mut p = ToolCallParser::new(vec!["get_weather".into(), "get_time".into()]);
+        let mut out = Vec::new();
+        for piece in pieces {
+            p.push(piece, &mut out);
+        }
+        p.finish(&mut out);
+        // Adjacent text pieces joined, so chunkings compare equal.
+        let mut merged: Vec<Parsed> = Vec::new();
+        for item in out {
+            match (merged.last_mut(), item) {
+                (Some(Parsed::Text(a)), Parsed::Text(b)) => a.push_str(&b),
+                (_, item) => merged.push(item),
+            }
+        }
+        merged
+    }
+
+    fn text(s: &str) -> Parsed {
+        Parsed::Text(s.into())
+    }
+
+    fn call(name: &str, arguments: &str) -> Parsed {
+        Parsed::Call {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn cases() -> Vec<(&'static str, Vec<Parsed>)> {
+        vec![
+            ("Just text.", vec![text("Just text.")]),
+            (
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                vec![call("get_weather", "{\"city\": \"Paris\"}")],
+            ),
+            (
+                "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n",
+                vec![
+                    text("Let me check."),
+                    call("get_weather", "{\"city\": \"Paris\"}"),
+                    call("get_time", "{}"),
+                ],
+            ),
+            (
+                "<tool_call>[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}]</tool_call> Done.",
+                vec![
+                    call("get_time", "{}"),
+                    call("get_weather", "{\"city\": \"Oslo\"}"),
+                    text("Done."),
+                ],
+            ),
+            (
+                "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",
+                vec![text(
+                    "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",
+                )],
+            ),
+            (
+                "<tool_call>not json</tool_call> ok",
+                vec![text("<tool_call>not json</tool_call> ok")],
+            ),
+            (
+                "{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Rome\\\"}\"}",
+                vec![call("get_weather", "{\"city\": \"Rome\"}")],
+            ),
+            ("{\"a\": 1}", vec![text("{\"a\": 1}")]),
+            ("[1] is a footnote", vec![text("[1] is a footnote")]),
+            (
+                "a < b <tool and <tool_call",
+                vec![text("a < b <tool and <tool_call")],
+            ),
+            (
+                "Unclosed: <tool_call>{\"name\": \"get_time\", \"arguments\": {}}",
+                vec![text("Unclosed:"), call("get_time", "{}")],
+            ),
+            (
+                "Cut off: <tool_call>{\"name\": \"get_ti",
+                vec![text("Cut off:")],
+            ),
+            (
+                "é😀 <tool_call>{\"name\":\"get_time\"}</tool_call>😀",
+                vec![text("é😀"), call("get_time", "{}"), text("😀")],
+            ),
+            ("  \n", vec![text("  \n")]),
+        ]
+    }
+
+    #[test]
+    fn calls_and_text_parse() {
+        for (output, expected) in cases() {
+            assert_eq!(parse(&[output]), expected, "{output:?}");
+        }
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_result() {
+        for (output, expected) in cases() {
+            for (at, _) in output.char_indices() {
+                assert_eq!(
+                    parse(&[&output[..at], &output[at..]]),
+                    expected,
+                    "{output:?} split at {at}"
+                );
+            }
+            // One character at a time.
+            let chars: Vec<String> = output.chars().map(String::from).collect();
+            let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
+            assert_eq!(parse(&refs), expected, "{output:?} char by char");
+        }
+    }
+
+    #[test]
+    fn markup_of_a_valid_call_never_streams_as_text() {
+        let output = "Sure. <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+        let mut p = ToolCallParser::new(vec!["get_time".into()]);
+        let mut out = Vec::new();
+        for c in output.chars() {
+            p.push(&c.to_string(), &mut out);
+        }
+        p.finish(&mut out);
+        for item in &out {
+            if let Parsed::Text(t) = item {
+                assert!(!t.contains('<') && !t.contains('{'), "{out:?}");
+            }
+        }
+        assert_eq!(p.calls(), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn any_chunking_gives_the_same_result(
+            before in "[a-z <>\n]{0,12}",
+            between in "[a-z <>\n]{0,12}",
+            city in "[a-zA-Z ]{0,10}",
+            cuts in proptest::collection::vec(0usize..200, 0..10),
+        ) {
+            let output = format!(
+                "{before}<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{city}\"}}}}\n</tool_call>{between}<tool_call>{{\"name\": \"get_time\", \"arguments\": {{}}}}</tool_call>"
+            );
+            let whole = parse(&[&output]);
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (output.len() + 1)).collect();
+            bounds.extend([0, output.len()]);
+            bounds.sort_unstable();
+            bounds.dedup();
+            let parts: Vec<&str> = bounds.windows(2).map(|w| &output[w[0]..w[1]]).collect();
+            prop_assert_eq!(&parse(&parts), &whole);
+            let calls: Vec<&Parsed> = whole.iter().filter(|p| matches!(p, Parsed::Call { .. })).collect();
+            prop_assert_eq!(calls.len(), 2);
+            let city_args = format!("{{\"city\": \"{city}\"}}");
+            prop_assert_eq!(calls[0], &call("get_weather", &city_args));
+        }
+    }
+
+    #[test]
+    fn ids_look_like_openais() {
+        let id = call_id();
+        assert_eq!(id.len(), 29);
+        assert!(id.starts_with("call_"));
+        assert!(id[5..].chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(call_id(), id);
+    }
+
+    #[test]
+    fn history_is_rewritten_for_templates_without_tools() {
+        let tools = [ToolSpec {
+            name: "get_weather".into(),
+            description: Some("Weather in a city".into()),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        }];
+        let messages = [
+            ChatMessage::User("Weather in Paris?".into()),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCallSpec {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Paris\"}".into(),
+                }],
+            },
+            ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: "18°C".into(),
+            },
+        ];
+        let out = prepare_messages(&messages, &tools, ToolSupport::default());
+        assert_eq!(out.len(), 4);
+        let ChatMessage::System(system) = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert!(system.starts_with(DEFAULT_SYSTEM));
+        assert!(system.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather in a city\", \"parameters\": "), "{system}");
+        assert_eq!(
+            out[2],
+            ChatMessage::Assistant {
+                content: Some(
+                    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>".into()
+                ),
+                tool_calls: vec![],
+            }
+        );
+        assert_eq!(
+            out[3],
+            ChatMessage::User("<tool_response>\n18°C\n</tool_response>".into())
+        );
+
+        // A template that knows tools gets the history as it is.
+        let all = ToolSupport {
+            tools: true,
+            tool_calls: true,
+            tool_role: true,
+        };
+        assert_eq!(prepare_messages(&messages, &tools, all), messages.to_vec());
+        assert_eq!(
+            ToolSupport::of(
+                "{% if tools %}{{ message.tool_calls }}{% elif message.role == \"tool\" %}"
+            ),
+            all
+        );
+    }
+}

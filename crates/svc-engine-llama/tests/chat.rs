@@ -1,0 +1,625 @@
+//! The chat layer end to end on tiny GGUF models the tests write themselves:
+//! JSON output forced by a grammar (random weights, so the grammar does all
+//! the work), tool calls (forced and parsed), think blocks of thinking
+//! templates, and the explicit two-pass reasoning.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+use svc_core::engine::{
+    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
+    OutputFormat, Sampling, TokenUsage, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+};
+use svc_engine_llama::testing::{TINY_TEMPLATE, TinyModel};
+use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+use tempfile::TempDir;
+
+const HELLO: &str = "Hello, world! é 😀 end.";
+
+struct Fixture {
+    engine: LlamaEngine,
+    _dir: TempDir,
+}
+
+fn engine(model: &TinyModel, context: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    model.write(&path).unwrap();
+    let mut options = LlamaEngineOptions::new(&path);
+    options.parallel = 2;
+    options.queue_capacity = 4;
+    options.context_per_sequence = context;
+    options.threads = Some(2);
+    let engine = LlamaEngine::load(&options).unwrap();
+    Fixture { engine, _dir: dir }
+}
+
+fn greedy() -> Sampling {
+    Sampling {
+        temperature: 0.0,
+        ..Sampling::default()
+    }
+}
+
+fn request(user: &str) -> GenerateRequest {
+    GenerateRequest {
+        messages: vec![ChatMessage::User(user.into())],
+        sampling: greedy(),
+        max_tokens: Some(200),
+        stop: vec![],
+        tools: vec![],
+        tool_choice: ToolChoiceSpec::Auto,
+        output: OutputFormat::Text,
+        reasoning: false,
+    }
+}
+
+/// Everything a stream said, in order.
+#[derive(Debug, Default)]
+struct Outcome {
+    events: Vec<EngineEvent>,
+    reason: Option<FinishReason>,
+    usage: TokenUsage,
+}
+
+impl Outcome {
+    fn text(&self) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                EngineEvent::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn reasoning(&self) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                EngineEvent::Reasoning(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tool calls, assembled from their chunks: (id, name, arguments).
+    fn calls(&self) -> Vec<(String, String, String)> {
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        for e in &self.events {
+            if let EngineEvent::ToolCall(chunk) = e {
+                let i = chunk.index as usize;
+                if i == calls.len() {
+                    calls.push((
+                        chunk.id.clone().expect("the first chunk has the id"),
+                        chunk.name.clone().expect("the first chunk has the name"),
+                        String::new(),
+                    ));
+                } else {
+                    assert!(chunk.id.is_none() && chunk.name.is_none(), "{chunk:?}");
+                }
+                calls[i].2.push_str(&chunk.arguments);
+            }
+        }
+        calls
+    }
+
+    /// Reasoning never follows text or tool calls.
+    fn assert_reasoning_first(&self) {
+        let first_other = self
+            .events
+            .iter()
+            .position(|e| !matches!(e, EngineEvent::Reasoning(_)))
+            .unwrap_or(self.events.len());
+        assert!(
+            self.events[first_other..]
+                .iter()
+                .all(|e| !matches!(e, EngineEvent::Reasoning(_))),
+            "{:?}",
+            self.events
+        );
+    }
+}
+
+async fn collect(mut stream: EventStream) -> Outcome {
+    let mut out = Outcome::default();
+    let next = async {
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                EngineEvent::Finish { reason, usage } => {
+                    assert!(stream.next().await.is_none(), "events after finish");
+                    out.reason = Some(reason);
+                    out.usage = usage;
+                    return;
+                }
+                EngineEvent::Text(t) | EngineEvent::Reasoning(t) if t.is_empty() => {
+                    panic!("empty text event")
+                }
+                event => out.events.push(event),
+            }
+        }
+        panic!("stream ended without a finish event");
+    };
+    tokio::time::timeout(Duration::from_secs(120), next)
+        .await
+        .expect("generation timed out");
+    out
+}
+
+async fn run(engine: &LlamaEngine, request: GenerateRequest) -> Outcome {
+    collect(engine.generate(request).await.unwrap()).await
+}
+
+fn valid(schema: &Value, instance: &Value) -> bool {
+    jsonschema::validator_for(schema)
+        .unwrap()
+        .is_valid(instance)
+}
+
+/// A schema whose every value is bounded, so even random weights must end it.
+fn city_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+            "windy": {"type": "boolean"}
+        },
+        "required": ["city", "days", "unit", "windy"],
+        "additionalProperties": false
+    })
+}
+
+fn weather_tool(city: Value) -> ToolSpec {
+    ToolSpec {
+        name: "get_weather".into(),
+        description: Some("The weather in a city".into()),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "city": city,
+                "unit": {"enum": ["celsius", "fahrenheit"]}
+            },
+            "required": ["city"]
+        }),
+    }
+}
+
+fn time_tool() -> ToolSpec {
+    ToolSpec {
+        name: "get_time".into(),
+        description: None,
+        parameters: json!({
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 8}},
+            "required": ["zone"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+#[tokio::test]
+async fn json_schema_output_is_forced_even_on_random_weights() {
+    let f = engine(&TinyModel::hello(), 512);
+    let schema = city_schema();
+    for sampling in [
+        greedy(),
+        Sampling {
+            temperature: 1.0,
+            seed: Some(3),
+            ..Sampling::default()
+        },
+        Sampling {
+            temperature: 1.0,
+            seed: Some(4),
+            ..Sampling::default()
+        },
+    ] {
+        let mut req = request("Weather?");
+        req.sampling = sampling;
+        req.output = OutputFormat::JsonSchema {
+            name: "weather".into(),
+            schema: schema.clone(),
+        };
+        let out = run(&f.engine, req).await;
+        let text = out.text();
+        // Generation ended because the JSON was complete, not at max_tokens.
+        assert_eq!(out.reason, Some(FinishReason::Stop), "{text}");
+        assert!(out.usage.completion_tokens < 200);
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(valid(&schema, &value), "{text}");
+        assert_eq!(text.trim(), text, "whitespace around the value is trimmed");
+    }
+}
+
+#[tokio::test]
+async fn json_object_output_follows_the_model_within_the_grammar() {
+    // A model that wants to write JSON writes it unchanged...
+    let f = engine(&TinyModel::scripted(&["{\"a\"", ": [1, ", "true]}"]), 256);
+    let mut req = request("JSON please");
+    req.output = OutputFormat::JsonObject;
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.text(), "{\"a\": [1, true]}");
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+    // ...and one that does not is made to start an object.
+    let f = engine(&TinyModel::hello(), 256);
+    req.max_tokens = Some(8);
+    let out = run(&f.engine, req).await;
+    assert!(out.text().starts_with('{'), "{}", out.text());
+}
+
+#[tokio::test]
+async fn an_unsupported_schema_is_an_invalid_request() {
+    let f = engine(&TinyModel::hello(), 256);
+    let mut req = request("Hi");
+    req.output = OutputFormat::JsonSchema {
+        name: "x".into(),
+        schema: json!({"$ref": "https://example.com/remote.json"}),
+    };
+    match f.engine.generate(req).await.err() {
+        Some(EngineError::InvalidRequest { param, .. }) => {
+            assert_eq!(param.as_deref(), Some("response_format.json_schema.schema"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_named_tool_choice_forces_a_schema_valid_call() {
+    let f = engine(&TinyModel::hello(), 1024);
+    let weather = weather_tool(json!({"type": "string", "maxLength": 16}));
+    for seed in [None, Some(1), Some(2)] {
+        let mut req = request("What is the weather in Paris?");
+        if seed.is_some() {
+            req.sampling = Sampling {
+                temperature: 1.0,
+                seed,
+                ..Sampling::default()
+            };
+        }
+        req.tools = vec![time_tool(), weather.clone()];
+        req.tool_choice = ToolChoiceSpec::Function("get_weather".into());
+        let out = run(&f.engine, req).await;
+        assert_eq!(out.reason, Some(FinishReason::ToolCalls), "{out:?}");
+        assert_eq!(out.text(), "", "no text beside a forced call");
+        let calls = out.calls();
+        assert_eq!(calls.len(), 1, "{out:?}");
+        let (id, name, arguments) = &calls[0];
+        assert!(id.starts_with("call_") && id.len() == 29, "{id}");
+        assert_eq!(name, "get_weather");
+        let arguments: Value = serde_json::from_str(arguments).unwrap();
+        assert!(valid(&weather.parameters, &arguments), "{arguments}");
+    }
+}
+
+#[tokio::test]
+async fn required_tool_choice_calls_one_of_the_tools() {
+    let f = engine(&TinyModel::hello(), 1024);
+    let tools = vec![
+        time_tool(),
+        weather_tool(json!({"type": "string", "maxLength": 16})),
+    ];
+    let mut req = request("Anything");
+    req.tools = tools.clone();
+    req.tool_choice = ToolChoiceSpec::Required;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls), "{out:?}");
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1);
+    let tool = tools.iter().find(|t| t.name == calls[0].1).unwrap();
+    let arguments: Value = serde_json::from_str(&calls[0].2).unwrap();
+    assert!(valid(&tool.parameters, &arguments), "{arguments}");
+
+    // Naming a function that is not offered, or requiring a call of nothing, is refused.
+    let mut req = request("Anything");
+    req.tools = tools;
+    req.tool_choice = ToolChoiceSpec::Function("launch".into());
+    let err = f.engine.generate(req.clone()).await.err();
+    assert!(
+        matches!(&err, Some(EngineError::InvalidRequest { param: Some(p), .. }) if p == "tool_choice"),
+        "{err:?}"
+    );
+    req.tools = vec![];
+    req.tool_choice = ToolChoiceSpec::Required;
+    let err = f.engine.generate(req).await.err();
+    assert!(
+        matches!(&err, Some(EngineError::InvalidRequest { param: Some(p), .. }) if p == "tool_choice"),
+        "{err:?}"
+    );
+}
+
+/// A model that says a few words, then calls get_weather for Paris.
+fn calling_model() -> TinyModel {
+    TinyModel::scripted(&[
+        "Let",
+        " me",
+        " check.\n",
+        "<tool_call>\n",
+        "{\"name\": \"get_weather\", ",
+        "\"arguments\": {\"city\": \"Paris\"}}",
+        "\n</tool_call>",
+    ])
+}
+
+#[tokio::test]
+async fn tool_calls_in_the_output_become_tool_call_chunks() {
+    let f = engine(&calling_model(), 1024);
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+    assert_eq!(out.text(), "Let me check.");
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, "{\"city\": \"Paris\"}");
+    // Text comes before the call; no markup leaks into it.
+    let first_call = out
+        .events
+        .iter()
+        .position(|e| matches!(e, EngineEvent::ToolCall(_)))
+        .unwrap();
+    assert!(
+        out.events[first_call..]
+            .iter()
+            .all(|e| matches!(e, EngineEvent::ToolCall(_)))
+    );
+
+    // A function that was not offered is not a call: the block stays text.
+    let mut other = req.clone();
+    other.tools = vec![time_tool()];
+    let out = run(&f.engine, other).await;
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+    assert!(out.calls().is_empty());
+    assert!(out.text().contains("<tool_call>"), "{}", out.text());
+
+    // With tool_choice none there are no tools in the prompt and no parsing.
+    let mut none = req;
+    none.tool_choice = ToolChoiceSpec::None;
+    let out = run(&f.engine, none).await;
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+    assert!(out.text().ends_with("</tool_call>"), "{}", out.text());
+}
+
+#[tokio::test]
+async fn the_tools_and_a_tool_history_reach_a_template_without_tools() {
+    let f = engine(&calling_model(), 1024);
+    let tools = vec![weather_tool(json!({"type": "string"}))];
+    let messages = vec![
+        ChatMessage::User("Weather in Paris?".into()),
+        ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![ToolCallSpec {
+                id: "call_1".into(),
+                name: "get_weather".into(),
+                arguments: "{\"city\":\"Paris\"}".into(),
+            }],
+        },
+        ChatMessage::Tool {
+            tool_call_id: "call_1".into(),
+            content: "18°C".into(),
+        },
+    ];
+    // The tiny template only knows role and content: the tools become a
+    // system block, the call assistant text, the result a user message.
+    let mut req = request("");
+    req.messages = messages;
+    req.tools = tools;
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.calls().len(), 1);
+    let prompt_tokens = out.usage.prompt_tokens;
+    let plain = f
+        .engine
+        .render_prompt(&req.messages[..1], &[], &Default::default())
+        .unwrap();
+    assert!(prompt_tokens > f.engine.tokenize(&plain).len() as u64 + 100);
+}
+
+#[tokio::test]
+async fn auto_tools_with_a_json_format_allow_a_call_or_json() {
+    let calls_at_once = TinyModel::scripted(&[
+        "<tool_call>\n",
+        "{\"name\": \"get_weather\", ",
+        "\"arguments\": {\"city\": \"Paris\"}}",
+        "\n</tool_call>",
+    ]);
+    let f = engine(&calls_at_once, 1024);
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    req.output = OutputFormat::JsonSchema {
+        name: "weather".into(),
+        schema: city_schema(),
+    };
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls), "{out:?}");
+    assert_eq!(out.calls()[0].2, "{\"city\": \"Paris\"}");
+
+    // A model that does not want either writes one or the other (random
+    // weights: every string is bounded, so it must end).
+    let f = engine(&TinyModel::hello(), 1024);
+    req.tools = vec![weather_tool(json!({"type": "string", "maxLength": 16}))];
+    let out = run(&f.engine, req).await;
+    if out.calls().is_empty() {
+        let value: Value =
+            serde_json::from_str(&out.text()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert!(valid(&city_schema(), &value), "{}", out.text());
+    } else {
+        assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+        assert_eq!(out.text(), "");
+    }
+}
+
+/// A Qwen3-like template: `enable_thinking=false` closes an empty think block.
+const QWEN3_LIKE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}";
+
+/// A DeepSeek-R1-like template: the generation prompt opens the think block.
+const R1_LIKE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
+
+#[tokio::test]
+async fn a_thinking_models_think_block_is_reasoning() {
+    let model = TinyModel::scripted(&[
+        "<think>",
+        "\nPon",
+        "dering.",
+        "\n</think>",
+        " Hi",
+        " there",
+        "!",
+    ])
+    .with_template(QWEN3_LIKE);
+    let f = engine(&model, 512);
+    let mut req = request("Hi");
+    req.reasoning = true;
+    let out = run(&f.engine, req.clone()).await;
+    out.assert_reasoning_first();
+    assert_eq!(out.reasoning(), "Pondering.");
+    assert_eq!(out.text(), "Hi there!");
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+    // svc: no reasoning, ever (the block is dropped).
+    req.reasoning = false;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reasoning(), "");
+    assert_eq!(out.text(), "Hi there!");
+}
+
+#[tokio::test]
+async fn a_think_block_opened_by_the_template_is_reasoning() {
+    let model = TinyModel::scripted(&["Pon", "dering.", "\n</think>", " Hi", " there", "!"])
+        .with_template(R1_LIKE);
+    let f = engine(&model, 512);
+    let mut req = request("Hi");
+    req.reasoning = true;
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reasoning(), "Pondering.");
+    assert_eq!(out.text(), "Hi there!");
+    req.reasoning = false;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reasoning(), "");
+    assert_eq!(out.text(), "Hi there!");
+}
+
+#[tokio::test]
+async fn a_thinking_model_thinks_before_a_grammar_constrained_answer() {
+    let model = TinyModel::scripted(&["Pon", "dering.", "\n</think>", " Hi", " there", "!"])
+        .with_template(R1_LIKE);
+    let f = engine(&model, 1024);
+    let mut req = request("Weather?");
+    req.reasoning = true;
+    req.output = OutputFormat::JsonSchema {
+        name: "weather".into(),
+        schema: city_schema(),
+    };
+    let before = f.engine.stats();
+    let out = run(&f.engine, req).await;
+    let after = f.engine.stats();
+    out.assert_reasoning_first();
+    assert_eq!(out.reasoning(), "Pondering.");
+    let value: Value = serde_json::from_str(&out.text()).unwrap();
+    assert!(valid(&city_schema(), &value), "{}", out.text());
+    // Two passes: usage covers both.
+    assert_eq!(
+        out.usage.prompt_tokens,
+        after.prompt_tokens - before.prompt_tokens
+    );
+    assert_eq!(
+        out.usage.completion_tokens,
+        after.generated_tokens - before.generated_tokens
+    );
+}
+
+#[tokio::test]
+async fn without_a_thinking_template_reasoning_is_a_pass_of_its_own() {
+    assert!(!TINY_TEMPLATE.contains("think"));
+    let f = engine(&TinyModel::hello(), 1024);
+    let mut req = request("Hi");
+    req.reasoning = true;
+    let before = f.engine.stats();
+    let out = run(&f.engine, req.clone()).await;
+    let after = f.engine.stats();
+    out.assert_reasoning_first();
+    // The reasoning pass starts the model off with "Let me think step by
+    // step."; the tiny model's "." is followed by its end of turn.
+    assert_eq!(out.reasoning(), "Let me think step by step.");
+    assert_eq!(out.text(), HELLO);
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+    // Both passes' prompts and generated tokens are counted.
+    assert_eq!(
+        out.usage.prompt_tokens,
+        after.prompt_tokens - before.prompt_tokens
+    );
+    assert_eq!(out.usage.completion_tokens, 1 + 13);
+    assert_eq!(
+        out.usage.completion_tokens,
+        after.generated_tokens - before.generated_tokens
+    );
+    // svc does not reason.
+    req.reasoning = false;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reasoning(), "");
+    assert_eq!(out.text(), HELLO);
+    assert_eq!(out.usage.completion_tokens, 13);
+}
+
+#[tokio::test]
+async fn reasoning_tokens_count_against_max_tokens() {
+    // The looping model never ends its turn: both passes run to their caps.
+    let f = engine(&TinyModel::looping(), 1024);
+    let mut req = request("Go");
+    req.reasoning = true;
+    req.max_tokens = Some(40);
+    let out = run(&f.engine, req).await;
+    out.assert_reasoning_first();
+    assert!(out.reasoning().starts_with("Let me think step by step."));
+    assert!(out.text().starts_with("Hello"), "{}", out.text());
+    assert_eq!(out.reason, Some(FinishReason::Length));
+    assert_eq!(out.usage.completion_tokens, 40);
+}
+
+#[tokio::test]
+async fn dropping_the_stream_cancels_either_pass() {
+    let f = engine(&TinyModel::looping(), 4096);
+    let mut req = request("Go on");
+    req.reasoning = true;
+    req.max_tokens = None;
+
+    // During the reasoning pass.
+    let mut stream = f.engine.generate(req.clone()).await.unwrap();
+    for _ in 0..3 {
+        assert!(matches!(
+            stream.next().await,
+            Some(Ok(EngineEvent::Reasoning(_)))
+        ));
+    }
+    drop(stream);
+    wait_idle(&f.engine, 1).await;
+
+    // During the answer pass.
+    let mut stream = f.engine.generate(req).await.unwrap();
+    loop {
+        match stream.next().await {
+            Some(Ok(EngineEvent::Reasoning(_))) => {}
+            Some(Ok(EngineEvent::Text(_))) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    drop(stream);
+    wait_idle(&f.engine, 2).await;
+    let stats = f.engine.stats();
+    // 2 reasoning passes of at most 256 tokens, and a few answer tokens.
+    assert!(stats.generated_tokens < 2 * 256 + 100, "{stats:?}");
+}
+
+async fn wait_idle(engine: &LlamaEngine, cancelled: u64) {
+    for _ in 0..200 {
+        let stats = engine.stats();
+        if stats.cancelled == cancelled && stats.active_sequences == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not cancelled: {:?}", engine.stats());
+}
