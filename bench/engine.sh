@@ -14,7 +14,7 @@
 #   `svc pull --data-dir ${SVC_BENCH_DATA_DIR:-$HOME/.cache/svc-bench}`.
 # Settings (environment):
 #   BENCH_THREADS=2  BENCH_PROMPT=512  BENCH_GEN=128  BENCH_RUNS=3 (timed runs per
-#   program)  BENCH_ROUNDS=3 (alternating svc / llama.cpp rounds)
+#   program)  BENCH_ROUNDS=5 (alternating svc / llama.cpp rounds)
 #   BENCH_FLASH_ATTN=auto|on|off  BENCH_PARALLEL=16  BENCH_CONTEXT (svc serve
 #   --context; default: serve's default)  BENCH_CONCURRENCY=1,4,16
 #   BENCH_MAX_TOKENS=128  BENCH_HTTP_ROUNDS=3  BENCH_QUIET_WAIT=120 (seconds to
@@ -32,7 +32,7 @@ threads=${BENCH_THREADS:-2}
 prompt=${BENCH_PROMPT:-512}
 gen=${BENCH_GEN:-128}
 runs=${BENCH_RUNS:-3}
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 flash=${BENCH_FLASH_ATTN:-auto}
 parallel=${BENCH_PARALLEL:-16}
 concurrency=${BENCH_CONCURRENCY:-1,4,16}
