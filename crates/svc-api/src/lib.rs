@@ -5,9 +5,11 @@
 //! `svc-core`. Responses serialize exactly in OpenAI's shape.
 
 pub mod chat;
+pub mod device;
 pub mod error;
 pub mod models;
 
 pub use chat::*;
+pub use device::*;
 pub use error::*;
 pub use models::*;

@@ -25,6 +25,31 @@ pub enum Command {
     },
     /// Download a model into the data directory and print its path on stdout.
     Pull(PullArgs),
+    /// Create and list dashboard accounts (operator commands).
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Create an account; the password is read from stdin (one line).
+    Create {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The account's email, used to sign in.
+        #[arg(long)]
+        email: String,
+        /// Make the account an admin (sees and revokes every key).
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List accounts: id, email, admin, created.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 /// Where the state lives; shared by every command that opens the store.
@@ -59,6 +84,21 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes [default: 4194304].
     #[arg(long, env = "SVC_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Where people reach the dashboard [default: <public-url>/dashboard].
+    #[arg(long, env = "SVC_DASHBOARD_URL", value_name = "URL")]
+    pub dashboard_url: Option<String>,
+    /// Let anyone create an account on the sign-in page [default: off].
+    #[arg(long, env = "SVC_ALLOW_SIGNUP", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub allow_signup: Option<bool>,
+    /// Lifetime of a device code, such as 10m [default: 600s].
+    #[arg(long, env = "SVC_DEVICE_CODE_LIFETIME", value_name = "DURATION")]
+    pub device_code_lifetime: Option<String>,
+    /// Seconds a device-flow client waits between polls [default: 5].
+    #[arg(long, env = "SVC_DEVICE_INTERVAL", value_name = "SECONDS")]
+    pub device_interval: Option<u32>,
+    /// Lifetime of a key issued by the device flow, such as 30d [default: 30d].
+    #[arg(long, env = "SVC_DEVICE_KEY_LIFETIME", value_name = "DURATION")]
+    pub device_key_lifetime: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

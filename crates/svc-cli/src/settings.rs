@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use svc_core::DeviceSettings;
+use svc_core::duration::parse_seconds;
 use svc_server::ServerConfig;
 use svc_server::config::DEFAULT_MAX_BODY_BYTES;
 
@@ -21,6 +23,11 @@ pub struct FileConfig {
     pub database_url: Option<String>,
     pub public_url: Option<String>,
     pub max_body_bytes: Option<usize>,
+    pub dashboard_url: Option<String>,
+    pub allow_signup: Option<bool>,
+    pub device_code_lifetime: Option<String>,
+    pub device_interval: Option<u32>,
+    pub device_key_lifetime: Option<String>,
     pub model: Option<PathBuf>,
     pub context: Option<u32>,
     pub parallel: Option<u32>,
@@ -193,6 +200,51 @@ impl ServeSettings {
         if max_body_bytes == 0 {
             bail!("max_body_bytes must be positive");
         }
+        let dashboard_url = args.dashboard_url.clone().or(file.dashboard_url.clone());
+        if let Some(url) = &dashboard_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("dashboard_url must start with http:// or https:// (got {url:?})");
+        }
+        let seconds =
+            |flag: &Option<String>, file: &Option<String>, name: &str, default: i64| match flag
+                .as_ref()
+                .or(file.as_ref())
+            {
+                Some(text) => parse_seconds(text)
+                    .with_context(|| format!("invalid {name}"))
+                    .and_then(|s| {
+                        if s > 0 {
+                            Ok(s)
+                        } else {
+                            bail!("{name} must be positive")
+                        }
+                    }),
+                None => Ok(default),
+            };
+        let device_defaults = DeviceSettings::default();
+        let interval = args
+            .device_interval
+            .or(file.device_interval)
+            .map_or(device_defaults.interval, i64::from);
+        if interval == 0 {
+            bail!("device_interval must be positive");
+        }
+        let device = DeviceSettings {
+            code_lifetime: seconds(
+                &args.device_code_lifetime,
+                &file.device_code_lifetime,
+                "device_code_lifetime",
+                device_defaults.code_lifetime,
+            )?,
+            interval,
+            key_lifetime: seconds(
+                &args.device_key_lifetime,
+                &file.device_key_lifetime,
+                "device_key_lifetime",
+                device_defaults.key_lifetime,
+            )?,
+        };
         Ok(ServeSettings {
             engine: EngineSettings::resolve(&args.engine, &file)?,
             store,
@@ -200,6 +252,9 @@ impl ServeSettings {
                 bind: args.bind.or(file.bind).unwrap_or(defaults.bind),
                 public_url,
                 max_body_bytes,
+                dashboard_url,
+                allow_signup: args.allow_signup.or(file.allow_signup).unwrap_or(false),
+                device,
             },
         })
     }

@@ -131,6 +131,11 @@ impl KeyService {
         self.store.list_keys(owner_id).await
     }
 
+    /// The key with this id (any state).
+    pub async fn get(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
+        self.store.key_by_id(id).await
+    }
+
     /// Revokes a key; false when it does not exist or was already revoked.
     pub async fn revoke(&self, id: &KeyId) -> Result<bool, StoreError> {
         self.store.revoke_key(id, now()).await

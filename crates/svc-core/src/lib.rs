@@ -1,14 +1,25 @@
-//! svc's domain, free of HTTP and SQL: API keys and the key service, the
-//! validated chat request, and the two boundaries the server depends on:
-//! [`Engine`] (inference) and [`Store`] (persistence).
+//! svc's domain, free of HTTP and SQL: API keys and the key service,
+//! accounts and sessions, the device authorization grant, usage counters,
+//! the validated chat request, and the two boundaries the server depends
+//! on: [`Engine`] (inference) and [`Store`] (persistence).
 
+pub mod account;
+pub mod device;
 pub mod duration;
 pub mod engine;
 pub mod key;
 pub mod keys;
 pub mod request;
+pub mod session;
 pub mod store;
+pub mod throttle;
+pub mod usage;
 
+pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
+pub use device::{
+    CodeLookup, DeviceClient, DeviceRecord, DeviceService, DeviceSettings, DeviceStatus,
+    IssuedCodes, PollOutcome, UserCode,
+};
 pub use engine::{
     ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
     OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec,
@@ -16,7 +27,9 @@ pub use engine::{
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};
 pub use request::{ValidChatRequest, ValidationError};
+pub use session::{SessionRecord, SessionToken};
 pub use store::{KeyRecord, Store, StoreError};
+pub use usage::{UsageDelta, UsageRow, day_of};
 
 /// Seconds since the Unix epoch, the one time unit stored and compared.
 pub fn now() -> i64 {

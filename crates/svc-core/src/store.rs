@@ -4,7 +4,11 @@
 use async_trait::async_trait;
 use thiserror::Error;
 
+use crate::account::{UserId, UserRecord};
+use crate::device::{DeviceRecord, DeviceStatus};
 use crate::key::{KeyHash, KeyId};
+use crate::session::SessionRecord;
+use crate::usage::{UsageDelta, UsageRow};
 
 /// A stored API key: everything but the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +53,127 @@ pub trait KeyStore: Send + Sync {
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError>;
 }
 
+/// Persistence of user accounts.
+#[async_trait]
+pub trait UserStore: Send + Sync {
+    /// Stores a new user; [`StoreError::Conflict`] when the email is taken.
+    async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError>;
+    /// The user with this (already normalised, lowercase) email.
+    async fn user_by_email(&self, email: &str) -> Result<Option<UserRecord>, StoreError>;
+    async fn user_by_id(&self, id: &UserId) -> Result<Option<UserRecord>, StoreError>;
+    /// All users, oldest first.
+    async fn list_users(&self) -> Result<Vec<UserRecord>, StoreError>;
+    async fn count_users(&self) -> Result<i64, StoreError>;
+    /// Remembers the hash of a one-time setup token, valid until `expires_at`.
+    async fn insert_setup_token(&self, token_hash: &str, expires_at: i64)
+    -> Result<(), StoreError>;
+    /// In one transaction: consumes the setup token (which must exist and not
+    /// be expired at `at`) and, if there is still no user at all, inserts
+    /// `user`. False, with nothing changed, when either condition fails.
+    async fn create_first_user(
+        &self,
+        token_hash: &str,
+        user: &UserRecord,
+        at: i64,
+    ) -> Result<bool, StoreError>;
+}
+
+/// Persistence of dashboard sign-in sessions, by the hash of their token.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    async fn insert_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// The session with this token hash (expired ones included).
+    async fn session_by_hash(&self, token_hash: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Deletes a session; false when there was none.
+    async fn delete_session(&self, token_hash: &str) -> Result<bool, StoreError>;
+    /// Deletes every session that expired before `at`; returns how many.
+    async fn delete_expired_sessions(&self, at: i64) -> Result<u64, StoreError>;
+    /// Sets (or with `None` clears) the session's one-time flash value.
+    async fn set_session_flash(
+        &self,
+        token_hash: &str,
+        flash: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// Returns the flash value and clears it atomically: of two concurrent
+    /// calls, at most one gets it.
+    async fn take_session_flash(&self, token_hash: &str) -> Result<Option<String>, StoreError>;
+}
+
+/// Persistence of device authorizations (RFC 8628).
+#[async_trait]
+pub trait DeviceStore: Send + Sync {
+    /// Stores a new authorization; [`StoreError::Conflict`] when its id,
+    /// device-code hash or user code exists already.
+    async fn insert_device(&self, record: &DeviceRecord) -> Result<(), StoreError>;
+    async fn device_by_code_hash(&self, hash: &str) -> Result<Option<DeviceRecord>, StoreError>;
+    /// By the normalised user code (8 characters, no hyphen).
+    async fn device_by_user_code(
+        &self,
+        user_code: &str,
+    ) -> Result<Option<DeviceRecord>, StoreError>;
+    /// Records a poll at `at_ms` (milliseconds) if the previous one was at
+    /// least `min_gap_ms` earlier (or there was none): true. Otherwise adds
+    /// `slow_down_secs` to the stored interval, records the poll, and
+    /// returns false.
+    async fn poll_device(
+        &self,
+        id: &str,
+        at_ms: i64,
+        min_gap_ms: i64,
+        slow_down_secs: i64,
+    ) -> Result<bool, StoreError>;
+    /// Moves a `pending`, unexpired (at `at`) authorization to `decision`
+    /// (`Approved` or `Denied`) for `user_id`; false when it was not pending
+    /// or has expired.
+    async fn decide_device(
+        &self,
+        id: &str,
+        user_id: &UserId,
+        decision: DeviceStatus,
+        at: i64,
+    ) -> Result<bool, StoreError>;
+    /// In one transaction: moves an `approved` authorization to `redeemed`
+    /// with `key.id`, and inserts the key. False, with nothing written, when
+    /// it was not `approved` (so a key is never issued twice).
+    async fn redeem_device(
+        &self,
+        id: &str,
+        key: &KeyRecord,
+        key_hash: &KeyHash,
+        at: i64,
+    ) -> Result<bool, StoreError>;
+    /// Deletes authorizations that expired before `before`; returns how many.
+    async fn delete_expired_devices(&self, before: i64) -> Result<u64, StoreError>;
+}
+
+/// Per-key, per-day usage counters.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// Adds `delta` to the counters of (`delta.key_id`, `delta.day`).
+    async fn add_usage(&self, delta: &UsageDelta) -> Result<(), StoreError>;
+    /// Rows from `since_day` (`YYYY-MM-DD`, inclusive) on, for the keys of
+    /// `owner_id` (every key when `None`), ordered by day then key id.
+    async fn usage_since(
+        &self,
+        owner_id: Option<&UserId>,
+        since_day: &str,
+    ) -> Result<Vec<UsageRow>, StoreError>;
+}
+
+/// Fixed-window counters for throttling (sign-in, code entry), shared by
+/// every replica on the same database.
+#[async_trait]
+pub trait ThrottleStore: Send + Sync {
+    /// Counts one hit on `bucket` in the window that started at
+    /// `window_start` (a previous window's count is reset) and returns the
+    /// hits in this window, this one included.
+    async fn hit(&self, bucket: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// The hits on `bucket` in the window that started at `window_start`.
+    async fn hits(&self, bucket: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// Forgets `bucket` (after a successful sign-in, say).
+    async fn clear(&self, bucket: &str) -> Result<(), StoreError>;
+}
+
 /// Whether the database answers.
 #[async_trait]
 pub trait HealthStore: Send + Sync {
@@ -56,6 +181,12 @@ pub trait HealthStore: Send + Sync {
 }
 
 /// Everything svc keeps.
-pub trait Store: KeyStore + HealthStore {}
+pub trait Store:
+    KeyStore + UserStore + SessionStore + DeviceStore + UsageStore + ThrottleStore + HealthStore
+{
+}
 
-impl<T: KeyStore + HealthStore> Store for T {}
+impl<T> Store for T where
+    T: KeyStore + UserStore + SessionStore + DeviceStore + UsageStore + ThrottleStore + HealthStore
+{
+}

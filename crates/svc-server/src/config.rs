@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use svc_core::DeviceSettings;
+
 /// Default cap on request bodies: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
@@ -16,6 +18,14 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
     /// Requests with bigger bodies get 413.
     pub max_body_bytes: usize,
+    /// Where people reach the dashboard (the device flow's
+    /// `verification_uri` is this + `/device`); `None` is
+    /// `<public_url>/dashboard`.
+    pub dashboard_url: Option<String>,
+    /// Whether anyone may create an account on the sign-in page.
+    pub allow_signup: bool,
+    /// Timings of the device authorization flow.
+    pub device: DeviceSettings,
 }
 
 impl Default for ServerConfig {
@@ -24,6 +34,9 @@ impl Default for ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            dashboard_url: None,
+            allow_signup: false,
+            device: DeviceSettings::default(),
         }
     }
 }

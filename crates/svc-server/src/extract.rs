@@ -128,3 +128,20 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         }
     })
 }
+
+/// The client's address as the socket saw it (`None` when the server was
+/// not started with connection info, as in some tests).
+#[derive(Debug, Clone)]
+pub struct ClientAddress(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let address = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0.ip().to_string());
+        Ok(ClientAddress(address))
+    }
+}

@@ -4,6 +4,7 @@
 //! tests start the real server exactly the way `svc serve` does.
 
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod registry;
@@ -12,6 +13,7 @@ pub mod routes;
 pub mod shape;
 pub mod startup;
 pub mod state;
+pub mod usage;
 
 pub use config::ServerConfig;
 pub use error::ApiError;

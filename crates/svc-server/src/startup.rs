@@ -9,11 +9,12 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
-use svc_core::{KeyService, Store};
+use svc_core::{AccountService, DeviceService, KeyService, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServerConfig;
+use crate::dashboard::Dashboard;
 use crate::extract::BodyLimit;
 use crate::registry::ModelRegistry;
 use crate::state::AppState;
@@ -25,6 +26,8 @@ pub struct Application {
     router: Router,
     addr: SocketAddr,
     public_url: String,
+    dashboard_url: String,
+    accounts: AccountService,
 }
 
 impl Application {
@@ -41,11 +44,21 @@ impl Application {
             .as_deref()
             .map(|u| u.trim_end_matches('/').to_owned())
             .unwrap_or_else(|| format!("http://{addr}"));
+        let dashboard = Dashboard::new(
+            &public_url,
+            config.dashboard_url.as_deref(),
+            config.allow_signup,
+        );
+        let dashboard_url = dashboard.url.clone();
+        let accounts = AccountService::new(store.clone());
         let state = AppState {
             keys: KeyService::new(store.clone()),
+            accounts: accounts.clone(),
+            devices: DeviceService::new(store.clone(), config.device),
             store,
             models: Arc::new(models),
             public_url: public_url.clone().into(),
+            dashboard: Arc::new(dashboard),
         };
         let limit = config.max_body_bytes;
         let router = routes::router()
@@ -61,6 +74,8 @@ impl Application {
             router,
             addr,
             public_url,
+            dashboard_url,
+            accounts,
         })
     }
 
@@ -74,11 +89,27 @@ impl Application {
         &self.public_url
     }
 
+    /// Where people reach the dashboard.
+    pub fn dashboard_url(&self) -> &str {
+        &self.dashboard_url
+    }
+
+    /// When no account exists yet, the one-time link at which the first
+    /// admin sets up their account (for the operator's console only).
+    pub async fn setup_link(&self) -> Result<Option<String>, svc_core::StoreError> {
+        let token = self.accounts.setup_token().await?;
+        Ok(token.map(|t| format!("{}/setup?token={t}", self.dashboard_url)))
+    }
+
     /// Serves until `shutdown` is cancelled, then lets in-flight requests end.
     pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .into_future()
-            .await
+        axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .into_future()
+        .await
     }
 }

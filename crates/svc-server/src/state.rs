@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use axum::extract::FromRef;
-use svc_core::{KeyService, Store};
+use svc_core::{AccountService, DeviceService, KeyService, Store};
 
+use crate::dashboard::Dashboard;
 use crate::registry::ModelRegistry;
 
 /// What every handler may reach.
@@ -18,4 +19,10 @@ pub struct AppState {
     pub models: Arc<ModelRegistry>,
     /// The public base URL (no trailing slash, no `/v1`).
     pub public_url: Arc<str>,
+    /// Users, sign-in and sessions.
+    pub accounts: AccountService,
+    /// The device authorization grant.
+    pub devices: DeviceService,
+    /// The dashboard's address, cookie policy and page templates.
+    pub dashboard: Arc<Dashboard>,
 }

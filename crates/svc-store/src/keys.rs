@@ -2,8 +2,8 @@
 //! whether a key is usable (revoked, expired) is for the caller to judge.
 
 use async_trait::async_trait;
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
 use svc_core::key::{KeyHash, KeyId};
 use svc_core::store::{KeyRecord, KeyStore, StoreError};
 
@@ -50,6 +50,30 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
     })
 }
 
+/// Inserts a key on `conn`, which may be inside a transaction (a device
+/// authorization's redemption inserts its key this way).
+pub(crate) async fn insert_key_on(
+    conn: &mut AnyConnection,
+    record: &KeyRecord,
+    hash: &KeyHash,
+) -> Result<(), StoreError> {
+    sqlx::query(INSERT)
+        .bind(record.id.0.as_str())
+        .bind(hash.to_hex())
+        .bind(record.name.as_str())
+        .bind(record.hint.as_str())
+        .bind(record.owner_id.as_deref())
+        .bind(record.created_via.as_str())
+        .bind(record.created_at)
+        .bind(record.expires_at)
+        .bind(record.last_used_at)
+        .bind(record.revoked_at)
+        .execute(conn)
+        .await
+        .map(|_| ())
+        .map_err(query_error)
+}
+
 impl SqlStore {
     async fn one_key(
         &self,
@@ -68,21 +92,8 @@ impl SqlStore {
 #[async_trait]
 impl KeyStore for SqlStore {
     async fn insert_key(&self, record: &KeyRecord, hash: &KeyHash) -> Result<(), StoreError> {
-        sqlx::query(INSERT)
-            .bind(record.id.0.as_str())
-            .bind(hash.to_hex())
-            .bind(record.name.as_str())
-            .bind(record.hint.as_str())
-            .bind(record.owner_id.as_deref())
-            .bind(record.created_via.as_str())
-            .bind(record.created_at)
-            .bind(record.expires_at)
-            .bind(record.last_used_at)
-            .bind(record.revoked_at)
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(query_error)
+        let mut conn = self.pool.acquire().await.map_err(query_error)?;
+        insert_key_on(&mut conn, record, hash).await
     }
 
     async fn key_by_hash(&self, hash: &KeyHash) -> Result<Option<KeyRecord>, StoreError> {

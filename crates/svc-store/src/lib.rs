@@ -8,12 +8,23 @@
 //! built at run time: there is no database at build time. This crate knows
 //! nothing of HTTP or of key semantics (expiry and revocation are judged by
 //! `svc-core`).
+//!
+//! One module per store trait: keys, users (and the first-user setup token),
+//! sessions, device authorizations, usage counters, throttles. What must not
+//! be half done (the first user, a device's key) is one transaction; what
+//! replicas race on (a flash message, a redemption, a throttle hit) is
+//! decided by a single conditional statement, on both backends.
 
 mod connect;
+mod devices;
 mod error;
 mod health;
 mod keys;
+mod sessions;
 pub mod testing;
+mod throttle;
+mod usage;
+mod users;
 
 pub use connect::SQLITE_FILE_NAME;
 

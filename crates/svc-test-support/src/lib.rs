@@ -5,11 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod browser;
 pub mod fake_engine;
 pub mod process;
 pub mod sse;
 pub mod test_app;
 
+pub use browser::{Browser, Page};
 pub use fake_engine::{FakeEngine, Probe, Script, fake_models};
 pub use process::ServeProcess;
 pub use sse::{SseEvent, read_sse};

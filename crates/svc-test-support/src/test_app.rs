@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{KeyService, NewKey};
+use svc_core::{AccountService, KeyService, NewKey, UserRecord};
 use svc_server::{Application, ModelRegistry, ServerConfig};
 use svc_store::SqlStore;
 use tempfile::TempDir;
@@ -29,6 +29,7 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub store: Arc<SqlStore>,
     pub keys: KeyService,
+    pub accounts: AccountService,
     pub probe: Arc<Probe>,
     /// The database URL, for a second process on the same data.
     pub database_url: String,
@@ -80,6 +81,7 @@ impl TestApp {
             base_url: format!("http://{addr}"),
             client: reqwest::Client::new(),
             keys: KeyService::new(store.clone()),
+            accounts: AccountService::new(store.clone()),
             store,
             probe,
             database_url,
@@ -111,6 +113,23 @@ impl TestApp {
             .await
             .expect("create a key");
         key.expose().to_owned()
+    }
+
+    /// A dashboard account with `password`.
+    pub async fn create_user(&self, email: &str, password: &str, admin: bool) -> UserRecord {
+        self.accounts
+            .create_user(email, password, admin)
+            .await
+            .expect("create a user")
+    }
+
+    /// A [`Browser`](crate::Browser) on this server, signed in as a new
+    /// user `email` (password `password123`).
+    pub async fn signed_in(&self, email: &str, admin: bool) -> (crate::Browser, UserRecord) {
+        let user = self.create_user(email, "password123", admin).await;
+        let browser = crate::Browser::new(&self.base_url);
+        browser.sign_in(email, "password123").await;
+        (browser, user)
     }
 
     /// POSTs JSON to `/v1/chat/completions` with `key`.

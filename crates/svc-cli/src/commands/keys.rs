@@ -88,7 +88,7 @@ async fn service(args: &StoreArgs) -> anyhow::Result<KeyService> {
 }
 
 /// `2026-11-22 14:03` (UTC), or `-`.
-fn when(t: Option<i64>) -> String {
+pub(super) fn when(t: Option<i64>) -> String {
     t.and_then(|t| DateTime::from_timestamp(t, 0))
         .map(|d| d.format("%Y-%m-%d %H:%M").to_string())
         .unwrap_or_else(|| "-".into())

@@ -3,6 +3,7 @@
 mod keys;
 mod pull;
 mod serve;
+mod users;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args).await,
         Command::Keys { command } => keys::run(command).await,
         Command::Pull(args) => pull::run(args).await,
+        Command::Users { command } => users::run(command).await,
     }
 }
 

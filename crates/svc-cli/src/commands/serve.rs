@@ -22,7 +22,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
     eprintln!("svc is serving on http://{}", app.local_addr());
     eprintln!("  API base URL: {}/v1", app.public_url());
+    eprintln!("  dashboard:    {}", app.dashboard_url());
     eprintln!("  store:        {}", settings.store.describe());
+    match app.setup_link().await {
+        // The one secret svc prints: the operator needs it to get in.
+        Ok(Some(link)) => eprintln!(
+            "\nNo account exists yet. Create the first admin within 24 hours at:\n  {link}\n\
+             (or run `svc users create --admin --email YOU@EXAMPLE.COM`)\n"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot prepare the first-admin setup link"),
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     app.run(shutdown).await.context("the server failed")?;

@@ -15,7 +15,7 @@ use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
 
 pub async fn create(
-    _key: Authenticated,
+    Authenticated(key): Authenticated,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
@@ -38,6 +38,7 @@ pub async fn create(
             .insert(0, ChatMessage::System(prompt.clone()));
     }
     let events = route.engine.generate(request.generate).await?;
+    let events = crate::usage::metered(events, state.store.clone(), key.id);
     let meta = CompletionMeta::new(request.model);
     if !request.stream {
         return Ok(Json(shape::collect(meta, events).await?).into_response());

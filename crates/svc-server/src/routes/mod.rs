@@ -1,6 +1,7 @@
 //! One module per resource; [`router`] assembles them.
 
 mod chat;
+mod device;
 mod health;
 mod models;
 mod openapi;
@@ -21,6 +22,9 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::create))
+        .route("/v1/auth/device/code", post(device::code))
+        .route("/v1/auth/device/token", post(device::token))
+        .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)
 }

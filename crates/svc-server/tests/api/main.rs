@@ -5,6 +5,8 @@
 
 mod auth;
 mod chat;
+mod dashboard;
+mod device;
 mod errors;
 mod health;
 mod streaming;

@@ -1,6 +1,9 @@
 //! A fresh database of either backend for one test.
 #![allow(dead_code, reason = "each test file uses a part of it")]
 
+use sqlx::{AnyConnection, Connection};
+use svc_core::account::{UserId, UserRecord};
+use svc_core::device::{DeviceRecord, DeviceStatus};
 use svc_core::key::{ApiKey, KeyHash, KeyId};
 use svc_core::store::KeyRecord;
 use svc_store::SqlStore;
@@ -45,6 +48,16 @@ impl Db {
     /// A new store on this database, as another replica would open it.
     pub async fn store(&self) -> SqlStore {
         SqlStore::connect(self.url()).await.unwrap()
+    }
+
+    /// The single BIGINT that `sql` selects, read on a connection of its own,
+    /// past the store: for checking what the traits cannot show.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect(self.url()).await.unwrap();
+        let value = sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+        value
     }
 
     pub async fn finish(self) {
@@ -96,4 +109,61 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         revoked_at: None,
     };
     (record, key.hash())
+}
+
+/// A non-admin user with a fresh id, created at `created_at`.
+pub fn new_user(email: &str, created_at: i64) -> UserRecord {
+    UserRecord {
+        id: UserId::generate(),
+        email: email.to_owned(),
+        password_hash: format!("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA${email}"),
+        is_admin: false,
+        created_at,
+    }
+}
+
+/// Random lowercase hex of `bytes` bytes.
+pub fn random_hex(bytes: usize) -> String {
+    (0..bytes)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect()
+}
+
+/// A pending authorization with fresh id and codes, never polled.
+pub fn new_device(created_at: i64, expires_at: i64) -> DeviceRecord {
+    const ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
+    let user_code = (0..8)
+        .map(|_| char::from(ALPHABET[usize::from(rand::random::<u8>()) % ALPHABET.len()]))
+        .collect();
+    DeviceRecord {
+        id: format!("dev_{}", random_hex(8)),
+        device_code_hash: random_hex(32),
+        user_code,
+        client_id: None,
+        scope: None,
+        client_address: None,
+        user_agent: None,
+        created_at,
+        expires_at,
+        interval: 5,
+        last_polled_at_ms: None,
+        status: DeviceStatus::Pending,
+        user_id: None,
+        decided_at: None,
+        key_id: None,
+    }
+}
+
+/// Runs `count` futures made by `make` concurrently on their own tasks.
+pub async fn join_all<F, T>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = (0..count).map(|n| tokio::spawn(make(n))).collect();
+    let mut results = Vec::with_capacity(count);
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
 }

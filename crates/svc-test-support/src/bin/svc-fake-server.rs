@@ -3,7 +3,10 @@
 //! schemathesis, load generators). Never part of `svc serve`.
 //!
 //! Prints two lines on stdout, then serves until killed:
-//! `url http://127.0.0.1:PORT` and `key sk-svc-...`.
+//! `url http://127.0.0.1:PORT` and `key sk-svc-...`. `--user EMAIL:PASSWORD`
+//! and `--admin EMAIL:PASSWORD` create dashboard accounts first (for the
+//! browser tests); `--device-interval` and `--device-code-lifetime` (seconds)
+//! shorten the device flow's timings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +14,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{KeyService, NewKey};
+use svc_core::{AccountService, DeviceSettings, KeyService, NewKey};
 use svc_server::{Application, ServerConfig};
 use svc_store::SqlStore;
 use svc_test_support::{Probe, fake_models};
@@ -22,13 +25,30 @@ async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut bind: SocketAddr = "127.0.0.1:0".parse()?;
     let mut database_url = None;
+    let mut users = Vec::new();
+    let mut device = DeviceSettings::default();
     while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .unwrap_or_else(|| panic!("{name} needs a value"))
+        };
         match arg.as_str() {
-            "--bind" => bind = args.next().expect("--bind ADDR").parse()?,
-            "--database-url" => database_url = Some(args.next().expect("--database-url URL")),
-            other => {
-                anyhow::bail!("unknown argument {other:?} (use --bind ADDR, --database-url URL)")
+            "--bind" => bind = value("--bind").parse()?,
+            "--database-url" => database_url = Some(value("--database-url")),
+            "--user" | "--admin" => {
+                let spec = value(&arg);
+                let (email, password) = spec.split_once(':').expect("EMAIL:PASSWORD");
+                users.push((email.to_owned(), password.to_owned(), arg == "--admin"));
             }
+            "--device-interval" => device.interval = value("--device-interval").parse()?,
+            "--device-code-lifetime" => {
+                device.code_lifetime = value("--device-code-lifetime").parse()?
+            }
+            other => anyhow::bail!(
+                "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
+                 --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --device-interval SECS, \
+                 --device-code-lifetime SECS)"
+            ),
         }
     }
     let dir = tempfile::tempdir()?;
@@ -37,6 +57,10 @@ async fn main() -> anyhow::Result<()> {
         None => SqlStore::data_dir_url(dir.path())?,
     };
     let store = Arc::new(SqlStore::connect(&url).await?);
+    let accounts = AccountService::new(store.clone());
+    for (email, password, admin) in users {
+        accounts.create_user(&email, &password, admin).await?;
+    }
     let (key, _) = KeyService::new(store.clone())
         .create(NewKey {
             name: "fake-server".into(),
@@ -47,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let config = ServerConfig {
         bind,
+        device,
         ..ServerConfig::default()
     };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;

@@ -1,0 +1,476 @@
+//! The OAuth 2.0 device authorization grant (RFC 8628): device codes, user
+//! codes, and the states of an authorization.
+
+use std::fmt;
+
+/// Where an authorization stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceStatus {
+    /// Waiting for the user.
+    Pending,
+    /// The user approved; the next poll gets a key.
+    Approved,
+    /// The user denied.
+    Denied,
+    /// Approved and its key issued: done.
+    Redeemed,
+}
+
+impl DeviceStatus {
+    /// The stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceStatus::Pending => "pending",
+            DeviceStatus::Approved => "approved",
+            DeviceStatus::Denied => "denied",
+            DeviceStatus::Redeemed => "redeemed",
+        }
+    }
+
+    /// Reads the stored form.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => DeviceStatus::Pending,
+            "approved" => DeviceStatus::Approved,
+            "denied" => DeviceStatus::Denied,
+            "redeemed" => DeviceStatus::Redeemed,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DeviceStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored device authorization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceRecord {
+    /// `dev_` + 16 hex.
+    pub id: String,
+    /// SHA-256 of the device code, lowercase hex.
+    pub device_code_hash: String,
+    /// Normalised: 8 characters of the base-20 alphabet, no hyphen.
+    pub user_code: String,
+    pub client_id: Option<String>,
+    pub scope: Option<String>,
+    /// Address and user agent of the client that asked, shown to the user.
+    pub client_address: Option<String>,
+    pub user_agent: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+    /// Seconds the client must wait between polls (grows on `slow_down`).
+    pub interval: i64,
+    /// Milliseconds since the epoch of the last poll.
+    pub last_polled_at_ms: Option<i64>,
+    pub status: DeviceStatus,
+    /// Who approved or denied.
+    pub user_id: Option<crate::account::UserId>,
+    pub decided_at: Option<i64>,
+    /// The key issued on redemption.
+    pub key_id: Option<crate::key::KeyId>,
+}
+
+use std::sync::Arc;
+
+use crate::account::UserId;
+use crate::key::{ApiKey, KeyId};
+use crate::now;
+use crate::session::{random_token, sha256_hex};
+use crate::store::{KeyRecord, Store, StoreError};
+use crate::throttle::{Throttle, Throttled};
+
+/// RFC 8628 section 6.1: no vowels (no words), no look-alikes.
+pub const USER_CODE_ALPHABET: &[u8; 20] = b"BCDFGHJKLMNPQRSTVWXZ";
+const USER_CODE_LEN: usize = 8;
+
+/// A user code, normalised to 8 characters of [`USER_CODE_ALPHABET`]; shown
+/// as `XXXX-XXXX`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserCode(String);
+
+impl UserCode {
+    /// 8 characters from the OS generator: 20^8 ≈ 2^34.6 codes, with code
+    /// entry throttled and codes living minutes (RFC 8628 section 5.1).
+    pub fn generate() -> Self {
+        use rand::TryRngCore;
+        let mut rng = rand::rngs::OsRng;
+        let code = (0..USER_CODE_LEN)
+            .map(|_| {
+                let i = loop {
+                    // Rejection sampling keeps the choice uniform.
+                    let byte = rng.try_next_u32().unwrap_or_else(|_| {
+                        panic!("the operating system's random number generator failed")
+                    }) as u8;
+                    if byte < 240 {
+                        break usize::from(byte % 20);
+                    }
+                };
+                char::from(USER_CODE_ALPHABET[i])
+            })
+            .collect();
+        UserCode(code)
+    }
+
+    /// Reads what a person typed: case, hyphens and spaces do not matter.
+    pub fn parse(input: &str) -> Option<Self> {
+        let code: String = input
+            .chars()
+            .filter(|c| !matches!(c, '-' | ' ' | '\u{2010}'..='\u{2015}'))
+            .map(|c| c.to_ascii_uppercase())
+            .collect();
+        let valid =
+            code.len() == USER_CODE_LEN && code.bytes().all(|b| USER_CODE_ALPHABET.contains(&b));
+        valid.then_some(UserCode(code))
+    }
+
+    /// The stored form (`BCDFGHJK`).
+    pub fn normalised(&self) -> &str {
+        &self.0
+    }
+
+    /// The shown form (`BCDF-GHJK`).
+    pub fn display(&self) -> String {
+        format!("{}-{}", &self.0[..4], &self.0[4..])
+    }
+}
+
+/// The device flow's timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSettings {
+    /// Lifetime of a device code in seconds (RFC 8628 `expires_in`).
+    pub code_lifetime: i64,
+    /// Seconds between polls (RFC 8628 `interval`).
+    pub interval: i64,
+    /// Lifetime of a key issued through the flow.
+    pub key_lifetime: i64,
+}
+
+impl Default for DeviceSettings {
+    fn default() -> Self {
+        DeviceSettings {
+            code_lifetime: 600,
+            interval: 5,
+            key_lifetime: 2_592_000,
+        }
+    }
+}
+
+/// Who asked for a code, shown to the person approving it.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceClient {
+    pub client_id: Option<String>,
+    pub scope: Option<String>,
+    pub address: Option<String>,
+    pub user_agent: Option<String>,
+}
+
+/// A new authorization's codes: the device code exists only here.
+#[derive(Debug)]
+pub struct IssuedCodes {
+    pub device_code: String,
+    pub user_code: UserCode,
+    pub expires_in: i64,
+    pub interval: i64,
+}
+
+/// What a poll of the token endpoint finds.
+#[derive(Debug)]
+pub enum PollOutcome {
+    /// Not yet decided (`authorization_pending`).
+    Pending,
+    /// Polled too fast; wait `interval` seconds from now on (`slow_down`).
+    SlowDown { interval: i64 },
+    /// Approved: the new key, issued now and never again.
+    Approved {
+        key: ApiKey,
+        record: KeyRecord,
+        expires_in: i64,
+    },
+    /// The user refused (`access_denied`).
+    Denied,
+    /// The code expired before approval or redemption (`expired_token`).
+    Expired,
+    /// The key for this code was issued already (`invalid_grant`).
+    AlreadyUsed,
+    /// No such device code (`invalid_grant`).
+    Unknown,
+}
+
+/// How a person's code entry went.
+#[derive(Debug)]
+pub enum CodeLookup {
+    /// A pending, unexpired authorization to confirm.
+    Pending(Box<DeviceRecord>),
+    /// The code exists but can no longer be decided.
+    Closed(Box<DeviceRecord>),
+    /// No such code (counted against the throttle).
+    Unknown,
+    /// Too many wrong codes.
+    Throttled(Throttled),
+}
+
+/// Wrong user codes allowed per user and per address in [`CODE_WINDOW`].
+const CODES_PER_USER: i64 = 10;
+const CODES_PER_ADDRESS: i64 = 30;
+const CODE_WINDOW: i64 = 10 * 60;
+/// Seconds added to the interval on `slow_down` (RFC 8628 section 3.5).
+pub const SLOW_DOWN_SECS: i64 = 5;
+
+/// The device authorization grant on top of any [`Store`].
+#[derive(Clone)]
+pub struct DeviceService {
+    store: Arc<dyn Store>,
+    settings: DeviceSettings,
+    user_throttle: Throttle,
+    address_throttle: Throttle,
+}
+
+impl DeviceService {
+    pub fn new(store: Arc<dyn Store>, settings: DeviceSettings) -> Self {
+        DeviceService {
+            user_throttle: Throttle::new(store.clone(), "code-user", CODES_PER_USER, CODE_WINDOW),
+            address_throttle: Throttle::new(
+                store.clone(),
+                "code-address",
+                CODES_PER_ADDRESS,
+                CODE_WINDOW,
+            ),
+            store,
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> DeviceSettings {
+        self.settings
+    }
+
+    /// Starts an authorization (`POST /v1/auth/device/code`).
+    pub async fn start(&self, client: DeviceClient) -> Result<IssuedCodes, StoreError> {
+        let created_at = now();
+        // Expired rows are swept as new ones arrive, so the table stays small.
+        self.store
+            .delete_expired_devices(created_at - EXPIRED_KEPT_SECS)
+            .await?;
+        let mut attempts = 0;
+        loop {
+            let device_code = random_token();
+            let user_code = UserCode::generate();
+            let record = DeviceRecord {
+                id: format!("dev_{}", hex::encode(rand::random::<[u8; 8]>())),
+                device_code_hash: sha256_hex(&device_code),
+                user_code: user_code.normalised().to_owned(),
+                client_id: client.client_id.clone(),
+                scope: client.scope.clone(),
+                client_address: client.address.clone(),
+                user_agent: client.user_agent.clone(),
+                created_at,
+                expires_at: created_at + self.settings.code_lifetime,
+                interval: self.settings.interval,
+                last_polled_at_ms: None,
+                status: DeviceStatus::Pending,
+                user_id: None,
+                decided_at: None,
+                key_id: None,
+            };
+            match self.store.insert_device(&record).await {
+                Ok(()) => {
+                    return Ok(IssuedCodes {
+                        device_code,
+                        user_code,
+                        expires_in: self.settings.code_lifetime,
+                        interval: self.settings.interval,
+                    });
+                }
+                // A user code collided with a live one: draw again.
+                Err(StoreError::Conflict) if attempts < 5 => attempts += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Answers a poll with `device_code` (`POST /v1/auth/device/token`).
+    pub async fn poll(&self, device_code: &str) -> Result<PollOutcome, StoreError> {
+        let Some(record) = self
+            .store
+            .device_by_code_hash(&sha256_hex(device_code))
+            .await?
+        else {
+            return Ok(PollOutcome::Unknown);
+        };
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let at = at_ms.div_euclid(1000);
+        match record.status {
+            DeviceStatus::Redeemed => return Ok(PollOutcome::AlreadyUsed),
+            DeviceStatus::Denied => return Ok(PollOutcome::Denied),
+            _ if record.expires_at <= at => return Ok(PollOutcome::Expired),
+            DeviceStatus::Approved => return self.redeem(&record).await,
+            DeviceStatus::Pending => {}
+        }
+        // Clients sleep `interval` and then ask, so a gap a little shorter
+        // than the interval is network jitter or clock drift, not abuse.
+        let min_gap_ms = record.interval * 1000 * 4 / 5;
+        if self
+            .store
+            .poll_device(&record.id, at_ms, min_gap_ms, SLOW_DOWN_SECS)
+            .await?
+        {
+            Ok(PollOutcome::Pending)
+        } else {
+            Ok(PollOutcome::SlowDown {
+                interval: record.interval + SLOW_DOWN_SECS,
+            })
+        }
+    }
+
+    async fn redeem(&self, record: &DeviceRecord) -> Result<PollOutcome, StoreError> {
+        let Some(user_id) = record.user_id.clone() else {
+            return Ok(PollOutcome::Unknown);
+        };
+        let key = ApiKey::generate();
+        let created_at = now();
+        let expires_in = self.settings.key_lifetime;
+        let key_record = KeyRecord {
+            id: KeyId::generate(),
+            name: device_key_name(record, created_at),
+            hint: key.hint(),
+            owner_id: Some(user_id.0),
+            created_via: "device".into(),
+            created_at,
+            expires_at: Some(created_at + expires_in),
+            last_used_at: None,
+            revoked_at: None,
+        };
+        if self
+            .store
+            .redeem_device(&record.id, &key_record, &key.hash(), created_at)
+            .await?
+        {
+            Ok(PollOutcome::Approved {
+                key,
+                record: key_record,
+                expires_in,
+            })
+        } else {
+            // A concurrent poll redeemed it first.
+            Ok(PollOutcome::AlreadyUsed)
+        }
+    }
+
+    /// Finds the authorization a person typed the code of, throttling wrong
+    /// codes per user and per address (RFC 8628 section 5.1).
+    pub async fn lookup(
+        &self,
+        input: &str,
+        user_id: &UserId,
+        address: &str,
+    ) -> Result<CodeLookup, StoreError> {
+        if let Err(t) = self.user_throttle.check(&user_id.0).await? {
+            return Ok(CodeLookup::Throttled(t));
+        }
+        if let Err(t) = self.address_throttle.check(address).await? {
+            return Ok(CodeLookup::Throttled(t));
+        }
+        let record = match UserCode::parse(input) {
+            Some(code) => self.store.device_by_user_code(code.normalised()).await?,
+            None => None,
+        };
+        let Some(record) = record else {
+            self.user_throttle.fail(&user_id.0).await?;
+            self.address_throttle.fail(address).await?;
+            return Ok(CodeLookup::Unknown);
+        };
+        if record.status == DeviceStatus::Pending && record.expires_at > now() {
+            Ok(CodeLookup::Pending(Box::new(record)))
+        } else {
+            Ok(CodeLookup::Closed(Box::new(record)))
+        }
+    }
+
+    /// Approves or denies a pending authorization for `user_id`; false when
+    /// it was no longer pending or had expired.
+    pub async fn decide(
+        &self,
+        id: &str,
+        user_id: &UserId,
+        approve: bool,
+    ) -> Result<bool, StoreError> {
+        let decision = if approve {
+            DeviceStatus::Approved
+        } else {
+            DeviceStatus::Denied
+        };
+        self.store.decide_device(id, user_id, decision, now()).await
+    }
+}
+
+/// How long expired authorizations are kept (for "this code expired" pages).
+const EXPIRED_KEPT_SECS: i64 = 24 * 3600;
+
+/// `Device login: <client> (YYYY-MM-DD)`, the issued key's name.
+fn device_key_name(record: &DeviceRecord, at: i64) -> String {
+    let client = record
+        .client_id
+        .as_deref()
+        .or(record.user_agent.as_deref())
+        .unwrap_or("unknown device");
+    let client: String = client
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(80)
+        .collect();
+    let day = chrono::DateTime::from_timestamp(at, 0)
+        .map(|t| t.format("%Y-%m-%d").to_string())
+        .unwrap_or_default();
+    format!("Device login: {client} ({day})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_codes_use_the_rfc_alphabet() {
+        for _ in 0..200 {
+            let code = UserCode::generate();
+            assert_eq!(code.normalised().len(), 8);
+            assert!(
+                code.normalised()
+                    .bytes()
+                    .all(|b| USER_CODE_ALPHABET.contains(&b))
+            );
+            let shown = code.display();
+            assert_eq!(shown.len(), 9);
+            assert_eq!(&shown[4..5], "-");
+        }
+    }
+
+    #[test]
+    fn user_codes_parse_case_and_hyphen_insensitively() {
+        let code = UserCode::parse("bcdf-ghjk").unwrap();
+        assert_eq!(code.normalised(), "BCDFGHJK");
+        assert_eq!(UserCode::parse(" BCDF GHJK ").unwrap(), code);
+        assert_eq!(UserCode::parse("BCDFGHJK").unwrap(), code);
+        assert_eq!(UserCode::parse("BCDF-GHJ"), None);
+        assert_eq!(
+            UserCode::parse("ABCD-EFGH"),
+            None,
+            "vowels are not in the alphabet"
+        );
+        assert_eq!(UserCode::parse("BCDF-GHJKL"), None);
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in [
+            DeviceStatus::Pending,
+            DeviceStatus::Approved,
+            DeviceStatus::Denied,
+            DeviceStatus::Redeemed,
+        ] {
+            assert_eq!(DeviceStatus::parse(s.as_str()), Some(s));
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Dashboard sign-in sessions: a random token in an HttpOnly cookie, stored
+//! only as its SHA-256.
+
+/// A stored session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// SHA-256 of the cookie's token, lowercase hex.
+    pub token_hash: String,
+    pub user_id: crate::account::UserId,
+    /// The token every form of this session must carry (not secret from the
+    /// user; unknowable to other sites).
+    pub csrf_token: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+    /// The client address at sign-in, for the user's information.
+    pub address: Option<String>,
+}
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// 256 random bits from the operating system, as 64 lowercase hex.
+pub fn random_token() -> String {
+    use rand::TryRngCore;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .unwrap_or_else(|_| panic!("the operating system's random number generator failed"));
+    hex::encode(bytes)
+}
+
+/// SHA-256 of `text`, lowercase hex: how tokens and codes are stored.
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The secret of a session cookie. `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionToken(String);
+
+impl SessionToken {
+    pub fn generate() -> Self {
+        SessionToken(random_token())
+    }
+
+    /// The value for the cookie, the one place it is sent.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// What the store keeps.
+    pub fn hash(&self) -> String {
+        sha256_hex(&self.0)
+    }
+}
+
+impl fmt::Debug for SessionToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionToken(<redacted>)")
+    }
+}
+
+/// One-time values kept with a session (a new API key between its creation
+/// and the page that shows it), sealed with ChaCha20-Poly1305 under a key
+/// derived from the session token: the store holds only the token's hash,
+/// so what it holds cannot be opened without the user's cookie.
+pub mod flash {
+    use chacha20poly1305::aead::{Aead, KeyInit};
+    use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+    use sha2::{Digest, Sha256};
+
+    fn cipher(token: &str) -> ChaCha20Poly1305 {
+        let mut hasher = Sha256::new();
+        hasher.update(b"svc session flash\0");
+        hasher.update(token.as_bytes());
+        let key: [u8; 32] = hasher.finalize().into();
+        ChaCha20Poly1305::new(&Key::from(key))
+    }
+
+    /// `hex(nonce || ciphertext)`.
+    pub fn seal(token: &str, secret: &str) -> String {
+        let nonce: [u8; 12] = rand::random();
+        let sealed = cipher(token)
+            .encrypt(&Nonce::from(nonce), secret.as_bytes())
+            .unwrap_or_default();
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        hex::encode(out)
+    }
+
+    /// The secret, when `sealed` was made by [`seal`] with this token.
+    pub fn open(token: &str, sealed: &str) -> Option<String> {
+        let bytes = hex::decode(sealed).ok()?;
+        if bytes.len() < 12 {
+            return None;
+        }
+        let (nonce, ciphertext) = bytes.split_at(12);
+        let nonce: [u8; 12] = nonce.try_into().ok()?;
+        let plain = cipher(token)
+            .decrypt(&Nonce::from(nonce), ciphertext)
+            .ok()?;
+        String::from_utf8(plain).ok()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn sealed_values_open_only_with_their_token() {
+            let sealed = seal("token-a", "sk-svc-secret");
+            assert!(!sealed.contains("secret"));
+            assert_eq!(open("token-a", &sealed).as_deref(), Some("sk-svc-secret"));
+            assert_eq!(open("token-b", &sealed), None);
+            assert_ne!(sealed, seal("token-a", "sk-svc-secret"), "fresh nonce");
+            assert_eq!(open("token-a", "zz"), None);
+        }
+    }
+}

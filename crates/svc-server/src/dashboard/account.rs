@@ -1,0 +1,290 @@
+//! Signing in and out, the first admin's setup, and self sign-up.
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use minijinja::context;
+use serde::Deserialize;
+use svc_core::{AccountError, OpenedSession, SignInError, session::random_token};
+
+use super::pages::{PageError, render};
+use super::session::{
+    CSRF_COOKIE, SESSION_COOKIE, SignedIn, cookie, safe_next, same_token, set_cookie,
+};
+use crate::extract::ClientAddress;
+use crate::state::AppState;
+
+/// The anonymous form's CSRF token: the cookie's, or a new one to set.
+fn anonymous_csrf(headers: &HeaderMap) -> (String, bool) {
+    match cookie(headers, CSRF_COOKIE) {
+        Some(token) if token.len() == 64 => (token, false),
+        _ => (random_token(), true),
+    }
+}
+
+/// A page with the anonymous CSRF cookie set when it was new.
+fn with_csrf_cookie(
+    state: &AppState,
+    page: impl IntoResponse,
+    token: &str,
+    is_new: bool,
+) -> Response {
+    let mut response = page.into_response();
+    if is_new {
+        response.headers_mut().append(
+            header::SET_COOKIE,
+            set_cookie(
+                CSRF_COOKIE,
+                token,
+                3600 * 24,
+                state.dashboard.secure_cookies,
+            ),
+        );
+    }
+    response
+}
+
+/// Checks an anonymous form's token against its cookie.
+fn check_anonymous_csrf(headers: &HeaderMap, submitted: &str) -> Result<(), PageError> {
+    match cookie(headers, CSRF_COOKIE) {
+        Some(expected) if same_token(&expected, submitted) => Ok(()),
+        _ => Err(PageError::Csrf),
+    }
+}
+
+/// Signs in: sets the session cookie and goes to `next`.
+fn signed_in(state: &AppState, opened: &OpenedSession, next: &str) -> Response {
+    let mut response = Redirect::to(next).into_response();
+    let max_age = opened.session.expires_at - opened.session.created_at;
+    let headers = response.headers_mut();
+    headers.append(
+        header::SET_COOKIE,
+        set_cookie(
+            SESSION_COOKIE,
+            opened.token.expose(),
+            max_age,
+            state.dashboard.secure_cookies,
+        ),
+    );
+    headers.append(
+        header::SET_COOKIE,
+        set_cookie(CSRF_COOKIE, "", 0, state.dashboard.secure_cookies),
+    );
+    response
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NextQuery {
+    next: Option<String>,
+}
+
+pub async fn login_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<NextQuery>,
+) -> Result<Response, PageError> {
+    let (csrf, is_new) = anonymous_csrf(&headers);
+    let next = safe_next(query.next.as_deref());
+    let page = render(
+        "login.html",
+        context! { csrf => csrf.clone(), next, allow_signup => state.dashboard.allow_signup, email => "" },
+    )?;
+    Ok(with_csrf_cookie(&state, page, &csrf, is_new))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    email: String,
+    password: String,
+    csrf: String,
+    next: Option<String>,
+}
+
+pub async fn login(
+    State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Result<Response, PageError> {
+    check_anonymous_csrf(&headers, &form.csrf)?;
+    let next = safe_next(form.next.as_deref());
+    let failed = |message: String, status| -> Result<Response, PageError> {
+        let page = render(
+            "login.html",
+            context! {
+                csrf => form.csrf.clone(), next => next.clone(), error => message,
+                allow_signup => state.dashboard.allow_signup, email => form.email.clone(),
+            },
+        )?;
+        Ok((status, page).into_response())
+    };
+    match state
+        .accounts
+        .sign_in(&form.email, &form.password, address.as_deref())
+        .await
+    {
+        Ok(opened) => Ok(signed_in(&state, &opened, &next)),
+        Err(e @ SignInError::Invalid) => {
+            failed(e.to_string(), axum::http::StatusCode::UNAUTHORIZED)
+        }
+        Err(e @ SignInError::Throttled { .. }) => {
+            failed(e.to_string(), axum::http::StatusCode::TOO_MANY_REQUESTS)
+        }
+        Err(SignInError::Store(e)) => Err(e.into()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CsrfForm {
+    pub csrf: String,
+}
+
+pub async fn logout(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Form(form): Form<CsrfForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    state.accounts.sign_out(&who.token).await?;
+    let mut response = Redirect::to("/dashboard/login").into_response();
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        set_cookie(SESSION_COOKIE, "", 0, state.dashboard.secure_cookies),
+    );
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SetupQuery {
+    token: Option<String>,
+}
+
+pub async fn setup_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<SetupQuery>,
+) -> Result<Response, PageError> {
+    let (csrf, is_new) = anonymous_csrf(&headers);
+    let token = query.token.unwrap_or_default();
+    let page = render(
+        "setup.html",
+        context! { csrf => csrf.clone(), token, email => "" },
+    )?;
+    Ok(with_csrf_cookie(&state, page, &csrf, is_new))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AccountForm {
+    email: String,
+    password: String,
+    confirm: String,
+    csrf: String,
+    #[serde(default)]
+    token: String,
+}
+
+impl AccountForm {
+    fn passwords_match(&self) -> Result<(), String> {
+        if self.password == self.confirm {
+            Ok(())
+        } else {
+            Err("The two passwords differ.".into())
+        }
+    }
+}
+
+pub async fn setup(
+    State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    headers: HeaderMap,
+    Form(form): Form<AccountForm>,
+) -> Result<Response, PageError> {
+    check_anonymous_csrf(&headers, &form.csrf)?;
+    let result = match form.passwords_match() {
+        Ok(()) => state
+            .accounts
+            .complete_setup(&form.token, &form.email, &form.password)
+            .await
+            .map_err(account_message),
+        Err(message) => Err(Ok(message)),
+    };
+    match result {
+        Ok(user) => {
+            let opened = state
+                .accounts
+                .open_session(user, address.as_deref())
+                .await?;
+            Ok(signed_in(&state, &opened, "/dashboard/keys"))
+        }
+        Err(Ok(message)) => {
+            let page = render(
+                "setup.html",
+                context! { csrf => form.csrf, token => form.token, email => form.email, error => message },
+            )?;
+            Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response())
+        }
+        Err(Err(e)) => Err(e),
+    }
+}
+
+pub async fn signup_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    if !state.dashboard.allow_signup {
+        return Err(PageError::NotFound);
+    }
+    let (csrf, is_new) = anonymous_csrf(&headers);
+    let page = render(
+        "signup.html",
+        context! { csrf => csrf.clone(), email => "" },
+    )?;
+    Ok(with_csrf_cookie(&state, page, &csrf, is_new))
+}
+
+pub async fn signup(
+    State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    headers: HeaderMap,
+    Form(form): Form<AccountForm>,
+) -> Result<Response, PageError> {
+    if !state.dashboard.allow_signup {
+        return Err(PageError::NotFound);
+    }
+    check_anonymous_csrf(&headers, &form.csrf)?;
+    let result = match form.passwords_match() {
+        Ok(()) => state
+            .accounts
+            .create_user(&form.email, &form.password, false)
+            .await
+            .map_err(account_message),
+        Err(message) => Err(Ok(message)),
+    };
+    match result {
+        Ok(user) => {
+            let opened = state
+                .accounts
+                .open_session(user, address.as_deref())
+                .await?;
+            Ok(signed_in(&state, &opened, "/dashboard/keys"))
+        }
+        Err(Ok(message)) => {
+            let page = render(
+                "signup.html",
+                context! { csrf => form.csrf, email => form.email, error => message },
+            )?;
+            Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response())
+        }
+        Err(Err(e)) => Err(e),
+    }
+}
+
+/// A message for the person (`Ok`) or a failure of the server (`Err`).
+fn account_message(e: AccountError) -> Result<String, PageError> {
+    match e {
+        AccountError::Store(e) => Err(e.into()),
+        AccountError::Hashing(e) => Err(PageError::Internal(e)),
+        other => Ok(other.to_string()),
+    }
+}

@@ -1,0 +1,213 @@
+//! The API keys section: the list, Create key (the key shown exactly once),
+//! and revocation with a confirmation step.
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use minijinja::{Value, context};
+use serde::Deserialize;
+use svc_core::{KeyId, KeyRecord, KeyState, NewKey, UserId, now};
+
+use super::pages::{PageError, layout, render, time};
+use super::session::SignedIn;
+use crate::state::AppState;
+
+/// Longest key name accepted.
+const MAX_NAME_CHARS: usize = 100;
+
+/// The expiry choices of the form, in days (`None` never expires).
+const EXPIRY_CHOICES: &[(&str, &str, Option<i64>)] = &[
+    ("never", "Never", None),
+    ("7d", "7 days", Some(7)),
+    ("30d", "30 days", Some(30)),
+    ("90d", "90 days", Some(90)),
+    ("365d", "1 year", Some(365)),
+];
+
+/// A key as the list shows it.
+fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
+    let at = now();
+    let state = KeyState::of(key, at);
+    let owner = key.owner_id.as_ref().map(|id| {
+        owners
+            .iter()
+            .find(|(uid, _)| uid.0 == *id)
+            .map(|(_, email)| email.clone())
+            .unwrap_or_else(|| id.clone())
+    });
+    context! {
+        id => key.id.0.clone(),
+        name => key.name.clone(),
+        hint => key.hint.clone(),
+        created => time(key.created_at),
+        last_used => key.last_used_at.map(time),
+        expires => key.expires_at.map(time),
+        state => state.as_str(),
+        active => state == KeyState::Active,
+        created_via => match key.created_via.as_str() {
+            "dashboard" => "Dashboard",
+            "device" => "Device login",
+            "cli" => "Operator (svc keys)",
+            other => other,
+        },
+        owner => owner,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    revoked: Option<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Query(query): Query<ListQuery>,
+) -> Result<Html<String>, PageError> {
+    render_list(&state, &who, query.revoked, None, None).await
+}
+
+async fn render_list(
+    state: &AppState,
+    who: &SignedIn,
+    revoked: Option<String>,
+    error: Option<String>,
+    name: Option<String>,
+) -> Result<Html<String>, PageError> {
+    let owner = (!who.user.is_admin).then_some(who.user.id.0.as_str());
+    let keys = state.keys.list(owner).await?;
+    let owners: Vec<(UserId, String)> = if who.user.is_admin {
+        state
+            .accounts
+            .list_users()
+            .await?
+            .into_iter()
+            .map(|u| (u.id, u.email))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let revoked_name = match revoked {
+        Some(id) => keys.iter().find(|k| k.id.0 == id).map(|k| k.name.clone()),
+        None => None,
+    };
+    let rows: Vec<Value> = keys.iter().map(|k| key_row(k, &owners)).collect();
+    let choices: Vec<Value> = EXPIRY_CHOICES
+        .iter()
+        .map(|(value, label, _)| context! { value => *value, label => *label })
+        .collect();
+    render(
+        "keys.html",
+        context! {
+            ..layout(who, "keys"),
+            ..context! {
+                keys => rows,
+                expiry_choices => choices,
+                revoked_name,
+                error,
+                name,
+                show_owner => who.user.is_admin,
+            }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CreateForm {
+    csrf: String,
+    name: String,
+    expires: Option<String>,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Form(form): Form<CreateForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let name = form.name.trim();
+    let choice = form.expires.as_deref().unwrap_or("never");
+    let expiry = EXPIRY_CHOICES.iter().find(|(v, _, _)| *v == choice);
+    let problem = if name.is_empty() {
+        Some("Give the key a name that says where it is used.")
+    } else if name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+        Some("Use a name of at most 100 characters, on one line.")
+    } else if expiry.is_none() {
+        Some("Choose an expiry from the list.")
+    } else {
+        None
+    };
+    let (Some((_, _, days)), None) = (expiry, problem) else {
+        let message = problem.unwrap_or_default().to_owned();
+        let page = render_list(&state, &who, None, Some(message), Some(form.name.clone())).await?;
+        return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
+    };
+    let (key, record) = state
+        .keys
+        .create(NewKey {
+            name: name.to_owned(),
+            owner_id: Some(who.user.id.0.clone()),
+            created_via: "dashboard".into(),
+            expires_in: days.map(|d| d * 86_400),
+        })
+        .await?;
+    // Shown on the next page, once: kept sealed under the session's token.
+    state
+        .accounts
+        .put_flash(&who.token, &format!("{}\n{}", record.id, key.expose()))
+        .await?;
+    Ok(Redirect::to("/dashboard/keys/new").into_response())
+}
+
+/// The page that shows a new key, once: reloading it finds nothing.
+pub async fn created(State(state): State<AppState>, who: SignedIn) -> Result<Response, PageError> {
+    let Some(flash) = state.accounts.take_flash(&who.token).await? else {
+        return Ok(Redirect::to("/dashboard/keys").into_response());
+    };
+    let Some((id, secret)) = flash.split_once('\n') else {
+        return Ok(Redirect::to("/dashboard/keys").into_response());
+    };
+    let key = state.keys.get(&KeyId(id.to_owned())).await?;
+    let name = key.map(|k| k.name).unwrap_or_default();
+    let page = render(
+        "key_created.html",
+        context! { ..layout(&who, "keys"), ..context! { secret, name } },
+    )?;
+    Ok(page.into_response())
+}
+
+/// The key `id` if `who` may manage it (their own, or any for an admin);
+/// otherwise not found, so ids of others' keys cannot be probed.
+async fn own_key(state: &AppState, who: &SignedIn, id: &str) -> Result<KeyRecord, PageError> {
+    let key = state.keys.get(&KeyId(id.to_owned())).await?;
+    match key {
+        Some(key) if who.user.is_admin || key.owner_id.as_deref() == Some(&who.user.id.0) => {
+            Ok(key)
+        }
+        _ => Err(PageError::NotFound),
+    }
+}
+
+pub async fn revoke_page(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+) -> Result<Html<String>, PageError> {
+    let key = own_key(&state, &who, &id).await?;
+    render(
+        "revoke.html",
+        context! { ..layout(&who, "keys"), ..context! { key => key_row(&key, &[]) } },
+    )
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<super::account::CsrfForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let key = own_key(&state, &who, &id).await?;
+    state.keys.revoke(&key.id).await?;
+    Ok(Redirect::to(&format!("/dashboard/keys?revoked={}", key.id)).into_response())
+}

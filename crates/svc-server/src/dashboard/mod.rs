@@ -1,0 +1,113 @@
+//! The web dashboard: server-rendered pages (no JavaScript needed) for
+//! signing in, API keys, usage, and approving device logins.
+//!
+//! Security model: sessions are random tokens in an HttpOnly, SameSite=Lax
+//! cookie (Secure on https), stored hashed; every form carries a CSRF token
+//! (the session's own, or for anonymous forms a double-submit cookie); pages
+//! are never cached, never framed, send no referrer (setup and device links
+//! carry codes), and load scripts and styles only from this origin.
+
+mod account;
+mod device;
+mod keys;
+mod pages;
+mod session;
+mod usage;
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+
+use crate::state::AppState;
+
+pub use pages::{PageError, Pages, render};
+
+/// The dashboard's settings, fixed at startup.
+pub struct Dashboard {
+    /// Where people reach the dashboard, e.g. `https://svc.example/dashboard`.
+    pub url: String,
+    /// Whether cookies get `Secure` (the public URL is https).
+    pub secure_cookies: bool,
+    /// Whether the sign-in page offers self sign-up.
+    pub allow_signup: bool,
+}
+
+/// Where the dashboard's routes are mounted on this server.
+pub const PATH: &str = "/dashboard";
+
+impl Dashboard {
+    /// `dashboard_url` defaults to `<public_url>/dashboard`.
+    pub fn new(public_url: &str, dashboard_url: Option<&str>, allow_signup: bool) -> Self {
+        let url = dashboard_url
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| format!("{public_url}{PATH}"));
+        Dashboard {
+            secure_cookies: url.starts_with("https://") || public_url.starts_with("https://"),
+            url,
+            allow_signup,
+        }
+    }
+
+    /// The device flow's `verification_uri`.
+    pub fn device_url(&self) -> String {
+        format!("{}/device", self.url)
+    }
+}
+
+/// Every dashboard route.
+pub fn router() -> Router<AppState> {
+    let pages = Router::new()
+        .route(PATH, get(|| async { Redirect::to("/dashboard/keys") }))
+        .route(
+            "/dashboard/login",
+            get(account::login_page).post(account::login),
+        )
+        .route("/dashboard/logout", axum::routing::post(account::logout))
+        .route(
+            "/dashboard/setup",
+            get(account::setup_page).post(account::setup),
+        )
+        .route(
+            "/dashboard/signup",
+            get(account::signup_page).post(account::signup),
+        )
+        .route("/dashboard/keys", get(keys::list).post(keys::create))
+        .route("/dashboard/keys/new", get(keys::created))
+        .route(
+            "/dashboard/keys/{id}/revoke",
+            get(keys::revoke_page).post(keys::revoke),
+        )
+        .route("/dashboard/usage", get(usage::page))
+        .route("/dashboard/device", get(device::page))
+        .route(
+            "/dashboard/device/decide",
+            axum::routing::post(device::decide),
+        )
+        .route("/dashboard/{*rest}", get(pages::not_found))
+        .layer(middleware::from_fn(page_headers));
+    pages
+        .route("/dashboard/static/app.css", get(pages::stylesheet))
+        .route("/dashboard/static/app.js", get(pages::script))
+}
+
+/// Headers every page gets.
+async fn page_headers(request: axum::extract::Request, next: Next) -> Response {
+    let mut response = next.run(request).await.into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}

@@ -1,0 +1,287 @@
+//! The device authorization flow's API: `POST /v1/auth/device/code` and
+//! `POST /v1/auth/device/token`.
+//!
+//! The token endpoint speaks two dialects, told apart by `Content-Type`:
+//! - JSON (the spec's): `{"device_code"}` → `{"status":"pending"}` until
+//!   approval, then once `{"status":"approved","access_token",…}`. States
+//!   the spec does not show are 400s in OpenAI's error shape whose `code` is
+//!   the RFC 8628 error name: `slow_down`, `access_denied`, `expired_token`,
+//!   `invalid_grant` (unknown or already used code).
+//! - Form-encoded (RFC 8628 section 3.4): `grant_type` and `device_code` →
+//!   RFC 6749's success body, or its error body with
+//!   `authorization_pending`, `slow_down`, `access_denied`, `expired_token`,
+//!   `invalid_grant`, `invalid_request` or `unsupported_grant_type`.
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Deserialize;
+use svc_api::{
+    DEVICE_CODE_GRANT_TYPE, DeviceCodeResponse, DeviceTokenRequest, DeviceTokenResponse, ErrorBody,
+    ErrorObject, OAuthErrorResponse, OAuthTokenResponse,
+};
+use svc_core::{DeviceClient, PollOutcome};
+
+use crate::error::ApiError;
+use crate::extract::{ClientAddress, parse_json};
+use crate::state::AppState;
+
+/// Optional fields of a code request (RFC 8628 section 3.1).
+#[derive(Debug, Default, Deserialize)]
+struct CodeRequest {
+    client_id: Option<String>,
+    scope: Option<String>,
+}
+
+/// Longest `client_id` or `scope` kept; they are shown to the user.
+const MAX_CLIENT_FIELD: usize = 200;
+
+pub async fn code(
+    State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let user_agent = header_text(request.headers(), header::USER_AGENT);
+    let body = read_body(request).await?;
+    let fields: CodeRequest = match &body {
+        Body::Empty => CodeRequest::default(),
+        Body::Json(bytes) => parse_json(bytes)?,
+        Body::Form(bytes) => {
+            serde_urlencoded::from_bytes(bytes).map_err(|e| ApiError::InvalidBody {
+                param: None,
+                message: format!("We could not parse the form body of your request: {e}."),
+            })?
+        }
+    };
+    let clip = |v: Option<String>| {
+        v.map(|s| {
+            s.chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_CLIENT_FIELD)
+                .collect()
+        })
+        .filter(|s: &String| !s.is_empty())
+    };
+    let issued = state
+        .devices
+        .start(DeviceClient {
+            client_id: clip(fields.client_id),
+            scope: clip(fields.scope),
+            address,
+            user_agent: clip(user_agent),
+        })
+        .await?;
+    let verification_uri = state.dashboard.device_url();
+    let user_code = issued.user_code.display();
+    let body = DeviceCodeResponse {
+        verification_uri_complete: Some(format!("{verification_uri}?user_code={user_code}")),
+        device_code: issued.device_code,
+        user_code,
+        verification_uri,
+        expires_in: issued.expires_in,
+        interval: issued.interval,
+    };
+    Ok(no_store(Json(body).into_response()))
+}
+
+/// The RFC 8628 token request's fields.
+#[derive(Debug, Deserialize)]
+struct OAuthTokenRequest {
+    grant_type: Option<String>,
+    device_code: Option<String>,
+}
+
+pub async fn token(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
+    match read_body(request).await? {
+        Body::Form(bytes) => Ok(no_store(oauth_token(&state, &bytes).await?)),
+        Body::Json(bytes) => {
+            let DeviceTokenRequest { device_code } = parse_json(&bytes)?;
+            Ok(no_store(json_token(&state, &device_code).await?))
+        }
+        Body::Empty => Err(ApiError::InvalidBody {
+            param: Some("device_code".into()),
+            message: "Send {\"device_code\": \"...\"} as JSON, or an RFC 8628 form body.".into(),
+        }),
+    }
+}
+
+async fn json_token(state: &AppState, device_code: &str) -> Result<Response, ApiError> {
+    let error = |code: &str, message: String| {
+        let body = ErrorBody {
+            error: ErrorObject {
+                message,
+                kind: "invalid_request_error".into(),
+                param: Some("device_code".into()),
+                code: Some(code.into()),
+            },
+        };
+        (StatusCode::BAD_REQUEST, Json(body)).into_response()
+    };
+    Ok(match state.devices.poll(device_code).await? {
+        PollOutcome::Pending => Json(DeviceTokenResponse {
+            status: "pending".into(),
+            access_token: None,
+            token_type: None,
+            expires_in: None,
+        })
+        .into_response(),
+        PollOutcome::Approved {
+            key, expires_in, ..
+        } => Json(DeviceTokenResponse {
+            status: "approved".into(),
+            access_token: Some(key.expose().to_owned()),
+            token_type: Some("bearer".into()),
+            expires_in: Some(expires_in),
+        })
+        .into_response(),
+        other => {
+            let (code, message) = rfc_error(&other);
+            error(code, message)
+        }
+    })
+}
+
+async fn oauth_token(state: &AppState, body: &[u8]) -> Result<Response, ApiError> {
+    let error = |status: StatusCode, error: &str, description: String, interval: Option<i64>| {
+        let body = OAuthErrorResponse {
+            error: error.into(),
+            error_description: Some(description),
+            interval,
+        };
+        (status, Json(body)).into_response()
+    };
+    let Ok(fields) = serde_urlencoded::from_bytes::<OAuthTokenRequest>(body) else {
+        return Ok(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "The form body could not be read.".into(),
+            None,
+        ));
+    };
+    match fields.grant_type.as_deref() {
+        Some(DEVICE_CODE_GRANT_TYPE) => {}
+        Some(_) => {
+            return Ok(error(
+                StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+                format!("Only grant_type={DEVICE_CODE_GRANT_TYPE} is supported here."),
+                None,
+            ));
+        }
+        None => {
+            return Ok(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "The grant_type parameter is missing.".into(),
+                None,
+            ));
+        }
+    }
+    let Some(device_code) = fields.device_code.filter(|c| !c.is_empty()) else {
+        return Ok(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "The device_code parameter is missing.".into(),
+            None,
+        ));
+    };
+    Ok(match state.devices.poll(&device_code).await? {
+        PollOutcome::Approved {
+            key, expires_in, ..
+        } => Json(OAuthTokenResponse {
+            access_token: key.expose().to_owned(),
+            token_type: "bearer".into(),
+            expires_in,
+        })
+        .into_response(),
+        PollOutcome::Pending => error(
+            StatusCode::BAD_REQUEST,
+            "authorization_pending",
+            "The user has not yet approved this request.".into(),
+            None,
+        ),
+        other => {
+            let interval = match other {
+                PollOutcome::SlowDown { interval } => Some(interval),
+                _ => None,
+            };
+            let (code, message) = rfc_error(&other);
+            error(StatusCode::BAD_REQUEST, code, message, interval)
+        }
+    })
+}
+
+/// The RFC 8628 error name and a message for outcomes that are not answers.
+fn rfc_error(outcome: &PollOutcome) -> (&'static str, String) {
+    match outcome {
+        PollOutcome::SlowDown { interval } => (
+            "slow_down",
+            format!("Polling too fast: wait {interval} seconds between polls."),
+        ),
+        PollOutcome::Denied => (
+            "access_denied",
+            "The user denied this request. Start a new login to try again.".into(),
+        ),
+        PollOutcome::Expired => (
+            "expired_token",
+            "This device code has expired. Start a new login.".into(),
+        ),
+        PollOutcome::AlreadyUsed => (
+            "invalid_grant",
+            "The key for this device code was issued already; a device code is used once.".into(),
+        ),
+        PollOutcome::Unknown => ("invalid_grant", "Unknown device code.".into()),
+        PollOutcome::Pending | PollOutcome::Approved { .. } => (
+            "authorization_pending",
+            "The user has not yet approved this request.".into(),
+        ),
+    }
+}
+
+/// A request body by its media type.
+enum Body {
+    Empty,
+    Json(Bytes),
+    Form(Bytes),
+}
+
+async fn read_body(request: Request) -> Result<Body, ApiError> {
+    let mime = header_text(request.headers(), header::CONTENT_TYPE).map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    });
+    let limit = request
+        .extensions()
+        .get::<crate::extract::BodyLimit>()
+        .map(|l| l.0)
+        .unwrap_or(crate::config::DEFAULT_MAX_BODY_BYTES);
+    let bytes = axum::body::to_bytes(request.into_body(), limit)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+    Ok(match mime.as_deref() {
+        _ if bytes.iter().all(u8::is_ascii_whitespace) => Body::Empty,
+        Some("application/x-www-form-urlencoded") => Body::Form(bytes),
+        Some(m) if m == "application/json" || m.ends_with("+json") => Body::Json(bytes),
+        _ => return Err(ApiError::UnsupportedMediaType),
+    })
+}
+
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Token responses carry secrets: never cached (RFC 6749 section 5.1).
+fn no_store(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    response
+}

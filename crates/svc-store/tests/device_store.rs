@@ -1,0 +1,430 @@
+//! The DeviceStore contract, run on SQLite and on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Db, join_all, new_device, new_key, random_hex};
+use svc_core::account::UserId;
+use svc_core::device::DeviceStatus;
+use svc_core::key::KeyId;
+use svc_core::store::{DeviceStore, KeyStore, StoreError};
+
+on_both_backends!(
+    devices_are_found_by_code_hash_and_user_code,
+    duplicate_id_code_hash_or_user_code_is_a_conflict,
+    polling_too_soon_slows_the_client_down,
+    only_pending_unexpired_authorizations_are_decided,
+    approved_authorization_is_redeemed_exactly_once,
+    only_approved_unexpired_authorizations_are_redeemed,
+    failed_key_insert_leaves_the_authorization_approved,
+    expired_authorizations_are_deleted,
+);
+
+async fn devices_are_found_by_code_hash_and_user_code(db: &Db) {
+    let store = db.store().await;
+    let bare = new_device(1_000, 1_900);
+    let mut full = new_device(1_001, 1_901);
+    full.client_id = Some("svc-cli".into());
+    full.scope = Some("chat keys".into());
+    full.client_address = Some("203.0.113.7".into());
+    full.user_agent = Some("svc/0.1 (linux; “quoted”)".into());
+    full.interval = 10;
+    full.last_polled_at_ms = Some(1_001_500);
+    full.status = DeviceStatus::Redeemed;
+    full.user_id = Some(UserId::generate());
+    full.decided_at = Some(1_002);
+    full.key_id = Some(KeyId::generate());
+    store.insert_device(&bare).await.unwrap();
+    store.insert_device(&full).await.unwrap();
+
+    for record in [&bare, &full] {
+        assert_eq!(
+            store
+                .device_by_code_hash(&record.device_code_hash)
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(record)
+        );
+        assert_eq!(
+            store
+                .device_by_user_code(&record.user_code)
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(record)
+        );
+    }
+    assert_eq!(
+        store.device_by_code_hash(&random_hex(32)).await.unwrap(),
+        None
+    );
+    assert_eq!(store.device_by_user_code("BCDFGHJK").await.unwrap(), None);
+}
+
+async fn duplicate_id_code_hash_or_user_code_is_a_conflict(db: &Db) {
+    let store = db.store().await;
+    let first = new_device(0, 900);
+    store.insert_device(&first).await.unwrap();
+
+    let mut same_id = new_device(0, 900);
+    same_id.id = first.id.clone();
+    let mut same_hash = new_device(0, 900);
+    same_hash.device_code_hash = first.device_code_hash.clone();
+    let mut same_user_code = new_device(0, 900);
+    same_user_code.user_code = first.user_code.clone();
+    for duplicate in [same_id, same_hash, same_user_code] {
+        let err = store.insert_device(&duplicate).await.unwrap_err();
+        assert!(matches!(err, StoreError::Conflict), "{err:?}");
+    }
+    assert_eq!(
+        store.device_by_user_code(&first.user_code).await.unwrap(),
+        Some(first)
+    );
+}
+
+async fn polling_too_soon_slows_the_client_down(db: &Db) {
+    let store = db.store().await;
+    let device = new_device(0, 900);
+    store.insert_device(&device).await.unwrap();
+    let stored = || async {
+        store
+            .device_by_code_hash(&device.device_code_hash)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+
+    // The first poll is always in time.
+    assert!(
+        store
+            .poll_device(&device.id, 10_000, 5_000, 5)
+            .await
+            .unwrap()
+    );
+    assert_eq!(stored().await.last_polled_at_ms, Some(10_000));
+    assert_eq!(stored().await.interval, 5);
+
+    // Too soon: the interval grows and the poll still counts, so the next
+    // gap is measured from it.
+    assert!(
+        !store
+            .poll_device(&device.id, 14_999, 5_000, 5)
+            .await
+            .unwrap()
+    );
+    let after = stored().await;
+    assert_eq!(after.interval, 10);
+    assert_eq!(after.last_polled_at_ms, Some(14_999));
+    assert!(
+        !store
+            .poll_device(&device.id, 19_000, 5_000, 5)
+            .await
+            .unwrap()
+    );
+    assert_eq!(stored().await.interval, 15);
+
+    // Exactly the gap is enough; nothing else changes.
+    assert!(
+        store
+            .poll_device(&device.id, 24_000, 5_000, 5)
+            .await
+            .unwrap()
+    );
+    let after = stored().await;
+    assert_eq!(after.interval, 15);
+    assert_eq!(after.last_polled_at_ms, Some(24_000));
+    assert_eq!(after.status, DeviceStatus::Pending);
+
+    // An unknown authorization is never in time.
+    assert!(
+        !store
+            .poll_device("dev_unknown", 99_000, 5_000, 5)
+            .await
+            .unwrap()
+    );
+}
+
+async fn only_pending_unexpired_authorizations_are_decided(db: &Db) {
+    let store = db.store().await;
+    let alice = UserId::generate();
+    let bob = UserId::generate();
+    let approved = new_device(0, 900);
+    let denied = new_device(0, 900);
+    let expired = new_device(0, 900);
+    for record in [&approved, &denied, &expired] {
+        store.insert_device(record).await.unwrap();
+    }
+
+    assert!(
+        store
+            .decide_device(&approved.id, &alice, DeviceStatus::Approved, 100)
+            .await
+            .unwrap()
+    );
+    let stored = store
+        .device_by_user_code(&approved.user_code)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, DeviceStatus::Approved);
+    assert_eq!(stored.user_id, Some(alice.clone()));
+    assert_eq!(stored.decided_at, Some(100));
+    assert_eq!(stored.key_id, None);
+
+    // Decided once: neither another decision nor another user changes it.
+    for decision in [DeviceStatus::Denied, DeviceStatus::Approved] {
+        assert!(
+            !store
+                .decide_device(&approved.id, &bob, decision, 200)
+                .await
+                .unwrap()
+        );
+    }
+    let again = store
+        .device_by_user_code(&approved.user_code)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, stored);
+
+    assert!(
+        store
+            .decide_device(&denied.id, &bob, DeviceStatus::Denied, 150)
+            .await
+            .unwrap()
+    );
+    let stored = store
+        .device_by_user_code(&denied.user_code)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, DeviceStatus::Denied);
+    assert_eq!(stored.user_id, Some(bob.clone()));
+    assert!(
+        !store
+            .decide_device(&denied.id, &bob, DeviceStatus::Approved, 160)
+            .await
+            .unwrap()
+    );
+
+    // Expired at its expires_at.
+    assert!(
+        !store
+            .decide_device(&expired.id, &alice, DeviceStatus::Approved, 900)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .device_by_user_code(&expired.user_code)
+            .await
+            .unwrap()
+            .unwrap(),
+        expired
+    );
+    assert!(
+        !store
+            .decide_device("dev_unknown", &alice, DeviceStatus::Approved, 100)
+            .await
+            .unwrap()
+    );
+
+    // Only approval and denial are decisions.
+    let pending = new_device(0, 900);
+    store.insert_device(&pending).await.unwrap();
+    for not_a_decision in [DeviceStatus::Pending, DeviceStatus::Redeemed] {
+        assert!(
+            store
+                .decide_device(&pending.id, &alice, not_a_decision, 100)
+                .await
+                .is_err()
+        );
+    }
+    assert_eq!(
+        store
+            .device_by_user_code(&pending.user_code)
+            .await
+            .unwrap()
+            .unwrap(),
+        pending
+    );
+}
+
+async fn approved_authorization_is_redeemed_exactly_once(db: &Db) {
+    // Eight polls at once, over two replicas, each with a key of its own.
+    let stores = [db.store().await, db.store().await];
+    let device = new_device(0, 900);
+    let owner = UserId::generate();
+    stores[0].insert_device(&device).await.unwrap();
+    assert!(
+        stores[0]
+            .decide_device(&device.id, &owner, DeviceStatus::Approved, 100)
+            .await
+            .unwrap()
+    );
+
+    let results = join_all(8, |n| {
+        let store = stores[n % 2].clone();
+        let id = device.id.clone();
+        let owner = owner.clone();
+        async move {
+            let (mut key, hash) = new_key(Some(&owner.0), 200);
+            key.created_via = "device".into();
+            let redeemed = store.redeem_device(&id, &key, &hash, 200).await.unwrap();
+            (redeemed, key)
+        }
+    })
+    .await;
+    let winners: Vec<_> = results
+        .into_iter()
+        .filter_map(|(redeemed, key)| redeemed.then_some(key))
+        .collect();
+    assert_eq!(winners.len(), 1);
+    let winner = &winners[0];
+
+    assert_eq!(
+        stores[1].list_keys(None).await.unwrap(),
+        vec![winner.clone()]
+    );
+    let stored = stores[1]
+        .device_by_code_hash(&device.device_code_hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, DeviceStatus::Redeemed);
+    assert_eq!(stored.key_id, Some(winner.id.clone()));
+    assert_eq!(stored.user_id, Some(owner));
+
+    let (late, late_hash) = new_key(None, 300);
+    assert!(
+        !stores[0]
+            .redeem_device(&device.id, &late, &late_hash, 300)
+            .await
+            .unwrap()
+    );
+    assert_eq!(stores[0].key_by_id(&late.id).await.unwrap(), None);
+}
+
+async fn only_approved_unexpired_authorizations_are_redeemed(db: &Db) {
+    let store = db.store().await;
+    let user = UserId::generate();
+    let pending = new_device(0, 900);
+    let denied = new_device(0, 900);
+    let expired = new_device(0, 900);
+    for record in [&pending, &denied, &expired] {
+        store.insert_device(record).await.unwrap();
+    }
+    assert!(
+        store
+            .decide_device(&denied.id, &user, DeviceStatus::Denied, 100)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .decide_device(&expired.id, &user, DeviceStatus::Approved, 100)
+            .await
+            .unwrap()
+    );
+
+    for (id, at) in [
+        (pending.id.as_str(), 200),
+        (denied.id.as_str(), 200),
+        // Approved, but past its expires_at: the device code is dead.
+        (expired.id.as_str(), 900),
+        ("dev_unknown", 200),
+    ] {
+        let (key, hash) = new_key(None, at);
+        assert!(
+            !store.redeem_device(id, &key, &hash, at).await.unwrap(),
+            "{id}"
+        );
+    }
+    assert_eq!(store.list_keys(None).await.unwrap(), vec![]);
+    let statuses = [
+        (&pending, DeviceStatus::Pending),
+        (&denied, DeviceStatus::Denied),
+        (&expired, DeviceStatus::Approved),
+    ];
+    for (record, status) in statuses {
+        let stored = store
+            .device_by_user_code(&record.user_code)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.status, status);
+        assert_eq!(stored.key_id, None);
+    }
+}
+
+async fn failed_key_insert_leaves_the_authorization_approved(db: &Db) {
+    let store = db.store().await;
+    let user = UserId::generate();
+    let device = new_device(0, 900);
+    store.insert_device(&device).await.unwrap();
+    assert!(
+        store
+            .decide_device(&device.id, &user, DeviceStatus::Approved, 100)
+            .await
+            .unwrap()
+    );
+    let (existing, hash) = new_key(None, 50);
+    store.insert_key(&existing, &hash).await.unwrap();
+
+    // A key whose id is taken: the insert fails inside the transaction.
+    let (mut clash, clash_hash) = new_key(None, 200);
+    clash.id = existing.id.clone();
+    let err = store
+        .redeem_device(&device.id, &clash, &clash_hash, 200)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict), "{err:?}");
+    let stored = store
+        .device_by_user_code(&device.user_code)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, DeviceStatus::Approved);
+    assert_eq!(stored.key_id, None);
+
+    // So the next poll can still get its key.
+    let (key, key_hash) = new_key(None, 210);
+    assert!(
+        store
+            .redeem_device(&device.id, &key, &key_hash, 210)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.key_by_hash(&key_hash).await.unwrap(), Some(key));
+}
+
+async fn expired_authorizations_are_deleted(db: &Db) {
+    let store = db.store().await;
+    let long_gone = new_device(0, 50);
+    let ends_now = new_device(0, 100);
+    let live = new_device(0, 101);
+    for record in [&long_gone, &ends_now, &live] {
+        store.insert_device(record).await.unwrap();
+    }
+    assert_eq!(store.delete_expired_devices(100).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .device_by_user_code(&long_gone.user_code)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .device_by_user_code(&ends_now.user_code)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.device_by_user_code(&live.user_code).await.unwrap(),
+        Some(live)
+    );
+    assert_eq!(store.delete_expired_devices(100).await.unwrap(), 0);
+}

@@ -1,0 +1,221 @@
+//! The UsageStore and ThrottleStore contract, run on SQLite and on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Db, join_all, new_key};
+use svc_core::account::UserId;
+use svc_core::key::KeyId;
+use svc_core::store::{KeyStore, ThrottleStore, UsageStore};
+use svc_core::usage::{UsageDelta, UsageRow};
+
+on_both_backends!(
+    usage_accumulates_per_key_and_day,
+    usage_since_filters_by_day_and_owner,
+    concurrent_usage_adds_are_all_counted,
+    throttle_counts_hits_in_a_window,
+    throttle_window_resets_and_clears,
+    concurrent_hits_are_all_counted,
+);
+
+fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) -> UsageDelta {
+    UsageDelta {
+        key_id: key.clone(),
+        day: day.into(),
+        requests,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+    }
+}
+
+fn usage(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) -> UsageRow {
+    UsageRow {
+        key_id: key.clone(),
+        day: day.into(),
+        requests,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+    }
+}
+
+async fn usage_accumulates_per_key_and_day(db: &Db) {
+    let store = db.store().await;
+    let key = KeyId("key_0000000000000001".into());
+    let other = KeyId("key_0000000000000002".into());
+    store
+        .add_usage(&delta(&key, "2025-03-01", 1, 10, 20))
+        .await
+        .unwrap();
+    store
+        .add_usage(&delta(&key, "2025-03-01", 2, 5, 7))
+        .await
+        .unwrap();
+    store
+        .add_usage(&delta(&key, "2025-03-02", 1, 1, 1))
+        .await
+        .unwrap();
+    store
+        .add_usage(&delta(&other, "2025-03-01", 1, 100, 0))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.usage_since(None, "2025-03-01").await.unwrap(),
+        vec![
+            usage(&key, "2025-03-01", 3, 15, 27),
+            usage(&other, "2025-03-01", 1, 100, 0),
+            usage(&key, "2025-03-02", 1, 1, 1),
+        ]
+    );
+}
+
+async fn usage_since_filters_by_day_and_owner(db: &Db) {
+    let store = db.store().await;
+    let alice = UserId::generate();
+    let bob = UserId::generate();
+    let (mut alice_1, h1) = new_key(Some(&alice.0), 1);
+    let (mut alice_2, h2) = new_key(Some(&alice.0), 2);
+    let (mut bob_1, h3) = new_key(Some(&bob.0), 3);
+    let (mut ownerless, h4) = new_key(None, 4);
+    alice_1.id = KeyId("key_a1".into());
+    alice_2.id = KeyId("key_a2".into());
+    bob_1.id = KeyId("key_b1".into());
+    ownerless.id = KeyId("key_c1".into());
+    for (record, hash) in [
+        (&alice_1, h1),
+        (&alice_2, h2),
+        (&bob_1, h3),
+        (&ownerless, h4),
+    ] {
+        store.insert_key(record, &hash).await.unwrap();
+    }
+    // A key that is gone from api_keys (or never was).
+    let orphan = KeyId("key_d1".into());
+    for (key, day) in [
+        (&alice_2, "2025-02-28"),
+        (&alice_2, "2025-03-10"),
+        (&alice_1, "2025-03-10"),
+        (&bob_1, "2025-03-10"),
+        (&alice_1, "2025-03-01"),
+        (&ownerless, "2025-03-05"),
+    ] {
+        store
+            .add_usage(&delta(&key.id, day, 1, 2, 3))
+            .await
+            .unwrap();
+    }
+    store
+        .add_usage(&delta(&orphan, "2025-03-02", 1, 2, 3))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.usage_since(Some(&alice), "2025-03-01").await.unwrap(),
+        vec![
+            usage(&alice_1.id, "2025-03-01", 1, 2, 3),
+            usage(&alice_1.id, "2025-03-10", 1, 2, 3),
+            usage(&alice_2.id, "2025-03-10", 1, 2, 3),
+        ]
+    );
+    assert_eq!(
+        store.usage_since(Some(&bob), "2025-01-01").await.unwrap(),
+        vec![usage(&bob_1.id, "2025-03-10", 1, 2, 3)]
+    );
+    assert_eq!(
+        store
+            .usage_since(Some(&UserId::generate()), "2025-01-01")
+            .await
+            .unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        store.usage_since(None, "2025-03-02").await.unwrap(),
+        vec![
+            usage(&orphan, "2025-03-02", 1, 2, 3),
+            usage(&ownerless.id, "2025-03-05", 1, 2, 3),
+            usage(&alice_1.id, "2025-03-10", 1, 2, 3),
+            usage(&alice_2.id, "2025-03-10", 1, 2, 3),
+            usage(&bob_1.id, "2025-03-10", 1, 2, 3),
+        ]
+    );
+    assert_eq!(store.usage_since(None, "2025-03-11").await.unwrap(), vec![]);
+}
+
+async fn concurrent_usage_adds_are_all_counted(db: &Db) {
+    let stores = [db.store().await, db.store().await];
+    let key = KeyId::generate();
+    join_all(8, |n| {
+        let store = stores[n % 2].clone();
+        let key = key.clone();
+        async move {
+            for _ in 0..10 {
+                store
+                    .add_usage(&delta(&key, "2025-03-01", 1, 3, 5))
+                    .await
+                    .unwrap();
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        stores[0].usage_since(None, "2025-03-01").await.unwrap(),
+        vec![usage(&key, "2025-03-01", 80, 240, 400)]
+    );
+}
+
+async fn throttle_counts_hits_in_a_window(db: &Db) {
+    let store = db.store().await;
+    assert_eq!(store.hits("signin:a@example.com", 600).await.unwrap(), 0);
+    assert_eq!(store.hit("signin:a@example.com", 600).await.unwrap(), 1);
+    assert_eq!(store.hit("signin:a@example.com", 600).await.unwrap(), 2);
+    assert_eq!(store.hit("signin:a@example.com", 600).await.unwrap(), 3);
+    assert_eq!(store.hits("signin:a@example.com", 600).await.unwrap(), 3);
+    // Buckets are independent.
+    assert_eq!(store.hits("signin:b@example.com", 600).await.unwrap(), 0);
+    assert_eq!(store.hit("signin:b@example.com", 600).await.unwrap(), 1);
+    assert_eq!(store.hits("signin:a@example.com", 600).await.unwrap(), 3);
+    // A later window has no hits yet.
+    assert_eq!(store.hits("signin:a@example.com", 660).await.unwrap(), 0);
+}
+
+async fn throttle_window_resets_and_clears(db: &Db) {
+    let store = db.store().await;
+    let bucket = "code:203.0.113.7";
+    for _ in 0..5 {
+        store.hit(bucket, 600).await.unwrap();
+    }
+    // A new window starts the count again.
+    assert_eq!(store.hit(bucket, 660).await.unwrap(), 1);
+    assert_eq!(store.hits(bucket, 660).await.unwrap(), 1);
+    // A replica a little behind, still in the old window, does not reset
+    // the count: its hit counts in the newer window.
+    assert_eq!(store.hit(bucket, 600).await.unwrap(), 2);
+    assert_eq!(store.hits(bucket, 660).await.unwrap(), 2);
+    assert_eq!(store.hits(bucket, 600).await.unwrap(), 2);
+
+    store.clear(bucket).await.unwrap();
+    assert_eq!(store.hits(bucket, 660).await.unwrap(), 0);
+    assert_eq!(store.hit(bucket, 660).await.unwrap(), 1);
+    // Clearing what is not there is no error.
+    store.clear("never-hit").await.unwrap();
+}
+
+async fn concurrent_hits_are_all_counted(db: &Db) {
+    let stores = [db.store().await, db.store().await];
+    let counts = join_all(8, |n| {
+        let store = stores[n % 2].clone();
+        async move {
+            let mut seen = Vec::new();
+            for _ in 0..5 {
+                seen.push(store.hit("signin:shared", 1_200).await.unwrap());
+            }
+            seen
+        }
+    })
+    .await;
+    // Every hit saw a different count: none was lost or counted twice.
+    let mut all: Vec<i64> = counts.into_iter().flatten().collect();
+    all.sort_unstable();
+    assert_eq!(all, (1..=40).collect::<Vec<_>>());
+    assert_eq!(stores[0].hits("signin:shared", 1_200).await.unwrap(), 40);
+}

@@ -1,0 +1,258 @@
+// The dashboard in a real browser: API keys (create, show once, revoke),
+// usage, isolation between accounts, keyboard use and labels.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import {
+  ADMIN,
+  ALICE,
+  BOB,
+  PASSWORD,
+  hintOf,
+  launchBrowser,
+  modelsStatus,
+  screenshot,
+  signIn,
+  signInAt,
+  startServer,
+} from './helpers.mjs';
+
+let server;
+let browser;
+
+before(async () => {
+  [server, browser] = await Promise.all([startServer(), launchBrowser()]);
+});
+
+after(async () => {
+  await Promise.allSettled([browser?.close(), server?.stop()]);
+});
+
+/** A fresh context (no cookies) and a page in it; closed by the caller. */
+async function freshPage() {
+  const context = await browser.newContext({ baseURL: server.url });
+  return { context, page: await context.newPage() };
+}
+
+/** Creates a key through the form; resolves to the secret from `#new-key`. */
+async function createKey(page, name, expiresLabel) {
+  await page.goto('/dashboard/keys');
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel('Expires').selectOption({ label: expiresLabel });
+  await Promise.all([
+    page.waitForURL('**/dashboard/keys/new'),
+    page.getByRole('button', { name: 'Create key' }).click(),
+  ]);
+  return page.locator('#new-key').inputValue();
+}
+
+/** The list's row of the key named `name` (exactly one). */
+function rowOf(page, name) {
+  return page.locator('tbody tr').filter({
+    has: page.getByRole('cell', { name, exact: true }),
+  });
+}
+
+describe('dashboard', () => {
+  test('create a key, see it once, use it, revoke it', async () => {
+    const { context, page } = await freshPage();
+    try {
+      await page.goto('/dashboard/login');
+      await screenshot(page, 'login');
+      await signIn(page, ALICE);
+      assert.equal(new URL(page.url()).pathname, '/dashboard/keys');
+      await assert.doesNotReject(page.getByRole('heading', { name: 'API keys', level: 1 }).waitFor());
+      await screenshot(page, 'keys');
+
+      const secret = await createKey(page, 'browser test', '30 days');
+      assert.match(secret, /^sk-svc-[A-Za-z0-9_-]{20,}$/);
+      assert.equal(await page.locator('#new-key').getAttribute('readonly'), '');
+      assert.equal(
+        await page.getByRole('heading', { level: 1 }).textContent(),
+        'Your new key “browser test”',
+      );
+      assert.equal(await page.getByLabel('API key').inputValue(), secret);
+      await screenshot(page, 'new-key');
+
+      // The Copy button puts the key on the clipboard.
+      await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url });
+      await page.getByRole('button', { name: 'Copy' }).click();
+      await page.locator('#copy-status', { hasText: 'Copied' }).waitFor();
+      assert.equal(await page.evaluate(() => navigator.clipboard.readText()), secret);
+
+      assert.equal(await modelsStatus(server, secret), 200);
+
+      // Shown once: reloading finds nothing and lands on the list.
+      const reloaded = await page.reload();
+      assert.equal(new URL(page.url()).pathname, '/dashboard/keys');
+      assert.ok(!(await reloaded.text()).includes(secret), 'the reloaded HTML holds the key');
+      assert.ok(!(await page.content()).includes(secret), 'the reloaded page holds the key');
+      const again = await page.goto('/dashboard/keys/new');
+      assert.equal(new URL(page.url()).pathname, '/dashboard/keys');
+      assert.ok(!(await again.text()).includes(secret));
+
+      const row = rowOf(page, 'browser test');
+      assert.equal(await row.count(), 1);
+      const id = await row.getAttribute('id');
+      assert.ok(id, 'the row has the key id as its id');
+      const cells = await row.locator('td').allTextContents();
+      assert.ok(cells.includes(hintOf(secret)), `hint ${hintOf(secret)} not in ${cells}`);
+      assert.ok(cells.includes('active'), `state not active: ${cells}`);
+      assert.ok(cells.includes('Dashboard'), `created by not Dashboard: ${cells}`);
+      // Columns: Name, Key, Created, Last used, Expires, State, Created by.
+      const [, , created, , expires] = cells;
+      const at = (text) => Date.parse(text.replace(' ', 'T').replace(' UTC', ':00Z'));
+      const days = (at(expires) - at(created)) / 86_400_000;
+      assert.ok(Math.abs(days - 30) < 0.01, `created ${created}, expires ${expires}`);
+
+      // Usage: one chat completion with the key shows up on the usage page.
+      const chat = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${secret}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: 'svc', messages: [{ role: 'user', content: 'hello there' }] }),
+      });
+      assert.equal(chat.status, 200, await chat.text());
+      const usageRow = page.locator('tbody tr', { hasText: `browser test (${hintOf(secret)})` });
+      for (let attempt = 0; attempt < 20; attempt++) {
+        await page.goto('/dashboard/usage');
+        if ((await usageRow.count()) > 0) break;
+        await page.waitForTimeout(250);
+      }
+      assert.equal(await usageRow.count(), 1, 'the usage table has a row for the key');
+      assert.ok(await page.locator('svg.chart').isVisible());
+      assert.ok((await page.locator('svg.chart rect.bar').count()) >= 30);
+      await screenshot(page, 'usage');
+
+      // Revoke through the confirmation page.
+      await page.goto('/dashboard/keys');
+      await Promise.all([
+        page.waitForURL(`**/dashboard/keys/${id}/revoke`),
+        row.getByRole('link', { name: 'Revoke browser test' }).click(),
+      ]);
+      await page.getByRole('heading', { name: 'Revoke “browser test”?' }).waitFor();
+      await screenshot(page, 'revoke-confirm');
+      await Promise.all([
+        page.waitForURL('**/dashboard/keys?revoked=*'),
+        page.getByRole('button', { name: 'Revoke key' }).click(),
+      ]);
+      await page.getByRole('status').filter({ hasText: 'Key “browser test” was revoked.' }).waitFor();
+      await screenshot(page, 'keys-after-revoke');
+      const revokedCells = await rowOf(page, 'browser test').locator('td').allTextContents();
+      assert.ok(revokedCells.includes('revoked'), `state not revoked: ${revokedCells}`);
+      assert.equal(await rowOf(page, 'browser test').getByRole('link', { name: /Revoke/ }).count(), 0);
+
+      assert.equal(await modelsStatus(server, secret), 401);
+    } finally {
+      await context.close();
+    }
+  });
+
+  test("bob sees none of alice's keys and cannot revoke them", async () => {
+    const alice = await freshPage();
+    const bob = await freshPage();
+    const admin = await freshPage();
+    try {
+      await signInAt(alice.page, server, ALICE);
+      const secret = await createKey(alice.page, 'alice private', 'Never');
+      await alice.page.goto('/dashboard/keys');
+      const id = await rowOf(alice.page, 'alice private').getAttribute('id');
+      assert.ok(id);
+
+      await signInAt(bob.page, server, BOB);
+      await bob.page.goto('/dashboard/keys');
+      assert.equal(await bob.page.locator(`tr[id="${id}"]`).count(), 0);
+      const html = await bob.page.content();
+      assert.ok(!html.includes('alice private'), "bob's list names alice's key");
+      assert.ok(!html.includes(hintOf(secret)), "bob's list shows alice's key hint");
+      assert.ok(!html.includes(ALICE), "bob's list shows alice's email");
+
+      const page = await bob.page.goto(`/dashboard/keys/${id}/revoke`);
+      assert.equal(page.status(), 404);
+      assert.ok(!(await page.text()).includes('alice private'));
+      // Nor by posting the form directly, with bob's own CSRF token.
+      await bob.page.goto('/dashboard/keys');
+      const csrf = await bob.page.locator('form.signout input[name="csrf"]').inputValue();
+      const post = await bob.context.request.post(`/dashboard/keys/${id}/revoke`, {
+        form: { csrf },
+        maxRedirects: 0,
+      });
+      assert.equal(post.status(), 404);
+      assert.equal(await modelsStatus(server, secret), 200);
+
+      // The admin sees it, with its owner.
+      await signInAt(admin.page, server, ADMIN);
+      await admin.page.goto('/dashboard/keys');
+      const cells = await admin.page.locator(`tr[id="${id}"] td`).allTextContents();
+      assert.ok(cells.includes('alice private') && cells.includes(ALICE), `${cells}`);
+    } finally {
+      await Promise.all([alice.context.close(), bob.context.close(), admin.context.close()]);
+    }
+  });
+
+  test('keyboard: Tab order and Enter on the sign-in page', async () => {
+    const { context, page } = await freshPage();
+    try {
+      await page.goto('/dashboard/login');
+      const describeFocus = () =>
+        page.evaluate(() => {
+          const e = document.activeElement;
+          if (!e || e === document.body) return 'body';
+          return e.id ? `#${e.id}` : `${e.tagName.toLowerCase()}:${e.textContent.trim()}`;
+        });
+      // From the top of the page, as a keyboard user starts.
+      await page.evaluate(() => document.activeElement?.blur());
+      const order = [];
+      for (let i = 0; i < 12; i++) {
+        await page.keyboard.press('Tab');
+        order.push(await describeFocus());
+      }
+      const email = order.indexOf('#email');
+      assert.ok(email >= 0, `Tab never reaches the email field: ${order}`);
+      assert.deepEqual(
+        order.slice(email, email + 3),
+        ['#email', '#password', 'button:Sign in'],
+        `focus order ${order}`,
+      );
+
+      // Typing and Enter alone sign in.
+      await page.getByLabel('Email').focus();
+      await page.keyboard.type(ALICE);
+      await page.keyboard.press('Tab');
+      await page.keyboard.type(PASSWORD);
+      await Promise.all([page.waitForURL('**/dashboard/keys'), page.keyboard.press('Enter')]);
+      await page.getByRole('heading', { name: 'API keys', level: 1 }).waitFor();
+    } finally {
+      await context.close();
+    }
+  });
+
+  test('every input and select of the keys page has a label', async () => {
+    const { context, page } = await freshPage();
+    try {
+      await signInAt(page, server, ALICE);
+      await page.goto('/dashboard/keys');
+      const controls = await page
+        .locator('input:not([type="hidden"]), select, textarea')
+        .evaluateAll((elements) =>
+          elements.map((e) => ({
+            id: e.id,
+            label: e.id ? document.querySelector(`label[for="${e.id}"]`)?.textContent.trim() : undefined,
+          })),
+        );
+      assert.ok(controls.length >= 2, `controls: ${JSON.stringify(controls)}`);
+      for (const { id, label } of controls) {
+        assert.ok(id && label, `control without a label: ${JSON.stringify({ id, label })}`);
+        assert.equal(
+          await page.getByLabel(label, { exact: true }).evaluate((e) => e.id),
+          id,
+          `getByLabel(${label})`,
+        );
+      }
+      assert.equal(await page.getByLabel('Name', { exact: true }).getAttribute('id'), 'key-name');
+      assert.equal(await page.getByLabel('Expires', { exact: true }).getAttribute('id'), 'key-expires');
+    } finally {
+      await context.close();
+    }
+  });
+});

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Real-browser tests of the dashboard and the device flow: Debian's chromium
+# driven by playwright-core (no browser download), Node's test runner.
+# Usage: tests/browser/run.sh [node --test args...]
+#
+# Installs the pinned npm packages when node_modules is missing or older than
+# package-lock.json, builds svc-fake-server with cargo unless SVC_FAKE_SERVER
+# names a binary, and runs every *.test.mjs here. Screenshots of each page
+# visited go to target/browser-screenshots/. Any server a test leaves
+# running is killed on exit. The exit code is the test runner's.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+cd "$HERE"
+
+if ! command -v node >/dev/null 2>&1; then
+    echo "run.sh: node (20 or later) is needed: apt-get install nodejs npm" >&2
+    exit 1
+fi
+
+if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+    npm ci --no-audit --no-fund
+fi
+
+CHROMIUM="${SVC_CHROMIUM:-/usr/bin/chromium}"
+if [[ ! -x "$CHROMIUM" ]]; then
+    echo "run.sh: no chromium at $CHROMIUM: install it with 'apt-get install chromium' or set SVC_CHROMIUM" >&2
+    exit 1
+fi
+export SVC_CHROMIUM="$CHROMIUM"
+
+if [[ -z "${SVC_FAKE_SERVER:-}" ]]; then
+    TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+    [[ "$TARGET" = /* ]] || TARGET="$ROOT/$TARGET"
+    (cd "$ROOT" && cargo build --locked -q -p svc-test-support --bin svc-fake-server)
+    SVC_FAKE_SERVER="$TARGET/debug/svc-fake-server"
+fi
+if [[ ! -x "$SVC_FAKE_SERVER" ]]; then
+    echo "run.sh: $SVC_FAKE_SERVER is not an executable svc-fake-server" >&2
+    exit 1
+fi
+export SVC_FAKE_SERVER
+
+export SVC_SCREENSHOTS="${SVC_SCREENSHOTS:-$ROOT/target/browser-screenshots}"
+mkdir -p "$SVC_SCREENSHOTS"
+
+# Each server a test starts leaves a file named after its pid here; whatever
+# is left at exit (a test process that crashed or was killed) is killed.
+SVC_BROWSER_PIDS="$(mktemp -d "${TMPDIR:-/tmp}/svc-browser-pids.XXXXXX")"
+export SVC_BROWSER_PIDS
+cleanup() {
+    local file pid
+    for file in "$SVC_BROWSER_PIDS"/*; do
+        [[ -f "$file" ]] || continue
+        pid="$(basename "$file")"
+        if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+        fi
+    done
+    rm -rf "$SVC_BROWSER_PIDS"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+status=0
+node --test --test-reporter=spec "$@" ./*.test.mjs || status=$?
+exit "$status"
