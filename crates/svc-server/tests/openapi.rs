@@ -124,6 +124,10 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/models",
         "GET /v1/models/{model}",
         "POST /v1/chat/completions",
+        "POST /v1/auth/device/code",
+        "POST /v1/auth/device/token",
+        "GET /v1/auth/key",
+        "DELETE /v1/auth/key",
     ]
     .into_iter()
     .map(str::to_owned)
@@ -138,7 +142,8 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         let (method, path) = route.split_once(' ').unwrap();
         let operation = &doc["paths"][path][method.to_lowercase()];
         let security = operation["security"].as_array().expect("explicit security");
-        if path.starts_with("/v1/") {
+        // The device flow is how a client without a key gets one.
+        if path.starts_with("/v1/") && !path.starts_with("/v1/auth/device/") {
             assert_eq!(security, &vec![json!({"bearer": []})], "{route}");
             assert!(
                 operation["responses"].get("401").is_some(),
@@ -592,4 +597,110 @@ async fn request_schema_agrees_with_the_server() {
         assert_eq!(response.status(), 400, "server accepts {body}");
         check(&doc, "post", "/v1/chat/completions", response).await;
     }
+}
+
+#[tokio::test]
+async fn device_flow_responses_match_the_document() {
+    let doc = document();
+    let app = TestApp::spawn().await;
+    let code = app
+        .client
+        .post(app.url("/v1/auth/device/code"))
+        .send()
+        .await
+        .unwrap();
+    let codes = check(&doc, "post", "/v1/auth/device/code", code).await;
+    let device_code = codes["device_code"].as_str().unwrap();
+    let token = |body: Value| {
+        app.client
+            .post(app.url("/v1/auth/device/token"))
+            .json(&body)
+            .send()
+    };
+    let pending = token(json!({ "device_code": device_code })).await.unwrap();
+    let body = check(&doc, "post", "/v1/auth/device/token", pending).await;
+    assert_eq!(body, json!({"status": "pending"}));
+    let unknown = token(json!({"device_code": "nope"})).await.unwrap();
+    check(&doc, "post", "/v1/auth/device/token", unknown).await;
+    let form = app
+        .client
+        .post(app.url("/v1/auth/device/token"))
+        .form(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+            ("device_code", device_code),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let body = check(&doc, "post", "/v1/auth/device/token", form).await;
+    assert_eq!(body["error"], "slow_down");
+}
+
+#[tokio::test]
+async fn current_key_responses_match_the_document() {
+    let doc = document();
+    let app = TestApp::spawn().await;
+    let user = app
+        .create_user("ada@example.com", "password123", false)
+        .await;
+    let (key, _) = app
+        .keys
+        .create(svc_core::NewKey {
+            name: "laptop".into(),
+            owner_id: Some(user.id.0.clone()),
+            created_via: "device".into(),
+            expires_in: Some(60),
+        })
+        .await
+        .unwrap();
+    let key = key.expose().to_owned();
+    let get = app
+        .client
+        .get(app.url("/v1/auth/key"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let body = check(&doc, "get", "/v1/auth/key", get).await;
+    assert_eq!(body["owner"]["email"], "ada@example.com");
+    assert_eq!(body["name"], "laptop");
+    assert!(!body.to_string().contains(&key[7..]), "never the secret");
+    let operator_key = app.create_key().await;
+    let get = app
+        .client
+        .get(app.url("/v1/auth/key"))
+        .bearer_auth(&operator_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        check(&doc, "get", "/v1/auth/key", get).await["owner"],
+        Value::Null
+    );
+
+    let delete = app
+        .client
+        .delete(app.url("/v1/auth/key"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let body = check(&doc, "delete", "/v1/auth/key", delete).await;
+    assert_eq!(body["revoked"], true);
+    let after = app
+        .client
+        .get(app.url("/v1/auth/key"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    check(&doc, "get", "/v1/auth/key", after).await;
+    let models = app
+        .client
+        .get(app.url("/v1/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 401);
 }

@@ -3,6 +3,7 @@
 mod chat;
 mod device;
 mod health;
+mod key;
 mod models;
 mod openapi;
 
@@ -24,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/chat/completions", post(chat::create))
         .route("/v1/auth/device/code", post(device::code))
         .route("/v1/auth/device/token", post(device::token))
+        .route("/v1/auth/key", get(key::current).delete(key::revoke))
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)
