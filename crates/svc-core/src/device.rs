@@ -342,6 +342,7 @@ impl DeviceService {
             expires_at: Some(created_at + expires_in),
             last_used_at: None,
             revoked_at: None,
+            limits: Default::default(),
         };
         if self
             .store

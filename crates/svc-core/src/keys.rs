@@ -7,7 +7,7 @@ use thiserror::Error;
 
 use crate::key::{ApiKey, KeyFormatError, KeyId};
 use crate::now;
-use crate::store::{KeyRecord, Store, StoreError};
+use crate::store::{KeyLimits, KeyRecord, Store, StoreError};
 
 /// How often at most `last_used_at` is written for one key, in seconds:
 /// often enough for a dashboard, rare enough to keep writes off the hot path.
@@ -97,6 +97,7 @@ impl KeyService {
             expires_at: new.expires_in.map(|s| created_at.saturating_add(s)),
             last_used_at: None,
             revoked_at: None,
+            limits: Default::default(),
         };
         self.store.insert_key(&record, &key.hash()).await?;
         Ok((key, record))
@@ -134,6 +135,11 @@ impl KeyService {
     /// The key with this id (any state).
     pub async fn get(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
         self.store.key_by_id(id).await
+    }
+
+    /// Sets a key's own rate limits; false when there is no such key.
+    pub async fn set_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {
+        self.store.set_key_limits(id, limits).await
     }
 
     /// Revokes a key; false when it does not exist or was already revoked.
@@ -176,6 +182,7 @@ mod tests {
             expires_at: Some(10),
             last_used_at: None,
             revoked_at: None,
+            limits: Default::default(),
         };
         assert_eq!(KeyState::of(&record, 9), KeyState::Active);
         assert_eq!(KeyState::of(&record, 10), KeyState::Expired);

@@ -25,6 +25,16 @@ pub struct KeyRecord {
     pub expires_at: Option<i64>,
     pub last_used_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// This key's own rate limits, where an admin set them.
+    pub limits: KeyLimits,
+}
+
+/// Per-key overrides of the server's default rate limits (`None`: the
+/// default applies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyLimits {
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
 }
 
 /// A failure of the storage layer. The message is for logs, not clients.
@@ -51,6 +61,8 @@ pub trait KeyStore: Send + Sync {
     async fn revoke_key(&self, id: &KeyId, at: i64) -> Result<bool, StoreError>;
     /// Records use at `at`.
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError>;
+    /// Sets a key's own rate limits; false when there is no such key.
+    async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError>;
 }
 
 /// Persistence of user accounts.

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use svc_core::DeviceSettings;
+use svc_core::{DeviceSettings, KeyLimits};
 
 /// Default cap on request bodies: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -26,6 +26,11 @@ pub struct ServerConfig {
     pub allow_signup: bool,
     /// Timings of the device authorization flow.
     pub device: DeviceSettings,
+    /// Rate limits of keys that have none of their own (`None`: unlimited).
+    pub rate_limits: KeyLimits,
+    /// `redis://…`: count rate limits in Redis, shared by every replica;
+    /// `None` counts in this process.
+    pub redis_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +42,8 @@ impl Default for ServerConfig {
             dashboard_url: None,
             allow_signup: false,
             device: DeviceSettings::default(),
+            rate_limits: KeyLimits::default(),
+            redis_url: None,
         }
     }
 }

@@ -34,6 +34,8 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error(transparent)]
     Engine(EngineError),
+    #[error("{}", rate_limit_message(.0))]
+    RateLimited(crate::ratelimit::Verdict),
     #[error("the store is unavailable")]
     Unavailable,
     /// Anything else: logged with the request id, never shown.
@@ -82,6 +84,7 @@ impl ApiError {
                 EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -115,6 +118,12 @@ impl ApiError {
                 EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
             },
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
+            ApiError::RateLimited(v) => match v.exceeded {
+                Some(crate::ratelimit::Exceeded::Tokens) => {
+                    ("tokens", None, Some("rate_limit_exceeded"))
+                }
+                _ => ("requests", None, Some("rate_limit_exceeded")),
+            },
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
         let message = if self.status().is_server_error()
@@ -144,6 +153,13 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let mut response = (status, axum::Json(self.body())).into_response();
         let headers = response.headers_mut();
+        if let ApiError::RateLimited(verdict) = &self {
+            headers.extend(verdict.headers());
+            if let Ok(value) = HeaderValue::try_from(verdict.retry_after().to_string()) {
+                headers.insert(header::RETRY_AFTER, value);
+            }
+            return response;
+        }
         match status {
             StatusCode::UNAUTHORIZED => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -155,4 +171,18 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// OpenAI's wording for a refused request.
+fn rate_limit_message(verdict: &crate::ratelimit::Verdict) -> String {
+    use crate::ratelimit::Exceeded;
+    let (what, quota) = match verdict.exceeded {
+        Some(Exceeded::Tokens) => ("tokens per min (TPM)", verdict.tokens),
+        _ => ("requests per min (RPM)", verdict.requests),
+    };
+    let limit = quota.map_or(0, |q| q.limit);
+    format!(
+        "Rate limit reached for this API key on {what}: Limit {limit}. Please try again in {}s.",
+        verdict.retry_after()
+    )
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ServerConfig;
 use crate::dashboard::Dashboard;
 use crate::extract::BodyLimit;
+use crate::ratelimit::RateLimiter;
 use crate::registry::ModelRegistry;
 use crate::state::AppState;
 use crate::{request_id, routes};
@@ -51,6 +52,12 @@ impl Application {
         );
         let dashboard_url = dashboard.url.clone();
         let accounts = AccountService::new(store.clone());
+        let limiter = match &config.redis_url {
+            Some(url) => RateLimiter::redis(config.rate_limits, url)
+                .await
+                .map_err(|e| std::io::Error::other(format!("cannot connect to Redis: {e}")))?,
+            None => RateLimiter::local(config.rate_limits),
+        };
         let state = AppState {
             keys: KeyService::new(store.clone()),
             accounts: accounts.clone(),
@@ -59,6 +66,7 @@ impl Application {
             models: Arc::new(models),
             public_url: public_url.clone().into(),
             dashboard: Arc::new(dashboard),
+            limiter,
         };
         let limit = config.max_body_bytes;
         let router = routes::router()

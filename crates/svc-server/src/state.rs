@@ -6,6 +6,7 @@ use axum::extract::FromRef;
 use svc_core::{AccountService, DeviceService, KeyService, Store};
 
 use crate::dashboard::Dashboard;
+use crate::ratelimit::RateLimiter;
 use crate::registry::ModelRegistry;
 
 /// What every handler may reach.
@@ -23,6 +24,8 @@ pub struct AppState {
     pub accounts: AccountService,
     /// The device authorization grant.
     pub devices: DeviceService,
-    /// The dashboard's address, cookie policy and page templates.
+    /// The dashboard's address and cookie policy.
     pub dashboard: Arc<Dashboard>,
+    /// Per-key requests and tokens per minute.
+    pub limiter: RateLimiter,
 }

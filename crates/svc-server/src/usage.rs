@@ -1,18 +1,23 @@
 //! Usage accounting: every completion that reaches an engine adds one
-//! request and its tokens to its key's counters for the day.
+//! request and its tokens to its key's counters for the day, and its tokens
+//! to the key's rate-limit window.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 use svc_core::{EngineEvent, EventStream, KeyId, Store, TokenUsage, UsageDelta, day_of, now};
 
+use crate::ratelimit::RateLimiter;
+use crate::state::AppState;
+
 /// Passes `events` through unchanged and records usage once: with the
 /// tokens of the `Finish` event, or as a request without tokens when the
 /// stream fails or is dropped (the client went away) before finishing.
 /// The write happens on a task of its own, off the response's path.
-pub fn metered(events: EventStream, store: Arc<dyn Store>, key_id: KeyId) -> EventStream {
+pub fn metered(events: EventStream, state: &AppState, key_id: KeyId) -> EventStream {
     let mut meter = Meter {
-        store,
+        store: state.store.clone(),
+        limiter: state.limiter.clone(),
         key_id,
         recorded: false,
     };
@@ -27,6 +32,7 @@ pub fn metered(events: EventStream, store: Arc<dyn Store>, key_id: KeyId) -> Eve
 
 struct Meter {
     store: Arc<dyn Store>,
+    limiter: RateLimiter,
     key_id: KeyId,
     recorded: bool,
 }
@@ -44,9 +50,12 @@ impl Meter {
             completion_tokens: i64::try_from(used.completion_tokens).unwrap_or(i64::MAX),
         };
         let store = self.store.clone();
+        let limiter = self.limiter.clone();
         // Outside a runtime (never in the server) there is nowhere to write.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                let tokens = delta.prompt_tokens + delta.completion_tokens;
+                limiter.add_tokens(&delta.key_id, tokens).await;
                 if let Err(e) = store.add_usage(&delta).await {
                     tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed");
                 }

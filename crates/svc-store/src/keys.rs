@@ -5,20 +5,21 @@ use async_trait::async_trait;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use svc_core::key::{KeyHash, KeyId};
-use svc_core::store::{KeyRecord, KeyStore, StoreError};
+use svc_core::store::{KeyLimits, KeyRecord, KeyStore, StoreError};
 
 use crate::SqlStore;
 use crate::error::query_error;
 
 macro_rules! columns {
     () => {
-        "id, name, hint, owner_id, created_via, created_at, expires_at, last_used_at, revoked_at"
+        "id, name, hint, owner_id, created_via, created_at, expires_at, last_used_at, revoked_at, \
+         rpm_limit, tpm_limit"
     };
 }
 
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
-     created_at, expires_at, last_used_at, revoked_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+     created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 const BY_HASH: &str = concat!("SELECT ", columns!(), " FROM api_keys WHERE key_hash = $1");
 const BY_ID: &str = concat!("SELECT ", columns!(), " FROM api_keys WHERE id = $1");
 const ALL: &str = concat!(
@@ -32,6 +33,7 @@ const OF_OWNER: &str = concat!(
     " FROM api_keys WHERE owner_id = $1 ORDER BY created_at DESC, id DESC"
 );
 const REVOKE: &str = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
+const SET_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $2, tpm_limit = $3 WHERE id = $1";
 // Replicas may touch one key in any order: the latest time wins.
 const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
@@ -47,6 +49,10 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
         expires_at: row.try_get("expires_at")?,
         last_used_at: row.try_get("last_used_at")?,
         revoked_at: row.try_get("revoked_at")?,
+        limits: KeyLimits {
+            requests_per_minute: row.try_get("rpm_limit")?,
+            tokens_per_minute: row.try_get("tpm_limit")?,
+        },
     })
 }
 
@@ -68,6 +74,8 @@ pub(crate) async fn insert_key_on(
         .bind(record.expires_at)
         .bind(record.last_used_at)
         .bind(record.revoked_at)
+        .bind(record.limits.requests_per_minute)
+        .bind(record.limits.tokens_per_minute)
         .execute(conn)
         .await
         .map(|_| ())
@@ -134,5 +142,16 @@ impl KeyStore for SqlStore {
             .await
             .map(|_| ())
             .map_err(query_error)
+    }
+
+    async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {
+        let done = sqlx::query(SET_LIMITS)
+            .bind(id.0.as_str())
+            .bind(limits.requests_per_minute)
+            .bind(limits.tokens_per_minute)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+        Ok(done.rows_affected() == 1)
     }
 }

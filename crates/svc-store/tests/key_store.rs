@@ -6,13 +6,14 @@ mod common;
 use common::{Db, new_key};
 use svc_core::key::{ApiKey, KeyId};
 use svc_core::keys::KeyState;
-use svc_core::store::{HealthStore, KeyStore, StoreError};
+use svc_core::store::{HealthStore, KeyLimits, KeyStore, StoreError};
 
 on_both_backends!(
     stored_keys_are_found_by_hash_and_id,
     duplicate_hash_or_id_is_a_conflict,
     list_is_newest_first_and_filters_by_owner,
     revoking_twice_reports_false,
+    rate_limits_are_stored_per_key,
     touch_records_the_latest_use,
     expired_keys_are_still_returned,
     ping_answers,
@@ -110,6 +111,33 @@ async fn revoking_twice_reports_false(db: &Db) {
         "the first revocation's time stays"
     );
     assert_eq!(KeyState::of(&stored, 40), KeyState::Revoked);
+}
+
+async fn rate_limits_are_stored_per_key(db: &Db) {
+    let store = db.store().await;
+    let (mut record, hash) = new_key(None, 10);
+    record.limits.requests_per_minute = Some(7);
+    store.insert_key(&record, &hash).await.unwrap();
+    assert_eq!(
+        store.key_by_hash(&hash).await.unwrap().unwrap().limits,
+        record.limits
+    );
+
+    let limits = KeyLimits {
+        requests_per_minute: None,
+        tokens_per_minute: Some(1000),
+    };
+    assert!(store.set_key_limits(&record.id, limits).await.unwrap());
+    assert_eq!(
+        store.key_by_id(&record.id).await.unwrap().unwrap().limits,
+        limits
+    );
+    assert!(
+        !store
+            .set_key_limits(&KeyId::generate(), limits)
+            .await
+            .unwrap()
+    );
 }
 
 async fn touch_records_the_latest_use(db: &Db) {

@@ -51,6 +51,8 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
             other => other,
         },
         owner => owner,
+        rpm => key.limits.requests_per_minute,
+        tpm => key.limits.tokens_per_minute,
     }
 }
 
@@ -210,4 +212,74 @@ pub async fn revoke(
     let key = own_key(&state, &who, &id).await?;
     state.keys.revoke(&key.id).await?;
     Ok(Redirect::to(&format!("/dashboard/keys?revoked={}", key.id)).into_response())
+}
+
+/// The limits form (admins only): a per-key override of the defaults.
+pub async fn limits_page(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+) -> Result<Html<String>, PageError> {
+    let key = admin_key(&state, &who, &id).await?;
+    render_limits(&who, &key, None)
+}
+
+fn render_limits(
+    who: &SignedIn,
+    key: &KeyRecord,
+    error: Option<&str>,
+) -> Result<Html<String>, PageError> {
+    render(
+        "limits.html",
+        context! { ..layout(who, "keys"), ..context! { key => key_row(key, &[]), error } },
+    )
+}
+
+async fn admin_key(state: &AppState, who: &SignedIn, id: &str) -> Result<KeyRecord, PageError> {
+    if !who.user.is_admin {
+        return Err(PageError::NotFound);
+    }
+    own_key(state, who, id).await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LimitsForm {
+    csrf: String,
+    rpm: String,
+    tpm: String,
+}
+
+pub async fn set_limits(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<LimitsForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let key = admin_key(&state, &who, &id).await?;
+    let parse = |text: &str| -> Result<Option<i64>, ()> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Some)
+            .ok_or(())
+    };
+    let (Ok(rpm), Ok(tpm)) = (parse(&form.rpm), parse(&form.tpm)) else {
+        let page = render_limits(
+            &who,
+            &key,
+            Some("Enter whole numbers above 0, or leave a field empty for the server's default."),
+        )?;
+        return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
+    };
+    let limits = svc_core::KeyLimits {
+        requests_per_minute: rpm,
+        tokens_per_minute: tpm,
+    };
+    state.keys.set_limits(&key.id, limits).await?;
+    Ok(Redirect::to("/dashboard/keys").into_response())
 }

@@ -79,6 +79,10 @@ pub fn router() -> Router<AppState> {
             "/dashboard/keys/{id}/revoke",
             get(keys::revoke_page).post(keys::revoke),
         )
+        .route(
+            "/dashboard/keys/{id}/limits",
+            get(keys::limits_page).post(keys::set_limits),
+        )
         .route("/dashboard/usage", get(usage::page))
         .route("/dashboard/device", get(device::page))
         .route(

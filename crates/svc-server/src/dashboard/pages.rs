@@ -33,6 +33,7 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/key_created.html"),
     ),
     ("revoke.html", include_str!("../../templates/revoke.html")),
+    ("limits.html", include_str!("../../templates/limits.html")),
     ("usage.html", include_str!("../../templates/usage.html")),
     ("device.html", include_str!("../../templates/device.html")),
     (

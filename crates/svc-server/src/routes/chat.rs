@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use svc_api::ChatCompletionRequest;
@@ -14,11 +14,33 @@ use crate::extract::{ApiJson, Authenticated};
 use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
 
+/// Counts the request against the key's rate limits before anything else
+/// (so failed requests count too), and puts the limits' state on every
+/// answer.
 pub async fn create(
     Authenticated(key): Authenticated,
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<ChatCompletionRequest>,
+    request: Request,
+) -> Response {
+    let verdict = state.limiter.check(&key).await;
+    if let Some(v) = verdict.filter(|v| v.exceeded.is_some()) {
+        return ApiError::RateLimited(v).into_response();
+    }
+    let mut response = answer(&state, key, request)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    if let Some(v) = verdict {
+        response.headers_mut().extend(v.headers());
+    }
+    response
+}
+
+async fn answer(
+    state: &AppState,
+    key: svc_core::KeyRecord,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
     let mut request = ValidChatRequest::try_from(body)?;
     let route = state
         .models
@@ -38,7 +60,7 @@ pub async fn create(
             .insert(0, ChatMessage::System(prompt.clone()));
     }
     let events = route.engine.generate(request.generate).await?;
-    let events = crate::usage::metered(events, state.store.clone(), key.id);
+    let events = crate::usage::metered(events, state, key.id);
     let meta = CompletionMeta::new(request.model);
     if !request.stream {
         return Ok(Json(shape::collect(meta, events).await?).into_response());

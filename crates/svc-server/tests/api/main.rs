@@ -9,6 +9,7 @@ mod dashboard;
 mod device;
 mod errors;
 mod health;
+mod ratelimit;
 mod streaming;
 
 use serde_json::{Value, json};

@@ -107,6 +107,7 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         expires_at: None,
         last_used_at: None,
         revoked_at: None,
+        limits: Default::default(),
     };
     (record, key.hash())
 }

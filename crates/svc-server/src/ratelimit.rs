@@ -1,0 +1,286 @@
+//! Per-key rate limits: requests and tokens per minute, counted in fixed
+//! one-minute windows, in this process or (with `--redis-url`) in Redis so
+//! that every replica shares them.
+//!
+//! A request is counted when it arrives, whether it then succeeds or not;
+//! tokens are counted when a completion finishes, so a request is refused
+//! once the key's tokens of this minute reached the limit. Responses carry
+//! OpenAI's `x-ratelimit-*` headers; a refusal is a 429 with `retry-after`.
+//! When Redis cannot be reached, requests are let through (and a warning
+//! logged): a limiter outage must not become an API outage.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use svc_core::{KeyId, KeyLimits, KeyRecord};
+
+/// One minute, the window of both limits.
+const WINDOW_MS: i64 = 60_000;
+
+/// Where the counters live.
+#[derive(Clone)]
+pub enum Counters {
+    /// This process only (one replica).
+    Local(Arc<Mutex<HashMap<String, Window>>>),
+    /// Redis, shared by every replica.
+    Redis(redis::aio::ConnectionManager),
+}
+
+/// One key's counts in one window.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    start: i64,
+    requests: i64,
+    tokens: i64,
+}
+
+/// Counts one request; returns the requests (this one included) and the
+/// tokens of the window.
+const ACQUIRE: &str = r"
+local r = redis.call('INCR', KEYS[1])
+if r == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+local t = tonumber(redis.call('GET', KEYS[2]) or '0')
+return {r, t}
+";
+
+const ADD_TOKENS: &str = r"
+local t = redis.call('INCRBY', KEYS[1], ARGV[1])
+if t == tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return t
+";
+
+/// One limit's state after a request, as the headers say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub limit: i64,
+    pub remaining: i64,
+    /// Milliseconds until the window resets.
+    pub reset_ms: i64,
+}
+
+/// What the limiter decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub requests: Option<Quota>,
+    pub tokens: Option<Quota>,
+    /// Which limit refused the request, if one did.
+    pub exceeded: Option<Exceeded>,
+}
+
+/// The limit a refused request ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exceeded {
+    Requests,
+    Tokens,
+}
+
+impl Verdict {
+    /// Seconds to wait before the next request can succeed.
+    pub fn retry_after(&self) -> i64 {
+        let reset = self.requests.or(self.tokens).map_or(1000, |q| q.reset_ms);
+        (reset + 999) / 1000
+    }
+
+    /// OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
+    pub fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (kind, quota) in [("requests", self.requests), ("tokens", self.tokens)] {
+            let Some(q) = quota else { continue };
+            for (what, value) in [
+                ("limit", q.limit.to_string()),
+                ("remaining", q.remaining.max(0).to_string()),
+                ("reset", duration_text(q.reset_ms)),
+            ] {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::try_from(format!("x-ratelimit-{what}-{kind}")),
+                    HeaderValue::try_from(value),
+                ) {
+                    headers.insert(name, value);
+                }
+            }
+        }
+        headers
+    }
+}
+
+/// `120ms`, `1s`, `59.5s`: the form OpenAI's reset headers use.
+fn duration_text(ms: i64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        let text = format!("{:.3}", ms as f64 / 1000.0);
+        format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
+    }
+}
+
+/// The rate limiter of one server.
+#[derive(Clone)]
+pub struct RateLimiter {
+    defaults: KeyLimits,
+    counters: Counters,
+}
+
+impl RateLimiter {
+    /// Limits from `defaults` (overridden per key), counted in `counters`.
+    pub fn new(defaults: KeyLimits, counters: Counters) -> Self {
+        RateLimiter { defaults, counters }
+    }
+
+    /// Counts in this process.
+    pub fn local(defaults: KeyLimits) -> Self {
+        RateLimiter::new(defaults, Counters::Local(Arc::default()))
+    }
+
+    /// Counts in the Redis at `url` (connects now).
+    pub async fn redis(defaults: KeyLimits, url: &str) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let manager = redis::aio::ConnectionManager::new(client).await?;
+        Ok(RateLimiter::new(defaults, Counters::Redis(manager)))
+    }
+
+    /// The limits that apply to `key`.
+    fn limits_of(&self, key: &KeyRecord) -> KeyLimits {
+        KeyLimits {
+            requests_per_minute: key
+                .limits
+                .requests_per_minute
+                .or(self.defaults.requests_per_minute)
+                .filter(|l| *l > 0),
+            tokens_per_minute: key
+                .limits
+                .tokens_per_minute
+                .or(self.defaults.tokens_per_minute)
+                .filter(|l| *l > 0),
+        }
+    }
+
+    /// Counts a request of `key` and says whether it may go on; `None`
+    /// when no limit applies to the key.
+    pub async fn check(&self, key: &KeyRecord) -> Option<Verdict> {
+        let limits = self.limits_of(key);
+        if limits.requests_per_minute.is_none() && limits.tokens_per_minute.is_none() {
+            return None;
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let start = now - now.rem_euclid(WINDOW_MS);
+        let reset_ms = start + WINDOW_MS - now;
+        let (requests, tokens) = match self.acquire(&key.id, start).await {
+            Ok(counts) => counts,
+            Err(e) => {
+                tracing::warn!(error = %e, "rate limiter unavailable; letting the request through");
+                return None;
+            }
+        };
+        let requests_quota = limits.requests_per_minute.map(|limit| Quota {
+            limit,
+            remaining: limit - requests,
+            reset_ms,
+        });
+        let tokens_quota = limits.tokens_per_minute.map(|limit| Quota {
+            limit,
+            remaining: limit - tokens,
+            reset_ms,
+        });
+        let exceeded = if requests_quota.is_some_and(|q| q.remaining < 0) {
+            Some(Exceeded::Requests)
+        } else if tokens_quota.is_some_and(|q| q.remaining <= 0) {
+            Some(Exceeded::Tokens)
+        } else {
+            None
+        };
+        Some(Verdict {
+            requests: requests_quota,
+            tokens: tokens_quota,
+            exceeded,
+        })
+    }
+
+    /// Adds the tokens of a finished request to `key`'s current window.
+    pub async fn add_tokens(&self, key: &KeyId, tokens: i64) {
+        if tokens <= 0 {
+            return;
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let start = now - now.rem_euclid(WINDOW_MS);
+        let result = match &self.counters {
+            Counters::Local(map) => {
+                let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+                let window = window_of(&mut map, &key.0, start);
+                window.tokens += tokens;
+                Ok(())
+            }
+            Counters::Redis(manager) => {
+                let mut conn = manager.clone();
+                redis::Script::new(ADD_TOKENS)
+                    .key(redis_key(key, start, "tok"))
+                    .arg(tokens)
+                    .arg(WINDOW_MS * 2)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "rate limiter unavailable; tokens not counted");
+        }
+    }
+
+    async fn acquire(&self, key: &KeyId, start: i64) -> Result<(i64, i64), redis::RedisError> {
+        match &self.counters {
+            Counters::Local(map) => {
+                let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+                let window = window_of(&mut map, &key.0, start);
+                window.requests += 1;
+                Ok((window.requests, window.tokens))
+            }
+            Counters::Redis(manager) => {
+                let mut conn = manager.clone();
+                redis::Script::new(ACQUIRE)
+                    .key(redis_key(key, start, "req"))
+                    .key(redis_key(key, start, "tok"))
+                    .arg(WINDOW_MS * 2)
+                    .invoke_async::<(i64, i64)>(&mut conn)
+                    .await
+            }
+        }
+    }
+}
+
+/// `svc:rl:{key_…}:<window>:req`; the braces keep one key's counters on
+/// one Redis Cluster slot.
+fn redis_key(key: &KeyId, start: i64, kind: &str) -> String {
+    format!("svc:rl:{{{}}}:{start}:{kind}", key.0)
+}
+
+/// The current window of `key`, starting a new one (and forgetting windows
+/// of other keys that ended) when the minute turned.
+fn window_of<'a>(map: &'a mut HashMap<String, Window>, key: &str, start: i64) -> &'a mut Window {
+    if map.len() > 10_000 {
+        map.retain(|_, w| w.start >= start);
+    }
+    let window = map.entry(key.to_owned()).or_default();
+    if window.start != start {
+        *window = Window {
+            start,
+            requests: 0,
+            tokens: 0,
+        };
+    }
+    window
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_openais() {
+        assert_eq!(duration_text(120), "120ms");
+        assert_eq!(duration_text(1000), "1s");
+        assert_eq!(duration_text(59_500), "59.5s");
+        assert_eq!(duration_text(1_234), "1.234s");
+    }
+}
