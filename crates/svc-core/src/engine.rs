@@ -184,4 +184,31 @@ pub trait Engine: Send + Sync + 'static {
 
     /// A short name for logs and metrics (`llama`, `upstream`, ...).
     fn name(&self) -> &str;
+
+    /// What the engine is doing now, for metrics.
+    fn status(&self) -> EngineStatus {
+        EngineStatus::default()
+    }
+}
+
+/// An engine's load and health at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStatus {
+    /// Requests waiting for the engine to take them.
+    pub queued: u64,
+    /// Requests being generated now.
+    pub running: u64,
+    /// Upstream endpoints, for engines that route to others.
+    pub endpoints: Vec<EndpointStatus>,
+}
+
+/// One upstream endpoint's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointStatus {
+    /// The endpoint's base URL (no credentials).
+    pub url: String,
+    /// Whether the engine currently sends it requests.
+    pub healthy: bool,
+    /// Requests in flight to it.
+    pub outstanding: u64,
 }

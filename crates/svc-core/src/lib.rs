@@ -21,8 +21,9 @@ pub use device::{
     IssuedCodes, PollOutcome, UserCode,
 };
 pub use engine::{
-    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,
+    FinishReason, GenerateRequest, OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolCallSpec,
+    ToolChoiceSpec, ToolSpec,
 };
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};

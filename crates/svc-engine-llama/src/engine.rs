@@ -17,7 +17,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
-    ChatMessage, Engine, EngineError, EventStream, GenerateRequest, Sampling, ToolSpec,
+    ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest, Sampling,
+    ToolSpec,
 };
 use thiserror::Error;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -344,6 +345,15 @@ impl Engine for LlamaEngine {
 
     fn name(&self) -> &str {
         "llama"
+    }
+
+    fn status(&self) -> EngineStatus {
+        let stats = self.stats();
+        EngineStatus {
+            queued: stats.waiting_requests,
+            running: stats.active_sequences,
+            endpoints: Vec::new(),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! defaults, the TOML file, `SVC_*` environment and flags).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use svc_core::{DeviceSettings, KeyLimits};
 
@@ -31,6 +32,9 @@ pub struct ServerConfig {
     /// `redis://…`: count rate limits in Redis, shared by every replica;
     /// `None` counts in this process.
     pub redis_url: Option<String>,
+    /// After shutdown is asked for, how long in-flight requests (streams
+    /// included) may take to finish before their connections are closed.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +48,7 @@ impl Default for ServerConfig {
             device: DeviceSettings::default(),
             rate_limits: KeyLimits::default(),
             redis_url: None,
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }

@@ -151,7 +151,14 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let mut response = (status, axum::Json(self.body())).into_response();
+        let body = self.body();
+        let code = body.error.code.clone();
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(code) = code {
+            response
+                .extensions_mut()
+                .insert(crate::metrics::ErrorCode(code));
+        }
         let headers = response.headers_mut();
         if let ApiError::RateLimited(verdict) = &self {
             headers.extend(verdict.headers());

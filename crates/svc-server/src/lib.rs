@@ -7,6 +7,7 @@ pub mod config;
 pub mod dashboard;
 pub mod error;
 pub mod extract;
+pub mod metrics;
 pub mod ratelimit;
 pub mod registry;
 pub mod request_id;

@@ -29,6 +29,7 @@ pub struct Application {
     public_url: String,
     dashboard_url: String,
     accounts: AccountService,
+    shutdown_grace: std::time::Duration,
 }
 
 impl Application {
@@ -67,9 +68,14 @@ impl Application {
             public_url: public_url.clone().into(),
             dashboard: Arc::new(dashboard),
             limiter,
+            metrics: Arc::default(),
         };
         let limit = config.max_body_bytes;
         let router = routes::router()
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                crate::metrics::middleware,
+            ))
             .layer(DefaultBodyLimit::max(limit))
             .layer(middleware::from_fn(move |mut req: Request, next: Next| {
                 req.extensions_mut().insert(BodyLimit(limit));
@@ -84,6 +90,7 @@ impl Application {
             public_url,
             dashboard_url,
             accounts,
+            shutdown_grace: config.shutdown_grace,
         })
     }
 
@@ -109,15 +116,27 @@ impl Application {
         Ok(token.map(|t| format!("{}/setup?token={t}", self.dashboard_url)))
     }
 
-    /// Serves until `shutdown` is cancelled, then lets in-flight requests end.
+    /// Serves until `shutdown` is cancelled; then stops accepting
+    /// connections, lets in-flight requests (streams included) finish for
+    /// up to the configured grace period, and returns.
     pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        axum::serve(
+        let grace = self.shutdown_grace;
+        let serve = axum::serve(
             self.listener,
             self.router
                 .into_make_service_with_connect_info::<SocketAddr>(),
         )
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .into_future()
-        .await
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .into_future();
+        tokio::select! {
+            result = serve => result,
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(grace_seconds = grace.as_secs_f64(), "grace period over: closing the connections still open");
+                Ok(())
+            }
+        }
     }
 }

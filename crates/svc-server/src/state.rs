@@ -28,4 +28,6 @@ pub struct AppState {
     pub dashboard: Arc<Dashboard>,
     /// Per-key requests and tokens per minute.
     pub limiter: RateLimiter,
+    /// What `/metrics` reports.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }

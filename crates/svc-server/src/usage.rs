@@ -3,6 +3,7 @@
 //! to the key's rate-limit window.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
 use svc_core::{EngineEvent, EventStream, KeyId, Store, TokenUsage, UsageDelta, day_of, now};
@@ -14,18 +15,36 @@ use crate::state::AppState;
 /// tokens of the `Finish` event, or as a request without tokens when the
 /// stream fails or is dropped (the client went away) before finishing.
 /// The write happens on a task of its own, off the response's path.
-pub fn metered(events: EventStream, state: &AppState, key_id: KeyId) -> EventStream {
+/// Also reports time to first token and tokens to the metrics.
+pub fn metered(
+    events: EventStream,
+    state: &AppState,
+    key_id: KeyId,
+    model: &str,
+    arrived: Instant,
+) -> EventStream {
     let mut meter = Meter {
         store: state.store.clone(),
         limiter: state.limiter.clone(),
         key_id,
         recorded: false,
     };
+    let metrics = state.metrics.clone();
+    let model = model.to_owned();
+    let mut first = true;
     events
-        .inspect(move |event| match event {
-            Ok(EngineEvent::Finish { usage, .. }) => meter.record(*usage),
-            Err(_) => meter.record(TokenUsage::default()),
-            Ok(_) => {}
+        .inspect(move |event| {
+            if std::mem::take(&mut first) && event.is_ok() {
+                metrics.time_to_first_token(&model, arrived.elapsed());
+            }
+            match event {
+                Ok(EngineEvent::Finish { usage, .. }) => {
+                    metrics.tokens(&model, usage.prompt_tokens, usage.completion_tokens);
+                    meter.record(*usage);
+                }
+                Err(_) => meter.record(TokenUsage::default()),
+                Ok(_) => {}
+            }
         })
         .boxed()
 }

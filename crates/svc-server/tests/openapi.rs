@@ -121,6 +121,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /health",
         "GET /ready",
         "GET /openapi.json",
+        "GET /metrics",
         "GET /v1/models",
         "GET /v1/models/{model}",
         "POST /v1/chat/completions",
@@ -239,6 +240,7 @@ async fn every_documented_route_exists_and_openapi_json_is_served() {
         "/health",
         "/ready",
         "/openapi.json",
+        "/metrics",
         "/v1/models",
         "/v1/models/svc",
     ] {

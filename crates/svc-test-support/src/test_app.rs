@@ -34,6 +34,7 @@ pub struct TestApp {
     /// The database URL, for a second process on the same data.
     pub database_url: String,
     shutdown: CancellationToken,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: Option<TempDir>,
 }
 
@@ -75,7 +76,7 @@ impl TestApp {
             .expect("build the application");
         let addr = app.local_addr();
         let shutdown = CancellationToken::new();
-        tokio::spawn(app.run(shutdown.clone()));
+        let server = tokio::spawn(app.run(shutdown.clone()));
         TestApp {
             addr,
             base_url: format!("http://{addr}"),
@@ -86,8 +87,20 @@ impl TestApp {
             probe,
             database_url,
             shutdown,
+            server: Some(server),
             _dir: dir,
         }
+    }
+
+    /// Asks the server to shut down (as SIGTERM does in `svc serve`) and
+    /// waits until it has stopped; returns how long that took.
+    pub async fn shut_down(&mut self) -> std::time::Duration {
+        let started = std::time::Instant::now();
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task").expect("server ran");
+        }
+        started.elapsed()
     }
 
     /// `base_url` + `path`.

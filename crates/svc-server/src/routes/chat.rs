@@ -9,8 +9,11 @@ use axum::response::{IntoResponse, Response};
 use svc_api::ChatCompletionRequest;
 use svc_core::{ChatMessage, ValidChatRequest};
 
+use std::time::Instant;
+
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
+use crate::metrics::Arrived;
 use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
 
@@ -40,6 +43,10 @@ async fn answer(
     key: svc_core::KeyRecord,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let arrived = request
+        .extensions()
+        .get::<Arrived>()
+        .map_or_else(Instant::now, |a| a.0);
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
     let mut request = ValidChatRequest::try_from(body)?;
     let route = state
@@ -59,8 +66,11 @@ async fn answer(
             .messages
             .insert(0, ChatMessage::System(prompt.clone()));
     }
+    state
+        .metrics
+        .gateway_overhead(&request.model, arrived.elapsed());
     let events = route.engine.generate(request.generate).await?;
-    let events = crate::usage::metered(events, state, key.id);
+    let events = crate::usage::metered(events, state, key.id, &request.model, arrived);
     let meta = CompletionMeta::new(request.model);
     if !request.stream {
         return Ok(Json(shape::collect(meta, events).await?).into_response());

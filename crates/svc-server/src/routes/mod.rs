@@ -20,6 +20,7 @@ pub fn router() -> Router<AppState> {
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/openapi.json", get(openapi::document))
+        .route("/metrics", get(crate::metrics::endpoint))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::create))

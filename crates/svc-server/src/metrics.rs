@@ -1,0 +1,315 @@
+//! Prometheus metrics at `/metrics`: requests and their latency by route,
+//! time to first token and gateway overhead by model, tokens, errors by
+//! code, in-flight requests, and each engine's queue and upstream health.
+//!
+//! Hand-rolled rather than a metrics crate: a few counters and histograms
+//! under short locks, rendered in the text exposition format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::state::AppState;
+
+/// Latency buckets in seconds: fine below a millisecond (gateway
+/// overhead), coarse up to a minute (long generations).
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+];
+
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS.len()];
+        }
+        if let Some(i) = BUCKETS.iter().position(|b| seconds <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.counts.get(i).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+/// The code of an error response, put in its extensions by `ApiError`.
+#[derive(Debug, Clone)]
+pub struct ErrorCode(pub String);
+
+/// When the request arrived, put in its extensions by [`middleware`].
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub Instant);
+
+#[derive(Default)]
+struct Inner {
+    requests: BTreeMap<(String, String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+    ttft: BTreeMap<String, Histogram>,
+    overhead: BTreeMap<String, Histogram>,
+    tokens: BTreeMap<(String, &'static str), u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+/// The server's metrics.
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+    in_flight: AtomicI64,
+}
+
+impl Metrics {
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Time from arrival to the first generated event of a completion.
+    pub fn time_to_first_token(&self, model: &str, elapsed: Duration) {
+        self.with(|m| {
+            m.ttft
+                .entry(model.to_owned())
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        });
+    }
+
+    /// Time the gateway spent before the engine got the request (auth,
+    /// rate limit, parsing, validation, routing).
+    pub fn gateway_overhead(&self, model: &str, elapsed: Duration) {
+        self.with(|m| {
+            m.overhead
+                .entry(model.to_owned())
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        });
+    }
+
+    /// Tokens of a finished completion.
+    pub fn tokens(&self, model: &str, prompt: u64, completion: u64) {
+        self.with(|m| {
+            *m.tokens.entry((model.to_owned(), "prompt")).or_default() += prompt;
+            *m.tokens
+                .entry((model.to_owned(), "completion"))
+                .or_default() += completion;
+        });
+    }
+
+    /// The text exposition of everything, engines' status included.
+    pub fn render(&self, state: &AppState) -> String {
+        let mut out = String::with_capacity(8192);
+        let inner = self.with(|m| {
+            (
+                m.requests.clone(),
+                m.latency.clone(),
+                m.ttft.clone(),
+                m.overhead.clone(),
+                m.tokens.clone(),
+                m.errors.clone(),
+            )
+        });
+        let (requests, latency, ttft, overhead, tokens, errors) = inner;
+        out.push_str("# HELP svc_http_requests_total HTTP requests by route, method and status.\n");
+        out.push_str("# TYPE svc_http_requests_total counter\n");
+        for ((route, method, status), n) in &requests {
+            let _ = writeln!(
+                out,
+                "svc_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP svc_http_request_duration_seconds Time to the end of the response headers (streams: to the first byte).\n");
+        out.push_str("# TYPE svc_http_request_duration_seconds histogram\n");
+        for (route, h) in &latency {
+            h.render(
+                &mut out,
+                "svc_http_request_duration_seconds",
+                &format!("route=\"{route}\""),
+            );
+        }
+        out.push_str(
+            "# HELP svc_time_to_first_token_seconds Arrival to the first generated event.\n",
+        );
+        out.push_str("# TYPE svc_time_to_first_token_seconds histogram\n");
+        for (model, h) in &ttft {
+            h.render(
+                &mut out,
+                "svc_time_to_first_token_seconds",
+                &format!("model=\"{}\"", escape(model)),
+            );
+        }
+        out.push_str(
+            "# HELP svc_gateway_overhead_seconds Arrival to handing the request to the engine.\n",
+        );
+        out.push_str("# TYPE svc_gateway_overhead_seconds histogram\n");
+        for (model, h) in &overhead {
+            h.render(
+                &mut out,
+                "svc_gateway_overhead_seconds",
+                &format!("model=\"{}\"", escape(model)),
+            );
+        }
+        out.push_str("# HELP svc_tokens_total Tokens of finished completions.\n");
+        out.push_str("# TYPE svc_tokens_total counter\n");
+        for ((model, kind), n) in &tokens {
+            let _ = writeln!(
+                out,
+                "svc_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                escape(model)
+            );
+        }
+        out.push_str("# HELP svc_errors_total Error responses by code.\n");
+        out.push_str("# TYPE svc_errors_total counter\n");
+        for (code, n) in &errors {
+            let _ = writeln!(out, "svc_errors_total{{code=\"{code}\"}} {n}");
+        }
+        out.push_str("# HELP svc_http_requests_in_flight Requests being answered now.\n");
+        out.push_str("# TYPE svc_http_requests_in_flight gauge\n");
+        let _ = writeln!(
+            out,
+            "svc_http_requests_in_flight {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+
+        out.push_str("# HELP svc_engine_queued_requests Requests waiting for an engine.\n");
+        out.push_str("# TYPE svc_engine_queued_requests gauge\n");
+        let statuses: Vec<_> = state
+            .models
+            .iter()
+            .map(|r| (r.id.clone(), r.engine.status()))
+            .collect();
+        for (model, s) in &statuses {
+            let _ = writeln!(
+                out,
+                "svc_engine_queued_requests{{model=\"{}\"}} {}",
+                escape(model),
+                s.queued
+            );
+        }
+        out.push_str("# HELP svc_engine_running_requests Requests an engine is generating.\n");
+        out.push_str("# TYPE svc_engine_running_requests gauge\n");
+        for (model, s) in &statuses {
+            let _ = writeln!(
+                out,
+                "svc_engine_running_requests{{model=\"{}\"}} {}",
+                escape(model),
+                s.running
+            );
+        }
+        out.push_str("# HELP svc_upstream_healthy Whether an upstream endpoint gets requests (1) or not (0).\n");
+        out.push_str("# TYPE svc_upstream_healthy gauge\n");
+        for (model, s) in &statuses {
+            for e in &s.endpoints {
+                let _ = writeln!(
+                    out,
+                    "svc_upstream_healthy{{model=\"{}\",endpoint=\"{}\"}} {}",
+                    escape(model),
+                    escape(&e.url),
+                    u8::from(e.healthy)
+                );
+            }
+        }
+        out.push_str("# HELP svc_upstream_outstanding_requests Requests in flight to an upstream endpoint.\n");
+        out.push_str("# TYPE svc_upstream_outstanding_requests gauge\n");
+        for (model, s) in &statuses {
+            for e in &s.endpoints {
+                let _ = writeln!(
+                    out,
+                    "svc_upstream_outstanding_requests{{model=\"{}\",endpoint=\"{}\"}} {}",
+                    escape(model),
+                    escape(&e.url),
+                    e.outstanding
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Escapes a label value.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Middleware: counts every request by its route pattern (never the raw
+/// path, which would make a label per key id), method and status, times
+/// it, and counts error codes.
+pub async fn middleware(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    request.extensions_mut().insert(Arrived(started));
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = request.method().to_string();
+    let metrics = state.metrics.clone();
+    metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let response = next.run(request).await;
+    metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let status = response.status().as_u16();
+    let code = response
+        .extensions()
+        .get::<ErrorCode>()
+        .map(|c| c.0.clone());
+    metrics.with(|m| {
+        *m.requests
+            .entry((route.clone(), method, status))
+            .or_default() += 1;
+        m.latency
+            .entry(route)
+            .or_default()
+            .observe(started.elapsed().as_secs_f64());
+        if let Some(code) = code {
+            *m.errors.entry(code).or_default() += 1;
+        }
+    });
+    response
+}
+
+/// `GET /metrics`.
+pub async fn endpoint(State(state): State<AppState>) -> Response {
+    let body = state.metrics.render(&state);
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
