@@ -94,6 +94,7 @@ describe('dashboard', () => {
 
       const row = rowOf(page, 'browser test');
       assert.equal(await row.count(), 1);
+      await screenshot(page, 'keys-with-key');
       const id = await row.getAttribute('id');
       assert.ok(id, 'the row has the key id as its id');
       const cells = await row.locator('td').allTextContents();
@@ -143,6 +144,16 @@ describe('dashboard', () => {
       assert.equal(await rowOf(page, 'browser test').getByRole('link', { name: /Revoke/ }).count(), 0);
 
       assert.equal(await modelsStatus(server, secret), 401);
+
+      // Sign out from the header: the dashboard asks for sign-in again.
+      await Promise.all([
+        page.waitForURL('**/dashboard/login'),
+        page.getByRole('button', { name: 'Sign out' }).click(),
+      ]);
+      await page.goto('/dashboard/keys');
+      const back = new URL(page.url());
+      assert.equal(back.pathname, '/dashboard/login');
+      assert.equal(back.searchParams.get('next'), '/dashboard/keys');
     } finally {
       await context.close();
     }

@@ -112,6 +112,7 @@ describe('device flow', () => {
       assert.ok(cells.includes('Device login'), `created by: ${cells}`);
       assert.ok(cells.includes('active'), `state: ${cells}`);
       assert.ok(cells[0].includes(CLIENT_ID), `name: ${cells[0]}`);
+      await screenshot(page, 'keys-device-key');
     } finally {
       await context.close();
     }

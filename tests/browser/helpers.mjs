@@ -86,13 +86,13 @@ export async function startServer(extraArgs = []) {
   const outcome = await Promise.race([
     ready,
     exited.then((code) => `exited with ${code}`),
-    sleep(START_TIMEOUT_MS).then(() => `did not print url and key in ${START_TIMEOUT_MS} ms`),
+    sleep(START_TIMEOUT_MS, undefined, { ref: false }).then(() => `did not print url and key in ${START_TIMEOUT_MS} ms`),
   ]);
 
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
-      const gone = await Promise.race([exited.then(() => true), sleep(5_000).then(() => false)]);
+      const gone = await Promise.race([exited.then(() => true), sleep(5_000, undefined, { ref: false }).then(() => false)]);
       if (!gone) {
         child.kill('SIGKILL');
         await exited;

@@ -61,9 +61,17 @@ cleanup() {
     rm -rf "$SVC_BROWSER_PIDS"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
+# In the background so that a signal to this script reaches the runner at
+# once (and the servers are killed after it), not only when it ends.
+node --test --test-reporter=spec "$@" ./*.test.mjs &
+runner=$!
+trap 'kill -INT "$runner" 2>/dev/null || true' INT
+trap 'kill -TERM "$runner" 2>/dev/null || true' TERM
 status=0
-node --test --test-reporter=spec "$@" ./*.test.mjs || status=$?
+wait "$runner" || status=$?
+while kill -0 "$runner" 2>/dev/null; do
+    status=0
+    wait "$runner" || status=$?
+done
 exit "$status"

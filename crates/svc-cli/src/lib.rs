@@ -3,6 +3,7 @@
 //! else to stderr.
 
 pub mod cli;
+pub mod client;
 pub mod commands;
 pub mod model_files;
 pub mod settings;
@@ -30,14 +31,27 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// Logs go to stderr, filtered by `SVC_LOG` (`info` by default), as text
+/// or, with `SVC_LOG_FORMAT=json`, as one JSON object per line whose
+/// `request` span carries the request id that is also the response's
+/// `x-request-id`.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SVC_LOG")
         // llama.cpp reports every tensor at info; keep its warnings only.
         .unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn")
         });
-    let _ = tracing_subscriber::fmt()
+    let json = std::env::var("SVC_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
 }

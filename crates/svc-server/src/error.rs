@@ -34,6 +34,9 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error(transparent)]
     Engine(EngineError),
+    /// Authenticated, but not allowed to do this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{}", rate_limit_message(.0))]
     RateLimited(crate::ratelimit::Verdict),
     #[error("the store is unavailable")]
@@ -85,6 +88,7 @@ impl ApiError {
             },
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -118,6 +122,7 @@ impl ApiError {
                 EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
             },
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
+            ApiError::Forbidden(_) => (invalid, None, Some("insufficient_permissions")),
             ApiError::RateLimited(v) => match v.exceeded {
                 Some(crate::ratelimit::Exceeded::Tokens) => {
                     ("tokens", None, Some("rate_limit_exceeded"))

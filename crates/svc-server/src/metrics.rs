@@ -288,6 +288,14 @@ pub async fn middleware(
         .extensions()
         .get::<ErrorCode>()
         .map(|c| c.0.clone());
+    // The access log, inside the request's span (which names its id).
+    tracing::info!(
+        target: "svc::access",
+        status,
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        code = code.as_deref().unwrap_or(""),
+        "answered"
+    );
     metrics.with(|m| {
         *m.requests
             .entry((route.clone(), method, status))

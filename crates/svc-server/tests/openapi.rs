@@ -129,6 +129,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "POST /v1/auth/device/token",
         "GET /v1/auth/key",
         "DELETE /v1/auth/key",
+        "GET /v1/admin/usage",
     ]
     .into_iter()
     .map(str::to_owned)
@@ -705,4 +706,65 @@ async fn current_key_responses_match_the_document() {
         .await
         .unwrap();
     assert_eq!(models.status(), 401);
+}
+
+#[tokio::test]
+async fn admin_usage_responses_match_the_document() {
+    let doc = document();
+    let app = TestApp::spawn().await;
+    let admin = app
+        .create_user("root@example.com", "password123", true)
+        .await;
+    let (key, _) = app
+        .keys
+        .create(svc_core::NewKey {
+            name: "ops".into(),
+            owner_id: Some(admin.id.0.clone()),
+            created_via: "dashboard".into(),
+            expires_in: None,
+        })
+        .await
+        .unwrap();
+    let key = key.expose().to_owned();
+    let other = app.create_key().await;
+    let chat = app
+        .chat(&other, &json!({"model": "svc", "messages": user("hi")}))
+        .await;
+    chat.bytes().await.unwrap();
+    let mut rows = Value::Null;
+    for _ in 0..50 {
+        let response = app
+            .client
+            .get(app.url("/v1/admin/usage?days=7"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        rows = check(&doc, "get", "/v1/admin/usage", response).await;
+        if rows["data"].as_array().is_some_and(|d| !d.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(rows["data"][0]["requests"], 1, "{rows}");
+    let forbidden = app
+        .client
+        .get(app.url("/v1/admin/usage"))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forbidden.status(), 403);
+    check(&doc, "get", "/v1/admin/usage", forbidden).await;
+    let bad = app
+        .client
+        .get(app.url("/v1/admin/usage?days=0"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        check(&doc, "get", "/v1/admin/usage", bad).await["error"]["param"],
+        "days"
+    );
 }

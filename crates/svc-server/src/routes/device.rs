@@ -264,8 +264,9 @@ async fn read_body(request: Request) -> Result<Body, ApiError> {
         .await
         .map_err(|_| ApiError::PayloadTooLarge { limit })?;
     Ok(match mime.as_deref() {
-        _ if bytes.iter().all(u8::is_ascii_whitespace) => Body::Empty,
+        // A form, even an empty one, is answered in the form dialect.
         Some("application/x-www-form-urlencoded") => Body::Form(bytes),
+        _ if bytes.iter().all(u8::is_ascii_whitespace) => Body::Empty,
         Some(m) if m == "application/json" || m.ends_with("+json") => Body::Json(bytes),
         _ => return Err(ApiError::UnsupportedMediaType),
     })

@@ -6,6 +6,7 @@ mod health;
 mod key;
 mod models;
 mod openapi;
+mod usage;
 
 use axum::Router;
 use axum::extract::Request;
@@ -27,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/auth/device/code", post(device::code))
         .route("/v1/auth/device/token", post(device::token))
         .route("/v1/auth/key", get(key::current).delete(key::revoke))
+        .route("/v1/admin/usage", get(usage::admin))
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)

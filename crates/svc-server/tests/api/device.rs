@@ -300,6 +300,12 @@ async fn rfc_8628_clients_get_oauth_bodies() {
         (status.as_u16(), body["error"].as_str()),
         (400, Some("unsupported_grant_type"))
     );
+    let (status, body) = poll_form(&app, &[]).await;
+    assert_eq!(
+        (status.as_u16(), body["error"].as_str()),
+        (400, Some("invalid_request")),
+        "an empty form is answered in the form dialect"
+    );
     let (status, body) = poll_form(&app, &[("grant_type", GRANT)]).await;
     assert_eq!(
         (status.as_u16(), body["error"].as_str()),

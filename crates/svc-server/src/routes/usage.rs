@@ -1,0 +1,69 @@
+//! `GET /v1/admin/usage`: requests and tokens per key per day, for keys of
+//! admin accounts (the dashboard's Usage page shows the same to people).
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use serde_json::{Value, json};
+use svc_core::{UserId, ValidationError, day_of, now};
+
+use crate::error::ApiError;
+use crate::extract::Authenticated;
+use crate::state::AppState;
+
+/// The most days one request may ask for.
+const MAX_DAYS: i64 = 400;
+
+pub async fn admin(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let owner = match &key.owner_id {
+        Some(id) => state.accounts.user(&UserId(id.clone())).await?,
+        None => None,
+    };
+    if !owner.is_some_and(|u| u.is_admin) {
+        return Err(ApiError::Forbidden(
+            "This endpoint needs a key of an admin account.".into(),
+        ));
+    }
+    // Read by hand: a malformed query is a 400 in the API's shape, naming
+    // the parameter (the last `days` wins when repeated).
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
+    let days = pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "days")
+        .map(|(_, v)| v);
+    let days = match days {
+        None => 30,
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|d| (1..=MAX_DAYS).contains(d))
+            .ok_or_else(|| ValidationError {
+                param: "days".into(),
+                message: format!("days must be a whole number from 1 to {MAX_DAYS}"),
+            })?,
+    };
+    let since = day_of(now() - (days - 1) * 86_400);
+    let rows = state.store.usage_since(None, &since).await?;
+    let data: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            json!({
+                "object": "usage.day",
+                "key_id": r.key_id.0,
+                "day": r.day,
+                "requests": r.requests,
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "total_tokens": r.prompt_tokens + r.completion_tokens,
+            })
+        })
+        .collect();
+    Ok(Json(
+        json!({"object": "list", "since": since, "data": data}),
+    ))
+}
