@@ -195,7 +195,7 @@ pub enum PollOutcome {
     Expired,
     /// The key for this code was issued already (`invalid_grant`).
     AlreadyUsed,
-    /// No such device code (`invalid_grant`).
+    /// No such device code, or one issued to another client (`invalid_grant`).
     Unknown,
 }
 
@@ -292,7 +292,13 @@ impl DeviceService {
     }
 
     /// Answers a poll with `device_code` (`POST /v1/auth/device/token`).
-    pub async fn poll(&self, device_code: &str) -> Result<PollOutcome, StoreError> {
+    /// `client_id`, when the poll names one, must be the one the code was
+    /// issued to (if it was issued to one): a code is not another client's.
+    pub async fn poll(
+        &self,
+        device_code: &str,
+        client_id: Option<&str>,
+    ) -> Result<PollOutcome, StoreError> {
         let Some(record) = self
             .store
             .device_by_code_hash(&sha256_hex(device_code))
@@ -300,6 +306,11 @@ impl DeviceService {
         else {
             return Ok(PollOutcome::Unknown);
         };
+        if let (Some(issued), Some(asking)) = (record.client_id.as_deref(), client_id)
+            && issued != asking
+        {
+            return Ok(PollOutcome::Unknown);
+        }
         let at_ms = chrono::Utc::now().timestamp_millis();
         let at = at_ms.div_euclid(1000);
         match record.status {

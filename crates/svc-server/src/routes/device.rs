@@ -91,6 +91,7 @@ pub async fn code(
 struct OAuthTokenRequest {
     grant_type: Option<String>,
     device_code: Option<String>,
+    client_id: Option<String>,
 }
 
 pub async fn token(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
@@ -119,7 +120,7 @@ async fn json_token(state: &AppState, device_code: &str) -> Result<Response, Api
         };
         (StatusCode::BAD_REQUEST, Json(body)).into_response()
     };
-    Ok(match state.devices.poll(device_code).await? {
+    Ok(match state.devices.poll(device_code, None).await? {
         PollOutcome::Pending => Json(DeviceTokenResponse {
             status: "pending".into(),
             access_token: None,
@@ -187,30 +188,36 @@ async fn oauth_token(state: &AppState, body: &[u8]) -> Result<Response, ApiError
             None,
         ));
     };
-    Ok(match state.devices.poll(&device_code).await? {
-        PollOutcome::Approved {
-            key, expires_in, ..
-        } => Json(OAuthTokenResponse {
-            access_token: key.expose().to_owned(),
-            token_type: "bearer".into(),
-            expires_in,
-        })
-        .into_response(),
-        PollOutcome::Pending => error(
-            StatusCode::BAD_REQUEST,
-            "authorization_pending",
-            "The user has not yet approved this request.".into(),
-            None,
-        ),
-        other => {
-            let interval = match other {
-                PollOutcome::SlowDown { interval } => Some(interval),
-                _ => None,
-            };
-            let (code, message) = rfc_error(&other);
-            error(StatusCode::BAD_REQUEST, code, message, interval)
-        }
-    })
+    Ok(
+        match state
+            .devices
+            .poll(&device_code, fields.client_id.as_deref())
+            .await?
+        {
+            PollOutcome::Approved {
+                key, expires_in, ..
+            } => Json(OAuthTokenResponse {
+                access_token: key.expose().to_owned(),
+                token_type: "bearer".into(),
+                expires_in,
+            })
+            .into_response(),
+            PollOutcome::Pending => error(
+                StatusCode::BAD_REQUEST,
+                "authorization_pending",
+                "The user has not yet approved this request.".into(),
+                None,
+            ),
+            other => {
+                let interval = match other {
+                    PollOutcome::SlowDown { interval } => Some(interval),
+                    _ => None,
+                };
+                let (code, message) = rfc_error(&other);
+                error(StatusCode::BAD_REQUEST, code, message, interval)
+            }
+        },
+    )
 }
 
 /// The RFC 8628 error name and a message for outcomes that are not answers.
@@ -232,7 +239,10 @@ fn rfc_error(outcome: &PollOutcome) -> (&'static str, String) {
             "invalid_grant",
             "The key for this device code was issued already; a device code is used once.".into(),
         ),
-        PollOutcome::Unknown => ("invalid_grant", "Unknown device code.".into()),
+        PollOutcome::Unknown => (
+            "invalid_grant",
+            "Unknown device code (or one issued to another client).".into(),
+        ),
         PollOutcome::Pending | PollOutcome::Approved { .. } => (
             "authorization_pending",
             "The user has not yet approved this request.".into(),

@@ -315,6 +315,31 @@ async fn rfc_8628_clients_get_oauth_bodies() {
     let (browser, _) = app.signed_in("alice@example.com", false).await;
     decide(&browser, codes["user_code"].as_str().unwrap(), "approve").await;
     tokio::time::sleep(Duration::from_millis(900)).await;
+    // The code was issued to no client_id here; one issued to a client is
+    // not redeemed by another.
+    let other = app
+        .client
+        .post(app.url("/v1/auth/device/code"))
+        .form(&[("client_id", "svc-cli")])
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let (status, body) = poll_form(
+        &app,
+        &[
+            ("grant_type", GRANT),
+            ("device_code", other["device_code"].as_str().unwrap()),
+            ("client_id", "someone-else"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status.as_u16(), body["error"].as_str()),
+        (400, Some("invalid_grant"))
+    );
     let (status, body) = poll_form(&app, &fields).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["token_type"], "bearer");
