@@ -17,7 +17,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create, list and revoke API keys (operator commands).
     Keys {
         #[command(subcommand)]
@@ -30,6 +30,101 @@ pub enum Command {
         #[command(subcommand)]
         command: UsersCommand,
     },
+    /// Log in to a server from this machine (approve in the browser) and store the key.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Login(LoginArgs),
+    /// Revoke the stored key on the server and delete it here.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Logout,
+    /// Show the server, key and account in use, and whether the server accepts the key.
+    #[command(visible_alias = "status", after_help = CLIENT_EXIT_CODES)]
+    Whoami(ConnectArgs),
+    /// Chat with a model: send one prompt (argument or stdin), or talk interactively.
+    #[command(after_help = CLIENT_EXIT_CODES, after_long_help = CHAT_LONG_HELP)]
+    Chat(ChatArgs),
+    /// List the models the server serves.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Models(ConnectArgs),
+}
+
+/// The exit codes of the client commands (login, logout, whoami, chat, models).
+pub const CLIENT_EXIT_CODES: &str = "\
+Exit codes: 0 done; 1 other failure (the server answered with an error);
+2 bad usage; 3 the server cannot be reached; 4 not logged in, or the key
+was refused (run `svc login`); 5 login denied; 6 login code expired;
+130 interrupted (Ctrl-C).";
+
+const CHAT_LONG_HELP: &str = concat!(
+    "With PROMPT, or with text piped on stdin (or both: the prompt, a blank line, then\n",
+    "stdin), the reply is streamed to stdout and svc exits. Otherwise an interactive\n",
+    "session starts:\n\n",
+    "  /model [NAME]    show or change the model\n",
+    "  /system [TEXT]   show or set the system prompt; `/system -` removes it\n",
+    "  /clear           forget the conversation\n",
+    "  /help            list the commands\n",
+    "  /exit            leave (also Ctrl-D)\n\n",
+    "End a line with \\ to go on typing on the next line, or write a block between\n",
+    "two \"\"\" marks. Ctrl-C stops a reply and returns to the prompt. History is kept in\n",
+    "$XDG_STATE_HOME/svc/chat_history.\n\n",
+    "Reasoning of thinking models (svc-thinking) is shown dimmed on a terminal, never\n",
+    "in redirected output; --hide-reasoning hides it.\n\n",
+    "Exit codes: 0 done; 1 other failure (the server answered with an error);\n",
+    "2 bad usage; 3 the server cannot be reached; 4 not logged in, or the key\n",
+    "was refused (run `svc login`); 130 interrupted (Ctrl-C).",
+);
+
+/// Which server a client command talks to, and with which key. Each comes
+/// from the flag, else the environment, else the stored login (`svc login`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConnectArgs {
+    /// The server's address, such as http://127.0.0.1:8080 [env: SVC_BASE_URL] [default: the stored login's, else http://127.0.0.1:8080].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The API key to send; prefer SVC_API_KEY, which other users cannot see [env: SVC_API_KEY] [default: the stored login's key].
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct LoginArgs {
+    /// The server to log in to [env: SVC_BASE_URL] [default: the stored login's, else http://127.0.0.1:8080].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Do not offer to open the browser; print the address only.
+    #[arg(long)]
+    pub no_browser: bool,
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The model to talk to (see `svc models`).
+    #[arg(short, long, value_name = "MODEL", default_value = "svc")]
+    pub model: String,
+    /// A system prompt, sent before the conversation.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// Sampling temperature, from 0 (most deterministic) to 2 [default: the server's].
+    #[arg(long, value_name = "T", value_parser = parse_temperature)]
+    pub temperature: Option<f64>,
+    /// Most tokens in each reply [default: the model's maximum].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
+    /// Do not show the reasoning of thinking models.
+    #[arg(long)]
+    pub hide_reasoning: bool,
+    /// The message to send (several words are joined with spaces). Without one, and
+    /// with nothing piped on stdin, an interactive session starts.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Vec<String>,
+}
+
+fn parse_temperature(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if (0.0..=2.0).contains(&t) => Ok(t),
+        _ => Err("the temperature is a number from 0 to 2".into()),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,6 +194,23 @@ pub struct ServeArgs {
     /// Lifetime of a key issued by the device flow, such as 30d [default: 30d].
     #[arg(long, env = "SVC_DEVICE_KEY_LIFETIME", value_name = "DURATION")]
     pub device_key_lifetime: Option<String>,
+    /// Requests per minute of a key without its own limit; 0 is unlimited [default: 0].
+    #[arg(long, env = "SVC_RATE_LIMIT_RPM", value_name = "N")]
+    pub rate_limit_rpm: Option<i64>,
+    /// Tokens per minute of a key without its own limit; 0 is unlimited [default: 0].
+    #[arg(long, env = "SVC_RATE_LIMIT_TPM", value_name = "N")]
+    pub rate_limit_tpm: Option<i64>,
+    /// `redis://HOST:PORT` to share rate limits between replicas [default: counted in this process].
+    #[arg(
+        long,
+        env = "SVC_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub redis_url: Option<String>,
+    /// How long in-flight requests may take to finish after SIGTERM, such as 30s [default: 30s].
+    #[arg(long, env = "SVC_SHUTDOWN_GRACE", value_name = "DURATION")]
+    pub shutdown_grace: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
-use svc_core::DeviceSettings;
 use svc_core::duration::parse_seconds;
+use svc_core::{DeviceSettings, KeyLimits};
+use svc_engine_upstream::{EndpointConfig, UpstreamKey, UpstreamOptions};
 use svc_server::ServerConfig;
 use svc_server::config::DEFAULT_MAX_BODY_BYTES;
 
@@ -28,6 +30,10 @@ pub struct FileConfig {
     pub device_code_lifetime: Option<String>,
     pub device_interval: Option<u32>,
     pub device_key_lifetime: Option<String>,
+    pub rate_limit_rpm: Option<i64>,
+    pub rate_limit_tpm: Option<i64>,
+    pub redis_url: Option<String>,
+    pub shutdown_grace: Option<String>,
     pub model: Option<PathBuf>,
     pub context: Option<u32>,
     pub parallel: Option<u32>,
@@ -38,12 +44,15 @@ pub struct FileConfig {
     pub models: BTreeMap<String, ModelTable>,
 }
 
-/// One `[models.<id>]` table.
+/// One `[models.<id>]` table: a GGUF file (`path`) or OpenAI-compatible
+/// endpoints (`upstreams`), exactly one of them.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelTable {
     /// The GGUF file.
-    pub path: PathBuf,
+    pub path: Option<PathBuf>,
+    /// Endpoints that serve the model.
+    pub upstreams: Option<Vec<UpstreamTable>>,
     /// Whether this id asks for reasoning (as `svc-thinking` does).
     #[serde(default)]
     pub reasoning: bool,
@@ -51,6 +60,155 @@ pub struct ModelTable {
     pub context: Option<u32>,
     /// Sequences decoded together; the engine default when absent.
     pub parallel: Option<u32>,
+    /// Upstreams: opening a connection (`5s`, `500ms`).
+    pub connect_timeout: Option<String>,
+    /// Upstreams: from the request to the first byte of the reply.
+    pub first_byte_timeout: Option<String>,
+    /// Upstreams: between two chunks of a reply.
+    pub idle_timeout: Option<String>,
+    /// Upstreams: between two health checks (`GET <base_url>/models`).
+    pub health_interval: Option<String>,
+}
+
+/// One entry of `upstreams = [...]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTable {
+    /// The API base, e.g. `http://gpu1:8000/v1`.
+    pub base_url: String,
+    /// The model's name at that endpoint.
+    pub model: String,
+    /// The environment variable holding its API key, if it needs one.
+    pub api_key_env: Option<String>,
+    /// Share of the load relative to the other endpoints.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// A resolved `[models.<id>]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSettings {
+    /// Whether this id asks for reasoning (as `svc-thinking` does).
+    pub reasoning: bool,
+    pub source: ModelSource,
+}
+
+/// What serves a model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A GGUF file run by the embedded engine.
+    File {
+        path: PathBuf,
+        /// Context tokens per sequence; the engine default when absent.
+        context: Option<u32>,
+        /// Sequences decoded together; the engine default when absent.
+        parallel: Option<u32>,
+    },
+    /// OpenAI-compatible endpoints, keys already read from the environment.
+    Upstream {
+        endpoints: Vec<EndpointConfig>,
+        options: UpstreamOptions,
+    },
+}
+
+/// `500ms`, or whatever [`parse_seconds`] reads (`5s`, `2m`, ...).
+fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    if let Some(ms) = text.trim().strip_suffix("ms") {
+        return match ms.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => bail!("invalid duration {text:?}: use e.g. 500ms, 5s or 2m"),
+        };
+    }
+    let seconds = parse_seconds(text)?;
+    Ok(Duration::from_secs(u64::try_from(seconds)?))
+}
+
+impl ModelSettings {
+    /// Checks one table and reads its keys from the environment.
+    fn resolve(id: &str, table: &ModelTable) -> anyhow::Result<Self> {
+        let upstream_only = [
+            ("connect_timeout", &table.connect_timeout),
+            ("first_byte_timeout", &table.first_byte_timeout),
+            ("idle_timeout", &table.idle_timeout),
+            ("health_interval", &table.health_interval),
+        ];
+        let source = match (&table.path, &table.upstreams) {
+            (Some(_), Some(_)) | (None, None) => {
+                bail!("models.{id}: give exactly one of `path` (a GGUF file) or `upstreams`")
+            }
+            (Some(path), None) => {
+                if let Some((key, _)) = upstream_only.iter().find(|(_, v)| v.is_some()) {
+                    bail!("models.{id}.{key} applies only to a model with `upstreams`");
+                }
+                if table.context.is_some_and(|c| c < 64) || table.parallel == Some(0) {
+                    bail!("models.{id}: context must be at least 64 and parallel at least 1");
+                }
+                ModelSource::File {
+                    path: path.clone(),
+                    context: table.context,
+                    parallel: table.parallel,
+                }
+            }
+            (None, Some(upstreams)) => {
+                if table.context.is_some() || table.parallel.is_some() {
+                    bail!("models.{id}: context and parallel apply only to a model with `path`");
+                }
+                if upstreams.is_empty() {
+                    bail!("models.{id}.upstreams must list at least one endpoint");
+                }
+                let mut options = UpstreamOptions::default();
+                for (key, value) in upstream_only {
+                    let Some(text) = value else { continue };
+                    let duration =
+                        parse_duration(text).with_context(|| format!("models.{id}.{key}"))?;
+                    match key {
+                        "connect_timeout" => options.connect_timeout = duration,
+                        "first_byte_timeout" => options.first_byte_timeout = duration,
+                        "idle_timeout" => options.idle_timeout = duration,
+                        _ => options.health_interval = duration,
+                    }
+                }
+                let endpoints = upstreams
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| {
+                        let at = format!("models.{id}.upstreams[{i}]");
+                        let api_key = match &u.api_key_env {
+                            None => None,
+                            Some(var) => match std::env::var(var) {
+                                Ok(key) if !key.trim().is_empty() => {
+                                    Some(UpstreamKey::new(key.trim()))
+                                }
+                                Ok(_) => bail!(
+                                    "{at}.api_key_env: the environment variable {var} is empty"
+                                ),
+                                Err(_) => bail!(
+                                    "{at}.api_key_env: the environment variable {var} is not set"
+                                ),
+                            },
+                        };
+                        let endpoint = EndpointConfig {
+                            base_url: u.base_url.clone(),
+                            model: u.model.clone(),
+                            api_key,
+                            weight: u.weight,
+                        };
+                        endpoint.validate().with_context(|| at.clone())?;
+                        Ok(endpoint)
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                ModelSource::Upstream { endpoints, options }
+            }
+        };
+        Ok(ModelSettings {
+            reasoning: table.reasoning,
+            source,
+        })
+    }
 }
 
 impl FileConfig {
@@ -136,7 +294,7 @@ pub struct EngineSettings {
     pub threads: Option<u32>,
     pub queue: usize,
     /// More models, by id.
-    pub models: BTreeMap<String, ModelTable>,
+    pub models: BTreeMap<String, ModelSettings>,
 }
 
 /// Default context tokens per sequence.
@@ -148,13 +306,13 @@ pub const DEFAULT_QUEUE: usize = 64;
 
 impl EngineSettings {
     fn resolve(args: &EngineArgs, file: &FileConfig) -> anyhow::Result<Self> {
-        let settings = EngineSettings {
+        let mut settings = EngineSettings {
             model: args.model.clone().or_else(|| file.model.clone()),
             context: args.context.or(file.context).unwrap_or(DEFAULT_CONTEXT),
             parallel: args.parallel.or(file.parallel).unwrap_or(DEFAULT_PARALLEL),
             threads: args.threads.or(file.threads),
             queue: args.queue.or(file.queue).unwrap_or(DEFAULT_QUEUE),
-            models: file.models.clone(),
+            models: BTreeMap::new(),
         };
         if settings.context < 64 {
             bail!("context must be at least 64 tokens");
@@ -162,13 +320,13 @@ impl EngineSettings {
         if settings.parallel == 0 || settings.threads == Some(0) {
             bail!("parallel and threads must be at least 1");
         }
-        for (id, table) in &settings.models {
+        for (id, table) in &file.models {
             if id.is_empty() || id.chars().any(char::is_whitespace) {
                 bail!("models.{id:?}: a model id must be non-empty and without spaces");
             }
-            if table.context.is_some_and(|c| c < 64) || table.parallel == Some(0) {
-                bail!("models.{id}: context must be at least 64 and parallel at least 1");
-            }
+            settings
+                .models
+                .insert(id.clone(), ModelSettings::resolve(id, table)?);
         }
         Ok(settings)
     }
@@ -245,6 +403,30 @@ impl ServeSettings {
                 device_defaults.key_lifetime,
             )?,
         };
+        let limit = |flag: Option<i64>, file: Option<i64>, name: &str| -> anyhow::Result<_> {
+            match flag.or(file) {
+                Some(n) if n < 0 => bail!("{name} must be 0 (unlimited) or more"),
+                Some(0) | None => Ok(None),
+                Some(n) => Ok(Some(n)),
+            }
+        };
+        let rate_limits = KeyLimits {
+            requests_per_minute: limit(args.rate_limit_rpm, file.rate_limit_rpm, "rate_limit_rpm")?,
+            tokens_per_minute: limit(args.rate_limit_tpm, file.rate_limit_tpm, "rate_limit_tpm")?,
+        };
+        let redis_url = args.redis_url.clone().or(file.redis_url.clone());
+        if let Some(url) = &redis_url
+            && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+        {
+            // The URL is not echoed: it may hold a password.
+            bail!("redis_url must start with redis:// or rediss://");
+        }
+        let shutdown_grace = std::time::Duration::from_secs(seconds(
+            &args.shutdown_grace,
+            &file.shutdown_grace,
+            "shutdown_grace",
+            defaults.shutdown_grace.as_secs() as i64,
+        )? as u64);
         Ok(ServeSettings {
             engine: EngineSettings::resolve(&args.engine, &file)?,
             store,
@@ -255,6 +437,9 @@ impl ServeSettings {
                 dashboard_url,
                 allow_signup: args.allow_signup.or(file.allow_signup).unwrap_or(false),
                 device,
+                rate_limits,
+                redis_url,
+                shutdown_grace,
             },
         })
     }
@@ -304,9 +489,107 @@ mod tests {
         assert_eq!(s.engine.context, DEFAULT_CONTEXT);
         let qwen = &s.engine.models["qwen"];
         assert!(qwen.reasoning);
-        assert_eq!(qwen.path, PathBuf::from("/m/qwen.gguf"));
+        assert_eq!(
+            qwen.source,
+            ModelSource::File {
+                path: PathBuf::from("/m/qwen.gguf"),
+                context: None,
+                parallel: None
+            }
+        );
         args.engine.parallel = Some(0);
         assert!(ServeSettings::resolve(&args).is_err());
+    }
+
+    fn resolve_models(toml: &str) -> anyhow::Result<BTreeMap<String, ModelSettings>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.toml");
+        std::fs::write(&path, toml).unwrap();
+        let mut args = ServeArgs::default();
+        args.store.config = Some(path);
+        args.store.data_dir = Some(dir.path().to_owned());
+        Ok(ServeSettings::resolve(&args)?.engine.models)
+    }
+
+    #[test]
+    fn upstream_models_are_read() {
+        // PATH is set wherever tests run; it stands in for a key variable.
+        let models = resolve_models(
+            r#"
+[models.big]
+reasoning = true
+idle_timeout = "500ms"
+first_byte_timeout = "2m"
+upstreams = [
+  { base_url = "http://gpu1:8000/v1", model = "org/Big", api_key_env = "PATH", weight = 3 },
+  { base_url = "https://gpu2.example/v1/", model = "big" },
+]
+"#,
+        )
+        .unwrap();
+        let big = &models["big"];
+        assert!(big.reasoning);
+        let ModelSource::Upstream { endpoints, options } = &big.source else {
+            panic!("{big:?}")
+        };
+        assert_eq!(options.idle_timeout, Duration::from_millis(500));
+        assert_eq!(options.first_byte_timeout, Duration::from_secs(120));
+        assert_eq!(
+            options.connect_timeout,
+            UpstreamOptions::default().connect_timeout
+        );
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(endpoints[0].model, "org/Big");
+        assert_eq!(endpoints[0].weight, 3);
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(endpoints[0].api_key, Some(UpstreamKey::new(path.trim())));
+        assert_eq!(endpoints[1].weight, 1);
+        assert_eq!(endpoints[1].api_key, None);
+        assert!(!format!("{big:?}").contains(&path), "keys are redacted");
+    }
+
+    #[test]
+    fn bad_model_tables_are_refused_by_name() {
+        let cases = [
+            ("[models.m]\nreasoning = true\n", "exactly one of"),
+            (
+                "[models.m]\npath = \"/m.gguf\"\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+                "exactly one of",
+            ),
+            ("[models.m]\nupstreams = []\n", "models.m.upstreams"),
+            (
+                "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", api_key_env = \"SVC_SURELY_UNSET_VARIABLE\" }]\n",
+                "models.m.upstreams[0].api_key_env: the environment variable SVC_SURELY_UNSET_VARIABLE is not set",
+            ),
+            (
+                "[models.m]\nupstreams = [{ base_url = \"ftp://h/v1\", model = \"x\" }]\n",
+                "models.m.upstreams[0]",
+            ),
+            (
+                "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", weight = 0 }]\n",
+                "weight",
+            ),
+            (
+                "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", key = \"k\" }]\n",
+                "key",
+            ),
+            (
+                "[models.m]\nidle_timeout = \"soon\"\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+                "models.m.idle_timeout",
+            ),
+            (
+                "[models.m]\ncontext = 128\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+                "context and parallel",
+            ),
+            (
+                "[models.m]\npath = \"/m.gguf\"\nidle_timeout = \"5s\"\n",
+                "models.m.idle_timeout applies only",
+            ),
+        ];
+        for (toml, want) in cases {
+            let err = format!("{:#}", resolve_models(toml).unwrap_err());
+            assert!(err.contains(want), "{toml}: {err}");
+        }
     }
 
     #[test]

@@ -186,7 +186,7 @@ pub enum PollOutcome {
     /// Approved: the new key, issued now and never again.
     Approved {
         key: ApiKey,
-        record: KeyRecord,
+        record: Box<KeyRecord>,
         expires_in: i64,
     },
     /// The user refused (`access_denied`).
@@ -362,7 +362,7 @@ impl DeviceService {
         {
             Ok(PollOutcome::Approved {
                 key,
-                record: key_record,
+                record: Box::new(key_record),
                 expires_in,
             })
         } else {

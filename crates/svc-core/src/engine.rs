@@ -169,6 +169,12 @@ pub enum EngineError {
     Overloaded(String),
     #[error("the model is not available: {0}")]
     Unavailable(String),
+    /// An upstream engine sent something that is not a reply (HTTP 502).
+    #[error("the upstream engine failed: {0}")]
+    BadGateway(String),
+    /// An upstream engine did not answer in time (HTTP 504).
+    #[error("the upstream engine did not answer in time: {0}")]
+    GatewayTimeout(String),
     #[error("engine failure: {0}")]
     Internal(String),
 }

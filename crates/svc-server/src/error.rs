@@ -84,6 +84,8 @@ impl ApiError {
                 }
                 EngineError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
                 EngineError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                EngineError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+                EngineError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
                 EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -119,6 +121,8 @@ impl ApiError {
                     ("rate_limit_exceeded", None, Some("engine_overloaded"))
                 }
                 EngineError::Unavailable(_) => ("server_error", None, Some("model_unavailable")),
+                EngineError::BadGateway(_) => ("server_error", None, Some("bad_gateway")),
+                EngineError::GatewayTimeout(_) => ("server_error", None, Some("gateway_timeout")),
                 EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
             },
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
@@ -132,8 +136,14 @@ impl ApiError {
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
         let message = if self.status().is_server_error()
-            && !matches!(self, ApiError::Engine(EngineError::Unavailable(_)))
-        {
+            && !matches!(
+                self,
+                ApiError::Engine(
+                    EngineError::Unavailable(_)
+                        | EngineError::BadGateway(_)
+                        | EngineError::GatewayTimeout(_)
+                )
+            ) {
             let id = request_id::current().unwrap_or_else(|| "unknown".into());
             tracing::error!(request_id = %id, cause = %self, "request failed");
             format!(

@@ -7,12 +7,14 @@
 
 pub mod browser;
 pub mod fake_engine;
+pub mod fake_upstream;
 pub mod process;
 pub mod sse;
 pub mod test_app;
 
 pub use browser::{Browser, Page};
 pub use fake_engine::{FakeEngine, Probe, Script, fake_models};
+pub use fake_upstream::{Behavior, FakeToolCall, FakeUpstream, Reply};
 pub use process::ServeProcess;
 pub use sse::{SseEvent, read_sse};
 pub use test_app::{Database, TestApp};

@@ -1,9 +1,14 @@
 //! One module per command.
 
+mod chat;
 mod keys;
+mod login;
+mod logout;
+mod models;
 mod pull;
 mod serve;
 mod users;
+mod whoami;
 
 use std::sync::Arc;
 
@@ -11,15 +16,21 @@ use anyhow::Context;
 use svc_store::SqlStore;
 
 use crate::cli::{Cli, Command};
+use crate::client::failure::exit_on_failure;
 use crate::settings::StoreSettings;
 
 /// Runs one parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Keys { command } => keys::run(command).await,
         Command::Pull(args) => pull::run(args).await,
         Command::Users { command } => users::run(command).await,
+        Command::Login(args) => exit_on_failure(login::run(args).await),
+        Command::Logout => exit_on_failure(logout::run().await),
+        Command::Whoami(args) => exit_on_failure(whoami::run(args).await),
+        Command::Chat(args) => exit_on_failure(chat::run(args).await),
+        Command::Models(args) => exit_on_failure(models::run(args).await),
     }
 }
 

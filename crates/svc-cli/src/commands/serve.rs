@@ -1,17 +1,19 @@
 //! `svc serve`: open the store, assemble the models, serve until SIGTERM or
 //! Ctrl-C, then let in-flight requests finish.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use svc_core::Engine;
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+use svc_engine_upstream::UpstreamEngine;
 use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::model_files;
-use crate::settings::ServeSettings;
+use crate::settings::{EngineSettings, ModelSource, ServeSettings};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let settings = ServeSettings::resolve(&args)?;
@@ -71,77 +73,57 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 const DEFAULT_MODEL_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
 
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
-/// the default model, plus every `[models.<id>]` table. Ids on the same
-/// file share one engine.
+/// the default model, plus every `[models.<id>]` table (a GGUF file or
+/// upstream endpoints). Ids on the same file share one engine; the default
+/// model is only fetched when an id still uses it.
 async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> {
     let engine = &settings.engine;
-    let (default_path, default_prompt) = match &engine.model {
-        Some(path) => (path.clone(), None),
-        None => (
-            model_files::ensure_default_model(&settings.store.data_dir).await?,
-            Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
-        ),
+    let mut wanted: Vec<(String, bool, Option<&ModelSource>)> = vec![
+        ("svc".to_owned(), false, None),
+        ("svc-thinking".to_owned(), true, None),
+    ];
+    for (id, model) in &engine.models {
+        wanted.retain(|w| &w.0 != id);
+        wanted.push((id.clone(), model.reasoning, Some(&model.source)));
+    }
+    let default = if wanted.iter().any(|w| w.2.is_none()) {
+        Some(match &engine.model {
+            Some(path) => (path.clone(), None),
+            None => (
+                model_files::ensure_default_model(&settings.store.data_dir).await?,
+                Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
+            ),
+        })
+    } else {
+        None
     };
     let mut loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)> = Vec::new();
     let mut routes = Vec::new();
-    let mut wanted = vec![
-        (
-            "svc".to_owned(),
-            default_path.clone(),
-            false,
-            None,
-            None,
-            default_prompt.clone(),
-        ),
-        (
-            "svc-thinking".to_owned(),
-            default_path,
-            true,
-            None,
-            None,
-            default_prompt,
-        ),
-    ];
-    for (id, table) in &engine.models {
-        wanted.retain(|w| &w.0 != id);
-        wanted.push((
-            id.clone(),
-            table.path.clone(),
-            table.reasoning,
-            table.context,
-            table.parallel,
-            None,
-        ));
-    }
-    for (id, path, reasoning, context, parallel, default_system_prompt) in wanted {
-        let mut options = LlamaEngineOptions::new(path);
-        options.context_per_sequence = context.unwrap_or(engine.context);
-        options.parallel = parallel.unwrap_or(engine.parallel);
-        options.threads = engine.threads;
-        options.queue_capacity = engine.queue;
-        let shared = loaded
-            .iter()
-            .find(|(o, _)| *o == options)
-            .map(|(_, e)| e.clone());
-        let engine = match shared {
-            Some(engine) => engine,
-            None => {
-                eprintln!("loading {} ...", options.model_path.display());
-                let load = options.clone();
-                let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
-                    .await
-                    .context("the model loader stopped")??;
-                let info = engine.info();
-                eprintln!(
-                    "  {}: context {} tokens x {} sequences",
-                    info.name.as_deref().unwrap_or("model"),
-                    info.context_per_sequence,
-                    info.parallel
-                );
-                let engine: Arc<dyn Engine> = Arc::new(engine);
-                loaded.push((options, engine.clone()));
-                engine
+    for (id, reasoning, source) in wanted {
+        let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
+            (Some(ModelSource::Upstream { endpoints, options }), _) => {
+                let upstream = UpstreamEngine::new(endpoints.clone(), options.clone())
+                    .with_context(|| format!("models.{id}"))?;
+                let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
+                eprintln!("  {id}: upstream {}", urls.join(", "));
+                (Arc::new(upstream), None)
             }
+            (
+                Some(ModelSource::File {
+                    path,
+                    context,
+                    parallel,
+                }),
+                _,
+            ) => {
+                let options = llama_options(engine, path.clone(), *context, *parallel);
+                (llama_engine(&mut loaded, options).await?, None)
+            }
+            (None, Some((path, prompt))) => {
+                let options = llama_options(engine, path.clone(), None, None);
+                (llama_engine(&mut loaded, options).await?, prompt.clone())
+            }
+            (None, None) => anyhow::bail!("no model for {id}"),
         };
         routes.push(ModelRoute {
             id,
@@ -153,6 +135,46 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
         });
     }
     Ok(ModelRegistry::new(routes))
+}
+
+fn llama_options(
+    engine: &EngineSettings,
+    path: PathBuf,
+    context: Option<u32>,
+    parallel: Option<u32>,
+) -> LlamaEngineOptions {
+    let mut options = LlamaEngineOptions::new(path);
+    options.context_per_sequence = context.unwrap_or(engine.context);
+    options.parallel = parallel.unwrap_or(engine.parallel);
+    options.threads = engine.threads;
+    options.queue_capacity = engine.queue;
+    options
+}
+
+/// The embedded engine for `options`: one already loaded with the same
+/// options, or a new one.
+async fn llama_engine(
+    loaded: &mut Vec<(LlamaEngineOptions, Arc<dyn Engine>)>,
+    options: LlamaEngineOptions,
+) -> anyhow::Result<Arc<dyn Engine>> {
+    if let Some((_, engine)) = loaded.iter().find(|(o, _)| *o == options) {
+        return Ok(engine.clone());
+    }
+    eprintln!("loading {} ...", options.model_path.display());
+    let load = options.clone();
+    let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
+        .await
+        .context("the model loader stopped")??;
+    let info = engine.info();
+    eprintln!(
+        "  {}: context {} tokens x {} sequences",
+        info.name.as_deref().unwrap_or("model"),
+        info.context_per_sequence,
+        info.parallel
+    );
+    let engine: Arc<dyn Engine> = Arc::new(engine);
+    loaded.push((options, engine.clone()));
+    Ok(engine)
 }
 
 /// `created` of every model in the listing: when svc's model list began.

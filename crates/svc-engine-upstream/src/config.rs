@@ -1,0 +1,125 @@
+//! What an [`UpstreamEngine`](crate::UpstreamEngine) is built from: its
+//! endpoints and the timeouts, health-check and breaker settings shared by
+//! all of them. Reading these from a file is the caller's business.
+
+use std::fmt;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// An upstream API key. `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamKey(String);
+
+impl UpstreamKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        UpstreamKey(key.into())
+    }
+
+    /// The key itself, for the `Authorization` header only.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for UpstreamKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("UpstreamKey(<redacted>)")
+    }
+}
+
+/// One OpenAI-compatible endpoint serving the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// The API base, e.g. `http://gpu1:8000/v1` (requests go to
+    /// `{base_url}/chat/completions`, health checks to `{base_url}/models`).
+    pub base_url: String,
+    /// The model's name at that endpoint.
+    pub model: String,
+    /// Sent as `Authorization: Bearer <key>` when present.
+    pub api_key: Option<UpstreamKey>,
+    /// Share of the load relative to the other endpoints (at least 1).
+    pub weight: u32,
+}
+
+impl EndpointConfig {
+    /// An endpoint with weight 1 and no key.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        EndpointConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            weight: 1,
+        }
+    }
+
+    /// Checks what [`UpstreamEngine::new`](crate::UpstreamEngine::new)
+    /// would refuse about this endpoint, without starting anything.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::pool::Endpoint::new(self).map(|_| ())
+    }
+}
+
+/// Timeouts, health checks, breaker and retry settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamOptions {
+    /// Opening the TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+    /// From sending the request to the first byte of the response body.
+    pub first_byte_timeout: Duration,
+    /// Between two reads of the response body once it started.
+    pub idle_timeout: Duration,
+    /// How often `GET {base_url}/models` is asked of every endpoint.
+    pub health_interval: Duration,
+    /// The whole health-check request.
+    pub health_timeout: Duration,
+    /// Consecutive failed health checks that mark an endpoint down.
+    pub health_failures: u32,
+    /// Consecutive failed requests that open an endpoint's breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker keeps the endpoint out before one trial.
+    pub breaker_cooldown: Duration,
+    /// Endpoints one request may try; each is tried at most once.
+    pub max_attempts: usize,
+}
+
+impl Default for UpstreamOptions {
+    fn default() -> Self {
+        UpstreamOptions {
+            connect_timeout: Duration::from_secs(5),
+            // Time to first token includes the prompt's prefill and any
+            // queueing at the engine: generous, or long prompts would fail.
+            first_byte_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(30),
+            health_interval: Duration::from_secs(5),
+            health_timeout: Duration::from_secs(5),
+            health_failures: 2,
+            breaker_failures: 5,
+            breaker_cooldown: Duration::from_secs(10),
+            max_attempts: usize::MAX,
+        }
+    }
+}
+
+/// A configuration the engine cannot run with.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("an upstream model needs at least one endpoint")]
+    NoEndpoints,
+    #[error("upstream base_url {0:?} must be an http:// or https:// URL")]
+    BaseUrl(String),
+    #[error("upstream base_url must not hold credentials; use the endpoint's API key instead")]
+    Credentials,
+    #[error("upstream {0}: model must not be empty")]
+    Model(String),
+    #[error("upstream {0}: weight must be at least 1")]
+    Weight(String),
+    #[error("upstream {0}: the API key is not a valid header value")]
+    Key(String),
+    #[error("upstream timeouts and intervals must be positive")]
+    Timeout,
+    #[error("the HTTP client cannot be built: {0}")]
+    Client(String),
+    #[error("the upstream engine must be started inside a Tokio runtime")]
+    NoRuntime,
+}

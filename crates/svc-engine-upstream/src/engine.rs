@@ -1,0 +1,476 @@
+//! [`UpstreamEngine`]: one model served by several OpenAI-compatible
+//! endpoints.
+//!
+//! A generation is attempted at one endpoint after another until one
+//! yields its first event; only then does `generate` return. Every failure
+//! before that point (no connection, 5xx, 429, a timeout, a body that
+//! breaks or is not a chat stream) is retried elsewhere, because nothing
+//! reached the caller yet. After it, a failure ends the stream with an
+//! error item: text already sent cannot be taken back. Dropping the
+//! stream drops the upstream response, which closes its connection and so
+//! stops the upstream's generation.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use svc_core::{
+    EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream, GenerateRequest,
+};
+use tokio::time::{Instant, timeout, timeout_at};
+
+use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
+use crate::error::{self, Failure};
+use crate::pool::{Endpoint, Lease, Pool};
+use crate::request;
+use crate::sse::{SseDecoder, SseEvent};
+use crate::translate::{Step, Translator};
+
+/// An engine whose model runs elsewhere, behind OpenAI-compatible APIs.
+pub struct UpstreamEngine {
+    pool: Arc<Pool>,
+    client: reqwest::Client,
+    options: UpstreamOptions,
+}
+
+/// What an endpoint looks like from here, for status pages and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSnapshot {
+    pub base_url: String,
+    pub model: String,
+    pub weight: u32,
+    /// The health checks' verdict.
+    pub healthy: bool,
+    /// `closed`, `open` or `half_open`.
+    pub breaker: &'static str,
+    pub outstanding: usize,
+}
+
+impl UpstreamEngine {
+    /// Builds the engine and starts its health checks, which end when the
+    /// engine and its last stream are dropped. Must run inside a Tokio
+    /// runtime.
+    pub fn new(
+        endpoints: Vec<EndpointConfig>,
+        options: UpstreamOptions,
+    ) -> Result<Self, ConfigError> {
+        if endpoints.is_empty() {
+            return Err(ConfigError::NoEndpoints);
+        }
+        let durations = [
+            options.connect_timeout,
+            options.first_byte_timeout,
+            options.idle_timeout,
+            options.health_interval,
+            options.health_timeout,
+        ];
+        if durations.contains(&Duration::ZERO) || options.max_attempts == 0 {
+            return Err(ConfigError::Timeout);
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let endpoints = endpoints
+            .iter()
+            .map(Endpoint::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let pool = Arc::new(Pool::new(
+            endpoints,
+            options.breaker_failures,
+            options.breaker_cooldown,
+        ));
+        runtime.spawn(health_checks(
+            Arc::downgrade(&pool),
+            client.clone(),
+            options.clone(),
+        ));
+        Ok(UpstreamEngine {
+            pool,
+            client,
+            options,
+        })
+    }
+
+    /// Every endpoint's state now.
+    pub fn endpoints(&self) -> Vec<EndpointSnapshot> {
+        self.pool
+            .endpoints
+            .iter()
+            .map(|e| EndpointSnapshot {
+                base_url: e.base_url.clone(),
+                model: e.model.clone(),
+                weight: e.weight,
+                healthy: e.healthy(),
+                breaker: e.breaker(),
+                outstanding: e.outstanding(),
+            })
+            .collect()
+    }
+
+    /// One attempt at the endpoint of `lease`, up to its first event.
+    async fn attempt(
+        &self,
+        lease: &Lease,
+        body: Vec<u8>,
+        mut translator: Translator,
+    ) -> Result<Started, Failure> {
+        let endpoint = lease.endpoint();
+        let deadline = Instant::now() + self.options.first_byte_timeout;
+        let late = || {
+            Failure::Timeout(format!(
+                "no first byte within {:?}",
+                self.options.first_byte_timeout
+            ))
+        };
+        let mut post = self
+            .client
+            .post(&endpoint.chat_url)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream")
+            .body(body);
+        if let Some(auth) = &endpoint.auth {
+            post = post.header(AUTHORIZATION, auth.clone());
+        }
+        let response = match timeout_at(deadline, post.send()).await {
+            Err(_) => return Err(late()),
+            Ok(Err(e)) => return Err(sending_failed(&e)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            // The error body is read within what is left of the deadline.
+            let text = timeout_at(deadline, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Err(error::from_status(status.as_u16(), &text));
+        }
+        let mut first = Vec::new();
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            let bytes = match timeout_at(deadline, response.bytes()).await {
+                Err(_) => return Err(late()),
+                Ok(Err(e)) => return Err(body_failed(&e)),
+                Ok(Ok(bytes)) => bytes,
+            };
+            translator.whole(&bytes, &mut first)?;
+            return Ok(Started::done(first));
+        }
+        let mut body = Body {
+            response,
+            decoder: SseDecoder::default(),
+            translator,
+            events: Vec::new(),
+        };
+        let mut started = false;
+        loop {
+            let step = if started {
+                let idle_timeout = self.options.idle_timeout;
+                let deadline = Instant::now() + idle_timeout;
+                body.read(deadline, || idle(idle_timeout), &mut first)
+                    .await?
+            } else {
+                body.read(deadline, late, &mut first).await?
+            };
+            started = true;
+            if step == Step::Done {
+                body.release();
+                return Ok(Started::done(first));
+            }
+            if !first.is_empty() {
+                return Ok(Started {
+                    first,
+                    rest: Some(body),
+                });
+            }
+        }
+    }
+}
+
+/// An upstream response body being read as an event stream.
+struct Body {
+    response: reqwest::Response,
+    decoder: SseDecoder,
+    translator: Translator,
+    /// Decoded and not yet translated (reused between reads).
+    events: Vec<SseEvent>,
+}
+
+impl Body {
+    /// Reads what arrives before `deadline` and translates it into `out`.
+    async fn read(
+        &mut self,
+        deadline: Instant,
+        late: impl FnOnce() -> Failure,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<Step, Failure> {
+        let step = match timeout_at(deadline, self.response.chunk()).await {
+            Err(_) => Err(late()),
+            Ok(Err(e)) => Err(body_failed(&e)),
+            Ok(Ok(None)) => self
+                .decoder
+                .finish(&mut self.events)
+                .map_err(malformed)
+                .and_then(|()| translate(&mut self.translator, &mut self.events, out))
+                .and_then(|step| match step {
+                    Step::Done => Ok(Step::Done),
+                    Step::More => self.translator.end_of_body(out),
+                }),
+            Ok(Ok(Some(bytes))) => self
+                .decoder
+                .push(&bytes, &mut self.events)
+                .map_err(malformed)
+                .and_then(|()| translate(&mut self.translator, &mut self.events, out)),
+        };
+        match step {
+            // Everything came but the usage or `[DONE]`: finish with what
+            // arrived rather than fail a complete reply.
+            Err(failure) if self.translator.finished() => {
+                tracing::debug!(?failure, "upstream stream ended untidily after finishing");
+                self.translator.end_of_body(out)
+            }
+            other => other,
+        }
+    }
+
+    /// Lets a finished response give its connection back to the pool: the
+    /// rest of the body (`[DONE]`, the chunked terminator) is read, at once
+    /// when it is already here, else off the caller's path.
+    fn release(self) {
+        let mut response = self.response;
+        loop {
+            match response.chunk().now_or_never() {
+                Some(Ok(Some(_))) => {}
+                Some(Ok(None) | Err(_)) => return,
+                None => break,
+            }
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = timeout(Duration::from_secs(5), async {
+                    while let Ok(Some(_)) = response.chunk().await {}
+                })
+                .await;
+            });
+        }
+    }
+}
+
+/// An attempt that produced its first events.
+struct Started {
+    first: Vec<EngineEvent>,
+    /// The body still to read; `None` once the `Finish` is among `first`.
+    rest: Option<Body>,
+}
+
+impl Started {
+    fn done(first: Vec<EngineEvent>) -> Self {
+        Started { first, rest: None }
+    }
+
+    /// The caller's stream: the first events, then the rest of the body as
+    /// it arrives, holding the lease (an outstanding request) until dropped.
+    fn into_stream(self, mut lease: Lease, idle_timeout: Duration) -> EventStream {
+        let Started { first, rest } = self;
+        Box::pin(async_stream::stream! {
+            for event in first {
+                yield Ok(event);
+            }
+            let Some(mut body) = rest else {
+                return;
+            };
+            let mut out = Vec::new();
+            loop {
+                let deadline = Instant::now() + idle_timeout;
+                let step = body.read(deadline, || idle(idle_timeout), &mut out).await;
+                for event in out.drain(..) {
+                    yield Ok(event);
+                }
+                match step {
+                    Ok(Step::More) => {}
+                    Ok(Step::Done) => {
+                        body.release();
+                        return;
+                    }
+                    Err(failure) => {
+                        lease.failure(&failure);
+                        tracing::warn!(
+                            upstream = %lease.endpoint().base_url,
+                            detail = ?failure,
+                            "upstream stream failed after it started"
+                        );
+                        yield Err(failure.to_engine_error());
+                        return;
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Runs the decoded events through the translator.
+fn translate(
+    translator: &mut Translator,
+    events: &mut Vec<SseEvent>,
+    out: &mut Vec<EngineEvent>,
+) -> Result<Step, Failure> {
+    for event in events.drain(..) {
+        if translator.event(event.event.as_deref(), &event.data, out)? == Step::Done {
+            return Ok(Step::Done);
+        }
+    }
+    Ok(Step::More)
+}
+
+/// An error with its causes, for the log (reqwest's own message hides them).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn sending_failed(e: &reqwest::Error) -> Failure {
+    if e.is_connect() {
+        Failure::Unreachable(chain(e))
+    } else if e.is_timeout() {
+        Failure::Timeout(chain(e))
+    } else {
+        // Closed or reset before a response: the endpoint's fault.
+        Failure::BadResponse(chain(e))
+    }
+}
+
+fn body_failed(e: &reqwest::Error) -> Failure {
+    if e.is_timeout() {
+        Failure::Timeout(chain(e))
+    } else {
+        Failure::BadResponse(format!("the upstream body broke: {}", chain(e)))
+    }
+}
+
+fn malformed(e: crate::sse::SseError) -> Failure {
+    Failure::BadResponse(format!("malformed upstream stream: {e}"))
+}
+
+fn idle(limit: Duration) -> Failure {
+    Failure::Timeout(format!("no upstream data for {limit:?}"))
+}
+
+#[async_trait]
+impl Engine for UpstreamEngine {
+    async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
+        let prompt_estimate = request::estimate_prompt_tokens(&request);
+        let mut tried = vec![false; self.pool.endpoints.len()];
+        let mut worst: Option<Failure> = None;
+        for attempt in 1..=self.options.max_attempts {
+            let Some(mut lease) = self.pool.pick(&mut tried) else {
+                break;
+            };
+            let body = request::body(&request, &lease.endpoint().model);
+            let translator = Translator::new(request.reasoning, prompt_estimate);
+            match self.attempt(&lease, body, translator).await {
+                Ok(started) => {
+                    lease.success();
+                    return Ok(started.into_stream(lease, self.options.idle_timeout));
+                }
+                Err(failure) => {
+                    lease.failure(&failure);
+                    if !failure.retryable() {
+                        return Err(failure.to_engine_error());
+                    }
+                    tracing::warn!(
+                        upstream = %lease.endpoint().base_url,
+                        attempt,
+                        detail = ?failure,
+                        "upstream attempt failed"
+                    );
+                    if worst
+                        .as_ref()
+                        .is_none_or(|w| failure.severity() >= w.severity())
+                    {
+                        worst = Some(failure);
+                    }
+                }
+            }
+        }
+        Err(error::exhausted(worst.as_ref()))
+    }
+
+    fn name(&self) -> &str {
+        "upstream"
+    }
+
+    fn status(&self) -> EngineStatus {
+        let endpoints: Vec<EndpointStatus> = self
+            .endpoints()
+            .into_iter()
+            .map(|e| EndpointStatus {
+                url: e.base_url,
+                healthy: e.healthy && e.breaker != "open",
+                outstanding: e.outstanding as u64,
+            })
+            .collect();
+        EngineStatus {
+            queued: 0,
+            running: endpoints.iter().map(|e| e.outstanding).sum(),
+            endpoints,
+        }
+    }
+}
+
+/// Asks every endpoint `GET {base_url}/models` each interval, until the
+/// pool is gone.
+async fn health_checks(pool: Weak<Pool>, client: reqwest::Client, options: UpstreamOptions) {
+    let mut ticker = tokio::time::interval(options.health_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let checks = pool
+            .endpoints
+            .iter()
+            .map(|e| check(&client, e, options.health_timeout));
+        let results = futures::future::join_all(checks).await;
+        for (endpoint, result) in pool.endpoints.iter().zip(results) {
+            let detail = result.as_ref().err().map_or("", String::as_str);
+            endpoint.health_checked(result.is_ok(), options.health_failures, detail);
+        }
+    }
+}
+
+async fn check(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    limit: Duration,
+) -> Result<(), String> {
+    let mut get = client.get(&endpoint.models_url).timeout(limit);
+    if let Some(auth) = &endpoint.auth {
+        get = get.header(AUTHORIZATION, auth.clone());
+    }
+    let response = get.send().await.map_err(|e| chain(&e))?;
+    let status = response.status();
+    // Read the (small) body so the connection goes back to the pool.
+    let _ = response.bytes().await;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("GET /models answered {status}"))
+    }
+}

@@ -1,0 +1,20 @@
+//! svc's upstream engine: a model served by OpenAI-compatible endpoints
+//! (vLLM, llama.cpp's llama-server, TGI, Ollama, another svc) over HTTP.
+//!
+//! [`UpstreamEngine`] translates a validated request into the upstream's
+//! chat dialect, picks an endpoint (health checks, circuit breaker, least
+//! outstanding requests by weight), retries elsewhere until the first event,
+//! and translates the upstream's stream back into engine events. It owns no
+//! HTTP serving and no svc framing: ids, `model` and SSE framing of svc's
+//! responses are the server's.
+
+mod config;
+mod engine;
+mod error;
+mod pool;
+mod request;
+mod sse;
+mod translate;
+
+pub use config::{ConfigError, EndpointConfig, UpstreamKey, UpstreamOptions};
+pub use engine::{EndpointSnapshot, UpstreamEngine};

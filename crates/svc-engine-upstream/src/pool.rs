@@ -1,0 +1,481 @@
+//! The endpoints of one model and how a request picks one: health (from the
+//! periodic checks), a circuit breaker (from request outcomes), and the
+//! least outstanding requests weighted by `weight`.
+//!
+//! Why least-outstanding and not peak-EWMA latency: an LLM request's
+//! latency is mostly its own output length, so latency says little about
+//! an endpoint's load, while the number of requests in flight is exactly
+//! what fills a continuous-batching engine's slots. Ties go round-robin.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use reqwest::header::HeaderValue;
+
+use crate::config::{ConfigError, EndpointConfig};
+use crate::error::Failure;
+
+/// The breaker of one endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Breaker {
+    /// Taking requests; counts consecutive failures.
+    Closed { failures: u32 },
+    /// Skipped until `until`.
+    Open { until: Instant },
+    /// Cooled down: one trial request at a time decides.
+    HalfOpen { trial_out: bool },
+}
+
+#[derive(Debug)]
+struct State {
+    healthy: bool,
+    health_failures: u32,
+    breaker: Breaker,
+}
+
+/// One endpoint, with what the engine knows of it.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The base URL without a trailing slash.
+    pub base_url: String,
+    pub model: String,
+    pub weight: u32,
+    pub chat_url: String,
+    pub models_url: String,
+    /// `Bearer <key>`, marked sensitive so it is never logged.
+    pub auth: Option<HeaderValue>,
+    outstanding: AtomicUsize,
+    state: Mutex<State>,
+}
+
+impl Endpoint {
+    pub fn new(config: &EndpointConfig) -> Result<Endpoint, ConfigError> {
+        let base_url = config.base_url.trim_end_matches('/').to_owned();
+        let url = reqwest::Url::parse(&base_url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+            .ok_or_else(|| ConfigError::BaseUrl(config.base_url.clone()))?;
+        // The URL is logged; credentials belong in the key.
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(ConfigError::Credentials);
+        }
+        if config.model.trim().is_empty() {
+            return Err(ConfigError::Model(base_url));
+        }
+        if config.weight == 0 {
+            return Err(ConfigError::Weight(base_url));
+        }
+        let auth = match &config.api_key {
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+                    .map_err(|_| ConfigError::Key(base_url.clone()))?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        Ok(Endpoint {
+            chat_url: format!("{base_url}/chat/completions"),
+            models_url: format!("{base_url}/models"),
+            base_url,
+            model: config.model.clone(),
+            weight: config.weight,
+            auth,
+            outstanding: AtomicUsize::new(0),
+            state: Mutex::new(State {
+                healthy: true,
+                health_failures: 0,
+                breaker: Breaker::Closed { failures: 0 },
+            }),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Requests in flight to this endpoint.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Whether the health checks consider it up.
+    pub fn healthy(&self) -> bool {
+        self.state().healthy
+    }
+
+    /// `closed`, `open` or `half_open`.
+    pub fn breaker(&self) -> &'static str {
+        match self.state().breaker {
+            Breaker::Closed { .. } => "closed",
+            Breaker::Open { .. } => "open",
+            Breaker::HalfOpen { .. } => "half_open",
+        }
+    }
+
+    /// Whether a request could be sent now (healthy or not).
+    fn admissible(&self, now: Instant) -> bool {
+        match self.state().breaker {
+            Breaker::Closed { .. } => true,
+            Breaker::Open { until } => now >= until,
+            Breaker::HalfOpen { trial_out } => !trial_out,
+        }
+    }
+
+    /// Takes a place for one request, if the breaker allows.
+    fn admit(&self, now: Instant) -> Option<Admission> {
+        let mut state = self.state();
+        let admission = match state.breaker {
+            Breaker::Closed { .. } => Admission::Normal,
+            Breaker::Open { until } if now >= until => Admission::Trial,
+            Breaker::HalfOpen { trial_out: false } => Admission::Trial,
+            Breaker::Open { .. } | Breaker::HalfOpen { trial_out: true } => return None,
+        };
+        if admission == Admission::Trial {
+            state.breaker = Breaker::HalfOpen { trial_out: true };
+        }
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        Some(admission)
+    }
+
+    fn succeeded(&self) {
+        let mut state = self.state();
+        if state.breaker != (Breaker::Closed { failures: 0 }) {
+            if !matches!(state.breaker, Breaker::Closed { .. }) {
+                tracing::info!(upstream = %self.base_url, "upstream breaker closed");
+            }
+            state.breaker = Breaker::Closed { failures: 0 };
+        }
+    }
+
+    fn failed(&self, threshold: u32, cooldown: Duration) {
+        let mut state = self.state();
+        let open = Breaker::Open {
+            until: Instant::now() + cooldown,
+        };
+        match state.breaker {
+            Breaker::Closed { failures } if failures + 1 >= threshold => {
+                tracing::warn!(
+                    upstream = %self.base_url,
+                    failures = failures + 1,
+                    cooldown_ms = cooldown.as_millis() as u64,
+                    "upstream breaker opened"
+                );
+                state.breaker = open;
+            }
+            Breaker::Closed { failures } => {
+                state.breaker = Breaker::Closed {
+                    failures: failures + 1,
+                }
+            }
+            Breaker::HalfOpen { .. } => {
+                tracing::warn!(upstream = %self.base_url, "upstream trial failed; breaker open again");
+                state.breaker = open;
+            }
+            Breaker::Open { .. } => {}
+        }
+    }
+
+    /// A trial request ended without a verdict (the caller went away).
+    fn trial_released(&self) {
+        let mut state = self.state();
+        if state.breaker == (Breaker::HalfOpen { trial_out: true }) {
+            state.breaker = Breaker::HalfOpen { trial_out: false };
+        }
+    }
+
+    /// Records a health check; `threshold` failures in a row mark it down,
+    /// one success marks it up.
+    pub fn health_checked(&self, ok: bool, threshold: u32, detail: &str) {
+        let mut state = self.state();
+        if ok {
+            state.health_failures = 0;
+            if !state.healthy {
+                tracing::info!(upstream = %self.base_url, "upstream is up");
+                state.healthy = true;
+            }
+        } else {
+            state.health_failures = state.health_failures.saturating_add(1);
+            if state.healthy && state.health_failures >= threshold {
+                tracing::warn!(upstream = %self.base_url, detail, "upstream is down");
+                state.healthy = false;
+            }
+        }
+    }
+}
+
+/// How a request got its place at an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Normal,
+    /// The one request a half-open breaker lets through.
+    Trial,
+}
+
+/// All endpoints of a model.
+#[derive(Debug)]
+pub struct Pool {
+    pub endpoints: Vec<Endpoint>,
+    breaker_failures: u32,
+    breaker_cooldown: Duration,
+    /// Where the next pick starts looking, so ties go round-robin.
+    next: AtomicUsize,
+}
+
+impl Pool {
+    pub fn new(
+        endpoints: Vec<Endpoint>,
+        breaker_failures: u32,
+        breaker_cooldown: Duration,
+    ) -> Pool {
+        Pool {
+            endpoints,
+            breaker_failures: breaker_failures.max(1),
+            breaker_cooldown,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The endpoint for the next attempt, among those not `tried`: healthy
+    /// ones whose breaker admits a request, with the fewest requests in
+    /// flight per unit of weight. When every endpoint is marked down the
+    /// health checks may be what is wrong, so all are candidates then.
+    pub fn pick(self: &Arc<Self>, tried: &mut [bool]) -> Option<Lease> {
+        let n = self.endpoints.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n.max(1);
+        let panic = !self.endpoints.iter().any(Endpoint::healthy);
+        let mut excluded = vec![false; n];
+        loop {
+            let now = Instant::now();
+            let mut best: Option<(usize, usize, u32)> = None;
+            for k in 0..n {
+                let i = (start + k) % n;
+                let e = &self.endpoints[i];
+                if tried[i] || excluded[i] || !(panic || e.healthy()) || !e.admissible(now) {
+                    continue;
+                }
+                let load = e.outstanding() + 1;
+                let better = match best {
+                    None => true,
+                    // load / weight < best_load / best_weight, without division.
+                    Some((_, best_load, best_weight)) => {
+                        (load as u128) * u128::from(best_weight)
+                            < (best_load as u128) * u128::from(e.weight)
+                    }
+                };
+                if better {
+                    best = Some((i, load, e.weight));
+                }
+            }
+            let (i, _, _) = best?;
+            match self.endpoints[i].admit(now) {
+                Some(admission) => {
+                    tried[i] = true;
+                    return Some(Lease {
+                        pool: self.clone(),
+                        index: i,
+                        admission,
+                        settled: false,
+                    });
+                }
+                // Another request took the half-open trial meanwhile.
+                None => excluded[i] = true,
+            }
+        }
+    }
+}
+
+/// A request's place at one endpoint: counted as outstanding until dropped;
+/// reports the outcome to the breaker once.
+#[derive(Debug)]
+pub struct Lease {
+    pool: Arc<Pool>,
+    index: usize,
+    admission: Admission,
+    settled: bool,
+}
+
+impl Lease {
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.pool.endpoints[self.index]
+    }
+
+    /// The endpoint served (or answered sanely); later outcomes are ignored.
+    pub fn success(&mut self) {
+        if !std::mem::replace(&mut self.settled, true) {
+            self.endpoint().succeeded();
+        }
+    }
+
+    /// The endpoint failed this request, before or after it started.
+    pub fn failure(&mut self, failure: &Failure) {
+        if !failure.retryable() {
+            self.success();
+            return;
+        }
+        // A stream that already counted as a success still counts its
+        // failure: an endpoint that breaks every stream must open.
+        self.settled = true;
+        let pool = &self.pool;
+        self.endpoint()
+            .failed(pool.breaker_failures, pool.breaker_cooldown);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let endpoint = &self.pool.endpoints[self.index];
+        endpoint.outstanding.fetch_sub(1, Ordering::Relaxed);
+        if !self.settled && self.admission == Admission::Trial {
+            endpoint.trial_released();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(weights: &[u32], failures: u32, cooldown: Duration) -> Arc<Pool> {
+        let endpoints = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mut c = EndpointConfig::new(format!("http://10.0.0.{i}:8000/v1/"), "m");
+                c.weight = *w;
+                Endpoint::new(&c).unwrap()
+            })
+            .collect();
+        Arc::new(Pool::new(endpoints, failures, cooldown))
+    }
+
+    fn pick(pool: &Arc<Pool>) -> Option<Lease> {
+        pool.pick(&mut vec![false; pool.endpoints.len()])
+    }
+
+    #[test]
+    fn urls_are_derived_and_checked() {
+        let p = pool(&[1], 1, Duration::ZERO);
+        let e = &p.endpoints[0];
+        assert_eq!(e.chat_url, "http://10.0.0.0:8000/v1/chat/completions");
+        assert_eq!(e.models_url, "http://10.0.0.0:8000/v1/models");
+        for bad in ["ftp://x/v1", "not a url", "http://"] {
+            assert_eq!(
+                Endpoint::new(&EndpointConfig::new(bad, "m")).unwrap_err(),
+                ConfigError::BaseUrl(bad.into())
+            );
+        }
+        assert!(Endpoint::new(&EndpointConfig::new("http://x/v1", " ")).is_err());
+        assert_eq!(
+            Endpoint::new(&EndpointConfig::new("http://u:p@x/v1", "m")).unwrap_err(),
+            ConfigError::Credentials
+        );
+        let mut c = EndpointConfig::new("http://x/v1", "m");
+        c.weight = 0;
+        assert!(Endpoint::new(&c).is_err());
+        c.weight = 1;
+        c.api_key = Some(crate::UpstreamKey::new("sk-secret"));
+        let e = Endpoint::new(&c).unwrap();
+        assert!(e.auth.as_ref().unwrap().is_sensitive());
+        assert!(!format!("{e:?}").contains("sk-secret"));
+        assert!(!format!("{c:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn least_outstanding_by_weight() {
+        let p = pool(&[1, 3], 5, Duration::from_secs(1));
+        // With weights 1:3 and leases kept, three of every four go to the
+        // heavier endpoint.
+        let leases: Vec<Lease> = (0..8).map(|_| pick(&p).unwrap()).collect();
+        let heavy = leases.iter().filter(|l| l.index == 1).count();
+        assert_eq!(heavy, 6);
+        assert_eq!(p.endpoints[0].outstanding(), 2);
+        drop(leases);
+        assert_eq!(p.endpoints[1].outstanding(), 0);
+    }
+
+    #[test]
+    fn ties_go_round_robin() {
+        let p = pool(&[1, 1, 1], 5, Duration::from_secs(1));
+        let mut seen = [0; 3];
+        for _ in 0..30 {
+            seen[pick(&p).unwrap().index] += 1;
+        }
+        assert_eq!(seen, [10, 10, 10]);
+    }
+
+    #[test]
+    fn each_endpoint_once_per_request() {
+        let p = pool(&[1, 1], 5, Duration::from_secs(1));
+        let mut tried = vec![false; 2];
+        let a = p.pick(&mut tried).unwrap();
+        let b = p.pick(&mut tried).unwrap();
+        assert_ne!(a.index, b.index);
+        assert!(p.pick(&mut tried).is_none());
+    }
+
+    #[test]
+    fn breaker_opens_then_lets_one_trial_through() {
+        let p = pool(&[1], 3, Duration::from_millis(50));
+        let boom = Failure::BadResponse("boom".into());
+        for _ in 0..2 {
+            pick(&p).unwrap().failure(&boom);
+            assert_eq!(p.endpoints[0].breaker(), "closed");
+        }
+        pick(&p).unwrap().failure(&boom);
+        assert_eq!(p.endpoints[0].breaker(), "open");
+        assert!(pick(&p).is_none());
+        std::thread::sleep(Duration::from_millis(60));
+        let mut trial = pick(&p).unwrap();
+        assert_eq!(trial.admission, Admission::Trial);
+        assert!(pick(&p).is_none(), "only one trial at a time");
+        trial.failure(&boom);
+        drop(trial);
+        assert_eq!(p.endpoints[0].breaker(), "open");
+        std::thread::sleep(Duration::from_millis(60));
+        // A trial whose caller went away frees the place for another.
+        drop(pick(&p).unwrap());
+        let mut trial = pick(&p).unwrap();
+        trial.success();
+        assert_eq!(p.endpoints[0].breaker(), "closed");
+        assert!(pick(&p).is_some());
+    }
+
+    #[test]
+    fn refusals_do_not_count_and_success_resets() {
+        let p = pool(&[1], 2, Duration::from_secs(60));
+        let boom = Failure::Timeout("slow".into());
+        pick(&p).unwrap().failure(&boom);
+        pick(&p)
+            .unwrap()
+            .failure(&Failure::Rejected(svc_core::EngineError::InvalidRequest {
+                param: None,
+                message: "bad".into(),
+            }));
+        pick(&p).unwrap().failure(&boom);
+        assert_eq!(p.endpoints[0].breaker(), "closed");
+        pick(&p).unwrap().failure(&boom);
+        assert_eq!(p.endpoints[0].breaker(), "open");
+    }
+
+    #[test]
+    fn down_endpoints_are_skipped_unless_all_are_down() {
+        let p = pool(&[1, 1], 5, Duration::from_secs(1));
+        p.endpoints[0].health_checked(false, 2, "refused");
+        assert!(p.endpoints[0].healthy());
+        p.endpoints[0].health_checked(false, 2, "refused");
+        assert!(!p.endpoints[0].healthy());
+        for _ in 0..4 {
+            assert_eq!(pick(&p).unwrap().index, 1);
+        }
+        p.endpoints[1].health_checked(false, 1, "refused");
+        let mut tried = vec![false; 2];
+        assert!(p.pick(&mut tried).is_some() && p.pick(&mut tried).is_some());
+        p.endpoints[0].health_checked(true, 2, "");
+        assert!(p.endpoints[0].healthy());
+        for _ in 0..4 {
+            assert_eq!(pick(&p).unwrap().index, 0);
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! A validated [`GenerateRequest`] as the body of an OpenAI chat request to
+//! one upstream: its own model name, always streamed with usage asked for.
+//! Only fields every OpenAI-compatible server knows are sent, and optional
+//! ones only when they differ from the default, so strict servers (vLLM
+//! refuses `tool_choice` without tools, for one) accept the body.
+
+use serde::Serialize;
+use serde_json::Value;
+use svc_core::{ChatMessage, GenerateRequest, OutputFormat, ToolChoiceSpec};
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<Message<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    temperature: f32,
+    top_p: f32,
+    #[serde(skip_serializing_if = "is_zero")]
+    presence_penalty: f32,
+    #[serde(skip_serializing_if = "is_zero")]
+    frequency_penalty: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
+}
+
+fn is_zero(x: &f32) -> bool {
+    *x == 0.0
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum Message<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct ToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    parameters: &'a Value,
+}
+
+/// The JSON body asking `model` at an upstream for `request`.
+pub fn body(request: &GenerateRequest, model: &str) -> Vec<u8> {
+    let messages = request
+        .messages
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System(content) => Message::System { content },
+            ChatMessage::User(content) => Message::User { content },
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => Message::Assistant {
+                content: content.as_deref(),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: &c.id,
+                        kind: "function",
+                        function: FunctionCall {
+                            name: &c.name,
+                            arguments: &c.arguments,
+                        },
+                    })
+                    .collect(),
+            },
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+            } => Message::Tool {
+                tool_call_id,
+                content,
+            },
+        })
+        .collect();
+    let tools: Vec<Tool<'_>> = request
+        .tools
+        .iter()
+        .map(|t| Tool {
+            kind: "function",
+            function: Function {
+                name: &t.name,
+                description: t.description.as_deref(),
+                parameters: &t.parameters,
+            },
+        })
+        .collect();
+    // `auto` is the default with tools, and without tools no choice is sent.
+    let tool_choice = match (&request.tool_choice, tools.is_empty()) {
+        (_, true) | (ToolChoiceSpec::Auto, false) => None,
+        (ToolChoiceSpec::None, false) => Some(Value::from("none")),
+        (ToolChoiceSpec::Required, false) => Some(Value::from("required")),
+        (ToolChoiceSpec::Function(name), false) => Some(serde_json::json!({
+            "type": "function",
+            "function": { "name": name },
+        })),
+    };
+    let response_format = match &request.output {
+        OutputFormat::Text => None,
+        OutputFormat::JsonObject => Some(serde_json::json!({ "type": "json_object" })),
+        OutputFormat::JsonSchema { name, schema } => Some(serde_json::json!({
+            "type": "json_schema",
+            "json_schema": { "name": name, "schema": schema },
+        })),
+    };
+    let body = Body {
+        model,
+        messages,
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        temperature: request.sampling.temperature,
+        top_p: request.sampling.top_p,
+        presence_penalty: request.sampling.presence_penalty,
+        frequency_penalty: request.sampling.frequency_penalty,
+        // The client's seed, negative ones included (they are kept as bits).
+        seed: request.sampling.seed.map(|s| s as i64),
+        max_tokens: request.max_tokens,
+        stop: &request.stop,
+        tools,
+        tool_choice,
+        response_format,
+    };
+    // Our own types with string keys: serializing cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// A rough prompt size for usage when the upstream reports none: four
+/// characters a token, plus a few tokens of framing per message.
+pub fn estimate_prompt_tokens(request: &GenerateRequest) -> u64 {
+    let chars: usize = request
+        .messages
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System(t) | ChatMessage::User(t) => t.len(),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.as_deref().map_or(0, str::len)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            }
+            ChatMessage::Tool { content, .. } => content.len(),
+        })
+        .sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.parameters.to_string().len())
+        .sum();
+    crate::translate::tokens_for_chars(chars + tools) + 4 * request.messages.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use svc_core::{Sampling, ToolCallSpec, ToolSpec};
+
+    use super::*;
+
+    fn request() -> GenerateRequest {
+        GenerateRequest {
+            messages: vec![ChatMessage::User("Hi".into())],
+            sampling: Sampling::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: ToolChoiceSpec::Auto,
+            output: OutputFormat::Text,
+            reasoning: false,
+        }
+    }
+
+    fn json_of(request: &GenerateRequest, model: &str) -> Value {
+        serde_json::from_slice(&body(request, model)).unwrap()
+    }
+
+    #[test]
+    fn plain_request_asks_for_a_stream_with_usage() {
+        assert_eq!(
+            json_of(&request(), "their-model"),
+            json!({
+                "model": "their-model",
+                "messages": [{"role": "user", "content": "Hi"}],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "temperature": 0.7,
+                "top_p": 1.0,
+            })
+        );
+    }
+
+    #[test]
+    fn every_field_is_translated() {
+        let mut r = request();
+        r.messages = vec![
+            ChatMessage::System("Be brief.".into()),
+            ChatMessage::User("Weather in Paris?".into()),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCallSpec {
+                    id: "call_1".into(),
+                    name: "weather".into(),
+                    arguments: "{\"city\":\"Paris\"}".into(),
+                }],
+            },
+            ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: "sunny".into(),
+            },
+            ChatMessage::Assistant {
+                content: Some("Sunny.".into()),
+                tool_calls: Vec::new(),
+            },
+        ];
+        r.sampling = Sampling {
+            temperature: 0.0,
+            top_p: 0.5,
+            seed: Some(-7i64 as u64),
+            presence_penalty: 0.5,
+            frequency_penalty: -0.5,
+        };
+        r.max_tokens = Some(32);
+        r.stop = vec!["END".into()];
+        r.tools = vec![ToolSpec {
+            name: "weather".into(),
+            description: Some("Weather by city".into()),
+            parameters: json!({"type": "object"}),
+        }];
+        r.tool_choice = ToolChoiceSpec::Function("weather".into());
+        r.output = OutputFormat::JsonSchema {
+            name: "w".into(),
+            schema: json!({"type": "object"}),
+        };
+        assert_eq!(
+            json_of(&r, "m"),
+            json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                    {"role": "assistant", "content": "Sunny."},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "temperature": 0.0,
+                "top_p": 0.5,
+                "presence_penalty": 0.5,
+                "frequency_penalty": -0.5,
+                "seed": -7,
+                "max_tokens": 32,
+                "stop": ["END"],
+                "tools": [{"type": "function", "function": {
+                    "name": "weather", "description": "Weather by city",
+                    "parameters": {"type": "object"}}}],
+                "tool_choice": {"type": "function", "function": {"name": "weather"}},
+                "response_format": {"type": "json_schema",
+                    "json_schema": {"name": "w", "schema": {"type": "object"}}},
+            })
+        );
+    }
+
+    #[test]
+    fn tool_choice_only_with_tools() {
+        let mut r = request();
+        r.tool_choice = ToolChoiceSpec::Required;
+        assert!(json_of(&r, "m").get("tool_choice").is_none());
+        r.tools = vec![ToolSpec {
+            name: "f".into(),
+            description: None,
+            parameters: json!({"type": "object"}),
+        }];
+        assert_eq!(json_of(&r, "m")["tool_choice"], json!("required"));
+        r.tool_choice = ToolChoiceSpec::None;
+        assert_eq!(json_of(&r, "m")["tool_choice"], json!("none"));
+        r.tool_choice = ToolChoiceSpec::Auto;
+        assert!(json_of(&r, "m").get("tool_choice").is_none());
+        assert!(
+            json_of(&r, "m")["tools"][0]["function"]
+                .get("description")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn json_object_format() {
+        let mut r = request();
+        r.output = OutputFormat::JsonObject;
+        assert_eq!(
+            json_of(&r, "m")["response_format"],
+            json!({"type": "json_object"})
+        );
+    }
+
+    #[test]
+    fn prompt_estimate_grows_with_text() {
+        let short = estimate_prompt_tokens(&request());
+        let mut r = request();
+        r.messages = vec![ChatMessage::User("word ".repeat(100))];
+        assert!(estimate_prompt_tokens(&r) > short + 100);
+    }
+}

@@ -1,0 +1,145 @@
+//! End to end: the real svc server with a model routed to an upstream
+//! engine in front of a fake upstream. svc's framing (ids, `model`, role
+//! chunk, usage chunk, `[DONE]`) must be svc's own, the text the upstream's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use svc_core::Engine;
+use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamOptions};
+use svc_server::{ModelRegistry, ModelRoute, ServerConfig};
+use svc_test_support::{Behavior, Database, FakeUpstream, Probe, Reply, TestApp, read_sse};
+
+async fn app_in_front_of(fake: &FakeUpstream) -> TestApp {
+    let options = UpstreamOptions {
+        first_byte_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(2),
+        ..UpstreamOptions::default()
+    };
+    let engine = UpstreamEngine::new(
+        vec![EndpointConfig::new(&fake.base_url, "their-model")],
+        options,
+    )
+    .unwrap();
+    let engine: Arc<dyn Engine> = Arc::new(engine);
+    let route = |id: &str, reasoning| ModelRoute {
+        id: id.into(),
+        engine: engine.clone(),
+        reasoning,
+        created: 1_700_000_000,
+        owned_by: "svc".into(),
+        default_system_prompt: None,
+    };
+    let models = ModelRegistry::new(vec![route("up", false), route("up-thinking", true)]);
+    TestApp::spawn_models(
+        Database::Sqlite,
+        ServerConfig::default(),
+        models,
+        Arc::new(Probe::default()),
+    )
+    .await
+}
+
+fn chunks(raw: &str) -> Vec<Value> {
+    let events = read_sse(raw);
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| e.json.clone().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_reply_has_svc_framing_and_the_upstream_text() {
+    let fake = FakeUpstream::start().await;
+    let app = app_in_front_of(&fake).await;
+    let key = app.create_key().await;
+    let response = app
+        .chat(
+            &key,
+            &json!({"model": "up", "stream": true, "stream_options": {"include_usage": true},
+                    "messages": [{"role": "user", "content": "hello from svc"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let chunks = chunks(&response.text().await.unwrap());
+    let id = chunks[0]["id"].as_str().unwrap();
+    assert!(id.starts_with("chatcmpl-") && id != "chatcmpl-fake", "{id}");
+    for chunk in &chunks {
+        assert_eq!(chunk["id"], id);
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["model"], "up", "svc's model id, not the upstream's");
+    }
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Echo: hello from svc");
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    // The upstream's usage: 3 prompt words, 4 pieces.
+    assert_eq!(
+        chunks.last().unwrap()["usage"],
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+    );
+    assert_eq!(fake.last_request().unwrap()["model"], "their-model");
+}
+
+#[tokio::test]
+async fn whole_replies_reasoning_and_upstream_failures() {
+    let fake = FakeUpstream::start().await;
+    fake.set_reply(Reply {
+        reasoning: vec!["Thinking.".into()],
+        ..Reply::default()
+    });
+    let app = app_in_front_of(&fake).await;
+    let key = app.create_key().await;
+    let ask =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+
+    let body: Value = app
+        .chat(&key, &ask("up-thinking"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "up-thinking");
+    assert_eq!(body["choices"][0]["message"]["content"], "Echo: hi");
+    assert_eq!(
+        body["choices"][0]["message"]["reasoning_content"],
+        "Thinking."
+    );
+    let body: Value = app.chat(&key, &ask("up")).await.json().await.unwrap();
+    assert!(
+        body["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none()
+    );
+
+    // No endpoint can serve: an OpenAI-shaped 5xx.
+    fake.set_behavior(Behavior::Status(500, "secret internals".into()));
+    let response = app.chat(&key, &ask("up")).await;
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "server_error");
+    assert_eq!(body["error"]["code"], "bad_gateway");
+    assert!(!body.to_string().contains("secret internals"), "{body}");
+
+    // Failing after the first byte: the stream ends with an error event.
+    fake.set_behavior(Behavior::DropAfter(2));
+    let mut request = ask("up");
+    request["stream"] = json!(true);
+    let response = app.chat(&key, &request).await;
+    assert_eq!(response.status(), 200);
+    let raw = response.text().await.unwrap();
+    let events = read_sse(&raw);
+    let last = events.last().unwrap().json.clone().unwrap();
+    assert_eq!(last["error"]["type"], "server_error", "{raw}");
+    assert!(!raw.contains("[DONE]"));
+}

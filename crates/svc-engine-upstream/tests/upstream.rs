@@ -1,0 +1,551 @@
+//! The upstream engine against fake upstreams that misbehave on purpose:
+//! translation both ways, retries before the first event, errors after it,
+//! timeouts, the breaker, health checks and a killed endpoint.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::json;
+use svc_core::{
+    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
+    OutputFormat, Sampling, TokenUsage, ToolChoiceSpec, ToolSpec,
+};
+use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamKey, UpstreamOptions};
+use svc_test_support::{Behavior, FakeToolCall, FakeUpstream, Reply};
+
+/// Small timeouts so failing paths stay fast; health checks effectively off.
+fn options() -> UpstreamOptions {
+    UpstreamOptions {
+        connect_timeout: Duration::from_millis(300),
+        first_byte_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_millis(300),
+        health_interval: Duration::from_secs(3600),
+        health_timeout: Duration::from_millis(300),
+        health_failures: 2,
+        breaker_failures: 3,
+        breaker_cooldown: Duration::from_millis(300),
+        max_attempts: usize::MAX,
+    }
+}
+
+fn endpoint(fake: &FakeUpstream, weight: u32) -> EndpointConfig {
+    let mut c = EndpointConfig::new(&fake.base_url, "their-model");
+    c.weight = weight;
+    c
+}
+
+/// An engine over `fakes`, the first one heavily weighted so that it is
+/// always tried first while it is available.
+fn engine_first_preferred(fakes: &[&FakeUpstream], options: UpstreamOptions) -> UpstreamEngine {
+    let endpoints = fakes
+        .iter()
+        .enumerate()
+        .map(|(i, f)| endpoint(f, if i == 0 { 100 } else { 1 }))
+        .collect();
+    UpstreamEngine::new(endpoints, options).unwrap()
+}
+
+fn request(text: &str) -> GenerateRequest {
+    GenerateRequest {
+        messages: vec![
+            ChatMessage::System("Be brief.".into()),
+            ChatMessage::User(text.into()),
+        ],
+        sampling: Sampling::default(),
+        max_tokens: Some(64),
+        stop: Vec::new(),
+        tools: Vec::new(),
+        tool_choice: ToolChoiceSpec::Auto,
+        output: OutputFormat::Text,
+        reasoning: false,
+    }
+}
+
+/// What the caller gets when the upstream answered badly (a 502).
+fn bad_response() -> EngineError {
+    EngineError::BadGateway("the upstream endpoint sent a bad response".into())
+}
+
+/// What the caller gets when the upstream was too slow (a 504).
+fn timed_out() -> EngineError {
+    EngineError::GatewayTimeout("the upstream endpoint did not answer in time".into())
+}
+
+/// Every item of a stream: the events, and the error that ended it.
+async fn drain(mut stream: EventStream) -> (Vec<EngineEvent>, Option<EngineError>) {
+    let mut events = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => events.push(event),
+            Err(e) => {
+                assert!(stream.next().await.is_none(), "items after an error");
+                return (events, Some(e));
+            }
+        }
+    }
+    (events, None)
+}
+
+fn text(events: &[EngineEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finish(events: &[EngineEvent]) -> Option<(FinishReason, TokenUsage)> {
+    match events.last() {
+        Some(EngineEvent::Finish { reason, usage }) => Some((*reason, *usage)),
+        _ => None,
+    }
+}
+
+/// A whole successful generation.
+async fn generate_ok(engine: &UpstreamEngine, prompt: &str) -> Vec<EngineEvent> {
+    let stream = engine.generate(request(prompt)).await.unwrap();
+    let (events, err) = drain(stream).await;
+    assert_eq!(err, None, "{events:?}");
+    events
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn text_and_usage_come_from_the_upstream_and_the_request_is_translated() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let mut req = request("hello there");
+    req.sampling.seed = Some(42);
+    req.stop = vec!["END".into()];
+    req.tools = vec![ToolSpec {
+        name: "weather".into(),
+        description: None,
+        parameters: json!({"type": "object"}),
+    }];
+    req.tool_choice = ToolChoiceSpec::Required;
+    let (events, err) = drain(engine.generate(req).await.unwrap()).await;
+    assert_eq!(err, None);
+    assert_eq!(text(&events), "Echo: hello there");
+    // The fake counts prompt words (2 + 2) and one token a piece (3).
+    assert_eq!(
+        finish(&events),
+        Some((
+            FinishReason::Stop,
+            TokenUsage {
+                prompt_tokens: 4,
+                completion_tokens: 3
+            }
+        ))
+    );
+    let sent = fake.last_request().unwrap();
+    assert_eq!(sent["model"], "their-model");
+    assert_eq!(sent["stream"], true);
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there"}])
+    );
+    assert_eq!(sent["max_tokens"], 64);
+    assert_eq!(sent["seed"], 42);
+    assert_eq!(sent["stop"], json!(["END"]));
+    assert_eq!(sent["tool_choice"], "required");
+    assert_eq!(sent["tools"][0]["function"]["name"], "weather");
+}
+
+#[tokio::test]
+async fn connections_are_reused() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    for _ in 0..20 {
+        generate_ok(&engine, "again").await;
+    }
+    // One for the requests, perhaps one more for the first health check.
+    assert!(
+        fake.connections() <= 2,
+        "{} connections",
+        fake.connections()
+    );
+}
+
+#[tokio::test]
+async fn reasoning_passes_only_for_reasoning_routes() {
+    let fake = FakeUpstream::start().await;
+    fake.set_reply(Reply {
+        reasoning: vec!["Let me think. ".into(), "Done.".into()],
+        vllm_reasoning: true,
+        content: Some(vec!["Paris".into()]),
+        ..Reply::default()
+    });
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let mut thinking = request("capital?");
+    thinking.reasoning = true;
+    let (events, _) = drain(engine.generate(thinking).await.unwrap()).await;
+    assert_eq!(
+        events[..3],
+        [
+            EngineEvent::Reasoning("Let me think. ".into()),
+            EngineEvent::Reasoning("Done.".into()),
+            EngineEvent::Text("Paris".into()),
+        ]
+    );
+    let events = generate_ok(&engine, "capital?").await;
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(text(&events), "Paris");
+}
+
+#[tokio::test]
+async fn tool_calls_pass_through() {
+    let fake = FakeUpstream::start().await;
+    fake.set_reply(Reply {
+        content: Some(Vec::new()),
+        tool_calls: vec![FakeToolCall {
+            id: "call_up1".into(),
+            name: "weather".into(),
+            arguments: vec!["{\"city\":".into(), "\"Paris\"}".into()],
+        }],
+        ..Reply::default()
+    });
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let events = generate_ok(&engine, "weather?").await;
+    let calls: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::ToolCall(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[0].index, 0);
+    assert_eq!(calls[0].id.as_deref(), Some("call_up1"));
+    assert_eq!(calls[0].name.as_deref(), Some("weather"));
+    assert!(
+        calls[1..]
+            .iter()
+            .all(|c| c.id.is_none() && c.name.is_none())
+    );
+    let args: String = calls.iter().map(|c| c.arguments.as_str()).collect();
+    assert_eq!(args, "{\"city\":\"Paris\"}");
+    assert_eq!(finish(&events).unwrap().0, FinishReason::ToolCalls);
+}
+
+#[tokio::test]
+async fn usage_is_counted_when_the_upstream_reports_none() {
+    let fake = FakeUpstream::start().await;
+    fake.set_reply(Reply {
+        content: Some(vec!["abcd".into(), "efgh".into()]),
+        usage: false,
+        ..Reply::default()
+    });
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let (_, usage) = finish(&generate_ok(&engine, "hi").await).unwrap();
+    assert_eq!(usage.completion_tokens, 2);
+    assert!(usage.prompt_tokens > 0);
+}
+
+#[tokio::test]
+async fn the_api_key_is_sent() {
+    let fake = FakeUpstream::start().await;
+    fake.require_key("sk-upstream");
+    let mut with_key = endpoint(&fake, 1);
+    with_key.api_key = Some(UpstreamKey::new("sk-upstream"));
+    let engine = UpstreamEngine::new(vec![with_key], options()).unwrap();
+    assert_eq!(text(&generate_ok(&engine, "hi").await), "Echo: hi");
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    // A 401 is this endpoint's misconfiguration, not the client's fault.
+    assert_eq!(
+        engine.generate(request("hi")).await.err(),
+        Some(bad_response())
+    );
+}
+
+#[tokio::test]
+async fn failures_before_the_first_byte_are_retried_on_the_healthy_endpoint() {
+    let cases = [
+        Behavior::Status(500, "boom".into()),
+        Behavior::Status(503, "loading".into()),
+        Behavior::Status(429, "busy".into()),
+        Behavior::Close,
+        // Cut after the role chunk: no event had reached the caller.
+        Behavior::DropAfter(0),
+        Behavior::MalformedAfter(0),
+        Behavior::Delay(Duration::from_millis(800)),
+        Behavior::Hang,
+    ];
+    for behavior in cases {
+        let bad = FakeUpstream::start().await;
+        let good = FakeUpstream::start().await;
+        bad.set_behavior(behavior.clone());
+        let engine = engine_first_preferred(&[&bad, &good], options());
+        let events = generate_ok(&engine, "still here").await;
+        assert_eq!(text(&events), "Echo: still here", "{behavior:?}");
+        assert_eq!(bad.chat_requests(), 1, "{behavior:?}");
+        assert_eq!(good.chat_requests(), 1, "{behavior:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_delay_within_the_first_byte_timeout_is_waited_for() {
+    let fake = FakeUpstream::start().await;
+    fake.set_behavior(Behavior::Delay(Duration::from_millis(200)));
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let start = Instant::now();
+    assert_eq!(text(&generate_ok(&engine, "slow").await), "Echo: slow");
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    assert_eq!(fake.chat_requests(), 1);
+}
+
+#[tokio::test]
+async fn a_failure_after_the_first_byte_ends_the_stream_with_an_error() {
+    let bad = FakeUpstream::start().await;
+    let good = FakeUpstream::start().await;
+    bad.set_behavior(Behavior::DropAfter(2));
+    let engine = engine_first_preferred(&[&bad, &good], options());
+    let (events, err) = drain(engine.generate(request("one two three")).await.unwrap()).await;
+    assert_eq!(text(&events), "Echo: one ");
+    assert_eq!(err, Some(bad_response()));
+    // Text had reached the caller: no retry elsewhere.
+    assert_eq!(good.chat_requests(), 0);
+}
+
+#[tokio::test]
+async fn malformed_sse_is_an_error() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    fake.push_behavior(Behavior::MalformedAfter(1));
+    let (events, err) = drain(engine.generate(request("a b")).await.unwrap()).await;
+    assert_eq!(text(&events), "Echo: ");
+    assert_eq!(err, Some(bad_response()));
+    // Before anything reached the caller, with nowhere else to go.
+    fake.push_behavior(Behavior::MalformedAfter(0));
+    assert_eq!(
+        engine.generate(request("a b")).await.err(),
+        Some(bad_response())
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_upstream_hits_the_first_byte_and_idle_timeouts() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let timed_out = Some(timed_out());
+    fake.push_behavior(Behavior::Hang);
+    let start = Instant::now();
+    assert_eq!(engine.generate(request("x")).await.err(), timed_out);
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    fake.push_behavior(Behavior::HangAfter(2));
+    let start = Instant::now();
+    let (events, err) = drain(engine.generate(request("x y z")).await.unwrap()).await;
+    assert_eq!(text(&events), "Echo: x ");
+    assert_eq!(err, timed_out);
+    assert!(start.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn a_refused_request_is_not_retried() {
+    let bad = FakeUpstream::start().await;
+    let good = FakeUpstream::start().await;
+    let engine = engine_first_preferred(&[&bad, &good], options());
+    bad.push_behavior(Behavior::Status(
+        400,
+        "This model's maximum context length is 100 tokens. However, your request has 150 input tokens.".into(),
+    ));
+    assert_eq!(
+        engine.generate(request("long")).await.err(),
+        Some(EngineError::ContextLengthExceeded {
+            prompt_tokens: 150,
+            context: 100
+        })
+    );
+    bad.push_behavior(Behavior::Status(400, "stop: too many sequences".into()));
+    assert_eq!(
+        engine.generate(request("x")).await.err(),
+        Some(EngineError::InvalidRequest {
+            param: None,
+            message: "stop: too many sequences".into()
+        })
+    );
+    assert_eq!(good.chat_requests(), 0);
+    assert_eq!(engine.endpoints()[0].breaker, "closed");
+}
+
+#[tokio::test]
+async fn when_every_endpoint_fails_the_worst_failure_is_reported() {
+    let a = FakeUpstream::start().await;
+    let b = FakeUpstream::start().await;
+    let engine = engine_first_preferred(&[&a, &b], options());
+    a.push_behavior(Behavior::Status(429, "busy".into()));
+    b.push_behavior(Behavior::Status(429, "busy".into()));
+    assert!(matches!(
+        engine.generate(request("x")).await.err(),
+        Some(EngineError::Overloaded(_))
+    ));
+    a.push_behavior(Behavior::Status(429, "busy".into()));
+    b.push_behavior(Behavior::Status(500, "boom".into()));
+    assert_eq!(
+        engine.generate(request("x")).await.err(),
+        Some(bad_response())
+    );
+    a.kill().await;
+    b.kill().await;
+    assert_eq!(
+        engine.generate(request("x")).await.err(),
+        Some(EngineError::Unavailable(
+            "no upstream endpoint could be reached".into()
+        ))
+    );
+}
+
+#[tokio::test]
+async fn the_breaker_opens_after_repeated_failures_and_the_endpoint_is_skipped() {
+    let bad = FakeUpstream::start().await;
+    let good = FakeUpstream::start().await;
+    bad.set_behavior(Behavior::Status(500, "boom".into()));
+    let engine = engine_first_preferred(&[&bad, &good], options());
+    for _ in 0..3 {
+        generate_ok(&engine, "x").await;
+    }
+    assert_eq!(bad.chat_requests(), 3);
+    assert_eq!(engine.endpoints()[0].breaker, "open");
+    for _ in 0..5 {
+        generate_ok(&engine, "x").await;
+    }
+    assert_eq!(bad.chat_requests(), 3, "an open breaker skips the endpoint");
+    assert_eq!(good.chat_requests(), 8);
+    // After the cool-down one trial goes through; it succeeds and closes.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    bad.set_behavior(Behavior::Normal);
+    generate_ok(&engine, "x").await;
+    assert_eq!(bad.chat_requests(), 4);
+    assert_eq!(engine.endpoints()[0].breaker, "closed");
+}
+
+#[tokio::test]
+async fn health_checks_mark_a_dead_endpoint_down_and_back_up() {
+    let flaky = FakeUpstream::start().await;
+    let good = FakeUpstream::start().await;
+    flaky.set_models_status(503);
+    let mut opts = options();
+    opts.health_interval = Duration::from_millis(30);
+    let engine = engine_first_preferred(&[&flaky, &good], opts);
+    eventually("the endpoint is down", || !engine.endpoints()[0].healthy).await;
+    let status = engine.status();
+    assert_eq!(status.endpoints[0].url, flaky.base_url);
+    assert!(!status.endpoints[0].healthy && status.endpoints[1].healthy);
+    for _ in 0..3 {
+        generate_ok(&engine, "x").await;
+    }
+    assert_eq!(flaky.chat_requests(), 0, "a down endpoint gets no requests");
+    flaky.set_models_status(200);
+    eventually("the endpoint is up", || engine.endpoints()[0].healthy).await;
+    generate_ok(&engine, "x").await;
+    assert_eq!(flaky.chat_requests(), 1);
+    // A killed endpoint goes down too.
+    flaky.kill().await;
+    eventually("the killed endpoint is down", || {
+        !engine.endpoints()[0].healthy
+    })
+    .await;
+    assert!(good.models_requests() > 3);
+}
+
+#[tokio::test]
+async fn dropping_the_stream_aborts_the_upstream_request() {
+    let fake = FakeUpstream::start().await;
+    fake.set_reply(Reply {
+        content: Some((0..100).map(|i| format!("w{i} ")).collect()),
+        chunk_delay: Duration::from_millis(20),
+        ..Reply::default()
+    });
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let mut stream = engine.generate(request("x")).await.unwrap();
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(EngineEvent::Text(_)))
+    ));
+    assert_eq!(engine.endpoints()[0].outstanding, 1);
+    drop(stream);
+    assert_eq!(engine.endpoints()[0].outstanding, 0);
+    eventually("the upstream saw the request go away", || {
+        fake.cancelled() == 1
+    })
+    .await;
+    assert_eq!(fake.completed(), 0);
+}
+
+#[tokio::test]
+async fn a_killed_endpoint_loses_no_request_that_had_not_streamed() {
+    let doomed = FakeUpstream::start().await;
+    let survivor = FakeUpstream::start().await;
+    let reply = Reply {
+        content: Some((0..10).map(|i| format!("w{i} ")).collect()),
+        chunk_delay: Duration::from_millis(30),
+        ..Reply::default()
+    };
+    doomed.set_reply(reply.clone());
+    survivor.set_reply(reply);
+    // Two of the doomed endpoint's requests stream; the rest wait for
+    // their first byte when it dies.
+    doomed.push_behavior(Behavior::Normal);
+    doomed.push_behavior(Behavior::Normal);
+    doomed.set_behavior(Behavior::Delay(Duration::from_secs(10)));
+    let mut opts = options();
+    opts.first_byte_timeout = Duration::from_secs(3);
+    let engine = Arc::new(
+        UpstreamEngine::new(vec![endpoint(&doomed, 1), endpoint(&survivor, 1)], opts).unwrap(),
+    );
+    let run = |engine: Arc<UpstreamEngine>| {
+        tokio::spawn(async move {
+            let stream = engine.generate(request("x")).await.map_err(|e| (0, e))?;
+            match drain(stream).await {
+                (events, None) => Ok(text(&events)),
+                (events, Some(e)) => Err((events.len(), e)),
+            }
+        })
+    };
+    let before: Vec<_> = (0..12).map(|_| run(engine.clone())).collect();
+    eventually("both endpoints are busy", || {
+        doomed.chat_requests() >= 6 && survivor.chat_requests() >= 6
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    doomed.kill().await;
+    let after: Vec<_> = (0..6).map(|_| run(engine.clone())).collect();
+    let mut ok = 0;
+    let mut cut = 0;
+    for task in before.into_iter().chain(after) {
+        match task.await.unwrap() {
+            Ok(text) => {
+                assert_eq!(text.len(), 30);
+                ok += 1;
+            }
+            Err((streamed, e)) => {
+                assert!(streamed > 0, "a request failed before streaming: {e:?}");
+                cut += 1;
+            }
+        }
+    }
+    assert_eq!(
+        cut, 2,
+        "only the streams under way on the killed endpoint fail"
+    );
+    assert_eq!(ok, 16);
+}

@@ -1,0 +1,517 @@
+//! [`FakeUpstream`]: an OpenAI-compatible inference server on port 0 that
+//! misbehaves on demand, for testing what svc does in front of one.
+//!
+//! It speaks `POST /v1/chat/completions` (streamed like vLLM, or whole) and
+//! `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
+//! one for every request, or queued for the next ones. Connections are
+//! served by hyper directly so a handler can close its own connection
+//! (before or in the middle of a response), and [`FakeUpstream::kill`]
+//! drops the listener and every open connection at once.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// What the fake does with a chat request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Behavior {
+    /// Answers with the [`Reply`].
+    Normal,
+    /// Waits this long before sending anything, then answers normally.
+    Delay(Duration),
+    /// Answers this status with an OpenAI-shaped error body and message.
+    Status(u16, String),
+    /// Closes the connection without answering.
+    Close,
+    /// Streams the role chunk and `n` pieces of the reply, then closes the
+    /// connection in the middle of the stream.
+    DropAfter(usize),
+    /// Streams the role chunk and `n` pieces, then an event that is not JSON,
+    /// and ends the body.
+    MalformedAfter(usize),
+    /// Accepts the request and never answers.
+    Hang,
+    /// Streams the role chunk and `n` pieces, then sends nothing more.
+    HangAfter(usize),
+}
+
+/// A tool call the fake makes, its arguments sent in pieces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Vec<String>,
+}
+
+/// What a normal answer holds. Each reasoning, content and argument piece
+/// is one chunk ("piece" in [`Behavior`]), in that order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// `None`: `Echo: <last user message>`, a word a piece.
+    pub content: Option<Vec<String>>,
+    pub reasoning: Vec<String>,
+    /// Send reasoning as vLLM's `reasoning` instead of `reasoning_content`.
+    pub vllm_reasoning: bool,
+    pub tool_calls: Vec<FakeToolCall>,
+    /// Send usage when the request asks for it (`stream_options`).
+    pub usage: bool,
+    /// Wait between two chunks.
+    pub chunk_delay: Duration,
+}
+
+impl Default for Reply {
+    fn default() -> Self {
+        Reply {
+            content: None,
+            reasoning: Vec::new(),
+            vllm_reasoning: false,
+            tool_calls: Vec::new(),
+            usage: true,
+            chunk_delay: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    behavior: Mutex<Behavior>,
+    queue: Mutex<VecDeque<Behavior>>,
+    reply: Mutex<Reply>,
+    api_key: Mutex<Option<String>>,
+    models_status: AtomicU16,
+    connections: AtomicUsize,
+    chat_requests: AtomicUsize,
+    models_requests: AtomicUsize,
+    completed: AtomicUsize,
+    cancelled: AtomicUsize,
+    last_request: Mutex<Option<Value>>,
+}
+
+/// The connection a request came on; cancelling it closes the connection.
+#[derive(Clone)]
+struct Connection(CancellationToken);
+
+/// A running fake upstream.
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:<port>/v1`, what an upstream `base_url` is.
+    pub base_url: String,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl FakeUpstream {
+    /// Starts a fake upstream on a free port of 127.0.0.1.
+    pub async fn start() -> FakeUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake upstream");
+        let addr = listener.local_addr().expect("local address");
+        let shared = Arc::new(Shared {
+            behavior: Mutex::new(Behavior::Normal),
+            queue: Mutex::new(VecDeque::new()),
+            reply: Mutex::new(Reply::default()),
+            api_key: Mutex::new(None),
+            models_status: AtomicU16::new(200),
+            connections: AtomicUsize::new(0),
+            chat_requests: AtomicUsize::new(0),
+            models_requests: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+            last_request: Mutex::new(None),
+        });
+        let router = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .with_state(shared.clone());
+        let stop = CancellationToken::new();
+        let accept = tokio::spawn(accept_loop(listener, router, shared.clone(), stop.clone()));
+        FakeUpstream {
+            addr,
+            base_url: format!("http://{addr}/v1"),
+            shared,
+            stop,
+            accept: Mutex::new(Some(accept)),
+        }
+    }
+
+    /// What every request gets unless one is queued.
+    pub fn set_behavior(&self, behavior: Behavior) {
+        *self.shared.behavior.lock().unwrap() = behavior;
+    }
+
+    /// What the next request gets (then the one after, …).
+    pub fn push_behavior(&self, behavior: Behavior) {
+        self.shared.queue.lock().unwrap().push_back(behavior);
+    }
+
+    /// What normal answers hold.
+    pub fn set_reply(&self, reply: Reply) {
+        *self.shared.reply.lock().unwrap() = reply;
+    }
+
+    /// Refuse requests (401) without `Authorization: Bearer <key>`.
+    pub fn require_key(&self, key: &str) {
+        *self.shared.api_key.lock().unwrap() = Some(key.to_owned());
+    }
+
+    /// The status `GET /v1/models` answers (200 unless set).
+    pub fn set_models_status(&self, status: u16) {
+        self.shared.models_status.store(status, Ordering::SeqCst);
+    }
+
+    /// TCP connections accepted.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Chat requests received, whatever became of them.
+    pub fn chat_requests(&self) -> usize {
+        self.shared.chat_requests.load(Ordering::SeqCst)
+    }
+
+    /// `GET /v1/models` requests received.
+    pub fn models_requests(&self) -> usize {
+        self.shared.models_requests.load(Ordering::SeqCst)
+    }
+
+    /// Streams sent to their end.
+    pub fn completed(&self) -> usize {
+        self.shared.completed.load(Ordering::SeqCst)
+    }
+
+    /// Streams that stopped before their end (the client went away, or
+    /// the fake itself cut them).
+    pub fn cancelled(&self) -> usize {
+        self.shared.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// The JSON body of the last chat request.
+    pub fn last_request(&self) -> Option<Value> {
+        self.shared.last_request.lock().unwrap().clone()
+    }
+
+    /// Stops listening and drops every open connection, as a crashed
+    /// server would; returns once the port is closed.
+    pub async fn kill(&self) {
+        self.stop.cancel();
+        let accept = self.accept.lock().unwrap().take();
+        if let Some(accept) = accept {
+            let _ = accept.await;
+        }
+    }
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+        };
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let _ = stream.set_nodelay(true);
+        let connection = stop.child_token();
+        let router = router.clone();
+        tokio::spawn(async move {
+            let token = connection.clone();
+            let service = hyper::service::service_fn(move |mut request| {
+                request.extensions_mut().insert(Connection(token.clone()));
+                router.clone().oneshot(request)
+            });
+            let serve = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            // Cancelling drops the connection: its socket closes mid-whatever.
+            tokio::select! {
+                _ = serve => {}
+                _ = connection.cancelled() => {}
+            }
+        });
+    }
+}
+
+fn error_body(status: u16, message: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let kind = if status.is_client_error() {
+        "invalid_request_error"
+    } else {
+        "server_error"
+    };
+    (
+        status,
+        Json(json!({"error": {"message": message, "type": kind, "param": null, "code": status.as_u16()}})),
+    )
+        .into_response()
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    match &*shared.api_key.lock().unwrap() {
+        None => true,
+        Some(key) => {
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                == Some(format!("Bearer {key}").as_str())
+        }
+    }
+}
+
+async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    shared.models_requests.fetch_add(1, Ordering::SeqCst);
+    if !authorized(&shared, &headers) {
+        return error_body(401, "Incorrect API key provided");
+    }
+    let status = shared.models_status.load(Ordering::SeqCst);
+    if status != 200 {
+        return error_body(status, "not ready");
+    }
+    Json(json!({"object": "list", "data": [
+        {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+    ]}))
+    .into_response()
+}
+
+/// Counts a stream as completed or cancelled, once.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    completed: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let counter = if self.completed {
+            &self.shared.completed
+        } else {
+            &self.shared.cancelled
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn last_user(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn prompt_words(request: &Value) -> u64 {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .count() as u64
+        })
+        .sum()
+}
+
+async fn chat(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<Connection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+    if !authorized(&shared, &headers) {
+        return error_body(401, "Incorrect API key provided");
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return error_body(400, "the body is not JSON");
+    };
+    let behavior = shared
+        .queue
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or_else(|| shared.behavior.lock().unwrap().clone());
+    let reply = shared.reply.lock().unwrap().clone();
+    let content = reply.content.clone().unwrap_or_else(|| {
+        format!("Echo: {}", last_user(&request))
+            .split_inclusive(' ')
+            .map(str::to_owned)
+            .collect()
+    });
+    let prompt_tokens = prompt_words(&request);
+    let model = request["model"].as_str().unwrap_or("fake-model").to_owned();
+    let stream = request["stream"] == true;
+    let include_usage = request["stream_options"]["include_usage"] == true;
+    *shared.last_request.lock().unwrap() = Some(request);
+    match &behavior {
+        Behavior::Delay(delay) => tokio::time::sleep(*delay).await,
+        Behavior::Status(status, message) => return error_body(*status, message),
+        Behavior::Close => {
+            connection.0.cancel();
+            std::future::pending::<()>().await;
+        }
+        Behavior::Hang => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let completion_tokens = (reply.reasoning.len()
+        + content.len()
+        + reply
+            .tool_calls
+            .iter()
+            .map(|c| c.arguments.len() + 1)
+            .sum::<usize>()) as u64;
+    let usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    });
+    let finish = if reply.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let reasoning_field = if reply.vllm_reasoning {
+        "reasoning"
+    } else {
+        "reasoning_content"
+    };
+    if !stream {
+        let mut message = json!({"role": "assistant", "content": content.concat()});
+        if !reply.reasoning.is_empty() {
+            message[reasoning_field] = json!(reply.reasoning.concat());
+        }
+        if !reply.tool_calls.is_empty() {
+            message["tool_calls"] = reply
+                .tool_calls
+                .iter()
+                .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.concat()}}))
+                .collect();
+        }
+        return Json(json!({
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        }))
+        .into_response();
+    }
+
+    let frame = |choices: Value, usage: Value| {
+        let chunk = json!({
+            "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+            "model": model, "choices": choices, "usage": usage,
+        });
+        Bytes::from(format!("data: {chunk}\n\n"))
+    };
+    let delta = |delta: Value| json!([{"index": 0, "delta": delta, "finish_reason": null}]);
+    let role = frame(
+        delta(json!({"role": "assistant", "content": ""})),
+        Value::Null,
+    );
+    let mut pieces = Vec::new();
+    for text in &reply.reasoning {
+        pieces.push(frame(delta(json!({ reasoning_field: text })), Value::Null));
+    }
+    for text in &content {
+        pieces.push(frame(delta(json!({ "content": text })), Value::Null));
+    }
+    for (i, call) in reply.tool_calls.iter().enumerate() {
+        pieces.push(frame(
+            delta(
+                json!({"tool_calls": [{"index": i, "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": ""}}]}),
+            ),
+            Value::Null,
+        ));
+        for args in &call.arguments {
+            pieces.push(frame(
+                delta(json!({"tool_calls": [{"index": i, "function": {"arguments": args}}]})),
+                Value::Null,
+            ));
+        }
+    }
+    let mut end = vec![frame(
+        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
+        Value::Null,
+    )];
+    if reply.usage && include_usage {
+        end.push(frame(json!([]), usage));
+    }
+    end.push(Bytes::from_static(b"data: [DONE]\n\n"));
+
+    let cut = match behavior {
+        Behavior::DropAfter(n) | Behavior::MalformedAfter(n) | Behavior::HangAfter(n) => Some(n),
+        _ => None,
+    };
+    let delay = reply.chunk_delay;
+    let shared = shared.clone();
+    let stream = async_stream::stream! {
+        let mut guard = StreamGuard { shared, completed: false };
+        yield Ok::<_, Infallible>(role);
+        for (sent, piece) in pieces.into_iter().enumerate() {
+            if cut == Some(sent) {
+                break;
+            }
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            yield Ok(piece);
+        }
+        match behavior {
+            Behavior::DropAfter(_) => {
+                // Let the chunks so far reach the client, then cut.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                connection.0.cancel();
+                std::future::pending::<()>().await;
+            }
+            Behavior::MalformedAfter(_) => {
+                yield Ok(Bytes::from_static(b"data: {\"choices\": [oops\n\n"));
+                return;
+            }
+            Behavior::HangAfter(_) => std::future::pending::<()>().await,
+            _ => {}
+        }
+        for piece in end {
+            yield Ok(piece);
+        }
+        guard.completed = true;
+    };
+    let mut response = Body::from_stream(stream).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
