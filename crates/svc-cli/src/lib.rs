@@ -1,6 +1,8 @@
-//! The `svc` command line: `serve` runs the service; `keys` manages API keys
-//! against the same store. Output meant for scripts goes to stdout, all
-//! else to stderr.
+//! The `svc` command line: `serve` runs the service; `keys`, `users` and
+//! `pull` are operator commands against the same store and data directory;
+//! `login`, `logout`, `whoami`, `chat` and `models` are the client of a
+//! running service (see `client`). Output meant for scripts goes to stdout,
+//! all else to stderr.
 
 pub mod cli;
 pub mod client;

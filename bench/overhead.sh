@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Gateway overhead: svc in front of a zero-latency fake OpenAI upstream,
+# against the same upstream called directly, and against LiteLLM's proxy
+# (from PyPI) in front of the same upstream, in one run, over loopback.
+#
+#   latency   open-loop at a fixed rate (svc and direct at RATE req/s;
+#             LiteLLM at LITELLM_RATE, below its saturation), latency
+#             from each request's scheduled start; overhead = p50/p99 of
+#             the gateway minus p50/p99 of the upstream alone
+#   peak      closed loop, CONC concurrent requests, requests/s
+#
+# Usage: bench/overhead.sh [seconds per run, default 10]
+# Env: RATE (5000), LITELLM_RATE (40), CONC (64), LITELLM_CONC (16),
+#      LITELLM_VERSION (1.106.2). Builds release binaries; creates a venv
+#      for LiteLLM under target/.venv-litellm. Prints a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+rate=${RATE:-5000}
+litellm_rate=${LITELLM_RATE:-40}
+conc=${CONC:-64}
+litellm_conc=${LITELLM_CONC:-16}
+litellm_version=${LITELLM_VERSION:-1.106.2}
+target=${CARGO_TARGET_DIR:-target}
+
+cargo build --release --locked -q -p svc-cli --bin svc \
+  -p svc-test-support --bin svc-fake-upstream --bin svc-loadgen
+venv="$target/.venv-litellm"
+if [[ ! -x "$venv/bin/litellm" ]]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "litellm[proxy]==$litellm_version"
+fi
+
+out=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out"; }
+trap cleanup EXIT
+wait_for() { # file pattern
+  for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "timed out waiting for $2 in $1" >&2; cat "$1" >&2; exit 1
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# The upstream: answers every chat completion at once.
+"$target/release/svc-fake-upstream" >"$out/upstream" 2>&1 &
+pids+=($!)
+wait_for "$out/upstream" '^url '
+upstream=$(awk '/^url /{print $2}' "$out/upstream")
+
+# svc, gateway only: both built-in ids routed to the upstream, so no
+# embedded model is loaded.
+svc_port=$(free_port)
+cat >"$out/svc.toml" <<TOML
+bind = "127.0.0.1:$svc_port"
+data_dir = "$out/svc-data"
+[models.svc]
+upstreams = [{ base_url = "$upstream", model = "fake" }]
+[models.svc-thinking]
+reasoning = true
+upstreams = [{ base_url = "$upstream", model = "fake" }]
+TOML
+key=$("$target/release/svc" keys create --config "$out/svc.toml" --name bench)
+SVC_LOG=warn "$target/release/svc" serve --config "$out/svc.toml" >"$out/svc.log" 2>&1 &
+pids+=($!)
+wait_for "$out/svc.log" 'serving on'
+
+# LiteLLM's proxy, one worker, the same upstream.
+litellm_port=$(free_port)
+cat >"$out/litellm.yaml" <<YAML
+model_list:
+  - model_name: svc
+    litellm_params:
+      model: openai/fake
+      api_base: $upstream
+      api_key: sk-fake
+litellm_settings:
+  telemetry: false
+YAML
+LITELLM_LOG=ERROR "$venv/bin/litellm" --config "$out/litellm.yaml" --host 127.0.0.1 \
+  --port "$litellm_port" --num_workers 1 >"$out/litellm.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 600); do
+  curl -sf "http://127.0.0.1:$litellm_port/health/liveliness" >/dev/null 2>&1 && break; sleep 0.2
+done
+
+body='{"model":"svc","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
+direct_body='{"model":"fake","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
+load() { # url body extra-args...
+  local url=$1 b=$2; shift 2
+  "$target/release/svc-loadgen" --url "$url" --body "$b" --duration "$secs" --warmup 2 "$@"
+}
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+
+direct_lat=$(load "$upstream/chat/completions" "$direct_body" --rate "$rate")
+svc_lat=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$rate" --header "Authorization: Bearer $key")
+direct_slow=$(load "$upstream/chat/completions" "$direct_body" --rate "$litellm_rate")
+litellm_lat=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --rate "$litellm_rate")
+direct_peak=$(load "$upstream/chat/completions" "$direct_body" --concurrency "$conc")
+svc_peak=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --concurrency "$conc" --header "Authorization: Bearer $key")
+litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --concurrency "$litellm_conc")
+
+python3 - "$direct_lat" "$svc_lat" "$direct_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$rate" "$litellm_rate" "$(nproc)" <<'PY'
+import json, sys
+d, s, ds, l, dp, sp, lp = (json.loads(a) for a in sys.argv[1:8])
+rate, lrate, cores = sys.argv[8], sys.argv[9], sys.argv[10]
+def over(g, base, k): return max(g[k] - base[k], 0.0)
+so50, so99 = over(s, d, "p50_ms"), over(s, d, "p99_ms")
+lo50, lo99 = over(l, ds, "p50_ms"), over(l, ds, "p99_ms")
+print(f"Gateway overhead over loopback, {cores} cores shared by upstream, gateway and load generator")
+print()
+print("| target | offered req/s | ok | errors | p50 ms | p99 ms | overhead p50 ms | overhead p99 ms | peak req/s |")
+print("|---|---|---|---|---|---|---|---|---|")
+print(f"| upstream alone | {rate} | {d['ok']} | {d['errors']} | {d['p50_ms']:.3f} | {d['p99_ms']:.3f} | – | – | {dp['rps']:.0f} |")
+print(f"| svc → upstream | {rate} | {s['ok']} | {s['errors']} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {so50:.3f} | {so99:.3f} | {sp['rps']:.0f} |")
+print(f"| upstream alone | {lrate} | {ds['ok']} | {ds['errors']} | {ds['p50_ms']:.3f} | {ds['p99_ms']:.3f} | – | – | |")
+print(f"| LiteLLM → upstream | {lrate} | {l['ok']} | {l['errors']} | {l['p50_ms']:.3f} | {l['p99_ms']:.3f} | {lo50:.3f} | {lo99:.3f} | {lp['rps']:.0f} |")
+print()
+ratio = lambda a, b: (a / b) if b > 0 else float("inf")
+print(f"overhead p50: LiteLLM/svc = {ratio(lo50, so50):.0f}x; overhead p99: LiteLLM/svc = {ratio(lo99, so99):.0f}x; "
+      f"peak throughput: svc/LiteLLM = {ratio(sp['rps'], lp['rps']):.0f}x")
+PY
