@@ -201,7 +201,7 @@ pub async fn setup(
     Form(form): Form<AccountForm>,
 ) -> Result<Response, PageError> {
     check_anonymous_csrf(&headers, &form.csrf)?;
-    let result = match form.passwords_match() {
+    let created = match form.passwords_match() {
         Ok(()) => state
             .accounts
             .complete_setup(&form.token, &form.email, &form.password)
@@ -209,23 +209,7 @@ pub async fn setup(
             .map_err(account_message),
         Err(message) => Err(Ok(message)),
     };
-    match result {
-        Ok(user) => {
-            let opened = state
-                .accounts
-                .open_session(user, address.as_deref())
-                .await?;
-            Ok(signed_in(&state, &opened, "/dashboard/keys"))
-        }
-        Err(Ok(message)) => {
-            let page = render(
-                "setup.html",
-                context! { csrf => form.csrf, token => form.token, email => form.email, error => message },
-            )?;
-            Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response())
-        }
-        Err(Err(e)) => Err(e),
-    }
+    finish_account_form(&state, address, "setup.html", form, created).await
 }
 
 pub async fn signup_page(
@@ -253,7 +237,7 @@ pub async fn signup(
         return Err(PageError::NotFound);
     }
     check_anonymous_csrf(&headers, &form.csrf)?;
-    let result = match form.passwords_match() {
+    let created = match form.passwords_match() {
         Ok(()) => state
             .accounts
             .create_user(&form.email, &form.password, false)
@@ -261,18 +245,31 @@ pub async fn signup(
             .map_err(account_message),
         Err(message) => Err(Ok(message)),
     };
-    match result {
+    finish_account_form(&state, address, "signup.html", form, created).await
+}
+
+/// After a setup or sign-up form: signed in when the account was created,
+/// else the form again with the message (`Err(Ok)`), or the server's
+/// failure (`Err(Err)`).
+async fn finish_account_form(
+    state: &AppState,
+    address: Option<String>,
+    template: &str,
+    form: AccountForm,
+    created: Result<svc_core::UserRecord, Result<String, PageError>>,
+) -> Result<Response, PageError> {
+    match created {
         Ok(user) => {
             let opened = state
                 .accounts
                 .open_session(user, address.as_deref())
                 .await?;
-            Ok(signed_in(&state, &opened, "/dashboard/keys"))
+            Ok(signed_in(state, &opened, "/dashboard/keys"))
         }
         Err(Ok(message)) => {
             let page = render(
-                "signup.html",
-                context! { csrf => form.csrf, email => form.email, error => message },
+                template,
+                context! { csrf => form.csrf, token => form.token, email => form.email, error => message },
             )?;
             Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response())
         }
