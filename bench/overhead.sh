@@ -11,7 +11,8 @@
 #
 # Usage: bench/overhead.sh [seconds per run, default 10]
 # Env: RATE (5000), LITELLM_RATE (40), CONC (64), LITELLM_CONC (16),
-#      LITELLM_VERSION (1.106.2). Builds release binaries; creates a venv
+#      LITELLM_VERSION (1.106.2), LITELLM_VENV (an existing venv with
+#      litellm[proxy]). Builds release binaries; otherwise creates a venv
 #      for LiteLLM under target/.venv-litellm. Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,9 @@ target=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -q -p svc-cli --bin svc \
   -p svc-test-support --bin svc-fake-upstream --bin svc-loadgen
 venv="$target/.venv-litellm"
-if [[ ! -x "$venv/bin/litellm" ]]; then
+if [[ -n "${LITELLM_VENV:-}" ]]; then
+  venv=$LITELLM_VENV
+elif [[ ! -x "$venv/bin/litellm" ]]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "litellm[proxy]==$litellm_version"
 fi
@@ -66,6 +69,7 @@ wait_for "$out/svc.log" 'serving on'
 
 # LiteLLM's proxy, one worker, the same upstream.
 litellm_port=$(free_port)
+litellm_key="sk-litellm-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 cat >"$out/litellm.yaml" <<YAML
 model_list:
   - model_name: svc
@@ -75,6 +79,8 @@ model_list:
       api_key: sk-fake
 litellm_settings:
   telemetry: false
+general_settings:
+  master_key: $litellm_key
 YAML
 LITELLM_LOG=ERROR "$venv/bin/litellm" --config "$out/litellm.yaml" --host 127.0.0.1 \
   --port "$litellm_port" --num_workers 1 >"$out/litellm.log" 2>&1 &
@@ -82,6 +88,9 @@ pids+=($!)
 for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$litellm_port/health/liveliness" >/dev/null 2>&1 && break; sleep 0.2
 done
+# Its first request warms it up (seconds); not part of the measurement.
+curl -sf -o /dev/null "http://127.0.0.1:$litellm_port/v1/chat/completions" -H "Authorization: Bearer $litellm_key" \
+  -H 'Content-Type: application/json' -d '{"model":"svc","messages":[{"role":"user","content":"warm up"}]}' || true
 
 body='{"model":"svc","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
 direct_body='{"model":"fake","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
@@ -94,10 +103,12 @@ field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 direct_lat=$(load "$upstream/chat/completions" "$direct_body" --rate "$rate")
 svc_lat=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$rate" --header "Authorization: Bearer $key")
 direct_slow=$(load "$upstream/chat/completions" "$direct_body" --rate "$litellm_rate")
-litellm_lat=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --rate "$litellm_rate")
+litellm_lat=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --rate "$litellm_rate" --header "Authorization: Bearer $litellm_key")
 direct_peak=$(load "$upstream/chat/completions" "$direct_body" --concurrency "$conc")
 svc_peak=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --concurrency "$conc" --header "Authorization: Bearer $key")
-litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --concurrency "$litellm_conc")
+litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --concurrency "$litellm_conc" --header "Authorization: Bearer $litellm_key")
+# One request through LiteLLM must have worked, or the numbers mean nothing.
+[[ $(field "$litellm_lat" ok) -gt 0 ]] || { echo "LiteLLM answered nothing; its log:" >&2; tail -20 "$out/litellm.log" >&2; exit 1; }
 
 python3 - "$direct_lat" "$svc_lat" "$direct_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$rate" "$litellm_rate" "$(nproc)" <<'PY'
 import json, sys

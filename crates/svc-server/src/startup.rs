@@ -30,6 +30,7 @@ pub struct Application {
     dashboard_url: String,
     accounts: AccountService,
     shutdown_grace: std::time::Duration,
+    ledger: (Arc<crate::usage::Ledger>, Arc<dyn Store>),
 }
 
 impl Application {
@@ -69,7 +70,9 @@ impl Application {
             dashboard: Arc::new(dashboard),
             limiter,
             metrics: Arc::default(),
+            ledger: Arc::default(),
         };
+        let ledger = (state.ledger.clone(), state.store.clone());
         let limit = config.max_body_bytes;
         let router = routes::router()
             .route_layer(middleware::from_fn_with_state(
@@ -91,6 +94,7 @@ impl Application {
             dashboard_url,
             accounts,
             shutdown_grace: config.shutdown_grace,
+            ledger,
         })
     }
 
@@ -121,6 +125,9 @@ impl Application {
     /// up to the configured grace period, and returns.
     pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let grace = self.shutdown_grace;
+        let (ledger, store) = self.ledger;
+        let stop_ledger = CancellationToken::new();
+        let flusher = tokio::spawn(ledger.run(store, stop_ledger.clone()));
         let serve = axum::serve(
             self.listener,
             self.router
@@ -128,7 +135,7 @@ impl Application {
         )
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .into_future();
-        tokio::select! {
+        let result = tokio::select! {
             result = serve => result,
             () = async {
                 shutdown.cancelled().await;
@@ -137,6 +144,10 @@ impl Application {
                 tracing::warn!(grace_seconds = grace.as_secs_f64(), "grace period over: closing the connections still open");
                 Ok(())
             }
-        }
+        };
+        // The last usage counts are written before the server says it stopped.
+        stop_ledger.cancel();
+        let _ = flusher.await;
+        result
     }
 }

@@ -732,7 +732,8 @@ async fn admin_usage_responses_match_the_document() {
         .await;
     chat.bytes().await.unwrap();
     let mut rows = Value::Null;
-    for _ in 0..50 {
+    // Usage is written once a second.
+    for _ in 0..200 {
         let response = app
             .client
             .get(app.url("/v1/admin/usage?days=7"))
