@@ -5,9 +5,15 @@
 //! ```text
 //! cargo run --release -p svc-engine-llama --example bench -- MODEL.gguf \
 //!     [--threads N] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
-//!     [--flash-attn on|off|auto]
+//!     [--stream-rounds 3] [--flash-attn on|off|auto] [--repack | --no-repack]
 //! ```
-//! `MODEL.gguf` defaults to `$SVC_TEST_MODEL`.
+//! `MODEL.gguf` defaults to `$SVC_TEST_MODEL`. `--repack` loads a Q4_1
+//! model from the engine's Q8_0 copy of it (`LlamaEngineOptions::repack`);
+//! `--no-repack` (the engine's default) loads it as it is.
+//! The concurrent part loads the engine with `parallel` equal to the
+//! largest stream count (16 by default) and measures every level
+//! `--stream-rounds` times, taking turns; it prints medians, the median of
+//! the per-round ratios to the first level, and every round.
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +29,9 @@ struct Args {
     gen_tokens: u32,
     runs: usize,
     streams: Vec<u32>,
+    stream_rounds: usize,
     flash_attention: Option<bool>,
+    repack: Option<bool>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -34,7 +42,9 @@ fn parse_args() -> anyhow::Result<Args> {
         gen_tokens: 128,
         runs: 3,
         streams: vec![1, 4, 16],
+        stream_rounds: 3,
         flash_attention: None,
+        repack: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -44,6 +54,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--prompt" => args.prompt = value()?.parse()?,
             "--gen" => args.gen_tokens = value()?.parse()?,
             "--runs" => args.runs = value()?.parse()?,
+            "--stream-rounds" => args.stream_rounds = value()?.parse()?,
+            "--repack" => args.repack = Some(true),
+            "--no-repack" => args.repack = Some(false),
             "--flash-attn" => {
                 args.flash_attention = match value()?.as_str() {
                     "on" => Some(true),
@@ -123,6 +136,9 @@ fn load(args: &Args, parallel: u32) -> anyhow::Result<LlamaEngine> {
     options.parallel = parallel;
     options.threads = args.threads;
     options.flash_attention = args.flash_attention;
+    if let Some(repack) = args.repack {
+        options.repack = repack;
+    }
     options.queue_capacity = 0;
     options.context_per_sequence = u32::try_from(args.prompt)? + args.gen_tokens + 64;
     Ok(LlamaEngine::load(&options)?)
@@ -133,9 +149,10 @@ async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let engine = load(&args, 1)?;
     println!(
-        "model: {} ({}), threads: {}, llama.cpp SIMD: {}",
+        "model: {} ({}; loaded {}), threads: {}, llama.cpp SIMD: {}",
         args.model,
         engine.info().name.as_deref().unwrap_or("?"),
+        engine.info().loaded_path.display(),
         args.threads
             .map_or_else(|| "all".to_owned(), |t| t.to_string()),
         svc_engine_llama::cpu::required_features().join(","),
@@ -164,36 +181,58 @@ async fn main() -> anyhow::Result<()> {
     );
     drop(engine);
 
-    // Concurrent streams, each with a short prompt of its own.
+    // Concurrent streams, each with a short prompt of its own. Every level
+    // is measured `--stream-rounds` times, the levels taking turns, so that
+    // each round's ratios compare measurements taken seconds apart.
     let most = args.streams.iter().copied().max().unwrap_or(1);
     let engine = load(&args, most)?;
-    let mut single = None;
-    for &n in &args.streams {
-        let start = Instant::now();
-        let streams = (0..n)
-            .map(|i| {
-                engine.complete(
-                    &format!("Story number {i}: once upon a time"),
-                    params(args.gen_tokens),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let timings =
-            futures::future::try_join_all(streams.into_iter().map(|s| time_stream(s, start)))
-                .await?;
-        let wall = start.elapsed().as_secs_f64();
-        let tokens: u64 = timings.iter().map(|t| t.completion_tokens).sum();
-        let rate = tokens as f64 / wall;
-        let base = *single.get_or_insert(rate);
+    let mut rates = vec![Vec::new(); args.streams.len()];
+    let mut ttfts = vec![Vec::new(); args.streams.len()];
+    for _ in 0..args.stream_rounds.max(1) {
+        for (level, &n) in args.streams.iter().enumerate() {
+            let start = Instant::now();
+            let streams = (0..n)
+                .map(|i| {
+                    engine.complete(
+                        &format!("Story number {i}: once upon a time"),
+                        params(args.gen_tokens),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let timings =
+                futures::future::try_join_all(streams.into_iter().map(|s| time_stream(s, start)))
+                    .await?;
+            let wall = start.elapsed().as_secs_f64();
+            let tokens: u64 = timings.iter().map(|t| t.completion_tokens).sum();
+            rates[level].push(tokens as f64 / wall);
+            ttfts[level].push(
+                timings
+                    .iter()
+                    .map(|t| t.first_event.as_secs_f64())
+                    .sum::<f64>()
+                    * 1000.0
+                    / f64::from(n),
+            );
+        }
+    }
+    for (level, &n) in args.streams.iter().enumerate() {
+        // Per-round ratios to the first level (one stream by default).
+        let ratios: Vec<f64> = rates[level]
+            .iter()
+            .zip(&rates[0])
+            .map(|(r, base)| r / base)
+            .collect();
         println!(
-            "{n:>3} streams: {rate:.1} tokens/s aggregate ({:.2}x one stream), mean time to first token {:.1} ms",
-            rate / base,
-            timings
+            "{n:>3} streams: {:.1} tokens/s aggregate ({:.2}x one stream), mean time to first token {:.1} ms; rounds: {}",
+            median(rates[level].clone()),
+            median(ratios.clone()),
+            median(ttfts[level].clone()),
+            rates[level]
                 .iter()
-                .map(|t| t.first_event.as_secs_f64())
-                .sum::<f64>()
-                * 1000.0
-                / f64::from(n)
+                .zip(&ratios)
+                .map(|(r, x)| format!("{r:.1} ({x:.2}x)"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let stats = engine.stats();

@@ -7,7 +7,7 @@
 //! the generation. This file owns the public entry points; batching,
 //! sampling, templates and text assembly live in their own modules.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 
@@ -26,6 +26,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
 use crate::options::LlamaEngineOptions;
+use crate::repack::{self, Prepared, RepackTarget};
 use crate::sampler::Grammar;
 use crate::scheduler::{self, ContextSettings, Job, Shared};
 use crate::stats::EngineStats;
@@ -54,8 +55,11 @@ pub enum LoadError {
 /// What was loaded, and with what limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelInfo {
-    /// The GGUF file.
+    /// The GGUF file, as configured.
     pub path: PathBuf,
+    /// The file llama.cpp loaded: `path`, or the Q8_0 copy of it that the
+    /// engine made or reused (see [`LlamaEngineOptions::repack`]).
+    pub loaded_path: PathBuf,
     /// `general.name` from the GGUF, when present.
     pub name: Option<String>,
     /// The context length the model was trained with.
@@ -203,12 +207,16 @@ impl LlamaEngine {
                 reason: "no such file".into(),
             });
         }
-        let model =
-            LlamaModel::load_from_file(backend, &options.model_path, &LlamaModelParams::default())
-                .map_err(|e| LoadError::Model {
-                    path: options.model_path.clone(),
-                    reason: e.to_string(),
-                })?;
+        let loaded_path = if options.repack {
+            repacked(&options.model_path)
+        } else {
+            options.model_path.clone()
+        };
+        let model = LlamaModel::load_from_file(backend, &loaded_path, &LlamaModelParams::default())
+            .map_err(|e| LoadError::Model {
+                path: loaded_path.clone(),
+                reason: e.to_string(),
+            })?;
         let model = Arc::new(model);
 
         let template = {
@@ -262,6 +270,7 @@ impl LlamaEngine {
         };
         let info = ModelInfo {
             path: options.model_path.clone(),
+            loaded_path,
             name: model.meta_val_str("general.name").ok(),
             trained_context,
             context_per_sequence,
@@ -364,6 +373,49 @@ impl Drop for LlamaEngine {
             && thread.join().is_err()
         {
             tracing::error!("the llama.cpp engine thread panicked");
+        }
+    }
+}
+
+/// The file to load for `source`: its Q8_0 copy when it is mostly Q4_1
+/// (made now or reused), otherwise `source` itself. Says what it did in the log.
+fn repacked(source: &Path) -> PathBuf {
+    let target = RepackTarget::Q8_0;
+    match repack::prepare(source, target) {
+        Prepared::Unchanged => source.to_owned(),
+        Prepared::Reused(path) => {
+            tracing::info!(
+                source = %source.display(),
+                copy = %path.display(),
+                "using the {} copy of this Q4_1 model (faster batched decoding)",
+                target.name()
+            );
+            path
+        }
+        Prepared::Converted {
+            path,
+            summary,
+            seconds,
+        } => {
+            tracing::info!(
+                source = %source.display(),
+                copy = %path.display(),
+                tensors = summary.converted,
+                bytes = summary.bytes_written,
+                relative_rms_error = summary.relative_rms_error,
+                "converted the Q4_1 weights of this model to {} once in {seconds:.1} s (faster batched decoding)",
+                target.name()
+            );
+            path
+        }
+        Prepared::Failed(reason) => {
+            tracing::warn!(
+                source = %source.display(),
+                %reason,
+                "cannot write a {} copy of this Q4_1 model; loading it as it is (slower when several requests decode together)",
+                target.name()
+            );
+            source.to_owned()
         }
     }
 }

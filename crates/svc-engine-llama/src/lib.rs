@@ -12,6 +12,8 @@
 //!   Schema to GBNF), `tools` (tool prompts and the tool-call parser),
 //!   `reasoning` (think blocks, the explicit reasoning pass) and `markup`.
 //! - `cpu`, `backend`: the CPU check and the process-wide llama.cpp backend.
+//! - `repack`: a pure-Rust GGUF converter (Q4_1 weights to Q8_0 or Q4_0) and
+//!   the cache of converted models the engine loads instead of Q4_1 ones.
 //!
 //! This crate never sees HTTP or JSON bodies.
 
@@ -23,6 +25,7 @@ mod grammar;
 mod markup;
 mod options;
 mod reasoning;
+pub mod repack;
 mod sampler;
 mod scheduler;
 mod stats;

@@ -42,11 +42,36 @@ impl GgufValue {
     }
 }
 
-/// Writes GGUF version 3 files with F32 tensors.
+/// Writes GGUF version 3 files with F32 tensors (and tensors of other types
+/// given as raw bytes).
 #[derive(Debug, Default)]
 pub struct GgufWriter {
     metadata: Vec<(String, GgufValue)>,
-    tensors: Vec<(String, Vec<u64>, Vec<f32>)>,
+    tensors: Vec<(String, Vec<u64>, TensorData)>,
+}
+
+/// A tensor's data.
+#[derive(Debug, Clone)]
+enum TensorData {
+    F32(Vec<f32>),
+    /// A ggml type id and the data in that type.
+    Raw(u32, Vec<u8>),
+}
+
+impl TensorData {
+    fn ggml_type(&self) -> u32 {
+        match self {
+            TensorData::F32(_) => GGML_TYPE_F32,
+            TensorData::Raw(t, _) => *t,
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            TensorData::F32(data) => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::Raw(_, bytes) => bytes.clone(),
+        }
+    }
 }
 
 const ALIGNMENT: usize = 32;
@@ -67,12 +92,56 @@ impl GgufWriter {
     /// Adds an F32 tensor; `dims` in ggml order (the fastest-moving first).
     pub fn tensor(&mut self, name: &str, dims: &[u64], data: Vec<f32>) -> &mut Self {
         debug_assert_eq!(dims.iter().product::<u64>() as usize, data.len(), "{name}");
-        self.tensors.push((name.to_owned(), dims.to_vec(), data));
+        self.tensors
+            .push((name.to_owned(), dims.to_vec(), TensorData::F32(data)));
         self
+    }
+
+    /// Adds a tensor of ggml type `ggml_type` whose data is already encoded.
+    pub fn raw_tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ggml_type: u32,
+        data: Vec<u8>,
+    ) -> &mut Self {
+        self.tensors.push((
+            name.to_owned(),
+            dims.to_vec(),
+            TensorData::Raw(ggml_type, data),
+        ));
+        self
+    }
+
+    /// The same file with every F32 matrix whose rows are a multiple of 32
+    /// values quantized to Q4_1 (as llama.cpp's quantizer does it).
+    pub fn with_q4_1_matrices(mut self) -> Self {
+        for (_, dims, data) in &mut self.tensors {
+            if let TensorData::F32(values) = data
+                && dims.len() >= 2
+                && dims[0] % 32 == 0
+            {
+                *data = TensorData::Raw(crate::repack::GGML_TYPE_Q4_1, quantize_q4_1(values));
+            }
+        }
+        self
+    }
+
+    /// The alignment of tensor data: `general.alignment` when set, else 32.
+    fn alignment(&self) -> usize {
+        self.metadata
+            .iter()
+            .find_map(|(k, v)| match v {
+                GgufValue::U32(a) if k == "general.alignment" => Some(*a as usize),
+                _ => None,
+            })
+            .unwrap_or(ALIGNMENT)
     }
 
     /// The whole file.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let align = self.alignment();
+        let padded = |n: usize| n.div_ceil(align) * align;
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
         out.extend_from_slice(&3u32.to_le_bytes());
@@ -90,17 +159,16 @@ impl GgufWriter {
             for d in dims {
                 out.extend_from_slice(&d.to_le_bytes());
             }
-            out.extend_from_slice(&GGML_TYPE_F32.to_le_bytes());
+            out.extend_from_slice(&data.ggml_type().to_le_bytes());
             out.extend_from_slice(&(offset as u64).to_le_bytes());
-            offset += padded(data.len() * 4);
+            offset += padded(data.bytes().len());
         }
         out.resize(padded(out.len()), 0);
         for (_, _, data) in &self.tensors {
             let start = out.len();
-            for x in data {
-                out.extend_from_slice(&x.to_le_bytes());
-            }
-            out.resize(start + padded(data.len() * 4), 0);
+            let bytes = data.bytes();
+            out.extend_from_slice(&bytes);
+            out.resize(start + padded(bytes.len()), 0);
         }
         out
     }
@@ -113,8 +181,25 @@ impl GgufWriter {
     }
 }
 
-fn padded(n: usize) -> usize {
-    n.div_ceil(ALIGNMENT) * ALIGNMENT
+/// `values` (a multiple of 32 of them) as Q4_1 blocks, the way ggml's
+/// `quantize_row_q4_1_ref` makes them: d = (max - min) / 15, m = min.
+pub fn quantize_q4_1(values: &[f32]) -> Vec<u8> {
+    use crate::repack::f32_to_f16;
+    debug_assert_eq!(values.len() % 32, 0);
+    let mut out = Vec::with_capacity(values.len() / 32 * 20);
+    for block in values.chunks_exact(32) {
+        let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f32_to_f16(d).to_le_bytes());
+        out.extend_from_slice(&f32_to_f16(min).to_le_bytes());
+        let q = |x: f32| (((x - min) * id + 0.5) as i8).min(15) as u8;
+        for j in 0..16 {
+            out.push(q(block[j]) | (q(block[j + 16]) << 4));
+        }
+    }
+    out
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {

@@ -1,5 +1,7 @@
 //! The engine on a real model: the GGUF at `SVC_TEST_MODEL` (the default
 //! SmolLM2-135M-Instruct Q4_1). Skipped, with a notice, when it is unset.
+//! With `SVC_TEST_REPACK=1`, a Q4_1 model runs from the engine's Q8_0 copy
+//! of it (`LlamaEngineOptions::repack`).
 //! Besides plain replies and batching: a forced tool call, `json_schema`
 //! output and reasoning (`svc-thinking`), through `Engine::generate`.
 
@@ -21,7 +23,10 @@ fn load(parallel: u32) -> Option<LlamaEngine> {
     let mut options = LlamaEngineOptions::new(path);
     options.parallel = parallel;
     options.context_per_sequence = 1024;
-    Some(LlamaEngine::load(&options).unwrap())
+    options.repack = std::env::var_os("SVC_TEST_REPACK").is_some_and(|v| v == "1");
+    let engine = LlamaEngine::load(&options).unwrap();
+    eprintln!("loaded {}", engine.info().loaded_path.display());
+    Some(engine)
 }
 
 fn request(messages: Vec<ChatMessage>, sampling: Sampling, max_tokens: u32) -> GenerateRequest {
