@@ -75,21 +75,6 @@ fn record(row: &AnyRow) -> Result<DeviceRecord, sqlx::Error> {
     })
 }
 
-impl SqlStore {
-    async fn one_device(
-        &self,
-        sql: &'static str,
-        value: &str,
-    ) -> Result<Option<DeviceRecord>, StoreError> {
-        let row = sqlx::query(sql)
-            .bind(value)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_error)?;
-        row.as_ref().map(record).transpose().map_err(query_error)
-    }
-}
-
 #[async_trait]
 impl DeviceStore for SqlStore {
     async fn insert_device(&self, record: &DeviceRecord) -> Result<(), StoreError> {
@@ -116,14 +101,14 @@ impl DeviceStore for SqlStore {
     }
 
     async fn device_by_code_hash(&self, hash: &str) -> Result<Option<DeviceRecord>, StoreError> {
-        self.one_device(BY_CODE_HASH, hash).await
+        self.one_by(BY_CODE_HASH, record, hash).await
     }
 
     async fn device_by_user_code(
         &self,
         user_code: &str,
     ) -> Result<Option<DeviceRecord>, StoreError> {
-        self.one_device(BY_USER_CODE, user_code).await
+        self.one_by(BY_USER_CODE, record, user_code).await
     }
 
     async fn poll_device(

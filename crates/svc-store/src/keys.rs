@@ -82,21 +82,6 @@ pub(crate) async fn insert_key_on(
         .map_err(query_error)
 }
 
-impl SqlStore {
-    async fn one_key(
-        &self,
-        sql: &'static str,
-        value: &str,
-    ) -> Result<Option<KeyRecord>, StoreError> {
-        let row = sqlx::query(sql)
-            .bind(value)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_error)?;
-        row.as_ref().map(record).transpose().map_err(query_error)
-    }
-}
-
 #[async_trait]
 impl KeyStore for SqlStore {
     async fn insert_key(&self, record: &KeyRecord, hash: &KeyHash) -> Result<(), StoreError> {
@@ -105,11 +90,11 @@ impl KeyStore for SqlStore {
     }
 
     async fn key_by_hash(&self, hash: &KeyHash) -> Result<Option<KeyRecord>, StoreError> {
-        self.one_key(BY_HASH, &hash.to_hex()).await
+        self.one_by(BY_HASH, record, &hash.to_hex()).await
     }
 
     async fn key_by_id(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
-        self.one_key(BY_ID, &id.0).await
+        self.one_by(BY_ID, record, &id.0).await
     }
 
     async fn list_keys(&self, owner_id: Option<&str>) -> Result<Vec<KeyRecord>, StoreError> {

@@ -54,6 +54,25 @@ impl SqlStore {
         }
     }
 
+    /// The one row `sql` finds for `value` (its only parameter), read by
+    /// `record`.
+    pub(crate) async fn one_by<T>(
+        &self,
+        sql: &'static str,
+        record: fn(&sqlx::any::AnyRow) -> Result<T, sqlx::Error>,
+        value: &str,
+    ) -> Result<Option<T>, svc_core::store::StoreError> {
+        let row = sqlx::query(sql)
+            .bind(value)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(error::query_error)?;
+        row.as_ref()
+            .map(record)
+            .transpose()
+            .map_err(error::query_error)
+    }
+
     /// Closes the pool, waiting for connections in use to be returned.
     pub async fn close(&self) {
         self.pool.close().await;

@@ -51,21 +51,6 @@ fn insert(user: &UserRecord) -> sqlx::query::Query<'_, sqlx::Any, sqlx::any::Any
         .bind(user.created_at)
 }
 
-impl SqlStore {
-    async fn one_user(
-        &self,
-        sql: &'static str,
-        value: &str,
-    ) -> Result<Option<UserRecord>, StoreError> {
-        let row = sqlx::query(sql)
-            .bind(value)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_error)?;
-        row.as_ref().map(record).transpose().map_err(query_error)
-    }
-}
-
 #[async_trait]
 impl UserStore for SqlStore {
     async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError> {
@@ -77,11 +62,11 @@ impl UserStore for SqlStore {
     }
 
     async fn user_by_email(&self, email: &str) -> Result<Option<UserRecord>, StoreError> {
-        self.one_user(BY_EMAIL, email).await
+        self.one_by(BY_EMAIL, record, email).await
     }
 
     async fn user_by_id(&self, id: &UserId) -> Result<Option<UserRecord>, StoreError> {
-        self.one_user(BY_ID, &id.0).await
+        self.one_by(BY_ID, record, &id.0).await
     }
 
     async fn list_users(&self) -> Result<Vec<UserRecord>, StoreError> {
