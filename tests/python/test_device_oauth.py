@@ -24,22 +24,13 @@ import requests
 from oauthlib.oauth2 import DeviceClient, OAuth2Error
 from oauthlib.oauth2.rfc6749.errors import AccessDeniedError, InvalidGrantError
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import server_binary
+
 START_TIMEOUT_S = 60
 EMAIL = "alice@example.com"
 PASSWORD = "password123"
 CLIENT_ID = "svc-oauthlib-test"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
-
-
-def server_binary() -> Path:
-    explicit = os.environ.get("SVC_FAKE_SERVER")
-    if explicit:
-        return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    if not target.is_absolute():
-        target = ROOT / target
-    return target / "debug" / "svc-fake-server"
 
 
 @dataclass(frozen=True)
