@@ -16,7 +16,6 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
