@@ -22,10 +22,11 @@ pub fn metered(
     key_id: KeyId,
     model: &str,
     arrived: Instant,
+    count_tokens: bool,
 ) -> EventStream {
     let mut meter = Meter {
         ledger: state.ledger.clone(),
-        limiter: state.limiter.clone(),
+        limiter: count_tokens.then(|| state.limiter.clone()),
         key_id,
         recorded: false,
     };
@@ -51,7 +52,8 @@ pub fn metered(
 
 struct Meter {
     ledger: Arc<Ledger>,
-    limiter: RateLimiter,
+    /// Where to count the tokens, when the key has a tokens-per-minute limit.
+    limiter: Option<RateLimiter>,
     key_id: KeyId,
     recorded: bool,
 }
@@ -70,7 +72,9 @@ impl Meter {
         };
         let tokens = delta.prompt_tokens + delta.completion_tokens;
         self.ledger.add(delta.clone());
-        let limiter = self.limiter.clone();
+        let Some(limiter) = self.limiter.clone() else {
+            return;
+        };
         // Outside a runtime (never in the server) there is nowhere to count.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

@@ -29,7 +29,9 @@ pub async fn create(
     if let Some(v) = verdict.filter(|v| v.exceeded.is_some()) {
         return ApiError::RateLimited(v).into_response();
     }
-    let mut response = answer(&state, key, request)
+    // Tokens are counted only for keys that have a tokens-per-minute limit.
+    let count_tokens = verdict.is_some_and(|v| v.tokens.is_some());
+    let mut response = answer(&state, key, request, count_tokens)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     if let Some(v) = verdict {
@@ -42,6 +44,7 @@ async fn answer(
     state: &AppState,
     key: svc_core::KeyRecord,
     request: Request,
+    count_tokens: bool,
 ) -> Result<Response, ApiError> {
     let arrived = request
         .extensions()
@@ -70,7 +73,8 @@ async fn answer(
         .metrics
         .gateway_overhead(&request.model, arrived.elapsed());
     let events = route.engine.generate(request.generate).await?;
-    let events = crate::usage::metered(events, state, key.id, &request.model, arrived);
+    let events =
+        crate::usage::metered(events, state, key.id, &request.model, arrived, count_tokens);
     let meta = CompletionMeta::new(request.model);
     if !request.stream {
         return Ok(Json(shape::collect(meta, events).await?).into_response());
