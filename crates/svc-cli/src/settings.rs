@@ -66,6 +66,8 @@ pub struct ModelTable {
     pub first_byte_timeout: Option<String>,
     /// Upstreams: between two chunks of a reply.
     pub idle_timeout: Option<String>,
+    /// Upstreams: a whole (non-streamed) reply, to its last byte.
+    pub whole_timeout: Option<String>,
     /// Upstreams: between two health checks (`GET <base_url>/models`).
     pub health_interval: Option<String>,
 }
@@ -134,6 +136,7 @@ impl ModelSettings {
             ("connect_timeout", &table.connect_timeout),
             ("first_byte_timeout", &table.first_byte_timeout),
             ("idle_timeout", &table.idle_timeout),
+            ("whole_timeout", &table.whole_timeout),
             ("health_interval", &table.health_interval),
         ];
         let source = match (&table.path, &table.upstreams) {
@@ -169,6 +172,7 @@ impl ModelSettings {
                         "connect_timeout" => options.connect_timeout = duration,
                         "first_byte_timeout" => options.first_byte_timeout = duration,
                         "idle_timeout" => options.idle_timeout = duration,
+                        "whole_timeout" => options.whole_timeout = duration,
                         _ => options.health_interval = duration,
                     }
                 }

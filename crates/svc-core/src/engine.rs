@@ -23,6 +23,10 @@ pub struct GenerateRequest {
     pub output: OutputFormat,
     /// Whether the model id asked for reasoning (`svc-thinking`).
     pub reasoning: bool,
+    /// Whether the caller reads the reply as it is generated. When false it
+    /// waits for the whole reply, so an engine may produce it in one piece
+    /// (an upstream is then asked for one body instead of a stream).
+    pub stream: bool,
 }
 
 /// One message of the conversation.

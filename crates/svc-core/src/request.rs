@@ -36,7 +36,6 @@ impl ValidationError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidChatRequest {
     pub model: String,
-    pub stream: bool,
     pub include_usage: bool,
     pub generate: GenerateRequest,
 }
@@ -98,7 +97,6 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
 
         Ok(ValidChatRequest {
             model: req.model,
-            stream,
             include_usage,
             generate: GenerateRequest {
                 messages,
@@ -109,6 +107,7 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 tool_choice,
                 output,
                 reasoning: false,
+                stream,
             },
         })
     }
@@ -414,7 +413,7 @@ mod tests {
     #[test]
     fn defaults() {
         let valid = request(serde_json::json!({})).unwrap();
-        assert!(!valid.stream);
+        assert!(!valid.generate.stream);
         assert_eq!(valid.generate.sampling.temperature, 0.7);
         assert_eq!(valid.generate.max_tokens, None);
         assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::None);

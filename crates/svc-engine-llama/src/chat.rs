@@ -76,6 +76,8 @@ pub(crate) fn generate(
         tool_choice,
         output,
         reasoning: wants_reasoning,
+        // Tokens come one by one either way; the server collects them.
+        stream: _,
     } = request;
 
     // Tools and the grammar.

@@ -54,6 +54,7 @@ fn request(user: &str) -> GenerateRequest {
         tool_choice: ToolChoiceSpec::Auto,
         output: OutputFormat::Text,
         reasoning: false,
+        stream: true,
     }
 }
 

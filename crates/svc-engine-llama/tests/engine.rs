@@ -46,6 +46,7 @@ fn request(user: &str, sampling: Sampling) -> GenerateRequest {
         tool_choice: ToolChoiceSpec::Auto,
         output: OutputFormat::Text,
         reasoning: false,
+        stream: true,
     }
 }
 

@@ -39,6 +39,7 @@ fn request(messages: Vec<ChatMessage>, sampling: Sampling, max_tokens: u32) -> G
         tool_choice: ToolChoiceSpec::Auto,
         output: OutputFormat::Text,
         reasoning: false,
+        stream: true,
     }
 }
 

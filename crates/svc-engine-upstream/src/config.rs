@@ -69,6 +69,9 @@ pub struct UpstreamOptions {
     pub first_byte_timeout: Duration,
     /// Between two reads of the response body once it started.
     pub idle_timeout: Duration,
+    /// A whole (non-streamed) reply, from sending the request to the end of
+    /// its body: nothing arrives before the upstream has generated it all.
+    pub whole_timeout: Duration,
     /// How often `GET {base_url}/models` is asked of every endpoint.
     pub health_interval: Duration,
     /// The whole health-check request.
@@ -91,6 +94,8 @@ impl Default for UpstreamOptions {
             // queueing at the engine: generous, or long prompts would fail.
             first_byte_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(30),
+            // What the OpenAI SDKs wait for a reply by default.
+            whole_timeout: Duration::from_secs(600),
             health_interval: Duration::from_secs(5),
             health_timeout: Duration::from_secs(5),
             health_failures: 2,

@@ -63,6 +63,7 @@ impl UpstreamEngine {
             options.connect_timeout,
             options.first_byte_timeout,
             options.idle_timeout,
+            options.whole_timeout,
             options.health_interval,
             options.health_timeout,
         ];
@@ -112,26 +113,34 @@ impl UpstreamEngine {
             .collect()
     }
 
-    /// One attempt at the endpoint of `lease`, up to its first event.
+    /// One attempt at the endpoint of `lease`, up to its first event (for
+    /// a whole reply: to its end).
     async fn attempt(
         &self,
         lease: &Lease,
         body: Vec<u8>,
+        stream: bool,
         mut translator: Translator,
     ) -> Result<Started, Failure> {
         let endpoint = lease.endpoint();
-        let deadline = Instant::now() + self.options.first_byte_timeout;
+        let (wait, accept) = if stream {
+            (self.options.first_byte_timeout, "text/event-stream")
+        } else {
+            (self.options.whole_timeout, "application/json")
+        };
+        let deadline = Instant::now() + wait;
         let late = || {
-            Failure::Timeout(format!(
-                "no first byte within {:?}",
-                self.options.first_byte_timeout
-            ))
+            Failure::Timeout(if stream {
+                format!("no first byte within {wait:?}")
+            } else {
+                format!("no whole reply within {wait:?}")
+            })
         };
         let mut post = self
             .client
             .post(&endpoint.chat_url)
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
+            .header(ACCEPT, accept)
             .body(body);
         if let Some(auth) = &endpoint.auth {
             post = post.header(AUTHORIZATION, auth.clone());
@@ -383,7 +392,7 @@ impl Engine for UpstreamEngine {
             };
             let body = request::body(&request, &lease.endpoint().model);
             let translator = Translator::new(request.reasoning, prompt_estimate);
-            match self.attempt(&lease, body, translator).await {
+            match self.attempt(&lease, body, request.stream, translator).await {
                 Ok(started) => {
                     lease.success();
                     return Ok(started.into_stream(lease, self.options.idle_timeout));

@@ -1,5 +1,6 @@
 //! A validated [`GenerateRequest`] as the body of an OpenAI chat request to
-//! one upstream: its own model name, always streamed with usage asked for.
+//! one upstream: its own model name, streamed with usage asked for when the
+//! client streams, else one whole reply (which carries its usage).
 //! Only fields every OpenAI-compatible server knows are sent, and optional
 //! ones only when they differ from the default, so strict servers (vLLM
 //! refuses `tool_choice` without tools, for one) accept the body.
@@ -13,7 +14,8 @@ struct Body<'a> {
     model: &'a str,
     messages: Vec<Message<'a>>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
     temperature: f32,
     top_p: f32,
     #[serde(skip_serializing_if = "is_zero")]
@@ -159,10 +161,11 @@ pub fn body(request: &GenerateRequest, model: &str) -> Vec<u8> {
     let body = Body {
         model,
         messages,
-        stream: true,
-        stream_options: StreamOptions {
+        stream: request.stream,
+        // Servers refuse stream_options on a whole request, as OpenAI does.
+        stream_options: request.stream.then_some(StreamOptions {
             include_usage: true,
-        },
+        }),
         temperature: request.sampling.temperature,
         top_p: request.sampling.top_p,
         presence_penalty: request.sampling.presence_penalty,
@@ -225,6 +228,7 @@ mod tests {
             tool_choice: ToolChoiceSpec::Auto,
             output: OutputFormat::Text,
             reasoning: false,
+            stream: true,
         }
     }
 
@@ -241,6 +245,22 @@ mod tests {
                 "messages": [{"role": "user", "content": "Hi"}],
                 "stream": true,
                 "stream_options": {"include_usage": true},
+                "temperature": 0.7,
+                "top_p": 1.0,
+            })
+        );
+    }
+
+    #[test]
+    fn whole_request_asks_for_a_whole_reply() {
+        let mut r = request();
+        r.stream = false;
+        assert_eq!(
+            json_of(&r, "their-model"),
+            json!({
+                "model": "their-model",
+                "messages": [{"role": "user", "content": "Hi"}],
+                "stream": false,
                 "temperature": 0.7,
                 "top_p": 1.0,
             })

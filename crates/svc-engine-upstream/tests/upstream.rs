@@ -22,6 +22,7 @@ fn options() -> UpstreamOptions {
         connect_timeout: Duration::from_millis(300),
         first_byte_timeout: Duration::from_millis(500),
         idle_timeout: Duration::from_millis(300),
+        whole_timeout: Duration::from_millis(700),
         health_interval: Duration::from_secs(3600),
         health_timeout: Duration::from_millis(300),
         health_failures: 2,
@@ -61,6 +62,7 @@ fn request(text: &str) -> GenerateRequest {
         tool_choice: ToolChoiceSpec::Auto,
         output: OutputFormat::Text,
         reasoning: false,
+        stream: true,
     }
 }
 
@@ -165,6 +167,86 @@ async fn text_and_usage_come_from_the_upstream_and_the_request_is_translated() {
     assert_eq!(sent["stop"], json!(["END"]));
     assert_eq!(sent["tool_choice"], "required");
     assert_eq!(sent["tools"][0]["function"]["name"], "weather");
+}
+
+#[tokio::test]
+async fn a_whole_request_gets_one_whole_reply_from_the_upstream() {
+    let fake = FakeUpstream::start().await;
+    fake.set_reply(Reply {
+        reasoning: vec!["Think. ".into(), "Done.".into()],
+        content: Some(vec!["Pa".into(), "ris".into()]),
+        tool_calls: vec![FakeToolCall {
+            id: "call_w1".into(),
+            name: "weather".into(),
+            arguments: vec!["{\"city\":".into(), "\"Paris\"}".into()],
+        }],
+        ..Reply::default()
+    });
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let mut req = request("capital?");
+    req.stream = false;
+    req.reasoning = true;
+    let (events, err) = drain(engine.generate(req).await.unwrap()).await;
+    assert_eq!(err, None);
+    let sent = fake.last_request().unwrap();
+    assert_eq!(sent["stream"], false);
+    assert!(sent.get("stream_options").is_none(), "{sent}");
+    assert_eq!(
+        events[..2],
+        [
+            EngineEvent::Reasoning("Think. Done.".into()),
+            EngineEvent::Text("Paris".into()),
+        ]
+    );
+    let calls: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::ToolCall(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 1, "{events:?}");
+    assert_eq!(calls[0].id.as_deref(), Some("call_w1"));
+    assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
+    // The fake counts prompt words (2 + 1) and one token a piece (2 + 2 + 3).
+    assert_eq!(
+        finish(&events),
+        Some((
+            FinishReason::ToolCalls,
+            TokenUsage {
+                prompt_tokens: 3,
+                completion_tokens: 7
+            }
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_whole_request_waits_for_the_whole_timeout_and_is_retried_elsewhere() {
+    let slow = FakeUpstream::start().await;
+    let hung = FakeUpstream::start().await;
+    // Slower than a first byte may take, within what a whole reply may.
+    slow.set_behavior(Behavior::Delay(Duration::from_millis(550)));
+    let engine = UpstreamEngine::new(vec![endpoint(&slow, 1)], options()).unwrap();
+    let mut req = request("x");
+    req.stream = false;
+    let (events, err) = drain(engine.generate(req.clone()).await.unwrap()).await;
+    assert_eq!((text(&events).as_str(), err), ("Echo: x", None));
+
+    // A hung endpoint is given up on after the whole timeout, and the
+    // request goes to the other one.
+    let good = FakeUpstream::start().await;
+    hung.set_behavior(Behavior::Hang);
+    let engine = engine_first_preferred(&[&hung, &good], options());
+    let start = Instant::now();
+    let (events, err) = drain(engine.generate(req).await.unwrap()).await;
+    assert_eq!((text(&events).as_str(), err), ("Echo: x", None));
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert_eq!((hung.chat_requests(), good.chat_requests()), (1, 1));
 }
 
 #[tokio::test]

@@ -72,11 +72,12 @@ async fn answer(
     state
         .metrics
         .gateway_overhead(&request.model, arrived.elapsed());
+    let stream = request.generate.stream;
     let events = route.engine.generate(request.generate).await?;
     let events =
         crate::usage::metered(events, state, key.id, &request.model, arrived, count_tokens);
     let meta = CompletionMeta::new(request.model);
-    if !request.stream {
+    if !stream {
         return Ok(Json(shape::collect(meta, events).await?).into_response());
     }
     let mut response =
