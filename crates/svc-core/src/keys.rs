@@ -1,17 +1,36 @@
 //! The key service: creating, authenticating, listing and revoking API keys
 //! on top of any [`Store`].
+//!
+//! Authentication remembers what it read about a key for at most
+//! [`AUTH_CACHE_TTL`], and only while the store's
+//! [`keys_version`](crate::store::KeyStore::keys_version) stays the same:
+//! a revocation anywhere the store can see (this process, another `svc`
+//! process on the same SQLite file, another replica on the same
+//! PostgreSQL) changes the version, so the very next request reads the
+//! store again. Unknown keys are never remembered, so guessing cannot fill
+//! the memory.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::key::{ApiKey, KeyFormatError, KeyId};
+use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 use crate::now;
 use crate::store::{KeyLimits, KeyRecord, Store, StoreError};
 
 /// How often at most `last_used_at` is written for one key, in seconds:
 /// often enough for a dashboard, rare enough to keep writes off the hot path.
 const TOUCH_EVERY: i64 = 60;
+
+/// The longest a key read from the store is reused for authentication,
+/// whatever the store's version says: the bound for changes the store
+/// cannot report (a database edited by hand).
+pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
+
+/// Remembered keys beyond which stale ones are swept before another is added.
+const CACHE_SWEEP_AT: usize = 4096;
 
 /// What a new key should be.
 #[derive(Debug, Clone)]
@@ -76,11 +95,64 @@ impl KeyState {
 #[derive(Clone)]
 pub struct KeyService {
     store: Arc<dyn Store>,
+    cache: Arc<AuthCache>,
+}
+
+/// Keys read from the store, by hash, with the store's version when read.
+#[derive(Default)]
+struct AuthCache {
+    entries: RwLock<HashMap<KeyHash, Cached>>,
+}
+
+struct Cached {
+    record: KeyRecord,
+    version: u64,
+    read_at: Instant,
+}
+
+impl Cached {
+    fn fresh(&self, version: u64) -> bool {
+        self.version == version && self.read_at.elapsed() < AUTH_CACHE_TTL
+    }
+}
+
+impl AuthCache {
+    fn get(&self, hash: &KeyHash, version: u64) -> Option<KeyRecord> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        let cached = entries.get(hash)?;
+        cached.fresh(version).then(|| cached.record.clone())
+    }
+
+    fn put(&self, hash: KeyHash, record: KeyRecord, version: u64, read_at: Instant) {
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= CACHE_SWEEP_AT {
+            entries.retain(|_, c| c.fresh(version));
+        }
+        entries.insert(
+            hash,
+            Cached {
+                record,
+                version,
+                read_at,
+            },
+        );
+    }
+
+    /// Keeps a remembered key's `last_used_at` in step with the store's.
+    fn touched(&self, hash: &KeyHash, at: i64) {
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cached) = entries.get_mut(hash) {
+            cached.record.last_used_at = Some(at);
+        }
+    }
 }
 
 impl KeyService {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        KeyService { store }
+        KeyService {
+            store,
+            cache: Arc::default(),
+        }
     }
 
     /// Mints a key; the returned [`ApiKey`] is the only copy of the secret.
@@ -103,18 +175,33 @@ impl KeyService {
         Ok((key, record))
     }
 
-    /// Checks an `Authorization` header value. Reads the store every time, so
-    /// a revocation anywhere takes effect on the very next request.
+    /// Checks an `Authorization` header value. What the store said of the
+    /// key is reused only while nothing changed (see the module's doc), so
+    /// a revocation takes effect on the very next request.
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<KeyRecord, AuthError> {
         let header = authorization.map(str::trim).filter(|h| !h.is_empty());
         let header = header.ok_or(AuthError::Missing)?;
         let token = bearer_token(header).ok_or(AuthError::Missing)?;
         let key = ApiKey::parse(token).map_err(AuthError::Malformed)?;
-        let record = self
-            .store
-            .key_by_hash(&key.hash())
-            .await?
-            .ok_or(AuthError::Unknown)?;
+        let hash = key.hash();
+        // Read before the store, so a change racing with the read leaves an
+        // entry that is already out of date.
+        let version = self.store.keys_version();
+        let record = match version.and_then(|v| self.cache.get(&hash, v)) {
+            Some(record) => record,
+            None => {
+                let read_at = Instant::now();
+                let record = self
+                    .store
+                    .key_by_hash(&hash)
+                    .await?
+                    .ok_or(AuthError::Unknown)?;
+                if let Some(version) = version {
+                    self.cache.put(hash, record.clone(), version, read_at);
+                }
+                record
+            }
+        };
         let at = now();
         match KeyState::of(&record, at) {
             KeyState::Active => {}
@@ -123,6 +210,7 @@ impl KeyService {
         }
         if record.last_used_at.is_none_or(|t| at - t >= TOUCH_EVERY) {
             self.store.touch_key(&record.id, at).await?;
+            self.cache.touched(&hash, at);
         }
         Ok(record)
     }

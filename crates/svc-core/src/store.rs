@@ -63,6 +63,12 @@ pub trait KeyStore: Send + Sync {
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError>;
     /// Sets a key's own rate limits; false when there is no such key.
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError>;
+    /// A number that changes whenever a key is revoked or its limits set,
+    /// through this store or, where the store can tell, by another process
+    /// sharing its data; `None` while it cannot tell, and then nothing read
+    /// about keys may be reused. Read on every authenticated request, so it
+    /// must not query the database.
+    fn keys_version(&self) -> Option<u64>;
 }
 
 /// Persistence of user accounts.

@@ -2,6 +2,7 @@
 //! SQLite's journal mode, and the migrations, which run on every connect.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
@@ -9,6 +10,7 @@ use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, AnyPool, Connection};
 use svc_core::store::StoreError;
 
+use crate::changes::KeyChanges;
 use crate::error::context;
 use crate::{Backend, SqlStore};
 
@@ -109,9 +111,21 @@ async fn connect_sqlite(url: &str) -> Result<SqlStore, StoreError> {
         .await
         .map_err(|e| context("opening the SQLite database", e))?;
     migrate(&pool, &SQLITE_MIGRATIONS, MIGRATE_ATTEMPTS_SQLITE).await?;
+    let key_changes = if in_memory {
+        KeyChanges::local()
+    } else {
+        // The file as SQLite resolved it, whatever form the URL took.
+        let file: String =
+            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| context("reading the SQLite file's path", e))?;
+        KeyChanges::file(file.into())
+    };
     Ok(SqlStore {
         pool,
         backend: Backend::Sqlite,
+        key_changes: Arc::new(key_changes),
     })
 }
 
@@ -127,6 +141,7 @@ async fn connect_postgres(url: &str) -> Result<SqlStore, StoreError> {
     Ok(SqlStore {
         pool,
         backend: Backend::Postgres,
+        key_changes: Arc::new(KeyChanges::listen(url)),
     })
 }
 

@@ -110,13 +110,18 @@ impl KeyStore for SqlStore {
     }
 
     async fn revoke_key(&self, id: &KeyId, at: i64) -> Result<bool, StoreError> {
+        let before = self.key_changes.before_change();
         let done = sqlx::query(REVOKE)
             .bind(id.0.as_str())
             .bind(at)
             .execute(&self.pool)
             .await
             .map_err(query_error)?;
-        Ok(done.rows_affected() == 1)
+        let revoked = done.rows_affected() == 1;
+        if revoked {
+            self.key_changes.changed(before).await;
+        }
+        Ok(revoked)
     }
 
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError> {
@@ -130,6 +135,7 @@ impl KeyStore for SqlStore {
     }
 
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {
+        let before = self.key_changes.before_change();
         let done = sqlx::query(SET_LIMITS)
             .bind(id.0.as_str())
             .bind(limits.requests_per_minute)
@@ -137,6 +143,14 @@ impl KeyStore for SqlStore {
             .execute(&self.pool)
             .await
             .map_err(query_error)?;
-        Ok(done.rows_affected() == 1)
+        let found = done.rows_affected() == 1;
+        if found {
+            self.key_changes.changed(before).await;
+        }
+        Ok(found)
+    }
+
+    fn keys_version(&self) -> Option<u64> {
+        self.key_changes.version()
     }
 }

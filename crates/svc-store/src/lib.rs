@@ -15,6 +15,7 @@
 //! replicas race on (a flash message, a redemption, a throttle hit) is
 //! decided by a single conditional statement, on both backends.
 
+mod changes;
 mod connect;
 mod devices;
 mod error;
@@ -27,6 +28,8 @@ mod usage;
 mod users;
 
 pub use connect::SQLITE_FILE_NAME;
+
+use std::sync::Arc;
 
 use sqlx::AnyPool;
 
@@ -43,6 +46,8 @@ enum Backend {
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
+    /// How key changes are announced and seen (see `changes.rs`).
+    key_changes: Arc<changes::KeyChanges>,
 }
 
 impl SqlStore {
@@ -73,8 +78,10 @@ impl SqlStore {
             .map_err(error::query_error)
     }
 
-    /// Closes the pool, waiting for connections in use to be returned.
+    /// Closes the pool, waiting for connections in use to be returned, and
+    /// stops listening for key changes.
     pub async fn close(&self) {
+        self.key_changes.stop();
         self.pool.close().await;
     }
 }

@@ -3,10 +3,15 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::{Db, new_key};
+use std::sync::Arc;
 use svc_core::key::{ApiKey, KeyId};
-use svc_core::keys::KeyState;
+
+use svc_core::keys::{AUTH_CACHE_TTL, KeyService, KeyState, NewKey};
 use svc_core::store::{HealthStore, KeyLimits, KeyStore, StoreError};
+use svc_store::SqlStore;
 
 on_both_backends!(
     stored_keys_are_found_by_hash_and_id,
@@ -18,8 +23,158 @@ on_both_backends!(
     expired_keys_are_still_returned,
     ping_answers,
     two_stores_see_each_others_writes_at_once,
+    key_changes_change_every_stores_version,
+    authentication_reuses_a_key_only_until_it_changes,
     concurrent_connects_and_writers_all_succeed,
 );
+
+/// `store`'s keys version once it has one (PostgreSQL's listener starts in
+/// the background), and different from `not` when given.
+async fn version_of(store: &SqlStore, not: Option<u64>) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.keys_version() {
+            Some(v) if Some(v) != not => return v,
+            _ if Instant::now() > deadline => {
+                panic!("no keys version other than {not:?} within 5 s")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+async fn key_changes_change_every_stores_version(db: &Db) {
+    let a = db.store().await;
+    let b = db.store().await;
+    let (record, hash) = new_key(None, 10);
+    let (va, vb) = (version_of(&a, None).await, version_of(&b, None).await);
+
+    // Inserting and using keys changes nothing that was read before.
+    a.insert_key(&record, &hash).await.unwrap();
+    b.touch_key(&record.id, 20).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((a.keys_version(), b.keys_version()), (Some(va), Some(vb)));
+
+    // A revocation changes the revoker's version at once, and the other
+    // store's as soon as it can know.
+    assert!(b.revoke_key(&record.id, 30).await.unwrap());
+    assert_ne!(b.keys_version(), Some(vb));
+    let (va, vb) = (version_of(&a, Some(va)).await, version_of(&b, None).await);
+
+    assert!(
+        a.set_key_limits(&record.id, KeyLimits::default())
+            .await
+            .unwrap()
+    );
+    assert_ne!(a.keys_version(), Some(va));
+    version_of(&b, Some(vb)).await;
+    // What does not change a key announces nothing.
+    let va = version_of(&a, None).await;
+    assert!(!a.revoke_key(&KeyId::generate(), 40).await.unwrap());
+    assert_eq!(a.keys_version(), Some(va));
+}
+
+/// How long `service` keeps accepting `key`, checked every 5 ms up to 3 s.
+async fn accepted_for(service: &KeyService, key: &str) -> Duration {
+    let header = format!("Bearer {key}");
+    let start = Instant::now();
+    while service.authenticate(Some(&header)).await.is_ok() {
+        assert!(start.elapsed() < Duration::from_secs(3), "still accepted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+async fn authentication_reuses_a_key_only_until_it_changes(db: &Db) {
+    let here: Arc<SqlStore> = Arc::new(db.store().await);
+    let service = KeyService::new(here.clone());
+    let elsewhere = db.store().await;
+    version_of(&here, None).await;
+    let new_key = || NewKey {
+        name: "k".into(),
+        owner_id: None,
+        created_via: "cli".into(),
+        expires_in: None,
+    };
+
+    // Revoked by another process (or replica): refused on the next request
+    // (PostgreSQL's notification may take a moment to be read).
+    let (key, record) = service.create(new_key()).await.unwrap();
+    let header = format!("Bearer {}", key.expose());
+    service.authenticate(Some(&header)).await.unwrap();
+    assert!(
+        elsewhere
+            .revoke_key(&record.id, svc_core::now())
+            .await
+            .unwrap()
+    );
+    let took = accepted_for(&service, key.expose()).await;
+    match db {
+        Db::Sqlite { .. } => assert!(took < Duration::from_millis(5), "{took:?}"),
+        Db::Postgres(_) => assert!(took < Duration::from_millis(250), "{took:?}"),
+    }
+
+    // Changed by hand past svc: PostgreSQL's trigger announces it; a SQLite
+    // file cannot, so what was read is reused, but never for longer than
+    // the cache's limit.
+    let (key, record) = service.create(new_key()).await.unwrap();
+    let header = format!("Bearer {}", key.expose());
+    service.authenticate(Some(&header)).await.unwrap();
+    let started = Instant::now();
+    db.scalar(&format!(
+        "UPDATE api_keys SET revoked_at = 1 WHERE id = '{}' RETURNING CAST(1 AS BIGINT)",
+        record.id.0
+    ))
+    .await;
+    let took = accepted_for(&service, key.expose()).await;
+    match db {
+        Db::Sqlite { .. } => {
+            let since_read = started.elapsed();
+            assert!(took > Duration::from_millis(100), "not reused: {took:?}");
+            assert!(
+                since_read <= AUTH_CACHE_TTL + Duration::from_millis(100),
+                "{since_read:?}"
+            );
+        }
+        Db::Postgres(_) => assert!(took < Duration::from_millis(250), "{took:?}"),
+    }
+}
+
+/// A change made past svc (by hand, in psql) is seen too, and so is the
+/// loss of the listening connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_announces_changes_by_hand_and_survives_a_lost_listener() {
+    let db = Db::postgres().await;
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 10);
+    store.insert_key(&record, &hash).await.unwrap();
+    let before = version_of(&store, None).await;
+    let updated = db
+        .scalar(&format!(
+            "UPDATE api_keys SET expires_at = 5 WHERE id = '{}' RETURNING CAST(1 AS BIGINT)",
+            record.id.0
+        ))
+        .await;
+    assert_eq!(updated, 1);
+    let before = version_of(&store, Some(before)).await;
+
+    // Kill the listening connection: no version may be given until it
+    // listens again, and then a new one (what was sent meanwhile is lost).
+    let schema = match &db {
+        Db::Postgres(schema) => schema.name().to_owned(),
+        Db::Sqlite { .. } => unreachable!(),
+    };
+    let killed = db
+        .scalar(&format!(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE query = 'LISTEN \"svc_keys_{schema}\"'"
+        ))
+        .await;
+    assert_eq!(killed, 1);
+    version_of(&store, Some(before)).await;
+    store.close().await;
+    db.finish().await;
+}
 
 async fn stored_keys_are_found_by_hash_and_id(db: &Db) {
     let store = db.store().await;
