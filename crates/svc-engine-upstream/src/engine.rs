@@ -78,6 +78,9 @@ impl UpstreamEngine {
         let client = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
             .tcp_nodelay(true)
+            // An API endpoint has no business redirecting: following one
+            // would send the prompt (and the endpoint's key) elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ConfigError::Client(e.to_string()))?;
         let pool = Arc::new(Pool::new(
@@ -138,7 +141,7 @@ impl UpstreamEngine {
         };
         let mut post = self
             .client
-            .post(&endpoint.chat_url)
+            .post(endpoint.chat_url.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, accept)
             .body(body);
@@ -469,7 +472,7 @@ async fn check(
     endpoint: &Endpoint,
     limit: Duration,
 ) -> Result<(), String> {
-    let mut get = client.get(&endpoint.models_url).timeout(limit);
+    let mut get = client.get(endpoint.models_url.clone()).timeout(limit);
     if let Some(auth) = &endpoint.auth {
         get = get.header(AUTHORIZATION, auth.clone());
     }
