@@ -5,14 +5,14 @@
 //! Hand-rolled rather than a metrics crate: a few counters and histograms
 //! under short locks, rendered in the text exposition format.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -74,12 +74,25 @@ pub struct Arrived(pub Instant);
 
 #[derive(Default)]
 struct Inner {
-    requests: BTreeMap<(String, String, u16), u64>,
-    latency: BTreeMap<String, Histogram>,
+    /// By route pattern.
+    routes: BTreeMap<String, RouteStats>,
     ttft: BTreeMap<String, Histogram>,
     overhead: BTreeMap<String, Histogram>,
-    tokens: BTreeMap<(String, &'static str), u64>,
+    tokens: BTreeMap<String, Tokens>,
     errors: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RouteStats {
+    /// Requests by method and status.
+    requests: HashMap<(Method, u16), u64>,
+    latency: Histogram,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Tokens {
+    prompt: u64,
+    completion: u64,
 }
 
 /// The server's metrics.
@@ -89,6 +102,16 @@ pub struct Metrics {
     in_flight: AtomicI64,
 }
 
+/// The entry of `key`, made only when missing: the hot path looks up an
+/// existing label without allocating its key.
+fn slot<'a, V: Default>(map: &'a mut BTreeMap<String, V>, key: &str) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key)
+        .unwrap_or_else(|| unreachable!("inserted above"))
+}
+
 impl Metrics {
     fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
@@ -96,32 +119,21 @@ impl Metrics {
 
     /// Time from arrival to the first generated event of a completion.
     pub fn time_to_first_token(&self, model: &str, elapsed: Duration) {
-        self.with(|m| {
-            m.ttft
-                .entry(model.to_owned())
-                .or_default()
-                .observe(elapsed.as_secs_f64());
-        });
+        self.with(|m| slot(&mut m.ttft, model).observe(elapsed.as_secs_f64()));
     }
 
     /// Time the gateway spent before the engine got the request (auth,
     /// rate limit, parsing, validation, routing).
     pub fn gateway_overhead(&self, model: &str, elapsed: Duration) {
-        self.with(|m| {
-            m.overhead
-                .entry(model.to_owned())
-                .or_default()
-                .observe(elapsed.as_secs_f64());
-        });
+        self.with(|m| slot(&mut m.overhead, model).observe(elapsed.as_secs_f64()));
     }
 
     /// Tokens of a finished completion.
     pub fn tokens(&self, model: &str, prompt: u64, completion: u64) {
         self.with(|m| {
-            *m.tokens.entry((model.to_owned(), "prompt")).or_default() += prompt;
-            *m.tokens
-                .entry((model.to_owned(), "completion"))
-                .or_default() += completion;
+            let tokens = slot(&mut m.tokens, model);
+            tokens.prompt += prompt;
+            tokens.completion += completion;
         });
     }
 
@@ -130,27 +142,30 @@ impl Metrics {
         let mut out = String::with_capacity(8192);
         let inner = self.with(|m| {
             (
-                m.requests.clone(),
-                m.latency.clone(),
+                m.routes.clone(),
                 m.ttft.clone(),
                 m.overhead.clone(),
                 m.tokens.clone(),
                 m.errors.clone(),
             )
         });
-        let (requests, latency, ttft, overhead, tokens, errors) = inner;
+        let (routes, ttft, overhead, tokens, errors) = inner;
         out.push_str("# HELP svc_http_requests_total HTTP requests by route, method and status.\n");
         out.push_str("# TYPE svc_http_requests_total counter\n");
-        for ((route, method, status), n) in &requests {
-            let _ = writeln!(
-                out,
-                "svc_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
-            );
+        for (route, stats) in &routes {
+            let mut requests: Vec<_> = stats.requests.iter().collect();
+            requests.sort_by_key(|((method, status), _)| (method.as_str(), *status));
+            for ((method, status), n) in requests {
+                let _ = writeln!(
+                    out,
+                    "svc_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
+                );
+            }
         }
         out.push_str("# HELP svc_http_request_duration_seconds Time to the end of the response headers (streams: to the first byte).\n");
         out.push_str("# TYPE svc_http_request_duration_seconds histogram\n");
-        for (route, h) in &latency {
-            h.render(
+        for (route, stats) in &routes {
+            stats.latency.render(
                 &mut out,
                 "svc_http_request_duration_seconds",
                 &format!("route=\"{route}\""),
@@ -180,12 +195,14 @@ impl Metrics {
         }
         out.push_str("# HELP svc_tokens_total Tokens of finished completions.\n");
         out.push_str("# TYPE svc_tokens_total counter\n");
-        for ((model, kind), n) in &tokens {
-            let _ = writeln!(
-                out,
-                "svc_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
-                escape(model)
-            );
+        for (model, t) in &tokens {
+            for (kind, n) in [("completion", t.completion), ("prompt", t.prompt)] {
+                let _ = writeln!(
+                    out,
+                    "svc_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                    escape(model)
+                );
+            }
         }
         out.push_str("# HELP svc_errors_total Error responses by code.\n");
         out.push_str("# TYPE svc_errors_total counter\n");
@@ -273,12 +290,8 @@ pub async fn middleware(
 ) -> Response {
     let started = Instant::now();
     request.extensions_mut().insert(Arrived(started));
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = request.method().to_string();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let method = request.method().clone();
     let metrics = state.metrics.clone();
     metrics.in_flight.fetch_add(1, Ordering::Relaxed);
     let response = next.run(request).await;
@@ -296,14 +309,11 @@ pub async fn middleware(
         code = code.as_deref().unwrap_or(""),
         "answered"
     );
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     metrics.with(|m| {
-        *m.requests
-            .entry((route.clone(), method, status))
-            .or_default() += 1;
-        m.latency
-            .entry(route)
-            .or_default()
-            .observe(started.elapsed().as_secs_f64());
+        let stats = slot(&mut m.routes, route);
+        *stats.requests.entry((method, status)).or_default() += 1;
+        stats.latency.observe(started.elapsed().as_secs_f64());
         if let Some(code) = code {
             *m.errors.entry(code).or_default() += 1;
         }

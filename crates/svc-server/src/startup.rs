@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::middleware::{self, Next};
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use svc_core::{AccountService, DeviceService, KeyService, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -71,19 +71,15 @@ impl Application {
             limiter,
             metrics: Arc::default(),
             ledger: Arc::default(),
+            body_limit: BodyLimit(config.max_body_bytes),
         };
         let ledger = (state.ledger.clone(), state.store.clone());
-        let limit = config.max_body_bytes;
         let router = routes::router()
             .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 crate::metrics::middleware,
             ))
-            .layer(DefaultBodyLimit::max(limit))
-            .layer(middleware::from_fn(move |mut req: Request, next: Next| {
-                req.extensions_mut().insert(BodyLimit(limit));
-                async move { next.run(req).await }
-            }))
+            .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(middleware::from_fn(request_id::middleware))
             .with_state(state);
         Ok(Application {

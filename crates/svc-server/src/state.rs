@@ -32,4 +32,6 @@ pub struct AppState {
     pub ledger: Arc<crate::usage::Ledger>,
     /// What `/metrics` reports.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The largest request body read.
+    pub body_limit: crate::extract::BodyLimit,
 }

@@ -2,6 +2,7 @@
 //! request and its tokens to its key's counters for the day, and its tokens
 //! to the key's rate-limit window.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -63,22 +64,23 @@ impl Meter {
         if std::mem::replace(&mut self.recorded, true) {
             return;
         }
-        let delta = UsageDelta {
-            key_id: self.key_id.clone(),
-            day: day_of(now()),
+        let counts = Counts {
             requests: 1,
             prompt_tokens: i64::try_from(used.prompt_tokens).unwrap_or(i64::MAX),
             completion_tokens: i64::try_from(used.completion_tokens).unwrap_or(i64::MAX),
         };
-        let tokens = delta.prompt_tokens + delta.completion_tokens;
-        self.ledger.add(delta.clone());
+        let tokens = counts
+            .prompt_tokens
+            .saturating_add(counts.completion_tokens);
+        self.ledger.add(&self.key_id, now(), counts);
         let Some(limiter) = self.limiter.clone() else {
             return;
         };
         // Outside a runtime (never in the server) there is nowhere to count.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let key_id = self.key_id.clone();
             runtime.spawn(async move {
-                limiter.add_tokens(&delta.key_id, tokens).await;
+                limiter.add_tokens(&key_id, tokens).await;
             });
         }
     }
@@ -96,39 +98,68 @@ impl Drop for Meter {
 /// there are. A crash loses at most the last second's counts.
 #[derive(Default)]
 pub struct Ledger {
-    pending: std::sync::Mutex<std::collections::HashMap<(KeyId, String), UsageDelta>>,
+    /// By key and UTC day (days since the epoch: the date is only written
+    /// out when flushing, off the requests' path).
+    pending: std::sync::Mutex<HashMap<i64, HashMap<KeyId, Counts>>>,
 }
+
+/// One key's counts for one day, not yet written.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    requests: i64,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+    }
+}
+
+const SECONDS_PER_DAY: i64 = 86_400;
 
 /// How often the ledger is written.
 pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Ledger {
-    /// Adds one request's usage.
-    pub fn add(&self, delta: UsageDelta) {
+    /// Adds one request's counts to `key_id`'s of the day of `at`.
+    fn add(&self, key_id: &KeyId, at: i64, counts: Counts) {
+        let day = at.div_euclid(SECONDS_PER_DAY);
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        match pending.entry((delta.key_id.clone(), delta.day.clone())) {
-            std::collections::hash_map::Entry::Occupied(mut sum) => {
-                let sum = sum.get_mut();
-                sum.requests += delta.requests;
-                sum.prompt_tokens += delta.prompt_tokens;
-                sum.completion_tokens += delta.completion_tokens;
-            }
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(delta);
+        let keys = pending.entry(day).or_default();
+        match keys.get_mut(key_id) {
+            Some(sum) => sum.add(counts),
+            None => {
+                keys.insert(key_id.clone(), counts);
             }
         }
     }
 
     /// Writes what is pending; what fails to write is kept for next time.
     pub async fn flush(&self, store: &dyn Store) {
-        let pending: Vec<UsageDelta> = {
+        let pending: Vec<(i64, HashMap<KeyId, Counts>)> = {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending.drain().map(|(_, d)| d).collect()
+            pending.drain().collect()
         };
-        for delta in pending {
+        let pending = pending
+            .into_iter()
+            .flat_map(|(day, keys)| keys.into_iter().map(move |(key, c)| (key, day, c)));
+        for (key_id, day, counts) in pending {
+            let delta = UsageDelta {
+                key_id,
+                day: day_of(day * SECONDS_PER_DAY),
+                requests: counts.requests,
+                prompt_tokens: counts.prompt_tokens,
+                completion_tokens: counts.completion_tokens,
+            };
             if let Err(e) = store.add_usage(&delta).await {
                 tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed; will retry");
-                self.add(delta);
+                self.add(&delta.key_id, day * SECONDS_PER_DAY, counts);
             }
         }
     }

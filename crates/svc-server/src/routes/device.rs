@@ -25,6 +25,7 @@ use svc_api::{
 use svc_core::{DeviceClient, PollOutcome};
 
 use crate::error::ApiError;
+use crate::extract::BodyLimit;
 use crate::extract::{ClientAddress, parse_json};
 use crate::state::AppState;
 
@@ -44,7 +45,7 @@ pub async fn code(
     request: Request,
 ) -> Result<Response, ApiError> {
     let user_agent = header_text(request.headers(), header::USER_AGENT);
-    let body = read_body(request).await?;
+    let body = read_body(request, state.body_limit).await?;
     let fields: CodeRequest = match &body {
         Body::Empty => CodeRequest::default(),
         Body::Json(bytes) => parse_json(bytes)?,
@@ -95,7 +96,7 @@ struct OAuthTokenRequest {
 }
 
 pub async fn token(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
-    match read_body(request).await? {
+    match read_body(request, state.body_limit).await? {
         Body::Form(bytes) => Ok(no_store(oauth_token(&state, &bytes).await?)),
         Body::Json(bytes) => {
             let DeviceTokenRequest { device_code } = parse_json(&bytes)?;
@@ -257,7 +258,8 @@ enum Body {
     Form(Bytes),
 }
 
-async fn read_body(request: Request) -> Result<Body, ApiError> {
+async fn read_body(request: Request, limit: BodyLimit) -> Result<Body, ApiError> {
+    let limit = limit.0;
     let mime = header_text(request.headers(), header::CONTENT_TYPE).map(|v| {
         v.split(';')
             .next()
@@ -265,11 +267,6 @@ async fn read_body(request: Request) -> Result<Body, ApiError> {
             .trim()
             .to_ascii_lowercase()
     });
-    let limit = request
-        .extensions()
-        .get::<crate::extract::BodyLimit>()
-        .map(|l| l.0)
-        .unwrap_or(crate::config::DEFAULT_MAX_BODY_BYTES);
     let bytes = axum::body::to_bytes(request.into_body(), limit)
         .await
         .map_err(|_| ApiError::PayloadTooLarge { limit })?;

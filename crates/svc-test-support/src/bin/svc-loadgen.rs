@@ -6,18 +6,30 @@
 //!
 //! `svc-loadgen --url URL [--body JSON] [--header 'Name: value']...
 //!              (--rate RPS | --concurrency N) [--duration SECS] [--warmup SECS]`
+//!
+//! It runs on the same cores as what it measures, so it is kept lean:
+//! hyper's own HTTP/1.1 connections (keep-alive, one request at a time on
+//! each), no client framework around them. Plain `http://` only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use tokio::sync::Mutex;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 struct Args {
-    url: String,
-    body: String,
+    /// `host:port` to connect to.
+    authority: String,
+    /// Path and query.
+    path: String,
+    body: Bytes,
     headers: HeaderMap,
     rate: Option<f64>,
     concurrency: Option<usize>,
@@ -27,9 +39,11 @@ struct Args {
 
 fn parse() -> Args {
     let mut args = std::env::args().skip(1);
+    let mut url = String::new();
     let mut parsed = Args {
-        url: String::new(),
-        body: String::new(),
+        authority: String::new(),
+        path: String::new(),
+        body: Bytes::new(),
         headers: HeaderMap::new(),
         rate: None,
         concurrency: None,
@@ -39,8 +53,8 @@ fn parse() -> Args {
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
         match arg.as_str() {
-            "--url" => parsed.url = value(),
-            "--body" => parsed.body = value(),
+            "--url" => url = value(),
+            "--body" => parsed.body = Bytes::from(value()),
             "--header" => {
                 let text = value();
                 let (name, v) = text.split_once(':').expect("--header 'Name: value'");
@@ -58,12 +72,66 @@ fn parse() -> Args {
             other => panic!("unknown argument {other}"),
         }
     }
-    assert!(!parsed.url.is_empty(), "--url is required");
+    let rest = url
+        .strip_prefix("http://")
+        .expect("--url must be an http:// URL");
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    parsed.authority = authority.to_owned();
+    parsed.path = path.to_owned();
+    parsed.headers.insert(
+        hyper::header::HOST,
+        HeaderValue::try_from(authority).expect("host"),
+    );
+    if !parsed.body.is_empty() {
+        parsed.headers.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
     assert!(
         parsed.rate.is_some() != parsed.concurrency.is_some(),
         "give exactly one of --rate and --concurrency"
     );
     parsed
+}
+
+type Connection = SendRequest<Full<Bytes>>;
+
+/// Opens a keep-alive connection; its driver runs on a task of its own.
+async fn connect(args: &Args) -> Option<Connection> {
+    let stream = TcpStream::connect(&args.authority).await.ok()?;
+    stream.set_nodelay(true).ok()?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    Some(sender)
+}
+
+/// One request on `connection`: whether it got a 2xx and its whole body.
+async fn one(connection: &mut Connection, args: &Args) -> bool {
+    if connection.ready().await.is_err() {
+        return false;
+    }
+    let method = if args.body.is_empty() {
+        Method::GET
+    } else {
+        Method::POST
+    };
+    let mut request = Request::new(Full::new(args.body.clone()));
+    *request.method_mut() = method;
+    *request.uri_mut() = args.path.parse().expect("path");
+    *request.headers_mut() = args.headers.clone();
+    match connection.send_request(request).await {
+        Ok(response) => {
+            let ok = response.status().is_success();
+            response.into_body().collect().await.is_ok() && ok
+        }
+        Err(_) => false,
+    }
 }
 
 #[derive(Default)]
@@ -73,79 +141,98 @@ struct Results {
     errors: u64,
 }
 
-async fn one(client: &reqwest::Client, args: &Args) -> bool {
-    let request = if args.body.is_empty() {
-        client.get(&args.url)
-    } else {
-        client
-            .post(&args.url)
-            .header("content-type", "application/json")
-            .body(args.body.clone())
-    };
-    match request.headers(args.headers.clone()).send().await {
-        Ok(response) => {
-            let ok = response.status().is_success();
-            ok && response.bytes().await.is_ok()
+impl Results {
+    fn record(&mut self, ok: bool, latency: Duration) {
+        if ok {
+            self.latencies.push(latency.as_micros() as u64);
+        } else {
+            self.errors += 1;
         }
-        Err(_) => false,
     }
 }
 
 #[tokio::main]
 async fn main() {
     let args = Arc::new(parse());
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .tcp_nodelay(true)
-        .build()
-        .expect("client");
     let results = Arc::new(Mutex::new(Results::default()));
     let started = Instant::now();
     let end = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
     if let Some(rate) = args.rate {
+        // Open loop: each request at its scheduled time, on an idle
+        // connection if there is one, else on a new one. The pacing runs on
+        // a thread of its own with the OS's fine-grained sleep: Tokio's
+        // timer ticks in whole milliseconds, which would start requests up
+        // to a millisecond late (and count that as latency).
+        let idle: Arc<Mutex<Vec<Connection>>> = Arc::default();
         let period = Duration::from_secs_f64(1.0 / rate);
-        let mut tasks = Vec::new();
-        let mut next = started;
-        while next < end {
-            tokio::time::sleep_until(next.into()).await;
-            let scheduled = next;
-            let (client, args, results) = (client.clone(), args.clone(), results.clone());
-            tasks.push(tokio::spawn(async move {
-                let ok = one(&client, &args).await;
-                if scheduled >= measure_from {
-                    let mut r = results.lock().await;
-                    if ok {
-                        r.latencies.push(scheduled.elapsed().as_micros() as u64);
-                    } else {
-                        r.errors += 1;
-                    }
+        let runtime = tokio::runtime::Handle::current();
+        let (args2, results2) = (args.clone(), results.clone());
+        let pacer = std::thread::spawn(move || {
+            let mut tasks = Vec::new();
+            let mut next = started;
+            while next < end {
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
                 }
-            }));
-            next += period;
-        }
+                let scheduled = next;
+                let (args, results, idle) = (args2.clone(), results2.clone(), idle.clone());
+                tasks.push(runtime.spawn(async move {
+                    let reused = idle.lock().unwrap().pop();
+                    let connection = match reused {
+                        Some(c) => Some(c),
+                        None => connect(&args).await,
+                    };
+                    let ok = match connection {
+                        Some(mut c) => {
+                            let ok = one(&mut c, &args).await;
+                            if ok {
+                                idle.lock().unwrap().push(c);
+                            }
+                            ok
+                        }
+                        None => false,
+                    };
+                    if scheduled >= measure_from {
+                        results.lock().unwrap().record(ok, scheduled.elapsed());
+                    }
+                }));
+                next += period;
+            }
+            tasks
+        });
+        let tasks = tokio::task::spawn_blocking(move || pacer.join().unwrap())
+            .await
+            .unwrap();
         for t in tasks {
             let _ = t.await;
         }
     } else {
+        // Closed loop: each worker keeps one connection busy.
         let workers = args.concurrency.unwrap_or(1);
         let mut tasks = Vec::new();
         for _ in 0..workers {
-            let (client, args, results) = (client.clone(), args.clone(), results.clone());
+            let (args, results) = (args.clone(), results.clone());
             tasks.push(tokio::spawn(async move {
                 let mut mine = Results::default();
+                let mut connection = None;
                 while Instant::now() < end {
                     let at = Instant::now();
-                    let ok = one(&client, &args).await;
+                    if connection.is_none() {
+                        connection = connect(&args).await;
+                    }
+                    let ok = match connection.as_mut() {
+                        Some(c) => one(c, &args).await,
+                        None => false,
+                    };
+                    if !ok {
+                        connection = None;
+                    }
                     if at >= measure_from {
-                        if ok {
-                            mine.latencies.push(at.elapsed().as_micros() as u64);
-                        } else {
-                            mine.errors += 1;
-                        }
+                        mine.record(ok, at.elapsed());
                     }
                 }
-                let mut r = results.lock().await;
+                let mut r = results.lock().unwrap();
                 r.latencies.extend(mine.latencies);
                 r.errors += mine.errors;
             }));
@@ -154,7 +241,7 @@ async fn main() {
             let _ = t.await;
         }
     }
-    let mut r = results.lock().await;
+    let mut r = results.lock().unwrap();
     r.latencies.sort_unstable();
     let n = r.latencies.len();
     let pct = |p: f64| -> f64 {
