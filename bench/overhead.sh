@@ -3,14 +3,16 @@
 # against the same upstream called directly, and against LiteLLM's proxy
 # (from PyPI) in front of the same upstream, in one run, over loopback.
 #
-#   latency   open-loop at a fixed rate (svc and direct at RATE req/s;
-#             LiteLLM at LITELLM_RATE, below its saturation), latency
-#             from each request's scheduled start; overhead = p50/p99 of
-#             the gateway minus p50/p99 of the upstream alone
+#   latency   open-loop at a fixed rate, latency from each request's
+#             scheduled start; overhead = p50/p99 of the gateway minus
+#             p50/p99 of the upstream alone at the same rate. svc and the
+#             upstream at RATE and at RATE/2; svc, LiteLLM and the
+#             upstream at LITELLM_RATE, below LiteLLM's saturation, so the
+#             two gateways are compared at the same load
 #   peak      closed loop, CONC concurrent requests, requests/s
 #
 # Usage: bench/overhead.sh [seconds per run, default 10]
-# Env: RATE (5000), LITELLM_RATE (40), CONC (64), LITELLM_CONC (16),
+# Env: RATE (5000), LITELLM_RATE (20), CONC (64), LITELLM_CONC (16),
 #      LITELLM_VERSION (1.106.2), LITELLM_VENV (an existing venv with
 #      litellm[proxy]). Builds release binaries; otherwise creates a venv
 #      for LiteLLM under target/.venv-litellm. Prints a Markdown table.
@@ -18,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 rate=${RATE:-5000}
-litellm_rate=${LITELLM_RATE:-40}
+litellm_rate=${LITELLM_RATE:-20}
+half_rate=$((rate / 2))
 conc=${CONC:-64}
 litellm_conc=${LITELLM_CONC:-16}
 litellm_version=${LITELLM_VERSION:-1.106.2}
@@ -102,7 +105,10 @@ field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 
 direct_lat=$(load "$upstream/chat/completions" "$direct_body" --rate "$rate")
 svc_lat=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$rate" --header "Authorization: Bearer $key")
+direct_half=$(load "$upstream/chat/completions" "$direct_body" --rate "$half_rate")
+svc_half=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$half_rate" --header "Authorization: Bearer $key")
 direct_slow=$(load "$upstream/chat/completions" "$direct_body" --rate "$litellm_rate")
+svc_slow=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$litellm_rate" --header "Authorization: Bearer $key")
 litellm_lat=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --rate "$litellm_rate" --header "Authorization: Bearer $litellm_key")
 direct_peak=$(load "$upstream/chat/completions" "$direct_body" --concurrency "$conc")
 svc_peak=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --concurrency "$conc" --header "Authorization: Bearer $key")
@@ -110,23 +116,32 @@ litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body"
 # One request through LiteLLM must have worked, or the numbers mean nothing.
 [[ $(field "$litellm_lat" ok) -gt 0 ]] || { echo "LiteLLM answered nothing; its log:" >&2; tail -20 "$out/litellm.log" >&2; exit 1; }
 
-python3 - "$direct_lat" "$svc_lat" "$direct_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$rate" "$litellm_rate" "$(nproc)" <<'PY'
+python3 - "$direct_lat" "$svc_lat" "$direct_half" "$svc_half" "$direct_slow" "$svc_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$rate" "$half_rate" "$litellm_rate" "$(nproc)" <<'PY'
 import json, sys
-d, s, ds, l, dp, sp, lp = (json.loads(a) for a in sys.argv[1:8])
-rate, lrate, cores = sys.argv[8], sys.argv[9], sys.argv[10]
+d, s, dh, sh, ds, ss, l, dp, sp, lp = (json.loads(a) for a in sys.argv[1:11])
+rate, half, lrate, cores = sys.argv[11:15]
 def over(g, base, k): return max(g[k] - base[k], 0.0)
-so50, so99 = over(s, d, "p50_ms"), over(s, d, "p99_ms")
-lo50, lo99 = over(l, ds, "p50_ms"), over(l, ds, "p99_ms")
 print(f"Gateway overhead over loopback, {cores} cores shared by upstream, gateway and load generator")
 print()
 print("| target | offered req/s | ok | errors | p50 ms | p99 ms | overhead p50 ms | overhead p99 ms | peak req/s |")
 print("|---|---|---|---|---|---|---|---|---|")
-print(f"| upstream alone | {rate} | {d['ok']} | {d['errors']} | {d['p50_ms']:.3f} | {d['p99_ms']:.3f} | – | – | {dp['rps']:.0f} |")
-print(f"| svc → upstream | {rate} | {s['ok']} | {s['errors']} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {so50:.3f} | {so99:.3f} | {sp['rps']:.0f} |")
-print(f"| upstream alone | {lrate} | {ds['ok']} | {ds['errors']} | {ds['p50_ms']:.3f} | {ds['p99_ms']:.3f} | – | – | |")
-print(f"| LiteLLM → upstream | {lrate} | {l['ok']} | {l['errors']} | {l['p50_ms']:.3f} | {l['p99_ms']:.3f} | {lo50:.3f} | {lo99:.3f} | {lp['rps']:.0f} |")
+def row(name, offered, r, base=None, peak=None):
+    o50 = f"{over(r, base, 'p50_ms'):.3f}" if base else "–"
+    o99 = f"{over(r, base, 'p99_ms'):.3f}" if base else "–"
+    pk = f"{peak['rps']:.0f}" if peak else ""
+    print(f"| {name} | {offered} | {r['ok']} | {r['errors']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {o50} | {o99} | {pk} |")
+row("upstream alone", rate, d, peak=dp)
+row("svc → upstream", rate, s, d, sp)
+row("upstream alone", half, dh)
+row("svc → upstream", half, sh, dh)
+row("upstream alone", lrate, ds)
+row("svc → upstream", lrate, ss, ds)
+row("LiteLLM → upstream", lrate, l, ds, lp)
 print()
 ratio = lambda a, b: (a / b) if b > 0 else float("inf")
-print(f"overhead p50: LiteLLM/svc = {ratio(lo50, so50):.0f}x; overhead p99: LiteLLM/svc = {ratio(lo99, so99):.0f}x; "
+# Latencies are measured to the microsecond: a smaller overhead counts as 1 µs.
+so50, so99 = max(over(ss, ds, "p50_ms"), 0.001), max(over(ss, ds, "p99_ms"), 0.001)
+lo50, lo99 = over(l, ds, "p50_ms"), over(l, ds, "p99_ms")
+print(f"At {lrate} req/s: overhead p50 LiteLLM/svc = {ratio(lo50, so50):.0f}x, p99 = {ratio(lo99, so99):.0f}x; "
       f"peak throughput: svc/LiteLLM = {ratio(sp['rps'], lp['rps']):.0f}x")
 PY
