@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::json;
 use svc_core::{
     ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, Sampling, TokenUsage, ToolChoiceSpec, ToolSpec,
+    OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamKey, UpstreamOptions};
 use svc_test_support::{Behavior, FakeToolCall, FakeUpstream, Reply};
@@ -74,6 +74,17 @@ fn bad_response() -> EngineError {
 /// What the caller gets when the upstream was too slow (a 504).
 fn timed_out() -> EngineError {
     EngineError::GatewayTimeout("the upstream endpoint did not answer in time".into())
+}
+
+/// The tool-call pieces among `events`.
+fn tool_calls(events: &[EngineEvent]) -> Vec<ToolCallChunk> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::ToolCall(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Every item of a stream: the events, and the error that ended it.
@@ -198,13 +209,7 @@ async fn a_whole_request_gets_one_whole_reply_from_the_upstream() {
             EngineEvent::Text("Paris".into()),
         ]
     );
-    let calls: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            EngineEvent::ToolCall(c) => Some(c.clone()),
-            _ => None,
-        })
-        .collect();
+    let calls = tool_calls(&events);
     assert_eq!(calls.len(), 1, "{events:?}");
     assert_eq!(calls[0].id.as_deref(), Some("call_w1"));
     assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
@@ -304,13 +309,7 @@ async fn tool_calls_pass_through() {
     });
     let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
     let events = generate_ok(&engine, "weather?").await;
-    let calls: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            EngineEvent::ToolCall(c) => Some(c.clone()),
-            _ => None,
-        })
-        .collect();
+    let calls = tool_calls(&events);
     assert_eq!(calls.len(), 3);
     assert_eq!(calls[0].index, 0);
     assert_eq!(calls[0].id.as_deref(), Some("call_up1"));

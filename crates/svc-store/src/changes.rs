@@ -154,8 +154,12 @@ impl Listening {
     }
 
     /// Waits until a notification newer than `before` was heard, or
-    /// [`ECHO_WAIT`] passed.
+    /// [`ECHO_WAIT`] passed; at once when nothing listens here (a command
+    /// that opened the store to change one key, say).
     async fn wait_for_echo(&self, before: u64) {
+        if !self.live.load(Ordering::Acquire) {
+            return;
+        }
         let _ = tokio::time::timeout(ECHO_WAIT, async {
             loop {
                 let heard = self.hear.notified();
