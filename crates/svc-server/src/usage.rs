@@ -72,7 +72,8 @@ impl Meter {
         let tokens = counts
             .prompt_tokens
             .saturating_add(counts.completion_tokens);
-        self.ledger.add(&self.key_id, now(), counts);
+        self.ledger
+            .add(&self.key_id, now().div_euclid(SECONDS_PER_DAY), counts);
         let Some(limiter) = self.limiter.clone() else {
             return;
         };
@@ -127,9 +128,8 @@ const SECONDS_PER_DAY: i64 = 86_400;
 pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Ledger {
-    /// Adds one request's counts to `key_id`'s of the day of `at`.
-    fn add(&self, key_id: &KeyId, at: i64, counts: Counts) {
-        let day = at.div_euclid(SECONDS_PER_DAY);
+    /// Adds `counts` to `key_id`'s of `day` (days since the epoch, UTC).
+    fn add(&self, key_id: &KeyId, day: i64, counts: Counts) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let keys = pending.entry(day).or_default();
         match keys.get_mut(key_id) {
@@ -159,7 +159,7 @@ impl Ledger {
             };
             if let Err(e) = store.add_usage(&delta).await {
                 tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed; will retry");
-                self.add(&delta.key_id, day * SECONDS_PER_DAY, counts);
+                self.add(&delta.key_id, day, counts);
             }
         }
     }
