@@ -118,7 +118,7 @@ impl KeyChanges {
                     .and_then(|mut f| f.write_all(b"."));
             }
             KeyChanges::Listen(l) => {
-                l.version.fetch_add(1, Ordering::AcqRel);
+                l.bump();
                 l.wait_for_echo(before).await;
             }
         }
