@@ -12,7 +12,9 @@
 #   peak      closed loop, CONC concurrent requests, requests/s
 #
 # Usage: bench/overhead.sh [seconds per run, default 10]
-# Env: RATE (5000), LITELLM_RATE (20), CONC (64), LITELLM_CONC (16),
+# Env: RATE (5000), LITELLM_RATE (20), SLOW_SECS (30: seconds of the runs at
+#      LITELLM_RATE, so that their p99 rests on 600 requests, not 200),
+#      CONC (64), LITELLM_CONC (16),
 #      LITELLM_VERSION (1.106.2), LITELLM_VENV (an existing venv with
 #      litellm[proxy]). Builds release binaries; otherwise creates a venv
 #      for LiteLLM under target/.venv-litellm. Prints a Markdown table.
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-10}
 rate=${RATE:-5000}
 litellm_rate=${LITELLM_RATE:-20}
+slow_secs=${SLOW_SECS:-30}
 half_rate=$((rate / 2))
 conc=${CONC:-64}
 litellm_conc=${LITELLM_CONC:-16}
@@ -101,15 +104,19 @@ load() { # url body extra-args...
   local url=$1 b=$2; shift 2
   "$target/release/svc-loadgen" --url "$url" --body "$b" --duration "$secs" --warmup 2 "$@"
 }
+slow() { # url body extra-args...: at LITELLM_RATE for SLOW_SECS
+  local url=$1 b=$2; shift 2
+  "$target/release/svc-loadgen" --url "$url" --body "$b" --duration "$slow_secs" --warmup 2 --rate "$litellm_rate" "$@"
+}
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
 direct_lat=$(load "$upstream/chat/completions" "$direct_body" --rate "$rate")
 svc_lat=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$rate" --header "Authorization: Bearer $key")
 direct_half=$(load "$upstream/chat/completions" "$direct_body" --rate "$half_rate")
 svc_half=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$half_rate" --header "Authorization: Bearer $key")
-direct_slow=$(load "$upstream/chat/completions" "$direct_body" --rate "$litellm_rate")
-svc_slow=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$litellm_rate" --header "Authorization: Bearer $key")
-litellm_lat=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --rate "$litellm_rate" --header "Authorization: Bearer $litellm_key")
+direct_slow=$(slow "$upstream/chat/completions" "$direct_body")
+svc_slow=$(slow "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --header "Authorization: Bearer $key")
+litellm_lat=$(slow "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --header "Authorization: Bearer $litellm_key")
 direct_peak=$(load "$upstream/chat/completions" "$direct_body" --concurrency "$conc")
 svc_peak=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --concurrency "$conc" --header "Authorization: Bearer $key")
 litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --concurrency "$litellm_conc" --header "Authorization: Bearer $litellm_key")

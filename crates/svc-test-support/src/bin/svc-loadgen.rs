@@ -9,10 +9,14 @@
 //!
 //! It runs on the same cores as what it measures, so it is kept lean:
 //! hyper's own HTTP/1.1 connections (keep-alive, one request at a time on
-//! each), no client framework around them. Plain `http://` only.
+//! each), no client framework around them, and open loop on one thread
+//! paced by a timerfd. Plain `http://` only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::cell::RefCell;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +26,10 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
 
 struct Args {
@@ -151,62 +159,125 @@ impl Results {
     }
 }
 
-#[tokio::main]
-async fn main() {
-    let args = Arc::new(parse());
+fn main() {
+    let args = parse();
+    // Open loop runs on one thread: the pacer, the requests and their
+    // connections wake each other without crossing threads, which on a
+    // shared 2-core machine costs more than the requests themselves.
+    let runtime = if args.rate.is_some() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()
+    .expect("runtime");
+    runtime.block_on(run(args));
+}
+
+/// Sleeps until an `Instant` with the kernel's high-resolution timers:
+/// Tokio's own timer ticks in whole milliseconds, which would start
+/// requests up to a millisecond late (and count that as latency).
+struct Pacer {
+    timer: AsyncFd<Timer>,
+}
+
+/// `TimerFd` as Tokio's `AsyncFd` wants it.
+struct Timer(TimerFd);
+
+impl AsRawFd for Timer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+impl Pacer {
+    fn new() -> Pacer {
+        let timer = Timer(
+            TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK).expect("timerfd"),
+        );
+        // Deprecated because the registration must not outlive the file
+        // descriptor: here the AsyncFd owns the timer, so it cannot.
+        #[allow(deprecated)]
+        let timer = AsyncFd::with_interest(timer, Interest::READABLE).expect("timerfd");
+        Pacer { timer }
+    }
+
+    async fn sleep_until(&self, at: Instant) {
+        let Some(wait) = at.checked_duration_since(Instant::now()) else {
+            return;
+        };
+        if wait.is_zero() {
+            return;
+        }
+        self.timer
+            .get_ref()
+            .0
+            .set(
+                Expiration::OneShot(TimeSpec::from_duration(wait)),
+                TimerSetTimeFlags::empty(),
+            )
+            .expect("timerfd set");
+        loop {
+            let mut ready = self.timer.readable().await.expect("timerfd");
+            // Reading resets the expiry count; EAGAIN means not yet.
+            match ready.try_io(|fd| fd.get_ref().0.wait().map_err(std::io::Error::from)) {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => panic!("timerfd: {e}"),
+                Err(_would_block) => {}
+            }
+        }
+    }
+}
+
+async fn run(args: Args) {
+    let args = Arc::new(args);
     let results = Arc::new(Mutex::new(Results::default()));
     let started = Instant::now();
     let end = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
     if let Some(rate) = args.rate {
         // Open loop: each request at its scheduled time, on an idle
-        // connection if there is one, else on a new one. The pacing runs on
-        // a thread of its own with the OS's fine-grained sleep: Tokio's
-        // timer ticks in whole milliseconds, which would start requests up
-        // to a millisecond late (and count that as latency).
-        let idle: Arc<Mutex<Vec<Connection>>> = Arc::default();
+        // connection if there is one, else on a new one.
+        let idle: Rc<RefCell<Vec<Connection>>> = Rc::default();
         let period = Duration::from_secs_f64(1.0 / rate);
-        let runtime = tokio::runtime::Handle::current();
-        let (args2, results2) = (args.clone(), results.clone());
-        let pacer = std::thread::spawn(move || {
-            let mut tasks = Vec::new();
-            let mut next = started;
-            while next < end {
-                if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-                let scheduled = next;
-                let (args, results, idle) = (args2.clone(), results2.clone(), idle.clone());
-                tasks.push(runtime.spawn(async move {
-                    let reused = idle.lock().unwrap().pop();
-                    let connection = match reused {
-                        Some(c) => Some(c),
-                        None => connect(&args).await,
-                    };
-                    let ok = match connection {
-                        Some(mut c) => {
-                            let ok = one(&mut c, &args).await;
-                            if ok {
-                                idle.lock().unwrap().push(c);
+        let pacer = Pacer::new();
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let mut tasks = Vec::new();
+                let mut next = started;
+                while next < end {
+                    pacer.sleep_until(next).await;
+                    let scheduled = next;
+                    let (args, results, idle) = (args.clone(), results.clone(), idle.clone());
+                    tasks.push(tokio::task::spawn_local(async move {
+                        let reused = idle.borrow_mut().pop();
+                        let connection = match reused {
+                            Some(c) => Some(c),
+                            None => connect(&args).await,
+                        };
+                        let ok = match connection {
+                            Some(mut c) => {
+                                let ok = one(&mut c, &args).await;
+                                if ok {
+                                    idle.borrow_mut().push(c);
+                                }
+                                ok
                             }
-                            ok
+                            None => false,
+                        };
+                        if scheduled >= measure_from {
+                            results.lock().unwrap().record(ok, scheduled.elapsed());
                         }
-                        None => false,
-                    };
-                    if scheduled >= measure_from {
-                        results.lock().unwrap().record(ok, scheduled.elapsed());
-                    }
-                }));
-                next += period;
-            }
-            tasks
-        });
-        let tasks = tokio::task::spawn_blocking(move || pacer.join().unwrap())
-            .await
-            .unwrap();
-        for t in tasks {
-            let _ = t.await;
-        }
+                    }));
+                    next += period;
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+            })
+            .await;
     } else {
         // Closed loop: each worker keeps one connection busy.
         let workers = args.concurrency.unwrap_or(1);
