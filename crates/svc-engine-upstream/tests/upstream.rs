@@ -76,6 +76,15 @@ fn timed_out() -> EngineError {
     EngineError::GatewayTimeout("the upstream endpoint did not answer in time".into())
 }
 
+/// The upstream calls `weather` for Paris, its arguments split over two chunks.
+fn weather_call(id: &str) -> FakeToolCall {
+    FakeToolCall {
+        id: id.into(),
+        name: "weather".into(),
+        arguments: vec!["{\"city\":".into(), "\"Paris\"}".into()],
+    }
+}
+
 /// The tool-call pieces among `events`.
 fn tool_calls(events: &[EngineEvent]) -> Vec<ToolCallChunk> {
     events
@@ -186,11 +195,7 @@ async fn a_whole_request_gets_one_whole_reply_from_the_upstream() {
     fake.set_reply(Reply {
         reasoning: vec!["Think. ".into(), "Done.".into()],
         content: Some(vec!["Pa".into(), "ris".into()]),
-        tool_calls: vec![FakeToolCall {
-            id: "call_w1".into(),
-            name: "weather".into(),
-            arguments: vec!["{\"city\":".into(), "\"Paris\"}".into()],
-        }],
+        tool_calls: vec![weather_call("call_w1")],
         ..Reply::default()
     });
     let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
@@ -300,11 +305,7 @@ async fn tool_calls_pass_through() {
     let fake = FakeUpstream::start().await;
     fake.set_reply(Reply {
         content: Some(Vec::new()),
-        tool_calls: vec![FakeToolCall {
-            id: "call_up1".into(),
-            name: "weather".into(),
-            arguments: vec!["{\"city\":".into(), "\"Paris\"}".into()],
-        }],
+        tool_calls: vec![weather_call("call_up1")],
         ..Reply::default()
     });
     let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
