@@ -123,8 +123,6 @@ pub enum ConfigError {
     Key(String),
     #[error("upstream timeouts and intervals must be positive")]
     Timeout,
-    #[error("the HTTP client cannot be built: {0}")]
-    Client(String),
     #[error("the upstream engine must be started inside a Tokio runtime")]
     NoRuntime,
 }

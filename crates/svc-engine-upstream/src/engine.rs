@@ -14,13 +14,16 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::FutureExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Request;
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
 use svc_core::{
     EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream, GenerateRequest,
 };
 use tokio::time::{Instant, timeout, timeout_at};
 
+use crate::client::{self, Exchange};
 use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::error::{self, Failure};
 use crate::pool::{Endpoint, Lease, Pool};
@@ -31,7 +34,6 @@ use crate::translate::{Step, Translator};
 /// An engine whose model runs elsewhere, behind OpenAI-compatible APIs.
 pub struct UpstreamEngine {
     pool: Arc<Pool>,
-    client: reqwest::Client,
     options: UpstreamOptions,
 }
 
@@ -75,29 +77,13 @@ impl UpstreamEngine {
             .iter()
             .map(Endpoint::new)
             .collect::<Result<Vec<_>, _>>()?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(options.connect_timeout)
-            .tcp_nodelay(true)
-            // An API endpoint has no business redirecting: following one
-            // would send the prompt (and the endpoint's key) elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ConfigError::Client(e.to_string()))?;
         let pool = Arc::new(Pool::new(
             endpoints,
             options.breaker_failures,
             options.breaker_cooldown,
         ));
-        runtime.spawn(health_checks(
-            Arc::downgrade(&pool),
-            client.clone(),
-            options.clone(),
-        ));
-        Ok(UpstreamEngine {
-            pool,
-            client,
-            options,
-        })
+        runtime.spawn(health_checks(Arc::downgrade(&pool), options.clone()));
+        Ok(UpstreamEngine { pool, options })
     }
 
     /// Every endpoint's state now.
@@ -139,47 +125,50 @@ impl UpstreamEngine {
                 format!("no whole reply within {wait:?}")
             })
         };
-        let mut post = self
-            .client
-            .post(endpoint.chat_url.clone())
+        let mut post = Request::post(endpoint.chat_path.clone())
+            .header(HOST, endpoint.origin.authority.clone())
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, accept)
-            .body(body);
+            .header(ACCEPT, accept);
         if let Some(auth) = &endpoint.auth {
             post = post.header(AUTHORIZATION, auth.clone());
         }
-        let response = match timeout_at(deadline, post.send()).await {
+        let post = post
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Failure::BadResponse(format!("the request cannot be built: {e}")))?;
+        let send = endpoint.origin.send(post, self.options.connect_timeout);
+        let mut exchange = match timeout_at(deadline, send).await {
             Err(_) => return Err(late()),
-            Ok(Err(e)) => return Err(sending_failed(&e)),
-            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(sending_failed(e)),
+            Ok(Ok(exchange)) => exchange,
         };
-        let status = response.status();
+        let status = exchange.status;
         if !status.is_success() {
             // The error body is read within what is left of the deadline.
-            let text = timeout_at(deadline, response.text())
+            let bytes = timeout_at(deadline, exchange.bytes())
                 .await
                 .ok()
                 .and_then(Result::ok)
                 .unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
             return Err(error::from_status(status.as_u16(), &text));
         }
         let mut first = Vec::new();
-        let is_json = response
-            .headers()
+        let is_json = exchange
+            .headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
         if is_json {
-            let bytes = match timeout_at(deadline, response.bytes()).await {
+            let bytes = match timeout_at(deadline, exchange.bytes()).await {
                 Err(_) => return Err(late()),
-                Ok(Err(e)) => return Err(body_failed(&e)),
+                Ok(Err(e)) => return Err(body_failed(e)),
                 Ok(Ok(bytes)) => bytes,
             };
             translator.whole(&bytes, &mut first)?;
             return Ok(Started::done(first));
         }
         let mut body = Body {
-            response,
+            exchange,
             decoder: SseDecoder::default(),
             translator,
             events: Vec::new(),
@@ -211,7 +200,7 @@ impl UpstreamEngine {
 
 /// An upstream response body being read as an event stream.
 struct Body {
-    response: reqwest::Response,
+    exchange: Exchange,
     decoder: SseDecoder,
     translator: Translator,
     /// Decoded and not yet translated (reused between reads).
@@ -226,9 +215,9 @@ impl Body {
         late: impl FnOnce() -> Failure,
         out: &mut Vec<EngineEvent>,
     ) -> Result<Step, Failure> {
-        let step = match timeout_at(deadline, self.response.chunk()).await {
+        let step = match timeout_at(deadline, self.exchange.chunk()).await {
             Err(_) => Err(late()),
-            Ok(Err(e)) => Err(body_failed(&e)),
+            Ok(Err(e)) => Err(body_failed(e)),
             Ok(Ok(None)) => self
                 .decoder
                 .finish(&mut self.events)
@@ -259,22 +248,7 @@ impl Body {
     /// rest of the body (`[DONE]`, the chunked terminator) is read, at once
     /// when it is already here, else off the caller's path.
     fn release(self) {
-        let mut response = self.response;
-        loop {
-            match response.chunk().now_or_never() {
-                Some(Ok(Some(_))) => {}
-                Some(Ok(None) | Err(_)) => return,
-                None => break,
-            }
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = timeout(Duration::from_secs(5), async {
-                    while let Ok(Some(_)) = response.chunk().await {}
-                })
-                .await;
-            });
-        }
+        self.exchange.finish();
     }
 }
 
@@ -344,35 +318,16 @@ fn translate(
     Ok(Step::More)
 }
 
-/// An error with its causes, for the log (reqwest's own message hides them).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-fn sending_failed(e: &reqwest::Error) -> Failure {
-    if e.is_connect() {
-        Failure::Unreachable(chain(e))
-    } else if e.is_timeout() {
-        Failure::Timeout(chain(e))
-    } else {
+fn sending_failed(e: client::Error) -> Failure {
+    match e {
+        client::Error::Connect(detail) => Failure::Unreachable(detail),
         // Closed or reset before a response: the endpoint's fault.
-        Failure::BadResponse(chain(e))
+        client::Error::Http(detail) => Failure::BadResponse(detail),
     }
 }
 
-fn body_failed(e: &reqwest::Error) -> Failure {
-    if e.is_timeout() {
-        Failure::Timeout(chain(e))
-    } else {
-        Failure::BadResponse(format!("the upstream body broke: {}", chain(e)))
-    }
+fn body_failed(e: client::Error) -> Failure {
+    Failure::BadResponse(format!("the upstream body broke: {e}"))
 }
 
 fn malformed(e: crate::sse::SseError) -> Failure {
@@ -447,7 +402,7 @@ impl Engine for UpstreamEngine {
 
 /// Asks every endpoint `GET {base_url}/models` each interval, until the
 /// pool is gone.
-async fn health_checks(pool: Weak<Pool>, client: reqwest::Client, options: UpstreamOptions) {
+async fn health_checks(pool: Weak<Pool>, options: UpstreamOptions) {
     let mut ticker = tokio::time::interval(options.health_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -455,10 +410,7 @@ async fn health_checks(pool: Weak<Pool>, client: reqwest::Client, options: Upstr
         let Some(pool) = pool.upgrade() else {
             return;
         };
-        let checks = pool
-            .endpoints
-            .iter()
-            .map(|e| check(&client, e, options.health_timeout));
+        let checks = pool.endpoints.iter().map(|e| check(e, &options));
         let results = futures::future::join_all(checks).await;
         for (endpoint, result) in pool.endpoints.iter().zip(results) {
             let detail = result.as_ref().err().map_or("", String::as_str);
@@ -467,22 +419,28 @@ async fn health_checks(pool: Weak<Pool>, client: reqwest::Client, options: Upstr
     }
 }
 
-async fn check(
-    client: &reqwest::Client,
-    endpoint: &Endpoint,
-    limit: Duration,
-) -> Result<(), String> {
-    let mut get = client.get(endpoint.models_url.clone()).timeout(limit);
+async fn check(endpoint: &Endpoint, options: &UpstreamOptions) -> Result<(), String> {
+    let mut get =
+        Request::get(endpoint.models_path.clone()).header(HOST, endpoint.origin.authority.clone());
     if let Some(auth) = &endpoint.auth {
         get = get.header(AUTHORIZATION, auth.clone());
     }
-    let response = get.send().await.map_err(|e| chain(&e))?;
-    let status = response.status();
-    // Read the (small) body so the connection goes back to the pool.
-    let _ = response.bytes().await;
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(format!("GET /models answered {status}"))
-    }
+    let get = get.body(Full::default()).map_err(|e| e.to_string())?;
+    let checked = async {
+        let mut exchange = endpoint
+            .origin
+            .send(get, options.connect_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Read the (small) body so the connection goes back to the pool.
+        let _ = exchange.bytes().await;
+        if exchange.status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("GET /models answered {}", exchange.status))
+        }
+    };
+    timeout(options.health_timeout, checked)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {:?}", options.health_timeout)))
 }

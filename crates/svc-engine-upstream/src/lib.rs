@@ -8,6 +8,7 @@
 //! HTTP serving and no svc framing: ids, `model` and SSE framing of svc's
 //! responses are the server's.
 
+mod client;
 mod config;
 mod engine;
 mod error;

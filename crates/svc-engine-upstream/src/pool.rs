@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderValue;
+use hyper::Uri;
+use hyper::header::HeaderValue;
 
+use crate::client::Origin;
 use crate::config::{ConfigError, EndpointConfig};
 use crate::error::Failure;
 
@@ -41,10 +43,12 @@ pub struct Endpoint {
     pub base_url: String,
     pub model: String,
     pub weight: u32,
-    /// Parsed once: parsing a URL string is a visible part of a request's
-    /// cost at thousands of requests a second.
-    pub chat_url: reqwest::Url,
-    pub models_url: reqwest::Url,
+    /// Where requests go, with the idle connections there.
+    pub origin: Arc<Origin>,
+    /// Paths of the chat and models APIs, parsed once: parsing a URL is a
+    /// visible part of a request's cost at thousands of requests a second.
+    pub chat_path: Uri,
+    pub models_path: Uri,
     /// `Bearer <key>`, marked sensitive so it is never logged.
     pub auth: Option<HeaderValue>,
     outstanding: AtomicUsize,
@@ -54,14 +58,16 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(config: &EndpointConfig) -> Result<Endpoint, ConfigError> {
         let base_url = config.base_url.trim_end_matches('/').to_owned();
-        let url = reqwest::Url::parse(&base_url)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
-            .ok_or_else(|| ConfigError::BaseUrl(config.base_url.clone()))?;
+        let bad_url = || ConfigError::BaseUrl(config.base_url.clone());
+        let url: Uri = base_url.parse().map_err(|_| bad_url())?;
         // The URL is logged; credentials belong in the key.
-        if !url.username().is_empty() || url.password().is_some() {
+        if url.authority().is_some_and(|a| a.as_str().contains('@')) {
             return Err(ConfigError::Credentials);
         }
+        if url.query().is_some() {
+            return Err(bad_url());
+        }
+        let origin = Origin::new(&url).ok_or_else(bad_url)?;
         if config.model.trim().is_empty() {
             return Err(ConfigError::Model(base_url));
         }
@@ -77,13 +83,14 @@ impl Endpoint {
             }
             None => None,
         };
-        let join = |path: &str| {
-            reqwest::Url::parse(&format!("{base_url}/{path}"))
-                .map_err(|_| ConfigError::BaseUrl(config.base_url.clone()))
+        let prefix = url.path().trim_end_matches('/');
+        let join = |path: &str| -> Result<Uri, ConfigError> {
+            format!("{prefix}/{path}").parse().map_err(|_| bad_url())
         };
         Ok(Endpoint {
-            chat_url: join("chat/completions")?,
-            models_url: join("models")?,
+            chat_path: join("chat/completions")?,
+            models_path: join("models")?,
+            origin: Arc::new(origin),
             base_url,
             model: config.model.clone(),
             weight: config.weight,
@@ -364,12 +371,19 @@ mod tests {
     fn urls_are_derived_and_checked() {
         let p = pool(&[1], 1, Duration::ZERO);
         let e = &p.endpoints[0];
-        assert_eq!(
-            e.chat_url.as_str(),
-            "http://10.0.0.0:8000/v1/chat/completions"
-        );
-        assert_eq!(e.models_url.as_str(), "http://10.0.0.0:8000/v1/models");
-        for bad in ["ftp://x/v1", "not a url", "http://"] {
+        assert_eq!(e.chat_path, "/v1/chat/completions");
+        assert_eq!(e.models_path, "/v1/models");
+        assert_eq!(e.origin.authority, "10.0.0.0:8000");
+        let root = Endpoint::new(&EndpointConfig::new("https://[::1]", "m")).unwrap();
+        assert_eq!(root.chat_path, "/chat/completions");
+        assert_eq!(root.origin.authority, "[::1]");
+        for bad in [
+            "ftp://x/v1",
+            "not a url",
+            "http://",
+            "x/v1",
+            "http://x/v1?a=b",
+        ] {
             assert_eq!(
                 Endpoint::new(&EndpointConfig::new(bad, "m")).unwrap_err(),
                 ConfigError::BaseUrl(bad.into())

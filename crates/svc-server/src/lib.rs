@@ -12,6 +12,7 @@ pub mod ratelimit;
 pub mod registry;
 pub mod request_id;
 pub mod routes;
+mod serve;
 pub mod shape;
 pub mod startup;
 pub mod state;

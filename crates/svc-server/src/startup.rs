@@ -2,7 +2,6 @@
 //! (so the port is known before serving), [`Application::run`] serves until
 //! the shutdown token is cancelled.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -119,31 +118,23 @@ impl Application {
     /// Serves until `shutdown` is cancelled; then stops accepting
     /// connections, lets in-flight requests (streams included) finish for
     /// up to the configured grace period, and returns.
-    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
+    pub async fn run(self, shutdown: CancellationToken) {
         let grace = self.shutdown_grace;
         let (ledger, store) = self.ledger;
         let stop_ledger = CancellationToken::new();
         let flusher = tokio::spawn(ledger.run(store, stop_ledger.clone()));
-        let serve = axum::serve(
-            self.listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .into_future();
-        let result = tokio::select! {
-            result = serve => result,
+        let serve = crate::serve::serve(self.listener, self.router, shutdown.clone());
+        tokio::select! {
+            () = serve => {}
             () = async {
                 shutdown.cancelled().await;
                 tokio::time::sleep(grace).await;
             } => {
                 tracing::warn!(grace_seconds = grace.as_secs_f64(), "grace period over: closing the connections still open");
-                Ok(())
             }
-        };
+        }
         // The last usage counts are written before the server says it stopped.
         stop_ledger.cancel();
         let _ = flusher.await;
-        result
     }
 }

@@ -34,7 +34,7 @@ pub struct TestApp {
     /// The database URL, for a second process on the same data.
     pub database_url: String,
     shutdown: CancellationToken,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    server: Option<tokio::task::JoinHandle<()>>,
     _dir: Option<TempDir>,
 }
 
@@ -98,7 +98,7 @@ impl TestApp {
         let started = std::time::Instant::now();
         self.shutdown.cancel();
         if let Some(server) = self.server.take() {
-            server.await.expect("server task").expect("server ran");
+            server.await.expect("server task");
         }
         started.elapsed()
     }

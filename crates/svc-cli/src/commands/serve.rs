@@ -37,7 +37,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    app.run(shutdown).await.context("the server failed")?;
+    app.run(shutdown).await;
     eprintln!("svc stopped");
     Ok(())
 }

@@ -79,6 +79,6 @@ async fn main() -> anyhow::Result<()> {
     writeln!(out, "url http://{}", app.local_addr())?;
     writeln!(out, "key {}", key.expose())?;
     out.flush()?;
-    app.run(CancellationToken::new()).await?;
+    app.run(CancellationToken::new()).await;
     Ok(())
 }

@@ -1,0 +1,630 @@
+//! svc's HTTP/1.1 client for upstream endpoints: hyper's connection API
+//! with a pool of idle connections per origin, each connection driven by
+//! the task that uses it.
+//!
+//! Why not a general client (reqwest, hyper-util's): those run every
+//! connection as a task of its own, so a request wakes that task and its
+//! reply wakes the caller back. On a multi-threaded runtime each of those
+//! wake-ups may rouse a parked worker thread, and on a small virtual
+//! machine a wake-up of an idle vCPU costs more than the rest of the
+//! gateway's work. Here the caller polls its connection itself, so a
+//! request is sent, answered and read in the task of the client's own
+//! connection (which absorbs the wake-ups a task gives itself, see
+//! svc-server's `serve`), with no hand-off: a connection is only ever
+//! polled by the one request that holds it, and an idle one by nobody (it
+//! is checked when taken from the pool).
+
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::Full;
+use hyper::body::{Body as _, Incoming};
+use hyper::client::conn::http1;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::{self, pki_types::ServerName};
+
+/// Idle connections kept per origin; more are closed when given back.
+const MAX_IDLE: usize = 512;
+/// An idle connection older than this is closed rather than reused: the
+/// server has likely given up on it.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why an exchange failed.
+#[derive(Debug)]
+pub enum Error {
+    /// No connection could be opened (refused, unresolvable, TLS refused,
+    /// or no answer within the connect timeout).
+    Connect(String),
+    /// The connection broke or the peer spoke bad HTTP.
+    Http(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Connect(detail) => write!(f, "cannot connect: {detail}"),
+            Error::Http(detail) => f.write_str(detail),
+        }
+    }
+}
+
+/// An error with its causes (hyper's own message hides them).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn http_error(e: &hyper::Error) -> Error {
+    Error::Http(chain(e))
+}
+
+/// Where connections go (scheme, host and port of a base URL), and the
+/// idle connections to it.
+pub struct Origin {
+    tls: Option<(ServerName<'static>, Arc<rustls::ClientConfig>)>,
+    /// For connecting: an IPv6 literal without its brackets.
+    host: String,
+    port: u16,
+    /// The `Host` header: the URL's authority as written.
+    pub authority: HeaderValue,
+    /// Oldest first.
+    idle: Mutex<VecDeque<Conn>>,
+}
+
+impl std::fmt::Debug for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Origin")
+            .field("tls", &self.tls.is_some())
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Origin {
+    /// The origin of an absolute `http://` or `https://` URI; `None` for
+    /// any other scheme, a missing host, or credentials in the authority.
+    pub fn new(uri: &Uri) -> Option<Origin> {
+        Origin::with_tls(uri, tls_config)
+    }
+
+    /// As [`Origin::new`], trusting what `tls` says for `https://`.
+    fn with_tls(
+        uri: &Uri,
+        tls: impl FnOnce() -> Option<Arc<rustls::ClientConfig>>,
+    ) -> Option<Origin> {
+        let https = match uri.scheme_str()? {
+            "http" => false,
+            "https" => true,
+            _ => return None,
+        };
+        let authority = uri.authority()?;
+        let host = authority.host();
+        if host.is_empty() || authority.as_str().contains('@') {
+            return None;
+        }
+        let bare = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let tls = if https {
+            Some((ServerName::try_from(bare.clone()).ok()?, tls()?))
+        } else {
+            None
+        };
+        Some(Origin {
+            port: authority
+                .port_u16()
+                .unwrap_or(if tls.is_some() { 443 } else { 80 }),
+            authority: HeaderValue::from_str(authority.as_str()).ok()?,
+            tls,
+            host: bare,
+            idle: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<Conn>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The most recently used idle connection that is still open.
+    fn checkout(&self) -> Option<Conn> {
+        loop {
+            let mut conn = self.idle().pop_back()?;
+            if conn.idle_since.elapsed() < IDLE_TIMEOUT && conn.still_open() {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// Keeps a connection whose exchange ended cleanly for the next one.
+    fn checkin(&self, mut conn: Conn) {
+        if !conn.still_open() {
+            return;
+        }
+        conn.idle_since = Instant::now();
+        let mut idle = self.idle();
+        // The oldest goes first when it is stale or there are too many.
+        let oldest = if idle
+            .front()
+            .is_some_and(|c| c.idle_since.elapsed() >= IDLE_TIMEOUT)
+            || idle.len() >= MAX_IDLE
+        {
+            idle.pop_front()
+        } else {
+            None
+        };
+        idle.push_back(conn);
+        drop(idle);
+        // Closed outside the lock.
+        drop(oldest);
+    }
+
+    async fn connect(&self, limit: Duration) -> Result<Conn, Error> {
+        let connect = async {
+            let tcp = TcpStream::connect((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| Error::Connect(e.to_string()))?;
+            tcp.set_nodelay(true)
+                .map_err(|e| Error::Connect(e.to_string()))?;
+            Ok(match &self.tls {
+                None => Stream::Plain(tcp),
+                Some((name, config)) => {
+                    let tls = TlsConnector::from(config.clone())
+                        .connect(name.clone(), tcp)
+                        .await
+                        .map_err(|e| Error::Connect(format!("TLS: {}", chain(&e))))?;
+                    Stream::Tls(Box::new(tls))
+                }
+            })
+        };
+        let stream = match tokio::time::timeout(limit, connect).await {
+            Ok(stream) => stream?,
+            Err(_) => return Err(Error::Connect(format!("no connection within {limit:?}"))),
+        };
+        let (send, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Error::Connect(chain(&e)))?;
+        Ok(Conn {
+            send,
+            conn,
+            ended: false,
+            idle_since: Instant::now(),
+        })
+    }
+
+    /// Sends `request` on an idle connection, or a new one, and reads the
+    /// response head. A request that a reused connection could not even
+    /// start to send (the server had closed it) is sent on another.
+    pub async fn send(
+        self: &Arc<Self>,
+        mut request: Request<Full<Bytes>>,
+        connect_timeout: Duration,
+    ) -> Result<Exchange, Error> {
+        loop {
+            let (mut conn, reused) = match self.checkout() {
+                Some(conn) => (conn, true),
+                None => (self.connect(connect_timeout).await?, false),
+            };
+            let mut sent = pin!(conn.send.try_send_request(request));
+            let outcome = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
+            match outcome {
+                Ok(Ok(response)) => {
+                    let (head, body) = response.into_parts();
+                    return Ok(Exchange {
+                        status: head.status,
+                        headers: head.headers,
+                        body,
+                        conn: Some(conn),
+                        origin: self.clone(),
+                    });
+                }
+                Ok(Err(mut e)) => match e.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(http_error(e.error())),
+                },
+                Err(ended) => return Err(ended),
+            }
+        }
+    }
+}
+
+/// Trusting the public web's root certificates; built once: parsing them is
+/// not free.
+fn tls_config() -> Option<Arc<rustls::ClientConfig>> {
+    static CONFIG: OnceLock<Option<Arc<rustls::ClientConfig>>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            client_config(rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            })
+        })
+        .clone()
+}
+
+/// `None` only if ring lacked the default TLS versions, which it does not.
+fn client_config(roots: rustls::RootCertStore) -> Option<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Some(Arc::new(config))
+}
+
+/// One request's response: its head, and its body to read while the
+/// connection is driven by the reader.
+pub struct Exchange {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    body: Incoming,
+    /// `None` once the body has ended and the connection went back.
+    conn: Option<Conn>,
+    origin: Arc<Origin>,
+}
+
+impl Exchange {
+    /// The next piece of the body; `None` at its end, when the connection
+    /// goes back to the pool.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
+        let body = &mut self.body;
+        let data = poll_fn(|cx| conn.poll_with(cx, |cx| poll_data(body, cx))).await?;
+        match data {
+            Some(Ok(bytes)) => Ok(Some(bytes)),
+            Some(Err(e)) => Err(http_error(&e)),
+            None => {
+                if let Some(conn) = self.conn.take() {
+                    self.origin.checkin(conn);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The whole body.
+    pub async fn bytes(&mut self) -> Result<Bytes, Error> {
+        let mut all = BytesMut::new();
+        while let Some(chunk) = self.chunk().await? {
+            all.extend_from_slice(&chunk);
+        }
+        Ok(all.freeze())
+    }
+
+    /// Reads what is left of a body the caller no longer needs, so the
+    /// connection can be reused: at once when it is already here (the
+    /// usual case), else in a task of its own for a few seconds.
+    pub fn finish(mut self) {
+        loop {
+            match futures::FutureExt::now_or_never(self.chunk()) {
+                Some(Ok(Some(_))) => {}
+                Some(Ok(None) | Err(_)) => return,
+                None => break,
+            }
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    while let Ok(Some(_)) = self.chunk().await {}
+                })
+                .await;
+            });
+        }
+    }
+}
+
+fn poll_data(
+    body: &mut Incoming,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Bytes, hyper::Error>>> {
+    loop {
+        let frame = match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+            Poll::Ready(Some(Ok(frame))) => frame,
+        };
+        // Trailers and empty frames carry nothing for us.
+        if let Ok(data) = frame.into_data()
+            && !data.is_empty()
+        {
+            return Poll::Ready(Some(Ok(data)));
+        }
+    }
+}
+
+/// One HTTP/1.1 connection: the handle requests are sent through, and the
+/// connection itself, polled by whoever holds it.
+struct Conn {
+    send: http1::SendRequest<Full<Bytes>>,
+    conn: http1::Connection<TokioIo<Stream>, Full<Bytes>>,
+    /// The connection future finished (closed or failed); never poll it
+    /// again.
+    ended: bool,
+    idle_since: Instant,
+}
+
+impl Conn {
+    /// Polls `work` (a response or body future of this connection) with
+    /// the connection, in the calling task: the connection does the I/O
+    /// that lets `work` finish.
+    fn poll_with<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut work: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<Result<T, Error>> {
+        if let Poll::Ready(value) = work(cx) {
+            return Poll::Ready(Ok(value));
+        }
+        if !self.ended {
+            match Pin::new(&mut self.conn).poll(cx) {
+                Poll::Pending => {}
+                Poll::Ready(result) => {
+                    self.ended = true;
+                    if let Err(e) = result {
+                        tracing::debug!(error = %chain(&e), "upstream connection failed");
+                    }
+                }
+            }
+            if let Poll::Ready(value) = work(cx) {
+                return Poll::Ready(Ok(value));
+            }
+        }
+        if self.ended {
+            // Nothing can make progress without the connection.
+            return Poll::Ready(Err(Error::Http(
+                "the connection closed before the response ended".into(),
+            )));
+        }
+        Poll::Pending
+    }
+
+    /// Whether the connection can take another request: polled once (so a
+    /// close by the server is noticed) with no task to wake.
+    fn still_open(&mut self) -> bool {
+        if !self.ended {
+            let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+            if Pin::new(&mut self.conn).poll(&mut cx).is_ready() {
+                self.ended = true;
+            }
+        }
+        !self.ended && self.send.is_ready()
+    }
+}
+
+/// A plain or TLS connection.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio_rustls::TlsAcceptor;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    use super::*;
+
+    const CERT: &[u8] = include_bytes!("../tests/fixtures/localhost.cert.der");
+    const KEY: &[u8] = include_bytes!("../tests/fixtures/localhost.key.der");
+
+    /// Reads one request head (these tests send no bodies).
+    async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<String> {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).await.ok()? == 0 {
+                return None;
+            }
+            head.push(byte[0]);
+        }
+        Some(String::from_utf8_lossy(&head).into_owned())
+    }
+
+    /// A server that answers `ok` to `per_connection` requests on each
+    /// connection and then closes it without saying so; counts connections.
+    async fn closing_server(per_connection: usize) -> (Uri, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    for _ in 0..per_connection {
+                        if read_head(&mut socket).await.is_none() {
+                            return;
+                        }
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if socket.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (uri.parse().unwrap(), connections)
+    }
+
+    fn get(origin: &Origin) -> Request<Full<Bytes>> {
+        Request::get("/")
+            .header(hyper::header::HOST, origin.authority.clone())
+            .body(Full::default())
+            .unwrap()
+    }
+
+    async fn fetch(origin: &Arc<Origin>) -> Result<(StatusCode, Bytes), Error> {
+        let mut exchange = origin.send(get(origin), Duration::from_secs(5)).await?;
+        Ok((exchange.status, exchange.bytes().await?))
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_until_the_server_closes_it() {
+        let (uri, connections) = closing_server(3).await;
+        let origin = Arc::new(Origin::new(&uri).unwrap());
+        for _ in 0..7 {
+            let (status, body) = fetch(&origin).await.unwrap();
+            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+            // Time for a close to arrive before the next request.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let origin = Arc::new(Origin::new(&uri.parse().unwrap()).unwrap());
+        assert!(matches!(fetch(&origin).await, Err(Error::Connect(_))));
+    }
+
+    /// An HTTPS server with the test certificate for `localhost`.
+    async fn tls_server() -> u16 {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(CERT.to_vec())],
+                PrivateKeyDer::try_from(KEY.to_vec()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(socket).await else {
+                        return;
+                    };
+                    while let Some(head) = read_head(&mut tls).await {
+                        let host = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("host: "))
+                            .unwrap_or("")
+                            .to_owned();
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{host}",
+                            host.len()
+                        );
+                        if tls.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn https_is_spoken_and_the_certificate_checked() {
+        let port = tls_server().await;
+        let uri: Uri = format!("https://localhost:{port}/v1").parse().unwrap();
+        // The public roots do not vouch for the test certificate.
+        let origin = Arc::new(Origin::new(&uri).unwrap());
+        match fetch(&origin).await {
+            Err(Error::Connect(detail)) => assert!(detail.contains("certificate"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
+        // Trusting it, the request goes through, twice on one connection.
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(CERT.to_vec())).unwrap();
+        let origin = Arc::new(Origin::with_tls(&uri, || client_config(roots)).unwrap());
+        for _ in 0..2 {
+            let (status, body) = fetch(&origin).await.unwrap();
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(&body[..], format!("localhost:{port}").as_bytes());
+        }
+        assert_eq!(origin.idle().len(), 1);
+    }
+}
