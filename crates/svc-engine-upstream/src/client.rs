@@ -211,21 +211,27 @@ impl Origin {
     }
 
     /// Sends `request` on an idle connection, or a new one, and reads the
-    /// response head. A request that a reused connection could not even
-    /// start to send (the server had closed it) is sent on another.
+    /// response head. A reused connection can turn out to have been closed
+    /// by the server (its keep-alive ran out just as the request went):
+    /// then the request is sent again on a new connection, once. That may
+    /// repeat a request the server had received; the engine retries a
+    /// failure before the first byte on another endpoint anyway.
     pub async fn send(
         self: &Arc<Self>,
         mut request: Request<Full<Bytes>>,
         connect_timeout: Duration,
     ) -> Result<Exchange, Error> {
+        let mut fresh_only = false;
         loop {
-            let (mut conn, reused) = match self.checkout() {
+            let idle = if fresh_only { None } else { self.checkout() };
+            let (mut conn, reused) = match idle {
                 Some(conn) => (conn, true),
                 None => (self.connect(connect_timeout).await?, false),
             };
+            let copy = reused.then(|| duplicate(&request));
             let mut sent = pin!(conn.send.try_send_request(request));
             let outcome = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
-            match outcome {
+            let error = match outcome {
                 Ok(Ok(response)) => {
                     let (head, body) = response.into_parts();
                     return Ok(Exchange {
@@ -236,14 +242,42 @@ impl Origin {
                         origin: self.clone(),
                     });
                 }
-                Ok(Err(mut e)) => match e.take_message() {
-                    Some(unsent) if reused => request = unsent,
-                    _ => return Err(http_error(e.error())),
+                Ok(Err(mut e)) => match (e.take_message(), copy) {
+                    // Never written: another idle connection may do.
+                    (Some(unsent), Some(_)) => {
+                        request = unsent;
+                        continue;
+                    }
+                    (_, Some(copy)) => {
+                        tracing::debug!(error = %chain(e.error()), "reused upstream connection failed; sending again");
+                        request = copy;
+                        fresh_only = true;
+                        continue;
+                    }
+                    (_, None) => http_error(e.error()),
                 },
-                Err(ended) => return Err(ended),
-            }
+                Err(ended) => match copy {
+                    Some(copy) => {
+                        request = copy;
+                        fresh_only = true;
+                        continue;
+                    }
+                    None => ended,
+                },
+            };
+            return Err(error);
         }
     }
+}
+
+/// The same request again (its body is shared, not copied).
+fn duplicate(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut copy = Request::new(request.body().clone());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    copy
 }
 
 /// Trusting the public web's root certificates; built once: parsing them is
@@ -505,8 +539,9 @@ mod tests {
     }
 
     /// A server that answers `ok` to `per_connection` requests on each
-    /// connection and then closes it without saying so; counts connections.
-    async fn closing_server(per_connection: usize) -> (Uri, Arc<AtomicUsize>) {
+    /// connection and then closes it without saying so (with `abrupt`:
+    /// once the next request has arrived, unanswered); counts connections.
+    async fn closing_server(per_connection: usize, abrupt: bool) -> (Uri, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let uri = format!("http://{}", listener.local_addr().unwrap());
         let connections = Arc::new(AtomicUsize::new(0));
@@ -523,6 +558,9 @@ mod tests {
                         if socket.write_all(reply).await.is_err() {
                             return;
                         }
+                    }
+                    if abrupt {
+                        let _ = read_head(&mut socket).await;
                     }
                 });
             }
@@ -544,7 +582,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_reused_until_the_server_closes_it() {
-        let (uri, connections) = closing_server(3).await;
+        let (uri, connections) = closing_server(3, false).await;
         let origin = Arc::new(Origin::new(&uri).unwrap());
         for _ in 0..7 {
             let (status, body) = fetch(&origin).await.unwrap();
@@ -552,6 +590,19 @@ mod tests {
             // Time for a close to arrive before the next request.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        assert_eq!(connections.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_request_the_server_dropped_on_a_reused_connection_is_sent_again() {
+        let (uri, connections) = closing_server(1, true).await;
+        let origin = Arc::new(Origin::new(&uri).unwrap());
+        for _ in 0..3 {
+            let (status, body) = fetch(&origin).await.unwrap();
+            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+        }
+        // Each connection answers once; the second and third requests went
+        // to a reused connection first, then to a new one.
         assert_eq!(connections.load(Ordering::SeqCst), 3);
     }
 
