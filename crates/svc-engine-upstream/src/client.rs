@@ -13,6 +13,10 @@
 //! svc-server's `serve`), with no hand-off: a connection is only ever
 //! polled by the one request that holds it, and an idle one by nobody (it
 //! is checked when taken from the pool).
+//!
+//! Redirects are never followed: an API endpoint has no business
+//! redirecting, and following one would send the prompt (and the
+//! endpoint's key) elsewhere. A 3xx is an error like any other non-2xx.
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
