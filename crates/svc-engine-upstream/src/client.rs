@@ -29,14 +29,16 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 use hyper::client::conn::http1;
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::{HeaderMap, HeaderValue, PROXY_AUTHORIZATION};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::{self, pki_types::ServerName};
+
+use crate::proxy::{Proxies, Proxy};
 
 /// Idle connections kept per origin; more are closed when given back.
 const MAX_IDLE: usize = 512;
@@ -88,6 +90,10 @@ pub struct Origin {
     port: u16,
     /// The `Host` header: the URL's authority as written.
     pub authority: HeaderValue,
+    /// `host:port` as a proxy's `CONNECT` names it.
+    target: String,
+    /// The HTTP proxy connections go through, if any.
+    pub proxy: Option<Proxy>,
     /// Oldest first.
     idle: Mutex<VecDeque<Conn>>,
 }
@@ -98,20 +104,23 @@ impl std::fmt::Debug for Origin {
             .field("tls", &self.tls.is_some())
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("proxy", &self.proxy)
             .finish_non_exhaustive()
     }
 }
 
 impl Origin {
-    /// The origin of an absolute `http://` or `https://` URI; `None` for
-    /// any other scheme, a missing host, or credentials in the authority.
-    pub fn new(uri: &Uri) -> Option<Origin> {
-        Origin::with_tls(uri, tls_config)
+    /// The origin of an absolute `http://` or `https://` URI, reached
+    /// through the proxy `proxies` name for it; `None` for any other
+    /// scheme, a missing host, or credentials in the authority.
+    pub fn new(uri: &Uri, proxies: &Proxies) -> Option<Origin> {
+        Origin::with_tls(uri, proxies, tls_config)
     }
 
     /// As [`Origin::new`], trusting what `tls` says for `https://`.
     fn with_tls(
         uri: &Uri,
+        proxies: &Proxies,
         tls: impl FnOnce() -> Option<Arc<rustls::ClientConfig>>,
     ) -> Option<Origin> {
         let https = match uri.scheme_str()? {
@@ -133,10 +142,11 @@ impl Origin {
         } else {
             None
         };
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         Some(Origin {
-            port: authority
-                .port_u16()
-                .unwrap_or(if tls.is_some() { 443 } else { 80 }),
+            proxy: proxies.for_host(https, host),
+            target: format!("{host}:{port}"),
+            port,
             authority: HeaderValue::from_str(authority.as_str()).ok()?,
             tls,
             host: bare,
@@ -183,11 +193,19 @@ impl Origin {
 
     async fn connect(&self, limit: Duration) -> Result<Conn, Error> {
         let connect = async {
-            let tcp = TcpStream::connect((self.host.as_str(), self.port))
-                .await
-                .map_err(|e| Error::Connect(e.to_string()))?;
+            let mut tcp = match &self.proxy {
+                None => TcpStream::connect((self.host.as_str(), self.port))
+                    .await
+                    .map_err(|e| Error::Connect(e.to_string()))?,
+                Some(proxy) => TcpStream::connect((proxy.host.as_str(), proxy.port))
+                    .await
+                    .map_err(|e| Error::Connect(format!("proxy {}: {e}", proxy.shown)))?,
+            };
             tcp.set_nodelay(true)
                 .map_err(|e| Error::Connect(e.to_string()))?;
+            if let (Some(_), Some(proxy)) = (&self.tls, &self.proxy) {
+                tunnel(&mut tcp, &self.target, proxy).await?;
+            }
             Ok(match &self.tls {
                 None => Stream::Plain(tcp),
                 Some((name, config)) => {
@@ -225,6 +243,19 @@ impl Origin {
         mut request: Request<Full<Bytes>>,
         connect_timeout: Duration,
     ) -> Result<Exchange, Error> {
+        if let (None, Some(proxy)) = (&self.tls, &self.proxy) {
+            // A plain request to a proxy names the whole URL.
+            let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+            let absolute = format!("http://{}{path}", self.target);
+            *request.uri_mut() = absolute
+                .parse()
+                .map_err(|_| Error::Connect(format!("cannot address {absolute} to the proxy")))?;
+            if let Some(auth) = &proxy.authorization {
+                request
+                    .headers_mut()
+                    .insert(PROXY_AUTHORIZATION, auth.clone());
+            }
+        }
         let mut fresh_only = false;
         loop {
             let idle = if fresh_only { None } else { self.checkout() };
@@ -282,6 +313,43 @@ fn duplicate(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
     *copy.version_mut() = request.version();
     *copy.headers_mut() = request.headers().clone();
     copy
+}
+
+/// Opens a tunnel to `target` through `proxy` with `CONNECT`, on `tcp`
+/// (connected to the proxy).
+async fn tunnel(tcp: &mut TcpStream, target: &str, proxy: &Proxy) -> Result<(), Error> {
+    let refused = |detail: String| Error::Connect(format!("proxy {}: {detail}", proxy.shown));
+    let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
+    if let Some(auth) = &proxy.authorization {
+        head.extend_from_slice(b"Proxy-Authorization: ");
+        head.extend_from_slice(auth.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    tcp.write_all(&head)
+        .await
+        .map_err(|e| refused(e.to_string()))?;
+    // The answer's head, and nothing after it: the tunnel is silent until
+    // the TLS handshake starts.
+    let mut answer = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if answer.len() > 8192 {
+            return Err(refused("an endless answer to CONNECT".into()));
+        }
+        match tcp.read(&mut byte).await {
+            Ok(0) => return Err(refused("closed during CONNECT".into())),
+            Ok(_) => answer.push(byte[0]),
+            Err(e) => return Err(refused(e.to_string())),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.lines().next().unwrap_or_default();
+    let code = status.split_whitespace().nth(1);
+    if !status.starts_with("HTTP/1.") || code != Some("200") {
+        return Err(refused(format!("CONNECT {target} answered {status:?}")));
+    }
+    Ok(())
 }
 
 /// Trusting the public web's root certificates; built once: parsing them is
@@ -520,7 +588,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
     use tokio_rustls::TlsAcceptor;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -587,7 +655,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_is_reused_until_the_server_closes_it() {
         let (uri, connections) = closing_server(3, false).await;
-        let origin = Arc::new(Origin::new(&uri).unwrap());
+        let origin = Arc::new(Origin::new(&uri, &Proxies::default()).unwrap());
         for _ in 0..7 {
             let (status, body) = fetch(&origin).await.unwrap();
             assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
@@ -600,7 +668,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_the_server_dropped_on_a_reused_connection_is_sent_again() {
         let (uri, connections) = closing_server(1, true).await;
-        let origin = Arc::new(Origin::new(&uri).unwrap());
+        let origin = Arc::new(Origin::new(&uri, &Proxies::default()).unwrap());
         for _ in 0..3 {
             let (status, body) = fetch(&origin).await.unwrap();
             assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
@@ -615,8 +683,146 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let uri = format!("http://{}", listener.local_addr().unwrap());
         drop(listener);
-        let origin = Arc::new(Origin::new(&uri.parse().unwrap()).unwrap());
+        let origin = Arc::new(Origin::new(&uri.parse().unwrap(), &Proxies::default()).unwrap());
         assert!(matches!(fetch(&origin).await, Err(Error::Connect(_))));
+    }
+
+    /// An HTTP proxy: `CONNECT` tunnels and plain requests in absolute
+    /// form, each piped to the address it names (`localhost` is
+    /// 127.0.0.1); keeps the first request head of every connection.
+    async fn test_proxy() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Some(head) = read_head(&mut client).await else {
+                        return;
+                    };
+                    seen.lock().unwrap().push(head.clone());
+                    let line = head.lines().next().unwrap_or_default().to_owned();
+                    let mut words = line.split(' ');
+                    let method = words.next().unwrap_or_default();
+                    let target = words.next().unwrap_or_default();
+                    let address = match method {
+                        "CONNECT" => target,
+                        _ => target
+                            .trim_start_matches("http://")
+                            .split('/')
+                            .next()
+                            .unwrap_or_default(),
+                    }
+                    .replace("localhost", "127.0.0.1");
+                    let Ok(mut server) = TcpStream::connect(address).await else {
+                        return;
+                    };
+                    let opened = if method == "CONNECT" {
+                        client
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await
+                    } else {
+                        server.write_all(head.as_bytes()).await
+                    };
+                    if opened.is_ok() {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        (port, heads)
+    }
+
+    fn proxies(vars: &[(&str, String)]) -> Proxies {
+        Proxies::from_vars(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn plain_requests_go_to_the_proxy_whole_url_and_credentials() {
+        let (uri, connections) = closing_server(10, false).await;
+        let (proxy_port, heads) = test_proxy().await;
+        let via = proxies(&[(
+            "http_proxy",
+            format!("http://user:pw@127.0.0.1:{proxy_port}"),
+        )]);
+        let origin = Arc::new(Origin::new(&uri, &via).unwrap());
+        for _ in 0..2 {
+            let (status, body) = fetch(&origin).await.unwrap();
+            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+        let first = heads.lock().unwrap().clone();
+        assert_eq!(first.len(), 1, "{first:?}");
+        let authority = uri.authority().unwrap().as_str().to_owned();
+        assert!(
+            first[0].starts_with(&format!("GET http://{authority}/ HTTP/1.1\r\n")),
+            "{first:?}"
+        );
+        // "user:pw"
+        assert!(
+            first[0].contains("proxy-authorization: Basic dXNlcjpwdw==\r\n"),
+            "{first:?}"
+        );
+        // Named in no_proxy: straight to the server.
+        let direct = proxies(&[
+            ("http_proxy", format!("http://127.0.0.1:{proxy_port}")),
+            ("no_proxy", "localhost,127.0.0.0/8".into()),
+        ]);
+        let origin = Arc::new(Origin::new(&uri, &direct).unwrap());
+        fetch(&origin).await.unwrap();
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        assert_eq!(heads.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn https_goes_through_a_connect_tunnel() {
+        let port = tls_server().await;
+        let (proxy_port, heads) = test_proxy().await;
+        let via = proxies(&[("HTTPS_PROXY", format!("127.0.0.1:{proxy_port}"))]);
+        let uri: Uri = format!("https://localhost:{port}/v1").parse().unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(CERT.to_vec())).unwrap();
+        let origin = Arc::new(Origin::with_tls(&uri, &via, || client_config(roots)).unwrap());
+        let (status, body) = fetch(&origin).await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(&body[..], format!("localhost:{port}").as_bytes());
+        let heads = heads.lock().unwrap().clone();
+        assert_eq!(
+            heads,
+            [format!(
+                "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_that_refuses_the_tunnel_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let _ = read_head(&mut socket).await;
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n",
+                    )
+                    .await;
+            }
+        });
+        let via = proxies(&[("all_proxy", format!("http://127.0.0.1:{proxy_port}"))]);
+        let uri: Uri = "https://api.example.com/v1".parse().unwrap();
+        let origin = Arc::new(Origin::new(&uri, &via).unwrap());
+        match fetch(&origin).await {
+            Err(Error::Connect(detail)) => assert!(detail.contains("407"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// An HTTPS server with the test certificate for `localhost`.
@@ -666,7 +872,7 @@ mod tests {
         let port = tls_server().await;
         let uri: Uri = format!("https://localhost:{port}/v1").parse().unwrap();
         // The public roots do not vouch for the test certificate.
-        let origin = Arc::new(Origin::new(&uri).unwrap());
+        let origin = Arc::new(Origin::new(&uri, &Proxies::default()).unwrap());
         match fetch(&origin).await {
             Err(Error::Connect(detail)) => assert!(detail.contains("certificate"), "{detail}"),
             other => panic!("{other:?}"),
@@ -674,7 +880,8 @@ mod tests {
         // Trusting it, the request goes through, twice on one connection.
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from(CERT.to_vec())).unwrap();
-        let origin = Arc::new(Origin::with_tls(&uri, || client_config(roots)).unwrap());
+        let origin =
+            Arc::new(Origin::with_tls(&uri, &Proxies::default(), || client_config(roots)).unwrap());
         for _ in 0..2 {
             let (status, body) = fetch(&origin).await.unwrap();
             assert_eq!(status, StatusCode::OK);

@@ -54,9 +54,10 @@ impl EndpointConfig {
     }
 
     /// Checks what [`UpstreamEngine::new`](crate::UpstreamEngine::new)
-    /// would refuse about this endpoint, without starting anything.
+    /// would refuse about this endpoint, without starting anything (the
+    /// proxy variables are read, and checked, by the engine).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::pool::Endpoint::new(self).map(|_| ())
+        crate::pool::Endpoint::new(self, &crate::proxy::Proxies::default()).map(|_| ())
     }
 }
 
@@ -121,6 +122,8 @@ pub enum ConfigError {
     Weight(String),
     #[error("upstream {0}: the API key is not a valid header value")]
     Key(String),
+    #[error("proxy {0:?} must be an http:// URL (no other kind of proxy is spoken to)")]
+    Proxy(String),
     #[error("upstream timeouts and intervals must be positive")]
     Timeout,
     #[error("the upstream engine must be started inside a Tokio runtime")]

@@ -27,6 +27,7 @@ use crate::client::{self, Exchange};
 use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::error::{self, Failure};
 use crate::pool::{Endpoint, Lease, Pool};
+use crate::proxy::Proxies;
 use crate::request;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::translate::{Step, Translator};
@@ -73,10 +74,16 @@ impl UpstreamEngine {
             return Err(ConfigError::Timeout);
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let proxies = Proxies::from_env()?;
         let endpoints = endpoints
             .iter()
-            .map(Endpoint::new)
+            .map(|config| Endpoint::new(config, &proxies))
             .collect::<Result<Vec<_>, _>>()?;
+        for endpoint in &endpoints {
+            if let Some(proxy) = &endpoint.origin.proxy {
+                tracing::info!(upstream = %endpoint.base_url, proxy = %proxy.shown, "upstream reached through a proxy");
+            }
+        }
         let pool = Arc::new(Pool::new(
             endpoints,
             options.breaker_failures,

@@ -13,6 +13,7 @@ mod config;
 mod engine;
 mod error;
 mod pool;
+mod proxy;
 mod request;
 mod sse;
 mod translate;

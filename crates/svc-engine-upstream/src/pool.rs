@@ -17,6 +17,7 @@ use hyper::header::HeaderValue;
 use crate::client::Origin;
 use crate::config::{ConfigError, EndpointConfig};
 use crate::error::Failure;
+use crate::proxy::Proxies;
 
 /// The breaker of one endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +57,9 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(config: &EndpointConfig) -> Result<Endpoint, ConfigError> {
+    /// The endpoint of `config`, reached through the proxy `proxies` name
+    /// for it.
+    pub fn new(config: &EndpointConfig, proxies: &Proxies) -> Result<Endpoint, ConfigError> {
         let base_url = config.base_url.trim_end_matches('/').to_owned();
         let bad_url = || ConfigError::BaseUrl(config.base_url.clone());
         let url: Uri = base_url.parse().map_err(|_| bad_url())?;
@@ -67,7 +70,7 @@ impl Endpoint {
         if url.query().is_some() {
             return Err(bad_url());
         }
-        let origin = Origin::new(&url).ok_or_else(bad_url)?;
+        let origin = Origin::new(&url, proxies).ok_or_else(bad_url)?;
         if config.model.trim().is_empty() {
             return Err(ConfigError::Model(base_url));
         }
@@ -357,7 +360,7 @@ mod tests {
             .map(|(i, w)| {
                 let mut c = EndpointConfig::new(format!("http://10.0.0.{i}:8000/v1/"), "m");
                 c.weight = *w;
-                Endpoint::new(&c).unwrap()
+                Endpoint::new(&c, &Proxies::default()).unwrap()
             })
             .collect();
         Arc::new(Pool::new(endpoints, failures, cooldown))
@@ -374,7 +377,11 @@ mod tests {
         assert_eq!(e.chat_path, "/v1/chat/completions");
         assert_eq!(e.models_path, "/v1/models");
         assert_eq!(e.origin.authority, "10.0.0.0:8000");
-        let root = Endpoint::new(&EndpointConfig::new("https://[::1]", "m")).unwrap();
+        let root = Endpoint::new(
+            &EndpointConfig::new("https://[::1]", "m"),
+            &Proxies::default(),
+        )
+        .unwrap();
         assert_eq!(root.chat_path, "/chat/completions");
         assert_eq!(root.origin.authority, "[::1]");
         for bad in [
@@ -385,21 +392,31 @@ mod tests {
             "http://x/v1?a=b",
         ] {
             assert_eq!(
-                Endpoint::new(&EndpointConfig::new(bad, "m")).unwrap_err(),
+                Endpoint::new(&EndpointConfig::new(bad, "m"), &Proxies::default()).unwrap_err(),
                 ConfigError::BaseUrl(bad.into())
             );
         }
-        assert!(Endpoint::new(&EndpointConfig::new("http://x/v1", " ")).is_err());
+        assert!(
+            Endpoint::new(
+                &EndpointConfig::new("http://x/v1", " "),
+                &Proxies::default()
+            )
+            .is_err()
+        );
         assert_eq!(
-            Endpoint::new(&EndpointConfig::new("http://u:p@x/v1", "m")).unwrap_err(),
+            Endpoint::new(
+                &EndpointConfig::new("http://u:p@x/v1", "m"),
+                &Proxies::default()
+            )
+            .unwrap_err(),
             ConfigError::Credentials
         );
         let mut c = EndpointConfig::new("http://x/v1", "m");
         c.weight = 0;
-        assert!(Endpoint::new(&c).is_err());
+        assert!(Endpoint::new(&c, &Proxies::default()).is_err());
         c.weight = 1;
         c.api_key = Some(crate::UpstreamKey::new("sk-secret"));
-        let e = Endpoint::new(&c).unwrap();
+        let e = Endpoint::new(&c, &Proxies::default()).unwrap();
         assert!(e.auth.as_ref().unwrap().is_sensitive());
         assert!(!format!("{e:?}").contains("sk-secret"));
         assert!(!format!("{c:?}").contains("sk-secret"));
