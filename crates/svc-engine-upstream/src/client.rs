@@ -652,13 +652,18 @@ mod tests {
         Ok((exchange.status, exchange.bytes().await?))
     }
 
+    /// A fetch from a [`closing_server`], which answers 200 `ok`.
+    async fn fetch_ok(origin: &Arc<Origin>) {
+        let (status, body) = fetch(origin).await.unwrap();
+        assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+    }
+
     #[tokio::test]
     async fn a_connection_is_reused_until_the_server_closes_it() {
         let (uri, connections) = closing_server(3, false).await;
         let origin = Arc::new(Origin::new(&uri, &Proxies::default()).unwrap());
         for _ in 0..7 {
-            let (status, body) = fetch(&origin).await.unwrap();
-            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+            fetch_ok(&origin).await;
             // Time for a close to arrive before the next request.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -670,8 +675,7 @@ mod tests {
         let (uri, connections) = closing_server(1, true).await;
         let origin = Arc::new(Origin::new(&uri, &Proxies::default()).unwrap());
         for _ in 0..3 {
-            let (status, body) = fetch(&origin).await.unwrap();
-            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+            fetch_ok(&origin).await;
         }
         // Each connection answers once; the second and third requests went
         // to a reused connection first, then to a new one.
@@ -754,8 +758,7 @@ mod tests {
         )]);
         let origin = Arc::new(Origin::new(&uri, &via).unwrap());
         for _ in 0..2 {
-            let (status, body) = fetch(&origin).await.unwrap();
-            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+            fetch_ok(&origin).await;
         }
         assert_eq!(connections.load(Ordering::SeqCst), 1);
         let first = heads.lock().unwrap().clone();
@@ -776,7 +779,7 @@ mod tests {
             ("no_proxy", "localhost,127.0.0.0/8".into()),
         ]);
         let origin = Arc::new(Origin::new(&uri, &direct).unwrap());
-        fetch(&origin).await.unwrap();
+        fetch_ok(&origin).await;
         assert_eq!(connections.load(Ordering::SeqCst), 2);
         assert_eq!(heads.lock().unwrap().len(), 1);
     }
