@@ -232,19 +232,60 @@ impl Origin {
         })
     }
 
-    /// Sends `request` on an idle connection, or a new one, and reads the
-    /// response head. A reused connection can turn out to have been closed
-    /// by the server (its keep-alive ran out just as the request went):
-    /// then the request is sent again on a new connection, once. That may
-    /// repeat a request the server had received; the engine retries a
-    /// failure before the first byte on another endpoint anyway.
+    /// Sends the request `build` makes on an idle connection, or a new one,
+    /// and reads the response head. A reused connection can turn out to
+    /// have been closed by the server: a request it could not even start
+    /// to send goes to another idle connection, and one that went out but
+    /// got no answer (the server's keep-alive ran out just as it went) is
+    /// built and sent again on a new connection, once. That may repeat a
+    /// request the server had received; the engine retries a failure
+    /// before the first byte on another endpoint anyway. `build` runs once
+    /// per attempt, so the common case copies nothing.
     pub async fn send(
         self: &Arc<Self>,
-        mut request: Request<Full<Bytes>>,
+        build: impl Fn() -> Request<Full<Bytes>>,
         connect_timeout: Duration,
     ) -> Result<Exchange, Error> {
+        let mut fresh_only = false;
+        loop {
+            let idle = if fresh_only { None } else { self.checkout() };
+            let (mut conn, reused) = match idle {
+                Some(conn) => (conn, true),
+                None => (self.connect(connect_timeout).await?, false),
+            };
+            let mut sent = pin!(conn.send.try_send_request(self.addressed(build())?));
+            let outcome = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
+            let (error, written) = match outcome {
+                Ok(Ok(response)) => {
+                    let (head, body) = response.into_parts();
+                    return Ok(Exchange {
+                        status: head.status,
+                        headers: head.headers,
+                        body,
+                        conn: Some(conn),
+                        origin: self.clone(),
+                    });
+                }
+                Ok(Err(mut e)) => {
+                    let unsent = e.take_message().is_some();
+                    (http_error(e.error()), !unsent)
+                }
+                Err(ended) => (ended, true),
+            };
+            if !reused {
+                return Err(error);
+            }
+            if written {
+                tracing::debug!(%error, "reused upstream connection failed; sending again");
+                fresh_only = true;
+            }
+        }
+    }
+
+    /// `request` as this origin's connections take it: a plain request to
+    /// a proxy names the whole URL and carries the proxy's credentials.
+    fn addressed(&self, mut request: Request<Full<Bytes>>) -> Result<Request<Full<Bytes>>, Error> {
         if let (None, Some(proxy)) = (&self.tls, &self.proxy) {
-            // A plain request to a proxy names the whole URL.
             let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
             let absolute = format!("http://{}{path}", self.target);
             *request.uri_mut() = absolute
@@ -256,63 +297,8 @@ impl Origin {
                     .insert(PROXY_AUTHORIZATION, auth.clone());
             }
         }
-        let mut fresh_only = false;
-        loop {
-            let idle = if fresh_only { None } else { self.checkout() };
-            let (mut conn, reused) = match idle {
-                Some(conn) => (conn, true),
-                None => (self.connect(connect_timeout).await?, false),
-            };
-            let copy = reused.then(|| duplicate(&request));
-            let mut sent = pin!(conn.send.try_send_request(request));
-            let outcome = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
-            let error = match outcome {
-                Ok(Ok(response)) => {
-                    let (head, body) = response.into_parts();
-                    return Ok(Exchange {
-                        status: head.status,
-                        headers: head.headers,
-                        body,
-                        conn: Some(conn),
-                        origin: self.clone(),
-                    });
-                }
-                Ok(Err(mut e)) => match (e.take_message(), copy) {
-                    // Never written: another idle connection may do.
-                    (Some(unsent), Some(_)) => {
-                        request = unsent;
-                        continue;
-                    }
-                    (_, Some(copy)) => {
-                        tracing::debug!(error = %chain(e.error()), "reused upstream connection failed; sending again");
-                        request = copy;
-                        fresh_only = true;
-                        continue;
-                    }
-                    (_, None) => http_error(e.error()),
-                },
-                Err(ended) => match copy {
-                    Some(copy) => {
-                        request = copy;
-                        fresh_only = true;
-                        continue;
-                    }
-                    None => ended,
-                },
-            };
-            return Err(error);
-        }
+        Ok(request)
     }
-}
-
-/// The same request again (its body is shared, not copied).
-fn duplicate(request: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let mut copy = Request::new(request.body().clone());
-    *copy.method_mut() = request.method().clone();
-    *copy.uri_mut() = request.uri().clone();
-    *copy.version_mut() = request.version();
-    *copy.headers_mut() = request.headers().clone();
-    copy
 }
 
 /// Opens a tunnel to `target` through `proxy` with `CONNECT`, on `tcp`
@@ -648,7 +634,7 @@ mod tests {
     }
 
     async fn fetch(origin: &Arc<Origin>) -> Result<(StatusCode, Bytes), Error> {
-        let mut exchange = origin.send(get(origin), Duration::from_secs(5)).await?;
+        let mut exchange = origin.send(|| get(origin), Duration::from_secs(5)).await?;
         Ok((exchange.status, exchange.bytes().await?))
     }
 

@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::Request;
-use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::Method;
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use svc_core::{
     EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream, GenerateRequest,
 };
@@ -132,16 +131,14 @@ impl UpstreamEngine {
                 format!("no whole reply within {wait:?}")
             })
         };
-        let mut post = Request::post(endpoint.chat_path.clone())
-            .header(HOST, endpoint.origin.authority.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, accept);
-        if let Some(auth) = &endpoint.auth {
-            post = post.header(AUTHORIZATION, auth.clone());
-        }
-        let post = post
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| Failure::BadResponse(format!("the request cannot be built: {e}")))?;
+        let body = Bytes::from(body);
+        let post = || {
+            let mut post = endpoint.request(Method::POST, &endpoint.chat_path, body.clone());
+            let headers = post.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(ACCEPT, HeaderValue::from_static(accept));
+            post
+        };
         let send = endpoint.origin.send(post, self.options.connect_timeout);
         let mut exchange = match timeout_at(deadline, send).await {
             Err(_) => return Err(late()),
@@ -427,12 +424,7 @@ async fn health_checks(pool: Weak<Pool>, options: UpstreamOptions) {
 }
 
 async fn check(endpoint: &Endpoint, options: &UpstreamOptions) -> Result<(), String> {
-    let mut get =
-        Request::get(endpoint.models_path.clone()).header(HOST, endpoint.origin.authority.clone());
-    if let Some(auth) = &endpoint.auth {
-        get = get.header(AUTHORIZATION, auth.clone());
-    }
-    let get = get.body(Full::default()).map_err(|e| e.to_string())?;
+    let get = || endpoint.request(Method::GET, &endpoint.models_path, Bytes::new());
     let checked = async {
         let mut exchange = endpoint
             .origin

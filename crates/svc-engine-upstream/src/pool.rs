@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use hyper::Uri;
-use hyper::header::HeaderValue;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
+use hyper::{Method, Request, Uri};
 
 use crate::client::Origin;
 use crate::config::{ConfigError, EndpointConfig};
@@ -105,6 +107,19 @@ impl Endpoint {
                 breaker: Breaker::Closed { failures: 0 },
             }),
         })
+    }
+
+    /// A request to `path` here, with the `Host` and the endpoint's key.
+    pub fn request(&self, method: Method, path: &Uri, body: Bytes) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = path.clone();
+        let headers = request.headers_mut();
+        headers.insert(HOST, self.origin.authority.clone());
+        if let Some(auth) = &self.auth {
+            headers.insert(AUTHORIZATION, auth.clone());
+        }
+        request
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
