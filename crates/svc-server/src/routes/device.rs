@@ -25,8 +25,7 @@ use svc_api::{
 use svc_core::{DeviceClient, PollOutcome};
 
 use crate::error::ApiError;
-use crate::extract::BodyLimit;
-use crate::extract::{ClientAddress, parse_json};
+use crate::extract::{BodyLimit, ClientAddress, parse_json};
 use crate::state::AppState;
 
 /// Optional fields of a code request (RFC 8628 section 3.1).
