@@ -5,7 +5,12 @@
 //! throughput). Prints one JSON line of results on stdout.
 //!
 //! `svc-loadgen --url URL [--body JSON] [--header 'Name: value']...
-//!              (--rate RPS | --concurrency N) [--duration SECS] [--warmup SECS]`
+//!              (--rate RPS | --concurrency N) [--duration SECS] [--warmup SECS]
+//!              [--trace FILE]`
+//!
+//! `--trace FILE` also writes every measured request as a line
+//! `start_us latency_us ok` (start from the end of the warm-up), to see
+//! whether slow requests come alone or together.
 //!
 //! It runs on the same cores as what it measures, so it is kept lean:
 //! hyper's own HTTP/1.1 connections (keep-alive, one request at a time on
@@ -43,6 +48,7 @@ struct Args {
     concurrency: Option<usize>,
     duration: Duration,
     warmup: Duration,
+    trace: Option<String>,
 }
 
 fn parse() -> Args {
@@ -57,6 +63,7 @@ fn parse() -> Args {
         concurrency: None,
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(2),
+        trace: None,
     };
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
@@ -77,6 +84,7 @@ fn parse() -> Args {
                 parsed.duration = Duration::from_secs_f64(value().parse().expect("secs"))
             }
             "--warmup" => parsed.warmup = Duration::from_secs_f64(value().parse().expect("secs")),
+            "--trace" => parsed.trace = Some(value()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -147,14 +155,28 @@ struct Results {
     /// Microseconds, of requests that got a 2xx.
     latencies: Vec<u64>,
     errors: u64,
+    /// With `--trace`: every measured request's start (µs after the
+    /// warm-up), latency (µs) and whether it got a 2xx.
+    trace: Option<Vec<(u64, u64, bool)>>,
 }
 
 impl Results {
-    fn record(&mut self, ok: bool, latency: Duration) {
+    fn new(args: &Args) -> Results {
+        Results {
+            trace: args.trace.is_some().then(Vec::new),
+            ..Results::default()
+        }
+    }
+
+    fn record(&mut self, ok: bool, start: u64, latency: Duration) {
+        let latency = latency.as_micros() as u64;
         if ok {
-            self.latencies.push(latency.as_micros() as u64);
+            self.latencies.push(latency);
         } else {
             self.errors += 1;
+        }
+        if let Some(trace) = &mut self.trace {
+            trace.push((start, latency, ok));
         }
     }
 }
@@ -232,7 +254,7 @@ impl Pacer {
 
 async fn run(args: Args) {
     let args = Arc::new(args);
-    let results = Arc::new(Mutex::new(Results::default()));
+    let results = Arc::new(Mutex::new(Results::new(&args)));
     let started = Instant::now();
     let end = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
@@ -268,7 +290,11 @@ async fn run(args: Args) {
                             None => false,
                         };
                         if scheduled >= measure_from {
-                            results.lock().unwrap().record(ok, scheduled.elapsed());
+                            let start = (scheduled - measure_from).as_micros() as u64;
+                            results
+                                .lock()
+                                .unwrap()
+                                .record(ok, start, scheduled.elapsed());
                         }
                     }));
                     next += period;
@@ -285,7 +311,7 @@ async fn run(args: Args) {
         for _ in 0..workers {
             let (args, results) = (args.clone(), results.clone());
             tasks.push(tokio::spawn(async move {
-                let mut mine = Results::default();
+                let mut mine = Results::new(&args);
                 let mut connection = None;
                 while Instant::now() < end {
                     let at = Instant::now();
@@ -300,12 +326,16 @@ async fn run(args: Args) {
                         connection = None;
                     }
                     if at >= measure_from {
-                        mine.record(ok, at.elapsed());
+                        let start = (at - measure_from).as_micros() as u64;
+                        mine.record(ok, start, at.elapsed());
                     }
                 }
                 let mut r = results.lock().unwrap();
                 r.latencies.extend(mine.latencies);
                 r.errors += mine.errors;
+                if let (Some(all), Some(trace)) = (&mut r.trace, mine.trace) {
+                    all.extend(trace);
+                }
             }));
         }
         for t in tasks {
@@ -313,6 +343,15 @@ async fn run(args: Args) {
         }
     }
     let mut r = results.lock().unwrap();
+    if let (Some(path), Some(trace)) = (&args.trace, &mut r.trace) {
+        trace.sort_unstable();
+        let mut text = String::with_capacity(trace.len() * 16);
+        for (start, latency, ok) in trace.iter() {
+            use std::fmt::Write;
+            let _ = writeln!(text, "{start} {latency} {}", u8::from(*ok));
+        }
+        std::fs::write(path, text).expect("--trace FILE");
+    }
     r.latencies.sort_unstable();
     let n = r.latencies.len();
     let pct = |p: f64| -> f64 {
