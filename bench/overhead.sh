@@ -10,6 +10,9 @@
 #             upstream at LITELLM_RATE, below LiteLLM's saturation, so the
 #             two gateways are compared at the same load
 #   peak      closed loop, CONC concurrent requests, requests/s
+#   floor     when socat is installed: a bare TCP relay (socat, no HTTP)
+#             in front of the same upstream at LITELLM_RATE, the least a
+#             process between client and upstream can add on this machine
 #
 # Usage: bench/overhead.sh [seconds per run, default 10]
 # Env: RATE (5000), LITELLM_RATE (20), SLOW_SECS (30: seconds of the runs at
@@ -98,6 +101,16 @@ done
 curl -sf -o /dev/null "http://127.0.0.1:$litellm_port/v1/chat/completions" -H "Authorization: Bearer $litellm_key" \
   -H 'Content-Type: application/json' -d '{"model":"svc","messages":[{"role":"user","content":"warm up"}]}' || true
 
+# The floor: a byte relay, one process hop with no HTTP at all.
+relay_url=
+if command -v socat >/dev/null; then
+  relay_port=$(free_port)
+  upstream_port=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.urlsplit(sys.argv[1]).port)' "$upstream")
+  socat "TCP-LISTEN:$relay_port,bind=127.0.0.1,fork,reuseaddr,nodelay" "TCP:127.0.0.1:$upstream_port,nodelay" &
+  pids+=($!)
+  relay_url="http://127.0.0.1:$relay_port/v1/chat/completions"
+fi
+
 body='{"model":"svc","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
 direct_body='{"model":"fake","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
 load() { # url body extra-args...
@@ -116,6 +129,8 @@ direct_half=$(load "$upstream/chat/completions" "$direct_body" --rate "$half_rat
 svc_half=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --rate "$half_rate" --header "Authorization: Bearer $key")
 direct_slow=$(slow "$upstream/chat/completions" "$direct_body")
 svc_slow=$(slow "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --header "Authorization: Bearer $key")
+relay_slow=null
+[[ -n "$relay_url" ]] && relay_slow=$(slow "$relay_url" "$direct_body")
 litellm_lat=$(slow "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body" --header "Authorization: Bearer $litellm_key")
 direct_peak=$(load "$upstream/chat/completions" "$direct_body" --concurrency "$conc")
 svc_peak=$(load "http://127.0.0.1:$svc_port/v1/chat/completions" "$body" --concurrency "$conc" --header "Authorization: Bearer $key")
@@ -123,10 +138,10 @@ litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body"
 # One request through LiteLLM must have worked, or the numbers mean nothing.
 [[ $(field "$litellm_lat" ok) -gt 0 ]] || { echo "LiteLLM answered nothing; its log:" >&2; tail -20 "$out/litellm.log" >&2; exit 1; }
 
-python3 - "$direct_lat" "$svc_lat" "$direct_half" "$svc_half" "$direct_slow" "$svc_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$rate" "$half_rate" "$litellm_rate" "$(nproc)" <<'PY'
+python3 - "$direct_lat" "$svc_lat" "$direct_half" "$svc_half" "$direct_slow" "$svc_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$relay_slow" "$rate" "$half_rate" "$litellm_rate" "$(nproc)" <<'PY'
 import json, sys
-d, s, dh, sh, ds, ss, l, dp, sp, lp = (json.loads(a) for a in sys.argv[1:11])
-rate, half, lrate, cores = sys.argv[11:15]
+d, s, dh, sh, ds, ss, l, dp, sp, lp, rs = (json.loads(a) for a in sys.argv[1:12])
+rate, half, lrate, cores = sys.argv[12:16]
 def over(g, base, k): return max(g[k] - base[k], 0.0)
 print(f"Gateway overhead over loopback, {cores} cores shared by upstream, gateway and load generator")
 print()
@@ -142,6 +157,8 @@ row("svc → upstream", rate, s, d, sp)
 row("upstream alone", half, dh)
 row("svc → upstream", half, sh, dh)
 row("upstream alone", lrate, ds)
+if rs:
+    row("TCP relay (socat) → upstream", lrate, rs, ds)
 row("svc → upstream", lrate, ss, ds)
 row("LiteLLM → upstream", lrate, l, ds, lp)
 print()
@@ -151,4 +168,7 @@ so50, so99 = max(over(ss, ds, "p50_ms"), 0.001), max(over(ss, ds, "p99_ms"), 0.0
 lo50, lo99 = over(l, ds, "p50_ms"), over(l, ds, "p99_ms")
 print(f"At {lrate} req/s: overhead p50 LiteLLM/svc = {ratio(lo50, so50):.0f}x, p99 = {ratio(lo99, so99):.0f}x; "
       f"peak throughput: svc/LiteLLM = {ratio(sp['rps'], lp['rps']):.0f}x")
+if rs:
+    print(f"At {lrate} req/s a bare TCP relay adds {over(rs, ds, 'p50_ms'):.3f} ms at p50 and "
+          f"{over(rs, ds, 'p99_ms'):.3f} ms at p99: the floor for any gateway in a process of its own")
 PY
