@@ -168,15 +168,25 @@ impl Results {
         }
     }
 
-    fn record(&mut self, ok: bool, start: u64, latency: Duration) {
-        let latency = latency.as_micros() as u64;
+    /// Records a request that started at `at` (after `measure_from`) and
+    /// has just ended.
+    fn record(&mut self, ok: bool, at: Instant, measure_from: Instant) {
+        let latency = at.elapsed().as_micros() as u64;
         if ok {
             self.latencies.push(latency);
         } else {
             self.errors += 1;
         }
         if let Some(trace) = &mut self.trace {
-            trace.push((start, latency, ok));
+            trace.push(((at - measure_from).as_micros() as u64, latency, ok));
+        }
+    }
+
+    fn merge(&mut self, other: Results) {
+        self.latencies.extend(other.latencies);
+        self.errors += other.errors;
+        if let (Some(all), Some(trace)) = (&mut self.trace, other.trace) {
+            all.extend(trace);
         }
     }
 }
@@ -290,11 +300,7 @@ async fn run(args: Args) {
                             None => false,
                         };
                         if scheduled >= measure_from {
-                            let start = (scheduled - measure_from).as_micros() as u64;
-                            results
-                                .lock()
-                                .unwrap()
-                                .record(ok, start, scheduled.elapsed());
+                            results.lock().unwrap().record(ok, scheduled, measure_from);
                         }
                     }));
                     next += period;
@@ -326,16 +332,10 @@ async fn run(args: Args) {
                         connection = None;
                     }
                     if at >= measure_from {
-                        let start = (at - measure_from).as_micros() as u64;
-                        mine.record(ok, start, at.elapsed());
+                        mine.record(ok, at, measure_from);
                     }
                 }
-                let mut r = results.lock().unwrap();
-                r.latencies.extend(mine.latencies);
-                r.errors += mine.errors;
-                if let (Some(all), Some(trace)) = (&mut r.trace, mine.trace) {
-                    all.extend(trace);
-                }
+                results.lock().unwrap().merge(mine);
             }));
         }
         for t in tasks {
