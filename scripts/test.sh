@@ -19,6 +19,16 @@ if [ -z "${SVC_TEST_MODEL:-}" ]; then
   export SVC_TEST_MODEL
 fi
 
+# Every process the tests start must end with them, and every temporary
+# directory be removed: the run marks its processes (SVC_TEST_RUN) and keeps
+# its temporary files in a directory of its own, checked at the end.
+SVC_TEST_RUN="$$-$(date +%s%N)"
+export SVC_TEST_RUN
+run_tmp="$(mktemp -d "${TMPDIR:-/tmp}/svc-test-run.XXXXXX")"
+trap 'rm -rf "$run_tmp"' EXIT
+export TMPDIR="$run_tmp"
+
 cargo test --workspace --locked
 bash tests/python/run.sh
 bash tests/browser/run.sh
+bash scripts/leftovers.sh "$SVC_TEST_RUN" "$run_tmp"

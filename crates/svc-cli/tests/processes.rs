@@ -11,7 +11,7 @@ use std::time::Duration;
 use svc_engine_llama::testing::TinyModel;
 
 use svc_store::testing::{TestSchema, postgres_url};
-use svc_test_support::ServeProcess;
+use svc_test_support::{ServeProcess, process_temp_dir};
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
@@ -47,16 +47,12 @@ impl Serve {
 
 /// A tiny random-weights GGUF, written once per test binary.
 fn tiny_model() -> &'static str {
-    static PATH: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
-    &PATH
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("tiny.gguf");
-            TinyModel::hello().write(&path).unwrap();
-            let path = path.to_str().unwrap().to_owned();
-            (dir, path)
-        })
-        .1
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = process_temp_dir().join("tiny.gguf");
+        TinyModel::hello().write(&path).unwrap();
+        path.to_str().unwrap().to_owned()
+    })
 }
 
 fn svc(args: &[&str]) -> Output {

@@ -15,10 +15,11 @@ use svc_test_support::ServeProcess;
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
-/// One server for the whole file: loading the model is the slow part.
+/// One server for the whole file: loading the model is the slow part. It
+/// lives in a `static`, never dropped: its watchdog kills it and removes its
+/// data directory when the test process ends.
 struct Server {
     _serve: ServeProcess,
-    _dir: tempfile::TempDir,
     base_url: String,
     key: String,
 }
@@ -39,12 +40,12 @@ fn server() -> Option<&'static Server> {
     Some(SERVER.get_or_init(|| {
         // The default model in a data directory of its own, so `svc serve`
         // runs exactly as on a newcomer's first start (minus the download).
-        let dir = tempfile::tempdir().unwrap();
-        let models = dir.path().join("models");
+        let dir = tempfile::tempdir().unwrap().keep();
+        let models = dir.join("models");
         std::fs::create_dir_all(&models).unwrap();
         std::os::unix::fs::symlink(&model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
-        let data_dir = dir.path().to_str().unwrap().to_owned();
-        let serve = ServeProcess::start(
+        let data_dir = dir.to_str().unwrap().to_owned();
+        let serve = ServeProcess::start_removing(
             SVC,
             &[
                 "--bind",
@@ -58,6 +59,7 @@ fn server() -> Option<&'static Server> {
             ],
             &[],
             Duration::from_secs(120),
+            Some(&dir),
         );
         let out = Command::new(SVC)
             .args(["keys", "create", "--name", "e2e", "--data-dir", &data_dir])
@@ -68,7 +70,6 @@ fn server() -> Option<&'static Server> {
         Server {
             base_url: serve.base_url.clone(),
             _serve: serve,
-            _dir: dir,
             key,
         }
     }))

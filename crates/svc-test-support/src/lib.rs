@@ -11,6 +11,7 @@ pub mod fake_upstream;
 pub mod process;
 pub mod sse;
 pub mod test_app;
+pub mod watchdog;
 
 pub use browser::{Browser, Page};
 pub use fake_engine::{FakeEngine, Probe, Script, fake_models};
@@ -18,3 +19,4 @@ pub use fake_upstream::{Behavior, FakeToolCall, FakeUpstream, Reply};
 pub use process::ServeProcess;
 pub use sse::{SseEvent, read_sse};
 pub use test_app::{Database, TestApp};
+pub use watchdog::process_temp_dir;

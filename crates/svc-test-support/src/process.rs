@@ -2,12 +2,16 @@
 //! among its arguments, it is ready once it prints its address.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
-/// A running `svc serve`, killed on drop.
+use crate::watchdog::{Watched, watched};
+
+/// A running `svc serve`, killed on drop, and in any case when the test
+/// process ends (it runs under a [watchdog](crate::watchdog)).
 pub struct ServeProcess {
-    child: Child,
+    process: Watched,
     /// `http://127.0.0.1:<port>`, as the process printed it.
     pub base_url: String,
 }
@@ -21,16 +25,28 @@ impl ServeProcess {
         env: &[(&str, &str)],
         startup: Duration,
     ) -> ServeProcess {
-        let mut child = Command::new(svc)
-            .arg("serve")
-            .args(args)
+        ServeProcess::start_removing(svc, args, env, startup, None)
+    }
+
+    /// As [`start`](Self::start), and removes the directory `remove` once
+    /// the process is gone: for a server kept in a `static`, whose data
+    /// directory no destructor would remove.
+    pub fn start_removing(
+        svc: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        startup: Duration,
+        remove: Option<&Path>,
+    ) -> ServeProcess {
+        let args = [&["serve"], args].concat();
+        let mut command = watched(svc, &args, remove);
+        command
             .envs(env.iter().copied())
             .env("SVC_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start svc serve");
-        let stderr = child.stderr.take().expect("piped stderr");
+            .stderr(Stdio::piped());
+        let mut process = Watched::spawn(command).expect("start svc serve");
+        let stderr = process.take_stderr().expect("piped stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -42,13 +58,11 @@ impl ServeProcess {
         let base_url = rx
             .recv_timeout(startup)
             .expect("svc serve did not print its address");
-        ServeProcess { child, base_url }
+        ServeProcess { process, base_url }
     }
-}
 
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Kills the process and waits until it is gone.
+    pub fn stop(&mut self) {
+        self.process.stop();
     }
 }

@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use svc_engine_llama::testing::TinyModel;
-use svc_test_support::{Browser, ServeProcess};
+use svc_test_support::{Browser, ServeProcess, process_temp_dir};
 use tempfile::TempDir;
 
 pub const SVC: &str = env!("CARGO_BIN_EXE_svc");
@@ -125,16 +125,12 @@ impl Run {
 /// A tiny random-weights GGUF, written once per test binary: these tests
 /// are about the client, not the text.
 pub fn tiny_model() -> &'static str {
-    static PATH: OnceLock<(TempDir, String)> = OnceLock::new();
-    &PATH
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("tiny.gguf");
-            TinyModel::hello().write(&path).unwrap();
-            let path = path.to_str().unwrap().to_owned();
-            (dir, path)
-        })
-        .1
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = process_temp_dir().join("tiny.gguf");
+        TinyModel::hello().write(&path).unwrap();
+        path.to_str().unwrap().to_owned()
+    })
 }
 
 /// A real `svc serve` on port 0 with its own data directory, an account
@@ -311,6 +307,14 @@ impl Login {
             self.seen.push(line);
         }
         (status, self.seen.join("\n"))
+    }
+}
+
+impl Drop for Login {
+    /// A test that failed half-way leaves no `svc login` polling behind.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
