@@ -91,17 +91,25 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Lowers `max_connections` so that connections leave file descriptors
     /// for the rest (database, model files, upstreams, Redis) under a
-    /// process limit of `open_files`; returns whether it was lowered.
+    /// process limit of `open_files`, and `max_connections_per_address` to
+    /// a quarter of that, so that one address never takes every place;
+    /// returns whether either was lowered.
     pub fn fit_file_limit(&mut self, open_files: u64) -> bool {
         let reserve = (open_files / 2).min(128);
         let fits = usize::try_from(open_files - reserve)
             .unwrap_or(usize::MAX)
             .max(1);
+        let mut lowered = false;
         if self.max_connections > fits {
             self.max_connections = fits;
-            return true;
+            lowered = true;
         }
-        false
+        let share = (self.max_connections / 4).max(1);
+        if self.max_connections_per_address > share {
+            self.max_connections_per_address = share;
+            lowered = true;
+        }
+        lowered
     }
 }
 
@@ -242,8 +250,13 @@ mod tests {
         let mut config = ServerConfig::default();
         assert!(!config.fit_file_limit(1 << 20));
         assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(
+            config.max_connections_per_address,
+            DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+        );
         assert!(config.fit_file_limit(256));
         assert_eq!(config.max_connections, 128);
+        assert_eq!(config.max_connections_per_address, 32, "a quarter");
         assert!(!config.fit_file_limit(1024));
         assert_eq!(config.max_connections, 128, "never raised");
     }

@@ -12,7 +12,7 @@
 //! once instead, and only wake-ups from outside (a socket became ready, a
 //! timer fired) reach the runtime.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
@@ -30,6 +30,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -114,13 +115,13 @@ pub async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
         let router = router.clone();
-        let started = Arc::new(AtomicBool::new(false));
+        let slot = guard.slot.clone();
         let service = hyper::service::service_fn({
-            let started = started.clone();
+            let guard = guard.clone();
             let trusted_proxies = limits.trusted_proxies.clone();
             let body_timeout = limits.body_timeout;
             move |request: hyper::Request<Incoming>| {
-                started.store(true, Ordering::Relaxed);
+                guard.started();
                 let client = client_ip(peer, request.headers(), &trusted_proxies);
                 let mut request = request.map(|body| TimedBody::new(body, body_timeout));
                 request.extensions_mut().insert(ConnectInfo(remote));
@@ -142,8 +143,12 @@ pub async fn serve(
             // have begun a request within the header timeout.
             let ended = tokio::select! {
                 ended = &mut connection => ended,
+                () = slot.evict.notified() => {
+                    tracing::debug!(%remote, "connection closed before its first request, to make room");
+                    return;
+                }
                 () = tokio::time::sleep(header_timeout) => {
-                    if !started.load(Ordering::Relaxed) {
+                    if !slot.started.load(Ordering::Relaxed) {
                         tracing::debug!(%remote, "connection closed: no request within the header timeout");
                         return;
                     }
@@ -169,6 +174,11 @@ content-length: 169\r\n\
 {\"error\":{\"message\":\"Too many open connections from your address or in all; close some and try again.\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
 
 /// Open connections, in all and by client address.
+///
+/// When every place is taken, the oldest connection that has not begun a
+/// request yet (a slow client, most likely: honest ones send theirs at
+/// once) is closed to make room, so slow clients from many addresses
+/// cannot lock everyone else out for a whole header timeout.
 struct ConnectionTable {
     max_total: usize,
     max_per_address: usize,
@@ -180,6 +190,42 @@ struct ConnectionTable {
 struct Open {
     total: usize,
     by_address: HashMap<IpAddr, usize>,
+    /// Connections without a request yet, oldest first.
+    unstarted: BTreeMap<u64, Arc<Slot>>,
+    next_id: u64,
+}
+
+impl Open {
+    /// Frees `slot`'s place, once; whether it did.
+    fn release(&mut self, slot: &Slot) -> bool {
+        if slot.released.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        self.total = self.total.saturating_sub(1);
+        if let Some(address) = slot.address
+            && let Some(n) = self.by_address.get_mut(&address)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_address.remove(&address);
+            }
+        }
+        true
+    }
+}
+
+/// One connection's place in the table.
+#[derive(Default)]
+struct Slot {
+    id: u64,
+    /// Counted under this address (`None`: a trusted proxy).
+    address: Option<IpAddr>,
+    /// A request has begun on the connection.
+    started: AtomicBool,
+    /// Its place was freed (closed to make room, or ended).
+    released: AtomicBool,
+    /// Told when the connection is closed to make room.
+    evict: Notify,
 }
 
 impl ConnectionTable {
@@ -192,38 +238,51 @@ impl ConnectionTable {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Counts a connection from `peer` (towards the total only when `exempt`)
     /// until the guard is dropped; `None` when a limit is reached.
     fn admit(self: &Arc<Self>, peer: IpAddr, exempt: bool) -> Option<ConnectionGuard> {
         let address = (!exempt).then(|| address_key(peer));
-        let admitted = {
-            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-            let open = &mut *open;
-            match address {
-                _ if open.total >= self.max_total => false,
-                Some(a)
-                    if open.by_address.get(&a).copied().unwrap_or(0) >= self.max_per_address =>
-                {
-                    false
-                }
-                _ => {
-                    if let Some(a) = address {
-                        *open.by_address.entry(a).or_default() += 1;
-                    }
-                    open.total += 1;
-                    true
-                }
-            }
-        };
-        if !admitted {
+        let mut open = self.lock();
+        if let Some(a) = address
+            && open.by_address.get(&a).copied().unwrap_or(0) >= self.max_per_address
+        {
+            drop(open);
             self.metrics.connection_refused();
             return None;
         }
-        self.metrics.connections_open(1);
-        Some(ConnectionGuard {
-            table: self.clone(),
+        if open.total >= self.max_total {
+            let Some((_, victim)) = open.unstarted.pop_first() else {
+                drop(open);
+                self.metrics.connection_refused();
+                return None;
+            };
+            if open.release(&victim) {
+                self.metrics.connections_open(-1);
+            }
+            victim.evict.notify_one();
+        }
+        if let Some(a) = address {
+            *open.by_address.entry(a).or_default() += 1;
+        }
+        open.total += 1;
+        let id = open.next_id;
+        open.next_id += 1;
+        let slot = Arc::new(Slot {
+            id,
             address,
-        })
+            ..Slot::default()
+        });
+        open.unstarted.insert(id, slot.clone());
+        drop(open);
+        self.metrics.connections_open(1);
+        Some(ConnectionGuard(Arc::new(Admitted {
+            table: self.clone(),
+            slot,
+        })))
     }
 }
 
@@ -236,28 +295,44 @@ fn address_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// One admitted connection; dropping it (when the connection's task ends)
-/// frees its place.
-struct ConnectionGuard {
+/// One admitted connection; when the last clone is dropped (the
+/// connection's task and its service ended) its place is freed.
+#[derive(Clone)]
+struct ConnectionGuard(Arc<Admitted>);
+
+struct Admitted {
     table: Arc<ConnectionTable>,
-    address: Option<IpAddr>,
+    slot: Arc<Slot>,
 }
 
-impl Drop for ConnectionGuard {
-    fn drop(&mut self) {
-        {
-            let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
-            open.total = open.total.saturating_sub(1);
-            if let Some(address) = self.address
-                && let Some(n) = open.by_address.get_mut(&address)
-            {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    open.by_address.remove(&address);
-                }
-            }
+impl std::ops::Deref for ConnectionGuard {
+    type Target = Admitted;
+
+    fn deref(&self) -> &Admitted {
+        &self.0
+    }
+}
+
+impl Admitted {
+    /// A request began: the connection is no longer the first to close
+    /// when room is needed.
+    fn started(&self) {
+        if !self.slot.started.swap(true, Ordering::Relaxed) {
+            self.table.lock().unstarted.remove(&self.slot.id);
         }
-        self.table.metrics.connections_open(-1);
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let released = {
+            let mut open = self.table.lock();
+            open.unstarted.remove(&self.slot.id);
+            open.release(&self.slot)
+        };
+        if released {
+            self.table.metrics.connections_open(-1);
+        }
     }
 }
 

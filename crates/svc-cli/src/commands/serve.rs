@@ -45,7 +45,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 /// Raises the soft limit on open files to the hard one (the soft default,
 /// often 1024, is what a flood of connections would exhaust), then keeps
-/// `max_connections` below what the limit allows.
+/// the connection limits below what the limit allows.
 fn fit_file_limit(server: &mut svc_server::ServerConfig) {
     let Some(limit) = raise_file_limit() else {
         return;
@@ -54,7 +54,8 @@ fn fit_file_limit(server: &mut svc_server::ServerConfig) {
         tracing::warn!(
             open_files = limit,
             max_connections = server.max_connections,
-            "max_connections lowered to fit the open-file limit (raise `ulimit -n` for more)"
+            max_connections_per_address = server.max_connections_per_address,
+            "connection limits lowered to fit the open-file limit (raise `ulimit -n` for more)"
         );
     }
 }

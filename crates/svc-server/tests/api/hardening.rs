@@ -222,6 +222,20 @@ async fn connections_past_the_per_address_limit_are_refused() {
     }
 }
 
+/// Sends `GET /health` on `stream`, keeping it open, and reads the answer.
+async fn health_on(stream: &mut TcpStream) {
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: svc\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+}
+
 #[tokio::test]
 async fn connections_past_the_total_limit_are_refused() {
     let app = spawn(ServerConfig {
@@ -229,9 +243,12 @@ async fn connections_past_the_total_limit_are_refused() {
         ..ServerConfig::default()
     })
     .await;
+    // Three clients in the middle of keep-alive sessions fill every place.
     let mut held = Vec::new();
     for host in 2..5 {
-        held.push(connect_from(&app, host).await);
+        let mut stream = connect_from(&app, host).await;
+        health_on(&mut stream).await;
+        held.push(stream);
     }
     let mut refused = connect_from(&app, 5).await;
     let got = read_until_closed(&mut refused, Instant::now() + Duration::from_secs(2))
@@ -249,6 +266,32 @@ async fn connections_past_the_total_limit_are_refused() {
         assert!(started.elapsed() < Duration::from_secs(2));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn when_every_place_is_taken_the_oldest_silent_connection_makes_room() {
+    let app = spawn(ServerConfig {
+        max_connections: 3,
+        ..ServerConfig::default()
+    })
+    .await;
+    // Slow clients from three addresses take every place and say nothing.
+    let mut silent = Vec::new();
+    for host in 2..5 {
+        silent.push(connect_from(&app, host).await);
+    }
+    // A client that has begun a request is not the one closed.
+    let mut busy = connect_from(&app, 5).await;
+    health_on(&mut busy).await;
+    // A newcomer is served, one after another.
+    health_is_answered(&app, 6).await;
+    health_is_answered(&app, 7).await;
+    // ... and the oldest silent ones were closed for it.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    for stream in &mut silent[..2] {
+        assert!(read_until_closed(stream, deadline).await.is_some());
+    }
+    health_on(&mut busy).await;
 }
 
 /// Starts a device authorization from 127.0.0.`host` with these forwarding
