@@ -73,8 +73,9 @@ impl Limits {
 /// No client can hold the server: a connection that does not send a whole
 /// request head within the header timeout is closed, a body that has not
 /// arrived within the body timeout is answered 408, and connections past
-/// the total or per-address limit are answered 503 and closed at once, so
-/// a flood from some addresses leaves room for everyone else.
+/// the per-address limit, or past the total one when no silent connection
+/// can make room (see [`ConnectionTable`]), are answered 503 and closed at
+/// once, so a flood from some addresses leaves room for everyone else.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
