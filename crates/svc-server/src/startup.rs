@@ -47,10 +47,13 @@ impl Application {
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(config.bind).await?;
         let addr = listener.local_addr()?;
-        let metrics_listener = match config.metrics_bind {
-            Some(bind) => Some(TcpListener::bind(bind).await?),
-            None => None,
-        };
+        let metrics_listener =
+            match config.metrics_bind {
+                Some(bind) => Some(TcpListener::bind(bind).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("metrics_bind {bind}: {e}"))
+                })?),
+                None => None,
+            };
         let public_url = config
             .public_url
             .as_deref()

@@ -27,6 +27,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("  API base URL: {}/v1", app.public_url());
     eprintln!("  dashboard:    {}", app.dashboard_url());
     eprintln!("  store:        {}", settings.store.describe());
+    if let Some(addr) = app.metrics_addr() {
+        eprintln!("  metrics:      http://{addr}/metrics");
+    }
     match app.setup_link().await {
         // The one secret svc prints: the operator needs it to get in.
         Ok(Some(link)) => eprintln!(
