@@ -211,6 +211,37 @@ pub struct ServeArgs {
     /// How long in-flight requests may take to finish after SIGTERM, such as 30s [default: 30s].
     #[arg(long, env = "SVC_SHUTDOWN_GRACE", value_name = "DURATION")]
     pub shutdown_grace: Option<String>,
+    /// Time a client has to send a request's headers, on a new connection or between requests on a kept-alive one, such as 20s [default: 20s].
+    #[arg(long, env = "SVC_HEADER_TIMEOUT", value_name = "DURATION")]
+    pub header_timeout: Option<String>,
+    /// Time a client has to send a request's whole body after its headers; later is 408 [default: 60s].
+    #[arg(long, env = "SVC_BODY_TIMEOUT", value_name = "DURATION")]
+    pub body_timeout: Option<String>,
+    /// Open client connections at most, lowered to fit the open-file limit [default: 10000].
+    #[arg(long, env = "SVC_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Open connections from one client address (IPv6: one /64) at most; trusted proxies are exempt [default: 256].
+    #[arg(long, env = "SVC_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N")]
+    pub max_connections_per_address: Option<usize>,
+    /// Reverse proxies (addresses or CIDR blocks, comma-separated) whose X-Forwarded-For or Forwarded header names the client [default: none].
+    #[arg(
+        long,
+        env = "SVC_TRUSTED_PROXIES",
+        value_name = "CIDR,...",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Require `Authorization: Bearer TOKEN` on /metrics; prefer SVC_METRICS_TOKEN, which other users cannot see [default: none].
+    #[arg(
+        long,
+        env = "SVC_METRICS_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub metrics_token: Option<String>,
+    /// Serve /metrics on this address only, not on --bind [default: on --bind].
+    #[arg(long, env = "SVC_METRICS_BIND", value_name = "ADDR")]
+    pub metrics_bind: Option<SocketAddr>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

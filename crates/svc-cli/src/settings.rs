@@ -12,7 +12,7 @@ use svc_core::duration::parse_seconds;
 use svc_core::{DeviceSettings, KeyLimits};
 use svc_engine_upstream::{EndpointConfig, UpstreamKey, UpstreamOptions};
 use svc_server::ServerConfig;
-use svc_server::config::DEFAULT_MAX_BODY_BYTES;
+use svc_server::config::{Cidr, DEFAULT_MAX_BODY_BYTES, MetricsToken};
 
 use crate::cli::{EngineArgs, ServeArgs, StoreArgs};
 
@@ -34,6 +34,13 @@ pub struct FileConfig {
     pub rate_limit_tpm: Option<i64>,
     pub redis_url: Option<String>,
     pub shutdown_grace: Option<String>,
+    pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
+    pub max_connections: Option<usize>,
+    pub max_connections_per_address: Option<usize>,
+    pub trusted_proxies: Option<Vec<String>>,
+    pub metrics_token: Option<String>,
+    pub metrics_bind: Option<SocketAddr>,
     pub model: Option<PathBuf>,
     pub context: Option<u32>,
     pub parallel: Option<u32>,
@@ -431,6 +438,63 @@ impl ServeSettings {
             "shutdown_grace",
             defaults.shutdown_grace.as_secs() as i64,
         )? as u64);
+        let timeout = |flag: &Option<String>,
+                       file: &Option<String>,
+                       name: &str,
+                       default: Duration| {
+            match flag.as_ref().or(file.as_ref()) {
+                Some(text) => parse_duration(text).with_context(|| format!("invalid {name}")),
+                None => Ok(default),
+            }
+        };
+        let header_timeout = timeout(
+            &args.header_timeout,
+            &file.header_timeout,
+            "header_timeout",
+            defaults.header_timeout,
+        )?;
+        let body_timeout = timeout(
+            &args.body_timeout,
+            &file.body_timeout,
+            "body_timeout",
+            defaults.body_timeout,
+        )?;
+        let at_least_one = |value: Option<usize>, name: &str, default: usize| match value {
+            Some(0) => bail!("{name} must be at least 1"),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        let max_connections = at_least_one(
+            args.max_connections.or(file.max_connections),
+            "max_connections",
+            defaults.max_connections,
+        )?;
+        let max_connections_per_address = at_least_one(
+            args.max_connections_per_address
+                .or(file.max_connections_per_address),
+            "max_connections_per_address",
+            defaults.max_connections_per_address,
+        )?;
+        let trusted_proxies = args
+            .trusted_proxies
+            .as_ref()
+            .or(file.trusted_proxies.as_ref())
+            .map(|blocks| {
+                blocks
+                    .iter()
+                    .filter(|b| !b.trim().is_empty())
+                    .map(|b| b.parse::<Cidr>().map_err(anyhow::Error::msg))
+                    .collect::<anyhow::Result<Vec<_>>>()
+            })
+            .transpose()
+            .context("invalid trusted_proxies")?
+            .unwrap_or_default();
+        let metrics_token = match args.metrics_token.as_ref().or(file.metrics_token.as_ref()) {
+            // The token is not echoed.
+            Some(token) if token.trim().is_empty() => bail!("metrics_token must not be empty"),
+            Some(token) => Some(MetricsToken::new(token.trim())),
+            None => None,
+        };
         Ok(ServeSettings {
             engine: EngineSettings::resolve(&args.engine, &file)?,
             store,
@@ -444,6 +508,13 @@ impl ServeSettings {
                 rate_limits,
                 redis_url,
                 shutdown_grace,
+                header_timeout,
+                body_timeout,
+                max_connections,
+                max_connections_per_address,
+                trusted_proxies,
+                metrics_token,
+                metrics_bind: args.metrics_bind.or(file.metrics_bind),
             },
         })
     }
@@ -594,6 +665,72 @@ upstreams = [
             let err = format!("{:#}", resolve_models(toml).unwrap_err());
             assert!(err.contains(want), "{toml}: {err}");
         }
+    }
+
+    #[test]
+    fn hardening_settings_are_read_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.toml");
+        std::fs::write(
+            &path,
+            "header_timeout = \"5s\"\nbody_timeout = \"2m\"\nmax_connections = 500\n\
+             max_connections_per_address = 20\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
+             metrics_token = \"tok\"\nmetrics_bind = \"127.0.0.1:9100\"\n",
+        )
+        .unwrap();
+        let mut args = ServeArgs::default();
+        args.store.config = Some(path);
+        args.store.data_dir = Some(dir.path().to_owned());
+        let s = ServeSettings::resolve(&args).unwrap().server;
+        assert_eq!(s.header_timeout, Duration::from_secs(5));
+        assert_eq!(s.body_timeout, Duration::from_secs(120));
+        assert_eq!(
+            (s.max_connections, s.max_connections_per_address),
+            (500, 20)
+        );
+        assert_eq!(s.trusted_proxies.len(), 2);
+        assert!(s.trusted_proxies[0].contains("10.1.2.3".parse().unwrap()));
+        assert!(s.metrics_token.as_ref().unwrap().matches("tok"));
+        assert_eq!(s.metrics_bind.unwrap().port(), 9100);
+        assert!(
+            !format!("{s:?}").contains("\"tok\""),
+            "the token is not shown"
+        );
+
+        args.header_timeout = Some("500ms".into());
+        args.trusted_proxies = Some(vec!["192.0.2.0/24".into()]);
+        let s = ServeSettings::resolve(&args).unwrap().server;
+        assert_eq!(s.header_timeout, Duration::from_millis(500));
+        assert_eq!(s.trusted_proxies.len(), 1);
+
+        for (bad, want) in [
+            (("header_timeout", "0s"), "header_timeout"),
+            (("trusted_proxies", "10.0.0.1/8"), "trusted_proxies"),
+            (("max_connections", "0"), "max_connections"),
+        ] {
+            let mut args = args.clone();
+            match bad.0 {
+                "header_timeout" => args.header_timeout = Some(bad.1.into()),
+                "trusted_proxies" => args.trusted_proxies = Some(vec![bad.1.into()]),
+                _ => args.max_connections = Some(0),
+            }
+            let err = format!("{:#}", ServeSettings::resolve(&args).unwrap_err());
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn defaults_hold_without_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = ServeArgs::default();
+        args.store.data_dir = Some(dir.path().to_owned());
+        let s = ServeSettings::resolve(&args).unwrap().server;
+        let d = ServerConfig::default();
+        assert_eq!(s.header_timeout, d.header_timeout);
+        assert_eq!(s.body_timeout, d.body_timeout);
+        assert_eq!(s.max_connections, d.max_connections);
+        assert!(s.trusted_proxies.is_empty() && s.metrics_token.is_none());
+        assert!(s.metrics_bind.is_none());
     }
 
     #[test]

@@ -1,13 +1,24 @@
 //! The server's resolved configuration (the command line builds it from
 //! defaults, the TOML file, `SVC_*` environment and flags).
 
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
 use std::time::Duration;
 
 use svc_core::{DeviceSettings, KeyLimits};
 
 /// Default cap on request bodies: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Default time a client has to send a request's headers (and, on a kept-
+/// alive connection, to start the next request).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default time a client has to send a request's whole body.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default cap on open connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Default cap on open connections from one client address.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
 
 /// Everything the HTTP layer needs to know.
 #[derive(Debug, Clone)]
@@ -35,6 +46,23 @@ pub struct ServerConfig {
     /// After shutdown is asked for, how long in-flight requests (streams
     /// included) may take to finish before their connections are closed.
     pub shutdown_grace: Duration,
+    /// A connection that has not sent a whole request head this long after
+    /// it opened (or after its previous request) is closed.
+    pub header_timeout: Duration,
+    /// A request whose body has not fully arrived this long after its head
+    /// is answered 408 and its connection closed.
+    pub body_timeout: Duration,
+    /// Open connections at most; more are closed as soon as accepted.
+    pub max_connections: usize,
+    /// Open connections from one client address (an IPv6 /64) at most;
+    /// trusted proxies count only towards `max_connections`.
+    pub max_connections_per_address: usize,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` headers name the client.
+    pub trusted_proxies: Vec<Cidr>,
+    /// When set, `/metrics` wants `Authorization: Bearer <token>`.
+    pub metrics_token: Option<MetricsToken>,
+    /// When set, `/metrics` is served on this address only.
+    pub metrics_bind: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +77,197 @@ impl Default for ServerConfig {
             rate_limits: KeyLimits::default(),
             redis_url: None,
             shutdown_grace: Duration::from_secs(30),
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            trusted_proxies: Vec::new(),
+            metrics_token: None,
+            metrics_bind: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// Lowers `max_connections` so that connections leave file descriptors
+    /// for the rest (database, model files, upstreams, Redis) under a
+    /// process limit of `open_files`, and `max_connections_per_address` to
+    /// a quarter of that, so that one address never takes every place;
+    /// returns whether either was lowered.
+    pub fn fit_file_limit(&mut self, open_files: u64) -> bool {
+        let reserve = (open_files / 2).min(128);
+        let fits = usize::try_from(open_files - reserve)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut lowered = false;
+        if self.max_connections > fits {
+            self.max_connections = fits;
+            lowered = true;
+        }
+        let share = (self.max_connections / 4).max(1);
+        if self.max_connections_per_address > share {
+            self.max_connections_per_address = share;
+            lowered = true;
+        }
+        lowered
+    }
+}
+
+/// The bearer token `/metrics` wants; its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MetricsToken(String);
+
+impl MetricsToken {
+    pub fn new(token: impl Into<String>) -> Self {
+        MetricsToken(token.into())
+    }
+
+    /// Whether `candidate` is the token, in time that does not depend on
+    /// where they differ.
+    pub fn matches(&self, candidate: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), candidate.as_bytes());
+        let differ = a
+            .iter()
+            .zip(b)
+            .fold(u8::from(a.len() != b.len()), |acc, (x, y)| acc | (x ^ y));
+        differ == 0
+    }
+}
+
+impl fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MetricsToken(<redacted>)")
+    }
+}
+
+/// An address block such as `10.0.0.0/8` or `fd00::/8`; a bare address is
+/// a block of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` is in the block (an IPv4-mapped IPv6 address counts as
+    /// its IPv4 address).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                mask_v4(u32::from(ip), self.prefix) == u32::from(net)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                mask_v6(u128::from(ip), self.prefix) == u128::from(net)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn mask_v4(bits: u32, prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        bits & (u32::MAX << (32 - u32::from(prefix)))
+    }
+}
+
+fn mask_v6(bits: u128, prefix: u8) -> u128 {
+    if prefix == 0 {
+        0
+    } else {
+        bits & (u128::MAX << (128 - u32::from(prefix)))
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let bad = || format!("{text:?} is not an address or CIDR block (such as 10.0.0.0/8)");
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text, None),
+        };
+        let address: IpAddr = address.parse().map_err(|_| bad())?;
+        let address = address.to_canonical();
+        let max = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        let network = match address {
+            IpAddr::V4(a) => IpAddr::V4(mask_v4(u32::from(a), prefix).into()),
+            IpAddr::V6(a) => IpAddr::V6(mask_v6(u128::from(a), prefix).into()),
+        };
+        if network != address {
+            return Err(format!(
+                "{text:?} has host bits set: write {network}/{prefix}"
+            ));
+        }
+        Ok(Cidr { network, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_contain_their_addresses() {
+        let block: Cidr = "10.1.0.0/16".parse().unwrap();
+        assert!(block.contains("10.1.200.3".parse().unwrap()));
+        assert!(block.contains("::ffff:10.1.0.1".parse().unwrap()));
+        assert!(!block.contains("10.2.0.1".parse().unwrap()));
+        assert!(!block.contains("::1".parse().unwrap()));
+        let one: Cidr = "192.0.2.7".parse().unwrap();
+        assert!(one.contains("192.0.2.7".parse().unwrap()));
+        assert!(!one.contains("192.0.2.8".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("203.0.113.9".parse().unwrap()));
+        let v6: Cidr = "fd00::/8".parse().unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()));
+        assert!(!v6.contains("fe80::1".parse().unwrap()));
+        assert_eq!(v6.to_string(), "fd00::/8");
+    }
+
+    #[test]
+    fn bad_blocks_are_refused() {
+        for bad in ["10.0.0.1/8", "10.0.0.0/33", "nonsense", "10.0.0.0/x", ""] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_file_limit_caps_connections() {
+        let mut config = ServerConfig::default();
+        assert!(!config.fit_file_limit(1 << 20));
+        assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(
+            config.max_connections_per_address,
+            DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+        );
+        assert!(config.fit_file_limit(256));
+        assert_eq!(config.max_connections, 128);
+        assert_eq!(config.max_connections_per_address, 32, "a quarter");
+        assert!(!config.fit_file_limit(1024));
+        assert_eq!(config.max_connections, 128, "never raised");
+    }
+
+    #[test]
+    fn tokens_are_compared_whole_and_never_shown() {
+        let token = MetricsToken::new("s3cret");
+        assert!(token.matches("s3cret"));
+        assert!(!token.matches("s3cre"));
+        assert!(!token.matches("s3cret!"));
+        assert!(!token.matches("S3cret"));
+        assert!(!format!("{token:?}").contains("s3cret"));
     }
 }

@@ -26,6 +26,9 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body did not arrive within the body timeout.
+    #[error("{0}")]
+    BodyTimeout(crate::extract::BodyTimedOut),
     #[error("The model `{0}` does not exist or you do not have access to it.")]
     ModelNotFound(String),
     #[error("Invalid URL ({method} {path})")]
@@ -76,6 +79,7 @@ impl ApiError {
             | ApiError::InvalidBody { .. }
             | ApiError::UnsupportedMediaType => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Engine(e) => match e {
@@ -105,6 +109,7 @@ impl ApiError {
             ApiError::InvalidBody { param, .. } => (invalid, param.clone(), Some("invalid_json")),
             ApiError::UnsupportedMediaType => (invalid, None, Some("unsupported_content_type")),
             ApiError::PayloadTooLarge { .. } => (invalid, None, Some("request_too_large")),
+            ApiError::BodyTimeout(_) => (invalid, None, Some("request_timeout")),
             ApiError::ModelNotFound(_) => (invalid, Some("model".into()), Some("model_not_found")),
             ApiError::UnknownUrl { .. } => (invalid, None, Some("unknown_url")),
             ApiError::MethodNotAllowed { .. } => (invalid, None, Some("method_not_allowed")),

@@ -1,12 +1,15 @@
 //! Extractors that turn raw requests into typed values, failing with
 //! [`ApiError`] instead of axum's plain-text rejections.
 
+use std::net::{IpAddr, SocketAddr};
+
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
-use axum::http::{header, request::Parts};
+use axum::http::{HeaderMap, header, request::Parts};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use svc_core::{KeyRecord, KeyService};
 
+use crate::config::Cidr;
 use crate::error::ApiError;
 
 /// The key that authenticated this request. Put it first among a handler's
@@ -63,7 +66,9 @@ where
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| {
-                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                if let Some(timed_out) = body_timed_out(&rejection) {
+                    ApiError::BodyTimeout(timed_out)
+                } else if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge { limit }
                 } else {
                     ApiError::InvalidBody {
@@ -136,8 +141,11 @@ fn parse_json_tracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> 
     })
 }
 
-/// The client's address as the socket saw it (`None` when the server was
-/// not started with connection info, as in some tests).
+/// The client's address: the socket's peer, or, when that peer is a
+/// trusted proxy, the address the proxies' headers name (see
+/// [`client_ip`]). Every throttle, log line and page that names a client
+/// uses this. `None` when the server was not started with connection info,
+/// as in some tests.
 #[derive(Debug, Clone)]
 pub struct ClientAddress(pub Option<String>);
 
@@ -145,10 +153,188 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let address = parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|info| info.0.ip().to_string());
+        let address = match parts.extensions.get::<ClientIp>() {
+            Some(ClientIp(ip)) => Some(ip.to_string()),
+            None => parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|info| info.0.ip().to_canonical().to_string()),
+        };
         Ok(ClientAddress(address))
+    }
+}
+
+/// The client's address as resolved by the accept loop, in the request's
+/// extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// The client's address of a request that came from `peer`.
+///
+/// Only when `peer` is in `trusted` are forwarding headers read:
+/// `X-Forwarded-For` (all of its lines, in order), or `Forwarded` when the
+/// request has no `X-Forwarded-For`. Walking the hops from the right (the
+/// nearest), trusted proxies are skipped and the first other address is the
+/// client; a client cannot spoof it, since anything it sends itself stays
+/// left of what its first trusted proxy appends. A hop that is not an
+/// address (`unknown`, an obfuscated name, garbage) stops the walk at the
+/// trusted proxy that wrote it. When every hop is trusted, the left-most is
+/// the client.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> IpAddr {
+    let peer = peer.to_canonical();
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|block| block.contains(ip));
+    if trusted.is_empty() || !is_trusted(peer) {
+        return peer;
+    }
+    let forwarded_for = headers.get_all(X_FORWARDED_FOR);
+    let hops: Vec<Option<IpAddr>> = if forwarded_for.iter().next().is_some() {
+        forwarded_for
+            .iter()
+            .flat_map(|line| line.to_str().unwrap_or("\u{0}").split(','))
+            .map(parse_node)
+            .collect()
+    } else {
+        headers
+            .get_all(header::FORWARDED)
+            .iter()
+            .flat_map(|line| line.to_str().unwrap_or("\u{0}").split(','))
+            .filter_map(|element| {
+                // An element without `for=` says nothing about this hop.
+                element.split(';').find_map(|pair| {
+                    let (name, value) = pair.split_once('=')?;
+                    name.trim()
+                        .eq_ignore_ascii_case("for")
+                        .then(|| parse_node(value))
+                })
+            })
+            .collect()
+    };
+    let mut client = peer;
+    for hop in hops.iter().rev() {
+        match hop {
+            Some(ip) => {
+                client = ip.to_canonical();
+                if !is_trusted(client) {
+                    return client;
+                }
+            }
+            None => return client,
+        }
+    }
+    client
+}
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// One hop of `X-Forwarded-For` or `Forwarded`'s `for=`: an address,
+/// perhaps quoted, perhaps with a port (`1.2.3.4:5`, `[::1]:5`).
+fn parse_node(text: &str) -> Option<IpAddr> {
+    let text = text.trim().trim_matches('"');
+    if let Some(rest) = text.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    if let Ok(ip) = text.parse() {
+        return Some(ip);
+    }
+    let (address, port) = text.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    address.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// A request body that did not fully arrive in time (see
+/// [`crate::ServerConfig::body_timeout`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimedOut(pub std::time::Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "The request body did not arrive within {} seconds.",
+            self.0.as_secs_f64()
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// The [`BodyTimedOut`] somewhere in `error`'s chain of causes, if any.
+pub fn body_timed_out(error: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(timed_out) = error.downcast_ref::<BodyTimedOut>() {
+            return Some(*timed_out);
+        }
+        cause = error.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn resolve(peer: &str, headers: &[(&str, &str)], trusted: &[&str]) -> String {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let trusted: Vec<Cidr> = trusted.iter().map(|t| t.parse().unwrap()).collect();
+        client_ip(peer.parse().unwrap(), &map, &trusted).to_string()
+    }
+
+    const PROXY: &[&str] = &["10.0.0.0/8"];
+
+    #[test]
+    fn headers_from_untrusted_peers_are_ignored() {
+        let spoof = [("x-forwarded-for", "198.51.100.1")];
+        assert_eq!(resolve("203.0.113.5", &spoof, &[]), "203.0.113.5");
+        assert_eq!(resolve("203.0.113.5", &spoof, PROXY), "203.0.113.5");
+        assert_eq!(resolve("::ffff:203.0.113.5", &spoof, PROXY), "203.0.113.5");
+    }
+
+    #[test]
+    fn the_right_most_untrusted_hop_is_the_client() {
+        // The client put 198.51.100.1 in itself; its proxy appended what it saw.
+        let xff = [("x-forwarded-for", "198.51.100.1, 203.0.113.5, 10.0.0.2")];
+        assert_eq!(resolve("10.0.0.1", &xff, PROXY), "203.0.113.5");
+        let lines = [
+            ("x-forwarded-for", "198.51.100.1"),
+            ("x-forwarded-for", "203.0.113.5:4711"),
+        ];
+        assert_eq!(resolve("10.0.0.1", &lines, PROXY), "203.0.113.5");
+        let v6 = [("x-forwarded-for", "[2001:db8::7]:443")];
+        assert_eq!(resolve("10.0.0.1", &v6, PROXY), "2001:db8::7");
+        let all_trusted = [("x-forwarded-for", "10.9.9.9, 10.0.0.2")];
+        assert_eq!(resolve("10.0.0.1", &all_trusted, PROXY), "10.9.9.9");
+        assert_eq!(resolve("10.0.0.1", &[], PROXY), "10.0.0.1");
+    }
+
+    #[test]
+    fn forwarded_is_read_when_there_is_no_x_forwarded_for() {
+        let forwarded = [(
+            "forwarded",
+            "for=198.51.100.1, for=\"[2001:db8::7]:4711\";proto=https, by=10.0.0.3;for=10.0.0.2",
+        )];
+        assert_eq!(resolve("10.0.0.1", &forwarded, PROXY), "2001:db8::7");
+        let both = [
+            ("forwarded", "for=198.51.100.1"),
+            ("x-forwarded-for", "203.0.113.5"),
+        ];
+        assert_eq!(resolve("10.0.0.1", &both, PROXY), "203.0.113.5");
+    }
+
+    #[test]
+    fn a_hop_that_is_no_address_stops_at_the_proxy_that_wrote_it() {
+        for junk in ["unknown", "_hidden", "not an address", "1.2.3.4:99999"] {
+            let xff = [("x-forwarded-for", format!("198.51.100.1, {junk}, 10.0.0.2"))];
+            let xff: Vec<(&str, &str)> = xff.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            assert_eq!(resolve("10.0.0.1", &xff, PROXY), "10.0.0.2", "{junk}");
+        }
     }
 }

@@ -8,11 +8,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -100,6 +100,10 @@ struct Tokens {
 pub struct Metrics {
     inner: Mutex<Inner>,
     in_flight: AtomicI64,
+    connections_open: AtomicI64,
+    connections_refused: AtomicU64,
+    /// What `/metrics` wants as its bearer token, if anything.
+    token: Option<crate::config::MetricsToken>,
 }
 
 /// The entry of `key`, made only when missing: the hot path looks up an
@@ -113,6 +117,14 @@ fn slot<'a, V: Default>(map: &'a mut BTreeMap<String, V>, key: &str) -> &'a mut 
 }
 
 impl Metrics {
+    /// Metrics whose endpoint wants `token`, when given.
+    pub fn new(token: Option<crate::config::MetricsToken>) -> Self {
+        Metrics {
+            token,
+            ..Metrics::default()
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -135,6 +147,16 @@ impl Metrics {
             tokens.prompt += prompt;
             tokens.completion += completion;
         });
+    }
+
+    /// A connection was opened (`1`) or closed (`-1`).
+    pub(crate) fn connections_open(&self, change: i64) {
+        self.connections_open.fetch_add(change, Ordering::Relaxed);
+    }
+
+    /// A connection was refused for being past a connection limit.
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The text exposition of everything, engines' status included.
@@ -216,6 +238,20 @@ impl Metrics {
             "svc_http_requests_in_flight {}",
             self.in_flight.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP svc_http_connections_open Client connections open now.\n");
+        out.push_str("# TYPE svc_http_connections_open gauge\n");
+        let _ = writeln!(
+            out,
+            "svc_http_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP svc_http_connections_refused_total Connections closed at once for being past a connection limit.\n");
+        out.push_str("# TYPE svc_http_connections_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "svc_http_connections_refused_total {}",
+            self.connections_refused.load(Ordering::Relaxed)
+        );
 
         out.push_str("# HELP svc_engine_queued_requests Requests waiting for an engine.\n");
         out.push_str("# TYPE svc_engine_queued_requests gauge\n");
@@ -293,9 +329,11 @@ pub async fn middleware(
     let route = request.extensions().get::<MatchedPath>().cloned();
     let method = request.method().clone();
     let metrics = state.metrics.clone();
-    metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    // A guard, not a pair of calls: a request whose client goes away is
+    // dropped at its await, and must leave the gauge too.
+    let in_flight = InFlight::enter(&metrics);
     let response = next.run(request).await;
-    metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+    drop(in_flight);
     let status = response.status().as_u16();
     let code = response
         .extensions()
@@ -321,13 +359,60 @@ pub async fn middleware(
     response
 }
 
-/// `GET /metrics`.
-pub async fn endpoint(State(state): State<AppState>) -> Response {
+/// Counts a request in `svc_http_requests_in_flight` while it lives.
+struct InFlight<'a>(&'a Metrics);
+
+impl<'a> InFlight<'a> {
+    fn enter(metrics: &'a Metrics) -> Self {
+        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// `GET /metrics`; with a metrics token configured, only for
+/// `Authorization: Bearer <token>`.
+pub async fn endpoint(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.metrics.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !given.is_some_and(|given| token.matches(given)) {
+            return unauthorized();
+        }
+    }
     let body = state.metrics.render(&state);
     let mut response = body.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
+    response
+}
+
+/// 401 in the API's error shape; the token given, if any, is not echoed.
+fn unauthorized() -> Response {
+    let body = svc_api::ErrorBody {
+        error: svc_api::ErrorObject {
+            message: "/metrics needs the metrics token: send Authorization: Bearer <token>.".into(),
+            kind: "invalid_request_error".into(),
+            param: None,
+            code: Some("invalid_metrics_token".into()),
+        },
+    };
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    response
+        .extensions_mut()
+        .insert(ErrorCode("invalid_metrics_token".into()));
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
 }

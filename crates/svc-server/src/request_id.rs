@@ -22,11 +22,16 @@ fn generate() -> String {
     format!("req_{}", hex::encode(rand::random::<[u8; 12]>()))
 }
 
-/// Middleware: assigns the id, runs the request inside a span that names it,
-/// and sets the response header.
+/// Middleware: assigns the id, runs the request inside a span that names it
+/// and the client's address (as resolved through trusted proxies), and sets
+/// the response header.
 pub async fn middleware(request: Request, next: Next) -> Response {
     let id = generate();
-    let span = tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
+    let client = request
+        .extensions()
+        .get::<crate::extract::ClientIp>()
+        .map(|c| tracing::field::display(c.0));
+    let span = tracing::info_span!("request", id = %id, client, method = %request.method(), path = %request.uri().path());
     let mut response =
         tracing::Instrument::instrument(CURRENT.scope(id.clone(), next.run(request)), span).await;
     if let Ok(value) = HeaderValue::from_str(&id) {

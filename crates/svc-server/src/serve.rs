@@ -12,30 +12,85 @@
 //! once instead, and only wake-ups from outside (a socket became ready, a
 //! timer fired) reach the runtime.
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use bytes::Bytes;
 use futures::task::AtomicWaker;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+use crate::config::{Cidr, ServerConfig};
+use crate::extract::{BodyTimedOut, ClientIp, client_ip};
+use crate::metrics::Metrics;
+
+/// What the accept loop holds every client to.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// From accept (or the end of the previous request) to a whole request
+    /// head; then the connection is closed.
+    pub header_timeout: Duration,
+    /// From a request's head to the end of its body.
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    /// Peers whose forwarding headers are believed, and who are not held
+    /// to the per-address limit (all clients come through them).
+    pub trusted_proxies: Arc<[Cidr]>,
+}
+
+impl Limits {
+    pub fn new(config: &ServerConfig) -> Self {
+        Limits {
+            header_timeout: config.header_timeout,
+            body_timeout: config.body_timeout,
+            max_connections: config.max_connections,
+            max_connections_per_address: config.max_connections_per_address,
+            trusted_proxies: config.trusted_proxies.clone().into(),
+        }
+    }
+}
 
 /// Serves `router` on `listener` until `shutdown` is cancelled; then stops
 /// accepting, lets every connection finish the requests it has under way
 /// (idle ones close at once) and returns when all are closed.
-pub async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) {
+///
+/// No client can hold the server: a connection that does not send a whole
+/// request head within the header timeout is closed, a body that has not
+/// arrived within the body timeout is answered 408, and connections past
+/// the per-address limit, or past the total one when no silent connection
+/// can make room (see [`ConnectionTable`]), are answered 503 and closed at
+/// once, so a flood from some addresses leaves room for everyone else.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+) {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(LocalWakesExecutor);
+    let mut builder = auto::Builder::new(LocalWakesExecutor);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let table = Arc::new(ConnectionTable::new(&limits, metrics));
     loop {
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -47,28 +102,291 @@ pub async fn serve(listener: TcpListener, router: Router, shutdown: Cancellation
             },
             () = shutdown.cancelled() => break,
         };
+        let peer = remote.ip().to_canonical();
+        let trusted = limits.trusted_proxies.iter().any(|b| b.contains(peer));
+        let Some(guard) = table.admit(peer, trusted) else {
+            // Non-blocking: a fresh socket's send buffer takes it whole, and
+            // a client that cannot take it loses nothing it was promised.
+            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            tracing::debug!(%remote, "connection refused: too many connections");
+            continue;
+        };
         // Server-sent events are many small writes: send each at once.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
         let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(remote));
-            router.clone().oneshot(request)
+        let slot = guard.slot.clone();
+        let service = hyper::service::service_fn({
+            let guard = guard.clone();
+            let trusted_proxies = limits.trusted_proxies.clone();
+            let body_timeout = limits.body_timeout;
+            move |request: hyper::Request<Incoming>| {
+                guard.started();
+                let client = client_ip(peer, request.headers(), &trusted_proxies);
+                let mut request = request.map(|body| TimedBody::new(body, body_timeout));
+                request.extensions_mut().insert(ConnectInfo(remote));
+                request.extensions_mut().insert(ClientIp(client));
+                router.clone().oneshot(request)
+            }
         });
         let connection = graceful.watch(
             builder
                 .serve_connection(TokioIo::new(stream), service)
                 .into_owned(),
         );
+        let header_timeout = limits.header_timeout;
         tokio::spawn(LocalWakes::new(async move {
-            if let Err(e) = connection.await {
+            let _guard = guard;
+            let mut connection = std::pin::pin!(connection);
+            // hyper times HTTP/1 heads itself, but not the bytes before it
+            // knows the protocol, nor HTTP/2's preface: a connection must
+            // have begun a request within the header timeout.
+            let ended = tokio::select! {
+                ended = &mut connection => ended,
+                () = slot.evict.notified() => {
+                    tracing::debug!(%remote, "connection closed before its first request, to make room");
+                    return;
+                }
+                () = tokio::time::sleep(header_timeout) => {
+                    if !slot.started.load(Ordering::Relaxed) {
+                        tracing::debug!(%remote, "connection closed: no request within the header timeout");
+                        return;
+                    }
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, %remote, "connection ended with an error");
             }
         }));
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The answer to a connection past a limit, in the API's error shape.
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 169\r\n\
+\r\n\
+{\"error\":{\"message\":\"Too many open connections from your address or in all; close some and try again.\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+
+/// Open connections, in all and by client address.
+///
+/// When every place is taken, the oldest connection that has not begun a
+/// request yet (a slow client, most likely: honest ones send theirs at
+/// once) is closed to make room, so slow clients from many addresses
+/// cannot lock everyone else out for a whole header timeout.
+struct ConnectionTable {
+    max_total: usize,
+    max_per_address: usize,
+    open: Mutex<Open>,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+    /// Connections without a request yet, oldest first.
+    unstarted: BTreeMap<u64, Arc<Slot>>,
+    next_id: u64,
+}
+
+impl Open {
+    /// Frees `slot`'s place, once; whether it did.
+    fn release(&mut self, slot: &Slot) -> bool {
+        if slot.released.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        self.total = self.total.saturating_sub(1);
+        if let Some(address) = slot.address
+            && let Some(n) = self.by_address.get_mut(&address)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_address.remove(&address);
+            }
+        }
+        true
+    }
+}
+
+/// One connection's place in the table.
+#[derive(Default)]
+struct Slot {
+    id: u64,
+    /// Counted under this address (`None`: a trusted proxy).
+    address: Option<IpAddr>,
+    /// A request has begun on the connection.
+    started: AtomicBool,
+    /// Its place was freed (closed to make room, or ended).
+    released: AtomicBool,
+    /// Told when the connection is closed to make room.
+    evict: Notify,
+}
+
+impl ConnectionTable {
+    fn new(limits: &Limits, metrics: Arc<Metrics>) -> Self {
+        ConnectionTable {
+            max_total: limits.max_connections,
+            max_per_address: limits.max_connections_per_address,
+            open: Mutex::default(),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a connection from `peer` (towards the total only when `exempt`)
+    /// until the guard is dropped; `None` when a limit is reached.
+    fn admit(self: &Arc<Self>, peer: IpAddr, exempt: bool) -> Option<ConnectionGuard> {
+        let address = (!exempt).then(|| address_key(peer));
+        let mut open = self.lock();
+        if let Some(a) = address
+            && open.by_address.get(&a).copied().unwrap_or(0) >= self.max_per_address
+        {
+            drop(open);
+            self.metrics.connection_refused();
+            return None;
+        }
+        if open.total >= self.max_total {
+            let Some((_, victim)) = open.unstarted.pop_first() else {
+                drop(open);
+                self.metrics.connection_refused();
+                return None;
+            };
+            if open.release(&victim) {
+                self.metrics.connections_open(-1);
+            }
+            victim.evict.notify_one();
+        }
+        if let Some(a) = address {
+            *open.by_address.entry(a).or_default() += 1;
+        }
+        open.total += 1;
+        let id = open.next_id;
+        open.next_id += 1;
+        let slot = Arc::new(Slot {
+            id,
+            address,
+            ..Slot::default()
+        });
+        open.unstarted.insert(id, slot.clone());
+        drop(open);
+        self.metrics.connections_open(1);
+        Some(ConnectionGuard(Arc::new(Admitted {
+            table: self.clone(),
+            slot,
+        })))
+    }
+}
+
+/// Clients are counted by IPv4 address, or by IPv6 /64 (what one
+/// subscriber usually has whole).
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
+    }
+}
+
+/// One admitted connection; when the last clone is dropped (the
+/// connection's task and its service ended) its place is freed.
+#[derive(Clone)]
+struct ConnectionGuard(Arc<Admitted>);
+
+struct Admitted {
+    table: Arc<ConnectionTable>,
+    slot: Arc<Slot>,
+}
+
+impl std::ops::Deref for ConnectionGuard {
+    type Target = Admitted;
+
+    fn deref(&self) -> &Admitted {
+        &self.0
+    }
+}
+
+impl Admitted {
+    /// A request began: the connection is no longer the first to close
+    /// when room is needed.
+    fn started(&self) {
+        if !self.slot.started.swap(true, Ordering::Relaxed) {
+            self.table.lock().unstarted.remove(&self.slot.id);
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let released = {
+            let mut open = self.table.lock();
+            open.unstarted.remove(&self.slot.id);
+            open.release(&self.slot)
+        };
+        if released {
+            self.table.metrics.connections_open(-1);
+        }
+    }
+}
+
+/// A request body that fails with [`BodyTimedOut`] when it has not ended
+/// by its deadline. The timer is only started once the body is actually
+/// waited for, so bodies that arrived with their head cost no timer.
+struct TimedBody {
+    inner: Incoming,
+    deadline: Instant,
+    timeout: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl TimedBody {
+    fn new(inner: Incoming, timeout: Duration) -> Self {
+        TimedBody {
+            inner,
+            deadline: Instant::now() + timeout,
+            timeout,
+            sleep: None,
+        }
+    }
+}
+
+impl Body for TimedBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let deadline = this.deadline;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.timeout))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// What `axum::serve` (and hyper before it) does: a failed accept because
@@ -238,6 +556,26 @@ mod tests {
         let poll = Pin::new(&mut future).poll(&mut Context::from_waker(&outer));
         let woken = count.0.load(Ordering::SeqCst);
         (poll, polls.load(Ordering::SeqCst), woken)
+    }
+
+    #[test]
+    fn the_refusal_is_well_formed() {
+        let text = std::str::from_utf8(TOO_MANY_CONNECTIONS).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"]["code"], "too_many_connections");
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_by_slash_64() {
+        let a = address_key("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = address_key("2001:db8:1:2:bbbb::9".parse().unwrap());
+        let c = address_key("2001:db8:1:3::1".parse().unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let v4 = "192.0.2.1".parse().unwrap();
+        assert_eq!(address_key(v4), v4);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
+use axum::routing::get;
 use svc_core::{AccountService, DeviceService, KeyService, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +18,7 @@ use crate::dashboard::Dashboard;
 use crate::extract::BodyLimit;
 use crate::ratelimit::RateLimiter;
 use crate::registry::ModelRegistry;
+use crate::serve::Limits;
 use crate::state::AppState;
 use crate::{request_id, routes};
 
@@ -30,6 +32,10 @@ pub struct Application {
     accounts: AccountService,
     shutdown_grace: std::time::Duration,
     ledger: (Arc<crate::usage::Ledger>, Arc<dyn Store>),
+    limits: Limits,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// `/metrics` on an address of its own, when configured.
+    metrics_server: Option<(TcpListener, Router)>,
 }
 
 impl Application {
@@ -41,6 +47,13 @@ impl Application {
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(config.bind).await?;
         let addr = listener.local_addr()?;
+        let metrics_listener =
+            match config.metrics_bind {
+                Some(bind) => Some(TcpListener::bind(bind).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("metrics_bind {bind}: {e}"))
+                })?),
+                None => None,
+            };
         let public_url = config
             .public_url
             .as_deref()
@@ -68,19 +81,29 @@ impl Application {
             public_url: public_url.clone().into(),
             dashboard: Arc::new(dashboard),
             limiter,
-            metrics: Arc::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new(config.metrics_token.clone())),
             ledger: Arc::default(),
             body_limit: BodyLimit(config.max_body_bytes),
         };
         let ledger = (state.ledger.clone(), state.store.clone());
-        let router = routes::router()
-            .route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                crate::metrics::middleware,
-            ))
-            .layer(DefaultBodyLimit::max(config.max_body_bytes))
-            .layer(middleware::from_fn(request_id::middleware))
-            .with_state(state);
+        let metrics = state.metrics.clone();
+        let metrics_route = || Router::new().route("/metrics", get(crate::metrics::endpoint));
+        let mut api = routes::router();
+        let metrics_server = match metrics_listener {
+            Some(listener) => {
+                let router = with_layers(
+                    metrics_route().fallback(routes::unknown_url),
+                    &state,
+                    config.max_body_bytes,
+                );
+                Some((listener, router))
+            }
+            None => {
+                api = api.merge(metrics_route());
+                None
+            }
+        };
+        let router = with_layers(api, &state, config.max_body_bytes);
         Ok(Application {
             listener,
             router,
@@ -90,7 +113,17 @@ impl Application {
             accounts,
             shutdown_grace: config.shutdown_grace,
             ledger,
+            limits: Limits::new(&config),
+            metrics,
+            metrics_server,
         })
+    }
+
+    /// Where `/metrics` is served when it has an address of its own.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_server
+            .as_ref()
+            .and_then(|(listener, _)| listener.local_addr().ok())
     }
 
     /// The address actually bound (useful with port 0).
@@ -123,7 +156,28 @@ impl Application {
         let (ledger, store) = self.ledger;
         let stop_ledger = CancellationToken::new();
         let flusher = tokio::spawn(ledger.run(store, stop_ledger.clone()));
-        let serve = crate::serve::serve(self.listener, self.router, shutdown.clone());
+        let serve_api = crate::serve::serve(
+            self.listener,
+            self.router,
+            shutdown.clone(),
+            self.limits.clone(),
+            self.metrics.clone(),
+        );
+        let serve_metrics = async {
+            if let Some((listener, router)) = self.metrics_server {
+                crate::serve::serve(
+                    listener,
+                    router,
+                    shutdown.clone(),
+                    self.limits,
+                    self.metrics,
+                )
+                .await;
+            }
+        };
+        let serve = async {
+            tokio::join!(serve_api, serve_metrics);
+        };
         tokio::select! {
             () = serve => {}
             () = async {
@@ -137,4 +191,18 @@ impl Application {
         stop_ledger.cancel();
         let _ = flusher.await;
     }
+}
+
+/// The layers every request goes through: metrics by route (inside the
+/// routing, to know the route's pattern), the body limit, and the request
+/// id with its log span (outermost).
+fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize) -> Router {
+    routes
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::middleware,
+        ))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn(request_id::middleware))
+        .with_state(state.clone())
 }

@@ -16,7 +16,8 @@ use crate::model_files;
 use crate::settings::{EngineSettings, ModelSource, ServeSettings};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let settings = ServeSettings::resolve(&args)?;
+    let mut settings = ServeSettings::resolve(&args)?;
+    fit_file_limit(&mut settings.server);
     let store = super::open_store(&settings.store).await?;
     let models = load_models(&settings).await?;
     let app = Application::build(settings.server.clone(), store, models)
@@ -26,6 +27,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("  API base URL: {}/v1", app.public_url());
     eprintln!("  dashboard:    {}", app.dashboard_url());
     eprintln!("  store:        {}", settings.store.describe());
+    if let Some(addr) = app.metrics_addr() {
+        eprintln!("  metrics:      http://{addr}/metrics");
+    }
     match app.setup_link().await {
         // The one secret svc prints: the operator needs it to get in.
         Ok(Some(link)) => eprintln!(
@@ -40,6 +44,55 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     app.run(shutdown).await;
     eprintln!("svc stopped");
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard one (the soft default,
+/// often 1024, is what a flood of connections would exhaust), then keeps
+/// the connection limits below what the limit allows.
+fn fit_file_limit(server: &mut svc_server::ServerConfig) {
+    let Some(limit) = raise_file_limit() else {
+        return;
+    };
+    if server.fit_file_limit(limit) {
+        tracing::warn!(
+            open_files = limit,
+            max_connections = server.max_connections,
+            max_connections_per_address = server.max_connections_per_address,
+            "connection limits lowered to fit the open-file limit (raise `ulimit -n` for more)"
+        );
+    }
+}
+
+/// The soft `RLIMIT_NOFILE` after raising it as far as allowed; `None`
+/// where it cannot be read.
+#[cfg(unix)]
+fn raise_file_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit");
+            return None;
+        }
+    };
+    if soft >= hard {
+        return Some(soft);
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => {
+            tracing::debug!(from = soft, to = hard, "raised the open-file limit");
+            Some(hard)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+            Some(soft)
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_file_limit() -> Option<u64> {
+    None
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {

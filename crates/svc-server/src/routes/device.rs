@@ -268,7 +268,10 @@ async fn read_body(request: Request, limit: BodyLimit) -> Result<Body, ApiError>
     });
     let bytes = axum::body::to_bytes(request.into_body(), limit)
         .await
-        .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+        .map_err(|e| match crate::extract::body_timed_out(&e) {
+            Some(timed_out) => ApiError::BodyTimeout(timed_out),
+            None => ApiError::PayloadTooLarge { limit },
+        })?;
     Ok(match mime.as_deref() {
         // A form, even an empty one, is answered in the form dialect.
         Some("application/x-www-form-urlencoded") => Body::Form(bytes),

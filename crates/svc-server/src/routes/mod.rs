@@ -15,13 +15,13 @@ use axum::routing::{get, post};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Every route of the service.
+/// Every route of the service but `/metrics` (which the application adds
+/// here or on its own address).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/openapi.json", get(openapi::document))
-        .route("/metrics", get(crate::metrics::endpoint))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::create))
@@ -34,7 +34,7 @@ pub fn router() -> Router<AppState> {
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-async fn unknown_url(request: Request) -> ApiError {
+pub(crate) async fn unknown_url(request: Request) -> ApiError {
     ApiError::UnknownUrl {
         method: request.method().to_string(),
         path: request.uri().path().to_owned(),
