@@ -1,13 +1,19 @@
 //! User accounts: ids, emails, password hashing (argon2id), and the account
 //! service that signs people in with throttling.
+//!
+//! Every argon2 run (19 MiB each) goes through [`hashing`], which lets only
+//! as many run at once as there are cores, so a burst of sign-ins cannot
+//! exhaust memory.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use crate::now;
 use crate::session::{SessionRecord, SessionToken, flash, random_token, sha256_hex};
 use crate::store::{Store, StoreError};
-use crate::throttle::Throttle;
+use crate::throttle::{Throttle, give_back_all, take_all};
 
 /// The public identifier of a user (`usr_` + 16 hex).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -104,6 +110,72 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     })
 }
 
+/// Longest a password hashing waits for its turn before the request is
+/// answered "busy".
+pub const HASHING_WAIT: Duration = Duration::from_secs(10);
+
+/// The process's password hashing: at most `permits` argon2 runs at once.
+struct Hashing {
+    permits: usize,
+    semaphore: Arc<tokio::sync::Semaphore>,
+    running: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+static HASHING: LazyLock<Hashing> = LazyLock::new(|| {
+    // One per core: more would only share the cores and add 19 MiB each.
+    let permits = std::thread::available_parallelism()
+        .map_or(2, std::num::NonZeroUsize::get)
+        .clamp(1, 16);
+    Hashing {
+        permits,
+        semaphore: Arc::new(tokio::sync::Semaphore::new(permits)),
+        running: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    }
+});
+
+/// How many argon2 runs this process allows at once, and the most it has
+/// had at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashingStats {
+    pub permits: usize,
+    pub peak: usize,
+}
+
+/// See [`HashingStats`].
+pub fn hashing_stats() -> HashingStats {
+    HashingStats {
+        permits: HASHING.permits,
+        peak: HASHING.peak.load(Ordering::Relaxed),
+    }
+}
+
+/// No hashing turn came within [`HASHING_WAIT`] (or the hashing thread
+/// died): the server is too busy to check a password now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
+
+/// Runs `work` (an argon2 hash or verification) on a blocking thread once
+/// a hashing turn is free. The turn is held by the thread, not the request:
+/// a client that disconnects does not free it while its hash still runs.
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, Busy> {
+    let permit = tokio::time::timeout(HASHING_WAIT, HASHING.semaphore.clone().acquire_owned())
+        .await
+        .map_err(|_| Busy)?
+        .map_err(|_| Busy)?;
+    tokio::task::spawn_blocking(move || {
+        let running = HASHING.running.fetch_add(1, Ordering::Relaxed) + 1;
+        HASHING.peak.fetch_max(running, Ordering::Relaxed);
+        let result = work();
+        HASHING.running.fetch_sub(1, Ordering::Relaxed);
+        drop(permit);
+        result
+    })
+    .await
+    .map_err(|_| Busy)
+}
+
 /// Why an account could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum AccountError {
@@ -117,6 +189,10 @@ pub enum AccountError {
     EmailTaken,
     #[error("This setup link is invalid, used or expired.")]
     SetupClosed,
+    #[error("Too many accounts were created from your address. Try again in {} minutes.", (retry_after + 59) / 60)]
+    Throttled { retry_after: i64 },
+    #[error("The server is busy. Try again in a minute.")]
+    Busy,
     #[error("hashing the password failed: {0}")]
     Hashing(String),
     #[error(transparent)]
@@ -131,6 +207,8 @@ pub enum SignInError {
     Invalid,
     #[error("Too many failed sign-ins. Try again in {retry_after} seconds.")]
     Throttled { retry_after: i64 },
+    #[error("The server is busy. Try again in a minute.")]
+    Busy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -148,27 +226,43 @@ pub const SESSION_SECONDS: i64 = 7 * 24 * 3600;
 /// Lifetime of the first-admin setup link.
 pub const SETUP_SECONDS: i64 = 24 * 3600;
 
-/// Failed sign-ins allowed per account in [`SIGN_IN_WINDOW`].
-const SIGN_IN_PER_ACCOUNT: i64 = 5;
-/// Failed sign-ins allowed per client address in [`SIGN_IN_WINDOW`].
+/// Sign-in attempts allowed per account from one client address in
+/// [`SIGN_IN_WINDOW`]: failures elsewhere do not lock the owner out.
+const SIGN_IN_PER_ACCOUNT_ADDRESS: i64 = 5;
+/// Sign-in attempts allowed per client address, whatever the accounts, in
+/// [`SIGN_IN_WINDOW`].
 const SIGN_IN_PER_ADDRESS: i64 = 20;
 const SIGN_IN_WINDOW: i64 = 15 * 60;
+/// Sign-in attempts allowed per account from anywhere in
+/// [`SIGN_IN_ACCOUNT_WINDOW`]: the slow backstop against guessing one
+/// password from many addresses.
+const SIGN_IN_PER_ACCOUNT: i64 = 100;
+const SIGN_IN_ACCOUNT_WINDOW: i64 = 3600;
+/// Sign-ups allowed per client address in [`SIGN_UP_WINDOW`].
+const SIGN_UP_PER_ADDRESS: i64 = 5;
+const SIGN_UP_WINDOW: i64 = 3600;
 
 /// Accounts, sign-in, sessions and the first-admin setup.
 #[derive(Clone)]
 pub struct AccountService {
     store: Arc<dyn Store>,
-    account_throttle: Throttle,
+    /// Per account and address (`email address`).
+    pair_throttle: Throttle,
+    /// Per address.
     address_throttle: Throttle,
+    /// Per account, from anywhere.
+    account_throttle: Throttle,
+    /// Sign-ups per address.
+    signup_throttle: Throttle,
 }
 
 impl AccountService {
     pub fn new(store: Arc<dyn Store>) -> Self {
         AccountService {
-            account_throttle: Throttle::new(
+            pair_throttle: Throttle::new(
                 store.clone(),
-                "signin-account",
-                SIGN_IN_PER_ACCOUNT,
+                "signin-account-address",
+                SIGN_IN_PER_ACCOUNT_ADDRESS,
                 SIGN_IN_WINDOW,
             ),
             address_throttle: Throttle::new(
@@ -176,6 +270,18 @@ impl AccountService {
                 "signin-address",
                 SIGN_IN_PER_ADDRESS,
                 SIGN_IN_WINDOW,
+            ),
+            account_throttle: Throttle::new(
+                store.clone(),
+                "signin-account",
+                SIGN_IN_PER_ACCOUNT,
+                SIGN_IN_ACCOUNT_WINDOW,
+            ),
+            signup_throttle: Throttle::new(
+                store.clone(),
+                "signup-address",
+                SIGN_UP_PER_ADDRESS,
+                SIGN_UP_WINDOW,
             ),
             store,
         }
@@ -193,6 +299,30 @@ impl AccountService {
             Ok(()) => Ok(user),
             Err(StoreError::Conflict) => Err(AccountError::EmailTaken),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Self sign-up, throttled per client address. An email that has an
+    /// account already is answered exactly as a new one (`Ok`, after the
+    /// same hashing), so the form does not tell who has an account; only
+    /// input errors, which depend on the input alone, are told.
+    pub async fn sign_up(
+        &self,
+        email: &str,
+        password: &str,
+        address: Option<&str>,
+    ) -> Result<(), AccountError> {
+        normalise_email(email).ok_or(AccountError::InvalidEmail)?;
+        check_password(password)?;
+        let address = address.unwrap_or("unknown");
+        if let Err(t) = self.signup_throttle.take(address).await? {
+            return Err(AccountError::Throttled {
+                retry_after: t.retry_after,
+            });
+        }
+        match self.create_user(email, password, false).await {
+            Ok(_) | Err(AccountError::EmailTaken) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -238,8 +368,9 @@ impl AccountService {
         }
     }
 
-    /// Checks email and password, with failures throttled per account and
-    /// per client address, and opens a session.
+    /// Checks email and password and opens a session. Each attempt takes a
+    /// slot per account and address, per address, and per account before
+    /// any hashing; a successful one gives them back.
     pub async fn sign_in(
         &self,
         email: &str,
@@ -248,8 +379,16 @@ impl AccountService {
     ) -> Result<OpenedSession, SignInError> {
         let email = normalise_email(email).unwrap_or_default();
         let address = address.unwrap_or("unknown");
-        self.account_throttle.check(&email).await??;
-        self.address_throttle.check(address).await??;
+        // An email has no spaces, so this names one pair.
+        let pair = format!("{email} {address}");
+        // The address first: refused there, an attempt adds no rows for
+        // the emails it names.
+        let slots = take_all(&[
+            (&self.address_throttle, address),
+            (&self.pair_throttle, &pair),
+            (&self.account_throttle, &email),
+        ])
+        .await??;
         let user = self.store.user_by_email(&email).await?;
         // An unknown email costs the same hashing as a wrong password, so
         // timing does not tell which accounts exist.
@@ -258,18 +397,17 @@ impl AccountService {
             .map(|u| u.password_hash.clone())
             .unwrap_or_else(|| DUMMY_HASH.to_owned());
         let password = password.to_owned();
-        let matches = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
-            .await
-            .unwrap_or(false);
+        let Ok(matches) = hashing(move || verify_password(&password, &hash)).await else {
+            // Nothing was checked: the attempt counts nowhere.
+            give_back_all(slots).await?;
+            return Err(SignInError::Busy);
+        };
         let user = match user {
             Some(user) if matches => user,
-            _ => {
-                self.account_throttle.fail(&email).await?;
-                self.address_throttle.fail(address).await?;
-                return Err(SignInError::Invalid);
-            }
+            _ => return Err(SignInError::Invalid),
         };
-        self.account_throttle.clear(&email).await?;
+        give_back_all(slots).await?;
+        self.pair_throttle.clear(&pair).await?;
         Ok(self.open_session(user, Some(address)).await?)
     }
 
@@ -346,9 +484,9 @@ async fn new_user(email: &str, password: &str, is_admin: bool) -> Result<UserRec
     let email = normalise_email(email).ok_or(AccountError::InvalidEmail)?;
     check_password(password)?;
     let password = password.to_owned();
-    let password_hash = tokio::task::spawn_blocking(move || hash_password(&password))
+    let password_hash = hashing(move || hash_password(&password))
         .await
-        .map_err(|e| AccountError::Hashing(e.to_string()))??;
+        .map_err(|Busy| AccountError::Busy)??;
     Ok(UserRecord {
         id: UserId::generate(),
         email,

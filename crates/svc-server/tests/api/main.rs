@@ -12,6 +12,7 @@ mod health;
 mod operations;
 mod ratelimit;
 mod streaming;
+mod throttles;
 
 use serde_json::{Value, json};
 
