@@ -189,7 +189,7 @@ pub enum AccountError {
     EmailTaken,
     #[error("This setup link is invalid, used or expired.")]
     SetupClosed,
-    #[error("Too many accounts were created from your address. Try again in {} minutes.", (retry_after + 59) / 60)]
+    #[error("Too many sign-ups from your address. Try again in {} minutes.", (retry_after + 59) / 60)]
     Throttled { retry_after: i64 },
     #[error("The server is busy. Try again in a minute.")]
     Busy,

@@ -197,6 +197,9 @@ pub trait ThrottleStore: Send + Sync {
     async fn unhit(&self, bucket: &str, window_start: i64) -> Result<(), StoreError>;
     /// Forgets `bucket` (after a successful sign-in, say).
     async fn clear(&self, bucket: &str) -> Result<(), StoreError>;
+    /// Deletes every bucket whose window started before `before`; returns
+    /// how many.
+    async fn delete_stale_throttles(&self, before: i64) -> Result<u64, StoreError>;
 }
 
 /// Whether the database answers.

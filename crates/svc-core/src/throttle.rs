@@ -14,6 +14,10 @@ use crate::account::SignInError;
 use crate::now;
 use crate::store::{Store, StoreError};
 
+/// Buckets whose window started this long ago are deleted: longer than any
+/// window, so no count in force is lost.
+const STALE_SECS: i64 = 24 * 3600;
+
 /// At most `limit` attempts per `window` seconds for each key of one scope
 /// (an account, an address).
 #[derive(Clone)]
@@ -79,6 +83,12 @@ impl Throttle {
         let window_start = self.window_start(at);
         let bucket = self.bucket(key);
         let hits = self.store.hit(&bucket, window_start).await?;
+        if hits == 1 {
+            // A bucket new or new in this window: sweep the stale ones, so
+            // attempts naming ever new accounts or addresses do not grow
+            // the table without end (an indexed delete, usually of none).
+            self.store.delete_stale_throttles(at - STALE_SECS).await?;
+        }
         Ok(if hits > self.limit {
             Err(Throttled {
                 retry_after: (window_start + self.window - at).max(1),

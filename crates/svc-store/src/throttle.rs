@@ -23,6 +23,7 @@ const HIT: &str = "INSERT INTO throttles (bucket, window_start, hits) VALUES ($1
      RETURNING hits";
 const READ: &str = "SELECT window_start, hits FROM throttles WHERE bucket = $1";
 const CLEAR: &str = "DELETE FROM throttles WHERE bucket = $1";
+const DELETE_STALE: &str = "DELETE FROM throttles WHERE window_start < $1";
 // Only in the window the hit was counted in: a newer window's count is not
 // the attempt's to take back.
 const UNHIT: &str = "UPDATE throttles SET hits = hits - 1 \
@@ -64,6 +65,15 @@ impl ThrottleStore for SqlStore {
             .execute(&self.pool)
             .await
             .map(|_| ())
+            .map_err(query_error)
+    }
+
+    async fn delete_stale_throttles(&self, before: i64) -> Result<u64, StoreError> {
+        sqlx::query(DELETE_STALE)
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map(|done| done.rows_affected())
             .map_err(query_error)
     }
 

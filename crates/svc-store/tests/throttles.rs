@@ -16,6 +16,7 @@ on_both_backends!(
     parallel_wrong_passwords_get_at_most_the_limit_checked,
     parallel_wrong_user_codes_get_at_most_the_limit_looked_up,
     parallel_code_requests_get_at_most_the_limit_issued,
+    new_buckets_sweep_stale_ones,
 );
 
 async fn parallel_wrong_passwords_get_at_most_the_limit_checked(db: &Db) {
@@ -89,4 +90,21 @@ async fn parallel_code_requests_get_at_most_the_limit_issued(db: &Db) {
     assert_eq!(store.count_live_devices(0).await.unwrap(), 20);
     // Another address still gets codes.
     assert!(devices.start(client("198.51.100.7")).await.unwrap().is_ok());
+}
+
+async fn new_buckets_sweep_stale_ones(db: &Db) {
+    use svc_core::store::ThrottleStore;
+    let store = Arc::new(db.store().await);
+    // A bucket from long ago, as a past attacker's address leaves behind.
+    store.hit("signin-address:198.51.100.1", 0).await.unwrap();
+    let devices = DeviceService::new(store.clone(), Default::default());
+    let client = DeviceClient {
+        address: Some("203.0.113.5".into()),
+        ..DeviceClient::default()
+    };
+    assert!(devices.start(client).await.unwrap().is_ok());
+    assert_eq!(
+        store.hits("signin-address:198.51.100.1", 0).await.unwrap(),
+        0
+    );
 }

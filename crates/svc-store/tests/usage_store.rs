@@ -17,6 +17,7 @@ on_both_backends!(
     throttle_window_resets_and_clears,
     concurrent_hits_are_all_counted,
     throttle_hits_are_taken_back_in_their_window_only,
+    stale_throttles_are_deleted,
 );
 
 fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) -> UsageDelta {
@@ -239,4 +240,16 @@ async fn throttle_hits_are_taken_back_in_their_window_only(db: &Db) {
     assert_eq!(store.hits(bucket, 660).await.unwrap(), 0);
     store.unhit("never-hit", 660).await.unwrap();
     assert_eq!(store.hit(bucket, 660).await.unwrap(), 1);
+}
+
+async fn stale_throttles_are_deleted(db: &Db) {
+    let store = db.store().await;
+    store.hit("old", 100).await.unwrap();
+    store.hit("edge", 200).await.unwrap();
+    store.hit("new", 300).await.unwrap();
+    assert_eq!(store.delete_stale_throttles(200).await.unwrap(), 1);
+    assert_eq!(store.hits("old", 100).await.unwrap(), 0);
+    assert_eq!(store.hits("edge", 200).await.unwrap(), 1);
+    assert_eq!(store.hits("new", 300).await.unwrap(), 1);
+    assert_eq!(store.delete_stale_throttles(200).await.unwrap(), 0);
 }
