@@ -112,7 +112,7 @@ describe('device flow', () => {
       assert.equal(again.body.error.code, 'invalid_grant');
 
       // The code cannot be approved twice.
-      const reused = await page.goto(code.verification_uri_complete);
+      const reused = await continueWithCode(page, code);
       assert.equal(reused.status(), 410);
       await page.getByRole('heading', { name: 'Code already used' }).waitFor();
 
