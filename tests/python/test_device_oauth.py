@@ -138,7 +138,16 @@ def dashboard_session(server: AccountServer) -> requests.Session:
 def decide(server: AccountServer, user_code: str, decision: str) -> requests.Response:
     """Signs in, opens the confirmation page of `user_code`, answers it."""
     http = dashboard_session(server)
-    page = http.get(f"{server.url}/dashboard/device", params={"user_code": user_code}, timeout=30)
+    # The link only fills the form in; submitting it looks the code up.
+    form = http.get(f"{server.url}/dashboard/device", params={"user_code": user_code}, timeout=30)
+    assert form.status_code == 200, form.text
+    entry = forms_of(form.text).inputs("/dashboard/device")
+    assert entry["user_code"] == user_code
+    page = http.post(
+        f"{server.url}/dashboard/device",
+        data={"csrf": entry["csrf"], "user_code": user_code},
+        timeout=30,
+    )
     assert page.status_code == 200, page.text
     assert user_code in page.text
     fields = forms_of(page.text).inputs("/dashboard/device/decide")

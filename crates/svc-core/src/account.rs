@@ -1,13 +1,19 @@
 //! User accounts: ids, emails, password hashing (argon2id), and the account
 //! service that signs people in with throttling.
+//!
+//! Every argon2 run (19 MiB each) goes through [`hashing`], which lets only
+//! as many run at once as there are cores, so a burst of sign-ins cannot
+//! exhaust memory.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use crate::now;
 use crate::session::{SessionRecord, SessionToken, flash, random_token, sha256_hex};
 use crate::store::{Store, StoreError};
-use crate::throttle::Throttle;
+use crate::throttle::{Throttle, give_back_all, take_all};
 
 /// The public identifier of a user (`usr_` + 16 hex).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -84,24 +90,213 @@ pub fn check_password(password: &str) -> Result<(), AccountError> {
 /// argon2id with the crate's defaults (19 MiB, 2 passes), as a PHC string.
 /// Slow on purpose: call it off the async executor.
 pub fn hash_password(password: &str) -> Result<String, AccountError> {
-    use argon2::password_hash::{PasswordHasher, SaltString};
-    let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
-        .map_err(|e| AccountError::Hashing(e.to_string()))?;
-    argon2::Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|hash| hash.to_string())
-        .map_err(|e| AccountError::Hashing(e.to_string()))
+    use argon2::password_hash::{Output, ParamsString, PasswordHash, SaltString};
+    use argon2::{Algorithm, Params, Version};
+    let failed = |e: &dyn fmt::Display| AccountError::Hashing(e.to_string());
+    let salt_bytes = rand::random::<[u8; 16]>();
+    let salt = SaltString::encode_b64(&salt_bytes).map_err(|e| failed(&e))?;
+    let params = Params::default();
+    let output = Output::init_with(Params::DEFAULT_OUTPUT_LEN, |out| {
+        Ok(argon2_into(
+            Algorithm::Argon2id,
+            Version::V0x13,
+            &params,
+            password.as_bytes(),
+            &salt_bytes,
+            out,
+        )?)
+    })
+    .map_err(|e| failed(&e))?;
+    let hash = PasswordHash {
+        algorithm: Algorithm::Argon2id.ident(),
+        version: Some(Version::V0x13.into()),
+        params: ParamsString::try_from(&params).map_err(|e| failed(&e))?,
+        salt: Some(salt.as_salt()),
+        hash: Some(output),
+    };
+    Ok(hash.to_string())
 }
 
 /// Whether `password` matches the PHC string `hash`; a malformed hash never
-/// matches.
+/// matches. As the argon2 crate's verifier, with this thread's kept memory.
 pub fn verify_password(password: &str, hash: &str) -> bool {
-    use argon2::password_hash::{PasswordHash, PasswordVerifier};
-    PasswordHash::new(hash).is_ok_and(|parsed| {
-        argon2::Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok()
+    use argon2::password_hash::{Output, PasswordHash};
+    use argon2::{Algorithm, Params, Version};
+    let Ok(parsed) = PasswordHash::new(hash) else {
+        return false;
+    };
+    let (Some(salt), Some(expected)) = (parsed.salt, parsed.hash) else {
+        return false;
+    };
+    let Ok(algorithm) = Algorithm::try_from(parsed.algorithm) else {
+        return false;
+    };
+    let Ok(version) = parsed
+        .version
+        .map_or(Ok(Version::default()), Version::try_from)
+    else {
+        return false;
+    };
+    let Ok(params) = Params::try_from(&parsed) else {
+        return false;
+    };
+    let mut salt_buf = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_buf) else {
+        return false;
+    };
+    Output::init_with(expected.len(), |out| {
+        Ok(argon2_into(
+            algorithm,
+            version,
+            &params,
+            password.as_bytes(),
+            salt,
+            out,
+        )?)
     })
+    // `Output`'s equality is constant-time.
+    .is_ok_and(|computed| computed == expected)
+}
+
+/// Most argon2 memory a thread keeps between runs: the default cost.
+const KEPT_BLOCKS: usize = argon2::Params::DEFAULT_M_COST as usize;
+
+thread_local! {
+    /// argon2's 19 MiB of work memory, kept by the thread between runs.
+    /// Allocating and freeing it per run left up to three such blocks per
+    /// thread in the allocator (measured: 58 MB per hashing thread).
+    static ARGON2_MEMORY: std::cell::RefCell<Vec<argon2::Block>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// argon2 of `password` and `salt` into `out`, in this thread's kept
+/// memory (fresh memory, not kept, for a cost above the default).
+fn argon2_into(
+    algorithm: argon2::Algorithm,
+    version: argon2::Version,
+    params: &argon2::Params,
+    password: &[u8],
+    salt: &[u8],
+    out: &mut [u8],
+) -> Result<(), argon2::Error> {
+    let argon2 = argon2::Argon2::new(algorithm, version, params.clone());
+    let needed = params.block_count();
+    if needed > KEPT_BLOCKS {
+        let mut blocks = vec![argon2::Block::default(); needed];
+        return argon2.hash_password_into_with_memory(password, salt, out, &mut blocks);
+    }
+    ARGON2_MEMORY.with_borrow_mut(|blocks| {
+        if blocks.len() < needed {
+            blocks.resize(needed, argon2::Block::default());
+        }
+        argon2.hash_password_into_with_memory(password, salt, out, &mut blocks[..needed])
+    })
+}
+
+/// Longest a password hashing waits for its turn before the request is
+/// answered "busy".
+pub const HASHING_WAIT: Duration = Duration::from_secs(10);
+
+/// A password hashing job for a hashing thread.
+type HashJob = Box<dyn FnOnce() + Send>;
+
+/// The process's password hashing: `permits` threads of its own, and a
+/// turn (a semaphore permit) per thread. Dedicated threads, not tokio's
+/// blocking pool, because the allocator keeps a freed 19 MiB block per
+/// thread that ran argon2: on the blocking pool, whose threads come and go,
+/// 100 sign-ins left 440 MB resident even with two at a time.
+struct Hashing {
+    permits: usize,
+    semaphore: Arc<tokio::sync::Semaphore>,
+    jobs: std::sync::Mutex<std::sync::mpsc::Sender<HashJob>>,
+    running: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+static HASHING: LazyLock<Hashing> = LazyLock::new(|| {
+    // One per core: more would only share the cores and add 19 MiB each.
+    let permits = std::thread::available_parallelism()
+        .map_or(2, std::num::NonZeroUsize::get)
+        .clamp(1, 16);
+    let (jobs, queue) = std::sync::mpsc::channel::<HashJob>();
+    let queue = Arc::new(std::sync::Mutex::new(queue));
+    let mut threads = 0;
+    for n in 0..permits {
+        let queue = queue.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("svc-argon2-{n}"))
+            .spawn(move || {
+                loop {
+                    // The lock is held only while waiting for the next job.
+                    let job = match queue.lock() {
+                        Ok(queue) => queue.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(job) = job else { return };
+                    // A panicking job loses its answer (the caller sees
+                    // Busy), not the thread.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            });
+        threads += usize::from(spawned.is_ok());
+    }
+    // One turn per thread that started, so a queued job always has a
+    // thread (with none, every hashing answers Busy after the wait).
+    Hashing {
+        permits: threads,
+        semaphore: Arc::new(tokio::sync::Semaphore::new(threads)),
+        jobs: std::sync::Mutex::new(jobs),
+        running: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    }
+});
+
+/// How many argon2 runs this process allows at once, and the most it has
+/// had at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashingStats {
+    pub permits: usize,
+    pub peak: usize,
+}
+
+/// See [`HashingStats`].
+pub fn hashing_stats() -> HashingStats {
+    HashingStats {
+        permits: HASHING.permits,
+        peak: HASHING.peak.load(Ordering::Relaxed),
+    }
+}
+
+/// No hashing turn came within [`HASHING_WAIT`] (or the hashing thread
+/// failed): the server is too busy to check a password now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
+
+/// Runs `work` (an argon2 hash or verification) on a hashing thread once a
+/// turn is free. The turn is held by the job, not the request: a client
+/// that disconnects does not free it while its hash still runs.
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, Busy> {
+    let permit = tokio::time::timeout(HASHING_WAIT, HASHING.semaphore.clone().acquire_owned())
+        .await
+        .map_err(|_| Busy)?
+        .map_err(|_| Busy)?;
+    let (answer, result) = tokio::sync::oneshot::channel();
+    let job: HashJob = Box::new(move || {
+        let running = HASHING.running.fetch_add(1, Ordering::Relaxed) + 1;
+        HASHING.peak.fetch_max(running, Ordering::Relaxed);
+        let value = work();
+        HASHING.running.fetch_sub(1, Ordering::Relaxed);
+        drop(permit);
+        // The caller may have gone; the hash is simply dropped.
+        let _ = answer.send(value);
+    });
+    HASHING
+        .jobs
+        .lock()
+        .map_err(|_| Busy)?
+        .send(job)
+        .map_err(|_| Busy)?;
+    result.await.map_err(|_| Busy)
 }
 
 /// Why an account could not be created.
@@ -117,6 +312,10 @@ pub enum AccountError {
     EmailTaken,
     #[error("This setup link is invalid, used or expired.")]
     SetupClosed,
+    #[error("Too many sign-ups from your address. Try again in {} minutes.", (retry_after + 59) / 60)]
+    Throttled { retry_after: i64 },
+    #[error("The server is busy. Try again in a minute.")]
+    Busy,
     #[error("hashing the password failed: {0}")]
     Hashing(String),
     #[error(transparent)]
@@ -131,6 +330,8 @@ pub enum SignInError {
     Invalid,
     #[error("Too many failed sign-ins. Try again in {retry_after} seconds.")]
     Throttled { retry_after: i64 },
+    #[error("The server is busy. Try again in a minute.")]
+    Busy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -148,27 +349,43 @@ pub const SESSION_SECONDS: i64 = 7 * 24 * 3600;
 /// Lifetime of the first-admin setup link.
 pub const SETUP_SECONDS: i64 = 24 * 3600;
 
-/// Failed sign-ins allowed per account in [`SIGN_IN_WINDOW`].
-const SIGN_IN_PER_ACCOUNT: i64 = 5;
-/// Failed sign-ins allowed per client address in [`SIGN_IN_WINDOW`].
+/// Sign-in attempts allowed per account from one client address in
+/// [`SIGN_IN_WINDOW`]: failures elsewhere do not lock the owner out.
+const SIGN_IN_PER_ACCOUNT_ADDRESS: i64 = 5;
+/// Sign-in attempts allowed per client address, whatever the accounts, in
+/// [`SIGN_IN_WINDOW`].
 const SIGN_IN_PER_ADDRESS: i64 = 20;
 const SIGN_IN_WINDOW: i64 = 15 * 60;
+/// Sign-in attempts allowed per account from anywhere in
+/// [`SIGN_IN_ACCOUNT_WINDOW`]: the slow backstop against guessing one
+/// password from many addresses.
+const SIGN_IN_PER_ACCOUNT: i64 = 100;
+const SIGN_IN_ACCOUNT_WINDOW: i64 = 3600;
+/// Sign-ups allowed per client address in [`SIGN_UP_WINDOW`].
+const SIGN_UP_PER_ADDRESS: i64 = 5;
+const SIGN_UP_WINDOW: i64 = 3600;
 
 /// Accounts, sign-in, sessions and the first-admin setup.
 #[derive(Clone)]
 pub struct AccountService {
     store: Arc<dyn Store>,
-    account_throttle: Throttle,
+    /// Per account and address (`email address`).
+    pair_throttle: Throttle,
+    /// Per address.
     address_throttle: Throttle,
+    /// Per account, from anywhere.
+    account_throttle: Throttle,
+    /// Sign-ups per address.
+    signup_throttle: Throttle,
 }
 
 impl AccountService {
     pub fn new(store: Arc<dyn Store>) -> Self {
         AccountService {
-            account_throttle: Throttle::new(
+            pair_throttle: Throttle::new(
                 store.clone(),
-                "signin-account",
-                SIGN_IN_PER_ACCOUNT,
+                "signin-account-address",
+                SIGN_IN_PER_ACCOUNT_ADDRESS,
                 SIGN_IN_WINDOW,
             ),
             address_throttle: Throttle::new(
@@ -176,6 +393,18 @@ impl AccountService {
                 "signin-address",
                 SIGN_IN_PER_ADDRESS,
                 SIGN_IN_WINDOW,
+            ),
+            account_throttle: Throttle::new(
+                store.clone(),
+                "signin-account",
+                SIGN_IN_PER_ACCOUNT,
+                SIGN_IN_ACCOUNT_WINDOW,
+            ),
+            signup_throttle: Throttle::new(
+                store.clone(),
+                "signup-address",
+                SIGN_UP_PER_ADDRESS,
+                SIGN_UP_WINDOW,
             ),
             store,
         }
@@ -193,6 +422,30 @@ impl AccountService {
             Ok(()) => Ok(user),
             Err(StoreError::Conflict) => Err(AccountError::EmailTaken),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Self sign-up, throttled per client address. An email that has an
+    /// account already is answered exactly as a new one (`Ok`, after the
+    /// same hashing), so the form does not tell who has an account; only
+    /// input errors, which depend on the input alone, are told.
+    pub async fn sign_up(
+        &self,
+        email: &str,
+        password: &str,
+        address: Option<&str>,
+    ) -> Result<(), AccountError> {
+        normalise_email(email).ok_or(AccountError::InvalidEmail)?;
+        check_password(password)?;
+        let address = address.unwrap_or("unknown");
+        if let Err(t) = self.signup_throttle.take(address).await? {
+            return Err(AccountError::Throttled {
+                retry_after: t.retry_after,
+            });
+        }
+        match self.create_user(email, password, false).await {
+            Ok(_) | Err(AccountError::EmailTaken) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -238,8 +491,9 @@ impl AccountService {
         }
     }
 
-    /// Checks email and password, with failures throttled per account and
-    /// per client address, and opens a session.
+    /// Checks email and password and opens a session. Each attempt takes a
+    /// slot per account and address, per address, and per account before
+    /// any hashing; a successful one gives them back.
     pub async fn sign_in(
         &self,
         email: &str,
@@ -248,8 +502,16 @@ impl AccountService {
     ) -> Result<OpenedSession, SignInError> {
         let email = normalise_email(email).unwrap_or_default();
         let address = address.unwrap_or("unknown");
-        self.account_throttle.check(&email).await??;
-        self.address_throttle.check(address).await??;
+        // An email has no spaces, so this names one pair.
+        let pair = format!("{email} {address}");
+        // The address first: refused there, an attempt adds no rows for
+        // the emails it names.
+        let slots = take_all(&[
+            (&self.address_throttle, address),
+            (&self.pair_throttle, &pair),
+            (&self.account_throttle, &email),
+        ])
+        .await??;
         let user = self.store.user_by_email(&email).await?;
         // An unknown email costs the same hashing as a wrong password, so
         // timing does not tell which accounts exist.
@@ -258,18 +520,17 @@ impl AccountService {
             .map(|u| u.password_hash.clone())
             .unwrap_or_else(|| DUMMY_HASH.to_owned());
         let password = password.to_owned();
-        let matches = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
-            .await
-            .unwrap_or(false);
+        let Ok(matches) = hashing(move || verify_password(&password, &hash)).await else {
+            // Nothing was checked: the attempt counts nowhere.
+            give_back_all(slots).await?;
+            return Err(SignInError::Busy);
+        };
         let user = match user {
             Some(user) if matches => user,
-            _ => {
-                self.account_throttle.fail(&email).await?;
-                self.address_throttle.fail(address).await?;
-                return Err(SignInError::Invalid);
-            }
+            _ => return Err(SignInError::Invalid),
         };
-        self.account_throttle.clear(&email).await?;
+        give_back_all(slots).await?;
+        self.pair_throttle.clear(&pair).await?;
         Ok(self.open_session(user, Some(address)).await?)
     }
 
@@ -346,9 +607,9 @@ async fn new_user(email: &str, password: &str, is_admin: bool) -> Result<UserRec
     let email = normalise_email(email).ok_or(AccountError::InvalidEmail)?;
     check_password(password)?;
     let password = password.to_owned();
-    let password_hash = tokio::task::spawn_blocking(move || hash_password(&password))
+    let password_hash = hashing(move || hash_password(&password))
         .await
-        .map_err(|e| AccountError::Hashing(e.to_string()))??;
+        .map_err(|Busy| AccountError::Busy)??;
     Ok(UserRecord {
         id: UserId::generate(),
         email,
@@ -389,6 +650,32 @@ mod tests {
         assert!(!verify_password("correct horsE", &hash));
         assert!(!verify_password("correct horse", "not a hash"));
         assert_ne!(hash, hash_password("correct horse").unwrap(), "salted");
+    }
+
+    #[test]
+    fn hashes_agree_with_the_argon2_crate() {
+        use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+        let ours = hash_password("correct horse").unwrap();
+        let parsed = PasswordHash::new(&ours).unwrap();
+        assert!(
+            argon2::Argon2::default()
+                .verify_password(b"correct horse", &parsed)
+                .is_ok()
+        );
+        let salt = SaltString::encode_b64(b"sixteen byte slt").unwrap();
+        let theirs = argon2::Argon2::default()
+            .hash_password(b"correct horse", &salt)
+            .unwrap()
+            .to_string();
+        assert!(verify_password("correct horse", &theirs));
+        assert!(!verify_password("correct horsE", &theirs));
+        // Other costs and algorithms are read from the hash.
+        let params = argon2::Params::new(1024, 1, 1, Some(16)).unwrap();
+        let argon2i =
+            argon2::Argon2::new(argon2::Algorithm::Argon2i, argon2::Version::V0x10, params);
+        let other = argon2i.hash_password(b"pw", &salt).unwrap().to_string();
+        assert!(verify_password("pw", &other));
+        assert!(!verify_password("pW", &other));
     }
 
     #[test]

@@ -52,8 +52,8 @@ pub struct DeviceRecord {
     pub id: String,
     /// SHA-256 of the device code, lowercase hex.
     pub device_code_hash: String,
-    /// Normalised: 8 characters of the base-20 alphabet, no hyphen.
-    pub user_code: String,
+    /// SHA-256 of the normalised user code ([`UserCode::hash`]).
+    pub user_code_hash: String,
     pub client_id: Option<String>,
     pub scope: Option<String>,
     /// Address and user agent of the client that asked, shown to the user.
@@ -80,7 +80,7 @@ use crate::key::{ApiKey, KeyId};
 use crate::now;
 use crate::session::{random_token, sha256_hex};
 use crate::store::{KeyRecord, Store, StoreError};
-use crate::throttle::{Throttle, Throttled};
+use crate::throttle::{Throttle, Throttled, give_back_all, take_all};
 
 /// RFC 8628 section 6.1: no vowels (no words), no look-alikes.
 pub const USER_CODE_ALPHABET: &[u8; 20] = b"BCDFGHJKLMNPQRSTVWXZ";
@@ -135,6 +135,39 @@ impl UserCode {
     pub fn display(&self) -> String {
         format!("{}-{}", &self.0[..4], &self.0[4..])
     }
+
+    /// The stored form: SHA-256 of the normalised code, lowercase hex. The
+    /// code itself is a secret for its few minutes, like the device code.
+    pub fn hash(&self) -> String {
+        sha256_hex(&self.0)
+    }
+}
+
+/// `text` without control characters and without the invisible format
+/// characters that reorder or hide text (bidi overrides and isolates, zero
+/// widths), at most `max_chars` long: what a client says about itself is
+/// shown to the person approving it exactly as it reads.
+pub fn plain_text(text: &str, max_chars: usize) -> String {
+    text.chars()
+        .filter(|&c| {
+            !c.is_control()
+                && !matches!(
+                    c,
+                    '\u{061C}'
+                        | '\u{115F}'
+                        | '\u{1160}'
+                        | '\u{180E}'
+                        | '\u{200B}'..='\u{200F}'
+                        | '\u{202A}'..='\u{202E}'
+                        | '\u{2060}'..='\u{206F}'
+                        | '\u{3164}'
+                        | '\u{FEFF}'
+                        | '\u{FFA0}'
+                        | '\u{FFF9}'..='\u{FFFB}'
+                )
+        })
+        .take(max_chars)
+        .collect()
 }
 
 /// The device flow's timings.
@@ -216,6 +249,15 @@ pub enum CodeLookup {
 const CODES_PER_USER: i64 = 10;
 const CODES_PER_ADDRESS: i64 = 30;
 const CODE_WINDOW: i64 = 10 * 60;
+/// Code requests allowed per client address in [`REQUEST_WINDOW`].
+const REQUESTS_PER_ADDRESS: i64 = 20;
+/// Code requests allowed from everyone together in [`REQUEST_WINDOW`]: with
+/// [`EXPIRED_KEPT_SECS`] this bounds the table (about 7,000 rows of at most
+/// ~2.5 KB with the default lifetime).
+const REQUESTS_OVERALL: i64 = 1_000;
+const REQUEST_WINDOW: i64 = 10 * 60;
+/// Most unexpired authorizations at once, whatever the code lifetime.
+const MAX_LIVE: i64 = 5_000;
 /// Seconds added to the interval on `slow_down` (RFC 8628 section 3.5).
 pub const SLOW_DOWN_SECS: i64 = 5;
 
@@ -226,6 +268,8 @@ pub struct DeviceService {
     settings: DeviceSettings,
     user_throttle: Throttle,
     address_throttle: Throttle,
+    request_address_throttle: Throttle,
+    request_overall_throttle: Throttle,
 }
 
 impl DeviceService {
@@ -238,6 +282,18 @@ impl DeviceService {
                 CODES_PER_ADDRESS,
                 CODE_WINDOW,
             ),
+            request_address_throttle: Throttle::new(
+                store.clone(),
+                "device-request-address",
+                REQUESTS_PER_ADDRESS,
+                REQUEST_WINDOW,
+            ),
+            request_overall_throttle: Throttle::new(
+                store.clone(),
+                "device-request",
+                REQUESTS_OVERALL,
+                REQUEST_WINDOW,
+            ),
             store,
             settings,
         }
@@ -247,13 +303,42 @@ impl DeviceService {
         self.settings
     }
 
-    /// Starts an authorization (`POST /v1/auth/device/code`).
-    pub async fn start(&self, client: DeviceClient) -> Result<IssuedCodes, StoreError> {
+    /// Starts an authorization (`POST /v1/auth/device/code`), unless the
+    /// client's address or everyone together asked too often, or too many
+    /// codes are live (`Err(Throttled)`).
+    pub async fn start(
+        &self,
+        client: DeviceClient,
+    ) -> Result<Result<IssuedCodes, Throttled>, StoreError> {
+        let address = client.address.as_deref().unwrap_or("unknown");
+        let slots = match take_all(&[
+            (&self.request_address_throttle, address),
+            (&self.request_overall_throttle, ""),
+        ])
+        .await?
+        {
+            Ok(slots) => slots,
+            Err(throttled) => return Ok(Err(throttled)),
+        };
         let created_at = now();
         // Expired rows are swept as new ones arrive, so the table stays small.
         self.store
             .delete_expired_devices(created_at - EXPIRED_KEPT_SECS)
             .await?;
+        if self.store.count_live_devices(created_at).await? >= MAX_LIVE {
+            give_back_all(slots).await?;
+            return Ok(Err(Throttled {
+                retry_after: self.settings.code_lifetime.clamp(1, 60),
+            }));
+        }
+        self.issue(client, created_at).await.map(Ok)
+    }
+
+    async fn issue(
+        &self,
+        client: DeviceClient,
+        created_at: i64,
+    ) -> Result<IssuedCodes, StoreError> {
         let mut attempts = 0;
         loop {
             let device_code = random_token();
@@ -261,7 +346,7 @@ impl DeviceService {
             let record = DeviceRecord {
                 id: format!("dev_{}", hex::encode(rand::random::<[u8; 8]>())),
                 device_code_hash: sha256_hex(&device_code),
-                user_code: user_code.normalised().to_owned(),
+                user_code_hash: user_code.hash(),
                 client_id: client.client_id.clone(),
                 scope: client.scope.clone(),
                 client_address: client.address.clone(),
@@ -372,28 +457,31 @@ impl DeviceService {
     }
 
     /// Finds the authorization a person typed the code of, throttling wrong
-    /// codes per user and per address (RFC 8628 section 5.1).
+    /// codes per user and per address (RFC 8628 section 5.1). Each entry
+    /// takes its slots before the lookup; a code that exists gives them back.
     pub async fn lookup(
         &self,
         input: &str,
         user_id: &UserId,
         address: &str,
     ) -> Result<CodeLookup, StoreError> {
-        if let Err(t) = self.user_throttle.check(&user_id.0).await? {
-            return Ok(CodeLookup::Throttled(t));
-        }
-        if let Err(t) = self.address_throttle.check(address).await? {
-            return Ok(CodeLookup::Throttled(t));
-        }
+        let slots = match take_all(&[
+            (&self.user_throttle, &user_id.0),
+            (&self.address_throttle, address),
+        ])
+        .await?
+        {
+            Ok(slots) => slots,
+            Err(throttled) => return Ok(CodeLookup::Throttled(throttled)),
+        };
         let record = match UserCode::parse(input) {
-            Some(code) => self.store.device_by_user_code(code.normalised()).await?,
+            Some(code) => self.store.device_by_user_code_hash(&code.hash()).await?,
             None => None,
         };
         let Some(record) = record else {
-            self.user_throttle.fail(&user_id.0).await?;
-            self.address_throttle.fail(address).await?;
             return Ok(CodeLookup::Unknown);
         };
+        give_back_all(slots).await?;
         if record.status == DeviceStatus::Pending && record.expires_at > now() {
             Ok(CodeLookup::Pending(Box::new(record)))
         } else {
@@ -419,7 +507,7 @@ impl DeviceService {
 }
 
 /// How long expired authorizations are kept (for "this code expired" pages).
-const EXPIRED_KEPT_SECS: i64 = 24 * 3600;
+const EXPIRED_KEPT_SECS: i64 = 3600;
 
 /// `Device login: <client> (YYYY-MM-DD)`, the issued key's name.
 fn device_key_name(record: &DeviceRecord, at: i64) -> String {
@@ -428,11 +516,7 @@ fn device_key_name(record: &DeviceRecord, at: i64) -> String {
         .as_deref()
         .or(record.user_agent.as_deref())
         .unwrap_or("unknown device");
-    let client: String = client
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(80)
-        .collect();
+    let client = plain_text(client, 80);
     let day = chrono::DateTime::from_timestamp(at, 0)
         .map(|t| t.format("%Y-%m-%d").to_string())
         .unwrap_or_default();
@@ -472,6 +556,23 @@ mod tests {
             "vowels are not in the alphabet"
         );
         assert_eq!(UserCode::parse("BCDF-GHJKL"), None);
+    }
+
+    #[test]
+    fn user_codes_are_stored_hashed() {
+        let code = UserCode::parse("bcdf-ghjk").unwrap();
+        assert_eq!(code.hash(), sha256_hex("BCDFGHJK"));
+        assert!(!code.hash().contains("BCDFGHJK"));
+    }
+
+    #[test]
+    fn plain_text_drops_what_reorders_or_hides_text() {
+        assert_eq!(
+            plain_text("svc\u{202E}exe.cod\u{202C} \u{2067}x\u{2069}\u{200B}\n", 80),
+            "svcexe.cod x"
+        );
+        assert_eq!(plain_text("naïve – “ok”", 80), "naïve – “ok”");
+        assert_eq!(plain_text("abcdef", 3), "abc");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod usage;
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
 pub use device::{
     CodeLookup, DeviceClient, DeviceRecord, DeviceService, DeviceSettings, DeviceStatus,
-    IssuedCodes, PollOutcome, UserCode,
+    IssuedCodes, PollOutcome, UserCode, plain_text,
 };
 pub use engine::{
     ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,

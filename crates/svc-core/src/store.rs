@@ -121,14 +121,17 @@ pub trait SessionStore: Send + Sync {
 #[async_trait]
 pub trait DeviceStore: Send + Sync {
     /// Stores a new authorization; [`StoreError::Conflict`] when its id,
-    /// device-code hash or user code exists already.
+    /// device-code hash or user-code hash exists already.
     async fn insert_device(&self, record: &DeviceRecord) -> Result<(), StoreError>;
     async fn device_by_code_hash(&self, hash: &str) -> Result<Option<DeviceRecord>, StoreError>;
-    /// By the normalised user code (8 characters, no hyphen).
-    async fn device_by_user_code(
+    /// By the SHA-256 (lowercase hex) of the normalised user code.
+    async fn device_by_user_code_hash(
         &self,
-        user_code: &str,
+        user_code_hash: &str,
     ) -> Result<Option<DeviceRecord>, StoreError>;
+    /// How many authorizations have not expired at `at` (whatever their
+    /// status).
+    async fn count_live_devices(&self, at: i64) -> Result<i64, StoreError>;
     /// Records a poll at `at_ms` (milliseconds) if the previous one was at
     /// least `min_gap_ms` earlier (or there was none): true. Otherwise adds
     /// `slow_down_secs` to the stored interval, records the poll, and
@@ -178,7 +181,8 @@ pub trait UsageStore: Send + Sync {
     ) -> Result<Vec<UsageRow>, StoreError>;
 }
 
-/// Fixed-window counters for throttling (sign-in, code entry), shared by
+/// Fixed-window counters for throttling (sign-in, sign-up, code requests
+/// and code entry), shared by
 /// every replica on the same database.
 #[async_trait]
 pub trait ThrottleStore: Send + Sync {
@@ -188,8 +192,14 @@ pub trait ThrottleStore: Send + Sync {
     async fn hit(&self, bucket: &str, window_start: i64) -> Result<i64, StoreError>;
     /// The hits on `bucket` in the window that started at `window_start`.
     async fn hits(&self, bucket: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// Takes back one hit on `bucket` counted in the window that started at
+    /// `window_start`; nothing when that window is over or has no hits.
+    async fn unhit(&self, bucket: &str, window_start: i64) -> Result<(), StoreError>;
     /// Forgets `bucket` (after a successful sign-in, say).
     async fn clear(&self, bucket: &str) -> Result<(), StoreError>;
+    /// Deletes every bucket whose window started before `before`; returns
+    /// how many.
+    async fn delete_stale_throttles(&self, before: i64) -> Result<u64, StoreError>;
 }
 
 /// Whether the database answers.

@@ -1,5 +1,12 @@
 //! Fixed-window throttling on top of [`ThrottleStore`](crate::store::ThrottleStore),
 //! so every replica sharing the database counts the same attempts.
+//!
+//! An attempt takes its slot *before* the work it guards (argon2, a code
+//! lookup, a new row): one atomic `hit` that counts and returns the count.
+//! Reading the count first and counting after the work let 100 parallel
+//! attempts all read "under the limit" and all go ahead. An attempt that
+//! turns out harmless (a right password, a code that exists) gives its slot
+//! back.
 
 use std::sync::Arc;
 
@@ -7,7 +14,11 @@ use crate::account::SignInError;
 use crate::now;
 use crate::store::{Store, StoreError};
 
-/// At most `limit` failures per `window` seconds for each key of one scope
+/// Buckets whose window started this long ago are deleted: longer than any
+/// window, so no count in force is lost.
+const STALE_SECS: i64 = 24 * 3600;
+
+/// At most `limit` attempts per `window` seconds for each key of one scope
 /// (an account, an address).
 #[derive(Clone)]
 pub struct Throttle {
@@ -21,6 +32,30 @@ pub struct Throttle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Throttled {
     pub retry_after: i64,
+}
+
+/// One attempt counted by [`Throttle::take`], until given back.
+#[derive(Clone)]
+pub struct Slot {
+    store: Arc<dyn Store>,
+    bucket: String,
+    window_start: i64,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("bucket", &self.bucket)
+            .field("window_start", &self.window_start)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Slot {
+    /// Uncounts the attempt (it did no harm). A no-op once its window is over.
+    pub async fn give_back(self) -> Result<(), StoreError> {
+        self.store.unhit(&self.bucket, self.window_start).await
+    }
 }
 
 impl Throttle {
@@ -41,30 +76,63 @@ impl Throttle {
         at - at.rem_euclid(self.window)
     }
 
-    /// `Err(Throttled)` when `key` has used up its failures in this window.
-    pub async fn check(&self, key: &str) -> Result<Result<(), Throttled>, StoreError> {
+    /// Counts an attempt for `key`; `Err(Throttled)` when it is over the
+    /// limit of this window (and must not be made).
+    pub async fn take(&self, key: &str) -> Result<Result<Slot, Throttled>, StoreError> {
         let at = now();
-        let start = self.window_start(at);
-        let hits = self.store.hits(&self.bucket(key), start).await?;
-        Ok(if hits >= self.limit {
+        let window_start = self.window_start(at);
+        let bucket = self.bucket(key);
+        let hits = self.store.hit(&bucket, window_start).await?;
+        if hits == 1 {
+            // A bucket new or new in this window: sweep the stale ones, so
+            // attempts naming ever new accounts or addresses do not grow
+            // the table without end (an indexed delete, usually of none).
+            self.store.delete_stale_throttles(at - STALE_SECS).await?;
+        }
+        Ok(if hits > self.limit {
             Err(Throttled {
-                retry_after: (start + self.window - at).max(1),
+                retry_after: (window_start + self.window - at).max(1),
             })
         } else {
-            Ok(())
+            Ok(Slot {
+                store: self.store.clone(),
+                bucket,
+                window_start,
+            })
         })
     }
 
-    /// Counts a failure for `key`.
-    pub async fn fail(&self, key: &str) -> Result<(), StoreError> {
-        let start = self.window_start(now());
-        self.store.hit(&self.bucket(key), start).await.map(|_| ())
-    }
-
-    /// Forgets `key`'s failures.
+    /// Forgets `key`'s attempts.
     pub async fn clear(&self, key: &str) -> Result<(), StoreError> {
         self.store.clear(&self.bucket(key)).await
     }
+}
+
+/// Takes a slot of every throttle in order; on the first refusal gives back
+/// the slots already taken (the attempt is not made, so it counts nowhere
+/// else) and returns the refusal.
+pub async fn take_all(
+    throttles: &[(&Throttle, &str)],
+) -> Result<Result<Vec<Slot>, Throttled>, StoreError> {
+    let mut slots = Vec::with_capacity(throttles.len());
+    for (throttle, key) in throttles {
+        match throttle.take(key).await? {
+            Ok(slot) => slots.push(slot),
+            Err(throttled) => {
+                give_back_all(slots).await?;
+                return Ok(Err(throttled));
+            }
+        }
+    }
+    Ok(Ok(slots))
+}
+
+/// Gives back every slot.
+pub async fn give_back_all(slots: Vec<Slot>) -> Result<(), StoreError> {
+    for slot in slots {
+        slot.give_back().await?;
+    }
+    Ok(())
 }
 
 impl From<Throttled> for SignInError {

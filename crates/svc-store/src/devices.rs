@@ -17,7 +17,7 @@ use crate::keys::insert_key_on;
 
 macro_rules! columns {
     () => {
-        "id, device_code_hash, user_code, client_id, scope, client_address, user_agent, \
+        "id, device_code_hash, user_code_hash, client_id, scope, client_address, user_agent, \
          created_at, expires_at, interval_secs, last_polled_at_ms, status, user_id, \
          decided_at, key_id"
     };
@@ -33,11 +33,12 @@ const BY_CODE_HASH: &str = concat!(
     columns!(),
     " FROM device_authorizations WHERE device_code_hash = $1"
 );
-const BY_USER_CODE: &str = concat!(
+const BY_USER_CODE_HASH: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM device_authorizations WHERE user_code = $1"
+    " FROM device_authorizations WHERE user_code_hash = $1"
 );
+const COUNT_LIVE: &str = "SELECT COUNT(*) FROM device_authorizations WHERE expires_at > $1";
 // $3 is the latest earlier poll that still leaves the required gap.
 const POLL_IN_TIME: &str = "UPDATE device_authorizations SET last_polled_at_ms = $2 \
      WHERE id = $1 AND (last_polled_at_ms IS NULL OR last_polled_at_ms <= $3)";
@@ -59,7 +60,7 @@ fn record(row: &AnyRow) -> Result<DeviceRecord, sqlx::Error> {
     Ok(DeviceRecord {
         id: row.try_get("id")?,
         device_code_hash: row.try_get("device_code_hash")?,
-        user_code: row.try_get("user_code")?,
+        user_code_hash: row.try_get("user_code_hash")?,
         client_id: row.try_get("client_id")?,
         scope: row.try_get("scope")?,
         client_address: row.try_get("client_address")?,
@@ -81,7 +82,7 @@ impl DeviceStore for SqlStore {
         sqlx::query(INSERT)
             .bind(record.id.as_str())
             .bind(record.device_code_hash.as_str())
-            .bind(record.user_code.as_str())
+            .bind(record.user_code_hash.as_str())
             .bind(record.client_id.as_deref())
             .bind(record.scope.as_deref())
             .bind(record.client_address.as_deref())
@@ -104,11 +105,19 @@ impl DeviceStore for SqlStore {
         self.one_by(BY_CODE_HASH, record, hash).await
     }
 
-    async fn device_by_user_code(
+    async fn device_by_user_code_hash(
         &self,
-        user_code: &str,
+        user_code_hash: &str,
     ) -> Result<Option<DeviceRecord>, StoreError> {
-        self.one_by(BY_USER_CODE, record, user_code).await
+        self.one_by(BY_USER_CODE_HASH, record, user_code_hash).await
+    }
+
+    async fn count_live_devices(&self, at: i64) -> Result<i64, StoreError> {
+        sqlx::query_scalar(COUNT_LIVE)
+            .bind(at)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error)
     }
 
     async fn poll_device(

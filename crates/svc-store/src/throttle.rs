@@ -23,6 +23,11 @@ const HIT: &str = "INSERT INTO throttles (bucket, window_start, hits) VALUES ($1
      RETURNING hits";
 const READ: &str = "SELECT window_start, hits FROM throttles WHERE bucket = $1";
 const CLEAR: &str = "DELETE FROM throttles WHERE bucket = $1";
+const DELETE_STALE: &str = "DELETE FROM throttles WHERE window_start < $1";
+// Only in the window the hit was counted in: a newer window's count is not
+// the attempt's to take back.
+const UNHIT: &str = "UPDATE throttles SET hits = hits - 1 \
+     WHERE bucket = $1 AND window_start = $2 AND hits > 0";
 
 #[async_trait]
 impl ThrottleStore for SqlStore {
@@ -51,6 +56,25 @@ impl ThrottleStore for SqlStore {
         } else {
             Ok(0)
         }
+    }
+
+    async fn unhit(&self, bucket: &str, window_start: i64) -> Result<(), StoreError> {
+        sqlx::query(UNHIT)
+            .bind(bucket)
+            .bind(window_start)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(query_error)
+    }
+
+    async fn delete_stale_throttles(&self, before: i64) -> Result<u64, StoreError> {
+        sqlx::query(DELETE_STALE)
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map(|done| done.rows_affected())
+            .map_err(query_error)
     }
 
     async fn clear(&self, bucket: &str) -> Result<(), StoreError> {

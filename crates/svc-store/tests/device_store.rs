@@ -10,17 +10,19 @@ use svc_core::key::KeyId;
 use svc_core::store::{DeviceStore, KeyStore, StoreError};
 
 on_both_backends!(
-    devices_are_found_by_code_hash_and_user_code,
-    duplicate_id_code_hash_or_user_code_is_a_conflict,
+    devices_are_found_by_code_hash_and_user_code_hash,
+    duplicate_id_code_hash_or_user_code_hash_is_a_conflict,
     polling_too_soon_slows_the_client_down,
     only_pending_unexpired_authorizations_are_decided,
     approved_authorization_is_redeemed_exactly_once,
     only_approved_unexpired_authorizations_are_redeemed,
     failed_key_insert_leaves_the_authorization_approved,
     expired_authorizations_are_deleted,
+    live_authorizations_are_counted,
+    issued_user_codes_are_stored_hashed,
 );
 
-async fn devices_are_found_by_code_hash_and_user_code(db: &Db) {
+async fn devices_are_found_by_code_hash_and_user_code_hash(db: &Db) {
     let store = db.store().await;
     let bare = new_device(1_000, 1_900);
     let mut full = new_device(1_001, 1_901);
@@ -48,7 +50,7 @@ async fn devices_are_found_by_code_hash_and_user_code(db: &Db) {
         );
         assert_eq!(
             store
-                .device_by_user_code(&record.user_code)
+                .device_by_user_code_hash(&record.user_code_hash)
                 .await
                 .unwrap()
                 .as_ref(),
@@ -59,10 +61,16 @@ async fn devices_are_found_by_code_hash_and_user_code(db: &Db) {
         store.device_by_code_hash(&random_hex(32)).await.unwrap(),
         None
     );
-    assert_eq!(store.device_by_user_code("BCDFGHJK").await.unwrap(), None);
+    assert_eq!(
+        store
+            .device_by_user_code_hash(&random_hex(32))
+            .await
+            .unwrap(),
+        None
+    );
 }
 
-async fn duplicate_id_code_hash_or_user_code_is_a_conflict(db: &Db) {
+async fn duplicate_id_code_hash_or_user_code_hash_is_a_conflict(db: &Db) {
     let store = db.store().await;
     let first = new_device(0, 900);
     store.insert_device(&first).await.unwrap();
@@ -71,14 +79,17 @@ async fn duplicate_id_code_hash_or_user_code_is_a_conflict(db: &Db) {
     same_id.id = first.id.clone();
     let mut same_hash = new_device(0, 900);
     same_hash.device_code_hash = first.device_code_hash.clone();
-    let mut same_user_code = new_device(0, 900);
-    same_user_code.user_code = first.user_code.clone();
-    for duplicate in [same_id, same_hash, same_user_code] {
+    let mut same_user_code_hash = new_device(0, 900);
+    same_user_code_hash.user_code_hash = first.user_code_hash.clone();
+    for duplicate in [same_id, same_hash, same_user_code_hash] {
         let err = store.insert_device(&duplicate).await.unwrap_err();
         assert!(matches!(err, StoreError::Conflict), "{err:?}");
     }
     assert_eq!(
-        store.device_by_user_code(&first.user_code).await.unwrap(),
+        store
+            .device_by_user_code_hash(&first.user_code_hash)
+            .await
+            .unwrap(),
         Some(first)
     );
 }
@@ -163,7 +174,7 @@ async fn only_pending_unexpired_authorizations_are_decided(db: &Db) {
             .unwrap()
     );
     let stored = store
-        .device_by_user_code(&approved.user_code)
+        .device_by_user_code_hash(&approved.user_code_hash)
         .await
         .unwrap()
         .unwrap();
@@ -182,7 +193,7 @@ async fn only_pending_unexpired_authorizations_are_decided(db: &Db) {
         );
     }
     let again = store
-        .device_by_user_code(&approved.user_code)
+        .device_by_user_code_hash(&approved.user_code_hash)
         .await
         .unwrap()
         .unwrap();
@@ -195,7 +206,7 @@ async fn only_pending_unexpired_authorizations_are_decided(db: &Db) {
             .unwrap()
     );
     let stored = store
-        .device_by_user_code(&denied.user_code)
+        .device_by_user_code_hash(&denied.user_code_hash)
         .await
         .unwrap()
         .unwrap();
@@ -217,7 +228,7 @@ async fn only_pending_unexpired_authorizations_are_decided(db: &Db) {
     );
     assert_eq!(
         store
-            .device_by_user_code(&expired.user_code)
+            .device_by_user_code_hash(&expired.user_code_hash)
             .await
             .unwrap()
             .unwrap(),
@@ -243,7 +254,7 @@ async fn only_pending_unexpired_authorizations_are_decided(db: &Db) {
     }
     assert_eq!(
         store
-            .device_by_user_code(&pending.user_code)
+            .device_by_user_code_hash(&pending.user_code_hash)
             .await
             .unwrap()
             .unwrap(),
@@ -349,7 +360,7 @@ async fn only_approved_unexpired_authorizations_are_redeemed(db: &Db) {
     ];
     for (record, status) in statuses {
         let stored = store
-            .device_by_user_code(&record.user_code)
+            .device_by_user_code_hash(&record.user_code_hash)
             .await
             .unwrap()
             .unwrap();
@@ -381,7 +392,7 @@ async fn failed_key_insert_leaves_the_authorization_approved(db: &Db) {
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict), "{err:?}");
     let stored = store
-        .device_by_user_code(&device.user_code)
+        .device_by_user_code_hash(&device.user_code_hash)
         .await
         .unwrap()
         .unwrap();
@@ -410,21 +421,69 @@ async fn expired_authorizations_are_deleted(db: &Db) {
     assert_eq!(store.delete_expired_devices(100).await.unwrap(), 2);
     assert_eq!(
         store
-            .device_by_user_code(&long_gone.user_code)
+            .device_by_user_code_hash(&long_gone.user_code_hash)
             .await
             .unwrap(),
         None
     );
     assert_eq!(
         store
-            .device_by_user_code(&ends_now.user_code)
+            .device_by_user_code_hash(&ends_now.user_code_hash)
             .await
             .unwrap(),
         None
     );
     assert_eq!(
-        store.device_by_user_code(&live.user_code).await.unwrap(),
+        store
+            .device_by_user_code_hash(&live.user_code_hash)
+            .await
+            .unwrap(),
         Some(live)
     );
     assert_eq!(store.delete_expired_devices(100).await.unwrap(), 0);
+}
+
+async fn live_authorizations_are_counted(db: &Db) {
+    let store = db.store().await;
+    assert_eq!(store.count_live_devices(100).await.unwrap(), 0);
+    for expires_at in [50, 100, 101, 500] {
+        store
+            .insert_device(&new_device(0, expires_at))
+            .await
+            .unwrap();
+    }
+    // Expired at 100 means expires_at <= 100, as for deletion.
+    assert_eq!(store.count_live_devices(100).await.unwrap(), 2);
+    assert_eq!(store.count_live_devices(0).await.unwrap(), 4);
+    assert_eq!(store.count_live_devices(500).await.unwrap(), 0);
+}
+
+async fn issued_user_codes_are_stored_hashed(db: &Db) {
+    use sqlx::{Connection, Row};
+    let store = std::sync::Arc::new(db.store().await);
+    let devices = svc_core::DeviceService::new(store.clone(), Default::default());
+    let issued = devices.start(Default::default()).await.unwrap().unwrap();
+    let code = issued.user_code.normalised().to_owned();
+    // Every text column of every row, as someone with a copy of the
+    // database would read them.
+    let mut conn = sqlx::AnyConnection::connect(db.url()).await.unwrap();
+    let rows = sqlx::query("SELECT * FROM device_authorizations")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let texts: Vec<String> = (0..rows[0].len())
+        .filter_map(|i| rows[0].try_get::<Option<String>, _>(i).ok().flatten())
+        .collect();
+    assert!(texts.contains(&issued.user_code.hash()), "{texts:?}");
+    for text in &texts {
+        assert!(!text.contains(&code), "{text}");
+    }
+    conn.close().await.unwrap();
+    // And the code still finds its authorization.
+    let found = store
+        .device_by_user_code_hash(&svc_core::UserCode::parse(&code).unwrap().hash())
+        .await
+        .unwrap();
+    assert!(found.is_some());
 }

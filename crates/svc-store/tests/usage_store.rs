@@ -16,6 +16,8 @@ on_both_backends!(
     throttle_counts_hits_in_a_window,
     throttle_window_resets_and_clears,
     concurrent_hits_are_all_counted,
+    throttle_hits_are_taken_back_in_their_window_only,
+    stale_throttles_are_deleted,
 );
 
 fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) -> UsageDelta {
@@ -218,4 +220,36 @@ async fn concurrent_hits_are_all_counted(db: &Db) {
     all.sort_unstable();
     assert_eq!(all, (1..=40).collect::<Vec<_>>());
     assert_eq!(stores[0].hits("signin:shared", 1_200).await.unwrap(), 40);
+}
+
+async fn throttle_hits_are_taken_back_in_their_window_only(db: &Db) {
+    let store = db.store().await;
+    let bucket = "signin-address:203.0.113.9";
+    for _ in 0..3 {
+        store.hit(bucket, 600).await.unwrap();
+    }
+    store.unhit(bucket, 600).await.unwrap();
+    assert_eq!(store.hits(bucket, 600).await.unwrap(), 2);
+    // An older window's hit is not taken from the newer count.
+    assert_eq!(store.hit(bucket, 660).await.unwrap(), 1);
+    store.unhit(bucket, 600).await.unwrap();
+    assert_eq!(store.hits(bucket, 660).await.unwrap(), 1);
+    // Never below zero; nothing there is no error.
+    store.unhit(bucket, 660).await.unwrap();
+    store.unhit(bucket, 660).await.unwrap();
+    assert_eq!(store.hits(bucket, 660).await.unwrap(), 0);
+    store.unhit("never-hit", 660).await.unwrap();
+    assert_eq!(store.hit(bucket, 660).await.unwrap(), 1);
+}
+
+async fn stale_throttles_are_deleted(db: &Db) {
+    let store = db.store().await;
+    store.hit("old", 100).await.unwrap();
+    store.hit("edge", 200).await.unwrap();
+    store.hit("new", 300).await.unwrap();
+    assert_eq!(store.delete_stale_throttles(200).await.unwrap(), 1);
+    assert_eq!(store.hits("old", 100).await.unwrap(), 0);
+    assert_eq!(store.hits("edge", 200).await.unwrap(), 1);
+    assert_eq!(store.hits("new", 300).await.unwrap(), 1);
+    assert_eq!(store.delete_stale_throttles(200).await.unwrap(), 0);
 }

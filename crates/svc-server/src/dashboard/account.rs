@@ -1,8 +1,12 @@
 //! Signing in and out, the first admin's setup, and self sign-up.
+//!
+//! Self sign-up answers the same (a redirect to the sign-in page with a
+//! notice) whether or not the email had an account: the form must not
+//! tell who has one.
 
 use axum::Form;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 use serde::Deserialize;
@@ -77,7 +81,12 @@ fn signed_in(state: &AppState, opened: &OpenedSession, next: &str) -> Response {
 #[derive(Debug, Deserialize)]
 pub struct NextQuery {
     next: Option<String>,
+    /// Set after a sign-up: show the notice.
+    signed_up: Option<String>,
 }
+
+/// Where a sign-up goes, whether or not it made an account.
+const AFTER_SIGN_UP: &str = "/dashboard/login?signed_up=1";
 
 pub async fn login_page(
     State(state): State<AppState>,
@@ -86,9 +95,15 @@ pub async fn login_page(
 ) -> Result<Response, PageError> {
     let (csrf, is_new) = anonymous_csrf(&headers);
     let next = safe_next(query.next.as_deref());
+    let notice = query.signed_up.is_some().then_some(
+        "If this email had no account yet, it has one now: sign in with the password you chose.",
+    );
     let page = render(
         "login.html",
-        context! { csrf => csrf.clone(), next, allow_signup => state.dashboard.allow_signup, email => "" },
+        context! {
+            csrf => csrf.clone(), next, allow_signup => state.dashboard.allow_signup,
+            email => "", notice,
+        },
     )?;
     Ok(with_csrf_cookie(&state, page, &csrf, is_new))
 }
@@ -125,12 +140,11 @@ pub async fn login(
         .await
     {
         Ok(opened) => Ok(signed_in(&state, &opened, &next)),
-        Err(e @ SignInError::Invalid) => {
-            failed(e.to_string(), axum::http::StatusCode::UNAUTHORIZED)
-        }
+        Err(e @ SignInError::Invalid) => failed(e.to_string(), StatusCode::UNAUTHORIZED),
         Err(e @ SignInError::Throttled { .. }) => {
-            failed(e.to_string(), axum::http::StatusCode::TOO_MANY_REQUESTS)
+            failed(e.to_string(), StatusCode::TOO_MANY_REQUESTS)
         }
+        Err(e @ SignInError::Busy) => failed(e.to_string(), StatusCode::SERVICE_UNAVAILABLE),
         Err(SignInError::Store(e)) => Err(e.into()),
     }
 }
@@ -207,7 +221,7 @@ pub async fn setup(
             .complete_setup(&form.token, &form.email, &form.password)
             .await
             .map_err(account_message),
-        Err(message) => Err(Ok(message)),
+        Err(message) => Err(Ok((StatusCode::BAD_REQUEST, message))),
     };
     finish_account_form(&state, address, "setup.html", form, created).await
 }
@@ -237,26 +251,33 @@ pub async fn signup(
         return Err(PageError::NotFound);
     }
     check_anonymous_csrf(&headers, &form.csrf)?;
-    let created = match form.passwords_match() {
+    let done = match form.passwords_match() {
         Ok(()) => state
             .accounts
-            .create_user(&form.email, &form.password, false)
+            .sign_up(&form.email, &form.password, address.as_deref())
             .await
             .map_err(account_message),
-        Err(message) => Err(Ok(message)),
+        Err(message) => Err(Ok((StatusCode::BAD_REQUEST, message))),
     };
-    finish_account_form(&state, address, "signup.html", form, created).await
+    match done {
+        // Not signed in: a new account and a taken email look the same.
+        Ok(()) => Ok(Redirect::to(AFTER_SIGN_UP).into_response()),
+        Err(failed) => form_failed("signup.html", form, failed),
+    }
 }
 
-/// After a setup or sign-up form: signed in when the account was created,
-/// else the form again with the message (`Err(Ok)`), or the server's
-/// failure (`Err(Err)`).
+/// Why an account form failed: a status and message for the person
+/// (`Ok`), or a failure of the server (`Err`).
+type FormFailure = Result<(StatusCode, String), PageError>;
+
+/// After the setup form: signed in when the account was created, else the
+/// form again with the message, or the server's failure.
 async fn finish_account_form(
     state: &AppState,
     address: Option<String>,
     template: &str,
     form: AccountForm,
-    created: Result<svc_core::UserRecord, Result<String, PageError>>,
+    created: Result<svc_core::UserRecord, FormFailure>,
 ) -> Result<Response, PageError> {
     match created {
         Ok(user) => {
@@ -266,22 +287,33 @@ async fn finish_account_form(
                 .await?;
             Ok(signed_in(state, &opened, "/dashboard/keys"))
         }
-        Err(Ok(message)) => {
-            let page = render(
-                template,
-                context! { csrf => form.csrf, token => form.token, email => form.email, error => message },
-            )?;
-            Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response())
-        }
-        Err(Err(e)) => Err(e),
+        Err(failed) => form_failed(template, form, failed),
     }
 }
 
-/// A message for the person (`Ok`) or a failure of the server (`Err`).
-fn account_message(e: AccountError) -> Result<String, PageError> {
-    match e {
-        AccountError::Store(e) => Err(e.into()),
-        AccountError::Hashing(e) => Err(PageError::Internal(e)),
-        other => Ok(other.to_string()),
-    }
+/// The account form again with its message, or the server's failure.
+fn form_failed(
+    template: &str,
+    form: AccountForm,
+    failed: FormFailure,
+) -> Result<Response, PageError> {
+    let (status, message) = failed?;
+    let page = render(
+        template,
+        context! { csrf => form.csrf, token => form.token, email => form.email, error => message },
+    )?;
+    Ok((status, page).into_response())
+}
+
+/// A message for the person, with its status (`Ok`), or a failure of the
+/// server (`Err`).
+fn account_message(e: AccountError) -> FormFailure {
+    let status = match e {
+        AccountError::Store(e) => return Err(e.into()),
+        AccountError::Hashing(e) => return Err(PageError::Internal(e)),
+        AccountError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+        AccountError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    Ok((status, e.to_string()))
 }

@@ -1,5 +1,10 @@
 //! The device flow's verification page: enter the code (or arrive with it
 //! from `verification_uri_complete`), see who asked, approve or deny.
+//!
+//! Arriving with `?user_code=` only fills in the form: a link, from any site,
+//! must not look codes up, which would spend the person's budget of wrong
+//! codes. The code is looked up when the person submits the form (a POST
+//! with the session's CSRF token).
 
 use axum::Form;
 use axum::extract::{Query, State};
@@ -7,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use serde::Deserialize;
-use svc_core::{CodeLookup, DeviceRecord, DeviceStatus, UserCode, now};
+use svc_core::{CodeLookup, DeviceRecord, DeviceStatus, UserCode, now, plain_text};
 
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
@@ -17,6 +22,34 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize)]
 pub struct CodeQuery {
     user_code: Option<String>,
+}
+
+/// The code entry form, submitted.
+#[derive(Debug, Deserialize)]
+pub struct CodeForm {
+    csrf: String,
+    user_code: String,
+}
+
+/// Longest code entry kept for the form (a code is 9 characters).
+const MAX_CODE_INPUT: usize = 16;
+
+/// Shown to the person approving: one line, no characters that reorder or
+/// hide text.
+fn shown(text: &Option<String>) -> Option<String> {
+    text.as_deref()
+        .map(|t| plain_text(t, 200))
+        .filter(|t| !t.is_empty())
+}
+
+/// The code entry form, filled with `user_code`.
+fn entry_form(who: &SignedIn, user_code: &str) -> Result<Response, PageError> {
+    let user_code = plain_text(user_code, MAX_CODE_INPUT);
+    let page = render(
+        "device.html",
+        context! { ..layout(who, "device"), ..context! { user_code } },
+    )?;
+    Ok(page.into_response())
 }
 
 fn message(
@@ -51,24 +84,30 @@ fn closed_reason(record: &DeviceRecord) -> (&'static str, String) {
     }
 }
 
-pub async fn page(
+/// `GET /dashboard/device`: the form, filled in from `?user_code=`.
+pub async fn page(who: SignedIn, Query(query): Query<CodeQuery>) -> Result<Response, PageError> {
+    entry_form(&who, query.user_code.as_deref().unwrap_or_default())
+}
+
+/// `POST /dashboard/device`: looks the code up (throttled) and shows who
+/// asked, with Approve and Deny.
+pub async fn enter(
     State(state): State<AppState>,
     who: SignedIn,
     ClientAddress(address): ClientAddress,
-    Query(query): Query<CodeQuery>,
+    Form(form): Form<CodeForm>,
 ) -> Result<Response, PageError> {
-    let input = query.user_code.unwrap_or_default();
+    who.check_csrf(&form.csrf)?;
+    let input = form.user_code;
     if input.trim().is_empty() {
-        let page = render(
-            "device.html",
-            context! { ..layout(&who, "device"), ..context! { user_code => "" } },
-        )?;
-        return Ok(page.into_response());
+        return entry_form(&who, "");
     }
     let address = address.unwrap_or_else(|| "unknown".into());
     match state.devices.lookup(&input, &who.user.id, &address).await? {
         CodeLookup::Pending(record) => {
-            let code = UserCode::parse(&record.user_code)
+            // The store keeps only the code's hash: show what was typed,
+            // which found it.
+            let code = UserCode::parse(&input)
                 .map(|c| c.display())
                 .unwrap_or_default();
             let minutes_left = ((record.expires_at - now()).max(0) + 59) / 60;
@@ -81,10 +120,10 @@ pub async fn page(
                         id => record.id.clone(),
                         user_code => code,
                         requested => time(record.created_at),
-                        address => record.client_address.clone(),
-                        client_id => record.client_id.clone(),
-                        user_agent => record.user_agent.clone(),
-                        scope => record.scope.clone(),
+                        address => shown(&record.client_address),
+                        client_id => shown(&record.client_id),
+                        user_agent => shown(&record.user_agent),
+                        scope => shown(&record.scope),
                         minutes_left,
                         key_days,
                     }
@@ -102,7 +141,7 @@ pub async fn page(
                 context! {
                     ..layout(&who, "device"),
                     ..context! {
-                        user_code => input,
+                        user_code => plain_text(&input, MAX_CODE_INPUT),
                         error => "That code is not valid. Check it on your device and type it again (XXXX-XXXX).",
                     }
                 },

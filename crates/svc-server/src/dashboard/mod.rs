@@ -84,7 +84,7 @@ pub fn router() -> Router<AppState> {
             get(keys::limits_page).post(keys::set_limits),
         )
         .route("/dashboard/usage", get(usage::page))
-        .route("/dashboard/device", get(device::page))
+        .route("/dashboard/device", get(device::page).post(device::enter))
         .route(
             "/dashboard/device/decide",
             axum::routing::post(device::decide),

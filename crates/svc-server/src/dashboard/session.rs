@@ -111,7 +111,8 @@ pub fn urlencode(text: &str) -> String {
 }
 
 /// Where to go after sign-in: only paths inside the dashboard, so the
-/// parameter cannot send people to another site.
+/// parameter cannot send people to another site, and only printable ASCII
+/// (what a percent-encoded path is), so it is always a valid `Location`.
 pub fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
@@ -119,7 +120,8 @@ pub fn safe_next(next: Option<&str>) -> String {
                 || n.starts_with("/dashboard/")
                 || n.starts_with("/dashboard?"))
                 && !n.contains("//")
-                && !n.contains('\\') =>
+                && !n.contains('\\')
+                && n.bytes().all(|b| b.is_ascii_graphic()) =>
         {
             n.to_owned()
         }
@@ -152,6 +154,9 @@ mod tests {
             "https://evil.example/",
             "//evil.example",
             "/dashboard//evil",
+            "/dashboard/keys\r\nSet-Cookie: x=1",
+            "/dashboard/keys\u{7f}",
+            "/dashboard/k\u{e9}ys",
             "/v1/models",
             "/dashboardx",
         ] {

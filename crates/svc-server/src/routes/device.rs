@@ -1,6 +1,10 @@
 //! The device authorization flow's API: `POST /v1/auth/device/code` and
 //! `POST /v1/auth/device/token`.
 //!
+//! Anyone may ask for a code, so code requests are throttled per client
+//! address and overall (429 with the RFC 8628 name `slow_down` as `code`,
+//! and `Retry-After`), and the number of live codes is capped.
+//!
 //! The token endpoint speaks two dialects, told apart by `Content-Type`:
 //! - JSON (the spec's): `{"device_code"}` → `{"status":"pending"}` until
 //!   approval, then once `{"status":"approved","access_token",…}`. States
@@ -22,7 +26,7 @@ use svc_api::{
     DEVICE_CODE_GRANT_TYPE, DeviceCodeResponse, DeviceTokenRequest, DeviceTokenResponse, ErrorBody,
     ErrorObject, OAuthErrorResponse, OAuthTokenResponse,
 };
-use svc_core::{DeviceClient, PollOutcome};
+use svc_core::{DeviceClient, PollOutcome, plain_text};
 
 use crate::error::ApiError;
 use crate::extract::{BodyLimit, ClientAddress, parse_json};
@@ -56,15 +60,10 @@ pub async fn code(
         }
     };
     let clip = |v: Option<String>| {
-        v.map(|s| {
-            s.chars()
-                .filter(|c| !c.is_control())
-                .take(MAX_CLIENT_FIELD)
-                .collect()
-        })
-        .filter(|s: &String| !s.is_empty())
+        v.map(|s| plain_text(&s, MAX_CLIENT_FIELD))
+            .filter(|s: &String| !s.is_empty())
     };
-    let issued = state
+    let started = state
         .devices
         .start(DeviceClient {
             client_id: clip(fields.client_id),
@@ -73,6 +72,38 @@ pub async fn code(
             user_agent: clip(user_agent),
         })
         .await?;
+    let issued = match started {
+        Ok(issued) => issued,
+        Err(throttled) => {
+            let message = format!(
+                "Too many device codes were requested. Wait {} seconds and try again.",
+                throttled.retry_after
+            );
+            let body = if matches!(body, Body::Form(_)) {
+                Json(OAuthErrorResponse {
+                    error: "slow_down".into(),
+                    error_description: Some(message),
+                    interval: None,
+                })
+                .into_response()
+            } else {
+                Json(ErrorBody {
+                    error: ErrorObject {
+                        message,
+                        kind: "requests".into(),
+                        param: None,
+                        code: Some("slow_down".into()),
+                    },
+                })
+                .into_response()
+            };
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, body).into_response();
+            if let Ok(value) = HeaderValue::from_str(&throttled.retry_after.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            return Ok(no_store(response));
+        }
+    };
     let verification_uri = state.dashboard.device_url();
     let user_code = issued.user_code.display();
     let body = DeviceCodeResponse {

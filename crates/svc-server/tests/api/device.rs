@@ -66,11 +66,25 @@ async fn poll_form(app: &TestApp, fields: &[(&str, &str)]) -> (StatusCode, Value
     (response.status(), response.json().await.unwrap())
 }
 
-/// Signs `browser` in, enters `user_code` and presses `decision`.
-async fn decide(browser: &Browser, user_code: &str, decision: &str) -> svc_test_support::Page {
-    let confirm = browser
+/// Opens the code form as `verification_uri_complete` does (which only
+/// fills it in) and submits it, as the person's Continue does.
+pub async fn enter(browser: &Browser, user_code: &str) -> svc_test_support::Page {
+    let form = browser
         .get(&format!("/dashboard/device?user_code={user_code}"))
         .await;
+    assert_eq!(form.status, 200, "{}", form.body);
+    assert_eq!(form.input_value("user_code").as_deref(), Some(user_code));
+    browser
+        .post(
+            "/dashboard/device",
+            &[("csrf", &form.csrf()), ("user_code", user_code)],
+        )
+        .await
+}
+
+/// Enters `user_code` in `browser`'s session and presses `decision`.
+async fn decide(browser: &Browser, user_code: &str, decision: &str) -> svc_test_support::Page {
+    let confirm = enter(browser, user_code).await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     let id = confirm.input_value("id").unwrap();
     browser
@@ -229,12 +243,7 @@ async fn denial_and_unknown_codes_are_refused() {
     assert_eq!(error_code(&body), "invalid_grant");
 
     // The denied code cannot be approved afterwards.
-    let again = browser
-        .get(&format!(
-            "/dashboard/device?user_code={}",
-            codes["user_code"].as_str().unwrap()
-        ))
-        .await;
+    let again = enter(&browser, codes["user_code"].as_str().unwrap()).await;
     assert_eq!(again.status, 410);
     assert!(again.body.contains("Code denied"));
     assert!(app.keys.list(None).await.unwrap().is_empty());
@@ -254,12 +263,7 @@ async fn expired_codes_cannot_be_approved_or_redeemed() {
     assert_eq!(status, 400);
     assert_eq!(error_code(&body), "expired_token");
     let (browser, _) = app.signed_in("alice@example.com", false).await;
-    let page = browser
-        .get(&format!(
-            "/dashboard/device?user_code={}",
-            codes["user_code"].as_str().unwrap()
-        ))
-        .await;
+    let page = enter(&browser, codes["user_code"].as_str().unwrap()).await;
     assert_eq!(page.status, 410);
     assert!(page.body.contains("Code expired"), "{}", page.body);
 }
@@ -414,9 +418,20 @@ async fn the_verification_page_needs_sign_in_and_returns_to_the_code() {
         )
         .await;
     assert_eq!(signed_in.location.as_deref(), Some(next.as_str()));
-    let confirm = browser.get(&next).await;
+    // The link fills the code in; Continue looks it up.
+    let form = browser.get(&next).await;
+    assert_eq!(form.status, 200);
+    let user_code = codes["user_code"].as_str().unwrap();
+    assert_eq!(form.input_value("user_code").as_deref(), Some(user_code));
+    assert!(!form.body.contains("Approve"));
+    let confirm = browser
+        .post(
+            "/dashboard/device",
+            &[("csrf", &form.csrf()), ("user_code", user_code)],
+        )
+        .await;
     assert_eq!(confirm.status, 200);
-    assert!(confirm.body.contains(codes["user_code"].as_str().unwrap()));
+    assert!(confirm.body.contains(user_code));
     assert!(
         confirm.body.contains("127.0.0.1"),
         "the requesting address is shown"
@@ -429,17 +444,12 @@ async fn wrong_codes_are_throttled_per_user() {
     let app = spawn(fast()).await;
     let (browser, _) = app.signed_in("alice@example.com", false).await;
     for _ in 0..10 {
-        let page = browser.get("/dashboard/device?user_code=BBBB-BBBB").await;
+        let page = enter(&browser, "BBBB-BBBB").await;
         assert_eq!(page.status, 404);
         assert!(page.body.contains("not valid"));
     }
     let codes = start(&app).await;
-    let page = browser
-        .get(&format!(
-            "/dashboard/device?user_code={}",
-            codes["user_code"].as_str().unwrap()
-        ))
-        .await;
+    let page = enter(&browser, codes["user_code"].as_str().unwrap()).await;
     assert_eq!(page.status, 429, "even a right code waits: {}", page.body);
     assert!(page.body.contains("Too many"));
 }

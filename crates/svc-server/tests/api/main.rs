@@ -13,6 +13,7 @@ mod health;
 mod operations;
 mod ratelimit;
 mod streaming;
+mod throttles;
 
 use serde_json::{Value, json};
 

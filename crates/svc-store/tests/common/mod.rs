@@ -132,14 +132,10 @@ pub fn random_hex(bytes: usize) -> String {
 
 /// A pending authorization with fresh id and codes, never polled.
 pub fn new_device(created_at: i64, expires_at: i64) -> DeviceRecord {
-    const ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
-    let user_code = (0..8)
-        .map(|_| char::from(ALPHABET[usize::from(rand::random::<u8>()) % ALPHABET.len()]))
-        .collect();
     DeviceRecord {
         id: format!("dev_{}", random_hex(8)),
         device_code_hash: random_hex(32),
-        user_code,
+        user_code_hash: svc_core::device::UserCode::generate().hash(),
         client_id: None,
         scope: None,
         client_address: None,
