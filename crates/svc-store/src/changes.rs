@@ -94,9 +94,18 @@ impl KeyChanges {
     }
 
     /// What [`KeyChanges::changed`] needs to know from before the change.
-    pub(crate) fn before_change(&self) -> u64 {
+    ///
+    /// On PostgreSQL, first waits (at most [`ECHO_WAIT`]) for this store's
+    /// listener to be live: a store opened just to change one key (`svc
+    /// keys revoke`) would otherwise make its change before it can hear the
+    /// echo, return at once, and let the caller ask a replica that has not
+    /// heard the notification yet.
+    pub(crate) async fn before_change(&self) -> u64 {
         match self {
-            KeyChanges::Listen(l) => l.heard.load(Ordering::Acquire),
+            KeyChanges::Listen(l) => {
+                l.wait_until_live().await;
+                l.heard.load(Ordering::Acquire)
+            }
             _ => 0,
         }
     }
@@ -140,6 +149,7 @@ pub(crate) struct Listening {
     live: AtomicBool,
     /// Notifications heard.
     heard: AtomicU64,
+    /// Woken by every notification heard, and when listening starts.
     hear: Notify,
     stop: CancellationToken,
 }
@@ -151,6 +161,20 @@ impl Listening {
 
     fn bump(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Waits until the connection listens, or [`ECHO_WAIT`] passed.
+    async fn wait_until_live(&self) {
+        let _ = tokio::time::timeout(ECHO_WAIT, async {
+            loop {
+                let started = self.hear.notified();
+                if self.live.load(Ordering::Acquire) {
+                    return;
+                }
+                started.await;
+            }
+        })
+        .await;
     }
 
     /// Waits until a notification newer than `before` was heard, or
@@ -204,6 +228,7 @@ async fn listen(url: String, listening: Weak<Listening>, stop: CancellationToken
             // Whatever was sent while nobody listened is lost: start afresh.
             l.bump();
             l.live.store(true, Ordering::Release);
+            l.hear.notify_waiters();
         }
         loop {
             let next = tokio::select! {
