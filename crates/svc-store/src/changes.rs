@@ -1,6 +1,7 @@
 //! The version behind [`KeyStore::keys_version`](svc_core::store::KeyStore::keys_version):
 //! a number that changes whenever a key is revoked or its limits are set,
-//! here or in another process sharing the data, and that costs no query to
+//! or an account is disabled, enabled or deleted (its keys are judged with
+//! it), here or in another process sharing the data, and that costs no query to
 //! read (it is read on every authenticated request).
 //!
 //! - An in-memory SQLite database belongs to this process alone: a counter.
@@ -9,7 +10,7 @@
 //!   to `<file>-keychanges` once it is committed, and the version is that
 //!   file's size, which only ever grows (one `stat` a request), plus this
 //!   process's own changes.
-//! - PostgreSQL: a trigger (migration 0004) notifies the channel
+//! - PostgreSQL: triggers (migrations 0004 and 0005) notify the channel
 //!   `svc_keys_<schema>` on every change, by any client, psql included.
 //!   Each store listens on a connection of its own; while that connection
 //!   is down the version is `None` (nothing may be reused), and it changes

@@ -131,6 +131,7 @@ pub async fn login(
         Err(e @ SignInError::Throttled { .. }) => {
             failed(e.to_string(), axum::http::StatusCode::TOO_MANY_REQUESTS)
         }
+        Err(e @ SignInError::Disabled) => failed(e.to_string(), axum::http::StatusCode::FORBIDDEN),
         Err(SignInError::Store(e)) => Err(e.into()),
     }
 }

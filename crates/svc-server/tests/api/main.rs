@@ -9,6 +9,7 @@ mod dashboard;
 mod device;
 mod errors;
 mod health;
+mod offboarding;
 mod operations;
 mod ratelimit;
 mod streaming;
