@@ -31,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The longest a change made here waits for its own notification.
 const ECHO_WAIT: Duration = Duration::from_millis(250);
+/// The longest a change made here waits for this store to start listening.
+const LIVE_WAIT: Duration = Duration::from_secs(1);
 /// Waits between attempts at listening again, doubling up to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -95,9 +97,20 @@ impl KeyChanges {
     }
 
     /// What [`KeyChanges::changed`] needs to know from before the change.
-    pub(crate) fn before_change(&self) -> u64 {
+    /// On PostgreSQL this first waits (at most [`LIVE_WAIT`]) until this
+    /// store listens, so that it hears its own notification afterwards: a
+    /// command that opened the store just to change a key (`svc users
+    /// disable`) then exits only once the notification has reached the
+    /// listeners, and the running servers refuse on their next request.
+    pub(crate) async fn before_change(&self) -> u64 {
         match self {
-            KeyChanges::Listen(l) => l.heard.load(Ordering::Acquire),
+            KeyChanges::Listen(l) => {
+                let deadline = tokio::time::Instant::now() + LIVE_WAIT;
+                while !l.live.load(Ordering::Acquire) && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                l.heard.load(Ordering::Acquire)
+            }
             _ => 0,
         }
     }
@@ -155,8 +168,8 @@ impl Listening {
     }
 
     /// Waits until a notification newer than `before` was heard, or
-    /// [`ECHO_WAIT`] passed; at once when nothing listens here (a command
-    /// that opened the store to change one key, say).
+    /// [`ECHO_WAIT`] passed; at once when nothing listens here (listening
+    /// could not start in [`LIVE_WAIT`]).
     async fn wait_for_echo(&self, before: u64) {
         if !self.live.load(Ordering::Acquire) {
             return;

@@ -110,7 +110,7 @@ impl KeyStore for SqlStore {
     }
 
     async fn revoke_key(&self, id: &KeyId, at: i64) -> Result<bool, StoreError> {
-        let before = self.key_changes.before_change();
+        let before = self.key_changes.before_change().await;
         let done = sqlx::query(REVOKE)
             .bind(id.0.as_str())
             .bind(at)
@@ -135,7 +135,7 @@ impl KeyStore for SqlStore {
     }
 
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {
-        let before = self.key_changes.before_change();
+        let before = self.key_changes.before_change().await;
         let done = sqlx::query(SET_LIMITS)
             .bind(id.0.as_str())
             .bind(limits.requests_per_minute)

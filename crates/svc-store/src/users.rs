@@ -209,7 +209,7 @@ impl UserStore for SqlStore {
         id: &UserId,
         disabled_at: Option<i64>,
     ) -> Result<AccountChange, StoreError> {
-        let before = self.key_changes.before_change();
+        let before = self.key_changes.before_change().await;
         let mut tx = self.users_tx().await?;
         let changed = match disabled_at {
             Some(at) => run(&mut tx, DISABLE, id, Some(at)).await?,
@@ -247,7 +247,7 @@ impl UserStore for SqlStore {
     }
 
     async fn delete_user(&self, id: &UserId, at: i64) -> Result<AccountChange, StoreError> {
-        let before = self.key_changes.before_change();
+        let before = self.key_changes.before_change().await;
         let mut tx = self.users_tx().await?;
         let deleted: Option<i64> = sqlx::query_scalar(DELETE)
             .bind(id.0.as_str())
