@@ -383,7 +383,11 @@ async fn offboarding_beside_running_servers(
     // The last admin stays; unknown accounts are named.
     let last = svc(&[&["users", "disable", "admin@example.com"], store].concat());
     assert!(!last.status.success());
-    assert!(stderr(&last).contains("last enabled admin"), "{}", stderr(&last));
+    assert!(
+        stderr(&last).contains("last enabled admin"),
+        "{}",
+        stderr(&last)
+    );
     let last = svc(&[&["users", "delete", "admin@example.com", "--yes"], store].concat());
     assert!(!last.status.success());
     let unknown = svc(&[&["users", "disable", "nobody@example.com"], store].concat());
@@ -402,13 +406,8 @@ async fn users_disabled_by_the_cli_are_refused_by_a_running_server_sqlite() {
     let serve = Serve::start(&["--data-dir", data_dir, "--bind", "127.0.0.1:0"]);
     let url = svc_store::SqlStore::data_dir_url(dir.path()).unwrap();
     // A SQLite file's change is seen on the very next request.
-    offboarding_beside_running_servers(
-        &["--data-dir", data_dir],
-        &url,
-        &[serve],
-        Duration::ZERO,
-    )
-    .await;
+    offboarding_beside_running_servers(&["--data-dir", data_dir], &url, &[serve], Duration::ZERO)
+        .await;
 }
 
 #[tokio::test]

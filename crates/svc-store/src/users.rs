@@ -76,8 +76,7 @@ const LOCK_USERS: &str = "LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE";
 // Each of these opens its transaction with a write, so that on SQLite the
 // transaction holds the write lock from its first statement (a read first
 // could not be upgraded under a concurrent writer).
-const DISABLE: &str =
-    "UPDATE users SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL";
+const DISABLE: &str = "UPDATE users SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL";
 const ENABLE: &str =
     "UPDATE users SET disabled_at = NULL WHERE id = $1 AND disabled_at IS NOT NULL";
 const EXISTS: &str = "SELECT COUNT(*) FROM users WHERE id = $1";

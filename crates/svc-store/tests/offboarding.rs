@@ -250,7 +250,12 @@ async fn an_approval_racing_with_disabling_is_never_redeemed(db: &Db) {
             .unwrap()
     );
     let (key, hash) = new_key(Some(&user.id.0), now);
-    assert!(!store.redeem_device(&device.id, &key, &hash, now).await.unwrap());
+    assert!(
+        !store
+            .redeem_device(&device.id, &key, &hash, now)
+            .await
+            .unwrap()
+    );
     assert_eq!(store.key_by_hash(&hash).await.unwrap(), None);
 }
 
@@ -318,7 +323,12 @@ async fn the_last_enabled_admin_is_never_removed(db: &Db) {
         AccountChange::LastAdmin
     );
     assert_eq!(
-        store.user_by_id(&first.id).await.unwrap().unwrap().disabled_at,
+        store
+            .user_by_id(&first.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .disabled_at,
         None
     );
     // Plain accounts come and go whatever the admins.

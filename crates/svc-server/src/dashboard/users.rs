@@ -93,9 +93,7 @@ pub async fn list(
         (Some("enable"), Some(email)) => Some(format!(
             "{email} was enabled: its keys that were not revoked work again."
         )),
-        (Some("delete"), Some(email)) => Some(format!(
-            "{email} was deleted and its keys revoked."
-        )),
+        (Some("delete"), Some(email)) => Some(format!("{email} was deleted and its keys revoked.")),
         _ => None,
     };
     render(

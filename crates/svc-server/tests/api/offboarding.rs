@@ -272,7 +272,10 @@ async fn only_admins_reach_the_user_controls(db: Database) {
     }
     assert_eq!(admin.get("/dashboard/users").await.status, 200);
     let unknown = admin
-        .post("/dashboard/users/usr_0000000000000000/disable", &[("csrf", &own_csrf)])
+        .post(
+            "/dashboard/users/usr_0000000000000000/disable",
+            &[("csrf", &own_csrf)],
+        )
         .await;
     assert_eq!(unknown.status, 404);
     let nonsense = format!("/dashboard/users/{}/promote", victim.id);
