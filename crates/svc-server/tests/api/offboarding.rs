@@ -192,6 +192,13 @@ async fn disabling_refuses_keys_sessions_sign_in_and_approvals_at_once(db: Datab
     assert!(app.keys.list(Some(&alice.id.0)).await.unwrap().len() == 1);
     let listed = admin.follow(done).await;
     assert!(listed.body.contains("was disabled"), "{}", listed.body);
+    // The admin's key list shows the key as disabled, still revocable.
+    let keys = admin.get("/dashboard/keys").await;
+    let row_at = keys.body.find(&key[7..11]).unwrap();
+    let row = &keys.body[row_at..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("state disabled"), "{row}");
+    assert!(row.contains("/revoke"), "{row}");
 
     // Enabled: the key works again and alice can sign in; the denied
     // device login stays denied.
