@@ -140,10 +140,41 @@ pub enum UsersCommand {
         #[arg(long)]
         admin: bool,
     },
-    /// List accounts: id, email, admin, created.
+    /// List accounts: id, email, admin, state (active or disabled), created.
     List {
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Disable an account: it cannot sign in, its sessions end, its keys are
+    /// refused from the next request on, and device logins it approved are
+    /// never completed. `enable` undoes it.
+    Disable {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The account's email.
+        #[arg(value_name = "EMAIL")]
+        email: String,
+    },
+    /// Enable a disabled account: its keys work again, except those revoked
+    /// or expired meanwhile.
+    Enable {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The account's email.
+        #[arg(value_name = "EMAIL")]
+        email: String,
+    },
+    /// Delete an account: its keys are revoked (their usage history stays),
+    /// its sessions end, and the email can be used again. Cannot be undone.
+    Delete {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The account's email.
+        #[arg(value_name = "EMAIL")]
+        email: String,
+        /// Do not ask for confirmation (needed when stdin is not a terminal).
+        #[arg(long)]
+        yes: bool,
     },
 }
 

@@ -243,3 +243,184 @@ async fn settings_come_from_file_and_environment() {
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("bnd"), "{}", stderr(&bad));
 }
+
+/// `svc` with `input` on stdin (for the password of `svc users create`).
+fn svc_with_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(SVC)
+        .args(args)
+        .env("SVC_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// An account made by `svc users create`, and a key of its own (made on
+/// the store directly: `svc keys create` makes operator keys, owned by no
+/// account).
+async fn account_with_key(store: &[&str], url: &str, email: &str, admin: bool) -> String {
+    let mut args = vec!["users", "create", "--email", email];
+    if admin {
+        args.push("--admin");
+    }
+    let made = svc_with_stdin(&[&args[..], store].concat(), "password123\n");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let sql = std::sync::Arc::new(svc_store::SqlStore::connect(url).await.unwrap());
+    let accounts = svc_core::AccountService::new(sql.clone());
+    let user = accounts.user_by_email(email).await.unwrap().unwrap();
+    let (key, _) = svc_core::KeyService::new(sql.clone())
+        .create(svc_core::NewKey {
+            name: format!("{email}'s key"),
+            owner_id: Some(user.id.0.clone()),
+            created_via: "dashboard".into(),
+            expires_in: None,
+        })
+        .await
+        .unwrap();
+    sql.close().await;
+    key.expose().to_owned()
+}
+
+/// The first answer to `key` other than `not`, asking every 2 ms for at
+/// most `within`: PostgreSQL's notification reaches a server's listener a
+/// moment after the command's commit (SQLite's file is there at once).
+async fn next_other_than(
+    serve: &Serve,
+    key: &str,
+    not: u16,
+    within: Duration,
+) -> reqwest::Response {
+    let start = std::time::Instant::now();
+    loop {
+        let response = serve.models(key).await;
+        if response.status() != not || start.elapsed() >= within {
+            return response;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn assert_refused_as_disabled(serve: &Serve, key: &str, within: Duration) {
+    let response = next_other_than(serve, key, 200, within).await;
+    assert_eq!(response.status(), 401);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+    assert_eq!(
+        body["error"]["message"],
+        "The account this API key belongs to is disabled."
+    );
+}
+
+/// `svc users disable|enable|delete` beside running servers: seen on the
+/// very next request, as `svc keys revoke` is.
+async fn offboarding_beside_running_servers(
+    store: &[&str],
+    url: &str,
+    serves: &[Serve],
+    within: Duration,
+) {
+    account_with_key(store, url, "admin@example.com", true).await;
+    let key = account_with_key(store, url, "alice@example.com", false).await;
+    for serve in serves {
+        assert_eq!(serve.models(&key).await.status(), 200);
+    }
+
+    let done = svc(&[&["users", "disable", "Alice@Example.com"], store].concat());
+    assert!(done.status.success(), "{}", stderr(&done));
+    for serve in serves {
+        assert_refused_as_disabled(serve, &key, within).await;
+    }
+    let list = stdout(&svc(&[&["users", "list"], store].concat()));
+    let line = list
+        .lines()
+        .find(|l| l.contains("alice@example.com"))
+        .unwrap();
+    assert!(line.contains("disabled"), "{list}");
+    let again = svc(&[&["users", "disable", "alice@example.com"], store].concat());
+    assert!(again.status.success());
+    assert!(stderr(&again).contains("already"), "{}", stderr(&again));
+
+    let done = svc(&[&["users", "enable", "alice@example.com"], store].concat());
+    assert!(done.status.success(), "{}", stderr(&done));
+    for serve in serves {
+        let response = next_other_than(serve, &key, 401, within).await;
+        assert_eq!(response.status(), 200);
+    }
+
+    // Deleting asks for --yes when nobody is at a terminal.
+    let unconfirmed = svc(&[&["users", "delete", "alice@example.com"], store].concat());
+    assert!(!unconfirmed.status.success());
+    assert!(
+        stderr(&unconfirmed).contains("--yes"),
+        "{}",
+        stderr(&unconfirmed)
+    );
+    assert_eq!(serves[0].models(&key).await.status(), 200);
+    let done = svc(&[&["users", "delete", "alice@example.com", "--yes"], store].concat());
+    assert!(done.status.success(), "{}", stderr(&done));
+    for serve in serves {
+        let response = next_other_than(serve, &key, 200, within).await;
+        assert_eq!(response.status(), 401);
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["message"], "This API key has been revoked.");
+    }
+    let list = stdout(&svc(&[&["users", "list"], store].concat()));
+    assert!(!list.contains("alice@example.com"), "{list}");
+
+    // The last admin stays; unknown accounts are named.
+    let last = svc(&[&["users", "disable", "admin@example.com"], store].concat());
+    assert!(!last.status.success());
+    assert!(
+        stderr(&last).contains("last enabled admin"),
+        "{}",
+        stderr(&last)
+    );
+    let last = svc(&[&["users", "delete", "admin@example.com", "--yes"], store].concat());
+    assert!(!last.status.success());
+    let unknown = svc(&[&["users", "disable", "nobody@example.com"], store].concat());
+    assert!(!unknown.status.success());
+    assert!(
+        stderr(&unknown).contains("no account nobody@example.com"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[tokio::test]
+async fn users_disabled_by_the_cli_are_refused_by_a_running_server_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let serve = Serve::start(&["--data-dir", data_dir, "--bind", "127.0.0.1:0"]);
+    let url = svc_store::SqlStore::data_dir_url(dir.path()).unwrap();
+    // A SQLite file's change is seen on the very next request.
+    offboarding_beside_running_servers(&["--data-dir", data_dir], &url, &[serve], Duration::ZERO)
+        .await;
+}
+
+#[tokio::test]
+async fn users_disabled_by_the_cli_are_refused_by_two_postgres_servers() {
+    let schema = TestSchema::create(&postgres_url()).await.unwrap();
+    let url = schema.url().to_owned();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| Serve::start(&["--database-url", &url, "--bind", "127.0.0.1:0"]));
+        let b = s.spawn(|| Serve::start(&["--database-url", &url, "--bind", "127.0.0.1:0"]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    offboarding_beside_running_servers(
+        &["--database-url", &url],
+        &url,
+        &[a, b],
+        Duration::from_millis(250),
+    )
+    .await;
+    schema.remove().await.unwrap();
+}

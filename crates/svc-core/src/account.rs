@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::now;
 use crate::session::{SessionRecord, SessionToken, flash, random_token, sha256_hex};
-use crate::store::{Store, StoreError};
+use crate::store::{AccountChange, Store, StoreError};
 use crate::throttle::{Throttle, give_back_all, take_all};
 
 /// The public identifier of a user (`usr_` + 16 hex).
@@ -42,6 +42,9 @@ pub struct UserRecord {
     pub password_hash: String,
     pub is_admin: bool,
     pub created_at: i64,
+    /// When an admin disabled the account: it cannot sign in, and its keys
+    /// and approvals are refused, until it is enabled again.
+    pub disabled_at: Option<i64>,
 }
 
 // By hand: the password hash stays out of logs.
@@ -52,6 +55,7 @@ impl fmt::Debug for UserRecord {
             .field("email", &self.email)
             .field("is_admin", &self.is_admin)
             .field("created_at", &self.created_at)
+            .field("disabled_at", &self.disabled_at)
             .finish_non_exhaustive()
     }
 }
@@ -332,6 +336,9 @@ pub enum SignInError {
     Throttled { retry_after: i64 },
     #[error("The server is busy. Try again in a minute.")]
     Busy,
+    /// Told only to someone who gave the right password.
+    #[error("This account is disabled. Ask an admin to enable it.")]
+    Disabled,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -529,8 +536,12 @@ impl AccountService {
             Some(user) if matches => user,
             _ => return Err(SignInError::Invalid),
         };
+        // The right password: the attempt counts against no one.
         give_back_all(slots).await?;
         self.pair_throttle.clear(&pair).await?;
+        if user.disabled_at.is_some() {
+            return Err(SignInError::Disabled);
+        }
         Ok(self.open_session(user, Some(address)).await?)
     }
 
@@ -570,8 +581,41 @@ impl AccountService {
             self.store.delete_session(&session.token_hash).await?;
             return Ok(None);
         }
+        // Disabling deletes the account's sessions; this also refuses one
+        // opened by a sign-in that raced with it.
         let user = self.store.user_by_id(&session.user_id).await?;
-        Ok(user.map(|user| (session, user)))
+        Ok(user
+            .filter(|user| user.disabled_at.is_none())
+            .map(|user| (session, user)))
+    }
+
+    /// The user with this email (normalised here), if any.
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<UserRecord>, StoreError> {
+        match normalise_email(email) {
+            Some(email) => self.store.user_by_email(&email).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Disables an account: it can no longer sign in, its sessions end, its
+    /// keys are refused from the next request on (every replica), and the
+    /// device logins it approved are never redeemed. Refused for the last
+    /// enabled admin.
+    pub async fn disable_user(&self, id: &UserId) -> Result<AccountChange, StoreError> {
+        self.store.set_user_disabled(id, Some(now())).await
+    }
+
+    /// Enables a disabled account: its keys work again, except those
+    /// revoked or expired meanwhile.
+    pub async fn enable_user(&self, id: &UserId) -> Result<AccountChange, StoreError> {
+        self.store.set_user_disabled(id, None).await
+    }
+
+    /// Deletes an account: its keys are revoked (their records and usage
+    /// stay), its sessions and pending approvals end, and the email is free
+    /// again. Refused for the last enabled admin.
+    pub async fn delete_user(&self, id: &UserId) -> Result<AccountChange, StoreError> {
+        self.store.delete_user(id, now()).await
     }
 
     /// Ends a session.
@@ -616,6 +660,7 @@ async fn new_user(email: &str, password: &str, is_admin: bool) -> Result<UserRec
         password_hash,
         is_admin,
         created_at: now(),
+        disabled_at: None,
     })
 }
 
@@ -702,6 +747,7 @@ mod tests {
             password_hash: "$argon2id$secret".into(),
             is_admin: false,
             created_at: 0,
+            disabled_at: None,
         };
         assert!(!format!("{user:?}").contains("secret"));
     }

@@ -222,7 +222,8 @@ pub enum PollOutcome {
         record: Box<KeyRecord>,
         expires_in: i64,
     },
-    /// The user refused (`access_denied`).
+    /// The user refused, or the account that approved was disabled or
+    /// deleted before the key was issued (`access_denied`).
     Denied,
     /// The code expired before approval or redemption (`expired_token`).
     Expired,
@@ -425,6 +426,12 @@ impl DeviceService {
         let Some(user_id) = record.user_id.clone() else {
             return Ok(PollOutcome::Unknown);
         };
+        // Disabling an account denies what it approved; this covers an
+        // approval that raced with that (and the store checks again).
+        let approver = self.store.user_by_id(&user_id).await?;
+        if approver.is_none_or(|u| u.disabled_at.is_some()) {
+            return Ok(PollOutcome::Denied);
+        }
         let key = ApiKey::generate();
         let created_at = now();
         let expires_in = self.settings.key_lifetime;
@@ -439,6 +446,7 @@ impl DeviceService {
             last_used_at: None,
             revoked_at: None,
             limits: Default::default(),
+            owner_disabled_at: None,
         };
         if self
             .store

@@ -57,6 +57,8 @@ pub enum AuthError {
     Revoked,
     #[error("This API key has expired.")]
     Expired,
+    #[error("The account this API key belongs to is disabled.")]
+    OwnerDisabled,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -67,13 +69,19 @@ pub enum KeyState {
     Active,
     Expired,
     Revoked,
+    /// The owning account is disabled; enabling it makes the key usable
+    /// again (unless it expired meanwhile).
+    Disabled,
 }
 
 impl KeyState {
-    /// The state of `record` at `at`; revocation wins over expiry.
+    /// The state of `record` at `at`; revocation wins over the owner being
+    /// disabled, which wins over expiry.
     pub fn of(record: &KeyRecord, at: i64) -> Self {
         if record.revoked_at.is_some() {
             KeyState::Revoked
+        } else if record.owner_disabled_at.is_some() {
+            KeyState::Disabled
         } else if record.expires_at.is_some_and(|e| e <= at) {
             KeyState::Expired
         } else {
@@ -81,12 +89,13 @@ impl KeyState {
         }
     }
 
-    /// `active`, `expired` or `revoked`.
+    /// `active`, `expired`, `revoked` or `disabled`.
     pub fn as_str(self) -> &'static str {
         match self {
             KeyState::Active => "active",
             KeyState::Expired => "expired",
             KeyState::Revoked => "revoked",
+            KeyState::Disabled => "disabled",
         }
     }
 }
@@ -170,6 +179,7 @@ impl KeyService {
             last_used_at: None,
             revoked_at: None,
             limits: Default::default(),
+            owner_disabled_at: None,
         };
         self.store.insert_key(&record, &key.hash()).await?;
         Ok((key, record))
@@ -207,6 +217,7 @@ impl KeyService {
             KeyState::Active => {}
             KeyState::Revoked => return Err(AuthError::Revoked),
             KeyState::Expired => return Err(AuthError::Expired),
+            KeyState::Disabled => return Err(AuthError::OwnerDisabled),
         }
         if record.last_used_at.is_none_or(|t| at - t >= TOUCH_EVERY) {
             self.store.touch_key(&record.id, at).await?;
@@ -271,10 +282,33 @@ mod tests {
             last_used_at: None,
             revoked_at: None,
             limits: Default::default(),
+            owner_disabled_at: None,
         };
         assert_eq!(KeyState::of(&record, 9), KeyState::Active);
         assert_eq!(KeyState::of(&record, 10), KeyState::Expired);
         record.revoked_at = Some(5);
         assert_eq!(KeyState::of(&record, 10), KeyState::Revoked);
+    }
+
+    #[test]
+    fn a_disabled_owner_refuses_the_key_until_revoked() {
+        let mut record = KeyRecord {
+            id: KeyId("key_1".into()),
+            name: "n".into(),
+            hint: "h".into(),
+            owner_id: Some("usr_1".into()),
+            created_via: "dashboard".into(),
+            created_at: 0,
+            expires_at: Some(10),
+            last_used_at: None,
+            revoked_at: None,
+            limits: Default::default(),
+            owner_disabled_at: Some(3),
+        };
+        assert_eq!(KeyState::of(&record, 5), KeyState::Disabled);
+        assert_eq!(KeyState::of(&record, 20), KeyState::Disabled);
+        assert_eq!(KeyState::Disabled.as_str(), "disabled");
+        record.revoked_at = Some(4);
+        assert_eq!(KeyState::of(&record, 5), KeyState::Revoked);
     }
 }

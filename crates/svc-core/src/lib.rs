@@ -29,7 +29,7 @@ pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};
 pub use request::{ValidChatRequest, ValidationError};
 pub use session::{SessionRecord, SessionToken};
-pub use store::{KeyLimits, KeyRecord, Store, StoreError};
+pub use store::{AccountChange, KeyLimits, KeyRecord, Store, StoreError};
 pub use usage::{UsageDelta, UsageRow, day_of};
 
 /// Seconds since the Unix epoch, the one time unit stored and compared.

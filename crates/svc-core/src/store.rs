@@ -27,6 +27,9 @@ pub struct KeyRecord {
     pub revoked_at: Option<i64>,
     /// This key's own rate limits, where an admin set them.
     pub limits: KeyLimits,
+    /// When the owning account was disabled: its keys are refused until it
+    /// is enabled again. Read from the account, not stored with the key.
+    pub owner_disabled_at: Option<i64>,
 }
 
 /// Per-key overrides of the server's default rate limits (`None`: the
@@ -64,11 +67,25 @@ pub trait KeyStore: Send + Sync {
     /// Sets a key's own rate limits; false when there is no such key.
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError>;
     /// A number that changes whenever a key is revoked or its limits set,
-    /// through this store or, where the store can tell, by another process
+    /// or an account is disabled, enabled or deleted (its keys are judged
+    /// with it), through this store or, where the store can tell, by another process
     /// sharing its data; `None` while it cannot tell, and then nothing read
     /// about keys may be reused. Read on every authenticated request, so it
     /// must not query the database.
     fn keys_version(&self) -> Option<u64>;
+}
+
+/// What became of a request to disable, enable or delete an account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountChange {
+    /// Done (and announced as a key change).
+    Done,
+    /// There is no such account.
+    NotFound,
+    /// Already in that state: nothing changed.
+    Unchanged,
+    /// The account is an admin and no other enabled admin would be left.
+    LastAdmin,
 }
 
 /// Persistence of user accounts.
@@ -94,6 +111,23 @@ pub trait UserStore: Send + Sync {
         user: &UserRecord,
         at: i64,
     ) -> Result<bool, StoreError>;
+    /// Disables (`Some(at)`) or enables (`None`) an account. Disabling is
+    /// one transaction that also deletes the account's sessions and denies
+    /// the device authorizations it approved that were not redeemed yet;
+    /// it is refused for the last enabled admin. Either way the change is
+    /// announced like a key change (the account's keys are judged with its
+    /// state), so [`KeyStore::keys_version`] moves everywhere.
+    async fn set_user_disabled(
+        &self,
+        id: &UserId,
+        disabled_at: Option<i64>,
+    ) -> Result<AccountChange, StoreError>;
+    /// In one transaction: denies the device authorizations the account
+    /// approved that were not redeemed, revokes its keys at `at` (the
+    /// records stay, so usage history keeps its keys), deletes its sessions
+    /// and the account. Refused for the last enabled admin. Announced like
+    /// a key change.
+    async fn delete_user(&self, id: &UserId, at: i64) -> Result<AccountChange, StoreError>;
 }
 
 /// Persistence of dashboard sign-in sessions, by the hash of their token.
@@ -155,7 +189,8 @@ pub trait DeviceStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// In one transaction: moves an `approved` authorization to `redeemed`
     /// with `key.id`, and inserts the key. False, with nothing written, when
-    /// it was not `approved` (so a key is never issued twice).
+    /// it was not `approved` (so a key is never issued twice) or the account
+    /// that approved it is disabled.
     async fn redeem_device(
         &self,
         id: &str,

@@ -1,6 +1,7 @@
 //! The version behind [`KeyStore::keys_version`](svc_core::store::KeyStore::keys_version):
 //! a number that changes whenever a key is revoked or its limits are set,
-//! here or in another process sharing the data, and that costs no query to
+//! or an account is disabled, enabled or deleted (its keys are judged with
+//! it), here or in another process sharing the data, and that costs no query to
 //! read (it is read on every authenticated request).
 //!
 //! - An in-memory SQLite database belongs to this process alone: a counter.
@@ -9,7 +10,7 @@
 //!   to `<file>-keychanges` once it is committed, and the version is that
 //!   file's size, which only ever grows (one `stat` a request), plus this
 //!   process's own changes.
-//! - PostgreSQL: a trigger (migration 0004) notifies the channel
+//! - PostgreSQL: triggers (migrations 0004 and 0005) notify the channel
 //!   `svc_keys_<schema>` on every change, by any client, psql included.
 //!   Each store listens on a connection of its own; while that connection
 //!   is down the version is `None` (nothing may be reused), and it changes
@@ -30,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The longest a change made here waits for its own notification.
 const ECHO_WAIT: Duration = Duration::from_millis(250);
+/// The longest a change made here waits for this store to start listening.
+const LIVE_WAIT: Duration = Duration::from_secs(1);
 /// Waits between attempts at listening again, doubling up to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -95,11 +98,11 @@ impl KeyChanges {
 
     /// What [`KeyChanges::changed`] needs to know from before the change.
     ///
-    /// On PostgreSQL, first waits (at most [`ECHO_WAIT`]) for this store's
+    /// On PostgreSQL, first waits (at most [`LIVE_WAIT`]) for this store's
     /// listener to be live: a store opened just to change one key (`svc
-    /// keys revoke`) would otherwise make its change before it can hear the
-    /// echo, return at once, and let the caller ask a replica that has not
-    /// heard the notification yet.
+    /// keys revoke`, `svc users disable`) would otherwise make its change
+    /// before it can hear the echo, exit at once, and let the caller ask a
+    /// replica that has not heard the notification yet.
     pub(crate) async fn before_change(&self) -> u64 {
         match self {
             KeyChanges::Listen(l) => {
@@ -163,9 +166,9 @@ impl Listening {
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Waits until the connection listens, or [`ECHO_WAIT`] passed.
+    /// Waits until the connection listens, or [`LIVE_WAIT`] passed.
     async fn wait_until_live(&self) {
-        let _ = tokio::time::timeout(ECHO_WAIT, async {
+        let _ = tokio::time::timeout(LIVE_WAIT, async {
             loop {
                 let started = self.hear.notified();
                 if self.live.load(Ordering::Acquire) {
@@ -178,8 +181,8 @@ impl Listening {
     }
 
     /// Waits until a notification newer than `before` was heard, or
-    /// [`ECHO_WAIT`] passed; at once when nothing listens here (a command
-    /// that opened the store to change one key, say).
+    /// [`ECHO_WAIT`] passed; at once when nothing listens here (listening
+    /// could not start in [`LIVE_WAIT`]).
     async fn wait_for_echo(&self, before: u64) {
         if !self.live.load(Ordering::Acquire) {
             return;

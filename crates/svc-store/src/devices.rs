@@ -46,8 +46,13 @@ const POLL_TOO_SOON: &str = "UPDATE device_authorizations \
      SET interval_secs = interval_secs + $3, last_polled_at_ms = $2 WHERE id = $1";
 const DECIDE: &str = "UPDATE device_authorizations SET status = $2, user_id = $3, decided_at = $4 \
      WHERE id = $1 AND status = 'pending' AND expires_at > $4";
+// Never for an account disabled since it approved (disabling also denies
+// its approvals; this is for one that raced with that). Deleting an account
+// denies its approvals in the same transaction as the delete.
 const REDEEM: &str = "UPDATE device_authorizations SET status = 'redeemed', key_id = $2 \
-     WHERE id = $1 AND status = 'approved' AND expires_at > $3";
+     WHERE id = $1 AND status = 'approved' AND expires_at > $3 AND NOT EXISTS (SELECT 1 \
+     FROM users WHERE users.id = device_authorizations.user_id \
+     AND users.disabled_at IS NOT NULL)";
 // Expired at `before` means `expires_at <= before`, as for keys.
 const DELETE_EXPIRED: &str = "DELETE FROM device_authorizations WHERE expires_at <= $1";
 

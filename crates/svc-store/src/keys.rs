@@ -10,27 +10,26 @@ use svc_core::store::{KeyLimits, KeyRecord, KeyStore, StoreError};
 use crate::SqlStore;
 use crate::error::query_error;
 
-macro_rules! columns {
+// Every key is read with its owner's state: a disabled account's keys are
+// refused (by svc-core), so what authentication reads must include it.
+macro_rules! select {
     () => {
-        "id, name, hint, owner_id, created_via, created_at, expires_at, last_used_at, revoked_at, \
-         rpm_limit, tpm_limit"
+        "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
+         k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
+         u.disabled_at AS owner_disabled_at \
+         FROM api_keys k LEFT JOIN users u ON u.id = k.owner_id"
     };
 }
 
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
      created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
-const BY_HASH: &str = concat!("SELECT ", columns!(), " FROM api_keys WHERE key_hash = $1");
-const BY_ID: &str = concat!("SELECT ", columns!(), " FROM api_keys WHERE id = $1");
-const ALL: &str = concat!(
-    "SELECT ",
-    columns!(),
-    " FROM api_keys ORDER BY created_at DESC, id DESC"
-);
+const BY_HASH: &str = concat!(select!(), " WHERE k.key_hash = $1");
+const BY_ID: &str = concat!(select!(), " WHERE k.id = $1");
+const ALL: &str = concat!(select!(), " ORDER BY k.created_at DESC, k.id DESC");
 const OF_OWNER: &str = concat!(
-    "SELECT ",
-    columns!(),
-    " FROM api_keys WHERE owner_id = $1 ORDER BY created_at DESC, id DESC"
+    select!(),
+    " WHERE k.owner_id = $1 ORDER BY k.created_at DESC, k.id DESC"
 );
 const REVOKE: &str = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
 const SET_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $2, tpm_limit = $3 WHERE id = $1";
@@ -53,6 +52,7 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
             requests_per_minute: row.try_get("rpm_limit")?,
             tokens_per_minute: row.try_get("tpm_limit")?,
         },
+        owner_disabled_at: row.try_get("owner_disabled_at")?,
     })
 }
 

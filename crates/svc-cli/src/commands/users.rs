@@ -1,9 +1,10 @@
-//! `svc users create|list`: operator commands for dashboard accounts.
+//! `svc users create|list|disable|enable|delete`: operator commands for
+//! dashboard accounts.
 
 use std::io::{BufRead, IsTerminal};
 
 use anyhow::{Context, bail};
-use svc_core::{AccountError, AccountService};
+use svc_core::{AccountChange, AccountError, AccountService, UserRecord};
 
 use crate::cli::{StoreArgs, UsersCommand};
 use crate::settings::{FileConfig, StoreSettings};
@@ -37,17 +38,106 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
                 .list_users()
                 .await
                 .context("cannot list accounts")?;
-            println!("{:<20}  {:<32}  {:<5}  CREATED", "ID", "EMAIL", "ADMIN");
+            println!(
+                "{:<20}  {:<32}  {:<5}  {:<8}  CREATED",
+                "ID", "EMAIL", "ADMIN", "STATE"
+            );
             for u in users {
                 println!(
-                    "{:<20}  {:<32}  {:<5}  {}",
+                    "{:<20}  {:<32}  {:<5}  {:<8}  {}",
                     u.id.0,
                     u.email,
                     if u.is_admin { "yes" } else { "no" },
+                    if u.disabled_at.is_some() {
+                        "disabled"
+                    } else {
+                        "active"
+                    },
                     super::keys::when(Some(u.created_at))
                 );
             }
         }
+        UsersCommand::Disable { store, email } => {
+            let accounts = service(&store).await?;
+            let user = find(&accounts, &email).await?;
+            let change = accounts
+                .disable_user(&user.id)
+                .await
+                .context("cannot disable the account")?;
+            report(change, &user, "disabled")?;
+        }
+        UsersCommand::Enable { store, email } => {
+            let accounts = service(&store).await?;
+            let user = find(&accounts, &email).await?;
+            let change = accounts
+                .enable_user(&user.id)
+                .await
+                .context("cannot enable the account")?;
+            report(change, &user, "enabled")?;
+        }
+        UsersCommand::Delete { store, email, yes } => {
+            let accounts = service(&store).await?;
+            let user = find(&accounts, &email).await?;
+            if !yes {
+                confirm_delete(&user)?;
+            }
+            let change = accounts
+                .delete_user(&user.id)
+                .await
+                .context("cannot delete the account")?;
+            report(change, &user, "deleted; its keys are revoked")?;
+        }
+    }
+    Ok(())
+}
+
+async fn find(accounts: &AccountService, email: &str) -> anyhow::Result<UserRecord> {
+    accounts
+        .user_by_email(email)
+        .await
+        .context("cannot read the accounts")?
+        .with_context(|| format!("there is no account {}", email.trim()))
+}
+
+fn report(change: AccountChange, user: &UserRecord, done: &str) -> anyhow::Result<()> {
+    match change {
+        AccountChange::Done => {
+            eprintln!("Account {} ({}) {done}.", user.email, user.id);
+            Ok(())
+        }
+        AccountChange::Unchanged => {
+            eprintln!("Account {} ({}) was {done} already.", user.email, user.id);
+            Ok(())
+        }
+        AccountChange::NotFound => bail!("there is no account {}", user.email),
+        AccountChange::LastAdmin => bail!(
+            "{} is the last enabled admin: make another account an admin first \
+             (svc users create --admin)",
+            user.email
+        ),
+    }
+}
+
+/// Asks on the terminal; without one, `--yes` is required.
+fn confirm_delete(user: &UserRecord) -> anyhow::Result<()> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        bail!(
+            "deleting {} cannot be undone: pass --yes to confirm",
+            user.email
+        );
+    }
+    eprint!(
+        "Delete {} and revoke all of its keys? This cannot be undone. Type yes: ",
+        user.email
+    );
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .context("cannot read the answer")?;
+    if line.trim() != "yes" {
+        bail!("not deleted");
     }
     Ok(())
 }

@@ -145,6 +145,7 @@ pub async fn login(
             failed(e.to_string(), StatusCode::TOO_MANY_REQUESTS)
         }
         Err(e @ SignInError::Busy) => failed(e.to_string(), StatusCode::SERVICE_UNAVAILABLE),
+        Err(e @ SignInError::Disabled) => failed(e.to_string(), StatusCode::FORBIDDEN),
         Err(SignInError::Store(e)) => Err(e.into()),
     }
 }

@@ -44,6 +44,8 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
         expires => key.expires_at.map(time),
         state => state.as_str(),
         active => state == KeyState::Active,
+        // A disabled account's keys can still be revoked for good.
+        revocable => matches!(state, KeyState::Active | KeyState::Disabled),
         created_via => match key.created_via.as_str() {
             "dashboard" => "Dashboard",
             "device" => "Device login",

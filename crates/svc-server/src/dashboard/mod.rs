@@ -1,5 +1,6 @@
 //! The web dashboard: server-rendered pages (no JavaScript needed) for
-//! signing in, API keys, usage, and approving device logins.
+//! signing in, API keys, usage, approving device logins, and (for admins)
+//! disabling, enabling and deleting accounts.
 //!
 //! Security model: sessions are random tokens in an HttpOnly, SameSite=Lax
 //! cookie (Secure on https), stored hashed; every form carries a CSRF token
@@ -13,6 +14,7 @@ mod keys;
 mod pages;
 mod session;
 mod usage;
+mod users;
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
@@ -84,6 +86,11 @@ pub fn router() -> Router<AppState> {
             get(keys::limits_page).post(keys::set_limits),
         )
         .route("/dashboard/usage", get(usage::page))
+        .route("/dashboard/users", get(users::list))
+        .route(
+            "/dashboard/users/{id}/{action}",
+            get(users::confirm_page).post(users::act),
+        )
         .route("/dashboard/device", get(device::page).post(device::enter))
         .route(
             "/dashboard/device/decide",

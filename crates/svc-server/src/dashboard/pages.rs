@@ -41,6 +41,11 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/device_confirm.html"),
     ),
     ("message.html", include_str!("../../templates/message.html")),
+    ("users.html", include_str!("../../templates/users.html")),
+    (
+        "user_confirm.html",
+        include_str!("../../templates/user_confirm.html"),
+    ),
 ];
 
 impl Pages {

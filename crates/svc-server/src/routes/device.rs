@@ -260,7 +260,9 @@ fn rfc_error(outcome: &PollOutcome) -> (&'static str, String) {
         ),
         PollOutcome::Denied => (
             "access_denied",
-            "The user denied this request. Start a new login to try again.".into(),
+            "This login was denied, by the user or by disabling the account that approved it. \
+             Start a new login to try again."
+                .into(),
         ),
         PollOutcome::Expired => (
             "expired_token",

@@ -10,6 +10,7 @@ mod device;
 mod errors;
 mod hardening;
 mod health;
+mod offboarding;
 mod operations;
 mod ratelimit;
 mod streaming;

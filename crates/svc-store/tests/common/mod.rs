@@ -108,6 +108,7 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         last_used_at: None,
         revoked_at: None,
         limits: Default::default(),
+        owner_disabled_at: None,
     };
     (record, key.hash())
 }
@@ -120,6 +121,7 @@ pub fn new_user(email: &str, created_at: i64) -> UserRecord {
         password_hash: format!("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA${email}"),
         is_admin: false,
         created_at,
+        disabled_at: None,
     }
 }
 

@@ -6,7 +6,10 @@
 //!
 //! `svc-loadgen --url URL [--body JSON] [--header 'Name: value']...
 //!              (--rate RPS | --concurrency N) [--duration SECS] [--warmup SECS]
-//!              [--trace FILE]`
+//!              [--trace FILE] [--expect STATUS]`
+//!
+//! A request is ok when it gets a 2xx, or with `--expect STATUS` exactly
+//! that status (a device poll for an unknown code is a 400 by design).
 //!
 //! `--trace FILE` also writes every measured request as a line
 //! `start_us latency_us ok` (start from the end of the warm-up), to see
@@ -49,6 +52,8 @@ struct Args {
     duration: Duration,
     warmup: Duration,
     trace: Option<String>,
+    /// The status that counts as ok (`None`: any 2xx).
+    expect: Option<u16>,
 }
 
 fn parse() -> Args {
@@ -64,6 +69,7 @@ fn parse() -> Args {
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(2),
         trace: None,
+        expect: None,
     };
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
@@ -85,6 +91,7 @@ fn parse() -> Args {
             }
             "--warmup" => parsed.warmup = Duration::from_secs_f64(value().parse().expect("secs")),
             "--trace" => parsed.trace = Some(value()),
+            "--expect" => parsed.expect = Some(value().parse().expect("--expect STATUS")),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -127,7 +134,8 @@ async fn connect(args: &Args) -> Option<Connection> {
     Some(sender)
 }
 
-/// One request on `connection`: whether it got a 2xx and its whole body.
+/// One request on `connection`: whether it got the expected status (a 2xx
+/// unless `--expect`) and its whole body.
 async fn one(connection: &mut Connection, args: &Args) -> bool {
     if connection.ready().await.is_err() {
         return false;
@@ -143,7 +151,11 @@ async fn one(connection: &mut Connection, args: &Args) -> bool {
     *request.headers_mut() = args.headers.clone();
     match connection.send_request(request).await {
         Ok(response) => {
-            let ok = response.status().is_success();
+            let status = response.status();
+            let ok = match args.expect {
+                Some(expected) => status.as_u16() == expected,
+                None => status.is_success(),
+            };
             response.into_body().collect().await.is_ok() && ok
         }
         Err(_) => false,
@@ -152,11 +164,11 @@ async fn one(connection: &mut Connection, args: &Args) -> bool {
 
 #[derive(Default)]
 struct Results {
-    /// Microseconds, of requests that got a 2xx.
+    /// Microseconds, of requests that were ok.
     latencies: Vec<u64>,
     errors: u64,
     /// With `--trace`: every measured request's start (µs after the
-    /// warm-up), latency (µs) and whether it got a 2xx.
+    /// warm-up), latency (µs) and whether it was ok.
     trace: Option<Vec<(u64, u64, bool)>>,
 }
 

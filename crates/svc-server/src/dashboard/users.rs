@@ -1,0 +1,183 @@
+//! The Users section (admins only): every account with its state, and
+//! disable, enable and delete, each behind a confirmation page and a POST
+//! with the session's CSRF token. To anyone else these pages do not exist
+//! (404), so account ids cannot be probed. An admin cannot act on their own
+//! account here, and the store refuses to remove the last enabled admin.
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use minijinja::{Value, context};
+use serde::Deserialize;
+use svc_core::{AccountChange, UserId, UserRecord};
+
+use super::pages::{PageError, layout, render, time};
+use super::session::SignedIn;
+use crate::state::AppState;
+
+/// What can be done to an account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Disable,
+    Enable,
+    Delete,
+}
+
+impl Action {
+    fn parse(text: &str) -> Result<Self, PageError> {
+        match text {
+            "disable" => Ok(Action::Disable),
+            "enable" => Ok(Action::Enable),
+            "delete" => Ok(Action::Delete),
+            _ => Err(PageError::NotFound),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Disable => "disable",
+            Action::Enable => "enable",
+            Action::Delete => "delete",
+        }
+    }
+
+    /// Whether the action applies to `user` as it is now.
+    fn applies_to(self, user: &UserRecord) -> bool {
+        match self {
+            Action::Disable => user.disabled_at.is_none(),
+            Action::Enable => user.disabled_at.is_some(),
+            Action::Delete => true,
+        }
+    }
+}
+
+fn user_row(user: &UserRecord, who: &SignedIn) -> Value {
+    context! {
+        id => user.id.0.clone(),
+        email => user.email.clone(),
+        is_admin => user.is_admin,
+        created => time(user.created_at),
+        disabled => user.disabled_at.map(time),
+        is_you => user.id == who.user.id,
+    }
+}
+
+/// Only admins see this section; to others it does not exist.
+fn admin_only(who: &SignedIn) -> Result<(), PageError> {
+    if who.user.is_admin {
+        Ok(())
+    } else {
+        Err(PageError::NotFound)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    done: Option<String>,
+    email: Option<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Query(query): Query<ListQuery>,
+) -> Result<Html<String>, PageError> {
+    admin_only(&who)?;
+    let users = state.accounts.list_users().await?;
+    let rows: Vec<Value> = users.iter().map(|u| user_row(u, &who)).collect();
+    let done = match (query.done.as_deref(), query.email) {
+        (Some("disable"), Some(email)) => Some(format!(
+            "{email} was disabled: its sessions ended and its keys are refused from now on."
+        )),
+        (Some("enable"), Some(email)) => Some(format!(
+            "{email} was enabled: its keys that were not revoked work again."
+        )),
+        (Some("delete"), Some(email)) => Some(format!("{email} was deleted and its keys revoked.")),
+        _ => None,
+    };
+    render(
+        "users.html",
+        context! { ..layout(&who, "users"), ..context! { users => rows, done } },
+    )
+}
+
+/// The account `id` for an admin other than its owner to act on.
+async fn target(state: &AppState, who: &SignedIn, id: &str) -> Result<UserRecord, PageError> {
+    admin_only(who)?;
+    let user = state
+        .accounts
+        .user(&UserId(id.to_owned()))
+        .await?
+        .ok_or(PageError::NotFound)?;
+    if user.id == who.user.id {
+        return Err(PageError::BadRequest(
+            "You cannot disable or delete your own account. Ask another admin.".into(),
+        ));
+    }
+    Ok(user)
+}
+
+pub async fn confirm_page(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((id, action)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let action = Action::parse(&action)?;
+    let user = target(&state, &who, &id).await?;
+    if !action.applies_to(&user) {
+        return Ok(Redirect::to("/dashboard/users").into_response());
+    }
+    let page = render(
+        "user_confirm.html",
+        context! {
+            ..layout(&who, "users"),
+            ..context! { target => user_row(&user, &who), action => action.as_str() }
+        },
+    )?;
+    Ok(page.into_response())
+}
+
+pub async fn act(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<super::account::CsrfForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let action = Action::parse(&action)?;
+    let user = target(&state, &who, &id).await?;
+    let change = match action {
+        Action::Disable => state.accounts.disable_user(&user.id).await?,
+        Action::Enable => state.accounts.enable_user(&user.id).await?,
+        Action::Delete => state.accounts.delete_user(&user.id).await?,
+    };
+    match change {
+        AccountChange::Done | AccountChange::Unchanged => {
+            let query = serde_urlencoded::to_string([
+                ("done", action.as_str()),
+                ("email", user.email.as_str()),
+            ])
+            .unwrap_or_default();
+            Ok(Redirect::to(&format!("/dashboard/users?{query}")).into_response())
+        }
+        AccountChange::NotFound => Err(PageError::NotFound),
+        AccountChange::LastAdmin => {
+            let page = render(
+                "message.html",
+                context! {
+                    ..layout(&who, "users"),
+                    ..context! {
+                        title => "Not possible",
+                        message => format!(
+                            "{} is the last enabled admin; make another account an admin first.",
+                            user.email
+                        ),
+                        tone => "error",
+                    }
+                },
+            )?;
+            Ok((StatusCode::CONFLICT, page).into_response())
+        }
+    }
+}
