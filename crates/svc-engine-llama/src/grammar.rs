@@ -13,18 +13,113 @@ use crate::sampler::Grammar;
 /// The start rule of every grammar built here.
 const ROOT: &str = "root";
 
+/// Most bytes of one JSON schema (as compact JSON) that becomes a grammar.
+/// The converter and llama.cpp's grammar parser take time that grows with
+/// it, and a grammar with many alternatives (a long `enum`) makes every
+/// sampled token slower for the whole batch.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 32 * 1024;
+/// Most bytes of a whole decoding grammar (GBNF), all tools together.
+pub(crate) const MAX_GRAMMAR_BYTES: usize = 128 * 1024;
+/// Most alternatives in one rule of a grammar (an `enum`'s values, a
+/// `oneOf`'s branches): each is a parse stack the sampler checks against
+/// every candidate token while the rule is open.
+pub(crate) const MAX_ALTERNATIVES: usize = 256;
+
 /// Converts a JSON Schema into GBNF whose `root` matches exactly the JSON
 /// texts the schema accepts (llama.cpp's converter). `Err` when the converter
-/// refuses the schema.
+/// refuses the schema or it is too large.
 pub(crate) fn from_schema(schema: &Value) -> Result<String, String> {
     schema_text_to_gbnf(&schema.to_string())
 }
 
 fn schema_text_to_gbnf(schema: &str) -> Result<String, String> {
+    if schema.len() > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "the schema is too large for a decoding grammar ({} bytes; at most {MAX_SCHEMA_BYTES})",
+            schema.len()
+        ));
+    }
     let gbnf = llama_cpp_2::json_schema_to_grammar(schema).map_err(|e| {
         format!("the schema cannot be turned into a decoding grammar (llama.cpp's converter refused it: {e})")
     })?;
-    Ok(compact_space(&gbnf))
+    let gbnf = compact_space(&gbnf);
+    check_size(&gbnf)?;
+    Ok(gbnf)
+}
+
+/// `Err` when `gbnf` is too large or has a rule with too many alternatives
+/// (see [`MAX_GRAMMAR_BYTES`], [`MAX_ALTERNATIVES`]).
+pub(crate) fn check_size(gbnf: &str) -> Result<(), String> {
+    if gbnf.len() > MAX_GRAMMAR_BYTES {
+        return Err(format!(
+            "the schema makes a decoding grammar too large ({} bytes; at most {MAX_GRAMMAR_BYTES})",
+            gbnf.len()
+        ));
+    }
+    let most = most_alternatives(gbnf);
+    if most > MAX_ALTERNATIVES {
+        return Err(format!(
+            "the schema has {most} alternatives in one place (an enum's values or a oneOf's branches); at most {MAX_ALTERNATIVES}"
+        ));
+    }
+    Ok(())
+}
+
+/// The most `|` alternatives of one group or rule of `gbnf` (outside
+/// literals, character classes and comments), plus one.
+fn most_alternatives(gbnf: &str) -> usize {
+    // Alternatives counted per nesting depth of parentheses, per rule line.
+    let mut most = 0;
+    let mut open: Vec<usize> = vec![1];
+    let mut chars = gbnf.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' | '[' => {
+                let close = if c == '"' { '"' } else { ']' };
+                while let Some(d) = chars.next() {
+                    if d == '\\' {
+                        chars.next();
+                    } else if d == close {
+                        break;
+                    }
+                }
+            }
+            '#' => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+                open.truncate(1);
+                open[0] = 1;
+            }
+            '(' => open.push(1),
+            ')' => {
+                if open.len() > 1
+                    && let Some(n) = open.pop()
+                {
+                    most = most.max(n);
+                }
+            }
+            '|' => {
+                if let Some(n) = open.last_mut() {
+                    *n += 1;
+                }
+            }
+            '\n' => {
+                // A rule may go on over several lines; only `::=` starts another.
+            }
+            ':' => {
+                if let Some(n) = open.first_mut() {
+                    most = most.max(*n);
+                    *n = 1;
+                }
+                open.truncate(1);
+            }
+            _ => {}
+        }
+    }
+    most.max(open.into_iter().max().unwrap_or(1))
 }
 
 /// The whitespace rule svc uses between JSON tokens: at most one space.
