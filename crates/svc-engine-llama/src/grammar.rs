@@ -23,8 +23,9 @@ pub(crate) const MAX_GRAMMAR_BYTES: usize = 128 * 1024;
 /// Most parse stacks a grammar may open at one point (an `enum`'s values,
 /// a `oneOf`'s branches, nested ones multiplied): the sampler checks each
 /// against every candidate token, on the engine thread, and llama.cpp
-/// removes duplicates among them in quadratic time.
-pub(crate) const MAX_ALTERNATIVES: usize = 256;
+/// removes duplicates among them in quadratic time. 128: a forced call of
+/// one of the most tools a request may give (`svc_core::request::MAX_TOOLS`).
+pub(crate) const MAX_ALTERNATIVES: usize = 128;
 
 /// Converts a JSON Schema into GBNF whose `root` matches exactly the JSON
 /// texts the schema accepts (llama.cpp's converter). `Err` when the converter
@@ -585,7 +586,7 @@ mod tests {
         let part: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
         let any = json!({"anyOf": [{"enum": part}, {"enum": part}, {"enum": part}]});
         assert!(from_schema(&any).is_err());
-        let values: Vec<String> = (0..200).map(|i| format!("v{i}")).collect();
+        let values: Vec<String> = (0..120).map(|i| format!("v{i}")).collect();
         assert!(from_schema(&json!({"enum": values})).is_ok());
         // An ordinary object with every JSON type passes.
         let gbnf = from_schema(&json!({"type": "object", "properties": {
@@ -593,6 +594,24 @@ mod tests {
             "d": {"type": "object"}, "e": {"type": "boolean"}, "f": {}}}))
         .unwrap();
         assert!(width::widest(&gbnf) < 64, "{gbnf}");
+    }
+
+    #[test]
+    fn a_call_of_any_of_the_most_tools_fits() {
+        let tools: Vec<ToolSpec> = (0..128)
+            .map(|i| ToolSpec {
+                name: format!("tool_{i}"),
+                description: None,
+                parameters: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+            })
+            .collect();
+        let gbnf = tool_call(&tools.iter().collect::<Vec<_>>()).unwrap();
+        check_size(&gbnf).unwrap();
+        check_size(&either(
+            &from_schema(&json!({"type": "object"})).unwrap(),
+            &gbnf,
+        ))
+        .unwrap();
     }
 
     #[test]
