@@ -6,8 +6,9 @@
 //! never on the engine thread), stopped when the caller drops the future
 //! (the client went away); then it is checked against the context and
 //! queued, and its events come back on a channel the returned stream reads.
-//! Dropping the stream cancels the generation. This file owns the public entry points; batching,
-//! sampling, templates and text assembly live in their own modules.
+//! Dropping the stream cancels the generation. This file owns the public
+//! entry points; batching, sampling, templates, prompts and text assembly
+//! live in their own modules.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
@@ -409,9 +410,10 @@ impl LlamaEngine {
         self.runner.tokenize(text)
     }
 
-    /// The prompt tokens of a conversation as [`Engine::generate`] makes
-    /// them: every string of the messages and tools is plain text, only the
-    /// template's own markup becomes control tokens.
+    /// The prompt tokens of a conversation rendered as [`LlamaEngine::render_prompt`]
+    /// renders it and tokenized as [`Engine::generate`] tokenizes: every
+    /// string of the messages and tools is plain text, only the template's
+    /// own markup becomes control tokens.
     pub fn chat_tokens(
         &self,
         messages: &[ChatMessage],
