@@ -100,7 +100,7 @@ impl Specials {
 
     fn new(mut tokens: Vec<Special>) -> Self {
         // Longest first, so a text that starts another one wins (as in llama.cpp).
-        tokens.sort_by(|a, b| b.text.len().cmp(&a.text.len()));
+        tokens.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
         tokens.truncate(MAX_SPECIALS);
         let mut by_prefix: HashMap<[u8; 2], Vec<usize>> = HashMap::new();
         let mut short = Vec::new();

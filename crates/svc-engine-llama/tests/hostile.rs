@@ -102,7 +102,11 @@ async fn control_token_text_in_a_message_stays_plain_text() {
         },
     ] {
         let tokens = e
-            .chat_tokens(&[message.clone()], &[], &RenderOptions::default())
+            .chat_tokens(
+                std::slice::from_ref(&message),
+                &[],
+                &RenderOptions::default(),
+            )
             .unwrap();
         // The template's own: the turn's header and end, the assistant header.
         assert_eq!(
