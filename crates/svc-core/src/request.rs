@@ -14,6 +14,14 @@ use crate::engine::{
 pub const MAX_STOP_SEQUENCES: usize = 4;
 /// Most tools a request may give, as with OpenAI.
 pub const MAX_TOOLS: usize = 128;
+/// Most messages a request may give. Far more than fit any context svc
+/// runs (each message costs a few tokens of markup alone); the bound keeps
+/// one request from costing seconds of template rendering.
+pub const MAX_MESSAGES: usize = 2048;
+/// Most bytes of text all messages of a request may hold together
+/// (contents, tool calls and their arguments), about 250,000 tokens of
+/// English: more than any context svc runs.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 /// A request field that is out of range or of the wrong shape.
 #[derive(Debug, Clone, Error, PartialEq)]
@@ -333,7 +341,16 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
             "messages must contain at least one message",
         ));
     }
-    messages
+    if messages.len() > MAX_MESSAGES {
+        return Err(ValidationError::new(
+            "messages",
+            format!(
+                "messages may hold at most {MAX_MESSAGES} messages (got {})",
+                messages.len()
+            ),
+        ));
+    }
+    let messages: Vec<ChatMessage> = messages
         .into_iter()
         .enumerate()
         .map(|(i, message)| {
@@ -387,7 +404,38 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                 },
             })
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let bytes: usize = messages.iter().map(text_bytes).sum();
+    if bytes > MAX_MESSAGE_BYTES {
+        return Err(ValidationError::new(
+            "messages",
+            format!(
+                "the messages hold {bytes} bytes of text; at most {MAX_MESSAGE_BYTES} are allowed"
+            ),
+        ));
+    }
+    Ok(messages)
+}
+
+/// Bytes of text in `message` (content, tool call ids, names and arguments).
+fn text_bytes(message: &ChatMessage) -> usize {
+    match message {
+        ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            content.as_ref().map_or(0, String::len)
+                + tool_calls
+                    .iter()
+                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                    .sum::<usize>()
+        }
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+        } => tool_call_id.len() + content.len(),
+    }
 }
 
 #[cfg(test)]
@@ -448,6 +496,30 @@ mod tests {
         assert_eq!(param_of(json!({"messages": []})), "messages");
         assert_eq!(param_of(json!({"tool_choice": "required"})), "tool_choice");
         assert!(request(json!({"temperature": 2, "top_p": 0, "n": 1})).is_ok());
+    }
+
+    #[test]
+    fn message_count_and_text_are_bounded() {
+        use serde_json::json;
+        let many: Vec<Value> = (0..MAX_MESSAGES + 1)
+            .map(|_| json!({"role": "user", "content": "hi"}))
+            .collect();
+        let err = request(json!({ "messages": many })).unwrap_err();
+        assert_eq!(err.param, "messages");
+        assert!(err.message.contains("at most 2048"), "{}", err.message);
+        let enough: Vec<Value> = (0..MAX_MESSAGES)
+            .map(|_| json!({"role": "user", "content": "hi"}))
+            .collect();
+        assert!(request(json!({ "messages": enough })).is_ok());
+
+        let half = "x".repeat(MAX_MESSAGE_BYTES / 2);
+        let err = request(json!({"messages": [
+            {"role": "system", "content": half},
+            {"role": "user", "content": format!("{half}!")}
+        ]}))
+        .unwrap_err();
+        assert_eq!(err.param, "messages");
+        assert!(request(json!({"messages": [{"role": "user", "content": half}]})).is_ok());
     }
 
     #[test]

@@ -14,9 +14,14 @@
 //!   events (or dropped, for `svc`); other models get an explicit reasoning
 //!   pass, then an answer pass that sees that reasoning (see `reasoning`).
 //!
-//! The returned stream owns the running completion: dropping it cancels
-//! whichever pass is running. Failures of a second pass arrive as an error
-//! item in the stream.
+//! Every string of the request (and the model's reasoning, fed back in a
+//! second pass) is escaped before rendering and the prompt tokenized so that
+//! only the template's markup becomes control tokens (see `prompt`).
+//!
+//! [`generate`] runs on a blocking thread and checks its [`Cancel`] between
+//! steps. The returned stream owns the running completion: dropping it
+//! cancels whichever pass is running. Failures of a second pass arrive as an
+//! error item in the stream.
 
 use std::sync::Arc;
 
@@ -30,6 +35,7 @@ use svc_core::engine::{
 use crate::engine::{CompletionParams, Runner};
 use crate::grammar;
 use crate::markup::WsTrim;
+use crate::prompt::Cancel;
 use crate::reasoning::{self, Piece, REASONING_PREFILL, THINK_CLOSE, THINK_OPEN, ThinkSplitter};
 use crate::sampler::Grammar;
 use crate::template::{ChatTemplate, RenderOptions};
@@ -60,12 +66,15 @@ impl ChatFeatures {
 }
 
 /// Starts the generation of `request`: fails before anything streams when
-/// the request is invalid or its first pass cannot start.
+/// the request is invalid or its first pass cannot start. Blocks (grammar,
+/// rendering, tokenizing): call it off the async workers. Stops with an
+/// error at its next step once `cancel` is set.
 pub(crate) fn generate(
     runner: &Runner,
     template: &Arc<ChatTemplate>,
     features: ChatFeatures,
     request: GenerateRequest,
+    cancel: &Cancel,
 ) -> Result<EventStream, EngineError> {
     let GenerateRequest {
         messages,
@@ -82,14 +91,32 @@ pub(crate) fn generate(
 
     // Tools and the grammar.
     let use_tools = !tools.is_empty() && tool_choice != ToolChoiceSpec::None;
-    let grammar = decoding_grammar(&tools, &tool_choice, &output, use_tools)?;
+    let (grammar, grammar_param) = match decoding_grammar(&tools, &tool_choice, &output, use_tools)?
+    {
+        Some((grammar, param)) => (Some(grammar), Some(param)),
+        None => (None, None),
+    };
+    if let Some(grammar) = &grammar {
+        // Built (and dropped) once now, so a grammar llama.cpp refuses or
+        // takes too long with is a 400 before anything streams, even when
+        // only a second pass uses it.
+        drop(
+            runner
+                .grammar_sampler(grammar)
+                .map_err(naming(grammar_param))?,
+        );
+    }
+    cancel.check()?;
     let offered: &[ToolSpec] = if use_tools { &tools } else { &[] };
-    let messages = tools::prepare_messages(&messages, offered, features.tools);
+    let specials = runner.specials();
+    let messages =
+        specials.escape_messages(&tools::prepare_messages(&messages, offered, features.tools));
     let template_tools: Vec<ToolSpec> = if features.tools.tools {
-        offered.to_vec()
+        specials.escape_tools(offered)
     } else {
         Vec::new()
     };
+    cancel.check()?;
 
     let mut options = RenderOptions::default();
     if features.enable_thinking {
@@ -112,8 +139,11 @@ pub(crate) fn generate(
         grammar,
         ignore_eos: false,
     };
-    let render =
-        |messages: &[ChatMessage]| template.render_with(messages, &template_tools, &options);
+    let render = |messages: &[ChatMessage]| {
+        let prompt = template.render_with(messages, &template_tools, &options)?;
+        cancel.check()?;
+        Ok::<_, EngineError>(prompt)
+    };
 
     if features.thinks {
         let mut prompt = render(&messages)?;
@@ -125,7 +155,9 @@ pub(crate) fn generate(
                 keep_reasoning: wants_reasoning,
                 ..out
             };
-            let first = runner.complete(&prompt, answer, false)?;
+            let first = runner
+                .complete_prompt(&prompt, answer, false, cancel)
+                .map_err(naming(grammar_param))?;
             return Ok(drive(runner.clone(), first, None, out, max_tokens));
         }
         if wants_reasoning {
@@ -135,7 +167,7 @@ pub(crate) fn generate(
                 prompt.push_str(THINK_OPEN);
                 prompt.push('\n');
             }
-            let tokens = runner.tokenize(&prompt);
+            let tokens = runner.tokenize_prompt(&prompt, cancel)?;
             let cap = reasoning_cap(runner, tokens.len(), max_tokens);
             if cap > 0 {
                 let think = CompletionParams {
@@ -146,6 +178,7 @@ pub(crate) fn generate(
                     ignore_eos: false,
                 };
                 let first = runner.start(tokens, think, false)?;
+                cancel.check()?;
                 let second = Second::AfterThink {
                     prefix: prompt,
                     params: answer,
@@ -157,14 +190,16 @@ pub(crate) fn generate(
         } else if opened {
             prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
         }
-        let first = runner.complete(&prompt, answer, false)?;
+        let first = runner
+            .complete_prompt(&prompt, answer, false, cancel)
+            .map_err(naming(grammar_param))?;
         return Ok(drive(runner.clone(), first, None, out, max_tokens));
     }
 
     if wants_reasoning {
         let mut prompt = render(&reasoning::reasoning_pass_messages(&messages))?;
         prompt.push_str(REASONING_PREFILL);
-        let tokens = runner.tokenize(&prompt);
+        let tokens = runner.tokenize_prompt(&prompt, cancel)?;
         let cap = reasoning_cap(runner, tokens.len(), max_tokens);
         if cap > 0 {
             let think = CompletionParams {
@@ -175,6 +210,7 @@ pub(crate) fn generate(
                 ignore_eos: false,
             };
             let first = runner.start(tokens, think, false)?;
+            cancel.check()?;
             let second = Second::Answer {
                 template: Arc::clone(template),
                 messages,
@@ -186,7 +222,9 @@ pub(crate) fn generate(
         }
     }
     let prompt = render(&messages)?;
-    let first = runner.complete(&prompt, answer, false)?;
+    let first = runner
+        .complete_prompt(&prompt, answer, false, cancel)
+        .map_err(naming(grammar_param))?;
     Ok(drive(runner.clone(), first, None, out, max_tokens))
 }
 
@@ -203,13 +241,36 @@ fn reasoning_cap(runner: &Runner, prompt_tokens: usize, max_tokens: Option<u32>)
     cap
 }
 
-/// The grammar the reply must follow, if any.
+/// `InvalidRequest` errors without a param (a grammar llama.cpp refused
+/// or took too long to build) named after the field the grammar came from.
+fn naming(param: Option<&'static str>) -> impl Fn(EngineError) -> EngineError {
+    move |e| match e {
+        EngineError::InvalidRequest {
+            param: None,
+            message,
+        } => EngineError::InvalidRequest {
+            param: param.map(Into::into),
+            message,
+        },
+        e => e,
+    }
+}
+
+/// The grammar the reply must follow, if any, and the request field it
+/// comes from (`tools` or `response_format`).
 fn decoding_grammar(
     tools: &[ToolSpec],
     choice: &ToolChoiceSpec,
     output: &OutputFormat,
     use_tools: bool,
-) -> Result<Option<Grammar>, EngineError> {
+) -> Result<Option<(Grammar, &'static str)>, EngineError> {
+    let checked = |gbnf: String, param: &'static str| {
+        grammar::check_size(&gbnf).map_err(|why| EngineError::InvalidRequest {
+            param: Some(param.into()),
+            message: format!("this grammar is not supported: {why}"),
+        })?;
+        Ok(Some((grammar::grammar(gbnf), param)))
+    };
     let calls = |chosen: Vec<&ToolSpec>| {
         grammar::tool_call(&chosen).map_err(|(i, why)| {
             let name = &chosen[i].name;
@@ -230,7 +291,7 @@ fn decoding_grammar(
                     message: "tool_choice is \"required\" but no tools were given".into(),
                 });
             }
-            return Ok(Some(grammar::grammar(calls(tools.iter().collect())?)));
+            return checked(calls(tools.iter().collect())?, "tools");
         }
         ToolChoiceSpec::Function(name) => {
             let Some(tool) = tools.iter().find(|t| &t.name == name) else {
@@ -241,7 +302,7 @@ fn decoding_grammar(
                     ),
                 });
             };
-            return Ok(Some(grammar::grammar(calls(vec![tool])?)));
+            return checked(calls(vec![tool])?, "tools");
         }
         ToolChoiceSpec::None | ToolChoiceSpec::Auto => {}
     }
@@ -259,15 +320,15 @@ fn decoding_grammar(
     };
     if use_tools {
         let calls = calls(tools.iter().collect())?;
-        return Ok(Some(grammar::grammar(grammar::either(&response, &calls))));
+        return checked(grammar::either(&response, &calls), "tools");
     }
-    Ok(Some(grammar::grammar(response)))
+    checked(response, "response_format")
 }
 
 /// The second pass of a two-pass generation, built once the first is done.
 enum Second {
-    /// The answer pass of the explicit reasoning: the conversation again,
-    /// with the reasoning in the system message.
+    /// The answer pass of the explicit reasoning: the conversation again
+    /// (escaped), with the reasoning in the system message.
     Answer {
         template: Arc<ChatTemplate>,
         messages: Vec<ChatMessage>,
@@ -292,8 +353,14 @@ impl Second {
         }
     }
 
-    /// The prompt and settings of the pass, given the first pass's text.
-    fn build(self, reasoning: &str) -> Result<(String, CompletionParams), EngineError> {
+    /// The prompt and settings of the pass, given the first pass's text
+    /// (the model's own words: escaped like the client's).
+    fn build(
+        self,
+        runner: &Runner,
+        reasoning: &str,
+    ) -> Result<(String, CompletionParams), EngineError> {
+        let reasoning = runner.specials().escape(reasoning);
         match self {
             Second::Answer {
                 template,
@@ -302,7 +369,7 @@ impl Second {
                 options,
                 params,
             } => {
-                let messages = reasoning::answer_pass_messages(&messages, reasoning);
+                let messages = reasoning::answer_pass_messages(&messages, &reasoning);
                 Ok((template.render_with(&messages, &tools, &options)?, params))
             }
             Second::AfterThink { prefix, params } => Ok((
@@ -357,17 +424,18 @@ fn drive(
             if !finished {
                 return;
             }
-            let (prompt, mut params) = match second.build(&raw) {
-                Ok(next) => next,
-                Err(e) => {
-                    yield Err(e);
-                    return;
-                }
-            };
             // Reasoning tokens count against max_tokens, as OpenAI counts them.
             let used = u32::try_from(usage.completion_tokens).unwrap_or(u32::MAX);
-            params.max_tokens = max_tokens.map(|max| max.saturating_sub(used).max(1));
-            stream = match runner.complete(&prompt, params, true) {
+            let runner = runner.clone();
+            // Rendering and tokenizing block: not on an async worker.
+            let next = tokio::task::spawn_blocking(move || {
+                let (prompt, mut params) = second.build(&runner, &raw)?;
+                params.max_tokens = max_tokens.map(|max| max.saturating_sub(used).max(1));
+                runner.complete_prompt(&prompt, params, true, &Cancel::default())
+            })
+            .await
+            .unwrap_or_else(|e| Err(EngineError::Internal(format!("the second pass failed: {e}"))));
+            stream = match next {
                 Ok(stream) => stream,
                 Err(e) => {
                     yield Err(e);

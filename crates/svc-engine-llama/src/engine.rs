@@ -1,11 +1,14 @@
 //! [`LlamaEngine`]: the embedded engine behind svc-core's `Engine` trait.
 //!
 //! It loads the GGUF, compiles its chat template, and starts the engine
-//! thread (see `scheduler`). A request is rendered and tokenized on the
-//! caller's task, checked against the context, and queued; its events come
-//! back on a channel the returned stream reads. Dropping the stream cancels
-//! the generation. This file owns the public entry points; batching,
-//! sampling, templates and text assembly live in their own modules.
+//! thread (see `scheduler`). A request's grammar is built, its prompt
+//! rendered and tokenized on a blocking thread (never on an async worker,
+//! never on the engine thread), stopped when the caller drops the future
+//! (the client went away); then it is checked against the context and
+//! queued, and its events come back on a channel the returned stream reads.
+//! Dropping the stream cancels the generation. This file owns the public
+//! entry points; batching, sampling, templates, prompts and text assembly
+//! live in their own modules.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
@@ -15,6 +18,7 @@ use async_trait::async_trait;
 use futures::StreamExt as _;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest, Sampling,
@@ -26,11 +30,16 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
 use crate::options::LlamaEngineOptions;
+use crate::prompt::{Cancel, Specials};
 use crate::repack::{self, Prepared, RepackTarget};
 use crate::sampler::Grammar;
 use crate::scheduler::{self, ContextSettings, Job, Shared};
 use crate::stats::EngineStats;
 use crate::template::{ChatTemplate, RenderOptions};
+
+/// The longest a grammar may take to build (llama.cpp parses it and
+/// expands its first parse stacks); past it the request is refused.
+const GRAMMAR_BUILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why an engine could not start.
 #[derive(Debug, Error)]
@@ -110,6 +119,8 @@ pub(crate) struct Runner {
     shared: Arc<Shared>,
     /// Context tokens of one sequence.
     context: u32,
+    /// The control tokens only the template may write.
+    specials: Arc<Specials>,
 }
 
 impl Runner {
@@ -128,6 +139,21 @@ impl Runner {
         tokens
     }
 
+    /// Tokenizes a rendered chat prompt: the template's control tokens as
+    /// tokens, the escaped text of the request as plain text (see `prompt`).
+    pub(crate) fn tokenize_prompt(
+        &self,
+        text: &str,
+        cancel: &Cancel,
+    ) -> Result<Vec<LlamaToken>, EngineError> {
+        self.specials.tokenize(&self.model, text, cancel)
+    }
+
+    /// The control tokens only the template may write.
+    pub(crate) fn specials(&self) -> &Specials {
+        &self.specials
+    }
+
     /// Continues `prompt`; see [`LlamaEngine::complete`]. A `continuation`
     /// (the second pass of a request already running) goes to the front of
     /// the queue and is never refused for a full queue.
@@ -140,7 +166,53 @@ impl Runner {
         self.start(self.tokenize(prompt), params, continuation)
     }
 
-    /// Continues an already tokenized prompt.
+    /// Continues a rendered chat prompt (see [`Runner::tokenize_prompt`]).
+    pub(crate) fn complete_prompt(
+        &self,
+        prompt: &str,
+        params: CompletionParams,
+        continuation: bool,
+        cancel: &Cancel,
+    ) -> Result<EventStream, EngineError> {
+        let tokens = self.tokenize_prompt(prompt, cancel)?;
+        cancel.check()?;
+        self.start(tokens, params, continuation)
+    }
+
+    /// The sampler of `grammar`, built on a thread of its own and given up
+    /// (a 400 without a param) when llama.cpp refuses the grammar or takes
+    /// longer than [`GRAMMAR_BUILD_LIMIT`] to parse it.
+    pub(crate) fn grammar_sampler(&self, grammar: &Grammar) -> Result<LlamaSampler, EngineError> {
+        let invalid = |message: String| EngineError::InvalidRequest {
+            param: None,
+            message,
+        };
+        let (done, built) = mpsc::channel();
+        let model = Arc::clone(&self.model);
+        let grammar = grammar.clone();
+        std::thread::Builder::new()
+            .name("llama-grammar".into())
+            .spawn(move || {
+                let sampler = LlamaSampler::grammar(&model, &grammar.gbnf, &grammar.root);
+                let _ = done.send(sampler.map_err(|e| e.to_string()));
+            })
+            .map_err(|e| EngineError::Internal(format!("cannot start a grammar thread: {e}")))?;
+        match built.recv_timeout(GRAMMAR_BUILD_LIMIT) {
+            Ok(Ok(sampler)) => Ok(sampler),
+            Ok(Err(e)) => Err(invalid(format!("invalid grammar: {e}"))),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(invalid(format!(
+                "the decoding grammar of this schema takes too long to build (more than {} s)",
+                GRAMMAR_BUILD_LIMIT.as_secs_f32()
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(EngineError::Internal("the grammar thread failed".into()))
+            }
+        }
+    }
+
+    /// Continues an already tokenized prompt. Builds the grammar's sampler
+    /// here, on the caller's thread: parsing a large grammar must not hold
+    /// the engine thread (and every other sequence) back.
     pub(crate) fn start(
         &self,
         tokens: Vec<LlamaToken>,
@@ -169,12 +241,16 @@ impl Runner {
                 message: "max_tokens must be at least 1".into(),
             });
         }
+        let grammar = match &params.grammar {
+            None => None,
+            Some(grammar) => Some(self.grammar_sampler(grammar)?),
+        };
         let (sink, events) = tokio::sync::mpsc::unbounded_channel();
         self.shared.submit(
             Job {
                 prompt: tokens,
                 sampling: params.sampling,
-                grammar: params.grammar,
+                grammar,
                 max_tokens,
                 stop: params.stop,
                 ignore_eos: params.ignore_eos,
@@ -287,11 +363,13 @@ impl LlamaEngine {
             "llama.cpp engine ready"
         );
         let features = ChatFeatures::of(template.source());
+        let specials = Arc::new(Specials::of(&model));
         Ok(LlamaEngine {
             runner: Runner {
                 model,
                 shared,
                 context: context_per_sequence,
+                specials,
             },
             template: Arc::new(template),
             features,
@@ -326,9 +404,29 @@ impl LlamaEngine {
         self.template.render_with(messages, tools, options)
     }
 
-    /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
+    /// Tokenizes raw prompt text as [`LlamaEngine::complete`] does (special
+    /// tokens parsed, BOS added where the model wants it).
     pub fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
         self.runner.tokenize(text)
+    }
+
+    /// The prompt tokens of a conversation rendered as [`LlamaEngine::render_prompt`]
+    /// renders it and tokenized as [`Engine::generate`] tokenizes: every
+    /// string of the messages and tools is plain text, only the template's
+    /// own markup becomes control tokens.
+    pub fn chat_tokens(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        options: &RenderOptions,
+    ) -> Result<Vec<LlamaToken>, EngineError> {
+        let specials = self.runner.specials();
+        let prompt = self.template.render_with(
+            &specials.escape_messages(messages),
+            &specials.escape_tools(tools),
+            options,
+        )?;
+        self.runner.tokenize_prompt(&prompt, &Cancel::default())
     }
 
     /// Continues `prompt` (already rendered text): the events of one generation.
@@ -348,8 +446,28 @@ impl LlamaEngine {
 impl Engine for LlamaEngine {
     /// Renders the conversation (tools, reasoning and response format
     /// included, see `chat`) and starts its first pass.
+    ///
+    /// That work (grammar, rendering, tokenizing) runs on a blocking thread,
+    /// never on an async worker, and stops at its next step when this
+    /// future is dropped (the client went away).
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
-        chat::generate(&self.runner, &self.template, self.features, request)
+        let cancel = Cancel::default();
+        let guard = cancel.on_drop();
+        let runner = self.runner.clone();
+        let template = Arc::clone(&self.template);
+        let features = self.features;
+        let task = tokio::task::spawn_blocking(move || {
+            let started = chat::generate(&runner, &template, features, request, &cancel);
+            if started.is_err() && cancel.is_set() {
+                runner.shared.counters.cancelled();
+            }
+            started
+        });
+        let started = task
+            .await
+            .map_err(|e| EngineError::Internal(format!("preparing the request failed: {e}")))?;
+        guard.disarm();
+        started
     }
 
     fn name(&self) -> &str {

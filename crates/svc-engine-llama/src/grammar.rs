@@ -13,18 +13,341 @@ use crate::sampler::Grammar;
 /// The start rule of every grammar built here.
 const ROOT: &str = "root";
 
+/// Most bytes of one JSON schema (as compact JSON) that becomes a grammar.
+/// The converter and llama.cpp's grammar parser take time that grows with
+/// it, and a grammar with many alternatives (a long `enum`) makes every
+/// sampled token slower for the whole batch.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 32 * 1024;
+/// Most bytes of a whole decoding grammar (GBNF), all tools together.
+pub(crate) const MAX_GRAMMAR_BYTES: usize = 128 * 1024;
+/// Most parse stacks a grammar may open at one point (an `enum`'s values,
+/// a `oneOf`'s branches, nested ones multiplied): the sampler checks each
+/// against every candidate token, on the engine thread, and llama.cpp
+/// removes duplicates among them in quadratic time. 128: a forced call of
+/// one of the most tools a request may give (`svc_core::request::MAX_TOOLS`).
+pub(crate) const MAX_ALTERNATIVES: usize = 128;
+
 /// Converts a JSON Schema into GBNF whose `root` matches exactly the JSON
 /// texts the schema accepts (llama.cpp's converter). `Err` when the converter
-/// refuses the schema.
+/// refuses the schema or it is too large.
 pub(crate) fn from_schema(schema: &Value) -> Result<String, String> {
     schema_text_to_gbnf(&schema.to_string())
 }
 
 fn schema_text_to_gbnf(schema: &str) -> Result<String, String> {
+    if schema.len() > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "the schema is too large for a decoding grammar ({} bytes; at most {MAX_SCHEMA_BYTES})",
+            schema.len()
+        ));
+    }
     let gbnf = llama_cpp_2::json_schema_to_grammar(schema).map_err(|e| {
         format!("the schema cannot be turned into a decoding grammar (llama.cpp's converter refused it: {e})")
     })?;
-    Ok(compact_space(&gbnf))
+    let gbnf = compact_space(&gbnf);
+    check_size(&gbnf)?;
+    Ok(gbnf)
+}
+
+/// `Err` when `gbnf` is too large or can open too many parse stacks at
+/// once (see [`MAX_GRAMMAR_BYTES`], [`MAX_ALTERNATIVES`]).
+pub(crate) fn check_size(gbnf: &str) -> Result<(), String> {
+    if gbnf.len() > MAX_GRAMMAR_BYTES {
+        return Err(format!(
+            "the schema makes a decoding grammar too large ({} bytes; at most {MAX_GRAMMAR_BYTES})",
+            gbnf.len()
+        ));
+    }
+    let widest = width::widest(gbnf);
+    if widest > MAX_ALTERNATIVES {
+        return Err(format!(
+            "the schema allows {} alternatives at one point (an enum's values, a oneOf's or anyOf's branches, nested ones multiplied); at most {MAX_ALTERNATIVES}",
+            if widest == usize::MAX {
+                "too many".to_owned()
+            } else {
+                widest.to_string()
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// How many parse stacks a GBNF grammar can open at one point.
+///
+/// llama.cpp keeps one stack per way the grammar can continue, expands
+/// every rule reference at the front of an alternative into all of its
+/// alternatives (recursively: `a ::= b "y" | b "z"` doubles what `b`
+/// has), removes duplicates in quadratic time, and checks every stack
+/// against every candidate token at each step. The width of a rule is the
+/// number of stacks expanding it makes: the sum, over its alternatives, of
+/// the widths of its leading elements up to the first one that cannot be
+/// empty. [`widest`] is the largest width of any rule or group.
+mod width {
+    use std::collections::HashMap;
+
+    /// Deepest nesting of groups, and of rules at the front of each other,
+    /// that is measured; deeper is refused (and would risk the stack).
+    const MAX_DEPTH: usize = 64;
+
+    /// One element of a sequence.
+    enum Element {
+        /// A literal, a character class, a token, `.`: one stack.
+        Terminal,
+        Rule(String),
+        Group(Vec<Vec<Item>>),
+    }
+
+    struct Item {
+        element: Element,
+        /// It may match nothing (`?`, `*`, `{0,n}`).
+        optional: bool,
+    }
+
+    /// The widest rule or group of `gbnf` (`usize::MAX` when it is unbounded).
+    pub(super) fn widest(gbnf: &str) -> usize {
+        let mut parser = Parser {
+            chars: gbnf.chars().collect(),
+            at: 0,
+            depth: 0,
+            too_deep: false,
+        };
+        let rules = parser.rules();
+        if parser.too_deep {
+            return usize::MAX;
+        }
+        let mut memo: HashMap<&str, usize> = HashMap::new();
+        let mut widest = 0;
+        for (name, alternatives) in &rules {
+            let w = alternatives_width(alternatives, &rules, &mut memo, &mut Vec::new());
+            memo.insert(name.as_str(), w);
+            widest = widest
+                .max(w)
+                .max(groups_widest(alternatives, &rules, &mut memo));
+        }
+        widest
+    }
+
+    fn groups_widest<'r>(
+        alternatives: &'r [Vec<Item>],
+        rules: &'r HashMap<String, Vec<Vec<Item>>>,
+        memo: &mut HashMap<&'r str, usize>,
+    ) -> usize {
+        let mut widest = 0;
+        for item in alternatives.iter().flatten() {
+            if let Element::Group(inner) = &item.element {
+                widest = widest
+                    .max(alternatives_width(inner, rules, memo, &mut Vec::new()))
+                    .max(groups_widest(inner, rules, memo));
+            }
+        }
+        widest
+    }
+
+    fn alternatives_width<'r>(
+        alternatives: &'r [Vec<Item>],
+        rules: &'r HashMap<String, Vec<Vec<Item>>>,
+        memo: &mut HashMap<&'r str, usize>,
+        visiting: &mut Vec<&'r str>,
+    ) -> usize {
+        let mut total: usize = 0;
+        for sequence in alternatives {
+            let mut w: usize = 0;
+            for item in sequence {
+                w = w.saturating_add(element_width(&item.element, rules, memo, visiting));
+                if !item.optional {
+                    break;
+                }
+            }
+            total = total.saturating_add(w.max(1));
+        }
+        total
+    }
+
+    fn element_width<'r>(
+        element: &'r Element,
+        rules: &'r HashMap<String, Vec<Vec<Item>>>,
+        memo: &mut HashMap<&'r str, usize>,
+        visiting: &mut Vec<&'r str>,
+    ) -> usize {
+        match element {
+            Element::Terminal => 1,
+            Element::Group(inner) => alternatives_width(inner, rules, memo, visiting),
+            Element::Rule(name) => {
+                if let Some(&w) = memo.get(name.as_str()) {
+                    return w;
+                }
+                // Left recursion (llama.cpp refuses it) or a missing rule.
+                let Some((key, alternatives)) = rules.get_key_value(name) else {
+                    return 1;
+                };
+                if visiting.contains(&key.as_str()) {
+                    return 1;
+                }
+                if visiting.len() >= MAX_DEPTH {
+                    return usize::MAX;
+                }
+                visiting.push(key.as_str());
+                let w = alternatives_width(alternatives, rules, memo, visiting);
+                visiting.pop();
+                memo.insert(key.as_str(), w);
+                w
+            }
+        }
+    }
+
+    /// GBNF as llama.cpp reads it: `name ::= alternatives`, one rule per
+    /// line outside parentheses.
+    struct Parser {
+        chars: Vec<char>,
+        at: usize,
+        /// Groups open now.
+        depth: usize,
+        /// Groups nest deeper than [`MAX_DEPTH`].
+        too_deep: bool,
+    }
+
+    impl Parser {
+        fn peek(&self) -> Option<char> {
+            self.chars.get(self.at).copied()
+        }
+
+        /// Skips blanks and comments; newlines too when `nested`.
+        fn space(&mut self, nested: bool) {
+            while let Some(c) = self.peek() {
+                match c {
+                    ' ' | '\t' => self.at += 1,
+                    '\r' | '\n' if nested => self.at += 1,
+                    '#' => {
+                        while self.peek().is_some_and(|c| c != '\n') {
+                            self.at += 1;
+                        }
+                    }
+                    _ => return,
+                }
+            }
+        }
+
+        fn name(&mut self) -> String {
+            let start = self.at;
+            while self.peek().is_some_and(super::is_word_char) {
+                self.at += 1;
+            }
+            self.chars[start..self.at].iter().collect()
+        }
+
+        fn rules(&mut self) -> HashMap<String, Vec<Vec<Item>>> {
+            let mut rules = HashMap::new();
+            loop {
+                self.space(true);
+                if self.peek().is_none() {
+                    return rules;
+                }
+                let name = self.name();
+                self.space(false);
+                if name.is_empty() || !self.chars[self.at..].starts_with(&[':', ':', '=']) {
+                    // Not GBNF svc wrote: skip the line.
+                    while self.peek().is_some_and(|c| c != '\n') {
+                        self.at += 1;
+                    }
+                    continue;
+                }
+                self.at += 3;
+                let alternatives = self.alternatives(false);
+                rules.insert(name, alternatives);
+            }
+        }
+
+        fn alternatives(&mut self, nested: bool) -> Vec<Vec<Item>> {
+            let mut alternatives = vec![self.sequence(nested)];
+            while self.peek() == Some('|') {
+                self.at += 1;
+                alternatives.push(self.sequence(nested));
+            }
+            alternatives
+        }
+
+        fn sequence(&mut self, nested: bool) -> Vec<Item> {
+            let mut items: Vec<Item> = Vec::new();
+            loop {
+                self.space(nested);
+                let Some(c) = self.peek() else {
+                    return items;
+                };
+                let element = match c {
+                    '"' | '[' | '<' => {
+                        let close = match c {
+                            '"' => '"',
+                            '[' => ']',
+                            _ => '>',
+                        };
+                        self.at += 1;
+                        while let Some(d) = self.peek() {
+                            self.at += 1;
+                            if d == '\\' {
+                                self.at += 1;
+                            } else if d == close {
+                                break;
+                            }
+                        }
+                        Element::Terminal
+                    }
+                    '.' => {
+                        self.at += 1;
+                        Element::Terminal
+                    }
+                    '(' => {
+                        self.at += 1;
+                        if self.depth >= MAX_DEPTH {
+                            self.too_deep = true;
+                            self.at = self.chars.len();
+                            return items;
+                        }
+                        self.depth += 1;
+                        let inner = self.alternatives(true);
+                        self.depth -= 1;
+                        self.space(true);
+                        if self.peek() == Some(')') {
+                            self.at += 1;
+                        }
+                        Element::Group(inner)
+                    }
+                    '*' | '?' => {
+                        self.at += 1;
+                        if let Some(last) = items.last_mut() {
+                            last.optional = true;
+                        }
+                        continue;
+                    }
+                    '+' => {
+                        self.at += 1;
+                        continue;
+                    }
+                    '{' => {
+                        self.at += 1;
+                        let start = self.at;
+                        while self.peek().is_some_and(|d| d != '}') {
+                            self.at += 1;
+                        }
+                        let counts: String = self.chars[start..self.at].iter().collect();
+                        self.at += 1;
+                        let min = counts.split(',').next().unwrap_or("").trim();
+                        if (min.is_empty() || min == "0")
+                            && let Some(last) = items.last_mut()
+                        {
+                            last.optional = true;
+                        }
+                        continue;
+                    }
+                    c if super::is_word_char(c) => Element::Rule(self.name()),
+                    _ => return items,
+                };
+                items.push(Item {
+                    element,
+                    optional: false,
+                });
+            }
+        }
+    }
 }
 
 /// The whitespace rule svc uses between JSON tokens: at most one space.
@@ -225,6 +548,70 @@ mod tests {
             "{gbnf}"
         );
         assert!(gbnf.contains("svc-call ::= call0-root\n"), "{gbnf}");
+    }
+
+    #[test]
+    fn the_width_of_a_grammar_counts_what_llama_cpp_would_expand() {
+        use width::widest;
+        assert_eq!(widest("root ::= \"a\" | \"b\" | [c-d]\n"), 3);
+        assert_eq!(widest("root ::= (\"a\" | \"b\")? \"c\"\n"), 3);
+        assert_eq!(
+            widest("root ::= x x\nx ::= \"a\" | (\"b\" | \"c\" # comment |\n | \"d\")\n"),
+            4
+        );
+        // Nested choices at the front multiply.
+        let mut chain = String::from("root ::= a0\n");
+        for k in 0..20 {
+            chain.push_str(&format!("a{k} ::= a{} \"y\" | a{} \"z\"\n", k + 1, k + 1));
+        }
+        chain.push_str("a20 ::= \"x\"\n");
+        assert_eq!(widest(&chain), 1 << 20);
+        assert!(check_size(&chain).is_err());
+        assert_eq!(
+            widest(&format!("root ::= {}", "(".repeat(10_000))),
+            usize::MAX
+        );
+        // Right recursion (lists) is not width.
+        assert!(widest("root ::= item (\",\" item)*\nitem ::= [a-z]+\n") <= 2);
+    }
+
+    #[test]
+    fn schemas_are_bounded() {
+        let values: Vec<String> = (0..40_000).map(|i| format!("v{i}")).collect();
+        assert!(from_schema(&json!({"enum": values})).is_err());
+        let values: Vec<String> = (0..300).map(|i| format!("v{i}")).collect();
+        let why = from_schema(&json!({"enum": values})).unwrap_err();
+        assert!(why.contains("300 alternatives"), "{why}");
+        // anyOf of enums: the alternatives add up.
+        let part: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
+        let any = json!({"anyOf": [{"enum": part}, {"enum": part}, {"enum": part}]});
+        assert!(from_schema(&any).is_err());
+        let values: Vec<String> = (0..120).map(|i| format!("v{i}")).collect();
+        assert!(from_schema(&json!({"enum": values})).is_ok());
+        // An ordinary object with every JSON type passes.
+        let gbnf = from_schema(&json!({"type": "object", "properties": {
+            "a": {"type": "string"}, "b": {"type": "number"}, "c": {"type": "array"},
+            "d": {"type": "object"}, "e": {"type": "boolean"}, "f": {}}}))
+        .unwrap();
+        assert!(width::widest(&gbnf) < 64, "{gbnf}");
+    }
+
+    #[test]
+    fn a_call_of_any_of_the_most_tools_fits() {
+        let tools: Vec<ToolSpec> = (0..128)
+            .map(|i| ToolSpec {
+                name: format!("tool_{i}"),
+                description: None,
+                parameters: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+            })
+            .collect();
+        let gbnf = tool_call(&tools.iter().collect::<Vec<_>>()).unwrap();
+        check_size(&gbnf).unwrap();
+        check_size(&either(
+            &from_schema(&json!({"type": "object"})).unwrap(),
+            &gbnf,
+        ))
+        .unwrap();
     }
 
     #[test]

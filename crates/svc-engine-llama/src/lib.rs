@@ -6,6 +6,8 @@
 //!   decodes all sequences together (continuous batching).
 //! - `sampler`: per-sequence sampler chains (temperature, top-p, seed, penalties, grammar).
 //! - `template`: chat templates from GGUF metadata, rendered with minijinja.
+//! - `prompt`: rendered prompts to tokens, the client's text always plain
+//!   text (never control tokens), and the cancellation of a request's preparation.
 //! - `text`: whole-character, stop-sequence-safe text streaming.
 //! - `chat`: the chat layer of `Engine::generate`: tools, reasoning and
 //!   response formats on top of raw completions, with `grammar` (JSON
@@ -24,6 +26,7 @@ mod engine;
 mod grammar;
 mod markup;
 mod options;
+mod prompt;
 mod reasoning;
 pub mod repack;
 mod sampler;

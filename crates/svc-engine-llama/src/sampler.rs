@@ -20,12 +20,13 @@ pub struct Grammar {
     pub root: String,
 }
 
-/// Builds the chain: end-of-generation ban (when asked), grammar, penalties,
+/// Builds the chain: end-of-generation ban (when asked), the grammar's
+/// sampler (built by the caller, off the engine thread), penalties,
 /// then greedy, or temperature, top-p and a seeded draw.
 pub(crate) fn build(
     model: &LlamaModel,
     sampling: &Sampling,
-    grammar: Option<&Grammar>,
+    grammar: Option<LlamaSampler>,
     penalty_window: u32,
     ignore_eos: bool,
 ) -> Result<LlamaSampler, EngineError> {
@@ -40,13 +41,7 @@ pub(crate) fn build(
         chain.push(LlamaSampler::logit_bias(model.n_vocab(), &bans));
     }
     if let Some(grammar) = grammar {
-        let sampler = LlamaSampler::grammar(model, &grammar.gbnf, &grammar.root).map_err(|e| {
-            EngineError::InvalidRequest {
-                param: None,
-                message: format!("invalid grammar: {e}"),
-            }
-        })?;
-        chain.push(sampler);
+        chain.push(grammar);
     }
     if sampling.presence_penalty != 0.0 || sampling.frequency_penalty != 0.0 {
         chain.push(LlamaSampler::penalties(

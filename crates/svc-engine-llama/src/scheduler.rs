@@ -27,7 +27,7 @@ use svc_core::engine::{EngineError, EngineEvent, FinishReason, Sampling, TokenUs
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
-use crate::sampler::{self, Grammar};
+use crate::sampler;
 use crate::stats::Counters;
 use crate::text::TextAssembler;
 
@@ -39,7 +39,9 @@ pub(crate) type Sink = UnboundedSender<Result<EngineEvent, EngineError>>;
 pub(crate) struct Job {
     pub(crate) prompt: Vec<LlamaToken>,
     pub(crate) sampling: Sampling,
-    pub(crate) grammar: Option<Grammar>,
+    /// The grammar's sampler, built before the job was queued (parsing a
+    /// grammar can take long; it must not happen on this thread).
+    pub(crate) grammar: Option<LlamaSampler>,
     /// Completion tokens allowed; already fits in the context.
     pub(crate) max_tokens: u32,
     pub(crate) stop: Vec<String>,
@@ -396,7 +398,7 @@ impl Batcher<'_, '_> {
         let sampler = match sampler::build(
             self.model,
             &job.sampling,
-            job.grammar.as_ref(),
+            job.grammar,
             self.penalty_window,
             job.ignore_eos,
         ) {

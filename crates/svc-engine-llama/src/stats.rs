@@ -15,7 +15,8 @@ pub struct EngineStats {
     pub prompt_tokens: u64,
     /// Tokens sampled.
     pub generated_tokens: u64,
-    /// Sequences that ended because their consumer went away.
+    /// Sequences that ended, and requests whose preparation stopped,
+    /// because their consumer went away.
     pub cancelled: u64,
     /// Sequences moved to a lower slot to keep the batch in one piece.
     pub moved: u64,

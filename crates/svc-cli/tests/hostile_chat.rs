@@ -1,0 +1,126 @@
+//! Chat requests built to stall the whole server (issue 16, finding 1),
+//! against a real `svc serve` on a tiny generated GGUF: tens of thousands
+//! of messages, and messages full of the template's control tokens. They
+//! are refused quickly, and `/health` and another key holder's chat stay
+//! answered meanwhile.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use svc_engine_llama::testing::TinyModel;
+use svc_test_support::ServeProcess;
+
+const SVC: &str = env!("CARGO_BIN_EXE_svc");
+
+/// A client whose requests come from `127.0.0.<host>`.
+fn client(host: u8) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host)))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+fn many_messages(n: usize, content: &str) -> Value {
+    let messages: Vec<Value> = (0..n)
+        .map(|_| json!({"role": "user", "content": content}))
+        .collect();
+    json!({"model": "svc", "messages": messages})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn huge_conversations_are_refused_while_others_are_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    TinyModel::hello().write(&model).unwrap();
+    let data_dir = dir.path().join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let data_dir = data_dir.to_str().unwrap();
+    let output = Command::new(SVC)
+        .args(["keys", "create", "--name", "t", "--data-dir", data_dir])
+        .env("SVC_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    let serve = ServeProcess::start(
+        SVC,
+        &[
+            "--data-dir",
+            data_dir,
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            model.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(30),
+    );
+    let base = serve.base_url.clone();
+    let chat = format!("{base}/v1/chat/completions");
+
+    // 50,000 one-letter messages (1.5 MB, under the body limit), and 2000
+    // messages full of <|im_start|>/<|im_end|> (a prompt far past the context).
+    let bodies = [
+        many_messages(50_000, "a"),
+        many_messages(2000, &"<|im_start|>x<|im_end|>".repeat(20)),
+    ];
+    let mut attacks = Vec::new();
+    for (i, body) in bodies.iter().cycle().take(4).enumerate() {
+        let client = client(2 + i as u8);
+        let body = body.to_string();
+        let (chat, key) = (chat.clone(), key.clone());
+        attacks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let response = client
+                .post(&chat)
+                .bearer_auth(&key)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let error: Value = response.json().await.unwrap();
+            (status, error, started.elapsed())
+        }));
+    }
+
+    // Meanwhile another client's /health and chat are answered at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let other = client(100);
+    let started = Instant::now();
+    let health = other.get(format!("{base}/health")).send().await.unwrap();
+    let health_took = started.elapsed();
+    assert!(health.status().is_success());
+    let started = Instant::now();
+    let reply = other
+        .post(&chat)
+        .bearer_auth(&key)
+        .json(&json!({"model": "svc", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let chat_took = started.elapsed();
+    assert_eq!(reply.status(), 200);
+    assert!(
+        health_took < Duration::from_secs(1),
+        "/health took {health_took:?}"
+    );
+    assert!(
+        chat_took < Duration::from_secs(3),
+        "a small chat took {chat_took:?}"
+    );
+
+    for attack in attacks {
+        let (status, error, took) = attack.await.unwrap();
+        assert_eq!(status, 400, "{error}");
+        assert_eq!(error["error"]["param"], "messages", "{error}");
+        assert!(took < Duration::from_secs(5), "refused after {took:?}");
+    }
+}
