@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use serde_json::Value;
 use svc_core::KeyLimits;
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
@@ -240,4 +239,76 @@ async fn a_postgres_outage_gets_quick_503s_and_the_service_recovers() {
     }
     drop(app);
     schema.remove().await.unwrap();
+}
+
+/// Whether `response` was counted by the rate limiter (it carries the
+/// limit headers only then).
+fn counted(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .contains_key("x-ratelimit-remaining-requests")
+}
+
+#[tokio::test]
+async fn a_hung_or_stopped_redis_lets_requests_through_quickly_and_counting_resumes() {
+    let relay = Relay::start(address_of("redis://127.0.0.1:6379").await.0).await;
+    let config = ServerConfig {
+        redis_url: Some(format!("redis://{}", relay.addr)),
+        rate_limits: KeyLimits {
+            requests_per_minute: Some(100_000),
+            tokens_per_minute: None,
+        },
+        ..ServerConfig::default()
+    };
+    let app = TestApp::spawn_with(Database::Sqlite, config).await;
+    let key = app.create_key().await;
+    let (first, _) = timed("warm-up", app.chat(&key, &body("svc", "hi"))).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(counted(&first), "counted in Redis while it answers");
+
+    for mode in [Mode::Blackhole, Mode::Refuse] {
+        relay.set(mode);
+        // Sequential requests: each may pay for finding Redis gone once,
+        // not every one of them for as long as it stays gone.
+        let started = Instant::now();
+        let mut slowest = Duration::ZERO;
+        for i in 0..30 {
+            let (response, took) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+            assert_eq!(response.status(), StatusCode::OK, "{mode:?}: request {i}");
+            slowest = slowest.max(took);
+        }
+        let total = started.elapsed();
+        eprintln!("redis {mode:?}: 30 requests in {total:?}, slowest {slowest:?}");
+        assert!(
+            slowest < Duration::from_secs(2),
+            "{mode:?}: slowest {slowest:?}"
+        );
+        assert!(
+            total < Duration::from_secs(5),
+            "{mode:?}: 30 requests took {total:?}"
+        );
+        let (health, took) = get(&app, "/health").await;
+        assert_eq!(health.status(), StatusCode::OK);
+        assert!(
+            took < Duration::from_secs(1),
+            "{mode:?}: /health took {took:?}"
+        );
+
+        relay.set(Mode::Pass);
+        let back = Instant::now();
+        loop {
+            let (response, _) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            if counted(&response) {
+                break;
+            }
+            assert!(
+                back.elapsed() < Duration::from_secs(10),
+                "{mode:?}: not counted again after {:?}",
+                back.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!("redis {mode:?}: counted again after {:?}", back.elapsed());
+    }
 }
