@@ -312,3 +312,88 @@ async fn a_hung_or_stopped_redis_lets_requests_through_quickly_and_counting_resu
         eprintln!("redis {mode:?}: counted again after {:?}", back.elapsed());
     }
 }
+
+/// This process's resident memory in KiB (the server runs in it), where
+/// the system tells.
+fn resident_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test]
+async fn a_burst_into_a_hung_postgres_is_answered_and_leaves_nothing_queued() {
+    let (upstream, host_port) = address_of(&postgres_url()).await;
+    let schema = TestSchema::create(&postgres_url()).await.unwrap();
+    let relay = Relay::start(upstream).await;
+    let url = schema
+        .url()
+        .replacen(&host_port, &relay.addr.to_string(), 1);
+    let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
+    let key = app.create_key().await;
+    relay.set(Mode::Blackhole);
+    // Past the authentication cache: the key must be read from the store.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let mut rss = Vec::new();
+    for round in 0..2 {
+        let started = Instant::now();
+        let burst: Vec<_> = (0..100)
+            .map(|_| {
+                let request = app
+                    .client
+                    .post(app.url("/v1/chat/completions"))
+                    .bearer_auth(&key)
+                    .json(&body("svc", "hi"))
+                    .send();
+                async move {
+                    let (response, took) = timed("chat", request).await;
+                    (response.unwrap(), took)
+                }
+            })
+            .collect();
+        let burst = tokio::spawn(futures::future::join_all(burst));
+        // The process keeps answering while the burst waits on the store.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (health, took) = get(&app, "/health").await;
+        assert_eq!(health.status(), StatusCode::OK);
+        assert!(took < Duration::from_secs(1), "/health took {took:?}");
+        let answers = burst.await.unwrap();
+        let total = started.elapsed();
+        let slowest = answers.iter().map(|(_, t)| *t).max().unwrap();
+        for (response, _) in answers {
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        rss.extend(resident_kib());
+        eprintln!(
+            "postgres Blackhole, burst {round}: 100 concurrent 503s in {total:?}, slowest {slowest:?}, rss {:?} KiB",
+            resident_kib()
+        );
+        assert!(slowest < FAIL_FAST, "slowest of the burst: {slowest:?}");
+    }
+    if let [first, second] = rss[..] {
+        // A second burst like the first must not need much more memory:
+        // nothing of the first is still queued or held.
+        assert!(
+            second < first + 64 * 1024,
+            "resident memory grew from {first} to {second} KiB"
+        );
+    }
+
+    relay.set(Mode::Pass);
+    let back = Instant::now();
+    loop {
+        let (response, _) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+        if response.status() == StatusCode::OK {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(10), "no recovery");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "postgres Blackhole after a burst: recovered in {:?}",
+        back.elapsed()
+    );
+    drop(app);
+    schema.remove().await.unwrap();
+}
