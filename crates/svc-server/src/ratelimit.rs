@@ -24,11 +24,18 @@ use svc_core::{KeyId, KeyLimits, KeyRecord};
 /// One minute, the window of both limits.
 const WINDOW_MS: i64 = 60_000;
 
-/// The longest a request waits for Redis's answer before it goes on
-/// uncounted. Redis answers in well under a millisecond when it is well.
+/// The longest a request waits for Redis (its answer, or a reconnection
+/// under way) before it goes on uncounted. Redis answers in well under a
+/// millisecond when it is well.
 pub const REDIS_RESPONSE_TIMEOUT: Duration = Duration::from_millis(250);
 /// The longest one attempt at (re)connecting to Redis may take.
 const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Attempts of one reconnection after the first, and the longest pause
+/// between them, in ms. The redis crate's default (6 more, pauses growing
+/// to a minute) kept a Redis that was back unused for a minute, and every
+/// request that came meanwhile waiting on the reconnection.
+const REDIS_RECONNECT_RETRIES: usize = 2;
+const REDIS_RECONNECT_MAX_DELAY_MS: u64 = 500;
 /// After Redis failed or timed out, how long requests go on without asking
 /// it; then one request tries it again.
 pub const REDIS_BACKOFF: Duration = Duration::from_secs(1);
@@ -214,7 +221,9 @@ impl RateLimiter {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(REDIS_RESPONSE_TIMEOUT)
-            .set_connection_timeout(REDIS_CONNECT_TIMEOUT);
+            .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
+            .set_number_of_retries(REDIS_RECONNECT_RETRIES)
+            .set_max_delay(REDIS_RECONNECT_MAX_DELAY_MS);
         let manager = redis::aio::ConnectionManager::new_with_config(client, config).await?;
         Ok(RateLimiter::new(
             defaults,
@@ -300,11 +309,10 @@ impl RateLimiter {
                     return;
                 }
                 let mut conn = manager.clone();
-                let added = redis::Script::new(ADD_TOKENS)
-                    .key(redis_key(key, start, "tok"))
-                    .arg(tokens)
-                    .arg(WINDOW_MS * 2)
-                    .invoke_async::<i64>(&mut conn)
+                let script = redis::Script::new(ADD_TOKENS);
+                let mut invocation = script.key(redis_key(key, start, "tok"));
+                invocation.arg(tokens).arg(WINDOW_MS * 2);
+                let added = bounded(invocation.invoke_async::<i64>(&mut conn))
                     .await
                     .map(|_| ());
                 breaker.record(&added);
@@ -334,17 +342,33 @@ impl RateLimiter {
                     return None;
                 }
                 let mut conn = manager.clone();
-                let counts = redis::Script::new(ACQUIRE)
-                    .key(redis_key(key, start, "req"))
+                let script = redis::Script::new(ACQUIRE);
+                let mut invocation = script.key(redis_key(key, start, "req"));
+                invocation
                     .key(redis_key(key, start, "tok"))
-                    .arg(WINDOW_MS * 2)
-                    .invoke_async::<(i64, i64)>(&mut conn)
-                    .await;
+                    .arg(WINDOW_MS * 2);
+                let counts = bounded(invocation.invoke_async::<(i64, i64)>(&mut conn)).await;
                 breaker.record(&counts);
                 Some(counts)
             }
         }
     }
+}
+
+/// A Redis call, given up after [`REDIS_RESPONSE_TIMEOUT`] whatever it
+/// waits on: the connection manager's own response timeout does not cover
+/// waiting for a reconnection under way.
+async fn bounded<T>(
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(REDIS_RESPONSE_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::IoError,
+                "no answer from Redis in time",
+            )))
+        })
 }
 
 /// `svc:rl:{key_…}:<window>:req`; the braces keep one key's counters on

@@ -293,6 +293,17 @@ async fn a_hung_or_stopped_redis_lets_requests_through_quickly_and_counting_resu
             took < Duration::from_secs(1),
             "{mode:?}: /health took {took:?}"
         );
+        // An outage of some seconds, requests still flowing, so that
+        // reconnecting fails more than once before Redis is back.
+        while started.elapsed() < Duration::from_secs(4) {
+            let (response, took) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+            assert_eq!(response.status(), StatusCode::OK, "{mode:?}");
+            assert!(
+                took < Duration::from_secs(2),
+                "{mode:?}: a request took {took:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
 
         relay.set(Mode::Pass);
         let back = Instant::now();
