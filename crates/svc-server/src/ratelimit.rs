@@ -10,8 +10,8 @@
 //! logged): a limiter outage must not become an API outage. A Redis that
 //! does not answer within [`REDIS_RESPONSE_TIMEOUT`] counts as unreachable,
 //! and after a failure Redis is left alone for [`REDIS_BACKOFF`] (one
-//! request then tries it again), so a hung Redis costs one request that
-//! wait, not every request.
+//! request then tries it again), so a hung Redis makes one request a
+//! second wait, not every request.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
