@@ -47,6 +47,10 @@ pub enum StoreError {
     Conflict,
     #[error("database error: {0}")]
     Database(String),
+    /// The database did not answer in time or cannot be reached: the
+    /// request may succeed when tried again (an HTTP 503).
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Persistence of API keys.

@@ -60,7 +60,15 @@ impl From<AuthError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
-        ApiError::Internal(err.to_string())
+        match err {
+            // The database is down or not answering: a 503 the client may
+            // retry, not a 500 that says the server is broken.
+            StoreError::Unavailable(cause) => {
+                tracing::warn!(%cause, "the store is unavailable");
+                ApiError::Unavailable
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
     }
 }
 

@@ -7,10 +7,16 @@
 //! once the key's tokens of this minute reached the limit. Responses carry
 //! OpenAI's `x-ratelimit-*` headers; a refusal is a 429 with `retry-after`.
 //! When Redis cannot be reached, requests are let through (and a warning
-//! logged): a limiter outage must not become an API outage.
+//! logged): a limiter outage must not become an API outage. A Redis that
+//! does not answer within [`REDIS_RESPONSE_TIMEOUT`] counts as unreachable,
+//! and after a failure Redis is left alone for [`REDIS_BACKOFF`] (one
+//! request then tries it again), so a hung Redis makes one request a
+//! second wait, not every request.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use svc_core::{KeyId, KeyLimits, KeyRecord};
@@ -18,13 +24,89 @@ use svc_core::{KeyId, KeyLimits, KeyRecord};
 /// One minute, the window of both limits.
 const WINDOW_MS: i64 = 60_000;
 
+/// The longest a request waits for Redis (its answer, or a reconnection
+/// under way) before it goes on uncounted. Redis answers in well under a
+/// millisecond when it is well.
+pub const REDIS_RESPONSE_TIMEOUT: Duration = Duration::from_millis(250);
+/// The longest one attempt at (re)connecting to Redis may take.
+const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Attempts of one reconnection after the first, and the longest pause
+/// between them, in ms. The redis crate's default (6 more, pauses growing
+/// to a minute) kept a Redis that was back unused for a minute, and every
+/// request that came meanwhile waiting on the reconnection.
+const REDIS_RECONNECT_RETRIES: usize = 2;
+const REDIS_RECONNECT_MAX_DELAY_MS: u64 = 500;
+/// After Redis failed or timed out, how long requests go on without asking
+/// it; then one request tries it again.
+pub const REDIS_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Where the counters live.
 #[derive(Clone)]
 pub enum Counters {
     /// This process only (one replica).
     Local(Arc<Mutex<HashMap<String, Window>>>),
-    /// Redis, shared by every replica.
-    Redis(redis::aio::ConnectionManager),
+    /// Redis, shared by every replica, and whether it is being left alone.
+    Redis(redis::aio::ConnectionManager, Arc<Breaker>),
+}
+
+/// Keeps requests off a Redis that just failed: open for [`REDIS_BACKOFF`]
+/// after a failure, then one caller at a time may try it again.
+#[derive(Debug)]
+pub struct Breaker {
+    epoch: Instant,
+    /// Milliseconds after `epoch` (plus one) from which Redis may be tried
+    /// again; 0 while it answers.
+    retry_at: AtomicU64,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            epoch: Instant::now(),
+            retry_at: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Breaker {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    fn backoff_ms() -> u64 {
+        u64::try_from(REDIS_BACKOFF.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether Redis may be asked now. Once the backoff is over, the first
+    /// caller to ask is let through and the backoff starts again for the
+    /// others, so a still-hung Redis holds one request per period.
+    fn allow(&self) -> bool {
+        let at = self.retry_at.load(Ordering::Acquire);
+        if at == 0 {
+            return true;
+        }
+        let now = self.now();
+        now >= at
+            && self
+                .retry_at
+                .compare_exchange(
+                    at,
+                    now.saturating_add(Self::backoff_ms()),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    fn record<T>(&self, result: &Result<T, redis::RedisError>) {
+        let retry_at = match result {
+            Ok(_) => 0,
+            Err(_) => self.now().saturating_add(Self::backoff_ms()),
+        };
+        self.retry_at.store(retry_at, Ordering::Release);
+    }
 }
 
 /// One key's counts in one window.
@@ -137,8 +219,16 @@ impl RateLimiter {
     /// Counts in the Redis at `url` (connects now).
     pub async fn redis(defaults: KeyLimits, url: &str) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url)?;
-        let manager = redis::aio::ConnectionManager::new(client).await?;
-        Ok(RateLimiter::new(defaults, Counters::Redis(manager)))
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(REDIS_RESPONSE_TIMEOUT)
+            .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
+            .set_number_of_retries(REDIS_RECONNECT_RETRIES)
+            .set_max_delay(REDIS_RECONNECT_MAX_DELAY_MS);
+        let manager = redis::aio::ConnectionManager::new_with_config(client, config).await?;
+        Ok(RateLimiter::new(
+            defaults,
+            Counters::Redis(manager, Arc::default()),
+        ))
     }
 
     /// The limits that apply to `key`.
@@ -168,11 +258,13 @@ impl RateLimiter {
         let start = now - now.rem_euclid(WINDOW_MS);
         let reset_ms = start + WINDOW_MS - now;
         let (requests, tokens) = match self.acquire(&key.id, start).await {
-            Ok(counts) => counts,
-            Err(e) => {
+            Some(Ok(counts)) => counts,
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "rate limiter unavailable; letting the request through");
                 return None;
             }
+            // Redis failed a moment ago (and that was logged): not asked.
+            None => return None,
         };
         let requests_quota = limits.requests_per_minute.map(|limit| Quota {
             limit,
@@ -212,15 +304,19 @@ impl RateLimiter {
                 window.tokens += tokens;
                 Ok(())
             }
-            Counters::Redis(manager) => {
+            Counters::Redis(manager, breaker) => {
+                if !breaker.allow() {
+                    return;
+                }
                 let mut conn = manager.clone();
-                redis::Script::new(ADD_TOKENS)
-                    .key(redis_key(key, start, "tok"))
-                    .arg(tokens)
-                    .arg(WINDOW_MS * 2)
-                    .invoke_async::<i64>(&mut conn)
+                let script = redis::Script::new(ADD_TOKENS);
+                let mut invocation = script.key(redis_key(key, start, "tok"));
+                invocation.arg(tokens).arg(WINDOW_MS * 2);
+                let added = bounded(invocation.invoke_async::<i64>(&mut conn))
                     .await
-                    .map(|_| ())
+                    .map(|_| ());
+                breaker.record(&added);
+                added
             }
         };
         if let Err(e) = result {
@@ -228,25 +324,51 @@ impl RateLimiter {
         }
     }
 
-    async fn acquire(&self, key: &KeyId, start: i64) -> Result<(i64, i64), redis::RedisError> {
+    /// Counts a request; `None` when Redis is being left alone.
+    async fn acquire(
+        &self,
+        key: &KeyId,
+        start: i64,
+    ) -> Option<Result<(i64, i64), redis::RedisError>> {
         match &self.counters {
             Counters::Local(map) => {
                 let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
                 let window = window_of(&mut map, &key.0, start);
                 window.requests += 1;
-                Ok((window.requests, window.tokens))
+                Some(Ok((window.requests, window.tokens)))
             }
-            Counters::Redis(manager) => {
+            Counters::Redis(manager, breaker) => {
+                if !breaker.allow() {
+                    return None;
+                }
                 let mut conn = manager.clone();
-                redis::Script::new(ACQUIRE)
-                    .key(redis_key(key, start, "req"))
+                let script = redis::Script::new(ACQUIRE);
+                let mut invocation = script.key(redis_key(key, start, "req"));
+                invocation
                     .key(redis_key(key, start, "tok"))
-                    .arg(WINDOW_MS * 2)
-                    .invoke_async::<(i64, i64)>(&mut conn)
-                    .await
+                    .arg(WINDOW_MS * 2);
+                let counts = bounded(invocation.invoke_async::<(i64, i64)>(&mut conn)).await;
+                breaker.record(&counts);
+                Some(counts)
             }
         }
     }
+}
+
+/// A Redis call, given up after [`REDIS_RESPONSE_TIMEOUT`] whatever it
+/// waits on: the connection manager's own response timeout does not cover
+/// waiting for a reconnection under way.
+async fn bounded<T>(
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(REDIS_RESPONSE_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::IoError,
+                "no answer from Redis in time",
+            )))
+        })
 }
 
 /// `svc:rl:{key_…}:<window>:req`; the braces keep one key's counters on
@@ -275,6 +397,23 @@ fn window_of<'a>(map: &'a mut HashMap<String, Window>, key: &str, start: i64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_keeps_redis_alone_until_a_success() {
+        let breaker = Breaker::default();
+        assert!(breaker.allow());
+        breaker.record::<()>(&Err(redis::RedisError::from((
+            redis::ErrorKind::IoError,
+            "gone",
+        ))));
+        assert!(!breaker.allow(), "left alone during the backoff");
+        // The backoff is over: one caller probes, the others still wait.
+        breaker.retry_at.store(1, Ordering::Release);
+        assert!(breaker.allow());
+        assert!(!breaker.allow());
+        breaker.record(&Ok(()));
+        assert!(breaker.allow() && breaker.allow());
+    }
 
     #[test]
     fn durations_read_like_openais() {

@@ -25,8 +25,17 @@ pub const SQLITE_FILE_NAME: &str = "svc.db";
 const SQLITE_MAX_CONNECTIONS: u32 = 8;
 /// Connections from one replica to PostgreSQL.
 const POSTGRES_MAX_CONNECTIONS: u32 = 10;
-/// How long a query waits for a free connection before it fails.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a query waits for a free connection (or for a new one to
+/// connect) before it fails. A stopped PostgreSQL refuses connections,
+/// which sqlx retries until this runs out: it is what a request waits then.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest one store operation on the path of every API request
+/// (authentication, readiness) may take, connection included, before the
+/// request is answered 503: bounds a database that accepts connections but
+/// does not answer, which the acquire timeout does not.
+pub(crate) const REQUEST_PATH_TIMEOUT: Duration = Duration::from_secs(2);
+/// The same bound for background writes (usage counts), which are retried.
+pub(crate) const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tries at migrating a SQLite file while another process does too.
 const MIGRATE_ATTEMPTS_SQLITE: u32 = 10;
 /// Tries at switching a new SQLite file to WAL while another process does too.

@@ -4,15 +4,16 @@ use async_trait::async_trait;
 use svc_core::store::{HealthStore, StoreError};
 
 use crate::SqlStore;
-use crate::error::query_error;
+use crate::connect::REQUEST_PATH_TIMEOUT;
+use crate::error::{bounded, query_error};
 
 #[async_trait]
 impl HealthStore for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(query_error)
+        let select = sqlx::query("SELECT 1").execute(&self.pool);
+        bounded(REQUEST_PATH_TIMEOUT, async {
+            select.await.map(|_| ()).map_err(query_error)
+        })
+        .await
     }
 }

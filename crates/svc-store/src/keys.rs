@@ -8,7 +8,8 @@ use svc_core::key::{KeyHash, KeyId};
 use svc_core::store::{KeyLimits, KeyRecord, KeyStore, StoreError};
 
 use crate::SqlStore;
-use crate::error::query_error;
+use crate::connect::REQUEST_PATH_TIMEOUT;
+use crate::error::{bounded, query_error};
 
 // Every key is read with its owner's state: a disabled account's keys are
 // refused (by svc-core), so what authentication reads must include it.
@@ -90,7 +91,12 @@ impl KeyStore for SqlStore {
     }
 
     async fn key_by_hash(&self, hash: &KeyHash) -> Result<Option<KeyRecord>, StoreError> {
-        self.one_by(BY_HASH, record, &hash.to_hex()).await
+        // Every authenticated request may read this: bounded.
+        bounded(
+            REQUEST_PATH_TIMEOUT,
+            self.one_by(BY_HASH, record, &hash.to_hex()),
+        )
+        .await
     }
 
     async fn key_by_id(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
@@ -125,13 +131,14 @@ impl KeyStore for SqlStore {
     }
 
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError> {
-        sqlx::query(TOUCH)
+        let touch = sqlx::query(TOUCH)
             .bind(id.0.as_str())
             .bind(at)
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(query_error)
+            .execute(&self.pool);
+        bounded(REQUEST_PATH_TIMEOUT, async {
+            touch.await.map(|_| ()).map_err(query_error)
+        })
+        .await
     }
 
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {

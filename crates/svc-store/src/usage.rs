@@ -11,7 +11,8 @@ use svc_core::store::{StoreError, UsageStore};
 use svc_core::usage::{UsageDelta, UsageRow};
 
 use crate::SqlStore;
-use crate::error::query_error;
+use crate::connect::BACKGROUND_TIMEOUT;
+use crate::error::{bounded, query_error};
 
 const ADD: &str = "INSERT INTO usage_daily \
      (key_id, day, requests, prompt_tokens, completion_tokens) VALUES ($1, $2, $3, $4, $5) \
@@ -40,16 +41,18 @@ fn row(row: &AnyRow) -> Result<UsageRow, sqlx::Error> {
 #[async_trait]
 impl UsageStore for SqlStore {
     async fn add_usage(&self, delta: &UsageDelta) -> Result<(), StoreError> {
-        sqlx::query(ADD)
+        let add = sqlx::query(ADD)
             .bind(delta.key_id.0.as_str())
             .bind(delta.day.as_str())
             .bind(delta.requests)
             .bind(delta.prompt_tokens)
             .bind(delta.completion_tokens)
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(query_error)
+            .execute(&self.pool);
+        // The flusher retries what failed; a hung database must not stop it.
+        bounded(BACKGROUND_TIMEOUT, async {
+            add.await.map(|_| ()).map_err(query_error)
+        })
+        .await
     }
 
     async fn usage_since(

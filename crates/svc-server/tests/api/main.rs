@@ -8,6 +8,7 @@ mod chat;
 mod dashboard;
 mod device;
 mod errors;
+mod failures;
 mod hardening;
 mod health;
 mod offboarding;
