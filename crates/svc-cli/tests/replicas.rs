@@ -259,15 +259,7 @@ async fn replicas_share_keys_limits_and_device_codes_and_survive_an_upstream_dyi
     browser.sign_in("ada@example.com", "password123").await;
     // The link fills the code in; submitting the form looks it up.
     let user_code = codes["user_code"].as_str().unwrap();
-    let form = browser
-        .get(&format!("/dashboard/device?user_code={user_code}"))
-        .await;
-    let confirm = browser
-        .post(
-            "/dashboard/device",
-            &[("csrf", &form.csrf()), ("user_code", user_code)],
-        )
-        .await;
+    let confirm = browser.enter_device_code(user_code).await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     let done = browser
         .post(

@@ -116,6 +116,22 @@ impl Browser {
         assert!(self.cookie("svc_session").is_some());
     }
 
+    /// Opens the device-code form as `verification_uri_complete` does
+    /// (which only fills the code in) and submits it, as the person's
+    /// Continue does: the approval page, or whatever the server answered.
+    pub async fn enter_device_code(&self, user_code: &str) -> Page {
+        let form = self
+            .get(&format!("/dashboard/device?user_code={user_code}"))
+            .await;
+        assert_eq!(form.status, StatusCode::OK, "{}", form.body);
+        assert_eq!(form.input_value("user_code").as_deref(), Some(user_code));
+        self.post(
+            "/dashboard/device",
+            &[("csrf", &form.csrf()), ("user_code", user_code)],
+        )
+        .await
+    }
+
     async fn send(&self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Page {
         let url = if path.starts_with("http") {
             path.to_owned()

@@ -186,15 +186,7 @@ impl Server {
         let browser = Browser::new(&self.base_url);
         browser.sign_in("ada@example.com", PASSWORD).await;
         // The link fills the code in; submitting the form looks it up.
-        let form = browser
-            .get(&format!("/dashboard/device?user_code={user_code}"))
-            .await;
-        let confirm = browser
-            .post(
-                "/dashboard/device",
-                &[("csrf", &form.csrf()), ("user_code", user_code)],
-            )
-            .await;
+        let confirm = browser.enter_device_code(user_code).await;
         assert_eq!(confirm.status, 200, "{}", confirm.body);
         let id = confirm.input_value("id").unwrap();
         let done = browser

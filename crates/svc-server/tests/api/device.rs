@@ -66,25 +66,9 @@ async fn poll_form(app: &TestApp, fields: &[(&str, &str)]) -> (StatusCode, Value
     (response.status(), response.json().await.unwrap())
 }
 
-/// Opens the code form as `verification_uri_complete` does (which only
-/// fills it in) and submits it, as the person's Continue does.
-pub async fn enter(browser: &Browser, user_code: &str) -> svc_test_support::Page {
-    let form = browser
-        .get(&format!("/dashboard/device?user_code={user_code}"))
-        .await;
-    assert_eq!(form.status, 200, "{}", form.body);
-    assert_eq!(form.input_value("user_code").as_deref(), Some(user_code));
-    browser
-        .post(
-            "/dashboard/device",
-            &[("csrf", &form.csrf()), ("user_code", user_code)],
-        )
-        .await
-}
-
 /// Enters `user_code` in `browser`'s session and presses `decision`.
 async fn decide(browser: &Browser, user_code: &str, decision: &str) -> svc_test_support::Page {
-    let confirm = enter(browser, user_code).await;
+    let confirm = browser.enter_device_code(user_code).await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     let id = confirm.input_value("id").unwrap();
     browser
@@ -243,7 +227,9 @@ async fn denial_and_unknown_codes_are_refused() {
     assert_eq!(error_code(&body), "invalid_grant");
 
     // The denied code cannot be approved afterwards.
-    let again = enter(&browser, codes["user_code"].as_str().unwrap()).await;
+    let again = browser
+        .enter_device_code(codes["user_code"].as_str().unwrap())
+        .await;
     assert_eq!(again.status, 410);
     assert!(again.body.contains("Code denied"));
     assert!(app.keys.list(None).await.unwrap().is_empty());
@@ -263,7 +249,9 @@ async fn expired_codes_cannot_be_approved_or_redeemed() {
     assert_eq!(status, 400);
     assert_eq!(error_code(&body), "expired_token");
     let (browser, _) = app.signed_in("alice@example.com", false).await;
-    let page = enter(&browser, codes["user_code"].as_str().unwrap()).await;
+    let page = browser
+        .enter_device_code(codes["user_code"].as_str().unwrap())
+        .await;
     assert_eq!(page.status, 410);
     assert!(page.body.contains("Code expired"), "{}", page.body);
 }
@@ -444,12 +432,14 @@ async fn wrong_codes_are_throttled_per_user() {
     let app = spawn(fast()).await;
     let (browser, _) = app.signed_in("alice@example.com", false).await;
     for _ in 0..10 {
-        let page = enter(&browser, "BBBB-BBBB").await;
+        let page = browser.enter_device_code("BBBB-BBBB").await;
         assert_eq!(page.status, 404);
         assert!(page.body.contains("not valid"));
     }
     let codes = start(&app).await;
-    let page = enter(&browser, codes["user_code"].as_str().unwrap()).await;
+    let page = browser
+        .enter_device_code(codes["user_code"].as_str().unwrap())
+        .await;
     assert_eq!(page.status, 429, "even a right code waits: {}", page.body);
     assert!(page.body.contains("Too many"));
 }

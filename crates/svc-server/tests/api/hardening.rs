@@ -308,16 +308,7 @@ async fn address_seen(
     }
     let codes: Value = request.send().await.unwrap().json().await.unwrap();
     let user_code = codes["user_code"].as_str().unwrap();
-    let form = browser
-        .get(&format!("/dashboard/device?user_code={user_code}"))
-        .await;
-    assert_eq!(form.status, StatusCode::OK, "{}", form.body);
-    let page = browser
-        .post(
-            "/dashboard/device",
-            &[("csrf", &form.csrf()), ("user_code", user_code)],
-        )
-        .await;
+    let page = browser.enter_device_code(user_code).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     page.body
 }

@@ -91,9 +91,7 @@ async fn approved_device_code(app: &TestApp, browser: &Browser) -> String {
         .await
         .unwrap();
     let user_code = codes["user_code"].as_str().unwrap();
-    let confirm = browser
-        .get(&format!("/dashboard/device?user_code={user_code}"))
-        .await;
+    let confirm = browser.enter_device_code(user_code).await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     let id = confirm.input_value("id").unwrap();
     let done = browser

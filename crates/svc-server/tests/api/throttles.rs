@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use svc_server::ServerConfig;
 use svc_test_support::{Browser, Database, TestApp};
 
-use crate::device::enter;
 
 /// A client whose connections come from 127.0.0.`last`.
 fn client_from(last: u8) -> reqwest::Client {
@@ -385,7 +384,9 @@ async fn a_link_with_a_user_code_spends_no_attempts() {
         .json::<Value>()
         .await
         .unwrap();
-    let confirm = enter(&browser, codes["user_code"].as_str().unwrap()).await;
+    let confirm = browser
+        .enter_device_code(codes["user_code"].as_str().unwrap())
+        .await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     assert!(confirm.body.contains("Approve"));
 }
@@ -407,7 +408,9 @@ async fn client_names_cannot_reorder_the_approval_page() {
         .await
         .unwrap();
     let (browser, _) = app.signed_in("alice@example.com", false).await;
-    let confirm = enter(&browser, codes["user_code"].as_str().unwrap()).await;
+    let confirm = browser
+        .enter_device_code(codes["user_code"].as_str().unwrap())
+        .await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     assert!(confirm.body.contains("svc-clitxt.exe"), "{}", confirm.body);
     assert!(confirm.body.contains("chatkeys"), "{}", confirm.body);
