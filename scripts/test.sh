@@ -31,4 +31,5 @@ export TMPDIR="$run_tmp"
 cargo test --workspace --locked
 bash tests/python/run.sh
 bash tests/browser/run.sh
+bash scripts/fuzz.sh
 bash scripts/leftovers.sh "$SVC_TEST_RUN" "$run_tmp"

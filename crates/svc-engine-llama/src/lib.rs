@@ -23,6 +23,8 @@ mod backend;
 mod chat;
 pub mod cpu;
 mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 mod grammar;
 mod markup;
 mod options;

@@ -27,8 +27,8 @@ use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::error::{self, Failure};
 use crate::pool::{Endpoint, Lease, Pool};
 use crate::proxy::Proxies;
+use crate::reader::StreamReader;
 use crate::request;
-use crate::sse::{SseDecoder, SseEvent};
 use crate::translate::{Step, Translator};
 
 /// An engine whose model runs elsewhere, behind OpenAI-compatible APIs.
@@ -173,9 +173,7 @@ impl UpstreamEngine {
         }
         let mut body = Body {
             exchange,
-            decoder: SseDecoder::default(),
-            translator,
-            events: Vec::new(),
+            reader: StreamReader::new(translator),
         };
         let mut started = false;
         loop {
@@ -205,10 +203,7 @@ impl UpstreamEngine {
 /// An upstream response body being read as an event stream.
 struct Body {
     exchange: Exchange,
-    decoder: SseDecoder,
-    translator: Translator,
-    /// Decoded and not yet translated (reused between reads).
-    events: Vec<SseEvent>,
+    reader: StreamReader,
 }
 
 impl Body {
@@ -219,32 +214,10 @@ impl Body {
         late: impl FnOnce() -> Failure,
         out: &mut Vec<EngineEvent>,
     ) -> Result<Step, Failure> {
-        let step = match timeout_at(deadline, self.exchange.chunk()).await {
-            Err(_) => Err(late()),
-            Ok(Err(e)) => Err(body_failed(e)),
-            Ok(Ok(None)) => self
-                .decoder
-                .finish(&mut self.events)
-                .map_err(malformed)
-                .and_then(|()| translate(&mut self.translator, &mut self.events, out))
-                .and_then(|step| match step {
-                    Step::Done => Ok(Step::Done),
-                    Step::More => self.translator.end_of_body(out),
-                }),
-            Ok(Ok(Some(bytes))) => self
-                .decoder
-                .push(&bytes, &mut self.events)
-                .map_err(malformed)
-                .and_then(|()| translate(&mut self.translator, &mut self.events, out)),
-        };
-        match step {
-            // Everything came but the usage or `[DONE]`: finish with what
-            // arrived rather than fail a complete reply.
-            Err(failure) if self.translator.finished() => {
-                tracing::debug!(?failure, "upstream stream ended untidily after finishing");
-                self.translator.end_of_body(out)
-            }
-            other => other,
+        match timeout_at(deadline, self.exchange.chunk()).await {
+            Err(_) => self.reader.read(Err(late()), out),
+            Ok(Err(e)) => self.reader.read(Err(body_failed(e)), out),
+            Ok(Ok(chunk)) => self.reader.read(Ok(chunk.as_deref()), out),
         }
     }
 
@@ -308,20 +281,6 @@ impl Started {
     }
 }
 
-/// Runs the decoded events through the translator.
-fn translate(
-    translator: &mut Translator,
-    events: &mut Vec<SseEvent>,
-    out: &mut Vec<EngineEvent>,
-) -> Result<Step, Failure> {
-    for event in events.drain(..) {
-        if translator.event(event.event.as_deref(), &event.data, out)? == Step::Done {
-            return Ok(Step::Done);
-        }
-    }
-    Ok(Step::More)
-}
-
 fn sending_failed(e: client::Error) -> Failure {
     match e {
         client::Error::Connect(detail) => Failure::Unreachable(detail),
@@ -332,10 +291,6 @@ fn sending_failed(e: client::Error) -> Failure {
 
 fn body_failed(e: client::Error) -> Failure {
     Failure::BadResponse(format!("the upstream body broke: {e}"))
-}
-
-fn malformed(e: crate::sse::SseError) -> Failure {
-    Failure::BadResponse(format!("malformed upstream stream: {e}"))
 }
 
 fn idle(limit: Duration) -> Failure {

@@ -14,9 +14,20 @@ mod engine;
 mod error;
 mod pool;
 mod proxy;
+mod reader;
 mod request;
 mod sse;
 mod translate;
 
 pub use config::{ConfigError, EndpointConfig, UpstreamKey, UpstreamOptions};
 pub use engine::{EndpointSnapshot, UpstreamEngine};
+
+/// The event-stream decoder, the chunk translator and the body reader that
+/// drives them, for the fuzz targets in `fuzz/`, which feed them untrusted
+/// upstream bodies. Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::reader::StreamReader;
+    pub use crate::sse::{MAX_EVENT_BYTES, SseDecoder, SseError, SseEvent};
+    pub use crate::translate::{Step, Translator};
+}

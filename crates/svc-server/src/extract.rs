@@ -89,7 +89,16 @@ pub struct BodyLimit(pub usize);
 /// bodies take serde_json's direct path; only a failure is parsed again,
 /// with the path tracking that names the field (and costs a request's
 /// worth of time at thousands of requests a second).
+///
+/// Every body of this API is a JSON object: serde would also read a struct
+/// from an array (its fields by position), so an array is refused first.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::InvalidBody {
+            param: None,
+            message: "The body of your request must be a JSON object.".into(),
+        });
+    }
     match serde_json::from_slice(bytes) {
         Ok(value) => Ok(value),
         Err(_) => parse_json_tracked(bytes),
@@ -289,6 +298,28 @@ mod tests {
     }
 
     const PROXY: &[&str] = &["10.0.0.0/8"];
+
+    /// Found by the `chat_request` fuzz target: serde reads a struct from a
+    /// JSON array, so `["svc", [...]]` was a valid chat request and a wrong
+    /// one failed with `param` `[0]`, which names no field.
+    #[test]
+    fn a_body_that_is_an_array_is_refused() {
+        let positional = br#" ["svc", [{"role": "user", "content": "hi"}]]"#;
+        match parse_json::<svc_api::ChatCompletionRequest>(positional) {
+            Err(ApiError::InvalidBody {
+                param: None,
+                message,
+            }) => {
+                assert!(message.contains("JSON object"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let wrong = br#"[{"model": "svc"}]"#;
+        assert!(matches!(
+            parse_json::<svc_api::ChatCompletionRequest>(wrong),
+            Err(ApiError::InvalidBody { param: None, .. })
+        ));
+    }
 
     #[test]
     fn headers_from_untrusted_peers_are_ignored() {

@@ -49,20 +49,7 @@ pub async fn code(
 ) -> Result<Response, ApiError> {
     let user_agent = header_text(request.headers(), header::USER_AGENT);
     let body = read_body(request, state.body_limit).await?;
-    let fields: CodeRequest = match &body {
-        Body::Empty => CodeRequest::default(),
-        Body::Json(bytes) => parse_json(bytes)?,
-        Body::Form(bytes) => {
-            serde_urlencoded::from_bytes(bytes).map_err(|e| ApiError::InvalidBody {
-                param: None,
-                message: format!("We could not parse the form body of your request: {e}."),
-            })?
-        }
-    };
-    let clip = |v: Option<String>| {
-        v.map(|s| plain_text(&s, MAX_CLIENT_FIELD))
-            .filter(|s: &String| !s.is_empty())
-    };
+    let fields = code_fields(&body)?;
     let started = state
         .devices
         .start(DeviceClient {
@@ -115,6 +102,57 @@ pub async fn code(
         interval: issued.interval,
     };
     Ok(no_store(Json(body).into_response()))
+}
+
+/// A code request's fields as read from its body.
+fn code_fields(body: &Body) -> Result<CodeRequest, ApiError> {
+    Ok(match body {
+        Body::Empty => CodeRequest::default(),
+        Body::Json(bytes) => parse_json(bytes)?,
+        Body::Form(bytes) => {
+            serde_urlencoded::from_bytes(bytes).map_err(|e| ApiError::InvalidBody {
+                param: None,
+                message: format!("We could not parse the form body of your request: {e}."),
+            })?
+        }
+    })
+}
+
+/// What a client says about itself, as it is kept and shown to the user.
+fn clip(value: Option<String>) -> Option<String> {
+    value
+        .map(|s| plain_text(&s, MAX_CLIENT_FIELD))
+        .filter(|s| !s.is_empty())
+}
+
+/// The code request's `client_id` and `scope` as kept, from a JSON or
+/// (`form`) form-encoded body: what `POST /v1/auth/device/code` makes of
+/// untrusted bytes before the store is asked. For the fuzz targets in
+/// `fuzz/`; not part of the API.
+#[doc(hidden)]
+pub fn fuzz_code_body(
+    form: bool,
+    bytes: &[u8],
+) -> Result<(Option<String>, Option<String>), ApiError> {
+    let bytes = Bytes::copy_from_slice(bytes);
+    let body = if form {
+        Body::Form(bytes)
+    } else if bytes.iter().all(u8::is_ascii_whitespace) {
+        Body::Empty
+    } else {
+        Body::Json(bytes)
+    };
+    let fields = code_fields(&body)?;
+    Ok((clip(fields.client_id), clip(fields.scope)))
+}
+
+/// The token request's `grant_type`, `device_code` and `client_id` from a
+/// form-encoded body, or `None` where `POST /v1/auth/device/token` answers
+/// `invalid_request`. For the fuzz targets in `fuzz/`; not part of the API.
+#[doc(hidden)]
+pub fn fuzz_token_form(bytes: &[u8]) -> Option<[Option<String>; 3]> {
+    let fields = serde_urlencoded::from_bytes::<OAuthTokenRequest>(bytes).ok()?;
+    Some([fields.grant_type, fields.device_code, fields.client_id])
 }
 
 /// The RFC 8628 token request's fields.

@@ -15,6 +15,10 @@ use axum::routing::{get, post};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The device flow's body parsing, for the fuzz targets in `fuzz/`.
+#[doc(hidden)]
+pub use device::{fuzz_code_body, fuzz_token_form};
+
 /// Every route of the service but `/metrics` (which the application adds
 /// here or on its own address).
 pub fn router() -> Router<AppState> {
