@@ -23,36 +23,9 @@ target=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -q -p svc-cli --bin svc \
   -p svc-test-support --bin svc-fake-upstream --bin svc-loadgen
 
-out=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out"; }
-trap cleanup EXIT
-wait_for() { # file pattern
-  for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  echo "timed out waiting for $2 in $1" >&2; cat "$1" >&2; exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-"$target/release/svc-fake-upstream" >"$out/upstream" 2>&1 &
-pids+=($!)
-wait_for "$out/upstream" '^url '
-upstream=$(awk '/^url /{print $2}' "$out/upstream")
-
-port=$(free_port)
-cat >"$out/svc.toml" <<TOML
-bind = "127.0.0.1:$port"
-data_dir = "$out/svc-data"
-[models.svc]
-upstreams = [{ base_url = "$upstream", model = "fake" }]
-[models.svc-thinking]
-reasoning = true
-upstreams = [{ base_url = "$upstream", model = "fake" }]
-TOML
-key=$("$target/release/svc" keys create --config "$out/svc.toml" --name soak)
-SVC_LOG=warn "$target/release/svc" serve --config "$out/svc.toml" >"$out/svc.log" 2>&1 &
-svc_pid=$!
-pids+=($svc_pid)
-wait_for "$out/svc.log" 'serving on'
+source bench/gateway-lib.sh
+start_gateway
+port=$svc_port
 base="http://127.0.0.1:$port"
 
 sample() { # label: svc's RSS (KiB), open files, threads

@@ -123,6 +123,21 @@ fn parse() -> Args {
 
 type Connection = SendRequest<Full<Bytes>>;
 
+/// How long an idle connection is kept for reuse, as HTTP clients' pools
+/// do (httpx 5 s, Node's undici 4 s): a server closes kept-alive
+/// connections that stay idle (svc after `--header-timeout`), and a request
+/// sent on one just as it closes is lost, which the soak would count as
+/// svc's error.
+const IDLE_EXPIRY: Duration = Duration::from_secs(4);
+
+/// The most recently idle connection that has not expired; the expired
+/// ones (the oldest, at the front) are dropped.
+fn take_idle(idle: &mut Vec<(Connection, Instant)>) -> Option<Connection> {
+    let fresh = idle.partition_point(|(_, since)| since.elapsed() >= IDLE_EXPIRY);
+    idle.drain(..fresh);
+    idle.pop().map(|(c, _)| c)
+}
+
 /// Opens a keep-alive connection; its driver runs on a task of its own.
 async fn connect(args: &Args) -> Option<Connection> {
     let stream = TcpStream::connect(&args.authority).await.ok()?;
@@ -283,7 +298,8 @@ async fn run(args: Args) {
     if let Some(rate) = args.rate {
         // Open loop: each request at its scheduled time, on an idle
         // connection if there is one, else on a new one.
-        let idle: Rc<RefCell<Vec<Connection>>> = Rc::default();
+        // Idle connections with the time they became idle, newest last.
+        let idle: Rc<RefCell<Vec<(Connection, Instant)>>> = Rc::default();
         let period = Duration::from_secs_f64(1.0 / rate);
         let pacer = Pacer::new();
         let local = tokio::task::LocalSet::new();
@@ -296,7 +312,7 @@ async fn run(args: Args) {
                     let scheduled = next;
                     let (args, results, idle) = (args.clone(), results.clone(), idle.clone());
                     tasks.push(tokio::task::spawn_local(async move {
-                        let reused = idle.borrow_mut().pop();
+                        let reused = take_idle(&mut idle.borrow_mut());
                         let connection = match reused {
                             Some(c) => Some(c),
                             None => connect(&args).await,
@@ -305,7 +321,7 @@ async fn run(args: Args) {
                             Some(mut c) => {
                                 let ok = one(&mut c, &args).await;
                                 if ok {
-                                    idle.borrow_mut().push(c);
+                                    idle.borrow_mut().push((c, Instant::now()));
                                 }
                                 ok
                             }
