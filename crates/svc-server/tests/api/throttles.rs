@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use svc_server::ServerConfig;
 use svc_test_support::{Browser, Database, TestApp};
 
-
 /// A client whose connections come from 127.0.0.`last`.
 fn client_from(last: u8) -> reqwest::Client {
     reqwest::Client::builder()
