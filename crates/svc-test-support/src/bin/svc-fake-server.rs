@@ -2,7 +2,8 @@
 //! benchmarks driven from outside Rust (the `openai` SDK conformance tests,
 //! schemathesis, load generators). Never part of `svc serve`.
 //!
-//! Prints two lines on stdout, then serves until killed:
+//! Prints two lines on stdout, then serves until SIGTERM or SIGINT (then
+//! shuts down gracefully and removes its temporary data directory):
 //! `url http://127.0.0.1:PORT` and `key sk-svc-...`. `--user EMAIL:PASSWORD`
 //! and `--admin EMAIL:PASSWORD` create dashboard accounts first (for the
 //! browser tests); `--device-interval` and `--device-code-lifetime` (seconds)
@@ -79,6 +80,30 @@ async fn main() -> anyhow::Result<()> {
     writeln!(out, "url http://{}", app.local_addr())?;
     writeln!(out, "key {}", key.expose())?;
     out.flush()?;
-    app.run(CancellationToken::new()).await;
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            stop_signal().await;
+            shutdown.cancel();
+        }
+    });
+    app.run(shutdown).await;
     Ok(())
+}
+
+/// SIGTERM (what the test suites send) or SIGINT: returning from `main`
+/// removes the temporary data directory, which being killed would leave.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }
