@@ -173,13 +173,7 @@ impl UserStore for SqlStore {
     ) -> Result<bool, StoreError> {
         // Dropping the transaction without commit rolls it back, so every
         // early return below leaves nothing written.
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
-        if self.backend == Backend::Postgres {
-            sqlx::query(LOCK_USERS)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error)?;
-        }
+        let mut tx = self.users_tx().await?;
         let taken = sqlx::query(TAKE_SETUP_TOKEN)
             .bind(token_hash)
             .bind(at)

@@ -31,7 +31,7 @@ fn fast() -> DeviceSettings {
     }
 }
 
-async fn start(app: &TestApp) -> Value {
+pub(crate) async fn start(app: &TestApp) -> Value {
     let response = app
         .client
         .post(app.url("/v1/auth/device/code"))
@@ -43,7 +43,7 @@ async fn start(app: &TestApp) -> Value {
     response.json().await.unwrap()
 }
 
-async fn poll(app: &TestApp, device_code: &str) -> (StatusCode, Value) {
+pub(crate) async fn poll(app: &TestApp, device_code: &str) -> (StatusCode, Value) {
     let response = app
         .client
         .post(app.url("/v1/auth/device/token"))
@@ -67,7 +67,11 @@ async fn poll_form(app: &TestApp, fields: &[(&str, &str)]) -> (StatusCode, Value
 }
 
 /// Enters `user_code` in `browser`'s session and presses `decision`.
-async fn decide(browser: &Browser, user_code: &str, decision: &str) -> svc_test_support::Page {
+pub(crate) async fn decide(
+    browser: &Browser,
+    user_code: &str,
+    decision: &str,
+) -> svc_test_support::Page {
     let confirm = browser.enter_device_code(user_code).await;
     assert_eq!(confirm.status, 200, "{}", confirm.body);
     let id = confirm.input_value("id").unwrap();

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
-use serde_json::{Value, json};
 use svc_core::{DeviceSettings, NewKey, UserRecord};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Browser, Database, TestApp};
+
+use crate::device::{decide, poll, start};
 
 /// Runs each `async fn name(db: Database)` on a fresh SQLite file and on a
 /// fresh PostgreSQL schema.
@@ -81,42 +81,10 @@ async fn key_of(app: &TestApp, user: &UserRecord) -> String {
 /// Starts a device login and has `browser` approve it; returns the device
 /// code, not yet polled.
 async fn approved_device_code(app: &TestApp, browser: &Browser) -> String {
-    let codes: Value = app
-        .client
-        .post(app.url("/v1/auth/device/code"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let user_code = codes["user_code"].as_str().unwrap();
-    let confirm = browser.enter_device_code(user_code).await;
-    assert_eq!(confirm.status, 200, "{}", confirm.body);
-    let id = confirm.input_value("id").unwrap();
-    let done = browser
-        .post(
-            "/dashboard/device/decide",
-            &[
-                ("csrf", &confirm.csrf()),
-                ("id", &id),
-                ("decision", "approve"),
-            ],
-        )
-        .await;
+    let codes = start(app).await;
+    let done = decide(browser, codes["user_code"].as_str().unwrap(), "approve").await;
     assert!(done.body.contains("Device approved"), "{}", done.body);
     codes["device_code"].as_str().unwrap().to_owned()
-}
-
-async fn poll(app: &TestApp, device_code: &str) -> (StatusCode, Value) {
-    let response = app
-        .client
-        .post(app.url("/v1/auth/device/token"))
-        .json(&json!({ "device_code": device_code }))
-        .send()
-        .await
-        .unwrap();
-    (response.status(), response.json().await.unwrap())
 }
 
 /// The sign-in form's answer for `email` with `password123`.
