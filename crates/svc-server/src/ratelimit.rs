@@ -100,6 +100,21 @@ impl Breaker {
                 .is_ok()
     }
 
+    /// Runs one Redis call when [`Breaker::allow`] lets it, bounded by
+    /// [`REDIS_RESPONSE_TIMEOUT`], and records how it went; `None` when
+    /// Redis is being left alone.
+    async fn call<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Option<redis::RedisResult<T>> {
+        if !self.allow() {
+            return None;
+        }
+        let result = bounded(call).await;
+        self.record(&result);
+        Some(result)
+    }
+
     fn record<T>(&self, result: &Result<T, redis::RedisError>) {
         let retry_at = match result {
             Ok(_) => 0,
@@ -305,18 +320,18 @@ impl RateLimiter {
                 Ok(())
             }
             Counters::Redis(manager, breaker) => {
-                if !breaker.allow() {
-                    return;
-                }
                 let mut conn = manager.clone();
                 let script = redis::Script::new(ADD_TOKENS);
                 let mut invocation = script.key(redis_key(key, start, "tok"));
                 invocation.arg(tokens).arg(WINDOW_MS * 2);
-                let added = bounded(invocation.invoke_async::<i64>(&mut conn))
+                match breaker
+                    .call(invocation.invoke_async::<i64>(&mut conn))
                     .await
-                    .map(|_| ());
-                breaker.record(&added);
-                added
+                {
+                    Some(added) => added.map(|_| ()),
+                    // Redis failed a moment ago (and that was logged).
+                    None => return,
+                }
             }
         };
         if let Err(e) = result {
@@ -338,18 +353,15 @@ impl RateLimiter {
                 Some(Ok((window.requests, window.tokens)))
             }
             Counters::Redis(manager, breaker) => {
-                if !breaker.allow() {
-                    return None;
-                }
                 let mut conn = manager.clone();
                 let script = redis::Script::new(ACQUIRE);
                 let mut invocation = script.key(redis_key(key, start, "req"));
                 invocation
                     .key(redis_key(key, start, "tok"))
                     .arg(WINDOW_MS * 2);
-                let counts = bounded(invocation.invoke_async::<(i64, i64)>(&mut conn)).await;
-                breaker.record(&counts);
-                Some(counts)
+                breaker
+                    .call(invocation.invoke_async::<(i64, i64)>(&mut conn))
+                    .await
             }
         }
     }
