@@ -131,12 +131,8 @@ impl Runner {
 
     /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
     pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
-        let vocab = self.model.vocab();
-        let mut tokens = vocab.tokenize(text.as_bytes(), false, true);
-        if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
-            tokens.insert(0, vocab.bos());
-        }
-        tokens
+        let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
+        crate::prompt::with_bos(&self.model, tokens)
     }
 
     /// Tokenizes a rendered chat prompt: the template's control tokens as

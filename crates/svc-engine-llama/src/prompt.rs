@@ -251,15 +251,12 @@ impl Specials {
         let vocab = model.vocab();
         let exact = !text.contains(MARK)
             && self.count(text, EXACT_PATH_SPECIALS + 1) <= EXACT_PATH_SPECIALS;
-        let mut tokens = if exact {
+        let tokens = if exact {
             vocab.tokenize(text.as_bytes(), false, true)
         } else {
             self.tokenize_marked(model, text, cancel)?
         };
-        if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
-            tokens.insert(0, vocab.bos());
-        }
-        Ok(tokens)
+        Ok(with_bos(model, tokens))
     }
 
     /// Control-token texts in `text`, counted up to `most`.
@@ -407,6 +404,16 @@ impl Drop for CancelOnDrop {
             cancel.0.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// `tokens` with the model's BOS in front, where the model wants one and
+/// the text did not bring it.
+pub(crate) fn with_bos(model: &LlamaModel, mut tokens: Vec<LlamaToken>) -> Vec<LlamaToken> {
+    let vocab = model.vocab();
+    if vocab.should_add_bos() && tokens.first() != Some(&vocab.bos()) {
+        tokens.insert(0, vocab.bos());
+    }
+    tokens
 }
 
 #[cfg(test)]
