@@ -1,6 +1,8 @@
 //! The command-line client (`svc login`, `logout`, `whoami`, `chat`,
 //! `models`): end to end against real servers, and in a real terminal.
 
+// Serves models from GGUF files: needs the embedded engine.
+#![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "client/e2e.rs"]

@@ -4,6 +4,8 @@
 //! are refused quickly, and `/health` and another key holder's chat stay
 //! answered meanwhile.
 
+// Serves models from GGUF files: needs the embedded engine.
+#![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, Ipv4Addr};

@@ -1,6 +1,8 @@
 //! The `svc` binary as operators run it: `svc serve` processes and
 //! `svc keys` commands sharing one store, on SQLite and on PostgreSQL.
 
+// Serves models from GGUF files: needs the embedded engine.
+#![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! `svc pull` leaves it; `scripts/test.sh` provides it); without it each
 //! test says so and passes.
 
+// Serves models from GGUF files: needs the embedded engine.
+#![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;

@@ -5,6 +5,8 @@
 //! Keys, revocation, rate limits and device codes cross replicas; killing
 //! one upstream loses no request that had not yet sent the client a byte.
 
+// Serves models from GGUF files: needs the embedded engine.
+#![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;

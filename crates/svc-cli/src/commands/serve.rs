@@ -1,19 +1,21 @@
 //! `svc serve`: open the store, assemble the models, serve until SIGTERM or
 //! Ctrl-C, then let in-flight requests finish.
 
-use std::path::PathBuf;
+mod embedded;
+
 use std::sync::Arc;
 
 use anyhow::Context;
 use svc_core::Engine;
-use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 use svc_engine_upstream::UpstreamEngine;
 use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::model_files;
-use crate::settings::{EngineSettings, ModelSource, ServeSettings};
+use crate::settings::{ModelSource, ServeSettings};
+
+use self::embedded::EmbeddedEngines;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut settings = ServeSettings::resolve(&args)?;
@@ -139,6 +141,14 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
         wanted.retain(|w| &w.0 != id);
         wanted.push((id.clone(), model.reasoning, Some(&model.source)));
     }
+    // Checked before the default model is fetched: a build without the
+    // embedded engine refuses here.
+    let local: Vec<&str> = wanted
+        .iter()
+        .filter(|w| !matches!(w.2, Some(ModelSource::Upstream { .. })))
+        .map(|w| w.0.as_str())
+        .collect();
+    let mut embedded = EmbeddedEngines::new(engine, &local)?;
     let default = if wanted.iter().any(|w| w.2.is_none()) {
         Some(match &engine.model {
             Some(path) => (path.clone(), None),
@@ -150,7 +160,6 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     } else {
         None
     };
-    let mut loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)> = Vec::new();
     let mut routes = Vec::new();
     for (id, reasoning, source) in wanted {
         let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
@@ -168,14 +177,14 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
                     parallel,
                 }),
                 _,
-            ) => {
-                let options = llama_options(engine, path.clone(), *context, *parallel);
-                (llama_engine(&mut loaded, options).await?, None)
-            }
-            (None, Some((path, prompt))) => {
-                let options = llama_options(engine, path.clone(), None, None);
-                (llama_engine(&mut loaded, options).await?, prompt.clone())
-            }
+            ) => (
+                embedded.load(path.clone(), *context, *parallel).await?,
+                None,
+            ),
+            (None, Some((path, prompt))) => (
+                embedded.load(path.clone(), None, None).await?,
+                prompt.clone(),
+            ),
             (None, None) => anyhow::bail!("no model for {id}"),
         };
         routes.push(ModelRoute {
@@ -188,46 +197,6 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
         });
     }
     Ok(ModelRegistry::new(routes))
-}
-
-fn llama_options(
-    engine: &EngineSettings,
-    path: PathBuf,
-    context: Option<u32>,
-    parallel: Option<u32>,
-) -> LlamaEngineOptions {
-    let mut options = LlamaEngineOptions::new(path);
-    options.context_per_sequence = context.unwrap_or(engine.context);
-    options.parallel = parallel.unwrap_or(engine.parallel);
-    options.threads = engine.threads;
-    options.queue_capacity = engine.queue;
-    options
-}
-
-/// The embedded engine for `options`: one already loaded with the same
-/// options, or a new one.
-async fn llama_engine(
-    loaded: &mut Vec<(LlamaEngineOptions, Arc<dyn Engine>)>,
-    options: LlamaEngineOptions,
-) -> anyhow::Result<Arc<dyn Engine>> {
-    if let Some((_, engine)) = loaded.iter().find(|(o, _)| *o == options) {
-        return Ok(engine.clone());
-    }
-    eprintln!("loading {} ...", options.model_path.display());
-    let load = options.clone();
-    let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
-        .await
-        .context("the model loader stopped")??;
-    let info = engine.info();
-    eprintln!(
-        "  {}: context {} tokens x {} sequences",
-        info.name.as_deref().unwrap_or("model"),
-        info.context_per_sequence,
-        info.parallel
-    );
-    let engine: Arc<dyn Engine> = Arc::new(engine);
-    loaded.push((options, engine.clone()));
-    Ok(engine)
 }
 
 /// `created` of every model in the listing: when svc's model list began.
