@@ -7,7 +7,7 @@
 pub mod cli;
 pub mod client;
 pub mod commands;
-pub mod model_files;
+pub mod progress;
 pub mod settings;
 
 use std::process::ExitCode;
