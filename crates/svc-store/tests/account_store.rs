@@ -14,6 +14,7 @@ mod common;
 
 use common::{Db, join_all, new_user, random_hex};
 use svc_core::account::UserId;
+use svc_core::hashes::SessionHash;
 use svc_core::session::SessionRecord;
 use svc_core::store::{SessionStore, StoreError, UserStore};
 
@@ -191,7 +192,7 @@ async fn concurrent_first_users_make_exactly_one(db: &Db) {
 
 fn new_session(user_id: &UserId, created_at: i64, expires_at: i64) -> SessionRecord {
     SessionRecord {
-        token_hash: random_hex(32),
+        token_hash: SessionHash::from_stored(random_hex(32)),
         user_id: user_id.clone(),
         csrf_token: random_hex(16),
         created_at,
@@ -220,7 +221,13 @@ async fn sessions_are_stored_and_deleted(db: &Db) {
         store.session_by_hash(&bare.token_hash).await.unwrap(),
         Some(bare.clone())
     );
-    assert_eq!(store.session_by_hash(&random_hex(32)).await.unwrap(), None);
+    assert_eq!(
+        store
+            .session_by_hash(&SessionHash::from_stored(random_hex(32)))
+            .await
+            .unwrap(),
+        None
+    );
 
     let mut duplicate = new_session(&UserId::generate(), 30, 300);
     duplicate.token_hash = bare.token_hash.clone();
@@ -272,7 +279,7 @@ async fn flash_is_taken_once(db: &Db) {
     let other = new_session(&user, 0, 100);
     store.insert_session(&session).await.unwrap();
     store.insert_session(&other).await.unwrap();
-    let hash = session.token_hash.as_str();
+    let hash = &session.token_hash;
 
     assert_eq!(store.take_session_flash(hash).await.unwrap(), None);
     store
@@ -306,11 +313,14 @@ async fn flash_is_taken_once(db: &Db) {
     // The flash is no part of the record, and unknown sessions are no error.
     assert_eq!(store.session_by_hash(hash).await.unwrap(), Some(session));
     store
-        .set_session_flash(&random_hex(32), Some("x"))
+        .set_session_flash(&SessionHash::from_stored(random_hex(32)), Some("x"))
         .await
         .unwrap();
     assert_eq!(
-        store.take_session_flash(&random_hex(32)).await.unwrap(),
+        store
+            .take_session_flash(&SessionHash::from_stored(random_hex(32)))
+            .await
+            .unwrap(),
         None
     );
 }
