@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::hashes::SessionHash;
+use crate::hashes::{SessionHash, SetupTokenHash};
 use crate::now;
-use crate::session::{SessionRecord, SessionToken, flash, random_token, sha256_hex};
+use crate::session::{SessionRecord, SessionToken, flash, random_token};
 use crate::store::{AccountChange, Store, StoreError};
 use crate::throttle::{Throttle, give_back_all, take_all};
 
@@ -474,7 +474,7 @@ impl AccountService {
         }
         let token = random_token();
         self.store
-            .insert_setup_token(&sha256_hex(&token), now() + SETUP_SECONDS)
+            .insert_setup_token(&SetupTokenHash::of(&token), now() + SETUP_SECONDS)
             .await?;
         Ok(Some(token))
     }
@@ -490,7 +490,7 @@ impl AccountService {
         let user = new_user(email, password, true).await?;
         if self
             .store
-            .create_first_user(&sha256_hex(token), &user, now())
+            .create_first_user(&SetupTokenHash::of(token), &user, now())
             .await?
         {
             Ok(user)

@@ -1,5 +1,6 @@
 //! What the store keeps of short-lived secrets: the SHA-256 (lowercase hex)
-//! of a session token, a device code or a normalised user code. Each is a
+//! of a session token, a device code, a normalised user code or a
+//! first-admin setup token. Each is a
 //! type of its own, so one kind of hash cannot be looked up as another, and
 //! their `Debug` shows only the first 8 hex digits (enough to tell rows
 //! apart in a log, not to find one).
@@ -43,6 +44,10 @@ macro_rules! stored_hash {
 stored_hash!(
     /// SHA-256 of a dashboard session's cookie token.
     SessionHash
+);
+stored_hash!(
+    /// SHA-256 of a one-time token that lets the first admin sign up.
+    SetupTokenHash
 );
 stored_hash!(
     /// SHA-256 of a device code (RFC 8628), how a client's polls find it.

@@ -26,7 +26,7 @@ pub use engine::{
     FinishReason, GenerateRequest, OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolCallSpec,
     ToolChoiceSpec, ToolSpec,
 };
-pub use hashes::{DeviceCodeHash, SessionHash, UserCodeHash};
+pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};
 pub use request::{ValidChatRequest, ValidationError};

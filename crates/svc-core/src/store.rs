@@ -8,7 +8,7 @@ use thiserror::Error;
 
 use crate::account::{UserId, UserRecord};
 use crate::device::{DeviceDecision, DeviceRecord};
-use crate::hashes::{DeviceCodeHash, SessionHash, UserCodeHash};
+use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
 use crate::session::SessionRecord;
 use crate::usage::{UsageDelta, UsageRow};
@@ -166,14 +166,17 @@ pub trait UserStore: Send + Sync {
     async fn list_users(&self) -> Result<Vec<UserRecord>, StoreError>;
     async fn count_users(&self) -> Result<i64, StoreError>;
     /// Remembers the hash of a one-time setup token, valid until `expires_at`.
-    async fn insert_setup_token(&self, token_hash: &str, expires_at: i64)
-    -> Result<(), StoreError>;
+    async fn insert_setup_token(
+        &self,
+        token_hash: &SetupTokenHash,
+        expires_at: i64,
+    ) -> Result<(), StoreError>;
     /// In one transaction: consumes the setup token (which must exist and not
     /// be expired at `at`) and, if there is still no user at all, inserts
     /// `user`. False, with nothing changed, when either condition fails.
     async fn create_first_user(
         &self,
-        token_hash: &str,
+        token_hash: &SetupTokenHash,
         user: &UserRecord,
         at: i64,
     ) -> Result<bool, StoreError>;

@@ -14,7 +14,7 @@ mod common;
 
 use common::{Db, join_all, new_user, random_hex};
 use svc_core::account::UserId;
-use svc_core::hashes::SessionHash;
+use svc_core::hashes::{SessionHash, SetupTokenHash};
 use svc_core::session::SessionRecord;
 use svc_core::store::{SessionStore, StoreError, UserStore};
 
@@ -98,19 +98,25 @@ async fn users_are_listed_oldest_first_and_counted(db: &Db) {
 async fn first_user_needs_a_live_token(db: &Db) {
     let store = db.store().await;
     let admin = new_user("admin@example.com", 1_000);
-    store.insert_setup_token("expired", 1_000).await.unwrap();
-    store.insert_setup_token("live", 1_001).await.unwrap();
+    store
+        .insert_setup_token(&setup("expired"), 1_000)
+        .await
+        .unwrap();
+    store
+        .insert_setup_token(&setup("live"), 1_001)
+        .await
+        .unwrap();
 
     // Unknown, and expired at `at` (expires_at == at is expired).
     assert!(
         !store
-            .create_first_user("unknown", &admin, 1_000)
+            .create_first_user(&setup("unknown"), &admin, 1_000)
             .await
             .unwrap()
     );
     assert!(
         !store
-            .create_first_user("expired", &admin, 1_000)
+            .create_first_user(&setup("expired"), &admin, 1_000)
             .await
             .unwrap()
     );
@@ -118,7 +124,7 @@ async fn first_user_needs_a_live_token(db: &Db) {
 
     assert!(
         store
-            .create_first_user("live", &admin, 1_000)
+            .create_first_user(&setup("live"), &admin, 1_000)
             .await
             .unwrap()
     );
@@ -136,7 +142,7 @@ async fn first_user_needs_a_live_token(db: &Db) {
     );
     assert!(
         !store
-            .create_first_user("live", &admin, 1_000)
+            .create_first_user(&setup("live"), &admin, 1_000)
             .await
             .unwrap()
     );
@@ -146,10 +152,18 @@ async fn first_user_is_refused_once_a_user_exists(db: &Db) {
     let store = db.store().await;
     let existing = new_user("someone@example.com", 1);
     store.insert_user(&existing).await.unwrap();
-    store.insert_setup_token("live", 2_000).await.unwrap();
+    store
+        .insert_setup_token(&setup("live"), 2_000)
+        .await
+        .unwrap();
 
     let late = new_user("late@example.com", 1_000);
-    assert!(!store.create_first_user("live", &late, 1_000).await.unwrap());
+    assert!(
+        !store
+            .create_first_user(&setup("live"), &late, 1_000)
+            .await
+            .unwrap()
+    );
     assert_eq!(store.list_users().await.unwrap(), vec![existing]);
     // Nothing changed: the token's deletion was rolled back.
     assert_eq!(
@@ -165,7 +179,7 @@ async fn concurrent_first_users_make_exactly_one(db: &Db) {
     let store = db.store().await;
     for n in 0..8 {
         store
-            .insert_setup_token(&format!("token_{n}"), 10_000)
+            .insert_setup_token(&setup(&format!("token_{n}")), 10_000)
             .await
             .unwrap();
     }
@@ -174,7 +188,7 @@ async fn concurrent_first_users_make_exactly_one(db: &Db) {
         async move {
             let user = new_user(&format!("user{n}@example.com"), 1_000);
             store
-                .create_first_user(&format!("token_{n}"), &user, 1_000)
+                .create_first_user(&setup(&format!("token_{n}")), &user, 1_000)
                 .await
                 .unwrap()
         }
@@ -188,6 +202,12 @@ async fn concurrent_first_users_make_exactly_one(db: &Db) {
     assert_eq!(store.count_users().await.unwrap(), 1);
     // Only the winner's token is gone.
     assert_eq!(db.scalar("SELECT COUNT(*) FROM setup_tokens").await, 7);
+}
+
+/// A setup token's hash as the store keeps it (`hash` itself, readable in
+/// the table).
+fn setup(hash: &str) -> SetupTokenHash {
+    SetupTokenHash::from_stored(hash.to_owned())
 }
 
 fn new_session(user_id: &UserId, created_at: i64, expires_at: i64) -> SessionRecord {
