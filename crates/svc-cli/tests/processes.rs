@@ -289,8 +289,8 @@ async fn account_with_key(store: &[&str], url: &str, email: &str, admin: bool) -
     let (key, _) = svc_core::KeyService::new(sql.clone())
         .create(svc_core::NewKey {
             name: format!("{email}'s key"),
-            owner_id: Some(user.id.0.clone()),
-            created_via: "dashboard".into(),
+            owner_id: Some(user.id.clone()),
+            created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
         })
         .await

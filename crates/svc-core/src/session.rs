@@ -4,8 +4,7 @@
 /// A stored session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {
-    /// SHA-256 of the cookie's token, lowercase hex.
-    pub token_hash: String,
+    pub token_hash: SessionHash,
     pub user_id: crate::account::UserId,
     /// The token every form of this session must carry (not secret from the
     /// user; unknowable to other sites).
@@ -19,6 +18,8 @@ pub struct SessionRecord {
 use std::fmt;
 
 use sha2::{Digest, Sha256};
+
+use crate::hashes::SessionHash;
 
 /// 256 random bits from the operating system, as 64 lowercase hex.
 pub fn random_token() -> String {
@@ -60,8 +61,8 @@ impl SessionToken {
     }
 
     /// What the store keeps.
-    pub fn hash(&self) -> String {
-        sha256_hex(&self.0)
+    pub fn hash(&self) -> SessionHash {
+        SessionHash::of(&self.0)
     }
 }
 

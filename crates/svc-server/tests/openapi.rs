@@ -659,8 +659,8 @@ async fn current_key_responses_match_the_document() {
         .keys
         .create(svc_core::NewKey {
             name: "laptop".into(),
-            owner_id: Some(user.id.0.clone()),
-            created_via: "device".into(),
+            owner_id: Some(user.id.clone()),
+            created_via: svc_core::KeyOrigin::Device,
             expires_in: Some(60),
         })
         .await
@@ -728,8 +728,8 @@ async fn admin_usage_responses_match_the_document() {
         .keys
         .create(svc_core::NewKey {
             name: "ops".into(),
-            owner_id: Some(admin.id.0.clone()),
-            created_via: "dashboard".into(),
+            owner_id: Some(admin.id.clone()),
+            created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
         })
         .await

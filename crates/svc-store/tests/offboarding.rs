@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use common::{Db, join_all, new_device, new_key, new_user, random_hex};
 use svc_core::account::{UserId, UserRecord};
-use svc_core::device::DeviceStatus;
+use svc_core::device::{DeviceDecision, DeviceStatus};
+use svc_core::hashes::{DeviceCodeHash, SessionHash};
 use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
 use svc_core::session::SessionRecord;
-use svc_core::store::{AccountChange, DeviceStore, KeyStore, SessionStore, UserStore};
+use svc_core::store::{AccountChange, DeviceStore, KeyOrigin, KeyStore, SessionStore, UserStore};
 use svc_store::SqlStore;
 
 on_both_backends!(
@@ -44,7 +45,7 @@ async fn stored_user(store: &SqlStore, email: &str, admin: bool) -> UserRecord {
 
 fn session_of(user: &UserId) -> SessionRecord {
     SessionRecord {
-        token_hash: random_hex(32),
+        token_hash: SessionHash::from_stored(random_hex(32)),
         user_id: user.clone(),
         csrf_token: random_hex(16),
         created_at: 1,
@@ -81,8 +82,8 @@ async fn accepted_for(service: &KeyService, header: &str) -> (Duration, AuthErro
 fn owned_by(user: &UserRecord) -> NewKey {
     NewKey {
         name: "k".into(),
-        owner_id: Some(user.id.0.clone()),
-        created_via: "dashboard".into(),
+        owner_id: Some(user.id.clone()),
+        created_via: KeyOrigin::Dashboard,
         expires_in: None,
     }
 }
@@ -162,7 +163,7 @@ async fn disabling_ends_sessions_and_approvals_and_enabling_restores_keys(db: &D
     store.insert_device(&pending).await.unwrap();
     assert!(
         store
-            .decide_device(&approved.id, &user.id, DeviceStatus::Approved, now)
+            .decide_device(&approved.id, &user.id, DeviceDecision::Approve, now)
             .await
             .unwrap()
     );
@@ -196,12 +197,12 @@ async fn disabling_ends_sessions_and_approvals_and_enabling_restores_keys(db: &D
             .unwrap()
             .is_some()
     );
-    let device = |id: &str| {
-        let id = id.to_owned();
+    let device = |id: &DeviceCodeHash| {
+        let id = id.clone();
         let store = store.clone();
         async move {
             let found = store.device_by_code_hash(&id).await.unwrap().unwrap();
-            found.status
+            found.state.status()
         }
     };
     assert_eq!(
@@ -212,7 +213,7 @@ async fn disabling_ends_sessions_and_approvals_and_enabling_restores_keys(db: &D
         device(&pending.device_code_hash).await,
         DeviceStatus::Pending
     );
-    let keys = store.list_keys(Some(&user.id.0)).await.unwrap();
+    let keys = store.list_keys(Some(&user.id)).await.unwrap();
     assert!(keys.iter().all(|k| k.owner_disabled_at == Some(now)));
     let read = store.key_by_hash(&h1).await.unwrap().unwrap();
     assert_eq!(KeyState::of(&read, now), KeyState::Disabled);
@@ -254,7 +255,7 @@ async fn an_approval_racing_with_disabling_is_never_redeemed(db: &Db) {
     );
     assert!(
         store
-            .decide_device(&device.id, &user.id, DeviceStatus::Approved, now)
+            .decide_device(&device.id, &user.id, DeviceDecision::Approve, now)
             .await
             .unwrap()
     );
@@ -283,7 +284,7 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
     store.insert_device(&approved).await.unwrap();
     assert!(
         store
-            .decide_device(&approved.id, &user.id, DeviceStatus::Approved, now)
+            .decide_device(&approved.id, &user.id, DeviceDecision::Approve, now)
             .await
             .unwrap()
     );
@@ -308,7 +309,7 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(found.status, DeviceStatus::Denied);
+    assert_eq!(found.state.status(), DeviceStatus::Denied);
     assert_eq!(
         store.delete_user(&user.id, 60).await.unwrap(),
         AccountChange::NotFound
@@ -316,7 +317,7 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
     // The email can be used again, by a new account that owns nothing.
     let again = stored_user(&store, "leaver@example.com", false).await;
     assert_ne!(again.id, user.id);
-    assert!(store.list_keys(Some(&again.id.0)).await.unwrap().is_empty());
+    assert!(store.list_keys(Some(&again.id)).await.unwrap().is_empty());
 }
 
 async fn the_last_enabled_admin_is_never_removed(db: &Db) {

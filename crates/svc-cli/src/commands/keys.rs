@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use chrono::DateTime;
 use svc_core::duration::parse_seconds;
-use svc_core::{KeyId, KeyService, KeyState, NewKey};
+use svc_core::{KeyId, KeyOrigin, KeyService, KeyState, NewKey};
 
 use crate::cli::{KeysCommand, StoreArgs};
 use crate::output::{errln, outln};
@@ -26,7 +26,7 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 .create(NewKey {
                     name,
                     owner_id: None,
-                    created_via: "cli".into(),
+                    created_via: KeyOrigin::Cli,
                     expires_in,
                 })
                 .await

@@ -6,7 +6,7 @@
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
-use svc_core::{KeyRecord, UserId};
+use svc_core::KeyRecord;
 
 use crate::error::ApiError;
 use crate::extract::Authenticated;
@@ -16,7 +16,7 @@ async fn describe(state: &AppState, key: &KeyRecord) -> Result<Value, ApiError> 
     let owner = match &key.owner_id {
         Some(id) => state
             .accounts
-            .user(&UserId(id.clone()))
+            .user(id)
             .await?
             .map(|u| json!({"id": u.id.0, "email": u.email})),
         None => None,

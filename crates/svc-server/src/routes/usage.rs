@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use serde_json::{Value, json};
-use svc_core::{UserId, ValidationError, day_of, now};
+use svc_core::{ValidationError, day_of, now};
 
 use crate::error::ApiError;
 use crate::extract::Authenticated;
@@ -19,7 +19,7 @@ pub async fn admin(
     RawQuery(query): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
     let owner = match &key.owner_id {
-        Some(id) => state.accounts.user(&UserId(id.clone())).await?,
+        Some(id) => state.accounts.user(id).await?,
         None => None,
     };
     if !owner.is_some_and(|u| u.is_admin) {

@@ -24,7 +24,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{AccountService, DeviceSettings, KeyService, NewKey};
+use svc_core::{AccountService, DeviceSettings, KeyOrigin, KeyService, NewKey};
 use svc_server::{Application, ServerConfig};
 use svc_store::SqlStore;
 use svc_test_support::{Probe, fake_models};
@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
         .create(NewKey {
             name: "fake-server".into(),
             owner_id: None,
-            created_via: "cli".into(),
+            created_via: KeyOrigin::Cli,
             expires_in: None,
         })
         .await?;
