@@ -8,25 +8,29 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use crate::schema::constant;
 
 /// `GET /v1/auth/key`: the key (never its secret) and whose it is.
+///
+/// The fields of this module's types are in alphabetical order: the order
+/// in which the server has always written these bodies (with `json!`), so
+/// the bytes stay the same.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[schema(as = ApiKey)]
+#[schema(as = ApiKey, description = "`GET /v1/auth/key`: the key (never its secret) and whose it is.")]
 pub struct KeyInfo {
-    /// Always `api_key`.
-    #[schema(schema_with = object_api_key)]
-    pub object: String,
-    #[schema(pattern = "^key_[0-9a-f]{16}$")]
-    pub id: String,
-    pub name: String,
-    /// `sk-svc-1a2b…9f0e`
-    pub hint: String,
+    /// Unix time.
+    pub created_at: i64,
     /// How the key was made.
     #[schema(schema_with = created_via)]
     pub created_via: String,
-    /// Unix time.
-    pub created_at: i64,
     /// Unix time; null when the key does not expire.
     #[schema(required = true)]
     pub expires_at: Option<i64>,
+    /// `sk-svc-1a2b…9f0e`
+    pub hint: String,
+    #[schema(pattern = "^key_[0-9a-f]{16}$")]
+    pub id: String,
+    pub name: String,
+    /// Always `api_key`.
+    #[schema(schema_with = object_api_key)]
+    pub object: String,
     /// The account the key belongs to; null for operator keys.
     #[schema(required = true)]
     pub owner: Option<KeyOwner>,
@@ -35,17 +39,17 @@ pub struct KeyInfo {
 /// The account a key belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct KeyOwner {
-    pub id: String,
     pub email: String,
+    pub id: String,
 }
 
-/// `DELETE /v1/auth/key`: `{"object":"api_key","id",...,"revoked":true}`.
+/// `DELETE /v1/auth/key`: `{"id",...,"object":"api_key","revoked":true}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RevokedKey {
+    pub id: String,
     /// Always `api_key`.
     #[schema(schema_with = object_api_key)]
     pub object: String,
-    pub id: String,
     /// Always true.
     #[schema(schema_with = always_true)]
     pub revoked: bool,
