@@ -9,7 +9,7 @@ use utoipa::openapi::schema::{
 };
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::schema::{DocumentOnly, constant, keywords, null, or_null, reference, typed};
+use crate::schema::{constant, keywords, null, or_null, reference, typed};
 
 /// A chat completion request exactly as it arrives. Unknown fields are
 /// ignored; `null` is read as "not given", as OpenAI does. Its schema is
@@ -447,30 +447,28 @@ pub struct FunctionCallDelta {
     pub arguments: Option<String>,
 }
 
-/// One Server-Sent Event of a streamed completion, as the document shows
-/// it (`ChatCompletionStreamEvent`): no Rust type carries it, the server
-/// writes `data: <json>` frames itself.
-pub struct StreamEvent;
+/// The name of the schema of one Server-Sent Event of a streamed
+/// completion: no Rust type carries it (the server writes `data: <json>`
+/// frames itself), so the schema is written out here.
+pub const STREAM_EVENT: &str = "ChatCompletionStreamEvent";
 
-impl DocumentOnly for StreamEvent {
-    const NAME: &'static str = "ChatCompletionStreamEvent";
-
-    fn schema() -> RefOr<Schema> {
-        let json_data = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .content_media_type("application/json")
-            .content_schema(Some(
-                OneOfBuilder::new()
-                    .item(reference("ChatCompletionChunk"))
-                    .item(reference("ErrorResponse")),
-            ));
-        let data = AnyOfBuilder::new()
+/// The schema named [`STREAM_EVENT`].
+pub fn stream_event_schema() -> RefOr<Schema> {
+    let json_data = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/json")
+        .content_schema(Some(
+            OneOfBuilder::new()
+                .item(reference("ChatCompletionChunk"))
+                .item(reference("ErrorResponse")),
+        ));
+    let data = AnyOfBuilder::new()
             .item(json_data)
             .item(constant("[DONE]"))
             .description(Some(
                 "A `chat.completion.chunk`, an error (the last event when the stream fails after it began), or the terminator `[DONE]`.",
             ));
-        ObjectBuilder::new()
+    ObjectBuilder::new()
             .description(Some(
                 "One Server-Sent Event of a streamed completion (the schema describes each event, as `itemSchema` does in OpenAPI 3.2). Events are `data: ...` lines separated by blank lines; svc sets no `event`, `id` or `retry` field.",
             ))
@@ -481,7 +479,6 @@ impl DocumentOnly for StreamEvent {
             .property("data", data)
             .required("data")
             .into()
-    }
 }
 
 fn type_text() -> Object {

@@ -62,16 +62,19 @@ pub fn keywords<K: Into<String>>(
     object
 }
 
-/// A schema that exists only in the document (no Rust type carries it),
-/// such as one Server-Sent Event of a stream.
-pub trait DocumentOnly {
-    const NAME: &'static str;
-    fn schema() -> RefOr<Schema>;
-}
-
 /// Every named schema of the API, by name: those of the types the server
 /// answers with and reads, and those they refer to.
 pub fn components() -> Vec<(String, RefOr<Schema>)> {
+    let mut out = every_component();
+    // Each once, in first-seen order (a type's schema is reached once per
+    // type that refers to it).
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|(name, _)| seen.insert(name.clone()));
+    out
+}
+
+/// [`components`] with repeats.
+fn every_component() -> Vec<(String, RefOr<Schema>)> {
     let mut out = Vec::new();
     fn add<T: ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
         out.push((T::name().into_owned(), <T as PartialSchema>::schema()));
@@ -95,8 +98,8 @@ pub fn components() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::ChatCompletion>(&mut out);
     add::<crate::ChatCompletionChunk>(&mut out);
     out.push((
-        crate::chat::StreamEvent::NAME.to_owned(),
-        crate::chat::StreamEvent::schema(),
+        crate::chat::STREAM_EVENT.to_owned(),
+        crate::chat::stream_event_schema(),
     ));
     add::<crate::DeviceCodeRequest>(&mut out);
     add::<crate::DeviceCodeResponse>(&mut out);
@@ -108,8 +111,25 @@ pub fn components() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::KeyInfo>(&mut out);
     add::<crate::RevokedKey>(&mut out);
     add::<crate::UsageList>(&mut out);
-    // Each once, in first-seen order.
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|(name, _)| seen.insert(name.clone()));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Two types of one name would hide one of them.
+    #[test]
+    fn a_name_repeats_only_with_the_same_schema() {
+        let mut by_name = HashMap::new();
+        for (name, schema) in every_component() {
+            let json = serde_json::to_value(&schema).unwrap_or_default();
+            if let Some(before) = by_name.insert(name.clone(), json.clone()) {
+                assert_eq!(before, json, "two schemas named {name}");
+            }
+        }
+        assert_eq!(by_name.len(), components().len());
+    }
 }
