@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Schema, Type};
 
-use crate::schema::constant;
+use crate::schema::{constant, or_null, reference};
 
 /// `GET /v1/auth/key`: the key (never its secret) and whose it is.
 ///
@@ -32,7 +32,7 @@ pub struct KeyInfo {
     #[schema(schema_with = object_api_key)]
     pub object: String,
     /// The account the key belongs to; null for operator keys.
-    #[schema(required = true)]
+    #[schema(required = true, schema_with = owner)]
     pub owner: Option<KeyOwner>,
 }
 
@@ -79,4 +79,13 @@ fn created_via() -> Object {
         .schema_type(Type::String)
         .enum_values(Some(["dashboard", "device", "cli"]))
         .build()
+}
+
+/// Written out (not derived) to keep the field's description beside the
+/// union with null; `schema::components` lists `KeyOwner` itself.
+fn owner() -> Schema {
+    or_null(
+        reference("KeyOwner"),
+        Some("The account the key belongs to; null for operator keys."),
+    )
 }

@@ -109,6 +109,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::OAuthTokenResponse>(&mut out);
     add::<crate::OAuthErrorResponse>(&mut out);
     add::<crate::KeyInfo>(&mut out);
+    add::<crate::KeyOwner>(&mut out);
     add::<crate::RevokedKey>(&mut out);
     add::<crate::UsageList>(&mut out);
     out

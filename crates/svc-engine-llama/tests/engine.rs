@@ -267,7 +267,11 @@ async fn a_sequence_moved_to_close_a_gap_goes_on_unchanged() {
     let moved = f.engine.generate(long()).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while f.engine.stats().active_sequences < 2 {
-        assert!(std::time::Instant::now() < deadline, "{:?}", f.engine.stats());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            f.engine.stats()
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     drop(first);
