@@ -95,15 +95,11 @@ impl UserCode {
     /// 8 characters from the OS generator: 20^8 ≈ 2^34.6 codes, with code
     /// entry throttled and codes living minutes (RFC 8628 section 5.1).
     pub fn generate() -> Self {
-        use rand::TryRngCore;
-        let mut rng = rand::rngs::OsRng;
         let code = (0..USER_CODE_LEN)
             .map(|_| {
                 let i = loop {
                     // Rejection sampling keeps the choice uniform.
-                    let byte = rng.try_next_u32().unwrap_or_else(|_| {
-                        panic!("the operating system's random number generator failed")
-                    }) as u8;
+                    let [byte] = crate::session::os_random::<1>();
                     if byte < 240 {
                         break usize::from(byte % 20);
                     }

@@ -6,6 +6,8 @@
 //! cargo run --release -p svc-engine-llama --example repack -- --info IN.gguf
 //! ```
 
+#![allow(clippy::print_stdout, reason = "an example prints its results")]
+
 use std::path::Path;
 use std::time::Instant;
 

@@ -136,6 +136,10 @@ pub async fn serve(
                 .into_owned(),
         );
         let header_timeout = limits.header_timeout;
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "shutdown tracks each connection through `graceful`, which it waits for below"
+        )]
         tokio::spawn(LocalWakes::new(async move {
             let _guard = guard;
             let mut connection = std::pin::pin!(connection);
@@ -433,6 +437,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "an HTTP/2 stream is part of its connection, which shutdown tracks through `graceful`"
+    )]
     fn execute(&self, future: F) {
         tokio::spawn(LocalWakes::new(future));
     }

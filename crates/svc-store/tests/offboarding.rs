@@ -2,7 +2,16 @@
 //! accounts, on SQLite and on PostgreSQL. A disabled or deleted account's
 //! keys are refused on the very next request, on every store sharing the
 //! database; its sessions and unredeemed approvals end with it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 mod common;
 

@@ -7,6 +7,7 @@ use anyhow::bail;
 
 use crate::cli::PullArgs;
 use crate::model_files::{self, HfHub, ModelRef};
+use crate::output::outln;
 use crate::settings::{FileConfig, StoreSettings};
 
 pub async fn run(args: PullArgs) -> anyhow::Result<()> {
@@ -42,6 +43,6 @@ pub async fn run(args: PullArgs) -> anyhow::Result<()> {
         result = work => result?,
         () = interrupted => bail!("interrupted; nothing half-written was left behind"),
     };
-    println!("{}", path.display());
+    outln!("{}", path.display());
     Ok(())
 }

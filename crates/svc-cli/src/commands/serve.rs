@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 use crate::model_files;
+use crate::output::errln;
 use crate::settings::{EngineSettings, ModelSource, ServeSettings};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -23,16 +24,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = Application::build(settings.server.clone(), store, models)
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
-    eprintln!("svc is serving on http://{}", app.local_addr());
-    eprintln!("  API base URL: {}/v1", app.public_url());
-    eprintln!("  dashboard:    {}", app.dashboard_url());
-    eprintln!("  store:        {}", settings.store.describe());
+    errln!("svc is serving on http://{}", app.local_addr());
+    errln!("  API base URL: {}/v1", app.public_url());
+    errln!("  dashboard:    {}", app.dashboard_url());
+    errln!("  store:        {}", settings.store.describe());
     if let Some(addr) = app.metrics_addr() {
-        eprintln!("  metrics:      http://{addr}/metrics");
+        errln!("  metrics:      http://{addr}/metrics");
     }
     match app.setup_link().await {
         // The one secret svc prints: the operator needs it to get in.
-        Ok(Some(link)) => eprintln!(
+        Ok(Some(link)) => errln!(
             "\nNo account exists yet. Create the first admin within 24 hours at:\n  {link}\n\
              (or run `svc users create --admin --email YOU@EXAMPLE.COM`)\n"
         ),
@@ -40,9 +41,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %e, "cannot prepare the first-admin setup link"),
     }
     let shutdown = CancellationToken::new();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the signal watcher starts shutdown; nothing waits for it, and it ends with the process"
+    )]
     tokio::spawn(stop_on_signal(shutdown.clone()));
     app.run(shutdown).await;
-    eprintln!("svc stopped");
+    errln!("svc stopped");
     Ok(())
 }
 
@@ -158,7 +163,7 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
                 let upstream = UpstreamEngine::new(endpoints.clone(), options.clone())
                     .with_context(|| format!("models.{id}"))?;
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
-                eprintln!("  {id}: upstream {}", urls.join(", "));
+                errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
             (
@@ -213,13 +218,13 @@ async fn llama_engine(
     if let Some((_, engine)) = loaded.iter().find(|(o, _)| *o == options) {
         return Ok(engine.clone());
     }
-    eprintln!("loading {} ...", options.model_path.display());
+    errln!("loading {} ...", options.model_path.display());
     let load = options.clone();
     let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
         .await
         .context("the model loader stopped")??;
     let info = engine.info();
-    eprintln!(
+    errln!(
         "  {}: context {} tokens x {} sequences",
         info.name.as_deref().unwrap_or("model"),
         info.context_per_sequence,

@@ -9,7 +9,16 @@
 //! browser tests); `--device-interval` and `--device-code-lifetime` (seconds)
 //! shorten the device flow's timings.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 use std::io::Write;
 use std::net::SocketAddr;
