@@ -212,7 +212,7 @@ async fn describe(
     };
     if let Some(info) = info {
         login.account = info.owner.map(|o| o.email);
-        login.key_name = info.name;
+        login.key_name = Some(info.name);
         login.expires_at = info.expires_at.or(login.expires_at);
     }
     login

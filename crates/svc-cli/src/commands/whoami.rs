@@ -72,7 +72,7 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
     );
     let name = info
         .as_ref()
-        .and_then(|i| i.name.clone())
+        .map(|i| i.name.clone())
         .or_else(|| stored.and_then(|s| s.key_name.clone()));
     if let Some(name) = name {
         outln!("Key name: {name}");
