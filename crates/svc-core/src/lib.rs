@@ -7,6 +7,7 @@ pub mod account;
 pub mod device;
 pub mod duration;
 pub mod engine;
+pub mod hashes;
 pub mod key;
 pub mod keys;
 pub mod request;
@@ -17,19 +18,20 @@ pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
 pub use device::{
-    CodeLookup, DeviceClient, DeviceRecord, DeviceService, DeviceSettings, DeviceStatus,
-    IssuedCodes, PollOutcome, UserCode, plain_text,
+    CodeLookup, DeviceClient, DeviceDecision, DeviceRecord, DeviceService, DeviceSettings,
+    DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
 pub use engine::{
     ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,
     FinishReason, GenerateRequest, OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolCallSpec,
     ToolChoiceSpec, ToolSpec,
 };
+pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};
 pub use request::{ValidChatRequest, ValidationError};
 pub use session::{SessionRecord, SessionToken};
-pub use store::{AccountChange, KeyLimits, KeyRecord, Store, StoreError};
+pub use store::{AccountChange, KeyLimits, KeyOrigin, KeyRecord, Store, StoreError, UnknownValue};
 pub use usage::{UsageDelta, UsageRow, day_of};
 
 /// Seconds since the Unix epoch, the one time unit stored and compared.

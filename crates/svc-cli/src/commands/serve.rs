@@ -12,7 +12,8 @@ use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::model_files;
+use crate::output::errln;
+use crate::progress::StderrProgress;
 use crate::settings::{ModelSource, ServeSettings};
 
 use self::embedded::EmbeddedEngines;
@@ -25,16 +26,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = Application::build(settings.server.clone(), store, models)
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
-    eprintln!("svc is serving on http://{}", app.local_addr());
-    eprintln!("  API base URL: {}/v1", app.public_url());
-    eprintln!("  dashboard:    {}", app.dashboard_url());
-    eprintln!("  store:        {}", settings.store.describe());
+    errln!("svc is serving on http://{}", app.local_addr());
+    errln!("  API base URL: {}/v1", app.public_url());
+    errln!("  dashboard:    {}", app.dashboard_url());
+    errln!("  store:        {}", settings.store.describe());
     if let Some(addr) = app.metrics_addr() {
-        eprintln!("  metrics:      http://{addr}/metrics");
+        errln!("  metrics:      http://{addr}/metrics");
     }
     match app.setup_link().await {
         // The one secret svc prints: the operator needs it to get in.
-        Ok(Some(link)) => eprintln!(
+        Ok(Some(link)) => errln!(
             "\nNo account exists yet. Create the first admin within 24 hours at:\n  {link}\n\
              (or run `svc users create --admin --email YOU@EXAMPLE.COM`)\n"
         ),
@@ -42,9 +43,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %e, "cannot prepare the first-admin setup link"),
     }
     let shutdown = CancellationToken::new();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the signal watcher starts shutdown; nothing waits for it, and it ends with the process"
+    )]
     tokio::spawn(stop_on_signal(shutdown.clone()));
     app.run(shutdown).await;
-    eprintln!("svc stopped");
+    errln!("svc stopped");
     Ok(())
 }
 
@@ -121,12 +126,6 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-/// The system prompt the built-in model gets when a request has none. Without
-/// one, SmolLM2's own template introduces it as "SmolLM", and the 135M model
-/// then answers plain questions badly (measured: "What is the capital of
-/// France?" at temperature 0 gives "L'Étoile, …"; with this prompt, "Paris").
-const DEFAULT_MODEL_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
-
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
 /// the default model, plus every `[models.<id>]` table (a GGUF file or
 /// upstream endpoints). Ids on the same file share one engine; the default
@@ -152,10 +151,13 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     let default = if wanted.iter().any(|w| w.2.is_none()) {
         Some(match &engine.model {
             Some(path) => (path.clone(), None),
-            None => (
-                model_files::ensure_default_model(&settings.store.data_dir).await?,
-                Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
-            ),
+            None => {
+                let progress: Arc<dyn svc_models::Progress> = Arc::new(StderrProgress::default());
+                (
+                    svc_models::ensure_default_model(&settings.store.data_dir, &progress).await?,
+                    Some(svc_models::DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
+                )
+            }
         })
     } else {
         None
@@ -167,7 +169,7 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
                 let upstream = UpstreamEngine::new(endpoints.clone(), options.clone())
                     .with_context(|| format!("models.{id}"))?;
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
-                eprintln!("  {id}: upstream {}", urls.join(", "));
+                errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
             (

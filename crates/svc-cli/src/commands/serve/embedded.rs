@@ -14,6 +14,7 @@ mod engines {
     use svc_core::Engine;
     use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 
+    use crate::output::errln;
     use crate::settings::EngineSettings;
 
     /// The embedded engines of one `svc serve`: ids on the same file with
@@ -48,13 +49,13 @@ mod engines {
             if let Some((_, engine)) = self.loaded.iter().find(|(o, _)| *o == options) {
                 return Ok(engine.clone());
             }
-            eprintln!("loading {} ...", options.model_path.display());
+            errln!("loading {} ...", options.model_path.display());
             let load = options.clone();
             let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
                 .await
                 .context("the model loader stopped")??;
             let info = engine.info();
-            eprintln!(
+            errln!(
                 "  {}: context {} tokens x {} sequences",
                 info.name.as_deref().unwrap_or("model"),
                 info.context_per_sequence,
