@@ -7,8 +7,8 @@
 pub mod cli;
 pub mod client;
 pub mod commands;
+pub mod config;
 pub mod model_files;
-pub mod settings;
 
 use std::process::ExitCode;
 

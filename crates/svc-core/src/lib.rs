@@ -4,6 +4,7 @@
 //! on: [`Engine`] (inference) and [`Store`] (persistence).
 
 pub mod account;
+pub mod config;
 pub mod device;
 pub mod duration;
 pub mod engine;
@@ -17,8 +18,8 @@ pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
 pub use device::{
-    CodeLookup, DeviceClient, DeviceRecord, DeviceService, DeviceSettings, DeviceStatus,
-    IssuedCodes, PollOutcome, UserCode, plain_text,
+    CodeLookup, DeviceClient, DeviceConfig, DeviceRecord, DeviceService, DeviceStatus, IssuedCodes,
+    PollOutcome, UserCode, plain_text,
 };
 pub use engine::{
     ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,

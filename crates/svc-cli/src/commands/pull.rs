@@ -6,13 +6,13 @@
 use anyhow::bail;
 
 use crate::cli::PullArgs;
+use crate::config::StoreConfig;
 use crate::model_files::{self, HfHub, ModelRef};
-use crate::settings::{FileConfig, StoreSettings};
 
 pub async fn run(args: PullArgs) -> anyhow::Result<()> {
     let model = ModelRef::parse(args.model.as_deref())?;
-    let file = FileConfig::load(args.store.config.as_deref())?;
-    let data_dir = StoreSettings::resolve(&args.store, &file)?.data_dir;
+    let store = StoreConfig::load(args.store.config.as_deref(), &args.store.given)?;
+    let data_dir = store.data_dir()?.to_owned();
     let work = async {
         match &model {
             ModelRef::Default => model_files::ensure_default_model(&data_dir).await,

@@ -12,11 +12,24 @@ use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
+use crate::config::{
+    self, EngineConfig, FileLayer, FileModelConfig, ModelSource, ServeConfig, Source,
+};
 use crate::model_files;
-use crate::settings::{EngineSettings, ModelSource, ServeSettings};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let mut settings = ServeSettings::resolve(&args)?;
+    let file = FileLayer::load(args.config.as_deref())?;
+    let layers = config::merge(&file, &args.given);
+    let mut settings = ServeConfig::from_layers(&layers, &file)?;
+    if args.print_config {
+        let source = file.path.clone().map_or(Source::Default, Source::File);
+        let text = config::print::render(&settings, &layers, &source, crate::cli::unset_meaning)?;
+        use std::io::Write as _;
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("cannot write to stdout")?;
+        return Ok(());
+    }
     fit_file_limit(&mut settings.server);
     let store = super::open_store(&settings.store).await?;
     let models = load_models(&settings).await?;
@@ -129,13 +142,13 @@ const DEFAULT_MODEL_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
 /// the default model, plus every `[models.<id>]` table (a GGUF file or
 /// upstream endpoints). Ids on the same file share one engine; the default
 /// model is only fetched when an id still uses it.
-async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> {
+async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     let engine = &settings.engine;
     let mut wanted: Vec<(String, bool, Option<&ModelSource>)> = vec![
         ("svc".to_owned(), false, None),
         ("svc-thinking".to_owned(), true, None),
     ];
-    for (id, model) in &engine.models {
+    for (id, model) in &settings.models {
         wanted.retain(|w| &w.0 != id);
         wanted.push((id.clone(), model.reasoning, Some(&model.source)));
     }
@@ -143,7 +156,7 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
         Some(match &engine.model {
             Some(path) => (path.clone(), None),
             None => (
-                model_files::ensure_default_model(&settings.store.data_dir).await?,
+                model_files::ensure_default_model(settings.store.data_dir()?).await?,
                 Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
             ),
         })
@@ -154,19 +167,20 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     let mut routes = Vec::new();
     for (id, reasoning, source) in wanted {
         let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
-            (Some(ModelSource::Upstream { endpoints, options }), _) => {
-                let upstream = UpstreamEngine::new(endpoints.clone(), options.clone())
+            (Some(ModelSource::Upstream(upstream)), _) => {
+                let endpoints = &upstream.endpoints;
+                let upstream = UpstreamEngine::new(endpoints.clone(), upstream.options())
                     .with_context(|| format!("models.{id}"))?;
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
                 eprintln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
             (
-                Some(ModelSource::File {
+                Some(ModelSource::File(FileModelConfig {
                     path,
                     context,
                     parallel,
-                }),
+                })),
                 _,
             ) => {
                 let options = llama_options(engine, path.clone(), *context, *parallel);
@@ -191,7 +205,7 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
 }
 
 fn llama_options(
-    engine: &EngineSettings,
+    engine: &EngineConfig,
     path: PathBuf,
     context: Option<u32>,
     parallel: Option<u32>,

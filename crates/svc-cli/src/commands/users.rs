@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use svc_core::{AccountChange, AccountError, AccountService, UserRecord};
 
 use crate::cli::{StoreArgs, UsersCommand};
-use crate::settings::{FileConfig, StoreSettings};
+use crate::config::StoreConfig;
 
 pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
     match command {
@@ -164,8 +164,7 @@ fn read_password() -> anyhow::Result<String> {
 }
 
 async fn service(args: &StoreArgs) -> anyhow::Result<AccountService> {
-    let file = FileConfig::load(args.config.as_deref())?;
-    let settings = StoreSettings::resolve(args, &file)?;
-    let store = super::open_store(&settings).await?;
+    let config = StoreConfig::load(args.config.as_deref(), &args.given)?;
+    let store = super::open_store(&config).await?;
     Ok(AccountService::new(store))
 }
