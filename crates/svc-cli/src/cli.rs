@@ -256,12 +256,7 @@ impl Flag {
         match self.kind {
             FlagKind::Value => {}
             FlagKind::Secret => arg = arg.hide_env_values(true),
-            FlagKind::Switch => {
-                arg = arg
-                    .num_args(0..=1)
-                    .require_equals(false)
-                    .default_missing_value("true")
-            }
+            FlagKind::Switch => arg = arg.num_args(0..=1).default_missing_value("true"),
             FlagKind::List => arg = arg.value_delimiter(','),
         }
         arg
@@ -314,7 +309,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "The base URL clients reach this service at, printed in responses and pages",
     )
     .unset("http://<bind>"),
-    flag("max_body_bytes", "BYTES", "Largest accepted request body in bytes"),
+    flag(
+        "max_body_bytes",
+        "BYTES",
+        "Largest accepted request body, in bytes or with a unit (512KiB, 4MiB)",
+    ),
     flag("dashboard_url", "URL", "Where people reach the dashboard")
         .unset("<public-url>/dashboard"),
     flag(

@@ -85,7 +85,7 @@ fn print_config_shows_the_merged_values_and_their_sources() {
     let printed = dir.path().join("printed.toml");
     std::fs::write(
         &printed,
-        &text.replace("<DIR>", dir.path().to_str().unwrap()),
+        text.replace("<DIR>", dir.path().to_str().unwrap()),
     )
     .unwrap();
     let again = Command::new(SVC)

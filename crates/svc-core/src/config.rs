@@ -32,16 +32,74 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 /// largest unit that divides it (`10m`, `30d`, `500ms`).
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1000 != 0 {
+    if !millis.is_multiple_of(1000) {
         return format!("{millis}ms");
     }
     let seconds = duration.as_secs();
     for (unit, size) in [("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if seconds > 0 && seconds % size == 0 {
+        if seconds > 0 && seconds.is_multiple_of(size) {
             return format!("{}{unit}", seconds / size);
         }
     }
     format!("{seconds}s")
+}
+
+/// A size in bytes: a whole number, or one with a unit (`512KiB`, `4MiB`,
+/// `1GiB`; `kB`, `MB`, `GB` are powers of 1000); at least 1.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let bad = || format!("invalid size {text:?}: use a number of bytes, or e.g. 512KiB or 4MiB");
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let count: u64 = digits.parse().map_err(|_| bad())?;
+    let unit: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return Err(bad()),
+    };
+    match count.checked_mul(unit) {
+        Some(0) => Err(format!("invalid size {text:?}: must be at least 1 byte")),
+        Some(bytes) => Ok(bytes),
+        None => Err(bad()),
+    }
+}
+
+/// A byte count (`usize`) written as a number or with a unit (`4MiB`); it
+/// is written back as a number.
+pub mod byte_count {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        struct Bytes;
+        impl Visitor<'_> for Bytes {
+            type Value = u64;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of bytes, or one with a unit such as 4MiB")
+            }
+            fn visit_u64<E: de::Error>(self, bytes: u64) -> Result<u64, E> {
+                parse_bytes(&bytes.to_string()).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, bytes: i64) -> Result<u64, E> {
+                parse_bytes(&bytes.to_string()).map_err(E::custom)
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<u64, E> {
+                parse_bytes(text).map_err(E::custom)
+            }
+        }
+        let bytes = d.deserialize_any(Bytes)?;
+        usize::try_from(bytes).map_err(de::Error::custom)
+    }
+
+    pub fn serialize<S: Serializer>(value: &usize, s: S) -> Result<S::Ok, S::Error> {
+        value.serialize(s)
+    }
 }
 
 /// A [`Duration`] written as `500ms`, `30s`, `10m`, ...
@@ -211,5 +269,16 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert!(parse_duration("0ms").is_err());
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn sizes_take_a_unit() {
+        assert_eq!(parse_bytes("4194304"), Ok(4_194_304));
+        assert_eq!(parse_bytes("4MiB"), Ok(4_194_304));
+        assert_eq!(parse_bytes("512 KiB"), Ok(524_288));
+        assert_eq!(parse_bytes("2MB"), Ok(2_000_000));
+        for bad in ["", "0", "0MiB", "-1", "4 MiBs", "1.5MiB", "99999999999GiB"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
     }
 }

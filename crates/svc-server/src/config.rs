@@ -40,7 +40,7 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
     pub public_url: Option<Url>,
     /// Requests with bigger bodies get 413.
-    #[serde(with = "svc_core::config::at_least_one")]
+    #[serde(with = "svc_core::config::byte_count")]
     pub max_body_bytes: usize,
     /// Where people reach the dashboard (the device flow's
     /// `verification_uri` is this + `/device`); `None` is

@@ -57,7 +57,14 @@ fn flags_beat_file_beat_defaults() {
 #[test]
 fn each_layer_overrides_the_one_below_in_every_section() {
     type Read = fn(&ServeConfig) -> String;
-    let cases: [(&str, &str, [(&str, &str); 3], Read); 8] = [
+    /// Section, key, (file value, read as), (env, read as), (flag, read as), reader.
+    type Case = (
+        &'static str,
+        &'static str,
+        [(&'static str, &'static str); 3],
+        Read,
+    );
+    let cases: [Case; 9] = [
         (
             "store",
             "data_dir",
@@ -89,6 +96,16 @@ fn each_layer_overrides_the_one_below_in_every_section() {
             "header_timeout",
             [("\"5s\"", "5s"), ("2m", "2m"), ("500ms", "500ms")],
             |c| svc_core::config::format_duration(c.server.header_timeout),
+        ),
+        (
+            "server",
+            "max_body_bytes",
+            [
+                ("\"512KiB\"", "524288"),
+                ("4MiB", "4194304"),
+                ("1000", "1000"),
+            ],
+            |c| c.server.max_body_bytes.to_string(),
         ),
         (
             "device flow",
