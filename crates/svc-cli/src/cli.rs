@@ -554,3 +554,67 @@ pub enum KeysCommand {
         id: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The flag table and the configuration sections name the same keys,
+    /// each once: a key added to a section without its flag (or the
+    /// reverse) fails here.
+    #[test]
+    fn every_configuration_key_has_one_flag() {
+        let mut flags: Vec<&str> = STORE_FLAGS
+            .iter()
+            .chain(SERVE_FLAGS)
+            .map(|f| f.key)
+            .collect();
+        let mut keys: Vec<&str> = crate::config::sections()
+            .iter()
+            .flat_map(|(_, keys)| keys.iter().copied())
+            .collect();
+        flags.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(flags, keys);
+        assert!(flags.windows(2).all(|w| w[0] != w[1]), "{flags:?}");
+    }
+
+    #[test]
+    fn flags_and_variables_are_read_with_their_source() {
+        let cli = Cli::try_parse_from([
+            "svc",
+            "serve",
+            "--bind",
+            "127.0.0.1:1",
+            "--allow-signup",
+            "--trusted-proxies",
+            "10.0.0.0/8,::1",
+            "--print-config",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert!(args.print_config);
+        let given = |key: &str| args.given.iter().find(|g| g.key == key).cloned();
+        assert_eq!(given("bind").unwrap().source, Source::Flag("--bind".into()));
+        assert_eq!(
+            given("allow_signup").unwrap().value,
+            Raw::Text("true".into())
+        );
+        assert_eq!(
+            given("trusted_proxies").unwrap().value,
+            Raw::List(vec!["10.0.0.0/8".into(), "::1".into()])
+        );
+        let bad = Cli::try_parse_from(["svc", "serve", "--max-connections", "0"]).unwrap_err();
+        assert_eq!(bad.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(bad.to_string().contains("at least 1"), "{bad}");
+    }
+}

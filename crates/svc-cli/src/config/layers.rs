@@ -78,11 +78,6 @@ impl Layers {
             .map_or(Source::Default, |g| g.source.clone())
     }
 
-    /// The keys given by some layer.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.values.keys().map(String::as_str)
-    }
-
     /// Section `T` from the keys it declares; an error names the key and
     /// where its value came from.
     pub fn section<T: DeserializeOwned>(&self) -> Result<T, Error> {
