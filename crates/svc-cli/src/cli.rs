@@ -244,22 +244,26 @@ impl Flag {
             Some(meaning) => meaning.to_owned(),
             None => crate::config::print::default_text(key).unwrap_or_else(|| "none".into()),
         };
-        let mut arg = Arg::new(key)
+        let arg = Arg::new(key)
             .long(self.long())
             .env(self.env())
             .value_name(self.value_name)
-            .help(format!("{} [default: {default}]", self.help))
-            .value_parser(move |text: &str| -> Result<String, String> {
+            .help(format!("{} [default: {default}]", self.help));
+        // A bad value is refused by clap (exit 2), checked by its section,
+        // except a secret's: clap would echo it, so its section refuses it
+        // at load, without the value.
+        let checked = |arg: Arg| {
+            arg.value_parser(move |text: &str| -> Result<String, String> {
                 crate::config::check_value(key, Raw::Text(text.to_owned()))?;
                 Ok(text.to_owned())
-            });
+            })
+        };
         match self.kind {
-            FlagKind::Value => {}
-            FlagKind::Secret => arg = arg.hide_env_values(true),
-            FlagKind::Switch => arg = arg.num_args(0..=1).default_missing_value("true"),
-            FlagKind::List => arg = arg.value_delimiter(','),
+            FlagKind::Value => checked(arg),
+            FlagKind::Secret => arg.hide_env_values(true),
+            FlagKind::Switch => checked(arg).num_args(0..=1).default_missing_value("true"),
+            FlagKind::List => checked(arg).value_delimiter(','),
         }
-        arg
     }
 
     /// The value clap read for this flag, from the command line or the
@@ -616,5 +620,20 @@ mod tests {
         let bad = Cli::try_parse_from(["svc", "serve", "--max-connections", "0"]).unwrap_err();
         assert_eq!(bad.kind(), clap::error::ErrorKind::ValueValidation);
         assert!(bad.to_string().contains("at least 1"), "{bad}");
+        // A secret is never echoed by clap: it is refused at load instead.
+        let secret = "mysql://u:hunter2@h/d";
+        let cli = Cli::try_parse_from(["svc", "serve", "--database-url", secret]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let file = crate::config::FileLayer::default();
+        let layers = crate::config::merge(&file, &args.given);
+        let err = crate::config::ServeConfig::from_layers(&layers, &file).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.starts_with("database_url (flag --database-url): must start with"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
     }
 }
