@@ -620,9 +620,11 @@ mod tests {
         let bad = Cli::try_parse_from(["svc", "serve", "--max-connections", "0"]).unwrap_err();
         assert_eq!(bad.kind(), clap::error::ErrorKind::ValueValidation);
         assert!(bad.to_string().contains("at least 1"), "{bad}");
-        // A secret is never echoed by clap: it is refused at load instead.
+        // A secret is never echoed by clap, nor shown in `Debug`: a bad one
+        // is refused at load instead.
         let secret = "mysql://u:hunter2@h/d";
         let cli = Cli::try_parse_from(["svc", "serve", "--database-url", secret]).unwrap();
+        assert!(!format!("{cli:?}").contains("hunter2"), "{cli:?}");
         let Command::Serve(args) = cli.command else {
             panic!("not serve")
         };

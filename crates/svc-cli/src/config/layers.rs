@@ -51,12 +51,22 @@ pub enum Raw {
     List(Vec<String>),
 }
 
-/// One key's value and where it came from.
-#[derive(Debug, Clone, PartialEq)]
+/// One key's value and where it came from. Its `Debug` leaves the value
+/// out: it may be a secret (a token, a URL with a password).
+#[derive(Clone, PartialEq)]
 pub struct Given {
     pub key: String,
     pub value: Raw,
     pub source: Source,
+}
+
+impl fmt::Debug for Given {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Given")
+            .field("key", &self.key)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The layers merged: for each key, the value of the last layer that gave it.
