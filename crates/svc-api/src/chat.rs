@@ -2,51 +2,116 @@
 //! response, and the streamed chunks.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{
+    AnyOfBuilder, ArrayBuilder, Discriminator, Object, ObjectBuilder, OneOfBuilder, Schema, Type,
+};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::schema::{constant, keywords, null, or_null, reference, typed};
 
 /// A chat completion request exactly as it arrives. Unknown fields are
-/// ignored; `null` is read as "not given", as OpenAI does.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// ignored; `null` is read as "not given", as OpenAI does. Its schema is
+/// [`request_schema`]: the derived one with the rules between fields.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[schema(
+    as = CreateChatCompletionRequest,
+    description = "Unknown fields are ignored; `null` in an optional field means the field is not given."
+)]
 pub struct ChatCompletionRequest {
+    /// A model id from GET /v1/models.
+    #[schema(min_length = 1, examples("svc"))]
     pub model: String,
+    /// The conversation so far.
+    #[schema(schema_with = messages_schema)]
     pub messages: Vec<Message>,
+    /// Stream the reply as Server-Sent Events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = false)]
     pub stream: Option<bool>,
+    /// Only allowed when `stream` is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
     pub stream_options: Option<StreamOptions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 2, default = 0.7)]
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1, default = 1)]
     pub top_p: Option<f64>,
+    /// Cap on completion tokens; `max_completion_tokens` wins when both are given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 4294967295_i64)]
     pub max_tokens: Option<i64>,
+    /// Cap on completion tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 4294967295_i64)]
     pub max_completion_tokens: Option<i64>,
+    /// Up to 4 non-empty sequences that end the reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = stop_schema)]
     pub stop: Option<Stop>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
     pub seed: Option<i64>,
+    /// Number of choices: only 1 is served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = -2, maximum = 2, default = 0)]
     pub presence_penalty: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = -2, maximum = 2, default = 0)]
     pub frequency_penalty: Option<f64>,
+    /// Functions the model may call; names must be distinct.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 128)]
     pub tools: Option<Vec<Tool>>,
+    /// `none`, `auto`, `required` (needs tools), or a function named among `tools`. Default: `auto` with tools, `none` without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = tool_choice_schema)]
     pub tool_choice: Option<ToolChoice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = response_format_schema)]
     pub response_format: Option<ResponseFormat>,
+    /// An end-user id; accepted and ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
 }
 
+/// `CreateChatCompletionRequest`: the derived schema of the fields, and
+/// the rules between them that JSON Schema can say (`stream_options` needs
+/// `stream: true`; `tool_choice` `required` or named needs tools).
+pub fn request_schema() -> RefOr<Schema> {
+    let RefOr::T(Schema::Object(fields)) = ChatCompletionRequest::schema() else {
+        return ChatCompletionRequest::schema();
+    };
+    let rules = json!([
+        {
+            "description": "`stream_options` needs `stream: true`.",
+            "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+            "then": {"required": ["stream"], "properties": {"stream": {"const": true}}}
+        },
+        {
+            "description": "`tool_choice` `required` or naming a function needs tools (and the named function among them).",
+            "if": {
+                "required": ["tool_choice"],
+                "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}
+            },
+            "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}}
+        }
+    ]);
+    keywords(fields, [("allOf", rules)]).into()
+}
+
 /// `stream_options`: only `include_usage` has a meaning.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct StreamOptions {
+    /// Send a last chunk with the usage and empty choices; every other chunk has `usage: null`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_usage: Option<bool>,
 }
@@ -59,7 +124,8 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// One message of the conversation, by role.
+/// One message of the conversation, by role. Its schema is `ChatMessage`:
+/// one named schema per role (see the [`ToSchema`] impl below).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
@@ -110,30 +176,38 @@ impl From<&str> for Content {
 }
 
 /// One part of an array content: `{"type":"text","text":...}`. Other types
-/// (images, audio) are read so that validation can name them and refuse.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// (images, audio) are read so that validation can name them and refuse;
+/// the schema shows the one type served.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = TextContentPart, description = "A text part.")]
 pub struct ContentPart {
     #[serde(rename = "type")]
+    #[schema(schema_with = type_text)]
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false)]
     pub text: Option<String>,
 }
 
 /// A function the model may call.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Tool {
     #[serde(rename = "type")]
+    #[schema(schema_with = type_function)]
     pub kind: String,
     pub function: FunctionDefinition,
 }
 
 /// The function part of a tool definition.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct FunctionDefinition {
+    #[schema(pattern = "^[a-zA-Z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// A JSON Schema for the arguments; default: an object with no properties.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub parameters: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
@@ -151,20 +225,23 @@ pub enum ToolChoice {
 }
 
 /// `{"type":"function","function":{"name":...}}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(description = "A function to call, by name.")]
 pub struct NamedToolChoice {
     #[serde(rename = "type")]
+    #[schema(schema_with = type_function)]
     pub kind: String,
+    #[schema(inline)]
     pub function: FunctionName,
 }
 
 /// A function referred to by name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct FunctionName {
     pub name: String,
 }
 
-/// `response_format`.
+/// `response_format`. Its schema is one named schema per type.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResponseFormat {
@@ -174,35 +251,64 @@ pub enum ResponseFormat {
 }
 
 /// The `json_schema` member of `response_format`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct JsonSchemaFormat {
+    #[schema(pattern = "^[a-zA-Z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
 }
 
 /// A tool call made by the assistant (in responses and in history).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolCall {
     pub id: String,
     #[serde(rename = "type")]
+    #[schema(schema_with = type_function)]
     pub kind: String,
+    #[schema(inline)]
     pub function: FunctionCall,
 }
 
 /// Name and JSON-encoded arguments of a call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FunctionCall {
     pub name: String,
+    /// The arguments as a JSON-encoded string.
     pub arguments: String,
 }
 
+/// Why a choice ended, as `finish_reason` says it (the wire types keep it
+/// a string; this is its schema, and the values the server sends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(
+    description = "`stop`: the reply ended or hit a stop sequence; `length`: the token cap was reached; `tool_calls`: the model called tools."
+)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+}
+
+impl FinishReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+        }
+    }
+}
+
 /// Token counts of one completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -210,91 +316,430 @@ pub struct Usage {
 }
 
 /// The whole (non-streamed) response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletion {
+    #[schema(pattern = "^chatcmpl-")]
     pub id: String,
+    /// Always `chat.completion`.
+    #[schema(schema_with = object_completion)]
     pub object: String,
+    /// Unix time.
     pub created: i64,
     pub model: String,
+    #[schema(inline)]
     pub choices: Vec<Choice>,
     pub usage: Usage,
 }
 
 /// One choice of a whole response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Choice {
     pub index: u32,
     pub message: AssistantMessage,
+    #[schema(value_type = FinishReason)]
     pub finish_reason: String,
+    /// Always null.
     #[serde(default)]
+    #[schema(schema_with = null)]
     pub logprobs: Option<Value>,
 }
 
 /// The assistant's reply in a whole response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AssistantMessage {
+    /// Always `assistant`.
+    #[schema(schema_with = role_assistant)]
     pub role: String,
+    /// Null only when the reply is tool calls alone.
+    #[schema(required = true)]
     pub content: Option<String>,
+    /// The model's reasoning, for reasoning models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub reasoning_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 /// One streamed chunk (`chat.completion.chunk`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(description = "One Server-Sent Event of a streamed completion.")]
 pub struct ChatCompletionChunk {
+    #[schema(pattern = "^chatcmpl-")]
     pub id: String,
+    /// Always `chat.completion.chunk`.
+    #[schema(schema_with = object_chunk)]
     pub object: String,
     pub created: i64,
     pub model: String,
+    /// One choice; empty only in the usage chunk.
+    #[schema(inline)]
     pub choices: Vec<ChunkChoice>,
     /// Absent unless `stream_options.include_usage`; then `null` on every
     /// chunk but the last, which carries the counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = chunk_usage)]
     pub usage: Option<Option<Usage>>,
 }
 
 /// One choice of a chunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
+    #[schema(required = true, value_type = Option<FinishReason>)]
     pub finish_reason: Option<String>,
+    /// Always null.
     #[serde(default)]
+    #[schema(schema_with = null)]
     pub logprobs: Option<Value>,
 }
 
 /// What a chunk adds; every field absent in the final chunk.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[schema(
+    as = ChatCompletionDelta,
+    description = "What a chunk adds to the reply; empty in the chunk that carries the finish_reason."
+)]
 pub struct Delta {
+    /// `assistant`, in the first chunk only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = role_assistant)]
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub reasoning_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, inline)]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// A piece of a streamed tool call, addressed by `index`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolCallDelta {
     pub index: u32,
+    /// In the first piece of a call only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub id: Option<String>,
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = type_function)]
     pub kind: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, inline)]
     pub function: Option<FunctionCallDelta>,
 }
 
 /// Name (first piece only) and a fragment of the arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FunctionCallDelta {
+    /// In the first piece of a call only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub name: Option<String>,
+    /// The next fragment of the JSON-encoded arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub arguments: Option<String>,
+}
+
+/// The name of the schema of one Server-Sent Event of a streamed
+/// completion: no Rust type carries it (the server writes `data: <json>`
+/// frames itself), so the schema is written out here.
+pub const STREAM_EVENT: &str = "ChatCompletionStreamEvent";
+
+/// The schema named [`STREAM_EVENT`].
+pub fn stream_event_schema() -> RefOr<Schema> {
+    let json_data = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/json")
+        .content_schema(Some(
+            OneOfBuilder::new()
+                .item(reference("ChatCompletionChunk"))
+                .item(reference("ErrorResponse")),
+        ));
+    let data = AnyOfBuilder::new()
+            .item(json_data)
+            .item(constant("[DONE]"))
+            .description(Some(
+                "A `chat.completion.chunk`, an error (the last event when the stream fails after it began), or the terminator `[DONE]`.",
+            ));
+    ObjectBuilder::new()
+            .description(Some(
+                "One Server-Sent Event of a streamed completion (the schema describes each event, as `itemSchema` does in OpenAPI 3.2). Events are `data: ...` lines separated by blank lines; svc sets no `event`, `id` or `retry` field.",
+            ))
+            .property(
+                "event",
+                typed(Type::String, Some("Absent: every event is a `message`.")),
+            )
+            .property("data", data)
+            .required("data")
+            .into()
+}
+
+fn type_text() -> Object {
+    constant("text")
+}
+
+fn type_function() -> Object {
+    constant("function")
+}
+
+fn role_assistant() -> Object {
+    constant("assistant")
+}
+
+fn object_completion() -> Object {
+    constant("chat.completion")
+}
+
+fn object_chunk() -> Object {
+    constant("chat.completion.chunk")
+}
+
+fn chunk_usage() -> Schema {
+    or_null(
+        reference("Usage"),
+        Some("Present only with `stream_options.include_usage`: null on every chunk but the last."),
+    )
+}
+
+fn messages_schema() -> utoipa::openapi::schema::Array {
+    ArrayBuilder::new()
+        .items(reference("ChatMessage"))
+        .min_items(Some(1))
+        .description(Some("The conversation so far."))
+        .examples([json!([{"role": "user", "content": "Hello"}])])
+        .build()
+}
+
+fn stop_schema() -> Schema {
+    let sequence = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .build()
+    };
+    AnyOfBuilder::new()
+        .item(sequence())
+        .item(ArrayBuilder::new().items(sequence()).max_items(Some(4)))
+        .item(null())
+        .description(Some("Up to 4 non-empty sequences that end the reply."))
+        .into()
+}
+
+fn tool_choice_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["none", "auto", "required"])),
+        )
+        .item(reference("NamedToolChoice"))
+        .item(null())
+        .description(Some(
+            "`none`, `auto`, `required` (needs tools), or a function named among `tools`. Default: `auto` with tools, `none` without.",
+        ))
+        .into()
+}
+
+fn response_format_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(reference("ResponseFormatText"))
+        .item(reference("ResponseFormatJsonObject"))
+        .item(reference("ResponseFormatJsonSchema"))
+        .item(null())
+        .into()
+}
+
+/// `{"type": [ty, "null"]}`.
+fn nullable(ty: Type) -> Object {
+    ObjectBuilder::new()
+        .schema_type(
+            [ty, Type::Null]
+                .into_iter()
+                .collect::<utoipa::openapi::schema::SchemaType>(),
+        )
+        .build()
+}
+
+/// A message of `role` with `content` and an optional `name`.
+fn message_schema(role: &str, description: Option<&str>) -> Object {
+    ObjectBuilder::new()
+        .description(description)
+        .property("role", constant(role))
+        .property("content", reference("MessageContent"))
+        .property("name", nullable(Type::String))
+        .required("role")
+        .required("content")
+        .build()
+}
+
+fn assistant_message_schema() -> Object {
+    let object = ObjectBuilder::new()
+        .description(Some(
+            "A prior reply of the model. Needs `content` or a non-empty `tool_calls`.",
+        ))
+        .property("role", constant("assistant"))
+        .property("content", or_null(reference("MessageContent"), None))
+        .property("reasoning_content", nullable(Type::String))
+        .property(
+            "tool_calls",
+            ArrayBuilder::new()
+                .schema_type(
+                    [Type::Array, Type::Null]
+                        .into_iter()
+                        .collect::<utoipa::openapi::schema::SchemaType>(),
+                )
+                .items(reference("ToolCall")),
+        )
+        .property("name", nullable(Type::String))
+        .required("role")
+        .build();
+    keywords(
+        object,
+        [(
+            "anyOf",
+            json!([
+                {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+                {"required": ["tool_calls"], "properties": {"tool_calls": {"type": "array", "minItems": 1}}}
+            ]),
+        )],
+    )
+}
+
+fn tool_message_schema() -> Object {
+    ObjectBuilder::new()
+        .description(Some("The result of a tool call."))
+        .property("role", constant("tool"))
+        .property("content", reference("MessageContent"))
+        .property("tool_call_id", typed(Type::String, None))
+        .required("role")
+        .required("content")
+        .required("tool_call_id")
+        .build()
+}
+
+/// The named schema of each role, as `ChatMessage` refers to them.
+const MESSAGE_SCHEMAS: [(&str, &str); 5] = [
+    ("system", "SystemMessage"),
+    ("developer", "DeveloperMessage"),
+    ("user", "UserMessage"),
+    ("assistant", "AssistantRequestMessage"),
+    ("tool", "ToolMessage"),
+];
+
+impl PartialSchema for Message {
+    fn schema() -> RefOr<Schema> {
+        let mut one_of = OneOfBuilder::new().description(Some("One message, by `role`."));
+        for (_, name) in MESSAGE_SCHEMAS {
+            one_of = one_of.item(reference(name));
+        }
+        one_of
+            .discriminator(Some(Discriminator::with_mapping(
+                "role",
+                MESSAGE_SCHEMAS.map(|(role, name)| (role, format!("#/components/schemas/{name}"))),
+            )))
+            .into()
+    }
+}
+
+impl ToSchema for Message {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ChatMessage".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        let mut add = |name: &str, schema: Object| schemas.push((name.to_owned(), schema.into()));
+        add("SystemMessage", message_schema("system", None));
+        add(
+            "DeveloperMessage",
+            message_schema("developer", Some("The newer name of a system message.")),
+        );
+        add("UserMessage", message_schema("user", None));
+        add("AssistantRequestMessage", assistant_message_schema());
+        add("ToolMessage", tool_message_schema());
+        schemas.push((Content::name().into_owned(), Content::schema()));
+        Content::schemas(schemas);
+        schemas.push((ToolCall::name().into_owned(), ToolCall::schema()));
+        ToolCall::schemas(schemas);
+    }
+}
+
+impl PartialSchema for Content {
+    fn schema() -> RefOr<Schema> {
+        AnyOfBuilder::new()
+            .item(typed(Type::String, None))
+            .item(ArrayBuilder::new().items(reference("TextContentPart")))
+            .description(Some(
+                "Message text: a string, or an array of text parts that are joined in order. Other part types (images, audio) are refused with 400.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Content {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "MessageContent".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((ContentPart::name().into_owned(), ContentPart::schema()));
+    }
+}
+
+impl PartialSchema for ToolChoice {
+    fn schema() -> RefOr<Schema> {
+        tool_choice_schema().into()
+    }
+}
+
+impl ToSchema for ToolChoice {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            NamedToolChoice::name().into_owned(),
+            NamedToolChoice::schema(),
+        ));
+        NamedToolChoice::schemas(schemas);
+    }
+}
+
+impl PartialSchema for Stop {
+    fn schema() -> RefOr<Schema> {
+        stop_schema().into()
+    }
+}
+
+impl ToSchema for Stop {}
+
+impl PartialSchema for ResponseFormat {
+    fn schema() -> RefOr<Schema> {
+        response_format_schema().into()
+    }
+}
+
+impl ToSchema for ResponseFormat {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        let format = |kind: &str| {
+            ObjectBuilder::new()
+                .property("type", constant(kind))
+                .required("type")
+        };
+        schemas.push(("ResponseFormatText".into(), format("text").into()));
+        schemas.push((
+            "ResponseFormatJsonObject".into(),
+            format("json_object").into(),
+        ));
+        schemas.push((
+            "ResponseFormatJsonSchema".into(),
+            format("json_schema")
+                .property("json_schema", JsonSchemaFormat::schema())
+                .required("json_schema")
+                .into(),
+        ));
+    }
 }

@@ -2,59 +2,152 @@
 //! 4.3; RFC 8628 where the spec is silent).
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+
+use crate::schema::keywords;
 
 /// The RFC 8628 `grant_type` of a device-code token request.
 pub const DEVICE_CODE_GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:device_code";
 
+/// `POST /v1/auth/device/code`: optional fields of a code request (RFC 8628
+/// section 3.1), as a form or as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeviceCodeRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub scope: Option<String>,
+}
+
 /// `POST /v1/auth/device/code` → the device authorization record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeviceCodeResponse {
+    /// Opaque; 256 random bits. Keep it secret and poll with it.
     pub device_code: String,
-    /// `XXXX-XXXX`.
+    /// What the person types at `verification_uri`.
+    #[schema(pattern = "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$")]
     pub user_code: String,
+    #[schema(format = "uri")]
     pub verification_uri: String,
     /// `verification_uri` with the user code filled in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false, format = "uri")]
     pub verification_uri_complete: Option<String>,
+    /// Seconds until the codes expire (default 600).
+    #[schema(minimum = 1)]
     pub expires_in: i64,
+    /// Seconds to wait between polls (default 5).
+    #[schema(minimum = 1)]
     pub interval: i64,
 }
 
 /// `POST /v1/auth/device/token` with a JSON body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeviceTokenRequest {
     pub device_code: String,
 }
 
+/// `POST /v1/auth/device/token` with a form body (RFC 8628 section 3.4).
+/// Every field is optional here so that the server can answer a missing
+/// one with RFC 6749's `invalid_request`; the schema says what a valid
+/// request holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(description = "The RFC 8628 device access token request.")]
+pub struct OAuthDeviceTokenRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = grant_type)]
+    pub grant_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false)]
+    pub device_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub client_id: Option<String>,
+}
+
 /// The JSON answer to a poll: `{"status":"pending"}`, or `approved` with
 /// the key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeviceTokenResponse {
     /// `pending` or `approved`.
+    #[schema(schema_with = token_status)]
     pub status: String,
+    /// Present when approved: a new API key of the approving account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^sk-svc-[0-9a-f]{40}$")]
     pub access_token: Option<String>,
+    /// Always `bearer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = bearer)]
     pub token_type: Option<String>,
+    /// Present when approved: seconds until the key expires (default 2592000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub expires_in: Option<i64>,
 }
 
 /// RFC 6749 section 5.1 success body (to a form-encoded RFC 8628 request).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct OAuthTokenResponse {
+    #[schema(pattern = "^sk-svc-[0-9a-f]{40}$")]
     pub access_token: String,
+    #[schema(schema_with = bearer)]
     pub token_type: String,
     pub expires_in: i64,
 }
 
 /// RFC 6749 section 5.2 error body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(as = OAuthError)]
 pub struct OAuthErrorResponse {
+    #[schema(schema_with = oauth_error)]
     pub error: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error_description: Option<String>,
     /// On `slow_down`: the interval to use from now on (an extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub interval: Option<i64>,
+}
+
+fn strings(values: &[&str]) -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(values.iter().copied()))
+        .build()
+}
+
+fn string_constant(value: &str) -> Object {
+    keywords(
+        ObjectBuilder::new().schema_type(Type::String).build(),
+        [("const", value.into())],
+    )
+}
+
+fn grant_type() -> Object {
+    string_constant(DEVICE_CODE_GRANT_TYPE)
+}
+
+fn bearer() -> Object {
+    string_constant("bearer")
+}
+
+fn token_status() -> Object {
+    strings(&["pending", "approved"])
+}
+
+fn oauth_error() -> Object {
+    strings(&[
+        "authorization_pending",
+        "slow_down",
+        "access_denied",
+        "expired_token",
+        "invalid_grant",
+        "invalid_request",
+        "unsupported_grant_type",
+    ])
 }

@@ -2,14 +2,24 @@
 //!
 //! Requests are deserialized loosely here (unknown fields ignored, as OpenAI
 //! does); range checks and the mapping into typed domain values happen in
-//! `svc-core`. Responses serialize exactly in OpenAI's shape.
+//! `svc-core`. Responses serialize exactly in OpenAI's shape. Every JSON
+//! body the server sends or reads is a type here, and each carries its
+//! OpenAPI schema (`utoipa::ToSchema`); [`schema::components`] lists them
+//! all for the server's `/openapi.json`.
 
 pub mod chat;
 pub mod device;
 pub mod error;
+pub mod health;
+pub mod keys;
 pub mod models;
+pub mod schema;
+pub mod usage;
 
 pub use chat::*;
 pub use device::*;
 pub use error::*;
+pub use health::*;
+pub use keys::*;
 pub use models::*;
+pub use usage::*;

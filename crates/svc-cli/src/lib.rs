@@ -8,11 +8,16 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
-pub mod model_files;
+mod output;
+pub mod progress;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 pub use cli::Cli;
+
+use crate::client::Failure;
+use crate::output::errln;
 
 /// Runs a parsed command line; the exit code says whether it worked.
 pub fn main(cli: Cli) -> ExitCode {
@@ -20,17 +25,27 @@ pub fn main(cli: Cli) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let Err(error) = runtime.block_on(commands::run(cli)) else {
+        return ExitCode::SUCCESS;
+    };
+    // A client command's failure has an exit code of its own (see
+    // `client::failure`); any other error exits with 1.
+    let Some(failure) = error.downcast_ref::<Failure>() else {
+        errln!("error: {error:#}");
+        return ExitCode::FAILURE;
+    };
+    let code = failure.exit_code();
+    // A reply cut short ends its line on stdout before the message.
+    let _ = std::io::stdout().flush();
+    errln!("error: {error:#}");
+    // As the process exit this replaces did: no waiting for tasks still
+    // running (a read of the terminal, an opened browser).
+    runtime.shutdown_background();
+    ExitCode::from(code)
 }
 
 /// Logs go to stderr, filtered by `SVC_LOG` (`info` by default), as text

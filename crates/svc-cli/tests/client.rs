@@ -1,7 +1,16 @@
 //! The command-line client (`svc login`, `logout`, `whoami`, `chat`,
 //! `models`): end to end against real servers, and in a real terminal.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 #[path = "client/e2e.rs"]
 mod e2e;

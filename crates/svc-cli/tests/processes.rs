@@ -1,7 +1,16 @@
 //! The `svc` binary as operators run it: `svc serve` processes and
 //! `svc keys` commands sharing one store, on SQLite and on PostgreSQL.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -280,8 +289,8 @@ async fn account_with_key(store: &[&str], url: &str, email: &str, admin: bool) -
     let (key, _) = svc_core::KeyService::new(sql.clone())
         .create(svc_core::NewKey {
             name: format!("{email}'s key"),
-            owner_id: Some(user.id.0.clone()),
-            created_via: "dashboard".into(),
+            owner_id: Some(user.id.clone()),
+            created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
         })
         .await

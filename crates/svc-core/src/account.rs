@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::hashes::{SessionHash, SetupTokenHash};
 use crate::now;
-use crate::session::{SessionRecord, SessionToken, flash, random_token, sha256_hex};
+use crate::session::{SessionRecord, SessionToken, flash, random_token};
 use crate::store::{AccountChange, Store, StoreError};
 use crate::throttle::{Throttle, give_back_all, take_all};
 
@@ -473,7 +474,7 @@ impl AccountService {
         }
         let token = random_token();
         self.store
-            .insert_setup_token(&sha256_hex(&token), now() + SETUP_SECONDS)
+            .insert_setup_token(&SetupTokenHash::of(&token), now() + SETUP_SECONDS)
             .await?;
         Ok(Some(token))
     }
@@ -489,7 +490,7 @@ impl AccountService {
         let user = new_user(email, password, true).await?;
         if self
             .store
-            .create_first_user(&sha256_hex(token), &user, now())
+            .create_first_user(&SetupTokenHash::of(token), &user, now())
             .await?
         {
             Ok(user)
@@ -574,7 +575,7 @@ impl AccountService {
         &self,
         token: &str,
     ) -> Result<Option<(SessionRecord, UserRecord)>, StoreError> {
-        let Some(session) = self.store.session_by_hash(&sha256_hex(token)).await? else {
+        let Some(session) = self.store.session_by_hash(&SessionHash::of(token)).await? else {
             return Ok(None);
         };
         if session.expires_at <= now() {
@@ -621,7 +622,7 @@ impl AccountService {
     /// Ends a session.
     pub async fn sign_out(&self, token: &str) -> Result<(), StoreError> {
         self.store
-            .delete_session(&sha256_hex(token))
+            .delete_session(&SessionHash::of(token))
             .await
             .map(|_| ())
     }
@@ -632,13 +633,16 @@ impl AccountService {
     pub async fn put_flash(&self, token: &str, secret: &str) -> Result<(), StoreError> {
         let sealed = flash::seal(token, secret);
         self.store
-            .set_session_flash(&sha256_hex(token), Some(&sealed))
+            .set_session_flash(&SessionHash::of(token), Some(&sealed))
             .await
     }
 
     /// The value put by [`put_flash`](Self::put_flash), once.
     pub async fn take_flash(&self, token: &str) -> Result<Option<String>, StoreError> {
-        let sealed = self.store.take_session_flash(&sha256_hex(token)).await?;
+        let sealed = self
+            .store
+            .take_session_flash(&SessionHash::of(token))
+            .await?;
         Ok(sealed.and_then(|sealed| flash::open(token, &sealed)))
     }
 }

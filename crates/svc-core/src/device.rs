@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-/// Where an authorization stands.
+use crate::store::UnknownValue;
+
+/// Where an authorization stands, without the details: the stored `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceStatus {
     /// Waiting for the user.
@@ -27,15 +29,129 @@ impl DeviceStatus {
         }
     }
 
-    /// Reads the stored form.
-    pub fn parse(text: &str) -> Option<Self> {
-        Some(match text {
+    /// Reads the stored form; anything else is an error, never a guess.
+    pub fn parse(text: &str) -> Result<Self, UnknownValue> {
+        Ok(match text {
             "pending" => DeviceStatus::Pending,
             "approved" => DeviceStatus::Approved,
             "denied" => DeviceStatus::Denied,
             "redeemed" => DeviceStatus::Redeemed,
-            _ => return None,
+            _ => return Err(UnknownValue::new("device authorization status", text)),
         })
+    }
+}
+
+/// Where an authorization stands, with what each state carries: who
+/// decided and when, and the key that redeemed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceState {
+    /// Waiting for the person.
+    Pending,
+    /// Approved by `by` at `decided_at`; the next poll gets a key.
+    Approved { by: UserId, decided_at: i64 },
+    /// Denied by `by` at `decided_at`, or approved then and denied since,
+    /// because the account was disabled or deleted before the key was issued.
+    Denied { by: UserId, decided_at: i64 },
+    /// Approved by `by` at `decided_at`, and `key_id` issued: done.
+    Redeemed {
+        by: UserId,
+        decided_at: i64,
+        key_id: KeyId,
+    },
+}
+
+impl DeviceState {
+    /// The state's name, as stored.
+    pub fn status(&self) -> DeviceStatus {
+        match self {
+            DeviceState::Pending => DeviceStatus::Pending,
+            DeviceState::Approved { .. } => DeviceStatus::Approved,
+            DeviceState::Denied { .. } => DeviceStatus::Denied,
+            DeviceState::Redeemed { .. } => DeviceStatus::Redeemed,
+        }
+    }
+
+    /// Who approved or denied it, once decided.
+    pub fn decided_by(&self) -> Option<&UserId> {
+        match self {
+            DeviceState::Pending => None,
+            DeviceState::Approved { by, .. }
+            | DeviceState::Denied { by, .. }
+            | DeviceState::Redeemed { by, .. } => Some(by),
+        }
+    }
+
+    /// When it was approved or denied.
+    pub fn decided_at(&self) -> Option<i64> {
+        match self {
+            DeviceState::Pending => None,
+            DeviceState::Approved { decided_at, .. }
+            | DeviceState::Denied { decided_at, .. }
+            | DeviceState::Redeemed { decided_at, .. } => Some(*decided_at),
+        }
+    }
+
+    /// The key issued on redemption.
+    pub fn key_id(&self) -> Option<&KeyId> {
+        match self {
+            DeviceState::Redeemed { key_id, .. } => Some(key_id),
+            _ => None,
+        }
+    }
+
+    /// The state the stored columns describe (`status`, `user_id`,
+    /// `decided_at`, `key_id`); an error when they do not make one (a
+    /// decided authorization without who or when, a redeemed one without
+    /// its key), never a guess.
+    pub fn from_stored(
+        status: &str,
+        user_id: Option<UserId>,
+        decided_at: Option<i64>,
+        key_id: Option<KeyId>,
+    ) -> Result<Self, UnknownValue> {
+        let status = DeviceStatus::parse(status)?;
+        let incomplete = || UnknownValue::new("device authorization state", status.as_str());
+        let decided = || match (user_id.clone(), decided_at) {
+            (Some(by), Some(decided_at)) => Ok((by, decided_at)),
+            _ => Err(incomplete()),
+        };
+        Ok(match status {
+            DeviceStatus::Pending => DeviceState::Pending,
+            DeviceStatus::Approved => {
+                let (by, decided_at) = decided()?;
+                DeviceState::Approved { by, decided_at }
+            }
+            DeviceStatus::Denied => {
+                let (by, decided_at) = decided()?;
+                DeviceState::Denied { by, decided_at }
+            }
+            DeviceStatus::Redeemed => {
+                let (by, decided_at) = decided()?;
+                let key_id = key_id.clone().ok_or_else(incomplete)?;
+                DeviceState::Redeemed {
+                    by,
+                    decided_at,
+                    key_id,
+                }
+            }
+        })
+    }
+}
+
+/// What the person chose on the approval page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceDecision {
+    Approve,
+    Deny,
+}
+
+impl DeviceDecision {
+    /// The status it moves an authorization to.
+    pub fn status(self) -> DeviceStatus {
+        match self {
+            DeviceDecision::Approve => DeviceStatus::Approved,
+            DeviceDecision::Deny => DeviceStatus::Denied,
+        }
     }
 }
 
@@ -50,10 +166,8 @@ impl fmt::Display for DeviceStatus {
 pub struct DeviceRecord {
     /// `dev_` + 16 hex.
     pub id: String,
-    /// SHA-256 of the device code, lowercase hex.
-    pub device_code_hash: String,
-    /// SHA-256 of the normalised user code ([`UserCode::hash`]).
-    pub user_code_hash: String,
+    pub device_code_hash: DeviceCodeHash,
+    pub user_code_hash: UserCodeHash,
     pub client_id: Option<String>,
     pub scope: Option<String>,
     /// Address and user agent of the client that asked, shown to the user.
@@ -65,12 +179,7 @@ pub struct DeviceRecord {
     pub interval: i64,
     /// Milliseconds since the epoch of the last poll.
     pub last_polled_at_ms: Option<i64>,
-    pub status: DeviceStatus,
-    /// Who approved or denied.
-    pub user_id: Option<crate::account::UserId>,
-    pub decided_at: Option<i64>,
-    /// The key issued on redemption.
-    pub key_id: Option<crate::key::KeyId>,
+    pub state: DeviceState,
 }
 
 use std::sync::Arc;
@@ -78,10 +187,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::account::UserId;
+use crate::hashes::{DeviceCodeHash, UserCodeHash};
 use crate::key::{ApiKey, KeyId};
 use crate::now;
-use crate::session::{random_token, sha256_hex};
-use crate::store::{KeyRecord, Store, StoreError};
+use crate::session::random_token;
+use crate::store::{KeyOrigin, KeyRecord, Store, StoreError};
 use crate::throttle::{Throttle, Throttled, give_back_all, take_all};
 
 /// RFC 8628 section 6.1: no vowels (no words), no look-alikes.
@@ -97,15 +207,11 @@ impl UserCode {
     /// 8 characters from the OS generator: 20^8 ≈ 2^34.6 codes, with code
     /// entry throttled and codes living minutes (RFC 8628 section 5.1).
     pub fn generate() -> Self {
-        use rand::TryRngCore;
-        let mut rng = rand::rngs::OsRng;
         let code = (0..USER_CODE_LEN)
             .map(|_| {
                 let i = loop {
                     // Rejection sampling keeps the choice uniform.
-                    let byte = rng.try_next_u32().unwrap_or_else(|_| {
-                        panic!("the operating system's random number generator failed")
-                    }) as u8;
+                    let [byte] = crate::session::os_random::<1>();
                     if byte < 240 {
                         break usize::from(byte % 20);
                     }
@@ -138,10 +244,10 @@ impl UserCode {
         format!("{}-{}", &self.0[..4], &self.0[4..])
     }
 
-    /// The stored form: SHA-256 of the normalised code, lowercase hex. The
-    /// code itself is a secret for its few minutes, like the device code.
-    pub fn hash(&self) -> String {
-        sha256_hex(&self.0)
+    /// The stored form: the hash of the normalised code. The code itself
+    /// is a secret for its few minutes, like the device code.
+    pub fn hash(&self) -> UserCodeHash {
+        UserCodeHash::of(&self.0)
     }
 }
 
@@ -358,7 +464,7 @@ impl DeviceService {
             let user_code = UserCode::generate();
             let record = DeviceRecord {
                 id: format!("dev_{}", hex::encode(rand::random::<[u8; 8]>())),
-                device_code_hash: sha256_hex(&device_code),
+                device_code_hash: DeviceCodeHash::of(&device_code),
                 user_code_hash: user_code.hash(),
                 client_id: client.client_id.clone(),
                 scope: client.scope.clone(),
@@ -368,10 +474,7 @@ impl DeviceService {
                 expires_at: created_at + self.settings.code_lifetime,
                 interval: self.settings.interval,
                 last_polled_at_ms: None,
-                status: DeviceStatus::Pending,
-                user_id: None,
-                decided_at: None,
-                key_id: None,
+                state: DeviceState::Pending,
             };
             match self.store.insert_device(&record).await {
                 Ok(()) => {
@@ -399,7 +502,7 @@ impl DeviceService {
     ) -> Result<PollOutcome, StoreError> {
         let Some(record) = self
             .store
-            .device_by_code_hash(&sha256_hex(device_code))
+            .device_by_code_hash(&DeviceCodeHash::of(device_code))
             .await?
         else {
             return Ok(PollOutcome::Unknown);
@@ -411,12 +514,12 @@ impl DeviceService {
         }
         let at_ms = chrono::Utc::now().timestamp_millis();
         let at = at_ms.div_euclid(1000);
-        match record.status {
-            DeviceStatus::Redeemed => return Ok(PollOutcome::AlreadyUsed),
-            DeviceStatus::Denied => return Ok(PollOutcome::Denied),
+        match &record.state {
+            DeviceState::Redeemed { .. } => return Ok(PollOutcome::AlreadyUsed),
+            DeviceState::Denied { .. } => return Ok(PollOutcome::Denied),
             _ if record.expires_at <= at => return Ok(PollOutcome::Expired),
-            DeviceStatus::Approved => return self.redeem(&record).await,
-            DeviceStatus::Pending => {}
+            DeviceState::Approved { by, .. } => return self.redeem(&record, by).await,
+            DeviceState::Pending => {}
         }
         // Clients sleep `interval` and then ask, so a gap a little shorter
         // than the interval is network jitter or clock drift, not abuse.
@@ -434,13 +537,14 @@ impl DeviceService {
         }
     }
 
-    async fn redeem(&self, record: &DeviceRecord) -> Result<PollOutcome, StoreError> {
-        let Some(user_id) = record.user_id.clone() else {
-            return Ok(PollOutcome::Unknown);
-        };
+    async fn redeem(
+        &self,
+        record: &DeviceRecord,
+        user_id: &UserId,
+    ) -> Result<PollOutcome, StoreError> {
         // Disabling an account denies what it approved; this covers an
         // approval that raced with that (and the store checks again).
-        let approver = self.store.user_by_id(&user_id).await?;
+        let approver = self.store.user_by_id(user_id).await?;
         if approver.is_none_or(|u| u.disabled_at.is_some()) {
             return Ok(PollOutcome::Denied);
         }
@@ -451,8 +555,8 @@ impl DeviceService {
             id: KeyId::generate(),
             name: device_key_name(record, created_at),
             hint: key.hint(),
-            owner_id: Some(user_id.0),
-            created_via: "device".into(),
+            owner_id: Some(user_id.clone()),
+            created_via: KeyOrigin::Device,
             created_at,
             expires_at: Some(created_at + expires_in),
             last_used_at: None,
@@ -502,7 +606,7 @@ impl DeviceService {
             return Ok(CodeLookup::Unknown);
         };
         give_back_all(slots).await?;
-        if record.status == DeviceStatus::Pending && record.expires_at > now() {
+        if record.state == DeviceState::Pending && record.expires_at > now() {
             Ok(CodeLookup::Pending(Box::new(record)))
         } else {
             Ok(CodeLookup::Closed(Box::new(record)))
@@ -515,13 +619,8 @@ impl DeviceService {
         &self,
         id: &str,
         user_id: &UserId,
-        approve: bool,
+        decision: DeviceDecision,
     ) -> Result<bool, StoreError> {
-        let decision = if approve {
-            DeviceStatus::Approved
-        } else {
-            DeviceStatus::Denied
-        };
         self.store.decide_device(id, user_id, decision, now()).await
     }
 }
@@ -546,6 +645,7 @@ fn device_key_name(record: &DeviceRecord, at: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::sha256_hex;
 
     #[test]
     fn user_codes_use_the_rfc_alphabet() {
@@ -581,8 +681,8 @@ mod tests {
     #[test]
     fn user_codes_are_stored_hashed() {
         let code = UserCode::parse("bcdf-ghjk").unwrap();
-        assert_eq!(code.hash(), sha256_hex("BCDFGHJK"));
-        assert!(!code.hash().contains("BCDFGHJK"));
+        assert_eq!(code.hash().as_str(), sha256_hex("BCDFGHJK"));
+        assert!(!code.hash().as_str().contains("BCDFGHJK"));
     }
 
     #[test]
@@ -603,7 +703,68 @@ mod tests {
             DeviceStatus::Denied,
             DeviceStatus::Redeemed,
         ] {
-            assert_eq!(DeviceStatus::parse(s.as_str()), Some(s));
+            assert_eq!(DeviceStatus::parse(s.as_str()), Ok(s));
         }
+    }
+
+    #[test]
+    fn an_unknown_stored_status_is_an_error() {
+        for stored in ["", "Pending", "expired", "approved "] {
+            let err = DeviceStatus::parse(stored).unwrap_err();
+            assert_eq!(err.what, "device authorization status");
+            assert_eq!(err.value, stored);
+        }
+        assert!(DeviceState::from_stored("revoked", None, None, None).is_err());
+    }
+
+    #[test]
+    fn states_read_back_from_their_columns() {
+        let by = UserId("usr_1".into());
+        let key = KeyId("key_1".into());
+        let read = |status, user: Option<&UserId>, at, key: Option<&KeyId>| {
+            DeviceState::from_stored(status, user.cloned(), at, key.cloned())
+        };
+        assert_eq!(read("pending", None, None, None), Ok(DeviceState::Pending));
+        let approved = read("approved", Some(&by), Some(7), None).unwrap();
+        assert_eq!(
+            approved,
+            DeviceState::Approved {
+                by: by.clone(),
+                decided_at: 7
+            }
+        );
+        assert_eq!(approved.status(), DeviceStatus::Approved);
+        assert_eq!(approved.decided_by(), Some(&by));
+        assert_eq!(approved.decided_at(), Some(7));
+        assert_eq!(approved.key_id(), None);
+        let denied = read("denied", Some(&by), Some(8), None).unwrap();
+        assert_eq!(denied.status(), DeviceStatus::Denied);
+        let redeemed = read("redeemed", Some(&by), Some(9), Some(&key)).unwrap();
+        assert_eq!(redeemed.key_id(), Some(&key));
+        assert_eq!(redeemed.status(), DeviceStatus::Redeemed);
+    }
+
+    #[test]
+    fn columns_that_make_no_state_are_an_error() {
+        let by = UserId("usr_1".into());
+        let key = KeyId("key_1".into());
+        for (status, user, at, key) in [
+            ("approved", None, Some(7), None),
+            ("approved", Some(&by), None, None),
+            ("denied", None, None, None),
+            ("redeemed", Some(&by), Some(9), None),
+            ("redeemed", None, Some(9), Some(&key)),
+        ] {
+            let err =
+                DeviceState::from_stored(status, user.cloned(), at, key.cloned()).unwrap_err();
+            assert_eq!(err.what, "device authorization state", "{status}");
+            assert_eq!(err.value, status);
+        }
+    }
+
+    #[test]
+    fn decisions_move_to_approved_or_denied() {
+        assert_eq!(DeviceDecision::Approve.status(), DeviceStatus::Approved);
+        assert_eq!(DeviceDecision::Deny.status(), DeviceStatus::Denied);
     }
 }

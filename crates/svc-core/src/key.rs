@@ -4,7 +4,6 @@
 
 use std::fmt;
 
-use rand::TryRngCore;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
@@ -29,13 +28,7 @@ pub enum KeyFormatError {
 impl ApiKey {
     /// A new key from the operating system's CSPRNG (160 random bits).
     pub fn generate() -> Self {
-        let mut bytes = [0u8; KEY_HEX_LEN / 2];
-        rand::rngs::OsRng
-            .try_fill_bytes(&mut bytes)
-            .unwrap_or_else(|_| {
-                // The OS generator failing is not recoverable: never issue a weak key.
-                panic!("the operating system's random number generator failed")
-            });
+        let bytes = crate::session::os_random::<{ KEY_HEX_LEN / 2 }>();
         ApiKey(format!("{KEY_PREFIX}{}", hex::encode(bytes)))
     }
 

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::account::UserId;
 use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 use crate::now;
-use crate::store::{KeyLimits, KeyRecord, Store, StoreError};
+use crate::store::{KeyLimits, KeyOrigin, KeyRecord, Store, StoreError};
 
 /// How often at most `last_used_at` is written for one key, in seconds:
 /// often enough for a dashboard, rare enough to keep writes off the hot path.
@@ -36,8 +37,8 @@ const CACHE_SWEEP_AT: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct NewKey {
     pub name: String,
-    pub owner_id: Option<String>,
-    pub created_via: String,
+    pub owner_id: Option<UserId>,
+    pub created_via: KeyOrigin,
     /// Lifetime in seconds; `None` never expires.
     pub expires_in: Option<i64>,
 }
@@ -227,7 +228,7 @@ impl KeyService {
     }
 
     /// Keys, newest first (an owner's only, when given).
-    pub async fn list(&self, owner_id: Option<&str>) -> Result<Vec<KeyRecord>, StoreError> {
+    pub async fn list(&self, owner_id: Option<&UserId>) -> Result<Vec<KeyRecord>, StoreError> {
         self.store.list_keys(owner_id).await
     }
 
@@ -276,7 +277,7 @@ mod tests {
             name: "n".into(),
             hint: "h".into(),
             owner_id: None,
-            created_via: "cli".into(),
+            created_via: KeyOrigin::Cli,
             created_at: 0,
             expires_at: Some(10),
             last_used_at: None,
@@ -296,8 +297,8 @@ mod tests {
             id: KeyId("key_1".into()),
             name: "n".into(),
             hint: "h".into(),
-            owner_id: Some("usr_1".into()),
-            created_via: "dashboard".into(),
+            owner_id: Some(UserId("usr_1".into())),
+            created_via: KeyOrigin::Dashboard,
             created_at: 0,
             expires_at: Some(10),
             last_used_at: None,

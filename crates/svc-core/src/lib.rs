@@ -8,6 +8,7 @@ pub mod config;
 pub mod device;
 pub mod duration;
 pub mod engine;
+pub mod hashes;
 pub mod key;
 pub mod keys;
 pub mod request;
@@ -18,19 +19,20 @@ pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
 pub use device::{
-    CodeLookup, DeviceClient, DeviceConfig, DeviceRecord, DeviceService, DeviceStatus, IssuedCodes,
-    PollOutcome, UserCode, plain_text,
+    CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
+    DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
 pub use engine::{
     ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,
     FinishReason, GenerateRequest, OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolCallSpec,
     ToolChoiceSpec, ToolSpec,
 };
+pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};
 pub use request::{ValidChatRequest, ValidationError};
 pub use session::{SessionRecord, SessionToken};
-pub use store::{AccountChange, KeyLimits, KeyRecord, Store, StoreError};
+pub use store::{AccountChange, KeyLimits, KeyOrigin, KeyRecord, Store, StoreError, UnknownValue};
 pub use usage::{UsageDelta, UsageRow, day_of};
 
 /// Seconds since the Unix epoch, the one time unit stored and compared.

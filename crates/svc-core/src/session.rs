@@ -4,8 +4,7 @@
 /// A stored session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {
-    /// SHA-256 of the cookie's token, lowercase hex.
-    pub token_hash: String,
+    pub token_hash: SessionHash,
     pub user_id: crate::account::UserId,
     /// The token every form of this session must carry (not secret from the
     /// user; unknowable to other sites).
@@ -20,14 +19,26 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::hashes::SessionHash;
+
 /// 256 random bits from the operating system, as 64 lowercase hex.
 pub fn random_token() -> String {
+    hex::encode(os_random::<32>())
+}
+
+/// `N` bytes from the operating system's CSPRNG: what every key, token and
+/// code is made of.
+#[expect(
+    clippy::panic,
+    reason = "the OS generator failing is not recoverable: never issue a weak secret"
+)]
+pub(crate) fn os_random<const N: usize>() -> [u8; N] {
     use rand::TryRngCore;
-    let mut bytes = [0u8; 32];
+    let mut bytes = [0u8; N];
     rand::rngs::OsRng
         .try_fill_bytes(&mut bytes)
         .unwrap_or_else(|_| panic!("the operating system's random number generator failed"));
-    hex::encode(bytes)
+    bytes
 }
 
 /// SHA-256 of `text`, lowercase hex: how tokens and codes are stored.
@@ -50,8 +61,8 @@ impl SessionToken {
     }
 
     /// What the store keeps.
-    pub fn hash(&self) -> String {
-        sha256_hex(&self.0)
+    pub fn hash(&self) -> SessionHash {
+        SessionHash::of(&self.0)
     }
 }
 

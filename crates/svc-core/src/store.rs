@@ -1,11 +1,14 @@
 //! The Store boundary: narrow traits for each kind of record, combined into
 //! [`Store`]. Implementations (SQLite, PostgreSQL) live in `svc-store`.
 
+use std::fmt;
+
 use async_trait::async_trait;
 use thiserror::Error;
 
 use crate::account::{UserId, UserRecord};
-use crate::device::{DeviceRecord, DeviceStatus};
+use crate::device::{DeviceDecision, DeviceRecord};
+use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
 use crate::session::SessionRecord;
 use crate::usage::{UsageDelta, UsageRow};
@@ -17,10 +20,10 @@ pub struct KeyRecord {
     pub name: String,
     /// `sk-svc-1a2b…9f0e`.
     pub hint: String,
-    /// The owning account, when keys belong to accounts.
-    pub owner_id: Option<String>,
-    /// How the key was made: `cli`, `dashboard`, `device`.
-    pub created_via: String,
+    /// The owning account; `None` for the operator's keys.
+    pub owner_id: Option<UserId>,
+    /// How the key was made.
+    pub created_via: KeyOrigin,
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub last_used_at: Option<i64>,
@@ -30,6 +33,65 @@ pub struct KeyRecord {
     /// When the owning account was disabled: its keys are refused until it
     /// is enabled again. Read from the account, not stored with the key.
     pub owner_disabled_at: Option<i64>,
+}
+
+/// How a key was made (stored as `created_via`, and shown so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyOrigin {
+    /// By the operator, with `svc keys create`.
+    Cli,
+    /// By a signed-in person on the dashboard's Keys page.
+    Dashboard,
+    /// Issued to a client at the end of a device login (RFC 8628).
+    Device,
+}
+
+impl KeyOrigin {
+    /// The stored (and shown) form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyOrigin::Cli => "cli",
+            KeyOrigin::Dashboard => "dashboard",
+            KeyOrigin::Device => "device",
+        }
+    }
+
+    /// Reads the stored form; anything else is an error, never a guess.
+    pub fn parse(stored: &str) -> Result<Self, UnknownValue> {
+        match stored {
+            "cli" => Ok(KeyOrigin::Cli),
+            "dashboard" => Ok(KeyOrigin::Dashboard),
+            "device" => Ok(KeyOrigin::Device),
+            _ => Err(UnknownValue::new("key origin (created_via)", stored)),
+        }
+    }
+}
+
+impl fmt::Display for KeyOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored value that no variant of its type reads: a row written by a
+/// newer svc, or edited by hand. The store reports it as a database error.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown {what} {value:?} in the store")]
+pub struct UnknownValue {
+    /// What the value should have been.
+    pub what: &'static str,
+    /// The value found (cut to 40 characters).
+    pub value: String,
+}
+
+impl UnknownValue {
+    pub fn new(what: &'static str, value: &str) -> Self {
+        UnknownValue {
+            what,
+            value: value.chars().take(40).collect(),
+        }
+    }
 }
 
 /// Per-key overrides of the server's default rate limits (`None`: the
@@ -63,7 +125,7 @@ pub trait KeyStore: Send + Sync {
     /// The key with this id, if any.
     async fn key_by_id(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError>;
     /// Keys, newest first; only `owner_id`'s when given.
-    async fn list_keys(&self, owner_id: Option<&str>) -> Result<Vec<KeyRecord>, StoreError>;
+    async fn list_keys(&self, owner_id: Option<&UserId>) -> Result<Vec<KeyRecord>, StoreError>;
     /// Marks a key revoked at `at`; false when there is no such active key.
     async fn revoke_key(&self, id: &KeyId, at: i64) -> Result<bool, StoreError>;
     /// Records use at `at`.
@@ -104,14 +166,17 @@ pub trait UserStore: Send + Sync {
     async fn list_users(&self) -> Result<Vec<UserRecord>, StoreError>;
     async fn count_users(&self) -> Result<i64, StoreError>;
     /// Remembers the hash of a one-time setup token, valid until `expires_at`.
-    async fn insert_setup_token(&self, token_hash: &str, expires_at: i64)
-    -> Result<(), StoreError>;
+    async fn insert_setup_token(
+        &self,
+        token_hash: &SetupTokenHash,
+        expires_at: i64,
+    ) -> Result<(), StoreError>;
     /// In one transaction: consumes the setup token (which must exist and not
     /// be expired at `at`) and, if there is still no user at all, inserts
     /// `user`. False, with nothing changed, when either condition fails.
     async fn create_first_user(
         &self,
-        token_hash: &str,
+        token_hash: &SetupTokenHash,
         user: &UserRecord,
         at: i64,
     ) -> Result<bool, StoreError>;
@@ -139,20 +204,26 @@ pub trait UserStore: Send + Sync {
 pub trait SessionStore: Send + Sync {
     async fn insert_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
     /// The session with this token hash (expired ones included).
-    async fn session_by_hash(&self, token_hash: &str) -> Result<Option<SessionRecord>, StoreError>;
+    async fn session_by_hash(
+        &self,
+        token_hash: &SessionHash,
+    ) -> Result<Option<SessionRecord>, StoreError>;
     /// Deletes a session; false when there was none.
-    async fn delete_session(&self, token_hash: &str) -> Result<bool, StoreError>;
+    async fn delete_session(&self, token_hash: &SessionHash) -> Result<bool, StoreError>;
     /// Deletes every session that expired before `at`; returns how many.
     async fn delete_expired_sessions(&self, at: i64) -> Result<u64, StoreError>;
     /// Sets (or with `None` clears) the session's one-time flash value.
     async fn set_session_flash(
         &self,
-        token_hash: &str,
+        token_hash: &SessionHash,
         flash: Option<&str>,
     ) -> Result<(), StoreError>;
     /// Returns the flash value and clears it atomically: of two concurrent
     /// calls, at most one gets it.
-    async fn take_session_flash(&self, token_hash: &str) -> Result<Option<String>, StoreError>;
+    async fn take_session_flash(
+        &self,
+        token_hash: &SessionHash,
+    ) -> Result<Option<String>, StoreError>;
 }
 
 /// Persistence of device authorizations (RFC 8628).
@@ -161,11 +232,14 @@ pub trait DeviceStore: Send + Sync {
     /// Stores a new authorization; [`StoreError::Conflict`] when its id,
     /// device-code hash or user-code hash exists already.
     async fn insert_device(&self, record: &DeviceRecord) -> Result<(), StoreError>;
-    async fn device_by_code_hash(&self, hash: &str) -> Result<Option<DeviceRecord>, StoreError>;
-    /// By the SHA-256 (lowercase hex) of the normalised user code.
+    async fn device_by_code_hash(
+        &self,
+        hash: &DeviceCodeHash,
+    ) -> Result<Option<DeviceRecord>, StoreError>;
+    /// By the hash of the normalised user code.
     async fn device_by_user_code_hash(
         &self,
-        user_code_hash: &str,
+        user_code_hash: &UserCodeHash,
     ) -> Result<Option<DeviceRecord>, StoreError>;
     /// How many authorizations have not expired at `at` (whatever their
     /// status).
@@ -181,14 +255,13 @@ pub trait DeviceStore: Send + Sync {
         min_gap_ms: i64,
         slow_down_secs: i64,
     ) -> Result<bool, StoreError>;
-    /// Moves a `pending`, unexpired (at `at`) authorization to `decision`
-    /// (`Approved` or `Denied`) for `user_id`; false when it was not pending
-    /// or has expired.
+    /// Moves a pending, unexpired (at `at`) authorization to approved or
+    /// denied by `user_id`; false when it was not pending or has expired.
     async fn decide_device(
         &self,
         id: &str,
         user_id: &UserId,
-        decision: DeviceStatus,
+        decision: DeviceDecision,
         at: i64,
     ) -> Result<bool, StoreError>;
     /// In one transaction: moves an `approved` authorization to `redeemed`
@@ -256,4 +329,32 @@ pub trait Store:
 impl<T> Store for T where
     T: KeyStore + UserStore + SessionStore + DeviceStore + UsageStore + ThrottleStore + HealthStore
 {
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_origins_round_trip_through_their_stored_form() {
+        for origin in [KeyOrigin::Cli, KeyOrigin::Dashboard, KeyOrigin::Device] {
+            assert_eq!(KeyOrigin::parse(origin.as_str()), Ok(origin));
+            assert_eq!(origin.to_string(), origin.as_str());
+            assert_eq!(
+                serde_json::to_value(origin).unwrap(),
+                serde_json::json!(origin.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_origin_is_an_error_not_a_guess() {
+        for stored in ["", "CLI", "api", "dashboard\n"] {
+            let err = KeyOrigin::parse(stored).unwrap_err();
+            assert_eq!(err.value, stored);
+            assert!(err.to_string().starts_with("unknown key origin"), "{err}");
+        }
+        let long = "x".repeat(100);
+        assert_eq!(KeyOrigin::parse(&long).unwrap_err().value.len(), 40);
+    }
 }

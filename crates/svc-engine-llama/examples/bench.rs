@@ -15,6 +15,8 @@
 //! `--stream-rounds` times, taking turns; it prints medians, the median of
 //! the per-round ratios to the first level, and every round.
 
+#![allow(clippy::print_stdout, reason = "an example prints its results")]
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};

@@ -24,6 +24,8 @@ use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest, Sampling,
     ToolSpec,
 };
+use svc_gguf::cache::{self, Prepared};
+use svc_gguf::repack::RepackTarget;
 use thiserror::Error;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -31,7 +33,6 @@ use crate::backend;
 use crate::chat::{self, ChatFeatures};
 use crate::options::LlamaEngineOptions;
 use crate::prompt::{Cancel, Specials};
-use crate::repack::{self, Prepared, RepackTarget};
 use crate::sampler::Grammar;
 use crate::scheduler::{self, ContextSettings, Job, Shared};
 use crate::stats::EngineStats;
@@ -495,7 +496,7 @@ impl Drop for LlamaEngine {
 /// (made now or reused), otherwise `source` itself. Says what it did in the log.
 fn repacked(source: &Path) -> PathBuf {
     let target = RepackTarget::Q8_0;
-    match repack::prepare(source, target) {
+    match cache::prepare(source, target) {
         Prepared::Unchanged => source.to_owned(),
         Prepared::Reused(path) => {
             tracing::info!(

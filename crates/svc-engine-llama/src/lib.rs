@@ -14,8 +14,9 @@
 //!   Schema to GBNF), `tools` (tool prompts and the tool-call parser),
 //!   `reasoning` (think blocks, the explicit reasoning pass) and `markup`.
 //! - `cpu`, `backend`: the CPU check and the process-wide llama.cpp backend.
-//! - `repack`: a pure-Rust GGUF converter (Q4_1 weights to Q8_0 or Q4_0) and
-//!   the cache of converted models the engine loads instead of Q4_1 ones.
+//!
+//! Reading, writing and converting GGUF files (the Q8_0 copy of a Q4_1 model
+//! the engine loads when `repack` is on, the test models) is `svc-gguf`'s.
 //!
 //! This crate never sees HTTP or JSON bodies.
 
@@ -30,7 +31,6 @@ mod markup;
 mod options;
 mod prompt;
 mod reasoning;
-pub mod repack;
 mod sampler;
 mod scheduler;
 mod stats;

@@ -23,7 +23,7 @@ pub struct LlamaEngineOptions {
     /// Flash attention: `Some(true)` on, `Some(false)` off, `None` llama.cpp's choice.
     pub flash_attention: Option<bool>,
     /// Serve a model whose weights are mostly Q4_1 from a Q8_0 copy of it,
-    /// made once beside it (`<stem>.svc-q8_0.gguf`, see `repack`) and reused
+    /// made once beside it (`<stem>.svc-q8_0.gguf`, see `svc_gguf::cache`) and reused
     /// while it is newer than the model and its header matches. llama.cpp's
     /// x86 CPU kernels batch Q8_0 better than Q4_1 (prompt tokens/s about
     /// 1.4x, 16-stream decode about 1.25x on the default model) and the copy

@@ -1,5 +1,5 @@
-//! Test support (feature `testing`): a small GGUF writer and a tiny
-//! llama-architecture model whose greedy reply is known in advance.
+//! Test support (feature `testing`): a tiny llama-architecture model whose
+//! greedy reply is known in advance, written with `svc-gguf`'s writer.
 //!
 //! The model has a real byte-level BPE (`gpt2`) vocabulary with merges, a
 //! ChatML template and `<|im_end|>` as end of turn, and random weights in two
@@ -11,225 +11,13 @@
 //! really exercised. Nothing here is used outside tests.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
+
+pub use svc_gguf::GgufWriter;
 
 /// ChatML, the template the tiny model carries.
 pub const TINY_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-/// A value in GGUF metadata.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GgufValue {
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
-    Str(String),
-    StrArray(Vec<String>),
-    I32Array(Vec<i32>),
-}
-
-impl GgufValue {
-    fn type_id(&self) -> u32 {
-        match self {
-            GgufValue::U32(_) => 4,
-            GgufValue::I32(_) => 5,
-            GgufValue::F32(_) => 6,
-            GgufValue::Bool(_) => 7,
-            GgufValue::Str(_) => 8,
-            GgufValue::StrArray(_) | GgufValue::I32Array(_) => 9,
-        }
-    }
-}
-
-/// Writes GGUF version 3 files with F32 tensors (and tensors of other types
-/// given as raw bytes).
-#[derive(Debug, Default)]
-pub struct GgufWriter {
-    metadata: Vec<(String, GgufValue)>,
-    tensors: Vec<(String, Vec<u64>, TensorData)>,
-}
-
-/// A tensor's data.
-#[derive(Debug, Clone)]
-enum TensorData {
-    F32(Vec<f32>),
-    /// A ggml type id and the data in that type.
-    Raw(u32, Vec<u8>),
-}
-
-impl TensorData {
-    fn ggml_type(&self) -> u32 {
-        match self {
-            TensorData::F32(_) => GGML_TYPE_F32,
-            TensorData::Raw(t, _) => *t,
-        }
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        match self {
-            TensorData::F32(data) => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorData::Raw(_, bytes) => bytes.clone(),
-        }
-    }
-}
-
-const ALIGNMENT: usize = 32;
-const GGML_TYPE_F32: u32 = 0;
-
-impl GgufWriter {
-    /// An empty file.
-    pub fn new() -> Self {
-        GgufWriter::default()
-    }
-
-    /// Adds a metadata entry.
-    pub fn metadata(&mut self, key: &str, value: GgufValue) -> &mut Self {
-        self.metadata.push((key.to_owned(), value));
-        self
-    }
-
-    /// Adds an F32 tensor; `dims` in ggml order (the fastest-moving first).
-    pub fn tensor(&mut self, name: &str, dims: &[u64], data: Vec<f32>) -> &mut Self {
-        debug_assert_eq!(dims.iter().product::<u64>() as usize, data.len(), "{name}");
-        self.tensors
-            .push((name.to_owned(), dims.to_vec(), TensorData::F32(data)));
-        self
-    }
-
-    /// Adds a tensor of ggml type `ggml_type` whose data is already encoded.
-    pub fn raw_tensor(
-        &mut self,
-        name: &str,
-        dims: &[u64],
-        ggml_type: u32,
-        data: Vec<u8>,
-    ) -> &mut Self {
-        self.tensors.push((
-            name.to_owned(),
-            dims.to_vec(),
-            TensorData::Raw(ggml_type, data),
-        ));
-        self
-    }
-
-    /// The same file with every F32 matrix whose rows are a multiple of 32
-    /// values quantized to Q4_1 (as llama.cpp's quantizer does it).
-    pub fn with_q4_1_matrices(mut self) -> Self {
-        for (_, dims, data) in &mut self.tensors {
-            if let TensorData::F32(values) = data
-                && dims.len() >= 2
-                && dims[0] % 32 == 0
-            {
-                *data = TensorData::Raw(crate::repack::GGML_TYPE_Q4_1, quantize_q4_1(values));
-            }
-        }
-        self
-    }
-
-    /// The alignment of tensor data: `general.alignment` when set, else 32.
-    fn alignment(&self) -> usize {
-        self.metadata
-            .iter()
-            .find_map(|(k, v)| match v {
-                GgufValue::U32(a) if k == "general.alignment" => Some(*a as usize),
-                _ => None,
-            })
-            .unwrap_or(ALIGNMENT)
-    }
-
-    /// The whole file.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let align = self.alignment();
-        let padded = |n: usize| n.div_ceil(align) * align;
-        let mut out = Vec::new();
-        out.extend_from_slice(b"GGUF");
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (key, value) in &self.metadata {
-            put_str(&mut out, key);
-            out.extend_from_slice(&value.type_id().to_le_bytes());
-            put_value(&mut out, value);
-        }
-        let mut offset = 0usize;
-        for (name, dims, data) in &self.tensors {
-            put_str(&mut out, name);
-            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-            for d in dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&data.ggml_type().to_le_bytes());
-            out.extend_from_slice(&(offset as u64).to_le_bytes());
-            offset += padded(data.bytes().len());
-        }
-        out.resize(padded(out.len()), 0);
-        for (_, _, data) in &self.tensors {
-            let start = out.len();
-            let bytes = data.bytes();
-            out.extend_from_slice(&bytes);
-            out.resize(start + padded(bytes.len()), 0);
-        }
-        out
-    }
-
-    /// Writes the file to `path`.
-    pub fn write(&self, path: &Path) -> io::Result<()> {
-        let mut file = std::fs::File::create(path)?;
-        file.write_all(&self.to_bytes())?;
-        file.sync_all()
-    }
-}
-
-/// `values` (a multiple of 32 of them) as Q4_1 blocks, the way ggml's
-/// `quantize_row_q4_1_ref` makes them: d = (max - min) / 15, m = min.
-pub fn quantize_q4_1(values: &[f32]) -> Vec<u8> {
-    use crate::repack::f32_to_f16;
-    debug_assert_eq!(values.len() % 32, 0);
-    let mut out = Vec::with_capacity(values.len() / 32 * 20);
-    for block in values.chunks_exact(32) {
-        let min = block.iter().copied().fold(f32::INFINITY, f32::min);
-        let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let d = (max - min) / 15.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        out.extend_from_slice(&f32_to_f16(d).to_le_bytes());
-        out.extend_from_slice(&f32_to_f16(min).to_le_bytes());
-        let q = |x: f32| (((x - min) * id + 0.5) as i8).min(15) as u8;
-        for j in 0..16 {
-            out.push(q(block[j]) | (q(block[j + 16]) << 4));
-        }
-    }
-    out
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn put_value(out: &mut Vec<u8>, value: &GgufValue) {
-    match value {
-        GgufValue::U32(v) => out.extend_from_slice(&v.to_le_bytes()),
-        GgufValue::I32(v) => out.extend_from_slice(&v.to_le_bytes()),
-        GgufValue::F32(v) => out.extend_from_slice(&v.to_le_bytes()),
-        GgufValue::Bool(v) => out.push(u8::from(*v)),
-        GgufValue::Str(v) => put_str(out, v),
-        GgufValue::StrArray(items) => {
-            out.extend_from_slice(&8u32.to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for item in items {
-                put_str(out, item);
-            }
-        }
-        GgufValue::I32Array(items) => {
-            out.extend_from_slice(&5u32.to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for item in items {
-                out.extend_from_slice(&item.to_le_bytes());
-            }
-        }
-    }
-}
 
 /// GPT-2's byte-to-character table of byte-level BPE.
 pub fn byte_to_char() -> [char; 256] {
@@ -409,39 +197,27 @@ impl TinyModel {
         }
 
         let mut w = GgufWriter::new();
-        w.metadata("general.architecture", GgufValue::Str("llama".into()))
-            .metadata("general.name", GgufValue::Str("svc tiny test model".into()))
-            .metadata("llama.context_length", GgufValue::U32(4096))
-            .metadata("llama.embedding_length", GgufValue::U32(N_EMBD as u32))
-            .metadata("llama.block_count", GgufValue::U32(N_LAYER as u32))
-            .metadata("llama.feed_forward_length", GgufValue::U32(N_FF as u32))
-            .metadata("llama.attention.head_count", GgufValue::U32(N_HEAD as u32))
-            .metadata(
-                "llama.attention.head_count_kv",
-                GgufValue::U32(N_HEAD_KV as u32),
-            )
-            .metadata(
-                "llama.attention.layer_norm_rms_epsilon",
-                GgufValue::F32(1e-5),
-            )
-            .metadata(
-                "llama.rope.dimension_count",
-                GgufValue::U32(HEAD_DIM as u32),
-            )
-            .metadata("llama.rope.freq_base", GgufValue::F32(10000.0))
-            .metadata("llama.vocab_size", GgufValue::U32(n_vocab as u32))
-            .metadata("tokenizer.ggml.model", GgufValue::Str("gpt2".into()))
-            .metadata("tokenizer.ggml.pre", GgufValue::Str("gpt-2".into()))
-            .metadata("tokenizer.ggml.tokens", GgufValue::StrArray(tokens))
-            .metadata("tokenizer.ggml.token_type", GgufValue::I32Array(types))
-            .metadata("tokenizer.ggml.merges", GgufValue::StrArray(merges))
-            .metadata("tokenizer.ggml.bos_token_id", GgufValue::U32(0))
-            .metadata("tokenizer.ggml.eos_token_id", GgufValue::U32(EOT_ID as u32))
-            .metadata("tokenizer.ggml.add_bos_token", GgufValue::Bool(false))
-            .metadata(
-                "tokenizer.chat_template",
-                GgufValue::Str(self.template.clone()),
-            );
+        w.metadata("general.architecture", "llama")
+            .metadata("general.name", "svc tiny test model")
+            .metadata("llama.context_length", 4096u32)
+            .metadata("llama.embedding_length", N_EMBD as u32)
+            .metadata("llama.block_count", N_LAYER as u32)
+            .metadata("llama.feed_forward_length", N_FF as u32)
+            .metadata("llama.attention.head_count", N_HEAD as u32)
+            .metadata("llama.attention.head_count_kv", N_HEAD_KV as u32)
+            .metadata("llama.attention.layer_norm_rms_epsilon", 1e-5f32)
+            .metadata("llama.rope.dimension_count", HEAD_DIM as u32)
+            .metadata("llama.rope.freq_base", 10000.0f32)
+            .metadata("llama.vocab_size", n_vocab as u32)
+            .metadata("tokenizer.ggml.model", "gpt2")
+            .metadata("tokenizer.ggml.pre", "gpt-2")
+            .metadata("tokenizer.ggml.tokens", tokens)
+            .metadata("tokenizer.ggml.token_type", types)
+            .metadata("tokenizer.ggml.merges", merges)
+            .metadata("tokenizer.ggml.bos_token_id", 0u32)
+            .metadata("tokenizer.ggml.eos_token_id", EOT_ID as u32)
+            .metadata("tokenizer.ggml.add_bos_token", false)
+            .metadata("tokenizer.chat_template", self.template.clone());
 
         let e = N_EMBD as u64;
         let kv = (N_HEAD_KV * HEAD_DIM) as u64;
@@ -505,6 +281,6 @@ mod tests {
     fn gguf_header_and_alignment() {
         let bytes = TinyModel::hello().gguf().to_bytes();
         assert_eq!(&bytes[..4], b"GGUF");
-        assert_eq!(bytes.len() % ALIGNMENT, 0);
+        assert_eq!(bytes.len() % 32, 0);
     }
 }

@@ -416,6 +416,10 @@ impl Exchange {
             }
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "draining a body nobody reads for a connection's reuse: at most 5 seconds, and nothing is lost if shutdown cuts it"
+            )]
             runtime.spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(5), async {
                     while let Ok(Some(_)) = self.chunk().await {}
@@ -571,6 +575,11 @@ impl AsyncWrite for Stream {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::disallowed_methods,
+        reason = "the fake servers' tasks end with the test"
+    )]
+
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -88,6 +88,10 @@ impl UpstreamEngine {
             options.breaker_failures,
             options.breaker_cooldown,
         ));
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the checks hold the pool weakly and end once the engine is dropped"
+        )]
         runtime.spawn(health_checks(Arc::downgrade(&pool), options.clone()));
         Ok(UpstreamEngine { pool, options })
     }

@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod openapi;
 pub mod ratelimit;
 pub mod registry;
 pub mod request_id;

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -107,7 +107,7 @@ pub async fn serve(
         let Some(guard) = table.admit(peer, trusted) else {
             // Non-blocking: a fresh socket's send buffer takes it whole, and
             // a client that cannot take it loses nothing it was promised.
-            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            let _ = stream.try_write(&TOO_MANY_CONNECTIONS);
             tracing::debug!(%remote, "connection refused: too many connections");
             continue;
         };
@@ -136,6 +136,10 @@ pub async fn serve(
                 .into_owned(),
         );
         let header_timeout = limits.header_timeout;
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "shutdown tracks each connection through `graceful`, which it waits for below"
+        )]
         tokio::spawn(LocalWakes::new(async move {
             let _guard = guard;
             let mut connection = std::pin::pin!(connection);
@@ -165,14 +169,34 @@ pub async fn serve(
     graceful.shutdown().await;
 }
 
-/// The answer to a connection past a limit, in the API's error shape.
-const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\n\
-retry-after: 1\r\n\
-connection: close\r\n\
-content-length: 169\r\n\
-\r\n\
-{\"error\":{\"message\":\"Too many open connections from your address or in all; close some and try again.\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+/// The answer to a connection past a limit, in the API's error shape:
+/// written to the socket by hand, before any HTTP handling.
+static TOO_MANY_CONNECTIONS: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let body = svc_api::ErrorBody {
+        error: svc_api::ErrorObject {
+            message:
+                "Too many open connections from your address or in all; close some and try again."
+                    .into(),
+            kind: "server_error".into(),
+            param: None,
+            code: Some("too_many_connections".into()),
+        },
+    };
+    // Serializing our own wire types cannot fail.
+    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let mut answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\n\
+         content-type: application/json\r\n\
+         retry-after: 1\r\n\
+         connection: close\r\n\
+         content-length: {}\r\n\
+         \r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+});
 
 /// Open connections, in all and by client address.
 ///
@@ -413,6 +437,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "an HTTP/2 stream is part of its connection, which shutdown tracks through `graceful`"
+    )]
     fn execute(&self, future: F) {
         tokio::spawn(LocalWakes::new(future));
     }
@@ -560,11 +588,26 @@ mod tests {
 
     #[test]
     fn the_refusal_is_well_formed() {
-        let text = std::str::from_utf8(TOO_MANY_CONNECTIONS).unwrap();
+        let text = std::str::from_utf8(&TOO_MANY_CONNECTIONS).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("content-length: {}", body.len())));
         let body: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(body["error"]["code"], "too_many_connections");
+    }
+
+    #[test]
+    fn the_refusal_is_the_bytes_it_always_was() {
+        let before: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 169\r\n\
+\r\n\
+{\"error\":{\"message\":\"Too many open connections from your address or in all; close some and try again.\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+        assert_eq!(
+            std::str::from_utf8(&TOO_MANY_CONNECTIONS).unwrap(),
+            std::str::from_utf8(before).unwrap()
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use axum::routing::get;
 use svc_core::{AccountService, DeviceService, KeyService, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::ServerConfig;
 use crate::dashboard::Dashboard;
@@ -155,7 +156,8 @@ impl Application {
         let grace = self.shutdown_grace;
         let (ledger, store) = self.ledger;
         let stop_ledger = CancellationToken::new();
-        let flusher = tokio::spawn(ledger.run(store, stop_ledger.clone()));
+        let background = TaskTracker::new();
+        background.spawn(ledger.run(store, stop_ledger.clone()));
         let serve_api = crate::serve::serve(
             self.listener,
             self.router,
@@ -189,7 +191,8 @@ impl Application {
         }
         // The last usage counts are written before the server says it stopped.
         stop_ledger.cancel();
-        let _ = flusher.await;
+        background.close();
+        background.wait().await;
     }
 }
 

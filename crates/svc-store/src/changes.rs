@@ -71,6 +71,10 @@ impl KeyChanges {
             hear: Notify::new(),
             stop: CancellationToken::new(),
         });
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the listener ends when the store is closed or dropped (the `stop` token)"
+        )]
         tokio::spawn(listen(
             url.to_owned(),
             Arc::downgrade(&listening),

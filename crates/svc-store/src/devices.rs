@@ -7,12 +7,13 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
-use svc_core::device::{DeviceRecord, DeviceStatus};
+use svc_core::device::{DeviceDecision, DeviceRecord, DeviceState};
+use svc_core::hashes::{DeviceCodeHash, UserCodeHash};
 use svc_core::key::{KeyHash, KeyId};
 use svc_core::store::{DeviceStore, KeyRecord, StoreError};
 
 use crate::SqlStore;
-use crate::error::query_error;
+use crate::error::{query_error, unknown_value};
 use crate::keys::insert_key_on;
 
 macro_rules! columns {
@@ -58,14 +59,17 @@ const DELETE_EXPIRED: &str = "DELETE FROM device_authorizations WHERE expires_at
 
 fn record(row: &AnyRow) -> Result<DeviceRecord, sqlx::Error> {
     let status: String = row.try_get("status")?;
-    let status = DeviceStatus::parse(&status).ok_or_else(|| sqlx::Error::ColumnDecode {
-        index: "status".into(),
-        source: format!("unknown device authorization status {status:?}").into(),
-    })?;
+    let state = DeviceState::from_stored(
+        &status,
+        row.try_get::<Option<String>, _>("user_id")?.map(UserId),
+        row.try_get("decided_at")?,
+        row.try_get::<Option<String>, _>("key_id")?.map(KeyId),
+    )
+    .map_err(|e| unknown_value("status", e))?;
     Ok(DeviceRecord {
         id: row.try_get("id")?,
-        device_code_hash: row.try_get("device_code_hash")?,
-        user_code_hash: row.try_get("user_code_hash")?,
+        device_code_hash: DeviceCodeHash::from_stored(row.try_get("device_code_hash")?),
+        user_code_hash: UserCodeHash::from_stored(row.try_get("user_code_hash")?),
         client_id: row.try_get("client_id")?,
         scope: row.try_get("scope")?,
         client_address: row.try_get("client_address")?,
@@ -74,10 +78,7 @@ fn record(row: &AnyRow) -> Result<DeviceRecord, sqlx::Error> {
         expires_at: row.try_get("expires_at")?,
         interval: row.try_get("interval_secs")?,
         last_polled_at_ms: row.try_get("last_polled_at_ms")?,
-        status,
-        user_id: row.try_get::<Option<String>, _>("user_id")?.map(UserId),
-        decided_at: row.try_get("decided_at")?,
-        key_id: row.try_get::<Option<String>, _>("key_id")?.map(KeyId),
+        state,
     })
 }
 
@@ -96,25 +97,29 @@ impl DeviceStore for SqlStore {
             .bind(record.expires_at)
             .bind(record.interval)
             .bind(record.last_polled_at_ms)
-            .bind(record.status.as_str())
-            .bind(record.user_id.as_ref().map(|u| u.0.as_str()))
-            .bind(record.decided_at)
-            .bind(record.key_id.as_ref().map(|k| k.0.as_str()))
+            .bind(record.state.status().as_str())
+            .bind(record.state.decided_by().map(|u| u.0.as_str()))
+            .bind(record.state.decided_at())
+            .bind(record.state.key_id().map(|k| k.0.as_str()))
             .execute(&self.pool)
             .await
             .map(|_| ())
             .map_err(query_error)
     }
 
-    async fn device_by_code_hash(&self, hash: &str) -> Result<Option<DeviceRecord>, StoreError> {
-        self.one_by(BY_CODE_HASH, record, hash).await
+    async fn device_by_code_hash(
+        &self,
+        hash: &DeviceCodeHash,
+    ) -> Result<Option<DeviceRecord>, StoreError> {
+        self.one_by(BY_CODE_HASH, record, hash.as_str()).await
     }
 
     async fn device_by_user_code_hash(
         &self,
-        user_code_hash: &str,
+        user_code_hash: &UserCodeHash,
     ) -> Result<Option<DeviceRecord>, StoreError> {
-        self.one_by(BY_USER_CODE_HASH, record, user_code_hash).await
+        self.one_by(BY_USER_CODE_HASH, record, user_code_hash.as_str())
+            .await
     }
 
     async fn count_live_devices(&self, at: i64) -> Result<i64, StoreError> {
@@ -156,19 +161,12 @@ impl DeviceStore for SqlStore {
         &self,
         id: &str,
         user_id: &UserId,
-        decision: DeviceStatus,
+        decision: DeviceDecision,
         at: i64,
     ) -> Result<bool, StoreError> {
-        // Anything else would skip a step of the grant (a `Redeemed` here
-        // would close it without issuing a key): a caller's bug, not a "no".
-        if !matches!(decision, DeviceStatus::Approved | DeviceStatus::Denied) {
-            return Err(StoreError::Database(format!(
-                "a device authorization is decided as approved or denied, not {decision}"
-            )));
-        }
         let done = sqlx::query(DECIDE)
             .bind(id)
-            .bind(decision.as_str())
+            .bind(decision.status().as_str())
             .bind(user_id.0.as_str())
             .bind(at)
             .execute(&self.pool)

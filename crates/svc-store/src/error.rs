@@ -1,7 +1,7 @@
 //! Turning sqlx errors into [`StoreError`]s. sqlx's messages carry neither
 //! bound values nor connection passwords, so they are safe to log.
 
-use svc_core::store::StoreError;
+use svc_core::store::{StoreError, UnknownValue};
 
 /// A query's error: a unique violation is a [`StoreError::Conflict`]; a
 /// database that cannot be reached, or that is shutting down, refusing
@@ -19,6 +19,16 @@ pub(crate) fn query_error(error: sqlx::Error) -> StoreError {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => StoreError::Unavailable(error.to_string()),
         _ => StoreError::Database(error.to_string()),
+    }
+}
+
+/// A stored value of `column` that its type does not read: reported as a
+/// decoding error (a [`StoreError::Database`] that names the column and the
+/// value), never a panic or a guess.
+pub(crate) fn unknown_value(column: &str, error: UnknownValue) -> sqlx::Error {
+    sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: Box::new(error),
     }
 }
 

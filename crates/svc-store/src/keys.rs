@@ -4,12 +4,13 @@
 use async_trait::async_trait;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
+use svc_core::account::UserId;
 use svc_core::key::{KeyHash, KeyId};
-use svc_core::store::{KeyLimits, KeyRecord, KeyStore, StoreError};
+use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError};
 
 use crate::SqlStore;
 use crate::connect::REQUEST_PATH_TIMEOUT;
-use crate::error::{bounded, query_error};
+use crate::error::{bounded, query_error, unknown_value};
 
 // Every key is read with its owner's state: a disabled account's keys are
 // refused (by svc-core), so what authentication reads must include it.
@@ -39,12 +40,15 @@ const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
 
 fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
+    let created_via: String = row.try_get("created_via")?;
+    let created_via =
+        KeyOrigin::parse(&created_via).map_err(|e| unknown_value("created_via", e))?;
     Ok(KeyRecord {
         id: KeyId(row.try_get("id")?),
         name: row.try_get("name")?,
         hint: row.try_get("hint")?,
-        owner_id: row.try_get("owner_id")?,
-        created_via: row.try_get("created_via")?,
+        owner_id: row.try_get::<Option<String>, _>("owner_id")?.map(UserId),
+        created_via,
         created_at: row.try_get("created_at")?,
         expires_at: row.try_get("expires_at")?,
         last_used_at: row.try_get("last_used_at")?,
@@ -69,7 +73,7 @@ pub(crate) async fn insert_key_on(
         .bind(hash.to_hex())
         .bind(record.name.as_str())
         .bind(record.hint.as_str())
-        .bind(record.owner_id.as_deref())
+        .bind(record.owner_id.as_ref().map(|u| u.0.as_str()))
         .bind(record.created_via.as_str())
         .bind(record.created_at)
         .bind(record.expires_at)
@@ -103,9 +107,9 @@ impl KeyStore for SqlStore {
         self.one_by(BY_ID, record, &id.0).await
     }
 
-    async fn list_keys(&self, owner_id: Option<&str>) -> Result<Vec<KeyRecord>, StoreError> {
+    async fn list_keys(&self, owner_id: Option<&UserId>) -> Result<Vec<KeyRecord>, StoreError> {
         let query = match owner_id {
-            Some(owner) => sqlx::query(OF_OWNER).bind(owner),
+            Some(owner) => sqlx::query(OF_OWNER).bind(owner.0.as_str()),
             None => sqlx::query(ALL),
         };
         let rows = query.fetch_all(&self.pool).await.map_err(query_error)?;

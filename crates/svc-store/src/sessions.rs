@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
+use svc_core::hashes::SessionHash;
 use svc_core::session::SessionRecord;
 use svc_core::store::{SessionStore, StoreError};
 
@@ -30,7 +31,7 @@ const CLEAR_FLASH_IF: &str =
 
 fn record(row: &AnyRow) -> Result<SessionRecord, sqlx::Error> {
     Ok(SessionRecord {
-        token_hash: row.try_get("token_hash")?,
+        token_hash: SessionHash::from_stored(row.try_get("token_hash")?),
         user_id: UserId(row.try_get("user_id")?),
         csrf_token: row.try_get("csrf_token")?,
         created_at: row.try_get("created_at")?,
@@ -55,18 +56,21 @@ impl SessionStore for SqlStore {
             .map_err(query_error)
     }
 
-    async fn session_by_hash(&self, token_hash: &str) -> Result<Option<SessionRecord>, StoreError> {
+    async fn session_by_hash(
+        &self,
+        token_hash: &SessionHash,
+    ) -> Result<Option<SessionRecord>, StoreError> {
         let row = sqlx::query(BY_HASH)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .fetch_optional(&self.pool)
             .await
             .map_err(query_error)?;
         row.as_ref().map(record).transpose().map_err(query_error)
     }
 
-    async fn delete_session(&self, token_hash: &str) -> Result<bool, StoreError> {
+    async fn delete_session(&self, token_hash: &SessionHash) -> Result<bool, StoreError> {
         let done = sqlx::query(DELETE)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .execute(&self.pool)
             .await
             .map_err(query_error)?;
@@ -84,11 +88,11 @@ impl SessionStore for SqlStore {
 
     async fn set_session_flash(
         &self,
-        token_hash: &str,
+        token_hash: &SessionHash,
         flash: Option<&str>,
     ) -> Result<(), StoreError> {
         sqlx::query(SET_FLASH)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .bind(flash)
             .execute(&self.pool)
             .await
@@ -96,9 +100,12 @@ impl SessionStore for SqlStore {
             .map_err(query_error)
     }
 
-    async fn take_session_flash(&self, token_hash: &str) -> Result<Option<String>, StoreError> {
+    async fn take_session_flash(
+        &self,
+        token_hash: &SessionHash,
+    ) -> Result<Option<String>, StoreError> {
         let flash = sqlx::query_scalar::<_, Option<String>>(READ_FLASH)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .fetch_optional(&self.pool)
             .await
             .map_err(query_error)?
@@ -107,7 +114,7 @@ impl SessionStore for SqlStore {
             return Ok(None);
         };
         let cleared = sqlx::query(CLEAR_FLASH_IF)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .bind(flash.as_str())
             .execute(&self.pool)
             .await

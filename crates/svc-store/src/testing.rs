@@ -87,6 +87,10 @@ impl Drop for TestSchema {
     /// Drops the schema when [`TestSchema::remove`] was not called (a test
     /// that failed, say). An async runtime cannot be blocked on from inside
     /// itself, so this runs one of its own on another thread.
+    #[expect(
+        clippy::print_stderr,
+        reason = "tests only: a schema left behind is said where the test's output goes"
+    )]
     fn drop(&mut self) {
         if self.removed {
             return;

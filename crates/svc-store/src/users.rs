@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::{UserId, UserRecord};
+use svc_core::hashes::SetupTokenHash;
 use svc_core::store::{AccountChange, StoreError, UserStore};
 
 use crate::error::query_error;
@@ -153,11 +154,11 @@ impl UserStore for SqlStore {
 
     async fn insert_setup_token(
         &self,
-        token_hash: &str,
+        token_hash: &SetupTokenHash,
         expires_at: i64,
     ) -> Result<(), StoreError> {
         sqlx::query(INSERT_SETUP_TOKEN)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .bind(expires_at)
             .execute(&self.pool)
             .await
@@ -167,7 +168,7 @@ impl UserStore for SqlStore {
 
     async fn create_first_user(
         &self,
-        token_hash: &str,
+        token_hash: &SetupTokenHash,
         user: &UserRecord,
         at: i64,
     ) -> Result<bool, StoreError> {
@@ -175,7 +176,7 @@ impl UserStore for SqlStore {
         // early return below leaves nothing written.
         let mut tx = self.users_tx().await?;
         let taken = sqlx::query(TAKE_SETUP_TOKEN)
-            .bind(token_hash)
+            .bind(token_hash.as_str())
             .bind(at)
             .execute(&mut *tx)
             .await

@@ -1,5 +1,14 @@
 //! Opening stores: URLs, data directories, SQLite's settings, test schemas.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 mod common;
 

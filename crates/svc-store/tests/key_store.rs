@@ -1,5 +1,14 @@
 //! The KeyStore and HealthStore contract, run on SQLite and on PostgreSQL.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 mod common;
 
@@ -7,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use common::{Db, new_key};
 use std::sync::Arc;
+use svc_core::account::UserId;
 use svc_core::key::{ApiKey, KeyId};
 
 use svc_core::keys::{AUTH_CACHE_TTL, KeyService, KeyState, NewKey};
-use svc_core::store::{HealthStore, KeyLimits, KeyStore, StoreError};
+use svc_core::store::{HealthStore, KeyLimits, KeyOrigin, KeyStore, StoreError};
 use svc_store::SqlStore;
 
 on_both_backends!(
@@ -26,7 +36,50 @@ on_both_backends!(
     key_changes_change_every_stores_version,
     authentication_reuses_a_key_only_until_it_changes,
     concurrent_connects_and_writers_all_succeed,
+    every_origin_reads_back_and_an_unknown_one_is_an_error,
 );
+
+async fn every_origin_reads_back_and_an_unknown_one_is_an_error(db: &Db) {
+    let store = db.store().await;
+    for origin in [KeyOrigin::Cli, KeyOrigin::Dashboard, KeyOrigin::Device] {
+        let (mut record, hash) = new_key(Some("usr_1"), 10);
+        record.created_via = origin;
+        store.insert_key(&record, &hash).await.unwrap();
+        let stored = store.key_by_id(&record.id).await.unwrap().unwrap();
+        assert_eq!(stored.created_via, origin);
+        assert_eq!(stored.owner_id, Some(UserId("usr_1".into())));
+        let column = format!(
+            "SELECT COUNT(*) FROM api_keys WHERE id = '{}' AND created_via = '{origin}'",
+            record.id
+        );
+        assert_eq!(db.scalar(&column).await, 1, "stored as before");
+    }
+
+    // A row this svc did not write (a newer one, or a hand edit).
+    let (record, hash) = new_key(None, 20);
+    store.insert_key(&record, &hash).await.unwrap();
+    db.execute(&format!(
+        "UPDATE api_keys SET created_via = 'api' WHERE id = '{}'",
+        record.id
+    ))
+    .await;
+    for read in [
+        store.key_by_id(&record.id).await,
+        store.key_by_hash(&hash).await,
+    ] {
+        match read {
+            Err(StoreError::Database(message)) => {
+                assert!(message.contains("created_via"), "{message}");
+                assert!(message.contains("\"api\""), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        store.list_keys(None).await,
+        Err(StoreError::Database(_))
+    ));
+}
 
 /// `store`'s keys version once it has one (PostgreSQL's listener starts in
 /// the background), and different from `not` when given.
@@ -93,7 +146,7 @@ async fn authentication_reuses_a_key_only_until_it_changes(db: &Db) {
     let new_key = || NewKey {
         name: "k".into(),
         owner_id: None,
-        created_via: "cli".into(),
+        created_via: KeyOrigin::Cli,
         expires_in: None,
     };
 
@@ -246,9 +299,18 @@ async fn list_is_newest_first_and_filters_by_owner(db: &Db) {
         all,
         vec![new, tie_b.clone(), tie_a.clone(), mid, old.clone()]
     );
-    let alices = store.list_keys(Some("alice")).await.unwrap();
+    let alices = store
+        .list_keys(Some(&UserId("alice".into())))
+        .await
+        .unwrap();
     assert_eq!(alices, vec![tie_b, tie_a, old]);
-    assert_eq!(store.list_keys(Some("nobody")).await.unwrap(), vec![]);
+    assert_eq!(
+        store
+            .list_keys(Some(&UserId("nobody".into())))
+            .await
+            .unwrap(),
+        vec![]
+    );
 }
 
 async fn revoking_twice_reports_false(db: &Db) {
@@ -401,7 +463,14 @@ async fn concurrent_connects_and_writers_all_succeed(db: &Db) {
     }
     let store = db.store().await;
     assert_eq!(store.list_keys(None).await.unwrap().len(), 100);
-    assert_eq!(store.list_keys(Some("owner_3")).await.unwrap().len(), 25);
+    assert_eq!(
+        store
+            .list_keys(Some(&UserId("owner_3".into())))
+            .await
+            .unwrap()
+            .len(),
+        25
+    );
 }
 
 /// Runs `count` futures made by `make` concurrently on their own tasks.

@@ -2,7 +2,16 @@
 //! accounts, on SQLite and on PostgreSQL. A disabled or deleted account's
 //! keys are refused on the very next request, on every store sharing the
 //! database; its sessions and unredeemed approvals end with it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 mod common;
 
@@ -11,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use common::{Db, join_all, new_device, new_key, new_user, random_hex};
 use svc_core::account::{UserId, UserRecord};
-use svc_core::device::DeviceStatus;
+use svc_core::device::{DeviceDecision, DeviceStatus};
+use svc_core::hashes::{DeviceCodeHash, SessionHash};
 use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
 use svc_core::session::SessionRecord;
-use svc_core::store::{AccountChange, DeviceStore, KeyStore, SessionStore, UserStore};
+use svc_core::store::{AccountChange, DeviceStore, KeyOrigin, KeyStore, SessionStore, UserStore};
 use svc_store::SqlStore;
 
 on_both_backends!(
@@ -35,7 +45,7 @@ async fn stored_user(store: &SqlStore, email: &str, admin: bool) -> UserRecord {
 
 fn session_of(user: &UserId) -> SessionRecord {
     SessionRecord {
-        token_hash: random_hex(32),
+        token_hash: SessionHash::from_stored(random_hex(32)),
         user_id: user.clone(),
         csrf_token: random_hex(16),
         created_at: 1,
@@ -54,17 +64,20 @@ async fn wait_for_version(store: &SqlStore) {
     }
 }
 
-/// How long `service` keeps accepting `header`, checked every 5 ms up to
-/// 3 s, and the error it then gives.
-async fn accepted_for(service: &KeyService, header: &str) -> (Duration, AuthError) {
+/// How many times `service` still accepts `header`, tried every 5 ms (it
+/// must refuse it within 3 s: PostgreSQL's notification comes in the
+/// background), and the error it then gives.
+async fn accepted_times(service: &KeyService, header: &str) -> (u32, AuthError) {
     let start = Instant::now();
+    let mut accepted = 0;
     loop {
         match service.authenticate(Some(header)).await {
             Ok(_) => {
+                accepted += 1;
                 assert!(start.elapsed() < Duration::from_secs(3), "still accepted");
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            Err(e) => return (start.elapsed(), e),
+            Err(e) => return (accepted, e),
         }
     }
 }
@@ -72,8 +85,8 @@ async fn accepted_for(service: &KeyService, header: &str) -> (Duration, AuthErro
 fn owned_by(user: &UserRecord) -> NewKey {
     NewKey {
         name: "k".into(),
-        owner_id: Some(user.id.0.clone()),
-        created_via: "dashboard".into(),
+        owner_id: Some(user.id.clone()),
+        created_via: KeyOrigin::Dashboard,
         expires_in: None,
     }
 }
@@ -99,11 +112,12 @@ async fn disabling_refuses_the_accounts_keys_at_once_on_every_store(db: &Db) {
             .unwrap(),
         AccountChange::Done
     );
-    let (took, error) = accepted_for(&service, &header).await;
+    let (accepted, error) = accepted_times(&service, &header).await;
     assert!(matches!(error, AuthError::OwnerDisabled), "{error:?}");
-    match db {
-        Db::Sqlite { .. } => assert!(took < Duration::from_millis(5), "{took:?}"),
-        Db::Postgres(_) => assert!(took < Duration::from_millis(250), "{took:?}"),
+    // SQLite: the change file is read on the next request, so that request
+    // is refused already; PostgreSQL: as soon as the notification arrives.
+    if let Db::Sqlite { .. } = db {
+        assert_eq!(accepted, 0);
     }
     let message = error.to_string();
     assert!(message.contains("disabled"), "{message}");
@@ -115,7 +129,7 @@ async fn disabling_refuses_the_accounts_keys_at_once_on_every_store(db: &Db) {
         elsewhere.set_user_disabled(&user.id, None).await.unwrap(),
         AccountChange::Done
     );
-    let deadline = Instant::now() + Duration::from_millis(250);
+    let deadline = Instant::now() + Duration::from_secs(3);
     while service.authenticate(Some(&header)).await.is_err() {
         assert!(Instant::now() < deadline, "not accepted after enabling");
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -128,9 +142,8 @@ async fn disabling_refuses_the_accounts_keys_at_once_on_every_store(db: &Db) {
             user.id.0
         ))
         .await;
-        let (took, error) = accepted_for(&service, &header).await;
+        let (_, error) = accepted_times(&service, &header).await;
         assert!(matches!(error, AuthError::OwnerDisabled), "{error:?}");
-        assert!(took < Duration::from_millis(250), "{took:?}");
     }
 }
 
@@ -153,7 +166,7 @@ async fn disabling_ends_sessions_and_approvals_and_enabling_restores_keys(db: &D
     store.insert_device(&pending).await.unwrap();
     assert!(
         store
-            .decide_device(&approved.id, &user.id, DeviceStatus::Approved, now)
+            .decide_device(&approved.id, &user.id, DeviceDecision::Approve, now)
             .await
             .unwrap()
     );
@@ -187,12 +200,12 @@ async fn disabling_ends_sessions_and_approvals_and_enabling_restores_keys(db: &D
             .unwrap()
             .is_some()
     );
-    let device = |id: &str| {
-        let id = id.to_owned();
+    let device = |id: &DeviceCodeHash| {
+        let id = id.clone();
         let store = store.clone();
         async move {
             let found = store.device_by_code_hash(&id).await.unwrap().unwrap();
-            found.status
+            found.state.status()
         }
     };
     assert_eq!(
@@ -203,7 +216,7 @@ async fn disabling_ends_sessions_and_approvals_and_enabling_restores_keys(db: &D
         device(&pending.device_code_hash).await,
         DeviceStatus::Pending
     );
-    let keys = store.list_keys(Some(&user.id.0)).await.unwrap();
+    let keys = store.list_keys(Some(&user.id)).await.unwrap();
     assert!(keys.iter().all(|k| k.owner_disabled_at == Some(now)));
     let read = store.key_by_hash(&h1).await.unwrap().unwrap();
     assert_eq!(KeyState::of(&read, now), KeyState::Disabled);
@@ -245,7 +258,7 @@ async fn an_approval_racing_with_disabling_is_never_redeemed(db: &Db) {
     );
     assert!(
         store
-            .decide_device(&device.id, &user.id, DeviceStatus::Approved, now)
+            .decide_device(&device.id, &user.id, DeviceDecision::Approve, now)
             .await
             .unwrap()
     );
@@ -274,7 +287,7 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
     store.insert_device(&approved).await.unwrap();
     assert!(
         store
-            .decide_device(&approved.id, &user.id, DeviceStatus::Approved, now)
+            .decide_device(&approved.id, &user.id, DeviceDecision::Approve, now)
             .await
             .unwrap()
     );
@@ -299,7 +312,7 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(found.status, DeviceStatus::Denied);
+    assert_eq!(found.state.status(), DeviceStatus::Denied);
     assert_eq!(
         store.delete_user(&user.id, 60).await.unwrap(),
         AccountChange::NotFound
@@ -307,7 +320,7 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
     // The email can be used again, by a new account that owns nothing.
     let again = stored_user(&store, "leaver@example.com", false).await;
     assert_ne!(again.id, user.id);
-    assert!(store.list_keys(Some(&again.id.0)).await.unwrap().is_empty());
+    assert!(store.list_keys(Some(&again.id)).await.unwrap().is_empty());
 }
 
 async fn the_last_enabled_admin_is_never_removed(db: &Db) {

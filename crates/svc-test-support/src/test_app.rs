@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{AccountService, KeyService, NewKey, UserRecord};
+use svc_core::{AccountService, KeyOrigin, KeyService, NewKey, UserRecord};
 use svc_server::{Application, ModelRegistry, ServerConfig};
 use svc_store::SqlStore;
 use tempfile::TempDir;
@@ -120,7 +120,7 @@ impl TestApp {
             .create(NewKey {
                 name: "test".into(),
                 owner_id: None,
-                created_via: "cli".into(),
+                created_via: KeyOrigin::Cli,
                 expires_in: seconds,
             })
             .await

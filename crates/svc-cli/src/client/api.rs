@@ -10,10 +10,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use reqwest::{RequestBuilder, Response, StatusCode};
-use serde::Deserialize;
 use svc_api::{
     ChatCompletionChunk, ChatCompletionRequest, DeviceCodeResponse, DeviceTokenRequest,
-    DeviceTokenResponse, ErrorBody, ModelList, Usage,
+    DeviceTokenResponse, ErrorBody, KeyInfo, ModelList, Usage,
 };
 use svc_core::ApiKey;
 
@@ -49,25 +48,6 @@ pub enum Poll {
     Denied,
     /// The code expired (`expired_token`) or is unknown or used (`invalid_grant`).
     Expired(String),
-}
-
-/// `GET /v1/auth/key`: the key the client presents, and whose it is.
-#[derive(Debug, Clone, Deserialize)]
-pub struct KeyInfo {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub hint: Option<String>,
-    #[serde(default)]
-    pub expires_at: Option<i64>,
-    #[serde(default)]
-    pub owner: Option<KeyOwner>,
-}
-
-/// The account a key belongs to.
-#[derive(Debug, Clone, Deserialize)]
-pub struct KeyOwner {
-    pub email: String,
 }
 
 /// The answer to `DELETE /v1/auth/key`.

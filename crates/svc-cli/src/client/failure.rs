@@ -12,8 +12,6 @@
 //! | 6 | the login code expired (or was used up) before approval |
 //! | 130 | interrupted with Ctrl-C |
 
-use std::io::Write;
-
 /// A failure of a client command that has its own exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
@@ -55,7 +53,8 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// The process exit code for this failure (see the module documentation).
+    /// The process exit code for this failure (see the module documentation);
+    /// `svc_cli::main` returns it.
     pub fn exit_code(&self) -> u8 {
         match self {
             Failure::Api { .. } | Failure::Stream(_) | Failure::Protocol(_) | Failure::Local(_) => {
@@ -69,23 +68,4 @@ impl Failure {
             Failure::Interrupted(_) => 130,
         }
     }
-}
-
-/// Ends the process with the failure's own exit code when the command failed
-/// with a [`Failure`]; other errors are handed back (they exit with 1).
-///
-/// The caller's `main` maps every error to exit code 1; this keeps the
-/// distinct codes without it knowing about client failures.
-pub fn exit_on_failure(result: anyhow::Result<()>) -> anyhow::Result<()> {
-    let Err(error) = result else {
-        return Ok(());
-    };
-    let Some(failure) = error.downcast_ref::<Failure>() else {
-        return Err(error);
-    };
-    let code = failure.exit_code();
-    let _ = std::io::stdout().flush();
-    eprintln!("error: {error:#}");
-    let _ = std::io::stderr().flush();
-    std::process::exit(i32::from(code))
 }

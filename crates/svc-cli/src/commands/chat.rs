@@ -19,6 +19,7 @@ use crate::client::input::{Command, HELP, InputBuffer, Typed};
 use crate::client::render::{ReasoningTo, ReplyPrinter};
 use crate::client::terminal;
 use crate::client::{Api, Failure, Target};
+use crate::output::{errln, outln};
 
 pub async fn run(args: ChatArgs) -> anyhow::Result<()> {
     let target = Target::from_process(
@@ -143,7 +144,7 @@ async fn stream_reply(
 /// A note on stderr when the reply was cut short.
 fn note_finish(reason: Option<&str>) {
     if reason == Some("length") {
-        eprintln!("(the reply reached the token limit and was cut short)");
+        errln!("(the reply reached the token limit and was cut short)");
     }
 }
 
@@ -202,7 +203,7 @@ async fn interactive(
         let _ = editor.load_history(path);
     }
     let styled = terminal::stderr_styled();
-    eprintln!(
+    errln!(
         "Chatting with {} at {}. Type /help for help; Ctrl-D or /exit leaves.",
         terminal::bold(&conversation.model, styled),
         api.base_url()
@@ -223,7 +224,7 @@ async fn interactive(
                 if buffer.is_pending() {
                     buffer.reset();
                 } else {
-                    eprintln!("(To leave, press Ctrl-D or type /exit.)");
+                    errln!("(To leave, press Ctrl-D or type /exit.)");
                 }
                 continue;
             }
@@ -259,13 +260,13 @@ async fn interactive(
                         conversation.record(&text, printer.answer());
                     }
                     Ok(Ending::Interrupted) => {
-                        eprintln!("(stopped)");
+                        errln!("(stopped)");
                         conversation.record(&text, printer.answer());
                     }
                     Ok(Ending::OutputClosed) => break,
-                    Err(failure) => eprintln!("error: {failure}"),
+                    Err(failure) => errln!("error: {failure}"),
                 }
-                println!();
+                outln!();
             }
         }
     }
@@ -276,39 +277,39 @@ async fn interactive(
 /// Runs a slash command other than `/exit`.
 async fn run_command(api: &Api, conversation: &mut Conversation, command: Command) {
     match command {
-        Command::Help => eprintln!("{HELP}"),
+        Command::Help => errln!("{HELP}"),
         Command::Clear => {
             conversation.clear();
-            eprintln!("(conversation cleared)");
+            errln!("(conversation cleared)");
         }
-        Command::Model(None) => eprintln!("Model: {}", conversation.model),
+        Command::Model(None) => errln!("Model: {}", conversation.model),
         Command::Model(Some(name)) => match api.models().await {
             Ok(list) if !list.data.iter().any(|m| m.id == name) => {
                 let ids: Vec<&str> = list.data.iter().map(|m| m.id.as_str()).collect();
-                eprintln!(
+                errln!(
                     "No model {name:?} on this server; it has: {}. Still using {}.",
                     ids.join(", "),
                     conversation.model
                 );
             }
             _ => {
-                eprintln!("Model: {name}");
+                errln!("Model: {name}");
                 conversation.model = name;
             }
         },
         Command::System(None) => match &conversation.system {
-            Some(system) => eprintln!("System prompt: {system}"),
-            None => eprintln!("No system prompt (the server's default applies)."),
+            Some(system) => errln!("System prompt: {system}"),
+            None => errln!("No system prompt (the server's default applies)."),
         },
         Command::System(Some(text)) if text.is_empty() => {
             conversation.system = None;
-            eprintln!("(system prompt removed)");
+            errln!("(system prompt removed)");
         }
         Command::System(Some(text)) => {
             conversation.system = Some(text);
-            eprintln!("(system prompt set)");
+            errln!("(system prompt set)");
         }
-        Command::Unknown(name) => eprintln!("Unknown command {name}: type /help for the list."),
+        Command::Unknown(name) => errln!("Unknown command {name}: type /help for the list."),
         Command::Exit => {}
     }
 }

@@ -3,10 +3,11 @@
 use anyhow::{Context, bail};
 use chrono::DateTime;
 use svc_core::duration::parse_seconds;
-use svc_core::{KeyId, KeyService, KeyState, NewKey};
+use svc_core::{KeyId, KeyOrigin, KeyService, KeyState, NewKey};
 
 use crate::cli::{KeysCommand, StoreArgs};
 use crate::config::StoreConfig;
+use crate::output::{errln, outln};
 
 pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
@@ -25,12 +26,12 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 .create(NewKey {
                     name,
                     owner_id: None,
-                    created_via: "cli".into(),
+                    created_via: KeyOrigin::Cli,
                     expires_in,
                 })
                 .await
                 .context("cannot create the key")?;
-            eprintln!(
+            errln!(
                 "Created key {} ({}){}. It is shown only now: store it safely.",
                 record.id,
                 record.name,
@@ -39,7 +40,7 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                     .map(|t| format!(", expires {}", when(Some(t))))
                     .unwrap_or_default()
             );
-            println!("{}", key.expose());
+            outln!("{}", key.expose());
         }
         KeysCommand::List { store } => {
             let records = service(&store)
@@ -48,12 +49,17 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 .await
                 .context("cannot list keys")?;
             let now = svc_core::now();
-            println!(
+            outln!(
                 "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  STATE",
-                "ID", "NAME", "HINT", "CREATED", "LAST USED", "EXPIRES"
+                "ID",
+                "NAME",
+                "HINT",
+                "CREATED",
+                "LAST USED",
+                "EXPIRES"
             );
             for r in records {
-                println!(
+                outln!(
                     "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  {}",
                     r.id.0,
                     r.name,
@@ -72,7 +78,7 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 .await
                 .context("cannot revoke the key")?
             {
-                eprintln!("Revoked key {id}. Requests with it are refused from now on.");
+                errln!("Revoked key {id}. Requests with it are refused from now on.");
             } else {
                 bail!("no active key with id {id:?} (see `svc keys list`)");
             }

@@ -20,6 +20,7 @@ use crate::client::api::{Poll, Revocation};
 use crate::client::target::{process_env, resolve_base_url};
 use crate::client::terminal::{self, bold};
 use crate::client::{Api, BaseUrl, Credentials, CredentialsFile, Failure};
+use crate::output::errln;
 
 /// Network failures in a row tolerated while polling.
 const POLL_RETRIES: u32 = 3;
@@ -52,7 +53,7 @@ pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
 
     let login = describe(&base_url, key, expires_in, &codes).await;
     file.save(&login)?;
-    eprintln!(
+    errln!(
         "{} to {}{}.",
         bold("Logged in", styled),
         base_url,
@@ -62,18 +63,18 @@ pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
             .map(|a| format!(" as {}", bold(a, styled)))
             .unwrap_or_default(),
     );
-    eprintln!(
+    errln!(
         "Key {}, expires {}.",
         login.api_key.hint(),
         terminal::expiry(login.expires_at),
     );
-    eprintln!("Stored in {}.", file.path().display());
+    errln!("Stored in {}.", file.path().display());
     if let Some(previous) = stored.filter(|s| s.base_url == base_url && s.api_key != login.api_key)
     {
         retire(previous).await;
     }
     if process_env("SVC_API_KEY").is_some_and(|k| !k.trim().is_empty()) {
-        eprintln!(
+        errln!(
             "Note: SVC_API_KEY is set, and it takes precedence over the stored key: \
              unset it to use this login."
         );
@@ -86,23 +87,23 @@ fn cancelled() -> Failure {
 }
 
 fn show_code(base_url: &BaseUrl, codes: &DeviceCodeResponse, styled: bool) {
-    eprintln!("Logging in to {base_url}.");
-    eprintln!();
-    eprintln!("  Your one-time code: {}", bold(&codes.user_code, styled));
-    eprintln!();
-    eprintln!(
+    errln!("Logging in to {base_url}.");
+    errln!();
+    errln!("  Your one-time code: {}", bold(&codes.user_code, styled));
+    errln!();
+    errln!(
         "Open {} in a browser, sign in, and enter the code.",
         codes.verification_uri
     );
     if let Some(complete) = &codes.verification_uri_complete {
-        eprintln!("Or go straight to {complete}");
+        errln!("Or go straight to {complete}");
     }
 }
 
 /// The spinner shown while polling: only on a terminal.
 fn spinner() -> ProgressBar {
     if !std::io::stderr().is_terminal() {
-        eprintln!("Waiting for approval...");
+        errln!("Waiting for approval...");
         return ProgressBar::hidden();
     }
     let spinner = ProgressBar::new_spinner();
@@ -158,7 +159,7 @@ fn offer_browser(
 /// A line on stderr that does not break the spinner.
 fn say(spinner: &ProgressBar, line: &str) {
     if spinner.is_hidden() {
-        eprintln!("{line}");
+        errln!("{line}");
     } else {
         spinner.println(line);
     }
@@ -211,7 +212,7 @@ async fn describe(
     };
     if let Some(info) = info {
         login.account = info.owner.map(|o| o.email);
-        login.key_name = info.name;
+        login.key_name = Some(info.name);
         login.expires_at = info.expires_at.or(login.expires_at);
     }
     login
@@ -225,10 +226,10 @@ async fn retire(previous: Credentials) {
     };
     match api.revoke_key().await {
         Ok(Revocation::Revoked) => {
-            eprintln!("Revoked the key of the previous login ({hint}).");
+            errln!("Revoked the key of the previous login ({hint}).");
         }
         Ok(Revocation::AlreadyRefused) => {}
-        _ => eprintln!(
+        _ => errln!(
             "The key of the previous login ({hint}) is still valid: revoke it at {}.",
             previous.keys_page()
         ),

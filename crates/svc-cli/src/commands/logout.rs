@@ -7,11 +7,12 @@ use crate::client::api::Revocation;
 use crate::client::target::process_env;
 use crate::client::terminal::{self, expiry};
 use crate::client::{Api, CredentialsFile, Failure};
+use crate::output::errln;
 
 pub async fn run() -> anyhow::Result<()> {
     let file = CredentialsFile::locate()?;
     let Some(login) = file.load()? else {
-        eprintln!(
+        errln!(
             "Not logged in: there is no stored key ({}).",
             file.path().display()
         );
@@ -36,7 +37,7 @@ pub async fn run() -> anyhow::Result<()> {
     let result = match revocation {
         Ok(Revocation::Revoked) => {
             file.remove()?;
-            eprintln!(
+            errln!(
                 "Revoked key {hint} on {} and deleted it here.",
                 login.base_url
             );
@@ -44,7 +45,7 @@ pub async fn run() -> anyhow::Result<()> {
         }
         Ok(Revocation::AlreadyRefused) => {
             file.remove()?;
-            eprintln!(
+            errln!(
                 "{} already refused key {hint} (revoked or expired); deleted it here.",
                 login.base_url
             );
@@ -52,7 +53,7 @@ pub async fn run() -> anyhow::Result<()> {
         }
         Ok(Revocation::Unsupported) => {
             file.remove()?;
-            eprintln!(
+            errln!(
                 "Deleted key {hint} here only: {} cannot revoke keys for clients, so {}.",
                 login.base_url,
                 by_hand()
@@ -61,7 +62,7 @@ pub async fn run() -> anyhow::Result<()> {
         }
         Err(failure) => {
             file.remove()?;
-            eprintln!(
+            errln!(
                 "Deleted key {hint} here, but could not revoke it on the server: {}.",
                 by_hand()
             );
@@ -69,7 +70,7 @@ pub async fn run() -> anyhow::Result<()> {
         }
     };
     if result.is_ok() {
-        eprintln!("Logged out.");
+        errln!("Logged out.");
     }
     note_environment();
     result
@@ -77,6 +78,6 @@ pub async fn run() -> anyhow::Result<()> {
 
 fn note_environment() {
     if process_env("SVC_API_KEY").is_some_and(|k| !k.trim().is_empty()) {
-        eprintln!("Note: SVC_API_KEY is still set, and commands go on using it.");
+        errln!("Note: SVC_API_KEY is still set, and commands go on using it.");
     }
 }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use svc_store::SqlStore;
 
 use crate::cli::{Cli, Command};
-use crate::client::failure::exit_on_failure;
 use crate::config::StoreConfig;
 
 /// Runs one parsed command.
@@ -25,11 +24,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys { command } => keys::run(command).await,
         Command::Pull(args) => pull::run(args).await,
         Command::Users { command } => users::run(command).await,
-        Command::Login(args) => exit_on_failure(login::run(args).await),
-        Command::Logout => exit_on_failure(logout::run().await),
-        Command::Whoami(args) => exit_on_failure(whoami::run(args).await),
-        Command::Chat(args) => exit_on_failure(chat::run(args).await),
-        Command::Models(args) => exit_on_failure(models::run(args).await),
+        Command::Login(args) => login::run(args).await,
+        Command::Logout => logout::run().await,
+        Command::Whoami(args) => whoami::run(args).await,
+        Command::Chat(args) => chat::run(args).await,
+        Command::Models(args) => models::run(args).await,
     }
 }
 

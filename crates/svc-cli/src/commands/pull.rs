@@ -3,20 +3,27 @@
 //! and messages go to stderr. Ctrl-C (or SIGTERM) stops it and removes the
 //! partial file.
 
+use std::sync::Arc;
+
 use anyhow::bail;
+use svc_models::{HfHub, ModelRef, Progress};
 
 use crate::cli::PullArgs;
 use crate::config::StoreConfig;
-use crate::model_files::{self, HfHub, ModelRef};
+use crate::output::outln;
+use crate::progress::StderrProgress;
 
 pub async fn run(args: PullArgs) -> anyhow::Result<()> {
     let model = ModelRef::parse(args.model.as_deref())?;
     let store = StoreConfig::load(args.store.config.as_deref(), &args.store.given)?;
     let data_dir = store.data_dir()?.to_owned();
+    let progress: Arc<dyn Progress> = Arc::new(StderrProgress::default());
     let work = async {
         match &model {
-            ModelRef::Default => model_files::ensure_default_model(&data_dir).await,
-            ModelRef::Hf(hf) => model_files::pull_hf(&data_dir, hf, &HfHub::from_env()).await,
+            ModelRef::Default => svc_models::ensure_default_model(&data_dir, &progress).await,
+            ModelRef::Hf(hf) => {
+                svc_models::pull_hf(&data_dir, hf, &HfHub::from_env(), &progress).await
+            }
         }
     };
     let interrupted = async {
@@ -42,6 +49,6 @@ pub async fn run(args: PullArgs) -> anyhow::Result<()> {
         result = work => result?,
         () = interrupted => bail!("interrupted; nothing half-written was left behind"),
     };
-    println!("{}", path.display());
+    outln!("{}", path.display());
     Ok(())
 }

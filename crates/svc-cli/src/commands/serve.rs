@@ -15,7 +15,8 @@ use crate::cli::ServeArgs;
 use crate::config::{
     self, EngineConfig, FileLayer, FileModelConfig, ModelSource, ServeConfig, Source,
 };
-use crate::model_files;
+use crate::output::{errln, outln};
+use crate::progress::StderrProgress;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let file = FileLayer::load(args.config.as_deref())?;
@@ -24,10 +25,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.print_config {
         let source = file.path.clone().map_or(Source::Default, Source::File);
         let text = config::print::render(&settings, &layers, &source, crate::cli::unset_meaning)?;
-        use std::io::Write as _;
-        std::io::stdout()
-            .write_all(text.as_bytes())
-            .context("cannot write to stdout")?;
+        outln!("{}", text.trim_end());
         return Ok(());
     }
     fit_file_limit(&mut settings.server);
@@ -36,16 +34,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = Application::build(settings.server.clone(), store, models)
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
-    eprintln!("svc is serving on http://{}", app.local_addr());
-    eprintln!("  API base URL: {}/v1", app.public_url());
-    eprintln!("  dashboard:    {}", app.dashboard_url());
-    eprintln!("  store:        {}", settings.store.describe());
+    errln!("svc is serving on http://{}", app.local_addr());
+    errln!("  API base URL: {}/v1", app.public_url());
+    errln!("  dashboard:    {}", app.dashboard_url());
+    errln!("  store:        {}", settings.store.describe());
     if let Some(addr) = app.metrics_addr() {
-        eprintln!("  metrics:      http://{addr}/metrics");
+        errln!("  metrics:      http://{addr}/metrics");
     }
     match app.setup_link().await {
         // The one secret svc prints: the operator needs it to get in.
-        Ok(Some(link)) => eprintln!(
+        Ok(Some(link)) => errln!(
             "\nNo account exists yet. Create the first admin within 24 hours at:\n  {link}\n\
              (or run `svc users create --admin --email YOU@EXAMPLE.COM`)\n"
         ),
@@ -53,9 +51,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %e, "cannot prepare the first-admin setup link"),
     }
     let shutdown = CancellationToken::new();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the signal watcher starts shutdown; nothing waits for it, and it ends with the process"
+    )]
     tokio::spawn(stop_on_signal(shutdown.clone()));
     app.run(shutdown).await;
-    eprintln!("svc stopped");
+    errln!("svc stopped");
     Ok(())
 }
 
@@ -132,12 +134,6 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-/// The system prompt the built-in model gets when a request has none. Without
-/// one, SmolLM2's own template introduces it as "SmolLM", and the 135M model
-/// then answers plain questions badly (measured: "What is the capital of
-/// France?" at temperature 0 gives "L'Étoile, …"; with this prompt, "Paris").
-const DEFAULT_MODEL_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
-
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
 /// the default model, plus every `[models.<id>]` table (a GGUF file or
 /// upstream endpoints). Ids on the same file share one engine; the default
@@ -155,10 +151,13 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     let default = if wanted.iter().any(|w| w.2.is_none()) {
         Some(match &engine.model {
             Some(path) => (path.clone(), None),
-            None => (
-                model_files::ensure_default_model(settings.store.data_dir()?).await?,
-                Some(DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
-            ),
+            None => {
+                let progress: Arc<dyn svc_models::Progress> = Arc::new(StderrProgress::default());
+                (
+                    svc_models::ensure_default_model(settings.store.data_dir()?, &progress).await?,
+                    Some(svc_models::DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
+                )
+            }
         })
     } else {
         None
@@ -172,7 +171,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
                 let upstream = UpstreamEngine::new(endpoints.clone(), upstream.options())
                     .with_context(|| format!("models.{id}"))?;
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
-                eprintln!("  {id}: upstream {}", urls.join(", "));
+                errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
             (
@@ -227,13 +226,13 @@ async fn llama_engine(
     if let Some((_, engine)) = loaded.iter().find(|(o, _)| *o == options) {
         return Ok(engine.clone());
     }
-    eprintln!("loading {} ...", options.model_path.display());
+    errln!("loading {} ...", options.model_path.display());
     let load = options.clone();
     let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
         .await
         .context("the model loader stopped")??;
     let info = engine.info();
-    eprintln!(
+    errln!(
         "  {}: context {} tokens x {} sequences",
         info.name.as_deref().unwrap_or("model"),
         info.context_per_sequence,

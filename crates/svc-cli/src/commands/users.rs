@@ -8,6 +8,7 @@ use svc_core::{AccountChange, AccountError, AccountService, UserRecord};
 
 use crate::cli::{StoreArgs, UsersCommand};
 use crate::config::StoreConfig;
+use crate::output::{errln, outln, prompt};
 
 pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
     match command {
@@ -25,7 +26,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
                 }
                 Err(e) => bail!("{e}"),
             };
-            eprintln!(
+            errln!(
                 "Created {}account {} ({}).",
                 if user.is_admin { "admin " } else { "" },
                 user.email,
@@ -38,12 +39,15 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
                 .list_users()
                 .await
                 .context("cannot list accounts")?;
-            println!(
+            outln!(
                 "{:<20}  {:<32}  {:<5}  {:<8}  CREATED",
-                "ID", "EMAIL", "ADMIN", "STATE"
+                "ID",
+                "EMAIL",
+                "ADMIN",
+                "STATE"
             );
             for u in users {
-                println!(
+                outln!(
                     "{:<20}  {:<32}  {:<5}  {:<8}  {}",
                     u.id.0,
                     u.email,
@@ -102,11 +106,11 @@ async fn find(accounts: &AccountService, email: &str) -> anyhow::Result<UserReco
 fn report(change: AccountChange, user: &UserRecord, done: &str) -> anyhow::Result<()> {
     match change {
         AccountChange::Done => {
-            eprintln!("Account {} ({}) {done}.", user.email, user.id);
+            errln!("Account {} ({}) {done}.", user.email, user.id);
             Ok(())
         }
         AccountChange::Unchanged => {
-            eprintln!("Account {} ({}) was {done} already.", user.email, user.id);
+            errln!("Account {} ({}) was {done} already.", user.email, user.id);
             Ok(())
         }
         AccountChange::NotFound => bail!("there is no account {}", user.email),
@@ -127,7 +131,7 @@ fn confirm_delete(user: &UserRecord) -> anyhow::Result<()> {
             user.email
         );
     }
-    eprint!(
+    prompt!(
         "Delete {} and revoke all of its keys? This cannot be undone. Type yes: ",
         user.email
     );
@@ -147,7 +151,7 @@ fn confirm_delete(user: &UserRecord) -> anyhow::Result<()> {
 fn read_password() -> anyhow::Result<String> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
-        eprint!("Password for the new account (at least 8 characters): ");
+        prompt!("Password for the new account (at least 8 characters): ");
     }
     let mut line = String::new();
     stdin

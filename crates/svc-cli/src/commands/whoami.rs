@@ -7,17 +7,18 @@
 use crate::cli::ConnectArgs;
 use crate::client::terminal::{self, expiry};
 use crate::client::{Failure, Source, Target};
+use crate::output::outln;
 
 pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
     let target = Target::from_process(args.base_url.as_deref(), args.api_key.as_deref())?;
-    println!(
+    outln!(
         "Server:   {} ({})",
         target.base_url,
         target.base_source.describe("--base-url", "SVC_BASE_URL")
     );
     let key_source = match &target.key {
         Some((key, source)) => {
-            println!(
+            outln!(
                 "Key:      {} ({})",
                 key.hint(),
                 source.describe("--api-key", "SVC_API_KEY")
@@ -25,7 +26,7 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
             *source
         }
         None => {
-            println!("Key:      none");
+            outln!("Key:      none");
             return Err(target
                 .require_key()
                 .err()
@@ -52,9 +53,9 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
         Ok(info) => info,
         Err(failure) => {
             if let Some(login) = stored {
-                println!("Expires:  {}", expiry(login.expires_at));
+                outln!("Expires:  {}", expiry(login.expires_at));
             }
-            println!("Status:   {}", status_of(&failure));
+            outln!("Status:   {}", status_of(&failure));
             return Err(failure.into());
         }
     };
@@ -62,7 +63,7 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|i| i.owner.as_ref().map(|o| o.email.clone()))
         .unwrap_or_else(|| stored.and_then(|s| s.account.clone()));
-    println!(
+    outln!(
         "Account:  {}",
         account.as_deref().unwrap_or(match info {
             Some(_) => "none (an operator's key)",
@@ -71,17 +72,17 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
     );
     let name = info
         .as_ref()
-        .and_then(|i| i.name.clone())
+        .map(|i| i.name.clone())
         .or_else(|| stored.and_then(|s| s.key_name.clone()));
     if let Some(name) = name {
-        println!("Key name: {name}");
+        outln!("Key name: {name}");
     }
     let expires_at = match &info {
         Some(info) => info.expires_at,
         None => stored.and_then(|s| s.expires_at),
     };
-    println!("Expires:  {}", expiry(expires_at));
-    println!("Status:   accepted by the server");
+    outln!("Expires:  {}", expiry(expires_at));
+    outln!("Status:   accepted by the server");
     Ok(())
 }
 

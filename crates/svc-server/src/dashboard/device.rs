@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use serde::Deserialize;
-use svc_core::{CodeLookup, DeviceRecord, DeviceStatus, UserCode, now, plain_text};
+use svc_core::{CodeLookup, DeviceDecision, DeviceRecord, DeviceState, UserCode, now, plain_text};
 
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
@@ -68,16 +68,16 @@ fn message(
 
 /// Why a code can no longer be decided, in words.
 fn closed_reason(record: &DeviceRecord) -> (&'static str, String) {
-    match record.status {
-        DeviceStatus::Approved | DeviceStatus::Redeemed => (
+    match record.state {
+        DeviceState::Approved { .. } | DeviceState::Redeemed { .. } => (
             "Code already used",
             "This code was already approved. If you did not do that, revoke the device's key on the API keys page.".into(),
         ),
-        DeviceStatus::Denied => (
+        DeviceState::Denied { .. } => (
             "Code denied",
             "This request was denied. Start the login again on your device to get a new code.".into(),
         ),
-        DeviceStatus::Pending => (
+        DeviceState::Pending => (
             "Code expired",
             "This code has expired. Start the login again on your device to get a new code.".into(),
         ),
@@ -174,17 +174,17 @@ pub async fn decide(
     Form(form): Form<DecideForm>,
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
-    let approve = match form.decision.as_str() {
-        "approve" => true,
-        "deny" => false,
+    let decision = match form.decision.as_str() {
+        "approve" => DeviceDecision::Approve,
+        "deny" => DeviceDecision::Deny,
         _ => return Err(PageError::BadRequest("Choose Approve or Deny.".into())),
     };
     if state
         .devices
-        .decide(&form.id, &who.user.id, approve)
+        .decide(&form.id, &who.user.id, decision)
         .await?
     {
-        if approve {
+        if decision == DeviceDecision::Approve {
             message(
                 &who,
                 StatusCode::OK,

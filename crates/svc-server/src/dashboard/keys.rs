@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
-use svc_core::{KeyId, KeyRecord, KeyState, NewKey, UserId, now};
+use svc_core::{KeyId, KeyOrigin, KeyRecord, KeyState, NewKey, UserId, now};
 
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
@@ -31,9 +31,9 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
     let owner = key.owner_id.as_ref().map(|id| {
         owners
             .iter()
-            .find(|(uid, _)| uid.0 == *id)
+            .find(|(uid, _)| uid == id)
             .map(|(_, email)| email.clone())
-            .unwrap_or_else(|| id.clone())
+            .unwrap_or_else(|| id.0.clone())
     });
     context! {
         id => key.id.0.clone(),
@@ -46,11 +46,10 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
         active => state == KeyState::Active,
         // A disabled account's keys can still be revoked for good.
         revocable => matches!(state, KeyState::Active | KeyState::Disabled),
-        created_via => match key.created_via.as_str() {
-            "dashboard" => "Dashboard",
-            "device" => "Device login",
-            "cli" => "Operator (svc keys)",
-            other => other,
+        created_via => match key.created_via {
+            KeyOrigin::Dashboard => "Dashboard",
+            KeyOrigin::Device => "Device login",
+            KeyOrigin::Cli => "Operator (svc keys)",
         },
         owner => owner,
         rpm => key.limits.requests_per_minute,
@@ -78,7 +77,7 @@ async fn render_list(
     error: Option<String>,
     name: Option<String>,
 ) -> Result<Html<String>, PageError> {
-    let owner = (!who.user.is_admin).then_some(who.user.id.0.as_str());
+    let owner = (!who.user.is_admin).then_some(&who.user.id);
     let keys = state.keys.list(owner).await?;
     let owners: Vec<(UserId, String)> = if who.user.is_admin {
         state
@@ -150,8 +149,8 @@ pub async fn create(
         .keys
         .create(NewKey {
             name: name.to_owned(),
-            owner_id: Some(who.user.id.0.clone()),
-            created_via: "dashboard".into(),
+            owner_id: Some(who.user.id.clone()),
+            created_via: KeyOrigin::Dashboard,
             expires_in: days.map(|d| d * 86_400),
         })
         .await?;
@@ -185,9 +184,7 @@ pub async fn created(State(state): State<AppState>, who: SignedIn) -> Result<Res
 async fn own_key(state: &AppState, who: &SignedIn, id: &str) -> Result<KeyRecord, PageError> {
     let key = state.keys.get(&KeyId(id.to_owned())).await?;
     match key {
-        Some(key) if who.user.is_admin || key.owner_id.as_deref() == Some(&who.user.id.0) => {
-            Ok(key)
-        }
+        Some(key) if who.user.is_admin || key.owner_id.as_ref() == Some(&who.user.id) => Ok(key),
         _ => Err(PageError::NotFound),
     }
 }

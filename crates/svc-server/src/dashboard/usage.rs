@@ -26,7 +26,7 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
         .collect();
     let owner = (!who.user.is_admin).then_some(&who.user.id);
     let rows = state.store.usage_since(owner, &days[0]).await?;
-    let keys = state.keys.list(owner.map(|o| o.0.as_str())).await?;
+    let keys = state.keys.list(owner).await?;
     let name_of = |id: &str| {
         keys.iter()
             .find(|k| k.id.0 == id)

@@ -21,23 +21,16 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::Deserialize;
 use svc_api::{
-    DEVICE_CODE_GRANT_TYPE, DeviceCodeResponse, DeviceTokenRequest, DeviceTokenResponse, ErrorBody,
-    ErrorObject, OAuthErrorResponse, OAuthTokenResponse,
+    DEVICE_CODE_GRANT_TYPE, DeviceCodeRequest, DeviceCodeResponse, DeviceTokenRequest,
+    DeviceTokenResponse, ErrorBody, ErrorObject, OAuthDeviceTokenRequest, OAuthErrorResponse,
+    OAuthTokenResponse,
 };
 use svc_core::{DeviceClient, PollOutcome, plain_text};
 
 use crate::error::ApiError;
 use crate::extract::{BodyLimit, ClientAddress, parse_json};
 use crate::state::AppState;
-
-/// Optional fields of a code request (RFC 8628 section 3.1).
-#[derive(Debug, Default, Deserialize)]
-struct CodeRequest {
-    client_id: Option<String>,
-    scope: Option<String>,
-}
 
 /// Longest `client_id` or `scope` kept; they are shown to the user.
 const MAX_CLIENT_FIELD: usize = 200;
@@ -105,9 +98,9 @@ pub async fn code(
 }
 
 /// A code request's fields as read from its body.
-fn code_fields(body: &Body) -> Result<CodeRequest, ApiError> {
+fn code_fields(body: &Body) -> Result<DeviceCodeRequest, ApiError> {
     Ok(match body {
-        Body::Empty => CodeRequest::default(),
+        Body::Empty => DeviceCodeRequest::default(),
         Body::Json(bytes) => parse_json(bytes)?,
         Body::Form(bytes) => {
             serde_urlencoded::from_bytes(bytes).map_err(|e| ApiError::InvalidBody {
@@ -151,16 +144,8 @@ pub fn fuzz_code_body(
 /// `invalid_request`. For the fuzz targets in `fuzz/`; not part of the API.
 #[doc(hidden)]
 pub fn fuzz_token_form(bytes: &[u8]) -> Option<[Option<String>; 3]> {
-    let fields = serde_urlencoded::from_bytes::<OAuthTokenRequest>(bytes).ok()?;
+    let fields = serde_urlencoded::from_bytes::<OAuthDeviceTokenRequest>(bytes).ok()?;
     Some([fields.grant_type, fields.device_code, fields.client_id])
-}
-
-/// The RFC 8628 token request's fields.
-#[derive(Debug, Deserialize)]
-struct OAuthTokenRequest {
-    grant_type: Option<String>,
-    device_code: Option<String>,
-    client_id: Option<String>,
 }
 
 pub async fn token(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
@@ -222,7 +207,7 @@ async fn oauth_token(state: &AppState, body: &[u8]) -> Result<Response, ApiError
         };
         (status, Json(body)).into_response()
     };
-    let Ok(fields) = serde_urlencoded::from_bytes::<OAuthTokenRequest>(body) else {
+    let Ok(fields) = serde_urlencoded::from_bytes::<OAuthDeviceTokenRequest>(body) else {
         return Ok(error(
             StatusCode::BAD_REQUEST,
             "invalid_request",

@@ -2,19 +2,19 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
+use svc_api::{HealthStatus, ReadyStatus};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+pub async fn health() -> Json<HealthStatus> {
+    Json(HealthStatus::ok())
 }
 
-pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn ready(State(state): State<AppState>) -> Result<Json<ReadyStatus>, ApiError> {
     state.store.ping().await.map_err(|e| {
         tracing::warn!(error = %e, "readiness check failed");
         ApiError::Unavailable
     })?;
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(ReadyStatus::ready()))
 }

@@ -5,47 +5,44 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
-use svc_core::{KeyRecord, UserId};
+use svc_api::{KeyInfo, KeyOwner, RevokedKey};
+use svc_core::KeyRecord;
 
 use crate::error::ApiError;
 use crate::extract::Authenticated;
 use crate::state::AppState;
 
-async fn describe(state: &AppState, key: &KeyRecord) -> Result<Value, ApiError> {
+async fn describe(state: &AppState, key: &KeyRecord) -> Result<KeyInfo, ApiError> {
     let owner = match &key.owner_id {
-        Some(id) => state
-            .accounts
-            .user(&UserId(id.clone()))
-            .await?
-            .map(|u| json!({"id": u.id.0, "email": u.email})),
+        Some(id) => state.accounts.user(id).await?.map(|u| KeyOwner {
+            id: u.id.0,
+            email: u.email,
+        }),
         None => None,
     };
-    Ok(json!({
-        "object": "api_key",
-        "id": key.id.0,
-        "name": key.name,
-        "hint": key.hint,
-        "created_via": key.created_via,
-        "created_at": key.created_at,
-        "expires_at": key.expires_at,
-        "owner": owner,
-    }))
+    Ok(KeyInfo {
+        object: "api_key".into(),
+        id: key.id.0.clone(),
+        name: key.name.clone(),
+        hint: key.hint.clone(),
+        created_via: key.created_via.as_str().to_owned(),
+        created_at: key.created_at,
+        expires_at: key.expires_at,
+        owner,
+    })
 }
 
 pub async fn current(
     State(state): State<AppState>,
     Authenticated(key): Authenticated,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyInfo>, ApiError> {
     Ok(Json(describe(&state, &key).await?))
 }
 
 pub async fn revoke(
     State(state): State<AppState>,
     Authenticated(key): Authenticated,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevokedKey>, ApiError> {
     state.keys.revoke(&key.id).await?;
-    Ok(Json(
-        json!({"object": "api_key", "id": key.id.0, "revoked": true}),
-    ))
+    Ok(Json(RevokedKey::new(key.id.0)))
 }

@@ -18,6 +18,8 @@ use crate::state::AppState;
 /// The device flow's body parsing, for the fuzz targets in `fuzz/`.
 #[doc(hidden)]
 pub use device::{fuzz_code_body, fuzz_token_form};
+/// The most days `GET /v1/admin/usage` may ask for (the document says so).
+pub(crate) use usage::MAX_DAYS as MAX_USAGE_DAYS;
 
 /// Every route of the service but `/metrics` (which the application adds
 /// here or on its own address).

@@ -3,23 +3,23 @@
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use serde_json::{Value, json};
-use svc_core::{UserId, ValidationError, day_of, now};
+use svc_api::{UsageDay, UsageList};
+use svc_core::{ValidationError, day_of, now};
 
 use crate::error::ApiError;
 use crate::extract::Authenticated;
 use crate::state::AppState;
 
 /// The most days one request may ask for.
-const MAX_DAYS: i64 = 400;
+pub(crate) const MAX_DAYS: i64 = 400;
 
 pub async fn admin(
     Authenticated(key): Authenticated,
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UsageList>, ApiError> {
     let owner = match &key.owner_id {
-        Some(id) => state.accounts.user(&UserId(id.clone())).await?,
+        Some(id) => state.accounts.user(id).await?,
         None => None,
     };
     if !owner.is_some_and(|u| u.is_admin) {
@@ -49,21 +49,21 @@ pub async fn admin(
     };
     let since = day_of(now() - (days - 1) * 86_400);
     let rows = state.store.usage_since(None, &since).await?;
-    let data: Vec<Value> = rows
-        .iter()
-        .map(|r| {
-            json!({
-                "object": "usage.day",
-                "key_id": r.key_id.0,
-                "day": r.day,
-                "requests": r.requests,
-                "prompt_tokens": r.prompt_tokens,
-                "completion_tokens": r.completion_tokens,
-                "total_tokens": r.prompt_tokens + r.completion_tokens,
-            })
+    let data = rows
+        .into_iter()
+        .map(|r| UsageDay {
+            object: "usage.day".into(),
+            key_id: r.key_id.0,
+            day: r.day,
+            requests: r.requests,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            total_tokens: r.prompt_tokens + r.completion_tokens,
         })
         .collect();
-    Ok(Json(
-        json!({"object": "list", "since": since, "data": data}),
-    ))
+    Ok(Json(UsageList {
+        object: "list".into(),
+        since,
+        data,
+    }))
 }

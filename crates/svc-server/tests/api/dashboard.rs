@@ -98,7 +98,7 @@ async fn a_created_key_is_shown_once_works_and_can_be_revoked() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.created_via, "dashboard");
+    assert_eq!(record.created_via, svc_core::KeyOrigin::Dashboard);
     assert_eq!(record.expires_at.unwrap() - record.created_at, 30 * 86_400);
 
     // Revocation asks first, then takes effect on the next request.
@@ -137,7 +137,7 @@ async fn the_flash_in_the_store_is_sealed() {
     // Read what the database holds for the session, as an attacker with a
     // copy of it would.
     let token = browser.cookie("svc_session").unwrap();
-    let hash = svc_core::session::sha256_hex(&token);
+    let hash = svc_core::SessionHash::of(&token);
     use svc_core::store::SessionStore;
     let sealed = app.store.take_session_flash(&hash).await.unwrap().unwrap();
     assert!(!sealed.contains("sk-svc-"));

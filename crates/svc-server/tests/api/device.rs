@@ -182,9 +182,9 @@ async fn approval_issues_one_key_that_works() {
     assert_eq!(error_code(&again), "invalid_grant");
 
     // Minted for the approver, named after the device, expiring in 30 days.
-    let keys = app.keys.list(Some(&alice.id.0)).await.unwrap();
+    let keys = app.keys.list(Some(&alice.id)).await.unwrap();
     assert_eq!(keys.len(), 1);
-    assert_eq!(keys[0].created_via, "device");
+    assert_eq!(keys[0].created_via, svc_core::KeyOrigin::Device);
     assert!(
         keys[0].name.starts_with("Device login: "),
         "{}",

@@ -69,8 +69,8 @@ async fn key_of(app: &TestApp, user: &UserRecord) -> String {
         .keys
         .create(NewKey {
             name: format!("{}'s key", user.email),
-            owner_id: Some(user.id.0.clone()),
-            created_via: "dashboard".into(),
+            owner_id: Some(user.id.clone()),
+            created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
         })
         .await
@@ -155,7 +155,7 @@ async fn disabling_refuses_keys_sessions_sign_in_and_approvals_at_once(db: Datab
     let (status, body) = poll(&app, &device_code).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "access_denied", "{body}");
-    assert!(app.keys.list(Some(&alice.id.0)).await.unwrap().len() == 1);
+    assert!(app.keys.list(Some(&alice.id)).await.unwrap().len() == 1);
     let listed = admin.follow(done).await;
     assert!(listed.body.contains("was disabled"), "{}", listed.body);
     // The admin's key list shows the key as disabled, still revocable.
@@ -194,7 +194,7 @@ async fn deleting_revokes_the_keys_and_removes_the_account(db: Database) {
     assert!(users.body.contains("was deleted"), "{}", users.body);
     assert!(!users.body.contains(&bob.id.0));
     // The key's record stays, revoked, for its usage history.
-    let keys = app.keys.list(Some(&bob.id.0)).await.unwrap();
+    let keys = app.keys.list(Some(&bob.id)).await.unwrap();
     assert!(keys.len() == 1 && keys[0].revoked_at.is_some());
     // Gone: its pages are not found.
     let path = format!("/dashboard/users/{}/delete", bob.id);

@@ -3,9 +3,10 @@
 
 use sqlx::{AnyConnection, Connection};
 use svc_core::account::{UserId, UserRecord};
-use svc_core::device::{DeviceRecord, DeviceStatus};
+use svc_core::device::{DeviceRecord, DeviceState};
+use svc_core::hashes::DeviceCodeHash;
 use svc_core::key::{ApiKey, KeyHash, KeyId};
-use svc_core::store::KeyRecord;
+use svc_core::store::{KeyOrigin, KeyRecord};
 use svc_store::SqlStore;
 use svc_store::testing::{self, TestSchema};
 
@@ -60,6 +61,15 @@ impl Db {
         value
     }
 
+    /// Runs `sql` on a connection of its own, past the store: for writing
+    /// rows the traits would refuse to.
+    pub async fn execute(&self, sql: &str) {
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect(self.url()).await.unwrap();
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+
     pub async fn finish(self) {
         if let Db::Postgres(schema) = self {
             schema.remove().await.unwrap();
@@ -101,8 +111,8 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         id: KeyId::generate(),
         name: format!("key made at {created_at}"),
         hint: key.hint(),
-        owner_id: owner_id.map(str::to_owned),
-        created_via: "cli".into(),
+        owner_id: owner_id.map(|id| UserId(id.to_owned())),
+        created_via: KeyOrigin::Cli,
         created_at,
         expires_at: None,
         last_used_at: None,
@@ -136,7 +146,7 @@ pub fn random_hex(bytes: usize) -> String {
 pub fn new_device(created_at: i64, expires_at: i64) -> DeviceRecord {
     DeviceRecord {
         id: format!("dev_{}", random_hex(8)),
-        device_code_hash: random_hex(32),
+        device_code_hash: DeviceCodeHash::from_stored(random_hex(32)),
         user_code_hash: svc_core::device::UserCode::generate().hash(),
         client_id: None,
         scope: None,
@@ -146,10 +156,7 @@ pub fn new_device(created_at: i64, expires_at: i64) -> DeviceRecord {
         expires_at,
         interval: 5,
         last_polled_at_ms: None,
-        status: DeviceStatus::Pending,
-        user_id: None,
-        decided_at: None,
-        key_id: None,
+        state: DeviceState::Pending,
     }
 }
 

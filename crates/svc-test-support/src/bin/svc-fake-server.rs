@@ -9,13 +9,22 @@
 //! browser tests); `--device-interval` and `--device-code-lifetime` (seconds)
 //! shorten the device flow's timings.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{AccountService, DeviceConfig, KeyService, NewKey};
+use svc_core::{AccountService, DeviceConfig, KeyOrigin, KeyService, NewKey};
 use svc_server::{Application, ServerConfig};
 use svc_store::SqlStore;
 use svc_test_support::{Probe, fake_models};
@@ -66,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
         .create(NewKey {
             name: "fake-server".into(),
             owner_id: None,
-            created_via: "cli".into(),
+            created_via: KeyOrigin::Cli,
             expires_in: None,
         })
         .await?;

@@ -20,7 +20,16 @@
 //! each), no client framework around them, and open loop on one thread
 //! paced by a timerfd. Plain `http://` only.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
 
 use std::cell::RefCell;
 use std::os::fd::{AsFd, AsRawFd, RawFd};

@@ -1,16 +1,19 @@
 //! Converts the Q4_1 tensors of a GGUF to Q8_0 (or Q4_0), keeping every
-//! other tensor and all metadata (see `svc_engine_llama::repack`).
+//! other tensor and all metadata (see `svc_gguf::repack`).
 //!
 //! ```text
-//! cargo run --release -p svc-engine-llama --example repack -- IN.gguf OUT.gguf [q8_0|q4_0]
-//! cargo run --release -p svc-engine-llama --example repack -- --info IN.gguf
+//! cargo run --release -p svc-gguf --example repack -- IN.gguf OUT.gguf [q8_0|q4_0]
+//! cargo run --release -p svc-gguf --example repack -- --info IN.gguf
 //! ```
+
+#![allow(clippy::print_stdout, reason = "an example prints its results")]
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use svc_engine_llama::repack::{self, GgufHeader, RepackTarget};
+use svc_gguf::GgufHeader;
+use svc_gguf::repack::{self, RepackTarget};
 
 fn type_name(t: u32) -> String {
     match t {

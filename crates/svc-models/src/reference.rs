@@ -1,0 +1,27 @@
+//! What `svc pull` may be asked for, and how its argument is read.
+
+use crate::hf::HfFile;
+
+/// The forms `svc pull` accepts, for error messages.
+pub const ACCEPTED_FORMS: &str = "accepted: no argument (or `default`) for the default model \
+     (SmolLM2-135M-Instruct Q4_1), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
+     optionally followed by @REVISION (default main)";
+
+/// What `svc pull` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelRef {
+    /// svc's default model.
+    Default,
+    /// A GGUF file on Hugging Face.
+    Hf(HfFile),
+}
+
+impl ModelRef {
+    /// Parses `svc pull`'s argument: none or `default`, or `hf:...`.
+    pub fn parse(arg: Option<&str>) -> anyhow::Result<ModelRef> {
+        match arg.map(str::trim) {
+            None | Some("default") => Ok(ModelRef::Default),
+            Some(text) => HfFile::parse(text).map(ModelRef::Hf),
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! The OpenAPI 3.1 document served at `GET /openapi.json`, generated: the
+//! schemas are those of the wire types in `svc_api` (their
+//! `utoipa::ToSchema`), and the operations, shared responses, headers and
+//! security are built here, one function per route of
+//! [`crate::routes::router`]. `tests/openapi.rs` checks the document
+//! against the server's routes and real responses, and
+//! `tests/python/test_schemathesis.py` runs schemathesis against it.
+
+use std::sync::LazyLock;
+
+use serde_json::{Value, json};
+use svc_api::schema::{components, reference};
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::path::{
+    Operation, OperationBuilder, Parameter, ParameterBuilder, ParameterIn,
+};
+use utoipa::openapi::request_body::{RequestBody, RequestBodyBuilder};
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::tag::TagBuilder;
+use utoipa::openapi::{
+    ComponentsBuilder, Content, ContentBuilder, Header, HeaderBuilder, HttpMethod, InfoBuilder,
+    LicenseBuilder, OpenApi, OpenApiBuilder, PathItem, PathsBuilder, Ref, RefOr, Required,
+    Response, ResponseBuilder, SecurityRequirement, ServerBuilder,
+};
+
+/// The document as JSON, built once; `servers` holds a placeholder that
+/// [`crate::routes`] replaces with the public URL when serving it.
+pub fn document() -> &'static Value {
+    static DOCUMENT: LazyLock<Value> =
+        LazyLock::new(|| serde_json::to_value(openapi()).unwrap_or(Value::Null));
+    &DOCUMENT
+}
+
+/// The whole document.
+pub fn openapi() -> OpenApi {
+    let info = InfoBuilder::new()
+        .title("svc")
+        .version(env!("CARGO_PKG_VERSION"))
+        .description(Some(
+            "Chat completions in the shape of OpenAI's chat-completions interface: client libraries written for it work unchanged once their base URL is `{base_url}/v1` and their API key is an svc key.\n\nEvery error is answered with the body `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}` (`param` and `code` are always present, possibly null). Every response carries an `x-request-id` header; a 5xx body quotes it.",
+        ))
+        .license(Some(
+            LicenseBuilder::new()
+                .name("Apache-2.0")
+                .identifier(Some("Apache-2.0"))
+                .build(),
+        ))
+        // OpenAPI 3.1's `info.summary`, which utoipa's model lacks.
+        .extensions(Some(raw([(
+            "summary",
+            json!("A self-hostable OpenAI-compatible chat-completion service."),
+        )])))
+        .build();
+    let paths = PathsBuilder::new()
+        .path("/health", item(HttpMethod::Get, health()))
+        .path("/ready", item(HttpMethod::Get, ready()))
+        .path("/openapi.json", item(HttpMethod::Get, openapi_json()))
+        .path("/metrics", item(HttpMethod::Get, metrics()))
+        .path("/v1/models", item(HttpMethod::Get, list_models()))
+        .path(
+            "/v1/models/{model}",
+            item(HttpMethod::Get, retrieve_model()),
+        )
+        .path(
+            "/v1/chat/completions",
+            item(HttpMethod::Post, create_chat_completion()),
+        )
+        .path(
+            "/v1/auth/device/code",
+            item(HttpMethod::Post, request_device_code()),
+        )
+        .path(
+            "/v1/auth/device/token",
+            item(HttpMethod::Post, poll_device_token()),
+        )
+        .path(
+            "/v1/auth/key",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, get_current_key())
+                .operation(HttpMethod::Delete, revoke_current_key())
+                .build(),
+        )
+        .path("/v1/admin/usage", item(HttpMethod::Get, admin_usage()))
+        .build();
+    OpenApiBuilder::new()
+        .info(info)
+        .servers(Some([ServerBuilder::new()
+            .url("http://127.0.0.1:8080")
+            .description(Some(
+                "Placeholder: the server replaces `servers` with its own public URL when it serves this document at /openapi.json.",
+            ))
+            .build()]))
+        .tags(Some([
+            tag("chat", "Chat completions."),
+            tag("models", "The models this server serves."),
+            tag("meta", "Health, readiness and this document."),
+            tag(
+                "auth",
+                "The OAuth 2.0 device authorization flow (RFC 8628) that command-line clients use to obtain a key.",
+            ),
+        ]))
+        .paths(paths)
+        .components(Some(shared_components()))
+        .build()
+}
+
+fn tag(name: &str, description: &str) -> utoipa::openapi::Tag {
+    TagBuilder::new()
+        .name(name)
+        .description(Some(description))
+        .build()
+}
+
+fn item(method: HttpMethod, operation: Operation) -> PathItem {
+    PathItem::new(method, operation)
+}
+
+/// JSON members that utoipa's model has no field for, written as they are.
+fn raw<const N: usize>(pairs: [(&str, Value); N]) -> Extensions {
+    pairs.into_iter().collect()
+}
+
+/// The schemas, security scheme, headers and responses that operations
+/// refer to.
+fn shared_components() -> utoipa::openapi::Components {
+    let bearer = Http::builder()
+        .scheme(HttpAuthScheme::Bearer)
+        .bearer_format("sk-svc- followed by 40 hexadecimal characters")
+        .description(Some("An svc API key: `Authorization: Bearer sk-svc-...`."))
+        .build();
+    let error = |description: &str| error_response(description).build();
+    ComponentsBuilder::new()
+        .security_scheme("bearer", SecurityScheme::Http(bearer))
+        .header(
+            "RequestId",
+            string_header("The id of this request, as logged by the server."),
+        )
+        .header("RetryAfter", string_header("Seconds to wait before retrying."))
+        .header(
+            "WwwAuthenticate",
+            string_header("The authentication scheme: `Bearer`."),
+        )
+        .response(
+            "BadRequest",
+            error(
+                "The request is invalid: a body that is not JSON or not of the request schema (`code` `invalid_json`), a value out of range (`invalid_value`, with `param` naming the field), a Content-Type other than JSON (`unsupported_content_type`), or a prompt longer than the model's context (`context_length_exceeded`).",
+            ),
+        )
+        .response(
+            "Unauthorized",
+            error_response(
+                "The API key is missing, malformed, unknown, revoked or expired (`code` `invalid_api_key`).",
+            )
+            .header_ref("WWW-Authenticate", header_ref("WwwAuthenticate"))
+            .build(),
+        )
+        .response(
+            "NotFound",
+            error("The model does not exist (`code` `model_not_found`, `param` `model`)."),
+        )
+        .response(
+            "PayloadTooLarge",
+            error("The request body is larger than the server's limit (`code` `request_too_large`)."),
+        )
+        .response(
+            "TooManyRequests",
+            error_response(
+                "The model is overloaded (`type` `rate_limit_exceeded`, `code` `engine_overloaded`).",
+            )
+            .header_ref("Retry-After", header_ref("RetryAfter"))
+            .build(),
+        )
+        .response(
+            "InternalServerError",
+            error("An internal error (`type` `server_error`); the message quotes the request id."),
+        )
+        .response(
+            "ServiceUnavailable",
+            error_response(
+                "The model or the store is unavailable (`type` `server_error`, `code` `model_unavailable` or `service_unavailable`).",
+            )
+            .header_ref("Retry-After", header_ref("RetryAfter"))
+            .build(),
+        )
+        .schemas_from_iter(components())
+        .build()
+}
+
+fn string_header(description: &str) -> Header {
+    HeaderBuilder::new()
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .description(Some(description))
+        .build()
+}
+
+fn header_ref(name: &str) -> Ref {
+    Ref::new(format!("#/components/headers/{name}"))
+}
+
+/// A response with the `x-request-id` header every response carries.
+fn response(description: &str) -> ResponseBuilder {
+    ResponseBuilder::new()
+        .description(description)
+        .header_ref("x-request-id", header_ref("RequestId"))
+}
+
+fn json(schema: impl Into<RefOr<Schema>>) -> Content {
+    ContentBuilder::new().schema(Some(schema)).build()
+}
+
+/// A response whose body is JSON of `schema`.
+fn json_response(description: &str, schema: impl Into<RefOr<Schema>>) -> ResponseBuilder {
+    response(description).content("application/json", json(schema))
+}
+
+/// An error response: the `ErrorResponse` body.
+fn error_response(description: &str) -> ResponseBuilder {
+    json_response(description, reference("ErrorResponse"))
+}
+
+/// One of the shared responses of the components.
+fn shared(name: &str) -> RefOr<Response> {
+    RefOr::Ref(Ref::from_response_name(name))
+}
+
+/// The `Cache-Control: no-store` of the device flow's answers.
+fn no_store(builder: ResponseBuilder) -> ResponseBuilder {
+    let schema = svc_api::schema::keywords(
+        ObjectBuilder::new().schema_type(Type::String).build(),
+        [("const", json!("no-store"))],
+    );
+    builder.header(
+        "cache-control",
+        HeaderBuilder::new()
+            .schema(Some(schema))
+            .description(Some("Always `no-store`: token responses carry secrets."))
+            .build(),
+    )
+}
+
+/// An operation; `secured` ones need a bearer key, the others say
+/// explicitly that they need none.
+fn operation(id: &str, tag: &str, summary: &str, secured: bool) -> OperationBuilder {
+    let security = if secured {
+        vec![SecurityRequirement::new("bearer", Vec::<String>::new())]
+    } else {
+        Vec::new()
+    };
+    OperationBuilder::new()
+        .operation_id(Some(id))
+        .tag(tag)
+        .summary(Some(summary))
+        .securities(Some(security))
+}
+
+fn json_body(schema: &str, required: bool) -> RequestBody {
+    RequestBodyBuilder::new()
+        .required(Some(if required {
+            Required::True
+        } else {
+            Required::False
+        }))
+        .content("application/json", json(reference(schema)))
+        .build()
+}
+
+fn health() -> Operation {
+    operation("health", "meta", "Liveness: the process answers.", false)
+        .response(
+            "200",
+            json_response("The process is up.", reference("HealthStatus")).build(),
+        )
+        .build()
+}
+
+fn ready() -> Operation {
+    operation(
+        "ready",
+        "meta",
+        "Readiness: the process answers and its store is reachable.",
+        false,
+    )
+    .response(
+        "200",
+        json_response("Ready to serve.", reference("ReadyStatus")).build(),
+    )
+    .response("503", shared("ServiceUnavailable"))
+    .build()
+}
+
+fn openapi_json() -> Operation {
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .required("openapi")
+        .required("info")
+        .required("paths")
+        .build();
+    operation(
+        "openapi",
+        "meta",
+        "This document, with `servers` set to the server's public URL.",
+        false,
+    )
+    .response(
+        "200",
+        json_response("The OpenAPI 3.1 document.", schema).build(),
+    )
+    .build()
+}
+
+fn metrics() -> Operation {
+    operation(
+        "metrics",
+        "meta",
+        "Prometheus metrics: requests, latency, time to first token, gateway overhead, tokens, errors by code, connections, engine queues, upstream health.",
+        false,
+    )
+    .description(Some(
+        "Public unless the server is started with a metrics token (then `Authorization: Bearer <token>` is required; the token is not an API key) or with a metrics address of its own (then it is served only there).",
+    ))
+    .response("401", shared("Unauthorized"))
+    .response(
+        "200",
+        response("The text exposition format.")
+            .content(
+                "text/plain",
+                json(ObjectBuilder::new().schema_type(Type::String)),
+            )
+            .build(),
+    )
+    .build()
+}
+
+fn list_models() -> Operation {
+    operation(
+        "listModels",
+        "models",
+        "List the models this server serves.",
+        true,
+    )
+    .response(
+        "200",
+        json_response(
+            "The model list, in the server's order.",
+            reference("ModelList"),
+        )
+        .build(),
+    )
+    .response("401", shared("Unauthorized"))
+    .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn retrieve_model() -> Operation {
+    let model: Parameter = ParameterBuilder::new()
+        .name("model")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some(
+            "The model id. Ids may contain `/`; the rest of the path after `/v1/models/` is the id.",
+        ))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .examples(["svc"]),
+        ))
+        .build();
+    operation("retrieveModel", "models", "One model by id.", true)
+        .parameter(model)
+        .response(
+            "200",
+            json_response("The model.", reference("Model")).build(),
+        )
+        .response("401", shared("Unauthorized"))
+        .response("404", shared("NotFound"))
+        .response("500", shared("InternalServerError"))
+        .build()
+}
+
+fn create_chat_completion() -> Operation {
+    operation(
+        "createChatCompletion",
+        "chat",
+        "Create a chat completion: the model's next reply to a conversation.",
+        true,
+    )
+    .description(Some(
+        "With `stream` false or absent the reply comes whole as one `chat.completion` object. With `stream` true it comes as Server-Sent Events: `data: <chunk>` frames, each a `chat.completion.chunk` (see the `ChatCompletionChunk` schema), ending with the literal `data: [DONE]`. The first chunk's delta is `{\"role\":\"assistant\",\"content\":\"\"}`; the last chunk with a choice has an empty delta and the finish_reason. With `stream_options.include_usage` every chunk has `usage: null` and one more chunk with empty `choices` and the usage comes before `[DONE]`. An error after the stream has begun is sent as a last `data: {\"error\":{...}}` frame (the `ErrorResponse` schema) and the stream ends without `[DONE]`.",
+    ))
+    .request_body(Some(json_body("CreateChatCompletionRequest", true)))
+    .response(
+        "200",
+        json_response(
+            "The completion: whole, or streamed when `stream` is true.",
+            reference("ChatCompletion"),
+        )
+        .content(
+            "text/event-stream",
+            json(reference("ChatCompletionStreamEvent")),
+        )
+        .build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("401", shared("Unauthorized"))
+    .response("404", shared("NotFound"))
+    .response("413", shared("PayloadTooLarge"))
+    .response("429", shared("TooManyRequests"))
+    .response("500", shared("InternalServerError"))
+    .response("503", shared("ServiceUnavailable"))
+    .build()
+}
+
+fn request_device_code() -> Operation {
+    let body = RequestBodyBuilder::new()
+        .required(Some(Required::False))
+        .content(
+            "application/x-www-form-urlencoded",
+            json(reference("DeviceCodeRequest")),
+        )
+        .content("application/json", json(reference("DeviceCodeRequest")))
+        .build();
+    operation(
+        "requestDeviceCode",
+        "auth",
+        "Start a device login: get a device code to poll with and a user code to show.",
+        false,
+    )
+    .description(Some(
+        "No body is needed (the spec's form). An RFC 8628 form body with `client_id` and `scope`, or the same as JSON, is accepted; both are shown to the person approving.",
+    ))
+    .request_body(Some(body))
+    .response(
+        "200",
+        no_store(json_response(
+            "The device authorization record.",
+            reference("DeviceCodeResponse"),
+        ))
+        .build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("413", shared("PayloadTooLarge"))
+    .response(
+        "429",
+        error_response(
+            "Too many codes requested from this client address or from everyone (`type` `requests`, `code` `slow_down`; a form request gets RFC 6749's `{\"error\":\"slow_down\"}`), or too many codes are live.",
+        )
+        .header_ref("Retry-After", header_ref("RetryAfter"))
+        .build(),
+    )
+    .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn poll_device_token() -> Operation {
+    let body = RequestBodyBuilder::new()
+        .required(Some(Required::True))
+        .content("application/json", json(reference("DeviceTokenRequest")))
+        .content(
+            "application/x-www-form-urlencoded",
+            json(reference("OAuthDeviceTokenRequest")),
+        )
+        .build();
+    let either = |a: &str, b: &str| -> Schema {
+        OneOfBuilder::new()
+            .item(reference(a))
+            .item(reference(b))
+            .into()
+    };
+    operation(
+        "pollDeviceToken",
+        "auth",
+        "Poll for the key of a device login.",
+        false,
+    )
+    .description(Some(
+        "JSON body (the spec's dialect): `{\"status\":\"pending\"}` until the person approves, then once `{\"status\":\"approved\",\"access_token\",\"token_type\":\"bearer\",\"expires_in\"}`. Other states are 400s in the usual error shape whose `code` is the RFC 8628 name: `slow_down` (poll less often: the interval grew by 5 s), `access_denied`, `expired_token`, `invalid_grant` (unknown code, or its key was issued already).\n\nForm body (RFC 8628 section 3.4, for standard OAuth clients): `grant_type=urn:ietf:params:oauth:grant-type:device_code&device_code=...` answers with RFC 6749's bodies: `{\"access_token\",\"token_type\",\"expires_in\"}`, or 400 `{\"error\":\"authorization_pending\"|\"slow_down\"|\"access_denied\"|\"expired_token\"|\"invalid_grant\"|\"invalid_request\"|\"unsupported_grant_type\"}`.",
+    ))
+    .request_body(Some(body))
+    .response(
+        "200",
+        no_store(json_response(
+            "Pending or approved (JSON dialect), or the RFC 6749 token (form dialect).",
+            either("DeviceTokenResponse", "OAuthTokenResponse"),
+        ))
+        .build(),
+    )
+    .response(
+        "400",
+        no_store(json_response(
+            "Not an answer yet or never: an error in the usual shape (JSON dialect, `code` as above) or RFC 6749's error body (form dialect).",
+            either("ErrorResponse", "OAuthError"),
+        ))
+        .build(),
+    )
+    .response("413", shared("PayloadTooLarge"))
+    .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn get_current_key() -> Operation {
+    operation(
+        "getCurrentKey",
+        "auth",
+        "Describe the presented key and its owner (who a client is logged in as).",
+        true,
+    )
+    .response(
+        "200",
+        json_response("The key (never its secret).", reference("ApiKey")).build(),
+    )
+    .response("401", shared("Unauthorized"))
+    .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn revoke_current_key() -> Operation {
+    operation(
+        "revokeCurrentKey",
+        "auth",
+        "Revoke the presented key (log out). The next request with it gets 401.",
+        true,
+    )
+    .response(
+        "200",
+        json_response("Revoked.", reference("RevokedKey")).build(),
+    )
+    .response("401", shared("Unauthorized"))
+    .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn admin_usage() -> Operation {
+    let days: Parameter = ParameterBuilder::new()
+        .name("days")
+        .parameter_in(ParameterIn::Query)
+        .required(Required::False)
+        .description(Some(
+            "Days back from today, today included (1 to 400; default 30).",
+        ))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(crate::routes::MAX_USAGE_DAYS)),
+        ))
+        .build();
+    operation(
+        "adminUsage",
+        "auth",
+        "Requests and tokens per key per UTC day, for every key (admin accounts' keys only).",
+        true,
+    )
+    .parameter(days)
+    .response(
+        "200",
+        json_response("Usage rows, by day then key.", reference("UsageList")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("401", shared("Unauthorized"))
+    .response(
+        "403",
+        error_response(
+            "The key does not belong to an admin account (`code` `insufficient_permissions`).",
+        )
+        .build(),
+    )
+    .response("500", shared("InternalServerError"))
+    .build()
+}
