@@ -1,10 +1,12 @@
 //! The command-line grammar. Every option of the service is also settable
 //! as `SVC_*` environment and in the TOML file given by `--config`.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+
+use crate::config::{Given, Raw, Source};
 
 /// svc: a self-hostable, OpenAI-compatible chat-completion service.
 #[derive(Debug, Parser)]
@@ -178,123 +180,346 @@ pub enum UsersCommand {
     },
 }
 
-/// Where the state lives; shared by every command that opens the store.
-#[derive(Debug, Clone, Default, Args)]
+/// One configuration key's flag and environment variable: key `data_dir`
+/// is `--data-dir` and `SVC_DATA_DIR`. Its type, parsing and default are
+/// the section's (see `config`); this says only how it reads on the
+/// command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Flag {
+    pub key: &'static str,
+    pub value_name: &'static str,
+    pub help: &'static str,
+    /// What an unset key means, where the section's default is "none".
+    pub unset: Option<&'static str>,
+    pub kind: FlagKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagKind {
+    /// One value.
+    Value,
+    /// One value that is a secret: never shown in `--help`.
+    Secret,
+    /// `--flag` alone is `true`; `--flag=false` is allowed.
+    Switch,
+    /// Comma-separated values.
+    List,
+}
+
+const fn flag(key: &'static str, value_name: &'static str, help: &'static str) -> Flag {
+    Flag {
+        key,
+        value_name,
+        help,
+        unset: None,
+        kind: FlagKind::Value,
+    }
+}
+
+impl Flag {
+    const fn unset(self, meaning: &'static str) -> Flag {
+        Flag {
+            unset: Some(meaning),
+            ..self
+        }
+    }
+
+    const fn kind(self, kind: FlagKind) -> Flag {
+        Flag { kind, ..self }
+    }
+
+    /// `--data-dir`.
+    pub fn long(&self) -> String {
+        self.key.replace('_', "-")
+    }
+
+    /// `SVC_DATA_DIR`.
+    pub fn env(&self) -> String {
+        format!("SVC_{}", self.key.to_ascii_uppercase())
+    }
+
+    fn arg(&self) -> Arg {
+        let key = self.key;
+        let default = match self.unset {
+            Some(meaning) => meaning.to_owned(),
+            None => crate::config::print::default_text(key).unwrap_or_else(|| "none".into()),
+        };
+        let arg = Arg::new(key)
+            .long(self.long())
+            .env(self.env())
+            .value_name(self.value_name)
+            .help(format!("{} [default: {default}]", self.help));
+        // A bad value is refused by clap (exit 2), checked by its section,
+        // except a secret's: clap would echo it, so its section refuses it
+        // at load, without the value.
+        let checked = |arg: Arg| {
+            arg.value_parser(move |text: &str| -> Result<String, String> {
+                crate::config::check_value(key, Raw::Text(text.to_owned()))?;
+                Ok(text.to_owned())
+            })
+        };
+        match self.kind {
+            FlagKind::Value => checked(arg),
+            FlagKind::Secret => arg.hide_env_values(true),
+            FlagKind::Switch => checked(arg).num_args(0..=1).default_missing_value("true"),
+            FlagKind::List => checked(arg).value_delimiter(','),
+        }
+    }
+
+    /// The value clap read for this flag, from the command line or the
+    /// environment; `None` when neither gave one.
+    fn given(&self, matches: &ArgMatches) -> Option<Given> {
+        let source = match matches.value_source(self.key)? {
+            ValueSource::CommandLine => Source::Flag(format!("--{}", self.long())),
+            ValueSource::EnvVariable => Source::Env(self.env()),
+            _ => return None,
+        };
+        let mut values = matches.get_many::<String>(self.key)?.cloned();
+        let value = match self.kind {
+            FlagKind::List => Raw::List(values.collect()),
+            _ => Raw::Text(values.next()?),
+        };
+        Some(Given {
+            key: self.key.to_owned(),
+            value,
+            source,
+        })
+    }
+}
+
+/// The store's keys, shared by every command that opens the store.
+pub const STORE_FLAGS: &[Flag] = &[
+    flag(
+        "data_dir",
+        "DIR",
+        "Directory for the embedded database and models",
+    )
+    .unset("the user's data directory + /svc"),
+    flag(
+        "database_url",
+        "URL",
+        "`postgres://...` to use PostgreSQL, `sqlite://...` for a given SQLite file",
+    )
+    .unset("SQLite in the data directory")
+    .kind(FlagKind::Secret),
+];
+
+/// The keys only `svc serve` reads.
+pub const SERVE_FLAGS: &[Flag] = &[
+    flag("bind", "ADDR", "Address to listen on"),
+    flag(
+        "public_url",
+        "URL",
+        "The base URL clients reach this service at, printed in responses and pages",
+    )
+    .unset("http://<bind>"),
+    flag(
+        "max_body_bytes",
+        "BYTES",
+        "Largest accepted request body, in bytes or with a unit (512KiB, 4MiB)",
+    ),
+    flag("dashboard_url", "URL", "Where people reach the dashboard")
+        .unset("<public-url>/dashboard"),
+    flag(
+        "allow_signup",
+        "BOOL",
+        "Let anyone create an account on the sign-in page",
+    )
+    .kind(FlagKind::Switch),
+    flag(
+        "device_code_lifetime",
+        "DURATION",
+        "Lifetime of a device code, such as 10m",
+    ),
+    flag(
+        "device_interval",
+        "SECONDS",
+        "Seconds a device-flow client waits between polls",
+    ),
+    flag(
+        "device_key_lifetime",
+        "DURATION",
+        "Lifetime of a key issued by the device flow, such as 30d",
+    ),
+    flag(
+        "rate_limit_rpm",
+        "N",
+        "Requests per minute of a key without its own limit; 0 is unlimited",
+    ),
+    flag(
+        "rate_limit_tpm",
+        "N",
+        "Tokens per minute of a key without its own limit; 0 is unlimited",
+    ),
+    flag(
+        "redis_url",
+        "URL",
+        "`redis://HOST:PORT` to share rate limits between replicas",
+    )
+    .unset("counted in this process")
+    .kind(FlagKind::Secret),
+    flag(
+        "shutdown_grace",
+        "DURATION",
+        "How long in-flight requests may take to finish after SIGTERM, such as 30s",
+    ),
+    flag(
+        "header_timeout",
+        "DURATION",
+        "Time a client has to send a request's headers, on a new connection or between requests on a kept-alive one, such as 20s",
+    ),
+    flag(
+        "body_timeout",
+        "DURATION",
+        "Time a client has to send a request's whole body after its headers; later is 408",
+    ),
+    flag(
+        "max_connections",
+        "N",
+        "Open client connections at most, lowered to fit the open-file limit",
+    ),
+    flag(
+        "max_connections_per_address",
+        "N",
+        "Open connections from one client address (IPv6: one /64) at most; trusted proxies are exempt",
+    ),
+    flag(
+        "trusted_proxies",
+        "CIDR,...",
+        "Reverse proxies (addresses or CIDR blocks, comma-separated) whose X-Forwarded-For or Forwarded header names the client",
+    )
+    .kind(FlagKind::List),
+    flag(
+        "metrics_token",
+        "TOKEN",
+        "Require `Authorization: Bearer TOKEN` on /metrics; prefer SVC_METRICS_TOKEN, which other users cannot see",
+    )
+    .kind(FlagKind::Secret),
+    flag(
+        "metrics_bind",
+        "ADDR",
+        "Serve /metrics on this address only, not on --bind",
+    )
+    .unset("on --bind"),
+    flag("model", "PATH", "GGUF file for `svc` and `svc-thinking`")
+        .unset("SmolLM2-135M-Instruct, fetched by `svc pull` on first start"),
+    flag(
+        "context",
+        "TOKENS",
+        "Context tokens of each sequence, prompt and reply together",
+    ),
+    flag("parallel", "N", "Requests decoded together in one batch"),
+    flag("threads", "N", "CPU threads for inference").unset("all cores"),
+    flag("queue", "N", "Requests that may wait for a free slot before 429"),
+];
+
+/// What key `key` means when no layer sets it and its default is "none".
+pub fn unset_meaning(key: &str) -> Option<&'static str> {
+    STORE_FLAGS
+        .iter()
+        .chain(SERVE_FLAGS)
+        .find(|flag| flag.key == key)
+        .and_then(|flag| flag.unset)
+}
+
+fn config_arg() -> Arg {
+    Arg::new("config")
+        .long("config")
+        .env("SVC_CONFIG")
+        .value_name("FILE")
+        .value_parser(clap::value_parser!(PathBuf))
+        .help("TOML configuration file (keys as the long flags, with underscores)")
+}
+
+/// What clap read of `flags`: one [`Given`] per key set by a flag or
+/// environment variable.
+fn given(matches: &ArgMatches, flags: &[&[Flag]]) -> Vec<Given> {
+    flags
+        .iter()
+        .flat_map(|flags| flags.iter())
+        .filter_map(|flag| flag.given(matches))
+        .collect()
+}
+
+/// Where the state lives: `--config` and the store's keys, for every
+/// command that opens the store.
+#[derive(Debug, Clone, Default)]
 pub struct StoreArgs {
-    /// TOML configuration file (keys as the long flags, with underscores).
-    #[arg(long, env = "SVC_CONFIG", value_name = "FILE")]
+    /// The TOML configuration file.
     pub config: Option<PathBuf>,
-    /// Directory for the embedded database and models [default: the user's data directory + /svc].
-    #[arg(long, env = "SVC_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// `postgres://...` to use PostgreSQL, `sqlite://...` for a given SQLite file [default: SQLite in the data directory].
-    #[arg(
-        long,
-        env = "SVC_DATABASE_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub database_url: Option<String>,
+    /// The store's keys given as flags or environment.
+    pub given: Vec<Given>,
 }
 
-#[derive(Debug, Clone, Default, Args)]
+impl FromArgMatches for StoreArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(StoreArgs {
+            config: matches.get_one::<PathBuf>("config").cloned(),
+            given: given(matches, &[STORE_FLAGS]),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for StoreArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.arg(config_arg())
+            .args(STORE_FLAGS.iter().map(Flag::arg))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// `svc serve`: `--config`, every key, and `--print-config`.
+#[derive(Debug, Clone, Default)]
 pub struct ServeArgs {
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long, env = "SVC_BIND", value_name = "ADDR")]
-    pub bind: Option<SocketAddr>,
-    /// The base URL clients reach this service at, printed in responses and pages [default: http://<bind>].
-    #[arg(long, env = "SVC_PUBLIC_URL", value_name = "URL")]
-    pub public_url: Option<String>,
-    /// Largest accepted request body in bytes [default: 4194304].
-    #[arg(long, env = "SVC_MAX_BODY_BYTES", value_name = "BYTES")]
-    pub max_body_bytes: Option<usize>,
-    /// Where people reach the dashboard [default: <public-url>/dashboard].
-    #[arg(long, env = "SVC_DASHBOARD_URL", value_name = "URL")]
-    pub dashboard_url: Option<String>,
-    /// Let anyone create an account on the sign-in page [default: off].
-    #[arg(long, env = "SVC_ALLOW_SIGNUP", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub allow_signup: Option<bool>,
-    /// Lifetime of a device code, such as 10m [default: 600s].
-    #[arg(long, env = "SVC_DEVICE_CODE_LIFETIME", value_name = "DURATION")]
-    pub device_code_lifetime: Option<String>,
-    /// Seconds a device-flow client waits between polls [default: 5].
-    #[arg(long, env = "SVC_DEVICE_INTERVAL", value_name = "SECONDS")]
-    pub device_interval: Option<u32>,
-    /// Lifetime of a key issued by the device flow, such as 30d [default: 30d].
-    #[arg(long, env = "SVC_DEVICE_KEY_LIFETIME", value_name = "DURATION")]
-    pub device_key_lifetime: Option<String>,
-    /// Requests per minute of a key without its own limit; 0 is unlimited [default: 0].
-    #[arg(long, env = "SVC_RATE_LIMIT_RPM", value_name = "N")]
-    pub rate_limit_rpm: Option<i64>,
-    /// Tokens per minute of a key without its own limit; 0 is unlimited [default: 0].
-    #[arg(long, env = "SVC_RATE_LIMIT_TPM", value_name = "N")]
-    pub rate_limit_tpm: Option<i64>,
-    /// `redis://HOST:PORT` to share rate limits between replicas [default: counted in this process].
-    #[arg(
-        long,
-        env = "SVC_REDIS_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub redis_url: Option<String>,
-    /// How long in-flight requests may take to finish after SIGTERM, such as 30s [default: 30s].
-    #[arg(long, env = "SVC_SHUTDOWN_GRACE", value_name = "DURATION")]
-    pub shutdown_grace: Option<String>,
-    /// Time a client has to send a request's headers, on a new connection or between requests on a kept-alive one, such as 20s [default: 20s].
-    #[arg(long, env = "SVC_HEADER_TIMEOUT", value_name = "DURATION")]
-    pub header_timeout: Option<String>,
-    /// Time a client has to send a request's whole body after its headers; later is 408 [default: 60s].
-    #[arg(long, env = "SVC_BODY_TIMEOUT", value_name = "DURATION")]
-    pub body_timeout: Option<String>,
-    /// Open client connections at most, lowered to fit the open-file limit [default: 10000].
-    #[arg(long, env = "SVC_MAX_CONNECTIONS", value_name = "N")]
-    pub max_connections: Option<usize>,
-    /// Open connections from one client address (IPv6: one /64) at most; trusted proxies are exempt [default: 256].
-    #[arg(long, env = "SVC_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N")]
-    pub max_connections_per_address: Option<usize>,
-    /// Reverse proxies (addresses or CIDR blocks, comma-separated) whose X-Forwarded-For or Forwarded header names the client [default: none].
-    #[arg(
-        long,
-        env = "SVC_TRUSTED_PROXIES",
-        value_name = "CIDR,...",
-        value_delimiter = ','
-    )]
-    pub trusted_proxies: Option<Vec<String>>,
-    /// Require `Authorization: Bearer TOKEN` on /metrics; prefer SVC_METRICS_TOKEN, which other users cannot see [default: none].
-    #[arg(
-        long,
-        env = "SVC_METRICS_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub metrics_token: Option<String>,
-    /// Serve /metrics on this address only, not on --bind [default: on --bind].
-    #[arg(long, env = "SVC_METRICS_BIND", value_name = "ADDR")]
-    pub metrics_bind: Option<SocketAddr>,
-    #[command(flatten)]
-    pub engine: EngineArgs,
+    /// The TOML configuration file.
+    pub config: Option<PathBuf>,
+    /// The keys given as flags or environment.
+    pub given: Vec<Given>,
+    /// Print the merged configuration and exit.
+    pub print_config: bool,
 }
 
-/// The embedded engine behind `svc` and `svc-thinking`.
-#[derive(Debug, Clone, Default, Args)]
-pub struct EngineArgs {
-    /// GGUF file for `svc` and `svc-thinking` [default: SmolLM2-135M-Instruct, fetched by `svc pull` on first start].
-    #[arg(long, env = "SVC_MODEL", value_name = "PATH")]
-    pub model: Option<PathBuf>,
-    /// Context tokens of each sequence, prompt and reply together [default: 4096].
-    #[arg(long, env = "SVC_CONTEXT", value_name = "TOKENS")]
-    pub context: Option<u32>,
-    /// Requests decoded together in one batch [default: 8].
-    #[arg(long, env = "SVC_PARALLEL", value_name = "N")]
-    pub parallel: Option<u32>,
-    /// CPU threads for inference [default: all cores].
-    #[arg(long, env = "SVC_THREADS", value_name = "N")]
-    pub threads: Option<u32>,
-    /// Requests that may wait for a free slot before 429 [default: 64].
-    #[arg(long, env = "SVC_QUEUE", value_name = "N")]
-    pub queue: Option<usize>,
+impl FromArgMatches for ServeArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(ServeArgs {
+            config: matches.get_one::<PathBuf>("config").cloned(),
+            given: given(matches, &[STORE_FLAGS, SERVE_FLAGS]),
+            print_config: matches.get_flag("print_config"),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for ServeArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.arg(config_arg())
+            .args(STORE_FLAGS.iter().chain(SERVE_FLAGS).map(Flag::arg))
+            .arg(
+                Arg::new("print_config")
+                    .long("print-config")
+                    .action(ArgAction::SetTrue)
+                    .help(
+                        "Print the configuration serve would run with (secrets hidden, each \
+                         value's source after it) and exit",
+                    ),
+            )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -332,4 +557,85 @@ pub enum KeysCommand {
         /// The key's id (`key_...`, see `svc keys list`).
         id: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The flag table and the configuration sections name the same keys,
+    /// each once: a key added to a section without its flag (or the
+    /// reverse) fails here.
+    #[test]
+    fn every_configuration_key_has_one_flag() {
+        let mut flags: Vec<&str> = STORE_FLAGS
+            .iter()
+            .chain(SERVE_FLAGS)
+            .map(|f| f.key)
+            .collect();
+        let mut keys: Vec<&str> = crate::config::sections()
+            .iter()
+            .flat_map(|(_, keys)| keys.iter().copied())
+            .collect();
+        flags.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(flags, keys);
+        assert!(flags.windows(2).all(|w| w[0] != w[1]), "{flags:?}");
+    }
+
+    #[test]
+    fn flags_and_variables_are_read_with_their_source() {
+        let cli = Cli::try_parse_from([
+            "svc",
+            "serve",
+            "--bind",
+            "127.0.0.1:1",
+            "--allow-signup",
+            "--trusted-proxies",
+            "10.0.0.0/8,::1",
+            "--print-config",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert!(args.print_config);
+        let given = |key: &str| args.given.iter().find(|g| g.key == key).cloned();
+        assert_eq!(given("bind").unwrap().source, Source::Flag("--bind".into()));
+        assert_eq!(
+            given("allow_signup").unwrap().value,
+            Raw::Text("true".into())
+        );
+        assert_eq!(
+            given("trusted_proxies").unwrap().value,
+            Raw::List(vec!["10.0.0.0/8".into(), "::1".into()])
+        );
+        let bad = Cli::try_parse_from(["svc", "serve", "--max-connections", "0"]).unwrap_err();
+        assert_eq!(bad.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(bad.to_string().contains("at least 1"), "{bad}");
+        // A secret is never echoed by clap, nor shown in `Debug`: a bad one
+        // is refused at load instead.
+        let secret = "mysql://u:hunter2@h/d";
+        let cli = Cli::try_parse_from(["svc", "serve", "--database-url", secret]).unwrap();
+        assert!(!format!("{cli:?}").contains("hunter2"), "{cli:?}");
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let file = crate::config::FileLayer::default();
+        let layers = crate::config::merge(&file, &args.given);
+        let err = crate::config::ServeConfig::from_layers(&layers, &file).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.starts_with("database_url (flag --database-url): must start with"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
+    }
 }

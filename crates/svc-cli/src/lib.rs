@@ -7,9 +7,9 @@
 pub mod cli;
 pub mod client;
 pub mod commands;
+pub mod config;
 mod output;
 pub mod progress;
-pub mod settings;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -184,6 +184,8 @@ pub struct DeviceRecord {
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::account::UserId;
 use crate::hashes::{DeviceCodeHash, UserCodeHash};
 use crate::key::{ApiKey, KeyId};
@@ -276,20 +278,30 @@ pub fn plain_text(text: &str, max_chars: usize) -> String {
         .collect()
 }
 
-/// The device flow's timings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceSettings {
+/// The device flow's timings: the `device_*` keys of the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct DeviceConfig {
     /// Lifetime of a device code in seconds (RFC 8628 `expires_in`).
+    #[serde(rename = "device_code_lifetime", with = "crate::config::seconds")]
     pub code_lifetime: i64,
     /// Seconds between polls (RFC 8628 `interval`).
+    #[serde(rename = "device_interval", deserialize_with = "poll_interval")]
     pub interval: i64,
     /// Lifetime of a key issued through the flow.
+    #[serde(rename = "device_key_lifetime", with = "crate::config::seconds")]
     pub key_lifetime: i64,
 }
 
-impl Default for DeviceSettings {
+/// `device_interval`: a whole number of seconds, at least 1.
+fn poll_interval<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let seconds: u32 = crate::config::at_least_one::deserialize(d)?;
+    Ok(i64::from(seconds))
+}
+
+impl Default for DeviceConfig {
     fn default() -> Self {
-        DeviceSettings {
+        DeviceConfig {
             code_lifetime: 600,
             interval: 5,
             key_lifetime: 2_592_000,
@@ -372,7 +384,7 @@ pub const SLOW_DOWN_SECS: i64 = 5;
 #[derive(Clone)]
 pub struct DeviceService {
     store: Arc<dyn Store>,
-    settings: DeviceSettings,
+    settings: DeviceConfig,
     user_throttle: Throttle,
     address_throttle: Throttle,
     request_address_throttle: Throttle,
@@ -380,7 +392,7 @@ pub struct DeviceService {
 }
 
 impl DeviceService {
-    pub fn new(store: Arc<dyn Store>, settings: DeviceSettings) -> Self {
+    pub fn new(store: Arc<dyn Store>, settings: DeviceConfig) -> Self {
         DeviceService {
             user_throttle: Throttle::new(store.clone(), "code-user", CODES_PER_USER, CODE_WINDOW),
             address_throttle: Throttle::new(
@@ -406,7 +418,7 @@ impl DeviceService {
         }
     }
 
-    pub fn settings(&self) -> DeviceSettings {
+    pub fn settings(&self) -> DeviceConfig {
         self.settings
     }
 

@@ -4,6 +4,7 @@
 //! on: [`Engine`] (inference) and [`Store`] (persistence).
 
 pub mod account;
+pub mod config;
 pub mod device;
 pub mod duration;
 pub mod engine;
@@ -18,7 +19,7 @@ pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
 pub use device::{
-    CodeLookup, DeviceClient, DeviceDecision, DeviceRecord, DeviceService, DeviceSettings,
+    CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
 pub use engine::{

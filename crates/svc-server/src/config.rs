@@ -1,12 +1,16 @@
-//! The server's resolved configuration (the command line builds it from
-//! defaults, the TOML file, `SVC_*` environment and flags).
+//! The server's configuration: what the HTTP layer needs, as typed values.
+//! The command line builds it from defaults, the TOML file, `SVC_*`
+//! environment and flags; this crate only says what each key holds (its
+//! serde form) and its default, never where a value came from.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
-use svc_core::{DeviceSettings, KeyLimits};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use svc_core::{DeviceConfig, KeyLimits};
+use url::Url;
 
 /// Default cap on request bodies: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -20,48 +24,67 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default cap on open connections from one client address.
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
 
-/// Everything the HTTP layer needs to know.
-#[derive(Debug, Clone)]
+/// Everything the HTTP layer needs to know. Its serde form is the flat
+/// keys of the configuration file (`bind`, `public_url`, ...); `device`
+/// and `rate_limits` are sections of their own ([`DeviceConfig`],
+/// [`RateLimitConfig`]). Serializing it is for showing: secrets come out
+/// hidden.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
 pub struct ServerConfig {
     /// Address to listen on; port 0 picks a free port.
+    #[serde(with = "svc_core::config::text")]
     pub bind: SocketAddr,
     /// The `{base_url}` printed in responses and pages, without `/v1`;
     /// `None` derives it from the bound address.
-    pub public_url: Option<String>,
+    #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
+    pub public_url: Option<Url>,
     /// Requests with bigger bodies get 413.
+    #[serde(with = "svc_core::config::byte_count")]
     pub max_body_bytes: usize,
     /// Where people reach the dashboard (the device flow's
     /// `verification_uri` is this + `/device`); `None` is
     /// `<public_url>/dashboard`.
-    pub dashboard_url: Option<String>,
+    #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
+    pub dashboard_url: Option<Url>,
     /// Whether anyone may create an account on the sign-in page.
     pub allow_signup: bool,
     /// Timings of the device authorization flow.
-    pub device: DeviceSettings,
+    #[serde(skip)]
+    pub device: DeviceConfig,
     /// Rate limits of keys that have none of their own (`None`: unlimited).
+    #[serde(skip)]
     pub rate_limits: KeyLimits,
     /// `redis://…`: count rate limits in Redis, shared by every replica;
     /// `None` counts in this process.
-    pub redis_url: Option<String>,
+    #[serde(deserialize_with = "redis_url")]
+    pub redis_url: Option<SecretUrl>,
     /// After shutdown is asked for, how long in-flight requests (streams
     /// included) may take to finish before their connections are closed.
+    #[serde(with = "svc_core::config::duration")]
     pub shutdown_grace: Duration,
     /// A connection that has not sent a whole request head this long after
     /// it opened (or after its previous request) is closed.
+    #[serde(with = "svc_core::config::duration")]
     pub header_timeout: Duration,
     /// A request whose body has not fully arrived this long after its head
     /// is answered 408 and its connection closed.
+    #[serde(with = "svc_core::config::duration")]
     pub body_timeout: Duration,
     /// Open connections at most; more are closed as soon as accepted.
+    #[serde(with = "svc_core::config::at_least_one")]
     pub max_connections: usize,
     /// Open connections from one client address (an IPv6 /64) at most;
     /// trusted proxies count only towards `max_connections`.
+    #[serde(with = "svc_core::config::at_least_one")]
     pub max_connections_per_address: usize,
     /// Peers whose `X-Forwarded-For` / `Forwarded` headers name the client.
+    #[serde(with = "svc_core::config::text_list")]
     pub trusted_proxies: Vec<Cidr>,
     /// When set, `/metrics` wants `Authorization: Bearer <token>`.
     pub metrics_token: Option<MetricsToken>,
     /// When set, `/metrics` is served on this address only.
+    #[serde(with = "svc_core::config::optional_text")]
     pub metrics_bind: Option<SocketAddr>,
 }
 
@@ -73,7 +96,7 @@ impl Default for ServerConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             dashboard_url: None,
             allow_signup: false,
-            device: DeviceSettings::default(),
+            device: DeviceConfig::default(),
             rate_limits: KeyLimits::default(),
             redis_url: None,
             shutdown_grace: Duration::from_secs(30),
@@ -85,6 +108,117 @@ impl Default for ServerConfig {
             metrics_token: None,
             metrics_bind: None,
         }
+    }
+}
+
+/// `public_url` and `dashboard_url`: an `http://` or `https://` URL.
+fn http_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Url>, D::Error> {
+    let url: Url = svc_core::config::text::deserialize(d)?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(serde::de::Error::custom(format!(
+            "must start with http:// or https:// (got {:?})",
+            url.as_str()
+        )));
+    }
+    Ok(Some(url))
+}
+
+fn optional_url<S: Serializer>(url: &Option<Url>, s: S) -> Result<S::Ok, S::Error> {
+    svc_core::config::optional_text::serialize(url, s)
+}
+
+/// `redis_url`: `redis://` or `rediss://`.
+fn redis_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SecretUrl>, D::Error> {
+    let url = SecretUrl::deserialize(d)?;
+    if !matches!(url.scheme(), "redis" | "rediss") {
+        // The URL is not echoed: it may hold a password.
+        return Err(serde::de::Error::custom(
+            "must start with redis:// or rediss://",
+        ));
+    }
+    Ok(Some(url))
+}
+
+/// The default rate limits of keys: the `rate_limit_*` keys of the
+/// configuration, where 0 is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct RateLimitConfig {
+    /// Requests per minute of a key without its own limit; 0 is unlimited.
+    pub rate_limit_rpm: u32,
+    /// Tokens per minute of a key without its own limit; 0 is unlimited.
+    pub rate_limit_tpm: u32,
+}
+
+impl From<RateLimitConfig> for KeyLimits {
+    fn from(config: RateLimitConfig) -> Self {
+        let limit = |n: u32| (n > 0).then_some(i64::from(n));
+        KeyLimits {
+            requests_per_minute: limit(config.rate_limit_rpm),
+            tokens_per_minute: limit(config.rate_limit_tpm),
+        }
+    }
+}
+
+/// A URL that may hold a password (a database's, Redis'): `Debug`,
+/// `Display` and serializing show it with the password hidden; only
+/// [`SecretUrl::expose`] gives it whole, for connecting.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(Url);
+
+impl SecretUrl {
+    /// The whole URL, password included: for connecting only.
+    pub fn expose(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The URL's scheme, such as `postgres`.
+    pub fn scheme(&self) -> &str {
+        self.0.scheme()
+    }
+
+    /// The URL with its password (if any) replaced by `***`.
+    pub fn redacted(&self) -> String {
+        let mut url = self.0.clone();
+        if url.password().is_some() {
+            let _ = url.set_password(Some("***"));
+        }
+        url.to_string()
+    }
+}
+
+impl FromStr for SecretUrl {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        // The parser's message never includes the text, which may hold a password.
+        Url::parse(text.trim())
+            .map(SecretUrl)
+            .map_err(|e| format!("not a URL: {e}"))
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretUrl({})", self.redacted())
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        svc_core::config::text::deserialize(d)
+    }
+}
+
+impl Serialize for SecretUrl {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
     }
 }
 
@@ -137,6 +271,24 @@ impl MetricsToken {
 impl fmt::Debug for MetricsToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MetricsToken(<redacted>)")
+    }
+}
+
+impl<'de> Deserialize<'de> for MetricsToken {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let token = String::deserialize(d)?;
+        if token.trim().is_empty() {
+            // The token is never echoed.
+            return Err(serde::de::Error::custom("must not be empty"));
+        }
+        Ok(MetricsToken::new(token.trim()))
+    }
+}
+
+/// For showing: the token comes out hidden.
+impl Serialize for MetricsToken {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<hidden>")
     }
 }
 

@@ -57,18 +57,18 @@ impl Application {
             };
         let public_url = config
             .public_url
-            .as_deref()
-            .map(|u| u.trim_end_matches('/').to_owned())
+            .as_ref()
+            .map(|u| u.as_str().trim_end_matches('/').to_owned())
             .unwrap_or_else(|| format!("http://{addr}"));
         let dashboard = Dashboard::new(
             &public_url,
-            config.dashboard_url.as_deref(),
+            config.dashboard_url.as_ref().map(url::Url::as_str),
             config.allow_signup,
         );
         let dashboard_url = dashboard.url.clone();
         let accounts = AccountService::new(store.clone());
         let limiter = match &config.redis_url {
-            Some(url) => RateLimiter::redis(config.rate_limits, url)
+            Some(url) => RateLimiter::redis(config.rate_limits, url.expose())
                 .await
                 .map_err(|e| std::io::Error::other(format!("cannot connect to Redis: {e}")))?,
             None => RateLimiter::local(config.rate_limits),

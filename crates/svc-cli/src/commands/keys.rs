@@ -6,8 +6,8 @@ use svc_core::duration::parse_seconds;
 use svc_core::{KeyId, KeyOrigin, KeyService, KeyState, NewKey};
 
 use crate::cli::{KeysCommand, StoreArgs};
+use crate::config::StoreConfig;
 use crate::output::{errln, outln};
-use crate::settings::{FileConfig, StoreSettings};
 
 pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
@@ -88,9 +88,8 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
 }
 
 async fn service(args: &StoreArgs) -> anyhow::Result<KeyService> {
-    let file = FileConfig::load(args.config.as_deref())?;
-    let settings = StoreSettings::resolve(args, &file)?;
-    Ok(KeyService::new(super::open_store(&settings).await?))
+    let config = StoreConfig::load(args.config.as_deref(), &args.given)?;
+    Ok(KeyService::new(super::open_store(&config).await?))
 }
 
 /// `2026-11-22 14:03` (UTC), or `-`.

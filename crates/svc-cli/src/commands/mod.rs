@@ -12,11 +12,10 @@ mod whoami;
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use svc_store::SqlStore;
 
 use crate::cli::{Cli, Command};
-use crate::settings::StoreSettings;
+use crate::config::StoreConfig;
 
 /// Runs one parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -33,11 +32,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Opens (and migrates) the store the settings point at.
-pub(crate) async fn open_store(settings: &StoreSettings) -> anyhow::Result<Arc<SqlStore>> {
-    let url = settings.url()?;
-    let store = SqlStore::connect(&url)
-        .await
-        .with_context(|| format!("cannot open the store: {}", settings.describe()))?;
-    Ok(Arc::new(store))
+/// Opens (and migrates) the store the configuration points at.
+pub(crate) async fn open_store(config: &StoreConfig) -> anyhow::Result<Arc<SqlStore>> {
+    Ok(Arc::new(config.open().await?))
 }

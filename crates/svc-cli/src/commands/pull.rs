@@ -9,14 +9,14 @@ use anyhow::bail;
 use svc_models::{HfHub, ModelRef, Progress};
 
 use crate::cli::PullArgs;
+use crate::config::StoreConfig;
 use crate::output::outln;
 use crate::progress::StderrProgress;
-use crate::settings::{FileConfig, StoreSettings};
 
 pub async fn run(args: PullArgs) -> anyhow::Result<()> {
     let model = ModelRef::parse(args.model.as_deref())?;
-    let file = FileConfig::load(args.store.config.as_deref())?;
-    let data_dir = StoreSettings::resolve(&args.store, &file)?.data_dir;
+    let store = StoreConfig::load(args.store.config.as_deref(), &args.store.given)?;
+    let data_dir = store.data_dir()?.to_owned();
     let progress: Arc<dyn Progress> = Arc::new(StderrProgress::default());
     let work = async {
         match &model {

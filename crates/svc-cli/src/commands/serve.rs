@@ -12,14 +12,22 @@ use svc_server::{Application, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::output::errln;
+use crate::config::{self, FileLayer, FileModelConfig, ModelSource, ServeConfig, Source};
+use crate::output::{errln, outln};
 use crate::progress::StderrProgress;
-use crate::settings::{ModelSource, ServeSettings};
 
 use self::embedded::EmbeddedEngines;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let mut settings = ServeSettings::resolve(&args)?;
+    let file = FileLayer::load(args.config.as_deref())?;
+    let layers = config::merge(&file, &args.given);
+    let mut settings = ServeConfig::from_layers(&layers, &file)?;
+    if args.print_config {
+        let source = file.path.clone().map_or(Source::Default, Source::File);
+        let text = config::print::render(&settings, &layers, &source, crate::cli::unset_meaning)?;
+        outln!("{}", text.trim_end());
+        return Ok(());
+    }
     fit_file_limit(&mut settings.server);
     let store = super::open_store(&settings.store).await?;
     let models = load_models(&settings).await?;
@@ -130,13 +138,13 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 /// the default model, plus every `[models.<id>]` table (a GGUF file or
 /// upstream endpoints). Ids on the same file share one engine; the default
 /// model is only fetched when an id still uses it.
-async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> {
+async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     let engine = &settings.engine;
     let mut wanted: Vec<(String, bool, Option<&ModelSource>)> = vec![
         ("svc".to_owned(), false, None),
         ("svc-thinking".to_owned(), true, None),
     ];
-    for (id, model) in &engine.models {
+    for (id, model) in &settings.models {
         wanted.retain(|w| &w.0 != id);
         wanted.push((id.clone(), model.reasoning, Some(&model.source)));
     }
@@ -144,7 +152,7 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     // embedded engine refuses here.
     let local: Vec<&str> = wanted
         .iter()
-        .filter(|w| !matches!(w.2, Some(ModelSource::Upstream { .. })))
+        .filter(|w| !matches!(w.2, Some(ModelSource::Upstream(_))))
         .map(|w| w.0.as_str())
         .collect();
     let mut embedded = EmbeddedEngines::new(engine, &local)?;
@@ -154,7 +162,7 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
             None => {
                 let progress: Arc<dyn svc_models::Progress> = Arc::new(StderrProgress::default());
                 (
-                    svc_models::ensure_default_model(&settings.store.data_dir, &progress).await?,
+                    svc_models::ensure_default_model(settings.store.data_dir()?, &progress).await?,
                     Some(svc_models::DEFAULT_MODEL_SYSTEM_PROMPT.to_owned()),
                 )
             }
@@ -165,19 +173,20 @@ async fn load_models(settings: &ServeSettings) -> anyhow::Result<ModelRegistry> 
     let mut routes = Vec::new();
     for (id, reasoning, source) in wanted {
         let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
-            (Some(ModelSource::Upstream { endpoints, options }), _) => {
-                let upstream = UpstreamEngine::new(endpoints.clone(), options.clone())
+            (Some(ModelSource::Upstream(upstream)), _) => {
+                let endpoints = &upstream.endpoints;
+                let upstream = UpstreamEngine::new(endpoints.clone(), upstream.options())
                     .with_context(|| format!("models.{id}"))?;
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
                 errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
             (
-                Some(ModelSource::File {
+                Some(ModelSource::File(FileModelConfig {
                     path,
                     context,
                     parallel,
-                }),
+                })),
                 _,
             ) => (
                 embedded.load(path.clone(), *context, *parallel).await?,

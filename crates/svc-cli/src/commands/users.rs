@@ -7,8 +7,8 @@ use anyhow::{Context, bail};
 use svc_core::{AccountChange, AccountError, AccountService, UserRecord};
 
 use crate::cli::{StoreArgs, UsersCommand};
+use crate::config::StoreConfig;
 use crate::output::{errln, outln, prompt};
-use crate::settings::{FileConfig, StoreSettings};
 
 pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
     match command {
@@ -168,8 +168,7 @@ fn read_password() -> anyhow::Result<String> {
 }
 
 async fn service(args: &StoreArgs) -> anyhow::Result<AccountService> {
-    let file = FileConfig::load(args.config.as_deref())?;
-    let settings = StoreSettings::resolve(args, &file)?;
-    let store = super::open_store(&settings).await?;
+    let config = StoreConfig::load(args.config.as_deref(), &args.given)?;
+    let store = super::open_store(&config).await?;
     Ok(AccountService::new(store))
 }

@@ -286,7 +286,7 @@ async fn the_session_cookie_is_http_only_lax_and_secure_on_https() {
     let app = TestApp::spawn_with(
         Database::Sqlite,
         ServerConfig {
-            public_url: Some("https://svc.example".into()),
+            public_url: Some("https://svc.example".parse().unwrap()),
             ..ServerConfig::default()
         },
     )

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use svc_core::DeviceSettings;
+use svc_core::DeviceConfig;
 use svc_server::ServerConfig;
 use svc_test_support::{Browser, Database, TestApp};
 
 const GRANT: &str = "urn:ietf:params:oauth:grant-type:device_code";
 
-async fn spawn(device: DeviceSettings) -> TestApp {
+async fn spawn(device: DeviceConfig) -> TestApp {
     TestApp::spawn_with(
         Database::Sqlite,
         ServerConfig {
@@ -24,10 +24,10 @@ async fn spawn(device: DeviceSettings) -> TestApp {
 }
 
 /// Polls allowed back to back: an interval of 1 s accepts gaps of 0.8 s.
-fn fast() -> DeviceSettings {
-    DeviceSettings {
+fn fast() -> DeviceConfig {
+    DeviceConfig {
         interval: 1,
-        ..DeviceSettings::default()
+        ..DeviceConfig::default()
     }
 }
 
@@ -93,7 +93,7 @@ fn error_code(body: &Value) -> &str {
 
 #[tokio::test]
 async fn code_response_has_the_spec_and_rfc_fields() {
-    let app = spawn(DeviceSettings::default()).await;
+    let app = spawn(DeviceConfig::default()).await;
     let codes = start(&app).await;
     let user_code = codes["user_code"].as_str().unwrap();
     assert_eq!(user_code.len(), 9);
@@ -241,10 +241,10 @@ async fn denial_and_unknown_codes_are_refused() {
 
 #[tokio::test]
 async fn expired_codes_cannot_be_approved_or_redeemed() {
-    let app = spawn(DeviceSettings {
+    let app = spawn(DeviceConfig {
         code_lifetime: 1,
         interval: 1,
-        ..DeviceSettings::default()
+        ..DeviceConfig::default()
     })
     .await;
     let codes = start(&app).await;
@@ -262,7 +262,7 @@ async fn expired_codes_cannot_be_approved_or_redeemed() {
 
 #[tokio::test]
 async fn polling_faster_than_the_interval_slows_the_client_down() {
-    let app = spawn(DeviceSettings::default()).await;
+    let app = spawn(DeviceConfig::default()).await;
     let codes = start(&app).await;
     let device_code = codes["device_code"].as_str().unwrap();
     assert_eq!(poll(&app, device_code).await.0, 200);

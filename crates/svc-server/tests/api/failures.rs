@@ -253,7 +253,7 @@ fn counted(response: &reqwest::Response) -> bool {
 async fn a_hung_or_stopped_redis_lets_requests_through_quickly_and_counting_resumes() {
     let relay = Relay::start(address_of("redis://127.0.0.1:6379").await.0).await;
     let config = ServerConfig {
-        redis_url: Some(format!("redis://{}", relay.addr)),
+        redis_url: Some(format!("redis://{}", relay.addr).parse().unwrap()),
         rate_limits: KeyLimits {
             requests_per_minute: Some(100_000),
             tokens_per_minute: None,

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use svc_core::{DeviceSettings, NewKey, UserRecord};
+use svc_core::{DeviceConfig, NewKey, UserRecord};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Browser, Database, TestApp};
@@ -45,9 +45,9 @@ on_both_databases!(
 
 async fn spawn(db: Database) -> TestApp {
     let config = ServerConfig {
-        device: DeviceSettings {
+        device: DeviceConfig {
             interval: 1,
-            ..DeviceSettings::default()
+            ..DeviceConfig::default()
         },
         ..ServerConfig::default()
     };

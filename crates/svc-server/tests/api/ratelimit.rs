@@ -142,7 +142,7 @@ async fn two_servers_share_limits_through_redis() {
     away_from_a_minute_boundary().await;
     let schema = TestSchema::create(&postgres_url()).await.unwrap();
     let config = || ServerConfig {
-        redis_url: Some("redis://127.0.0.1:6379".into()),
+        redis_url: Some("redis://127.0.0.1:6379".parse().unwrap()),
         ..limited(Some(3), None)
     };
     let first = TestApp::spawn_with(Database::Url(schema.url().to_owned()), config()).await;

@@ -24,7 +24,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{AccountService, DeviceSettings, KeyOrigin, KeyService, NewKey};
+use svc_core::{AccountService, DeviceConfig, KeyOrigin, KeyService, NewKey};
 use svc_server::{Application, ServerConfig};
 use svc_store::SqlStore;
 use svc_test_support::{Probe, fake_models};
@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
     let mut bind: SocketAddr = "127.0.0.1:0".parse()?;
     let mut database_url = None;
     let mut users = Vec::new();
-    let mut device = DeviceSettings::default();
+    let mut device = DeviceConfig::default();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()

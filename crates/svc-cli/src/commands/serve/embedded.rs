@@ -14,19 +14,19 @@ mod engines {
     use svc_core::Engine;
     use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 
+    use crate::config::EngineConfig;
     use crate::output::errln;
-    use crate::settings::EngineSettings;
 
     /// The embedded engines of one `svc serve`: ids on the same file with
     /// the same options share one engine.
     pub struct EmbeddedEngines<'a> {
-        settings: &'a EngineSettings,
+        settings: &'a EngineConfig,
         loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)>,
     }
 
     impl<'a> EmbeddedEngines<'a> {
         /// Engines for the model ids `_local`, served from GGUF files.
-        pub fn new(settings: &'a EngineSettings, _local: &[&str]) -> anyhow::Result<Self> {
+        pub fn new(settings: &'a EngineConfig, _local: &[&str]) -> anyhow::Result<Self> {
             Ok(EmbeddedEngines {
                 settings,
                 loaded: Vec::new(),
@@ -75,17 +75,17 @@ mod engines {
 
     use svc_core::Engine;
 
-    use crate::settings::EngineSettings;
+    use crate::config::EngineConfig;
 
     /// Without the embedded engine there are none.
     pub struct EmbeddedEngines<'a> {
-        _settings: &'a EngineSettings,
+        _settings: &'a EngineConfig,
     }
 
     impl<'a> EmbeddedEngines<'a> {
         /// Refuses when any model id in `local` is to be served from a GGUF
         /// file, naming them and the two ways out.
-        pub fn new(settings: &'a EngineSettings, local: &[&str]) -> anyhow::Result<Self> {
+        pub fn new(settings: &'a EngineConfig, local: &[&str]) -> anyhow::Result<Self> {
             if !local.is_empty() {
                 anyhow::bail!(
                     "{} the embedded engine (a GGUF file), but this svc was built without the \

@@ -1,0 +1,292 @@
+//! The configuration of `svc serve` (and the store part of the operator
+//! commands): one typed section per concern, each declared once with its
+//! keys, types and defaults, filled from defaults < the TOML file given by
+//! `--config` < `SVC_*` environment < flags (see [`layers`]).
+//!
+//! The file's keys are flat (`bind`, `context`, ...) plus `[models.<id>]`
+//! tables; the flag of key `data_dir` is `--data-dir` and its variable
+//! `SVC_DATA_DIR` (the flags are declared in `cli.rs`). An unknown key in
+//! the file is an error that names it.
+
+pub mod layers;
+pub mod models;
+pub mod print;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Deserializer, Serialize};
+use svc_core::DeviceConfig;
+use svc_server::ServerConfig;
+use svc_server::config::{RateLimitConfig, SecretUrl};
+use svc_store::SQLITE_FILE_NAME;
+use svc_store::SqlStore;
+
+pub use layers::{Given, Layers, Raw, Source};
+pub use models::{FileModelConfig, ModelConfig, ModelSource, UpstreamConfig, UpstreamModelConfig};
+
+use layers::{Entries, fields_of};
+
+/// Where the state lives: the `data_dir` and `database_url` keys.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// Directory for the embedded database and models; `None` only where
+    /// the user has no data directory and none was given.
+    pub data_dir: Option<PathBuf>,
+    /// `postgres://…` or `sqlite:…`; `None` is SQLite in `data_dir`.
+    #[serde(deserialize_with = "database_url")]
+    pub database_url: Option<SecretUrl>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            data_dir: dirs::data_dir().map(|dir| dir.join("svc")),
+            database_url: None,
+        }
+    }
+}
+
+fn database_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SecretUrl>, D::Error> {
+    let url = SecretUrl::deserialize(d)?;
+    if !matches!(url.scheme(), "postgres" | "postgresql" | "sqlite") {
+        // The URL is not echoed: it may hold a password.
+        return Err(serde::de::Error::custom(
+            "must start with postgres://, postgresql:// or sqlite:",
+        ));
+    }
+    Ok(Some(url))
+}
+
+impl StoreConfig {
+    /// The data directory.
+    pub fn data_dir(&self) -> anyhow::Result<&Path> {
+        self.data_dir
+            .as_deref()
+            .context("no data directory is known for this user: pass --data-dir")
+    }
+
+    /// Opens (creating it when missing) the database: the given URL, or
+    /// SQLite in the data directory under the store's own URL rules.
+    pub async fn open(&self) -> anyhow::Result<SqlStore> {
+        let store = match &self.database_url {
+            Some(url) => SqlStore::connect(url.expose()).await,
+            None => SqlStore::connect_data_dir(self.data_dir()?).await,
+        };
+        store.with_context(|| format!("cannot open the store: {}", self.describe()))
+    }
+
+    /// Where the state is, for people: never prints credentials.
+    pub fn describe(&self) -> String {
+        match (&self.database_url, &self.data_dir) {
+            (Some(url), _) if url.scheme() == "sqlite" => format!("SQLite ({url})"),
+            (Some(_), _) => "PostgreSQL".to_owned(),
+            (None, Some(dir)) => format!("SQLite ({})", dir.join(SQLITE_FILE_NAME).display()),
+            (None, None) => "SQLite (no data directory)".to_owned(),
+        }
+    }
+}
+
+/// Default context tokens per sequence.
+pub const DEFAULT_CONTEXT: u32 = 4096;
+/// Default sequences decoded together.
+pub const DEFAULT_PARALLEL: u32 = 8;
+/// Default requests waiting for a slot.
+pub const DEFAULT_QUEUE: usize = 64;
+
+/// The embedded engine behind `svc` and `svc-thinking`, and the defaults of
+/// `[models.<id>]` tables with a `path`. Free of the engine crate: the
+/// engine's own options are built from it where the engine is started.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct EngineConfig {
+    /// GGUF for `svc` and `svc-thinking`; `None` means the default model.
+    pub model: Option<PathBuf>,
+    /// Context tokens of each sequence, prompt and reply together.
+    #[serde(deserialize_with = "context_tokens")]
+    pub context: u32,
+    /// Requests decoded together in one batch.
+    #[serde(with = "svc_core::config::at_least_one")]
+    pub parallel: u32,
+    /// CPU threads for inference; `None` is every core.
+    #[serde(deserialize_with = "threads")]
+    pub threads: Option<u32>,
+    /// Requests that may wait for a free slot before 429.
+    pub queue: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            model: None,
+            context: DEFAULT_CONTEXT,
+            parallel: DEFAULT_PARALLEL,
+            threads: None,
+            queue: DEFAULT_QUEUE,
+        }
+    }
+}
+
+/// Fewest context tokens a sequence may have.
+pub const MIN_CONTEXT: u32 = 64;
+
+pub(crate) fn context_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let tokens = u32::deserialize(d)?;
+    if tokens < MIN_CONTEXT {
+        return Err(serde::de::Error::custom(format!(
+            "must be at least {MIN_CONTEXT} tokens"
+        )));
+    }
+    Ok(tokens)
+}
+
+fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    svc_core::config::at_least_one::deserialize(d).map(Some)
+}
+
+/// Everything `svc serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub store: StoreConfig,
+    /// The HTTP layer, with its `device` and `rate_limits` sections.
+    pub server: ServerConfig,
+    pub engine: EngineConfig,
+    /// More models, by id (`[models.<id>]` tables).
+    pub models: BTreeMap<String, ModelConfig>,
+}
+
+/// The sections of the flat keys, by name, in the order they are shown.
+pub fn sections() -> [(&'static str, &'static [&'static str]); 5] {
+    [
+        ("store", fields_of::<StoreConfig>()),
+        ("server", fields_of::<ServerConfig>()),
+        ("device flow", fields_of::<DeviceConfig>()),
+        ("rate limits", fields_of::<RateLimitConfig>()),
+        ("engine", fields_of::<EngineConfig>()),
+    ]
+}
+
+/// Whether `key` is a flat key of some section.
+pub fn is_key(key: &str) -> bool {
+    sections().iter().any(|(_, keys)| keys.contains(&key))
+}
+
+/// The configuration file's contents as a layer, plus its `[models.*]`
+/// tables (only the file gives those).
+#[derive(Debug, Clone, Default)]
+pub struct FileLayer {
+    pub path: Option<PathBuf>,
+    pub values: Vec<Given>,
+    pub models: toml::Table,
+}
+
+impl FileLayer {
+    /// Reads `path`, or nothing when no file was given; an unknown key is
+    /// an error that names it.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let Some(path) = path else {
+            return Ok(FileLayer::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+        let table: toml::Table = toml::from_str(&text)
+            .with_context(|| format!("invalid configuration file {}", path.display()))?;
+        let mut layer = FileLayer {
+            path: Some(path.to_owned()),
+            ..FileLayer::default()
+        };
+        for (key, value) in table {
+            if key == "models" {
+                let toml::Value::Table(models) = value else {
+                    bail!(
+                        "{}: `models` must be tables such as [models.qwen]",
+                        path.display()
+                    );
+                };
+                layer.models = models;
+            } else if is_key(&key) {
+                layer.values.push(Given {
+                    key,
+                    value: Raw::Toml(value),
+                    source: Source::File(path.to_owned()),
+                });
+            } else {
+                bail!(
+                    "invalid configuration file {}: unknown key `{key}`",
+                    path.display()
+                );
+            }
+        }
+        Ok(layer)
+    }
+}
+
+/// The file, then the environment and flags (`given`, as clap read them),
+/// merged.
+pub fn merge(file: &FileLayer, given: &[Given]) -> Layers {
+    let mut layers = Layers::default();
+    for given in file.values.iter().chain(given) {
+        layers.set(given.clone());
+    }
+    layers
+}
+
+impl StoreConfig {
+    /// The store section of the file at `config` and of `given`.
+    pub fn load(config: Option<&Path>, given: &[Given]) -> anyhow::Result<Self> {
+        let file = FileLayer::load(config)?;
+        Ok(merge(&file, given).section()?)
+    }
+}
+
+impl ServeConfig {
+    /// Every section from the merged layers, and the models from the file.
+    pub fn from_layers(layers: &Layers, file: &FileLayer) -> anyhow::Result<Self> {
+        let mut server: ServerConfig = layers.section()?;
+        server.device = layers.section()?;
+        server.rate_limits = layers.section::<RateLimitConfig>()?.into();
+        let source = match &file.path {
+            Some(path) => Source::File(path.clone()),
+            None => Source::Default,
+        };
+        let models = file
+            .models
+            .iter()
+            .map(|(id, table)| Ok((id.clone(), ModelConfig::from_toml(id, table, &source)?)))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(ServeConfig {
+            store: layers.section()?,
+            server,
+            engine: layers.section()?,
+            models,
+        })
+    }
+}
+
+/// Whether `text` is a valid value of `key` (a flag's or an environment
+/// variable's), as its section reads it; the message says why not.
+pub fn check_value(key: &str, value: Raw) -> Result<(), String> {
+    let given = Given {
+        key: key.to_owned(),
+        value,
+        source: Source::Default,
+    };
+    fn check<T: serde::de::DeserializeOwned>(given: &Given) -> Result<(), String> {
+        if !fields_of::<T>().contains(&given.key.as_str()) {
+            return Ok(());
+        }
+        T::deserialize(Entries::new("", vec![given]).unlabelled())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    check::<StoreConfig>(&given)?;
+    check::<ServerConfig>(&given)?;
+    check::<DeviceConfig>(&given)?;
+    check::<RateLimitConfig>(&given)?;
+    check::<EngineConfig>(&given)
+}
+
+#[cfg(test)]
+mod tests;

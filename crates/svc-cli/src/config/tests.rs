@@ -1,0 +1,487 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use svc_engine_upstream::{UpstreamKey, UpstreamOptions};
+use svc_server::config::DEFAULT_MAX_BODY_BYTES;
+
+use super::*;
+
+/// A flag (`--key`) or environment variable (`SVC_KEY`) as clap gives it.
+fn flag(key: &str, text: &str) -> Given {
+    Given {
+        key: key.into(),
+        value: Raw::Text(text.into()),
+        source: Source::Flag(format!("--{}", key.replace('_', "-"))),
+    }
+}
+
+fn env(key: &str, text: &str) -> Given {
+    Given {
+        key: key.into(),
+        value: Raw::Text(text.into()),
+        source: Source::Env(format!("SVC_{}", key.to_ascii_uppercase())),
+    }
+}
+
+/// The configuration from a file holding `toml` (none when empty), then
+/// `given` in order (as clap gives them: a key's flag after its variable).
+fn load(toml: &str, given: &[Given]) -> anyhow::Result<(ServeConfig, Layers, PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("svc.toml");
+    std::fs::write(&path, toml)?;
+    let file = FileLayer::load((!toml.is_empty()).then_some(path.as_path()))?;
+    let layers = merge(&file, given);
+    Ok((ServeConfig::from_layers(&layers, &file)?, layers, path))
+}
+
+fn config(toml: &str, given: &[Given]) -> anyhow::Result<ServeConfig> {
+    load(toml, given).map(|(config, _, _)| config)
+}
+
+#[test]
+fn flags_beat_file_beat_defaults() {
+    let file = "bind = \"127.0.0.1:9000\"\npublic_url = \"https://file.example\"\n";
+    let s = config(file, &[]).unwrap();
+    assert_eq!(s.server.bind.port(), 9000);
+    assert_eq!(
+        s.server.public_url.as_ref().map(|u| u.as_str()),
+        Some("https://file.example/")
+    );
+    assert_eq!(s.server.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+    let s = config(file, &[flag("bind", "127.0.0.1:9001")]).unwrap();
+    assert_eq!(s.server.bind.port(), 9001);
+}
+
+/// For every section, a key and three values: the file's, the
+/// environment's and the flag's, with what each reads as.
+#[test]
+fn each_layer_overrides_the_one_below_in_every_section() {
+    type Read = fn(&ServeConfig) -> String;
+    /// Section, key, (file value, read as), (env, read as), (flag, read as), reader.
+    type Case = (
+        &'static str,
+        &'static str,
+        [(&'static str, &'static str); 3],
+        Read,
+    );
+    let cases: [Case; 9] = [
+        (
+            "store",
+            "data_dir",
+            [("\"/file\"", "/file"), ("/env", "/env"), ("/flag", "/flag")],
+            |c| format!("{}", c.store.data_dir().unwrap().display()),
+        ),
+        (
+            "store",
+            "database_url",
+            [
+                ("\"sqlite:///file.db\"", "sqlite:///file.db"),
+                ("postgres://u@env/db", "postgres://u@env/db"),
+                ("sqlite:///flag.db", "sqlite:///flag.db"),
+            ],
+            |c| c.store.database_url.as_ref().unwrap().expose().to_owned(),
+        ),
+        (
+            "server",
+            "bind",
+            [
+                ("\"127.0.0.1:1001\"", "127.0.0.1:1001"),
+                ("127.0.0.1:1002", "127.0.0.1:1002"),
+                ("[::1]:1003", "[::1]:1003"),
+            ],
+            |c| c.server.bind.to_string(),
+        ),
+        (
+            "server",
+            "header_timeout",
+            [("\"5s\"", "5s"), ("2m", "2m"), ("500ms", "500ms")],
+            |c| svc_core::config::format_duration(c.server.header_timeout),
+        ),
+        (
+            "server",
+            "max_body_bytes",
+            [
+                ("\"512KiB\"", "524288"),
+                ("4MiB", "4194304"),
+                ("1000", "1000"),
+            ],
+            |c| c.server.max_body_bytes.to_string(),
+        ),
+        (
+            "device flow",
+            "device_code_lifetime",
+            [("\"5m\"", "300"), ("1h", "3600"), ("90s", "90")],
+            |c| c.server.device.code_lifetime.to_string(),
+        ),
+        (
+            "rate limits",
+            "rate_limit_rpm",
+            [("10", "Some(10)"), ("0", "None"), ("7", "Some(7)")],
+            |c| format!("{:?}", c.server.rate_limits.requests_per_minute),
+        ),
+        (
+            "engine",
+            "parallel",
+            [("2", "2"), ("3", "3"), ("4", "4")],
+            |c| c.engine.parallel.to_string(),
+        ),
+        (
+            "engine",
+            "model",
+            [
+                ("\"/m/file.gguf\"", "/m/file.gguf"),
+                ("/m/env.gguf", "/m/env.gguf"),
+                ("/m/flag.gguf", "/m/flag.gguf"),
+            ],
+            |c| format!("{}", c.engine.model.as_ref().unwrap().display()),
+        ),
+    ];
+    for (section, key, [(file, in_file), (env_text, in_env), (flag_text, in_flag)], read) in cases {
+        assert!(
+            sections()
+                .iter()
+                .any(|(name, keys)| *name == section && keys.contains(&key)),
+            "{key} is in {section}"
+        );
+        let toml = format!("{key} = {file}\n");
+        let (c, layers, path) = load(&toml, &[]).unwrap();
+        assert_eq!(read(&c), in_file, "{key} from the file");
+        assert_eq!(layers.source(key), Source::File(path), "{key}");
+        let (c, layers, _) = load(&toml, &[env(key, env_text)]).unwrap();
+        assert_eq!(read(&c), in_env, "{key}: the environment beats the file");
+        assert_eq!(
+            layers.source(key).to_string(),
+            format!("env {}", env_name(key))
+        );
+        let (c, layers, _) = load(&toml, &[env(key, env_text), flag(key, flag_text)]).unwrap();
+        assert_eq!(read(&c), in_flag, "{key}: the flag beats the environment");
+        assert_eq!(
+            layers.source(key).to_string(),
+            format!("flag --{}", key.replace('_', "-"))
+        );
+    }
+    // And with nothing given, the defaults and their source.
+    let (c, layers, _) = load("", &[]).unwrap();
+    assert_eq!(c.server.bind, ServerConfig::default().bind);
+    assert_eq!(c.server.device, DeviceConfig::default());
+    assert_eq!(c.engine, EngineConfig::default());
+    assert_eq!(layers.source("bind"), Source::Default);
+    // data_dir from the file, when no flag gives one.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("svc.toml");
+    std::fs::write(&path, "data_dir = \"/file\"\n").unwrap();
+    let store = StoreConfig::load(Some(&path), &[]).unwrap();
+    assert_eq!(store.data_dir().unwrap(), Path::new("/file"));
+    let store = StoreConfig::load(Some(&path), &[env("data_dir", "/env")]).unwrap();
+    assert_eq!(store.data_dir().unwrap(), Path::new("/env"));
+}
+
+fn env_name(key: &str) -> String {
+    format!("SVC_{}", key.to_ascii_uppercase())
+}
+
+#[test]
+fn invalid_values_are_refused_naming_the_key() {
+    let cases = [
+        ("database_url", "mysql://u@h/d"),
+        ("public_url", "ftp://example.com"),
+        ("dashboard_url", "not a url"),
+        ("redis_url", "http://h:6379"),
+        ("max_body_bytes", "0"),
+        ("header_timeout", "0s"),
+        ("body_timeout", "soon"),
+        ("max_connections", "0"),
+        ("trusted_proxies", "10.0.0.1/8"),
+        ("metrics_token", " "),
+        ("metrics_bind", "nowhere"),
+        ("device_interval", "0"),
+        ("device_key_lifetime", "forever"),
+        ("rate_limit_rpm", "-1"),
+        ("context", "10"),
+        ("parallel", "0"),
+        ("threads", "0"),
+        ("allow_signup", "maybe"),
+    ];
+    for (key, bad) in cases {
+        let err = format!("{:#}", config("", &[env(key, bad)]).unwrap_err());
+        assert!(
+            err.starts_with(&format!("{key} (env {}): ", env_name(key))),
+            "{key}: {err}"
+        );
+        assert!(
+            check_value(key, Raw::Text(bad.into())).is_err(),
+            "{key}={bad} passes the flag check"
+        );
+        let err = format!(
+            "{:#}",
+            config(&format!("{key} = {bad:?}\n"), &[]).unwrap_err()
+        );
+        assert!(err.contains(key), "{key} in the file: {err}");
+    }
+    for secret in ["mysql://u:hunter2@h/d", "http://:hunter2@h:6379"] {
+        for key in ["database_url", "redis_url"] {
+            let err = format!("{:#}", config("", &[flag(key, secret)]).unwrap_err());
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn model_tables_are_read() {
+    let s = config(
+        "parallel = 2\n[models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(s.engine.parallel, 2);
+    assert_eq!(s.engine.context, DEFAULT_CONTEXT);
+    let qwen = &s.models["qwen"];
+    assert!(qwen.reasoning);
+    assert_eq!(
+        qwen.source,
+        ModelSource::File(FileModelConfig {
+            path: PathBuf::from("/m/qwen.gguf"),
+            context: None,
+            parallel: None
+        })
+    );
+    assert!(config("parallel = 2\n", &[flag("parallel", "0")]).is_err());
+}
+
+fn resolve_models(toml: &str) -> anyhow::Result<BTreeMap<String, ModelConfig>> {
+    Ok(config(toml, &[])?.models)
+}
+
+#[test]
+fn upstream_models_are_read() {
+    // PATH is set wherever tests run; it stands in for a key variable.
+    let models = resolve_models(
+        r#"
+[models.big]
+reasoning = true
+idle_timeout = "500ms"
+first_byte_timeout = "2m"
+upstreams = [
+  { base_url = "http://gpu1:8000/v1", model = "org/Big", api_key_env = "PATH", weight = 3 },
+  { base_url = "https://gpu2.example/v1/", model = "big" },
+]
+"#,
+    )
+    .unwrap();
+    let big = &models["big"];
+    assert!(big.reasoning);
+    let ModelSource::Upstream(upstream) = &big.source else {
+        panic!("{big:?}")
+    };
+    let (endpoints, options) = (&upstream.endpoints, upstream.options());
+    assert_eq!(options.idle_timeout, Duration::from_millis(500));
+    assert_eq!(options.first_byte_timeout, Duration::from_secs(120));
+    assert_eq!(
+        options.connect_timeout,
+        UpstreamOptions::default().connect_timeout
+    );
+    assert_eq!(endpoints.len(), 2);
+    assert_eq!(endpoints[0].model, "org/Big");
+    assert_eq!(endpoints[0].weight, 3);
+    let path = std::env::var("PATH").unwrap();
+    assert_eq!(endpoints[0].api_key, Some(UpstreamKey::new(path.trim())));
+    assert_eq!(endpoints[1].weight, 1);
+    assert_eq!(endpoints[1].api_key, None);
+    assert!(!format!("{big:?}").contains(&path), "keys are redacted");
+}
+
+#[test]
+fn bad_model_tables_are_refused_by_name() {
+    let cases = [
+        ("[models.m]\nreasoning = true\n", "exactly one of"),
+        (
+            "[models.m]\npath = \"/m.gguf\"\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+            "exactly one of",
+        ),
+        ("[models.m]\nupstreams = []\n", "models.m.upstreams"),
+        (
+            "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", api_key_env = \"SVC_SURELY_UNSET_VARIABLE\" }]\n",
+            "models.m.upstreams[0].api_key_env: the environment variable SVC_SURELY_UNSET_VARIABLE is not set",
+        ),
+        (
+            "[models.m]\nupstreams = [{ base_url = \"ftp://h/v1\", model = \"x\" }]\n",
+            "models.m.upstreams[0]",
+        ),
+        (
+            "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", weight = 0 }]\n",
+            "weight",
+        ),
+        (
+            "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", key = \"k\" }]\n",
+            "key",
+        ),
+        (
+            "[models.m]\nidle_timeout = \"soon\"\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+            "models.m.idle_timeout",
+        ),
+        (
+            "[models.m]\ncontext = 128\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+            "context and parallel",
+        ),
+        (
+            "[models.m]\npath = \"/m.gguf\"\nidle_timeout = \"5s\"\n",
+            "models.m.idle_timeout applies only",
+        ),
+        // Keys of neither kind, and bad values of a file model, are named too.
+        (
+            "[models.m]\npath = \"/m.gguf\"\nwieght = 2\n",
+            "models.m.wieght",
+        ),
+        (
+            "[models.m]\npath = \"/m.gguf\"\ncontext = 8\n",
+            "models.m.context",
+        ),
+        (
+            "[models.m]\npath = \"/m.gguf\"\nreasoning = \"yes\"\n",
+            "models.m.reasoning",
+        ),
+        ("[models.\"a b\"]\npath = \"/m.gguf\"\n", "a model id"),
+    ];
+    for (toml, want) in cases {
+        let err = format!("{:#}", resolve_models(toml).unwrap_err());
+        assert!(err.contains(want), "{toml}: {err}");
+    }
+}
+
+#[test]
+fn hardening_settings_are_read_from_file_and_flags() {
+    let file = "header_timeout = \"5s\"\nbody_timeout = \"2m\"\nmax_connections = 500\n\
+         max_connections_per_address = 20\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
+         metrics_token = \"tok\"\nmetrics_bind = \"127.0.0.1:9100\"\n";
+    let s = config(file, &[]).unwrap().server;
+    assert_eq!(s.header_timeout, Duration::from_secs(5));
+    assert_eq!(s.body_timeout, Duration::from_secs(120));
+    assert_eq!(
+        (s.max_connections, s.max_connections_per_address),
+        (500, 20)
+    );
+    assert_eq!(s.trusted_proxies.len(), 2);
+    assert!(s.trusted_proxies[0].contains("10.1.2.3".parse().unwrap()));
+    assert!(s.metrics_token.as_ref().unwrap().matches("tok"));
+    assert_eq!(s.metrics_bind.unwrap().port(), 9100);
+    assert!(
+        !format!("{s:?}").contains("\"tok\""),
+        "the token is not shown"
+    );
+
+    let s = config(
+        file,
+        &[
+            flag("header_timeout", "500ms"),
+            Given {
+                key: "trusted_proxies".into(),
+                value: Raw::List(vec!["192.0.2.0/24".into()]),
+                source: Source::Flag("--trusted-proxies".into()),
+            },
+        ],
+    )
+    .unwrap()
+    .server;
+    assert_eq!(s.header_timeout, Duration::from_millis(500));
+    assert_eq!(s.trusted_proxies.len(), 1);
+    let s = config("", &[env("trusted_proxies", "10.0.0.0/8, ::1,")])
+        .unwrap()
+        .server;
+    assert_eq!(s.trusted_proxies.len(), 2, "comma-separated");
+}
+
+#[test]
+fn defaults_hold_without_settings() {
+    let s = config("", &[]).unwrap().server;
+    let d = ServerConfig::default();
+    assert_eq!(s.header_timeout, d.header_timeout);
+    assert_eq!(s.body_timeout, d.body_timeout);
+    assert_eq!(s.max_connections, d.max_connections);
+    assert!(s.trusted_proxies.is_empty() && s.metrics_token.is_none());
+    assert!(s.metrics_bind.is_none());
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("svc.toml");
+    std::fs::write(&path, "bnd = \"127.0.0.1:9000\"\n").unwrap();
+    let err = FileLayer::load(Some(&path)).unwrap_err();
+    assert!(format!("{err:#}").contains("bnd"), "{err:#}");
+}
+
+#[test]
+fn secrets_are_hidden_in_debug_and_print() {
+    let (c, layers, path) = load(
+        "database_url = \"postgres://svc:hunter2@db.example/svc\"\n",
+        &[
+            env("metrics_token", "tok3n-s3cret"),
+            flag("redis_url", "redis://:r3dis-pass@cache:6379/0"),
+        ],
+    )
+    .unwrap();
+    let debug = format!("{c:?}");
+    let shown = print::render(&c, &layers, &Source::File(path), |_| None).unwrap();
+    for secret in ["hunter2", "tok3n-s3cret", "r3dis-pass"] {
+        assert!(!debug.contains(secret), "{secret} in {debug}");
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    assert!(
+        shown.contains("database_url = \"postgres://svc:***@db.example/svc\""),
+        "{shown}"
+    );
+    assert!(shown.contains("metrics_token = \"<hidden>\""), "{shown}");
+    // The secrets themselves are whole where they are used.
+    assert!(
+        c.store
+            .database_url
+            .as_ref()
+            .unwrap()
+            .expose()
+            .contains("hunter2")
+    );
+    assert!(
+        c.server
+            .metrics_token
+            .as_ref()
+            .unwrap()
+            .matches("tok3n-s3cret")
+    );
+}
+
+/// The data directory becomes the store's SQLite URL by the store's own
+/// rule, which escapes what a URL would misread.
+#[tokio::test]
+async fn a_data_dir_with_a_space_and_a_question_mark_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("my data?x=1#y");
+    let store = StoreConfig {
+        data_dir: Some(data_dir.clone()),
+        database_url: None,
+    };
+    store.open().await.unwrap();
+    assert!(data_dir.join(SQLITE_FILE_NAME).is_file());
+    assert!(store.describe().contains("my data?x=1#y"));
+    // Nothing was created beside it from a misread URL.
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries, ["my data?x=1#y"]);
+}
+
+#[test]
+fn printed_configuration_reads_back_the_same() {
+    let (c, layers, path) = load(
+        "bind = \"127.0.0.1:9000\"\nheader_timeout = \"1500ms\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
+         device_interval = 3\nrate_limit_tpm = 1000\ncontext = 2048\n\
+         [models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n",
+        &[flag("allow_signup", "true"), env("threads", "2")],
+    )
+    .unwrap();
+    let shown = print::render(&c, &layers, &Source::File(path), |_| None).unwrap();
+    let again = config(&shown, &[]).unwrap();
+    assert_eq!(format!("{:?}", again.server), format!("{:?}", c.server));
+    assert_eq!(again.engine, c.engine);
+    assert_eq!(again.models, c.models);
+}
