@@ -131,24 +131,9 @@ pub struct ToolCallChunk {
     pub arguments: String,
 }
 
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    Stop,
-    Length,
-    ToolCalls,
-}
-
-impl FinishReason {
-    /// The wire name (`stop`, `length`, `tool_calls`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::ToolCalls => "tool_calls",
-        }
-    }
-}
+/// Why generation ended: the API's own type, so the engines and the wire
+/// share one list of reasons.
+pub use svc_api::FinishReason;
 
 /// Real token counts of one generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
