@@ -501,3 +501,39 @@ async fn metrics_can_have_an_address_of_their_own() {
     assert_eq!(response.status(), 404, "only /metrics there");
     health_is_answered(&app, 1).await;
 }
+
+/// A request sent by hand from 127.0.0.`host` with `content-length` claimed
+/// and `sent` bytes of it sent; the whole reply, up to the server's close.
+async fn refused_with_body(app: &TestApp, host: u8, claimed: usize, sent: &str) -> String {
+    let mut stream = connect_from(app, host).await;
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: svc\r\nauthorization: Bearer sk-svc-{}\r\n\
+         content-type: application/json\r\ncontent-length: {claimed}\r\n\r\n{sent}",
+        "0".repeat(40)
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let got = read_until_closed(&mut stream, Instant::now() + Duration::from_secs(10))
+        .await
+        .expect("the server closes a connection whose request body it did not read");
+    String::from_utf8_lossy(&got).to_ascii_lowercase()
+}
+
+#[tokio::test]
+async fn a_reply_that_leaves_the_body_unread_says_the_connection_closes() {
+    // The `openai` SDK with retries off sent its next request on such a
+    // connection (a refused key's 401 came without `connection: close`)
+    // and got "server disconnected without sending a response".
+    let app = spawn(ServerConfig::default()).await;
+    let json = r#"{"model":"svc","messages":[{"role":"user","content":"hi"}]}"#;
+    for (host, claimed, sent) in [(2, json.len(), json), (3, 100_000, json)] {
+        let reply = refused_with_body(&app, host, claimed, sent).await;
+        assert!(reply.starts_with("http/1.1 401"), "{reply}");
+        assert!(reply.contains("\r\nconnection: close\r\n"), "{reply}");
+    }
+
+    // A request whose body was read keeps its connection.
+    let key = app.create_key().await;
+    let response = app.chat(&key, &body("svc", "hi")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers().get("connection"), None);
+}
