@@ -129,13 +129,10 @@ pub struct AuthorizationServerMetadata {
     /// `POST` here to poll for the key (RFC 8628 section 3.4).
     #[schema(format = "uri")]
     pub token_endpoint: String,
-    /// Only the device code grant.
     #[schema(schema_with = grant_types)]
     pub grant_types_supported: Vec<String>,
-    /// Empty: svc has no authorization endpoint.
     #[schema(schema_with = no_response_types)]
     pub response_types_supported: Vec<String>,
-    /// `none`: clients are public; no client authentication.
     #[schema(schema_with = auth_methods)]
     pub token_endpoint_auth_methods_supported: Vec<String>,
 }
@@ -163,24 +160,33 @@ pub const TOKEN_PATH: &str = "/v1/auth/device/token";
 pub const AUTHORIZATION_SERVER_METADATA_PATH: &str = "/.well-known/oauth-authorization-server";
 
 /// An array holding exactly `values`, in this order.
-fn exactly(values: &[&str]) -> Object {
+fn exactly(values: &[&str], description: &str) -> Object {
     let items: Vec<serde_json::Value> = values.iter().map(|v| (*v).into()).collect();
     keywords(
-        ObjectBuilder::new().schema_type(Type::Array).build(),
+        ObjectBuilder::new()
+            .schema_type(Type::Array)
+            .description(Some(description))
+            .build(),
         [("const", serde_json::Value::Array(items))],
     )
 }
 
 fn grant_types() -> Object {
-    exactly(&[DEVICE_CODE_GRANT_TYPE])
+    exactly(
+        &[DEVICE_CODE_GRANT_TYPE],
+        "Only the device code grant (RFC 8628).",
+    )
 }
 
 fn no_response_types() -> Object {
-    exactly(&[])
+    exactly(&[], "None: svc has no authorization endpoint.")
 }
 
 fn auth_methods() -> Object {
-    exactly(&["none"])
+    exactly(
+        &["none"],
+        "`none`: clients are public; there is no client authentication.",
+    )
 }
 
 fn strings(values: &[&str]) -> Object {
