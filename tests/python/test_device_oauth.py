@@ -2,6 +2,9 @@
 client library: oauthlib's `DeviceClient` builds the token requests and
 parses the answers; `requests` plays the person approving the code on the
 dashboard, over plain HTTP (the dashboard's forms need no JavaScript).
+The client knows only the server's address: it finds the device
+authorization and token endpoints in the RFC 8414 metadata, as standard
+OAuth clients do.
 
 The session fixture in conftest.py starts svc-fake-server without accounts,
 so this module starts its own, with a user to sign in as.
@@ -35,6 +38,22 @@ FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 @dataclass(frozen=True)
 class AccountServer:
     url: str
+
+    def metadata(self) -> dict:
+        """RFC 8414 section 3: the authorization server metadata."""
+        response = requests.get(f"{self.url}/.well-known/oauth-authorization-server", timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.headers["Content-Type"] == "application/json"
+        assert "no-store" not in response.headers.get("Cache-Control", "")
+        return response.json()
+
+    @property
+    def device_authorization_endpoint(self) -> str:
+        return self.metadata()["device_authorization_endpoint"]
+
+    @property
+    def token_endpoint(self) -> str:
+        return self.metadata()["token_endpoint"]
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +181,7 @@ def decide(server: AccountServer, user_code: str, decision: str) -> requests.Res
 def start(server: AccountServer) -> dict:
     """RFC 8628 section 3.1: the device authorization request, form-encoded."""
     response = requests.post(
-        f"{server.url}/v1/auth/device/code",
+        server.device_authorization_endpoint,
         data={"client_id": CLIENT_ID},
         timeout=30,
     )
@@ -179,7 +198,7 @@ def start(server: AccountServer) -> dict:
 def token_request(server: AccountServer, client: DeviceClient, device_code: str) -> requests.Response:
     """RFC 8628 section 3.4: the body oauthlib prepares, posted form-encoded."""
     body = client.prepare_request_body(device_code=device_code, include_client_id=True)
-    response = requests.post(f"{server.url}/v1/auth/device/token", data=body, headers=FORM, timeout=30)
+    response = requests.post(server.token_endpoint, data=body, headers=FORM, timeout=30)
     assert response.headers["Content-Type"].startswith("application/json")
     assert response.headers["Cache-Control"] == "no-store"
     return response
@@ -190,6 +209,22 @@ def oauth_error(client: DeviceClient, response: requests.Response) -> OAuth2Erro
     with pytest.raises(OAuth2Error) as raised:
         client.parse_request_body_response(response.text)
     return raised.value
+
+
+def test_metadata_describes_the_device_flow(accounts_server: AccountServer) -> None:
+    """RFC 8414 section 2 fields, true of svc: the device grant only,
+    public clients, no authorization endpoint; the issuer is the URL the
+    metadata was fetched under (section 3.3)."""
+    server = accounts_server
+    metadata = server.metadata()
+    assert metadata["issuer"] == server.url
+    assert not metadata["issuer"].endswith("/")
+    assert metadata["grant_types_supported"] == [DeviceClient.grant_type]
+    assert metadata["response_types_supported"] == []
+    assert metadata["token_endpoint_auth_methods_supported"] == ["none"]
+    for endpoint in ("device_authorization_endpoint", "token_endpoint"):
+        assert metadata[endpoint].startswith(f"{metadata['issuer']}/"), metadata
+    assert "authorization_endpoint" not in metadata
 
 
 def test_device_flow_with_oauthlib(accounts_server: AccountServer) -> None:
@@ -257,7 +292,7 @@ def test_denied_device_flow_with_oauthlib(accounts_server: AccountServer) -> Non
 def test_token_endpoint_rejects_other_grants(accounts_server: AccountServer) -> None:
     """RFC 6749 section 5.2 errors for malformed token requests."""
     server = accounts_server
-    url = f"{server.url}/v1/auth/device/token"
+    url = server.token_endpoint
     wrong = requests.post(url, data={"grant_type": "password", "device_code": "x"}, timeout=30)
     assert wrong.status_code == 400 and wrong.json()["error"] == "unsupported_grant_type"
     missing = requests.post(

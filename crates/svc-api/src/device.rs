@@ -114,6 +114,81 @@ pub struct OAuthErrorResponse {
     pub interval: Option<i64>,
 }
 
+/// `GET /.well-known/oauth-authorization-server`: RFC 8414 authorization
+/// server metadata, so that standard OAuth 2.0 clients find the device
+/// flow's endpoints. svc is an authorization server for the device grant
+/// only: no authorization endpoint, no client registration, public clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuthorizationServerMetadata {
+    /// The server's public URL, without a trailing slash.
+    #[schema(format = "uri")]
+    pub issuer: String,
+    /// `POST` here to start a device login (RFC 8628 section 3.1).
+    #[schema(format = "uri")]
+    pub device_authorization_endpoint: String,
+    /// `POST` here to poll for the key (RFC 8628 section 3.4).
+    #[schema(format = "uri")]
+    pub token_endpoint: String,
+    #[schema(schema_with = grant_types)]
+    pub grant_types_supported: Vec<String>,
+    #[schema(schema_with = no_response_types)]
+    pub response_types_supported: Vec<String>,
+    #[schema(schema_with = auth_methods)]
+    pub token_endpoint_auth_methods_supported: Vec<String>,
+}
+
+impl AuthorizationServerMetadata {
+    /// The metadata of a server whose public URL is `issuer` (no trailing
+    /// slash).
+    pub fn for_issuer(issuer: &str) -> Self {
+        AuthorizationServerMetadata {
+            issuer: issuer.to_owned(),
+            device_authorization_endpoint: format!("{issuer}{DEVICE_AUTHORIZATION_PATH}"),
+            token_endpoint: format!("{issuer}{TOKEN_PATH}"),
+            grant_types_supported: vec![DEVICE_CODE_GRANT_TYPE.to_owned()],
+            response_types_supported: Vec::new(),
+            token_endpoint_auth_methods_supported: vec!["none".to_owned()],
+        }
+    }
+}
+
+/// The path of the device authorization endpoint.
+pub const DEVICE_AUTHORIZATION_PATH: &str = "/v1/auth/device/code";
+/// The path of the device flow's token endpoint.
+pub const TOKEN_PATH: &str = "/v1/auth/device/token";
+/// The path of the RFC 8414 metadata document.
+pub const AUTHORIZATION_SERVER_METADATA_PATH: &str = "/.well-known/oauth-authorization-server";
+
+/// An array holding exactly `values`, in this order.
+fn exactly(values: &[&str], description: &str) -> Object {
+    let items: Vec<serde_json::Value> = values.iter().map(|v| (*v).into()).collect();
+    keywords(
+        ObjectBuilder::new()
+            .schema_type(Type::Array)
+            .description(Some(description))
+            .build(),
+        [("const", serde_json::Value::Array(items))],
+    )
+}
+
+fn grant_types() -> Object {
+    exactly(
+        &[DEVICE_CODE_GRANT_TYPE],
+        "Only the device code grant (RFC 8628).",
+    )
+}
+
+fn no_response_types() -> Object {
+    exactly(&[], "None: svc has no authorization endpoint.")
+}
+
+fn auth_methods() -> Object {
+    exactly(
+        &["none"],
+        "`none`: clients are public; there is no client authentication.",
+    )
+}
+
 fn strings(values: &[&str]) -> Object {
     ObjectBuilder::new()
         .schema_type(Type::String)

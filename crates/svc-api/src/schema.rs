@@ -108,6 +108,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::DeviceTokenResponse>(&mut out);
     add::<crate::OAuthTokenResponse>(&mut out);
     add::<crate::OAuthErrorResponse>(&mut out);
+    add::<crate::AuthorizationServerMetadata>(&mut out);
     add::<crate::KeyInfo>(&mut out);
     add::<crate::KeyOwner>(&mut out);
     add::<crate::RevokedKey>(&mut out);

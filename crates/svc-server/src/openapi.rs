@@ -75,6 +75,10 @@ pub fn openapi() -> OpenApi {
             item(HttpMethod::Post, poll_device_token()),
         )
         .path(
+            "/.well-known/oauth-authorization-server",
+            item(HttpMethod::Get, authorization_server_metadata()),
+        )
+        .path(
             "/v1/auth/key",
             utoipa::openapi::path::PathItemBuilder::new()
                 .operation(HttpMethod::Get, get_current_key())
@@ -496,6 +500,37 @@ fn poll_device_token() -> Operation {
     )
     .response("413", shared("PayloadTooLarge"))
     .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn authorization_server_metadata() -> Operation {
+    let cache_control = svc_api::schema::keywords(
+        ObjectBuilder::new().schema_type(Type::String).build(),
+        [("const", json!(crate::routes::METADATA_CACHE_CONTROL))],
+    );
+    operation(
+        "getAuthorizationServerMetadata",
+        "auth",
+        "OAuth 2.0 authorization server metadata (RFC 8414), so that standard OAuth clients discover the device flow.",
+        false,
+    )
+    .description(Some(
+        "`issuer` is the server's public URL; `device_authorization_endpoint` and `token_endpoint` are the two device flow routes under it. The only grant is the device code grant (RFC 8628), clients are public (`token_endpoint_auth_methods_supported: [\"none\"]`), and there is no authorization endpoint (`response_types_supported: []`).",
+    ))
+    .response(
+        "200",
+        json_response("The metadata.", reference("AuthorizationServerMetadata"))
+            .header(
+                "cache-control",
+                HeaderBuilder::new()
+                    .schema(Some(cache_control))
+                    .description(Some(
+                        "Cacheable: the metadata changes only when the server restarts with another public URL.",
+                    ))
+                    .build(),
+            )
+            .build(),
+    )
     .build()
 }
 

@@ -135,6 +135,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "POST /v1/chat/completions",
         "POST /v1/auth/device/code",
         "POST /v1/auth/device/token",
+        "GET /.well-known/oauth-authorization-server",
         "GET /v1/auth/key",
         "DELETE /v1/auth/key",
         "GET /v1/admin/usage",
@@ -645,6 +646,11 @@ async fn device_flow_responses_match_the_document() {
         .unwrap();
     let body = check(&doc, "post", "/v1/auth/device/token", form).await;
     assert_eq!(body["error"], "slow_down");
+
+    let path = "/.well-known/oauth-authorization-server";
+    let metadata = app.client.get(app.url(path)).send().await.unwrap();
+    let body = check(&doc, "get", path, metadata).await;
+    assert_eq!(body["issuer"], app.base_url.as_str());
 }
 
 #[tokio::test]

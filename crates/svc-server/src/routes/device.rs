@@ -1,5 +1,6 @@
-//! The device authorization flow's API: `POST /v1/auth/device/code` and
-//! `POST /v1/auth/device/token`.
+//! The device authorization flow's API: `POST /v1/auth/device/code`,
+//! `POST /v1/auth/device/token`, and the RFC 8414 metadata that points
+//! standard OAuth clients at them, `GET /.well-known/oauth-authorization-server`.
 //!
 //! Anyone may ask for a code, so code requests are throttled per client
 //! address and overall (429 with the RFC 8628 name `slow_down` as `code`,
@@ -22,9 +23,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use svc_api::{
-    DEVICE_CODE_GRANT_TYPE, DeviceCodeRequest, DeviceCodeResponse, DeviceTokenRequest,
-    DeviceTokenResponse, ErrorBody, ErrorObject, OAuthDeviceTokenRequest, OAuthErrorResponse,
-    OAuthTokenResponse,
+    AuthorizationServerMetadata, DEVICE_CODE_GRANT_TYPE, DeviceCodeRequest, DeviceCodeResponse,
+    DeviceTokenRequest, DeviceTokenResponse, ErrorBody, ErrorObject, OAuthDeviceTokenRequest,
+    OAuthErrorResponse, OAuthTokenResponse,
 };
 use svc_core::{DeviceClient, PollOutcome, plain_text};
 
@@ -95,6 +96,23 @@ pub async fn code(
         interval: issued.interval,
     };
     Ok(no_store(Json(body).into_response()))
+}
+
+/// How long clients may keep the metadata: it changes only when the server
+/// restarts with another public URL.
+pub(crate) const METADATA_CACHE_CONTROL: &str = "public, max-age=3600";
+
+/// `GET /.well-known/oauth-authorization-server` (RFC 8414): the issuer is
+/// the public URL, and the endpoints are built from it as
+/// `verification_uri` is, so what a client discovers is what it reaches.
+pub async fn metadata(State(state): State<AppState>) -> Response {
+    let body = AuthorizationServerMetadata::for_issuer(&state.public_url);
+    let mut response = Json(body).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(METADATA_CACHE_CONTROL),
+    );
+    response
 }
 
 /// A code request's fields as read from its body.

@@ -11,10 +11,13 @@ mod usage;
 use axum::Router;
 use axum::extract::Request;
 use axum::routing::{get, post};
+use svc_api::{AUTHORIZATION_SERVER_METADATA_PATH, DEVICE_AUTHORIZATION_PATH, TOKEN_PATH};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The `Cache-Control` of the RFC 8414 metadata (the document says so).
+pub(crate) use device::METADATA_CACHE_CONTROL;
 /// The device flow's body parsing, for the fuzz targets in `fuzz/`.
 #[doc(hidden)]
 pub use device::{fuzz_code_body, fuzz_token_form};
@@ -31,8 +34,9 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::create))
-        .route("/v1/auth/device/code", post(device::code))
-        .route("/v1/auth/device/token", post(device::token))
+        .route(DEVICE_AUTHORIZATION_PATH, post(device::code))
+        .route(TOKEN_PATH, post(device::token))
+        .route(AUTHORIZATION_SERVER_METADATA_PATH, get(device::metadata))
         .route("/v1/auth/key", get(key::current).delete(key::revoke))
         .route("/v1/admin/usage", get(usage::admin))
         .merge(crate::dashboard::router())

@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use svc_core::DeviceConfig;
 use svc_server::ServerConfig;
+use svc_server::config::Cidr;
 use svc_test_support::{Browser, Database, TestApp};
 
 const GRANT: &str = "urn:ietf:params:oauth:grant-type:device_code";
@@ -466,4 +467,125 @@ async fn device_codes_survive_a_restart() {
     let (status, body) = poll(&second, codes["device_code"].as_str().unwrap()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "approved");
+}
+
+/// The RFC 8414 document at `base` (no key), after checking it is public,
+/// cacheable JSON.
+async fn metadata(client: &reqwest::Client, base: &str) -> Value {
+    let response = client
+        .get(format!("{base}/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(response.headers()["cache-control"], "public, max-age=3600");
+    response.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn metadata_leads_standard_clients_to_the_device_flow() {
+    let app = spawn(fast()).await;
+    let doc = metadata(&app.client, &app.base_url).await;
+    let base = app.base_url.as_str();
+    assert_eq!(
+        doc,
+        json!({
+            "issuer": base,
+            "device_authorization_endpoint": format!("{base}/v1/auth/device/code"),
+            "token_endpoint": format!("{base}/v1/auth/device/token"),
+            "grant_types_supported": [GRANT],
+            "response_types_supported": [],
+            "token_endpoint_auth_methods_supported": ["none"],
+        })
+    );
+
+    // The advertised endpoints are the ones that answer, as a client that
+    // knows nothing but the metadata would use them.
+    let started = app
+        .client
+        .post(doc["device_authorization_endpoint"].as_str().unwrap())
+        .form(&[("client_id", "discovering-client")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 200);
+    let codes: Value = started.json().await.unwrap();
+    let device_code = codes["device_code"].as_str().unwrap();
+    let poll = || {
+        app.client
+            .post(doc["token_endpoint"].as_str().unwrap())
+            .form(&[("grant_type", GRANT), ("device_code", device_code)])
+            .send()
+    };
+    let pending = poll().await.unwrap();
+    assert_eq!(pending.status(), 400);
+    let pending: Value = pending.json().await.unwrap();
+    assert_eq!(pending["error"], "authorization_pending");
+
+    let browser = Browser::new(&app.base_url);
+    app.create_user("alice@example.com", "password123", false)
+        .await;
+    browser.sign_in("alice@example.com", "password123").await;
+    decide(&browser, codes["user_code"].as_str().unwrap(), "approve").await;
+    let token = poll().await.unwrap();
+    assert_eq!(token.status(), 200);
+    let token: Value = token.json().await.unwrap();
+    assert!(
+        token["access_token"]
+            .as_str()
+            .unwrap()
+            .starts_with("sk-svc-")
+    );
+
+    // Only GET: the metadata is not a place to post to.
+    let posted = app
+        .client
+        .post(app.url("/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 405);
+}
+
+#[tokio::test]
+async fn metadata_uses_the_public_url_not_the_request() {
+    // Behind a proxy with a path: the issuer is the public URL as given
+    // (less its trailing slash), as `verification_uri` is.
+    let app = TestApp::spawn_with(
+        Database::Sqlite,
+        ServerConfig {
+            public_url: Some("https://svc.example/llm/".parse().unwrap()),
+            trusted_proxies: vec!["127.0.0.0/8".parse::<Cidr>().unwrap()],
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let response = app
+        .client
+        .get(app.url("/.well-known/oauth-authorization-server"))
+        .header("host", "evil.example")
+        .header("x-forwarded-host", "evil.example")
+        .header("x-forwarded-proto", "http")
+        .header("forwarded", "for=203.0.113.9;host=evil.example;proto=http")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let doc: Value = response.json().await.unwrap();
+    let issuer = "https://svc.example/llm";
+    assert_eq!(doc["issuer"], issuer);
+    assert_eq!(
+        doc["device_authorization_endpoint"],
+        format!("{issuer}/v1/auth/device/code").as_str()
+    );
+    assert_eq!(
+        doc["token_endpoint"],
+        format!("{issuer}/v1/auth/device/token").as_str()
+    );
+    let codes = start(&app).await;
+    assert_eq!(
+        codes["verification_uri"],
+        format!("{issuer}/dashboard/device").as_str()
+    );
 }
