@@ -17,7 +17,6 @@ mod serve;
 pub mod shape;
 pub mod startup;
 pub mod state;
-mod unread_body;
 pub mod usage;
 
 pub use config::ServerConfig;

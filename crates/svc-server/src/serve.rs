@@ -124,10 +124,31 @@ pub async fn serve(
             move |request: hyper::Request<Incoming>| {
                 guard.started();
                 let client = client_ip(peer, request.headers(), &trusted_proxies);
-                let mut request = request.map(|body| TimedBody::new(body, body_timeout));
+                // hyper closes an HTTP/1 connection whose request body was
+                // left unread (a refused key, a body over the limit), but
+                // says so in the reply only when it knows before the head
+                // is written; a client not told reuses the connection and
+                // its next request fails ("server disconnected"). So the
+                // body records being read to its end, and a reply that left
+                // it unread says `Connection: close` itself.
+                let read = (request.version() <= hyper::Version::HTTP_11
+                    && !request.body().is_end_stream())
+                .then(|| Arc::new(AtomicBool::new(false)));
+                let mut request =
+                    request.map(|body| TimedBody::new(body, body_timeout, read.clone()));
                 request.extensions_mut().insert(ConnectInfo(remote));
                 request.extensions_mut().insert(ClientIp(client));
-                router.clone().oneshot(request)
+                let response = router.clone().oneshot(request);
+                async move {
+                    let mut response = response.await?;
+                    if read.is_some_and(|read| !read.load(Ordering::Acquire)) {
+                        response.headers_mut().insert(
+                            hyper::header::CONNECTION,
+                            hyper::header::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok::<_, std::convert::Infallible>(response)
+                }
             }
         });
         let connection = graceful.watch(
@@ -364,20 +385,23 @@ impl Drop for Admitted {
 /// A request body that fails with [`BodyTimedOut`] when it has not ended
 /// by its deadline. The timer is only started once the body is actually
 /// waited for, so bodies that arrived with their head cost no timer.
+/// `read`, when given, is set once the body has been read to its end.
 struct TimedBody {
     inner: Incoming,
     deadline: Instant,
     timeout: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
+    read: Option<Arc<AtomicBool>>,
 }
 
 impl TimedBody {
-    fn new(inner: Incoming, timeout: Duration) -> Self {
+    fn new(inner: Incoming, timeout: Duration, read: Option<Arc<AtomicBool>>) -> Self {
         TimedBody {
             inner,
             deadline: Instant::now() + timeout,
             timeout,
             sleep: None,
+            read,
         }
     }
 }
@@ -392,6 +416,11 @@ impl Body for TimedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if let Some(read) = &this.read
+                && (frame.is_none() || this.inner.is_end_stream())
+            {
+                read.store(true, Ordering::Release);
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let deadline = this.deadline;

@@ -197,9 +197,8 @@ impl Application {
 }
 
 /// The layers every request goes through: metrics by route (inside the
-/// routing, to know the route's pattern), the body limit, `Connection:
-/// close` on responses that left their request's body unread, and the
-/// request id with its log span (outermost).
+/// routing, to know the route's pattern), the body limit, and the request
+/// id with its log span (outermost).
 fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize) -> Router {
     routes
         .route_layer(middleware::from_fn_with_state(
@@ -207,7 +206,6 @@ fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize
             crate::metrics::middleware,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(middleware::from_fn(crate::unread_body::middleware))
         .layer(middleware::from_fn(request_id::middleware))
         .with_state(state.clone())
 }
