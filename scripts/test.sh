@@ -2,9 +2,10 @@
 # Runs every test of svc: the Rust workspace (unit, HTTP, process and store
 # tests on SQLite and PostgreSQL, Redis-shared rate limits, the engine on
 # tiny generated GGUFs and on the real default model end to end), the
-# conformance suite that drives the server with the official `openai`
-# Python SDK, schemathesis and oauthlib, and the dashboard and device flow
-# in headless Chromium.
+# conformance suite that drives the server with the official `openai` and
+# `anthropic` Python SDKs, schemathesis and oauthlib, the dashboard and
+# device flow in headless Chromium, and the real Codex CLI and Claude Code
+# (tests/agents).
 # Also: svc-cli's tests without the embedded engine (the gateway-only
 # build), and a check that these commands work on a fresh machine
 # (scripts/check-fresh-machine.sh).
@@ -48,5 +49,6 @@ cargo test -p svc-cli --no-default-features --locked
 bash scripts/check-fresh-machine.sh
 bash tests/python/run.sh
 bash tests/browser/run.sh
+bash tests/agents/run.sh
 bash scripts/fuzz.sh
 bash scripts/leftovers.sh "$SVC_TEST_RUN" "$run_tmp"

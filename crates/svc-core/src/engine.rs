@@ -27,6 +27,33 @@ pub struct GenerateRequest {
     /// waits for the whole reply, so an engine may produce it in one piece
     /// (an upstream is then asked for one body instead of a stream).
     pub stream: bool,
+    /// `None`: no log probabilities. `Some(k)`: each generated token's log
+    /// probability and the `k` (0 to 20) most likely alternatives, as
+    /// [`EngineEvent::Logprobs`].
+    pub logprobs: Option<u8>,
+    /// How many replies to generate for the same messages (at least 1); the
+    /// events of reply `i > 0` follow an [`EngineEvent::Choice`]`(i)`.
+    pub n: u32,
+}
+
+impl Default for GenerateRequest {
+    /// No messages, default sampling, no limits, tools or format: one reply
+    /// in one piece.
+    fn default() -> Self {
+        GenerateRequest {
+            messages: Vec::new(),
+            sampling: Sampling::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: ToolChoiceSpec::Auto,
+            output: OutputFormat::Text,
+            reasoning: false,
+            stream: false,
+            logprobs: None,
+            n: 1,
+        }
+    }
 }
 
 /// One message of the conversation.
@@ -50,6 +77,8 @@ pub struct Sampling {
     /// 0 means greedy.
     pub temperature: f32,
     pub top_p: f32,
+    /// Sample only among the `top_k` most likely tokens; 0 means no limit.
+    pub top_k: u32,
     pub seed: Option<u64>,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
@@ -60,6 +89,7 @@ impl Default for Sampling {
         Sampling {
             temperature: 0.7,
             top_p: 1.0,
+            top_k: 0,
             seed: None,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
@@ -115,11 +145,39 @@ pub enum EngineEvent {
     Reasoning(String),
     /// A piece of a tool call.
     ToolCall(ToolCallChunk),
-    /// The end, with why and how many tokens were used.
+    /// The log probabilities of the tokens of the `Text` event that follows
+    /// (only when the request asked for them).
+    Logprobs(Vec<TokenLogprob>),
+    /// The events that follow, up to the next `Choice`, belong to reply
+    /// `index` of a request with `n > 1`; before the first, to reply 0.
+    Choice(u32),
+    /// The end (of the current reply when `n > 1`: one per reply), with why
+    /// and how many tokens were used. With `n > 1` the prompt's tokens are
+    /// counted in reply 0's usage only, so the sum over replies is the
+    /// request's usage.
     Finish {
         reason: FinishReason,
         usage: TokenUsage,
     },
+}
+
+/// One generated token's log probability, with the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    /// The token's UTF-8 bytes (a token may hold part of a character).
+    pub bytes: Vec<u8>,
+    /// The most likely tokens at this position, most likely first.
+    pub top: Vec<TopLogprob>,
+}
+
+/// An alternative token at one position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
 }
 
 /// A piece of the tool call at `index`: the first piece carries id and name.
@@ -177,6 +235,13 @@ pub trait Engine: Send + Sync + 'static {
     /// Starts a generation. An error here means nothing was generated.
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError>;
 
+    /// How many prompt tokens `request` would use (its messages and tools,
+    /// with the model's markup). Engines that cannot tokenize give this
+    /// estimate: a token per 4 bytes of text and tool schemas, rounded up.
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        Ok(estimate_tokens(request))
+    }
+
     /// A short name for logs and metrics (`llama`, `upstream`, ...).
     fn name(&self) -> &str;
 
@@ -184,6 +249,35 @@ pub trait Engine: Send + Sync + 'static {
     fn status(&self) -> EngineStatus {
         EngineStatus::default()
     }
+}
+
+/// A token per 4 bytes of the messages' text and the tools' names,
+/// descriptions and schemas, rounded up: what [`Engine::count_tokens`] says
+/// for engines that cannot tokenize.
+pub fn estimate_tokens(request: &GenerateRequest) -> u64 {
+    let mut bytes = 0usize;
+    for message in &request.messages {
+        bytes += match message {
+            ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.as_ref().map_or(0, String::len)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            }
+            ChatMessage::Tool { content, .. } => content.len(),
+        };
+    }
+    for tool in &request.tools {
+        bytes += tool.name.len()
+            + tool.description.as_ref().map_or(0, String::len)
+            + tool.parameters.to_string().len();
+    }
+    bytes.div_ceil(4) as u64
 }
 
 /// An engine's load and health at one moment.

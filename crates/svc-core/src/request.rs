@@ -83,6 +83,7 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
         let sampling = Sampling {
             temperature: ranged(req.temperature, "temperature", 0.0, 2.0)?.unwrap_or(0.7),
             top_p: ranged(req.top_p, "top_p", 0.0, 1.0)?.unwrap_or(1.0),
+            top_k: 0,
             // Negative seeds are accepted, as by OpenAI; their bits are the seed.
             seed: req.seed.map(|s| s as u64),
             presence_penalty: ranged(req.presence_penalty, "presence_penalty", -2.0, 2.0)?
@@ -116,6 +117,8 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 output,
                 reasoning: false,
                 stream,
+                logprobs: None,
+                n: 1,
             },
         })
     }

@@ -87,6 +87,9 @@ pub(crate) fn generate(
         reasoning: wants_reasoning,
         // Tokens come one by one either way; the server collects them.
         stream: _,
+        // Not yet produced by this engine.
+        logprobs: _,
+        n: _,
     } = request;
 
     // Tools and the grammar.

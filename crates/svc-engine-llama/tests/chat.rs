@@ -64,6 +64,7 @@ fn request(user: &str) -> GenerateRequest {
         output: OutputFormat::Text,
         reasoning: false,
         stream: true,
+        ..GenerateRequest::default()
     }
 }
 

@@ -56,6 +56,7 @@ fn request(user: &str, sampling: Sampling) -> GenerateRequest {
         output: OutputFormat::Text,
         reasoning: false,
         stream: true,
+        ..GenerateRequest::default()
     }
 }
 

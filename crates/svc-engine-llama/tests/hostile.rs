@@ -58,6 +58,7 @@ fn request(messages: Vec<ChatMessage>) -> GenerateRequest {
         output: OutputFormat::Text,
         reasoning: false,
         stream: true,
+        ..GenerateRequest::default()
     }
 }
 

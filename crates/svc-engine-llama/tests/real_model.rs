@@ -49,6 +49,7 @@ fn request(messages: Vec<ChatMessage>, sampling: Sampling, max_tokens: u32) -> G
         output: OutputFormat::Text,
         reasoning: false,
         stream: true,
+        ..GenerateRequest::default()
     }
 }
 

@@ -229,6 +229,7 @@ mod tests {
             output: OutputFormat::Text,
             reasoning: false,
             stream: true,
+            ..GenerateRequest::default()
         }
     }
 
@@ -296,6 +297,7 @@ mod tests {
             seed: Some(-7i64 as u64),
             presence_penalty: 0.5,
             frequency_penalty: -0.5,
+            ..Sampling::default()
         };
         r.max_tokens = Some(32);
         r.stop = vec!["END".into()];

@@ -72,6 +72,7 @@ fn request(text: &str) -> GenerateRequest {
         output: OutputFormat::Text,
         reasoning: false,
         stream: true,
+        ..GenerateRequest::default()
     }
 }
 

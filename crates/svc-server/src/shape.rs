@@ -72,6 +72,8 @@ pub async fn collect(
                     )));
                 }
             }
+            // Not asked for yet: chat requests have n = 1 and no logprobs.
+            Some(Ok(EngineEvent::Logprobs(_) | EngineEvent::Choice(_))) => {}
             Some(Ok(EngineEvent::Finish { reason, usage })) => break (reason, usage),
             Some(Err(e)) => return Err(e.into()),
             None => {
@@ -158,6 +160,8 @@ pub fn sse(
                     }]),
                     ..Delta::default()
                 },
+                // Not asked for yet: chat requests have n = 1 and no logprobs.
+                Some(Ok(EngineEvent::Logprobs(_) | EngineEvent::Choice(_))) => continue,
                 Some(Ok(EngineEvent::Finish { reason, usage: used })) => {
                     yield Ok(event(&chunk(Delta::default(), Some(reason))));
                     if include_usage {

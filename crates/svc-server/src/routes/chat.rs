@@ -1,13 +1,18 @@
 //! `POST /v1/chat/completions`: validate, route to the model's engine, shape
 //! the events into one body or a stream.
+//!
+//! [`limited`] and [`generate`] are what every generating route shares
+//! whatever its dialect: the key's rate limits, the model's route, the
+//! default system prompt, metrics and usage.
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use svc_api::ChatCompletionRequest;
-use svc_core::{ChatMessage, ValidChatRequest};
+use svc_core::{ChatMessage, EventStream, GenerateRequest, KeyRecord, ValidChatRequest};
 
+use std::future::Future;
 use std::time::Instant;
 
 use crate::error::ApiError;
@@ -16,21 +21,32 @@ use crate::metrics::Arrived;
 use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
 
-/// Counts the request against the key's rate limits before anything else
-/// (so failed requests count too), and puts the limits' state on every
-/// answer.
 pub async fn create(
     Authenticated(key): Authenticated,
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
+    limited(&state, key, |key, count_tokens| {
+        answer(&state, key, request, count_tokens)
+    })
+    .await
+}
+
+/// Counts the request against the key's rate limits before anything else
+/// (so failed requests count too), runs `answer` when they allow it, and
+/// puts the limits' state on every answer. `answer` is told whether to
+/// count tokens (only for keys with a tokens-per-minute limit).
+pub(crate) async fn limited<F, Fut>(state: &AppState, key: KeyRecord, answer: F) -> Response
+where
+    F: FnOnce(KeyRecord, bool) -> Fut,
+    Fut: Future<Output = Result<Response, ApiError>>,
+{
     let verdict = state.limiter.check(&key).await;
     if let Some(v) = verdict.filter(|v| v.exceeded.is_some()) {
         return ApiError::RateLimited(v).into_response();
     }
-    // Tokens are counted only for keys that have a tokens-per-minute limit.
     let count_tokens = verdict.is_some_and(|v| v.tokens.is_some());
-    let mut response = answer(&state, key, request, count_tokens)
+    let mut response = answer(key, count_tokens)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     if let Some(v) = verdict {
@@ -39,60 +55,104 @@ pub async fn create(
     response
 }
 
-async fn answer(
-    state: &AppState,
-    key: svc_core::KeyRecord,
-    request: Request,
-    count_tokens: bool,
-) -> Result<Response, ApiError> {
-    let arrived = request
+/// When the request arrived (set by the metrics layer), for the gateway's
+/// overhead and the latency metrics.
+pub(crate) fn arrived(request: &Request) -> Instant {
+    request
         .extensions()
         .get::<Arrived>()
-        .map_or_else(Instant::now, |a| a.0);
-    let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
-    let mut request = ValidChatRequest::try_from(body)?;
+        .map_or_else(Instant::now, |a| a.0)
+}
+
+/// Routes a validated request to `model`'s engine: the model's reasoning
+/// flag and default system prompt apply, the gateway's overhead is
+/// recorded, and the events are metered into usage (and the key's token
+/// limits when `count_tokens`).
+pub(crate) async fn generate(
+    state: &AppState,
+    key: &KeyRecord,
+    model: &str,
+    mut request: GenerateRequest,
+    arrived: Instant,
+    count_tokens: bool,
+) -> Result<EventStream, ApiError> {
     let route = state
         .models
-        .get(&request.model)
-        .ok_or_else(|| ApiError::ModelNotFound(request.model.clone()))?;
-    request.generate.reasoning = route.reasoning;
+        .get(model)
+        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?;
+    request.reasoning = route.reasoning;
     if let Some(prompt) = &route.default_system_prompt
         && !request
-            .generate
             .messages
             .iter()
             .any(|m| matches!(m, ChatMessage::System(_)))
     {
         request
-            .generate
             .messages
             .insert(0, ChatMessage::System(prompt.clone()));
     }
-    state
-        .metrics
-        .gateway_overhead(&request.model, arrived.elapsed());
-    let stream = request.generate.stream;
-    let events = route.engine.generate(request.generate).await?;
-    let events =
-        crate::usage::metered(events, state, key.id, &request.model, arrived, count_tokens);
-    let meta = CompletionMeta::new(request.model);
-    if !stream {
-        let completion = shape::collect(meta, events).await?;
-        // Sized for a typical reply at once: axum's `Json` starts at 128
-        // bytes and grows, a visible cost at thousands of replies a second.
-        let mut body = Vec::with_capacity(768);
-        // Serializing our own wire types cannot fail.
-        let _ = serde_json::to_writer(&mut body, &completion);
-        let json = HeaderValue::from_static("application/json");
-        return Ok(([(header::CONTENT_TYPE, json)], body).into_response());
-    }
-    let mut response =
-        Body::from_stream(shape::sse(meta, request.include_usage, events)).into_response();
+    state.metrics.gateway_overhead(model, arrived.elapsed());
+    let events = route.engine.generate(request).await?;
+    Ok(crate::usage::metered(
+        events,
+        state,
+        key.id.clone(),
+        model,
+        arrived,
+        count_tokens,
+    ))
+}
+
+/// Headers of a Server-Sent Events reply.
+pub(crate) fn sse_response(body: Body) -> Response {
+    let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
+    response
+}
+
+/// A JSON reply serialized in one buffer.
+pub(crate) fn json_response<T: serde::Serialize>(value: &T) -> Response {
+    // Sized for a typical reply at once: axum's `Json` starts at 128
+    // bytes and grows, a visible cost at thousands of replies a second.
+    let mut body = Vec::with_capacity(768);
+    // Serializing our own wire types cannot fail.
+    let _ = serde_json::to_writer(&mut body, value);
+    let json = HeaderValue::from_static("application/json");
+    ([(header::CONTENT_TYPE, json)], body).into_response()
+}
+
+async fn answer(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    count_tokens: bool,
+) -> Result<Response, ApiError> {
+    let arrived = arrived(&request);
+    let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
+    let request = ValidChatRequest::try_from(body)?;
+    let stream = request.generate.stream;
+    let events = generate(
+        state,
+        &key,
+        &request.model,
+        request.generate,
+        arrived,
+        count_tokens,
+    )
+    .await?;
+    let meta = CompletionMeta::new(request.model);
+    if !stream {
+        let completion = shape::collect(meta, events).await?;
+        return Ok(json_response(&completion));
+    }
+    Ok(sse_response(Body::from_stream(shape::sse(
+        meta,
+        request.include_usage,
+        events,
+    ))))
 }
