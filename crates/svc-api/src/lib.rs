@@ -13,6 +13,7 @@ pub mod error;
 pub mod health;
 pub mod keys;
 pub mod models;
+pub mod responses;
 pub mod schema;
 pub mod usage;
 
@@ -22,4 +23,7 @@ pub use error::*;
 pub use health::*;
 pub use keys::*;
 pub use models::*;
+pub use responses::{
+    CreateResponseRequest, DeletedResponse, ResponseObject, ResponseUsage,
+};
 pub use usage::*;

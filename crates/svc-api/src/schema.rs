@@ -101,6 +101,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
         crate::chat::STREAM_EVENT.to_owned(),
         crate::chat::stream_event_schema(),
     ));
+    responses(&mut out);
     add::<crate::DeviceCodeRequest>(&mut out);
     add::<crate::DeviceCodeResponse>(&mut out);
     add::<crate::DeviceTokenRequest>(&mut out);
@@ -114,6 +115,26 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::RevokedKey>(&mut out);
     add::<crate::UsageList>(&mut out);
     out
+}
+
+/// The Responses API's schemas (`POST /v1/responses`).
+fn responses(out: &mut Vec<(String, RefOr<Schema>)>) {
+    use crate::responses as r;
+    fn add<T: ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
+        out.push((T::name().into_owned(), <T as PartialSchema>::schema()));
+        T::schemas(out);
+    }
+    add::<r::CreateResponseRequest>(out);
+    add::<r::InputItem>(out);
+    add::<r::InputPart>(out);
+    add::<r::ResponseTool>(out);
+    add::<r::ResponseObject>(out);
+    add::<r::OutputItem>(out);
+    add::<r::DeletedResponse>(out);
+    out.push((
+        r::RESPONSE_STREAM_EVENT.to_owned(),
+        r::stream_event_schema(),
+    ));
 }
 
 #[cfg(test)]

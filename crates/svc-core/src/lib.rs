@@ -12,6 +12,7 @@ pub mod hashes;
 pub mod key;
 pub mod keys;
 pub mod request;
+pub mod responses;
 pub mod session;
 pub mod store;
 pub mod throttle;
@@ -31,8 +32,12 @@ pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyService, KeyState, NewKey};
 pub use request::{ValidChatRequest, ValidationError};
+pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
-pub use store::{AccountChange, KeyLimits, KeyOrigin, KeyRecord, Store, StoreError, UnknownValue};
+pub use store::{
+    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ResponseStore, Store, StoreError, StoredResponse,
+    UnknownValue,
+};
 pub use usage::{UsageDelta, UsageRow, day_of};
 
 /// Seconds since the Unix epoch, the one time unit stored and compared.

@@ -124,7 +124,7 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
     }
 }
 
-fn ranged(
+pub(crate) fn ranged(
     value: Option<f64>,
     param: &str,
     min: f64,
@@ -140,7 +140,7 @@ fn ranged(
     }
 }
 
-fn token_cap(n: i64, param: &str) -> Result<u32, ValidationError> {
+pub(crate) fn token_cap(n: i64, param: &str) -> Result<u32, ValidationError> {
     u32::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| {
         ValidationError::new(
             param,
@@ -173,7 +173,7 @@ fn stop_sequences(stop: Option<Stop>) -> Result<Vec<String>, ValidationError> {
     Ok(stop)
 }
 
-fn valid_function_name(name: &str) -> bool {
+pub(crate) fn valid_function_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -421,7 +421,7 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
 }
 
 /// Bytes of text in `message` (content, tool call ids, names and arguments).
-fn text_bytes(message: &ChatMessage) -> usize {
+pub(crate) fn text_bytes(message: &ChatMessage) -> usize {
     match message {
         ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
         ChatMessage::Assistant {

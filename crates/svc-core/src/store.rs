@@ -314,6 +314,46 @@ pub trait ThrottleStore: Send + Sync {
     async fn delete_stale_throttles(&self, before: i64) -> Result<u64, StoreError>;
 }
 
+/// A stored Responses API response (`POST /v1/responses` with `store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// `resp_…`.
+    pub id: String,
+    /// Whose it is: `user:<id>` for an account's keys, `operator` for the
+    /// operator's keys (they have no account). Only keys of the same owner
+    /// read, continue or delete it.
+    pub owner: String,
+    pub created_at: i64,
+    /// Not served from this time on, and deleted by the next sweep.
+    pub expires_at: i64,
+    /// The response object, as JSON.
+    pub response: String,
+    /// The input items of the whole conversation before the response's
+    /// output (earlier turns included), as a JSON array: what
+    /// `previous_response_id` continues from, with the output.
+    pub conversation: String,
+}
+
+/// Persistence of Responses API responses.
+#[async_trait]
+pub trait ResponseStore: Send + Sync {
+    /// Stores a new response; [`StoreError::Conflict`] when its id exists.
+    async fn insert_response(&self, response: &StoredResponse) -> Result<(), StoreError>;
+    /// The response `id` of `owner`, unless it expired at `at` (or there is
+    /// none, or it is another owner's).
+    async fn response_by_id(
+        &self,
+        id: &str,
+        owner: &str,
+        at: i64,
+    ) -> Result<Option<StoredResponse>, StoreError>;
+    /// Deletes the response `id` of `owner`; false when there was none.
+    async fn delete_response(&self, id: &str, owner: &str) -> Result<bool, StoreError>;
+    /// Deletes every response that expired at `at` (`expires_at <= at`);
+    /// returns how many.
+    async fn delete_expired_responses(&self, at: i64) -> Result<u64, StoreError>;
+}
+
 /// Whether the database answers.
 #[async_trait]
 pub trait HealthStore: Send + Sync {
@@ -322,12 +362,26 @@ pub trait HealthStore: Send + Sync {
 
 /// Everything svc keeps.
 pub trait Store:
-    KeyStore + UserStore + SessionStore + DeviceStore + UsageStore + ThrottleStore + HealthStore
+    KeyStore
+    + UserStore
+    + SessionStore
+    + DeviceStore
+    + UsageStore
+    + ThrottleStore
+    + ResponseStore
+    + HealthStore
 {
 }
 
 impl<T> Store for T where
-    T: KeyStore + UserStore + SessionStore + DeviceStore + UsageStore + ThrottleStore + HealthStore
+    T: KeyStore
+        + UserStore
+        + SessionStore
+        + DeviceStore
+        + UsageStore
+        + ThrottleStore
+        + ResponseStore
+        + HealthStore
 {
 }
 

@@ -10,8 +10,8 @@
 //! `svc-core`).
 //!
 //! One module per store trait: keys, users (and the first-user setup token),
-//! sessions, device authorizations, usage counters, throttles. What must not
-//! be half done (the first user, a device's key) is one transaction; what
+//! sessions, device authorizations, usage counters, throttles, Responses
+//! API responses. What must not be half done (the first user, a device's key) is one transaction; what
 //! replicas race on (a flash message, a redemption, a throttle hit) is
 //! decided by a single conditional statement, on both backends.
 
@@ -21,6 +21,7 @@ mod devices;
 mod error;
 mod health;
 mod keys;
+mod responses;
 mod sessions;
 pub mod testing;
 mod throttle;

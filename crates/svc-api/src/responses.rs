@@ -1,0 +1,653 @@
+//! `POST /v1/responses` (OpenAI's Responses API): the request as clients
+//! send it, the response object, and what `GET`/`DELETE
+//! /v1/responses/{id}` answer. The streamed events are written by the
+//! server as JSON objects; their schema is [`stream_event_schema`].
+//!
+//! Requests are read loosely, like chat requests: unknown fields are
+//! ignored, and input items and tools are structs of optional fields so
+//! that `svc-core` can refuse a wrong one by naming its `param`
+//! (`input[2].call_id`) instead of serde failing on a whole union.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, Object, ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::schema::{constant, keywords, null, reference, typed};
+
+/// A Responses API request exactly as it arrives. Unknown fields are
+/// ignored; `null` is read as "not given".
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[schema(
+    as = CreateResponseRequest,
+    description = "Unknown fields are ignored; `null` in an optional field means the field is not given."
+)]
+pub struct CreateResponseRequest {
+    /// A model id from GET /v1/models.
+    #[schema(min_length = 1, examples("svc"))]
+    pub model: String,
+    /// The new input: a string (one user message) or a list of items.
+    /// Needed unless `previous_response_id` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = input_schema)]
+    pub input: Option<ResponseInput>,
+    /// A system message put first (not carried over by `previous_response_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Tools: `function` tools are offered to the model; other types
+    /// (hosted tools svc cannot run) are accepted and left out of the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 128)]
+    pub tools: Option<Vec<ResponseTool>>,
+    /// `none`, `auto`, `required` or `{"type":"function","name":...}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = tool_choice_schema)]
+    pub tool_choice: Option<ResponseToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// Cap on output tokens (reasoning included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 4294967295_i64)]
+    pub max_output_tokens: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 2, default = 0.7)]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1, default = 1)]
+    pub top_p: Option<f64>,
+    /// The shape of the text output (`text.format`); `verbosity` is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
+    pub text: Option<TextConfig>,
+    /// Accepted (`effort`, `summary`); reasoning comes from the model id
+    /// (`svc-thinking`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
+    pub reasoning: Option<ReasoningConfig>,
+    /// Up to 16 string pairs, returned with the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// An end-user id; returned with the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Extra output to include; accepted (svc has none to add).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    /// Accepted and returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<String>,
+    /// Keep the response so that `GET /v1/responses/{id}` and
+    /// `previous_response_id` find it (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = true)]
+    pub store: Option<bool>,
+    /// Continue the conversation of a stored response of the same account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_response_id: Option<String>,
+    /// Stream the response as Server-Sent Events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = false)]
+    pub stream: Option<bool>,
+}
+
+/// `input`: one user message as a string, or a list of items.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged, expecting = "a string or an array of input items")]
+pub enum ResponseInput {
+    Text(String),
+    Items(Vec<InputItem>),
+}
+
+/// One input item, read loosely: a message (`role`, `content`; `type`
+/// `message` or absent), a `function_call` (`call_id`, `name`,
+/// `arguments`), a `function_call_output` (`call_id`, `output`), a
+/// `reasoning` item, or another type of OpenAI's. Which fields must be
+/// there depends on `type`; `svc-core` checks them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(
+    as = ResponseInputItem,
+    description = "A message (`role` user/system/developer/assistant with `content`), a `function_call`, a `function_call_output` or a `reasoning` item, as the Responses API returns them. Reasoning items and the calls of tools svc cannot run are left out of the prompt."
+)]
+pub struct InputItem {
+    /// `message` (the default when `role` is given), `function_call`,
+    /// `function_call_output`, `reasoning`, ...
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `user`, `system`, `developer` or `assistant` (messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// A string or a list of `input_text`/`output_text` parts (messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = content_schema)]
+    pub content: Option<InputContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The JSON-encoded arguments (function calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// A string or a list of `input_text` parts (function call outputs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = content_schema)]
+    pub output: Option<InputContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// Message content: a string or typed parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, expecting = "a string or an array of content parts")]
+pub enum InputContent {
+    Text(String),
+    Parts(Vec<InputPart>),
+}
+
+/// One content part; only text parts (`input_text`, `output_text`) are
+/// served, others are read so that validation can name them and refuse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = ResponseInputPart)]
+pub struct InputPart {
+    /// `input_text` or `output_text` (`refusal` is read as text too).
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+}
+
+/// A tool, read loosely: `function` tools have `name`, `description`,
+/// `parameters` and `strict`; other types are accepted and left out.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(
+    as = ResponseTool,
+    description = "A `function` tool, or a hosted tool type (`web_search`, `file_search`, `computer_use_preview`, `local_shell`, `custom`, `mcp`, ...) that svc accepts and leaves out of the prompt."
+)]
+pub struct ResponseTool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+/// `tool_choice`: a mode or a named tool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "\"none\", \"auto\", \"required\" or {\"type\":\"function\",\"name\":...}"
+)]
+pub enum ResponseToolChoice {
+    Mode(String),
+    Named {
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+}
+
+/// `text`: the output's format, and verbosity (accepted).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct TextConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
+    pub format: Option<TextFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<String>,
+}
+
+/// `text.format`: `text`, `json_object` or `json_schema` (with `name`,
+/// `schema`, `strict`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct TextFormat {
+    /// `text`, `json_object` or `json_schema`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+/// `reasoning`: accepted and returned.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReasoningConfig {
+    #[serde(default)]
+    pub effort: Option<String>,
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+/// The response object (`object: "response"`), whole or in the events
+/// that carry it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = ResponseObject)]
+pub struct ResponseObject {
+    #[schema(pattern = "^resp_")]
+    pub id: String,
+    /// Always `response`.
+    #[schema(schema_with = object_response)]
+    pub object: String,
+    /// Unix time.
+    pub created_at: i64,
+    /// `in_progress` (in the first events of a stream), `completed`,
+    /// `incomplete` or `failed`.
+    #[schema(schema_with = status_schema)]
+    pub status: String,
+    /// Why the response failed (`status: failed`).
+    #[schema(required = true)]
+    pub error: Option<ResponseError>,
+    /// Why the response is incomplete (`status: incomplete`).
+    #[schema(required = true)]
+    pub incomplete_details: Option<IncompleteDetails>,
+    #[schema(required = true)]
+    pub instructions: Option<String>,
+    #[schema(required = true)]
+    pub max_output_tokens: Option<u32>,
+    pub model: String,
+    pub output: Vec<OutputItem>,
+    pub parallel_tool_calls: bool,
+    #[schema(required = true)]
+    pub previous_response_id: Option<String>,
+    #[schema(inline)]
+    pub reasoning: ReasoningConfig,
+    pub store: bool,
+    pub temperature: f64,
+    /// `{"format": {...}}`, as asked (default `{"type":"text"}`).
+    #[schema(value_type = Object)]
+    pub text: Value,
+    /// As asked (default `auto`).
+    #[schema(value_type = Value)]
+    pub tool_choice: Value,
+    /// The tools as asked.
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<Value>,
+    pub top_p: f64,
+    /// Always `disabled`.
+    pub truncation: String,
+    /// Null until the response is done.
+    #[schema(required = true)]
+    pub usage: Option<ResponseUsage>,
+    #[schema(required = true)]
+    pub user: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    #[schema(required = true)]
+    pub prompt_cache_key: Option<String>,
+}
+
+/// `error` of a failed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = ResponseError)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+/// `incomplete_details`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct IncompleteDetails {
+    /// `max_output_tokens`.
+    pub reason: String,
+}
+
+/// One output item, by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputItem {
+    /// The reply's text.
+    Message {
+        id: String,
+        /// Always `assistant`.
+        role: String,
+        status: String,
+        content: Vec<OutputText>,
+    },
+    /// A call of a function tool.
+    FunctionCall {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+        status: String,
+    },
+    /// The model's reasoning (`svc-thinking`), as `reasoning_text` content.
+    Reasoning {
+        id: String,
+        /// Always empty: svc does not summarise.
+        summary: Vec<Value>,
+        content: Vec<ReasoningText>,
+        status: String,
+    },
+}
+
+/// An `output_text` part of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = ResponseOutputText)]
+pub struct OutputText {
+    /// Always `output_text`.
+    #[serde(rename = "type")]
+    #[schema(schema_with = type_output_text)]
+    pub kind: String,
+    pub text: String,
+    /// Always empty.
+    pub annotations: Vec<Value>,
+    /// Always empty.
+    pub logprobs: Vec<Value>,
+}
+
+impl OutputText {
+    pub fn new(text: String) -> Self {
+        OutputText {
+            kind: "output_text".into(),
+            text,
+            annotations: Vec::new(),
+            logprobs: Vec::new(),
+        }
+    }
+}
+
+/// A `reasoning_text` part of a reasoning item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = ResponseReasoningText)]
+pub struct ReasoningText {
+    /// Always `reasoning_text`.
+    #[serde(rename = "type")]
+    #[schema(schema_with = type_reasoning_text)]
+    pub kind: String,
+    pub text: String,
+}
+
+impl ReasoningText {
+    pub fn new(text: String) -> Self {
+        ReasoningText {
+            kind: "reasoning_text".into(),
+            text,
+        }
+    }
+}
+
+/// Token counts of one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ResponseUsage {
+    pub input_tokens: u64,
+    #[schema(inline)]
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: u64,
+    #[schema(inline)]
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: u64,
+}
+
+/// `input_tokens_details`: svc caches no prompts across requests, so both are 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct InputTokensDetails {
+    pub cached_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+/// `output_tokens_details`: engines count reasoning with the output, so
+/// `reasoning_tokens` is 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+/// What `DELETE /v1/responses/{id}` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedResponse {
+    pub id: String,
+    /// Always `response`.
+    #[schema(schema_with = object_response)]
+    pub object: String,
+    /// Always true.
+    pub deleted: bool,
+}
+
+/// The name of the schema of one streamed event.
+pub const RESPONSE_STREAM_EVENT: &str = "ResponseStreamEvent";
+
+/// The names of every event a stream may carry, in OpenAI's words.
+pub const STREAM_EVENT_TYPES: [&str; 19] = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.reasoning_text.delta",
+    "response.reasoning_text.done",
+    "response.output_item.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+    // Not sent by svc; listed so clients' names are known.
+    "response.queued",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_text.done",
+];
+
+/// The schema of one Server-Sent Event of a streamed response: an
+/// `event: <type>` line and a `data:` line whose JSON has the same `type`
+/// and a `sequence_number` that counts from 0.
+pub fn stream_event_schema() -> RefOr<Schema> {
+    let payload = keywords(
+        ObjectBuilder::new()
+            .property(
+                "type",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(STREAM_EVENT_TYPES)),
+            )
+            .property(
+                "sequence_number",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0)),
+            )
+            .property("response", reference("ResponseObject"))
+            .required("type")
+            .required("sequence_number")
+            .build(),
+        [("additionalProperties", json!(true))],
+    );
+    let data = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/json")
+        .content_schema(Some(payload));
+    ObjectBuilder::new()
+        .description(Some(
+            "One Server-Sent Event of a streamed response (the schema describes each event, as `itemSchema` does in OpenAPI 3.2): `event: <type>` and `data: <json>` whose `type` is the same and whose `sequence_number` counts from 0. `response.created`, `response.in_progress` and the last event (`response.completed`, `response.incomplete` or `response.failed`) carry the `response` object; an error after the stream began is an `error` event (`code`, `message`, `param`) before `response.failed`.",
+        ))
+        .property("event", typed(Type::String, None))
+        .property("data", data)
+        .required("data")
+        .into()
+}
+
+fn input_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(typed(Type::String, Some("One user message.")))
+        .item(ArrayBuilder::new().items(reference("ResponseInputItem")))
+        .item(null())
+        .examples([json!("Hello")])
+        .into()
+}
+
+fn content_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(typed(Type::String, None))
+        .item(ArrayBuilder::new().items(reference("ResponseInputPart")))
+        .item(null())
+        .into()
+}
+
+fn tool_choice_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["none", "auto", "required"])),
+        )
+        .item(
+            ObjectBuilder::new()
+                .property("type", constant("function"))
+                .property("name", typed(Type::String, None))
+                .required("type")
+                .required("name"),
+        )
+        .item(null())
+        .into()
+}
+
+fn object_response() -> Object {
+    constant("response")
+}
+
+fn type_output_text() -> Object {
+    constant("output_text")
+}
+
+fn type_reasoning_text() -> Object {
+    constant("reasoning_text")
+}
+
+fn status_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["in_progress", "completed", "incomplete", "failed"]))
+        .build()
+}
+
+fn item_status() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["in_progress", "completed", "incomplete"]))
+        .build()
+}
+
+fn string() -> Object {
+    typed(Type::String, None)
+}
+
+impl PartialSchema for OutputItem {
+    fn schema() -> RefOr<Schema> {
+        let message = ObjectBuilder::new()
+            .property("type", constant("message"))
+            .property("id", string())
+            .property("role", constant("assistant"))
+            .property("status", item_status())
+            .property(
+                "content",
+                ArrayBuilder::new().items(reference("ResponseOutputText")),
+            )
+            .required("type")
+            .required("id")
+            .required("role")
+            .required("status")
+            .required("content");
+        let call = ObjectBuilder::new()
+            .property("type", constant("function_call"))
+            .property("id", string())
+            .property("call_id", string())
+            .property("name", string())
+            .property("arguments", string())
+            .property("status", item_status())
+            .required("type")
+            .required("id")
+            .required("call_id")
+            .required("name")
+            .required("arguments")
+            .required("status");
+        let reasoning = ObjectBuilder::new()
+            .property("type", constant("reasoning"))
+            .property("id", string())
+            .property(
+                "summary",
+                ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::Object)),
+            )
+            .property(
+                "content",
+                ArrayBuilder::new().items(reference("ResponseReasoningText")),
+            )
+            .property("status", item_status())
+            .required("type")
+            .required("id")
+            .required("summary")
+            .required("content")
+            .required("status");
+        AnyOfBuilder::new()
+            .item(message)
+            .item(call)
+            .item(reasoning)
+            .description(Some(
+                "A `message` with `output_text` parts, a `function_call`, or a `reasoning` item.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for OutputItem {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ResponseOutputItem".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((OutputText::name().into_owned(), OutputText::schema()));
+        schemas.push((ReasoningText::name().into_owned(), ReasoningText::schema()));
+    }
+}
+
+impl PartialSchema for ResponseInput {
+    fn schema() -> RefOr<Schema> {
+        input_schema().into()
+    }
+}
+
+impl ToSchema for ResponseInput {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((InputItem::name().into_owned(), InputItem::schema()));
+        InputItem::schemas(schemas);
+    }
+}
+
+impl PartialSchema for InputContent {
+    fn schema() -> RefOr<Schema> {
+        content_schema().into()
+    }
+}
+
+impl ToSchema for InputContent {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((InputPart::name().into_owned(), InputPart::schema()));
+    }
+}
+
+impl PartialSchema for ResponseToolChoice {
+    fn schema() -> RefOr<Schema> {
+        tool_choice_schema().into()
+    }
+}
+
+impl ToSchema for ResponseToolChoice {}

@@ -1,0 +1,797 @@
+//! From a Responses API request (`POST /v1/responses`) to a validated
+//! [`GenerateRequest`]: the same checks as chat requests, each failure
+//! naming its `param` (`input[2].call_id`, `text.format.name`, ...).
+//!
+//! What goes into the prompt:
+//! - `instructions` becomes the first (system) message;
+//! - message items become messages (`developer` is `system`); their
+//!   content is a string or `input_text`/`output_text`/`refusal` parts
+//!   (images, files and audio are refused with 400);
+//! - `function_call` items become the assistant's tool calls (joined to
+//!   the assistant message before them), `function_call_output` items
+//!   tool results;
+//! - `reasoning` items are left out (the model reasons anew), and so are
+//!   the items of the tools svc cannot run (`web_search_call`,
+//!   `local_shell_call`, `custom_tool_call`, ...: every other type);
+//!   `item_reference` is refused (svc does not look items up by id);
+//! - tools of type `function` are offered to the model; every other tool
+//!   type (`web_search`, `file_search`, `computer_use_preview`,
+//!   `local_shell`, `custom`, `mcp`, ...) is hosted by OpenAI, so it is
+//!   accepted, returned in the response's `tools`, and left out of the
+//!   prompt.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use svc_api::responses::{
+    CreateResponseRequest, InputContent, InputItem, OutputItem, ReasoningConfig, ResponseInput,
+    ResponseObject, ResponseTool, ResponseToolChoice, TextFormat,
+};
+
+use crate::engine::{
+    ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+};
+use crate::request::{
+    MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError, ranged, text_bytes, token_cap,
+    valid_function_name,
+};
+
+/// Most `metadata` pairs, as with OpenAI.
+pub const MAX_METADATA: usize = 16;
+/// Default sampling temperature (as for chat requests).
+const DEFAULT_TEMPERATURE: f32 = 0.7;
+
+/// A Responses API request that passed every check. Its messages are not
+/// assembled yet: a `previous_response_id` conversation goes between the
+/// instructions and the new input ([`ValidResponseRequest::assemble`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidResponseRequest {
+    pub model: String,
+    /// Everything but the messages.
+    pub generate: GenerateRequest,
+    pub instructions: Option<String>,
+    /// The new input items, as given (stored to continue from).
+    pub input: Vec<InputItem>,
+    pub store: bool,
+    pub previous_response_id: Option<String>,
+    /// What the response object repeats of the request.
+    echo: Echo,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Echo {
+    parallel_tool_calls: bool,
+    reasoning: ReasoningConfig,
+    text: Value,
+    tool_choice: Value,
+    tools: Vec<Value>,
+    user: Option<String>,
+    metadata: BTreeMap<String, String>,
+    prompt_cache_key: Option<String>,
+}
+
+impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
+    type Error = ValidationError;
+
+    fn try_from(req: CreateResponseRequest) -> Result<Self, ValidationError> {
+        if req.model.trim().is_empty() {
+            return Err(ValidationError::new(
+                "model",
+                "model must be a non-empty string",
+            ));
+        }
+        let sampling = Sampling {
+            temperature: ranged(req.temperature, "temperature", 0.0, 2.0)?
+                .unwrap_or(DEFAULT_TEMPERATURE),
+            top_p: ranged(req.top_p, "top_p", 0.0, 1.0)?.unwrap_or(1.0),
+            ..Sampling::default()
+        };
+        let max_tokens = req
+            .max_output_tokens
+            .map(|n| token_cap(n, "max_output_tokens"))
+            .transpose()?;
+        let echo_tools: Vec<Value> = req
+            .tools
+            .iter()
+            .flatten()
+            .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+            .collect();
+        let tools = tools(req.tools.unwrap_or_default())?;
+        let echo_choice = match &req.tool_choice {
+            None => json!("auto"),
+            Some(c) => serde_json::to_value(c).unwrap_or(Value::Null),
+        };
+        let tool_choice = tool_choice(req.tool_choice, &tools)?;
+        let format = req.text.as_ref().and_then(|t| t.format.clone());
+        let echo_format = match &format {
+            None => json!({"type": "text"}),
+            Some(f) => serde_json::to_value(f).unwrap_or(Value::Null),
+        };
+        let output = output_format(format)?;
+        let metadata = req.metadata.unwrap_or_default();
+        if metadata.len() > MAX_METADATA {
+            return Err(ValidationError::new(
+                "metadata",
+                format!(
+                    "metadata may hold at most {MAX_METADATA} pairs (got {})",
+                    metadata.len()
+                ),
+            ));
+        }
+        if metadata.iter().any(|(k, v)| k.len() > 64 || v.len() > 512) {
+            return Err(ValidationError::new(
+                "metadata",
+                "metadata keys are at most 64 characters and values at most 512",
+            ));
+        }
+        let input = match req.input {
+            None => Vec::new(),
+            Some(ResponseInput::Text(text)) => vec![InputItem {
+                role: Some("user".into()),
+                content: Some(InputContent::Text(text)),
+                ..InputItem::default()
+            }],
+            Some(ResponseInput::Items(items)) => items,
+        };
+        // Checked now, so that a bad item is a 400 before anything is read.
+        messages(&input, "input")?;
+        if input.is_empty() && req.previous_response_id.is_none() {
+            return Err(ValidationError::new(
+                "input",
+                "input must be a string or a non-empty list of items",
+            ));
+        }
+        let previous_response_id = req.previous_response_id.filter(|id| !id.is_empty());
+        Ok(ValidResponseRequest {
+            model: req.model,
+            generate: GenerateRequest {
+                sampling,
+                max_tokens,
+                tools,
+                tool_choice,
+                output,
+                stream: req.stream.unwrap_or(false),
+                ..GenerateRequest::default()
+            },
+            instructions: req.instructions,
+            input,
+            store: req.store.unwrap_or(true),
+            previous_response_id,
+            echo: Echo {
+                parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+                reasoning: req.reasoning.unwrap_or_default(),
+                text: json!({ "format": echo_format }),
+                tool_choice: echo_choice,
+                tools: echo_tools,
+                user: req.user,
+                metadata,
+                prompt_cache_key: req.prompt_cache_key,
+            },
+        })
+    }
+}
+
+impl ValidResponseRequest {
+    /// The generation request: the instructions, then the `earlier`
+    /// conversation (a previous response's input items and output, see
+    /// [`conversation_items`]), then the new input.
+    pub fn assemble(&self, earlier: &[InputItem]) -> Result<GenerateRequest, ValidationError> {
+        let mut all = Vec::new();
+        if let Some(instructions) = &self.instructions {
+            all.push(ChatMessage::System(instructions.clone()));
+        }
+        all.extend(messages_of(earlier, "previous_response_id")?);
+        all.extend(messages(&self.input, "input")?);
+        let messages = all;
+        if !messages
+            .iter()
+            .any(|m| !matches!(m, ChatMessage::System(_)))
+        {
+            return Err(ValidationError::new(
+                "input",
+                "the conversation holds no message besides instructions",
+            ));
+        }
+        if messages.len() > MAX_MESSAGES {
+            return Err(ValidationError::new(
+                "input",
+                format!(
+                    "the conversation may hold at most {MAX_MESSAGES} messages (got {})",
+                    messages.len()
+                ),
+            ));
+        }
+        let bytes: usize = messages.iter().map(text_bytes).sum();
+        if bytes > MAX_MESSAGE_BYTES {
+            return Err(ValidationError::new(
+                "input",
+                format!(
+                    "the conversation holds {bytes} bytes of text; at most {MAX_MESSAGE_BYTES} are allowed"
+                ),
+            ));
+        }
+        Ok(GenerateRequest {
+            messages,
+            ..self.generate.clone()
+        })
+    }
+
+    /// The response object before any output: `in_progress`, no usage.
+    pub fn response(&self, id: String, created_at: i64) -> ResponseObject {
+        ResponseObject {
+            id,
+            object: "response".into(),
+            created_at,
+            status: "in_progress".into(),
+            error: None,
+            incomplete_details: None,
+            instructions: self.instructions.clone(),
+            max_output_tokens: self.generate.max_tokens,
+            model: self.model.clone(),
+            output: Vec::new(),
+            parallel_tool_calls: self.echo.parallel_tool_calls,
+            previous_response_id: self.previous_response_id.clone(),
+            reasoning: self.echo.reasoning.clone(),
+            store: self.store,
+            temperature: round(self.generate.sampling.temperature),
+            text: self.echo.text.clone(),
+            tool_choice: self.echo.tool_choice.clone(),
+            tools: self.echo.tools.clone(),
+            top_p: round(self.generate.sampling.top_p),
+            truncation: "disabled".into(),
+            usage: None,
+            user: self.echo.user.clone(),
+            metadata: self.echo.metadata.clone(),
+            prompt_cache_key: self.echo.prompt_cache_key.clone(),
+        }
+    }
+}
+
+/// An `f32` setting as the decimal it was given as (0.7, not 0.699999988).
+fn round(value: f32) -> f64 {
+    (f64::from(value) * 1e6).round() / 1e6
+}
+
+/// `earlier` items, then `output` as input items: what a response's
+/// conversation holds for the next turn. Reasoning items are left out.
+pub fn conversation_items(earlier: Vec<InputItem>, output: &[OutputItem]) -> Vec<InputItem> {
+    let mut items = earlier;
+    for item in output {
+        match item {
+            OutputItem::Message { content, .. } => items.push(InputItem {
+                kind: Some("message".into()),
+                role: Some("assistant".into()),
+                content: Some(InputContent::Text(
+                    content.iter().map(|p| p.text.as_str()).collect(),
+                )),
+                ..InputItem::default()
+            }),
+            OutputItem::FunctionCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => items.push(InputItem {
+                kind: Some("function_call".into()),
+                call_id: Some(call_id.clone()),
+                name: Some(name.clone()),
+                arguments: Some(arguments.clone()),
+                ..InputItem::default()
+            }),
+            OutputItem::Reasoning { .. } => {}
+        }
+    }
+    items
+}
+
+/// Messages of stored items: they passed [`messages`] when they came, so a
+/// failure here is named after where they came from.
+fn messages_of(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, ValidationError> {
+    messages(items, "input").map_err(|e| ValidationError::new(param, e.message))
+}
+
+fn tools(tools: Vec<ResponseTool>) -> Result<Vec<ToolSpec>, ValidationError> {
+    if tools.len() > MAX_TOOLS {
+        return Err(ValidationError::new(
+            "tools",
+            format!(
+                "tools may hold at most {MAX_TOOLS} tools (got {})",
+                tools.len()
+            ),
+        ));
+    }
+    let mut specs: Vec<ToolSpec> = Vec::new();
+    for (i, tool) in tools.into_iter().enumerate() {
+        // Hosted tool types (web_search, file_search, local_shell, custom,
+        // mcp, ...) are OpenAI's to run: accepted and left out.
+        if tool.kind != "function" {
+            continue;
+        }
+        let name = tool.name.unwrap_or_default();
+        if !valid_function_name(&name) {
+            return Err(ValidationError::new(
+                format!("tools[{i}].name"),
+                "function names are 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
+            ));
+        }
+        if specs.iter().any(|s| s.name == name) {
+            return Err(ValidationError::new(
+                format!("tools[{i}].name"),
+                format!("function {name:?} is defined twice"),
+            ));
+        }
+        let parameters = match tool.parameters {
+            None => json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p,
+            Some(_) => {
+                return Err(ValidationError::new(
+                    format!("tools[{i}].parameters"),
+                    "parameters must be a JSON Schema object",
+                ));
+            }
+        };
+        specs.push(ToolSpec {
+            name,
+            description: tool.description,
+            parameters,
+        });
+    }
+    Ok(specs)
+}
+
+fn tool_choice(
+    choice: Option<ResponseToolChoice>,
+    tools: &[ToolSpec],
+) -> Result<ToolChoiceSpec, ValidationError> {
+    let needs_tools = |what: &str| {
+        ValidationError::new(
+            "tool_choice",
+            format!("tool_choice {what} requires function tools"),
+        )
+    };
+    Ok(match choice {
+        None => {
+            if tools.is_empty() {
+                ToolChoiceSpec::None
+            } else {
+                ToolChoiceSpec::Auto
+            }
+        }
+        Some(ResponseToolChoice::Mode(mode)) => match mode.as_str() {
+            "none" => ToolChoiceSpec::None,
+            "auto" if tools.is_empty() => ToolChoiceSpec::None,
+            "auto" => ToolChoiceSpec::Auto,
+            "required" if tools.is_empty() => return Err(needs_tools("\"required\"")),
+            "required" => ToolChoiceSpec::Required,
+            other => {
+                return Err(ValidationError::new(
+                    "tool_choice",
+                    format!(
+                        "tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"
+                    ),
+                ));
+            }
+        },
+        Some(ResponseToolChoice::Named { kind, name }) => {
+            if kind != "function" {
+                return Err(ValidationError::new(
+                    "tool_choice.type",
+                    format!(
+                        "tool_choice may name a function tool only: svc cannot run {kind:?} tools"
+                    ),
+                ));
+            }
+            let name = name.unwrap_or_default();
+            if !tools.iter().any(|t| t.name == name) {
+                return Err(ValidationError::new(
+                    "tool_choice.name",
+                    format!("tool_choice names {name:?}, which is not among the function tools"),
+                ));
+            }
+            ToolChoiceSpec::Function(name)
+        }
+    })
+}
+
+fn output_format(format: Option<TextFormat>) -> Result<OutputFormat, ValidationError> {
+    let Some(format) = format else {
+        return Ok(OutputFormat::Text);
+    };
+    Ok(match format.kind.as_str() {
+        "text" => OutputFormat::Text,
+        "json_object" => OutputFormat::JsonObject,
+        "json_schema" => {
+            let name = format.name.unwrap_or_default();
+            if !valid_function_name(&name) {
+                return Err(ValidationError::new(
+                    "text.format.name",
+                    "schema names are 1 to 64 characters of a-z, A-Z, 0-9, _ and -",
+                ));
+            }
+            let schema = match format.schema {
+                Some(s @ Value::Object(_)) => s,
+                _ => {
+                    return Err(ValidationError::new(
+                        "text.format.schema",
+                        "schema must be a JSON Schema object",
+                    ));
+                }
+            };
+            OutputFormat::JsonSchema { name, schema }
+        }
+        other => {
+            return Err(ValidationError::new(
+                "text.format.type",
+                format!(
+                    "text.format.type must be \"text\", \"json_object\" or \"json_schema\" (got {other:?})"
+                ),
+            ));
+        }
+    })
+}
+
+/// The text of a message's content or a call's output.
+fn text(content: &InputContent, param: &str) -> Result<String, ValidationError> {
+    match content {
+        InputContent::Text(text) => Ok(text.clone()),
+        InputContent::Parts(parts) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                let piece = match part.kind.as_str() {
+                    "input_text" | "output_text" | "text" => part.text.as_deref(),
+                    "refusal" => part.refusal.as_deref(),
+                    other => {
+                        return Err(ValidationError::new(
+                            format!("{param}[{j}].type"),
+                            format!(
+                                "only text content parts (input_text, output_text) are supported (got {other:?})"
+                            ),
+                        ));
+                    }
+                };
+                let Some(piece) = piece else {
+                    return Err(ValidationError::new(
+                        format!("{param}[{j}].text"),
+                        "a text content part needs a text string",
+                    ));
+                };
+                text.push_str(piece);
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn required<'a>(
+    value: &'a Option<String>,
+    param: impl FnOnce() -> String,
+    what: &str,
+) -> Result<&'a str, ValidationError> {
+    match value.as_deref() {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(ValidationError::new(
+            param(),
+            format!("{what} must be a non-empty string"),
+        )),
+    }
+}
+
+/// The messages `items` make; `param` names the list (`input`).
+fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, ValidationError> {
+    if items.len() > MAX_MESSAGES {
+        return Err(ValidationError::new(
+            param,
+            format!(
+                "{param} may hold at most {MAX_MESSAGES} items (got {})",
+                items.len()
+            ),
+        ));
+    }
+    let mut out: Vec<ChatMessage> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = |field: &str| format!("{param}[{i}].{field}");
+        let kind = match (&item.kind, &item.role) {
+            (Some(kind), _) => kind.as_str(),
+            (None, Some(_)) => "message",
+            (None, None) => {
+                return Err(ValidationError::new(
+                    at("type"),
+                    "an input item needs a type (or a role, for a message)",
+                ));
+            }
+        };
+        match kind {
+            "message" => {
+                let role = required(&item.role, || at("role"), "role")?;
+                let Some(content) = &item.content else {
+                    return Err(ValidationError::new(at("content"), "a message needs content"));
+                };
+                let content = text(content, &at("content"))?;
+                out.push(match role {
+                    "user" => ChatMessage::User(content),
+                    "system" | "developer" => ChatMessage::System(content),
+                    "assistant" => ChatMessage::Assistant {
+                        content: Some(content),
+                        tool_calls: Vec::new(),
+                    },
+                    other => {
+                        return Err(ValidationError::new(
+                            at("role"),
+                            format!(
+                                "role must be \"user\", \"system\", \"developer\" or \"assistant\" (got {other:?})"
+                            ),
+                        ));
+                    }
+                });
+            }
+            "function_call" => {
+                let call = ToolCallSpec {
+                    id: required(&item.call_id, || at("call_id"), "call_id")?.to_owned(),
+                    name: required(&item.name, || at("name"), "name")?.to_owned(),
+                    arguments: item.arguments.clone().ok_or_else(|| {
+                        ValidationError::new(at("arguments"), "a function call needs arguments")
+                    })?,
+                };
+                // Calls of one turn join the assistant message before them.
+                if let Some(ChatMessage::Assistant { tool_calls, .. }) = out.last_mut() {
+                    tool_calls.push(call);
+                } else {
+                    out.push(ChatMessage::Assistant {
+                        content: None,
+                        tool_calls: vec![call],
+                    });
+                }
+            }
+            "function_call_output" => {
+                let call_id = required(&item.call_id, || at("call_id"), "call_id")?;
+                let Some(output) = &item.output else {
+                    return Err(ValidationError::new(
+                        at("output"),
+                        "a function call output needs output",
+                    ));
+                };
+                out.push(ChatMessage::Tool {
+                    tool_call_id: call_id.to_owned(),
+                    content: text(output, &at("output"))?,
+                });
+            }
+            "item_reference" => {
+                return Err(ValidationError::new(
+                    at("type"),
+                    "item_reference is not supported: send the items themselves, or previous_response_id",
+                ));
+            }
+            // Reasoning is the model's own, made anew each turn; the items
+            // of tools svc cannot run have nothing it can render.
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: Value) -> Result<ValidResponseRequest, ValidationError> {
+        let mut full = json!({"model": "svc", "input": "hi"});
+        for (k, v) in body.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        ValidResponseRequest::try_from(
+            serde_json::from_value::<CreateResponseRequest>(full).unwrap(),
+        )
+    }
+
+    fn param_of(body: Value) -> String {
+        request(body).unwrap_err().param
+    }
+
+    #[test]
+    fn a_string_is_one_user_message_after_the_instructions() {
+        let valid = request(json!({"instructions": "Be brief."})).unwrap();
+        assert!(valid.store);
+        let generate = valid.assemble(&[]).unwrap();
+        assert_eq!(
+            generate.messages,
+            vec![
+                ChatMessage::System("Be brief.".into()),
+                ChatMessage::User("hi".into())
+            ]
+        );
+        assert_eq!(generate.tool_choice, ToolChoiceSpec::None);
+    }
+
+    #[test]
+    fn items_as_the_sdk_sends_them_back() {
+        let valid = request(json!({"input": [
+            {"role": "developer", "content": "sys"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": "{}", "status": "completed"},
+            {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"}
+        ]}))
+        .unwrap();
+        let messages = valid.assemble(&[]).unwrap().messages;
+        assert_eq!(
+            messages,
+            vec![
+                ChatMessage::System("sys".into()),
+                ChatMessage::User("weather?".into()),
+                ChatMessage::Assistant {
+                    content: Some("Let me look.".into()),
+                    tool_calls: vec![
+                        ToolCallSpec {
+                            id: "call_1".into(),
+                            name: "get_weather".into(),
+                            arguments: "{}".into()
+                        },
+                        ToolCallSpec {
+                            id: "call_2".into(),
+                            name: "get_time".into(),
+                            arguments: "{}".into()
+                        },
+                    ]
+                },
+                ChatMessage::Tool {
+                    tool_call_id: "call_1".into(),
+                    content: "sunny".into()
+                },
+                ChatMessage::Tool {
+                    tool_call_id: "call_2".into(),
+                    content: "noon".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn hosted_tools_are_left_out_and_function_tools_kept() {
+        let valid = request(json!({"tools": [
+            {"type": "web_search"}, {"type": "local_shell"},
+            {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}},
+            {"type": "function", "name": "shell", "description": "Run", "strict": false,
+             "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}
+        ], "tool_choice": "auto"}))
+        .unwrap();
+        assert_eq!(valid.generate.tools.len(), 1);
+        assert_eq!(valid.generate.tools[0].name, "shell");
+        assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::Auto);
+        let response = valid.response("resp_1".into(), 1);
+        assert_eq!(response.tools.len(), 4, "returned as asked");
+        assert_eq!(response.temperature, 0.7);
+    }
+
+    #[test]
+    fn failures_name_their_param() {
+        assert_eq!(param_of(json!({"model": " "})), "model");
+        assert_eq!(param_of(json!({"input": []})), "input");
+        assert_eq!(param_of(json!({"temperature": 3})), "temperature");
+        assert_eq!(param_of(json!({"top_p": -1})), "top_p");
+        assert_eq!(
+            param_of(json!({"max_output_tokens": 0})),
+            "max_output_tokens"
+        );
+        assert_eq!(param_of(json!({"input": [{"content": "x"}]})), "input[0].type");
+        assert_eq!(
+            param_of(json!({"input": [{"role": "tool", "content": "x"}]})),
+            "input[0].role"
+        );
+        assert_eq!(
+            param_of(json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})),
+            "input[0].content[0].type"
+        );
+        assert_eq!(
+            param_of(json!({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})),
+            "input[0].call_id"
+        );
+        assert_eq!(
+            param_of(json!({"input": [{"type": "function_call_output", "call_id": "c"}]})),
+            "input[0].output"
+        );
+        assert_eq!(
+            param_of(json!({"input": [{"type": "item_reference", "id": "msg_1"}]})),
+            "input[0].type"
+        );
+        assert_eq!(
+            param_of(json!({"tools": [{"type": "function", "name": "bad name"}]})),
+            "tools[0].name"
+        );
+        assert_eq!(param_of(json!({"tool_choice": "required"})), "tool_choice");
+        assert_eq!(
+            param_of(json!({"tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "function", "name": "g"}})),
+            "tool_choice.name"
+        );
+        assert_eq!(
+            param_of(json!({"tool_choice": {"type": "web_search_preview"}})),
+            "tool_choice.type"
+        );
+        assert_eq!(
+            param_of(json!({"text": {"format": {"type": "xml"}}})),
+            "text.format.type"
+        );
+        assert_eq!(
+            param_of(json!({"text": {"format": {"type": "json_schema", "name": "x"}}})),
+            "text.format.schema"
+        );
+        let many: BTreeMap<String, String> =
+            (0..17).map(|i| (i.to_string(), String::new())).collect();
+        assert_eq!(param_of(json!({"metadata": many})), "metadata");
+    }
+
+    #[test]
+    fn formats_and_named_choices() {
+        let valid = request(json!({
+            "tools": [{"type": "function", "name": "f"}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "text": {"format": {"type": "json_schema", "name": "out", "strict": true,
+                                "schema": {"type": "object"}}, "verbosity": "low"},
+            "reasoning": {"effort": "high"}, "include": ["reasoning.encrypted_content"],
+            "store": false, "prompt_cache_key": "k"
+        }))
+        .unwrap();
+        assert!(!valid.store);
+        assert_eq!(
+            valid.generate.tool_choice,
+            ToolChoiceSpec::Function("f".into())
+        );
+        assert!(matches!(
+            valid.generate.output,
+            OutputFormat::JsonSchema { ref name, .. } if name == "out"
+        ));
+        let response = valid.response("resp_1".into(), 1);
+        assert_eq!(response.text["format"]["name"], "out");
+        assert_eq!(response.reasoning.effort.as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn a_previous_conversation_goes_between_instructions_and_input() {
+        let valid = request(json!({"instructions": "sys", "input": "again",
+            "previous_response_id": "resp_0"}))
+        .unwrap();
+        let earlier = conversation_items(
+            vec![InputItem {
+                role: Some("user".into()),
+                content: Some(InputContent::Text("first".into())),
+                ..InputItem::default()
+            }],
+            &[
+                OutputItem::Reasoning {
+                    id: "rs_0".into(),
+                    summary: Vec::new(),
+                    content: Vec::new(),
+                    status: "completed".into(),
+                },
+                OutputItem::Message {
+                    id: "msg_0".into(),
+                    role: "assistant".into(),
+                    status: "completed".into(),
+                    content: vec![svc_api::responses::OutputText::new("one".into())],
+                },
+            ],
+        );
+        let messages = valid.assemble(&earlier).unwrap().messages;
+        assert_eq!(
+            messages,
+            vec![
+                ChatMessage::System("sys".into()),
+                ChatMessage::User("first".into()),
+                ChatMessage::Assistant {
+                    content: Some("one".into()),
+                    tool_calls: Vec::new()
+                },
+                ChatMessage::User("again".into()),
+            ]
+        );
+        // Without input, the previous response alone is enough.
+        let valid = request(json!({"input": null, "previous_response_id": "resp_0"})).unwrap();
+        assert_eq!(valid.assemble(&earlier).unwrap().messages.len(), 2);
+        assert_eq!(valid.assemble(&[]).unwrap_err().param, "input");
+    }
+}
