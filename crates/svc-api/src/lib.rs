@@ -23,7 +23,5 @@ pub use error::*;
 pub use health::*;
 pub use keys::*;
 pub use models::*;
-pub use responses::{
-    CreateResponseRequest, DeletedResponse, ResponseObject, ResponseUsage,
-};
+pub use responses::{CreateResponseRequest, DeletedResponse, ResponseObject, ResponseUsage};
 pub use usage::*;

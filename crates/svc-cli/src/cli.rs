@@ -401,6 +401,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "Serve /metrics on this address only, not on --bind",
     )
     .unset("on --bind"),
+    flag(
+        "response_retention",
+        "DURATION",
+        "How long a stored Responses API response is kept for GET /v1/responses/{id} and previous_response_id, such as 30d",
+    ),
     flag("model", "PATH", "GGUF file for `svc` and `svc-thinking`")
         .unset("SmolLM2-135M-Instruct, fetched by `svc pull` on first start"),
     flag(

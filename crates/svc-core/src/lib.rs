@@ -35,8 +35,8 @@ pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
 pub use store::{
-    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ResponseStore, Store, StoreError, StoredResponse,
-    UnknownValue,
+    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ResponseStore, Store, StoreError,
+    StoredResponse, UnknownValue,
 };
 pub use usage::{UsageDelta, UsageRow, day_of};
 

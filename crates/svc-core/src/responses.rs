@@ -504,7 +504,10 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
             "message" => {
                 let role = required(&item.role, || at("role"), "role")?;
                 let Some(content) = &item.content else {
-                    return Err(ValidationError::new(at("content"), "a message needs content"));
+                    return Err(ValidationError::new(
+                        at("content"),
+                        "a message needs content",
+                    ));
                 };
                 let content = text(content, &at("content"))?;
                 out.push(match role {
@@ -677,13 +680,18 @@ mod tests {
             param_of(json!({"max_output_tokens": 0})),
             "max_output_tokens"
         );
-        assert_eq!(param_of(json!({"input": [{"content": "x"}]})), "input[0].type");
+        assert_eq!(
+            param_of(json!({"input": [{"content": "x"}]})),
+            "input[0].type"
+        );
         assert_eq!(
             param_of(json!({"input": [{"role": "tool", "content": "x"}]})),
             "input[0].role"
         );
         assert_eq!(
-            param_of(json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})),
+            param_of(
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})
+            ),
             "input[0].content[0].type"
         );
         assert_eq!(

@@ -86,7 +86,14 @@ pub struct ServerConfig {
     /// When set, `/metrics` is served on this address only.
     #[serde(with = "svc_core::config::optional_text")]
     pub metrics_bind: Option<SocketAddr>,
+    /// How long a stored Responses API response (`store: true`) is kept
+    /// for `GET /v1/responses/{id}` and `previous_response_id`.
+    #[serde(with = "svc_core::config::duration")]
+    pub response_retention: Duration,
 }
+
+/// Default time a stored response is kept: 30 days, as OpenAI does.
+pub const DEFAULT_RESPONSE_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -107,6 +114,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             metrics_token: None,
             metrics_bind: None,
+            response_retention: DEFAULT_RESPONSE_RETENTION,
         }
     }
 }

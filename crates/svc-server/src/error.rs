@@ -44,6 +44,21 @@ pub enum ApiError {
     RateLimited(crate::ratelimit::Verdict),
     #[error("the store is unavailable")]
     Unavailable,
+    /// A resource other than a model that does not exist (or is not the
+    /// caller's): `code` `not_found`.
+    #[error("{message}")]
+    NotFound {
+        param: Option<String>,
+        message: String,
+    },
+    /// `error`, blamed on the request field `param` (a dialect whose
+    /// fields are named otherwise than chat's, such as `input` for the
+    /// messages).
+    #[error("{error}")]
+    OnParam {
+        param: &'static str,
+        error: Box<ApiError>,
+    },
     /// Anything else: logged with the request id, never shown.
     #[error("internal: {0}")]
     Internal(String),
@@ -88,7 +103,10 @@ impl ApiError {
             | ApiError::UnsupportedMediaType => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_)
+            | ApiError::UnknownUrl { .. }
+            | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::OnParam { error, .. } => error.status(),
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Engine(e) => match e {
                 EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
@@ -110,6 +128,11 @@ impl ApiError {
     /// The OpenAI-shaped body. Server errors say little and carry the
     /// request id; their cause is logged here, once.
     pub fn body(&self) -> ErrorBody {
+        if let ApiError::OnParam { param, error } = self {
+            let mut body = error.body();
+            body.error.param = Some((*param).to_owned());
+            return body;
+        }
         let invalid = "invalid_request_error";
         let (kind, param, code): (&str, Option<String>, Option<&str>) = match self {
             ApiError::Auth(_) => (invalid, None, Some("invalid_api_key")),
@@ -120,6 +143,9 @@ impl ApiError {
             ApiError::BodyTimeout(_) => (invalid, None, Some("request_timeout")),
             ApiError::ModelNotFound(_) => (invalid, Some("model".into()), Some("model_not_found")),
             ApiError::UnknownUrl { .. } => (invalid, None, Some("unknown_url")),
+            ApiError::NotFound { param, .. } => (invalid, param.clone(), Some("not_found")),
+            // Answered above.
+            ApiError::OnParam { .. } => (invalid, None, None),
             ApiError::MethodNotAllowed { .. } => (invalid, None, Some("method_not_allowed")),
             ApiError::Engine(e) => match e {
                 EngineError::ContextLengthExceeded { .. } => (

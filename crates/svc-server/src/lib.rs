@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod ratelimit;
 pub mod registry;
 pub mod request_id;
+pub mod responses_shape;
 pub mod routes;
 mod serve;
 pub mod shape;

@@ -66,6 +66,14 @@ pub fn openapi() -> OpenApi {
             "/v1/chat/completions",
             item(HttpMethod::Post, create_chat_completion()),
         )
+        .path("/v1/responses", item(HttpMethod::Post, create_response()))
+        .path(
+            "/v1/responses/{response_id}",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, get_response())
+                .operation(HttpMethod::Delete, delete_response())
+                .build(),
+        )
         .path(
             "/v1/auth/device/code",
             item(HttpMethod::Post, request_device_code()),
@@ -97,6 +105,10 @@ pub fn openapi() -> OpenApi {
             .build()]))
         .tags(Some([
             tag("chat", "Chat completions."),
+            tag(
+                "responses",
+                "OpenAI's Responses API: replies with output items, streamed events and stored responses.",
+            ),
             tag("models", "The models this server serves."),
             tag("meta", "Health, readiness and this document."),
             tag(
@@ -411,6 +423,103 @@ fn create_chat_completion() -> Operation {
     .response("404", shared("NotFound"))
     .response("413", shared("PayloadTooLarge"))
     .response("429", shared("TooManyRequests"))
+    .response("500", shared("InternalServerError"))
+    .response("503", shared("ServiceUnavailable"))
+    .build()
+}
+
+fn create_response() -> Operation {
+    operation(
+        "createResponse",
+        "responses",
+        "Create a response (OpenAI's Responses API): the model's next output items for the input.",
+        true,
+    )
+    .description(Some(
+        "`input` is a string or a list of items (messages, `function_call`, `function_call_output`, `reasoning`), as the Responses API returns them; `instructions` goes first as a system message. Tools of type `function` are offered to the model; other tool types (`web_search`, `file_search`, `computer_use_preview`, `local_shell`, `custom`, `mcp`, ...) are accepted, returned in `tools`, and left out of the prompt, and so are reasoning items and the items of those tools in `input`.\n\nWith `stream` false or absent the reply is one `response` object. With `stream` true it comes as Server-Sent Events (see the `ResponseStreamEvent` schema): `response.created`, `response.in_progress`, then per output item `response.output_item.added`, `response.content_part.added`, deltas and their `.done`, `response.content_part.done`, `response.output_item.done`, and last `response.completed` (or `response.incomplete` when `max_output_tokens` cut it); a failure after the stream began is an `error` event and `response.failed`.\n\nWith `store` (default true) the response is kept for the key's account: `GET /v1/responses/{response_id}` reads it and `previous_response_id` continues its conversation (an unknown, expired or another account's id is 404).",
+    ))
+    .request_body(Some(json_body("CreateResponseRequest", true)))
+    .response(
+        "200",
+        json_response(
+            "The response: whole, or streamed when `stream` is true.",
+            reference("ResponseObject"),
+        )
+        .content(
+            "text/event-stream",
+            json(reference(svc_api::responses::RESPONSE_STREAM_EVENT)),
+        )
+        .build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("401", shared("Unauthorized"))
+    .response(
+        "404",
+        error_response(
+            "The model does not exist (`code` `model_not_found`), or `previous_response_id` names no stored response of this account (`code` `not_found`).",
+        )
+        .build(),
+    )
+    .response("413", shared("PayloadTooLarge"))
+    .response("429", shared("TooManyRequests"))
+    .response("500", shared("InternalServerError"))
+    .response("503", shared("ServiceUnavailable"))
+    .build()
+}
+
+fn response_id() -> Parameter {
+    ParameterBuilder::new()
+        .name("response_id")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some("The id of a stored response (`resp_...`)."))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
+}
+
+fn get_response() -> Operation {
+    operation(
+        "getResponse",
+        "responses",
+        "A stored response of this key's account, by id.",
+        true,
+    )
+    .parameter(response_id())
+    .response(
+        "200",
+        json_response("The response.", reference("ResponseObject")).build(),
+    )
+    .response("401", shared("Unauthorized"))
+    .response(
+        "404",
+        error_response(
+            "No stored response of this account has this id (never stored, deleted, expired or another account's; `code` `not_found`).",
+        )
+        .build(),
+    )
+    .response("500", shared("InternalServerError"))
+    .response("503", shared("ServiceUnavailable"))
+    .build()
+}
+
+fn delete_response() -> Operation {
+    operation(
+        "deleteResponse",
+        "responses",
+        "Delete a stored response of this key's account.",
+        true,
+    )
+    .parameter(response_id())
+    .response(
+        "200",
+        json_response("Deleted.", reference("DeletedResponse")).build(),
+    )
+    .response("401", shared("Unauthorized"))
+    .response(
+        "404",
+        error_response("No stored response of this account has this id (`code` `not_found`).")
+            .build(),
+    )
     .response("500", shared("InternalServerError"))
     .response("503", shared("ServiceUnavailable"))
     .build()

@@ -85,6 +85,7 @@ impl Application {
             metrics: Arc::new(crate::metrics::Metrics::new(config.metrics_token.clone())),
             ledger: Arc::default(),
             body_limit: BodyLimit(config.max_body_bytes),
+            response_retention: config.response_retention,
         };
         let ledger = (state.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();

@@ -34,4 +34,6 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The largest request body read.
     pub body_limit: crate::extract::BodyLimit,
+    /// How long stored Responses API responses are kept.
+    pub response_retention: std::time::Duration,
 }

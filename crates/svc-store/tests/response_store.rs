@@ -45,11 +45,17 @@ async fn responses_are_read_by_their_owner_only(db: &Db) {
         None
     );
     assert_eq!(
-        store.response_by_id(&mine.id, "operator", 100).await.unwrap(),
+        store
+            .response_by_id(&mine.id, "operator", 100)
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
-        store.response_by_id("resp_none", "user:a", 100).await.unwrap(),
+        store
+            .response_by_id("resp_none", "user:a", 100)
+            .await
+            .unwrap(),
         None
     );
     // Another replica sees it.
@@ -77,7 +83,10 @@ async fn expired_responses_are_not_served_and_are_swept(db: &Db) {
             .is_some()
     );
     assert_eq!(
-        store.response_by_id(&old.id, "operator", 100).await.unwrap(),
+        store
+            .response_by_id(&old.id, "operator", 100)
+            .await
+            .unwrap(),
         None,
         "expired at expires_at"
     );

@@ -6,6 +6,7 @@ mod health;
 mod key;
 mod models;
 mod openapi;
+mod responses;
 mod usage;
 
 use axum::Router;
@@ -34,6 +35,11 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::create))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route(DEVICE_AUTHORIZATION_PATH, post(device::code))
         .route(TOKEN_PATH, post(device::token))
         .route(AUTHORIZATION_SERVER_METADATA_PATH, get(device::metadata))

@@ -23,6 +23,7 @@ mod health;
 mod offboarding;
 mod operations;
 mod ratelimit;
+mod responses;
 mod streaming;
 mod throttles;
 
