@@ -133,6 +133,9 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/models",
         "GET /v1/models/{model}",
         "POST /v1/chat/completions",
+        "POST /v1/responses",
+        "GET /v1/responses/{response_id}",
+        "DELETE /v1/responses/{response_id}",
         "POST /v1/auth/device/code",
         "POST /v1/auth/device/token",
         "GET /.well-known/oauth-authorization-server",
@@ -782,4 +785,100 @@ async fn admin_usage_responses_match_the_document() {
         check(&doc, "get", "/v1/admin/usage", bad).await["error"]["param"],
         "days"
     );
+}
+
+/// Responses API answers validate: whole responses (with reasoning, a
+/// function call, incomplete), every streamed event (its `data` against the
+/// event schema's content schema), stored reads, deletes and their errors.
+#[tokio::test]
+async fn responses_api_answers_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let path = "/v1/responses";
+    let post = |body: Value| {
+        let request = app.client.post(app.url(path)).bearer_auth(&key).json(&body);
+        async move { request.send().await.unwrap() }
+    };
+    let tools = json!([{"type": "function", "name": "get_weather"}, {"type": "web_search"}]);
+    let mut ids = Vec::new();
+    for body in [
+        json!({"model": "svc", "input": "hi"}),
+        json!({"model": "svc-thinking", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}),
+        json!({"model": "fake-tools", "input": "w", "tools": tools}),
+        json!({"model": "svc", "input": "a b c", "max_output_tokens": 1, "store": false}),
+    ] {
+        let body = check(&doc, "post", path, post(body).await).await;
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    check(
+        &doc,
+        "post",
+        path,
+        post(json!({"model": "svc", "input": []})).await,
+    )
+    .await;
+    check(
+        &doc,
+        "post",
+        path,
+        post(json!({"model": "nope", "input": "x"})).await,
+    )
+    .await;
+    check(
+        &doc,
+        "post",
+        path,
+        post(json!({"model": "svc", "input": "x", "previous_response_id": "resp_none"})).await,
+    )
+    .await;
+
+    let event_schema = response_schema(&doc, "post", path, 200, "text/event-stream");
+    let data_schema = resolve(&doc, &event_schema)["properties"]["data"]["contentSchema"].clone();
+    for body in [
+        json!({"model": "svc-thinking", "input": "one two", "stream": true}),
+        json!({"model": "fake-tools", "input": "w", "tools": tools, "stream": true}),
+        json!({"model": "fake-fail", "input": "a b c d", "stream": true}),
+        json!({"model": "svc", "input": "a b c", "max_output_tokens": 1, "stream": true}),
+    ] {
+        let response = post(body).await;
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        for frame in text.trim_end().split("\n\n") {
+            let (event, data) = frame.split_once('\n').unwrap();
+            let event = event.strip_prefix("event: ").unwrap();
+            let data = data.strip_prefix("data: ").unwrap();
+            assert_valid(
+                &doc,
+                &event_schema,
+                &json!({"event": event, "data": data}),
+                "an event",
+            );
+            let payload: Value = serde_json::from_str(data).unwrap();
+            assert_valid(&doc, &data_schema, &payload, "an event's JSON");
+        }
+    }
+
+    let item = format!("{path}/{{response_id}}");
+    let id = &ids[0];
+    let get = app
+        .client
+        .get(app.url(&format!("{path}/{id}")))
+        .bearer_auth(&key);
+    check(&doc, "get", &item, get.send().await.unwrap()).await;
+    let delete = app
+        .client
+        .delete(app.url(&format!("{path}/{id}")))
+        .bearer_auth(&key);
+    check(&doc, "delete", &item, delete.send().await.unwrap()).await;
+    let get = app
+        .client
+        .get(app.url(&format!("{path}/{id}")))
+        .bearer_auth(&key);
+    check(&doc, "get", &item, get.send().await.unwrap()).await;
+    let delete = app
+        .client
+        .delete(app.url(&format!("{path}/{id}")))
+        .bearer_auth(&key);
+    check(&doc, "delete", &item, delete.send().await.unwrap()).await;
 }
