@@ -185,3 +185,95 @@ async fn json_schema_output_parses_and_validates() {
     );
     assert_eq!(reply["choices"][0]["finish_reason"], "stop");
 }
+
+/// `POST /v1/responses` on `server`; the reply's body.
+async fn respond(server: &Server, body: Value) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/responses", server.base_url))
+        .bearer_auth(&server.key)
+        .json(&body)
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// The text of a response's message items.
+fn output_text(response: &Value) -> String {
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "message")
+        .flat_map(|item| item["content"].as_array().unwrap())
+        .map(|part| part["text"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_responses_api_knows_the_capital_of_france() {
+    let Some(server) = server() else { return };
+    let (status, body) = respond(
+        server,
+        json!({"model": "svc", "temperature": 0, "store": false,
+               "input": "What is the capital of France?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply["status"], "completed", "{reply}");
+    assert!(output_text(&reply).contains("Paris"), "{reply}");
+    assert!(
+        reply["usage"]["input_tokens"].as_u64().unwrap() > 5,
+        "{reply}"
+    );
+
+    // Streamed, the deltas make the same text as the final response.
+    let (status, body) = respond(
+        server,
+        json!({"model": "svc", "temperature": 0, "stream": true,
+               "input": "What is the capital of France?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let events: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|frame| frame.split_once("\ndata: "))
+        .map(|(_, data)| serde_json::from_str(data).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.completed", "{body}");
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, output_text(&last["response"]));
+    assert!(deltas.contains("Paris"), "{deltas}");
+}
+
+#[tokio::test]
+async fn the_responses_api_json_schema_output_parses_and_validates() {
+    let Some(server) = server() else { return };
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name", "age"], "additionalProperties": false});
+    let (status, body) = respond(
+        server,
+        json!({"model": "svc", "temperature": 0, "max_output_tokens": 200, "store": false,
+               "input": "Invent a person and give their name and age.",
+               "text": {"format": {"type": "json_schema", "name": "person",
+                                   "schema": schema, "strict": true}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    let text = output_text(&reply);
+    let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    assert!(
+        jsonschema::validator_for(&schema).unwrap().is_valid(&value),
+        "{value}"
+    );
+    assert_eq!(reply["status"], "completed");
+}
