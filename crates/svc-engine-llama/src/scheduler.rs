@@ -23,10 +23,13 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use svc_core::engine::{EngineError, EngineEvent, FinishReason, Sampling, TokenUsage};
+use svc_core::engine::{
+    EngineError, EngineEvent, FinishReason, Sampling, TokenLogprob, TokenUsage,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
+use crate::logprobs::{self, Pending};
 use crate::sampler;
 use crate::stats::Counters;
 use crate::text::TextAssembler;
@@ -47,6 +50,8 @@ pub(crate) struct Job {
     pub(crate) stop: Vec<String>,
     /// Never end at end-of-generation tokens (benchmarks).
     pub(crate) ignore_eos: bool,
+    /// Report each token's log probability and this many alternatives.
+    pub(crate) logprobs: Option<u8>,
     pub(crate) sink: Sink,
 }
 
@@ -57,6 +62,7 @@ pub(crate) struct Shared {
     wake: Condvar,
     pub(crate) counters: Counters,
     queue_capacity: usize,
+    parallel: u32,
 }
 
 #[derive(Debug)]
@@ -79,7 +85,13 @@ impl Shared {
             wake: Condvar::new(),
             counters: Counters::default(),
             queue_capacity,
+            parallel: u32::try_from(parallel).unwrap_or(u32::MAX),
         }
+    }
+
+    /// Sequence slots.
+    pub(crate) fn parallel(&self) -> u32 {
+        self.parallel
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -237,9 +249,27 @@ struct Sequence {
     text: TextAssembler,
     generated: u32,
     max_tokens: u32,
+    /// Alternatives to report per token, when log probabilities were asked for.
+    logprobs: Option<u8>,
+    /// Log probabilities of tokens whose text is not sent yet.
+    unsent: Pending,
 }
 
 impl Sequence {
+    /// Sends `text` (when not empty), after the log probabilities of the tokens it starts.
+    fn send_text(&mut self, text: String) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        if self.logprobs.is_some() {
+            let tokens = self.unsent.take(text.len());
+            if !tokens.is_empty() && self.sink.send(Ok(EngineEvent::Logprobs(tokens))).is_err() {
+                return false;
+            }
+        }
+        self.sink.send(Ok(EngineEvent::Text(text))).is_ok()
+    }
+
     fn usage(&self) -> TokenUsage {
         TokenUsage {
             prompt_tokens: self.prompt.len() as u64,
@@ -250,9 +280,7 @@ impl Sequence {
     /// Sends the held-back text and the finish event.
     fn finish(&mut self, reason: FinishReason) {
         let tail = self.text.finish();
-        if !tail.is_empty() {
-            let _ = self.sink.send(Ok(EngineEvent::Text(tail)));
-        }
+        self.send_text(tail);
         let _ = self.sink.send(Ok(EngineEvent::Finish {
             reason,
             usage: self.usage(),
@@ -420,6 +448,8 @@ impl Batcher<'_, '_> {
             sampler,
             generated: 0,
             max_tokens: job.max_tokens,
+            logprobs: job.logprobs,
+            unsent: Pending::default(),
         })
     }
 
@@ -488,8 +518,17 @@ impl Batcher<'_, '_> {
                 continue;
             };
             let token = seq.sampler.sample(ctx, at);
+            let logprob = seq.logprobs.map(|top| {
+                let vocab = self.model.vocab();
+                logprobs::token_logprob(ctx.get_logits_ith(at), token.0 as usize, top, |id| {
+                    let mut piece = Vec::with_capacity(16);
+                    let id = LlamaToken(i32::try_from(id).unwrap_or(0));
+                    vocab.token_to_piece_into(id, &mut piece, false, None);
+                    piece
+                })
+            });
             self.shared.counters.generated();
-            match self.on_token(i, token) {
+            match self.on_token(i, token, logprob) {
                 Next::Continue => {}
                 Next::Finish(reason) => {
                     // Free the slot first: a client that sees the finish event
@@ -507,7 +546,7 @@ impl Batcher<'_, '_> {
     }
 
     /// Streams what `token` adds to the reply of slot `i` and decides whether it goes on.
-    fn on_token(&mut self, i: usize, token: LlamaToken) -> Next {
+    fn on_token(&mut self, i: usize, token: LlamaToken, logprob: Option<TokenLogprob>) -> Next {
         let Some(seq) = self.slots[i].as_mut() else {
             return Next::Gone;
         };
@@ -518,8 +557,11 @@ impl Batcher<'_, '_> {
         }
         let mut piece = Vec::with_capacity(16);
         vocab.token_to_piece_into(token, &mut piece, false, None);
+        if let Some(logprob) = logprob {
+            seq.unsent.push(logprob);
+        }
         let release = seq.text.push(&piece);
-        if !release.text.is_empty() && seq.sink.send(Ok(EngineEvent::Text(release.text))).is_err() {
+        if !seq.send_text(release.text) {
             return Next::Gone;
         }
         if release.stopped {
