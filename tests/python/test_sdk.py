@@ -311,7 +311,9 @@ def test_out_of_range_temperature_is_bad_request(client: openai.OpenAI) -> None:
     ("extra", "param"),
     [
         ({"top_p": 1.5}, "top_p"),
-        ({"n": 2}, "n"),
+        ({"n": 0}, "n"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"presence_penalty": -2.5}, "presence_penalty"),
