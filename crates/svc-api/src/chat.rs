@@ -95,7 +95,8 @@ pub struct ChatCompletionRequest {
 
 /// `CreateChatCompletionRequest`: the derived schema of the fields, and
 /// the rules between them that JSON Schema can say (`stream_options` needs
-/// `stream: true`; `tool_choice` `required` or named needs tools).
+/// `stream: true`; `tool_choice` `required` or named needs tools;
+/// `top_logprobs` needs `logprobs: true`).
 pub fn request_schema() -> RefOr<Schema> {
     let RefOr::T(Schema::Object(fields)) = ChatCompletionRequest::schema() else {
         return ChatCompletionRequest::schema();
@@ -113,6 +114,11 @@ pub fn request_schema() -> RefOr<Schema> {
                 "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}
             },
             "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}}
+        },
+        {
+            "description": "`top_logprobs` needs `logprobs: true`.",
+            "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer"}}},
+            "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": true}}}
         }
     ]);
     keywords(fields, [("allOf", rules)]).into()
