@@ -334,3 +334,40 @@ async fn message_text_never_becomes_control_tokens() {
         );
     }
 }
+
+#[tokio::test]
+async fn logprobs_of_a_real_answer() {
+    let Some(engine) = load(2) else { return };
+    let mut req = request(helpful("What is the capital of France?"), greedy(), 32);
+    req.logprobs = Some(5);
+    let out = events(&engine, req).await;
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    for event in out {
+        match event {
+            EngineEvent::Text(t) => text.push_str(&t),
+            EngineEvent::Logprobs(more) => tokens.extend(more),
+            _ => {}
+        }
+    }
+    eprintln!("reply: {text:?}");
+    assert!(text.contains("Paris"), "{text}");
+    // The tokens spell the reply, one entry each.
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.bytes.clone()).collect();
+    assert_eq!(String::from_utf8_lossy(&bytes), text);
+    let paris = tokens
+        .iter()
+        .find(|t| t.token.contains("Paris"))
+        .expect("a token holds Paris");
+    eprintln!("{paris:?}");
+    // A confident answer: Paris is far more likely than not.
+    assert!(paris.logprob > (0.5f32).ln(), "{paris:?}");
+    for t in &tokens {
+        assert_eq!(t.top.len(), 5);
+        // Greedy draws the most likely token, so it leads its alternatives.
+        assert_eq!(t.top[0].bytes, t.bytes, "{t:?}");
+        assert!((t.top[0].logprob - t.logprob).abs() < 1e-5);
+        let mass: f32 = t.top.iter().map(|a| a.logprob.exp()).sum();
+        assert!(mass <= 1.0 + 1e-4 && t.logprob <= 0.0, "{t:?}");
+    }
+}
