@@ -238,12 +238,15 @@ pub(crate) fn generate(
     Ok(drive(runner.clone(), first, None, out, max_tokens))
 }
 
-/// `n > 1` replies: `n` generations of their own (each in a slot of its
-/// own, its prompt decoded again; the KV cells of the prompt are not shared
-/// between them), choice `i` seeded with the request's seed plus `i`, their
-/// events merged as they come with a `Choice` before each switch. The
-/// prompt's tokens are counted in reply 0's usage only. `n` may be at most
-/// the engine's parallel slots.
+/// `n > 1` replies: `n` generations of their own, each in a slot of its
+/// own, choice `i` seeded with the request's seed plus `i`, their events
+/// merged as they come with a `Choice` before each switch. They are queued
+/// under one hold on admission, so the engine admits them together and
+/// decodes their (first pass's) prompt once: the other choices start from a
+/// copy of its KV cells (when slots are free for all of them; a choice
+/// admitted later decodes the prompt itself). The prompt's tokens are
+/// counted in reply 0's usage only. `n` may be at most the engine's
+/// parallel slots.
 fn generate_n(
     runner: &Runner,
     template: &Arc<ChatTemplate>,
@@ -261,6 +264,7 @@ fn generate_n(
             ),
         });
     }
+    let hold = runner.hold();
     let mut streams = Vec::with_capacity(n as usize);
     for i in 0..n {
         let mut one = request.clone();
@@ -273,6 +277,7 @@ fn generate_n(
         let stream = generate(runner, template, features, one, cancel)?;
         streams.push(stream.map(move |event| (i, event)));
     }
+    drop(hold);
     let mut merged = futures::stream::select_all(streams);
     Ok(Box::pin(async_stream::stream! {
         let mut current = 0;

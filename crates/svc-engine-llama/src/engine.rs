@@ -138,6 +138,11 @@ impl Runner {
         self.shared.parallel()
     }
 
+    /// Holds the admission of queued jobs until the guard drops (see `scheduler::Shared::hold`).
+    pub(crate) fn hold(&self) -> crate::scheduler::Hold {
+        self.shared.hold()
+    }
+
     /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
     pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);

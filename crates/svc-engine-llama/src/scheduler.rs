@@ -72,6 +72,8 @@ struct Queue {
     free_slots: usize,
     /// No more jobs: the engine is dropped or its thread ended.
     closed: bool,
+    /// Holds on admission (see [`Shared::hold`]): jobs wait while above zero.
+    held: usize,
 }
 
 impl Shared {
@@ -81,6 +83,7 @@ impl Shared {
                 waiting: VecDeque::new(),
                 free_slots: parallel,
                 closed: false,
+                held: 0,
             }),
             wake: Condvar::new(),
             counters: Counters::default(),
@@ -121,6 +124,15 @@ impl Shared {
         drop(queue);
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Keeps the engine thread from admitting queued jobs until the guard
+    /// drops, so that jobs queued meanwhile (the choices of one request)
+    /// are admitted in one go, and those with the same prompt share its
+    /// decoding (see [`Batcher::admit`]).
+    pub(crate) fn hold(self: &Arc<Self>) -> Hold {
+        self.lock().held += 1;
+        Hold(Arc::clone(self))
     }
 
     /// Requests waiting for a slot now.
@@ -174,6 +186,7 @@ pub(crate) fn run(
         batch_size: settings.batch_size as usize,
         penalty_window: context_per_sequence,
         shared: &shared,
+        next_serial: 0,
     };
     batcher.run(&mut ctx);
 }
@@ -212,6 +225,18 @@ fn new_context<'m>(
         .map_err(|e| format!("cannot create the llama.cpp context: {e}"))
 }
 
+/// A hold on admission; see [`Shared::hold`].
+pub(crate) struct Hold(Arc<Shared>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        queue.held = queue.held.saturating_sub(1);
+        drop(queue);
+        self.0.wake.notify_all();
+    }
+}
+
 struct CloseOnExit(Arc<Shared>);
 
 impl Drop for CloseOnExit {
@@ -234,6 +259,14 @@ fn stopped() -> EngineError {
 
 /// One generation in a slot.
 struct Sequence {
+    /// Which sequence this is, for as long as the engine runs (its `seq_id`
+    /// changes when it moves).
+    serial: u64,
+    /// The serial of the sequence whose prompt (the same as this one's) this
+    /// one waits for: once that prompt is decoded, its KV cells are copied
+    /// here and this sequence samples from the same logits, so the prompt is
+    /// decoded once for both.
+    follows: Option<u64>,
     seq_id: i32,
     sink: Sink,
     prompt: Vec<LlamaToken>,
@@ -307,6 +340,8 @@ struct Batcher<'a, 'm> {
     batch_size: usize,
     penalty_window: u32,
     shared: &'a Shared,
+    /// The serial of the next sequence.
+    next_serial: u64,
 }
 
 impl Batcher<'_, '_> {
@@ -356,6 +391,9 @@ impl Batcher<'_, '_> {
                 return false;
             }
             while let Some(free) = self.slots.iter().position(Option::is_none) {
+                if queue.held > 0 {
+                    break;
+                }
                 let Some(job) = queue.waiting.pop_front() else {
                     break;
                 };
@@ -363,7 +401,11 @@ impl Batcher<'_, '_> {
                     self.shared.counters.cancelled();
                     continue;
                 }
-                self.slots[free] = self.start(free, job);
+                let mut seq = self.start(free, job);
+                if let Some(seq) = seq.as_mut() {
+                    seq.follows = self.leader_for(&seq.prompt);
+                }
+                self.slots[free] = seq;
             }
             let free = self.slots.iter().filter(|s| s.is_none()).count();
             queue.free_slots = free;
@@ -377,6 +419,60 @@ impl Batcher<'_, '_> {
                 .wake
                 .wait(queue)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// A sequence whose prompt is `prompt` and whose decoding has not
+    /// started (and that follows no other): a new sequence with the same
+    /// prompt can wait for it instead of decoding the prompt again. Not for
+    /// recurrent memory, whose state is not copied cell by cell.
+    fn leader_for(&self, prompt: &[LlamaToken]) -> Option<u64> {
+        if !self.can_compact {
+            return None;
+        }
+        self.slots
+            .iter()
+            .flatten()
+            .find(|s| s.follows.is_none() && s.prompt_fed == 0 && s.prompt == prompt)
+            .map(|s| s.serial)
+    }
+
+    /// Followers of a sequence that went away decode their prompt themselves.
+    fn orphan_followers(&mut self) {
+        let serials: Vec<u64> = self.slots.iter().flatten().map(|s| s.serial).collect();
+        for seq in self.slots.iter_mut().flatten() {
+            if seq.follows.is_some_and(|leader| !serials.contains(&leader)) {
+                seq.follows = None;
+            }
+        }
+    }
+
+    /// For each sequence whose prompt this step finished decoding: its
+    /// followers get a copy of its KV cells and sample from its logits.
+    fn share_prompts(&mut self, ctx: &mut LlamaContext<'_>) {
+        let leaders: Vec<(u64, i32, i32, i32)> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| s.generated == 0 && s.prompt_fed == s.prompt.len())
+            .filter_map(|s| s.logits_at.map(|at| (s.serial, s.seq_id, s.n_past, at)))
+            .collect();
+        for (serial, seq_id, n_past, at) in leaders {
+            for seq in self.slots.iter_mut().flatten() {
+                if seq.follows != Some(serial) {
+                    continue;
+                }
+                seq.follows = None;
+                if let Err(e) = ctx.kv_cache_seq_cp(seq_id, seq.seq_id, None, None) {
+                    // It decodes the prompt itself from the next step on.
+                    tracing::error!(error = %e, "cannot copy a prompt's KV cells");
+                    continue;
+                }
+                seq.prompt_fed = seq.prompt.len();
+                seq.n_past = n_past;
+                seq.logits_at = Some(at);
+                self.shared.counters.shared_prompt();
+            }
         }
     }
 
@@ -422,7 +518,7 @@ impl Batcher<'_, '_> {
     }
 
     /// A sequence for `job` in slot `slot`, or `None` (after telling the client) when it cannot start.
-    fn start(&self, slot: usize, job: Job) -> Option<Sequence> {
+    fn start(&mut self, slot: usize, job: Job) -> Option<Sequence> {
         let sampler = match sampler::build(
             self.model,
             &job.sampling,
@@ -436,7 +532,11 @@ impl Batcher<'_, '_> {
                 return None;
             }
         };
+        let serial = self.next_serial;
+        self.next_serial += 1;
         Some(Sequence {
+            serial,
+            follows: None,
             seq_id: i32::try_from(slot).unwrap_or(i32::MAX),
             text: TextAssembler::new(&job.stop),
             sink: job.sink,
@@ -475,7 +575,11 @@ impl Batcher<'_, '_> {
                 }
             }
         }
+        self.orphan_followers();
         for seq in self.slots.iter_mut().flatten() {
+            if seq.follows.is_some() {
+                continue;
+            }
             let room = self
                 .batch_size
                 .saturating_sub(usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX));
@@ -510,6 +614,7 @@ impl Batcher<'_, '_> {
 
     /// Samples one token for every sequence whose logits this step computed.
     fn sample(&mut self, ctx: &mut LlamaContext<'_>) {
+        self.share_prompts(ctx);
         for i in 0..self.slots.len() {
             let Some(seq) = self.slots[i].as_mut() else {
                 continue;

@@ -811,7 +811,15 @@ async fn n_replies_with_seeds_of_their_own() {
     let (first, second) = (alone(41).await, alone(42).await);
 
     req.n = 2;
+    let before = f.engine.stats();
     let replies = collect_n(f.engine.generate(req.clone()).await.unwrap(), 2).await;
+    // The prompt was decoded once; the second choice started from a copy.
+    let after = f.engine.stats();
+    assert_eq!(after.shared_prompts - before.shared_prompts, 1);
+    assert_eq!(
+        after.prompt_tokens - before.prompt_tokens,
+        first.usage.prompt_tokens
+    );
     // Choice i is seeded with seed + i: the same replies as alone.
     assert_eq!(replies[0].0, first.text());
     assert_eq!(replies[1].0, second.text());

@@ -371,3 +371,47 @@ async fn logprobs_of_a_real_answer() {
         assert!(mass <= 1.0 + 1e-4 && t.logprob <= 0.0, "{t:?}");
     }
 }
+
+#[tokio::test]
+async fn n_choices_share_the_prompt_and_match_their_seeds() {
+    let Some(engine) = load(2) else { return };
+    let sampling = |seed: u64| Sampling {
+        temperature: 0.9,
+        seed: Some(seed),
+        ..Sampling::default()
+    };
+    let mut req = request(helpful("Write a line about the sea."), sampling(5), 24);
+    let (first, _, _) = run(&engine, req.clone()).await;
+    req.sampling = sampling(6);
+    let (second, _, _) = run(&engine, req.clone()).await;
+
+    req.sampling = sampling(5);
+    req.n = 2;
+    let before = engine.stats();
+    let mut texts = [String::new(), String::new()];
+    let mut current = 0;
+    let mut finishes = 0;
+    for event in events_n(&engine, req).await {
+        match event {
+            EngineEvent::Choice(i) => current = i as usize,
+            EngineEvent::Text(t) => texts[current].push_str(&t),
+            EngineEvent::Finish { .. } => finishes += 1,
+            _ => {}
+        }
+    }
+    eprintln!("choices: {texts:?}");
+    assert_eq!(finishes, 2);
+    // The second choice started from a copy of the first's prompt cells,
+    // and says what it says alone with its seed (seed + 1).
+    assert_eq!(engine.stats().shared_prompts - before.shared_prompts, 1);
+    assert_eq!(texts, [first, second]);
+}
+
+async fn events_n(engine: &LlamaEngine, request: GenerateRequest) -> Vec<EngineEvent> {
+    let mut stream = engine.generate(request).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(event) = stream.next().await {
+        out.push(event.unwrap());
+    }
+    out
+}
