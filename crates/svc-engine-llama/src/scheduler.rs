@@ -10,6 +10,12 @@
 //! for logits. Requests wait in a bounded queue in [`Shared`]; the async side
 //! only pushes to it and reads the event channels.
 //!
+//! A sequence admitted with the same prompt as one whose prompt is not
+//! decoded yet (the choices of a request with `n > 1`, admitted together
+//! under a [`Hold`]) does not decode it again: once the other's prompt is
+//! decoded, its KV cells are copied over and both sample from the same
+//! logits, each with its own sampler.
+//!
 //! This module must not block on a consumer: events go out on unbounded
 //! channels, so a slow client never stalls the other sequences.
 
