@@ -281,10 +281,20 @@ fn generate_n(
     let mut merged = futures::stream::select_all(streams);
     Ok(Box::pin(async_stream::stream! {
         let mut current = 0;
+        // Each choice's log probabilities, held until its next text: another
+        // choice's events may come in between.
+        let mut logprobs: Vec<Vec<TokenLogprob>> = (0..n).map(|_| Vec::new()).collect();
         while let Some((i, event)) = merged.next().await {
+            if let Ok(EngineEvent::Logprobs(tokens)) = event {
+                logprobs[i as usize].extend(tokens);
+                continue;
+            }
             if i != current {
                 current = i;
                 yield Ok(EngineEvent::Choice(i));
+            }
+            if matches!(event, Ok(EngineEvent::Text(_))) && !logprobs[i as usize].is_empty() {
+                yield Ok(EngineEvent::Logprobs(std::mem::take(&mut logprobs[i as usize])));
             }
             match event {
                 Ok(EngineEvent::Finish { reason, mut usage }) => {

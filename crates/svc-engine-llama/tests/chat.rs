@@ -840,3 +840,38 @@ async fn n_replies_with_seeds_of_their_own() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn each_choice_gets_its_own_logprobs() {
+    let f = engine(&TinyModel::hello(), 512);
+    let mut req = request("Hi");
+    req.n = 2;
+    req.logprobs = Some(1);
+    let mut stream = f.engine.generate(req).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event.unwrap());
+    }
+    let mut current = 0;
+    let mut text = [String::new(), String::new()];
+    let mut tokens = [Vec::new(), Vec::new()];
+    for (i, event) in events.iter().enumerate() {
+        match event {
+            EngineEvent::Choice(c) => current = *c as usize,
+            EngineEvent::Text(t) => text[current].push_str(t),
+            EngineEvent::Logprobs(more) => {
+                // Right before the text of the same choice.
+                assert!(
+                    matches!(events.get(i + 1), Some(EngineEvent::Text(_))),
+                    "{events:?}"
+                );
+                tokens[current].extend(more.iter().flat_map(|t| t.bytes.clone()));
+            }
+            _ => {}
+        }
+    }
+    for c in 0..2 {
+        assert_eq!(text[c], HELLO);
+        assert_eq!(tokens[c], HELLO.as_bytes(), "choice {c}");
+    }
+}

@@ -241,12 +241,12 @@ pub fn sse(
         let mut current = 0u32;
         let mut finished = 0u32;
         let mut used = TokenUsage::default();
-        // Log probabilities waiting for the text they go with.
-        let mut tokens: Vec<TokenLogprob> = Vec::new();
+        // Each choice's log probabilities waiting for the text they go with.
+        let mut tokens: Vec<Vec<TokenLogprob>> = (0..n).map(|_| Vec::new()).collect();
         loop {
             let delta = match events.next().await {
                 Some(Ok(EngineEvent::Text(text))) => {
-                    let tokens = with_logprobs.then(|| std::mem::take(&mut tokens));
+                    let tokens = with_logprobs.then(|| tokens.get_mut(current as usize).map(std::mem::take).unwrap_or_default());
                     yield Ok(event(&chunk(current, Delta { content: Some(text), ..Delta::default() }, None, tokens)));
                     continue;
                 }
@@ -261,7 +261,9 @@ pub fn sse(
                     ..Delta::default()
                 },
                 Some(Ok(EngineEvent::Logprobs(more))) => {
-                    tokens.extend(more);
+                    if let Some(held) = tokens.get_mut(current as usize) {
+                        held.extend(more);
+                    }
                     continue;
                 }
                 Some(Ok(EngineEvent::Choice(index))) => {
@@ -270,7 +272,10 @@ pub fn sse(
                 }
                 Some(Ok(EngineEvent::Finish { reason, usage: more })) => {
                     // Log probabilities no text took (none from svc's engines) go with the finish.
-                    let rest = (with_logprobs && !tokens.is_empty()).then(|| std::mem::take(&mut tokens));
+                    let rest = tokens
+                        .get_mut(current as usize)
+                        .filter(|held| with_logprobs && !held.is_empty())
+                        .map(std::mem::take);
                     yield Ok(event(&chunk(current, Delta::default(), Some(reason), rest)));
                     used.prompt_tokens += more.prompt_tokens;
                     used.completion_tokens += more.completion_tokens;
