@@ -1,6 +1,7 @@
 //! The embedded engine's tool-call parser on arbitrary model output: never
 //! a panic; the same calls and text however the output is cut into tokens;
-//! only offered functions are called, with a JSON object as arguments; and
+//! only offered functions are called, with (the start of) a JSON object as
+//! arguments; and
 //! no `<tool_call>` markup leaks around a call that was recognised.
 #![no_main]
 
@@ -33,9 +34,15 @@ fuzz_target!(|data: &[u8]| {
             ToolOutput::Text(text) => assert!(!text.is_empty()),
             ToolOutput::Call { name, arguments } => {
                 assert!(names.contains(name), "{name:?}");
-                let value: serde_json::Value = serde_json::from_str(arguments)
-                    .unwrap_or_else(|e| panic!("{arguments:?}: {e}"));
-                assert!(value.is_object(), "{arguments:?}");
+                // Streamed arguments are as the model wrote them (cut off,
+                // perhaps), but always the start of an object.
+                assert!(
+                    arguments.is_empty() || arguments.starts_with('{'),
+                    "{arguments:?}"
+                );
+                if let Ok(value) = serde_json::from_str::<serde_json::Value>(arguments) {
+                    assert!(value.is_object(), "{arguments:?}");
+                }
             }
         }
     }

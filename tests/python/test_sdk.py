@@ -274,6 +274,74 @@ def test_tool_call_streamed(client: openai.OpenAI) -> None:
     assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
 
 
+# ------------------------------------------------------ logprobs and n
+# The fake `svc` model's tokens are the words of its reply, each of log
+# probability -0.5, its alternatives the word itself then alt1, alt2, ...
+
+
+def test_logprobs(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="svc", messages=user("hi"), logprobs=True, top_logprobs=2
+    )
+    logprobs = completion.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None
+    assert [t.token for t in logprobs.content] == ["You ", "said: ", "hi"]
+    first = logprobs.content[0]
+    assert first.logprob == -0.5
+    assert first.bytes == list(b"You ")
+    assert [(a.token, a.logprob) for a in first.top_logprobs] == [("You ", -0.5), ("alt1", -1.0)]
+    plain = client.chat.completions.create(model="svc", messages=user("hi"))
+    assert plain.choices[0].logprobs is None
+
+
+def test_logprobs_streamed(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="svc", messages=user("hi there"), logprobs=True, top_logprobs=1, stream=True
+    )
+    text, tokens = "", []
+    for chunk in stream:
+        choice = chunk.choices[0]
+        if choice.delta.content:
+            text += choice.delta.content
+            assert choice.logprobs is not None and choice.logprobs.content is not None
+            tokens += [t.token for t in choice.logprobs.content]
+            assert all(len(t.top_logprobs) == 1 for t in choice.logprobs.content)
+    assert text == "You said: hi there"
+    assert "".join(tokens) == text
+
+
+def test_n_choices(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(model="svc", messages=user("hi"), n=3)
+    assert [c.index for c in completion.choices] == [0, 1, 2]
+    for choice in completion.choices:
+        assert choice.message.content == "You said: hi"
+        assert choice.finish_reason == "stop"
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 9
+
+
+def test_n_choices_streamed(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="svc",
+        messages=user("hi"),
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert texts == {0: "You said: hi", 1: "You said: hi"}
+    assert finishes == {0: "stop", 1: "stop"}
+    assert usage is not None and usage.completion_tokens == 6
+
+
 # ----------------------------------------------------------------- errors
 
 
@@ -311,7 +379,9 @@ def test_out_of_range_temperature_is_bad_request(client: openai.OpenAI) -> None:
     ("extra", "param"),
     [
         ({"top_p": 1.5}, "top_p"),
-        ({"n": 2}, "n"),
+        ({"n": 0}, "n"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"presence_penalty": -2.5}, "presence_penalty"),

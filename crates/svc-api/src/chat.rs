@@ -55,10 +55,20 @@ pub struct ChatCompletionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
     pub seed: Option<i64>,
-    /// Number of choices: only 1 is served.
+    /// Number of choices, each with its own `index` and `finish_reason`;
+    /// the usage counts every choice's tokens. The embedded model serves at
+    /// most its parallel sequences; upstream models serve 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 1)]
+    #[schema(minimum = 1, maximum = 128, default = 1)]
     pub n: Option<i64>,
+    /// Return each content token's log probability in `choices[].logprobs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = false)]
+    pub logprobs: Option<bool>,
+    /// With `logprobs`, also the most likely tokens at each position (0 to 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = -2, maximum = 2, default = 0)]
     pub presence_penalty: Option<f64>,
@@ -85,7 +95,8 @@ pub struct ChatCompletionRequest {
 
 /// `CreateChatCompletionRequest`: the derived schema of the fields, and
 /// the rules between them that JSON Schema can say (`stream_options` needs
-/// `stream: true`; `tool_choice` `required` or named needs tools).
+/// `stream: true`; `tool_choice` `required` or named needs tools;
+/// `top_logprobs` needs `logprobs: true`).
 pub fn request_schema() -> RefOr<Schema> {
     let RefOr::T(Schema::Object(fields)) = ChatCompletionRequest::schema() else {
         return ChatCompletionRequest::schema();
@@ -103,6 +114,11 @@ pub fn request_schema() -> RefOr<Schema> {
                 "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}
             },
             "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}}
+        },
+        {
+            "description": "`top_logprobs` needs `logprobs: true`.",
+            "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer"}}},
+            "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": true}}}
         }
     ]);
     keywords(fields, [("allOf", rules)]).into()
@@ -338,10 +354,43 @@ pub struct Choice {
     pub message: AssistantMessage,
     #[schema(value_type = FinishReason)]
     pub finish_reason: String,
+    /// The content tokens' log probabilities when `logprobs` was asked for; else null.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub logprobs: Option<ChoiceLogprobs>,
+}
+
+/// `logprobs` of a choice (or of a chunk: the tokens of its delta).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct ChoiceLogprobs {
+    /// One entry per content token, in order.
+    #[schema(required = true)]
+    pub content: Option<Vec<TokenLogprob>>,
     /// Always null.
     #[serde(default)]
-    #[schema(schema_with = null)]
-    pub logprobs: Option<Value>,
+    #[schema(required = true, schema_with = null)]
+    pub refusal: Option<Value>,
+}
+
+/// One token's log probability, and the most likely tokens at its position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    /// The token's UTF-8 bytes (a token may hold part of a character).
+    #[schema(required = true)]
+    pub bytes: Option<Vec<u8>>,
+    /// The `top_logprobs` most likely tokens, most likely first.
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// An alternative token at one position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    #[schema(required = true)]
+    pub bytes: Option<Vec<u8>>,
 }
 
 /// The assistant's reply in a whole response.
@@ -390,10 +439,10 @@ pub struct ChunkChoice {
     pub delta: Delta,
     #[schema(required = true, value_type = Option<FinishReason>)]
     pub finish_reason: Option<String>,
-    /// Always null.
+    /// With `logprobs`, the log probabilities of this chunk's content tokens; else null.
     #[serde(default)]
-    #[schema(schema_with = null)]
-    pub logprobs: Option<Value>,
+    #[schema(required = true)]
+    pub logprobs: Option<ChoiceLogprobs>,
 }
 
 /// What a chunk adds; every field absent in the final chunk.

@@ -32,7 +32,9 @@ pub struct GenerateRequest {
     /// [`EngineEvent::Logprobs`].
     pub logprobs: Option<u8>,
     /// How many replies to generate for the same messages (at least 1); the
-    /// events of reply `i > 0` follow an [`EngineEvent::Choice`]`(i)`.
+    /// events of reply `i > 0` follow an [`EngineEvent::Choice`]`(i)`, and
+    /// the replies' events may interleave. An engine that cannot serve this
+    /// many refuses with `InvalidRequest` naming `n`.
     pub n: u32,
 }
 
@@ -146,7 +148,9 @@ pub enum EngineEvent {
     /// A piece of a tool call.
     ToolCall(ToolCallChunk),
     /// The log probabilities of the tokens of the `Text` event that follows
-    /// (only when the request asked for them).
+    /// (only when the request asked for them). A token goes with the text
+    /// that holds its first byte; tokens that make no reply text (reasoning,
+    /// tool calls, a stop sequence, the end of turn) are not reported.
     Logprobs(Vec<TokenLogprob>),
     /// The events that follow, up to the next `Choice`, belong to reply
     /// `index` of a request with `n > 1`; before the first, to reply 0.

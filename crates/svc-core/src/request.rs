@@ -23,6 +23,12 @@ pub const MAX_MESSAGES: usize = 2048;
 /// English: more than any context svc runs.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
+/// Most choices (`n`) a request may ask for, as with OpenAI; an engine may
+/// allow fewer.
+pub const MAX_CHOICES: u32 = 128;
+/// Most alternatives per token (`top_logprobs`), as with OpenAI.
+pub const MAX_TOP_LOGPROBS: u8 = 20;
+
 /// A request field that is out of range or of the wrong shape.
 #[derive(Debug, Clone, Error, PartialEq)]
 #[error("{message}")]
@@ -71,14 +77,41 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
 
-        if let Some(n) = req.n
-            && n != 1
-        {
-            return Err(ValidationError::new(
-                "n",
-                format!("n must be 1: this service returns one choice per request (got {n})"),
-            ));
-        }
+        let n = match req.n {
+            None => 1,
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=MAX_CHOICES).contains(n))
+                .ok_or_else(|| {
+                    ValidationError::new(
+                        "n",
+                        format!("n must be between 1 and {MAX_CHOICES} (got {n})"),
+                    )
+                })?,
+        };
+        let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
+            (true, None) => Some(0),
+            (true, Some(k)) => Some(
+                u8::try_from(k)
+                    .ok()
+                    .filter(|&k| k <= MAX_TOP_LOGPROBS)
+                    .ok_or_else(|| {
+                        ValidationError::new(
+                            "top_logprobs",
+                            format!(
+                                "top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got {k})"
+                            ),
+                        )
+                    })?,
+            ),
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(ValidationError::new(
+                    "top_logprobs",
+                    "top_logprobs is only allowed when logprobs is true",
+                ));
+            }
+        };
 
         let sampling = Sampling {
             temperature: ranged(req.temperature, "temperature", 0.0, 2.0)?.unwrap_or(0.7),
@@ -117,8 +150,8 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 output,
                 reasoning: false,
                 stream,
-                logprobs: None,
-                n: 1,
+                logprobs,
+                n,
             },
         })
     }
@@ -490,7 +523,21 @@ mod tests {
             param_of(json!({"max_completion_tokens": -5})),
             "max_completion_tokens"
         );
-        assert_eq!(param_of(json!({"n": 2})), "n");
+        assert_eq!(param_of(json!({"n": 0})), "n");
+        assert_eq!(param_of(json!({"n": 129})), "n");
+        assert_eq!(param_of(json!({"top_logprobs": 2})), "top_logprobs");
+        assert_eq!(
+            param_of(json!({"logprobs": false, "top_logprobs": 0})),
+            "top_logprobs"
+        );
+        assert_eq!(
+            param_of(json!({"logprobs": true, "top_logprobs": 21})),
+            "top_logprobs"
+        );
+        assert_eq!(
+            param_of(json!({"logprobs": true, "top_logprobs": -1})),
+            "top_logprobs"
+        );
         assert_eq!(param_of(json!({"stop": ["a", "b", "c", "d", "e"]})), "stop");
         assert_eq!(
             param_of(json!({"stream_options": {"include_usage": true}})),
@@ -499,6 +546,19 @@ mod tests {
         assert_eq!(param_of(json!({"messages": []})), "messages");
         assert_eq!(param_of(json!({"tool_choice": "required"})), "tool_choice");
         assert!(request(json!({"temperature": 2, "top_p": 0, "n": 1})).is_ok());
+    }
+
+    #[test]
+    fn logprobs_and_n_reach_the_engine() {
+        use serde_json::json;
+        let valid = request(json!({})).unwrap();
+        assert_eq!((valid.generate.logprobs, valid.generate.n), (None, 1));
+        let valid = request(json!({"logprobs": true, "n": 3})).unwrap();
+        assert_eq!((valid.generate.logprobs, valid.generate.n), (Some(0), 3));
+        let valid = request(json!({"logprobs": true, "top_logprobs": 20, "n": 128})).unwrap();
+        assert_eq!((valid.generate.logprobs, valid.generate.n), (Some(20), 128));
+        let valid = request(json!({"logprobs": false})).unwrap();
+        assert_eq!(valid.generate.logprobs, None);
     }
 
     #[test]

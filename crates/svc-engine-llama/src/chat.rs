@@ -29,7 +29,7 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 use svc_core::engine::{
     ChatMessage, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
+    OutputFormat, TokenLogprob, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
 };
 
 use crate::engine::{CompletionParams, Runner};
@@ -76,6 +76,9 @@ pub(crate) fn generate(
     request: GenerateRequest,
     cancel: &Cancel,
 ) -> Result<EventStream, EngineError> {
+    if request.n > 1 {
+        return generate_n(runner, template, features, request, cancel);
+    }
     let GenerateRequest {
         messages,
         sampling,
@@ -87,8 +90,7 @@ pub(crate) fn generate(
         reasoning: wants_reasoning,
         // Tokens come one by one either way; the server collects them.
         stream: _,
-        // Not yet produced by this engine.
-        logprobs: _,
+        logprobs,
         n: _,
     } = request;
 
@@ -134,13 +136,16 @@ pub(crate) fn generate(
             .then(|| ToolCallParser::new(tools.iter().map(|t| t.name.clone()).collect())),
         json: (grammar.is_some() && !use_tools).then(WsTrim::default),
         next_index: 0,
+        logprobs: Vec::new(),
     };
+    // Only the answer's tokens have log probabilities (not a reasoning pass's).
     let answer = CompletionParams {
         sampling: sampling.clone(),
         max_tokens,
         stop,
         grammar,
         ignore_eos: false,
+        logprobs,
     };
     let render = |messages: &[ChatMessage]| {
         let prompt = template.render_with(messages, &template_tools, &options)?;
@@ -179,6 +184,7 @@ pub(crate) fn generate(
                     stop: vec![THINK_CLOSE.to_owned()],
                     grammar: None,
                     ignore_eos: false,
+                    logprobs: None,
                 };
                 let first = runner.start(tokens, think, false)?;
                 cancel.check()?;
@@ -211,6 +217,7 @@ pub(crate) fn generate(
                 stop: Vec::new(),
                 grammar: None,
                 ignore_eos: false,
+                logprobs: None,
             };
             let first = runner.start(tokens, think, false)?;
             cancel.check()?;
@@ -229,6 +236,81 @@ pub(crate) fn generate(
         .complete_prompt(&prompt, answer, false, cancel)
         .map_err(naming(grammar_param))?;
     Ok(drive(runner.clone(), first, None, out, max_tokens))
+}
+
+/// `n > 1` replies: `n` generations of their own, each in a slot of its
+/// own, choice `i` seeded with the request's seed plus `i`, their events
+/// merged as they come with a `Choice` before each switch. They are queued
+/// under one hold on admission, so the engine admits them together and
+/// decodes their (first pass's) prompt once: the other choices start from a
+/// copy of its KV cells (when slots are free for all of them; a choice
+/// admitted later decodes the prompt itself). The prompt's tokens are
+/// counted in reply 0's usage only. `n` may be at most the engine's
+/// parallel slots.
+fn generate_n(
+    runner: &Runner,
+    template: &Arc<ChatTemplate>,
+    features: ChatFeatures,
+    request: GenerateRequest,
+    cancel: &Cancel,
+) -> Result<EventStream, EngineError> {
+    let n = request.n;
+    if n > runner.parallel() {
+        return Err(EngineError::InvalidRequest {
+            param: Some("n".into()),
+            message: format!(
+                "n must be at most {} on this model (the sequences it decodes in parallel); got {n}",
+                runner.parallel()
+            ),
+        });
+    }
+    let hold = runner.hold();
+    let mut streams = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut one = request.clone();
+        one.n = 1;
+        one.sampling.seed = request
+            .sampling
+            .seed
+            .map(|seed| seed.wrapping_add(u64::from(i)));
+        // A failure drops the replies started so far, which cancels them.
+        let stream = generate(runner, template, features, one, cancel)?;
+        streams.push(stream.map(move |event| (i, event)));
+    }
+    drop(hold);
+    let mut merged = futures::stream::select_all(streams);
+    Ok(Box::pin(async_stream::stream! {
+        let mut current = 0;
+        // Each choice's log probabilities, held until its next text: another
+        // choice's events may come in between.
+        let mut logprobs: Vec<Vec<TokenLogprob>> = (0..n).map(|_| Vec::new()).collect();
+        while let Some((i, event)) = merged.next().await {
+            if let Ok(EngineEvent::Logprobs(tokens)) = event {
+                logprobs[i as usize].extend(tokens);
+                continue;
+            }
+            if i != current {
+                current = i;
+                yield Ok(EngineEvent::Choice(i));
+            }
+            if matches!(event, Ok(EngineEvent::Text(_))) && !logprobs[i as usize].is_empty() {
+                yield Ok(EngineEvent::Logprobs(std::mem::take(&mut logprobs[i as usize])));
+            }
+            match event {
+                Ok(EngineEvent::Finish { reason, mut usage }) => {
+                    if i > 0 {
+                        usage.prompt_tokens = 0;
+                    }
+                    yield Ok(EngineEvent::Finish { reason, usage });
+                }
+                Ok(event) => yield Ok(event),
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            }
+        }
+    }))
 }
 
 /// Tokens the reasoning pass may use: at most [`REASONING_CAP`], half of
@@ -461,6 +543,7 @@ fn drive(
                     yield Ok(EngineEvent::Finish { reason: out.reason(reason), usage });
                     return;
                 }
+                Ok(EngineEvent::Logprobs(tokens)) => out.logprobs.extend(tokens),
                 Ok(other) => yield Ok(other),
                 Err(e) => {
                     yield Err(e);
@@ -487,6 +570,8 @@ struct Output {
     /// Trims the whitespace a JSON grammar allows around the value.
     json: Option<WsTrim>,
     next_index: u32,
+    /// Log probabilities of tokens whose text is not out yet.
+    logprobs: Vec<TokenLogprob>,
 }
 
 impl Output {
@@ -499,6 +584,24 @@ impl Output {
                 self.pieces(pieces, &mut events);
             }
             None => self.content(text, &mut events),
+        }
+        self.with_logprobs(events)
+    }
+
+    /// `events` with the held log probabilities before their first text.
+    /// Tokens that became reasoning or tool calls only are not reported (as
+    /// OpenAI reports content tokens only); tokens still held by a parser
+    /// wait for the text they make.
+    fn with_logprobs(&mut self, mut events: Vec<EngineEvent>) -> Vec<EngineEvent> {
+        if self.logprobs.is_empty() || events.is_empty() {
+            return events;
+        }
+        let tokens = std::mem::take(&mut self.logprobs);
+        if let Some(at) = events
+            .iter()
+            .position(|e| matches!(e, EngineEvent::Text(_)))
+        {
+            events.insert(at, EngineEvent::Logprobs(tokens));
         }
         events
     }
@@ -518,7 +621,7 @@ impl Output {
         if let Some(json) = self.json.as_mut() {
             json.finish();
         }
-        events
+        self.with_logprobs(events)
     }
 
     /// The finish reason to report: `tool_calls` when the reply ended by
@@ -561,28 +664,43 @@ impl Output {
     }
 
     /// Parsed output as events: a call is a first chunk with its index, id
-    /// and name, then one with its arguments.
+    /// and name (and empty arguments), then its arguments, in one chunk or
+    /// piece by piece as they decode.
     fn parsed(&mut self, parsed: Vec<Parsed>, events: &mut Vec<EngineEvent>) {
         for item in parsed {
             match item {
                 Parsed::Text(text) => events.push(EngineEvent::Text(text)),
+                Parsed::CallStart { name } => self.start_call(name, events),
                 Parsed::Call { name, arguments } => {
-                    let index = self.next_index;
-                    self.next_index += 1;
-                    events.push(EngineEvent::ToolCall(ToolCallChunk {
-                        index,
-                        id: Some(tools::call_id()),
-                        name: Some(name),
-                        arguments: String::new(),
-                    }));
-                    events.push(EngineEvent::ToolCall(ToolCallChunk {
-                        index,
-                        id: None,
-                        name: None,
-                        arguments,
-                    }));
+                    self.start_call(name, events);
+                    self.arguments(arguments, events);
                 }
+                Parsed::Args(arguments) => self.arguments(arguments, events),
             }
         }
+    }
+
+    fn start_call(&mut self, name: String, events: &mut Vec<EngineEvent>) {
+        let index = self.next_index;
+        self.next_index += 1;
+        events.push(EngineEvent::ToolCall(ToolCallChunk {
+            index,
+            id: Some(tools::call_id()),
+            name: Some(name),
+            arguments: String::new(),
+        }));
+    }
+
+    /// A piece of the arguments of the call that started last.
+    fn arguments(&mut self, arguments: String, events: &mut Vec<EngineEvent>) {
+        if arguments.is_empty() {
+            return;
+        }
+        events.push(EngineEvent::ToolCall(ToolCallChunk {
+            index: self.next_index.saturating_sub(1),
+            id: None,
+            name: None,
+            arguments,
+        }));
     }
 }

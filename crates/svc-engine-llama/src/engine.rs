@@ -100,6 +100,9 @@ pub struct CompletionParams {
     pub grammar: Option<Grammar>,
     /// Keep going past end-of-generation tokens until `max_tokens` (for benchmarks).
     pub ignore_eos: bool,
+    /// Report each token's log probability and this many (at most 20) most
+    /// likely alternatives, as `Logprobs` events before the text they make.
+    pub logprobs: Option<u8>,
 }
 
 /// An in-process llama.cpp engine with continuous batching.
@@ -128,6 +131,16 @@ impl Runner {
     /// Context tokens of one sequence (prompt and reply together).
     pub(crate) fn context(&self) -> u32 {
         self.context
+    }
+
+    /// Sequences the engine decodes in parallel.
+    pub(crate) fn parallel(&self) -> u32 {
+        self.shared.parallel()
+    }
+
+    /// Holds the admission of queued jobs until the guard drops (see `scheduler::Shared::hold`).
+    pub(crate) fn hold(&self) -> crate::scheduler::Hold {
+        self.shared.hold()
     }
 
     /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
@@ -251,6 +264,7 @@ impl Runner {
                 max_tokens,
                 stop: params.stop,
                 ignore_eos: params.ignore_eos,
+                logprobs: params.logprobs,
                 sink,
             },
             continuation,

@@ -16,7 +16,8 @@ pub enum ToolOutput {
 }
 
 /// Streams `pieces` through the tool-call parser that accepts calls of
-/// `names`, then ends the output.
+/// `names`, then ends the output. A streamed call (its start and the
+/// pieces of its arguments) comes back as one `Call`.
 pub fn parse_tool_calls(names: &[String], pieces: &[&str]) -> Vec<ToolOutput> {
     let mut parser = ToolCallParser::new(names.to_vec());
     let mut out = Vec::new();
@@ -24,12 +25,23 @@ pub fn parse_tool_calls(names: &[String], pieces: &[&str]) -> Vec<ToolOutput> {
         parser.push(piece, &mut out);
     }
     parser.finish(&mut out);
-    out.into_iter()
-        .map(|p| match p {
-            Parsed::Text(t) => ToolOutput::Text(t),
-            Parsed::Call { name, arguments } => ToolOutput::Call { name, arguments },
-        })
-        .collect()
+    let mut calls: Vec<ToolOutput> = Vec::new();
+    for p in out {
+        match p {
+            Parsed::Text(t) => calls.push(ToolOutput::Text(t)),
+            Parsed::Call { name, arguments } => calls.push(ToolOutput::Call { name, arguments }),
+            Parsed::CallStart { name } => calls.push(ToolOutput::Call {
+                name,
+                arguments: String::new(),
+            }),
+            Parsed::Args(more) => {
+                if let Some(ToolOutput::Call { arguments, .. }) = calls.last_mut() {
+                    arguments.push_str(&more);
+                }
+            }
+        }
+    }
+    calls
 }
 
 /// What the think splitter sent on.

@@ -9,6 +9,7 @@
 //! - `prompt`: rendered prompts to tokens, the client's text always plain
 //!   text (never control tokens), and the cancellation of a request's preparation.
 //! - `text`: whole-character, stop-sequence-safe text streaming.
+//! - `logprobs`: generated tokens' log probabilities, and when they go out.
 //! - `chat`: the chat layer of `Engine::generate`: tools, reasoning and
 //!   response formats on top of raw completions, with `grammar` (JSON
 //!   Schema to GBNF), `tools` (tool prompts and the tool-call parser),
@@ -27,6 +28,7 @@ mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 mod grammar;
+mod logprobs;
 mod markup;
 mod options;
 mod prompt;

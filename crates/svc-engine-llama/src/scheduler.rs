@@ -10,6 +10,12 @@
 //! for logits. Requests wait in a bounded queue in [`Shared`]; the async side
 //! only pushes to it and reads the event channels.
 //!
+//! A sequence admitted with the same prompt as one whose prompt is not
+//! decoded yet (the choices of a request with `n > 1`, admitted together
+//! under a [`Hold`]) does not decode it again: once the other's prompt is
+//! decoded, its KV cells are copied over and both sample from the same
+//! logits, each with its own sampler.
+//!
 //! This module must not block on a consumer: events go out on unbounded
 //! channels, so a slow client never stalls the other sequences.
 
@@ -23,10 +29,13 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use svc_core::engine::{EngineError, EngineEvent, FinishReason, Sampling, TokenUsage};
+use svc_core::engine::{
+    EngineError, EngineEvent, FinishReason, Sampling, TokenLogprob, TokenUsage,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
+use crate::logprobs::{self, Pending};
 use crate::sampler;
 use crate::stats::Counters;
 use crate::text::TextAssembler;
@@ -47,6 +56,8 @@ pub(crate) struct Job {
     pub(crate) stop: Vec<String>,
     /// Never end at end-of-generation tokens (benchmarks).
     pub(crate) ignore_eos: bool,
+    /// Report each token's log probability and this many alternatives.
+    pub(crate) logprobs: Option<u8>,
     pub(crate) sink: Sink,
 }
 
@@ -57,6 +68,7 @@ pub(crate) struct Shared {
     wake: Condvar,
     pub(crate) counters: Counters,
     queue_capacity: usize,
+    parallel: u32,
 }
 
 #[derive(Debug)]
@@ -66,6 +78,8 @@ struct Queue {
     free_slots: usize,
     /// No more jobs: the engine is dropped or its thread ended.
     closed: bool,
+    /// Holds on admission (see [`Shared::hold`]): jobs wait while above zero.
+    held: usize,
 }
 
 impl Shared {
@@ -75,11 +89,18 @@ impl Shared {
                 waiting: VecDeque::new(),
                 free_slots: parallel,
                 closed: false,
+                held: 0,
             }),
             wake: Condvar::new(),
             counters: Counters::default(),
             queue_capacity,
+            parallel: u32::try_from(parallel).unwrap_or(u32::MAX),
         }
+    }
+
+    /// Sequence slots.
+    pub(crate) fn parallel(&self) -> u32 {
+        self.parallel
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -109,6 +130,15 @@ impl Shared {
         drop(queue);
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Keeps the engine thread from admitting queued jobs until the guard
+    /// drops, so that jobs queued meanwhile (the choices of one request)
+    /// are admitted in one go, and those with the same prompt share its
+    /// decoding (see [`Batcher::admit`]).
+    pub(crate) fn hold(self: &Arc<Self>) -> Hold {
+        self.lock().held += 1;
+        Hold(Arc::clone(self))
     }
 
     /// Requests waiting for a slot now.
@@ -162,6 +192,7 @@ pub(crate) fn run(
         batch_size: settings.batch_size as usize,
         penalty_window: context_per_sequence,
         shared: &shared,
+        next_serial: 0,
     };
     batcher.run(&mut ctx);
 }
@@ -200,6 +231,18 @@ fn new_context<'m>(
         .map_err(|e| format!("cannot create the llama.cpp context: {e}"))
 }
 
+/// A hold on admission; see [`Shared::hold`].
+pub(crate) struct Hold(Arc<Shared>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        queue.held = queue.held.saturating_sub(1);
+        drop(queue);
+        self.0.wake.notify_all();
+    }
+}
+
 struct CloseOnExit(Arc<Shared>);
 
 impl Drop for CloseOnExit {
@@ -222,6 +265,14 @@ fn stopped() -> EngineError {
 
 /// One generation in a slot.
 struct Sequence {
+    /// Which sequence this is, for as long as the engine runs (its `seq_id`
+    /// changes when it moves).
+    serial: u64,
+    /// The serial of the sequence whose prompt (the same as this one's) this
+    /// one waits for: once that prompt is decoded, its KV cells are copied
+    /// here and this sequence samples from the same logits, so the prompt is
+    /// decoded once for both.
+    follows: Option<u64>,
     seq_id: i32,
     sink: Sink,
     prompt: Vec<LlamaToken>,
@@ -237,9 +288,27 @@ struct Sequence {
     text: TextAssembler,
     generated: u32,
     max_tokens: u32,
+    /// Alternatives to report per token, when log probabilities were asked for.
+    logprobs: Option<u8>,
+    /// Log probabilities of tokens whose text is not sent yet.
+    unsent: Pending,
 }
 
 impl Sequence {
+    /// Sends `text` (when not empty), after the log probabilities of the tokens it starts.
+    fn send_text(&mut self, text: String) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        if self.logprobs.is_some() {
+            let tokens = self.unsent.take(text.len());
+            if !tokens.is_empty() && self.sink.send(Ok(EngineEvent::Logprobs(tokens))).is_err() {
+                return false;
+            }
+        }
+        self.sink.send(Ok(EngineEvent::Text(text))).is_ok()
+    }
+
     fn usage(&self) -> TokenUsage {
         TokenUsage {
             prompt_tokens: self.prompt.len() as u64,
@@ -250,9 +319,7 @@ impl Sequence {
     /// Sends the held-back text and the finish event.
     fn finish(&mut self, reason: FinishReason) {
         let tail = self.text.finish();
-        if !tail.is_empty() {
-            let _ = self.sink.send(Ok(EngineEvent::Text(tail)));
-        }
+        self.send_text(tail);
         let _ = self.sink.send(Ok(EngineEvent::Finish {
             reason,
             usage: self.usage(),
@@ -279,6 +346,8 @@ struct Batcher<'a, 'm> {
     batch_size: usize,
     penalty_window: u32,
     shared: &'a Shared,
+    /// The serial of the next sequence.
+    next_serial: u64,
 }
 
 impl Batcher<'_, '_> {
@@ -328,6 +397,9 @@ impl Batcher<'_, '_> {
                 return false;
             }
             while let Some(free) = self.slots.iter().position(Option::is_none) {
+                if queue.held > 0 {
+                    break;
+                }
                 let Some(job) = queue.waiting.pop_front() else {
                     break;
                 };
@@ -335,7 +407,11 @@ impl Batcher<'_, '_> {
                     self.shared.counters.cancelled();
                     continue;
                 }
-                self.slots[free] = self.start(free, job);
+                let mut seq = self.start(free, job);
+                if let Some(seq) = seq.as_mut() {
+                    seq.follows = self.leader_for(&seq.prompt);
+                }
+                self.slots[free] = seq;
             }
             let free = self.slots.iter().filter(|s| s.is_none()).count();
             queue.free_slots = free;
@@ -349,6 +425,60 @@ impl Batcher<'_, '_> {
                 .wake
                 .wait(queue)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// A sequence whose prompt is `prompt` and whose decoding has not
+    /// started (and that follows no other): a new sequence with the same
+    /// prompt can wait for it instead of decoding the prompt again. Not for
+    /// recurrent memory, whose state is not copied cell by cell.
+    fn leader_for(&self, prompt: &[LlamaToken]) -> Option<u64> {
+        if !self.can_compact {
+            return None;
+        }
+        self.slots
+            .iter()
+            .flatten()
+            .find(|s| s.follows.is_none() && s.prompt_fed == 0 && s.prompt == prompt)
+            .map(|s| s.serial)
+    }
+
+    /// Followers of a sequence that went away decode their prompt themselves.
+    fn orphan_followers(&mut self) {
+        let serials: Vec<u64> = self.slots.iter().flatten().map(|s| s.serial).collect();
+        for seq in self.slots.iter_mut().flatten() {
+            if seq.follows.is_some_and(|leader| !serials.contains(&leader)) {
+                seq.follows = None;
+            }
+        }
+    }
+
+    /// For each sequence whose prompt this step finished decoding: its
+    /// followers get a copy of its KV cells and sample from its logits.
+    fn share_prompts(&mut self, ctx: &mut LlamaContext<'_>) {
+        let leaders: Vec<(u64, i32, i32, i32)> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| s.generated == 0 && s.prompt_fed == s.prompt.len())
+            .filter_map(|s| s.logits_at.map(|at| (s.serial, s.seq_id, s.n_past, at)))
+            .collect();
+        for (serial, seq_id, n_past, at) in leaders {
+            for seq in self.slots.iter_mut().flatten() {
+                if seq.follows != Some(serial) {
+                    continue;
+                }
+                seq.follows = None;
+                if let Err(e) = ctx.kv_cache_seq_cp(seq_id, seq.seq_id, None, None) {
+                    // It decodes the prompt itself from the next step on.
+                    tracing::error!(error = %e, "cannot copy a prompt's KV cells");
+                    continue;
+                }
+                seq.prompt_fed = seq.prompt.len();
+                seq.n_past = n_past;
+                seq.logits_at = Some(at);
+                self.shared.counters.shared_prompt();
+            }
         }
     }
 
@@ -394,7 +524,7 @@ impl Batcher<'_, '_> {
     }
 
     /// A sequence for `job` in slot `slot`, or `None` (after telling the client) when it cannot start.
-    fn start(&self, slot: usize, job: Job) -> Option<Sequence> {
+    fn start(&mut self, slot: usize, job: Job) -> Option<Sequence> {
         let sampler = match sampler::build(
             self.model,
             &job.sampling,
@@ -408,7 +538,11 @@ impl Batcher<'_, '_> {
                 return None;
             }
         };
+        let serial = self.next_serial;
+        self.next_serial += 1;
         Some(Sequence {
+            serial,
+            follows: None,
             seq_id: i32::try_from(slot).unwrap_or(i32::MAX),
             text: TextAssembler::new(&job.stop),
             sink: job.sink,
@@ -420,6 +554,8 @@ impl Batcher<'_, '_> {
             sampler,
             generated: 0,
             max_tokens: job.max_tokens,
+            logprobs: job.logprobs,
+            unsent: Pending::default(),
         })
     }
 
@@ -445,7 +581,11 @@ impl Batcher<'_, '_> {
                 }
             }
         }
+        self.orphan_followers();
         for seq in self.slots.iter_mut().flatten() {
+            if seq.follows.is_some() {
+                continue;
+            }
             let room = self
                 .batch_size
                 .saturating_sub(usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX));
@@ -480,6 +620,7 @@ impl Batcher<'_, '_> {
 
     /// Samples one token for every sequence whose logits this step computed.
     fn sample(&mut self, ctx: &mut LlamaContext<'_>) {
+        self.share_prompts(ctx);
         for i in 0..self.slots.len() {
             let Some(seq) = self.slots[i].as_mut() else {
                 continue;
@@ -488,8 +629,17 @@ impl Batcher<'_, '_> {
                 continue;
             };
             let token = seq.sampler.sample(ctx, at);
+            let logprob = seq.logprobs.map(|top| {
+                let vocab = self.model.vocab();
+                logprobs::token_logprob(ctx.get_logits_ith(at), token.0 as usize, top, |id| {
+                    let mut piece = Vec::with_capacity(16);
+                    let id = LlamaToken(i32::try_from(id).unwrap_or(0));
+                    vocab.token_to_piece_into(id, &mut piece, false, None);
+                    piece
+                })
+            });
             self.shared.counters.generated();
-            match self.on_token(i, token) {
+            match self.on_token(i, token, logprob) {
                 Next::Continue => {}
                 Next::Finish(reason) => {
                     // Free the slot first: a client that sees the finish event
@@ -507,7 +657,7 @@ impl Batcher<'_, '_> {
     }
 
     /// Streams what `token` adds to the reply of slot `i` and decides whether it goes on.
-    fn on_token(&mut self, i: usize, token: LlamaToken) -> Next {
+    fn on_token(&mut self, i: usize, token: LlamaToken, logprob: Option<TokenLogprob>) -> Next {
         let Some(seq) = self.slots[i].as_mut() else {
             return Next::Gone;
         };
@@ -518,8 +668,11 @@ impl Batcher<'_, '_> {
         }
         let mut piece = Vec::with_capacity(16);
         vocab.token_to_piece_into(token, &mut piece, false, None);
+        if let Some(logprob) = logprob {
+            seq.unsent.push(logprob);
+        }
         let release = seq.text.push(&piece);
-        if !release.text.is_empty() && seq.sink.send(Ok(EngineEvent::Text(release.text))).is_err() {
+        if !seq.send_text(release.text) {
             return Next::Gone;
         }
         if release.stopped {

@@ -20,6 +20,9 @@ pub struct EngineStats {
     pub cancelled: u64,
     /// Sequences moved to a lower slot to keep the batch in one piece.
     pub moved: u64,
+    /// Sequences that started from a copy of another's decoded prompt (the
+    /// choices of a request with `n > 1`) instead of decoding it again.
+    pub shared_prompts: u64,
     /// Sequences decoding now.
     pub active_sequences: u64,
     /// Requests waiting for a free sequence now.
@@ -34,6 +37,7 @@ pub(crate) struct Counters {
     generated_tokens: AtomicU64,
     cancelled: AtomicU64,
     moved: AtomicU64,
+    shared_prompts: AtomicU64,
     active_sequences: AtomicU64,
 }
 
@@ -58,6 +62,10 @@ impl Counters {
         self.moved.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn shared_prompt(&self) {
+        self.shared_prompts.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_active(&self, n: u64) {
         self.active_sequences.store(n, Ordering::Relaxed);
     }
@@ -70,6 +78,7 @@ impl Counters {
             generated_tokens: self.generated_tokens.load(Ordering::Relaxed),
             cancelled: self.cancelled.load(Ordering::Relaxed),
             moved: self.moved.load(Ordering::Relaxed),
+            shared_prompts: self.shared_prompts.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),
             waiting_requests,
         }

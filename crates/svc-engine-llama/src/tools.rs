@@ -122,6 +122,10 @@ pub(crate) enum Parsed {
     Text(String),
     /// A complete, valid call of a known function; `arguments` is a JSON object's text.
     Call { name: String, arguments: String },
+    /// A call of a known function starts; its arguments follow as `Args`.
+    CallStart { name: String },
+    /// The next piece of the arguments of the call that started last.
+    Args(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,8 +134,12 @@ enum State {
     Start,
     /// Reply text, outside any call.
     Text,
-    /// Inside `<tool_call>`, before `</tool_call>`.
+    /// Inside `<tool_call>`, before it is known whether the block streams.
     Call,
+    /// Inside a streamed call's arguments object.
+    Args(ArgsScan),
+    /// After a streamed call's arguments, up to `</tool_call>` (dropped).
+    Tail,
     /// The output started with `{` or `[`: held whole until the end.
     Bare,
 }
@@ -141,15 +149,25 @@ enum State {
 /// - Text outside `<tool_call>…</tool_call>` blocks is sent as it comes,
 ///   except an end that may still become `<tool_call>` (and the whitespace
 ///   before it), so no markup ever reaches the client.
-/// - A block becomes one call (or several, when it holds a JSON array of
-///   calls) when its JSON is `{"name": <a function offered>, "arguments":
-///   {...}}` (`parameters` is accepted for `arguments`; arguments given as a
-///   JSON string holding an object are accepted too). Anything else (not
-///   JSON, an unknown function, arguments that are not an object) is sent as
-///   text, tags and all: svc never reports a call the client did not offer.
-///   A block still open when the output ends is a call when its JSON is
-///   complete and valid, and is dropped otherwise (half a call, cut off by
-///   `max_tokens`, is neither a call nor text).
+/// - A block that starts `{"name": <a function offered>, "arguments": {`
+///   (`parameters` is accepted for `arguments`; any whitespace between the
+///   tokens) streams: the call starts as soon as that much is written, and
+///   the arguments object follows piece by piece as it decodes, up to its
+///   closing brace (or `</tool_call>`, or the end of the output: a call cut
+///   off by `max_tokens` keeps what was written). What follows the
+///   arguments in the block is dropped. A streamed call is reported as
+///   written: its arguments are not checked to be valid JSON (under a
+///   grammar they always are).
+/// - Any other block becomes one call (or several, when it holds a JSON
+///   array of calls) once it closes, when its JSON is a call of a known
+///   function (arguments given as a JSON string holding an object are
+///   accepted too). Anything else (not JSON, an unknown function, arguments
+///   that are not an object) is sent as text, tags and all: svc never
+///   reports a call the client did not offer. Such a block still open when
+///   the output ends is a call when its JSON is complete and valid, a call
+///   with empty arguments when it was cut off after a known function's
+///   name, and is dropped otherwise (half a name is neither a call nor
+///   text).
 /// - Output that starts with `{` or `[` is held to the end and becomes calls
 ///   when it is, as a whole, a call or an array of calls (Llama 3 style), and
 ///   text otherwise.
@@ -215,13 +233,56 @@ impl ToolCallParser {
                     return;
                 }
                 State::Call => {
-                    let Some(at) = self.buf.find(CALL_CLOSE) else {
+                    let close = self.buf.find(CALL_CLOSE);
+                    let region = &self.buf[..close.unwrap_or(self.buf.len())];
+                    if let Head::Call { name, args_at } = head(region, &self.names) {
+                        self.buf.drain(..args_at);
+                        self.calls += 1;
+                        out.push(Parsed::CallStart { name });
+                        self.state = State::Args(ArgsScan::default());
+                        continue;
+                    }
+                    let Some(at) = close else {
                         return;
                     };
                     let body: String = self.buf[..at].to_owned();
                     self.buf.drain(..at + CALL_CLOSE.len());
                     self.block(&body, out);
                     self.state = State::Text;
+                }
+                State::Args(mut scan) => {
+                    let close = self.buf.find(CALL_CLOSE);
+                    let upto = close
+                        .unwrap_or_else(|| self.buf.len() - partial_tag_len(&self.buf, CALL_CLOSE));
+                    if let Some(end) = scan.feed(&self.buf[..upto]) {
+                        let args: String = self.buf.drain(..end).collect();
+                        out.push(Parsed::Args(args));
+                        self.state = State::Tail;
+                        continue;
+                    }
+                    let args: String = self.buf.drain(..upto).collect();
+                    if !args.is_empty() {
+                        out.push(Parsed::Args(args));
+                    }
+                    if close.is_none() {
+                        self.state = State::Args(scan);
+                        return;
+                    }
+                    // Closed before its arguments did: the call stands as written.
+                    self.buf.drain(..CALL_CLOSE.len());
+                    self.skip_ws = true;
+                    self.state = State::Text;
+                }
+                State::Tail => {
+                    if let Some(at) = self.buf.find(CALL_CLOSE) {
+                        self.buf.drain(..at + CALL_CLOSE.len());
+                        self.skip_ws = true;
+                        self.state = State::Text;
+                        continue;
+                    }
+                    let keep = partial_tag_len(&self.buf, CALL_CLOSE);
+                    self.buf.drain(..self.buf.len() - keep);
+                    return;
                 }
                 State::Bare => return,
             }
@@ -244,12 +305,28 @@ impl ToolCallParser {
             }
             State::Call => {
                 // Cut off (length, a stop sequence) or ended without its
-                // close tag: a call when its JSON is complete, else dropped,
-                // so half a call never shows as text.
+                // close tag: a call when its JSON is complete or it got as
+                // far as a known function's name, else dropped, so half a
+                // call never shows as text.
                 if let Some(calls) = self.parse_calls(&rest) {
                     self.found(calls, out);
+                } else if let Head::More { name: Some(name) } = head(&rest, &self.names) {
+                    self.found(
+                        vec![Parsed::Call {
+                            name,
+                            arguments: String::new(),
+                        }],
+                        out,
+                    );
                 }
             }
+            State::Args(_) => {
+                // Cut off inside the arguments: they stay as written.
+                if !rest.is_empty() {
+                    out.push(Parsed::Args(rest));
+                }
+            }
+            State::Tail => {}
             State::Bare => match self.parse_calls(&rest) {
                 Some(calls) => self.found(calls, out),
                 None => self.text(rest, out),
@@ -330,6 +407,141 @@ impl ToolCallParser {
     }
 }
 
+/// How far the start of a block's body matches a streamable call.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// `{"name": <known>, "arguments": ` is complete; the arguments object
+    /// starts at byte `args_at`.
+    Call { name: String, args_at: usize },
+    /// So far a match; `name` once the function's name is complete and known.
+    More { name: Option<String> },
+    /// Not a streamable call (or not of a known function).
+    No,
+}
+
+/// Matches `{"name": <string>, "arguments": {` (or `"parameters"`), any
+/// JSON whitespace between, at the start of `text`.
+fn head(text: &str, names: &[String]) -> Head {
+    let b = text.as_bytes();
+    let mut i = 0;
+    let ws = |i: &mut usize| {
+        while *i < b.len() && matches!(b[*i], b' ' | b'\n' | b'\r' | b'\t') {
+            *i += 1;
+        }
+    };
+    // Some(true): matched (i moved past it); Some(false): mismatch; None: text ended inside it.
+    let lit = |i: &mut usize, word: &str| -> Option<bool> {
+        let w = word.as_bytes();
+        let have = &b[*i..];
+        let n = have.len().min(w.len());
+        if have[..n] != w[..n] {
+            return Some(false);
+        }
+        if n < w.len() {
+            return None;
+        }
+        *i += w.len();
+        Some(true)
+    };
+    macro_rules! step {
+        ($m:expr, $name:expr) => {
+            match $m {
+                Some(true) => {}
+                Some(false) => return Head::No,
+                None => return Head::More { name: $name },
+            }
+        };
+    }
+    ws(&mut i);
+    step!(lit(&mut i, "{"), None);
+    ws(&mut i);
+    step!(lit(&mut i, "\"name\""), None);
+    ws(&mut i);
+    step!(lit(&mut i, ":"), None);
+    ws(&mut i);
+    step!(lit(&mut i, "\""), None);
+    let start = i - 1;
+    let mut escaped = false;
+    let end = loop {
+        let Some(&c) = b.get(i) else {
+            return Head::More { name: None };
+        };
+        i += 1;
+        match c {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b'"' => break i,
+            _ => {}
+        }
+    };
+    let Ok(name) = serde_json::from_str::<String>(&text[start..end]) else {
+        return Head::No;
+    };
+    if !names.contains(&name) {
+        return Head::No;
+    }
+    let known = || Some(name.clone());
+    ws(&mut i);
+    step!(lit(&mut i, ","), known());
+    ws(&mut i);
+    let mut key = i;
+    match (
+        lit(&mut key, "\"arguments\""),
+        lit(&mut i, "\"parameters\""),
+    ) {
+        (Some(true), _) => i = key,
+        (_, Some(true)) => {}
+        (None, _) | (_, None) => return Head::More { name: known() },
+        _ => return Head::No,
+    }
+    ws(&mut i);
+    step!(lit(&mut i, ":"), known());
+    ws(&mut i);
+    match b.get(i) {
+        None => Head::More { name: known() },
+        Some(b'{') => Head::Call { name, args_at: i },
+        Some(_) => Head::No,
+    }
+}
+
+/// Finds where a streamed JSON object ends: braces counted outside strings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ArgsScan {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ArgsScan {
+    /// Reads `text` (the next bytes of the object); the byte offset just
+    /// after its closing brace when it closes in `text`.
+    fn feed(&mut self, text: &str) -> Option<usize> {
+        for (i, c) in text.bytes().enumerate() {
+            if self.in_string {
+                match c {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match c {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
 /// One call as models write it; arguments kept as the model wrote them.
 #[derive(Deserialize)]
 struct RawCall {
@@ -366,10 +578,19 @@ mod tests {
         }
         p.finish(&mut out);
         // Adjacent text pieces joined, so chunkings compare equal.
+        // A streamed call (its start and argument pieces) joined into one.
         let mut merged: Vec<Parsed> = Vec::new();
         for item in out {
             match (merged.last_mut(), item) {
                 (Some(Parsed::Text(a)), Parsed::Text(b)) => a.push_str(&b),
+                (Some(Parsed::Call { arguments, .. }), Parsed::Args(more)) => {
+                    arguments.push_str(&more)
+                }
+                (_, Parsed::Args(more)) => panic!("arguments {more:?} without a call"),
+                (_, Parsed::CallStart { name }) => merged.push(Parsed::Call {
+                    name,
+                    arguments: String::new(),
+                }),
                 (_, item) => merged.push(item),
             }
         }
@@ -443,6 +664,26 @@ mod tests {
                 vec![text("é😀"), call("get_time", "{}"), text("😀")],
             ),
             ("  \n", vec![text("  \n")]),
+            // Cut off by max_tokens inside the arguments: kept as written.
+            (
+                "Checking. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+                vec![text("Checking."), call("get_weather", "{\"city\": \"Par")],
+            ),
+            // Cut off after the function's name: a call with no arguments yet.
+            (
+                "<tool_call>{\"name\": \"get_time\", \"argu",
+                vec![call("get_time", "")],
+            ),
+            // Markup and braces inside the arguments' strings are arguments.
+            (
+                "<tool_call>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"a<b}{\\\"\"}}\n</tool_call> ok",
+                vec![call("get_weather", "{\"city\": \"a<b}{\\\"\"}"), text("ok")],
+            ),
+            // Closed before its arguments were: the call as written.
+            (
+                "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"</tool_call> after",
+                vec![call("get_weather", "{\"city\": \"x\""), text("after")],
+            ),
         ]
     }
 
@@ -484,6 +725,33 @@ mod tests {
                 assert!(!t.contains('<') && !t.contains('{'), "{out:?}");
             }
         }
+        assert_eq!(p.calls(), 1);
+    }
+
+    #[test]
+    fn arguments_stream_as_they_come() {
+        let mut p = ToolCallParser::new(vec!["get_weather".into()]);
+        let mut out = Vec::new();
+        p.push(
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci",
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![
+                Parsed::CallStart {
+                    name: "get_weather".into()
+                },
+                Parsed::Args("{\"ci".into()),
+            ]
+        );
+        out.clear();
+        p.push("ty\": \"Paris\"}}\n</tool", &mut out);
+        assert_eq!(out, vec![Parsed::Args("ty\": \"Paris\"}".into())]);
+        out.clear();
+        p.push("_call>", &mut out);
+        p.finish(&mut out);
+        assert_eq!(out, vec![]);
         assert_eq!(p.calls(), 1);
     }
 

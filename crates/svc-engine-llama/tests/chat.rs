@@ -20,7 +20,8 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, Sampling, TokenUsage, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    OutputFormat, Sampling, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec,
+    ToolSpec,
 };
 use svc_engine_llama::testing::{TINY_TEMPLATE, TinyModel};
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
@@ -633,4 +634,244 @@ async fn wait_idle(engine: &LlamaEngine, cancelled: u64) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("not cancelled: {:?}", engine.stats());
+}
+
+/// A model that calls get_weather for Paris, its arguments over several tokens.
+fn slow_calling_model() -> TinyModel {
+    TinyModel::scripted(&[
+        "<tool_call>\n",
+        "{\"name\": \"get_weather\", ",
+        "\"arguments\": {",
+        "\"city\": ",
+        "\"Par",
+        "is\"",
+        "}}",
+        "\n</tool_call>",
+    ])
+}
+
+#[tokio::test]
+async fn tool_call_arguments_stream_as_they_decode() {
+    let f = engine(&slow_calling_model(), 1024);
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, "{\"city\": \"Paris\"}");
+    // The first chunk names the call; the arguments follow in pieces, as
+    // the tokens that make them decode (not whole once the call closes).
+    let chunks: Vec<&ToolCallChunk> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::ToolCall(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks[0].arguments, "", "{chunks:?}");
+    assert!(chunks[0].id.is_some() && chunks[0].name.is_some());
+    assert!(chunks.len() >= 4, "{chunks:?}");
+    assert!(chunks.iter().all(|c| c.index == 0));
+}
+
+#[tokio::test]
+async fn a_tool_call_cut_by_max_tokens_is_returned_with_length() {
+    let f = engine(&slow_calling_model(), 1024);
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    req.max_tokens = Some(5);
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reason, Some(FinishReason::Length));
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1, "{:?}", out.events);
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, "{\"city\": \"Par");
+    assert_eq!(out.text(), "");
+
+    // Cut right after the function's name: the call, with no arguments yet.
+    req.max_tokens = Some(2);
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reason, Some(FinishReason::Length));
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1, "{:?}", out.events);
+    assert_eq!(
+        (calls[0].1.as_str(), calls[0].2.as_str()),
+        ("get_weather", "")
+    );
+}
+
+/// The log probabilities of a stream, each event's tokens with the text that follows.
+fn logprob_tokens(out: &Outcome) -> Vec<TokenLogprob> {
+    let mut tokens = Vec::new();
+    for (i, e) in out.events.iter().enumerate() {
+        if let EngineEvent::Logprobs(more) = e {
+            assert!(
+                matches!(out.events.get(i + 1), Some(EngineEvent::Text(_))),
+                "log probabilities come right before text: {:?}",
+                out.events
+            );
+            tokens.extend(more.iter().cloned());
+        }
+    }
+    tokens
+}
+
+#[tokio::test]
+async fn logprobs_come_with_their_text() {
+    let f = engine(&TinyModel::hello(), 512);
+    let mut req = request("Hi");
+    req.logprobs = Some(3);
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.text(), HELLO);
+    let tokens = logprob_tokens(&out);
+    // One entry per generated token of the text (the end of turn is none).
+    assert_eq!(tokens.len(), 12, "{tokens:?}");
+    assert_eq!(tokens.len() as u64 + 1, out.usage.completion_tokens);
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.bytes.clone()).collect();
+    assert_eq!(bytes, HELLO.as_bytes());
+    assert_eq!(tokens[0].token, "Hel");
+    // Half a character: its bytes, and the text lossily.
+    assert_eq!(tokens[6].bytes, b" \xC3");
+    for t in &tokens {
+        assert!(t.logprob <= 0.0 && t.logprob.is_finite(), "{t:?}");
+        assert_eq!(t.top.len(), 3);
+        assert!(t.top.windows(2).all(|w| w[0].logprob >= w[1].logprob));
+        // Greedy draws the model's most likely token.
+        assert_eq!(t.top[0].bytes, t.bytes);
+        assert!((t.top[0].logprob - t.logprob).abs() < 1e-6);
+    }
+    // The scripted successor is far more likely than anything else.
+    assert!(tokens[0].logprob > -0.5, "{:?}", tokens[0]);
+
+    // Without top_logprobs: no alternatives. Without logprobs: no events.
+    req.logprobs = Some(0);
+    let out = run(&f.engine, req.clone()).await;
+    assert!(logprob_tokens(&out).iter().all(|t| t.top.is_empty()));
+    req.logprobs = None;
+    let out = run(&f.engine, req.clone()).await;
+    assert!(logprob_tokens(&out).is_empty());
+
+    // The tokens of a stop sequence are not reported.
+    req.logprobs = Some(0);
+    req.stop = vec!["world".into()];
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.text(), "Hello, ");
+    let texts: Vec<String> = logprob_tokens(&out).into_iter().map(|t| t.token).collect();
+    assert_eq!(texts, ["Hel", "lo", ",", " wor"]);
+}
+
+/// The replies of an `n > 1` stream: (text, finish reason, usage) by choice.
+async fn collect_n(mut stream: EventStream, n: usize) -> Vec<(String, FinishReason, TokenUsage)> {
+    let mut out: Vec<(String, Option<FinishReason>, TokenUsage)> = (0..n)
+        .map(|_| (String::new(), None, TokenUsage::default()))
+        .collect();
+    let mut current = 0;
+    let next = async {
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                EngineEvent::Choice(i) => current = i as usize,
+                EngineEvent::Text(t) => {
+                    assert!(out[current].1.is_none(), "text after the finish");
+                    out[current].0.push_str(&t);
+                }
+                EngineEvent::Finish { reason, usage } => {
+                    assert!(out[current].1.replace(reason).is_none(), "two finishes");
+                    out[current].2 = usage;
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), next)
+        .await
+        .expect("generation timed out");
+    out.into_iter()
+        .map(|(text, reason, usage)| (text, reason.expect("every choice finishes"), usage))
+        .collect()
+}
+
+#[tokio::test]
+async fn n_replies_with_seeds_of_their_own() {
+    let f = engine(&TinyModel::looping(), 256);
+    let mut req = request("Tell me something");
+    req.max_tokens = Some(30);
+    req.sampling = Sampling {
+        temperature: 1.0,
+        seed: Some(41),
+        ..Sampling::default()
+    };
+    let alone = |seed: u64| {
+        let mut one = req.clone();
+        one.sampling.seed = Some(seed);
+        run(&f.engine, one)
+    };
+    let (first, second) = (alone(41).await, alone(42).await);
+
+    req.n = 2;
+    let before = f.engine.stats();
+    let replies = collect_n(f.engine.generate(req.clone()).await.unwrap(), 2).await;
+    // The prompt was decoded once; the second choice started from a copy.
+    let after = f.engine.stats();
+    assert_eq!(after.shared_prompts - before.shared_prompts, 1);
+    assert_eq!(
+        after.prompt_tokens - before.prompt_tokens,
+        first.usage.prompt_tokens
+    );
+    // Choice i is seeded with seed + i: the same replies as alone.
+    assert_eq!(replies[0].0, first.text());
+    assert_eq!(replies[1].0, second.text());
+    assert_ne!(replies[0].0, replies[1].0);
+    for (reply, alone) in replies.iter().zip([&first, &second]) {
+        assert_eq!(Some(reply.1), alone.reason);
+        assert_eq!(reply.2.completion_tokens, alone.usage.completion_tokens);
+    }
+    // The prompt counts once, in reply 0.
+    assert_eq!(replies[0].2.prompt_tokens, first.usage.prompt_tokens);
+    assert_eq!(replies[1].2.prompt_tokens, 0);
+
+    // More replies than the engine decodes in parallel (2): refused.
+    req.n = 3;
+    let err = f.engine.generate(req).await.err();
+    assert!(
+        matches!(&err, Some(EngineError::InvalidRequest { param: Some(p), .. }) if p == "n"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn each_choice_gets_its_own_logprobs() {
+    let f = engine(&TinyModel::hello(), 512);
+    let mut req = request("Hi");
+    req.n = 2;
+    req.logprobs = Some(1);
+    let mut stream = f.engine.generate(req).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event.unwrap());
+    }
+    let mut current = 0;
+    let mut text = [String::new(), String::new()];
+    let mut tokens = [Vec::new(), Vec::new()];
+    for (i, event) in events.iter().enumerate() {
+        match event {
+            EngineEvent::Choice(c) => current = *c as usize,
+            EngineEvent::Text(t) => text[current].push_str(t),
+            EngineEvent::Logprobs(more) => {
+                // Right before the text of the same choice.
+                assert!(
+                    matches!(events.get(i + 1), Some(EngineEvent::Text(_))),
+                    "{events:?}"
+                );
+                tokens[current].extend(more.iter().flat_map(|t| t.bytes.clone()));
+            }
+            _ => {}
+        }
+    }
+    for c in 0..2 {
+        assert_eq!(text[c], HELLO);
+        assert_eq!(tokens[c], HELLO.as_bytes(), "choice {c}");
+    }
 }

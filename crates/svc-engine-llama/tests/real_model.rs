@@ -334,3 +334,84 @@ async fn message_text_never_becomes_control_tokens() {
         );
     }
 }
+
+#[tokio::test]
+async fn logprobs_of_a_real_answer() {
+    let Some(engine) = load(2) else { return };
+    let mut req = request(helpful("What is the capital of France?"), greedy(), 32);
+    req.logprobs = Some(5);
+    let out = events(&engine, req).await;
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    for event in out {
+        match event {
+            EngineEvent::Text(t) => text.push_str(&t),
+            EngineEvent::Logprobs(more) => tokens.extend(more),
+            _ => {}
+        }
+    }
+    eprintln!("reply: {text:?}");
+    assert!(text.contains("Paris"), "{text}");
+    // The tokens spell the reply, one entry each.
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.bytes.clone()).collect();
+    assert_eq!(String::from_utf8_lossy(&bytes), text);
+    let paris = tokens
+        .iter()
+        .find(|t| t.token.contains("Paris"))
+        .expect("a token holds Paris");
+    eprintln!("{paris:?}");
+    // A confident answer: Paris is far more likely than not.
+    assert!(paris.logprob > (0.5f32).ln(), "{paris:?}");
+    for t in &tokens {
+        assert_eq!(t.top.len(), 5);
+        // Greedy draws the most likely token, so it leads its alternatives.
+        assert_eq!(t.top[0].bytes, t.bytes, "{t:?}");
+        assert!((t.top[0].logprob - t.logprob).abs() < 1e-5);
+        let mass: f32 = t.top.iter().map(|a| a.logprob.exp()).sum();
+        assert!(mass <= 1.0 + 1e-4 && t.logprob <= 0.0, "{t:?}");
+    }
+}
+
+#[tokio::test]
+async fn n_choices_share_the_prompt_and_match_their_seeds() {
+    let Some(engine) = load(2) else { return };
+    let sampling = |seed: u64| Sampling {
+        temperature: 0.9,
+        seed: Some(seed),
+        ..Sampling::default()
+    };
+    let mut req = request(helpful("Write a line about the sea."), sampling(5), 24);
+    let (first, _, _) = run(&engine, req.clone()).await;
+    req.sampling = sampling(6);
+    let (second, _, _) = run(&engine, req.clone()).await;
+
+    req.sampling = sampling(5);
+    req.n = 2;
+    let before = engine.stats();
+    let mut texts = [String::new(), String::new()];
+    let mut current = 0;
+    let mut finishes = 0;
+    for event in events_n(&engine, req).await {
+        match event {
+            EngineEvent::Choice(i) => current = i as usize,
+            EngineEvent::Text(t) => texts[current].push_str(&t),
+            EngineEvent::Finish { .. } => finishes += 1,
+            _ => {}
+        }
+    }
+    eprintln!("choices: {texts:?}");
+    assert_eq!(finishes, 2);
+    // The second choice started from a copy of the first's prompt cells,
+    // and says what it says alone with its seed (seed + 1).
+    assert_eq!(engine.stats().shared_prompts - before.shared_prompts, 1);
+    assert_eq!(texts, [first, second]);
+}
+
+async fn events_n(engine: &LlamaEngine, request: GenerateRequest) -> Vec<EngineEvent> {
+    let mut stream = engine.generate(request).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(event) = stream.next().await {
+        out.push(event.unwrap());
+    }
+    out
+}

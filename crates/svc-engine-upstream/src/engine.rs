@@ -304,6 +304,14 @@ fn idle(limit: Duration) -> Failure {
 #[async_trait]
 impl Engine for UpstreamEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
+        if request.n > 1 {
+            // The translation follows one choice; several would need their
+            // own state each. Refused rather than answered with one.
+            return Err(EngineError::InvalidRequest {
+                param: Some("n".into()),
+                message: "n must be 1 on this model (it is served by an upstream)".into(),
+            });
+        }
         let prompt_estimate = request::estimate_prompt_tokens(&request);
         let mut tried = vec![false; self.pool.endpoints.len()];
         let mut worst: Option<Failure> = None;

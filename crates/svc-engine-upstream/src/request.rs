@@ -34,6 +34,10 @@ struct Body<'a> {
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    logprobs: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_logprobs: Option<u8>,
 }
 
 fn is_zero(x: &f32) -> bool {
@@ -177,6 +181,10 @@ pub fn body(request: &GenerateRequest, model: &str) -> Vec<u8> {
         tools,
         tool_choice,
         response_format,
+        // Passed through; the upstream's content log probabilities come back
+        // as svc's own (see `translate`).
+        logprobs: request.logprobs.is_some(),
+        top_logprobs: request.logprobs.filter(|&k| k > 0),
     };
     // Our own types with string keys: serializing cannot fail.
     serde_json::to_vec(&body).unwrap_or_default()

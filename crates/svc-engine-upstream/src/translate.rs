@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use svc_core::engine::{TokenLogprob, TopLogprob};
 use svc_core::{EngineEvent, FinishReason, TokenUsage, ToolCallChunk};
 
 use crate::error::{self, Failure};
@@ -40,6 +41,62 @@ struct ChunkChoice {
     delta: Delta,
     #[serde(default)]
     finish_reason: Option<String>,
+    /// OpenAI's `{"content": [...]}`; anything else is ignored.
+    #[serde(default, deserialize_with = "lenient")]
+    logprobs: Option<Logprobs>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Logprobs {
+    #[serde(default, deserialize_with = "null_as_default")]
+    content: Vec<UpTokenLogprob>,
+}
+
+#[derive(Debug, Deserialize)]
+struct UpTokenLogprob {
+    token: String,
+    logprob: f32,
+    #[serde(default)]
+    bytes: Option<Vec<u8>>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    top_logprobs: Vec<UpTopLogprob>,
+}
+
+#[derive(Debug, Deserialize)]
+struct UpTopLogprob {
+    token: String,
+    logprob: f32,
+    #[serde(default)]
+    bytes: Option<Vec<u8>>,
+}
+
+/// `T` when the value reads as one, else `None` (never an error).
+fn lenient<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Value::deserialize(de)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+impl UpTokenLogprob {
+    fn into_engine(self) -> TokenLogprob {
+        TokenLogprob {
+            bytes: self.bytes.unwrap_or_else(|| self.token.as_bytes().to_vec()),
+            token: self.token,
+            logprob: self.logprob,
+            top: self
+                .top_logprobs
+                .into_iter()
+                .map(|t| TopLogprob {
+                    bytes: t.bytes.unwrap_or_else(|| t.token.as_bytes().to_vec()),
+                    token: t.token,
+                    logprob: t.logprob,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,6 +290,19 @@ impl Translator {
             }
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                 self.output_bytes += text.len();
+                // The upstream's content log probabilities (when asked for), before their text.
+                let tokens: Vec<TokenLogprob> = choice
+                    .logprobs
+                    .map(|l| {
+                        l.content
+                            .into_iter()
+                            .map(UpTokenLogprob::into_engine)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !tokens.is_empty() {
+                    out.push(EngineEvent::Logprobs(tokens));
+                }
                 out.push(EngineEvent::Text(text));
             }
             for call in delta.tool_calls {
@@ -313,6 +383,41 @@ mod tests {
             Failure::Rejected(e) => Some(e),
             _ => None,
         }
+    }
+
+    #[test]
+    fn content_logprobs_come_before_their_text() {
+        let out = run(
+            false,
+            &[
+                r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-0.25,"bytes":[72,105],"top_logprobs":[{"token":"Hi","logprob":-0.25,"bytes":[72,105]},{"token":"Yo","logprob":-2.0,"bytes":null}]}],"refusal":null},"finish_reason":null}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":"!"},"logprobs":"odd","finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            EngineEvent::Logprobs(vec![TokenLogprob {
+                token: "Hi".into(),
+                logprob: -0.25,
+                bytes: b"Hi".to_vec(),
+                top: vec![
+                    TopLogprob {
+                        token: "Hi".into(),
+                        logprob: -0.25,
+                        bytes: b"Hi".to_vec()
+                    },
+                    TopLogprob {
+                        token: "Yo".into(),
+                        logprob: -2.0,
+                        bytes: b"Yo".to_vec()
+                    },
+                ],
+            }])
+        );
+        assert_eq!(out[1], text("Hi"));
+        // Log probabilities in a shape svc does not read are left out.
+        assert_eq!(out[2], text("!"));
     }
 
     fn run(keep_reasoning: bool, events: &[&str]) -> Result<Vec<EngineEvent>, Failure> {

@@ -641,3 +641,29 @@ async fn a_killed_endpoint_loses_no_request_that_had_not_streamed() {
     );
     assert_eq!(ok, 16);
 }
+
+#[tokio::test]
+async fn logprobs_are_asked_for_and_n_above_one_is_refused() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let mut req = request("hello");
+    req.logprobs = Some(3);
+    let (_, err) = drain(engine.generate(req.clone()).await.unwrap()).await;
+    assert_eq!(err, None);
+    let sent = fake.last_request().unwrap();
+    assert_eq!(sent["logprobs"], true);
+    assert_eq!(sent["top_logprobs"], 3);
+    // Not asked for: neither field is sent.
+    generate_ok(&engine, "hello").await;
+    let sent = fake.last_request().unwrap();
+    assert!(sent.get("logprobs").is_none() && sent.get("top_logprobs").is_none());
+
+    req.n = 2;
+    let before = fake.chat_requests();
+    let err = engine.generate(req).await.err();
+    assert!(
+        matches!(&err, Some(EngineError::InvalidRequest { param: Some(p), .. }) if p == "n"),
+        "{err:?}"
+    );
+    assert_eq!(fake.chat_requests(), before, "nothing was sent upstream");
+}

@@ -1,15 +1,18 @@
 //! Shaping engine events into OpenAI's wire forms: one `chat.completion`
 //! body, or `chat.completion.chunk` Server-Sent Events ending in
-//! `data: [DONE]`.
+//! `data: [DONE]`. With `n > 1` the engine's `Choice` events say which
+//! choice the events that follow belong to; with `logprobs` its `Logprobs`
+//! events go out with the text that follows them.
 
 use std::convert::Infallible;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use svc_api::{
-    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta,
-    FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
+    Delta, FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta, Usage,
 };
+use svc_core::engine::TokenLogprob;
 use svc_core::{EngineEvent, EventStream, FinishReason, TokenUsage};
 
 use crate::error::ApiError;
@@ -20,17 +23,66 @@ pub struct CompletionMeta {
     pub id: String,
     pub created: i64,
     pub model: String,
+    /// Choices asked for (the engine sends a `Finish` for each).
+    pub n: u32,
+    /// Whether `logprobs` was asked for (choices then carry a `logprobs` object).
+    pub logprobs: bool,
 }
 
 impl CompletionMeta {
-    /// A fresh `chatcmpl-` id for `model`, created now.
+    /// A fresh `chatcmpl-` id for `model`, created now: one choice, no log probabilities.
     pub fn new(model: String) -> Self {
         CompletionMeta {
             id: format!("chatcmpl-{}", hex::encode(rand::random::<[u8; 12]>())),
             created: svc_core::now(),
             model,
+            n: 1,
+            logprobs: false,
         }
     }
+
+    /// The same, for `n` choices and with log probabilities when `logprobs`.
+    pub fn with_choices(mut self, n: u32, logprobs: bool) -> Self {
+        self.n = n.max(1);
+        self.logprobs = logprobs;
+        self
+    }
+}
+
+/// Engine log probabilities in OpenAI's shape.
+fn logprobs(tokens: Vec<TokenLogprob>) -> ChoiceLogprobs {
+    ChoiceLogprobs {
+        content: Some(
+            tokens
+                .into_iter()
+                .map(|t| svc_api::TokenLogprob {
+                    token: t.token,
+                    logprob: t.logprob,
+                    bytes: Some(t.bytes),
+                    top_logprobs: t
+                        .top
+                        .into_iter()
+                        .map(|a| svc_api::TopLogprob {
+                            token: a.token,
+                            logprob: a.logprob,
+                            bytes: Some(a.bytes),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        ),
+        refusal: None,
+    }
+}
+
+/// One choice of a whole reply, as it is collected.
+#[derive(Default)]
+struct Collected {
+    content: String,
+    reasoning: String,
+    calls: Vec<ToolCall>,
+    logprobs: Vec<TokenLogprob>,
+    finish: Option<FinishReason>,
 }
 
 fn usage(u: TokenUsage) -> Usage {
@@ -41,20 +93,43 @@ fn usage(u: TokenUsage) -> Usage {
     }
 }
 
-/// Collects a whole generation into one `chat.completion`.
+/// Collects a whole generation into one `chat.completion` (with `meta.n`
+/// choices, the usage summed over them).
 pub async fn collect(
     meta: CompletionMeta,
     mut events: EventStream,
 ) -> Result<ChatCompletion, ApiError> {
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut calls: Vec<ToolCall> = Vec::new();
-    let (reason, used) = loop {
-        match events.next().await {
-            Some(Ok(EngineEvent::Text(t))) => content.push_str(&t),
-            Some(Ok(EngineEvent::Reasoning(t))) => reasoning.push_str(&t),
-            Some(Ok(EngineEvent::ToolCall(chunk))) => {
+    let n = meta.n as usize;
+    let mut choices: Vec<Collected> = (0..n).map(|_| Collected::default()).collect();
+    let mut current = 0usize;
+    let mut finished = 0usize;
+    let mut used = TokenUsage::default();
+    while finished < n {
+        let event = match events.next().await {
+            Some(Ok(event)) => event,
+            Some(Err(e)) => return Err(e.into()),
+            None => {
+                return Err(ApiError::Internal(
+                    "engine stream ended without finishing".into(),
+                ));
+            }
+        };
+        if let EngineEvent::Choice(i) = event {
+            current = i as usize;
+            if current >= n {
+                return Err(ApiError::Internal(format!(
+                    "choice index {current} out of range"
+                )));
+            }
+            continue;
+        }
+        let choice = &mut choices[current];
+        match event {
+            EngineEvent::Text(t) => choice.content.push_str(&t),
+            EngineEvent::Reasoning(t) => choice.reasoning.push_str(&t),
+            EngineEvent::ToolCall(chunk) => {
                 let index = chunk.index as usize;
+                let calls = &mut choice.calls;
                 if index == calls.len() {
                     calls.push(ToolCall {
                         id: chunk.id.unwrap_or_default(),
@@ -72,38 +147,45 @@ pub async fn collect(
                     )));
                 }
             }
-            // Not asked for yet: chat requests have n = 1 and no logprobs.
-            Some(Ok(EngineEvent::Logprobs(_) | EngineEvent::Choice(_))) => {}
-            Some(Ok(EngineEvent::Finish { reason, usage })) => break (reason, usage),
-            Some(Err(e)) => return Err(e.into()),
-            None => {
-                return Err(ApiError::Internal(
-                    "engine stream ended without finishing".into(),
-                ));
+            EngineEvent::Logprobs(tokens) => choice.logprobs.extend(tokens),
+            EngineEvent::Finish { reason, usage } => {
+                if choice.finish.replace(reason).is_none() {
+                    finished += 1;
+                }
+                used.prompt_tokens += usage.prompt_tokens;
+                used.completion_tokens += usage.completion_tokens;
             }
+            EngineEvent::Choice(_) => {}
         }
-    };
-    let has_calls = !calls.is_empty();
+    }
+    let choices = choices
+        .into_iter()
+        .enumerate()
+        .map(|(index, c)| {
+            let has_calls = !c.calls.is_empty();
+            Choice {
+                index: index as u32,
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content: if has_calls && c.content.is_empty() {
+                        None
+                    } else {
+                        Some(c.content)
+                    },
+                    reasoning_content: (!c.reasoning.is_empty()).then_some(c.reasoning),
+                    tool_calls: has_calls.then_some(c.calls),
+                },
+                finish_reason: c.finish.unwrap_or(FinishReason::Stop).as_str().into(),
+                logprobs: meta.logprobs.then(|| logprobs(c.logprobs)),
+            }
+        })
+        .collect();
     Ok(ChatCompletion {
         id: meta.id,
         object: "chat.completion".into(),
         created: meta.created,
         model: meta.model,
-        choices: vec![Choice {
-            index: 0,
-            message: AssistantMessage {
-                role: "assistant".into(),
-                content: if has_calls && content.is_empty() {
-                    None
-                } else {
-                    Some(content)
-                },
-                reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
-                tool_calls: has_calls.then_some(calls),
-            },
-            finish_reason: reason.as_str().into(),
-            logprobs: None,
-        }],
+        choices,
         usage: usage(used),
     })
 }
@@ -121,35 +203,53 @@ fn event(json: &impl serde::Serialize) -> Bytes {
 /// The literal terminator of a stream.
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
-/// Turns engine events into the SSE byte stream. Dropping the returned
-/// stream (the client went away) drops `events`, which stops the engine.
+/// Turns engine events into the SSE byte stream: each choice's chunks carry
+/// its `index` (a first chunk with the role for every choice, then deltas
+/// in the order the engine makes them), one chunk with each choice's
+/// `finish_reason`, then the usage of all (when asked) and `[DONE]`.
+/// Dropping the returned stream (the client went away) drops `events`,
+/// which stops the engine.
 pub fn sse(
     meta: CompletionMeta,
     include_usage: bool,
     mut events: EventStream,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let request_id = crate::request_id::current();
-    let chunk = move |delta: Delta, finish: Option<FinishReason>| ChatCompletionChunk {
+    let n = meta.n;
+    let with_logprobs = meta.logprobs;
+    let chunk = move |index: u32,
+                      delta: Delta,
+                      finish: Option<FinishReason>,
+                      tokens: Option<Vec<TokenLogprob>>| ChatCompletionChunk {
         id: meta.id.clone(),
         object: "chat.completion.chunk".into(),
         created: meta.created,
         model: meta.model.clone(),
         choices: vec![ChunkChoice {
-            index: 0,
+            index,
             delta,
             finish_reason: finish.map(|f| f.as_str().to_owned()),
-            logprobs: None,
+            logprobs: tokens.map(logprobs),
         }],
         usage: include_usage.then_some(None),
     };
     async_stream::stream! {
-        yield Ok(event(&chunk(
-            Delta { role: Some("assistant".into()), content: Some(String::new()), ..Delta::default() },
-            None,
-        )));
+        for index in 0..n {
+            let first = Delta { role: Some("assistant".into()), content: Some(String::new()), ..Delta::default() };
+            yield Ok(event(&chunk(index, first, None, with_logprobs.then(Vec::new))));
+        }
+        let mut current = 0u32;
+        let mut finished = 0u32;
+        let mut used = TokenUsage::default();
+        // Each choice's log probabilities waiting for the text they go with.
+        let mut tokens: Vec<Vec<TokenLogprob>> = (0..n).map(|_| Vec::new()).collect();
         loop {
             let delta = match events.next().await {
-                Some(Ok(EngineEvent::Text(text))) => Delta { content: Some(text), ..Delta::default() },
+                Some(Ok(EngineEvent::Text(text))) => {
+                    let tokens = with_logprobs.then(|| tokens.get_mut(current as usize).map(std::mem::take).unwrap_or_default());
+                    yield Ok(event(&chunk(current, Delta { content: Some(text), ..Delta::default() }, None, tokens)));
+                    continue;
+                }
                 Some(Ok(EngineEvent::Reasoning(text))) => Delta { reasoning_content: Some(text), ..Delta::default() },
                 Some(Ok(EngineEvent::ToolCall(call))) => Delta {
                     tool_calls: Some(vec![ToolCallDelta {
@@ -160,12 +260,31 @@ pub fn sse(
                     }]),
                     ..Delta::default()
                 },
-                // Not asked for yet: chat requests have n = 1 and no logprobs.
-                Some(Ok(EngineEvent::Logprobs(_) | EngineEvent::Choice(_))) => continue,
-                Some(Ok(EngineEvent::Finish { reason, usage: used })) => {
-                    yield Ok(event(&chunk(Delta::default(), Some(reason))));
+                Some(Ok(EngineEvent::Logprobs(more))) => {
+                    if let Some(held) = tokens.get_mut(current as usize) {
+                        held.extend(more);
+                    }
+                    continue;
+                }
+                Some(Ok(EngineEvent::Choice(index))) => {
+                    current = index;
+                    continue;
+                }
+                Some(Ok(EngineEvent::Finish { reason, usage: more })) => {
+                    // Log probabilities no text took (none from svc's engines) go with the finish.
+                    let rest = tokens
+                        .get_mut(current as usize)
+                        .filter(|held| with_logprobs && !held.is_empty())
+                        .map(std::mem::take);
+                    yield Ok(event(&chunk(current, Delta::default(), Some(reason), rest)));
+                    used.prompt_tokens += more.prompt_tokens;
+                    used.completion_tokens += more.completion_tokens;
+                    finished += 1;
+                    if finished < n {
+                        continue;
+                    }
                     if include_usage {
-                        let mut last = chunk(Delta::default(), None);
+                        let mut last = chunk(0, Delta::default(), None, None);
                         last.choices.clear();
                         last.usage = Some(Some(usage(used)));
                         yield Ok(event(&last));
@@ -183,7 +302,7 @@ pub fn sse(
                     break;
                 }
             };
-            yield Ok(event(&chunk(delta, None)));
+            yield Ok(event(&chunk(current, delta, None, None)));
         }
     }
 }

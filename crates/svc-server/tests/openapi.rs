@@ -369,6 +369,22 @@ async fn completion_responses_match_the_document() {
         "You said: hello there"
     );
 
+    let choices = check(
+        &doc,
+        "post",
+        path,
+        app.chat(
+            &key,
+            &json!({"model": "svc", "messages": user("hi"), "n": 2, "logprobs": true, "top_logprobs": 1}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        choices["choices"][1]["logprobs"]["content"][0]["token"],
+        "You "
+    );
+
     let thinking = check(
         &doc,
         "post",
@@ -503,6 +519,7 @@ async fn streamed_chunks_match_the_document() {
         json!({"model": "svc", "messages": user("one two three"), "stream": true}),
         json!({"model": "svc-thinking", "messages": user("one"), "stream": true, "stream_options": {"include_usage": true}}),
         json!({"model": "fake-tools", "messages": user("w"), "tools": tools, "stream": true, "stream_options": {"include_usage": true}}),
+        json!({"model": "svc", "messages": user("one two"), "stream": true, "n": 2, "logprobs": true, "top_logprobs": 2}),
     ];
     for body in &bodies {
         let response = app.chat(&key, body).await;
@@ -572,6 +589,8 @@ async fn request_schema_agrees_with_the_server() {
             "response_format": {"type": "json_object"}, "temperature": null, "stream": null}),
         json!({"model": "svc", "messages": user("hi"), "stream": true, "stream_options": {"include_usage": false},
             "response_format": {"type": "text"}}),
+        json!({"model": "svc", "messages": user("hi"), "n": 3, "logprobs": true, "top_logprobs": 20}),
+        json!({"model": "svc", "messages": user("hi"), "logprobs": false, "top_logprobs": null}),
     ];
     for body in &accepted {
         assert!(request.is_valid(body), "schema refuses {body}");
@@ -595,7 +614,11 @@ async fn request_schema_agrees_with_the_server() {
         json!({"model": "svc", "messages": user("hi"), "top_p": -0.1}),
         json!({"model": "svc", "messages": user("hi"), "max_tokens": 0}),
         json!({"model": "svc", "messages": user("hi"), "max_completion_tokens": 0}),
-        json!({"model": "svc", "messages": user("hi"), "n": 2}),
+        json!({"model": "svc", "messages": user("hi"), "n": 0}),
+        json!({"model": "svc", "messages": user("hi"), "n": 129}),
+        json!({"model": "svc", "messages": user("hi"), "top_logprobs": 2}),
+        json!({"model": "svc", "messages": user("hi"), "logprobs": false, "top_logprobs": 2}),
+        json!({"model": "svc", "messages": user("hi"), "logprobs": true, "top_logprobs": 21}),
         json!({"model": "svc", "messages": user("hi"), "presence_penalty": 2.5}),
         json!({"model": "svc", "messages": user("hi"), "frequency_penalty": -3}),
         json!({"model": "svc", "messages": user("hi"), "stop": ["a", "b", "c", "d", "e"]}),

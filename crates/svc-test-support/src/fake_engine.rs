@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use svc_core::engine::{TokenLogprob, TopLogprob};
 use svc_core::{
     ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
     TokenUsage, ToolCallChunk,
@@ -16,7 +17,10 @@ use svc_server::{ModelRegistry, ModelRoute};
 #[derive(Debug, Clone)]
 pub enum Script {
     /// Replies `You said: <last user message>` word by word, waiting
-    /// `delay` before each word. With reasoning asked, thinks first.
+    /// `delay` before each word. With reasoning asked, thinks first. With
+    /// `n > 1`, replies so `n` times, one choice after the other; with
+    /// `logprobs`, each word is one token of log probability `-0.5`, its
+    /// alternatives the word itself then `alt1`, `alt2`, ... at `-1`, `-2`, ...
     Echo { delay: Duration },
     /// Sends `words` words of the echo, then fails.
     FailAfter { words: usize },
@@ -73,6 +77,28 @@ fn last_user(request: &GenerateRequest) -> String {
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// The fake log probability of `word`: `-0.5`, with `top` alternatives.
+fn word_logprob(word: &str, top: u8) -> TokenLogprob {
+    let alternative = |i: u8| {
+        let token = if i == 0 {
+            word.to_owned()
+        } else {
+            format!("alt{i}")
+        };
+        TopLogprob {
+            bytes: token.clone().into_bytes(),
+            token,
+            logprob: if i == 0 { -0.5 } else { -f32::from(i) },
+        }
+    };
+    TokenLogprob {
+        token: word.to_owned(),
+        logprob: -0.5,
+        bytes: word.as_bytes().to_vec(),
+        top: (0..top).map(alternative).collect(),
+    }
 }
 
 /// Words of `text`, each keeping its trailing space, so they concatenate back.
@@ -136,29 +162,43 @@ impl Engine for FakeEngine {
                 yield Ok(EngineEvent::Reasoning("Thinking it over. ".into()));
                 yield Ok(EngineEvent::Reasoning("Done thinking.".into()));
             }
-            let mut sent = 0usize;
-            for word in &reply {
-                if sent == limit {
-                    break;
+            let choices = request.n.max(1);
+            for choice in 0..choices {
+                if choice > 0 {
+                    yield Ok(EngineEvent::Choice(choice));
                 }
-                if fail_after == Some(sent) {
+                let mut sent = 0usize;
+                for word in &reply {
+                    if sent == limit {
+                        break;
+                    }
+                    if fail_after == Some(sent) {
+                        guard.finished = true;
+                        yield Err(EngineError::Internal("scripted failure".into()));
+                        return;
+                    }
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    probe.words_sent.fetch_add(1, Ordering::SeqCst);
+                    sent += 1;
+                    if let Some(top) = request.logprobs {
+                        yield Ok(EngineEvent::Logprobs(vec![word_logprob(word, top)]));
+                    }
+                    yield Ok(EngineEvent::Text(word.clone()));
+                }
+                let reason = if sent < reply.len() { FinishReason::Length } else { FinishReason::Stop };
+                if choice + 1 == choices {
                     guard.finished = true;
-                    yield Err(EngineError::Internal("scripted failure".into()));
-                    return;
                 }
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                probe.words_sent.fetch_add(1, Ordering::SeqCst);
-                sent += 1;
-                yield Ok(EngineEvent::Text(word.clone()));
+                yield Ok(EngineEvent::Finish {
+                    reason,
+                    usage: TokenUsage {
+                        prompt_tokens: if choice == 0 { prompt_tokens } else { 0 },
+                        completion_tokens: sent as u64,
+                    },
+                });
             }
-            let reason = if sent < reply.len() { FinishReason::Length } else { FinishReason::Stop };
-            guard.finished = true;
-            yield Ok(EngineEvent::Finish {
-                reason,
-                usage: TokenUsage { prompt_tokens, completion_tokens: sent as u64 },
-            });
         }))
     }
 

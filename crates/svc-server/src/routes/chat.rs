@@ -136,6 +136,7 @@ async fn answer(
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
     let request = ValidChatRequest::try_from(body)?;
     let stream = request.generate.stream;
+    let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
     let events = generate(
         state,
         &key,
@@ -145,7 +146,7 @@ async fn answer(
         count_tokens,
     )
     .await?;
-    let meta = CompletionMeta::new(request.model);
+    let meta = CompletionMeta::new(request.model).with_choices(n, logprobs);
     if !stream {
         let completion = shape::collect(meta, events).await?;
         return Ok(json_response(&completion));

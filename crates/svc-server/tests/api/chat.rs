@@ -145,3 +145,87 @@ async fn models_list_in_openai_shape() {
         assert_eq!(model.as_object().unwrap().len(), 4, "{model}");
     }
 }
+
+#[tokio::test]
+async fn logprobs_in_openai_shape() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let mut request = body("svc", "hi");
+    request["logprobs"] = json!(true);
+    request["top_logprobs"] = json!(2);
+    let reply: Value = app.chat(&key, &request).await.json().await.unwrap();
+    let logprobs = &reply["choices"][0]["logprobs"];
+    assert_eq!(logprobs["refusal"], Value::Null, "{reply}");
+    let content = logprobs["content"].as_array().unwrap();
+    // The fake engine's tokens are the words of "You said: hi".
+    let tokens: Vec<&str> = content
+        .iter()
+        .map(|t| t["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(tokens, ["You ", "said: ", "hi"]);
+    assert_eq!(
+        content[0],
+        json!({
+            "token": "You ",
+            "logprob": -0.5,
+            "bytes": [89, 111, 117, 32],
+            "top_logprobs": [
+                {"token": "You ", "logprob": -0.5, "bytes": [89, 111, 117, 32]},
+                {"token": "alt1", "logprob": -1.0, "bytes": [97, 108, 116, 49]},
+            ],
+        })
+    );
+
+    // logprobs alone: no alternatives.
+    let mut request = body("svc", "hi");
+    request["logprobs"] = json!(true);
+    let reply: Value = app.chat(&key, &request).await.json().await.unwrap();
+    let content = reply["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(content.len(), 3);
+    assert_eq!(content[2]["top_logprobs"], json!([]));
+
+    // Not asked for (or false): null.
+    for extra in [json!({}), json!({"logprobs": false})] {
+        let mut request = body("svc", "hi");
+        for (k, v) in extra.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        let reply: Value = app.chat(&key, &request).await.json().await.unwrap();
+        assert_eq!(reply["choices"][0]["logprobs"], Value::Null, "{reply}");
+    }
+}
+
+#[tokio::test]
+async fn n_choices_each_with_its_index_and_the_usage_of_all() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let one: Value = app
+        .chat(&key, &body("svc", "a b c"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut request = body("svc", "a b c");
+    request["n"] = json!(3);
+    request["max_tokens"] = json!(4);
+    let reply: Value = app.chat(&key, &request).await.json().await.unwrap();
+    let choices = reply["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{reply}");
+    for (i, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], i);
+        assert_eq!(choice["message"]["content"], "You said: a b ");
+        assert_eq!(choice["finish_reason"], "length");
+    }
+    // Every choice's completion tokens; the prompt once.
+    assert_eq!(reply["usage"]["completion_tokens"], 12);
+    assert_eq!(
+        reply["usage"]["prompt_tokens"],
+        one["usage"]["prompt_tokens"]
+    );
+    assert_eq!(
+        reply["usage"]["total_tokens"].as_u64().unwrap(),
+        one["usage"]["prompt_tokens"].as_u64().unwrap() + 12
+    );
+}

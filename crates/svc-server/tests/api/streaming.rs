@@ -200,3 +200,52 @@ async fn a_client_that_disconnects_stops_the_generation() {
         "the generation ran on after the disconnect ({sent} words)"
     );
 }
+
+#[tokio::test]
+async fn streamed_logprobs_and_choices() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let mut request = body("svc", "hi");
+    request["n"] = json!(2);
+    request["logprobs"] = json!(true);
+    request["top_logprobs"] = json!(1);
+    request["stream_options"] = json!({"include_usage": true});
+    let (_, raw) = stream(&app, &key, request).await;
+    assert!(raw.ends_with("\n\ndata: [DONE]\n\n"), "{raw:?}");
+    let events = read_sse(&raw);
+    let chunks = chunks(&events);
+    // A first chunk with the role for each choice.
+    for (i, chunk) in chunks[..2].iter().enumerate() {
+        assert_eq!(chunk["choices"][0]["index"], i);
+        assert_eq!(
+            chunk["choices"][0]["delta"],
+            json!({"role": "assistant", "content": ""})
+        );
+    }
+    let mut text = [String::new(), String::new()];
+    let mut finishes = Vec::new();
+    for chunk in &chunks[2..chunks.len() - 1] {
+        let choice = &chunk["choices"][0];
+        let i = choice["index"].as_u64().unwrap() as usize;
+        if let Some(content) = choice["delta"]["content"].as_str() {
+            // Each content chunk carries its own tokens' log probabilities.
+            let tokens = choice["logprobs"]["content"].as_array().unwrap();
+            let joined: String = tokens
+                .iter()
+                .map(|t| t["token"].as_str().unwrap())
+                .collect();
+            assert_eq!(joined, content, "{chunk}");
+            assert_eq!(tokens[0]["top_logprobs"].as_array().unwrap().len(), 1);
+            text[i].push_str(content);
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            assert_eq!(choice["delta"], json!({}));
+            finishes.push((i, reason.to_owned()));
+        }
+    }
+    assert_eq!(text, ["You said: hi", "You said: hi"]);
+    finishes.sort();
+    assert_eq!(finishes, [(0, "stop".to_owned()), (1, "stop".to_owned())]);
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 6, "{usage}");
+}
