@@ -5,6 +5,12 @@
 #   auth     GET /v1/models            the key check alone (hash + store lookup)
 #   chat     POST /v1/chat/completions whole reply
 #   stream   POST /v1/chat/completions streamed (SSE) reply
+#   resp     POST /v1/responses        whole reply (store false, as Codex sends)
+#   resp-sse POST /v1/responses        streamed reply
+#   msgs     POST /v1/messages         whole reply (x-api-key)
+#   msgs-sse POST /v1/messages         streamed reply
+# The last four against chat/stream are what translating the Responses and
+# Messages dialects to and from the engine boundary costs.
 # Usage: bench/gateway.sh [seconds per run, default 10] [connections, default 64]
 # Needs wrk (apt-get install wrk). Prints a Markdown table.
 set -euo pipefail
@@ -28,6 +34,21 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"model":"svc","messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
 LUA
 sed 's/"messages"/"stream":true,"messages"/' "$out/chat.lua" >"$out/stream.lua"
+cat >"$out/resp.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer $key"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"svc","store":false,"input":"Say hello to the benchmark"}'
+LUA
+sed 's/"store"/"stream":true,"store"/' "$out/resp.lua" >"$out/resp-sse.lua"
+cat >"$out/msgs.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["x-api-key"] = "$key"
+wrk.headers["anthropic-version"] = "2023-06-01"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"svc","max_tokens":64,"messages":[{"role":"user","content":"Say hello to the benchmark"}]}'
+LUA
+sed 's/"max_tokens"/"stream":true,"max_tokens"/' "$out/msgs.lua" >"$out/msgs-sse.lua"
 cat >"$out/auth.lua" <<LUA
 wrk.headers["Authorization"] = "Bearer $key"
 LUA
@@ -50,3 +71,7 @@ run health /health health
 run auth /v1/models auth
 run chat /v1/chat/completions chat
 run stream /v1/chat/completions stream
+run resp /v1/responses resp
+run resp-sse /v1/responses resp-sse
+run msgs /v1/messages msgs
+run msgs-sse /v1/messages msgs-sse
