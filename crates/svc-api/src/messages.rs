@@ -332,3 +332,37 @@ pub struct AnthropicError {
     pub kind: String,
     pub message: String,
 }
+
+/// The name of the schema of one streamed Messages event.
+pub const STREAM_EVENT: &str = "MessageStreamSseEvent";
+
+/// The schema named [`STREAM_EVENT`]: an SSE event whose `event` is the
+/// data's `type`.
+pub fn stream_event_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+
+    use crate::schema::{reference, typed};
+    let data = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/json")
+        .content_schema(Some(
+            OneOfBuilder::new()
+                .item(reference("MessageStreamEvent"))
+                .item(reference("AnthropicErrorResponse")),
+        ))
+        .description(Some(
+            "A stream event, or an error (the last event when the stream fails after it began).",
+        ));
+    ObjectBuilder::new()
+        .description(Some(
+            "One Server-Sent Event of a streamed message (the schema describes each event, as `itemSchema` does in OpenAPI 3.2): `event: <type>` and `data: <json>` lines, then a blank line. The events come in Anthropic's order: `message_start`, then per content block `content_block_start`, `content_block_delta`s and `content_block_stop` (a `ping` after the first block's start), then `message_delta` (stop reason and usage) and `message_stop`.",
+        ))
+        .property(
+            "event",
+            typed(Type::String, Some("The data's `type`, or `error`.")),
+        )
+        .property("data", data)
+        .required("event")
+        .required("data")
+        .into()
+}

@@ -133,6 +133,8 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/models",
         "GET /v1/models/{model}",
         "POST /v1/chat/completions",
+        "POST /v1/messages",
+        "POST /v1/messages/count_tokens",
         "POST /v1/auth/device/code",
         "POST /v1/auth/device/token",
         "GET /.well-known/oauth-authorization-server",
@@ -154,7 +156,14 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         let operation = &doc["paths"][path][method.to_lowercase()];
         let security = operation["security"].as_array().expect("explicit security");
         // The device flow is how a client without a key gets one.
-        if path.starts_with("/v1/") && !path.starts_with("/v1/auth/device/") {
+        if path.starts_with("/v1/messages") {
+            // Anthropic's clients send the key as `x-api-key`.
+            assert_eq!(
+                security,
+                &vec![json!({"bearer": []}), json!({"apiKey": []})],
+                "{route}"
+            );
+        } else if path.starts_with("/v1/") && !path.starts_with("/v1/auth/device/") {
             assert_eq!(security, &vec![json!({"bearer": []})], "{route}");
             assert!(
                 operation["responses"].get("401").is_some(),

@@ -4,6 +4,7 @@ mod chat;
 mod device;
 mod health;
 mod key;
+mod messages;
 mod models;
 mod openapi;
 mod usage;
@@ -34,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/chat/completions", post(chat::create))
+        .merge(messages_routes())
         .route(DEVICE_AUTHORIZATION_PATH, post(device::code))
         .route(TOKEN_PATH, post(device::token))
         .route(AUTHORIZATION_SERVER_METADATA_PATH, get(device::metadata))
@@ -42,6 +44,14 @@ pub fn router() -> Router<AppState> {
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// Anthropic's Messages API, whose errors are all in Anthropic's shape.
+fn messages_routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route_layer(axum::middleware::from_fn(crate::anthropic::errors))
 }
 
 pub(crate) async fn unknown_url(request: Request) -> ApiError {
