@@ -36,7 +36,7 @@ fn engine(model: &TinyModel) -> Fixture {
     model.write(&path).unwrap();
     let mut options = LlamaEngineOptions::new(&path);
     options.parallel = 2;
-    options.context_per_sequence = 512;
+    options.context_per_sequence = 2048;
     options.threads = Some(2);
     let engine = LlamaEngine::load(&options).unwrap();
     Fixture { engine, _dir: dir }

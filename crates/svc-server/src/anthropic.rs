@@ -438,7 +438,10 @@ pub fn sse(
 
 /// Anthropic's error body for `err`, as it would be answered now.
 pub fn error_body(err: &ApiError) -> AnthropicErrorBody {
-    body(err.anthropic_type(), err.body().error.message)
+    body(
+        err.anthropic_type(),
+        err.anthropic_message(err.body().error.message),
+    )
 }
 
 fn body(kind: &str, message: String) -> AnthropicErrorBody {

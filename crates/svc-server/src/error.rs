@@ -205,6 +205,23 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// `message` (the OpenAI body's) as Anthropic's body says it: with no
+    /// `param` field there, the field at fault leads the message, as in
+    /// `messages[0].content[1].type: ...`.
+    pub fn anthropic_message(&self, message: String) -> String {
+        let param = match self {
+            ApiError::Validation(v) => Some(&v.param),
+            ApiError::Engine(EngineError::InvalidRequest { param, .. }) => param.as_ref(),
+            _ => None,
+        };
+        match param {
+            Some(param) if !message.contains(param.as_str()) => format!("{param}: {message}"),
+            _ => message,
+        }
+    }
+}
+
 /// What an error response said, kept in its extensions so that a route of
 /// another dialect (Anthropic's Messages API) can say it in its own shape
 /// without parsing the body.
@@ -223,7 +240,7 @@ impl IntoResponse for ApiError {
         let code = body.error.code.clone();
         let rendered = Rendered {
             anthropic_type: self.anthropic_type(),
-            message: body.error.message.clone(),
+            message: self.anthropic_message(body.error.message.clone()),
         };
         let mut response = (status, axum::Json(body)).into_response();
         response.extensions_mut().insert(rendered);
