@@ -56,10 +56,9 @@ def test_messages_create_with_a_system_prompt_and_sampling(claude: anthropic.Ant
         model="svc",
         max_tokens=64,
         system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-        temperature=0.2,
-        top_p=0.9,
-        top_k=40,
         metadata={"user_id": "tester"},
+        # The SDK no longer has these parameters; the API still takes them.
+        extra_body={"temperature": 0.2, "top_p": 0.9, "top_k": 40},
         messages=user("hi"),
     )
     assert message.content[0].text == "You said: hi"
@@ -193,7 +192,9 @@ def test_an_unknown_model_is_not_found(claude: anthropic.Anthropic) -> None:
 
 def test_bad_requests_are_bad_request_errors(claude: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
-        claude.messages.create(model="svc", max_tokens=16, temperature=1.5, messages=user("hi"))
+        claude.messages.create(
+            model="svc", max_tokens=16, messages=user("hi"), extra_body={"temperature": 1.5}
+        )
     assert "temperature" in caught.value.message
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     with pytest.raises(anthropic.BadRequestError) as caught:
