@@ -58,17 +58,17 @@ test("claude -p answers through svc's Messages API", { timeout: 300_000 }, async
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const upstream = await startAndWait(UPSTREAM, [], "stdout", /^url (\S+)/m);
+  const upstream = await startAndWait(UPSTREAM, [], "stdout", /^url (\S+)\n/m);
   children.push(upstream.child);
   upstream.child.stdout.resume();
   const upstreamUrl = upstream.match[1];
 
   const data = join(dir, "data");
   const config = join(dir, "svc.toml");
-  writeFileSync(
-    config,
-    `[models.${MODEL}]\nupstreams = [{ base_url = "${upstreamUrl}", model = "up" }]\n`,
-  );
+  // `svc` and `svc-thinking` go to the upstream too, so that no embedded
+  // model is fetched and loaded.
+  const table = (id) => `[models.${id}]\nupstreams = [{ base_url = "${upstreamUrl}", model = "up" }]\n`;
+  writeFileSync(config, [MODEL, "svc", "svc-thinking"].map(table).join(""));
   const created = spawnSync(SVC, ["keys", "create", "--name", "claude", "--data-dir", data], {
     encoding: "utf8",
   });
@@ -80,7 +80,7 @@ test("claude -p answers through svc's Messages API", { timeout: 300_000 }, async
     SVC,
     ["serve", "--config", config, "--data-dir", data, "--bind", "127.0.0.1:0"],
     "stderr",
-    /svc is serving on (\S+)/,
+    /svc is serving on (\S+)\n/,
     { SVC_LOG: "warn" },
   );
   children.push(serve.child);
@@ -89,8 +89,13 @@ test("claude -p answers through svc's Messages API", { timeout: 300_000 }, async
 
   const home = join(dir, "home");
   mkdirSync(home);
+  // The test's environment without any Anthropic or Claude settings of
+  // the person running it.
+  const inherited = Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => !/^(ANTHROPIC_|CLAUDE_)/.test(name)),
+  );
   const env = {
-    PATH: process.env.PATH,
+    ...inherited,
     HOME: home,
     CLAUDE_CONFIG_DIR: join(home, ".claude"),
     ANTHROPIC_BASE_URL: base,
@@ -114,7 +119,7 @@ test("claude -p answers through svc's Messages API", { timeout: 300_000 }, async
     encoding: "utf8",
     timeout: 240_000,
   });
-  const said = `exit ${run.status} ${run.signal ?? ""}\nstdout: ${run.stdout}\nstderr: ${run.stderr}`;
+  const said = `base ${base} exit ${run.status} ${run.signal ?? ""}\nstdout: ${run.stdout}\nstderr: ${run.stderr}`;
   assert.equal(run.status, 0, said);
   // The upstream echoes the last user message: Claude Code's prompt went
   // through svc to it, and its answer came back to Claude Code's output.

@@ -4,7 +4,8 @@
 //! such as `messages[1].content[0].type`.
 //!
 //! How the conversation maps onto chat messages: `system` (a string or text
-//! blocks, joined by newlines) is one system message; a user turn's text
+//! blocks, joined by newlines) is one system message, and so is a turn of
+//! the `system` role (Claude Code sends them); a user turn's text
 //! blocks are one user message and each `tool_result` block a tool message,
 //! in order; an assistant turn's text blocks are its content and its
 //! `tool_use` blocks its tool calls (`input` serialized as the arguments).
@@ -256,10 +257,16 @@ fn conversation(
         match message.role.as_str() {
             "user" => user_turn(blocks, &param, &mut messages, &mut bytes)?,
             "assistant" => assistant_turn(blocks, &param, &mut messages, &mut bytes)?,
+            // A system message among the turns (Claude Code sends them).
+            "system" => {
+                let text = text_of(Content::Blocks(blocks), &param)?;
+                bytes += text.len();
+                messages.push(ChatMessage::System(text));
+            }
             other => {
                 return Err(ValidationError::new(
                     format!("messages[{i}].role"),
-                    format!("role must be \"user\" or \"assistant\" (got {other:?})"),
+                    format!("role must be \"user\", \"assistant\" or \"system\" (got {other:?})"),
                 ));
             }
         }
@@ -660,7 +667,7 @@ mod tests {
         );
         assert_eq!(param_of(json!({"messages": []})), "messages");
         assert_eq!(
-            param_of(json!({"messages": [{"role": "system", "content": "x"}]})),
+            param_of(json!({"messages": [{"role": "tool", "content": "x"}]})),
             "messages[0].role"
         );
         assert_eq!(
