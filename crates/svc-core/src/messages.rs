@@ -752,6 +752,23 @@ mod tests {
         );
     }
 
+    /// Claude Code sends system turns among the messages; they were refused.
+    #[test]
+    fn system_turns_are_system_messages() {
+        let valid = request(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            valid.generate.messages,
+            vec![
+                ChatMessage::User("hi".into()),
+                ChatMessage::System("Be brief.".into())
+            ]
+        );
+    }
+
     #[test]
     fn tool_choice_forms() {
         let tools = json!([{"name": "f", "input_schema": {"type": "object"}}]);

@@ -307,7 +307,6 @@ mod tests {
             seed: Some(-7i64 as u64),
             presence_penalty: 0.5,
             frequency_penalty: -0.5,
-            ..Sampling::default()
         };
         r.max_tokens = Some(32);
         r.stop = vec!["END".into()];
