@@ -792,3 +792,92 @@ async fn admin_usage_responses_match_the_document() {
         "days"
     );
 }
+
+/// Anthropic's Messages routes answer as documented: whole replies (text,
+/// thinking, tool use), every stream event, count_tokens, and errors in
+/// Anthropic's shape.
+#[tokio::test]
+async fn messages_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let post = |path: &'static str, body: Value| {
+        app.client
+            .post(app.url(path))
+            .header("x-api-key", &key)
+            .json(&body)
+            .send()
+    };
+    let message =
+        |model: &str| json!({"model": model, "max_tokens": 64, "messages": user("one two")});
+    let mut thinking = message("svc-thinking");
+    thinking["thinking"] = json!({"type": "enabled", "budget_tokens": 32});
+    let mut tools = message("fake-tools");
+    tools["tools"] = json!([{"name": "get_weather", "input_schema": {"type": "object"}}]);
+    let mut stopped = message("svc");
+    stopped["stop_sequences"] = json!(["two"]);
+    for body in [message("svc"), thinking, tools, stopped] {
+        let reply = check(
+            &doc,
+            "post",
+            "/v1/messages",
+            post("/v1/messages", body.clone()).await.unwrap(),
+        )
+        .await;
+        assert_eq!(reply["type"], "message");
+
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let response = post("/v1/messages", streamed).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let event_schema = response_schema(&doc, "post", "/v1/messages", 200, "text/event-stream");
+        let data_schema =
+            resolve(&doc, &event_schema)["properties"]["data"]["contentSchema"].clone();
+        let raw = response.text().await.unwrap();
+        for frame in raw.trim_end().split("\n\n") {
+            let (event, data) = frame.split_once('\n').unwrap();
+            let name = event.strip_prefix("event: ").unwrap();
+            let data = data.strip_prefix("data: ").unwrap();
+            assert_valid(
+                &doc,
+                &event_schema,
+                &json!({"event": name, "data": data}),
+                "an event",
+            );
+            let payload: Value = serde_json::from_str(data).unwrap();
+            assert_valid(&doc, &data_schema, &payload, "an event's JSON");
+        }
+    }
+    let counted = check(
+        &doc,
+        "post",
+        "/v1/messages/count_tokens",
+        post(
+            "/v1/messages/count_tokens",
+            json!({"model": "svc", "messages": user("hi")}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert!(counted["input_tokens"].as_u64().unwrap() > 0);
+    for (body, status) in [
+        (json!({"model": "svc"}), 400),
+        (message("nope"), 404),
+        (message("fake-tiny"), 400),
+    ] {
+        let response = post("/v1/messages", body).await.unwrap();
+        assert_eq!(response.status(), status);
+        let error = check(&doc, "post", "/v1/messages", response).await;
+        assert_eq!(error["type"], "error");
+    }
+    let anonymous = app
+        .client
+        .post(app.url("/v1/messages/count_tokens"))
+        .json(&json!({"model": "svc", "messages": user("hi")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    check(&doc, "post", "/v1/messages/count_tokens", anonymous).await;
+}
