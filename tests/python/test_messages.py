@@ -79,10 +79,9 @@ def test_messages_stream(claude: anthropic.Anthropic) -> None:
 def test_raw_stream_events_are_in_anthropics_order(claude: anthropic.Anthropic) -> None:
     events = list(claude.messages.create(model="svc", max_tokens=64, messages=user("hi"), stream=True))
     kinds = [e.type for e in events]
-    assert kinds[:3] == ["message_start", "content_block_start", "ping"] or kinds[:2] == [
-        "message_start",
-        "content_block_start",
-    ]
+    # The SDK reads `ping` and does not pass it on (the Rust tests see it).
+    assert kinds[:2] == ["message_start", "content_block_start"]
+    assert set(kinds[2:-3]) == {"content_block_delta"}
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert events[-2].delta.stop_reason == "end_turn"
 
