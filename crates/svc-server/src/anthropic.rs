@@ -465,11 +465,20 @@ fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
     }
 }
 
-/// Route layer of the Messages routes: every error answer, whatever
-/// produced it (authentication, the body's parsing, rate limits, the
-/// engine), is said in Anthropic's shape, with the same status and
-/// headers; an overloaded engine is Anthropic's 529.
+/// Whether `path` is one of Anthropic's Messages API (or under it).
+pub fn is_messages_path(path: &str) -> bool {
+    path == "/v1/messages" || path.starts_with("/v1/messages/")
+}
+
+/// Layer of the router: on `/v1/messages` and the paths under it, every
+/// error answer, whatever produced it (authentication, the body's parsing,
+/// rate limits, the engine, a wrong method or path), is said in
+/// Anthropic's shape, with the same status and headers; an overloaded
+/// engine is Anthropic's 529. Other paths pass untouched.
 pub async fn errors(request: Request, next: Next) -> Response {
+    if !is_messages_path(request.uri().path()) {
+        return next.run(request).await;
+    }
     let response = next.run(request).await;
     let Some(rendered) = response.extensions().get::<Rendered>().cloned() else {
         return response;

@@ -44,14 +44,17 @@ pub fn router() -> Router<AppState> {
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)
+        // Outside the routing, so that a wrong method or path under
+        // /v1/messages is answered in Anthropic's shape too.
+        .layer(axum::middleware::from_fn(crate::anthropic::errors))
 }
 
-/// Anthropic's Messages API, whose errors are all in Anthropic's shape.
+/// Anthropic's Messages API, whose errors are all in Anthropic's shape
+/// (see [`crate::anthropic::errors`]).
 fn messages_routes() -> Router<AppState> {
     Router::new()
         .route("/v1/messages", post(messages::create))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
-        .route_layer(axum::middleware::from_fn(crate::anthropic::errors))
 }
 
 pub(crate) async fn unknown_url(request: Request) -> ApiError {

@@ -400,6 +400,33 @@ async fn bad_requests_are_invalid_request_errors_naming_the_field() {
 }
 
 #[tokio::test]
+async fn a_wrong_method_or_path_under_messages_is_in_anthropics_shape() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let get = app
+        .client
+        .get(app.url("/v1/messages"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.headers()["allow"], "POST");
+    expect_error(get, 405, "invalid_request_error").await;
+    let nowhere = post(&app, "/v1/messages/batches", &key, &message("svc", "hi")).await;
+    expect_error(nowhere, 404, "not_found_error").await;
+    // Elsewhere errors stay OpenAI's.
+    let chat = app
+        .client
+        .get(app.url("/v1/chat/completions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 405);
+    let body: Value = chat.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+}
+
+#[tokio::test]
 async fn unknown_models_are_not_found_errors() {
     let app = TestApp::spawn().await;
     let key = app.create_key().await;
