@@ -12,6 +12,7 @@ pub mod device;
 pub mod error;
 pub mod health;
 pub mod keys;
+pub mod messages;
 pub mod models;
 pub mod responses;
 pub mod schema;

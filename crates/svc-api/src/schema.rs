@@ -102,6 +102,16 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
         crate::chat::stream_event_schema(),
     ));
     responses(&mut out);
+    add::<crate::messages::MessagesRequest>(&mut out);
+    add::<crate::messages::CountTokensRequest>(&mut out);
+    add::<crate::messages::CountTokensResponse>(&mut out);
+    add::<crate::messages::MessageReply>(&mut out);
+    add::<crate::messages::MessageStreamEvent>(&mut out);
+    add::<crate::messages::AnthropicErrorBody>(&mut out);
+    out.push((
+        crate::messages::STREAM_EVENT.to_owned(),
+        crate::messages::stream_event_schema(),
+    ));
     add::<crate::DeviceCodeRequest>(&mut out);
     add::<crate::DeviceCodeResponse>(&mut out);
     add::<crate::DeviceTokenRequest>(&mut out);

@@ -277,3 +277,47 @@ async fn the_responses_api_json_schema_output_parses_and_validates() {
     );
     assert_eq!(reply["status"], "completed");
 }
+
+/// Anthropic's Messages API on the real model: a real answer, and
+/// `count_tokens` counting exactly the prompt the answer's usage reports.
+#[tokio::test]
+async fn answers_through_the_messages_api_and_counts_its_prompt_exactly() {
+    let Some(server) = server() else { return };
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{}{path}", server.base_url))
+            .header("x-api-key", &server.key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .timeout(Duration::from_secs(300))
+            .send()
+    };
+    let messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let reply: Value = post(
+        "/v1/messages",
+        json!({"model": "svc", "max_tokens": 64, "temperature": 0, "messages": messages}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let text = reply["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Paris"), "{reply}");
+    assert_eq!(reply["type"], "message");
+    assert!(["end_turn", "max_tokens"].contains(&reply["stop_reason"].as_str().unwrap()));
+    let counted: Value = post(
+        "/v1/messages/count_tokens",
+        json!({"model": "svc", "messages": messages}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        counted["input_tokens"], reply["usage"]["input_tokens"],
+        "{counted} {reply}"
+    );
+}

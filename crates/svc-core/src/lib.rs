@@ -11,6 +11,7 @@ pub mod engine;
 pub mod hashes;
 pub mod key;
 pub mod keys;
+pub mod messages;
 pub mod request;
 pub mod responses;
 pub mod session;

@@ -22,7 +22,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest, Sampling,
-    ToolSpec,
+    ToolChoiceSpec, ToolSpec,
 };
 use svc_gguf::cache::{self, Prepared};
 use svc_gguf::repack::RepackTarget;
@@ -481,6 +481,23 @@ impl Engine for LlamaEngine {
         started
     }
 
+    /// Exactly the prompt tokens [`Engine::generate`] would start from:
+    /// the conversation and tools prepared and rendered with the model's
+    /// chat template as the answer is (reasoning switch included), then
+    /// tokenized. A reasoning pass, when the template has none, renders
+    /// the prompt once more; that is not counted. Runs on a blocking thread.
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        let runner = self.runner.clone();
+        let template = Arc::clone(&self.template);
+        let features = self.features;
+        let request = request.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            prompt_tokens(&runner, &template, features, &request)
+        });
+        task.await
+            .map_err(|e| EngineError::Internal(format!("counting tokens failed: {e}")))?
+    }
+
     fn name(&self) -> &str {
         "llama"
     }
@@ -493,6 +510,38 @@ impl Engine for LlamaEngine {
             endpoints: Vec::new(),
         }
     }
+}
+
+/// The prompt tokens of `request` (see [`LlamaEngine::count_tokens`]).
+fn prompt_tokens(
+    runner: &Runner,
+    template: &ChatTemplate,
+    features: ChatFeatures,
+    request: &GenerateRequest,
+) -> Result<u64, EngineError> {
+    let use_tools = !request.tools.is_empty() && request.tool_choice != ToolChoiceSpec::None;
+    let offered: &[ToolSpec] = if use_tools { &request.tools } else { &[] };
+    let specials = runner.specials();
+    let messages = specials.escape_messages(&crate::tools::prepare_messages(
+        &request.messages,
+        offered,
+        features.tools,
+    ));
+    let tools: Vec<ToolSpec> = if features.tools.tools {
+        specials.escape_tools(offered)
+    } else {
+        Vec::new()
+    };
+    let mut options = RenderOptions::default();
+    if features.enable_thinking {
+        options.extra.insert(
+            "enable_thinking".into(),
+            serde_json::Value::Bool(request.reasoning),
+        );
+    }
+    let prompt = template.render_with(&messages, &tools, &options)?;
+    let tokens = runner.tokenize_prompt(&prompt, &Cancel::default())?;
+    Ok(tokens.len() as u64)
 }
 
 impl Drop for LlamaEngine {

@@ -22,7 +22,7 @@ pub struct Grammar {
 
 /// Builds the chain: end-of-generation ban (when asked), the grammar's
 /// sampler (built by the caller, off the engine thread), penalties,
-/// then greedy, or temperature, top-p and a seeded draw.
+/// then greedy, or top-k, temperature, top-p and a seeded draw.
 pub(crate) fn build(
     model: &LlamaModel,
     sampling: &Sampling,
@@ -55,7 +55,13 @@ pub(crate) fn build(
     if sampling.temperature <= 0.0 {
         chain.push(LlamaSampler::greedy());
     } else {
+        // Keep the top-k tokens (Anthropic's `top_k`; 0 keeps all), then
         // OpenAI's order: scale by temperature, then keep the top-p mass.
+        if sampling.top_k > 0 {
+            chain.push(LlamaSampler::top_k(
+                i32::try_from(sampling.top_k).unwrap_or(i32::MAX),
+            ));
+        }
         chain.push(LlamaSampler::temp(sampling.temperature));
         if sampling.top_p < 1.0 {
             chain.push(LlamaSampler::top_p(sampling.top_p, 1));

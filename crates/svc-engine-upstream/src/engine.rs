@@ -349,6 +349,10 @@ impl Engine for UpstreamEngine {
         Err(error::exhausted(worst.as_ref()))
     }
 
+    // `count_tokens` is the trait's estimate (a token per 4 bytes of text
+    // and tool schemas): an OpenAI-compatible upstream has no endpoint that
+    // counts a chat's tokens, and its tokenizer is not known here.
+
     fn name(&self) -> &str {
         "upstream"
     }

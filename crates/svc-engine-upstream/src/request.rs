@@ -18,6 +18,10 @@ struct Body<'a> {
     stream_options: Option<StreamOptions>,
     temperature: f32,
     top_p: f32,
+    /// vLLM's, llama.cpp's and Ollama's `top_k`; sent only when set, since
+    /// OpenAI itself refuses unknown fields.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    top_k: u32,
     #[serde(skip_serializing_if = "is_zero")]
     presence_penalty: f32,
     #[serde(skip_serializing_if = "is_zero")]
@@ -42,6 +46,10 @@ struct Body<'a> {
 
 fn is_zero(x: &f32) -> bool {
     *x == 0.0
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 #[derive(Serialize)]
@@ -172,6 +180,7 @@ pub fn body(request: &GenerateRequest, model: &str) -> Vec<u8> {
         }),
         temperature: request.sampling.temperature,
         top_p: request.sampling.top_p,
+        top_k: request.sampling.top_k,
         presence_penalty: request.sampling.presence_penalty,
         frequency_penalty: request.sampling.frequency_penalty,
         // The client's seed, negative ones included (they are kept as bits).
@@ -302,10 +311,10 @@ mod tests {
         r.sampling = Sampling {
             temperature: 0.0,
             top_p: 0.5,
+            top_k: 40,
             seed: Some(-7i64 as u64),
             presence_penalty: 0.5,
             frequency_penalty: -0.5,
-            ..Sampling::default()
         };
         r.max_tokens = Some(32);
         r.stop = vec!["END".into()];
@@ -337,6 +346,7 @@ mod tests {
                 "stream_options": {"include_usage": true},
                 "temperature": 0.0,
                 "top_p": 0.5,
+                "top_k": 40,
                 "presence_penalty": 0.5,
                 "frequency_penalty": -0.5,
                 "seed": -7,

@@ -202,12 +202,74 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The error's `type` in Anthropic's Messages API, where the route
+    /// answers in that dialect (see [`Rendered`]).
+    pub fn anthropic_type(&self) -> &'static str {
+        let invalid = "invalid_request_error";
+        match self {
+            ApiError::Auth(_) => "authentication_error",
+            ApiError::Validation(_)
+            | ApiError::InvalidBody { .. }
+            | ApiError::UnsupportedMediaType
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::BodyTimeout(_)
+            | ApiError::MethodNotAllowed { .. } => invalid,
+            ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } => "not_found_error",
+            ApiError::Forbidden(_) => "permission_error",
+            ApiError::RateLimited(_) => "rate_limit_error",
+            ApiError::Engine(e) => match e {
+                EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
+                    invalid
+                }
+                EngineError::Overloaded(_) | EngineError::Unavailable(_) => "overloaded_error",
+                EngineError::GatewayTimeout(_) => "timeout_error",
+                EngineError::BadGateway(_) | EngineError::Internal(_) => "api_error",
+            },
+            ApiError::Unavailable | ApiError::Internal(_) => "api_error",
+        }
+    }
+}
+
+impl ApiError {
+    /// `message` (the OpenAI body's) as Anthropic's body says it: with no
+    /// `param` field there, the field at fault leads the message, as in
+    /// `messages[0].content[1].type: ...`.
+    pub fn anthropic_message(&self, message: String) -> String {
+        let param = match self {
+            ApiError::Validation(v) => Some(&v.param),
+            ApiError::Engine(EngineError::InvalidRequest { param, .. }) => param.as_ref(),
+            _ => None,
+        };
+        match param {
+            Some(param) if !message.contains(param.as_str()) => format!("{param}: {message}"),
+            _ => message,
+        }
+    }
+}
+
+/// What an error response said, kept in its extensions so that a route of
+/// another dialect (Anthropic's Messages API) can say it in its own shape
+/// without parsing the body.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The error's type in Anthropic's dialect.
+    pub anthropic_type: &'static str,
+    /// The message of the body (a server error's quotes the request id).
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let body = self.body();
         let code = body.error.code.clone();
+        let rendered = Rendered {
+            anthropic_type: self.anthropic_type(),
+            message: self.anthropic_message(body.error.message.clone()),
+        };
         let mut response = (status, axum::Json(body)).into_response();
+        response.extensions_mut().insert(rendered);
         if let Some(code) = code {
             response
                 .extensions_mut()

@@ -35,6 +35,41 @@ where
     }
 }
 
+/// The key of a request to Anthropic's Messages API: sent as `x-api-key`
+/// (as Anthropic's clients do) or, like every other route, as a bearer
+/// token. `x-api-key` wins when both are present.
+#[derive(Debug, Clone)]
+pub struct AnthropicAuthenticated(pub KeyRecord);
+
+/// The header Anthropic's clients send their key in.
+pub const X_API_KEY: &str = "x-api-key";
+
+impl<S> FromRequestParts<S> for AnthropicAuthenticated
+where
+    KeyService: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let keys = KeyService::from_ref(state);
+        let record = match parts.headers.get(X_API_KEY) {
+            Some(key) => {
+                let key = key.to_str().unwrap_or("\u{0}").trim();
+                keys.authenticate(Some(&format!("Bearer {key}"))).await?
+            }
+            None => {
+                let header = parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .map(|v| v.to_str().unwrap_or("\u{0}"));
+                keys.authenticate(header).await?
+            }
+        };
+        Ok(AnthropicAuthenticated(record))
+    }
+}
+
 /// A JSON body deserialized into `T`, with the failing field named as the
 /// error's `param`.
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 //! [`Application::build`] binds the socket and returns the bound address, so
 //! tests start the real server exactly the way `svc serve` does.
 
+pub mod anthropic;
 pub mod config;
 pub mod dashboard;
 pub mod error;

@@ -74,6 +74,11 @@ pub fn openapi() -> OpenApi {
                 .operation(HttpMethod::Delete, delete_response())
                 .build(),
         )
+        .path("/v1/messages", item(HttpMethod::Post, create_message()))
+        .path(
+            "/v1/messages/count_tokens",
+            item(HttpMethod::Post, count_message_tokens()),
+        )
         .path(
             "/v1/auth/device/code",
             item(HttpMethod::Post, request_device_code()),
@@ -108,6 +113,10 @@ pub fn openapi() -> OpenApi {
             tag(
                 "responses",
                 "OpenAI's Responses API: replies with output items, streamed events and stored responses.",
+            ),
+            tag(
+                "messages",
+                "Anthropic's Messages API, on the same keys, models and limits. Its errors are `{\"type\":\"error\",\"error\":{\"type\",\"message\"},\"request_id\"}`.",
             ),
             tag("models", "The models this server serves."),
             tag("meta", "Health, readiness and this document."),
@@ -146,8 +155,15 @@ fn shared_components() -> utoipa::openapi::Components {
         .description(Some("An svc API key: `Authorization: Bearer sk-svc-...`."))
         .build();
     let error = |description: &str| error_response(description).build();
+    let api_key = utoipa::openapi::security::ApiKey::Header(
+        utoipa::openapi::security::ApiKeyValue::with_description(
+            "x-api-key",
+            "An svc API key in Anthropic's header (the Messages API only).",
+        ),
+    );
     ComponentsBuilder::new()
         .security_scheme("bearer", SecurityScheme::Http(bearer))
+        .security_scheme("apiKey", SecurityScheme::ApiKey(api_key))
         .header(
             "RequestId",
             string_header("The id of this request, as logged by the server."),
@@ -522,6 +538,102 @@ fn delete_response() -> Operation {
     )
     .response("500", shared("InternalServerError"))
     .response("503", shared("ServiceUnavailable"))
+    .build()
+}
+
+/// An error of the Messages API: Anthropic's error body.
+fn anthropic_error(description: &str) -> Response {
+    json_response(description, reference("AnthropicErrorResponse")).build()
+}
+
+/// The operation of a Messages route: either key header.
+fn messages_operation(id: &str, summary: &str) -> OperationBuilder {
+    operation(id, "messages", summary, true).securities(Some([
+        SecurityRequirement::new("bearer", Vec::<String>::new()),
+        SecurityRequirement::new("apiKey", Vec::<String>::new()),
+    ]))
+}
+
+/// The error statuses both Messages routes answer, in Anthropic's shape.
+fn messages_errors(builder: OperationBuilder) -> OperationBuilder {
+    builder
+        .response(
+            "400",
+            anthropic_error(
+                "`invalid_request_error`: a body that is not JSON or not of the request schema, a value out of range (the message names the field as a path), an image or document block, or a prompt longer than the model's context.",
+            ),
+        )
+        .response(
+            "401",
+            anthropic_error(
+                "`authentication_error`: the key (`x-api-key` or bearer) is missing, malformed, unknown, revoked or expired.",
+            ),
+        )
+        .response(
+            "404",
+            anthropic_error("`not_found_error`: the model does not exist."),
+        )
+        .response(
+            "413",
+            anthropic_error(
+                "`invalid_request_error`: the body is larger than the server's limit.",
+            ),
+        )
+        .response(
+            "429",
+            anthropic_error("`rate_limit_error`: the key's rate limit is reached."),
+        )
+        .response(
+            "500",
+            anthropic_error("`api_error`: an internal error; the message quotes the request id."),
+        )
+        .response(
+            "503",
+            anthropic_error("`overloaded_error` (the model is unavailable) or `api_error` (the store is)."),
+        )
+        .response(
+            "529",
+            anthropic_error("`overloaded_error`: the model's queue is full."),
+        )
+}
+
+fn create_message() -> Operation {
+    messages_errors(messages_operation(
+        "createMessage",
+        "Create a message: the model's next reply, in Anthropic's Messages API.",
+    ))
+    .description(Some(
+        "Anthropic's `POST /v1/messages`. The key comes as `x-api-key` or a bearer token; `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted. Unknown fields are ignored. Tools whose `type` is neither absent nor `custom` (server tools such as web search) are accepted and left out of the prompt. `thinking` blocks come from reasoning models (`svc-thinking`) unless `thinking.type` is `disabled`. With `stream` true the reply is Server-Sent Events (`MessageStreamSseEvent`); an error after the stream has begun is a last `event: error`. The `message_start` event's usage is 0: the counts come in `message_delta`.",
+    ))
+    .request_body(Some(json_body("CreateMessageRequest", true)))
+    .response(
+        "200",
+        json_response(
+            "The message: whole, or streamed when `stream` is true.",
+            reference("MessageResponse"),
+        )
+        .content(
+            "text/event-stream",
+            json(reference(svc_api::messages::STREAM_EVENT)),
+        )
+        .build(),
+    )
+    .build()
+}
+
+fn count_message_tokens() -> Operation {
+    messages_errors(messages_operation(
+        "countMessageTokens",
+        "Count the tokens a Messages request's prompt uses.",
+    ))
+    .description(Some(
+        "The system prompt, messages and tools as the model's engine counts them: exact for the embedded engine (the chat template rendered and tokenized as a generation would be), an estimate for upstream models (a token per 4 bytes of text and tool schemas).",
+    ))
+    .request_body(Some(json_body("CountTokensRequest", true)))
+    .response(
+        "200",
+        json_response("The count.", reference("CountTokensResponse")).build(),
+    )
     .build()
 }
 

@@ -136,6 +136,8 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "POST /v1/responses",
         "GET /v1/responses/{response_id}",
         "DELETE /v1/responses/{response_id}",
+        "POST /v1/messages",
+        "POST /v1/messages/count_tokens",
         "POST /v1/auth/device/code",
         "POST /v1/auth/device/token",
         "GET /.well-known/oauth-authorization-server",
@@ -157,7 +159,14 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         let operation = &doc["paths"][path][method.to_lowercase()];
         let security = operation["security"].as_array().expect("explicit security");
         // The device flow is how a client without a key gets one.
-        if path.starts_with("/v1/") && !path.starts_with("/v1/auth/device/") {
+        if path.starts_with("/v1/messages") {
+            // Anthropic's clients send the key as `x-api-key`.
+            assert_eq!(
+                security,
+                &vec![json!({"bearer": []}), json!({"apiKey": []})],
+                "{route}"
+            );
+        } else if path.starts_with("/v1/") && !path.starts_with("/v1/auth/device/") {
             assert_eq!(security, &vec![json!({"bearer": []})], "{route}");
             assert!(
                 operation["responses"].get("401").is_some(),
@@ -904,4 +913,93 @@ async fn responses_api_answers_match_the_document() {
         .delete(app.url(&format!("{path}/{id}")))
         .bearer_auth(&key);
     check(&doc, "delete", &item, delete.send().await.unwrap()).await;
+}
+
+/// Anthropic's Messages routes answer as documented: whole replies (text,
+/// thinking, tool use), every stream event, count_tokens, and errors in
+/// Anthropic's shape.
+#[tokio::test]
+async fn messages_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let post = |path: &'static str, body: Value| {
+        app.client
+            .post(app.url(path))
+            .header("x-api-key", &key)
+            .json(&body)
+            .send()
+    };
+    let message =
+        |model: &str| json!({"model": model, "max_tokens": 64, "messages": user("one two")});
+    let mut thinking = message("svc-thinking");
+    thinking["thinking"] = json!({"type": "enabled", "budget_tokens": 32});
+    let mut tools = message("fake-tools");
+    tools["tools"] = json!([{"name": "get_weather", "input_schema": {"type": "object"}}]);
+    let mut stopped = message("svc");
+    stopped["stop_sequences"] = json!(["two"]);
+    for body in [message("svc"), thinking, tools, stopped] {
+        let reply = check(
+            &doc,
+            "post",
+            "/v1/messages",
+            post("/v1/messages", body.clone()).await.unwrap(),
+        )
+        .await;
+        assert_eq!(reply["type"], "message");
+
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let response = post("/v1/messages", streamed).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let event_schema = response_schema(&doc, "post", "/v1/messages", 200, "text/event-stream");
+        let data_schema =
+            resolve(&doc, &event_schema)["properties"]["data"]["contentSchema"].clone();
+        let raw = response.text().await.unwrap();
+        for frame in raw.trim_end().split("\n\n") {
+            let (event, data) = frame.split_once('\n').unwrap();
+            let name = event.strip_prefix("event: ").unwrap();
+            let data = data.strip_prefix("data: ").unwrap();
+            assert_valid(
+                &doc,
+                &event_schema,
+                &json!({"event": name, "data": data}),
+                "an event",
+            );
+            let payload: Value = serde_json::from_str(data).unwrap();
+            assert_valid(&doc, &data_schema, &payload, "an event's JSON");
+        }
+    }
+    let counted = check(
+        &doc,
+        "post",
+        "/v1/messages/count_tokens",
+        post(
+            "/v1/messages/count_tokens",
+            json!({"model": "svc", "messages": user("hi")}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert!(counted["input_tokens"].as_u64().unwrap() > 0);
+    for (body, status) in [
+        (json!({"model": "svc"}), 400),
+        (message("nope"), 404),
+        (message("fake-tiny"), 400),
+    ] {
+        let response = post("/v1/messages", body).await.unwrap();
+        assert_eq!(response.status(), status);
+        let error = check(&doc, "post", "/v1/messages", response).await;
+        assert_eq!(error["type"], "error");
+    }
+    let anonymous = app
+        .client
+        .post(app.url("/v1/messages/count_tokens"))
+        .json(&json!({"model": "svc", "messages": user("hi")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    check(&doc, "post", "/v1/messages/count_tokens", anonymous).await;
 }

@@ -72,10 +72,33 @@ pub(crate) async fn generate(
     state: &AppState,
     key: &KeyRecord,
     model: &str,
-    mut request: GenerateRequest,
+    request: GenerateRequest,
     arrived: Instant,
     count_tokens: bool,
 ) -> Result<EventStream, ApiError> {
+    generate_with(state, key, model, request, arrived, count_tokens, |_, _| {
+        |events| events
+    })
+    .await
+}
+
+/// [`generate`], with `wrap` applied to the engine's events before they are
+/// metered (so what it changes, such as an earlier end, is what usage
+/// records). `wrap` is called with the engine and the request as the
+/// engine gets it, before generation starts; what it returns wraps the events.
+pub(crate) async fn generate_with<W, F>(
+    state: &AppState,
+    key: &KeyRecord,
+    model: &str,
+    mut request: GenerateRequest,
+    arrived: Instant,
+    count_tokens: bool,
+    wrap: W,
+) -> Result<EventStream, ApiError>
+where
+    W: FnOnce(&std::sync::Arc<dyn svc_core::Engine>, &GenerateRequest) -> F,
+    F: FnOnce(EventStream) -> EventStream,
+{
     let route = state
         .models
         .get(model)
@@ -92,7 +115,8 @@ pub(crate) async fn generate(
             .insert(0, ChatMessage::System(prompt.clone()));
     }
     state.metrics.gateway_overhead(model, arrived.elapsed());
-    let events = route.engine.generate(request).await?;
+    let wrap = wrap(&route.engine, &request);
+    let events = wrap(route.engine.generate(request).await?);
     Ok(crate::usage::metered(
         events,
         state,

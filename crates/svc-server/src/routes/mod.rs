@@ -4,6 +4,7 @@ mod chat;
 mod device;
 mod health;
 mod key;
+mod messages;
 mod models;
 mod openapi;
 mod responses;
@@ -40,6 +41,7 @@ pub fn router() -> Router<AppState> {
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
         )
+        .merge(messages_routes())
         .route(DEVICE_AUTHORIZATION_PATH, post(device::code))
         .route(TOKEN_PATH, post(device::token))
         .route(AUTHORIZATION_SERVER_METADATA_PATH, get(device::metadata))
@@ -48,6 +50,17 @@ pub fn router() -> Router<AppState> {
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)
+        // Outside the routing, so that a wrong method or path under
+        // /v1/messages is answered in Anthropic's shape too.
+        .layer(axum::middleware::from_fn(crate::anthropic::errors))
+}
+
+/// Anthropic's Messages API, whose errors are all in Anthropic's shape
+/// (see [`crate::anthropic::errors`]).
+fn messages_routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
 }
 
 pub(crate) async fn unknown_url(request: Request) -> ApiError {

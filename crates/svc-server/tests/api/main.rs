@@ -20,6 +20,7 @@ mod errors;
 mod failures;
 mod hardening;
 mod health;
+mod messages;
 mod offboarding;
 mod operations;
 mod ratelimit;

@@ -1,0 +1,368 @@
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's
+//! Messages API as its clients (the official SDKs, Claude Code) send and
+//! read it.
+//!
+//! Requests are read loosely: unknown fields (`cache_control`,
+//! `context_management`, `output_config`, `service_tier`, ...) are ignored,
+//! and content blocks of any `type` are read so that validation can name
+//! the ones svc refuses (images, documents). Replies serialize exactly in
+//! Anthropic's shape.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// A Messages request exactly as it arrives.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[schema(
+    as = CreateMessageRequest,
+    description = "Anthropic's Messages request. Unknown fields are ignored (`cache_control`, `context_management`, `output_config`, `service_tier`, ...)."
+)]
+pub struct MessagesRequest {
+    /// A model id from GET /v1/models.
+    #[schema(min_length = 1, examples("svc"))]
+    pub model: String,
+    /// Cap on the reply's tokens.
+    #[schema(minimum = 1, maximum = 4294967295_i64)]
+    pub max_tokens: i64,
+    /// The conversation: `user` and `assistant` turns.
+    #[schema(min_items = 1)]
+    pub messages: Vec<InputMessage>,
+    /// The system prompt: a string or text blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub system: Option<Content>,
+    /// Up to 4 non-empty sequences that end the reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 4)]
+    pub stop_sequences: Option<Vec<String>>,
+    /// Stream the reply as Server-Sent Events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = false)]
+    pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1, default = 1)]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 1)]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 4294967295_i64)]
+    pub top_k: Option<i64>,
+    /// Tools the model may call. Tools with a `type` other than `custom`
+    /// (Anthropic's server tools: web search, code execution, ...) are
+    /// accepted and left out of the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<MessagesTool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<MessagesToolChoice>,
+    /// Accepted and ignored (`user_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// `{"type":"enabled","budget_tokens":N}` asks for thinking blocks
+    /// (served by reasoning models such as `svc-thinking`); `{"type":"disabled"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingConfig>,
+}
+
+/// `POST /v1/messages/count_tokens`: a Messages request without the reply's settings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[schema(description = "Unknown fields are ignored.")]
+pub struct CountTokensRequest {
+    #[schema(min_length = 1, examples("svc"))]
+    pub model: String,
+    #[schema(min_items = 1)]
+    pub messages: Vec<InputMessage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub system: Option<Content>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<MessagesTool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<MessagesToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingConfig>,
+}
+
+/// The answer of `POST /v1/messages/count_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CountTokensResponse {
+    /// Tokens the messages, system prompt and tools use.
+    pub input_tokens: u64,
+}
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InputMessage {
+    /// `user` or `assistant`.
+    #[schema(examples("user"))]
+    pub role: String,
+    /// A string or content blocks.
+    #[schema(value_type = Value)]
+    pub content: Content,
+}
+
+/// Content: a plain string or a list of blocks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged, expecting = "a string or an array of content blocks")]
+pub enum Content {
+    Text(String),
+    Blocks(Vec<ContentBlockParam>),
+}
+
+impl From<&str> for Content {
+    fn from(text: &str) -> Self {
+        Content::Text(text.to_owned())
+    }
+}
+
+/// A content block of a request, of any `type`: `text`, `tool_use`,
+/// `tool_result`, `thinking`, `redacted_thinking` are served; validation
+/// names and refuses the others (`image`, `document`, ...). The fields are
+/// those of every served type; other fields (`cache_control`, `citations`)
+/// are ignored.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ContentBlockParam {
+    #[serde(rename = "type")]
+    #[schema(examples("text"))]
+    pub kind: String,
+    /// `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// `tool_use`: the call's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `tool_use`: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `tool_use`: the arguments, an object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// `tool_result`: the id of the `tool_use` it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// `tool_result`: a string or text blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub content: Option<Content>,
+    /// `tool_result`: whether the tool failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_error: Option<bool>,
+    /// `thinking`: the reasoning text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// `thinking`: its signature (ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// `redacted_thinking`: opaque data (ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+/// A tool: a custom tool has `name`, `description`, `input_schema`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct MessagesTool {
+    /// Absent or `custom` for a custom tool; anything else is a server
+    /// tool, accepted and left out of the prompt.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema of the tool's input (an object schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub input_schema: Option<Value>,
+}
+
+/// `tool_choice`: `auto`, `any`, `tool` (with `name`) or `none`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct MessagesToolChoice {
+    #[serde(rename = "type")]
+    #[schema(examples("auto"))]
+    pub kind: String,
+    /// The tool to call, with `type: "tool"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Accepted; svc's models call one tool at a time or several as they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_parallel_tool_use: Option<bool>,
+}
+
+/// `thinking`: `enabled` (with `budget_tokens`), `disabled` or `adaptive`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ThinkingConfig {
+    #[serde(rename = "type")]
+    #[schema(examples("enabled"))]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<i64>,
+}
+
+/// The whole reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = MessageResponse)]
+pub struct MessageReply {
+    /// `msg_...`.
+    pub id: String,
+    /// Always `message`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Always `assistant`.
+    pub role: String,
+    pub model: String,
+    pub content: Vec<ContentBlock>,
+    /// `end_turn`, `max_tokens`, `stop_sequence` or `tool_use`; null in `message_start`.
+    pub stop_reason: Option<String>,
+    /// The stop sequence that ended the reply, when one did.
+    pub stop_sequence: Option<String>,
+    pub usage: MessagesUsage,
+}
+
+/// A content block of a reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        /// `toolu_...`.
+        id: String,
+        name: String,
+        #[schema(value_type = Object)]
+        input: Value,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+}
+
+/// Token counts. svc caches no prompts, so the cache counts are always 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct MessagesUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+}
+
+/// One event of a streamed reply, as the `data:` of an SSE event named by its `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MessageStreamEvent {
+    MessageStart {
+        message: MessageReply,
+    },
+    ContentBlockStart {
+        index: u32,
+        content_block: ContentBlock,
+    },
+    Ping,
+    ContentBlockDelta {
+        index: u32,
+        delta: BlockDelta,
+    },
+    ContentBlockStop {
+        index: u32,
+    },
+    MessageDelta {
+        delta: MessageDelta,
+        usage: MessagesUsage,
+    },
+    MessageStop,
+}
+
+impl MessageStreamEvent {
+    /// The SSE event name: the `type`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MessageStreamEvent::MessageStart { .. } => "message_start",
+            MessageStreamEvent::ContentBlockStart { .. } => "content_block_start",
+            MessageStreamEvent::Ping => "ping",
+            MessageStreamEvent::ContentBlockDelta { .. } => "content_block_delta",
+            MessageStreamEvent::ContentBlockStop { .. } => "content_block_stop",
+            MessageStreamEvent::MessageDelta { .. } => "message_delta",
+            MessageStreamEvent::MessageStop => "message_stop",
+        }
+    }
+}
+
+/// What a `content_block_delta` adds to its block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BlockDelta {
+    TextDelta { text: String },
+    InputJsonDelta { partial_json: String },
+    ThinkingDelta { thinking: String },
+    SignatureDelta { signature: String },
+}
+
+/// The end of the reply, in `message_delta`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MessageDelta {
+    pub stop_reason: Option<String>,
+    pub stop_sequence: Option<String>,
+}
+
+/// The body of every error on the Messages routes, and of an `error` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = AnthropicErrorResponse)]
+pub struct AnthropicErrorBody {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub error: AnthropicError,
+    /// The `x-request-id` of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// The inner error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AnthropicError {
+    /// `invalid_request_error`, `authentication_error`, `permission_error`,
+    /// `not_found_error`, `rate_limit_error`, `api_error`,
+    /// `overloaded_error` or `timeout_error`.
+    #[serde(rename = "type")]
+    #[schema(examples("invalid_request_error"))]
+    pub kind: String,
+    pub message: String,
+}
+
+/// The name of the schema of one streamed Messages event.
+pub const STREAM_EVENT: &str = "MessageStreamSseEvent";
+
+/// The schema named [`STREAM_EVENT`]: an SSE event whose `event` is the
+/// data's `type`.
+pub fn stream_event_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+
+    use crate::schema::{reference, typed};
+    let data = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/json")
+        .content_schema(Some(
+            OneOfBuilder::new()
+                .item(reference("MessageStreamEvent"))
+                .item(reference("AnthropicErrorResponse")),
+        ))
+        .description(Some(
+            "A stream event, or an error (the last event when the stream fails after it began).",
+        ));
+    ObjectBuilder::new()
+        .description(Some(
+            "One Server-Sent Event of a streamed message (the schema describes each event, as `itemSchema` does in OpenAPI 3.2): `event: <type>` and `data: <json>` lines, then a blank line. The events come in Anthropic's order: `message_start`, then per content block `content_block_start`, `content_block_delta`s and `content_block_stop` (a `ping` after the first block's start), then `message_delta` (stop reason and usage) and `message_stop`.",
+        ))
+        .property(
+            "event",
+            typed(Type::String, Some("The data's `type`, or `error`.")),
+        )
+        .property("data", data)
+        .required("event")
+        .required("data")
+        .into()
+}

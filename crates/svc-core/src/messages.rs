@@ -1,0 +1,851 @@
+//! From Anthropic's Messages request to a validated [`GenerateRequest`]:
+//! every range and shape check of `POST /v1/messages` (and of
+//! `/v1/messages/count_tokens`), each failure naming the field as a path
+//! such as `messages[1].content[0].type`.
+//!
+//! How the conversation maps onto chat messages: `system` (a string or text
+//! blocks, joined by newlines) is one system message, and so is a turn of
+//! the `system` role (Claude Code sends them); a user turn's text
+//! blocks are one user message and each `tool_result` block a tool message,
+//! in order; an assistant turn's text blocks are its content and its
+//! `tool_use` blocks its tool calls (`input` serialized as the arguments).
+//! `thinking` and `redacted_thinking` blocks are accepted and left out of
+//! the prompt (svc's models do not read their own earlier reasoning).
+//! Images, documents and every other block type are refused. Tools whose
+//! `type` is neither absent nor `custom` (Anthropic's server tools, such
+//! as web search or code execution, which svc cannot run) are accepted
+//! and left out of the prompt.
+
+use serde_json::Value;
+use svc_api::messages::{
+    Content, ContentBlockParam, CountTokensRequest, InputMessage, MessagesRequest, MessagesTool,
+    MessagesToolChoice, ThinkingConfig,
+};
+
+use crate::engine::{
+    ChatMessage, GenerateRequest, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+};
+use crate::request::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError};
+
+/// Most stop sequences a Messages request may give.
+pub const MAX_STOP_SEQUENCES: usize = 16;
+
+/// Whether the reply shows the model's reasoning as `thinking` blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thinking {
+    /// Not asked either way: a reasoning model (`svc-thinking`) shows it.
+    Default,
+    /// `{"type":"enabled"}` (or `adaptive`): shown when the model reasons.
+    Enabled,
+    /// `{"type":"disabled"}`: never shown.
+    Disabled,
+}
+
+/// A Messages request that passed every check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidMessagesRequest {
+    pub model: String,
+    pub thinking: Thinking,
+    /// `stop_sequences`, which the route matches itself (to say which one
+    /// ended the reply); `generate.stop` is left empty.
+    pub stop_sequences: Vec<String>,
+    pub generate: GenerateRequest,
+}
+
+impl TryFrom<MessagesRequest> for ValidMessagesRequest {
+    type Error = ValidationError;
+
+    fn try_from(req: MessagesRequest) -> Result<Self, ValidationError> {
+        model(&req.model)?;
+        let max_tokens = u32::try_from(req.max_tokens)
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "max_tokens",
+                    format!(
+                        "max_tokens must be a positive integer (got {})",
+                        req.max_tokens
+                    ),
+                )
+            })?;
+        let sampling = Sampling {
+            temperature: ranged(req.temperature, "temperature", 0.0, 1.0)?.unwrap_or(1.0),
+            top_p: ranged(req.top_p, "top_p", 0.0, 1.0)?.unwrap_or(1.0),
+            top_k: match req.top_k {
+                None => 0,
+                Some(k) => u32::try_from(k).map_err(|_| {
+                    ValidationError::new(
+                        "top_k",
+                        format!("top_k must be a non-negative integer (got {k})"),
+                    )
+                })?,
+            },
+            ..Sampling::default()
+        };
+        let stop_sequences = stop_sequences(req.stop_sequences.unwrap_or_default())?;
+        let thinking = thinking(req.thinking.as_ref(), Some(max_tokens))?;
+        let (messages, tools, tool_choice) =
+            conversation(req.system, req.messages, req.tools, req.tool_choice)?;
+        Ok(ValidMessagesRequest {
+            model: req.model,
+            thinking,
+            stop_sequences,
+            generate: GenerateRequest {
+                messages,
+                sampling,
+                max_tokens: Some(max_tokens),
+                tools,
+                tool_choice,
+                stream: req.stream.unwrap_or(false),
+                ..GenerateRequest::default()
+            },
+        })
+    }
+}
+
+/// A count_tokens request that passed every check: the model and the
+/// request whose prompt is counted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidCountTokensRequest {
+    pub model: String,
+    pub generate: GenerateRequest,
+}
+
+impl TryFrom<CountTokensRequest> for ValidCountTokensRequest {
+    type Error = ValidationError;
+
+    fn try_from(req: CountTokensRequest) -> Result<Self, ValidationError> {
+        model(&req.model)?;
+        thinking(req.thinking.as_ref(), None)?;
+        let (messages, tools, tool_choice) =
+            conversation(req.system, req.messages, req.tools, req.tool_choice)?;
+        Ok(ValidCountTokensRequest {
+            model: req.model,
+            generate: GenerateRequest {
+                messages,
+                tools,
+                tool_choice,
+                ..GenerateRequest::default()
+            },
+        })
+    }
+}
+
+fn model(model: &str) -> Result<(), ValidationError> {
+    if model.trim().is_empty() {
+        return Err(ValidationError::new(
+            "model",
+            "model must be a non-empty string",
+        ));
+    }
+    Ok(())
+}
+
+fn ranged(
+    value: Option<f64>,
+    param: &str,
+    min: f64,
+    max: f64,
+) -> Result<Option<f32>, ValidationError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_finite() && (min..=max).contains(&v) => Ok(Some(v as f32)),
+        Some(v) => Err(ValidationError::new(
+            param,
+            format!("{param} must be between {min} and {max} (got {v})"),
+        )),
+    }
+}
+
+fn stop_sequences(stop: Vec<String>) -> Result<Vec<String>, ValidationError> {
+    if stop.len() > MAX_STOP_SEQUENCES {
+        return Err(ValidationError::new(
+            "stop_sequences",
+            format!(
+                "stop_sequences may hold at most {MAX_STOP_SEQUENCES} sequences (got {})",
+                stop.len()
+            ),
+        ));
+    }
+    if let Some(i) = stop.iter().position(String::is_empty) {
+        return Err(ValidationError::new(
+            format!("stop_sequences[{i}]"),
+            "stop sequences must not be empty",
+        ));
+    }
+    Ok(stop)
+}
+
+fn thinking(
+    config: Option<&ThinkingConfig>,
+    max_tokens: Option<u32>,
+) -> Result<Thinking, ValidationError> {
+    let Some(config) = config else {
+        return Ok(Thinking::Default);
+    };
+    match config.kind.as_str() {
+        "disabled" => Ok(Thinking::Disabled),
+        "adaptive" => Ok(Thinking::Enabled),
+        "enabled" => {
+            let budget = config.budget_tokens.ok_or_else(|| {
+                ValidationError::new(
+                    "thinking.budget_tokens",
+                    "thinking of type \"enabled\" needs budget_tokens",
+                )
+            })?;
+            if budget < 1 || max_tokens.is_some_and(|max| budget >= i64::from(max)) {
+                return Err(ValidationError::new(
+                    "thinking.budget_tokens",
+                    format!(
+                        "budget_tokens must be a positive integer below max_tokens (got {budget})"
+                    ),
+                ));
+            }
+            Ok(Thinking::Enabled)
+        }
+        other => Err(ValidationError::new(
+            "thinking.type",
+            format!("thinking type must be \"enabled\" or \"disabled\" (got {other:?})"),
+        )),
+    }
+}
+
+/// The system prompt, messages, tools and tool choice as chat messages.
+fn conversation(
+    system: Option<Content>,
+    input: Vec<InputMessage>,
+    tools: Option<Vec<MessagesTool>>,
+    choice: Option<MessagesToolChoice>,
+) -> Result<(Vec<ChatMessage>, Vec<ToolSpec>, ToolChoiceSpec), ValidationError> {
+    let tools = custom_tools(tools.unwrap_or_default())?;
+    let tool_choice = tool_choice(choice, &tools)?;
+    if input.is_empty() {
+        return Err(ValidationError::new(
+            "messages",
+            "messages must contain at least one message",
+        ));
+    }
+    if input.len() > MAX_MESSAGES {
+        return Err(ValidationError::new(
+            "messages",
+            format!(
+                "messages may hold at most {MAX_MESSAGES} messages (got {})",
+                input.len()
+            ),
+        ));
+    }
+    let mut messages = Vec::with_capacity(input.len() + 1);
+    let mut bytes = 0usize;
+    if let Some(system) = system {
+        let text = text_of(system, "system")?;
+        bytes += text.len();
+        if !text.is_empty() {
+            messages.push(ChatMessage::System(text));
+        }
+    }
+    for (i, message) in input.into_iter().enumerate() {
+        let param = format!("messages[{i}].content");
+        let blocks = match message.content {
+            Content::Text(text) => vec![ContentBlockParam {
+                kind: "text".into(),
+                text: Some(text),
+                ..ContentBlockParam::default()
+            }],
+            Content::Blocks(blocks) => blocks,
+        };
+        match message.role.as_str() {
+            "user" => user_turn(blocks, &param, &mut messages, &mut bytes)?,
+            "assistant" => assistant_turn(blocks, &param, &mut messages, &mut bytes)?,
+            // A system message among the turns (Claude Code sends them).
+            "system" => {
+                let text = text_of(Content::Blocks(blocks), &param)?;
+                bytes += text.len();
+                messages.push(ChatMessage::System(text));
+            }
+            other => {
+                return Err(ValidationError::new(
+                    format!("messages[{i}].role"),
+                    format!("role must be \"user\", \"assistant\" or \"system\" (got {other:?})"),
+                ));
+            }
+        }
+    }
+    if bytes > MAX_MESSAGE_BYTES {
+        return Err(ValidationError::new(
+            "messages",
+            format!(
+                "the messages hold {bytes} bytes of text; at most {MAX_MESSAGE_BYTES} are allowed"
+            ),
+        ));
+    }
+    Ok((messages, tools, tool_choice))
+}
+
+fn refused(kind: &str) -> String {
+    match kind {
+        "image" | "document" | "search_result" | "container_upload" => format!(
+            "content blocks of type {kind:?} are not supported: this service reads text only"
+        ),
+        other => format!(
+            "content block type must be \"text\", \"tool_use\", \"tool_result\", \"thinking\" or \"redacted_thinking\" (got {other:?})"
+        ),
+    }
+}
+
+fn block_text(block: ContentBlockParam, param: &str) -> Result<String, ValidationError> {
+    block.text.ok_or_else(|| {
+        ValidationError::new(format!("{param}.text"), "a text block needs a text string")
+    })
+}
+
+/// Text blocks (and only those) as one string, joined by newlines.
+fn text_of(content: Content, param: &str) -> Result<String, ValidationError> {
+    match content {
+        Content::Text(text) => Ok(text),
+        Content::Blocks(blocks) => {
+            let mut parts = Vec::with_capacity(blocks.len());
+            for (j, block) in blocks.into_iter().enumerate() {
+                let param = format!("{param}[{j}]");
+                if block.kind != "text" {
+                    return Err(ValidationError::new(
+                        format!("{param}.type"),
+                        if block.kind == "image" || block.kind == "document" {
+                            refused(&block.kind)
+                        } else {
+                            format!("only text blocks are allowed here (got {:?})", block.kind)
+                        },
+                    ));
+                }
+                parts.push(block_text(block, &param)?);
+            }
+            Ok(parts.join("\n"))
+        }
+    }
+}
+
+fn user_turn(
+    blocks: Vec<ContentBlockParam>,
+    param: &str,
+    messages: &mut Vec<ChatMessage>,
+    bytes: &mut usize,
+) -> Result<(), ValidationError> {
+    let mut text: Vec<String> = Vec::new();
+    let flush = |text: &mut Vec<String>, messages: &mut Vec<ChatMessage>| {
+        if !text.is_empty() {
+            messages.push(ChatMessage::User(std::mem::take(text).join("\n")));
+        }
+    };
+    for (j, block) in blocks.into_iter().enumerate() {
+        let param = format!("{param}[{j}]");
+        match block.kind.as_str() {
+            "text" => {
+                let t = block_text(block, &param)?;
+                *bytes += t.len();
+                text.push(t);
+            }
+            "tool_result" => {
+                flush(&mut text, messages);
+                let tool_call_id = block.tool_use_id.ok_or_else(|| {
+                    ValidationError::new(
+                        format!("{param}.tool_use_id"),
+                        "a tool_result block needs tool_use_id",
+                    )
+                })?;
+                let mut content = match block.content {
+                    None => String::new(),
+                    Some(content) => text_of(content, &format!("{param}.content"))?,
+                };
+                if block.is_error == Some(true) {
+                    content = format!("Error: {content}");
+                }
+                *bytes += tool_call_id.len() + content.len();
+                messages.push(ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                });
+            }
+            // Earlier reasoning is not part of svc's prompts.
+            "thinking" | "redacted_thinking" => {}
+            other => {
+                return Err(ValidationError::new(
+                    format!("{param}.type"),
+                    refused(other),
+                ));
+            }
+        }
+    }
+    flush(&mut text, messages);
+    Ok(())
+}
+
+fn assistant_turn(
+    blocks: Vec<ContentBlockParam>,
+    param: &str,
+    messages: &mut Vec<ChatMessage>,
+    bytes: &mut usize,
+) -> Result<(), ValidationError> {
+    let mut text: Vec<String> = Vec::new();
+    let mut tool_calls = Vec::new();
+    for (j, block) in blocks.into_iter().enumerate() {
+        let param = format!("{param}[{j}]");
+        match block.kind.as_str() {
+            "text" => {
+                let t = block_text(block, &param)?;
+                *bytes += t.len();
+                text.push(t);
+            }
+            "tool_use" => {
+                let id = block.id.ok_or_else(|| {
+                    ValidationError::new(format!("{param}.id"), "a tool_use block needs an id")
+                })?;
+                let name = block.name.ok_or_else(|| {
+                    ValidationError::new(format!("{param}.name"), "a tool_use block needs a name")
+                })?;
+                let arguments = match block.input {
+                    None => "{}".to_owned(),
+                    Some(input @ Value::Object(_)) => input.to_string(),
+                    Some(_) => {
+                        return Err(ValidationError::new(
+                            format!("{param}.input"),
+                            "a tool_use block's input must be an object",
+                        ));
+                    }
+                };
+                *bytes += id.len() + name.len() + arguments.len();
+                tool_calls.push(ToolCallSpec {
+                    id,
+                    name,
+                    arguments,
+                });
+            }
+            "thinking" | "redacted_thinking" => {}
+            other => {
+                return Err(ValidationError::new(
+                    format!("{param}.type"),
+                    refused(other),
+                ));
+            }
+        }
+    }
+    let content = (!text.is_empty() || tool_calls.is_empty()).then(|| text.join("\n"));
+    messages.push(ChatMessage::Assistant {
+        content,
+        tool_calls,
+    });
+    Ok(())
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The custom tools, as functions; server tools are left out.
+fn custom_tools(tools: Vec<MessagesTool>) -> Result<Vec<ToolSpec>, ValidationError> {
+    if tools.len() > MAX_TOOLS {
+        return Err(ValidationError::new(
+            "tools",
+            format!(
+                "tools may hold at most {MAX_TOOLS} tools (got {})",
+                tools.len()
+            ),
+        ));
+    }
+    let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.into_iter().enumerate() {
+        if tool.kind.as_deref().is_some_and(|k| k != "custom") {
+            continue;
+        }
+        if !valid_tool_name(&tool.name) {
+            return Err(ValidationError::new(
+                format!("tools[{i}].name"),
+                "tool names are 1 to 128 characters of a-z, A-Z, 0-9, _ and -",
+            ));
+        }
+        if specs.iter().any(|s| s.name == tool.name) {
+            return Err(ValidationError::new(
+                format!("tools[{i}].name"),
+                format!("tool {:?} is defined twice", tool.name),
+            ));
+        }
+        let parameters = match tool.input_schema {
+            Some(schema @ Value::Object(_)) => schema,
+            Some(_) => {
+                return Err(ValidationError::new(
+                    format!("tools[{i}].input_schema"),
+                    "input_schema must be a JSON Schema object",
+                ));
+            }
+            None => {
+                return Err(ValidationError::new(
+                    format!("tools[{i}].input_schema"),
+                    "a custom tool needs an input_schema",
+                ));
+            }
+        };
+        specs.push(ToolSpec {
+            name: tool.name,
+            description: tool.description,
+            parameters,
+        });
+    }
+    Ok(specs)
+}
+
+fn tool_choice(
+    choice: Option<MessagesToolChoice>,
+    tools: &[ToolSpec],
+) -> Result<ToolChoiceSpec, ValidationError> {
+    let Some(choice) = choice else {
+        return Ok(if tools.is_empty() {
+            ToolChoiceSpec::None
+        } else {
+            ToolChoiceSpec::Auto
+        });
+    };
+    let needs_tools = |what: &str| {
+        ValidationError::new(
+            "tool_choice.type",
+            format!("tool_choice {what} requires tools"),
+        )
+    };
+    Ok(match choice.kind.as_str() {
+        "none" => ToolChoiceSpec::None,
+        "auto" if tools.is_empty() => ToolChoiceSpec::None,
+        "auto" => ToolChoiceSpec::Auto,
+        "any" if tools.is_empty() => return Err(needs_tools("\"any\"")),
+        "any" => ToolChoiceSpec::Required,
+        "tool" => {
+            let name = choice.name.ok_or_else(|| {
+                ValidationError::new(
+                    "tool_choice.name",
+                    "tool_choice of type \"tool\" needs a name",
+                )
+            })?;
+            if !tools.iter().any(|t| t.name == name) {
+                return Err(ValidationError::new(
+                    "tool_choice.name",
+                    format!("tool_choice names {name:?}, which is not among tools"),
+                ));
+            }
+            ToolChoiceSpec::Function(name)
+        }
+        other => {
+            return Err(ValidationError::new(
+                "tool_choice.type",
+                format!(
+                    "tool_choice type must be \"auto\", \"any\", \"tool\" or \"none\" (got {other:?})"
+                ),
+            ));
+        }
+    })
+}
+
+/// Finds the request's stop sequences in streamed text: what can be shown
+/// is released at once, what may be the start of a stop sequence is held
+/// back until it is known not to be.
+#[derive(Debug, Clone)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+}
+
+/// What [`StopMatcher::push`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    /// Text that can be shown now.
+    pub text: String,
+    /// The stop sequence that ended the text, if one did.
+    pub stop: Option<String>,
+}
+
+impl StopMatcher {
+    pub fn new(stops: Vec<String>) -> Self {
+        StopMatcher {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            held: String::new(),
+        }
+    }
+
+    /// Whether there is anything to look for.
+    pub fn is_empty(&self) -> bool {
+        self.stops.is_empty()
+    }
+
+    /// Adds `text`; releases what cannot be part of a stop sequence, or the
+    /// text before the earliest stop sequence when one appeared.
+    pub fn push(&mut self, text: &str) -> Released {
+        self.held.push_str(text);
+        let earliest = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|(at, s)| (*at, std::cmp::Reverse(s.len())));
+        if let Some((at, stop)) = earliest {
+            let stop = stop.clone();
+            let mut text = std::mem::take(&mut self.held);
+            text.truncate(at);
+            return Released {
+                text,
+                stop: Some(stop),
+            };
+        }
+        // Keep the longest end of `held` that begins some stop sequence.
+        let mut keep = 0;
+        for stop in &self.stops {
+            for (cut, _) in stop.char_indices().skip(1) {
+                if cut > keep && self.held.ends_with(&stop[..cut]) {
+                    keep = cut;
+                }
+            }
+        }
+        let split = self.held.len() - keep;
+        let rest = self.held.split_off(split);
+        Released {
+            text: std::mem::replace(&mut self.held, rest),
+            stop: None,
+        }
+    }
+
+    /// The text held back, when the reply ended without a stop sequence.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(extra: Value) -> Result<ValidMessagesRequest, ValidationError> {
+        let mut body = json!({
+            "model": "svc",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let req: MessagesRequest = serde_json::from_value(body).unwrap();
+        ValidMessagesRequest::try_from(req)
+    }
+
+    fn param_of(extra: Value) -> String {
+        request(extra).unwrap_err().param
+    }
+
+    #[test]
+    fn defaults() {
+        let valid = request(json!({})).unwrap();
+        assert_eq!(valid.generate.max_tokens, Some(64));
+        assert_eq!(valid.generate.sampling.temperature, 1.0);
+        assert_eq!(valid.generate.sampling.top_k, 0);
+        assert_eq!(valid.generate.tool_choice, ToolChoiceSpec::None);
+        assert!(valid.generate.stop.is_empty());
+        assert_eq!(valid.thinking, Thinking::Default);
+        assert_eq!(
+            valid.generate.messages,
+            vec![ChatMessage::User("hi".into())]
+        );
+    }
+
+    #[test]
+    fn ranges_name_their_param() {
+        assert_eq!(param_of(json!({"temperature": 1.5})), "temperature");
+        assert_eq!(param_of(json!({"top_p": -0.1})), "top_p");
+        assert_eq!(param_of(json!({"top_k": -1})), "top_k");
+        assert_eq!(param_of(json!({"max_tokens": 0})), "max_tokens");
+        assert_eq!(
+            param_of(json!({"stop_sequences": ["a", ""]})),
+            "stop_sequences[1]"
+        );
+        assert_eq!(param_of(json!({"messages": []})), "messages");
+        assert_eq!(
+            param_of(json!({"messages": [{"role": "tool", "content": "x"}]})),
+            "messages[0].role"
+        );
+        assert_eq!(
+            param_of(json!({"thinking": {"type": "enabled", "budget_tokens": 64}})),
+            "thinking.budget_tokens"
+        );
+        assert_eq!(
+            param_of(json!({"tool_choice": {"type": "any"}})),
+            "tool_choice.type"
+        );
+        let valid = request(json!({"top_k": 5, "temperature": 0, "top_p": 0.5})).unwrap();
+        assert_eq!(valid.generate.sampling.top_k, 5);
+        assert_eq!(valid.generate.sampling.temperature, 0.0);
+    }
+
+    #[test]
+    fn images_and_documents_are_refused_by_path() {
+        let err = request(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+        ]}]}))
+        .unwrap_err();
+        assert_eq!(err.param, "messages[0].content[1].type");
+        assert!(err.message.contains("\"image\""), "{}", err.message);
+        let err = request(json!({"system": [{"type": "document", "source": {}}]})).unwrap_err();
+        assert_eq!(err.param, "system[0].type");
+    }
+
+    #[test]
+    fn a_tool_round_trip_maps_onto_chat_messages() {
+        let valid = request(json!({
+            "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}},
+                       {"type": "text", "text": "Use tools."}],
+            "tools": [
+                {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object"}},
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+            ],
+            "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true},
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "x"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "boom", "is_error": true},
+                    {"type": "text", "text": "thanks"}
+                ]}
+            ]
+        }))
+        .unwrap();
+        let g = valid.generate;
+        assert_eq!(g.tools.len(), 1, "the server tool is left out");
+        assert_eq!(
+            g.tool_choice,
+            ToolChoiceSpec::Function("get_weather".into())
+        );
+        assert_eq!(
+            g.messages,
+            vec![
+                ChatMessage::System("Be brief.\nUse tools.".into()),
+                ChatMessage::User("weather?".into()),
+                ChatMessage::Assistant {
+                    content: None,
+                    tool_calls: vec![ToolCallSpec {
+                        id: "toolu_1".into(),
+                        name: "get_weather".into(),
+                        arguments: "{\"city\":\"Paris\"}".into()
+                    }]
+                },
+                ChatMessage::Tool {
+                    tool_call_id: "toolu_1".into(),
+                    content: "sunny".into()
+                },
+                ChatMessage::Tool {
+                    tool_call_id: "toolu_2".into(),
+                    content: "Error: boom".into()
+                },
+                ChatMessage::User("thanks".into()),
+            ]
+        );
+    }
+
+    /// Claude Code sends system turns among the messages; they were refused.
+    #[test]
+    fn system_turns_are_system_messages() {
+        let valid = request(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            valid.generate.messages,
+            vec![
+                ChatMessage::User("hi".into()),
+                ChatMessage::System("Be brief.".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn tool_choice_forms() {
+        let tools = json!([{"name": "f", "input_schema": {"type": "object"}}]);
+        let choice = |c: Value| request(json!({"tools": tools, "tool_choice": c}));
+        assert_eq!(
+            choice(json!({"type": "any"})).unwrap().generate.tool_choice,
+            ToolChoiceSpec::Required
+        );
+        assert_eq!(
+            choice(json!({"type": "none"}))
+                .unwrap()
+                .generate
+                .tool_choice,
+            ToolChoiceSpec::None
+        );
+        assert_eq!(
+            choice(json!({"type": "auto"}))
+                .unwrap()
+                .generate
+                .tool_choice,
+            ToolChoiceSpec::Auto
+        );
+        assert_eq!(
+            choice(json!({"type": "tool", "name": "g"}))
+                .unwrap_err()
+                .param,
+            "tool_choice.name"
+        );
+        assert_eq!(
+            choice(json!({"type": "sometimes"})).unwrap_err().param,
+            "tool_choice.type"
+        );
+        assert_eq!(
+            param_of(json!({"tools": [{"name": "f"}]})),
+            "tools[0].input_schema"
+        );
+    }
+
+    #[test]
+    fn count_tokens_requests_need_no_max_tokens() {
+        let req: CountTokensRequest = serde_json::from_value(json!({
+            "model": "svc", "messages": [{"role": "user", "content": "hi"}]
+        }))
+        .unwrap();
+        let valid = ValidCountTokensRequest::try_from(req).unwrap();
+        assert_eq!(
+            valid.generate.messages,
+            vec![ChatMessage::User("hi".into())]
+        );
+    }
+
+    #[test]
+    fn the_stop_matcher_holds_back_what_may_start_a_stop() {
+        let mut m = StopMatcher::new(vec!["END".into(), "xy".into()]);
+        assert_eq!(m.push("hello E").text, "hello ");
+        assert_eq!(m.push("N").text, "");
+        let r = m.push("Dnot shown");
+        assert_eq!(
+            r,
+            Released {
+                text: String::new(),
+                stop: Some("END".into())
+            }
+        );
+        let mut m = StopMatcher::new(vec!["END".into()]);
+        assert_eq!(m.push("a EN").text, "a ");
+        assert_eq!(m.push("x").text, "ENx");
+        assert_eq!(m.push("E").text, "");
+        assert_eq!(m.finish(), "E");
+        let mut m = StopMatcher::new(vec!["é!".into()]);
+        assert_eq!(m.push("café").text, "caf");
+        assert_eq!(
+            m.push("!tail"),
+            Released {
+                text: String::new(),
+                stop: Some("é!".into())
+            }
+        );
+    }
+}
