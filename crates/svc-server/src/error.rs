@@ -215,7 +215,10 @@ impl ApiError {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::BodyTimeout(_)
             | ApiError::MethodNotAllowed { .. } => invalid,
-            ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } => "not_found_error",
+            ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } | ApiError::NotFound { .. } => {
+                "not_found_error"
+            }
+            ApiError::OnParam { error, .. } => error.anthropic_type(),
             ApiError::Forbidden(_) => "permission_error",
             ApiError::RateLimited(_) => "rate_limit_error",
             ApiError::Engine(e) => match e {
@@ -237,12 +240,13 @@ impl ApiError {
     /// `messages[0].content[1].type: ...`.
     pub fn anthropic_message(&self, message: String) -> String {
         let param = match self {
-            ApiError::Validation(v) => Some(&v.param),
-            ApiError::Engine(EngineError::InvalidRequest { param, .. }) => param.as_ref(),
+            ApiError::Validation(v) => Some(v.param.as_str()),
+            ApiError::Engine(EngineError::InvalidRequest { param, .. }) => param.as_deref(),
+            ApiError::OnParam { param, .. } => Some(*param),
             _ => None,
         };
         match param {
-            Some(param) if !message.contains(param.as_str()) => format!("{param}: {message}"),
+            Some(param) if !message.contains(param) => format!("{param}: {message}"),
             _ => message,
         }
     }
