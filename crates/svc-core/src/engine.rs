@@ -73,6 +73,30 @@ pub enum ChatMessage {
     },
 }
 
+impl ChatMessage {
+    /// Bytes of text in the message: content, tool call ids, names and
+    /// arguments.
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.as_ref().map_or(0, String::len)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            }
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+            } => tool_call_id.len() + content.len(),
+        }
+    }
+}
+
 /// Sampling settings, already range-checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {
@@ -241,7 +265,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// How many prompt tokens `request` would use (its messages and tools,
     /// with the model's markup). Engines that cannot tokenize give this
-    /// estimate: a token per 4 bytes of text and tool schemas, rounded up.
+    /// estimate ([`estimate_tokens`]).
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
         Ok(estimate_tokens(request))
     }
@@ -255,33 +279,23 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
-/// A token per 4 bytes of the messages' text and the tools' names,
-/// descriptions and schemas, rounded up: what [`Engine::count_tokens`] says
-/// for engines that cannot tokenize.
+/// A token per 4 bytes of the messages' text (contents, tool call ids,
+/// names and arguments) and the tools' names, descriptions and schemas,
+/// rounded up, plus 4 tokens of markup a message: what
+/// [`Engine::count_tokens`] says for engines that cannot tokenize, and the
+/// prompt's usage when an upstream reports none.
 pub fn estimate_tokens(request: &GenerateRequest) -> u64 {
-    let mut bytes = 0usize;
-    for message in &request.messages {
-        bytes += match message {
-            ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                content.as_ref().map_or(0, String::len)
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.len())
-                        .sum::<usize>()
-            }
-            ChatMessage::Tool { content, .. } => content.len(),
-        };
-    }
-    for tool in &request.tools {
-        bytes += tool.name.len()
-            + tool.description.as_ref().map_or(0, String::len)
-            + tool.parameters.to_string().len();
-    }
-    bytes.div_ceil(4) as u64
+    let text: usize = request.messages.iter().map(ChatMessage::text_bytes).sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|tool| {
+            tool.name.len()
+                + tool.description.as_ref().map_or(0, String::len)
+                + tool.parameters.to_string().len()
+        })
+        .sum();
+    (text + tools).div_ceil(4) as u64 + 4 * request.messages.len() as u64
 }
 
 /// An engine's load and health at one moment.

@@ -267,27 +267,9 @@ fn tool_choice(
     choice: Option<ToolChoice>,
     tools: &[ToolSpec],
 ) -> Result<ToolChoiceSpec, ValidationError> {
-    let needs_tools = |what: &str| {
-        ValidationError::new("tool_choice", format!("tool_choice {what} requires tools"))
-    };
     let spec = match choice {
-        None if tools.is_empty() => ToolChoiceSpec::None,
-        None => ToolChoiceSpec::Auto,
-        Some(ToolChoice::Mode(mode)) => match mode.as_str() {
-            "none" => ToolChoiceSpec::None,
-            "auto" if tools.is_empty() => ToolChoiceSpec::None,
-            "auto" => ToolChoiceSpec::Auto,
-            "required" if tools.is_empty() => return Err(needs_tools("\"required\"")),
-            "required" => ToolChoiceSpec::Required,
-            other => {
-                return Err(ValidationError::new(
-                    "tool_choice",
-                    format!(
-                        "tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"
-                    ),
-                ));
-            }
-        },
+        None => tool_choice_mode(None, tools)?,
+        Some(ToolChoice::Mode(mode)) => tool_choice_mode(Some(&mode), tools)?,
         Some(ToolChoice::Named(named)) => {
             if named.kind != "function" {
                 return Err(ValidationError::new(
@@ -299,7 +281,10 @@ fn tool_choice(
                 ));
             }
             if tools.is_empty() {
-                return Err(needs_tools("naming a function"));
+                return Err(ValidationError::new(
+                    "tool_choice",
+                    "tool_choice naming a function requires tools",
+                ));
             }
             let name = named.function.name;
             if !tools.iter().any(|t| t.name == name) {
@@ -312,6 +297,36 @@ fn tool_choice(
         }
     };
     Ok(spec)
+}
+
+/// What `tool_choice` given as a mode (`none`, `auto`, `required`), or not
+/// given (`None`), means with these function `tools`, in chat completions
+/// and the Responses API alike: `auto` (the default) with no tools is
+/// `none`, and `required` needs tools.
+pub(crate) fn tool_choice_mode(
+    mode: Option<&str>,
+    tools: &[ToolSpec],
+) -> Result<ToolChoiceSpec, ValidationError> {
+    Ok(match mode {
+        None | Some("auto") if tools.is_empty() => ToolChoiceSpec::None,
+        None | Some("auto") => ToolChoiceSpec::Auto,
+        Some("none") => ToolChoiceSpec::None,
+        Some("required") if tools.is_empty() => {
+            return Err(ValidationError::new(
+                "tool_choice",
+                "tool_choice \"required\" requires tools",
+            ));
+        }
+        Some("required") => ToolChoiceSpec::Required,
+        Some(other) => {
+            return Err(ValidationError::new(
+                "tool_choice",
+                format!(
+                    "tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"
+                ),
+            ));
+        }
+    })
 }
 
 fn output_format(format: Option<ResponseFormat>) -> Result<OutputFormat, ValidationError> {
@@ -441,7 +456,7 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
             })
         })
         .collect::<Result<_, _>>()?;
-    let bytes: usize = messages.iter().map(text_bytes).sum();
+    let bytes: usize = messages.iter().map(ChatMessage::text_bytes).sum();
     if bytes > MAX_MESSAGE_BYTES {
         return Err(ValidationError::new(
             "messages",
@@ -451,27 +466,6 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
         ));
     }
     Ok(messages)
-}
-
-/// Bytes of text in `message` (content, tool call ids, names and arguments).
-pub(crate) fn text_bytes(message: &ChatMessage) -> usize {
-    match message {
-        ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-        } => {
-            content.as_ref().map_or(0, String::len)
-                + tool_calls
-                    .iter()
-                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
-                    .sum::<usize>()
-        }
-        ChatMessage::Tool {
-            tool_call_id,
-            content,
-        } => tool_call_id.len() + content.len(),
-    }
 }
 
 #[cfg(test)]

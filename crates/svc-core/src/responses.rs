@@ -32,8 +32,8 @@ use crate::engine::{
     ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
 };
 use crate::request::{
-    MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError, ranged, text_bytes, token_cap,
-    valid_function_name,
+    MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError, ranged, token_cap,
+    tool_choice_mode, valid_function_name,
 };
 
 /// Most `metadata` pairs, as with OpenAI.
@@ -201,7 +201,7 @@ impl ValidResponseRequest {
                 ),
             ));
         }
-        let bytes: usize = messages.iter().map(text_bytes).sum();
+        let bytes: usize = messages.iter().map(ChatMessage::text_bytes).sum();
         if bytes > MAX_MESSAGE_BYTES {
             return Err(ValidationError::new(
                 "input",
@@ -343,35 +343,9 @@ fn tool_choice(
     choice: Option<ResponseToolChoice>,
     tools: &[ToolSpec],
 ) -> Result<ToolChoiceSpec, ValidationError> {
-    let needs_tools = |what: &str| {
-        ValidationError::new(
-            "tool_choice",
-            format!("tool_choice {what} requires function tools"),
-        )
-    };
     Ok(match choice {
-        None => {
-            if tools.is_empty() {
-                ToolChoiceSpec::None
-            } else {
-                ToolChoiceSpec::Auto
-            }
-        }
-        Some(ResponseToolChoice::Mode(mode)) => match mode.as_str() {
-            "none" => ToolChoiceSpec::None,
-            "auto" if tools.is_empty() => ToolChoiceSpec::None,
-            "auto" => ToolChoiceSpec::Auto,
-            "required" if tools.is_empty() => return Err(needs_tools("\"required\"")),
-            "required" => ToolChoiceSpec::Required,
-            other => {
-                return Err(ValidationError::new(
-                    "tool_choice",
-                    format!(
-                        "tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {other:?})"
-                    ),
-                ));
-            }
-        },
+        None => tool_choice_mode(None, tools)?,
+        Some(ResponseToolChoice::Mode(mode)) => tool_choice_mode(Some(&mode), tools)?,
         Some(ResponseToolChoice::Named { kind, name }) => {
             if kind != "function" {
                 return Err(ValidationError::new(

@@ -312,7 +312,7 @@ impl Engine for UpstreamEngine {
                 message: "n must be 1 on this model (it is served by an upstream)".into(),
             });
         }
-        let prompt_estimate = request::estimate_prompt_tokens(&request);
+        let prompt_estimate = svc_core::estimate_tokens(&request);
         let mut tried = vec![false; self.pool.endpoints.len()];
         let mut worst: Option<Failure> = None;
         for attempt in 1..=self.options.max_attempts {
@@ -349,9 +349,10 @@ impl Engine for UpstreamEngine {
         Err(error::exhausted(worst.as_ref()))
     }
 
-    // `count_tokens` is the trait's estimate (a token per 4 bytes of text
-    // and tool schemas): an OpenAI-compatible upstream has no endpoint that
-    // counts a chat's tokens, and its tokenizer is not known here.
+    // `count_tokens` is the trait's estimate (`svc_core::estimate_tokens`,
+    // the same as the prompt usage of a reply that reports none): an
+    // OpenAI-compatible upstream has no endpoint that counts a chat's
+    // tokens, and its tokenizer is not known here.
 
     fn name(&self) -> &str {
         "upstream"

@@ -199,35 +199,6 @@ pub fn body(request: &GenerateRequest, model: &str) -> Vec<u8> {
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// A rough prompt size for usage when the upstream reports none: four
-/// characters a token, plus a few tokens of framing per message.
-pub fn estimate_prompt_tokens(request: &GenerateRequest) -> u64 {
-    let chars: usize = request
-        .messages
-        .iter()
-        .map(|m| match m {
-            ChatMessage::System(t) | ChatMessage::User(t) => t.len(),
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                content.as_deref().map_or(0, str::len)
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.len())
-                        .sum::<usize>()
-            }
-            ChatMessage::Tool { content, .. } => content.len(),
-        })
-        .sum();
-    let tools: usize = request
-        .tools
-        .iter()
-        .map(|t| t.name.len() + t.parameters.to_string().len())
-        .sum();
-    crate::translate::tokens_for_chars(chars + tools) + 4 * request.messages.len() as u64
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -396,9 +367,9 @@ mod tests {
 
     #[test]
     fn prompt_estimate_grows_with_text() {
-        let short = estimate_prompt_tokens(&request());
+        let short = svc_core::estimate_tokens(&request());
         let mut r = request();
         r.messages = vec![ChatMessage::User("word ".repeat(100))];
-        assert!(estimate_prompt_tokens(&r) > short + 100);
+        assert!(svc_core::estimate_tokens(&r) > short + 100);
     }
 }

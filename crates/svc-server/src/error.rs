@@ -215,9 +215,9 @@ impl ApiError {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::BodyTimeout(_)
             | ApiError::MethodNotAllowed { .. } => invalid,
-            ApiError::ModelNotFound(_) | ApiError::UnknownUrl { .. } | ApiError::NotFound { .. } => {
-                "not_found_error"
-            }
+            ApiError::ModelNotFound(_)
+            | ApiError::UnknownUrl { .. }
+            | ApiError::NotFound { .. } => "not_found_error",
             ApiError::OnParam { error, .. } => error.anthropic_type(),
             ApiError::Forbidden(_) => "permission_error",
             ApiError::RateLimited(_) => "rate_limit_error",

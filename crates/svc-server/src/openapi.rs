@@ -627,7 +627,7 @@ fn count_message_tokens() -> Operation {
         "Count the tokens a Messages request's prompt uses.",
     ))
     .description(Some(
-        "The system prompt, messages and tools as the model's engine counts them: exact for the embedded engine (the chat template rendered and tokenized as a generation would be), an estimate for upstream models (a token per 4 bytes of text and tool schemas).",
+        "The system prompt, messages and tools as the model's engine counts them: exact for the embedded engine (the chat template rendered and tokenized as a generation would be), an estimate for upstream models (a token per 4 bytes of text and tool schemas, and 4 a message).",
     ))
     .request_body(Some(json_body("CountTokensRequest", true)))
     .response(

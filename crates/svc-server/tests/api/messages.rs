@@ -565,9 +565,10 @@ async fn count_tokens_counts_through_the_engine() {
     let response = post(&app, "/v1/messages/count_tokens", &key, &body).await;
     assert_eq!(response.status(), 200);
     let counted: Value = response.json().await.unwrap();
-    // The fake engine estimates: a token per 4 bytes of text and tools.
+    // The fake engine estimates: a token per 4 bytes of text and tools,
+    // and 4 a message.
     let bytes = "Be brief.".len() + "hello world".len() + "f".len() + r#"{"type":"object"}"#.len();
-    assert_eq!(counted, json!({"input_tokens": bytes.div_ceil(4)}));
+    assert_eq!(counted, json!({"input_tokens": bytes.div_ceil(4) + 2 * 4}));
     // Nothing was generated.
     assert_eq!(
         app.probe.started.load(std::sync::atomic::Ordering::SeqCst),
