@@ -18,6 +18,7 @@ use std::time::Instant;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
 use crate::metrics::Arrived;
+use crate::registry::ModelRoute;
 use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
 
@@ -99,6 +100,27 @@ where
     W: FnOnce(&std::sync::Arc<dyn svc_core::Engine>, &GenerateRequest) -> F,
     F: FnOnce(EventStream) -> EventStream,
 {
+    let route = routed(state, model, &mut request)?;
+    state.metrics.gateway_overhead(model, arrived.elapsed());
+    let wrap = wrap(&route.engine, &request);
+    let events = wrap(route.engine.generate(request).await?);
+    Ok(crate::usage::metered(
+        events,
+        state,
+        key.id.clone(),
+        model,
+        arrived,
+        count_tokens,
+    ))
+}
+
+/// `model`'s route, with what it sets applied to `request`: the model's
+/// reasoning flag, and its default system prompt when the request has none.
+pub(crate) fn routed<'a>(
+    state: &'a AppState,
+    model: &str,
+    request: &mut GenerateRequest,
+) -> Result<&'a ModelRoute, ApiError> {
     let route = state
         .models
         .get(model)
@@ -114,17 +136,7 @@ where
             .messages
             .insert(0, ChatMessage::System(prompt.clone()));
     }
-    state.metrics.gateway_overhead(model, arrived.elapsed());
-    let wrap = wrap(&route.engine, &request);
-    let events = wrap(route.engine.generate(request).await?);
-    Ok(crate::usage::metered(
-        events,
-        state,
-        key.id.clone(),
-        model,
-        arrived,
-        count_tokens,
-    ))
+    Ok(route)
 }
 
 /// Headers of a Server-Sent Events reply.

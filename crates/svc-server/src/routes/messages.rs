@@ -9,10 +9,10 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
 use svc_api::messages::{CountTokensRequest, CountTokensResponse, MessagesRequest};
+use svc_core::KeyRecord;
 use svc_core::messages::{Thinking, ValidCountTokensRequest, ValidMessagesRequest};
-use svc_core::{ChatMessage, KeyRecord};
 
-use super::chat::{arrived, generate_with, json_response, limited, sse_response};
+use super::chat::{arrived, generate_with, json_response, limited, routed, sse_response};
 use crate::anthropic::{self, MessageMeta};
 use crate::error::ApiError;
 use crate::extract::{AnthropicAuthenticated, ApiJson};
@@ -92,22 +92,8 @@ pub async fn count_tokens(
 async fn count(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let ApiJson(body) = ApiJson::<CountTokensRequest>::from_request(request, state).await?;
     let request = ValidCountTokensRequest::try_from(body)?;
-    let route = state
-        .models
-        .get(&request.model)
-        .ok_or_else(|| ApiError::ModelNotFound(request.model.clone()))?;
     let mut generate = request.generate;
-    generate.reasoning = route.reasoning;
-    if let Some(prompt) = &route.default_system_prompt
-        && !generate
-            .messages
-            .iter()
-            .any(|m| matches!(m, ChatMessage::System(_)))
-    {
-        generate
-            .messages
-            .insert(0, ChatMessage::System(prompt.clone()));
-    }
+    let route = routed(state, &request.model, &mut generate)?;
     let input_tokens = route.engine.count_tokens(&generate).await?;
     Ok(json_response(&CountTokensResponse { input_tokens }))
 }
