@@ -4,7 +4,9 @@
 #
 # Creates .venv at the repository root if missing, installs
 # tests/python/requirements.txt into it, builds svc-fake-server with cargo
-# unless SVC_FAKE_SERVER names a binary, and runs pytest on tests/python.
+# unless SVC_FAKE_SERVER names a binary (and `svc`, for the real-model tests
+# when SVC_TEST_MODEL is set, unless SVC_BIN names one), and runs pytest on
+# tests/python.
 # The exit code is pytest's.
 set -euo pipefail
 
@@ -21,6 +23,10 @@ fi
 
 if [[ -z "${SVC_FAKE_SERVER:-}" ]]; then
     cargo build --quiet -p svc-test-support --bin svc-fake-server
+fi
+# test_real_model.py runs `svc serve` on $SVC_TEST_MODEL (skipped without it).
+if [[ -z "${SVC_BIN:-}" && -n "${SVC_TEST_MODEL:-}" ]]; then
+    cargo build --quiet --locked -p svc-cli --bin svc
 fi
 
 exec "$VENV/bin/python" -m pytest tests/python "$@"

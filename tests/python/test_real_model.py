@@ -1,0 +1,145 @@
+"""The official SDKs against `svc serve` on the real default model
+(SmolLM2-135M-Instruct, `$SVC_TEST_MODEL`, which `scripts/test.sh` fetches):
+real answers through the Responses API (`openai`), the Messages API
+(`anthropic`), and chat completions' log probabilities.
+
+The server is `$SVC_BIN serve` (run.sh builds `svc`) with the model in a
+data directory of its own, as on a newcomer's first start minus the
+download. Without `$SVC_TEST_MODEL` these tests are skipped (the test
+command always sets it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from conftest import ROOT, Server
+
+START_TIMEOUT_S = 120
+QUESTION = "What is the capital of France?"
+
+
+def _svc_binary() -> Path:
+    explicit = os.environ.get("SVC_BIN")
+    if explicit:
+        return Path(explicit)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if not target.is_absolute():
+        target = ROOT / target
+    return target / "debug" / "svc"
+
+
+@pytest.fixture(scope="module")
+def real_server():
+    model = os.environ.get("SVC_TEST_MODEL")
+    if not model:
+        pytest.skip("SVC_TEST_MODEL is not set (scripts/test.sh sets it)")
+    svc = _svc_binary()
+    assert svc.is_file(), f"{svc} does not exist: build it with `cargo build -p svc-cli --bin svc` or set SVC_BIN"
+    with tempfile.TemporaryDirectory(prefix="svc-real-") as data:
+        models = Path(data) / "models"
+        models.mkdir()
+        (models / "SmolLM2-135M-Instruct.Q4_1.gguf").symlink_to(Path(model).resolve())
+        created = subprocess.run(
+            [str(svc), "keys", "create", "--name", "sdk", "--data-dir", data],
+            capture_output=True, text=True, check=True,
+        )
+        key = created.stdout.strip()
+        env = {**os.environ, "SVC_LOG": "warn"}
+        process = subprocess.Popen(
+            [str(svc), "serve", "--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        url: list[str] = []
+        seen: list[str] = []
+
+        def read() -> None:
+            for line in process.stderr:
+                seen.append(line)
+                match = re.match(r"^svc is serving on (\S+)", line)
+                if match and not url:
+                    url.append(match.group(1))
+            # Keeps draining until the server ends, so it never blocks.
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            for _ in range(START_TIMEOUT_S * 10):
+                if url or process.poll() is not None:
+                    break
+                threading.Event().wait(0.1)
+            assert url, f"svc serve did not start (exit {process.poll()}):\n{''.join(seen)}"
+            yield Server(url=url[0], key=key)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture(scope="module")
+def real_openai(real_server: Server) -> openai.OpenAI:
+    with openai.OpenAI(base_url=real_server.base_url, api_key=real_server.key, max_retries=0, timeout=300) as c:
+        yield c
+
+
+def test_responses_api_answers_for_real(real_openai: openai.OpenAI) -> None:
+    response = real_openai.responses.create(model="svc", input=QUESTION, temperature=0, store=False)
+    assert response.status == "completed"
+    assert "Paris" in response.output_text
+    assert response.usage.input_tokens > 5 and response.usage.output_tokens > 0
+
+    with real_openai.responses.stream(model="svc", input=QUESTION, temperature=0, store=False) as stream:
+        deltas = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert deltas == final.output_text
+    assert "Paris" in deltas
+
+
+def test_messages_api_answers_for_real(real_server: Server) -> None:
+    with anthropic.Anthropic(base_url=real_server.url, api_key=real_server.key, max_retries=0, timeout=300) as client:
+        message = client.messages.create(
+            model="svc", max_tokens=64, messages=[{"role": "user", "content": QUESTION}], extra_body={"temperature": 0}
+        )
+        assert message.type == "message"
+        assert message.stop_reason in ("end_turn", "max_tokens")
+        assert "Paris" in message.content[0].text
+        counted = client.messages.count_tokens(model="svc", messages=[{"role": "user", "content": QUESTION}])
+        assert counted.input_tokens == message.usage.input_tokens
+
+
+def test_chat_logprobs_are_the_real_distribution(real_openai: openai.OpenAI) -> None:
+    completion = real_openai.chat.completions.create(
+        model="svc",
+        messages=[{"role": "user", "content": QUESTION}],
+        temperature=0,
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    choice = completion.choices[0]
+    content = choice.logprobs.content
+    assert content, completion
+    # The tokens spell the reply (a stop sequence or the end of turn is not listed).
+    assert "".join(t.token for t in content) == choice.message.content
+    for token in content:
+        assert token.logprob <= 0
+        assert len(token.top_logprobs) == 3
+        alternatives = [t.logprob for t in token.top_logprobs]
+        assert alternatives == sorted(alternatives, reverse=True)
+        # Greedy decoding picks the most likely token: it leads the list.
+        assert token.top_logprobs[0].token == token.token
+        assert math.isclose(token.top_logprobs[0].logprob, token.logprob, abs_tol=1e-4)
+        if token.token.isascii():
+            assert bytes(token.bytes) == token.token.encode()
