@@ -63,7 +63,12 @@ fn check(events: &[EngineEvent], keep_reasoning: bool) {
                 assert!(!text.is_empty());
             }
             EngineEvent::Text(text) => assert!(!text.is_empty()),
+            EngineEvent::Logprobs(tokens) => assert!(!tokens.is_empty()),
             EngineEvent::Finish { .. } => {}
+            // svc asks an upstream for one choice (n > 1 is refused before).
+            EngineEvent::Choice(index) => {
+                panic!("a choice event ({index}) from one upstream reply")
+            }
         }
     }
 }
