@@ -334,6 +334,18 @@ pub struct StoredResponse {
     pub conversation: String,
 }
 
+impl StoredResponse {
+    /// The `owner` of the responses made with a key of this account (`None`:
+    /// an operator's key). Deleting an account deletes its responses by this
+    /// name.
+    pub fn owner_of(account: Option<&UserId>) -> String {
+        match account {
+            Some(user) => format!("user:{}", user.0),
+            None => "operator".into(),
+        }
+    }
+}
+
 /// Persistence of Responses API responses.
 #[async_trait]
 pub trait ResponseStore: Send + Sync {

@@ -94,6 +94,9 @@ const DENY_APPROVED: &str = "UPDATE device_authorizations SET status = 'denied' 
 const REVOKE_KEYS: &str =
     "UPDATE api_keys SET revoked_at = $2 WHERE owner_id = $1 AND revoked_at IS NULL";
 const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE user_id = $1";
+/// The account's stored Responses API responses (their owner is
+/// `StoredResponse::owner_of`: `user:<id>`): its conversations leave with it.
+const DELETE_RESPONSES: &str = "DELETE FROM responses WHERE owner = 'user:' || $1";
 
 fn record(row: &AnyRow) -> Result<UserRecord, sqlx::Error> {
     Ok(UserRecord {
@@ -261,6 +264,7 @@ impl UserStore for SqlStore {
         run(&mut tx, DENY_APPROVED, id, None).await?;
         run(&mut tx, REVOKE_KEYS, id, Some(at)).await?;
         run(&mut tx, DELETE_SESSIONS, id, None).await?;
+        run(&mut tx, DELETE_RESPONSES, id, None).await?;
         tx.commit().await.map_err(query_error)?;
         self.key_changes.changed(before).await;
         Ok(AccountChange::Done)

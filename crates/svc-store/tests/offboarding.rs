@@ -24,7 +24,10 @@ use svc_core::device::{DeviceDecision, DeviceStatus};
 use svc_core::hashes::{DeviceCodeHash, SessionHash};
 use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
 use svc_core::session::SessionRecord;
-use svc_core::store::{AccountChange, DeviceStore, KeyOrigin, KeyStore, SessionStore, UserStore};
+use svc_core::store::{
+    AccountChange, DeviceStore, KeyOrigin, KeyStore, ResponseStore, SessionStore, StoredResponse,
+    UserStore,
+};
 use svc_store::SqlStore;
 
 on_both_backends!(
@@ -291,10 +294,37 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
             .await
             .unwrap()
     );
+    let conversation = |owner: String| StoredResponse {
+        id: format!("resp_{}", random_hex(12)),
+        owner,
+        created_at: now,
+        expires_at: now + 600,
+        response: "{}".into(),
+        conversation: "[]".into(),
+    };
+    let theirs = conversation(StoredResponse::owner_of(Some(&user.id)));
+    let operators = conversation(StoredResponse::owner_of(None));
+    store.insert_response(&theirs).await.unwrap();
+    store.insert_response(&operators).await.unwrap();
 
     assert_eq!(
         store.delete_user(&user.id, 50).await.unwrap(),
         AccountChange::Done
+    );
+    // Their stored conversations leave with them; others' stay.
+    assert_eq!(
+        store
+            .response_by_id(&theirs.id, &theirs.owner, now)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .response_by_id(&operators.id, &operators.owner, now)
+            .await
+            .unwrap()
+            .is_some()
     );
     assert_eq!(store.user_by_id(&user.id).await.unwrap(), None);
     assert_eq!(

@@ -69,10 +69,7 @@ pub async fn delete(
 
 /// Whose the responses a key makes are.
 fn owner(key: &KeyRecord) -> String {
-    match &key.owner_id {
-        Some(user) => format!("user:{}", user.0),
-        None => "operator".into(),
-    }
+    StoredResponse::owner_of(key.owner_id.as_ref())
 }
 
 /// OpenAI's answer for an unknown (or another account's, or expired) id.
