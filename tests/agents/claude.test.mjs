@@ -89,6 +89,10 @@ test("claude -p answers through svc's Messages API", { timeout: 300_000 }, async
 
   const home = join(dir, "home");
   mkdirSync(home);
+  // Claude Code keeps temporary files (`claude-<uid>/`, `cc-socks/`) in
+  // TMPDIR and leaves them: under the test's directory they go with it.
+  const temporary = join(dir, "tmp");
+  mkdirSync(temporary);
   // The test's environment without any Anthropic or Claude settings of
   // the person running it.
   const inherited = Object.fromEntries(
@@ -97,6 +101,7 @@ test("claude -p answers through svc's Messages API", { timeout: 300_000 }, async
   const env = {
     ...inherited,
     HOME: home,
+    TMPDIR: temporary,
     CLAUDE_CONFIG_DIR: join(home, ".claude"),
     ANTHROPIC_BASE_URL: base,
     ANTHROPIC_API_KEY: key,
