@@ -307,6 +307,29 @@ pub struct EngineStatus {
     pub running: u64,
     /// Upstream endpoints, for engines that route to others.
     pub endpoints: Vec<EndpointStatus>,
+    /// The prompt prefix cache, for engines that keep one.
+    pub prefix_cache: Option<PrefixCacheStatus>,
+}
+
+/// What an engine's prompt prefix cache did since it started, and holds now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrefixCacheStatus {
+    /// Prompt tokens the model evaluated.
+    pub evaluated_tokens: u64,
+    /// Prompt tokens not evaluated because their KV cells were reused.
+    pub reused_tokens: u64,
+    /// Bytes of host memory holding saved prefixes now.
+    pub host_bytes: u64,
+    /// The most host memory saved prefixes may take.
+    pub host_limit_bytes: u64,
+    /// Saved prefixes held now.
+    pub host_entries: u64,
+    /// Prefixes saved to host memory.
+    pub host_saves: u64,
+    /// Prefixes restored from host memory.
+    pub host_restores: u64,
+    /// Saved prefixes dropped to make room for newer ones.
+    pub host_evictions: u64,
 }
 
 /// One upstream endpoint's state.

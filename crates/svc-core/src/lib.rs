@@ -26,8 +26,8 @@ pub use device::{
 };
 pub use engine::{
     ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,
-    FinishReason, GenerateRequest, OutputFormat, Sampling, TokenLogprob, TokenUsage, ToolCallChunk,
-    ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
+    FinishReason, GenerateRequest, OutputFormat, PrefixCacheStatus, Sampling, TokenLogprob,
+    TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
 };
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};

@@ -160,13 +160,16 @@ async fn main() -> anyhow::Result<()> {
         svc_engine_llama::cpu::required_features().join(","),
     );
 
-    // Single stream: prompt processing, then decoding.
-    let prompt = prompt_of(&engine, args.prompt);
-    let prompt_tokens = engine.tokenize(&prompt).len();
-    let warmup = engine.complete(&prompt, params(8))?;
+    // Single stream: prompt processing, then decoding. Each run's prompt
+    // starts differently, so that the engine cannot reuse an earlier run's
+    // prompt cells: this measures evaluating a prompt.
+    let base = prompt_of(&engine, args.prompt);
+    let prompt_tokens = engine.tokenize(&base).len();
+    let warmup = engine.complete(&format!("Warm-up. {base}"), params(8))?;
     time_stream(warmup, Instant::now()).await?;
     let (mut pp, mut tg, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..args.runs {
+    for run in 0..args.runs {
+        let prompt = format!("Run {run}. {base}");
         let start = Instant::now();
         let t = time_stream(engine.complete(&prompt, params(args.gen_tokens))?, start).await?;
         let decode = (t.total - t.first_event).as_secs_f64();

@@ -21,8 +21,8 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
-    ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest, Sampling,
-    ToolChoiceSpec, ToolSpec,
+    ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
+    PrefixCacheStatus, Sampling, ToolChoiceSpec, ToolSpec,
 };
 use svc_gguf::cache::{self, Prepared};
 use svc_gguf::repack::RepackTarget;
@@ -31,7 +31,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
-use crate::options::LlamaEngineOptions;
+use crate::options::{KvType, LlamaEngineOptions};
 use crate::prompt::{Cancel, Specials};
 use crate::sampler::Grammar;
 use crate::scheduler::{self, ContextSettings, Job, Shared};
@@ -78,6 +78,12 @@ pub struct ModelInfo {
     pub context_per_sequence: u32,
     /// Sequences decoded together.
     pub parallel: u32,
+    /// KV cells shared by all sequences (as requested; llama.cpp rounds up to 256).
+    pub kv_cache: u32,
+    /// How the KV cells are stored.
+    pub kv_type: KvType,
+    /// Host memory for saved prefixes, in bytes.
+    pub prefix_cache_bytes: usize,
     /// Tokens in the vocabulary.
     pub vocab_size: u32,
     /// Whether the chat template came from the GGUF (not the ChatML fallback).
@@ -287,6 +293,11 @@ impl LlamaEngine {
                 "context_per_sequence must be at least 1".into(),
             ));
         }
+        if options.kv_cache == Some(0) {
+            return Err(LoadError::InvalidOption(
+                "kv_cache must be at least 1 token".into(),
+            ));
+        }
         let backend = backend::backend().map_err(LoadError::Unsupported)?;
         if !options.model_path.is_file() {
             return Err(LoadError::Model {
@@ -323,9 +334,22 @@ impl LlamaEngine {
             );
             context_per_sequence = trained_context;
         }
+        let kv_cells = options
+            .kv_cache
+            .unwrap_or_else(|| options.parallel.saturating_mul(context_per_sequence));
+        if kv_cells < context_per_sequence {
+            tracing::info!(
+                kv_cache = kv_cells,
+                "context per sequence capped at the KV cache's size"
+            );
+            context_per_sequence = kv_cells;
+        }
         let settings = ContextSettings {
             context_per_sequence,
             parallel: options.parallel,
+            kv_cells,
+            kv_type: options.kv_type,
+            prefix_cache_bytes: options.prefix_cache_bytes,
             batch_size: options.batch_size.max(options.parallel),
             threads: options.thread_count(),
             flash_attention: options.flash_attention,
@@ -362,6 +386,9 @@ impl LlamaEngine {
             trained_context,
             context_per_sequence,
             parallel: options.parallel,
+            kv_cache: kv_cells,
+            kv_type: options.kv_type,
+            prefix_cache_bytes: options.prefix_cache_bytes,
             vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
             chat_template_from_model: template.is_from_model(),
         };
@@ -370,6 +397,8 @@ impl LlamaEngine {
             name = info.name.as_deref().unwrap_or(""),
             context_per_sequence,
             parallel = info.parallel,
+            kv_cache = info.kv_cache,
+            kv_type = info.kv_type.name(),
             threads = options.thread_count(),
             "llama.cpp engine ready"
         );
@@ -508,6 +537,16 @@ impl Engine for LlamaEngine {
             queued: stats.waiting_requests,
             running: stats.active_sequences,
             endpoints: Vec::new(),
+            prefix_cache: Some(PrefixCacheStatus {
+                evaluated_tokens: stats.prompt_tokens,
+                reused_tokens: stats.reused_prompt_tokens,
+                host_bytes: stats.host_cache_bytes,
+                host_limit_bytes: self.info.prefix_cache_bytes as u64,
+                host_entries: stats.host_cache_entries,
+                host_saves: stats.host_cache_saves,
+                host_restores: stats.host_cache_restores,
+                host_evictions: stats.host_cache_evictions,
+            }),
         }
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! - `engine`: [`LlamaEngine`], loading, rendering, tokenizing, admission.
 //! - `scheduler`: the one engine thread that owns the llama.cpp context and
-//!   decodes all sequences together (continuous batching).
+//!   decodes all sequences together (continuous batching), reusing the KV
+//!   cells of prompt prefixes it decoded before.
+//! - `prefix`: common prefixes and the host-memory cache of sequence states.
 //! - `sampler`: per-sequence sampler chains (temperature, top-p, seed, penalties, grammar).
 //! - `template`: chat templates from GGUF metadata, rendered with minijinja.
 //! - `prompt`: rendered prompts to tokens, the client's text always plain
@@ -31,6 +33,7 @@ mod grammar;
 mod logprobs;
 mod markup;
 mod options;
+mod prefix;
 mod prompt;
 mod reasoning;
 mod sampler;
@@ -43,7 +46,7 @@ mod text;
 mod tools;
 
 pub use engine::{CompletionParams, LlamaEngine, LoadError, ModelInfo};
-pub use options::LlamaEngineOptions;
+pub use options::{DEFAULT_PREFIX_CACHE_BYTES, KvType, LlamaEngineOptions};
 pub use sampler::Grammar;
 pub use stats::EngineStats;
 pub use template::{ChatTemplate, RenderOptions};

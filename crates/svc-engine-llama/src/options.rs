@@ -4,16 +4,63 @@
 
 use std::path::PathBuf;
 
+/// Host memory for saved prefixes by default: 256 MiB, about 11,000
+/// tokens of SmolLM2-135M's f16 KV.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
+
+/// The type of the KV cache's cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// 16-bit floats, llama.cpp's default.
+    #[default]
+    F16,
+    /// 8-bit blocks: about half the memory of f16.
+    Q8_0,
+}
+
+impl KvType {
+    /// Its name in settings: `f16` or `q8_0`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+        }
+    }
+
+    /// The type named `name` (`f16` or `q8_0`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "f16" => Some(KvType::F16),
+            "q8_0" => Some(KvType::Q8_0),
+            _ => None,
+        }
+    }
+}
+
 /// Settings of one [`LlamaEngine`](crate::LlamaEngine).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LlamaEngineOptions {
     /// The GGUF file to load.
     pub model_path: PathBuf,
-    /// Context tokens each sequence gets (prompt and reply together). llama.cpp
-    /// rounds it up to a multiple of 256; it is capped at the model's training context.
+    /// Context tokens one sequence may use (prompt and reply together);
+    /// capped at the model's training context and at `kv_cache`.
     pub context_per_sequence: u32,
-    /// Sequences decoded together in one batch (and KV-cache streams).
+    /// Sequences decoded together in one batch.
     pub parallel: u32,
+    /// KV cells of the one pool all sequences share (llama.cpp's unified KV
+    /// cache), each sequence taking only the cells it uses, finished ones
+    /// keeping theirs for the next request with the same prefix until the
+    /// cells are needed. `None`: `parallel × context_per_sequence`, so every
+    /// slot can hold a whole context at once. llama.cpp allocates the pool
+    /// at load and rounds it up to a multiple of 256.
+    pub kv_cache: Option<u32>,
+    /// How KV cells are stored: f16, or q8_0 at about half the memory
+    /// (needs flash attention, which it turns on).
+    pub kv_type: KvType,
+    /// Bytes of host memory for the states of sequences whose slot was
+    /// taken for an unrelated prompt, restored when a request starts the
+    /// same way; 0 keeps none.
+    pub prefix_cache_bytes: usize,
     /// CPU threads llama.cpp uses; `None` means every core this process may use.
     pub threads: Option<u32>,
     /// Requests that may wait for a free sequence; one more is refused as overloaded.
@@ -40,6 +87,9 @@ impl LlamaEngineOptions {
             model_path: model_path.into(),
             context_per_sequence: 4096,
             parallel: 4,
+            kv_cache: None,
+            kv_type: KvType::F16,
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             threads: None,
             queue_capacity: 64,
             batch_size: 512,

@@ -1,14 +1,26 @@
 //! The engine thread: the one OS thread that owns the llama.cpp context and
 //! runs continuous batching over a fixed set of sequence slots.
 //!
-//! Each step it drops sequences whose consumer went away (freeing their KV
-//! cells at once), admits waiting requests into free slots, moves busy
-//! sequences down into gaps (llama.cpp batches separate KV streams together
-//! only when their ids are consecutive), builds one `llama_batch` with the
-//! next token of every generating sequence plus prompt chunks of newly
-//! admitted ones, decodes it, and samples one token per sequence that asked
-//! for logits. Requests wait in a bounded queue in [`Shared`]; the async side
-//! only pushes to it and reads the event channels.
+//! All slots share one pool of KV cells (llama.cpp's unified KV cache): a
+//! sequence holds only the cells it has used, and cells copied from another
+//! sequence are shared, not duplicated. Each step the thread ends sequences
+//! whose consumer went away, admits waiting requests into free slots, builds
+//! one `llama_batch` with the next token of every generating sequence plus
+//! prompt chunks of newly admitted ones, decodes it, and samples one token
+//! per sequence that asked for logits. Requests wait in a bounded queue in
+//! [`Shared`]; the async side only pushes to it and reads the event channels.
+//!
+//! **Prefix reuse.** A slot whose generation ended keeps its tokens and KV
+//! cells. A new request goes to the free slot whose tokens are a prefix of
+//! its prompt; otherwise to an empty or the least recently used free slot,
+//! which first gets the longest prefix any slot (running or not) shares with
+//! the prompt, as a copy of those cells, or the state the host cache holds
+//! for it (see `prefix`) when that goes further. Only the rest of the prompt
+//! is decoded, at least its last token (whose logits start the reply). A
+//! free slot's cells are given up when a new prompt needs the slot (its
+//! state then goes to the host cache, when it is worth keeping) or when the
+//! pool has no room for a step; when running sequences alone fill the pool,
+//! the newest one is ended.
 //!
 //! A sequence admitted with the same prompt as one whose prompt is not
 //! decoded yet (the choices of a request with `n > 1`, admitted together
@@ -24,11 +36,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
+use llama_cpp_2::context::session::SeqState;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::{DecodeError, LlamaStateSeqFlags};
 use svc_core::engine::{
     EngineError, EngineEvent, FinishReason, Sampling, TokenLogprob, TokenUsage,
 };
@@ -36,6 +50,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
 use crate::logprobs::{self, Pending};
+use crate::options::KvType;
+use crate::prefix::{self, HostCache};
 use crate::sampler;
 use crate::stats::Counters;
 use crate::text::TextAssembler;
@@ -158,6 +174,11 @@ impl Shared {
 pub(crate) struct ContextSettings {
     pub(crate) context_per_sequence: u32,
     pub(crate) parallel: u32,
+    /// Cells of the shared KV pool.
+    pub(crate) kv_cells: u32,
+    pub(crate) kv_type: KvType,
+    /// Host memory for saved prefixes.
+    pub(crate) prefix_cache_bytes: usize,
     pub(crate) batch_size: u32,
     pub(crate) threads: i32,
     pub(crate) flash_attention: Option<bool>,
@@ -165,6 +186,7 @@ pub(crate) struct ContextSettings {
 
 /// Runs the engine thread: creates the context, reports the per-sequence
 /// context size (or why it failed) on `ready`, then batches until closed.
+/// A sequence may use the whole pool, up to `context_per_sequence`.
 pub(crate) fn run(
     model: Arc<LlamaModel>,
     settings: ContextSettings,
@@ -180,19 +202,29 @@ pub(crate) fn run(
             return;
         }
     };
-    let context_per_sequence = ctx.n_ctx() / settings.parallel.max(1);
+    let context_per_sequence = settings.context_per_sequence.min(ctx.n_ctx());
     if ready.send(Ok(context_per_sequence)).is_err() {
         return;
     }
+    // Recurrent state is not kept cell by cell: it cannot be cut back to a
+    // prefix nor shared between sequences.
+    let cell_memory = !model.is_recurrent() && !model.is_hybrid();
     let mut batcher = Batcher {
         model: &model,
-        can_compact: !model.is_recurrent() && !model.is_hybrid(),
-        slots: (0..settings.parallel).map(|_| None).collect(),
+        cell_memory,
+        slots: (0..settings.parallel).map(|_| Slot::default()).collect(),
         batch: LlamaBatch::new(settings.batch_size as usize, 1),
         batch_size: settings.batch_size as usize,
         penalty_window: context_per_sequence,
         shared: &shared,
         next_serial: 0,
+        clock: 0,
+        host: HostCache::new(if cell_memory {
+            settings.prefix_cache_bytes
+        } else {
+            0
+        }),
+        undo: Vec::new(),
     };
     batcher.run(&mut ctx);
 }
@@ -202,23 +234,32 @@ fn new_context<'m>(
     settings: &ContextSettings,
 ) -> Result<LlamaContext<'m>, String> {
     let backend = backend::backend()?;
-    let n_ctx = settings
-        .context_per_sequence
-        .checked_mul(settings.parallel)
-        .and_then(std::num::NonZeroU32::new)
-        .ok_or_else(|| "context size must be above zero".to_owned())?;
+    let n_ctx = std::num::NonZeroU32::new(settings.kv_cells)
+        .ok_or_else(|| "the KV cache must have room for at least one token".to_owned())?;
+    let kv_type = match settings.kv_type {
+        KvType::F16 => KvCacheType::F16,
+        KvType::Q8_0 => KvCacheType::Q8_0,
+    };
     let params = LlamaContextParams::default()
         .with_n_ctx(Some(n_ctx))
         .with_n_seq_max(settings.parallel)
-        // One KV stream per sequence: a sequence never attends over others'
-        // cells, and its numbers do not depend on what else is in the batch.
-        .with_kv_unified(false)
+        // One pool of cells for all sequences: each takes what it uses, and
+        // a prefix copied from one sequence to another shares its cells. A
+        // sequence attends only over its own cells (the mask hides others').
+        .with_kv_unified(true)
+        .with_type_k(kv_type)
+        .with_type_v(kv_type)
         .with_n_batch(settings.batch_size)
         .with_n_ubatch(settings.batch_size.min(512))
         .with_n_threads(settings.threads)
         .with_n_threads_batch(settings.threads)
         .with_no_perf(true);
-    let params = match settings.flash_attention {
+    // A quantized V cache needs flash attention.
+    let flash_attention = match settings.kv_type {
+        KvType::Q8_0 => Some(true),
+        KvType::F16 => settings.flash_attention,
+    };
+    let params = match flash_attention {
         None => params,
         Some(on) => params.with_flash_attention_policy(if on {
             llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
@@ -263,23 +304,37 @@ fn stopped() -> EngineError {
     EngineError::Unavailable("the engine has stopped".into())
 }
 
+/// A sequence slot: the generation running in it, if any, and the tokens
+/// whose KV cells its sequence id (the slot's index) holds at positions
+/// `0..tokens.len()`, kept after the generation ends for the next request
+/// that starts with them.
+#[derive(Default)]
+struct Slot {
+    seq: Option<Sequence>,
+    tokens: Vec<LlamaToken>,
+    /// The batcher's clock when a generation last started or ended here.
+    used_at: u64,
+}
+
+impl Slot {
+    fn is_free(&self) -> bool {
+        self.seq.is_none()
+    }
+}
+
 /// One generation in a slot.
 struct Sequence {
-    /// Which sequence this is, for as long as the engine runs (its `seq_id`
-    /// changes when it moves).
+    /// Which sequence this is, for as long as the engine runs.
     serial: u64,
     /// The serial of the sequence whose prompt (the same as this one's) this
     /// one waits for: once that prompt is decoded, its KV cells are copied
     /// here and this sequence samples from the same logits, so the prompt is
     /// decoded once for both.
     follows: Option<u64>,
-    seq_id: i32,
     sink: Sink,
     prompt: Vec<LlamaToken>,
-    /// Prompt tokens already given to the model.
+    /// Prompt tokens whose KV cells the slot holds (reused or decoded).
     prompt_fed: usize,
-    /// Next position in this sequence's KV stream.
-    n_past: i32,
     /// A sampled token not yet given to the model.
     pending: Option<LlamaToken>,
     /// Index in the current batch whose logits are this sequence's.
@@ -337,45 +392,140 @@ enum Next {
     Gone,
 }
 
+/// What building the batch changed in one slot, to take back when the
+/// decode found no room for it.
+struct Undo {
+    slot: usize,
+    tokens: usize,
+    prompt_fed: usize,
+    pending: Option<LlamaToken>,
+}
+
 struct Batcher<'a, 'm> {
     model: &'m LlamaModel,
-    /// Whether sequences may move between KV streams (not for recurrent memory).
-    can_compact: bool,
-    slots: Vec<Option<Sequence>>,
+    /// Whether the model's memory is KV cells (not recurrent state): only
+    /// then can a sequence be cut back to a prefix, or copied.
+    cell_memory: bool,
+    slots: Vec<Slot>,
     batch: LlamaBatch<'a>,
     batch_size: usize,
     penalty_window: u32,
     shared: &'a Shared,
     /// The serial of the next sequence.
     next_serial: u64,
+    /// Counts admissions and releases, for least-recently-used choices.
+    clock: u64,
+    /// States of prefixes whose slot was taken for another prompt.
+    host: HostCache<SeqState>,
+    /// What the current batch changed (see [`Undo`]).
+    undo: Vec<Undo>,
 }
 
 impl Batcher<'_, '_> {
     fn run(&mut self, ctx: &mut LlamaContext<'_>) {
         loop {
-            self.drop_cancelled(ctx);
+            self.drop_cancelled();
             if !self.admit(ctx) {
                 return;
             }
-            self.compact(ctx);
-            self.build_batch();
+            let (sequences, prompt_tokens) = self.build_batch();
             if self.batch.n_tokens() == 0 {
                 continue;
             }
-            if let Err(e) = ctx.decode(&mut self.batch) {
-                tracing::error!(error = %e, "llama_decode failed");
-                self.fail_batch(ctx, &format!("decoding failed: {e}"));
-                continue;
+            match self.decode(ctx, sequences, prompt_tokens) {
+                Ok(()) => self.sample(ctx),
+                Err(e) => {
+                    tracing::error!(error = %e, "llama_decode failed");
+                    self.fail_batch(ctx, &format!("decoding failed: {e}"));
+                }
             }
-            self.sample(ctx);
         }
     }
 
-    /// Ends sequences whose consumer dropped the stream, freeing their KV cells.
-    fn drop_cancelled(&mut self, ctx: &mut LlamaContext<'_>) {
+    /// Decodes the batch. When the KV pool has no room for it, frees the
+    /// cells of idle slots (least recently used first) and tries again;
+    /// when running sequences alone fill the pool, ends the newest of them
+    /// and decodes the rest.
+    fn decode(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        mut sequences: u64,
+        mut prompt_tokens: u64,
+    ) -> Result<(), DecodeError> {
+        loop {
+            match ctx.decode(&mut self.batch) {
+                Ok(()) => {
+                    self.shared.counters.step(sequences, prompt_tokens);
+                    return Ok(());
+                }
+                Err(DecodeError::NoKvCacheSlot) => {
+                    if self.evict_idle(ctx) {
+                        continue;
+                    }
+                    self.take_back();
+                    if !self.end_newest(ctx) {
+                        return Err(DecodeError::NoKvCacheSlot);
+                    }
+                    (sequences, prompt_tokens) = self.build_batch();
+                    if self.batch.n_tokens() == 0 {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Frees the cells of the least recently used idle slot that holds
+    /// any (keeping its state in the host cache when worth it). False when
+    /// no idle slot holds cells.
+    fn evict_idle(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
+        let Some(i) = (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_free() && !self.slots[i].tokens.is_empty())
+            .min_by_key(|&i| self.slots[i].used_at)
+        else {
+            return false;
+        };
+        self.clear_slot(ctx, i);
+        self.shared.counters.kv_evicted();
+        true
+    }
+
+    /// Ends the most recently admitted sequence because the KV pool is
+    /// full: with the reply so far (`length`) when it has one, else as
+    /// overloaded (retry later). False when no sequence runs.
+    fn end_newest(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
+        let Some(i) = (0..self.slots.len())
+            .filter(|&i| !self.slots[i].is_free())
+            .max_by_key(|&i| self.slots[i].seq.as_ref().map_or(0, |s| s.serial))
+        else {
+            return false;
+        };
+        tracing::warn!("the KV cache is full: ending the newest sequence");
+        self.shared.counters.kv_full();
+        if let Some(mut seq) = self.release(i) {
+            if seq.generated == 0 {
+                let _ = seq.sink.send(Err(EngineError::Overloaded(
+                    "the KV cache is full; retry later".into(),
+                )));
+            } else {
+                seq.finish(FinishReason::Length);
+            }
+        }
+        self.forget(ctx, i);
+        true
+    }
+
+    /// Ends sequences whose consumer dropped the stream. Their cells stay:
+    /// they hold a valid prefix of the prompt (and reply).
+    fn drop_cancelled(&mut self) {
         for i in 0..self.slots.len() {
-            if self.slots[i].as_ref().is_some_and(|s| s.sink.is_closed()) {
-                self.release(ctx, i);
+            if self.slots[i]
+                .seq
+                .as_ref()
+                .is_some_and(|s| s.sink.is_closed())
+            {
+                self.release(i);
                 self.shared.counters.cancelled();
             }
         }
@@ -389,14 +539,14 @@ impl Batcher<'_, '_> {
             if queue.closed {
                 drop(queue);
                 for i in 0..self.slots.len() {
-                    if let Some(seq) = &self.slots[i] {
+                    if let Some(seq) = &self.slots[i].seq {
                         let _ = seq.sink.send(Err(stopped()));
                     }
-                    self.release(ctx, i);
+                    self.release(i);
                 }
                 return false;
             }
-            while let Some(free) = self.slots.iter().position(Option::is_none) {
+            while self.slots.iter().any(Slot::is_free) {
                 if queue.held > 0 {
                     break;
                 }
@@ -407,13 +557,9 @@ impl Batcher<'_, '_> {
                     self.shared.counters.cancelled();
                     continue;
                 }
-                let mut seq = self.start(free, job);
-                if let Some(seq) = seq.as_mut() {
-                    seq.follows = self.leader_for(&seq.prompt);
-                }
-                self.slots[free] = seq;
+                self.place(ctx, job);
             }
-            let free = self.slots.iter().filter(|s| s.is_none()).count();
+            let free = self.slots.iter().filter(|s| s.is_free()).count();
             queue.free_slots = free;
             let active = self.slots.len() - free;
             self.shared.counters.set_active(active as u64);
@@ -428,25 +574,235 @@ impl Batcher<'_, '_> {
         }
     }
 
-    /// A sequence whose prompt is `prompt` and whose decoding has not
-    /// started (and that follows no other): a new sequence with the same
+    /// Starts `job` in a free slot: the one that best continues its prompt,
+    /// given the longest prefix any slot or the host cache has (see the
+    /// module's docs).
+    fn place(&mut self, ctx: &mut LlamaContext<'_>, job: Job) {
+        let Some(mut seq) = self.start(job) else {
+            return;
+        };
+        seq.follows = self.leader_for(&seq.prompt);
+        let (slot, reused) = if seq.follows.is_some() {
+            // It gets a copy of its leader's cells once they are decoded.
+            (self.take_slot(ctx, None), 0)
+        } else {
+            self.reuse(ctx, &seq.prompt)
+        };
+        seq.prompt_fed = reused;
+        self.shared.counters.reused(reused as u64);
+        self.clock += 1;
+        let slot = &mut self.slots[slot];
+        slot.seq = Some(seq);
+        slot.used_at = self.clock;
+    }
+
+    /// Picks the slot for a new sequence with `prompt` and puts the longest
+    /// prefix of it that is at hand in that slot's cells: the slot's own,
+    /// a copy of another slot's, or a state from the host cache. Returns
+    /// the slot and the prompt tokens it holds (never the whole prompt: the
+    /// last token is decoded for the reply's first logits).
+    fn reuse(&mut self, ctx: &mut LlamaContext<'_>, prompt: &[LlamaToken]) -> (usize, usize) {
+        if !self.cell_memory {
+            return (self.take_slot(ctx, None), 0);
+        }
+        let limit = prompt.len().saturating_sub(1);
+        let shared = |tokens: &[LlamaToken]| prefix::common_prefix(tokens, prompt).min(limit);
+        // The slot (running or not) sharing the longest prefix; free ones
+        // first on a tie, then the one that would lose the fewest cells.
+        let source = (0..self.slots.len())
+            .map(|i| (i, shared(&self.slots[i].tokens)))
+            .filter(|&(_, n)| n > 0)
+            .max_by_key(|&(i, n)| {
+                let slot = &self.slots[i];
+                (n, slot.is_free(), usize::MAX - slot.tokens.len())
+            });
+        let in_slots = source.map_or(0, |(_, n)| n);
+        if let Some((entry, n)) = self.host.best(prompt)
+            && n.min(limit) > in_slots
+            && n >= prefix::MIN_HOST_TOKENS
+        {
+            // Moved out when used whole, copied when only a prefix of it is.
+            let (tokens, state) = if n == self.host.tokens(entry).len() {
+                self.host.take(entry)
+            } else {
+                self.host.copy(entry)
+            };
+            self.host_gauges();
+            let slot = self.take_slot(ctx, None);
+            return (slot, self.restore(ctx, slot, tokens, &state, n.min(limit)));
+        }
+        let Some((source, n)) = source else {
+            return (self.take_slot(ctx, None), 0);
+        };
+        if self.slots[source].is_free() && self.in_place(source, n) {
+            // Continue in place: the slot's cells after the prefix go (to
+            // the host cache first, when they are worth keeping).
+            if self.slots[source].tokens.len() - n >= prefix::MIN_HOST_TOKENS {
+                self.save(ctx, source);
+            }
+            self.trim(ctx, source, n);
+            return (source, n);
+        }
+        let slot = self.take_slot(ctx, Some(source));
+        let copied = ctx
+            .kv_cache_seq_cp(seq_id(source), seq_id(slot), Some(0), u32::try_from(n).ok())
+            .map_err(|e| tracing::error!(error = %e, "cannot copy a prefix's KV cells"));
+        if copied.is_err() {
+            return (slot, 0);
+        }
+        self.slots[slot].tokens = prompt[..n].to_vec();
+        (slot, n)
+    }
+
+    /// Whether a new sequence sharing `n` tokens with free slot `source`
+    /// should continue in it rather than copy them to another free slot:
+    /// when it loses nothing there, or fewer cells than the other slot
+    /// would (an empty slot loses none).
+    fn in_place(&self, source: usize, n: usize) -> bool {
+        let lost_here = self.slots[source].tokens.len() - n;
+        if lost_here == 0 {
+            return true;
+        }
+        let other = (0..self.slots.len())
+            .filter(|&i| i != source && self.slots[i].is_free())
+            .map(|i| &self.slots[i])
+            .min_by_key(|s| (!s.tokens.is_empty(), s.used_at));
+        other.is_none_or(|s| !s.tokens.is_empty() && lost_here <= s.tokens.len())
+    }
+
+    /// A free slot other than `except`, emptied for a new sequence: an
+    /// empty one when there is one, else the least recently used (its
+    /// state goes to the host cache when worth keeping).
+    fn take_slot(&mut self, ctx: &mut LlamaContext<'_>, except: Option<usize>) -> usize {
+        let candidates =
+            || (0..self.slots.len()).filter(|&i| Some(i) != except && self.slots[i].is_free());
+        let slot = candidates()
+            .find(|&i| self.slots[i].tokens.is_empty())
+            .or_else(|| candidates().min_by_key(|&i| self.slots[i].used_at));
+        // `admit` calls this only with a free slot, and `reuse` keeps one
+        // besides `except` (it continues in place when the source is the only one).
+        let slot = slot.unwrap_or_else(|| except.unwrap_or(0));
+        self.clear_slot(ctx, slot);
+        slot
+    }
+
+    /// Frees the cells of slot `i` (a free slot), keeping its state in the
+    /// host cache first when it is worth keeping.
+    fn clear_slot(&mut self, ctx: &mut LlamaContext<'_>, i: usize) {
+        if self.slots[i].tokens.is_empty() {
+            return;
+        }
+        self.save(ctx, i);
+        self.forget(ctx, i);
+    }
+
+    /// Frees the cells of slot `i`.
+    fn forget(&mut self, ctx: &mut LlamaContext<'_>, i: usize) {
+        if let Err(e) = ctx.clear_kv_cache_seq(u32::try_from(i).ok(), None, None) {
+            tracing::error!(error = %e, "cannot free the KV cells of a sequence");
+        }
+        self.slots[i].tokens.clear();
+    }
+
+    /// Cuts slot `i`'s cells back to its first `n` tokens.
+    fn trim(&mut self, ctx: &mut LlamaContext<'_>, i: usize, n: usize) {
+        if ctx
+            .kv_cache_seq_rm(seq_id(i), u32::try_from(n).ok(), None)
+            .is_err()
+        {
+            tracing::error!("cannot cut a sequence's KV cells back to a prefix");
+            self.forget(ctx, i);
+            return;
+        }
+        self.slots[i].tokens.truncate(n);
+    }
+
+    /// Copies slot `i`'s state to the host cache, unless the cache is off,
+    /// the prefix is short, or another slot or a cached state already
+    /// holds it (or a longer sequence starting with it).
+    fn save(&mut self, ctx: &mut LlamaContext<'_>, i: usize) {
+        let tokens = &self.slots[i].tokens;
+        if !self.host.enabled() || tokens.len() < prefix::MIN_HOST_TOKENS {
+            return;
+        }
+        let elsewhere = self.slots.iter().enumerate().any(|(j, other)| {
+            j != i && prefix::common_prefix(&other.tokens, tokens) == tokens.len()
+        });
+        if elsewhere || self.host.covers(tokens) {
+            return;
+        }
+        let state = match ctx.state_seq_get(seq_id(i), LlamaStateSeqFlags::empty()) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot copy a sequence's state to host memory");
+                return;
+            }
+        };
+        let bytes = state.byte_len();
+        if let Some(dropped) = self.host.insert(tokens.clone(), state, bytes) {
+            self.shared.counters.host_saved(dropped as u64);
+        }
+        self.host_gauges();
+    }
+
+    /// Puts a state from the host cache (of `tokens`) into slot `slot`
+    /// (emptied) and cuts it back to its first `n` tokens; returns the
+    /// tokens the slot then holds (0 when llama.cpp could not place it,
+    /// e.g. no run of free cells long enough).
+    fn restore(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        slot: usize,
+        tokens: Vec<LlamaToken>,
+        state: &SeqState,
+        n: usize,
+    ) -> usize {
+        if let Err(e) = ctx.state_seq_set(state, seq_id(slot)) {
+            tracing::warn!(error = %e, "cannot restore a cached prefix; decoding it again");
+            self.forget(ctx, slot);
+            return 0;
+        }
+        self.shared.counters.host_restored();
+        self.slots[slot].tokens = tokens;
+        self.trim(ctx, slot, n);
+        self.slots[slot].tokens.len()
+    }
+
+    fn host_gauges(&self) {
+        self.shared
+            .counters
+            .set_host_cache(self.host.bytes() as u64, self.host.len() as u64);
+    }
+
+    /// A sequence whose prompt is `prompt` and whose prompt is not decoded
+    /// yet (and that follows no other): a new sequence with the same
     /// prompt can wait for it instead of decoding the prompt again. Not for
     /// recurrent memory, whose state is not copied cell by cell.
     fn leader_for(&self, prompt: &[LlamaToken]) -> Option<u64> {
-        if !self.can_compact {
+        if !self.cell_memory {
             return None;
         }
         self.slots
             .iter()
-            .flatten()
-            .find(|s| s.follows.is_none() && s.prompt_fed == 0 && s.prompt == prompt)
+            .filter_map(|s| s.seq.as_ref())
+            .find(|s| {
+                s.follows.is_none()
+                    && s.generated == 0
+                    && s.prompt_fed < s.prompt.len()
+                    && s.prompt == prompt
+            })
             .map(|s| s.serial)
     }
 
     /// Followers of a sequence that went away decode their prompt themselves.
     fn orphan_followers(&mut self) {
-        let serials: Vec<u64> = self.slots.iter().flatten().map(|s| s.serial).collect();
-        for seq in self.slots.iter_mut().flatten() {
+        let serials: Vec<u64> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.seq.as_ref())
+            .map(|s| s.serial)
+            .collect();
+        for seq in self.slots.iter_mut().filter_map(|s| s.seq.as_mut()) {
             if seq.follows.is_some_and(|leader| !serials.contains(&leader)) {
                 seq.follows = None;
             }
@@ -456,75 +812,44 @@ impl Batcher<'_, '_> {
     /// For each sequence whose prompt this step finished decoding: its
     /// followers get a copy of its KV cells and sample from its logits.
     fn share_prompts(&mut self, ctx: &mut LlamaContext<'_>) {
-        let leaders: Vec<(u64, i32, i32, i32)> = self
-            .slots
-            .iter()
-            .flatten()
-            .filter(|s| s.generated == 0 && s.prompt_fed == s.prompt.len())
-            .filter_map(|s| s.logits_at.map(|at| (s.serial, s.seq_id, s.n_past, at)))
+        let leaders: Vec<(u64, usize, i32)> = (0..self.slots.len())
+            .filter_map(|i| {
+                let s = self.slots[i].seq.as_ref()?;
+                let done = s.generated == 0 && s.prompt_fed == s.prompt.len();
+                done.then_some(())?;
+                s.logits_at.map(|at| (s.serial, i, at))
+            })
             .collect();
-        for (serial, seq_id, n_past, at) in leaders {
-            for seq in self.slots.iter_mut().flatten() {
-                if seq.follows != Some(serial) {
+        for (serial, leader, at) in leaders {
+            for i in 0..self.slots.len() {
+                if self.slots[i]
+                    .seq
+                    .as_ref()
+                    .is_none_or(|s| s.follows != Some(serial))
+                {
                     continue;
                 }
+                let tokens = self.slots[leader].tokens.clone();
+                let copied = ctx.kv_cache_seq_cp(seq_id(leader), seq_id(i), None, None);
+                let Some(seq) = self.slots[i].seq.as_mut() else {
+                    continue;
+                };
                 seq.follows = None;
-                if let Err(e) = ctx.kv_cache_seq_cp(seq_id, seq.seq_id, None, None) {
+                if let Err(e) = copied {
                     // It decodes the prompt itself from the next step on.
                     tracing::error!(error = %e, "cannot copy a prompt's KV cells");
                     continue;
                 }
                 seq.prompt_fed = seq.prompt.len();
-                seq.n_past = n_past;
                 seq.logits_at = Some(at);
+                self.slots[i].tokens = tokens;
                 self.shared.counters.shared_prompt();
             }
         }
     }
 
-    /// Keeps the busy slots at the lowest ids. With one KV stream per sequence,
-    /// llama.cpp puts sequences in one micro-batch only when their ids are
-    /// consecutive, so a free slot below a busy one would split every step in
-    /// two. The busy slot with the highest id moves into the gap: its KV stream
-    /// is copied cell for cell (same positions, so its numbers do not change).
-    /// Admission fills gaps first, so this runs only when nothing is waiting.
-    fn compact(&mut self, ctx: &mut LlamaContext<'_>) {
-        if !self.can_compact {
-            return;
-        }
-        loop {
-            let Some(gap) = self.slots.iter().position(Option::is_none) else {
-                return;
-            };
-            let Some(last) = self.slots.iter().rposition(Option::is_some) else {
-                return;
-            };
-            if last < gap {
-                return;
-            }
-            let Some(mut seq) = self.slots[last].take() else {
-                return;
-            };
-            let to = i32::try_from(gap).unwrap_or(i32::MAX);
-            if seq.n_past > 0 {
-                if let Err(e) = ctx.kv_cache_seq_cp(seq.seq_id, to, None, None) {
-                    tracing::error!(error = %e, "cannot move a sequence's KV cells");
-                    self.slots[last] = Some(seq);
-                    return;
-                }
-                let from = u32::try_from(seq.seq_id).ok();
-                if let Err(e) = ctx.clear_kv_cache_seq(from, None, None) {
-                    tracing::error!(error = %e, "cannot free the KV cells of a sequence");
-                }
-            }
-            seq.seq_id = to;
-            self.slots[gap] = Some(seq);
-            self.shared.counters.moved();
-        }
-    }
-
-    /// A sequence for `job` in slot `slot`, or `None` (after telling the client) when it cannot start.
-    fn start(&mut self, slot: usize, job: Job) -> Option<Sequence> {
+    /// A sequence for `job`, or `None` (after telling the client) when it cannot start.
+    fn start(&mut self, job: Job) -> Option<Sequence> {
         let sampler = match sampler::build(
             self.model,
             &job.sampling,
@@ -543,12 +868,10 @@ impl Batcher<'_, '_> {
         Some(Sequence {
             serial,
             follows: None,
-            seq_id: i32::try_from(slot).unwrap_or(i32::MAX),
             text: TextAssembler::new(&job.stop),
             sink: job.sink,
             prompt: job.prompt,
             prompt_fed: 0,
-            n_past: 0,
             pending: None,
             logits_at: None,
             sampler,
@@ -560,29 +883,44 @@ impl Batcher<'_, '_> {
     }
 
     /// Fills the batch: first the next token of every generating sequence,
-    /// then prompt chunks, within the batch size.
-    fn build_batch(&mut self) {
+    /// then prompt chunks, within the batch size. Returns the sequences in
+    /// it and the prompt tokens, and records what it changed in `undo`.
+    fn build_batch(&mut self) -> (u64, u64) {
         self.batch.clear();
+        self.undo.clear();
         let mut sequences = 0u64;
         let mut prompt_tokens = 0u64;
-        for seq in self.slots.iter_mut().flatten() {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(seq) = slot.seq.as_mut() else {
+                continue;
+            };
             seq.logits_at = None;
-            if let Some(token) = seq.pending.take() {
-                if self
-                    .batch
-                    .add(token, seq.n_past, &[seq.seq_id], true)
-                    .is_ok()
-                {
-                    seq.logits_at = Some(self.batch.n_tokens() - 1);
-                    seq.n_past += 1;
-                    sequences += 1;
-                } else {
-                    seq.pending = Some(token);
-                }
+            let Some(token) = seq.pending.take() else {
+                continue;
+            };
+            if self
+                .batch
+                .add(token, position(&slot.tokens), &[seq_id(i)], true)
+                .is_err()
+            {
+                seq.pending = Some(token);
+                continue;
             }
+            self.undo.push(Undo {
+                slot: i,
+                tokens: slot.tokens.len(),
+                prompt_fed: seq.prompt_fed,
+                pending: Some(token),
+            });
+            slot.tokens.push(token);
+            seq.logits_at = Some(self.batch.n_tokens() - 1);
+            sequences += 1;
         }
         self.orphan_followers();
-        for seq in self.slots.iter_mut().flatten() {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(seq) = slot.seq.as_mut() else {
+                continue;
+            };
             if seq.follows.is_some() {
                 continue;
             }
@@ -593,13 +931,19 @@ impl Batcher<'_, '_> {
             if left == 0 || room == 0 {
                 continue;
             }
-            let take = left.min(room);
+            self.undo.push(Undo {
+                slot: i,
+                tokens: slot.tokens.len(),
+                prompt_fed: seq.prompt_fed,
+                pending: None,
+            });
             let last = seq.prompt.len() - 1;
-            for i in seq.prompt_fed..seq.prompt_fed + take {
-                let wants_logits = i == last;
+            for j in seq.prompt_fed..seq.prompt_fed + left.min(room) {
+                let wants_logits = j == last;
+                let token = seq.prompt[j];
                 if self
                     .batch
-                    .add(seq.prompt[i], seq.n_past, &[seq.seq_id], wants_logits)
+                    .add(token, position(&slot.tokens), &[seq_id(i)], wants_logits)
                     .is_err()
                 {
                     break;
@@ -607,22 +951,36 @@ impl Batcher<'_, '_> {
                 if wants_logits {
                     seq.logits_at = Some(self.batch.n_tokens() - 1);
                 }
-                seq.n_past += 1;
+                slot.tokens.push(token);
                 seq.prompt_fed += 1;
                 prompt_tokens += 1;
             }
             sequences += 1;
         }
-        if self.batch.n_tokens() > 0 {
-            self.shared.counters.step(sequences, prompt_tokens);
+        (sequences, prompt_tokens)
+    }
+
+    /// Takes back what the last `build_batch` changed (its decode did not happen).
+    fn take_back(&mut self) {
+        for undo in self.undo.drain(..).rev() {
+            let slot = &mut self.slots[undo.slot];
+            slot.tokens.truncate(undo.tokens);
+            if let Some(seq) = slot.seq.as_mut() {
+                seq.prompt_fed = undo.prompt_fed;
+                seq.logits_at = None;
+                if undo.pending.is_some() {
+                    seq.pending = undo.pending;
+                }
+            }
         }
+        self.batch.clear();
     }
 
     /// Samples one token for every sequence whose logits this step computed.
     fn sample(&mut self, ctx: &mut LlamaContext<'_>) {
         self.share_prompts(ctx);
         for i in 0..self.slots.len() {
-            let Some(seq) = self.slots[i].as_mut() else {
+            let Some(seq) = self.slots[i].seq.as_mut() else {
                 continue;
             };
             let Some(at) = seq.logits_at.take() else {
@@ -644,12 +1002,12 @@ impl Batcher<'_, '_> {
                 Next::Finish(reason) => {
                     // Free the slot first: a client that sees the finish event
                     // may send its next request at once, and it must fit.
-                    if let Some(mut seq) = self.release(ctx, i) {
+                    if let Some(mut seq) = self.release(i) {
                         seq.finish(reason);
                     }
                 }
                 Next::Gone => {
-                    self.release(ctx, i);
+                    self.release(i);
                     self.shared.counters.cancelled();
                 }
             }
@@ -658,7 +1016,7 @@ impl Batcher<'_, '_> {
 
     /// Streams what `token` adds to the reply of slot `i` and decides whether it goes on.
     fn on_token(&mut self, i: usize, token: LlamaToken, logprob: Option<TokenLogprob>) -> Next {
-        let Some(seq) = self.slots[i].as_mut() else {
+        let Some(seq) = self.slots[i].seq.as_mut() else {
             return Next::Gone;
         };
         seq.generated += 1;
@@ -685,31 +1043,42 @@ impl Batcher<'_, '_> {
         Next::Continue
     }
 
-    /// Ends every sequence after a failed decode: their KV cells are in an unknown state.
+    /// Ends every sequence after a failed decode, and frees every cell:
+    /// their state is unknown.
     fn fail_batch(&mut self, ctx: &mut LlamaContext<'_>, message: &str) {
         for i in 0..self.slots.len() {
-            if let Some(seq) = &self.slots[i] {
+            if let Some(seq) = self.release(i) {
                 let _ = seq
                     .sink
                     .send(Err(EngineError::Internal(message.to_owned())));
-                self.release(ctx, i);
             }
+            self.slots[i].tokens.clear();
         }
+        ctx.clear_kv_cache();
     }
 
-    /// Empties slot `i`, frees its KV cells, and makes the slot available to
-    /// waiting and new requests at once.
-    fn release(&mut self, ctx: &mut LlamaContext<'_>, i: usize) -> Option<Sequence> {
-        let seq = self.slots[i].take()?;
-        let seq_id = u32::try_from(seq.seq_id).ok();
-        if let Err(e) = ctx.clear_kv_cache_seq(seq_id, None, None) {
-            tracing::error!(error = %e, "cannot free the KV cells of a sequence");
-        }
-        let free = self.slots.iter().filter(|s| s.is_none()).count();
+    /// Ends the generation in slot `i` and makes the slot available to
+    /// waiting and new requests at once. Its cells stay for a request with
+    /// the same prefix (recurrent memory is reset when the slot is taken).
+    fn release(&mut self, i: usize) -> Option<Sequence> {
+        let seq = self.slots[i].seq.take()?;
+        self.clock += 1;
+        self.slots[i].used_at = self.clock;
+        let free = self.slots.iter().filter(|s| s.is_free()).count();
         self.shared.lock().free_slots = free;
         self.shared
             .counters
             .set_active((self.slots.len() - free) as u64);
         Some(seq)
     }
+}
+
+/// The sequence id of slot `i`.
+fn seq_id(i: usize) -> i32 {
+    i32::try_from(i).unwrap_or(i32::MAX)
+}
+
+/// The position of the next token of a sequence holding `tokens`.
+fn position(tokens: &[LlamaToken]) -> i32 {
+    i32::try_from(tokens.len()).unwrap_or(i32::MAX)
 }

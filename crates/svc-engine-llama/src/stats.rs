@@ -13,13 +13,29 @@ pub struct EngineStats {
     pub max_sequences_per_step: u64,
     /// Prompt tokens fed to the model.
     pub prompt_tokens: u64,
+    /// Prompt tokens not fed because their KV cells were reused: from the
+    /// slot that ran the same prefix before, from another slot, or restored
+    /// from the host cache.
+    pub reused_prompt_tokens: u64,
     /// Tokens sampled.
     pub generated_tokens: u64,
     /// Sequences that ended, and requests whose preparation stopped,
     /// because their consumer went away.
     pub cancelled: u64,
-    /// Sequences moved to a lower slot to keep the batch in one piece.
-    pub moved: u64,
+    /// Sequence states copied to the host cache (a slot taken for another prompt).
+    pub host_cache_saves: u64,
+    /// Sequence states restored from the host cache into a slot.
+    pub host_cache_restores: u64,
+    /// States dropped from the host cache to make room for newer ones.
+    pub host_cache_evictions: u64,
+    /// Bytes held in the host cache now (never above its limit).
+    pub host_cache_bytes: u64,
+    /// States held in the host cache now.
+    pub host_cache_entries: u64,
+    /// Idle slots' cached prefixes freed because the KV pool was full.
+    pub kv_evictions: u64,
+    /// Sequences ended early because the KV pool was full of running ones.
+    pub kv_full: u64,
     /// Sequences that started from a copy of another's decoded prompt (the
     /// choices of a request with `n > 1`) instead of decoding it again.
     pub shared_prompts: u64,
@@ -34,10 +50,17 @@ pub(crate) struct Counters {
     decode_steps: AtomicU64,
     max_sequences_per_step: AtomicU64,
     prompt_tokens: AtomicU64,
+    reused_prompt_tokens: AtomicU64,
     generated_tokens: AtomicU64,
     cancelled: AtomicU64,
-    moved: AtomicU64,
     shared_prompts: AtomicU64,
+    host_cache_saves: AtomicU64,
+    host_cache_restores: AtomicU64,
+    host_cache_evictions: AtomicU64,
+    host_cache_bytes: AtomicU64,
+    host_cache_entries: AtomicU64,
+    kv_evictions: AtomicU64,
+    kv_full: AtomicU64,
     active_sequences: AtomicU64,
 }
 
@@ -58,8 +81,32 @@ impl Counters {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn moved(&self) {
-        self.moved.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn reused(&self, tokens: u64) {
+        self.reused_prompt_tokens
+            .fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    pub(crate) fn host_saved(&self, evicted: u64) {
+        self.host_cache_saves.fetch_add(1, Ordering::Relaxed);
+        self.host_cache_evictions
+            .fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    pub(crate) fn host_restored(&self) {
+        self.host_cache_restores.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_host_cache(&self, bytes: u64, entries: u64) {
+        self.host_cache_bytes.store(bytes, Ordering::Relaxed);
+        self.host_cache_entries.store(entries, Ordering::Relaxed);
+    }
+
+    pub(crate) fn kv_evicted(&self) {
+        self.kv_evictions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn kv_full(&self) {
+        self.kv_full.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn shared_prompt(&self) {
@@ -77,8 +124,15 @@ impl Counters {
             prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
             generated_tokens: self.generated_tokens.load(Ordering::Relaxed),
             cancelled: self.cancelled.load(Ordering::Relaxed),
-            moved: self.moved.load(Ordering::Relaxed),
+            reused_prompt_tokens: self.reused_prompt_tokens.load(Ordering::Relaxed),
             shared_prompts: self.shared_prompts.load(Ordering::Relaxed),
+            host_cache_saves: self.host_cache_saves.load(Ordering::Relaxed),
+            host_cache_restores: self.host_cache_restores.load(Ordering::Relaxed),
+            host_cache_evictions: self.host_cache_evictions.load(Ordering::Relaxed),
+            host_cache_bytes: self.host_cache_bytes.load(Ordering::Relaxed),
+            host_cache_entries: self.host_cache_entries.load(Ordering::Relaxed),
+            kv_evictions: self.kv_evictions.load(Ordering::Relaxed),
+            kv_full: self.kv_full.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),
             waiting_requests,
         }

@@ -532,10 +532,13 @@ async fn a_thinking_model_thinks_before_a_grammar_constrained_answer() {
     assert_eq!(out.reasoning(), "Pondering.");
     let value: Value = serde_json::from_str(&out.text()).unwrap();
     assert!(valid(&city_schema(), &value), "{}", out.text());
-    // Two passes: usage covers both.
+    // Two passes: usage covers both; the answer pass reused the cells of
+    // the reasoning pass's prompt, which it starts with.
+    let reused = after.reused_prompt_tokens - before.reused_prompt_tokens;
+    assert!(reused > 0, "{after:?}");
     assert_eq!(
         out.usage.prompt_tokens,
-        after.prompt_tokens - before.prompt_tokens
+        after.prompt_tokens - before.prompt_tokens + reused
     );
     assert_eq!(
         out.usage.completion_tokens,
@@ -558,10 +561,13 @@ async fn without_a_thinking_template_reasoning_is_a_pass_of_its_own() {
     assert_eq!(out.reasoning(), "Let me think step by step.");
     assert_eq!(out.text(), HELLO);
     assert_eq!(out.reason, Some(FinishReason::Stop));
-    // Both passes' prompts and generated tokens are counted.
+    // Both passes' prompts and generated tokens are counted; the answer
+    // pass reused the cells of the prompt it shares with the reasoning pass.
+    let reused = after.reused_prompt_tokens - before.reused_prompt_tokens;
+    assert!(reused > 0, "{after:?}");
     assert_eq!(
         out.usage.prompt_tokens,
-        after.prompt_tokens - before.prompt_tokens
+        after.prompt_tokens - before.prompt_tokens + reused
     );
     assert_eq!(out.usage.completion_tokens, 1 + 13);
     assert_eq!(
@@ -813,12 +819,14 @@ async fn n_replies_with_seeds_of_their_own() {
     req.n = 2;
     let before = f.engine.stats();
     let replies = collect_n(f.engine.generate(req.clone()).await.unwrap(), 2).await;
-    // The prompt was decoded once; the second choice started from a copy.
+    // The prompt was decoded once (all but its last token reused from the
+    // requests before); the second choice started from a copy.
     let after = f.engine.stats();
     assert_eq!(after.shared_prompts - before.shared_prompts, 1);
+    assert_eq!(after.prompt_tokens - before.prompt_tokens, 1);
     assert_eq!(
-        after.prompt_tokens - before.prompt_tokens,
-        first.usage.prompt_tokens
+        after.reused_prompt_tokens - before.reused_prompt_tokens,
+        first.usage.prompt_tokens - 1
     );
     // Choice i is seeded with seed + i: the same replies as alone.
     assert_eq!(replies[0].0, first.text());

@@ -33,14 +33,21 @@ struct Fixture {
 }
 
 fn engine(model: &TinyModel, parallel: u32, queue: usize, context: u32) -> Fixture {
+    engine_with(model, |options| {
+        options.parallel = parallel;
+        options.queue_capacity = queue;
+        options.context_per_sequence = context;
+    })
+}
+
+/// An engine on `model` with 2 threads and the options `set` sets.
+fn engine_with(model: &TinyModel, set: impl FnOnce(&mut LlamaEngineOptions)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     model.write(&path).unwrap();
     let mut options = LlamaEngineOptions::new(&path);
-    options.parallel = parallel;
-    options.queue_capacity = queue;
-    options.context_per_sequence = context;
     options.threads = Some(2);
+    set(&mut options);
     let engine = LlamaEngine::load(&options).unwrap();
     Fixture { engine, _dir: dir }
 }
@@ -260,37 +267,6 @@ async fn concurrent_requests_decode_in_one_batch() {
 }
 
 #[tokio::test]
-async fn a_sequence_moved_to_close_a_gap_goes_on_unchanged() {
-    let f = engine(&TinyModel::looping(), 3, 4, 256);
-    let long = || {
-        let mut req = request("Long", seeded(5));
-        req.max_tokens = Some(160);
-        req
-    };
-    let alone = run(&f.engine, long()).await.text();
-    // The first request takes slot 0 and the long one slot 1; when the first
-    // one ends, the long one moves down into slot 0, KV cells and all. The
-    // first one ends when its stream is dropped, once both are seen decoding
-    // together: a first request that ended by itself could end before the
-    // long one arrives on a busy machine, and nothing would move.
-    let first = f.engine.generate(request("Short", greedy())).await.unwrap();
-    let moved = f.engine.generate(long()).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while f.engine.stats().active_sequences < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            f.engine.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    drop(first);
-    let moved = collect(moved).await;
-    assert_eq!(moved.text(), alone);
-    assert_eq!(f.engine.stats().moved, 1, "{:?}", f.engine.stats());
-}
-
-#[tokio::test]
 async fn dropping_the_stream_frees_the_slot_at_once() {
     // One slot; the first request would run for about 4000 tokens.
     let f = engine(&TinyModel::looping(), 1, 4, 4096);
@@ -420,4 +396,325 @@ fn a_missing_file_is_a_load_error() {
     let options = LlamaEngineOptions::new(Path::new("/nonexistent/model.gguf"));
     let err = LlamaEngine::load(&options).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/model.gguf"), "{err}");
+}
+
+// --- Prompt prefix reuse (the KV cells of earlier requests) ---
+
+/// A conversation: a system prompt, then user and assistant turns by turns.
+fn conversation(system: &str, turns: &[&str]) -> Vec<ChatMessage> {
+    let mut messages = vec![ChatMessage::System(system.into())];
+    for (i, text) in turns.iter().enumerate() {
+        messages.push(if i % 2 == 0 {
+            ChatMessage::User((*text).into())
+        } else {
+            ChatMessage::Assistant {
+                content: Some((*text).into()),
+                tool_calls: vec![],
+            }
+        });
+    }
+    messages
+}
+
+fn chat(messages: Vec<ChatMessage>, sampling: Sampling, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        messages,
+        max_tokens: Some(max_tokens),
+        ..request("", sampling)
+    }
+}
+
+/// Prompt tokens the model evaluated and reused while `work` ran.
+async fn counted<T>(engine: &LlamaEngine, work: impl Future<Output = T>) -> (T, u64, u64) {
+    let before = engine.stats();
+    let out = work.await;
+    let after = engine.stats();
+    (
+        out,
+        after.prompt_tokens - before.prompt_tokens,
+        after.reused_prompt_tokens - before.reused_prompt_tokens,
+    )
+}
+
+fn long_system(topic: &str) -> String {
+    format!("You answer questions about {topic}. ").repeat(6)
+}
+
+#[tokio::test]
+async fn a_continued_conversation_evaluates_only_the_new_tokens() {
+    let f = engine(&TinyModel::hello(), 2, 4, 512);
+    let system = long_system("geography");
+    let first = run(
+        &f.engine,
+        chat(conversation(&system, &["Where is Paris?"]), greedy(), 64),
+    )
+    .await;
+    assert_eq!(first.text(), HELLO);
+    let turn2 = conversation(&system, &["Where is Paris?", &first.text(), "And Rome?"]);
+    let (second, evaluated, reused) =
+        counted(&f.engine, run(&f.engine, chat(turn2.clone(), greedy(), 64))).await;
+    let (p1, p2) = (first.usage.prompt_tokens, second.usage.prompt_tokens);
+    assert_eq!(evaluated + reused, p2);
+    // The whole first prompt (and more: the reply) came from the slot.
+    assert!(reused >= p1, "reused {reused} of the first prompt's {p1}");
+    assert!(evaluated <= p2 - p1, "evaluated {evaluated} of {p2}");
+    assert!(evaluated >= 1);
+
+    // The same again: only the last token is evaluated.
+    let (third, evaluated, reused) =
+        counted(&f.engine, run(&f.engine, chat(turn2.clone(), greedy(), 64))).await;
+    assert_eq!((evaluated, reused), (1, p2 - 1));
+    assert_eq!(third.text(), second.text());
+
+    // A cold engine says the same.
+    let cold = engine(&TinyModel::hello(), 2, 4, 512);
+    assert_eq!(
+        run(&cold.engine, chat(turn2, greedy(), 64)).await.text(),
+        second.text()
+    );
+}
+
+#[tokio::test]
+async fn a_reused_prefix_gives_the_same_text_as_a_cold_run() {
+    let warm = engine(&TinyModel::looping(), 2, 4, 1024);
+    let cold = || engine(&TinyModel::looping(), 2, 4, 1024);
+    let system = long_system("history");
+    let mut turns: Vec<String> = vec!["Tell me a story.".into()];
+    for turn in 0..3u64 {
+        let messages = conversation(
+            &system,
+            &turns.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let (out, _, reused) = counted(
+            &warm.engine,
+            run(&warm.engine, chat(messages.clone(), seeded(40 + turn), 24)),
+        )
+        .await;
+        if turn > 0 {
+            assert!(reused > 0, "turn {turn} reused nothing");
+        }
+        let fresh = cold();
+        let expected = run(&fresh.engine, chat(messages, seeded(40 + turn), 24)).await;
+        assert_eq!(out.text(), expected.text(), "turn {turn}");
+        assert_eq!(out.usage, expected.usage);
+        turns.push(out.text());
+        turns.push(format!("Go on, part {turn}."));
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_request_leaves_a_prefix_the_next_one_reuses() {
+    let f = engine(&TinyModel::looping(), 1, 4, 1024);
+    let messages = conversation(&long_system("cats"), &["Go on and on."]);
+    let mut stream = f
+        .engine
+        .generate(chat(messages.clone(), greedy(), 400))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert!(matches!(
+            stream.next().await,
+            Some(Ok(EngineEvent::Text(_)))
+        ));
+    }
+    drop(stream);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while f.engine.stats().cancelled == 0 || f.engine.stats().active_sequences > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            f.engine.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (out, evaluated, reused) = counted(
+        &f.engine,
+        run(&f.engine, chat(messages.clone(), seeded(3), 30)),
+    )
+    .await;
+    assert_eq!(evaluated, 1, "reused {reused}");
+    assert_eq!(reused, out.usage.prompt_tokens - 1);
+    let cold = engine(&TinyModel::looping(), 1, 4, 1024);
+    assert_eq!(
+        run(&cold.engine, chat(messages, seeded(3), 30))
+            .await
+            .text(),
+        out.text()
+    );
+}
+
+#[tokio::test]
+async fn a_new_request_copies_the_prefix_of_a_running_one() {
+    let f = engine(&TinyModel::looping(), 2, 4, 1024);
+    let system = long_system("rivers");
+    let first = conversation(&system, &["Name them all."]);
+    let second = conversation(&system, &["Name one."]);
+    let options = RenderOptions::default();
+    let a = f.engine.chat_tokens(&first, &[], &options).unwrap();
+    let b = f.engine.chat_tokens(&second, &[], &options).unwrap();
+    let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count() as u64;
+    assert!(shared > 30, "{shared}");
+
+    let mut running = f.engine.generate(chat(first, greedy(), 400)).await.unwrap();
+    assert!(matches!(
+        running.next().await,
+        Some(Ok(EngineEvent::Text(_)))
+    ));
+    let (out, evaluated, reused) = counted(
+        &f.engine,
+        run(&f.engine, chat(second.clone(), seeded(8), 20)),
+    )
+    .await;
+    assert_eq!(reused, shared);
+    assert_eq!(evaluated, b.len() as u64 - shared);
+    assert_eq!(
+        f.engine.stats().active_sequences,
+        1,
+        "the first one still runs"
+    );
+    drop(running);
+
+    let cold = engine(&TinyModel::looping(), 2, 4, 1024);
+    assert_eq!(
+        run(&cold.engine, chat(second, seeded(8), 20)).await.text(),
+        out.text()
+    );
+}
+
+#[tokio::test]
+async fn a_prefix_whose_slot_was_taken_comes_back_from_the_host_cache() {
+    let limit = 64 << 20;
+    let f = engine_with(&TinyModel::hello(), |o| {
+        o.parallel = 1;
+        o.context_per_sequence = 512;
+        o.prefix_cache_bytes = limit;
+    });
+    let a1 = conversation(&long_system("the sea"), &["How deep is it?"]);
+    let first = run(&f.engine, chat(a1.clone(), greedy(), 64)).await;
+    // An unrelated conversation takes the only slot: the first one's state
+    // goes to host memory.
+    run(
+        &f.engine,
+        chat(
+            conversation(&long_system("mountains"), &["How high?"]),
+            greedy(),
+            64,
+        ),
+    )
+    .await;
+    let stats = f.engine.stats();
+    assert_eq!(stats.host_cache_saves, 1, "{stats:?}");
+    assert_eq!(stats.host_cache_entries, 1);
+    assert!(stats.host_cache_bytes > 0 && stats.host_cache_bytes <= limit as u64);
+
+    let a2 = conversation(
+        &long_system("the sea"),
+        &["How deep is it?", &first.text(), "Why?"],
+    );
+    let (second, evaluated, reused) =
+        counted(&f.engine, run(&f.engine, chat(a2.clone(), greedy(), 64))).await;
+    let stats = f.engine.stats();
+    assert_eq!(stats.host_cache_restores, 1, "{stats:?}");
+    assert!(reused >= first.usage.prompt_tokens, "reused {reused}");
+    assert_eq!(evaluated + reused, second.usage.prompt_tokens);
+
+    let cold = engine(&TinyModel::hello(), 1, 4, 512);
+    assert_eq!(
+        run(&cold.engine, chat(a2, greedy(), 64)).await.text(),
+        second.text()
+    );
+}
+
+#[tokio::test]
+async fn the_host_cache_never_holds_more_than_its_limit() {
+    let topics = ["oak", "pine", "birch", "maple", "cedar", "elm"];
+    let run_all = |limit: usize| async move {
+        let f = engine_with(&TinyModel::hello(), |o| {
+            o.parallel = 1;
+            o.context_per_sequence = 512;
+            o.prefix_cache_bytes = limit;
+        });
+        let mut most = 0;
+        for topic in topics {
+            let messages = conversation(&long_system(topic), &["Describe it."]);
+            run(&f.engine, chat(messages, greedy(), 64)).await;
+            most = most.max(f.engine.stats().host_cache_bytes);
+        }
+        (f.engine.stats(), most)
+    };
+    // How big one saved state is.
+    let (roomy, _) = run_all(64 << 20).await;
+    assert_eq!(
+        roomy.host_cache_entries,
+        topics.len() as u64 - 1,
+        "{roomy:?}"
+    );
+    let one = roomy.host_cache_bytes / roomy.host_cache_entries;
+
+    // Room for two states: older ones make way.
+    let limit = (one * 5 / 2) as usize;
+    let (tight, most) = run_all(limit).await;
+    assert!(most <= limit as u64, "{most} > {limit}");
+    assert_eq!(tight.host_cache_entries, 2, "{tight:?}");
+    assert_eq!(
+        tight.host_cache_evictions,
+        topics.len() as u64 - 3,
+        "{tight:?}"
+    );
+
+    // No room for one: nothing is kept.
+    let (none, most) = run_all((one / 2) as usize).await;
+    assert_eq!((none.host_cache_saves, most), (0, 0), "{none:?}");
+}
+
+#[tokio::test]
+async fn a_full_kv_pool_gives_up_idle_prefixes_then_ends_the_newest_sequence() {
+    // 256 cells for two sequences of up to 256 tokens each.
+    let f = engine_with(&TinyModel::looping(), |o| {
+        o.parallel = 2;
+        o.context_per_sequence = 256;
+        o.kv_cache = Some(256);
+        o.prefix_cache_bytes = 0;
+    });
+    let long = |user: &str, max: u32| chat(conversation("", &[user]), greedy(), max);
+    // An idle slot's cells make way for a new sequence that needs them.
+    let a = run(&f.engine, long("First", 200)).await;
+    assert_eq!(a.reason, FinishReason::Length);
+    let b = run(&f.engine, long("Second one", 200)).await;
+    assert_eq!(
+        (b.reason, b.usage.completion_tokens),
+        (FinishReason::Length, 200)
+    );
+    assert!(f.engine.stats().kv_evictions >= 1, "{:?}", f.engine.stats());
+
+    // Two running sequences that cannot both fit: the newer one ends early.
+    let older = f.engine.generate(long("Third", 200)).await.unwrap();
+    let newer = f.engine.generate(long("Fourth", 200)).await.unwrap();
+    let (older, newer) = tokio::join!(collect(older), async {
+        let mut stream = newer;
+        let mut text = 0;
+        loop {
+            match stream.next().await {
+                Some(Ok(EngineEvent::Text(t))) => text += t.len(),
+                Some(Ok(EngineEvent::Finish { reason, usage })) => break Ok((reason, usage, text)),
+                Some(Err(e)) => break Err(e),
+                Some(Ok(_)) => {}
+                None => panic!("no finish"),
+            }
+        }
+    });
+    assert_eq!(
+        (older.reason, older.usage.completion_tokens),
+        (FinishReason::Length, 200)
+    );
+    match newer {
+        Ok((reason, usage, _)) => {
+            assert_eq!(reason, FinishReason::Length);
+            assert!(usage.completion_tokens < 200, "{usage:?}");
+        }
+        Err(e) => assert!(matches!(e, EngineError::Overloaded(_)), "{e:?}"),
+    }
+    assert!(f.engine.stats().kv_full >= 1, "{:?}", f.engine.stats());
+    // The engine still serves.
+    assert_eq!(run(&f.engine, long("Hi", 5)).await.text(), "Hello, world");
 }

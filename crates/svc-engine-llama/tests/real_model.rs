@@ -121,7 +121,7 @@ async fn a_seeded_reply_does_not_depend_on_the_batch() {
 }
 
 #[tokio::test]
-async fn a_moved_sequence_keeps_its_context() {
+async fn a_sequence_beside_another_keeps_its_context() {
     let Some(engine) = load(2) else { return };
     let story = || {
         request(
@@ -139,11 +139,43 @@ async fn a_moved_sequence_keeps_its_context() {
     let alone = run(&engine, story()).await.0;
     let mut short = request(vec![ChatMessage::User("Hi".into())], Sampling::default(), 2);
     short.sampling.temperature = 0.0;
-    // The story starts in slot 1 and moves to slot 0 when "Hi" ends.
+    // The story runs beside "Hi", starting from the prefix its first run left.
     let short = engine.generate(short).await.unwrap();
-    let (_, moved) = tokio::join!(short.collect::<Vec<_>>(), run(&engine, story()));
-    assert_eq!(moved.0, alone);
-    assert_eq!(engine.stats().moved, 1);
+    let (_, again) = tokio::join!(short.collect::<Vec<_>>(), run(&engine, story()));
+    assert_eq!(again.0, alone);
+    assert!(engine.stats().reused_prompt_tokens > 0);
+}
+
+#[tokio::test]
+async fn a_continued_conversation_evaluates_only_its_new_tokens() {
+    let Some(engine) = load(2) else { return };
+    let question = "What is the capital of France?";
+    let (answer, _, first) = run(
+        &engine,
+        request(vec![ChatMessage::User(question.into())], greedy(), 32),
+    )
+    .await;
+    let turn2 = vec![
+        ChatMessage::User(question.into()),
+        ChatMessage::Assistant {
+            content: Some(answer),
+            tool_calls: vec![],
+        },
+        ChatMessage::User("And of Italy?".into()),
+    ];
+    let before = engine.stats();
+    let (text, _, second) = run(&engine, request(turn2.clone(), greedy(), 32)).await;
+    let after = engine.stats();
+    let evaluated = after.prompt_tokens - before.prompt_tokens;
+    let reused = after.reused_prompt_tokens - before.reused_prompt_tokens;
+    assert_eq!(evaluated + reused, second.prompt_tokens);
+    assert!(
+        reused >= first.prompt_tokens,
+        "reused {reused}, evaluated {evaluated}"
+    );
+    drop(engine);
+    let Some(cold) = load(2) else { return };
+    assert_eq!(run(&cold, request(turn2, greedy(), 32)).await.0, text);
 }
 
 /// Every event of one generation, errors failing the test.

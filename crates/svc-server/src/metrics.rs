@@ -282,6 +282,72 @@ impl Metrics {
                 s.running
             );
         }
+        let caches: Vec<_> = statuses
+            .iter()
+            .filter_map(|(model, s)| s.prefix_cache.as_ref().map(|c| (model, c)))
+            .collect();
+        if !caches.is_empty() {
+            out.push_str("# HELP svc_engine_prompt_tokens_total Prompt tokens of an embedded engine, by whether the model evaluated them or reused cached KV cells.\n");
+            out.push_str("# TYPE svc_engine_prompt_tokens_total counter\n");
+            for (model, c) in &caches {
+                for (source, n) in [
+                    ("evaluated", c.evaluated_tokens),
+                    ("reused", c.reused_tokens),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "svc_engine_prompt_tokens_total{{model=\"{}\",source=\"{source}\"}} {n}",
+                        escape(model),
+                    );
+                }
+            }
+            let gauges = [
+                (
+                    "svc_engine_prefix_cache_bytes",
+                    "Host memory held by saved prompt prefixes.",
+                    "gauge",
+                ),
+                (
+                    "svc_engine_prefix_cache_limit_bytes",
+                    "The most host memory saved prompt prefixes may take.",
+                    "gauge",
+                ),
+                (
+                    "svc_engine_prefix_cache_entries",
+                    "Saved prompt prefixes held in host memory.",
+                    "gauge",
+                ),
+                (
+                    "svc_engine_prefix_cache_saves_total",
+                    "Prompt prefixes saved to host memory when their slot was taken.",
+                    "counter",
+                ),
+                (
+                    "svc_engine_prefix_cache_restores_total",
+                    "Saved prompt prefixes restored into a slot.",
+                    "counter",
+                ),
+                (
+                    "svc_engine_prefix_cache_evictions_total",
+                    "Saved prompt prefixes dropped to make room for newer ones.",
+                    "counter",
+                ),
+            ];
+            for (i, (name, help, kind)) in gauges.into_iter().enumerate() {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                for (model, c) in &caches {
+                    let value = [
+                        c.host_bytes,
+                        c.host_limit_bytes,
+                        c.host_entries,
+                        c.host_saves,
+                        c.host_restores,
+                        c.host_evictions,
+                    ][i];
+                    let _ = writeln!(out, "{name}{{model=\"{}\"}} {value}", escape(model));
+                }
+            }
+        }
         out.push_str("# HELP svc_upstream_healthy Whether an upstream endpoint gets requests (1) or not (0).\n");
         out.push_str("# TYPE svc_upstream_healthy gauge\n");
         for (model, s) in &statuses {
