@@ -416,6 +416,27 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag("parallel", "N", "Requests decoded together in one batch"),
     flag("threads", "N", "CPU threads for inference").unset("all cores"),
     flag("queue", "N", "Requests that may wait for a free slot before 429"),
+    flag(
+        "kv_cache",
+        "TOKENS",
+        "KV cells (tokens) of the one pool all sequences share; finished requests keep theirs for the next request with the same prefix",
+    )
+    .unset("parallel x context"),
+    flag(
+        "kv_type",
+        "TYPE",
+        "How KV cells are stored: f16, or q8_0 (half the memory, turns flash attention on)",
+    ),
+    flag(
+        "prefix_cache",
+        "BYTES",
+        "Host memory for prompt prefixes whose slot was taken, restored when a request starts the same way; 0 keeps none",
+    ),
+    flag(
+        "repack",
+        "BOOL",
+        "Serve a Q4_1 model from a Q8_0 copy made once beside it (faster batched decoding, same greedy answers)",
+    ),
 ];
 
 /// What key `key` means when no layer sets it and its default is "none".

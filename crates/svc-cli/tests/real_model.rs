@@ -48,42 +48,45 @@ fn model() -> Option<PathBuf> {
 fn server() -> Option<&'static Server> {
     static SERVER: OnceLock<Server> = OnceLock::new();
     let model = model()?;
-    Some(SERVER.get_or_init(|| {
-        // The default model in a data directory of its own, so `svc serve`
-        // runs exactly as on a newcomer's first start (minus the download).
-        let dir = tempfile::tempdir().unwrap().keep();
-        let models = dir.join("models");
-        std::fs::create_dir_all(&models).unwrap();
-        std::os::unix::fs::symlink(&model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
-        let data_dir = dir.to_str().unwrap().to_owned();
-        let serve = ServeProcess::start_removing(
-            SVC,
-            &[
-                "--bind",
-                "127.0.0.1:0",
-                "--data-dir",
-                &data_dir,
-                "--parallel",
-                "4",
-                "--context",
-                "2048",
-            ],
-            &[],
-            Duration::from_secs(120),
-            Some(&dir),
-        );
-        let out = Command::new(SVC)
-            .args(["keys", "create", "--name", "e2e", "--data-dir", &data_dir])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        Server {
-            base_url: serve.base_url.clone(),
-            _serve: serve,
-            key,
-        }
-    }))
+    Some(SERVER.get_or_init(|| start(&model)))
+}
+
+/// A `svc serve` of the default model at `model`, with a key.
+fn start(model: &std::path::Path) -> Server {
+    // The default model in a data directory of its own, so `svc serve`
+    // runs exactly as on a newcomer's first start (minus the download).
+    let dir = tempfile::tempdir().unwrap().keep();
+    let models = dir.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let data_dir = dir.to_str().unwrap().to_owned();
+    let serve = ServeProcess::start_removing(
+        SVC,
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data_dir,
+            "--parallel",
+            "4",
+            "--context",
+            "2048",
+        ],
+        &[],
+        Duration::from_secs(120),
+        Some(&dir),
+    );
+    let out = Command::new(SVC)
+        .args(["keys", "create", "--name", "e2e", "--data-dir", &data_dir])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    Server {
+        base_url: serve.base_url.clone(),
+        _serve: serve,
+        key,
+    }
 }
 
 async fn chat(server: &Server, body: Value) -> Value {
@@ -319,5 +322,61 @@ async fn answers_through_the_messages_api_and_counts_its_prompt_exactly() {
     assert_eq!(
         counted["input_tokens"], reply["usage"]["input_tokens"],
         "{counted} {reply}"
+    );
+}
+
+/// `svc_engine_prompt_tokens_total` of model `svc` from `/metrics`: (evaluated, reused).
+async fn prompt_token_counts(server: &Server) -> (u64, u64) {
+    let text = reqwest::get(format!("{}/metrics", server.base_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |source: &str| {
+        let series =
+            format!("svc_engine_prompt_tokens_total{{model=\"svc\",source=\"{source}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    (count("evaluated"), count("reused"))
+}
+
+#[tokio::test]
+async fn a_conversation_continued_by_id_resumes_from_its_cached_prefix() {
+    let Some(model) = model() else { return };
+    // A server of its own: the other tests' requests would move its counters.
+    let server = start(&model);
+    let instructions = "You are a geography tutor. Answer in one short sentence. ".repeat(4);
+    let (status, body) = respond(
+        &server,
+        json!({"model": "svc", "temperature": 0, "instructions": instructions,
+               "input": "What is the capital of France?", "max_output_tokens": 24}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    let first_prompt = first["usage"]["input_tokens"].as_u64().unwrap();
+
+    let before = prompt_token_counts(&server).await;
+    let (status, body) = respond(
+        &server,
+        json!({"model": "svc", "temperature": 0, "instructions": instructions,
+               "previous_response_id": first["id"], "input": "And of Italy?",
+               "max_output_tokens": 24}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let second: Value = serde_json::from_str(&body).unwrap();
+    let second_prompt = second["usage"]["input_tokens"].as_u64().unwrap();
+    let after = prompt_token_counts(&server).await;
+    let (evaluated, reused) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(evaluated + reused, second_prompt);
+    assert!(
+        reused >= first_prompt,
+        "reused {reused} of the first turn's {first_prompt} prompt tokens (evaluated {evaluated})"
     );
 }

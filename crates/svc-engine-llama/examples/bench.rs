@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p svc-engine-llama --example bench -- MODEL.gguf \
 //!     [--threads N] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
-//!     [--stream-rounds 3] [--flash-attn on|off|auto] [--repack | --no-repack]
+//!     [--stream-rounds 3] [--flash-attn on|off|auto] [--repack | --no-repack] [--kv-type f16|q8_0]
 //! ```
 //! `MODEL.gguf` defaults to `$SVC_TEST_MODEL`. `--repack` loads a Q4_1
 //! model from the engine's Q8_0 copy of it (`LlamaEngineOptions::repack`);
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use futures::StreamExt as _;
 use svc_core::engine::{EngineEvent, EventStream, Sampling};
-use svc_engine_llama::{CompletionParams, LlamaEngine, LlamaEngineOptions};
+use svc_engine_llama::{CompletionParams, KvType, LlamaEngine, LlamaEngineOptions};
 
 struct Args {
     model: String,
@@ -34,6 +34,7 @@ struct Args {
     stream_rounds: usize,
     flash_attention: Option<bool>,
     repack: Option<bool>,
+    kv_type: KvType,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -47,6 +48,7 @@ fn parse_args() -> anyhow::Result<Args> {
         stream_rounds: 3,
         flash_attention: None,
         repack: None,
+        kv_type: KvType::F16,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -59,6 +61,11 @@ fn parse_args() -> anyhow::Result<Args> {
             "--stream-rounds" => args.stream_rounds = value()?.parse()?,
             "--repack" => args.repack = Some(true),
             "--no-repack" => args.repack = Some(false),
+            "--kv-type" => {
+                let name = value()?;
+                args.kv_type = KvType::parse(&name)
+                    .with_context(|| format!("--kv-type {name}: f16 or q8_0"))?;
+            }
             "--flash-attn" => {
                 args.flash_attention = match value()?.as_str() {
                     "on" => Some(true),
@@ -138,6 +145,7 @@ fn load(args: &Args, parallel: u32) -> anyhow::Result<LlamaEngine> {
     options.parallel = parallel;
     options.threads = args.threads;
     options.flash_attention = args.flash_attention;
+    options.kv_type = args.kv_type;
     if let Some(repack) = args.repack {
         options.repack = repack;
     }

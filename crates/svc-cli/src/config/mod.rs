@@ -115,6 +115,20 @@ pub struct EngineConfig {
     pub threads: Option<u32>,
     /// Requests that may wait for a free slot before 429.
     pub queue: usize,
+    /// KV cells (tokens) of the one pool all sequences share; `None` is
+    /// `parallel × context`.
+    #[serde(deserialize_with = "kv_tokens")]
+    pub kv_cache: Option<u32>,
+    /// How KV cells are stored.
+    #[serde(deserialize_with = "kv_type")]
+    pub kv_type: KvType,
+    /// Host memory for the prompt prefixes of finished requests whose slot
+    /// was taken, in bytes or with a unit; 0 keeps none.
+    #[serde(with = "byte_count_or_zero")]
+    pub prefix_cache: usize,
+    /// Serve a model whose weights are mostly Q4_1 from a Q8_0 copy made
+    /// once beside it (faster batched decoding, same greedy answers).
+    pub repack: bool,
 }
 
 impl Default for EngineConfig {
@@ -125,7 +139,68 @@ impl Default for EngineConfig {
             parallel: DEFAULT_PARALLEL,
             threads: None,
             queue: DEFAULT_QUEUE,
+            kv_cache: None,
+            kv_type: KvType::F16,
+            prefix_cache: DEFAULT_PREFIX_CACHE,
+            repack: false,
         }
+    }
+}
+
+/// Default host memory for saved prompt prefixes: 256 MiB.
+pub const DEFAULT_PREFIX_CACHE: usize = 256 << 20;
+
+/// The type of the embedded engine's KV cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum KvType {
+    /// 16-bit floats.
+    #[default]
+    #[serde(rename = "f16")]
+    F16,
+    /// 8-bit blocks, about half the memory (turns flash attention on).
+    #[serde(rename = "q8_0")]
+    Q8_0,
+}
+
+fn kv_type<'de, D: Deserializer<'de>>(d: D) -> Result<KvType, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "f16" => Ok(KvType::F16),
+        "q8_0" => Ok(KvType::Q8_0),
+        other => Err(serde::de::Error::custom(format!(
+            "{other:?} is not a KV cell type: f16 or q8_0"
+        ))),
+    }
+}
+
+fn kv_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let tokens = context_tokens(d)?;
+    Ok(Some(tokens))
+}
+
+/// A byte count as [`svc_core::config::byte_count`] reads it, where 0 is allowed (off).
+mod byte_count_or_zero {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        let bytes = match Raw::deserialize(d)? {
+            Raw::Number(0) => return Ok(0),
+            Raw::Number(n) => n,
+            Raw::Text(text) if text.trim() == "0" => return Ok(0),
+            Raw::Text(text) => {
+                svc_core::config::parse_bytes(&text).map_err(serde::de::Error::custom)?
+            }
+        };
+        usize::try_from(bytes).map_err(serde::de::Error::custom)
+    }
+
+    pub fn serialize<S: Serializer>(value: &usize, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*value as u64)
     }
 }
 

@@ -64,7 +64,7 @@ fn each_layer_overrides_the_one_below_in_every_section() {
         [(&'static str, &'static str); 3],
         Read,
     );
-    let cases: [Case; 9] = [
+    let cases: [Case; 12] = [
         (
             "store",
             "data_dir",
@@ -124,6 +124,28 @@ fn each_layer_overrides_the_one_below_in_every_section() {
             "parallel",
             [("2", "2"), ("3", "3"), ("4", "4")],
             |c| c.engine.parallel.to_string(),
+        ),
+        (
+            "engine",
+            "kv_cache",
+            [
+                ("8192", "Some(8192)"),
+                ("16384", "Some(16384)"),
+                ("4096", "Some(4096)"),
+            ],
+            |c| format!("{:?}", c.engine.kv_cache),
+        ),
+        (
+            "engine",
+            "kv_type",
+            [("\"q8_0\"", "Q8_0"), ("f16", "F16"), ("q8_0", "Q8_0")],
+            |c| format!("{:?}", c.engine.kv_type),
+        ),
+        (
+            "engine",
+            "prefix_cache",
+            [("\"1MiB\"", "1048576"), ("0", "0"), ("2MiB", "2097152")],
+            |c| c.engine.prefix_cache.to_string(),
         ),
         (
             "engine",
@@ -200,6 +222,10 @@ fn invalid_values_are_refused_naming_the_key() {
         ("context", "10"),
         ("parallel", "0"),
         ("threads", "0"),
+        ("kv_cache", "10"),
+        ("kv_type", "q4_0"),
+        ("prefix_cache", "lots"),
+        ("repack", "sometimes"),
         ("allow_signup", "maybe"),
     ];
     for (key, bad) in cases {

@@ -14,7 +14,7 @@ mod engines {
     use svc_core::Engine;
     use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 
-    use crate::config::EngineConfig;
+    use crate::config::{EngineConfig, KvType};
     use crate::output::errln;
 
     /// The embedded engines of one `svc serve`: ids on the same file with
@@ -46,6 +46,13 @@ mod engines {
             options.parallel = parallel.unwrap_or(self.settings.parallel);
             options.threads = self.settings.threads;
             options.queue_capacity = self.settings.queue;
+            options.kv_cache = self.settings.kv_cache;
+            options.kv_type = match self.settings.kv_type {
+                KvType::F16 => svc_engine_llama::KvType::F16,
+                KvType::Q8_0 => svc_engine_llama::KvType::Q8_0,
+            };
+            options.prefix_cache_bytes = self.settings.prefix_cache;
+            options.repack = self.settings.repack;
             if let Some((_, engine)) = self.loaded.iter().find(|(o, _)| *o == options) {
                 return Ok(engine.clone());
             }
@@ -56,10 +63,12 @@ mod engines {
                 .context("the model loader stopped")??;
             let info = engine.info();
             errln!(
-                "  {}: context {} tokens x {} sequences",
+                "  {}: context {} tokens, {} sequences sharing {} {} KV cells",
                 info.name.as_deref().unwrap_or("model"),
                 info.context_per_sequence,
-                info.parallel
+                info.parallel,
+                info.kv_cache,
+                info.kv_type.name()
             );
             let engine: Arc<dyn Engine> = Arc::new(engine);
             self.loaded.push((options, engine.clone()));
