@@ -1,7 +1,8 @@
 //! The engine on a real model: the GGUF at `SVC_TEST_MODEL` (the default
 //! SmolLM2-135M-Instruct Q4_1). Skipped, with a notice, when it is unset.
 //! With `SVC_TEST_REPACK=1`, a Q4_1 model runs from the engine's Q8_0 copy
-//! of it (`LlamaEngineOptions::repack`).
+//! of it (`LlamaEngineOptions::repack`); with `SVC_TEST_KV_TYPE=q8_0`, the KV
+//! cache is quantized (`LlamaEngineOptions::kv_type`).
 //! Besides plain replies and batching: a forced tool call, `json_schema`
 //! output and reasoning (`svc-thinking`), through `Engine::generate`.
 
@@ -22,7 +23,7 @@ use svc_core::engine::{
     ChatMessage, Engine, EngineEvent, FinishReason, GenerateRequest, OutputFormat, Sampling,
     TokenUsage, ToolChoiceSpec, ToolSpec,
 };
-use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+use svc_engine_llama::{KvType, LlamaEngine, LlamaEngineOptions};
 
 fn load(parallel: u32) -> Option<LlamaEngine> {
     let Some(path) = std::env::var_os("SVC_TEST_MODEL") else {
@@ -33,6 +34,10 @@ fn load(parallel: u32) -> Option<LlamaEngine> {
     options.parallel = parallel;
     options.context_per_sequence = 1024;
     options.repack = std::env::var_os("SVC_TEST_REPACK").is_some_and(|v| v == "1");
+    // SVC_TEST_KV_TYPE=q8_0 runs these tests on a quantized KV cache.
+    if let Ok(name) = std::env::var("SVC_TEST_KV_TYPE") {
+        options.kv_type = KvType::parse(&name).expect("SVC_TEST_KV_TYPE: f16 or q8_0");
+    }
     let engine = LlamaEngine::load(&options).unwrap();
     eprintln!("loaded {}", engine.info().loaded_path.display());
     Some(engine)
