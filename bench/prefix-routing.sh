@@ -17,6 +17,7 @@
 #   `svc pull --data-dir ${SVC_BENCH_DATA_DIR:-$HOME/.cache/svc-bench}`.
 # Env: LLAMA_SERVER (path of llama-server; default: the one on PATH)
 #   ROUNDS=3 CONVERSATIONS=8 TURNS=7 WORDS=140 (per user message)
+#   THINK=0.3 (most seconds of random pause before each turn)
 #   MAX_TOKENS=40 PARALLEL=4 (slots per llama-server) CONTEXT=12288 (per
 #   llama-server) THREADS=1 (per llama-server)
 #   BENCH_VENV (default target/.venv-httpx): a venv with httpx; created on
@@ -30,6 +31,7 @@ conversations=${CONVERSATIONS:-8}
 turns=${TURNS:-7}
 words=${WORDS:-140}
 max_tokens=${MAX_TOKENS:-40}
+think=${THINK:-0.3}
 parallel=${PARALLEL:-4}
 context=${CONTEXT:-12288}
 threads=${THREADS:-1}
@@ -108,12 +110,12 @@ llama_version=$("$llama_server" --version 2>&1 | grep -m1 -i version || true)
 log "running: $rounds rounds x 2 modes x $conversations conversations x $turns turns"
 "$venv/bin/python" bench/prefix_routing.py --url "http://127.0.0.1:$svc_port" --key "$key" \
   --upstreams "${upstreams[@]}" --models affinity least --rounds "$rounds" \
-  --conversations "$conversations" --turns "$turns" --words "$words" --max-tokens "$max_tokens" \
+  --conversations "$conversations" --turns "$turns" --words "$words" --max-tokens "$max_tokens" --think "$think" \
   >"$out/result.json"
 
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, nproc $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 echo "svc commit $commit; llama-server: $llama_version; model \`$(basename "$model")\`"
-echo "2 x llama-server -t $threads --parallel $parallel -c $context; $conversations conversations x $turns turns, $words words a user message, max_tokens $max_tokens, $rounds rounds alternating"
+echo "2 x llama-server -t $threads --parallel $parallel -c $context; $conversations conversations x $turns turns, $words words a user message, max_tokens $max_tokens, pauses up to ${think} s, $rounds rounds alternating"
 echo
 "$venv/bin/python" - "$out/result.json" <<'PY'
 import json, statistics, sys
@@ -123,7 +125,8 @@ turns = d["args"]["turns"]
 ms = lambda s: f"{s * 1000:.0f} ms"
 rows = {}
 for run in runs:
-    r = rows.setdefault(run["model"], {"t7": [], "later": [], "medians": [], "tokens": 0, "routed": {}, "prompt": []})
+    r = rows.setdefault(run["model"], {"t7": [], "later": [], "medians": [], "tokens": 0, "routed": {}, "prompt": [], "seconds": []})
+    r["seconds"].append(run["seconds"])
     t7 = [c["ttft"][-1] for c in run["conversations"]]
     r["t7"] += t7
     r["medians"].append(statistics.median(t7))
@@ -133,8 +136,8 @@ for run in runs:
     for k, v in run["routed"].items():
         r["routed"][k] = r["routed"].get(k, 0) + v
 base = statistics.median(rows["least"]["t7"])
-print(f"| routing | turn-{turns} TTFT median | rounds' medians | vs least-outstanding | TTFT median, turns 2-{turns} | prompt tokens the upstreams evaluated | requests by route (prefix/fallback/load) |")
-print("|---|---|---|---|---|---|---|")
+print(f"| routing | turn-{turns} TTFT median | rounds' medians | vs least-outstanding | TTFT median, turns 2-{turns} | prompt tokens the upstreams evaluated | requests by route (prefix/fallback/load) | seconds a run |")
+print("|---|---|---|---|---|---|---|---|")
 for name in ("affinity", "least"):
     r = rows[name]
     t7 = statistics.median(r["t7"])
@@ -142,7 +145,8 @@ for name in ("affinity", "least"):
     print(
         f"| {'prefix affinity' if name == 'affinity' else 'least outstanding'} | {ms(t7)} | "
         f"{', '.join(ms(m) for m in r['medians'])} | {t7 / base:.2f}x | {ms(statistics.median(r['later']))} | "
-        f"{int(r['tokens'])} | {rt.get('prefix', 0)}/{rt.get('fallback', 0)}/{rt.get('load', 0)} |"
+        f"{int(r['tokens'])} | {rt.get('prefix', 0)}/{rt.get('fallback', 0)}/{rt.get('load', 0)} | "
+        f"{', '.join(f'{s:.0f}' for s in r['seconds'])} |"
     )
 if rows["least"]["prompt"]:
     print()
