@@ -341,4 +341,8 @@ pub struct EndpointStatus {
     pub healthy: bool,
     /// Requests in flight to it.
     pub outstanding: u64,
+    /// Requests sent to it since start, by why: `prefix` (it served the
+    /// prompt's prefix before), `fallback` (another endpoint did, but was
+    /// down or busy), `load` (no prefix remembered: least outstanding).
+    pub routed: Vec<(&'static str, u64)>,
 }

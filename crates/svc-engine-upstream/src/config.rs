@@ -85,6 +85,17 @@ pub struct UpstreamOptions {
     pub breaker_cooldown: Duration,
     /// Endpoints one request may try; each is tried at most once.
     pub max_attempts: usize,
+    /// Prefix affinity: how many prompt prefixes the engine remembers the
+    /// endpoint of, least recently used forgotten first; 0 turns prefix
+    /// affinity off (every request goes by least outstanding).
+    pub affinity_entries: usize,
+    /// The shortest prompt prefix, in bytes of text (tools and messages),
+    /// that affinity follows.
+    pub affinity_min_bytes: usize,
+    /// How many more requests in flight (per unit of weight) the
+    /// remembered endpoint may have than the least loaded one before a
+    /// request goes by least outstanding instead.
+    pub affinity_slack: usize,
 }
 
 impl Default for UpstreamOptions {
@@ -103,6 +114,13 @@ impl Default for UpstreamOptions {
             breaker_failures: 5,
             breaker_cooldown: Duration::from_secs(10),
             max_attempts: usize::MAX,
+            // Under half a megabyte (a key, an endpoint and a use order of
+            // about 100 bytes each); a conversation holds one entry a turn
+            // until older turns age out.
+            affinity_entries: 4096,
+            // About 256 tokens: more than a short shared system prompt.
+            affinity_min_bytes: 1024,
+            affinity_slack: 4,
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use crate::client::{self, Exchange};
 use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::error::{self, Failure};
-use crate::pool::{Endpoint, Lease, Pool};
+use crate::pool::{Endpoint, Lease, Pool, Route};
 use crate::proxy::Proxies;
 use crate::reader::StreamReader;
 use crate::request;
@@ -48,6 +48,10 @@ pub struct EndpointSnapshot {
     /// `closed`, `open` or `half_open`.
     pub breaker: &'static str,
     pub outstanding: usize,
+    /// Requests sent here since start, by why (each attempt counts).
+    pub routed_by_prefix: u64,
+    pub routed_on_fallback: u64,
+    pub routed_by_load: u64,
 }
 
 impl UpstreamEngine {
@@ -83,11 +87,7 @@ impl UpstreamEngine {
                 tracing::info!(upstream = %endpoint.base_url, proxy = %proxy.shown, "upstream reached through a proxy");
             }
         }
-        let pool = Arc::new(Pool::new(
-            endpoints,
-            options.breaker_failures,
-            options.breaker_cooldown,
-        ));
+        let pool = Arc::new(Pool::new(endpoints, &options));
         #[expect(
             clippy::disallowed_methods,
             reason = "the checks hold the pool weakly and end once the engine is dropped"
@@ -108,8 +108,17 @@ impl UpstreamEngine {
                 healthy: e.healthy(),
                 breaker: e.breaker(),
                 outstanding: e.outstanding(),
+                routed_by_prefix: e.routed(Route::Prefix),
+                routed_on_fallback: e.routed(Route::Fallback),
+                routed_by_load: e.routed(Route::Load),
             })
             .collect()
+    }
+
+    /// Prompt prefixes whose endpoint is remembered now (at most
+    /// [`UpstreamOptions::affinity_entries`]).
+    pub fn remembered_prefixes(&self) -> usize {
+        self.pool.remembered()
     }
 
     /// One attempt at the endpoint of `lease`, up to its first event (for
@@ -313,10 +322,11 @@ impl Engine for UpstreamEngine {
             });
         }
         let prompt_estimate = svc_core::estimate_tokens(&request);
+        let keys = self.pool.prefix_keys(&request);
         let mut tried = vec![false; self.pool.endpoints.len()];
         let mut worst: Option<Failure> = None;
         for attempt in 1..=self.options.max_attempts {
-            let Some(mut lease) = self.pool.pick(&mut tried) else {
+            let Some(mut lease) = self.pool.pick(&mut tried, &keys) else {
                 break;
             };
             let body = request::body(&request, &lease.endpoint().model);
@@ -366,6 +376,11 @@ impl Engine for UpstreamEngine {
                 url: e.base_url,
                 healthy: e.healthy && e.breaker != "open",
                 outstanding: e.outstanding as u64,
+                routed: vec![
+                    (Route::Prefix.name(), e.routed_by_prefix),
+                    (Route::Fallback.name(), e.routed_on_fallback),
+                    (Route::Load.name(), e.routed_by_load),
+                ],
             })
             .collect();
         EngineStatus {

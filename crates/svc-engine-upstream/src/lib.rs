@@ -2,12 +2,14 @@
 //! (vLLM, llama.cpp's llama-server, TGI, Ollama, another svc) over HTTP.
 //!
 //! [`UpstreamEngine`] translates a validated request into the upstream's
-//! chat dialect, picks an endpoint (health checks, circuit breaker, least
-//! outstanding requests by weight), retries elsewhere until the first event,
+//! chat dialect, picks an endpoint (health checks, circuit breaker, the
+//! endpoint that served the prompt's prefix, least outstanding requests by
+//! weight), retries elsewhere until the first event,
 //! and translates the upstream's stream back into engine events. It owns no
 //! HTTP serving and no svc framing: ids, `model` and SSE framing of svc's
 //! responses are the server's.
 
+mod affinity;
 mod client;
 mod config;
 mod engine;

@@ -6,8 +6,13 @@
 //! latency is mostly its own output length, so latency says little about
 //! an endpoint's load, while the number of requests in flight is exactly
 //! what fills a continuous-batching engine's slots. Ties go round-robin.
+//!
+//! Before that, prefix affinity (see [`crate::affinity`]): a request that
+//! continues one an endpoint served keeps to that endpoint while it is
+//! healthy, its breaker admits requests, and it has at most `slack` more
+//! requests in flight (per unit of weight) than the least-loaded choice.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,8 +21,9 @@ use http_body_util::Full;
 use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
 use hyper::{Method, Request, Uri};
 
+use crate::affinity::{self, Table};
 use crate::client::Origin;
-use crate::config::{ConfigError, EndpointConfig};
+use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::error::Failure;
 use crate::proxy::Proxies;
 
@@ -55,7 +61,32 @@ pub struct Endpoint {
     /// `Bearer <key>`, marked sensitive so it is never logged.
     pub auth: Option<HeaderValue>,
     outstanding: AtomicUsize,
+    /// Requests sent here, by [`Route`].
+    routed: [AtomicU64; 3],
     state: Mutex<State>,
+}
+
+/// Why a request went to the endpoint it went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Its prompt continues one this endpoint served (prefix affinity).
+    Prefix,
+    /// Its prompt continues one another endpoint served, which was down,
+    /// open, busy or already tried: least outstanding instead.
+    Fallback,
+    /// No prefix remembered (or too short to follow): least outstanding.
+    Load,
+}
+
+impl Route {
+    /// `prefix`, `fallback` or `load`, as the metrics label it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Prefix => "prefix",
+            Route::Fallback => "fallback",
+            Route::Load => "load",
+        }
+    }
 }
 
 impl Endpoint {
@@ -101,6 +132,7 @@ impl Endpoint {
             weight: config.weight,
             auth,
             outstanding: AtomicUsize::new(0),
+            routed: Default::default(),
             state: Mutex::new(State {
                 healthy: true,
                 health_failures: 0,
@@ -129,6 +161,12 @@ impl Endpoint {
     /// Requests in flight to this endpoint.
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Requests sent here by `route` since the engine started (each
+    /// attempt counts: a retry elsewhere counts there too).
+    pub fn routed(&self, route: Route) -> u64 {
+        self.routed[route as usize].load(Ordering::Relaxed)
     }
 
     /// Whether the health checks consider it up.
@@ -244,6 +282,14 @@ pub enum Admission {
     Trial,
 }
 
+/// Which endpoint served which prompt prefix.
+#[derive(Debug)]
+struct Affinity {
+    table: Mutex<Table>,
+    min_bytes: usize,
+    slack: usize,
+}
+
 /// All endpoints of a model.
 #[derive(Debug)]
 pub struct Pool {
@@ -252,38 +298,65 @@ pub struct Pool {
     breaker_cooldown: Duration,
     /// Where the next pick starts looking, so ties go round-robin.
     next: AtomicUsize,
+    /// `None` when turned off, or with one endpoint.
+    affinity: Option<Affinity>,
 }
 
 impl Pool {
-    pub fn new(
-        endpoints: Vec<Endpoint>,
-        breaker_failures: u32,
-        breaker_cooldown: Duration,
-    ) -> Pool {
+    /// The pool of `endpoints` with `options`' breaker and affinity.
+    pub fn new(endpoints: Vec<Endpoint>, options: &UpstreamOptions) -> Pool {
+        let affinity = (options.affinity_entries > 0 && endpoints.len() > 1).then(|| Affinity {
+            table: Mutex::new(Table::new(options.affinity_entries)),
+            min_bytes: options.affinity_min_bytes,
+            slack: options.affinity_slack,
+        });
         Pool {
             endpoints,
-            breaker_failures: breaker_failures.max(1),
-            breaker_cooldown,
+            breaker_failures: options.breaker_failures.max(1),
+            breaker_cooldown: options.breaker_cooldown,
             next: AtomicUsize::new(0),
+            affinity,
         }
     }
 
+    /// The keys `pick` follows for `request`: none when affinity is off.
+    pub fn prefix_keys(&self, request: &svc_core::GenerateRequest) -> Vec<u64> {
+        match &self.affinity {
+            Some(a) => affinity::prefix_keys(request, a.min_bytes),
+            None => Vec::new(),
+        }
+    }
+
+    /// Prefix keys remembered now.
+    pub fn remembered(&self) -> usize {
+        self.affinity.as_ref().map_or(0, |a| lock(&a.table).len())
+    }
+
     /// The endpoint for the next attempt, among those not `tried`: healthy
-    /// ones whose breaker admits a request, with the fewest requests in
-    /// flight per unit of weight. When every endpoint is marked down the
-    /// health checks may be what is wrong, so all are candidates then.
-    pub fn pick(self: &Arc<Self>, tried: &mut [bool]) -> Option<Lease> {
+    /// ones whose breaker admits a request. With `keys` (from
+    /// [`Pool::prefix_keys`]) the endpoint remembered for the longest of
+    /// them, unless it is busy; else the one with the fewest requests in
+    /// flight per unit of weight. The chosen endpoint is remembered for
+    /// the longest key. When every endpoint is marked down the health
+    /// checks may be what is wrong, so all are candidates then.
+    pub fn pick(self: &Arc<Self>, tried: &mut [bool], keys: &[u64]) -> Option<Lease> {
         let n = self.endpoints.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n.max(1);
         let panic = !self.endpoints.iter().any(Endpoint::healthy);
         let mut excluded = vec![false; n];
+        let affinity = self.affinity.as_ref().filter(|_| !keys.is_empty());
+        let remembered = affinity.and_then(|a| lock(&a.table).lookup(keys));
         loop {
             let now = Instant::now();
+            let candidate = |i: usize| {
+                let e = &self.endpoints[i];
+                !(tried[i] || excluded[i] || !(panic || e.healthy()) || !e.admissible(now))
+            };
             let mut best: Option<(usize, usize, u32)> = None;
             for k in 0..n {
                 let i = (start + k) % n;
                 let e = &self.endpoints[i];
-                if tried[i] || excluded[i] || !(panic || e.healthy()) || !e.admissible(now) {
+                if !candidate(i) {
                     continue;
                 }
                 let load = e.outstanding() + 1;
@@ -299,10 +372,32 @@ impl Pool {
                     best = Some((i, load, e.weight));
                 }
             }
-            let (i, _, _) = best?;
+            let (least, least_load, least_weight) = best?;
+            let (i, route) = match (remembered, affinity) {
+                (Some(r), Some(a)) if r < n && candidate(r) => {
+                    // Busy: more than `slack` requests beyond what would
+                    // make it as good a choice as the least loaded.
+                    let e = &self.endpoints[r];
+                    let handicapped = (e.outstanding() + 1).saturating_sub(a.slack) as u128;
+                    if handicapped * u128::from(least_weight)
+                        <= (least_load as u128) * u128::from(e.weight)
+                    {
+                        (r, Route::Prefix)
+                    } else {
+                        (least, Route::Fallback)
+                    }
+                }
+                (Some(_), _) => (least, Route::Fallback),
+                (None, _) => (least, Route::Load),
+            };
             match self.endpoints[i].admit(now) {
                 Some(admission) => {
                     tried[i] = true;
+                    let endpoint = &self.endpoints[i];
+                    endpoint.routed[route as usize].fetch_add(1, Ordering::Relaxed);
+                    if let (Some(a), Some(&key)) = (affinity, keys.last()) {
+                        lock(&a.table).record(key, i);
+                    }
                     return Some(Lease {
                         pool: self.clone(),
                         index: i,
@@ -315,6 +410,10 @@ impl Pool {
             }
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A request's place at one endpoint: counted as outstanding until dropped;
@@ -378,11 +477,22 @@ mod tests {
                 Endpoint::new(&c, &Proxies::default()).unwrap()
             })
             .collect();
-        Arc::new(Pool::new(endpoints, failures, cooldown))
+        let options = UpstreamOptions {
+            breaker_failures: failures,
+            breaker_cooldown: cooldown,
+            affinity_entries: 4,
+            affinity_slack: 2,
+            ..UpstreamOptions::default()
+        };
+        Arc::new(Pool::new(endpoints, &options))
     }
 
     fn pick(pool: &Arc<Pool>) -> Option<Lease> {
-        pool.pick(&mut vec![false; pool.endpoints.len()])
+        pool.pick(&mut vec![false; pool.endpoints.len()], &[])
+    }
+
+    fn pick_keyed(pool: &Arc<Pool>, keys: &[u64]) -> Option<Lease> {
+        pool.pick(&mut vec![false; pool.endpoints.len()], keys)
     }
 
     #[test]
@@ -464,10 +574,10 @@ mod tests {
     fn each_endpoint_once_per_request() {
         let p = pool(&[1, 1], 5, Duration::from_secs(1));
         let mut tried = vec![false; 2];
-        let a = p.pick(&mut tried).unwrap();
-        let b = p.pick(&mut tried).unwrap();
+        let a = p.pick(&mut tried, &[]).unwrap();
+        let b = p.pick(&mut tried, &[]).unwrap();
         assert_ne!(a.index, b.index);
-        assert!(p.pick(&mut tried).is_none());
+        assert!(p.pick(&mut tried, &[]).is_none());
     }
 
     #[test]
@@ -526,11 +636,103 @@ mod tests {
         }
         p.endpoints[1].health_checked(false, 1, "refused");
         let mut tried = vec![false; 2];
-        assert!(p.pick(&mut tried).is_some() && p.pick(&mut tried).is_some());
+        assert!(p.pick(&mut tried, &[]).is_some() && p.pick(&mut tried, &[]).is_some());
         p.endpoints[0].health_checked(true, 2, "");
         assert!(p.endpoints[0].healthy());
         for _ in 0..4 {
             assert_eq!(pick(&p).unwrap().index, 0);
         }
+    }
+
+    #[test]
+    fn a_remembered_prefix_keeps_to_its_endpoint_until_it_is_busy() {
+        let p = pool(&[1, 1, 1], 5, Duration::from_secs(1));
+        let first = pick_keyed(&p, &[10]).unwrap();
+        let home = first.index;
+        assert_eq!(p.endpoints[home].routed(Route::Load), 1);
+        drop(first);
+        // The next turn (a longer prompt starting with the first) and
+        // another request for the same prompt go to the same endpoint,
+        // even with no load elsewhere.
+        let mut held = Vec::new();
+        for keys in [&[10, 11][..], &[10, 11, 12], &[10]] {
+            let lease = pick_keyed(&p, keys).unwrap();
+            assert_eq!(lease.index, home);
+            held.push(lease);
+        }
+        assert_eq!(p.endpoints[home].routed(Route::Prefix), 3);
+        // `home` has 3 in flight and the others none: 3 more than the
+        // least loaded is past the slack of 2, so the next one goes
+        // elsewhere and is remembered there.
+        let moved = pick_keyed(&p, &[10, 11, 12, 13]).unwrap();
+        assert_ne!(moved.index, home);
+        assert_eq!(p.endpoints[moved.index].routed(Route::Fallback), 1);
+        drop(held);
+        let again = pick_keyed(&p, &[10, 11, 12, 13, 14]).unwrap();
+        assert_eq!(again.index, moved.index);
+    }
+
+    #[test]
+    fn a_remembered_endpoint_that_is_down_open_or_tried_is_passed_over() {
+        let p = pool(&[1, 1], 1, Duration::from_secs(60));
+        let home = pick_keyed(&p, &[1]).unwrap().index;
+        let other = 1 - home;
+        // Tried already (a retry): the other one, which is then remembered.
+        let mut tried = vec![false; 2];
+        tried[home] = true;
+        assert_eq!(p.pick(&mut tried, &[1]).unwrap().index, other);
+        assert_eq!(pick_keyed(&p, &[1]).unwrap().index, other);
+        // Down.
+        p.endpoints[other].health_checked(false, 1, "refused");
+        assert_eq!(pick_keyed(&p, &[1]).unwrap().index, home);
+        p.endpoints[other].health_checked(true, 1, "");
+        assert_eq!(pick_keyed(&p, &[1]).unwrap().index, home);
+        // Breaker open.
+        pick_keyed(&p, &[1])
+            .unwrap()
+            .failure(&Failure::BadResponse("boom".into()));
+        assert_eq!(p.endpoints[home].breaker(), "open");
+        assert_eq!(pick_keyed(&p, &[1]).unwrap().index, other);
+        assert_eq!(p.endpoints[other].routed(Route::Fallback), 2);
+        assert_eq!(p.endpoints[home].routed(Route::Fallback), 1);
+    }
+
+    #[test]
+    fn affinity_is_off_with_no_entries_or_one_endpoint() {
+        let mut options = UpstreamOptions {
+            affinity_entries: 0,
+            ..UpstreamOptions::default()
+        };
+        let endpoints = |n: usize| {
+            (0..n)
+                .map(|i| {
+                    let c = EndpointConfig::new(format!("http://10.0.0.{i}:8000/v1/"), "m");
+                    Endpoint::new(&c, &Proxies::default()).unwrap()
+                })
+                .collect::<Vec<_>>()
+        };
+        let long = svc_core::GenerateRequest {
+            messages: vec![svc_core::ChatMessage::User("x".repeat(5000))],
+            ..svc_core::GenerateRequest::default()
+        };
+        let off = Arc::new(Pool::new(endpoints(2), &options));
+        assert!(off.prefix_keys(&long).is_empty());
+        options.affinity_entries = 10;
+        assert!(
+            Pool::new(endpoints(1), &options)
+                .prefix_keys(&long)
+                .is_empty()
+        );
+        let on = Arc::new(Pool::new(endpoints(2), &options));
+        let keys = on.prefix_keys(&long);
+        assert_eq!(keys.len(), 1);
+        // Without affinity the same prompt alternates.
+        let a = off.pick(&mut [false; 2], &keys).unwrap().index;
+        let b = off.pick(&mut [false; 2], &keys).unwrap().index;
+        assert_ne!(a, b);
+        let a = on.pick(&mut [false; 2], &keys).unwrap().index;
+        let b = on.pick(&mut [false; 2], &keys).unwrap().index;
+        assert_eq!(a, b);
+        assert_eq!(on.remembered(), 1);
     }
 }

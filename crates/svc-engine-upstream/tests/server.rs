@@ -97,6 +97,25 @@ async fn a_streamed_reply_has_svc_framing_and_the_upstream_text() {
         json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
     );
     assert_eq!(fake.last_request().unwrap()["model"], "their-model");
+    // `/metrics` says how the request was routed: by load, as a short
+    // prompt with one endpoint has no prefix to follow.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let routed = |route: &str| {
+        format!(
+            "svc_upstream_routed_total{{model=\"up\",endpoint=\"{}\",route=\"{route}\"}} ",
+            fake.base_url
+        )
+    };
+    assert!(metrics.contains(&(routed("load") + "1\n")), "{metrics}");
+    assert!(metrics.contains(&(routed("prefix") + "0\n")), "{metrics}");
 }
 
 #[tokio::test]

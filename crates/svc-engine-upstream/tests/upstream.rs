@@ -38,6 +38,9 @@ fn options() -> UpstreamOptions {
         breaker_failures: 3,
         breaker_cooldown: Duration::from_millis(300),
         max_attempts: usize::MAX,
+        affinity_entries: 4096,
+        affinity_min_bytes: 1024,
+        affinity_slack: 4,
     }
 }
 

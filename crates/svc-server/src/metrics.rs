@@ -374,6 +374,20 @@ impl Metrics {
                 );
             }
         }
+        out.push_str("# HELP svc_upstream_routed_total Requests sent to an upstream endpoint, by why: prefix (it served the prompt's prefix before), fallback (another endpoint did but was down or busy), load (least outstanding).\n");
+        out.push_str("# TYPE svc_upstream_routed_total counter\n");
+        for (model, s) in &statuses {
+            for e in &s.endpoints {
+                for (route, n) in &e.routed {
+                    let _ = writeln!(
+                        out,
+                        "svc_upstream_routed_total{{model=\"{}\",endpoint=\"{}\",route=\"{route}\"}} {n}",
+                        escape(model),
+                        escape(&e.url),
+                    );
+                }
+            }
+        }
         out
     }
 }

@@ -72,6 +72,15 @@ pub struct UpstreamModelConfig {
     /// Between two health checks (`GET <base_url>/models`).
     #[serde(with = "svc_core::config::duration")]
     pub health_interval: Duration,
+    /// Prefix affinity: prompt prefixes whose endpoint is remembered, so
+    /// a conversation's next turn goes where its prefix is cached (0: off,
+    /// every request goes by least outstanding).
+    pub affinity_entries: usize,
+    /// The shortest prefix, in bytes of text, that affinity follows.
+    pub affinity_min_bytes: usize,
+    /// Requests in flight beyond the least-loaded endpoint's that the
+    /// remembered endpoint may have before a request goes elsewhere.
+    pub affinity_slack: usize,
     /// The endpoints with their keys read from the environment at start.
     #[serde(skip)]
     pub endpoints: Vec<EndpointConfig>,
@@ -87,6 +96,9 @@ impl Default for UpstreamModelConfig {
             idle_timeout: options.idle_timeout,
             whole_timeout: options.whole_timeout,
             health_interval: options.health_interval,
+            affinity_entries: options.affinity_entries,
+            affinity_min_bytes: options.affinity_min_bytes,
+            affinity_slack: options.affinity_slack,
             endpoints: Vec::new(),
         }
     }
@@ -101,6 +113,9 @@ impl UpstreamModelConfig {
             idle_timeout: self.idle_timeout,
             whole_timeout: self.whole_timeout,
             health_interval: self.health_interval,
+            affinity_entries: self.affinity_entries,
+            affinity_min_bytes: self.affinity_min_bytes,
+            affinity_slack: self.affinity_slack,
             ..UpstreamOptions::default()
         }
     }

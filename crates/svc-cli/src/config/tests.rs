@@ -287,6 +287,7 @@ fn upstream_models_are_read() {
 reasoning = true
 idle_timeout = "500ms"
 first_byte_timeout = "2m"
+affinity_entries = 0
 upstreams = [
   { base_url = "http://gpu1:8000/v1", model = "org/Big", api_key_env = "PATH", weight = 3 },
   { base_url = "https://gpu2.example/v1/", model = "big" },
@@ -302,6 +303,11 @@ upstreams = [
     let (endpoints, options) = (&upstream.endpoints, upstream.options());
     assert_eq!(options.idle_timeout, Duration::from_millis(500));
     assert_eq!(options.first_byte_timeout, Duration::from_secs(120));
+    assert_eq!(options.affinity_entries, 0);
+    assert_eq!(
+        options.affinity_min_bytes,
+        UpstreamOptions::default().affinity_min_bytes
+    );
     assert_eq!(
         options.connect_timeout,
         UpstreamOptions::default().connect_timeout
