@@ -37,7 +37,9 @@
 #   BENCH_SVC_ARGS: more `svc serve` flags (e.g. the engine's new options)
 #   BENCH_LLAMA_SERVER_ARGS: more llama-server flags
 #   BENCH_SVC_BIN: use this svc binary instead of building one
-#   BENCH_KEEP_JSON=DIR: keep the JSON and both servers' logs there
+#   BENCH_KEEP_JSON=DIR: keep the JSON (written after every measurement;
+#   `bench/engine/vs_server.py --report DIR/vs.json` prints a cut-short run's
+#   table) and both servers' logs there
 #   SVC_BENCH_VENV (default target/.venv-bench): venv with httpx
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +80,11 @@ ls_bin=$(build_llama_server "$ls_dir")
 # --- svc: a release build, copied so that a concurrent rebuild cannot swap it mid-run ---
 work=$(mktemp -d)
 pids=()
+keep=${BENCH_KEEP_JSON:-}
+[ -n "$keep" ] && mkdir -p "$keep"
 cleanup() {
+  # the JSON is written after every measurement: a cut-short run keeps its results
+  [ -n "$keep" ] && cp "$work"/*.log "$keep"/ 2>/dev/null
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
@@ -159,13 +165,9 @@ log "measuring: $only, $rounds rounds"
   --conv-count "$conv_count" --stall-stream-tokens "$stall_tokens" \
   --max-tokens "${BENCH_MAX_TOKENS:-128}" --quiet-wait "$quiet" --quiet-budget "${BENCH_QUIET_BUDGET:-$quiet_budget}" --retries "$retries" \
   --max-foreign "${BENCH_MAX_FOREIGN:-0.10}" --only "$only" \
-  --json "$work/vs.json" --header "## svc serve against llama-server
+  --json "${keep:-$work}/vs.json" --header "## svc serve against llama-server
 
 $header
 "
 echo
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-if [ -n "${BENCH_KEEP_JSON:-}" ]; then
-  mkdir -p "$BENCH_KEEP_JSON"
-  cp "$work/vs.json" "$work/llama-server.log" "$work/svc.log" "$BENCH_KEEP_JSON"/
-fi

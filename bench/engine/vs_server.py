@@ -361,7 +361,13 @@ async def main() -> None:
                     help="seconds of quiet-machine waiting in all; then measure without waiting or retrying")
     ap.add_argument("--json")
     ap.add_argument("--header", default="", help="Markdown printed above the table")
+    ap.add_argument("--report", metavar="JSON", help="only print the report of a (partial) --json file")
     a = ap.parse_args()
+    if a.report:
+        out = json.loads(Path(a.report).read_text())
+        out.setdefault("after", {s: {"VmRSS": 0, "VmHWM": 0} for s in ("svc", "llama-server")})
+        print(report(out, out.get("header", "")))
+        return
     only = set(a.only.split(","))
     QUIET["budget"] = a.quiet_budget
 
@@ -370,10 +376,13 @@ async def main() -> None:
         Server("llama-server", a.ls_url, a.ls_pid, None, "model"),
     ]
     text = Text(a.ls_url)
-    out = {"args": vars(a), "idle": {s.name: proc_mem(s.pid) for s in servers}, "runs": {}}
+    out = {"args": vars(a), "header": a.header, "idle": {s.name: proc_mem(s.pid) for s in servers}, "runs": {}}
 
     def record(key, name, r):
         out["runs"].setdefault(key, {}).setdefault(name, []).append(r)
+        if a.json:  # after every measurement, so that a cut-short run keeps its results
+            out["quiet_waited"] = QUIET["waited"]
+            Path(a.json).write_text(json.dumps(out, indent=1))
 
     # warm-up: first requests of each server (threads, caches, the template)
     for s in servers:
@@ -466,6 +475,8 @@ def report(out: dict, header: str) -> str:
                                       ("RSS after all runs", after, "VmRSS", "≤ 1.0×"),
                                       ("peak RSS (VmHWM) after all runs", after, "VmHWM", "")):
         a, b = src["svc"][field], src["llama-server"][field]
+        if not (a and b):
+            continue
         rows.append(f"| {label} | {mib(a)} | {mib(b)} | **{a / b:.2f}×** | {target} | |")
 
     sanity = []
