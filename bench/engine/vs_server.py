@@ -325,7 +325,7 @@ async def timed(srv: Server, a, fn) -> dict:
         r["attempts"] = attempt + 1
         if best is None or r["foreign"] < best["foreign"]:
             best = r
-        if r["foreign"] <= a.max_foreign or QUIET["waited"] >= QUIET["budget"]:
+        if r["foreign"] <= a.max_foreign or QUIET["waited"] >= QUIET["budget"] or attempt == a.retries:
             break
         print(f"    {srv.name}: others used {100 * r['foreign']:.0f}% of the CPUs, again", file=sys.stderr)
     return best
@@ -338,11 +338,11 @@ def self_timed(f):
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--svc-url", required=True)
-    ap.add_argument("--svc-key", required=True)
-    ap.add_argument("--svc-pid", type=int, required=True)
-    ap.add_argument("--ls-url", required=True)
-    ap.add_argument("--ls-pid", type=int, required=True)
+    ap.add_argument("--svc-url")
+    ap.add_argument("--svc-key")
+    ap.add_argument("--svc-pid", type=int)
+    ap.add_argument("--ls-url")
+    ap.add_argument("--ls-pid", type=int)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conv8-rounds", type=int, default=1)
     ap.add_argument("--conv-count", type=int, default=8, help="conversations of the conv8 row")
@@ -368,6 +368,8 @@ async def main() -> None:
         out.setdefault("after", {s: {"VmRSS": 0, "VmHWM": 0} for s in ("svc", "llama-server")})
         print(report(out, out.get("header", "")))
         return
+    if not all((a.svc_url, a.svc_key, a.svc_pid, a.ls_url, a.ls_pid)):
+        ap.error("--svc-url, --svc-key, --svc-pid, --ls-url and --ls-pid are required")
     only = set(a.only.split(","))
     QUIET["budget"] = a.quiet_budget
 
@@ -437,21 +439,26 @@ def report(out: dict, header: str) -> str:
     rows = []
 
     def med(key, field):
-        vs = {n: [r[field] for r in runs.get(key, {}).get(n, []) if r.get(field) is not None] for n in names}
-        if not all(vs.values()):
-            return None
-        return {n: statistics.median(vs[n]) for n in names}, {n: max(r["foreign"] for r in runs[key][n])
-                                                               for n in names}
+        """{server: median over rounds}, {server: worst foreign share}; a
+        server without results (a cut-short run) is left out."""
+        v, foreign = {}, {}
+        for n in names:
+            rs = [r for r in runs.get(key, {}).get(n, []) if r.get(field) is not None]
+            if rs:
+                v[n] = statistics.median(r[field] for r in rs)
+                foreign[n] = max(r["foreign"] for r in rs)
+        return (v, foreign) if v else None
 
     def row(label, key, field, fmt, target, scale=1.0):
         m = med(key, field)
         if m is None:
             return
         v, foreign = m
-        a, b = v["svc"] * scale, v["llama-server"] * scale
-        ratio = a / b if b else float("nan")
-        rows.append(f"| {label} | {fmt(a)} | {fmt(b)} | **{ratio:.2f}×** | {target} | "
-                    f"{100 * foreign['svc']:.0f}% / {100 * foreign['llama-server']:.0f}% |")
+        cell = lambda n: fmt(v[n] * scale) if n in v else "–"  # noqa: E731
+        share = lambda n: f"{100 * foreign[n]:.0f}%" if n in foreign else "–"  # noqa: E731
+        ratio = f"**{v['svc'] / v['llama-server']:.2f}×**" if len(v) == 2 and v["llama-server"] else "–"
+        rows.append(f"| {label} | {cell('svc')} | {cell('llama-server')} | {ratio} | {target} | "
+                    f"{share('svc')} / {share('llama-server')} |")
 
     ms = lambda x: f"{x:.0f} ms" if x < 10000 else f"{x / 1000:.1f} s"  # noqa: E731
     tps = lambda x: f"{x:.1f}"  # noqa: E731
@@ -487,7 +494,7 @@ def report(out: dict, header: str) -> str:
                               ("stall", "long_prompt_tokens", "prompt tokens, long prompt")):
         m = med(key, field)
         if m:
-            sanity.append(f"{label}: {tok(m[0]['svc'])} / {tok(m[0]['llama-server'])}")
+            sanity.append(f"{label}: {' / '.join(tok(m[0][n]) if n in m[0] else '–' for n in names)}")
     cached = [c for r in runs.get("conv1", {}).get("llama-server", []) for c in r["cached"] if c is not None]
     a = out["args"]
     lines = [header] if header else []
