@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-/// Host memory for saved prefixes by default: 256 MiB, about 11,000
+/// Host memory for saved prefixes by default: 512 MiB, about 23,000
 /// tokens of SmolLM2-135M's f16 KV.
-pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 512 << 20;
 
 /// The type of the KV cache's cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

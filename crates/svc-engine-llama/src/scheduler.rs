@@ -225,6 +225,8 @@ pub(crate) fn run(
             0
         }),
         undo: Vec::new(),
+        // One whole context: the conversation a client continues next.
+        idle_cells: context_per_sequence as usize,
     };
     batcher.run(&mut ctx);
 }
@@ -419,6 +421,8 @@ struct Batcher<'a, 'm> {
     host: HostCache<SeqState>,
     /// What the current batch changed (see [`Undo`]).
     undo: Vec<Undo>,
+    /// The most cells idle slots keep in the pool (see [`Batcher::shed_idle`]).
+    idle_cells: usize,
 }
 
 impl Batcher<'_, '_> {
@@ -433,7 +437,10 @@ impl Batcher<'_, '_> {
                 continue;
             }
             match self.decode(ctx, sequences, prompt_tokens) {
-                Ok(()) => self.sample(ctx),
+                Ok(()) => {
+                    self.sample(ctx);
+                    self.shed_idle(ctx);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "llama_decode failed");
                     self.fail_batch(ctx, &format!("decoding failed: {e}"));
@@ -472,6 +479,26 @@ impl Batcher<'_, '_> {
                     }
                 }
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Keeps the cells of idle slots within `idle_cells`, moving the least
+    /// recently used to the host cache. In one KV pool every token of a
+    /// step scans the mask of every cell in use, so cells nobody decodes
+    /// with slow all sequences down: measured, a pool holding 8 idle
+    /// conversations of 2,000 tokens took a 1,400-token prompt's TTFT from
+    /// 6.8 s (llama-server) to 13 s.
+    fn shed_idle(&mut self, ctx: &mut LlamaContext<'_>) {
+        loop {
+            let idle: usize = self
+                .slots
+                .iter()
+                .filter(|s| s.is_free())
+                .map(|s| s.tokens.len())
+                .sum();
+            if idle <= self.idle_cells || !self.evict_idle(ctx) {
+                return;
             }
         }
     }

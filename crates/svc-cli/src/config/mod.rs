@@ -147,8 +147,8 @@ impl Default for EngineConfig {
     }
 }
 
-/// Default host memory for saved prompt prefixes: 256 MiB.
-pub const DEFAULT_PREFIX_CACHE: usize = 256 << 20;
+/// Default host memory for saved prompt prefixes: 512 MiB.
+pub const DEFAULT_PREFIX_CACHE: usize = 512 << 20;
 
 /// The type of the embedded engine's KV cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
