@@ -169,6 +169,12 @@ impl Shared {
     }
 }
 
+/// The most KV cells idle slots keep in the pool: enough for the shared
+/// system prompts of the next requests; whole conversations go to the host
+/// cache (a copy each way, milliseconds) instead of widening every step's
+/// attention (see [`Batcher::shed_idle`]).
+const IDLE_CELLS: usize = 512;
+
 /// Context settings the engine thread needs.
 #[derive(Debug, Clone)]
 pub(crate) struct ContextSettings {
@@ -225,8 +231,7 @@ pub(crate) fn run(
             0
         }),
         undo: Vec::new(),
-        // One whole context: the conversation a client continues next.
-        idle_cells: context_per_sequence as usize,
+        idle_cells: IDLE_CELLS.min(context_per_sequence as usize),
     };
     batcher.run(&mut ctx);
 }
@@ -485,10 +490,11 @@ impl Batcher<'_, '_> {
 
     /// Keeps the cells of idle slots within `idle_cells`, moving the least
     /// recently used to the host cache. In one KV pool every token of a
-    /// step scans the mask of every cell in use, so cells nobody decodes
-    /// with slow all sequences down: measured, a pool holding 8 idle
-    /// conversations of 2,000 tokens took a 1,400-token prompt's TTFT from
-    /// 6.8 s (llama-server) to 13 s.
+    /// step scans the mask of every cell in use (up to the highest), so
+    /// cells nobody decodes with slow all sequences down: measured, a pool
+    /// holding the idle conversations of earlier requests took a
+    /// 1,400-token prompt's TTFT to 13 s (llama-server: 6.8 s) and a single
+    /// stream from 74 to 47 tokens/s.
     fn shed_idle(&mut self, ctx: &mut LlamaContext<'_>) {
         loop {
             let idle: usize = self

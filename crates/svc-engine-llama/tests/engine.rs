@@ -718,3 +718,37 @@ async fn a_full_kv_pool_gives_up_idle_prefixes_then_ends_the_newest_sequence() {
     // The engine still serves.
     assert_eq!(run(&f.engine, long("Hi", 5)).await.text(), "Hello, world");
 }
+
+#[tokio::test]
+async fn a_long_idle_conversation_waits_in_the_host_cache_not_in_the_pool() {
+    let f = engine(&TinyModel::hello(), 2, 4, 1024);
+    let system = "You answer questions about lighthouses. ".repeat(14);
+    let first = run(
+        &f.engine,
+        chat(conversation(&system, &["Why?"]), greedy(), 64),
+    )
+    .await;
+    assert!(first.usage.prompt_tokens > 512, "{:?}", first.usage);
+    // Its cells leave the pool right after it ends (the engine thread's
+    // step after the finish event): idle slots keep at most 512 cells
+    // there, so that no step attends over cells nobody uses.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while f.engine.stats().host_cache_saves == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let stats = f.engine.stats();
+    assert_eq!(stats.host_cache_saves, 1, "{stats:?}");
+    assert!(stats.kv_evictions >= 1, "{stats:?}");
+
+    let next = conversation(&system, &["Why?", &first.text(), "And then?"]);
+    let (second, evaluated, reused) =
+        counted(&f.engine, run(&f.engine, chat(next.clone(), greedy(), 64))).await;
+    assert_eq!(f.engine.stats().host_cache_restores, 1);
+    assert!(reused >= first.usage.prompt_tokens, "reused {reused}");
+    assert_eq!(evaluated + reused, second.usage.prompt_tokens);
+    let cold = engine(&TinyModel::hello(), 2, 4, 1024);
+    assert_eq!(
+        run(&cold.engine, chat(next, greedy(), 64)).await.text(),
+        second.text()
+    );
+}
