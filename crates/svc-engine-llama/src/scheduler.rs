@@ -17,10 +17,11 @@
 //! the prompt, as a copy of those cells, or the state the host cache holds
 //! for it (see `prefix`) when that goes further. Only the rest of the prompt
 //! is decoded, at least its last token (whose logits start the reply). A
-//! free slot's cells are given up when a new prompt needs the slot (its
-//! state then goes to the host cache, when it is worth keeping) or when the
-//! pool has no room for a step; when running sequences alone fill the pool,
-//! the newest one is ended.
+//! free slot's cells are given up when a new prompt needs the slot, when
+//! idle slots hold more than [`IDLE_CELLS`] (their state then goes to the
+//! host cache, when it is worth keeping), or when the pool has no room for
+//! a step; when running sequences alone fill the pool, the newest one is
+//! ended.
 //!
 //! A sequence admitted with the same prompt as one whose prompt is not
 //! decoded yet (the choices of a request with `n > 1`, admitted together
