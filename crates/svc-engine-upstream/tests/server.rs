@@ -99,15 +99,7 @@ async fn a_streamed_reply_has_svc_framing_and_the_upstream_text() {
     assert_eq!(fake.last_request().unwrap()["model"], "their-model");
     // `/metrics` says how the request was routed: by load, as a short
     // prompt with one endpoint has no prefix to follow.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     let routed = |route: &str| {
         format!(
             "svc_upstream_routed_total{{model=\"up\",endpoint=\"{}\",route=\"{route}\"}} ",

@@ -108,6 +108,16 @@ impl TestApp {
         format!("{}{path}", self.base_url)
     }
 
+    /// The text of `GET /metrics` (no metrics token).
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await;
+        response
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the /metrics body")
+    }
+
     /// A new active key, as its secret string.
     pub async fn create_key(&self) -> String {
         self.create_key_expiring(None).await

@@ -387,15 +387,7 @@ async fn trusted_proxies_are_not_held_to_the_per_address_limit() {
 /// The value of `svc_http_requests_in_flight` (counting the request that
 /// reads it).
 async fn in_flight(app: &TestApp) -> String {
-    let page = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = app.metrics().await;
     page.lines()
         .find_map(|l| l.strip_prefix("svc_http_requests_in_flight "))
         .unwrap()

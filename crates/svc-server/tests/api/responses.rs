@@ -749,15 +749,7 @@ async fn usage_and_rate_limits_count_responses() {
     let app = TestApp::spawn().await;
     let key = app.create_key().await;
     create(&app, &key, &json!({"model": "svc", "input": "one two"})).await;
-    let body = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = app.metrics().await;
     assert!(
         body.lines()
             .any(|l| l.contains("tokens") && l.contains("model=\"svc\"")),
