@@ -36,6 +36,7 @@ mod options;
 mod prefix;
 mod prompt;
 mod reasoning;
+mod resident;
 mod sampler;
 mod scheduler;
 mod stats;

@@ -53,6 +53,7 @@ use crate::backend;
 use crate::logprobs::{self, Pending};
 use crate::options::KvType;
 use crate::prefix::{self, HostCache};
+use crate::resident;
 use crate::sampler;
 use crate::stats::Counters;
 use crate::text::TextAssembler;
@@ -202,13 +203,29 @@ pub(crate) fn run(
 ) {
     // On any exit, panics included, refuse new jobs and fail the waiting ones.
     let _guard = CloseOnExit(Arc::clone(&shared));
-    let mut ctx = match new_context(&model, &settings) {
+    let mut pool_bytes = 0;
+    let (made, released) = resident::make_context(
+        || new_context(&model, &settings),
+        |ctx| {
+            let bytes = kv_buffer_bytes(&model, ctx.n_ctx(), settings.kv_type);
+            pool_bytes = bytes.unwrap_or(0);
+            bytes
+        },
+    );
+    let mut ctx = match made {
         Ok(ctx) => ctx,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
+    shared.counters.kv_pool(pool_bytes as u64, released);
+    tracing::debug!(
+        cells = ctx.n_ctx(),
+        pool_mib = pool_bytes >> 20,
+        released_mib = released >> 20,
+        "KV pool made; its untouched pages are not resident until used"
+    );
     let context_per_sequence = settings.context_per_sequence.min(ctx.n_ctx());
     if ready.send(Ok(context_per_sequence)).is_err() {
         return;
@@ -278,6 +295,39 @@ fn new_context<'m>(
     model
         .new_context(backend, params)
         .map_err(|e| format!("cannot create the llama.cpp context: {e}"))
+}
+
+/// The size of the KV pool's buffer as llama.cpp allocates it for `cells`
+/// cells (one K and one V tensor per layer, a row of each per cell), or
+/// `None` for a model whose cache is laid out otherwise (recurrent state,
+/// sliding-window layers in a second cache).
+fn kv_buffer_bytes(model: &LlamaModel, cells: u32, kv_type: KvType) -> Option<usize> {
+    if model.is_recurrent() || model.is_hybrid() {
+        return None;
+    }
+    let arch = model.meta_val_str("general.architecture").ok()?;
+    if model
+        .meta_val_str(&format!("{arch}.attention.sliding_window"))
+        .is_ok()
+    {
+        return None;
+    }
+    let heads = model.n_head() as usize;
+    let head_dim = |key: &str| -> Option<usize> {
+        match model.meta_val_str(&format!("{arch}.attention.{key}")) {
+            Ok(value) => value.parse().ok(),
+            Err(_) => (heads > 0).then(|| model.n_embd() as usize / heads),
+        }
+    };
+    let kv_heads = model.n_head_kv() as usize;
+    let row = |values: usize| match kv_type {
+        KvType::F16 => values * 2,
+        // blocks of 32 values: an f16 scale and 32 int8
+        KvType::Q8_0 => values.div_ceil(32) * 34,
+    };
+    let per_layer =
+        row(kv_heads * head_dim("key_length")?) + row(kv_heads * head_dim("value_length")?);
+    Some(model.n_layer() as usize * cells as usize * per_layer)
 }
 
 /// A hold on admission; see [`Shared::hold`].

@@ -36,6 +36,11 @@ pub struct EngineStats {
     pub kv_evictions: u64,
     /// Sequences ended early because the KV pool was full of running ones.
     pub kv_full: u64,
+    /// The KV pool's size in bytes (0 where the engine cannot tell).
+    pub kv_pool_bytes: u64,
+    /// Bytes of the KV pool handed back to the kernel when the context was
+    /// made, resident again only as cells are used (see `resident.rs`).
+    pub kv_released_bytes: u64,
     /// Sequences that started from a copy of another's decoded prompt (the
     /// choices of a request with `n > 1`) instead of decoding it again.
     pub shared_prompts: u64,
@@ -61,6 +66,8 @@ pub(crate) struct Counters {
     host_cache_entries: AtomicU64,
     kv_evictions: AtomicU64,
     kv_full: AtomicU64,
+    kv_pool_bytes: AtomicU64,
+    kv_released_bytes: AtomicU64,
     active_sequences: AtomicU64,
 }
 
@@ -109,6 +116,11 @@ impl Counters {
         self.kv_full.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn kv_pool(&self, bytes: u64, released: u64) {
+        self.kv_pool_bytes.store(bytes, Ordering::Relaxed);
+        self.kv_released_bytes.store(released, Ordering::Relaxed);
+    }
+
     pub(crate) fn shared_prompt(&self) {
         self.shared_prompts.fetch_add(1, Ordering::Relaxed);
     }
@@ -133,6 +145,8 @@ impl Counters {
             host_cache_entries: self.host_cache_entries.load(Ordering::Relaxed),
             kv_evictions: self.kv_evictions.load(Ordering::Relaxed),
             kv_full: self.kv_full.load(Ordering::Relaxed),
+            kv_pool_bytes: self.kv_pool_bytes.load(Ordering::Relaxed),
+            kv_released_bytes: self.kv_released_bytes.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),
             waiting_requests,
         }

@@ -752,3 +752,30 @@ async fn a_long_idle_conversation_waits_in_the_host_cache_not_in_the_pool() {
         second.text()
     );
 }
+
+/// llama.cpp writes zeros over the whole KV pool when it makes the context;
+/// the engine gives those pages back, so a pool far larger than what is in
+/// use costs no memory until cells are used.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn an_unused_kv_pool_is_not_resident() {
+    let f = engine_with(&TinyModel::hello(), |o| {
+        o.parallel = 4;
+        o.context_per_sequence = 1024;
+        o.kv_cache = Some(1 << 19);
+    });
+    let stats = f.engine.stats();
+    let pool = stats.kv_pool_bytes;
+    assert!(pool >= 64 << 20, "a pool of {pool} bytes");
+    assert!(
+        stats.kv_released_bytes > pool * 99 / 100,
+        "{} of {pool} bytes given back",
+        stats.kv_released_bytes
+    );
+    // And the engine works on the pages given back.
+    let cold = engine(&TinyModel::hello(), 1, 1, 1024);
+    assert_eq!(
+        run(&f.engine, request("Hi", greedy())).await.text(),
+        run(&cold.engine, request("Hi", greedy())).await.text()
+    );
+}
