@@ -435,7 +435,7 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag(
         "repack",
         "BOOL",
-        "Serve a Q4_1 model from a Q8_0 copy made once beside it (faster batched decoding, same greedy answers)",
+        "Serve a Q4_1 model from a Q8_0 copy made once beside it (faster prompts and batched decoding, same greedy answers; false loads it as it is)",
     ),
 ];
 

@@ -74,9 +74,10 @@ pub struct LlamaEngineOptions {
     /// while it is newer than the model and its header matches. llama.cpp's
     /// x86 CPU kernels batch Q8_0 better than Q4_1 (prompt tokens/s about
     /// 1.4x, 16-stream decode about 1.25x on the default model) and the copy
-    /// is near-lossless, at 1.5x the file size. Off by default: it does not
-    /// reach the 3x 16-vs-1-stream target (see BENCHMARKS.md). Other models
-    /// are never touched.
+    /// is near-lossless, at 1.5x the file size; single-stream decoding,
+    /// bound by reading the weights, is about 0.9x. Off here (a library
+    /// writes no file unasked); `svc serve` turns it on by default (see
+    /// BENCHMARKS.md). Other models are never touched.
     pub repack: bool,
 }
 

@@ -37,6 +37,10 @@ static MAKING: Mutex<()> = Mutex::new(());
 /// alignment, rounded up to pages).
 const SLACK: usize = 64 * 1024;
 
+/// Smaller buffers are left alone: glibc may serve them from its heap (it
+/// always maps one of 32 MiB or more on its own), and they cost little.
+const MIN_BYTES: usize = 32 << 20;
+
 /// glibc's flag, in a chunk's size word, for a chunk that is a mapping of
 /// its own; the low three bits are flags.
 const IS_MMAPPED: u64 = 2;
@@ -53,6 +57,7 @@ pub(crate) fn make_context<T, E>(
     let made = make();
     let released = match (&made, before) {
         (Ok(value), Some(before)) => kv_bytes(value)
+            .filter(|&bytes| bytes >= MIN_BYTES)
             .and_then(|bytes| {
                 let after = anonymous_mappings()?;
                 let buffer = new_ranges(&before, &after)
@@ -122,23 +127,31 @@ fn new_ranges(before: &[Range<usize>], after: &[Range<usize>]) -> Vec<Range<usiz
 /// The data of the chunk glibc mapped for an allocation of `bytes` bytes
 /// within `range`: at the start of a page of it, a header (the bytes from
 /// the page to the header, then the chunk's size with [`IS_MMAPPED`]) whose
-/// size fits `bytes` and which ends within the range.
+/// size fits `bytes` and which ends within the range. The headers are read
+/// through `/proc/self/mem`, so that memory another thread unmaps meanwhile
+/// reads as an error, not a crash.
 fn find_chunk(range: Range<usize>, bytes: usize) -> Option<Range<usize>> {
+    use std::os::unix::fs::FileExt as _;
     let page = page_size()?;
-    let word = read_word;
+    let mem = std::fs::File::open("/proc/self/mem").ok()?;
+    let mut head = [0u8; 64];
+    let last = range.end.checked_sub(bytes + 16)?;
     let mut at = range.start.next_multiple_of(page);
-    while at + page <= range.end {
-        for lead in [0, 16, 32, 48] {
-            let header = at + lead;
-            let size_word = word(header + 8);
-            let size = (size_word & !7) as usize;
-            if word(header) == lead as u64
-                && size_word & 7 == IS_MMAPPED
-                && size >= bytes + 16
-                && size <= bytes + SLACK
-                && header + size <= range.end
-            {
-                return Some(header + 16..header + size);
+    while at <= last {
+        if mem.read_exact_at(&mut head, at as u64).is_ok() {
+            let word = |i: usize| u64::from_ne_bytes(head[i..i + 8].try_into().unwrap_or_default());
+            for lead in [0, 16, 32, 48] {
+                let header = at + lead;
+                let size_word = word(lead + 8);
+                let size = (size_word & !7) as usize;
+                if word(lead) == lead as u64
+                    && size_word & 7 == IS_MMAPPED
+                    && size >= bytes + 16
+                    && size <= bytes + SLACK
+                    && header + size <= range.end
+                {
+                    return Some(header + 16..header + size);
+                }
             }
         }
         at += page;
@@ -179,21 +192,14 @@ fn page_size() -> Option<usize> {
     usize::try_from(page).ok().filter(|&p| p >= 4096)
 }
 
-/// The 8 bytes at `at`, which lies in a readable private mapping of this
-/// process (a `rw-p` line of /proc/self/maps read after the mapping was
-/// made, under the lock), 8-aligned.
-#[cfg(target_os = "linux")]
-fn read_word(at: usize) -> u64 {
-    // SAFETY: as above; the memory is llama.cpp's new buffer (or its
-    // neighbours, only read), which no other thread uses yet.
-    unsafe { std::ptr::read_volatile(at as *const u64) }
-}
-
-/// Whether the `page` bytes at `at` (as for [`read_word`], page-aligned) are all zero.
+/// Whether the `page` bytes at `at`, a page of the new context's KV buffer,
+/// are all zero.
 #[cfg(target_os = "linux")]
 fn page_is_zero(at: usize, page: usize) -> bool {
-    // SAFETY: as for `read_word`; the slice is dropped before anyone else
-    // may use the page.
+    // SAFETY: the page lies in the buffer llama.cpp just allocated for the
+    // context this thread made (the one chunk of its size mapped meanwhile,
+    // contexts being made one at a time), which nothing else uses or frees
+    // yet; u64-aligned; the slice is dropped before this returns.
     let words = unsafe { std::slice::from_raw_parts(at as *const u64, page / 8) };
     words.iter().fold(0, |any, w| any | w) == 0
 }
@@ -217,11 +223,6 @@ fn give_back(pages: Range<usize>) -> u64 {
 #[cfg(not(target_os = "linux"))]
 fn page_size() -> Option<usize> {
     None
-}
-
-#[cfg(not(target_os = "linux"))]
-fn read_word(_at: usize) -> u64 {
-    u64::MAX
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -36,6 +36,9 @@ pub struct EngineStats {
     pub kv_evictions: u64,
     /// Sequences ended early because the KV pool was full of running ones.
     pub kv_full: u64,
+    /// Times the idle slots' prefixes were moved to the bottom of the pool
+    /// (when no sequence ran, after the slots had held far more cells).
+    pub kv_settles: u64,
     /// The KV pool's size in bytes (0 where the engine cannot tell).
     pub kv_pool_bytes: u64,
     /// Bytes of the KV pool handed back to the kernel when the context was
@@ -66,6 +69,7 @@ pub(crate) struct Counters {
     host_cache_entries: AtomicU64,
     kv_evictions: AtomicU64,
     kv_full: AtomicU64,
+    kv_settles: AtomicU64,
     kv_pool_bytes: AtomicU64,
     kv_released_bytes: AtomicU64,
     active_sequences: AtomicU64,
@@ -116,6 +120,10 @@ impl Counters {
         self.kv_full.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn kv_settled(&self) {
+        self.kv_settles.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn kv_pool(&self, bytes: u64, released: u64) {
         self.kv_pool_bytes.store(bytes, Ordering::Relaxed);
         self.kv_released_bytes.store(released, Ordering::Relaxed);
@@ -145,6 +153,7 @@ impl Counters {
             host_cache_entries: self.host_cache_entries.load(Ordering::Relaxed),
             kv_evictions: self.kv_evictions.load(Ordering::Relaxed),
             kv_full: self.kv_full.load(Ordering::Relaxed),
+            kv_settles: self.kv_settles.load(Ordering::Relaxed),
             kv_pool_bytes: self.kv_pool_bytes.load(Ordering::Relaxed),
             kv_released_bytes: self.kv_released_bytes.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),

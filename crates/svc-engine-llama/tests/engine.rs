@@ -733,7 +733,8 @@ async fn a_long_idle_conversation_waits_in_the_host_cache_not_in_the_pool() {
     // step after the finish event): idle slots keep at most 512 cells
     // there, so that no step attends over cells nobody uses.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while f.engine.stats().host_cache_saves == 0 && std::time::Instant::now() < deadline {
+    // (The save is counted before the eviction: wait for the latter.)
+    while f.engine.stats().kv_evictions == 0 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let stats = f.engine.stats();
@@ -778,4 +779,42 @@ async fn an_unused_kv_pool_is_not_resident() {
         run(&f.engine, request("Hi", greedy())).await.text(),
         run(&cold.engine, request("Hi", greedy())).await.text()
     );
+}
+
+/// After a burst that held far more cells than the idle slots keep, the
+/// idle prefixes are copied out and back in (to the bottom of the pool)
+/// once nothing runs, and they still serve the same requests exactly.
+#[tokio::test]
+async fn idle_prefixes_left_by_a_burst_move_down_and_still_serve() {
+    let f = engine(&TinyModel::hello(), 4, 4, 1024);
+    let prompts: Vec<_> = ["tides", "lamps", "gulls", "storms"]
+        .iter()
+        .map(|topic| conversation(&format!("Notes on {topic}. ").repeat(20), &["Go on."]))
+        .collect();
+    let burst = futures::future::join_all(
+        prompts
+            .iter()
+            .map(|p| run(&f.engine, chat(p.clone(), greedy(), 64))),
+    )
+    .await;
+    let held: u64 = burst
+        .iter()
+        .map(|o| o.usage.prompt_tokens + o.usage.completion_tokens)
+        .sum();
+    assert!(held > 512 + 256, "the burst held {held} cells");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while f.engine.stats().kv_settles == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(f.engine.stats().kv_settles >= 1, "{:?}", f.engine.stats());
+
+    for (prompt, first) in prompts.iter().zip(&burst) {
+        let (again, evaluated, reused) = counted(
+            &f.engine,
+            run(&f.engine, chat(prompt.clone(), greedy(), 64)),
+        )
+        .await;
+        assert_eq!(again.text(), first.text());
+        assert_eq!(evaluated, 1, "reused {reused}");
+    }
 }

@@ -127,7 +127,8 @@ pub struct EngineConfig {
     #[serde(with = "byte_count_or_zero")]
     pub prefix_cache: usize,
     /// Serve a model whose weights are mostly Q4_1 from a Q8_0 copy made
-    /// once beside it (faster batched decoding, same greedy answers).
+    /// once beside it (faster prompts and batched decoding, same greedy
+    /// answers; on by default, see BENCHMARKS.md).
     pub repack: bool,
 }
 
@@ -142,7 +143,7 @@ impl Default for EngineConfig {
             kv_cache: None,
             kv_type: KvType::F16,
             prefix_cache: DEFAULT_PREFIX_CACHE,
-            repack: false,
+            repack: true,
         }
     }
 }
