@@ -2,6 +2,7 @@
 //! settings. Each sequence owns its chain (and its random state), so what one
 //! sequence draws never depends on the others in the batch.
 
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
@@ -20,16 +21,53 @@ pub struct Grammar {
     pub root: String,
 }
 
-/// Builds the chain: end-of-generation ban (when asked), the grammar's
-/// sampler (built by the caller, off the engine thread), penalties,
-/// then greedy, or top-k, temperature, top-p and a seeded draw.
+/// How a sequence picks its next token.
+pub(crate) enum Sampler {
+    /// The most likely token, read straight off the logits: the token
+    /// llama.cpp's greedy sampler picks (the first of equal maxima), without
+    /// its copy of every logit into a candidate array for each token (49,152
+    /// of them a token for SmolLM2, for each sequence of a step).
+    Greedy,
+    /// llama.cpp's sampler chain.
+    Chain(LlamaSampler),
+}
+
+impl Sampler {
+    /// The next token, from the logits at index `at` of the last batch.
+    pub(crate) fn sample(&mut self, ctx: &LlamaContext<'_>, at: i32) -> LlamaToken {
+        match self {
+            Sampler::Greedy => LlamaToken(argmax(ctx.get_logits_ith(at))),
+            Sampler::Chain(chain) => chain.sample(ctx, at),
+        }
+    }
+}
+
+/// The index of the first largest logit.
+fn argmax(logits: &[f32]) -> i32 {
+    let mut best = 0;
+    for (i, &logit) in logits.iter().enumerate().skip(1) {
+        if logit > logits[best] {
+            best = i;
+        }
+    }
+    i32::try_from(best).unwrap_or(0)
+}
+
+/// Builds the sampler: plain greedy when nothing else applies, else the
+/// chain: end-of-generation ban (when asked), the grammar's sampler (built
+/// by the caller, off the engine thread), penalties, then greedy, or top-k,
+/// temperature, top-p and a seeded draw.
 pub(crate) fn build(
     model: &LlamaModel,
     sampling: &Sampling,
     grammar: Option<LlamaSampler>,
     penalty_window: u32,
     ignore_eos: bool,
-) -> Result<LlamaSampler, EngineError> {
+) -> Result<Sampler, EngineError> {
+    let penalties = sampling.presence_penalty != 0.0 || sampling.frequency_penalty != 0.0;
+    if !ignore_eos && grammar.is_none() && !penalties && sampling.temperature <= 0.0 {
+        return Ok(Sampler::Greedy);
+    }
     let mut chain = Vec::new();
     if ignore_eos {
         let vocab = model.vocab();
@@ -43,7 +81,7 @@ pub(crate) fn build(
     if let Some(grammar) = grammar {
         chain.push(grammar);
     }
-    if sampling.presence_penalty != 0.0 || sampling.frequency_penalty != 0.0 {
+    if penalties {
         chain.push(LlamaSampler::penalties(
             model.n_vocab(),
             i32::try_from(penalty_window).unwrap_or(i32::MAX),
@@ -68,7 +106,7 @@ pub(crate) fn build(
         }
         chain.push(LlamaSampler::dist(seed32(sampling.seed)));
     }
-    Ok(LlamaSampler::chain(chain, true))
+    Ok(Sampler::Chain(LlamaSampler::chain(chain, true)))
 }
 
 /// Folds the request's 64-bit seed into llama.cpp's 32 bits; none picks one at random.
@@ -83,6 +121,13 @@ fn seed32(seed: Option<u64>) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn greedy_takes_the_first_of_equal_maxima() {
+        assert_eq!(argmax(&[0.5, 2.0, -1.0, 2.0]), 1);
+        assert_eq!(argmax(&[3.0]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY, -7.0]), 2);
+    }
 
     #[test]
     fn seeds_fold_and_never_mean_random() {

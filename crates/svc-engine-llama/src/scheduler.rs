@@ -54,7 +54,7 @@ use crate::logprobs::{self, Pending};
 use crate::options::KvType;
 use crate::prefix::{self, HostCache};
 use crate::resident;
-use crate::sampler;
+use crate::sampler::{self, Sampler};
 use crate::stats::Counters;
 use crate::text::TextAssembler;
 
@@ -398,7 +398,7 @@ struct Sequence {
     pending: Option<LlamaToken>,
     /// Index in the current batch whose logits are this sequence's.
     logits_at: Option<i32>,
-    sampler: LlamaSampler,
+    sampler: Sampler,
     text: TextAssembler,
     generated: u32,
     max_tokens: u32,
@@ -570,10 +570,11 @@ impl Batcher<'_, '_> {
     /// more at some point than the idle ones hold now, by more than the 256
     /// cells llama.cpp pads the attended range to). Every step attends over
     /// the cells up to the highest one in use, so an idle prefix left high
-    /// up by a burst of requests would widen every later step: measured,
-    /// turn 7 of a conversation after 16 streams took 2.08 s against 1.29 s
-    /// in a fresh pool. Moving them is a copy out and back of at most
-    /// [`IDLE_CELLS`] cells (llama.cpp fills from the lowest free cell).
+    /// up by a burst of requests would widen every later step (in the
+    /// llama-server benchmark, turn 7 of a conversation measured 1.09x
+    /// llama-server's after the 16-stream rows, 1.00x run alone). Moving
+    /// them is a copy out and back of at most [`IDLE_CELLS`] cells
+    /// (llama.cpp fills from the lowest free cell).
     fn settle(&mut self, ctx: &mut LlamaContext<'_>) {
         let held = |slots: &[Slot]| slots.iter().map(|s| s.tokens.len()).sum::<usize>();
         self.peak_cells = self.peak_cells.max(held(&self.slots));
