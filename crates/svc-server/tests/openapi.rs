@@ -702,6 +702,7 @@ async fn current_key_responses_match_the_document() {
             owner_id: Some(user.id.clone()),
             created_via: svc_core::KeyOrigin::Device,
             expires_in: Some(60),
+            scope: Default::default(),
         })
         .await
         .unwrap();
@@ -771,6 +772,7 @@ async fn admin_usage_responses_match_the_document() {
             owner_id: Some(admin.id.clone()),
             created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
+            scope: Default::default(),
         })
         .await
         .unwrap();

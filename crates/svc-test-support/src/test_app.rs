@@ -132,6 +132,7 @@ impl TestApp {
                 owner_id: None,
                 created_via: KeyOrigin::Cli,
                 expires_in: seconds,
+                scope: Default::default(),
             })
             .await
             .expect("create a key");
