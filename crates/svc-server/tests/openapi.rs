@@ -144,6 +144,13 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/auth/key",
         "DELETE /v1/auth/key",
         "GET /v1/admin/usage",
+        "GET /v1/organization/projects",
+        "POST /v1/organization/projects",
+        "GET /v1/organization/projects/{project_id}",
+        "GET /v1/organization/projects/{project_id}/api_keys",
+        "POST /v1/organization/projects/{project_id}/api_keys",
+        "GET /v1/organization/projects/{project_id}/api_keys/{key_id}",
+        "DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}",
     ]
     .into_iter()
     .map(str::to_owned)
