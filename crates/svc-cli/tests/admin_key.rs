@@ -45,7 +45,14 @@ async fn the_first_admin_key_comes_from_the_data_directory() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
     let admin = created(svc(&[
-        "keys", "create", "--name", "root", "--kind", "admin", "--data-dir", data,
+        "keys",
+        "create",
+        "--name",
+        "root",
+        "--kind",
+        "admin",
+        "--data-dir",
+        data,
     ]));
     let reader = created(svc(&[
         "keys",
@@ -64,13 +71,21 @@ async fn the_first_admin_key_comes_from_the_data_directory() {
     let list = svc(&["keys", "list", "--data-dir", data]);
     let list = String::from_utf8(list.stdout).unwrap();
     let root_line = list.lines().find(|l| l.contains(" root ")).unwrap();
-    assert!(root_line.contains("admin") && root_line.contains("proj_default"), "{list}");
+    assert!(
+        root_line.contains("admin") && root_line.contains("proj_default"),
+        "{list}"
+    );
 
     // Refused: an unknown scope, management scopes, scopes without
     // `restricted`, an unknown project. Nothing is printed on stdout.
     for bad in [
         &["--kind", "restricted", "--permission", "root"][..],
-        &["--kind", "restricted", "--permission", "api.management.write"],
+        &[
+            "--kind",
+            "restricted",
+            "--permission",
+            "api.management.write",
+        ],
         &["--permission", "model.request"],
         &["--project", "proj_nope"],
     ] {
@@ -81,12 +96,7 @@ async fn the_first_admin_key_comes_from_the_data_directory() {
 
     let url = SqlStore::data_dir_url(dir.path()).unwrap();
     let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
-    let get = |path: &str, key: &str| {
-        app.client
-            .get(app.url(path))
-            .bearer_auth(key)
-            .send()
-    };
+    let get = |path: &str, key: &str| app.client.get(app.url(path)).bearer_auth(key).send();
     let projects = get("/v1/organization/projects", &admin).await.unwrap();
     assert_eq!(projects.status(), 200);
     let projects: Value = projects.json().await.unwrap();
@@ -102,12 +112,20 @@ async fn the_first_admin_key_comes_from_the_data_directory() {
         .unwrap();
     assert_eq!(response.status(), 200);
     let chat = app
-        .chat(&admin, &json!({"model": "svc", "messages": [{"role": "user", "content": "hi"}]}))
+        .chat(
+            &admin,
+            &json!({"model": "svc", "messages": [{"role": "user", "content": "hi"}]}),
+        )
         .await;
     assert_eq!(chat.status(), 403);
 
     // The restricted key lists its models and nothing else.
-    let models: Value = get("/v1/models", &reader).await.unwrap().json().await.unwrap();
+    let models: Value = get("/v1/models", &reader)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let ids: Vec<&str> = models["data"]
         .as_array()
         .unwrap()
@@ -116,7 +134,10 @@ async fn the_first_admin_key_comes_from_the_data_directory() {
         .collect();
     assert_eq!(ids, ["svc", "svc-thinking"]);
     let chat = app
-        .chat(&reader, &json!({"model": "svc", "messages": [{"role": "user", "content": "hi"}]}))
+        .chat(
+            &reader,
+            &json!({"model": "svc", "messages": [{"role": "user", "content": "hi"}]}),
+        )
         .await;
     assert_eq!(chat.status(), 403);
     let body: Value = chat.json().await.unwrap();

@@ -21,7 +21,10 @@ pub struct Authenticated(pub KeyRecord);
 
 /// `record`, when its kind may call the route `parts` matched.
 fn in_scope(parts: &Parts, record: KeyRecord) -> Result<KeyRecord, ApiError> {
-    let path = parts.extensions.get::<MatchedPath>().map(MatchedPath::as_str);
+    let path = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
     crate::scopes::check(&record.kind, &parts.method, path)?;
     Ok(record)
 }

@@ -155,8 +155,22 @@ mod tests {
         assert!(check(&none, &Method::GET, Some("/v1/auth/key")).is_ok());
         assert!(check(&KeyKind::All, &Method::POST, Some("/v1/chat/completions")).is_ok());
         assert!(check(&KeyKind::Admin, &Method::POST, Some("/v1/chat/completions")).is_err());
-        assert!(check(&KeyKind::All, &Method::GET, Some("/v1/organization/projects")).is_err());
-        assert!(check(&KeyKind::Admin, &Method::GET, Some("/v1/organization/projects")).is_ok());
+        assert!(
+            check(
+                &KeyKind::All,
+                &Method::GET,
+                Some("/v1/organization/projects")
+            )
+            .is_err()
+        );
+        assert!(
+            check(
+                &KeyKind::Admin,
+                &Method::GET,
+                Some("/v1/organization/projects")
+            )
+            .is_ok()
+        );
     }
 
     #[test]

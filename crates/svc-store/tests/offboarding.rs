@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Db, join_all, new_device, new_key, new_user, random_hex};
-use svc_core::project::ProjectId;
 use svc_core::account::{UserId, UserRecord};
 use svc_core::device::{DeviceDecision, DeviceStatus};
 use svc_core::hashes::{DeviceCodeHash, SessionHash};
 use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
+use svc_core::project::ProjectId;
 use svc_core::session::SessionRecord;
 use svc_core::store::{
     AccountChange, DeviceStore, KeyOrigin, KeyStore, ResponseStore, SessionStore, StoredResponse,
@@ -321,7 +321,10 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
     // Their stored conversations leave with them; others' stay.
     for gone in [&theirs, &theirs_elsewhere] {
         assert_eq!(
-            store.response_by_id(&gone.id, &gone.owner, now).await.unwrap(),
+            store
+                .response_by_id(&gone.id, &gone.owner, now)
+                .await
+                .unwrap(),
             None
         );
     }

@@ -1,6 +1,17 @@
 //! Projects, memberships, key kinds and model lists, on both backends; and
 //! the upgrade of a database made before projects existed.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
+
 mod common;
 
 use std::borrow::Cow;
@@ -10,12 +21,8 @@ use common::{Db, new_key, new_user};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, Connection};
 use svc_core::keys::{KeyScope, KeyService, NewKey};
-use svc_core::project::{
-    KeyKind, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole,
-};
-use svc_core::store::{
-    KeyOrigin, KeyStore, ProjectStore, ResponseStore, StoreError, UserStore,
-};
+use svc_core::project::{KeyKind, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole};
+use svc_core::store::{KeyOrigin, KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
 
 on_both_backends!(
     a_database_from_before_projects_upgrades_with_everything_in_the_default_project,
@@ -45,9 +52,7 @@ async fn old_migrator(db: &Db) -> Migrator {
     migrator
 }
 
-async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(
-    db: &Db,
-) {
+async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(db: &Db) {
     // The schema as svc left it before projects, with an admin, a member,
     // their keys, an operator key and a stored response.
     sqlx::any::install_default_drivers();
@@ -155,9 +160,7 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
 }
 
 /// A key made through the service after the upgrade authenticates.
-async fn keys_secret_free_check(
-    service: &KeyService,
-) -> svc_core::store::KeyRecord {
+async fn keys_secret_free_check(service: &KeyService) -> svc_core::store::KeyRecord {
     let (key, _) = service
         .create(NewKey {
             name: "after".into(),

@@ -15,8 +15,8 @@
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
-    CreateProjectApiKeyRequest, CreateProjectRequest, DeletedProjectApiKey, Project,
-    ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser,
+    CreateProjectApiKeyRequest, CreateProjectRequest, DeletedProjectApiKey, Project, ProjectApiKey,
+    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser,
 };
 use svc_core::{
     KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, ProjectId,
@@ -215,7 +215,9 @@ fn paginate<T>(items: Vec<T>, page: &Page, id: impl Fn(&T) -> &str) -> (Vec<T>, 
 /// A name: trimmed, 1 to [`MAX_NAME_CHARS`] characters on one line.
 fn name(text: &str) -> Result<String, ApiError> {
     let name = text.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control)
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name.chars().any(char::is_control)
     {
         return Err(ValidationError {
             param: "name".into(),

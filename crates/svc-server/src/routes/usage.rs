@@ -22,8 +22,7 @@ pub async fn admin(
     // Every project's usage: an admin key must reach every project; any
     // other key (`all`, or restricted to `api.usage.read`) an admin's.
     let allowed = if key.kind == svc_core::KeyKind::Admin {
-        super::organization::reach(&state, &key).await?
-            == super::organization::Reach::Organization
+        super::organization::reach(&state, &key).await? == super::organization::Reach::Organization
     } else {
         let owner = match &key.owner_id {
             Some(id) => state.accounts.user(id).await?,

@@ -177,8 +177,14 @@ async fn expect_refused(response: reqwest::Response, path: &str, missing: Permis
         assert_eq!(body["error"]["type"], "permission_error", "{what}: {body}");
         body["error"]["message"].as_str().unwrap().to_owned()
     } else {
-        assert_eq!(body["error"]["code"], "insufficient_permissions", "{what}: {body}");
-        assert_eq!(body["error"]["type"], "invalid_request_error", "{what}: {body}");
+        assert_eq!(
+            body["error"]["code"], "insufficient_permissions",
+            "{what}: {body}"
+        );
+        assert_eq!(
+            body["error"]["type"], "invalid_request_error",
+            "{what}: {body}"
+        );
         body["error"]["message"].as_str().unwrap().to_owned()
     };
     assert!(
@@ -191,16 +197,15 @@ async fn expect_refused(response: reqwest::Response, path: &str, missing: Permis
 /// unrouted by the scope table (500), nor unauthenticated.
 fn expect_let_through(response: &reqwest::Response, what: &str) {
     let status = response.status().as_u16();
-    assert!(
-        !matches!(status, 401 | 403 | 500),
-        "{what}: got {status}"
-    );
+    assert!(!matches!(status, 401 | 403 | 500), "{what}: got {status}");
 }
 
 async fn every_route_that_takes_a_key_enforces_its_scope(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
     // Keys of an admin account, so that usage's own check passes.
-    let admin = app.create_user("owner@example.com", "password123", true).await;
+    let admin = app
+        .create_user("owner@example.com", "password123", true)
+        .await;
     let owner = Some(&admin.id);
     let none = app
         .create_scoped_key(owner, scope(KeyKind::Restricted(vec![])))
@@ -292,12 +297,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             },
         )
         .await;
-    let get = |path: &str| {
-        app.client
-            .get(app.url(path))
-            .bearer_auth(&key)
-            .send()
-    };
+    let get = |path: &str| app.client.get(app.url(path)).bearer_auth(&key).send();
     let list: Value = get("/v1/models").await.unwrap().json().await.unwrap();
     let ids: Vec<&str> = list["data"]
         .as_array()
@@ -317,14 +317,24 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
     };
     for model in hidden.into_iter().chain([missing]) {
         let response = get(&format!("/v1/models/{model}")).await.unwrap();
-        let message =
-            expect_error(response, 404, "invalid_request_error", "model_not_found", Some("model"))
-                .await;
+        let message = expect_error(
+            response,
+            404,
+            "invalid_request_error",
+            "model_not_found",
+            Some("model"),
+        )
+        .await;
         assert_eq!(message, not_found(model));
         let response = app.chat(&key, &body(model, "hi")).await;
-        let message =
-            expect_error(response, 404, "invalid_request_error", "model_not_found", Some("model"))
-                .await;
+        let message = expect_error(
+            response,
+            404,
+            "invalid_request_error",
+            "model_not_found",
+            Some("model"),
+        )
+        .await;
         assert_eq!(message, not_found(model));
         let response = app
             .client
@@ -334,9 +344,14 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             .send()
             .await
             .unwrap();
-        let message =
-            expect_error(response, 404, "invalid_request_error", "model_not_found", Some("model"))
-                .await;
+        let message = expect_error(
+            response,
+            404,
+            "invalid_request_error",
+            "model_not_found",
+            Some("model"),
+        )
+        .await;
         assert_eq!(message, not_found(model));
         for path in ["/v1/messages", "/v1/messages/count_tokens"] {
             let response = app
@@ -567,8 +582,14 @@ async fn the_admin_api_manages_projects_and_keys(db: Database) {
             json!({"name": "k", "kind": "restricted", "permissions": ["api.management.write"]}),
             "permissions",
         ),
-        (json!({"name": "k", "permissions": ["model.request"]}), "permissions"),
-        (json!({"name": "k", "allowed_models": [""]}), "allowed_models"),
+        (
+            json!({"name": "k", "permissions": ["model.request"]}),
+            "permissions",
+        ),
+        (
+            json!({"name": "k", "allowed_models": [""]}),
+            "allowed_models",
+        ),
         (json!({"name": "k", "expires_in": 0}), "expires_in"),
     ] {
         let response = app
@@ -579,7 +600,14 @@ async fn the_admin_api_manages_projects_and_keys(db: Database) {
             .send()
             .await
             .unwrap();
-        expect_error(response, 400, "invalid_request_error", "invalid_value", Some(param)).await;
+        expect_error(
+            response,
+            400,
+            "invalid_request_error",
+            "invalid_value",
+            Some(param),
+        )
+        .await;
     }
     let response = app
         .client
@@ -588,7 +616,14 @@ async fn the_admin_api_manages_projects_and_keys(db: Database) {
         .send()
         .await
         .unwrap();
-    expect_error(response, 400, "invalid_request_error", "invalid_value", Some("limit")).await;
+    expect_error(
+        response,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("limit"),
+    )
+    .await;
 
     // Delete revokes: the next request with the key is refused.
     let (status, deleted) = admin(
@@ -617,7 +652,10 @@ async fn the_admin_api_manages_projects_and_keys(db: Database) {
 
     // Unknown ids are 404s; other keys are 403s; no key is a 401.
     let (status, body) = admin(&app, &root, Method::GET, "/projects/proj_nope", None).await;
-    assert_eq!((status, body["error"]["code"].clone()), (404, json!("not_found")));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (404, json!("not_found"))
+    );
     let all = app.create_key().await;
     let response = app
         .client
@@ -626,14 +664,26 @@ async fn the_admin_api_manages_projects_and_keys(db: Database) {
         .send()
         .await
         .unwrap();
-    expect_refused(response, "/v1/organization/projects", Permission::ManagementRead).await;
+    expect_refused(
+        response,
+        "/v1/organization/projects",
+        Permission::ManagementRead,
+    )
+    .await;
     let response = app
         .client
         .get(app.url("/v1/organization/projects"))
         .send()
         .await
         .unwrap();
-    expect_error(response, 401, "invalid_request_error", "invalid_api_key", None).await;
+    expect_error(
+        response,
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
+        None,
+    )
+    .await;
 }
 
 async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(db: Database) {
@@ -658,8 +708,12 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     let a = new_project("A").await;
     let b = new_project("B").await;
     // Pat owns project A (and is no organization owner); Sam is a member.
-    let pat = app.create_user("pat@example.com", "password123", false).await;
-    let sam = app.create_user("sam@example.com", "password123", false).await;
+    let pat = app
+        .create_user("pat@example.com", "password123", false)
+        .await;
+    let sam = app
+        .create_user("sam@example.com", "password123", false)
+        .await;
     let at = svc_core::now();
     app.store
         .set_project_member(&a, &pat.id, ProjectRole::Owner, at)
@@ -693,7 +747,14 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
         .map(|p| p["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [a.0.as_str()]);
-    let (status, _) = admin(&app, &pat_admin, Method::GET, &format!("/projects/{}", a.0), None).await;
+    let (status, _) = admin(
+        &app,
+        &pat_admin,
+        Method::GET,
+        &format!("/projects/{}", a.0),
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
     let (status, keys) = admin(
         &app,
@@ -712,7 +773,10 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     let not_found = |status: u16, body: &Value, what: &str| {
         assert_eq!(status, 404, "{what}: {body}");
         assert_eq!(body["error"]["code"], "not_found", "{what}: {body}");
-        assert_eq!(body["error"]["type"], "invalid_request_error", "{what}: {body}");
+        assert_eq!(
+            body["error"]["type"], "invalid_request_error",
+            "{what}: {body}"
+        );
     };
     let attempts = [
         (Method::GET, format!("/projects/{}", b.0), None),
@@ -722,10 +786,26 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
             format!("/projects/{}/api_keys", b.0),
             Some(json!({"name": "sneaky"})),
         ),
-        (Method::GET, format!("/projects/{}/api_keys/{b_id}", b.0), None),
-        (Method::DELETE, format!("/projects/{}/api_keys/{b_id}", b.0), None),
-        (Method::GET, format!("/projects/{}/api_keys/{b_id}", a.0), None),
-        (Method::DELETE, format!("/projects/{}/api_keys/{b_id}", a.0), None),
+        (
+            Method::GET,
+            format!("/projects/{}/api_keys/{b_id}", b.0),
+            None,
+        ),
+        (
+            Method::DELETE,
+            format!("/projects/{}/api_keys/{b_id}", b.0),
+            None,
+        ),
+        (
+            Method::GET,
+            format!("/projects/{}/api_keys/{b_id}", a.0),
+            None,
+        ),
+        (
+            Method::DELETE,
+            format!("/projects/{}/api_keys/{b_id}", a.0),
+            None,
+        ),
         (Method::GET, "/projects/proj_default".to_owned(), None),
     ];
     for (method, path, json) in attempts {
@@ -771,7 +851,10 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
         Some(json!({"name": "mine"})),
     )
     .await;
-    assert_eq!((status, body["error"]["code"].clone()), (403, json!("insufficient_permissions")));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("insufficient_permissions"))
+    );
     let response = app
         .client
         .get(app.url("/v1/admin/usage"))
@@ -783,7 +866,10 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
 
     // A member's admin key reaches nothing.
     let (status, body) = admin(&app, &sam_admin, Method::GET, "/projects", None).await;
-    assert_eq!((status, body["error"]["code"].clone()), (403, json!("insufficient_permissions")));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("insufficient_permissions"))
+    );
     // The operator's reaches both.
     let (_, all) = admin(&app, &root, Method::GET, "/projects", None).await;
     assert_eq!(all["data"].as_array().unwrap().len(), 3);
