@@ -120,10 +120,39 @@ pub struct ProjectUser {
     #[schema(schema_with = object_project_user)]
     pub object: String,
     pub email: String,
-    /// The account's role in the key's project (`owner`, `member`), or
-    /// null when it is not a member.
+    /// The account's role in the project (`owner`, `member`), or null
+    /// when it is not a member.
     #[schema(required = true)]
     pub role: Option<String>,
+    /// When it joined the project (Unix time): in the project's user list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_at: Option<i64>,
+}
+
+/// `GET /v1/organization/projects/{project_id}/users`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectUserList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<ProjectUser>,
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+/// `POST /v1/organization/projects/{project_id}/users`: adds an account to
+/// the project, or changes its role there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProjectUserRequest {
+    /// The account (`usr_...`).
+    pub user_id: String,
+    /// `owner` or `member`.
+    #[schema(schema_with = project_role)]
+    pub role: String,
 }
 
 /// `GET /v1/organization/projects/{project_id}/api_keys`.
@@ -163,6 +192,10 @@ pub struct CreateProjectApiKeyRequest {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub expires_in: Option<i64>,
+    /// The account the key is for, a member of the project (svc's own);
+    /// omitted or null: the admin key's own owner.
+    #[serde(default)]
+    pub user_id: Option<String>,
 }
 
 /// `DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}`: the
@@ -215,6 +248,10 @@ fn key_state() -> Object {
 
 fn key_kind() -> Object {
     strings(&["all", "restricted", "admin"])
+}
+
+fn project_role() -> Object {
+    strings(&["owner", "member"])
 }
 
 fn owner_type() -> Object {

@@ -58,6 +58,16 @@ pub struct ProjectRecord {
     pub allowed_models: ModelAccess,
 }
 
+/// An account's membership of a project, with its email.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectMember {
+    pub user_id: crate::account::UserId,
+    pub email: String,
+    pub role: ProjectRole,
+    /// When it joined the project.
+    pub added_at: i64,
+}
+
 /// An account's role in a project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProjectRole {

@@ -10,7 +10,7 @@ use crate::account::{UserId, UserRecord};
 use crate::device::{DeviceDecision, DeviceRecord};
 use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
-use crate::project::{KeyKind, ModelAccess, ProjectId, ProjectRecord, ProjectRole};
+use crate::project::{KeyKind, ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
 use crate::session::SessionRecord;
 use crate::usage::{UsageDelta, UsageRow};
 
@@ -182,6 +182,11 @@ pub trait ProjectStore: Send + Sync {
         role: ProjectRole,
         at: i64,
     ) -> Result<(), StoreError>;
+    /// The members of `project`, oldest membership first.
+    async fn list_project_members(
+        &self,
+        project: &ProjectId,
+    ) -> Result<Vec<ProjectMember>, StoreError>;
     /// `user`'s role in `project`, if a member.
     async fn project_role(
         &self,

@@ -118,6 +118,13 @@ pub fn openapi() -> OpenApi {
                 .build(),
         )
         .path(
+            "/v1/organization/projects/{project_id}/users",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, list_project_users())
+                .operation(HttpMethod::Post, add_project_user())
+                .build(),
+        )
+        .path(
             "/v1/organization/projects/{project_id}/api_keys/{key_id}",
             utoipa::openapi::path::PathItemBuilder::new()
                 .operation(HttpMethod::Get, get_project_key())
@@ -1066,6 +1073,47 @@ fn delete_project_key() -> Operation {
         "404",
         error_response(
             "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
+        )
+        .build(),
+    )
+    .build()
+}
+
+fn list_project_users() -> Operation {
+    admin_errors(page_parameters(operation(
+        "listProjectUsers",
+        "organization",
+        "A project's members and their roles, oldest first.",
+        true,
+    )))
+    .parameter(project_id())
+    .response(
+        "200",
+        json_response("A page of members.", reference("ProjectUserList")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("404", project_not_found())
+    .build()
+}
+
+fn add_project_user() -> Operation {
+    admin_errors(operation(
+        "createProjectUser",
+        "organization",
+        "Add an account to the project with a role, or change its role there.",
+        true,
+    ))
+    .parameter(project_id())
+    .request_body(Some(json_body("CreateProjectUserRequest", true)))
+    .response(
+        "200",
+        json_response("The member.", reference("ProjectUser")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response(
+        "404",
+        error_response(
+            "No project the key reaches has this id, or no account has this `user_id` (`code` `not_found`).",
         )
         .build(),
     )

@@ -101,6 +101,16 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
         "/v1/organization/projects/{project_id}/api_keys/{key_id}",
         Need::Permission(Permission::ManagementWrite),
     ),
+    (
+        "GET",
+        "/v1/organization/projects/{project_id}/users",
+        Need::Permission(Permission::ManagementRead),
+    ),
+    (
+        "POST",
+        "/v1/organization/projects/{project_id}/users",
+        Need::Permission(Permission::ManagementWrite),
+    ),
 ];
 
 /// What `method` on the route `path` (as the router wrote it) needs.

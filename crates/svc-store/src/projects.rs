@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
-use svc_core::project::{ProjectId, ProjectRecord, ProjectRole};
+use svc_core::project::{ProjectId, ProjectMember, ProjectRecord, ProjectRole};
 use svc_core::store::{ProjectStore, StoreError};
 
 use crate::SqlStore;
@@ -31,6 +31,9 @@ const ALL: &str = concat!(
 pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
      (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role";
+const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
+     FROM project_members m JOIN users u ON u.id = m.user_id \
+     WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
 const ROLE: &str = "SELECT role FROM project_members WHERE project_id = $1 AND user_id = $2";
 
 fn record(row: &AnyRow) -> Result<ProjectRecord, sqlx::Error> {
@@ -88,6 +91,29 @@ impl ProjectStore for SqlStore {
             .execute(&self.pool)
             .await
             .map(|_| ())
+            .map_err(query_error)
+    }
+
+    async fn list_project_members(
+        &self,
+        project: &ProjectId,
+    ) -> Result<Vec<ProjectMember>, StoreError> {
+        let rows = sqlx::query(MEMBERS)
+            .bind(project.0.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(ProjectMember {
+                    user_id: UserId(row.try_get("user_id")?),
+                    email: row.try_get("email")?,
+                    role: ProjectRole::parse(&role).map_err(|e| unknown_value("role", e))?,
+                    added_at: row.try_get("created_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
             .map_err(query_error)
     }
 

@@ -246,6 +246,17 @@ async fn projects_and_memberships_are_stored(db: &Db) {
         store.project_role(&a.id, &member.id).await.unwrap(),
         Some(ProjectRole::Owner)
     );
+    let members = store.list_project_members(&a.id).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].user_id, member.id);
+    assert_eq!(members[0].email, "member@example.com");
+    assert_eq!(members[0].role, ProjectRole::Owner);
+    assert_eq!(members[0].added_at, 30, "joining is kept; the role changed");
+    let everyone = store.list_project_members(&default).await.unwrap();
+    assert_eq!(
+        everyone.iter().map(|m| m.role).collect::<Vec<_>>(),
+        [ProjectRole::Owner, ProjectRole::Member]
+    );
     // A taken email still conflicts, and leaves no membership behind.
     let mut twin = new_user("member@example.com", 7);
     twin.is_admin = true;

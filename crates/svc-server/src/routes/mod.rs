@@ -61,6 +61,10 @@ pub fn router() -> Router<AppState> {
             get(organization::list_keys).post(organization::create_key),
         )
         .route(
+            "/v1/organization/projects/{project_id}/users",
+            get(organization::list_users).post(organization::add_user),
+        )
+        .route(
             "/v1/organization/projects/{project_id}/api_keys/{key_id}",
             get(organization::get_key).delete(organization::delete_key),
         )

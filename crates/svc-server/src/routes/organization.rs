@@ -9,18 +9,21 @@
 //!   every key of another project, is answered as not found, whatever its
 //!   id, so ids cannot be probed.
 //!
-//! Keys made here belong to the admin key's owner, in the project named
-//! by the path.
+//! Keys made here belong to the admin key's owner (or to the member
+//! `user_id` names), in the project named by the path. Project users are
+//! listed, added and given a role here too (an owner's admin key may then
+//! reach that project).
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
-    CreateProjectApiKeyRequest, CreateProjectRequest, DeletedProjectApiKey, Project, ProjectApiKey,
-    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser,
+    CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
+    DeletedProjectApiKey, Project, ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner,
+    ProjectList, ProjectUser, ProjectUserList,
 };
 use svc_core::{
     KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, ProjectId,
-    ProjectRecord, ProjectRole, ValidationError, now,
+    ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
 };
 
 use crate::error::ApiError;
@@ -138,6 +141,7 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
                     object: "organization.project.user".into(),
                     email: u.email,
                     role: role.map(|r| r.as_str().to_owned()),
+                    added_at: None,
                 }),
             }
         }
@@ -361,11 +365,30 @@ pub async fn create_key(
         }
         .into());
     }
+    // The key is the caller's own, or a member's of the project.
+    let owner_id = match body.user_id {
+        None => key.owner_id.clone(),
+        Some(user_id) => {
+            let user = UserId(user_id);
+            if state
+                .store
+                .project_role(&project.id, &user)
+                .await?
+                .is_none()
+            {
+                return Err(ApiError::NotFound {
+                    param: Some("user_id".into()),
+                    message: format!("No user with id '{}' in this project.", user.0),
+                });
+            }
+            Some(user)
+        }
+    };
     let (secret, record) = state
         .keys
         .create(NewKey {
             name,
-            owner_id: key.owner_id.clone(),
+            owner_id,
             created_via: KeyOrigin::Api,
             expires_in: body.expires_in,
             scope: KeyScope {
@@ -409,6 +432,72 @@ pub async fn delete_key(
         id: found.id.0,
         deleted: true,
     }))
+}
+
+fn member_body(member: ProjectMember) -> ProjectUser {
+    ProjectUser {
+        id: member.user_id.0,
+        object: "organization.project.user".into(),
+        email: member.email,
+        role: Some(member.role.as_str().to_owned()),
+        added_at: Some(member.added_at),
+    }
+}
+
+/// `GET /v1/organization/projects/{project_id}/users`: oldest member first.
+pub async fn list_users(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ProjectUserList>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let page = page(query.as_deref())?;
+    let members = state.store.list_project_members(&project.id).await?;
+    let (members, has_more) = paginate(members, &page, |m| m.user_id.0.as_str());
+    let data: Vec<ProjectUser> = members.into_iter().map(member_body).collect();
+    Ok(Json(ProjectUserList {
+        object: "list".into(),
+        first_id: data.first().map(|u| u.id.clone()),
+        last_id: data.last().map(|u| u.id.clone()),
+        has_more,
+        data,
+    }))
+}
+
+/// `POST /v1/organization/projects/{project_id}/users`: adds an account to
+/// the project with a role, or changes its role there. An owner's admin
+/// keys reach the project from their next request; a member's do not.
+pub async fn add_user(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    ApiJson(body): ApiJson<CreateProjectUserRequest>,
+) -> Result<Json<ProjectUser>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let role = ProjectRole::parse(&body.role).map_err(|_| ValidationError {
+        param: "role".into(),
+        message: "role must be owner or member".into(),
+    })?;
+    let user = UserId(body.user_id);
+    if state.accounts.user(&user).await?.is_none() {
+        return Err(ApiError::NotFound {
+            param: Some("user_id".into()),
+            message: format!("No user found with id '{}'.", user.0),
+        });
+    }
+    state
+        .store
+        .set_project_member(&project.id, &user, role, now())
+        .await?;
+    let members = state.store.list_project_members(&project.id).await?;
+    let member = members
+        .into_iter()
+        .find(|m| m.user_id == user)
+        .ok_or_else(|| ApiError::Internal("a member just added is not listed".into()))?;
+    Ok(Json(member_body(member)))
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 use svc_core::{
-    KeyKind, KeyScope, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole,
-    ProjectStore, UserId,
+    KeyKind, KeyScope, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectStore, UserId,
 };
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
@@ -115,6 +114,16 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         Some(Permission::ManagementRead),
     ),
     (
+        "GET",
+        "/v1/organization/projects/{project_id}/users",
+        Some(Permission::ManagementRead),
+    ),
+    (
+        "POST",
+        "/v1/organization/projects/{project_id}/users",
+        Some(Permission::ManagementWrite),
+    ),
+    (
         "DELETE",
         "/v1/organization/projects/{project_id}/api_keys/{key_id}",
         Some(Permission::ManagementWrite),
@@ -159,6 +168,9 @@ async fn call(app: &TestApp, method: &str, path: &str, key: &str) -> reqwest::Re
                 "model": "svc", "max_tokens": 16,
                 "messages": [{"role": "user", "content": "hi"}]
             }),
+            users if users.ends_with("/users") => {
+                json!({"user_id": "usr_0000000000000000", "role": "member"})
+            }
             _ => json!({"name": "made by the scope test"}),
         };
         request = request.json(&json);
@@ -396,19 +408,6 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .await
         .unwrap();
     assert_eq!(list["data"].as_array().unwrap().len(), 6);
-}
-
-/// A new admin key of `owner` in `project`.
-async fn admin_key_in(app: &TestApp, project: &ProjectId, owner: &UserId) -> String {
-    app.create_scoped_key(
-        Some(owner),
-        KeyScope {
-            project_id: Some(project.clone()),
-            kind: KeyKind::Admin,
-            allowed_models: ModelAccess::any(),
-        },
-    )
-    .await
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.
@@ -708,23 +707,69 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     let a = new_project("A").await;
     let b = new_project("B").await;
     // Pat owns project A (and is no organization owner); Sam is a member.
+    // The operator sets that up, and makes each an admin key in A.
     let pat = app
         .create_user("pat@example.com", "password123", false)
         .await;
     let sam = app
         .create_user("sam@example.com", "password123", false)
         .await;
-    let at = svc_core::now();
-    app.store
-        .set_project_member(&a, &pat.id, ProjectRole::Owner, at)
+    for (user, role) in [(&pat, "owner"), (&sam, "member")] {
+        let (status, member) = admin(
+            &app,
+            &root,
+            Method::POST,
+            &format!("/projects/{}/users", a.0),
+            Some(json!({"user_id": user.id.0, "role": role})),
+        )
+        .await;
+        assert_eq!(status, 200, "{member}");
+        assert_eq!(member["object"], "organization.project.user");
+        assert_eq!(member["email"], user.email.as_str());
+        assert_eq!(member["role"], role);
+    }
+    let (_, users) = admin(
+        &app,
+        &root,
+        Method::GET,
+        &format!("/projects/{}/users", a.0),
+        None,
+    )
+    .await;
+    assert_eq!(users["data"].as_array().unwrap().len(), 2, "{users}");
+    let admin_key_for = |user: &UserId| {
+        let body = json!({"name": "admin", "kind": "admin", "user_id": user.0});
+        let path = format!("/projects/{}/api_keys", a.0);
+        let (app, root) = (&app, root.clone());
+        async move {
+            let (status, key) = admin(app, &root, Method::POST, &path, Some(body)).await;
+            assert_eq!(status, 200, "{key}");
+            assert_eq!(key["owner"]["type"], "user");
+            key["value"].as_str().unwrap().to_owned()
+        }
+    };
+    let pat_admin = admin_key_for(&pat.id).await;
+    let sam_admin = admin_key_for(&sam.id).await;
+    // A key for someone outside the project is refused.
+    let outsider = app
+        .create_user("out@example.com", "password123", false)
+        .await;
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/organization/projects/{}/api_keys", a.0)))
+        .bearer_auth(&root)
+        .json(&json!({"name": "x", "user_id": outsider.id.0}))
+        .send()
         .await
         .unwrap();
-    app.store
-        .set_project_member(&a, &sam.id, ProjectRole::Member, at)
-        .await
-        .unwrap();
-    let pat_admin = admin_key_in(&app, &a, &pat.id).await;
-    let sam_admin = admin_key_in(&app, &a, &sam.id).await;
+    expect_error(
+        response,
+        404,
+        "invalid_request_error",
+        "not_found",
+        Some("user_id"),
+    )
+    .await;
     // Project B's key, made by the operator.
     let (_, b_key) = admin(
         &app,
@@ -807,6 +852,12 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
             None,
         ),
         (Method::GET, "/projects/proj_default".to_owned(), None),
+        (Method::GET, format!("/projects/{}/users", b.0), None),
+        (
+            Method::POST,
+            format!("/projects/{}/users", b.0),
+            Some(json!({"user_id": pat.id.0, "role": "owner"})),
+        ),
     ];
     for (method, path, json) in attempts {
         let what = format!("{method} {path}");
@@ -873,4 +924,18 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     // The operator's reaches both.
     let (_, all) = admin(&app, &root, Method::GET, "/projects", None).await;
     assert_eq!(all["data"].as_array().unwrap().len(), 3);
+
+    // Demoted to member, Pat's admin key reaches nothing from its next
+    // request on.
+    let (status, _) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &format!("/projects/{}/users", a.0),
+        Some(json!({"user_id": pat.id.0, "role": "member"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = admin(&app, &pat_admin, Method::GET, "/projects", None).await;
+    assert_eq!(status, 403);
 }
