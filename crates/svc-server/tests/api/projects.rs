@@ -43,6 +43,7 @@ on_both_databases!(
     models_are_listed_and_served_only_as_the_key_and_project_allow,
     the_admin_api_manages_projects_and_keys,
     a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids,
+    stored_responses_stay_in_their_project,
 );
 
 fn scope(kind: KeyKind) -> KeyScope {
@@ -938,4 +939,71 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     assert_eq!(status, 200);
     let (status, _) = admin(&app, &pat_admin, Method::GET, "/projects", None).await;
     assert_eq!(status, 403);
+}
+
+async fn stored_responses_stay_in_their_project(db: Database) {
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let user = app
+        .create_user("ada@example.com", "password123", false)
+        .await;
+    let project = ProjectRecord {
+        id: ProjectId::generate(),
+        name: "other".into(),
+        created_at: 1,
+        archived_at: None,
+        allowed_models: ModelAccess::any(),
+    };
+    app.store.insert_project(&project).await.unwrap();
+    // The same account (and the operator) in two projects.
+    for owner in [Some(&user.id), None] {
+        let here = app.create_scoped_key(owner, KeyScope::default()).await;
+        let there = app
+            .create_scoped_key(
+                owner,
+                KeyScope {
+                    project_id: Some(project.id.clone()),
+                    ..KeyScope::default()
+                },
+            )
+            .await;
+        let response: Value = app
+            .client
+            .post(app.url("/v1/responses"))
+            .bearer_auth(&here)
+            .json(&json!({"model": "svc", "input": "hi"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = response["id"].as_str().unwrap();
+        let read = |key: &str| {
+            app.client
+                .get(app.url(&format!("/v1/responses/{id}")))
+                .bearer_auth(key)
+                .send()
+        };
+        assert_eq!(read(&here).await.unwrap().status(), 200);
+        let response = read(&there).await.unwrap();
+        expect_error(response, 404, "invalid_request_error", "not_found", None).await;
+        let response = app
+            .client
+            .post(app.url("/v1/responses"))
+            .bearer_auth(&there)
+            .json(&json!({"model": "svc", "input": "more", "previous_response_id": id}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404);
+        let response = app
+            .client
+            .delete(app.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(&there)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404);
+        assert_eq!(read(&here).await.unwrap().status(), 200);
+    }
 }
