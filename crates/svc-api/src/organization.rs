@@ -61,6 +61,31 @@ pub struct CreateProjectRequest {
     pub allowed_models: Option<Vec<String>>,
 }
 
+/// `POST /v1/organization/projects/{project_id}`: what to change (a field
+/// left out stays as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModifyProjectRequest {
+    /// 1 to 200 characters.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The model ids keys of the project may use; null: every model.
+    /// Applies from the keys' next request, on every replica.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub allowed_models: Option<Option<Vec<String>>>,
+}
+
+/// A field that is present (`null` included) is `Some`: only an absent
+/// one (serde's `default`) is `None`.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
 /// A project's API key: `organization.project.api_key` (never its secret,
 /// except `value` in the answer to creating it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -126,6 +126,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::UsageList>(&mut out);
     add::<crate::ProjectList>(&mut out);
     add::<crate::CreateProjectRequest>(&mut out);
+    add::<crate::ModifyProjectRequest>(&mut out);
     add::<crate::ProjectApiKeyList>(&mut out);
     add::<crate::CreateProjectApiKeyRequest>(&mut out);
     add::<crate::DeletedProjectApiKey>(&mut out);

@@ -173,6 +173,15 @@ pub trait ProjectStore: Send + Sync {
     async fn project_by_id(&self, id: &ProjectId) -> Result<Option<ProjectRecord>, StoreError>;
     /// Every project, oldest first.
     async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError>;
+    /// Renames a project and sets its allowed models; false when there is
+    /// no such project. Announced like a key change (its keys are judged
+    /// with its model list), so [`KeyStore::keys_version`] moves everywhere.
+    async fn update_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        allowed_models: &ModelAccess,
+    ) -> Result<bool, StoreError>;
     /// Makes `user` a member of `project` with `role` (replacing the role
     /// it had there).
     async fn set_project_member(

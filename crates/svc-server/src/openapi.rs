@@ -108,7 +108,10 @@ pub fn openapi() -> OpenApi {
         )
         .path(
             "/v1/organization/projects/{project_id}",
-            item(HttpMethod::Get, get_project()),
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, get_project())
+                .operation(HttpMethod::Post, modify_project())
+                .build(),
         )
         .path(
             "/v1/organization/projects/{project_id}/api_keys",
@@ -1117,5 +1120,23 @@ fn add_project_user() -> Operation {
         )
         .build(),
     )
+    .build()
+}
+
+fn modify_project() -> Operation {
+    admin_errors(operation(
+        "modifyProject",
+        "organization",
+        "Rename a project or set its allowed models (an organization owner's or the operator's admin key); keys follow from their next request.",
+        true,
+    ))
+    .parameter(project_id())
+    .request_body(Some(json_body("ModifyProjectRequest", true)))
+    .response(
+        "200",
+        json_response("The project.", reference("Project")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("404", project_not_found())
     .build()
 }

@@ -82,6 +82,11 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
         Need::Permission(Permission::ManagementRead),
     ),
     (
+        "POST",
+        "/v1/organization/projects/{project_id}",
+        Need::Permission(Permission::ManagementWrite),
+    ),
+    (
         "GET",
         "/v1/organization/projects/{project_id}/api_keys",
         Need::Permission(Permission::ManagementRead),

@@ -147,6 +147,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/organization/projects",
         "POST /v1/organization/projects",
         "GET /v1/organization/projects/{project_id}",
+        "POST /v1/organization/projects/{project_id}",
         "GET /v1/organization/projects/{project_id}/api_keys",
         "POST /v1/organization/projects/{project_id}/api_keys",
         "GET /v1/organization/projects/{project_id}/users",
@@ -1078,6 +1079,15 @@ async fn admin_api_responses_match_the_document() {
     .unwrap();
     check(&doc, "get", project, response).await;
 
+    let response = send(
+        reqwest::Method::POST,
+        at(project, ""),
+        Some(json!({"name": "renamed", "allowed_models": null})),
+    )
+    .await
+    .unwrap();
+    let renamed = check(&doc, "post", project, response).await;
+    assert_eq!(renamed["allowed_models"], Value::Null);
     let response = send(
         reqwest::Method::POST,
         at(users, ""),

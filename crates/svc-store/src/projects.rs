@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
-use svc_core::project::{ProjectId, ProjectMember, ProjectRecord, ProjectRole};
+use svc_core::project::{ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
 use svc_core::store::{ProjectStore, StoreError};
 
 use crate::SqlStore;
@@ -31,6 +31,7 @@ const ALL: &str = concat!(
 pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
      (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role";
+const UPDATE: &str = "UPDATE projects SET name = $2, allowed_models = $3 WHERE id = $1";
 const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
      FROM project_members m JOIN users u ON u.id = m.user_id \
      WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
@@ -74,6 +75,27 @@ impl ProjectStore for SqlStore {
             .map(record)
             .collect::<Result<_, _>>()
             .map_err(query_error)
+    }
+
+    async fn update_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        allowed_models: &ModelAccess,
+    ) -> Result<bool, StoreError> {
+        let before = self.key_changes.before_change().await;
+        let done = sqlx::query(UPDATE)
+            .bind(id.0.as_str())
+            .bind(name)
+            .bind(crate::lists::model_access_json(allowed_models))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+        let found = done.rows_affected() == 1;
+        if found {
+            self.key_changes.changed(before).await;
+        }
+        Ok(found)
     }
 
     async fn set_project_member(

@@ -29,6 +29,7 @@ on_both_backends!(
     projects_and_memberships_are_stored,
     keys_keep_their_project_kind_and_models,
     a_stored_value_no_kind_reads_is_an_error,
+    changing_a_projects_models_is_a_key_change_on_every_store,
 );
 
 /// The migrations before projects (0001 to 0007) of `db`'s backend.
@@ -355,4 +356,45 @@ async fn a_stored_value_no_kind_reads_is_an_error(db: &Db) {
     .await;
     let err = store.key_by_hash(&hash).await.unwrap_err();
     assert!(err.to_string().contains("permissions"), "{err}");
+}
+
+async fn changing_a_projects_models_is_a_key_change_on_every_store(db: &Db) {
+    let store = db.store().await;
+    let replica = db.store().await;
+    let limited = project("limited", 10, ModelAccess::any());
+    store.insert_project(&limited).await.unwrap();
+    let (mut record, hash) = new_key(None, 1);
+    record.project_id = limited.id.clone();
+    store.insert_key(&record, &hash).await.unwrap();
+    let before = replica.keys_version();
+    let only = ModelAccess::only(vec!["svc".into()]).unwrap();
+    assert!(
+        store
+            .update_project(&limited.id, "renamed", &only)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .update_project(&ProjectId::generate(), "x", &only)
+            .await
+            .unwrap()
+    );
+    let read = store.project_by_id(&limited.id).await.unwrap().unwrap();
+    assert_eq!(
+        (read.name.as_str(), &read.allowed_models),
+        ("renamed", &only)
+    );
+    let key = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(key.project_allowed_models, only);
+    // The other store (a replica, or another process on the SQLite file)
+    // sees the change (PostgreSQL's notification may take a moment).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while replica.keys_version() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never saw the change"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

@@ -54,7 +54,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/v1/organization/projects/{project_id}",
-            get(organization::get_project),
+            get(organization::get_project).post(organization::modify_project),
         )
         .route(
             "/v1/organization/projects/{project_id}/api_keys",

@@ -18,8 +18,8 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
     CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, Project, ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner,
-    ProjectList, ProjectUser, ProjectUserList,
+    DeletedProjectApiKey, ModifyProjectRequest, Project, ProjectApiKey, ProjectApiKeyList,
+    ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
 };
 use svc_core::{
     KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, ProjectId,
@@ -303,6 +303,42 @@ pub async fn get_project(
 ) -> Result<Json<Project>, ApiError> {
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
+    Ok(Json(project_body(project)))
+}
+
+/// `POST /v1/organization/projects/{project_id}`: renames the project or
+/// sets its allowed models (organization-wide admin keys only: a project's
+/// owner cannot widen what the organization allowed it).
+pub async fn modify_project(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    ApiJson(body): ApiJson<ModifyProjectRequest>,
+) -> Result<Json<Project>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let mut project = visible_project(&state, &reach, &project_id).await?;
+    if reach != Reach::Organization {
+        return Err(ApiError::Forbidden(
+            "You have insufficient permissions for this operation: changing a project needs an admin key of an organization owner."
+                .into(),
+        ));
+    }
+    if let Some(text) = &body.name {
+        project.name = name(text)?;
+    }
+    if let Some(list) = body.allowed_models {
+        project.allowed_models = models(list)?;
+    }
+    let found = state
+        .store
+        .update_project(&project.id, &project.name, &project.allowed_models)
+        .await?;
+    if !found {
+        return Err(ApiError::NotFound {
+            param: None,
+            message: format!("No project found with id '{}'.", project.id.0),
+        });
+    }
     Ok(Json(project_body(project)))
 }
 

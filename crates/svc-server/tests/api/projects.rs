@@ -100,6 +100,11 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         Some(Permission::ManagementRead),
     ),
     (
+        "POST",
+        "/v1/organization/projects/{project_id}",
+        Some(Permission::ManagementWrite),
+    ),
+    (
         "GET",
         "/v1/organization/projects/{project_id}/api_keys",
         Some(Permission::ManagementRead),
@@ -395,6 +400,43 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+
+    // The project's list changes through the admin API: the key follows
+    // from its very next request (what authentication remembered is
+    // dropped), on either database.
+    let root = app.create_scoped_key(None, scope(KeyKind::Admin)).await;
+    let modify = |allowed: Value| {
+        app.client
+            .post(app.url(&format!("/v1/organization/projects/{}", project.id.0)))
+            .bearer_auth(&root)
+            .json(&json!({ "allowed_models": allowed }))
+            .send()
+    };
+    let listed = || async {
+        let list: Value = get("/v1/models").await.unwrap().json().await.unwrap();
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let changed: Value = modify(json!(["svc-thinking"]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(changed["allowed_models"], json!(["svc-thinking"]));
+    assert_eq!(changed["name"], "limited", "a name left out stays");
+    assert!(listed().await.is_empty());
+    assert_eq!(app.chat(&key, &body("svc", "hi")).await.status(), 404);
+    assert_eq!(modify(Value::Null).await.unwrap().status(), 200);
+    assert_eq!(
+        listed().await,
+        ["svc", "fake-slow", "fake-fail", "fake-tools", "fake-tiny"]
+    );
+    assert_eq!(app.chat(&key, &body("fake-slow", "hi")).await.status(), 200);
 
     // A key of the default project with no list of its own sees everything.
     let open = app.create_key().await;
@@ -893,6 +935,29 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     )
     .await;
     assert_eq!(b_keys["data"].as_array().unwrap().len(), 1);
+
+    // Pat cannot change even Pat's own project (nor widen its models).
+    let (status, body) = admin(
+        &app,
+        &pat_admin,
+        Method::POST,
+        &format!("/projects/{}", a.0),
+        Some(json!({"allowed_models": null})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("insufficient_permissions"))
+    );
+    let (status, body) = admin(
+        &app,
+        &pat_admin,
+        Method::POST,
+        &format!("/projects/{}", b.0),
+        Some(json!({"name": "mine now"})),
+    )
+    .await;
+    not_found(status, &body, "modify B");
 
     // Pat cannot make projects, nor read every project's usage.
     let (status, body) = admin(
