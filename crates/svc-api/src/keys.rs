@@ -77,7 +77,7 @@ fn always_true() -> Object {
 fn created_via() -> Object {
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .enum_values(Some(["dashboard", "device", "cli"]))
+        .enum_values(Some(["dashboard", "device", "cli", "api"]))
         .build()
 }
 

@@ -124,6 +124,14 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::KeyOwner>(&mut out);
     add::<crate::RevokedKey>(&mut out);
     add::<crate::UsageList>(&mut out);
+    add::<crate::ProjectList>(&mut out);
+    add::<crate::CreateProjectRequest>(&mut out);
+    add::<crate::ModifyProjectRequest>(&mut out);
+    add::<crate::ProjectApiKeyList>(&mut out);
+    add::<crate::CreateProjectApiKeyRequest>(&mut out);
+    add::<crate::DeletedProjectApiKey>(&mut out);
+    add::<crate::ProjectUserList>(&mut out);
+    add::<crate::CreateProjectUserRequest>(&mut out);
     out
 }
 

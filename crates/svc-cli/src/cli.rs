@@ -570,8 +570,24 @@ pub enum KeysCommand {
         /// Lifetime such as 30d, 12h, 2w [default: never expires].
         #[arg(long, value_name = "DURATION")]
         expires_in: Option<String>,
+        /// `all` (every route but the admin API), `restricted` (only the
+        /// --permission routes) or `admin` (the admin API, no inference).
+        #[arg(long, default_value = "all", value_parser = ["all", "restricted", "admin"])]
+        kind: String,
+        /// With --kind restricted: a scope it holds (model.request,
+        /// api.responses.write, api.responses.read, api.model.read,
+        /// api.usage.read); repeat for more.
+        #[arg(long = "permission", value_name = "SCOPE")]
+        permissions: Vec<String>,
+        /// A model id (`*` matches any run of characters) the key may use;
+        /// repeat for more [default: every model its project allows].
+        #[arg(long = "model", value_name = "ID")]
+        models: Vec<String>,
+        /// The project the key belongs to [default: proj_default].
+        #[arg(long, value_name = "PROJECT_ID")]
+        project: Option<String>,
     },
-    /// List keys: id, name, hint, created, last used, expires, state.
+    /// List keys: id, name, hint, created, last used, expires, kind, project, state.
     List {
         #[command(flatten)]
         store: StoreArgs,

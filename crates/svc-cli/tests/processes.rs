@@ -302,6 +302,7 @@ async fn account_with_key(store: &[&str], url: &str, email: &str, admin: bool) -
             owner_id: Some(user.id.clone()),
             created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
+            scope: Default::default(),
         })
         .await
         .unwrap();

@@ -563,6 +563,10 @@ impl DeviceService {
             revoked_at: None,
             limits: Default::default(),
             owner_disabled_at: None,
+            project_id: crate::project::ProjectId::default_project(),
+            kind: crate::project::KeyKind::All,
+            allowed_models: crate::project::ModelAccess::any(),
+            project_allowed_models: crate::project::ModelAccess::any(),
         };
         if self
             .store

@@ -19,6 +19,7 @@ use thiserror::Error;
 use crate::account::UserId;
 use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 use crate::now;
+use crate::project::{KeyKind, ModelAccess, ProjectId};
 use crate::store::{KeyLimits, KeyOrigin, KeyRecord, Store, StoreError};
 
 /// How often at most `last_used_at` is written for one key, in seconds:
@@ -41,6 +42,18 @@ pub struct NewKey {
     pub created_via: KeyOrigin,
     /// Lifetime in seconds; `None` never expires.
     pub expires_in: Option<i64>,
+    /// Its project, kind and models (by default: the default project, kind
+    /// `all`, any model).
+    pub scope: KeyScope,
+}
+
+/// Where a key belongs and what it may do.
+#[derive(Debug, Clone, Default)]
+pub struct KeyScope {
+    /// `None`: the default project.
+    pub project_id: Option<ProjectId>,
+    pub kind: KeyKind,
+    pub allowed_models: ModelAccess,
 }
 
 /// Why a request is not authenticated. The messages never quote the key.
@@ -166,9 +179,14 @@ impl KeyService {
     }
 
     /// Mints a key; the returned [`ApiKey`] is the only copy of the secret.
+    /// The project must exist (the caller checks; the store does not).
     pub async fn create(&self, new: NewKey) -> Result<(ApiKey, KeyRecord), StoreError> {
         let key = ApiKey::generate();
         let created_at = now();
+        let project_id = new
+            .scope
+            .project_id
+            .unwrap_or_else(ProjectId::default_project);
         let record = KeyRecord {
             id: KeyId::generate(),
             name: new.name,
@@ -181,6 +199,11 @@ impl KeyService {
             revoked_at: None,
             limits: Default::default(),
             owner_disabled_at: None,
+            project_id,
+            kind: new.scope.kind,
+            allowed_models: new.scope.allowed_models,
+            // Read from the project when the key is read back.
+            project_allowed_models: ModelAccess::any(),
         };
         self.store.insert_key(&record, &key.hash()).await?;
         Ok((key, record))
@@ -284,6 +307,10 @@ mod tests {
             revoked_at: None,
             limits: Default::default(),
             owner_disabled_at: None,
+            project_id: ProjectId::default_project(),
+            kind: KeyKind::All,
+            allowed_models: ModelAccess::any(),
+            project_allowed_models: ModelAccess::any(),
         };
         assert_eq!(KeyState::of(&record, 9), KeyState::Active);
         assert_eq!(KeyState::of(&record, 10), KeyState::Expired);
@@ -305,6 +332,10 @@ mod tests {
             revoked_at: None,
             limits: Default::default(),
             owner_disabled_at: Some(3),
+            project_id: ProjectId::default_project(),
+            kind: KeyKind::All,
+            allowed_models: ModelAccess::any(),
+            project_allowed_models: ModelAccess::any(),
         };
         assert_eq!(KeyState::of(&record, 5), KeyState::Disabled);
         assert_eq!(KeyState::of(&record, 20), KeyState::Disabled);

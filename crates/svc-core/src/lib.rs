@@ -12,6 +12,7 @@ pub mod hashes;
 pub mod key;
 pub mod keys;
 pub mod messages;
+pub mod project;
 pub mod request;
 pub mod responses;
 pub mod session;
@@ -31,12 +32,16 @@ pub use engine::{
 };
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
-pub use keys::{AuthError, KeyService, KeyState, NewKey};
+pub use keys::{AuthError, KeyScope, KeyService, KeyState, NewKey};
+pub use project::{
+    DEFAULT_PROJECT_ID, KeyKind, ModelAccess, OrgRole, Permission, ProjectId, ProjectMember,
+    ProjectRecord, ProjectRole,
+};
 pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
 pub use store::{
-    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ResponseStore, Store, StoreError,
+    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ProjectStore, ResponseStore, Store, StoreError,
     StoredResponse, UnknownValue,
 };
 pub use usage::{UsageDelta, UsageRow, day_of};

@@ -10,6 +10,7 @@ use crate::account::{UserId, UserRecord};
 use crate::device::{DeviceDecision, DeviceRecord};
 use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
+use crate::project::{KeyKind, ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
 use crate::session::SessionRecord;
 use crate::usage::{UsageDelta, UsageRow};
 
@@ -33,6 +34,23 @@ pub struct KeyRecord {
     /// When the owning account was disabled: its keys are refused until it
     /// is enabled again. Read from the account, not stored with the key.
     pub owner_disabled_at: Option<i64>,
+    /// The project the key belongs to.
+    pub project_id: ProjectId,
+    /// What the key may call.
+    pub kind: KeyKind,
+    /// The models this key may use (within its project's).
+    pub allowed_models: ModelAccess,
+    /// The models its project allows. Read from the project, not stored
+    /// with the key.
+    pub project_allowed_models: ModelAccess,
+}
+
+impl KeyRecord {
+    /// Whether this key may use `model`: its own list and its project's
+    /// both allow it.
+    pub fn may_use(&self, model: &str) -> bool {
+        self.allowed_models.allows(model) && self.project_allowed_models.allows(model)
+    }
 }
 
 /// How a key was made (stored as `created_via`, and shown so).
@@ -45,6 +63,8 @@ pub enum KeyOrigin {
     Dashboard,
     /// Issued to a client at the end of a device login (RFC 8628).
     Device,
+    /// By an admin key, through the admin API.
+    Api,
 }
 
 impl KeyOrigin {
@@ -54,6 +74,7 @@ impl KeyOrigin {
             KeyOrigin::Cli => "cli",
             KeyOrigin::Dashboard => "dashboard",
             KeyOrigin::Device => "device",
+            KeyOrigin::Api => "api",
         }
     }
 
@@ -63,6 +84,7 @@ impl KeyOrigin {
             "cli" => Ok(KeyOrigin::Cli),
             "dashboard" => Ok(KeyOrigin::Dashboard),
             "device" => Ok(KeyOrigin::Device),
+            "api" => Ok(KeyOrigin::Api),
             _ => Err(UnknownValue::new("key origin (created_via)", stored)),
         }
     }
@@ -132,6 +154,8 @@ pub trait KeyStore: Send + Sync {
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError>;
     /// Sets a key's own rate limits; false when there is no such key.
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError>;
+    /// The keys of one project, newest first.
+    async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError>;
     /// A number that changes whenever a key is revoked or its limits set,
     /// or an account is disabled, enabled or deleted (its keys are judged
     /// with it), through this store or, where the store can tell, by another process
@@ -139,6 +163,45 @@ pub trait KeyStore: Send + Sync {
     /// about keys may be reused. Read on every authenticated request, so it
     /// must not query the database.
     fn keys_version(&self) -> Option<u64>;
+}
+
+/// Persistence of projects and their members.
+#[async_trait]
+pub trait ProjectStore: Send + Sync {
+    /// Stores a new project; [`StoreError::Conflict`] when its id exists.
+    async fn insert_project(&self, project: &ProjectRecord) -> Result<(), StoreError>;
+    async fn project_by_id(&self, id: &ProjectId) -> Result<Option<ProjectRecord>, StoreError>;
+    /// Every project, oldest first.
+    async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError>;
+    /// Renames a project and sets its allowed models; false when there is
+    /// no such project. Announced like a key change (its keys are judged
+    /// with its model list), so [`KeyStore::keys_version`] moves everywhere.
+    async fn update_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        allowed_models: &ModelAccess,
+    ) -> Result<bool, StoreError>;
+    /// Makes `user` a member of `project` with `role` (replacing the role
+    /// it had there).
+    async fn set_project_member(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+        role: ProjectRole,
+        at: i64,
+    ) -> Result<(), StoreError>;
+    /// The members of `project`, oldest membership first.
+    async fn list_project_members(
+        &self,
+        project: &ProjectId,
+    ) -> Result<Vec<ProjectMember>, StoreError>;
+    /// `user`'s role in `project`, if a member.
+    async fn project_role(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+    ) -> Result<Option<ProjectRole>, StoreError>;
 }
 
 /// What became of a request to disable, enable or delete an account.
@@ -157,7 +220,8 @@ pub enum AccountChange {
 /// Persistence of user accounts.
 #[async_trait]
 pub trait UserStore: Send + Sync {
-    /// Stores a new user; [`StoreError::Conflict`] when the email is taken.
+    /// Stores a new user, a member of the default project (its owner when
+    /// an admin); [`StoreError::Conflict`] when the email is taken.
     async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError>;
     /// The user with this (already normalised, lowercase) email.
     async fn user_by_email(&self, email: &str) -> Result<Option<UserRecord>, StoreError>;
@@ -173,7 +237,7 @@ pub trait UserStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// In one transaction: consumes the setup token (which must exist and not
     /// be expired at `at`) and, if there is still no user at all, inserts
-    /// `user`. False, with nothing changed, when either condition fails.
+    /// `user` (as [`UserStore::insert_user`] does). False, with nothing changed, when either condition fails.
     async fn create_first_user(
         &self,
         token_hash: &SetupTokenHash,
@@ -320,8 +384,9 @@ pub struct StoredResponse {
     /// `resp_…`.
     pub id: String,
     /// Whose it is: `user:<id>` for an account's keys, `operator` for the
-    /// operator's keys (they have no account). Only keys of the same owner
-    /// read, continue or delete it.
+    /// operator's keys (they have no account), each followed by
+    /// `@<project id>` outside the default project. Only keys of the same
+    /// owner read, continue or delete it.
     pub owner: String,
     pub created_at: i64,
     /// Not served from this time on, and deleted by the next sweep.
@@ -336,12 +401,18 @@ pub struct StoredResponse {
 
 impl StoredResponse {
     /// The `owner` of the responses made with a key of this account (`None`:
-    /// an operator's key). Deleting an account deletes its responses by this
-    /// name.
-    pub fn owner_of(account: Option<&UserId>) -> String {
-        match account {
+    /// an operator's key) in `project`. Deleting an account deletes its
+    /// responses by this name. The default project's owners are named as
+    /// before projects existed, so responses stored then stay readable.
+    pub fn owner_of(account: Option<&UserId>, project: &ProjectId) -> String {
+        let who = match account {
             Some(user) => format!("user:{}", user.0),
             None => "operator".into(),
+        };
+        if project.is_default() {
+            who
+        } else {
+            format!("{who}@{}", project.0)
         }
     }
 }
@@ -375,6 +446,7 @@ pub trait HealthStore: Send + Sync {
 /// Everything svc keeps.
 pub trait Store:
     KeyStore
+    + ProjectStore
     + UserStore
     + SessionStore
     + DeviceStore
@@ -387,6 +459,7 @@ pub trait Store:
 
 impl<T> Store for T where
     T: KeyStore
+        + ProjectStore
         + UserStore
         + SessionStore
         + DeviceStore
@@ -403,7 +476,12 @@ mod tests {
 
     #[test]
     fn key_origins_round_trip_through_their_stored_form() {
-        for origin in [KeyOrigin::Cli, KeyOrigin::Dashboard, KeyOrigin::Device] {
+        for origin in [
+            KeyOrigin::Cli,
+            KeyOrigin::Dashboard,
+            KeyOrigin::Device,
+            KeyOrigin::Api,
+        ] {
             assert_eq!(KeyOrigin::parse(origin.as_str()), Ok(origin));
             assert_eq!(origin.to_string(), origin.as_str());
             assert_eq!(
@@ -415,7 +493,7 @@ mod tests {
 
     #[test]
     fn an_unknown_key_origin_is_an_error_not_a_guess() {
-        for stored in ["", "CLI", "api", "dashboard\n"] {
+        for stored in ["", "CLI", "admin", "dashboard\n"] {
             let err = KeyOrigin::parse(stored).unwrap_err();
             assert_eq!(err.value, stored);
             assert!(err.to_string().starts_with("unknown key origin"), "{err}");

@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, MatchedPath, Request};
 use axum::http::{HeaderMap, header, request::Parts};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -12,10 +12,22 @@ use svc_core::{KeyRecord, KeyService};
 use crate::config::Cidr;
 use crate::error::ApiError;
 
-/// The key that authenticated this request. Put it first among a handler's
-/// arguments so authentication is checked before the body is read.
+/// The key that authenticated this request, and that may call its route
+/// (see [`crate::scopes`]: a key beyond its scope is refused with 403
+/// `insufficient_permissions`). Put it first among a handler's arguments
+/// so authentication is checked before the body is read.
 #[derive(Debug, Clone)]
 pub struct Authenticated(pub KeyRecord);
+
+/// `record`, when its kind may call the route `parts` matched.
+fn in_scope(parts: &Parts, record: KeyRecord) -> Result<KeyRecord, ApiError> {
+    let path = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    crate::scopes::check(&record.kind, &parts.method, path)?;
+    Ok(record)
+}
 
 impl<S> FromRequestParts<S> for Authenticated
 where
@@ -31,7 +43,7 @@ where
             .get(header::AUTHORIZATION)
             .map(|v| v.to_str().unwrap_or("\u{0}"));
         let record = keys.authenticate(header).await?;
-        Ok(Authenticated(record))
+        Ok(Authenticated(in_scope(parts, record)?))
     }
 }
 
@@ -66,7 +78,7 @@ where
                 keys.authenticate(header).await?
             }
         };
-        Ok(AnthropicAuthenticated(record))
+        Ok(AnthropicAuthenticated(in_scope(parts, record)?))
     }
 }
 

@@ -15,6 +15,7 @@ pub mod registry;
 pub mod request_id;
 pub mod responses_shape;
 pub mod routes;
+pub mod scopes;
 mod serve;
 pub mod shape;
 pub mod startup;

@@ -99,6 +99,41 @@ pub fn openapi() -> OpenApi {
                 .build(),
         )
         .path("/v1/admin/usage", item(HttpMethod::Get, admin_usage()))
+        .path(
+            "/v1/organization/projects",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, list_projects())
+                .operation(HttpMethod::Post, create_project())
+                .build(),
+        )
+        .path(
+            "/v1/organization/projects/{project_id}",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, get_project())
+                .operation(HttpMethod::Post, modify_project())
+                .build(),
+        )
+        .path(
+            "/v1/organization/projects/{project_id}/api_keys",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, list_project_keys())
+                .operation(HttpMethod::Post, create_project_key())
+                .build(),
+        )
+        .path(
+            "/v1/organization/projects/{project_id}/users",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, list_project_users())
+                .operation(HttpMethod::Post, add_project_user())
+                .build(),
+        )
+        .path(
+            "/v1/organization/projects/{project_id}/api_keys/{key_id}",
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, get_project_key())
+                .operation(HttpMethod::Delete, delete_project_key())
+                .build(),
+        )
         .build();
     OpenApiBuilder::new()
         .info(info)
@@ -123,6 +158,10 @@ pub fn openapi() -> OpenApi {
             tag(
                 "auth",
                 "The OAuth 2.0 device authorization flow (RFC 8628) that command-line clients use to obtain a key.",
+            ),
+            tag(
+                "organization",
+                "The admin API, in the shape of OpenAI's Administration API: projects and their keys. Admin keys only; a project owner's admin key reaches its own project, an organization owner's (or the operator's) every project.",
             ),
         ]))
         .paths(paths)
@@ -189,7 +228,15 @@ fn shared_components() -> utoipa::openapi::Components {
         )
         .response(
             "NotFound",
-            error("The model does not exist (`code` `model_not_found`, `param` `model`)."),
+            error(
+                "The model does not exist, or the key may not use it (`code` `model_not_found`, `param` `model`).",
+            ),
+        )
+        .response(
+            "Forbidden",
+            error(
+                "The key's kind does not allow this route (`code` `insufficient_permissions`; the message names the missing scope, e.g. `Missing scopes: model.request.`).",
+            ),
         )
         .response(
             "PayloadTooLarge",
@@ -279,11 +326,16 @@ fn operation(id: &str, tag: &str, summary: &str, secured: bool) -> OperationBuil
     } else {
         Vec::new()
     };
-    OperationBuilder::new()
+    let builder = OperationBuilder::new()
         .operation_id(Some(id))
         .tag(tag)
         .summary(Some(summary))
-        .securities(Some(security))
+        .securities(Some(security));
+    if secured {
+        builder.response("403", shared("Forbidden"))
+    } else {
+        builder
+    }
 }
 
 fn json_body(schema: &str, required: bool) -> RequestBody {
@@ -570,8 +622,16 @@ fn messages_errors(builder: OperationBuilder) -> OperationBuilder {
             ),
         )
         .response(
+            "403",
+            anthropic_error(
+                "`permission_error`: the key's kind does not allow this route (the message names the missing scope, e.g. `model.request`).",
+            ),
+        )
+        .response(
             "404",
-            anthropic_error("`not_found_error`: the model does not exist."),
+            anthropic_error(
+                "`not_found_error`: the model does not exist, or the key may not use it.",
+            ),
         )
         .response(
             "413",
@@ -823,5 +883,260 @@ fn admin_usage() -> Operation {
         .build(),
     )
     .response("500", shared("InternalServerError"))
+    .build()
+}
+
+fn project_id() -> Parameter {
+    ParameterBuilder::new()
+        .name("project_id")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some("The id of a project (`proj_...`)."))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
+}
+
+fn key_id() -> Parameter {
+    ParameterBuilder::new()
+        .name("key_id")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some("The id of a key (`key_...`)."))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
+}
+
+/// `limit` and `after`, OpenAI's cursor.
+fn page_parameters(builder: OperationBuilder) -> OperationBuilder {
+    let limit = ParameterBuilder::new()
+        .name("limit")
+        .parameter_in(ParameterIn::Query)
+        .required(Required::False)
+        .description(Some("Items per page (1 to 100; default 20)."))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(100)),
+        ))
+        .build();
+    let after = ParameterBuilder::new()
+        .name("after")
+        .parameter_in(ParameterIn::Query)
+        .required(Required::False)
+        .description(Some(
+            "The `last_id` of the previous page: this page starts after that item.",
+        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build();
+    builder.parameter(limit).parameter(after)
+}
+
+/// The answers every admin API operation may give besides its own.
+fn admin_errors(builder: OperationBuilder) -> OperationBuilder {
+    builder
+        .response("401", shared("Unauthorized"))
+        .response(
+            "403",
+            error_response(
+                "Not an admin key, or an admin key that does not reach this (`code` `insufficient_permissions`).",
+            )
+            .build(),
+        )
+        .response("500", shared("InternalServerError"))
+        .response("503", shared("ServiceUnavailable"))
+}
+
+fn project_not_found() -> Response {
+    error_response(
+        "No project the key reaches has this id (`code` `not_found`): another project's id is answered the same.",
+    )
+    .build()
+}
+
+fn list_projects() -> Operation {
+    admin_errors(page_parameters(operation(
+        "listProjects",
+        "organization",
+        "The projects this admin key reaches, oldest first.",
+        true,
+    )))
+    .response(
+        "200",
+        json_response("A page of projects.", reference("ProjectList")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .build()
+}
+
+fn create_project() -> Operation {
+    admin_errors(operation(
+        "createProject",
+        "organization",
+        "Create a project (an organization owner's or the operator's admin key).",
+        true,
+    ))
+    .request_body(Some(json_body("CreateProjectRequest", true)))
+    .response(
+        "200",
+        json_response("The project.", reference("Project")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .build()
+}
+
+fn get_project() -> Operation {
+    admin_errors(operation(
+        "getProject",
+        "organization",
+        "A project, by id.",
+        true,
+    ))
+    .parameter(project_id())
+    .response(
+        "200",
+        json_response("The project.", reference("Project")).build(),
+    )
+    .response("404", project_not_found())
+    .build()
+}
+
+fn list_project_keys() -> Operation {
+    admin_errors(page_parameters(operation(
+        "listProjectApiKeys",
+        "organization",
+        "A project's keys (never their secrets), newest first, revoked ones included.",
+        true,
+    )))
+    .parameter(project_id())
+    .response(
+        "200",
+        json_response("A page of keys.", reference("ProjectApiKeyList")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("404", project_not_found())
+    .build()
+}
+
+fn create_project_key() -> Operation {
+    admin_errors(operation(
+        "createProjectApiKey",
+        "organization",
+        "Create a key in the project for the admin key's owner; its secret is in `value`, this once.",
+        true,
+    ))
+    .parameter(project_id())
+    .request_body(Some(json_body("CreateProjectApiKeyRequest", true)))
+    .response(
+        "200",
+        json_response("The key, with `value`.", reference("ProjectApiKey")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("404", project_not_found())
+    .build()
+}
+
+fn get_project_key() -> Operation {
+    admin_errors(operation(
+        "getProjectApiKey",
+        "organization",
+        "A key of the project, by id (never its secret).",
+        true,
+    ))
+    .parameter(project_id())
+    .parameter(key_id())
+    .response(
+        "200",
+        json_response("The key.", reference("ProjectApiKey")).build(),
+    )
+    .response(
+        "404",
+        error_response(
+            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
+        )
+        .build(),
+    )
+    .build()
+}
+
+fn delete_project_key() -> Operation {
+    admin_errors(operation(
+        "deleteProjectApiKey",
+        "organization",
+        "Revoke a key of the project: refused from its next request, on every replica; its record stays, `revoked`.",
+        true,
+    ))
+    .parameter(project_id())
+    .parameter(key_id())
+    .response(
+        "200",
+        json_response("Revoked.", reference("DeletedProjectApiKey")).build(),
+    )
+    .response(
+        "404",
+        error_response(
+            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
+        )
+        .build(),
+    )
+    .build()
+}
+
+fn list_project_users() -> Operation {
+    admin_errors(page_parameters(operation(
+        "listProjectUsers",
+        "organization",
+        "A project's members and their roles, oldest first.",
+        true,
+    )))
+    .parameter(project_id())
+    .response(
+        "200",
+        json_response("A page of members.", reference("ProjectUserList")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("404", project_not_found())
+    .build()
+}
+
+fn add_project_user() -> Operation {
+    admin_errors(operation(
+        "createProjectUser",
+        "organization",
+        "Add an account to the project with a role, or change its role there.",
+        true,
+    ))
+    .parameter(project_id())
+    .request_body(Some(json_body("CreateProjectUserRequest", true)))
+    .response(
+        "200",
+        json_response("The member.", reference("ProjectUser")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response(
+        "404",
+        error_response(
+            "No project the key reaches has this id, or no account has this `user_id` (`code` `not_found`).",
+        )
+        .build(),
+    )
+    .build()
+}
+
+fn modify_project() -> Operation {
+    admin_errors(operation(
+        "modifyProject",
+        "organization",
+        "Rename a project or set its allowed models (an organization owner's or the operator's admin key); keys follow from their next request.",
+        true,
+    ))
+    .parameter(project_id())
+    .request_body(Some(json_body("ModifyProjectRequest", true)))
+    .response(
+        "200",
+        json_response("The project.", reference("Project")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response("404", project_not_found())
     .build()
 }

@@ -144,6 +144,16 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/auth/key",
         "DELETE /v1/auth/key",
         "GET /v1/admin/usage",
+        "GET /v1/organization/projects",
+        "POST /v1/organization/projects",
+        "GET /v1/organization/projects/{project_id}",
+        "POST /v1/organization/projects/{project_id}",
+        "GET /v1/organization/projects/{project_id}/api_keys",
+        "POST /v1/organization/projects/{project_id}/api_keys",
+        "GET /v1/organization/projects/{project_id}/users",
+        "POST /v1/organization/projects/{project_id}/users",
+        "GET /v1/organization/projects/{project_id}/api_keys/{key_id}",
+        "DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}",
     ]
     .into_iter()
     .map(str::to_owned)
@@ -702,6 +712,7 @@ async fn current_key_responses_match_the_document() {
             owner_id: Some(user.id.clone()),
             created_via: svc_core::KeyOrigin::Device,
             expires_in: Some(60),
+            scope: Default::default(),
         })
         .await
         .unwrap();
@@ -771,6 +782,7 @@ async fn admin_usage_responses_match_the_document() {
             owner_id: Some(admin.id.clone()),
             created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
+            scope: Default::default(),
         })
         .await
         .unwrap();
@@ -1002,4 +1014,137 @@ async fn messages_responses_match_the_document() {
         .unwrap();
     assert_eq!(anonymous.status(), 401);
     check(&doc, "post", "/v1/messages/count_tokens", anonymous).await;
+}
+
+#[tokio::test]
+async fn admin_api_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let admin = app
+        .create_scoped_key(
+            None,
+            svc_core::KeyScope {
+                kind: svc_core::KeyKind::Admin,
+                ..Default::default()
+            },
+        )
+        .await;
+    let user = app
+        .create_user("member@example.com", "password123", false)
+        .await;
+    let doc = document();
+    let send = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let mut request = app
+            .client
+            .request(method, app.url(&path))
+            .bearer_auth(&admin);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    let projects = "/v1/organization/projects";
+    let project = "/v1/organization/projects/{project_id}";
+    let keys = "/v1/organization/projects/{project_id}/api_keys";
+    let key = "/v1/organization/projects/{project_id}/api_keys/{key_id}";
+    let users = "/v1/organization/projects/{project_id}/users";
+
+    let response = send(
+        reqwest::Method::POST,
+        projects.into(),
+        Some(json!({"name": "team", "allowed_models": ["svc*"]})),
+    )
+    .await
+    .unwrap();
+    let created = check(&doc, "post", projects, response).await;
+    let id = created["id"].as_str().unwrap();
+    let at = |template: &str, key_id: &str| {
+        template
+            .replace("{project_id}", id)
+            .replace("{key_id}", key_id)
+    };
+    let response = send(reqwest::Method::GET, projects.into(), None)
+        .await
+        .unwrap();
+    check(&doc, "get", projects, response).await;
+    let response = send(reqwest::Method::GET, at(project, ""), None)
+        .await
+        .unwrap();
+    check(&doc, "get", project, response).await;
+    let response = send(
+        reqwest::Method::GET,
+        project.replace("{project_id}", "proj_nope"),
+        None,
+    )
+    .await
+    .unwrap();
+    check(&doc, "get", project, response).await;
+
+    let response = send(
+        reqwest::Method::POST,
+        at(project, ""),
+        Some(json!({"name": "renamed", "allowed_models": null})),
+    )
+    .await
+    .unwrap();
+    let renamed = check(&doc, "post", project, response).await;
+    assert_eq!(renamed["allowed_models"], Value::Null);
+    let response = send(
+        reqwest::Method::POST,
+        at(users, ""),
+        Some(json!({"user_id": user.id.0, "role": "owner"})),
+    )
+    .await
+    .unwrap();
+    check(&doc, "post", users, response).await;
+    let response = send(reqwest::Method::GET, at(users, ""), None)
+        .await
+        .unwrap();
+    check(&doc, "get", users, response).await;
+
+    let response = send(
+        reqwest::Method::POST,
+        at(keys, ""),
+        Some(
+            json!({"name": "k", "kind": "restricted", "permissions": ["model.request"],
+            "allowed_models": ["svc"], "expires_in": 3600, "user_id": user.id.0}),
+        ),
+    )
+    .await
+    .unwrap();
+    let made = check(&doc, "post", keys, response).await;
+    assert!(made["value"].is_string());
+    let key_id = made["id"].as_str().unwrap();
+    let response = send(
+        reqwest::Method::POST,
+        at(keys, ""),
+        Some(json!({"name": ""})),
+    )
+    .await
+    .unwrap();
+    check(&doc, "post", keys, response).await;
+    let response = send(reqwest::Method::GET, at(keys, ""), None)
+        .await
+        .unwrap();
+    check(&doc, "get", keys, response).await;
+    let response = send(reqwest::Method::GET, at(key, key_id), None)
+        .await
+        .unwrap();
+    check(&doc, "get", key, response).await;
+    let response = send(reqwest::Method::DELETE, at(key, key_id), None)
+        .await
+        .unwrap();
+    check(&doc, "delete", key, response).await;
+
+    // Another kind of key, and none.
+    let other = app.create_key().await;
+    let response = app
+        .client
+        .get(app.url(projects))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    check(&doc, "get", projects, response).await;
+    let response = app.client.get(app.url(projects)).send().await.unwrap();
+    check(&doc, "get", projects, response).await;
 }

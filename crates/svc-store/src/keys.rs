@@ -6,26 +6,36 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use svc_core::account::UserId;
 use svc_core::key::{KeyHash, KeyId};
-use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError};
+use svc_core::project::{KeyKind, ProjectId};
+use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError, UnknownValue};
 
 use crate::SqlStore;
 use crate::connect::REQUEST_PATH_TIMEOUT;
 use crate::error::{bounded, query_error, unknown_value};
 
-// Every key is read with its owner's state: a disabled account's keys are
-// refused (by svc-core), so what authentication reads must include it.
+// Every key is read with its owner's state and its project's models: a
+// disabled account's keys are refused and a project's model list applies
+// to its keys (by svc-core), so what authentication reads must include them.
 macro_rules! select {
     () => {
         "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
          k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
+         k.project_id, k.kind, k.permissions, k.allowed_models, \
+         p.allowed_models AS project_allowed_models, \
          u.disabled_at AS owner_disabled_at \
-         FROM api_keys k LEFT JOIN users u ON u.id = k.owner_id"
+         FROM api_keys k LEFT JOIN users u ON u.id = k.owner_id \
+         LEFT JOIN projects p ON p.id = k.project_id"
     };
 }
 
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
-     created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+     created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit, \
+     project_id, kind, permissions, allowed_models) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+const OF_PROJECT: &str = concat!(
+    select!(),
+    " WHERE k.project_id = $1 ORDER BY k.created_at DESC, k.id DESC"
+);
 const BY_HASH: &str = concat!(select!(), " WHERE k.key_hash = $1");
 const BY_ID: &str = concat!(select!(), " WHERE k.id = $1");
 const ALL: &str = concat!(select!(), " ORDER BY k.created_at DESC, k.id DESC");
@@ -58,7 +68,29 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
             tokens_per_minute: row.try_get("tpm_limit")?,
         },
         owner_disabled_at: row.try_get("owner_disabled_at")?,
+        project_id: ProjectId(row.try_get("project_id")?),
+        kind: kind(row)?,
+        allowed_models: crate::lists::model_access(row, "allowed_models")?,
+        project_allowed_models: crate::lists::model_access(row, "project_allowed_models")?,
     })
+}
+
+/// The key's kind, from `kind` and (for `restricted`) `permissions`.
+fn kind(row: &AnyRow) -> Result<KeyKind, sqlx::Error> {
+    let name: String = row.try_get("kind")?;
+    let permissions = crate::lists::strings(row, "permissions")?.unwrap_or_default();
+    KeyKind::from_parts(&name, &permissions)
+        .map_err(|e| unknown_value("kind", UnknownValue::new("key kind", &e.to_string())))
+}
+
+/// The stored `permissions` of a kind: a JSON array for `restricted`.
+fn permissions_of(kind: &KeyKind) -> Option<String> {
+    match kind {
+        KeyKind::Restricted(list) => Some(crate::lists::to_json(
+            list.iter().map(|p| p.as_str().to_owned()),
+        )),
+        KeyKind::All | KeyKind::Admin => None,
+    }
 }
 
 /// Inserts a key on `conn`, which may be inside a transaction (a device
@@ -81,6 +113,10 @@ pub(crate) async fn insert_key_on(
         .bind(record.revoked_at)
         .bind(record.limits.requests_per_minute)
         .bind(record.limits.tokens_per_minute)
+        .bind(record.project_id.0.as_str())
+        .bind(record.kind.name())
+        .bind(permissions_of(&record.kind))
+        .bind(crate::lists::model_access_json(&record.allowed_models))
         .execute(conn)
         .await
         .map(|_| ())
@@ -159,6 +195,18 @@ impl KeyStore for SqlStore {
             self.key_changes.changed(before).await;
         }
         Ok(found)
+    }
+
+    async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError> {
+        let rows = sqlx::query(OF_PROJECT)
+            .bind(project.0.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(record)
+            .collect::<Result<_, _>>()
+            .map_err(query_error)
     }
 
     fn keys_version(&self) -> Option<u64> {

@@ -9,7 +9,7 @@
 //! nothing of HTTP or of key semantics (expiry and revocation are judged by
 //! `svc-core`).
 //!
-//! One module per store trait: keys, users (and the first-user setup token),
+//! One module per store trait: keys, projects, users (and the first-user setup token),
 //! sessions, device authorizations, usage counters, throttles, Responses
 //! API responses. What must not be half done (the first user, a device's key) is one transaction; what
 //! replicas race on (a flash message, a redemption, a throttle hit) is
@@ -21,6 +21,8 @@ mod devices;
 mod error;
 mod health;
 mod keys;
+mod lists;
+mod projects;
 mod responses;
 mod sessions;
 pub mod testing;

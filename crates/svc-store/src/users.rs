@@ -6,6 +6,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::{UserId, UserRecord};
 use svc_core::hashes::SetupTokenHash;
+use svc_core::project::{DEFAULT_PROJECT_ID, ProjectRole};
 use svc_core::store::{AccountChange, StoreError, UserStore};
 
 use crate::error::query_error;
@@ -95,8 +96,11 @@ const REVOKE_KEYS: &str =
     "UPDATE api_keys SET revoked_at = $2 WHERE owner_id = $1 AND revoked_at IS NULL";
 const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE user_id = $1";
 /// The account's stored Responses API responses (their owner is
-/// `StoredResponse::owner_of`: `user:<id>`): its conversations leave with it.
-const DELETE_RESPONSES: &str = "DELETE FROM responses WHERE owner = 'user:' || $1";
+/// `StoredResponse::owner_of`: `user:<id>`, or `user:<id>@<project>`
+/// outside the default project): its conversations leave with it.
+const DELETE_RESPONSES: &str = "DELETE FROM responses WHERE owner = 'user:' || $1 \
+     OR substr(owner, 1, length($1) + 6) = 'user:' || $1 || '@'";
+const DELETE_MEMBERSHIPS: &str = "DELETE FROM project_members WHERE user_id = $1";
 
 fn record(row: &AnyRow) -> Result<UserRecord, sqlx::Error> {
     Ok(UserRecord {
@@ -119,14 +123,33 @@ fn insert(user: &UserRecord) -> sqlx::query::Query<'_, sqlx::Any, sqlx::any::Any
         .bind(user.disabled_at)
 }
 
+/// Makes `user` a member of the default project (its owner when an admin),
+/// in `tx`: every account starts there, as every account from before
+/// projects was moved there.
+async fn join_default_project(tx: &mut Tx, user: &UserRecord) -> Result<(), StoreError> {
+    let role = if user.is_admin {
+        ProjectRole::Owner
+    } else {
+        ProjectRole::Member
+    };
+    sqlx::query(crate::projects::SET_MEMBER)
+        .bind(DEFAULT_PROJECT_ID)
+        .bind(user.id.0.as_str())
+        .bind(role.as_str())
+        .bind(user.created_at)
+        .execute(&mut **tx)
+        .await
+        .map(|_| ())
+        .map_err(query_error)
+}
+
 #[async_trait]
 impl UserStore for SqlStore {
     async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError> {
-        insert(user)
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(query_error)
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        insert(user).execute(&mut *tx).await.map_err(query_error)?;
+        join_default_project(&mut tx, user).await?;
+        tx.commit().await.map_err(query_error)
     }
 
     async fn user_by_email(&self, email: &str) -> Result<Option<UserRecord>, StoreError> {
@@ -197,6 +220,7 @@ impl UserStore for SqlStore {
             return Ok(false);
         }
         insert(user).execute(&mut *tx).await.map_err(query_error)?;
+        join_default_project(&mut tx, user).await?;
         tx.commit().await.map_err(query_error)?;
         Ok(true)
     }
@@ -265,6 +289,7 @@ impl UserStore for SqlStore {
         run(&mut tx, REVOKE_KEYS, id, Some(at)).await?;
         run(&mut tx, DELETE_SESSIONS, id, None).await?;
         run(&mut tx, DELETE_RESPONSES, id, None).await?;
+        run(&mut tx, DELETE_MEMBERSHIPS, id, None).await?;
         tx.commit().await.map_err(query_error)?;
         self.key_changes.changed(before).await;
         Ok(AccountChange::Done)

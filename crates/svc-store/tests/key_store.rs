@@ -41,7 +41,12 @@ on_both_backends!(
 
 async fn every_origin_reads_back_and_an_unknown_one_is_an_error(db: &Db) {
     let store = db.store().await;
-    for origin in [KeyOrigin::Cli, KeyOrigin::Dashboard, KeyOrigin::Device] {
+    for origin in [
+        KeyOrigin::Cli,
+        KeyOrigin::Dashboard,
+        KeyOrigin::Device,
+        KeyOrigin::Api,
+    ] {
         let (mut record, hash) = new_key(Some("usr_1"), 10);
         record.created_via = origin;
         store.insert_key(&record, &hash).await.unwrap();
@@ -59,7 +64,7 @@ async fn every_origin_reads_back_and_an_unknown_one_is_an_error(db: &Db) {
     let (record, hash) = new_key(None, 20);
     store.insert_key(&record, &hash).await.unwrap();
     db.execute(&format!(
-        "UPDATE api_keys SET created_via = 'api' WHERE id = '{}'",
+        "UPDATE api_keys SET created_via = 'import' WHERE id = '{}'",
         record.id
     ))
     .await;
@@ -70,7 +75,7 @@ async fn every_origin_reads_back_and_an_unknown_one_is_an_error(db: &Db) {
         match read {
             Err(StoreError::Database(message)) => {
                 assert!(message.contains("created_via"), "{message}");
-                assert!(message.contains("\"api\""), "{message}");
+                assert!(message.contains("\"import\""), "{message}");
             }
             other => panic!("{other:?}"),
         }
@@ -148,6 +153,7 @@ async fn authentication_reuses_a_key_only_until_it_changes(db: &Db) {
         owner_id: None,
         created_via: KeyOrigin::Cli,
         expires_in: None,
+        scope: Default::default(),
     };
 
     // Revoked by another process (or replica): refused on the next request

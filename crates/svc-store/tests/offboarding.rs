@@ -23,6 +23,7 @@ use svc_core::account::{UserId, UserRecord};
 use svc_core::device::{DeviceDecision, DeviceStatus};
 use svc_core::hashes::{DeviceCodeHash, SessionHash};
 use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
+use svc_core::project::ProjectId;
 use svc_core::session::SessionRecord;
 use svc_core::store::{
     AccountChange, DeviceStore, KeyOrigin, KeyStore, ResponseStore, SessionStore, StoredResponse,
@@ -91,6 +92,7 @@ fn owned_by(user: &UserRecord) -> NewKey {
         owner_id: Some(user.id.clone()),
         created_via: KeyOrigin::Dashboard,
         expires_in: None,
+        scope: Default::default(),
     }
 }
 
@@ -302,30 +304,39 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
         response: "{}".into(),
         conversation: "[]".into(),
     };
-    let theirs = conversation(StoredResponse::owner_of(Some(&user.id)));
-    let operators = conversation(StoredResponse::owner_of(None));
-    store.insert_response(&theirs).await.unwrap();
-    store.insert_response(&operators).await.unwrap();
+    let default = ProjectId::default_project();
+    let other = ProjectId::generate();
+    let theirs = conversation(StoredResponse::owner_of(Some(&user.id), &default));
+    let theirs_elsewhere = conversation(StoredResponse::owner_of(Some(&user.id), &other));
+    let operators = conversation(StoredResponse::owner_of(None, &default));
+    let operators_elsewhere = conversation(StoredResponse::owner_of(None, &other));
+    for response in [&theirs, &theirs_elsewhere, &operators, &operators_elsewhere] {
+        store.insert_response(response).await.unwrap();
+    }
 
     assert_eq!(
         store.delete_user(&user.id, 50).await.unwrap(),
         AccountChange::Done
     );
     // Their stored conversations leave with them; others' stay.
-    assert_eq!(
-        store
-            .response_by_id(&theirs.id, &theirs.owner, now)
-            .await
-            .unwrap(),
-        None
-    );
-    assert!(
-        store
-            .response_by_id(&operators.id, &operators.owner, now)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    for gone in [&theirs, &theirs_elsewhere] {
+        assert_eq!(
+            store
+                .response_by_id(&gone.id, &gone.owner, now)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+    for kept in [&operators, &operators_elsewhere] {
+        assert!(
+            store
+                .response_by_id(&kept.id, &kept.owner, now)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
     assert_eq!(store.user_by_id(&user.id).await.unwrap(), None);
     assert_eq!(
         store.session_by_hash(&session.token_hash).await.unwrap(),

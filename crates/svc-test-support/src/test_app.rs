@@ -132,6 +132,28 @@ impl TestApp {
                 owner_id: None,
                 created_via: KeyOrigin::Cli,
                 expires_in: seconds,
+                scope: Default::default(),
+            })
+            .await
+            .expect("create a key");
+        key.expose().to_owned()
+    }
+
+    /// A new key of `owner` (`None`: the operator's) with `scope`, as its
+    /// secret string.
+    pub async fn create_scoped_key(
+        &self,
+        owner: Option<&svc_core::UserId>,
+        scope: svc_core::KeyScope,
+    ) -> String {
+        let (key, _) = self
+            .keys
+            .create(NewKey {
+                name: "scoped".into(),
+                owner_id: owner.cloned(),
+                created_via: KeyOrigin::Cli,
+                expires_in: None,
+                scope,
             })
             .await
             .expect("create a key");

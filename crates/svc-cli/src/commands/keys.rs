@@ -3,7 +3,10 @@
 use anyhow::{Context, bail};
 use chrono::DateTime;
 use svc_core::duration::parse_seconds;
-use svc_core::{KeyId, KeyOrigin, KeyService, KeyState, NewKey};
+use svc_core::{
+    KeyId, KeyKind, KeyOrigin, KeyScope, KeyService, KeyState, ModelAccess, NewKey, ProjectId,
+    ProjectStore,
+};
 
 use crate::cli::{KeysCommand, StoreArgs};
 use crate::config::StoreConfig;
@@ -15,26 +18,52 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
             store,
             name,
             expires_in,
+            kind,
+            permissions,
+            models,
+            project,
         } => {
             let name = name.trim().to_owned();
             if name.is_empty() {
                 bail!("--name must not be empty");
             }
             let expires_in = expires_in.as_deref().map(parse_seconds).transpose()?;
-            let keys = service(&store).await?;
+            let kind = KeyKind::from_parts(&kind, &permissions).context("--kind/--permission")?;
+            let allowed_models = if models.is_empty() {
+                ModelAccess::any()
+            } else {
+                ModelAccess::only(models).map_err(|e| anyhow::anyhow!("--model: {e}"))?
+            };
+            let project_id = project.map_or_else(ProjectId::default_project, ProjectId);
+            let (keys, store) = service_and_store(&store).await?;
+            if store
+                .project_by_id(&project_id)
+                .await
+                .context("cannot read the project")?
+                .is_none()
+            {
+                bail!("no project with id {:?}", project_id.0);
+            }
             let (key, record) = keys
                 .create(NewKey {
                     name,
                     owner_id: None,
                     created_via: KeyOrigin::Cli,
                     expires_in,
+                    scope: KeyScope {
+                        project_id: Some(project_id),
+                        kind,
+                        allowed_models,
+                    },
                 })
                 .await
                 .context("cannot create the key")?;
             errln!(
-                "Created key {} ({}){}. It is shown only now: store it safely.",
+                "Created {} key {} ({}) in {}{}. It is shown only now: store it safely.",
+                record.kind.name(),
                 record.id,
                 record.name,
+                record.project_id,
                 record
                     .expires_at
                     .map(|t| format!(", expires {}", when(Some(t))))
@@ -50,23 +79,27 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 .context("cannot list keys")?;
             let now = svc_core::now();
             outln!(
-                "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  STATE",
+                "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  {:<10}  {:<21}  STATE",
                 "ID",
                 "NAME",
                 "HINT",
                 "CREATED",
                 "LAST USED",
-                "EXPIRES"
+                "EXPIRES",
+                "KIND",
+                "PROJECT"
             );
             for r in records {
                 outln!(
-                    "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  {}",
+                    "{:<20}  {:<24}  {:<18}  {:<16}  {:<16}  {:<16}  {:<10}  {:<21}  {}",
                     r.id.0,
                     r.name,
                     r.hint,
                     when(Some(r.created_at)),
                     when(r.last_used_at),
                     when(r.expires_at),
+                    r.kind.name(),
+                    r.project_id.0,
                     KeyState::of(&r, now).as_str()
                 );
             }
@@ -88,8 +121,15 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
 }
 
 async fn service(args: &StoreArgs) -> anyhow::Result<KeyService> {
+    Ok(service_and_store(args).await?.0)
+}
+
+async fn service_and_store(
+    args: &StoreArgs,
+) -> anyhow::Result<(KeyService, std::sync::Arc<svc_store::SqlStore>)> {
     let config = StoreConfig::load(args.config.as_deref(), &args.given)?;
-    Ok(KeyService::new(super::open_store(&config).await?))
+    let store = super::open_store(&config).await?;
+    Ok((KeyService::new(store.clone()), store))
 }
 
 /// `2026-11-22 14:03` (UTC), or `-`.

@@ -50,6 +50,7 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
             KeyOrigin::Dashboard => "Dashboard",
             KeyOrigin::Device => "Device login",
             KeyOrigin::Cli => "Operator (svc keys)",
+            KeyOrigin::Api => "Admin API",
         },
         owner => owner,
         rpm => key.limits.requests_per_minute,
@@ -152,6 +153,7 @@ pub async fn create(
             owner_id: Some(who.user.id.clone()),
             created_via: KeyOrigin::Dashboard,
             expires_in: days.map(|d| d * 86_400),
+            scope: Default::default(),
         })
         .await?;
     // Shown on the next page, once: kept sealed under the session's token.

@@ -100,7 +100,7 @@ where
     W: FnOnce(&std::sync::Arc<dyn svc_core::Engine>, &GenerateRequest) -> F,
     F: FnOnce(EventStream) -> EventStream,
 {
-    let route = routed(state, model, &mut request)?;
+    let route = routed(state, key, model, &mut request)?;
     state.metrics.gateway_overhead(model, arrived.elapsed());
     let wrap = wrap(&route.engine, &request);
     let events = wrap(route.engine.generate(request).await?);
@@ -116,14 +116,19 @@ where
 
 /// `model`'s route, with what it sets applied to `request`: the model's
 /// reasoning flag, and its default system prompt when the request has none.
+/// A model the key may not use (by its own list or its project's) is
+/// answered as one that does not exist, so a key cannot learn what else is
+/// served.
 pub(crate) fn routed<'a>(
     state: &'a AppState,
+    key: &KeyRecord,
     model: &str,
     request: &mut GenerateRequest,
 ) -> Result<&'a ModelRoute, ApiError> {
     let route = state
         .models
         .get(model)
+        .filter(|_| key.may_use(model))
         .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?;
     request.reasoning = route.reasoning;
     if let Some(prompt) = &route.default_system_prompt

@@ -86,14 +86,14 @@ pub async fn count_tokens(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |_, _| count(&state, request)).await
+    limited(&state, key, |key, _| count(&state, key, request)).await
 }
 
-async fn count(state: &AppState, request: Request) -> Result<Response, ApiError> {
+async fn count(state: &AppState, key: KeyRecord, request: Request) -> Result<Response, ApiError> {
     let ApiJson(body) = ApiJson::<CountTokensRequest>::from_request(request, state).await?;
     let request = ValidCountTokensRequest::try_from(body)?;
     let mut generate = request.generate;
-    let route = routed(state, &request.model, &mut generate)?;
+    let route = routed(state, &key, &request.model, &mut generate)?;
     let input_tokens = route.engine.count_tokens(&generate).await?;
     Ok(json_response(&CountTokensResponse { input_tokens }))
 }

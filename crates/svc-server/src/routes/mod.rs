@@ -7,6 +7,7 @@ mod key;
 mod messages;
 mod models;
 mod openapi;
+mod organization;
 mod responses;
 mod usage;
 
@@ -47,6 +48,26 @@ pub fn router() -> Router<AppState> {
         .route(AUTHORIZATION_SERVER_METADATA_PATH, get(device::metadata))
         .route("/v1/auth/key", get(key::current).delete(key::revoke))
         .route("/v1/admin/usage", get(usage::admin))
+        .route(
+            "/v1/organization/projects",
+            get(organization::list_projects).post(organization::create_project),
+        )
+        .route(
+            "/v1/organization/projects/{project_id}",
+            get(organization::get_project).post(organization::modify_project),
+        )
+        .route(
+            "/v1/organization/projects/{project_id}/api_keys",
+            get(organization::list_keys).post(organization::create_key),
+        )
+        .route(
+            "/v1/organization/projects/{project_id}/users",
+            get(organization::list_users).post(organization::add_user),
+        )
+        .route(
+            "/v1/organization/projects/{project_id}/api_keys/{key_id}",
+            get(organization::get_key).delete(organization::delete_key),
+        )
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)

@@ -18,21 +18,32 @@ fn entry(route: &ModelRoute) -> Model {
     }
 }
 
-pub async fn list(_key: Authenticated, State(state): State<AppState>) -> Json<ModelList> {
+/// The models the key may use (its own list and its project's): the others
+/// are not listed, and reading one is the 404 of a model that does not exist.
+pub async fn list(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
-        data: state.models.iter().map(entry).collect(),
+        data: state
+            .models
+            .iter()
+            .filter(|route| key.may_use(&route.id))
+            .map(entry)
+            .collect(),
     })
 }
 
 pub async fn retrieve(
-    _key: Authenticated,
+    Authenticated(key): Authenticated,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Model>, ApiError> {
     state
         .models
         .get(&id)
+        .filter(|route| key.may_use(&route.id))
         .map(|route| Json(entry(route)))
         .ok_or(ApiError::ModelNotFound(id))
 }

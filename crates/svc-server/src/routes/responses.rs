@@ -69,7 +69,7 @@ pub async fn delete(
 
 /// Whose the responses a key makes are.
 fn owner(key: &KeyRecord) -> String {
-    StoredResponse::owner_of(key.owner_id.as_ref())
+    StoredResponse::owner_of(key.owner_id.as_ref(), &key.project_id)
 }
 
 /// OpenAI's answer for an unknown (or another account's, or expired) id.

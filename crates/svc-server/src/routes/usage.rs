@@ -1,5 +1,6 @@
 //! `GET /v1/admin/usage`: requests and tokens per key per day, for keys of
-//! admin accounts (the dashboard's Usage page shows the same to people).
+//! admin accounts and organization-wide admin keys (the dashboard's Usage
+//! page shows the same to people).
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -18,11 +19,18 @@ pub async fn admin(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<UsageList>, ApiError> {
-    let owner = match &key.owner_id {
-        Some(id) => state.accounts.user(id).await?,
-        None => None,
+    // Every project's usage: an admin key must reach every project; any
+    // other key (`all`, or restricted to `api.usage.read`) an admin's.
+    let allowed = if key.kind == svc_core::KeyKind::Admin {
+        super::organization::reach(&state, &key).await? == super::organization::Reach::Organization
+    } else {
+        let owner = match &key.owner_id {
+            Some(id) => state.accounts.user(id).await?,
+            None => None,
+        };
+        owner.is_some_and(|u| u.is_admin)
     };
-    if !owner.is_some_and(|u| u.is_admin) {
+    if !allowed {
         return Err(ApiError::Forbidden(
             "This endpoint needs a key of an admin account.".into(),
         ));

@@ -23,6 +23,7 @@ mod health;
 mod messages;
 mod offboarding;
 mod operations;
+mod projects;
 mod ratelimit;
 mod responses;
 mod streaming;

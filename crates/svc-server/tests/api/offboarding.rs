@@ -72,6 +72,7 @@ async fn key_of(app: &TestApp, user: &UserRecord) -> String {
             owner_id: Some(user.id.clone()),
             created_via: svc_core::KeyOrigin::Dashboard,
             expires_in: None,
+            scope: Default::default(),
         })
         .await
         .unwrap();

@@ -39,6 +39,7 @@ async fn account_key(app: &TestApp, email: &str) -> String {
             owner_id: Some(user.id),
             created_via: KeyOrigin::Dashboard,
             expires_in: None,
+            scope: Default::default(),
         })
         .await
         .unwrap();

@@ -6,6 +6,7 @@ use svc_core::account::{UserId, UserRecord};
 use svc_core::device::{DeviceRecord, DeviceState};
 use svc_core::hashes::DeviceCodeHash;
 use svc_core::key::{ApiKey, KeyHash, KeyId};
+use svc_core::project::{KeyKind, ModelAccess, ProjectId};
 use svc_core::store::{KeyOrigin, KeyRecord};
 use svc_store::SqlStore;
 use svc_store::testing::{self, TestSchema};
@@ -119,6 +120,10 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         revoked_at: None,
         limits: Default::default(),
         owner_disabled_at: None,
+        project_id: ProjectId::default_project(),
+        kind: KeyKind::All,
+        allowed_models: ModelAccess::any(),
+        project_allowed_models: ModelAccess::any(),
     };
     (record, key.hash())
 }

@@ -77,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
             owner_id: None,
             created_via: KeyOrigin::Cli,
             expires_in: None,
+            scope: Default::default(),
         })
         .await?;
     let config = ServerConfig {

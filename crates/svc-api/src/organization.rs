@@ -1,0 +1,284 @@
+//! The admin API's bodies (`/v1/organization/…`), in the shape of OpenAI's
+//! Administration API: projects and their API keys, lists with
+//! `first_id`/`last_id`/`has_more` and an `after` cursor. svc adds what
+//! OpenAI lacks: creating a project key (its secret is in the answer, once),
+//! and a key's kind, permissions and allowed models.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+
+use crate::schema::constant;
+
+/// A project: `organization.project`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Project {
+    /// `proj_` + 16 hex (the default project: `proj_default`).
+    pub id: String,
+    /// Always `organization.project`.
+    #[schema(schema_with = object_project)]
+    pub object: String,
+    pub name: String,
+    /// Unix time.
+    pub created_at: i64,
+    /// Unix time; null while active.
+    #[schema(required = true)]
+    pub archived_at: Option<i64>,
+    /// `active` or `archived`.
+    #[schema(schema_with = project_status)]
+    pub status: String,
+    /// The model ids (`*` matches any run of characters) keys of this
+    /// project may use; null: every model.
+    #[schema(required = true)]
+    pub allowed_models: Option<Vec<String>>,
+}
+
+/// `GET /v1/organization/projects`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<Project>,
+    /// The id of the first item of `data`; null when empty.
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    /// The id of the last item: pass it as `after` for the next page.
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+/// `POST /v1/organization/projects`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProjectRequest {
+    /// 1 to 200 characters.
+    pub name: String,
+    /// Model ids keys of the project may use (`*` matches any run of
+    /// characters); omitted or null: every model.
+    #[serde(default)]
+    pub allowed_models: Option<Vec<String>>,
+}
+
+/// `POST /v1/organization/projects/{project_id}`: what to change (a field
+/// left out stays as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModifyProjectRequest {
+    /// 1 to 200 characters.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The model ids keys of the project may use; null: every model.
+    /// Applies from the keys' next request, on every replica.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub allowed_models: Option<Option<Vec<String>>>,
+}
+
+/// A field that is present (`null` included) is `Some`: only an absent
+/// one (serde's `default`) is `None`.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// A project's API key: `organization.project.api_key` (never its secret,
+/// except `value` in the answer to creating it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectApiKey {
+    /// `key_` + 16 hex.
+    pub id: String,
+    /// Always `organization.project.api_key`.
+    #[schema(schema_with = object_project_api_key)]
+    pub object: String,
+    pub name: String,
+    /// `sk-svc-1a2b…9f0e`.
+    pub redacted_value: String,
+    /// The key itself: only in the answer to creating it, and never again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Unix time.
+    pub created_at: i64,
+    /// Unix time; null when never used.
+    #[schema(required = true)]
+    pub last_used_at: Option<i64>,
+    /// Unix time; null when it does not expire.
+    #[schema(required = true)]
+    pub expires_at: Option<i64>,
+    /// `active`, `expired`, `revoked` or `disabled` (its account is).
+    #[schema(schema_with = key_state)]
+    pub state: String,
+    /// `all`, `restricted` or `admin`.
+    #[schema(schema_with = key_kind)]
+    pub kind: String,
+    /// The permissions the key holds (OpenAI's scope names).
+    pub permissions: Vec<String>,
+    /// The model ids the key may use within its project's; null: every one
+    /// its project allows.
+    #[schema(required = true)]
+    pub allowed_models: Option<Vec<String>>,
+    pub owner: ProjectApiKeyOwner,
+}
+
+/// Whose a key is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectApiKeyOwner {
+    /// `user` (an account's key) or `operator` (made by the operator, with
+    /// no account).
+    #[serde(rename = "type")]
+    #[schema(schema_with = owner_type)]
+    pub kind: String,
+    /// The account, for `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<ProjectUser>,
+}
+
+/// An account as the admin API shows it: `organization.project.user`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectUser {
+    pub id: String,
+    /// Always `organization.project.user`.
+    #[schema(schema_with = object_project_user)]
+    pub object: String,
+    pub email: String,
+    /// The account's role in the project (`owner`, `member`), or null
+    /// when it is not a member.
+    #[schema(required = true)]
+    pub role: Option<String>,
+    /// When it joined the project (Unix time): in the project's user list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_at: Option<i64>,
+}
+
+/// `GET /v1/organization/projects/{project_id}/users`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectUserList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<ProjectUser>,
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+/// `POST /v1/organization/projects/{project_id}/users`: adds an account to
+/// the project, or changes its role there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProjectUserRequest {
+    /// The account (`usr_...`).
+    pub user_id: String,
+    /// `owner` or `member`.
+    #[schema(schema_with = project_role)]
+    pub role: String,
+}
+
+/// `GET /v1/organization/projects/{project_id}/api_keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectApiKeyList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<ProjectApiKey>,
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+/// `POST /v1/organization/projects/{project_id}/api_keys` (svc's own: OpenAI
+/// makes project keys only in its dashboard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProjectApiKeyRequest {
+    /// 1 to 200 characters.
+    pub name: String,
+    /// `all` (the default), `restricted` or `admin`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// For `restricted` only: the scopes it holds (`model.request`,
+    /// `api.responses.write`, `api.responses.read`, `api.model.read`,
+    /// `api.usage.read`).
+    #[serde(default)]
+    pub permissions: Option<Vec<String>>,
+    /// Model ids (`*` matches any run of characters) it may use; omitted
+    /// or null: every one its project allows.
+    #[serde(default)]
+    pub allowed_models: Option<Vec<String>>,
+    /// Seconds until it expires; omitted or null: never.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub expires_in: Option<i64>,
+    /// The account the key is for, a member of the project (svc's own);
+    /// omitted or null: the admin key's own owner.
+    #[serde(default)]
+    pub user_id: Option<String>,
+}
+
+/// `DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}`: the
+/// key is revoked (its record stays, for its usage history).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedProjectApiKey {
+    /// Always `organization.project.api_key.deleted`.
+    #[schema(schema_with = object_deleted_key)]
+    pub object: String,
+    pub id: String,
+    /// Always true.
+    #[schema(schema_with = always_true)]
+    pub deleted: bool,
+}
+
+fn object_project() -> Object {
+    constant("organization.project")
+}
+
+fn object_project_api_key() -> Object {
+    constant("organization.project.api_key")
+}
+
+fn object_project_user() -> Object {
+    constant("organization.project.user")
+}
+
+fn object_deleted_key() -> Object {
+    constant("organization.project.api_key.deleted")
+}
+
+fn always_true() -> Object {
+    constant(true)
+}
+
+fn strings(values: &[&str]) -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(values.iter().copied()))
+        .build()
+}
+
+fn project_status() -> Object {
+    strings(&["active", "archived"])
+}
+
+fn key_state() -> Object {
+    strings(&["active", "expired", "revoked", "disabled"])
+}
+
+fn key_kind() -> Object {
+    strings(&["all", "restricted", "admin"])
+}
+
+fn project_role() -> Object {
+    strings(&["owner", "member"])
+}
+
+fn owner_type() -> Object {
+    strings(&["user", "operator"])
+}

@@ -1,0 +1,415 @@
+//! Projects and what a key may do: the organization's projects and their
+//! members' roles, a key's kind (`all`, `restricted` to permissions, or
+//! `admin`), and the models a project or a key may use.
+//!
+//! The shape is OpenAI's organization: every key belongs to a project;
+//! accounts are project members with the role `owner` or `member`; the
+//! organization's roles are `owner` (an account with `is_admin`) and
+//! `reader` (every other account). Permission names are OpenAI's
+//! restricted-key scopes where OpenAI has one.
+
+use std::fmt;
+
+use crate::store::UnknownValue;
+
+/// The project every key and account was in before projects existed, and
+/// where keys go when no project is named (the dashboard, device logins,
+/// `svc keys create` without `--project`).
+pub const DEFAULT_PROJECT_ID: &str = "proj_default";
+
+/// The public identifier of a project (`proj_` + 16 hex, or
+/// [`DEFAULT_PROJECT_ID`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProjectId(pub String);
+
+impl ProjectId {
+    /// A fresh random id.
+    pub fn generate() -> Self {
+        ProjectId(format!("proj_{}", hex::encode(rand::random::<[u8; 8]>())))
+    }
+
+    /// The default project's id.
+    pub fn default_project() -> Self {
+        ProjectId(DEFAULT_PROJECT_ID.to_owned())
+    }
+
+    /// Whether this is the default project.
+    pub fn is_default(&self) -> bool {
+        self.0 == DEFAULT_PROJECT_ID
+    }
+}
+
+impl fmt::Display for ProjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A stored project.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectRecord {
+    pub id: ProjectId,
+    pub name: String,
+    pub created_at: i64,
+    /// Archived projects are kept for their history (none are archived yet:
+    /// the admin API has no archive call so far).
+    pub archived_at: Option<i64>,
+    /// The models keys of this project may use.
+    pub allowed_models: ModelAccess,
+}
+
+/// An account's membership of a project, with its email.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectMember {
+    pub user_id: crate::account::UserId,
+    pub email: String,
+    pub role: ProjectRole,
+    /// When it joined the project.
+    pub added_at: i64,
+}
+
+/// An account's role in a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProjectRole {
+    /// Manages the project's keys (with an admin key, through the admin API).
+    Owner,
+    /// Uses the project's models with keys of their own.
+    Member,
+}
+
+impl ProjectRole {
+    /// The stored (and shown) form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProjectRole::Owner => "owner",
+            ProjectRole::Member => "member",
+        }
+    }
+
+    /// Reads the stored form; anything else is an error, never a guess.
+    pub fn parse(stored: &str) -> Result<Self, UnknownValue> {
+        match stored {
+            "owner" => Ok(ProjectRole::Owner),
+            "member" => Ok(ProjectRole::Member),
+            _ => Err(UnknownValue::new("project role", stored)),
+        }
+    }
+}
+
+/// An account's role in the organization: stored as the account's
+/// `is_admin` flag (what "admin" meant before projects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OrgRole {
+    /// Today's admin: every project, every account.
+    Owner,
+    /// Everyone else.
+    Reader,
+}
+
+impl OrgRole {
+    /// The role of an account with this `is_admin` flag.
+    pub fn of_admin_flag(is_admin: bool) -> Self {
+        if is_admin {
+            OrgRole::Owner
+        } else {
+            OrgRole::Reader
+        }
+    }
+
+    /// `owner` or `reader`, OpenAI's names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrgRole::Owner => "owner",
+            OrgRole::Reader => "reader",
+        }
+    }
+}
+
+/// One thing a key may be allowed to do, by OpenAI's scope name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Permission {
+    /// Inference: `/v1/chat/completions`, `/v1/messages` (and
+    /// `count_tokens`). OpenAI's `model.request`.
+    ModelRequest,
+    /// `POST /v1/responses`, `DELETE /v1/responses/{id}`.
+    ResponsesWrite,
+    /// `GET /v1/responses/{id}`.
+    ResponsesRead,
+    /// `GET /v1/models`, `GET /v1/models/{id}`.
+    ModelRead,
+    /// `GET /v1/admin/usage`.
+    UsageRead,
+    /// Reading the admin API (`/v1/organization/…`): admin keys only.
+    ManagementRead,
+    /// Changing through the admin API: admin keys only.
+    ManagementWrite,
+}
+
+impl Permission {
+    /// Every permission, in a stable order.
+    pub const ALL: [Permission; 7] = [
+        Permission::ModelRequest,
+        Permission::ResponsesWrite,
+        Permission::ResponsesRead,
+        Permission::ModelRead,
+        Permission::UsageRead,
+        Permission::ManagementRead,
+        Permission::ManagementWrite,
+    ];
+
+    /// OpenAI's scope name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::ModelRequest => "model.request",
+            Permission::ResponsesWrite => "api.responses.write",
+            Permission::ResponsesRead => "api.responses.read",
+            Permission::ModelRead => "api.model.read",
+            Permission::UsageRead => "api.usage.read",
+            Permission::ManagementRead => "api.management.read",
+            Permission::ManagementWrite => "api.management.write",
+        }
+    }
+
+    /// By scope name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Permission::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// Whether only admin keys hold it (a restricted key cannot be given it).
+    pub fn is_management(self) -> bool {
+        matches!(
+            self,
+            Permission::ManagementRead | Permission::ManagementWrite
+        )
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a key may call.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum KeyKind {
+    /// Every route but the admin API: what every key could do before kinds.
+    #[default]
+    All,
+    /// Only the routes of these permissions (never management ones).
+    Restricted(Vec<Permission>),
+    /// The admin API and usage; no inference.
+    Admin,
+}
+
+impl KeyKind {
+    /// `all`, `restricted` or `admin`: the stored and shown form.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KeyKind::All => "all",
+            KeyKind::Restricted(_) => "restricted",
+            KeyKind::Admin => "admin",
+        }
+    }
+
+    /// Whether a key of this kind holds `permission`.
+    pub fn allows(&self, permission: Permission) -> bool {
+        match self {
+            KeyKind::All => !permission.is_management(),
+            KeyKind::Restricted(list) => list.contains(&permission),
+            KeyKind::Admin => permission.is_management() || permission == Permission::UsageRead,
+        }
+    }
+
+    /// The permissions this kind holds, in [`Permission::ALL`]'s order.
+    pub fn permissions(&self) -> Vec<Permission> {
+        Permission::ALL
+            .into_iter()
+            .filter(|p| self.allows(*p))
+            .collect()
+    }
+
+    /// A kind from its name and, for `restricted`, permission names (sorted
+    /// and deduplicated). Errors say what is wrong, for the caller to show.
+    pub fn from_parts(name: &str, permissions: &[String]) -> Result<Self, KeyKindError> {
+        match name {
+            "all" | "admin" if !permissions.is_empty() => {
+                Err(KeyKindError::PermissionsWithoutRestricted)
+            }
+            "all" => Ok(KeyKind::All),
+            "admin" => Ok(KeyKind::Admin),
+            "restricted" => {
+                let mut list = Vec::with_capacity(permissions.len());
+                for name in permissions {
+                    let permission = Permission::parse(name)
+                        .filter(|p| !p.is_management())
+                        .ok_or_else(|| KeyKindError::UnknownPermission(name.clone()))?;
+                    list.push(permission);
+                }
+                list.sort();
+                list.dedup();
+                Ok(KeyKind::Restricted(list))
+            }
+            other => Err(KeyKindError::UnknownKind(other.to_owned())),
+        }
+    }
+}
+
+/// Why a kind and permissions do not make a [`KeyKind`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyKindError {
+    #[error("unknown key kind {0:?}: use all, restricted or admin")]
+    UnknownKind(String),
+    #[error("unknown permission {0:?}")]
+    UnknownPermission(String),
+    #[error("permissions are given only with the kind restricted")]
+    PermissionsWithoutRestricted,
+}
+
+/// The longest model pattern accepted.
+pub const MAX_MODEL_PATTERN_BYTES: usize = 256;
+/// The most model patterns one list may have.
+pub const MAX_MODEL_PATTERNS: usize = 256;
+
+/// Which model ids may be used: any (`None`), or those matching one of the
+/// patterns, where `*` matches any run of characters (`svc*`). An empty
+/// list allows none.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ModelAccess(pub Option<Vec<String>>);
+
+impl ModelAccess {
+    /// Every model.
+    pub fn any() -> Self {
+        ModelAccess(None)
+    }
+
+    /// Only models matching one of `patterns`, checked: each non-empty, at
+    /// most [`MAX_MODEL_PATTERN_BYTES`], without control characters, and at
+    /// most [`MAX_MODEL_PATTERNS`] of them.
+    pub fn only(patterns: Vec<String>) -> Result<Self, String> {
+        if patterns.len() > MAX_MODEL_PATTERNS {
+            return Err(format!("at most {MAX_MODEL_PATTERNS} model patterns"));
+        }
+        for pattern in &patterns {
+            if pattern.is_empty()
+                || pattern.len() > MAX_MODEL_PATTERN_BYTES
+                || pattern.chars().any(char::is_control)
+            {
+                return Err(format!(
+                    "model patterns are 1 to {MAX_MODEL_PATTERN_BYTES} bytes without control characters"
+                ));
+            }
+        }
+        Ok(ModelAccess(Some(patterns)))
+    }
+
+    /// Whether `model` may be used.
+    pub fn allows(&self, model: &str) -> bool {
+        match &self.0 {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| glob_matches(p, model)),
+        }
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of
+/// characters (none included) and every other character itself.
+pub fn glob_matches(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    // `split` yields at least one part.
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*`: the whole text must be the pattern.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_as_shell_stars_do() {
+        assert!(glob_matches("svc", "svc"));
+        assert!(!glob_matches("svc", "svc-thinking"));
+        assert!(glob_matches("svc*", "svc"));
+        assert!(glob_matches("svc*", "svc-thinking"));
+        assert!(!glob_matches("svc*", "xsvc"));
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("*-thinking", "svc-thinking"));
+        assert!(glob_matches("a*b*c", "abc"));
+        assert!(glob_matches("a*b*c", "a-b-b-c"));
+        assert!(!glob_matches("a*b*c", "a-c"));
+        assert!(!glob_matches("ab*ba", "aba"));
+        assert!(glob_matches("llama-*-70b", "llama-3.1-70b"));
+    }
+
+    #[test]
+    fn model_access_any_or_listed() {
+        assert!(ModelAccess::any().allows("anything"));
+        let only = ModelAccess::only(vec!["svc".into(), "llama*".into()]).unwrap();
+        assert!(only.allows("svc"));
+        assert!(only.allows("llama-70b"));
+        assert!(!only.allows("svc-thinking"));
+        assert!(!ModelAccess::only(vec![]).unwrap().allows("svc"));
+        assert!(ModelAccess::only(vec![String::new()]).is_err());
+        assert!(ModelAccess::only(vec!["a\nb".into()]).is_err());
+    }
+
+    #[test]
+    fn kinds_hold_their_permissions() {
+        assert!(KeyKind::All.allows(Permission::ModelRequest));
+        assert!(!KeyKind::All.allows(Permission::ManagementRead));
+        assert!(!KeyKind::Admin.allows(Permission::ModelRequest));
+        assert!(KeyKind::Admin.allows(Permission::ManagementWrite));
+        assert!(KeyKind::Admin.allows(Permission::UsageRead));
+        let read_only = KeyKind::Restricted(vec![Permission::ModelRead]);
+        assert!(read_only.allows(Permission::ModelRead));
+        assert!(!read_only.allows(Permission::ModelRequest));
+    }
+
+    #[test]
+    fn kinds_are_read_from_their_parts() {
+        let names = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(KeyKind::from_parts("all", &[]), Ok(KeyKind::All));
+        assert_eq!(KeyKind::from_parts("admin", &[]), Ok(KeyKind::Admin));
+        assert_eq!(
+            KeyKind::from_parts(
+                "restricted",
+                &names(&["api.model.read", "model.request", "model.request"])
+            ),
+            Ok(KeyKind::Restricted(vec![
+                Permission::ModelRequest,
+                Permission::ModelRead
+            ]))
+        );
+        assert!(KeyKind::from_parts("restricted", &names(&["api.management.write"])).is_err());
+        assert!(KeyKind::from_parts("restricted", &names(&["root"])).is_err());
+        assert!(KeyKind::from_parts("all", &names(&["model.request"])).is_err());
+        assert!(KeyKind::from_parts("super", &[]).is_err());
+        for p in Permission::ALL {
+            assert_eq!(Permission::parse(p.as_str()), Some(p));
+        }
+    }
+
+    #[test]
+    fn roles_round_trip() {
+        for role in [ProjectRole::Owner, ProjectRole::Member] {
+            assert_eq!(ProjectRole::parse(role.as_str()), Ok(role));
+        }
+        assert!(ProjectRole::parse("admin").is_err());
+        assert_eq!(OrgRole::of_admin_flag(true).as_str(), "owner");
+        assert_eq!(OrgRole::of_admin_flag(false).as_str(), "reader");
+    }
+}

@@ -1,0 +1,572 @@
+//! The admin API's projects and project keys (`/v1/organization/projects…`),
+//! in the shape of OpenAI's Administration API. Only admin keys get here
+//! (the route table in [`crate::scopes`] says so); what one may reach
+//! depends on whose it is:
+//!
+//! - the operator's (made with `svc keys create --kind admin`, no account)
+//!   or an organization owner's: every project;
+//! - a project owner's: its own project only. Every other project, and
+//!   every key of another project, is answered as not found, whatever its
+//!   id, so ids cannot be probed.
+//!
+//! Keys made here belong to the admin key's owner (or to the member
+//! `user_id` names), in the project named by the path. Project users are
+//! listed, added and given a role here too (an owner's admin key may then
+//! reach that project).
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use svc_api::{
+    CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
+    DeletedProjectApiKey, ModifyProjectRequest, Project, ProjectApiKey, ProjectApiKeyList,
+    ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
+};
+use svc_core::{
+    KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, ProjectId,
+    ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
+};
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Authenticated};
+use crate::state::AppState;
+
+/// The longest project or key name.
+const MAX_NAME_CHARS: usize = 200;
+/// `limit`'s default and most, as OpenAI's.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 100;
+
+/// What an admin key may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Every project.
+    Organization,
+    /// One project.
+    Project(ProjectId),
+}
+
+impl Reach {
+    fn sees(&self, project: &ProjectId) -> bool {
+        match self {
+            Reach::Organization => true,
+            Reach::Project(own) => own == project,
+        }
+    }
+}
+
+/// What `key` (an admin key: the route table let it in) may reach: decided
+/// by its owner's roles now, not when the key was made, so demoting the
+/// owner takes the reach away.
+pub(crate) async fn reach(state: &AppState, key: &KeyRecord) -> Result<Reach, ApiError> {
+    let Some(owner) = &key.owner_id else {
+        return Ok(Reach::Organization);
+    };
+    let user = state.accounts.user(owner).await?;
+    if user.as_ref().is_some_and(|u| u.is_admin) {
+        return Ok(Reach::Organization);
+    }
+    let role = state.store.project_role(&key.project_id, owner).await?;
+    if role == Some(ProjectRole::Owner) {
+        return Ok(Reach::Project(key.project_id.clone()));
+    }
+    Err(ApiError::Forbidden(
+        "You have insufficient permissions for this operation: this admin key's account is no longer an owner of the organization or of the key's project."
+            .into(),
+    ))
+}
+
+/// The project `id`, if it exists and `reach` sees it; otherwise the 404 of
+/// a project that does not exist.
+async fn visible_project(
+    state: &AppState,
+    reach: &Reach,
+    id: &str,
+) -> Result<ProjectRecord, ApiError> {
+    let id = ProjectId(id.to_owned());
+    let found = if reach.sees(&id) {
+        state.store.project_by_id(&id).await?
+    } else {
+        None
+    };
+    found.ok_or_else(|| ApiError::NotFound {
+        param: None,
+        message: format!("No project found with id '{}'.", id.0),
+    })
+}
+
+/// The key `key_id` of `project`; any other (another project's, or none)
+/// is the same 404.
+async fn key_of(
+    state: &AppState,
+    project: &ProjectRecord,
+    key_id: &str,
+) -> Result<KeyRecord, ApiError> {
+    let key = state.keys.get(&KeyId(key_id.to_owned())).await?;
+    key.filter(|k| k.project_id == project.id)
+        .ok_or_else(|| ApiError::NotFound {
+            param: None,
+            message: format!("No API key found with id '{key_id}' in this project."),
+        })
+}
+
+fn project_body(project: ProjectRecord) -> Project {
+    Project {
+        id: project.id.0,
+        object: "organization.project".into(),
+        name: project.name,
+        created_at: project.created_at,
+        archived_at: project.archived_at,
+        status: if project.archived_at.is_some() {
+            "archived".into()
+        } else {
+            "active".into()
+        },
+        allowed_models: project.allowed_models.0,
+    }
+}
+
+async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, ApiError> {
+    let owner = match &key.owner_id {
+        None => ProjectApiKeyOwner {
+            kind: "operator".into(),
+            user: None,
+        },
+        Some(id) => {
+            let user = state.accounts.user(id).await?;
+            let role = state.store.project_role(&key.project_id, id).await?;
+            ProjectApiKeyOwner {
+                kind: "user".into(),
+                user: user.map(|u| ProjectUser {
+                    id: u.id.0,
+                    object: "organization.project.user".into(),
+                    email: u.email,
+                    role: role.map(|r| r.as_str().to_owned()),
+                    added_at: None,
+                }),
+            }
+        }
+    };
+    Ok(ProjectApiKey {
+        object: "organization.project.api_key".into(),
+        state: KeyState::of(&key, now()).as_str().into(),
+        kind: key.kind.name().into(),
+        permissions: key
+            .kind
+            .permissions()
+            .into_iter()
+            .map(|p| p.as_str().to_owned())
+            .collect(),
+        allowed_models: key.allowed_models.0,
+        id: key.id.0,
+        name: key.name,
+        redacted_value: key.hint,
+        value: None,
+        created_at: key.created_at,
+        last_used_at: key.last_used_at,
+        expires_at: key.expires_at,
+        owner,
+    })
+}
+
+/// `limit` and `after` of a list request, as OpenAI reads them.
+struct Page {
+    limit: usize,
+    after: Option<String>,
+}
+
+fn page(query: Option<&str>) -> Result<Page, ApiError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();
+    let last = |name: &str| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let limit = match last("limit") {
+        None => DEFAULT_LIMIT,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| ValidationError {
+                param: "limit".into(),
+                message: format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
+            })?,
+    };
+    Ok(Page {
+        limit,
+        after: last("after").filter(|a| !a.is_empty()),
+    })
+}
+
+/// One page of `items` (identified by `id`): those after the item `after`
+/// (all when it is not among them), at most `limit`; and whether more
+/// follow.
+fn paginate<T>(items: Vec<T>, page: &Page, id: impl Fn(&T) -> &str) -> (Vec<T>, bool) {
+    let start = page
+        .after
+        .as_deref()
+        .and_then(|after| items.iter().position(|item| id(item) == after))
+        .map_or(0, |at| at + 1);
+    let mut rest: Vec<T> = items.into_iter().skip(start).collect();
+    let has_more = rest.len() > page.limit;
+    rest.truncate(page.limit);
+    (rest, has_more)
+}
+
+/// A name: trimmed, 1 to [`MAX_NAME_CHARS`] characters on one line.
+fn name(text: &str) -> Result<String, ApiError> {
+    let name = text.trim();
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name.chars().any(char::is_control)
+    {
+        return Err(ValidationError {
+            param: "name".into(),
+            message: format!("name must be 1 to {MAX_NAME_CHARS} characters on one line"),
+        }
+        .into());
+    }
+    Ok(name.to_owned())
+}
+
+fn models(list: Option<Vec<String>>) -> Result<ModelAccess, ApiError> {
+    match list {
+        None => Ok(ModelAccess::any()),
+        Some(list) => ModelAccess::only(list).map_err(|message| {
+            ValidationError {
+                param: "allowed_models".into(),
+                message,
+            }
+            .into()
+        }),
+    }
+}
+
+/// `GET /v1/organization/projects`: the projects the key reaches, oldest
+/// first.
+pub async fn list_projects(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ProjectList>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let page = page(query.as_deref())?;
+    let projects: Vec<ProjectRecord> = state
+        .store
+        .list_projects()
+        .await?
+        .into_iter()
+        .filter(|p| reach.sees(&p.id))
+        .collect();
+    let (projects, has_more) = paginate(projects, &page, |p| p.id.0.as_str());
+    let data: Vec<Project> = projects.into_iter().map(project_body).collect();
+    Ok(Json(ProjectList {
+        object: "list".into(),
+        first_id: data.first().map(|p| p.id.clone()),
+        last_id: data.last().map(|p| p.id.clone()),
+        has_more,
+        data,
+    }))
+}
+
+/// `POST /v1/organization/projects`: organization-wide admin keys only.
+pub async fn create_project(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateProjectRequest>,
+) -> Result<Json<Project>, ApiError> {
+    if reach(&state, &key).await? != Reach::Organization {
+        return Err(ApiError::Forbidden(
+            "You have insufficient permissions for this operation: creating projects needs an admin key of an organization owner."
+                .into(),
+        ));
+    }
+    let project = ProjectRecord {
+        id: ProjectId::generate(),
+        name: name(&body.name)?,
+        created_at: now(),
+        archived_at: None,
+        allowed_models: models(body.allowed_models)?,
+    };
+    state.store.insert_project(&project).await?;
+    Ok(Json(project_body(project)))
+}
+
+/// `GET /v1/organization/projects/{project_id}`.
+pub async fn get_project(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+) -> Result<Json<Project>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    Ok(Json(project_body(project)))
+}
+
+/// `POST /v1/organization/projects/{project_id}`: renames the project or
+/// sets its allowed models (organization-wide admin keys only: a project's
+/// owner cannot widen what the organization allowed it).
+pub async fn modify_project(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    ApiJson(body): ApiJson<ModifyProjectRequest>,
+) -> Result<Json<Project>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let mut project = visible_project(&state, &reach, &project_id).await?;
+    if reach != Reach::Organization {
+        return Err(ApiError::Forbidden(
+            "You have insufficient permissions for this operation: changing a project needs an admin key of an organization owner."
+                .into(),
+        ));
+    }
+    if let Some(text) = &body.name {
+        project.name = name(text)?;
+    }
+    if let Some(list) = body.allowed_models {
+        project.allowed_models = models(list)?;
+    }
+    let found = state
+        .store
+        .update_project(&project.id, &project.name, &project.allowed_models)
+        .await?;
+    if !found {
+        return Err(ApiError::NotFound {
+            param: None,
+            message: format!("No project found with id '{}'.", project.id.0),
+        });
+    }
+    Ok(Json(project_body(project)))
+}
+
+/// `GET /v1/organization/projects/{project_id}/api_keys`: newest first.
+pub async fn list_keys(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ProjectApiKeyList>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let page = page(query.as_deref())?;
+    let keys = state.store.list_project_keys(&project.id).await?;
+    let (keys, has_more) = paginate(keys, &page, |k| k.id.0.as_str());
+    let mut data = Vec::with_capacity(keys.len());
+    for key in keys {
+        data.push(key_body(&state, key).await?);
+    }
+    Ok(Json(ProjectApiKeyList {
+        object: "list".into(),
+        first_id: data.first().map(|k| k.id.clone()),
+        last_id: data.last().map(|k| k.id.clone()),
+        has_more,
+        data,
+    }))
+}
+
+/// `POST /v1/organization/projects/{project_id}/api_keys`: a new key of the
+/// admin key's owner in the project, its secret in `value`, once.
+pub async fn create_key(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    ApiJson(body): ApiJson<CreateProjectApiKeyRequest>,
+) -> Result<Json<ProjectApiKey>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let name = name(&body.name)?;
+    let kind = KeyKind::from_parts(
+        body.kind.as_deref().unwrap_or("all"),
+        &body.permissions.unwrap_or_default(),
+    )
+    .map_err(|e| {
+        let param = match e {
+            svc_core::project::KeyKindError::UnknownKind(_) => "kind",
+            _ => "permissions",
+        };
+        ApiError::from(ValidationError {
+            param: param.into(),
+            message: e.to_string(),
+        })
+    })?;
+    if let Some(seconds) = body.expires_in
+        && seconds < 1
+    {
+        return Err(ValidationError {
+            param: "expires_in".into(),
+            message: "expires_in must be a positive number of seconds".into(),
+        }
+        .into());
+    }
+    // The key is the caller's own, or a member's of the project.
+    let owner_id = match body.user_id {
+        None => key.owner_id.clone(),
+        Some(user_id) => {
+            let user = UserId(user_id);
+            if state
+                .store
+                .project_role(&project.id, &user)
+                .await?
+                .is_none()
+            {
+                return Err(ApiError::NotFound {
+                    param: Some("user_id".into()),
+                    message: format!("No user with id '{}' in this project.", user.0),
+                });
+            }
+            Some(user)
+        }
+    };
+    let (secret, record) = state
+        .keys
+        .create(NewKey {
+            name,
+            owner_id,
+            created_via: KeyOrigin::Api,
+            expires_in: body.expires_in,
+            scope: KeyScope {
+                project_id: Some(project.id.clone()),
+                kind,
+                allowed_models: models(body.allowed_models)?,
+            },
+        })
+        .await?;
+    let mut body = key_body(&state, record).await?;
+    body.value = Some(secret.expose().to_owned());
+    Ok(Json(body))
+}
+
+/// `GET /v1/organization/projects/{project_id}/api_keys/{key_id}`.
+pub async fn get_key(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path((project_id, key_id)): Path<(String, String)>,
+) -> Result<Json<ProjectApiKey>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let found = key_of(&state, &project, &key_id).await?;
+    Ok(Json(key_body(&state, found).await?))
+}
+
+/// `DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}`:
+/// revokes the key (refused from the next request, on every replica); its
+/// record stays, shown as `revoked`. Deleting it again answers the same.
+pub async fn delete_key(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path((project_id, key_id)): Path<(String, String)>,
+) -> Result<Json<DeletedProjectApiKey>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let found = key_of(&state, &project, &key_id).await?;
+    state.keys.revoke(&found.id).await?;
+    Ok(Json(DeletedProjectApiKey {
+        object: "organization.project.api_key.deleted".into(),
+        id: found.id.0,
+        deleted: true,
+    }))
+}
+
+fn member_body(member: ProjectMember) -> ProjectUser {
+    ProjectUser {
+        id: member.user_id.0,
+        object: "organization.project.user".into(),
+        email: member.email,
+        role: Some(member.role.as_str().to_owned()),
+        added_at: Some(member.added_at),
+    }
+}
+
+/// `GET /v1/organization/projects/{project_id}/users`: oldest member first.
+pub async fn list_users(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ProjectUserList>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let page = page(query.as_deref())?;
+    let members = state.store.list_project_members(&project.id).await?;
+    let (members, has_more) = paginate(members, &page, |m| m.user_id.0.as_str());
+    let data: Vec<ProjectUser> = members.into_iter().map(member_body).collect();
+    Ok(Json(ProjectUserList {
+        object: "list".into(),
+        first_id: data.first().map(|u| u.id.clone()),
+        last_id: data.last().map(|u| u.id.clone()),
+        has_more,
+        data,
+    }))
+}
+
+/// `POST /v1/organization/projects/{project_id}/users`: adds an account to
+/// the project with a role, or changes its role there. An owner's admin
+/// keys reach the project from their next request; a member's do not.
+pub async fn add_user(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    ApiJson(body): ApiJson<CreateProjectUserRequest>,
+) -> Result<Json<ProjectUser>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let role = ProjectRole::parse(&body.role).map_err(|_| ValidationError {
+        param: "role".into(),
+        message: "role must be owner or member".into(),
+    })?;
+    let user = UserId(body.user_id);
+    if state.accounts.user(&user).await?.is_none() {
+        return Err(ApiError::NotFound {
+            param: Some("user_id".into()),
+            message: format!("No user found with id '{}'.", user.0),
+        });
+    }
+    state
+        .store
+        .set_project_member(&project.id, &user, role, now())
+        .await?;
+    let members = state.store.list_project_members(&project.id).await?;
+    let member = members
+        .into_iter()
+        .find(|m| m.user_id == user)
+        .ok_or_else(|| ApiError::Internal("a member just added is not listed".into()))?;
+    Ok(Json(member_body(member)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_follow_the_cursor() {
+        let items: Vec<String> = (0..5).map(|n| format!("id{n}")).collect();
+        let page_of = |limit, after: Option<&str>| Page {
+            limit,
+            after: after.map(str::to_owned),
+        };
+        let (first, more) = paginate(items.clone(), &page_of(2, None), |s| s.as_str());
+        assert_eq!((first, more), (vec!["id0".into(), "id1".into()], true));
+        let (next, more) = paginate(items.clone(), &page_of(2, Some("id1")), |s| s.as_str());
+        assert_eq!((next, more), (vec!["id2".into(), "id3".into()], true));
+        let (last, more) = paginate(items.clone(), &page_of(2, Some("id3")), |s| s.as_str());
+        assert_eq!((last, more), (vec!["id4".to_owned()], false));
+        let (past, more) = paginate(items, &page_of(2, Some("id4")), |s| s.as_str());
+        assert!(past.is_empty() && !more);
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        assert_eq!(page(None).unwrap().limit, DEFAULT_LIMIT);
+        assert_eq!(page(Some("limit=100&after=key_1")).unwrap().limit, 100);
+        assert_eq!(
+            page(Some("after=key_1")).unwrap().after.as_deref(),
+            Some("key_1")
+        );
+        for bad in ["limit=0", "limit=101", "limit=x"] {
+            assert!(page(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! [`ProjectStore`] on SQL: the `projects` and `project_members` tables.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use svc_core::account::UserId;
+use svc_core::project::{ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
+use svc_core::store::{ProjectStore, StoreError};
+
+use crate::SqlStore;
+use crate::error::{query_error, unknown_value};
+
+macro_rules! columns {
+    () => {
+        "id, name, created_at, archived_at, allowed_models"
+    };
+}
+
+const INSERT: &str = concat!(
+    "INSERT INTO projects (",
+    columns!(),
+    ") VALUES ($1, $2, $3, $4, $5)"
+);
+const BY_ID: &str = concat!("SELECT ", columns!(), " FROM projects WHERE id = $1");
+const ALL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM projects ORDER BY created_at, id"
+);
+// An upsert both backends read the same way.
+pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
+     (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role";
+const UPDATE: &str = "UPDATE projects SET name = $2, allowed_models = $3 WHERE id = $1";
+const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
+     FROM project_members m JOIN users u ON u.id = m.user_id \
+     WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
+const ROLE: &str = "SELECT role FROM project_members WHERE project_id = $1 AND user_id = $2";
+
+fn record(row: &AnyRow) -> Result<ProjectRecord, sqlx::Error> {
+    Ok(ProjectRecord {
+        id: ProjectId(row.try_get("id")?),
+        name: row.try_get("name")?,
+        created_at: row.try_get("created_at")?,
+        archived_at: row.try_get("archived_at")?,
+        allowed_models: crate::lists::model_access(row, "allowed_models")?,
+    })
+}
+
+#[async_trait]
+impl ProjectStore for SqlStore {
+    async fn insert_project(&self, project: &ProjectRecord) -> Result<(), StoreError> {
+        sqlx::query(INSERT)
+            .bind(project.id.0.as_str())
+            .bind(project.name.as_str())
+            .bind(project.created_at)
+            .bind(project.archived_at)
+            .bind(crate::lists::model_access_json(&project.allowed_models))
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(query_error)
+    }
+
+    async fn project_by_id(&self, id: &ProjectId) -> Result<Option<ProjectRecord>, StoreError> {
+        self.one_by(BY_ID, record, &id.0).await
+    }
+
+    async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError> {
+        let rows = sqlx::query(ALL)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(record)
+            .collect::<Result<_, _>>()
+            .map_err(query_error)
+    }
+
+    async fn update_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        allowed_models: &ModelAccess,
+    ) -> Result<bool, StoreError> {
+        let before = self.key_changes.before_change().await;
+        let done = sqlx::query(UPDATE)
+            .bind(id.0.as_str())
+            .bind(name)
+            .bind(crate::lists::model_access_json(allowed_models))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+        let found = done.rows_affected() == 1;
+        if found {
+            self.key_changes.changed(before).await;
+        }
+        Ok(found)
+    }
+
+    async fn set_project_member(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+        role: ProjectRole,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(SET_MEMBER)
+            .bind(project.0.as_str())
+            .bind(user.0.as_str())
+            .bind(role.as_str())
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(query_error)
+    }
+
+    async fn list_project_members(
+        &self,
+        project: &ProjectId,
+    ) -> Result<Vec<ProjectMember>, StoreError> {
+        let rows = sqlx::query(MEMBERS)
+            .bind(project.0.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(ProjectMember {
+                    user_id: UserId(row.try_get("user_id")?),
+                    email: row.try_get("email")?,
+                    role: ProjectRole::parse(&role).map_err(|e| unknown_value("role", e))?,
+                    added_at: row.try_get("created_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(query_error)
+    }
+
+    async fn project_role(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+    ) -> Result<Option<ProjectRole>, StoreError> {
+        let role: Option<String> = sqlx::query_scalar(ROLE)
+            .bind(project.0.as_str())
+            .bind(user.0.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?;
+        role.map(|r| ProjectRole::parse(&r))
+            .transpose()
+            .map_err(|e| query_error(unknown_value("role", e)))
+    }
+}

@@ -1,0 +1,400 @@
+//! Projects, memberships, key kinds and model lists, on both backends; and
+//! the upgrade of a database made before projects existed.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
+
+mod common;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use common::{Db, new_key, new_user};
+use sqlx::migrate::Migrator;
+use sqlx::{AnyConnection, Connection};
+use svc_core::keys::{KeyScope, KeyService, NewKey};
+use svc_core::project::{KeyKind, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole};
+use svc_core::store::{KeyOrigin, KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
+
+on_both_backends!(
+    a_database_from_before_projects_upgrades_with_everything_in_the_default_project,
+    projects_and_memberships_are_stored,
+    keys_keep_their_project_kind_and_models,
+    a_stored_value_no_kind_reads_is_an_error,
+    changing_a_projects_models_is_a_key_change_on_every_store,
+);
+
+/// The migrations before projects (0001 to 0007) of `db`'s backend.
+async fn old_migrator(db: &Db) -> Migrator {
+    let dir = match db {
+        Db::Sqlite { .. } => "sqlite",
+        Db::Postgres(_) => "postgres",
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(dir);
+    let mut migrator = Migrator::new(path).await.unwrap();
+    let old: Vec<_> = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version < 8)
+        .cloned()
+        .collect();
+    assert_eq!(old.len(), 7, "0001 to 0007");
+    migrator.migrations = Cow::Owned(old);
+    migrator
+}
+
+async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(db: &Db) {
+    // The schema as svc left it before projects, with an admin, a member,
+    // their keys, an operator key and a stored response.
+    sqlx::any::install_default_drivers();
+    let url = match db {
+        Db::Sqlite { url, .. } => format!("{url}?mode=rwc"),
+        Db::Postgres(schema) => schema.url().to_owned(),
+    };
+    let mut conn = AnyConnection::connect(&url).await.unwrap();
+    old_migrator(db).await.run(&mut conn).await.unwrap();
+    let admin = "usr_00000000000000a1";
+    let member = "usr_00000000000000b2";
+    let statements = [
+        format!(
+            "INSERT INTO users (id, email, password_hash, is_admin, created_at) \
+             VALUES ('{admin}', 'admin@example.com', 'x', 1, 100)"
+        ),
+        format!(
+            "INSERT INTO users (id, email, password_hash, is_admin, created_at, disabled_at) \
+             VALUES ('{member}', 'member@example.com', 'x', 0, 200, NULL)"
+        ),
+        "INSERT INTO responses (id, owner, created_at, expires_at, response, conversation) \
+         VALUES ('resp_old', 'operator', 1, 9999999999, '{}', '[]')"
+            .to_owned(),
+    ];
+    for sql in &statements {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+    // Keys written as the old svc wrote them: through the old columns only.
+    let mut keys = Vec::new();
+    for (n, owner) in [Some(admin), Some(member), None].into_iter().enumerate() {
+        let (record, hash) = new_key(owner, 300 + n as i64);
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        sqlx::query(
+            "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, created_at, \
+             rpm_limit) VALUES ($1, $2, $3, $4, $5, 'cli', $6, 7)",
+        )
+        .bind(record.id.0.as_str())
+        .bind(hash.to_hex())
+        .bind(record.name.as_str())
+        .bind(record.hint.as_str())
+        .bind(owner)
+        .bind(record.created_at)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+        keys.push((record, hash));
+    }
+
+    // Opening it with this svc applies the migration.
+    let store = db.store().await;
+    let default = ProjectId::default_project();
+    let project = store.project_by_id(&default).await.unwrap().unwrap();
+    assert_eq!(project.name, "Default project");
+    assert_eq!(project.allowed_models, ModelAccess::any());
+    assert_eq!(store.list_projects().await.unwrap(), vec![project]);
+    for (record, hash) in &keys {
+        let read = store.key_by_hash(hash).await.unwrap().unwrap();
+        assert_eq!(read.id, record.id);
+        assert_eq!(read.owner_id, record.owner_id);
+        assert_eq!(read.project_id, default);
+        assert_eq!(read.kind, KeyKind::All);
+        assert_eq!(read.allowed_models, ModelAccess::any());
+        assert_eq!(read.limits.requests_per_minute, Some(7));
+        assert!(read.may_use("svc"));
+    }
+    let in_project = store.list_project_keys(&default).await.unwrap();
+    assert_eq!(in_project.len(), 3);
+    assert_eq!(store.list_keys(None).await.unwrap(), in_project);
+    let role = |id: &str| {
+        let store = store.clone();
+        let default = default.clone();
+        let id = svc_core::account::UserId(id.to_owned());
+        async move { store.project_role(&default, &id).await.unwrap() }
+    };
+    assert_eq!(role(admin).await, Some(ProjectRole::Owner));
+    assert_eq!(role(member).await, Some(ProjectRole::Member));
+    assert_eq!(
+        store
+            .user_by_email("member@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .created_at,
+        200
+    );
+    assert!(
+        store
+            .response_by_id("resp_old", "operator", 1)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // And everything works as before: the keys authenticate, new keys go
+    // to the default project, a second start changes nothing.
+    let service = KeyService::new(Arc::new(store.clone()));
+    let presented = keys_secret_free_check(&service).await;
+    assert_eq!(presented.project_id, default);
+    drop(store);
+    let again = db.store().await;
+    assert_eq!(again.list_project_keys(&default).await.unwrap().len(), 4);
+    assert_eq!(again.list_projects().await.unwrap().len(), 1);
+}
+
+/// A key made through the service after the upgrade authenticates.
+async fn keys_secret_free_check(service: &KeyService) -> svc_core::store::KeyRecord {
+    let (key, _) = service
+        .create(NewKey {
+            name: "after".into(),
+            owner_id: None,
+            created_via: KeyOrigin::Cli,
+            expires_in: None,
+            scope: KeyScope::default(),
+        })
+        .await
+        .unwrap();
+    service
+        .authenticate(Some(&format!("Bearer {}", key.expose())))
+        .await
+        .unwrap()
+}
+
+fn project(name: &str, created_at: i64, models: ModelAccess) -> ProjectRecord {
+    ProjectRecord {
+        id: ProjectId::generate(),
+        name: name.into(),
+        created_at,
+        archived_at: None,
+        allowed_models: models,
+    }
+}
+
+async fn projects_and_memberships_are_stored(db: &Db) {
+    let store = db.store().await;
+    let a = project("A", 10, ModelAccess::any());
+    let b = project(
+        "B",
+        20,
+        ModelAccess::only(vec!["svc*".into(), "x".into()]).unwrap(),
+    );
+    store.insert_project(&a).await.unwrap();
+    store.insert_project(&b).await.unwrap();
+    assert!(matches!(
+        store.insert_project(&a).await,
+        Err(StoreError::Conflict)
+    ));
+    assert_eq!(store.project_by_id(&b.id).await.unwrap(), Some(b.clone()));
+    assert_eq!(
+        store.project_by_id(&ProjectId::generate()).await.unwrap(),
+        None
+    );
+    let ids: Vec<_> = store
+        .list_projects()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.contains(&ProjectId::default_project()));
+    // Oldest first (the default project was made when the database was).
+    assert_eq!(&ids[..2], &[a.id.clone(), b.id.clone()]);
+
+    // New accounts join the default project: admins as owners.
+    let mut admin = new_user("admin@example.com", 5);
+    admin.is_admin = true;
+    let member = new_user("member@example.com", 6);
+    store.insert_user(&admin).await.unwrap();
+    store.insert_user(&member).await.unwrap();
+    let default = ProjectId::default_project();
+    assert_eq!(
+        store.project_role(&default, &admin.id).await.unwrap(),
+        Some(ProjectRole::Owner)
+    );
+    assert_eq!(
+        store.project_role(&default, &member.id).await.unwrap(),
+        Some(ProjectRole::Member)
+    );
+    assert_eq!(store.project_role(&a.id, &member.id).await.unwrap(), None);
+    store
+        .set_project_member(&a.id, &member.id, ProjectRole::Member, 30)
+        .await
+        .unwrap();
+    store
+        .set_project_member(&a.id, &member.id, ProjectRole::Owner, 31)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.project_role(&a.id, &member.id).await.unwrap(),
+        Some(ProjectRole::Owner)
+    );
+    let members = store.list_project_members(&a.id).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].user_id, member.id);
+    assert_eq!(members[0].email, "member@example.com");
+    assert_eq!(members[0].role, ProjectRole::Owner);
+    assert_eq!(members[0].added_at, 30, "joining is kept; the role changed");
+    let everyone = store.list_project_members(&default).await.unwrap();
+    assert_eq!(
+        everyone.iter().map(|m| m.role).collect::<Vec<_>>(),
+        [ProjectRole::Owner, ProjectRole::Member]
+    );
+    // A taken email still conflicts, and leaves no membership behind.
+    let mut twin = new_user("member@example.com", 7);
+    twin.is_admin = true;
+    assert!(matches!(
+        store.insert_user(&twin).await,
+        Err(StoreError::Conflict)
+    ));
+    assert_eq!(store.project_role(&default, &twin.id).await.unwrap(), None);
+    // Deleting an account removes its memberships.
+    assert_eq!(
+        store.delete_user(&member.id, 40).await.unwrap(),
+        svc_core::store::AccountChange::Done
+    );
+    assert_eq!(store.project_role(&a.id, &member.id).await.unwrap(), None);
+}
+
+async fn keys_keep_their_project_kind_and_models(db: &Db) {
+    let store = db.store().await;
+    let limited = project(
+        "limited",
+        10,
+        ModelAccess::only(vec!["svc*".into()]).unwrap(),
+    );
+    store.insert_project(&limited).await.unwrap();
+    let (mut restricted, restricted_hash) = new_key(None, 1);
+    restricted.project_id = limited.id.clone();
+    restricted.kind = KeyKind::Restricted(vec![Permission::ModelRequest, Permission::ModelRead]);
+    restricted.allowed_models = ModelAccess::only(vec!["svc".into()]).unwrap();
+    let (mut admin, admin_hash) = new_key(None, 2);
+    admin.project_id = limited.id.clone();
+    admin.kind = KeyKind::Admin;
+    let (mut none, none_hash) = new_key(None, 3);
+    none.kind = KeyKind::Restricted(vec![]);
+    none.allowed_models = ModelAccess::only(vec![]).unwrap();
+    for (record, hash) in [
+        (&restricted, &restricted_hash),
+        (&admin, &admin_hash),
+        (&none, &none_hash),
+    ] {
+        store.insert_key(record, hash).await.unwrap();
+    }
+
+    let read = store.key_by_hash(&restricted_hash).await.unwrap().unwrap();
+    assert_eq!(read.kind, restricted.kind);
+    assert_eq!(read.project_id, limited.id);
+    assert_eq!(read.allowed_models, restricted.allowed_models);
+    assert_eq!(read.project_allowed_models, limited.allowed_models);
+    assert!(read.may_use("svc"));
+    assert!(!read.may_use("svc-thinking"), "the key's own list");
+    let admin_read = store.key_by_id(&admin.id).await.unwrap().unwrap();
+    assert_eq!(admin_read.kind, KeyKind::Admin);
+    assert!(admin_read.may_use("svc-thinking"));
+    assert!(!admin_read.may_use("other"), "the project's list");
+    let none_read = store.key_by_hash(&none_hash).await.unwrap().unwrap();
+    assert_eq!(none_read.kind, KeyKind::Restricted(vec![]));
+    assert!(!none_read.may_use("svc"));
+    assert_eq!(none_read.project_id, ProjectId::default_project());
+
+    let of_limited: Vec<_> = store
+        .list_project_keys(&limited.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.id)
+        .collect();
+    assert_eq!(of_limited, vec![admin.id.clone(), restricted.id.clone()]);
+    let of_default = store
+        .list_project_keys(&ProjectId::default_project())
+        .await
+        .unwrap();
+    assert_eq!(of_default.len(), 1);
+    assert!(
+        store
+            .list_project_keys(&ProjectId::generate())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_stored_value_no_kind_reads_is_an_error(db: &Db) {
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 1);
+    store.insert_key(&record, &hash).await.unwrap();
+    db.execute(&format!(
+        "UPDATE api_keys SET kind = 'root' WHERE id = '{}'",
+        record.id.0
+    ))
+    .await;
+    let err = store.key_by_hash(&hash).await.unwrap_err();
+    assert!(err.to_string().contains("kind"), "{err}");
+    db.execute(&format!(
+        "UPDATE api_keys SET kind = 'restricted', permissions = 'not json' WHERE id = '{}'",
+        record.id.0
+    ))
+    .await;
+    let err = store.key_by_hash(&hash).await.unwrap_err();
+    assert!(err.to_string().contains("permissions"), "{err}");
+}
+
+async fn changing_a_projects_models_is_a_key_change_on_every_store(db: &Db) {
+    let store = db.store().await;
+    let replica = db.store().await;
+    let limited = project("limited", 10, ModelAccess::any());
+    store.insert_project(&limited).await.unwrap();
+    let (mut record, hash) = new_key(None, 1);
+    record.project_id = limited.id.clone();
+    store.insert_key(&record, &hash).await.unwrap();
+    let before = replica.keys_version();
+    let only = ModelAccess::only(vec!["svc".into()]).unwrap();
+    assert!(
+        store
+            .update_project(&limited.id, "renamed", &only)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .update_project(&ProjectId::generate(), "x", &only)
+            .await
+            .unwrap()
+    );
+    let read = store.project_by_id(&limited.id).await.unwrap().unwrap();
+    assert_eq!(
+        (read.name.as_str(), &read.allowed_models),
+        ("renamed", &only)
+    );
+    let key = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(key.project_allowed_models, only);
+    // The other store (a replica, or another process on the SQLite file)
+    // sees the change (PostgreSQL's notification may take a moment).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while replica.keys_version() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never saw the change"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
