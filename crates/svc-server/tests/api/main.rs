@@ -12,6 +12,32 @@
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 
+/// Runs each `async fn name(db: Database)` on a fresh SQLite file and on a
+/// fresh PostgreSQL schema (the module needs `TestSchema` and `postgres_url`
+/// in scope). Defined before the modules, so that they all see it.
+macro_rules! on_both_databases {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(svc_test_support::Database::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let schema = super::TestSchema::create(&super::postgres_url()).await.unwrap();
+                    super::$name(svc_test_support::Database::Url(schema.url().to_owned())).await;
+                    schema.remove().await.unwrap();
+                }
+            )*
+        }
+    };
+}
+
 mod auth;
 mod chat;
 mod dashboard;

@@ -12,31 +12,6 @@ use svc_test_support::{Browser, Database, TestApp};
 
 use crate::device::{decide, poll, start};
 
-/// Runs each `async fn name(db: Database)` on a fresh SQLite file and on a
-/// fresh PostgreSQL schema.
-macro_rules! on_both_databases {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(svc_test_support::Database::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let schema = super::TestSchema::create(&super::postgres_url()).await.unwrap();
-                    super::$name(svc_test_support::Database::Url(schema.url().to_owned())).await;
-                    schema.remove().await.unwrap();
-                }
-            )*
-        }
-    };
-}
-
 on_both_databases!(
     disabling_refuses_keys_sessions_sign_in_and_approvals_at_once,
     deleting_revokes_the_keys_and_removes_the_account,

@@ -15,29 +15,6 @@ use svc_test_support::{Database, TestApp};
 
 use crate::{body, expect_error};
 
-macro_rules! on_both_databases {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name(svc_test_support::Database::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let schema = super::TestSchema::create(&super::postgres_url()).await.unwrap();
-                    super::$name(svc_test_support::Database::Url(schema.url().to_owned())).await;
-                    schema.remove().await.unwrap();
-                }
-            )*
-        }
-    };
-}
-
 on_both_databases!(
     every_route_that_takes_a_key_enforces_its_scope,
     models_are_listed_and_served_only_as_the_key_and_project_allow,
