@@ -177,6 +177,10 @@ impl Shared {
 /// attention (see [`Batcher::shed_idle`]).
 const IDLE_CELLS: usize = 512;
 
+/// llama.cpp attends over the cells up to the highest in use rounded up to
+/// a multiple of this: fewer cells freed below it change nothing.
+const KV_PAD: usize = 256;
+
 /// Context settings the engine thread needs.
 #[derive(Debug, Clone)]
 pub(crate) struct ContextSettings {
@@ -567,8 +571,8 @@ impl Batcher<'_, '_> {
 
     /// When no sequence runs, moves the idle slots' cells to the bottom of
     /// the pool, if they may lie above cells freed since (the slots held
-    /// more at some point than the idle ones hold now, by more than the 256
-    /// cells llama.cpp pads the attended range to). Every step attends over
+    /// more at some point than the idle ones hold now, by more than
+    /// [`KV_PAD`]). Every step attends over
     /// the cells up to the highest one in use, so an idle prefix left high
     /// up by a burst of requests would widen every later step (in the
     /// llama-server benchmark, turn 7 of a conversation measured 1.09x
@@ -582,7 +586,7 @@ impl Batcher<'_, '_> {
             return;
         }
         let idle = held(&self.slots);
-        if self.peak_cells <= idle + 256 {
+        if self.peak_cells <= idle + KV_PAD {
             return;
         }
         self.peak_cells = idle;
@@ -595,9 +599,7 @@ impl Batcher<'_, '_> {
             match ctx.state_seq_get(seq_id(i), LlamaStateSeqFlags::empty()) {
                 Ok(state) => {
                     states.push((i, state));
-                    if let Err(e) = ctx.clear_kv_cache_seq(u32::try_from(i).ok(), None, None) {
-                        tracing::error!(error = %e, "cannot free the KV cells of a sequence");
-                    }
+                    free_cells(ctx, i);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot copy an idle prefix; dropping it");
@@ -833,11 +835,9 @@ impl Batcher<'_, '_> {
         self.forget(ctx, i);
     }
 
-    /// Frees the cells of slot `i`.
+    /// Frees the cells of slot `i`, and forgets its tokens.
     fn forget(&mut self, ctx: &mut LlamaContext<'_>, i: usize) {
-        if let Err(e) = ctx.clear_kv_cache_seq(u32::try_from(i).ok(), None, None) {
-            tracing::error!(error = %e, "cannot free the KV cells of a sequence");
-        }
+        free_cells(ctx, i);
         self.slots[i].tokens.clear();
     }
 
@@ -1207,6 +1207,13 @@ impl Batcher<'_, '_> {
             .counters
             .set_active((self.slots.len() - free) as u64);
         Some(seq)
+    }
+}
+
+/// Frees the KV cells of slot `i`'s sequence (its tokens are the caller's).
+fn free_cells(ctx: &mut LlamaContext<'_>, i: usize) {
+    if let Err(e) = ctx.clear_kv_cache_seq(u32::try_from(i).ok(), None, None) {
+        tracing::error!(error = %e, "cannot free the KV cells of a sequence");
     }
 }
 

@@ -198,15 +198,7 @@ impl KeyStore for SqlStore {
     }
 
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError> {
-        let rows = sqlx::query(OF_PROJECT)
-            .bind(project.0.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error)?;
-        rows.iter()
-            .map(record)
-            .collect::<Result<_, _>>()
-            .map_err(query_error)
+        self.all_by(OF_PROJECT, record, &[project.0.as_str()]).await
     }
 
     fn keys_version(&self) -> Option<u64> {

@@ -81,6 +81,28 @@ impl SqlStore {
             .map_err(error::query_error)
     }
 
+    /// Every row `sql` finds for `values` (its parameters, in order), read
+    /// by `record`.
+    pub(crate) async fn all_by<T>(
+        &self,
+        sql: &'static str,
+        record: fn(&sqlx::any::AnyRow) -> Result<T, sqlx::Error>,
+        values: &[&str],
+    ) -> Result<Vec<T>, svc_core::store::StoreError> {
+        let mut query = sqlx::query(sql);
+        for value in values {
+            query = query.bind(*value);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(error::query_error)?;
+        rows.iter()
+            .map(record)
+            .collect::<Result<_, _>>()
+            .map_err(error::query_error)
+    }
+
     /// Closes the pool, waiting for connections in use to be returned, and
     /// stops listening for key changes.
     pub async fn close(&self) {

@@ -67,14 +67,7 @@ impl ProjectStore for SqlStore {
     }
 
     async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError> {
-        let rows = sqlx::query(ALL)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error)?;
-        rows.iter()
-            .map(record)
-            .collect::<Result<_, _>>()
-            .map_err(query_error)
+        self.all_by(ALL, record, &[]).await
     }
 
     async fn update_project(
@@ -120,23 +113,7 @@ impl ProjectStore for SqlStore {
         &self,
         project: &ProjectId,
     ) -> Result<Vec<ProjectMember>, StoreError> {
-        let rows = sqlx::query(MEMBERS)
-            .bind(project.0.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error)?;
-        rows.iter()
-            .map(|row| {
-                let role: String = row.try_get("role")?;
-                Ok(ProjectMember {
-                    user_id: UserId(row.try_get("user_id")?),
-                    email: row.try_get("email")?,
-                    role: ProjectRole::parse(&role).map_err(|e| unknown_value("role", e))?,
-                    added_at: row.try_get("created_at")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(query_error)
+        self.all_by(MEMBERS, member, &[project.0.as_str()]).await
     }
 
     async fn project_role(
@@ -154,4 +131,15 @@ impl ProjectStore for SqlStore {
             .transpose()
             .map_err(|e| query_error(unknown_value("role", e)))
     }
+}
+
+/// A row of `MEMBERS`.
+fn member(row: &AnyRow) -> Result<ProjectMember, sqlx::Error> {
+    let role: String = row.try_get("role")?;
+    Ok(ProjectMember {
+        user_id: UserId(row.try_get("user_id")?),
+        email: row.try_get("email")?,
+        role: ProjectRole::parse(&role).map_err(|e| unknown_value("role", e))?,
+        added_at: row.try_get("created_at")?,
+    })
 }

@@ -161,14 +161,7 @@ impl UserStore for SqlStore {
     }
 
     async fn list_users(&self) -> Result<Vec<UserRecord>, StoreError> {
-        let rows = sqlx::query(ALL)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error)?;
-        rows.iter()
-            .map(record)
-            .collect::<Result<_, _>>()
-            .map_err(query_error)
+        self.all_by(ALL, record, &[]).await
     }
 
     async fn count_users(&self) -> Result<i64, StoreError> {
