@@ -288,6 +288,13 @@ impl LlamaEngine {
                 "parallel must be at least 1".into(),
             ));
         }
+        // One sequence id past the slots' holds cells given up while others run.
+        if options.parallel > scheduler::PARK as u32 {
+            return Err(LoadError::InvalidOption(format!(
+                "parallel must be at most {}",
+                scheduler::PARK
+            )));
+        }
         if options.context_per_sequence == 0 {
             return Err(LoadError::InvalidOption(
                 "context_per_sequence must be at least 1".into(),

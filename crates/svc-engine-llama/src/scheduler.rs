@@ -21,7 +21,12 @@
 //! idle slots hold more than [`IDLE_CELLS`] (their state then goes to the
 //! host cache, when it is worth keeping), or when the pool has no room for
 //! a step; when running sequences alone fill the pool, the newest one is
-//! ended.
+//! ended. Cells given up are parked under a sequence id of their own until
+//! no sequence runs, then freed and the idle slots' cells moved to the
+//! bottom of the pool: llama.cpp puts a new token in the lowest free cell,
+//! and a sequence whose cells lay out of position order would be computed
+//! differently (see [`Batcher::settle`]); so a seeded reply does not depend
+//! on what runs beside it, as long as the pool has room.
 //!
 //! A sequence admitted with the same prompt as one whose prompt is not
 //! decoded yet (the choices of a request with `n > 1`, admitted together
@@ -177,9 +182,15 @@ impl Shared {
 /// attention (see [`Batcher::shed_idle`]).
 const IDLE_CELLS: usize = 512;
 
-/// llama.cpp attends over the cells up to the highest in use rounded up to
-/// a multiple of this: fewer cells freed below it change nothing.
-const KV_PAD: usize = 256;
+/// The sequence id that holds cells given up while other sequences run
+/// (see [`Batcher::park`]): llama.cpp's last (`LLAMA_MAX_SEQ` - 1; one pool
+/// takes any id below it), so slots may number at most this many.
+pub(crate) const PARK: i32 = 255;
+
+/// The most cells parked at once; beyond this they are freed even while
+/// sequences run (the pool's width costs every step more than the order
+/// of a few sequences' cells is worth).
+const PARKED_CELLS: usize = 1024;
 
 /// Context settings the engine thread needs.
 #[derive(Debug, Clone)]
@@ -254,7 +265,8 @@ pub(crate) fn run(
         }),
         undo: Vec::new(),
         idle_cells: IDLE_CELLS.min(context_per_sequence as usize),
-        peak_cells: 0,
+        parked: 0,
+        holes: false,
     };
     batcher.run(&mut ctx);
 }
@@ -484,9 +496,12 @@ struct Batcher<'a, 'm> {
     undo: Vec<Undo>,
     /// The most cells idle slots keep in the pool (see [`Batcher::shed_idle`]).
     idle_cells: usize,
-    /// The most cells the slots held at once since the idle ones were last
-    /// moved to the bottom of the pool (see [`Batcher::settle`]).
-    peak_cells: usize,
+    /// Cells given up to [`PARK`] since it was last emptied.
+    parked: usize,
+    /// Whether cells were freed since the idle slots were last moved to the
+    /// bottom of the pool (see [`Batcher::settle`]): the pool may have
+    /// free cells below cells in use.
+    holes: bool,
 }
 
 impl Batcher<'_, '_> {
@@ -531,7 +546,11 @@ impl Batcher<'_, '_> {
                     return Ok(());
                 }
                 Err(DecodeError::NoKvCacheSlot) => {
+                    if self.unpark(ctx) {
+                        continue;
+                    }
                     if self.evict_idle(ctx) {
+                        self.unpark(ctx);
                         continue;
                     }
                     self.take_back();
@@ -569,27 +588,32 @@ impl Batcher<'_, '_> {
         }
     }
 
-    /// When no sequence runs, moves the idle slots' cells to the bottom of
-    /// the pool, if they may lie above cells freed since (the slots held
-    /// more at some point than the idle ones hold now, by more than
-    /// [`KV_PAD`]). Every step attends over
-    /// the cells up to the highest one in use, so an idle prefix left high
-    /// up by a burst of requests would widen every later step (in the
-    /// llama-server benchmark, turn 7 of a conversation measured 1.09x
-    /// llama-server's after the 16-stream rows, 1.00x run alone). Moving
-    /// them is a copy out and back of at most [`IDLE_CELLS`] cells
-    /// (llama.cpp fills from the lowest free cell).
+    /// When no sequence runs and cells were given up since the last time,
+    /// frees the parked cells and moves the idle slots' cells to the bottom
+    /// of the pool, so that the pool has no free cell below one in use.
+    ///
+    /// llama.cpp puts each new token in the lowest free cell, and its CPU
+    /// attention sums a sequence's cells in the order they lie in the pool
+    /// (with an f16 accumulator): a sequence whose new tokens went into a
+    /// hole below its earlier cells gets other logits than the same prompt
+    /// decoded alone, and a seeded reply another text. With no holes when
+    /// sequences start, and cells parked rather than freed while they run,
+    /// every sequence's cells lie in position order whatever runs beside
+    /// it. It also keeps idle prefixes left high up by a burst from widening
+    /// every later step (every step attends over the cells up to the highest
+    /// in use: in the llama-server benchmark, turn 7 of a conversation
+    /// measured 1.09x llama-server's after the 16-stream rows, 1.00x run
+    /// alone). The move is a copy out and back of at most [`IDLE_CELLS`]
+    /// cells ([`Batcher::shed_idle`] keeps the idle slots within that).
     fn settle(&mut self, ctx: &mut LlamaContext<'_>) {
-        let held = |slots: &[Slot]| slots.iter().map(|s| s.tokens.len()).sum::<usize>();
-        self.peak_cells = self.peak_cells.max(held(&self.slots));
         if !self.cell_memory || self.slots.iter().any(|s| !s.is_free()) {
             return;
         }
-        let idle = held(&self.slots);
-        if self.peak_cells <= idle + KV_PAD {
+        self.unpark(ctx);
+        if !self.holes {
             return;
         }
-        self.peak_cells = idle;
+        self.holes = false;
         self.shared.counters.kv_settled();
         let mut states = Vec::new();
         for i in 0..self.slots.len() {
@@ -599,20 +623,64 @@ impl Batcher<'_, '_> {
             match ctx.state_seq_get(seq_id(i), LlamaStateSeqFlags::empty()) {
                 Ok(state) => {
                     states.push((i, state));
-                    free_cells(ctx, i);
+                    free_cells(ctx, i, 0);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot copy an idle prefix; dropping it");
-                    self.forget(ctx, i);
+                    free_cells(ctx, i, 0);
+                    self.slots[i].tokens.clear();
                 }
             }
         }
+        // Put back from the lowest free cell up, each in one run of cells.
         for (i, state) in states {
             if let Err(e) = ctx.state_seq_set(&state, seq_id(i)) {
                 tracing::warn!(error = %e, "cannot put an idle prefix back; dropping it");
-                self.forget(ctx, i);
+                free_cells(ctx, i, 0);
+                self.slots[i].tokens.clear();
             }
         }
+    }
+
+    /// Gives up slot `i`'s cells from position `from` on without freeing
+    /// them: they go to [`PARK`], freed by [`Batcher::settle`] once no
+    /// sequence runs (or here, beyond [`PARKED_CELLS`]), so that no
+    /// sequence's next token lands in a hole below its earlier cells (see
+    /// there). False when the cells could not be cut at `from` (recurrent
+    /// memory, which is then freed whole).
+    fn park(&mut self, ctx: &mut LlamaContext<'_>, i: usize, from: usize) -> bool {
+        let cells = self.slots[i].tokens.len().saturating_sub(from);
+        if self.cell_memory
+            && cells > 0
+            && ctx
+                .kv_cache_seq_cp(seq_id(i), PARK, u32::try_from(from).ok(), None)
+                .is_ok()
+        {
+            self.parked += cells;
+        }
+        let cut = free_cells(ctx, i, from) || {
+            tracing::error!("cannot cut a sequence's KV cells back to a prefix");
+            free_cells(ctx, i, 0);
+            false
+        };
+        self.holes = true;
+        if self.parked > PARKED_CELLS {
+            self.unpark(ctx);
+        }
+        cut
+    }
+
+    /// Frees the parked cells; false when there were none.
+    fn unpark(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
+        if self.parked == 0 {
+            return false;
+        }
+        if let Err(e) = ctx.clear_kv_cache_seq(u32::try_from(PARK).ok(), None, None) {
+            tracing::error!(error = %e, "cannot free parked KV cells");
+        }
+        self.parked = 0;
+        self.holes = true;
+        true
     }
 
     /// Frees the cells of the least recently used idle slot that holds
@@ -835,23 +903,16 @@ impl Batcher<'_, '_> {
         self.forget(ctx, i);
     }
 
-    /// Frees the cells of slot `i`, and forgets its tokens.
+    /// Gives up the cells of slot `i` (see [`Batcher::park`]), and forgets its tokens.
     fn forget(&mut self, ctx: &mut LlamaContext<'_>, i: usize) {
-        free_cells(ctx, i);
+        self.park(ctx, i, 0);
         self.slots[i].tokens.clear();
     }
 
-    /// Cuts slot `i`'s cells back to its first `n` tokens.
+    /// Cuts slot `i`'s cells back to its first `n` tokens (see [`Batcher::park`]).
     fn trim(&mut self, ctx: &mut LlamaContext<'_>, i: usize, n: usize) {
-        if ctx
-            .kv_cache_seq_rm(seq_id(i), u32::try_from(n).ok(), None)
-            .is_err()
-        {
-            tracing::error!("cannot cut a sequence's KV cells back to a prefix");
-            self.forget(ctx, i);
-            return;
-        }
-        self.slots[i].tokens.truncate(n);
+        let keep = if self.park(ctx, i, n) { n } else { 0 };
+        self.slots[i].tokens.truncate(keep);
     }
 
     /// Copies slot `i`'s state to the host cache, unless the cache is off,
@@ -894,7 +955,12 @@ impl Batcher<'_, '_> {
         state: &SeqState,
         n: usize,
     ) -> usize {
-        if let Err(e) = ctx.state_seq_set(state, seq_id(slot)) {
+        // Parked cells may hold the room it needs.
+        let mut put = ctx.state_seq_set(state, seq_id(slot));
+        if put.is_err() && self.unpark(ctx) {
+            put = ctx.state_seq_set(state, seq_id(slot));
+        }
+        if let Err(e) = put {
             tracing::warn!(error = %e, "cannot restore a cached prefix; decoding it again");
             self.forget(ctx, slot);
             return 0;
@@ -1192,6 +1258,8 @@ impl Batcher<'_, '_> {
             self.slots[i].tokens.clear();
         }
         ctx.clear_kv_cache();
+        self.parked = 0;
+        self.holes = false;
     }
 
     /// Ends the generation in slot `i` and makes the slot available to
@@ -1210,10 +1278,16 @@ impl Batcher<'_, '_> {
     }
 }
 
-/// Frees the KV cells of slot `i`'s sequence (its tokens are the caller's).
-fn free_cells(ctx: &mut LlamaContext<'_>, i: usize) {
-    if let Err(e) = ctx.clear_kv_cache_seq(u32::try_from(i).ok(), None, None) {
-        tracing::error!(error = %e, "cannot free the KV cells of a sequence");
+/// Frees the KV cells of slot `i`'s sequence from position `from` on (its
+/// tokens are the caller's); false when llama.cpp cannot cut it there.
+fn free_cells(ctx: &mut LlamaContext<'_>, i: usize, from: usize) -> bool {
+    let from = (from > 0).then(|| u32::try_from(from).ok()).flatten();
+    match ctx.clear_kv_cache_seq(u32::try_from(i).ok(), from, None) {
+        Ok(cut) => cut,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot free the KV cells of a sequence");
+            false
+        }
     }
 }
 

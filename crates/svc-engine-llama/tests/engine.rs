@@ -398,6 +398,16 @@ fn a_missing_file_is_a_load_error() {
     assert!(err.to_string().contains("/nonexistent/model.gguf"), "{err}");
 }
 
+#[test]
+fn more_slots_than_sequence_ids_is_a_load_error() {
+    // llama.cpp takes sequence ids below 256, and the engine keeps one for
+    // cells it gives up: 255 slots at most, said before any file is read.
+    let mut options = LlamaEngineOptions::new(Path::new("/nonexistent/model.gguf"));
+    options.parallel = 256;
+    let err = LlamaEngine::load(&options).unwrap_err();
+    assert!(err.to_string().contains("parallel must be at most 255"), "{err}");
+}
+
 // --- Prompt prefix reuse (the KV cells of earlier requests) ---
 
 /// A conversation: a system prompt, then user and assistant turns by turns.

@@ -125,6 +125,57 @@ async fn a_seeded_reply_does_not_depend_on_the_batch() {
     drop((a, c, d));
 }
 
+/// A slot emptied for a new request while another sequence runs must not
+/// leave free cells below the running one's: its next tokens would go
+/// there, out of position order, and llama.cpp's attention (which sums a
+/// sequence's cells in pool order, with an f16 accumulator) would give it
+/// other logits, so another text than the same seeded request run alone.
+#[tokio::test]
+async fn a_slot_emptied_beside_a_running_sequence_does_not_change_its_reply() {
+    let Some(engine) = load(2) else { return };
+    let seeded = |q: &str, seed: u64, max_tokens: u32| {
+        request(
+            vec![ChatMessage::User(q.into())],
+            Sampling {
+                temperature: 0.9,
+                top_p: 0.95,
+                seed: Some(seed),
+                ..Sampling::default()
+            },
+            max_tokens,
+        )
+    };
+    let story = || seeded("Tell me a story about a lighthouse keeper.", 5, 96);
+    let Some(cold) = load(2) else { return };
+    let alone = run(&cold, story()).await.0;
+    drop(cold);
+
+    // The pool's lowest cells: a reply nobody continues (slot 0).
+    run(&engine, seeded("List ten colours of paint.", 1, 64)).await;
+    // The story starts in the empty slot, above them...
+    let mut stream = engine.generate(story()).await.unwrap();
+    let mut text = String::new();
+    while text.len() < 40 {
+        match stream.next().await.unwrap().unwrap() {
+            EngineEvent::Text(t) => text.push_str(&t),
+            other => panic!("{other:?}"),
+        }
+    }
+    // ...and, while it runs, another request empties slot 0 for itself.
+    let other = run(&engine, seeded("Why is the sky blue?", 2, 16));
+    let rest = async {
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                EngineEvent::Text(t) => text.push_str(&t),
+                EngineEvent::Finish { .. } => break,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    tokio::join!(other, rest);
+    assert_eq!(text, alone);
+}
+
 #[tokio::test]
 async fn a_sequence_beside_another_keeps_its_context() {
     let Some(engine) = load(2) else { return };
