@@ -31,6 +31,38 @@ pub struct Project {
     /// project may use; null: every model.
     #[schema(required = true)]
     pub allowed_models: Option<Vec<String>>,
+    /// The tokens all the project's keys together may use per period;
+    /// null: no budget.
+    #[schema(required = true)]
+    pub budget: Option<BudgetStatus>,
+}
+
+/// A token budget (svc's own): at most `tokens` prompt and completion
+/// tokens per UTC `period`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBudget {
+    /// At least 1.
+    #[schema(minimum = 1)]
+    pub tokens: i64,
+    /// `day`, `week` (from Monday) or `month`, in UTC.
+    #[schema(schema_with = budget_period)]
+    pub period: String,
+}
+
+/// A token budget and what its current window used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BudgetStatus {
+    pub tokens: i64,
+    /// `day`, `week` or `month`.
+    #[schema(schema_with = budget_period)]
+    pub period: String,
+    /// Tokens used (or held by requests in flight) in the current window;
+    /// null when the counter could not be read.
+    #[schema(required = true)]
+    pub used: Option<i64>,
+    /// When the budget renews (unix time).
+    pub resets_at: i64,
 }
 
 /// `GET /v1/organization/projects`.
@@ -59,6 +91,10 @@ pub struct CreateProjectRequest {
     /// characters); omitted or null: every model.
     #[serde(default)]
     pub allowed_models: Option<Vec<String>>,
+    /// The tokens all its keys together may use per period; omitted or
+    /// null: no budget.
+    #[serde(default)]
+    pub budget: Option<TokenBudget>,
 }
 
 /// `POST /v1/organization/projects/{project_id}`: what to change (a field
@@ -74,6 +110,23 @@ pub struct ModifyProjectRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<String>>)]
     pub allowed_models: Option<Option<Vec<String>>>,
+    /// The project's token budget; null: none. Applies from the keys' next
+    /// request, on every replica; the current window's count stays.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<TokenBudget>)]
+    pub budget: Option<Option<TokenBudget>>,
+}
+
+/// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}` (svc's
+/// own): what to change (a field left out stays as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModifyProjectApiKeyRequest {
+    /// The key's token budget; null: none. Applies from its next request,
+    /// on every replica; the current window's count stays.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<TokenBudget>)]
+    pub budget: Option<Option<TokenBudget>>,
 }
 
 /// A field that is present (`null` included) is `Some`: only an absent
@@ -121,6 +174,10 @@ pub struct ProjectApiKey {
     /// its project allows.
     #[schema(required = true)]
     pub allowed_models: Option<Vec<String>>,
+    /// The tokens this key may use per period (within its project's
+    /// budget); null: no budget of its own.
+    #[schema(required = true)]
+    pub budget: Option<BudgetStatus>,
     pub owner: ProjectApiKeyOwner,
 }
 
@@ -221,6 +278,10 @@ pub struct CreateProjectApiKeyRequest {
     /// omitted or null: the admin key's own owner.
     #[serde(default)]
     pub user_id: Option<String>,
+    /// The tokens it may use per period (within its project's budget);
+    /// omitted or null: no budget of its own.
+    #[serde(default)]
+    pub budget: Option<TokenBudget>,
 }
 
 /// `DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}`: the
@@ -269,6 +330,10 @@ fn project_status() -> Object {
 
 fn key_state() -> Object {
     strings(&["active", "expired", "revoked", "disabled"])
+}
+
+fn budget_period() -> Object {
+    strings(&["day", "week", "month"])
 }
 
 fn key_kind() -> Object {

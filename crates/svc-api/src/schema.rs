@@ -127,6 +127,9 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::ProjectList>(&mut out);
     add::<crate::CreateProjectRequest>(&mut out);
     add::<crate::ModifyProjectRequest>(&mut out);
+    add::<crate::ModifyProjectApiKeyRequest>(&mut out);
+    add::<crate::TokenBudget>(&mut out);
+    add::<crate::BudgetStatus>(&mut out);
     add::<crate::ProjectApiKeyList>(&mut out);
     add::<crate::CreateProjectApiKeyRequest>(&mut out);
     add::<crate::DeletedProjectApiKey>(&mut out);

@@ -567,6 +567,8 @@ impl DeviceService {
             kind: crate::project::KeyKind::All,
             allowed_models: crate::project::ModelAccess::any(),
             project_allowed_models: crate::project::ModelAccess::any(),
+            budget: None,
+            project_budget: None,
         };
         if self
             .store

@@ -54,6 +54,7 @@ pub struct KeyScope {
     pub project_id: Option<ProjectId>,
     pub kind: KeyKind,
     pub allowed_models: ModelAccess,
+    pub budget: Option<crate::budget::Budget>,
 }
 
 /// Why a request is not authenticated. The messages never quote the key.
@@ -204,6 +205,8 @@ impl KeyService {
             allowed_models: new.scope.allowed_models,
             // Read from the project when the key is read back.
             project_allowed_models: ModelAccess::any(),
+            budget: new.scope.budget,
+            project_budget: None,
         };
         self.store.insert_key(&record, &key.hash()).await?;
         Ok((key, record))
@@ -311,6 +314,8 @@ mod tests {
             kind: KeyKind::All,
             allowed_models: ModelAccess::any(),
             project_allowed_models: ModelAccess::any(),
+            budget: None,
+            project_budget: None,
         };
         assert_eq!(KeyState::of(&record, 9), KeyState::Active);
         assert_eq!(KeyState::of(&record, 10), KeyState::Expired);
@@ -336,6 +341,8 @@ mod tests {
             kind: KeyKind::All,
             allowed_models: ModelAccess::any(),
             project_allowed_models: ModelAccess::any(),
+            budget: None,
+            project_budget: None,
         };
         assert_eq!(KeyState::of(&record, 5), KeyState::Disabled);
         assert_eq!(KeyState::of(&record, 20), KeyState::Disabled);

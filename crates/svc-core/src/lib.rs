@@ -4,6 +4,7 @@
 //! on: [`Engine`] (inference) and [`Store`] (persistence).
 
 pub mod account;
+pub mod budget;
 pub mod config;
 pub mod device;
 pub mod duration;
@@ -21,6 +22,7 @@ pub mod throttle;
 pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
+pub use budget::{Budget, BudgetPeriod};
 pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,

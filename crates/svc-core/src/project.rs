@@ -56,6 +56,8 @@ pub struct ProjectRecord {
     pub archived_at: Option<i64>,
     /// The models keys of this project may use.
     pub allowed_models: ModelAccess,
+    /// The tokens all its keys together may use per period.
+    pub budget: Option<crate::budget::Budget>,
 }
 
 /// An account's membership of a project, with its email.

@@ -43,6 +43,10 @@ pub struct KeyRecord {
     /// The models its project allows. Read from the project, not stored
     /// with the key.
     pub project_allowed_models: ModelAccess,
+    /// This key's token budget, if it has one.
+    pub budget: Option<crate::budget::Budget>,
+    /// Its project's token budget, if it has one. Read from the project.
+    pub project_budget: Option<crate::budget::Budget>,
 }
 
 impl KeyRecord {
@@ -154,6 +158,13 @@ pub trait KeyStore: Send + Sync {
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError>;
     /// Sets a key's own rate limits; false when there is no such key.
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError>;
+    /// Sets (or, with `None`, removes) a key's token budget; false when
+    /// there is no such key. Announced like its limits.
+    async fn set_key_budget(
+        &self,
+        id: &KeyId,
+        budget: Option<crate::budget::Budget>,
+    ) -> Result<bool, StoreError>;
     /// The keys of one project, newest first.
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError>;
     /// A number that changes whenever a key is revoked or its limits set,
@@ -173,15 +184,11 @@ pub trait ProjectStore: Send + Sync {
     async fn project_by_id(&self, id: &ProjectId) -> Result<Option<ProjectRecord>, StoreError>;
     /// Every project, oldest first.
     async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError>;
-    /// Renames a project and sets its allowed models; false when there is
-    /// no such project. Announced like a key change (its keys are judged
-    /// with its model list), so [`KeyStore::keys_version`] moves everywhere.
-    async fn update_project(
-        &self,
-        id: &ProjectId,
-        name: &str,
-        allowed_models: &ModelAccess,
-    ) -> Result<bool, StoreError>;
+    /// Stores a project's name, allowed models and budget; false when there
+    /// is no such project. Announced like a key change (its keys are judged
+    /// with its model list and budget), so [`KeyStore::keys_version`] moves
+    /// everywhere.
+    async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError>;
     /// Makes `user` a member of `project` with `role` (replacing the role
     /// it had there).
     async fn set_project_member(
@@ -357,6 +364,34 @@ pub trait UsageStore: Send + Sync {
     ) -> Result<Vec<UsageRow>, StoreError>;
 }
 
+/// Token budgets' counters, one per scope (a key's or a project's) and
+/// window, shared by every replica on the same database. Each change is
+/// one conditional statement, so replicas racing on a budget never both
+/// take its last tokens unseen.
+#[async_trait]
+pub trait BudgetStore: Send + Sync {
+    /// Adds `tokens` to `scope`'s count of the window that started at
+    /// `window_start`, unless the count had reached `limit` already;
+    /// returns the count after (`None`: refused, nothing added).
+    async fn charge_budget(
+        &self,
+        scope: &str,
+        window_start: i64,
+        limit: i64,
+        tokens: i64,
+    ) -> Result<Option<i64>, StoreError>;
+    /// Adds `delta` (negative to give tokens back) to `scope`'s count of
+    /// that window.
+    async fn adjust_budget(
+        &self,
+        scope: &str,
+        window_start: i64,
+        delta: i64,
+    ) -> Result<(), StoreError>;
+    /// `scope`'s count in that window (0 when nothing was counted).
+    async fn budget_used(&self, scope: &str, window_start: i64) -> Result<i64, StoreError>;
+}
+
 /// Fixed-window counters for throttling (sign-in, sign-up, code requests
 /// and code entry), shared by
 /// every replica on the same database.
@@ -452,6 +487,7 @@ pub trait Store:
     + DeviceStore
     + UsageStore
     + ThrottleStore
+    + BudgetStore
     + ResponseStore
     + HealthStore
 {
@@ -465,6 +501,7 @@ impl<T> Store for T where
         + DeviceStore
         + UsageStore
         + ThrottleStore
+        + BudgetStore
         + ResponseStore
         + HealthStore
 {

@@ -405,7 +405,10 @@ fn more_slots_than_sequence_ids_is_a_load_error() {
     let mut options = LlamaEngineOptions::new(Path::new("/nonexistent/model.gguf"));
     options.parallel = 256;
     let err = LlamaEngine::load(&options).unwrap_err();
-    assert!(err.to_string().contains("parallel must be at most 255"), "{err}");
+    assert!(
+        err.to_string().contains("parallel must be at most 255"),
+        "{err}"
+    );
 }
 
 // --- Prompt prefix reuse (the KV cells of earlier requests) ---

@@ -42,6 +42,9 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{}", rate_limit_message(.0))]
     RateLimited(crate::ratelimit::Verdict),
+    /// A token budget of the key or its project is spent.
+    #[error("{}", quota_message(.0))]
+    QuotaExceeded(crate::budget::BudgetState),
     #[error("the store is unavailable")]
     Unavailable,
     /// A resource other than a model that does not exist (or is not the
@@ -119,7 +122,7 @@ impl ApiError {
                 EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited(_) | ApiError::QuotaExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -172,6 +175,7 @@ impl ApiError {
                 }
                 _ => ("requests", None, Some("rate_limit_exceeded")),
             },
+            ApiError::QuotaExceeded(_) => ("insufficient_quota", None, Some("insufficient_quota")),
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
         let message = if self.status().is_server_error()
@@ -220,7 +224,7 @@ impl ApiError {
             | ApiError::NotFound { .. } => "not_found_error",
             ApiError::OnParam { error, .. } => error.anthropic_type(),
             ApiError::Forbidden(_) => "permission_error",
-            ApiError::RateLimited(_) => "rate_limit_error",
+            ApiError::RateLimited(_) | ApiError::QuotaExceeded(_) => "rate_limit_error",
             ApiError::Engine(e) => match e {
                 EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
                     invalid
@@ -280,6 +284,14 @@ impl IntoResponse for ApiError {
                 .insert(crate::metrics::ErrorCode(code));
         }
         let headers = response.headers_mut();
+        if let ApiError::QuotaExceeded(state) = &self {
+            headers.extend(state.headers());
+            let wait = (state.resets_at - svc_core::now()).max(1);
+            if let Ok(value) = HeaderValue::try_from(wait.to_string()) {
+                headers.insert(header::RETRY_AFTER, value);
+            }
+            return response;
+        }
         if let ApiError::RateLimited(verdict) = &self {
             headers.extend(verdict.headers());
             if let Ok(value) = HeaderValue::try_from(verdict.retry_after().to_string()) {
@@ -301,6 +313,19 @@ impl IntoResponse for ApiError {
 }
 
 /// OpenAI's wording for a refused request.
+fn quota_message(state: &crate::budget::BudgetState) -> String {
+    let scope = match state.scope {
+        crate::budget::Scope::Key => "this API key",
+        crate::budget::Scope::Project => "this API key's project",
+    };
+    let resets = chrono::DateTime::from_timestamp(state.resets_at, 0)
+        .map_or_else(|| state.resets_at.to_string(), |t| t.to_rfc3339());
+    format!(
+        "You exceeded the token budget of {scope} ({} tokens); it renews at {resets}.",
+        state.limit
+    )
+}
+
 fn rate_limit_message(verdict: &crate::ratelimit::Verdict) -> String {
     use crate::ratelimit::Exceeded;
     let (what, quota) = match verdict.exceeded {

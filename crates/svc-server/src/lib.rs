@@ -4,6 +4,7 @@
 //! tests start the real server exactly the way `svc serve` does.
 
 pub mod anthropic;
+pub mod budget;
 pub mod config;
 pub mod dashboard;
 pub mod error;

@@ -131,6 +131,7 @@ pub fn openapi() -> OpenApi {
             "/v1/organization/projects/{project_id}/api_keys/{key_id}",
             utoipa::openapi::path::PathItemBuilder::new()
                 .operation(HttpMethod::Get, get_project_key())
+                .operation(HttpMethod::Post, modify_project_key())
                 .operation(HttpMethod::Delete, delete_project_key())
                 .build(),
         )
@@ -1049,6 +1050,31 @@ fn get_project_key() -> Operation {
         "200",
         json_response("The key.", reference("ProjectApiKey")).build(),
     )
+    .response(
+        "404",
+        error_response(
+            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
+        )
+        .build(),
+    )
+    .build()
+}
+
+fn modify_project_key() -> Operation {
+    admin_errors(operation(
+        "modifyProjectApiKey",
+        "organization",
+        "Set or remove a key's token budget (svc's own); the key follows from its next request, on every replica.",
+        true,
+    ))
+    .parameter(project_id())
+    .parameter(key_id())
+    .request_body(Some(json_body("ModifyProjectApiKeyRequest", true)))
+    .response(
+        "200",
+        json_response("The key.", reference("ProjectApiKey")).build(),
+    )
+    .response("400", shared("BadRequest"))
     .response(
         "404",
         error_response(

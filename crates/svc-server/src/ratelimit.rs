@@ -103,7 +103,7 @@ impl Breaker {
     /// Runs one Redis call when [`Breaker::allow`] lets it, bounded by
     /// [`REDIS_RESPONSE_TIMEOUT`], and records how it went; `None` when
     /// Redis is being left alone.
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Option<redis::RedisResult<T>> {
@@ -247,6 +247,15 @@ impl RateLimiter {
     }
 
     /// The limits that apply to `key`.
+    /// The Redis connection and its breaker, when the counters are there
+    /// (token budgets share them).
+    pub fn redis_connection(&self) -> Option<(redis::aio::ConnectionManager, Arc<Breaker>)> {
+        match &self.counters {
+            Counters::Redis(manager, breaker) => Some((manager.clone(), breaker.clone())),
+            Counters::Local(_) => None,
+        }
+    }
+
     fn limits_of(&self, key: &KeyRecord) -> KeyLimits {
         KeyLimits {
             requests_per_minute: key

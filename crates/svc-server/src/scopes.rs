@@ -102,6 +102,11 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
         Need::Permission(Permission::ManagementRead),
     ),
     (
+        "POST",
+        "/v1/organization/projects/{project_id}/api_keys/{key_id}",
+        Need::Permission(Permission::ManagementWrite),
+    ),
+    (
         "DELETE",
         "/v1/organization/projects/{project_id}/api_keys/{key_id}",
         Need::Permission(Permission::ManagementWrite),

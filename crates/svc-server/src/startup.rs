@@ -73,7 +73,9 @@ impl Application {
                 .map_err(|e| std::io::Error::other(format!("cannot connect to Redis: {e}")))?,
             None => RateLimiter::local(config.rate_limits),
         };
+        let budgets = crate::budget::Budgets::new(store.clone(), limiter.redis_connection());
         let state = AppState {
+            budgets,
             keys: KeyService::new(store.clone()),
             accounts: accounts.clone(),
             devices: DeviceService::new(store.clone(), config.device),

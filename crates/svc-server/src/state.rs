@@ -28,6 +28,8 @@ pub struct AppState {
     pub dashboard: Arc<Dashboard>,
     /// Per-key requests and tokens per minute.
     pub limiter: RateLimiter,
+    /// Token budgets of keys and projects.
+    pub budgets: crate::budget::Budgets,
     /// Usage waiting to be written.
     pub ledger: Arc<crate::usage::Ledger>,
     /// What `/metrics` reports.

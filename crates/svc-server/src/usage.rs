@@ -9,7 +9,17 @@ use std::time::Instant;
 use futures::StreamExt;
 use svc_core::{EngineEvent, EventStream, KeyId, Store, TokenUsage, UsageDelta, day_of, now};
 
+use crate::budget::{BudgetSlot, Charge};
 use crate::ratelimit::RateLimiter;
+
+/// How a generating request is metered: whether its tokens count toward
+/// the key's tokens-per-minute limit, and where the state of its budgets
+/// goes once charged (for the answer's headers).
+#[derive(Debug, Clone, Default)]
+pub struct Metering {
+    pub count_tokens: bool,
+    pub budget: BudgetSlot,
+}
 use crate::state::AppState;
 
 /// Passes `events` through unchanged and records usage once: with the
@@ -24,10 +34,12 @@ pub fn metered(
     model: &str,
     arrived: Instant,
     count_tokens: bool,
+    charge: Option<Charge>,
 ) -> EventStream {
     let mut meter = Meter {
         ledger: state.ledger.clone(),
         limiter: count_tokens.then(|| state.limiter.clone()),
+        charge,
         key_id,
         recorded: false,
     };
@@ -55,6 +67,8 @@ struct Meter {
     ledger: Arc<Ledger>,
     /// Where to count the tokens, when the key has a tokens-per-minute limit.
     limiter: Option<RateLimiter>,
+    /// What the request's budgets were charged up front, settled here.
+    charge: Option<Charge>,
     key_id: KeyId,
     recorded: bool,
 }
@@ -74,6 +88,9 @@ impl Meter {
             .saturating_add(counts.completion_tokens);
         self.ledger
             .add(&self.key_id, now().div_euclid(SECONDS_PER_DAY), counts);
+        if let Some(charge) = self.charge.take() {
+            charge.settle(tokens);
+        }
         let Some(limiter) = self.limiter.clone() else {
             return;
         };

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use svc_core::account::UserId;
+use svc_core::budget::Budget;
 use svc_core::key::{KeyHash, KeyId};
 use svc_core::project::{KeyKind, ProjectId};
 use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError, UnknownValue};
@@ -21,7 +22,9 @@ macro_rules! select {
         "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
          k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
          k.project_id, k.kind, k.permissions, k.allowed_models, \
+         k.budget_tokens, k.budget_period, \
          p.allowed_models AS project_allowed_models, \
+         p.budget_tokens AS project_budget_tokens, p.budget_period AS project_budget_period, \
          u.disabled_at AS owner_disabled_at \
          FROM api_keys k LEFT JOIN users u ON u.id = k.owner_id \
          LEFT JOIN projects p ON p.id = k.project_id"
@@ -30,8 +33,8 @@ macro_rules! select {
 
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
      created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit, \
-     project_id, kind, permissions, allowed_models) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+     project_id, kind, permissions, allowed_models, budget_tokens, budget_period) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
 const OF_PROJECT: &str = concat!(
     select!(),
     " WHERE k.project_id = $1 ORDER BY k.created_at DESC, k.id DESC"
@@ -45,6 +48,7 @@ const OF_OWNER: &str = concat!(
 );
 const REVOKE: &str = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
 const SET_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $2, tpm_limit = $3 WHERE id = $1";
+const SET_BUDGET: &str = "UPDATE api_keys SET budget_tokens = $2, budget_period = $3 WHERE id = $1";
 // Replicas may touch one key in any order: the latest time wins.
 const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
@@ -72,6 +76,12 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
         kind: kind(row)?,
         allowed_models: crate::lists::model_access(row, "allowed_models")?,
         project_allowed_models: crate::lists::model_access(row, "project_allowed_models")?,
+        budget: crate::budgets::budget(row, "budget_tokens", "budget_period")?,
+        project_budget: crate::budgets::budget(
+            row,
+            "project_budget_tokens",
+            "project_budget_period",
+        )?,
     })
 }
 
@@ -117,6 +127,8 @@ pub(crate) async fn insert_key_on(
         .bind(record.kind.name())
         .bind(permissions_of(&record.kind))
         .bind(crate::lists::model_access_json(&record.allowed_models))
+        .bind(crate::budgets::budget_columns(record.budget).0)
+        .bind(crate::budgets::budget_columns(record.budget).1)
         .execute(conn)
         .await
         .map(|_| ())
@@ -187,6 +199,23 @@ impl KeyStore for SqlStore {
             .bind(id.0.as_str())
             .bind(limits.requests_per_minute)
             .bind(limits.tokens_per_minute)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+        let found = done.rows_affected() == 1;
+        if found {
+            self.key_changes.changed(before).await;
+        }
+        Ok(found)
+    }
+
+    async fn set_key_budget(&self, id: &KeyId, budget: Option<Budget>) -> Result<bool, StoreError> {
+        let before = self.key_changes.before_change().await;
+        let (tokens, period) = crate::budgets::budget_columns(budget);
+        let done = sqlx::query(SET_BUDGET)
+            .bind(id.0.as_str())
+            .bind(tokens)
+            .bind(period)
             .execute(&self.pool)
             .await
             .map_err(query_error)?;

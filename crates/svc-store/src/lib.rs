@@ -15,6 +15,7 @@
 //! replicas race on (a flash message, a redemption, a throttle hit) is
 //! decided by a single conditional statement, on both backends.
 
+mod budgets;
 mod changes;
 mod connect;
 mod devices;

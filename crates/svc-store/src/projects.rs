@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
-use svc_core::project::{ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
+use svc_core::project::{ProjectId, ProjectMember, ProjectRecord, ProjectRole};
 use svc_core::store::{ProjectStore, StoreError};
 
 use crate::SqlStore;
@@ -12,14 +12,14 @@ use crate::error::{query_error, unknown_value};
 
 macro_rules! columns {
     () => {
-        "id, name, created_at, archived_at, allowed_models"
+        "id, name, created_at, archived_at, allowed_models, budget_tokens, budget_period"
     };
 }
 
 const INSERT: &str = concat!(
     "INSERT INTO projects (",
     columns!(),
-    ") VALUES ($1, $2, $3, $4, $5)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7)"
 );
 const BY_ID: &str = concat!("SELECT ", columns!(), " FROM projects WHERE id = $1");
 const ALL: &str = concat!(
@@ -31,7 +31,8 @@ const ALL: &str = concat!(
 pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
      (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role";
-const UPDATE: &str = "UPDATE projects SET name = $2, allowed_models = $3 WHERE id = $1";
+const UPDATE: &str = "UPDATE projects SET name = $2, allowed_models = $3, \
+     budget_tokens = $4, budget_period = $5 WHERE id = $1";
 const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
      FROM project_members m JOIN users u ON u.id = m.user_id \
      WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
@@ -44,6 +45,7 @@ fn record(row: &AnyRow) -> Result<ProjectRecord, sqlx::Error> {
         created_at: row.try_get("created_at")?,
         archived_at: row.try_get("archived_at")?,
         allowed_models: crate::lists::model_access(row, "allowed_models")?,
+        budget: crate::budgets::budget(row, "budget_tokens", "budget_period")?,
     })
 }
 
@@ -56,6 +58,8 @@ impl ProjectStore for SqlStore {
             .bind(project.created_at)
             .bind(project.archived_at)
             .bind(crate::lists::model_access_json(&project.allowed_models))
+            .bind(crate::budgets::budget_columns(project.budget).0)
+            .bind(crate::budgets::budget_columns(project.budget).1)
             .execute(&self.pool)
             .await
             .map(|_| ())
@@ -70,17 +74,15 @@ impl ProjectStore for SqlStore {
         self.all_by(ALL, record, &[]).await
     }
 
-    async fn update_project(
-        &self,
-        id: &ProjectId,
-        name: &str,
-        allowed_models: &ModelAccess,
-    ) -> Result<bool, StoreError> {
+    async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError> {
         let before = self.key_changes.before_change().await;
+        let (tokens, period) = crate::budgets::budget_columns(project.budget);
         let done = sqlx::query(UPDATE)
-            .bind(id.0.as_str())
-            .bind(name)
-            .bind(crate::lists::model_access_json(allowed_models))
+            .bind(project.id.0.as_str())
+            .bind(project.name.as_str())
+            .bind(crate::lists::model_access_json(&project.allowed_models))
+            .bind(tokens)
+            .bind(period)
             .execute(&self.pool)
             .await
             .map_err(query_error)?;

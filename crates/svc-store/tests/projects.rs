@@ -185,6 +185,7 @@ fn project(name: &str, created_at: i64, models: ModelAccess) -> ProjectRecord {
         created_at,
         archived_at: None,
         allowed_models: models,
+        budget: None,
     }
 }
 
@@ -368,25 +369,28 @@ async fn changing_a_projects_models_is_a_key_change_on_every_store(db: &Db) {
     store.insert_key(&record, &hash).await.unwrap();
     let before = replica.keys_version();
     let only = ModelAccess::only(vec!["svc".into()]).unwrap();
-    assert!(
-        store
-            .update_project(&limited.id, "renamed", &only)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .update_project(&ProjectId::generate(), "x", &only)
-            .await
-            .unwrap()
-    );
+    let budget = Some(svc_core::Budget {
+        tokens: 1000,
+        period: svc_core::BudgetPeriod::Week,
+    });
+    let changed = ProjectRecord {
+        name: "renamed".into(),
+        allowed_models: only.clone(),
+        budget,
+        ..limited.clone()
+    };
+    assert!(store.update_project(&changed).await.unwrap());
+    let unknown = ProjectRecord {
+        id: ProjectId::generate(),
+        ..changed.clone()
+    };
+    assert!(!store.update_project(&unknown).await.unwrap());
     let read = store.project_by_id(&limited.id).await.unwrap().unwrap();
-    assert_eq!(
-        (read.name.as_str(), &read.allowed_models),
-        ("renamed", &only)
-    );
+    assert_eq!(read, changed);
+    // Keys are read with their project's models and budget.
     let key = replica.key_by_hash(&hash).await.unwrap().unwrap();
     assert_eq!(key.project_allowed_models, only);
+    assert_eq!(key.project_budget, budget);
     // The other store (a replica, or another process on the SQLite file)
     // sees the change (PostgreSQL's notification may take a moment).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

@@ -54,6 +54,7 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                         project_id: Some(project_id),
                         kind,
                         allowed_models,
+                        budget: None,
                     },
                 })
                 .await

@@ -15,43 +15,54 @@ use svc_core::{ChatMessage, EventStream, GenerateRequest, KeyRecord, ValidChatRe
 use std::future::Future;
 use std::time::Instant;
 
+use crate::budget::BudgetSlot;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
 use crate::metrics::Arrived;
 use crate::registry::ModelRoute;
 use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
+pub(crate) use crate::usage::Metering;
 
 pub async fn create(
     Authenticated(key): Authenticated,
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, count_tokens| {
-        answer(&state, key, request, count_tokens)
+    limited(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
     })
     .await
 }
 
 /// Counts the request against the key's rate limits before anything else
 /// (so failed requests count too), runs `answer` when they allow it, and
-/// puts the limits' state on every answer. `answer` is told whether to
-/// count tokens (only for keys with a tokens-per-minute limit).
+/// puts the limits' state on every answer, and the state of its budgets
+/// when [`generate`] charged them. `answer` is told how to meter the
+/// request (tokens count toward a limit only for keys with a
+/// tokens-per-minute one).
 pub(crate) async fn limited<F, Fut>(state: &AppState, key: KeyRecord, answer: F) -> Response
 where
-    F: FnOnce(KeyRecord, bool) -> Fut,
+    F: FnOnce(KeyRecord, Metering) -> Fut,
     Fut: Future<Output = Result<Response, ApiError>>,
 {
     let verdict = state.limiter.check(&key).await;
     if let Some(v) = verdict.filter(|v| v.exceeded.is_some()) {
         return ApiError::RateLimited(v).into_response();
     }
-    let count_tokens = verdict.is_some_and(|v| v.tokens.is_some());
-    let mut response = answer(key, count_tokens)
+    let metering = Metering {
+        count_tokens: verdict.is_some_and(|v| v.tokens.is_some()),
+        budget: BudgetSlot::default(),
+    };
+    let budget = metering.budget.clone();
+    let mut response = answer(key, metering)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     if let Some(v) = verdict {
         response.headers_mut().extend(v.headers());
+    }
+    if let Some(b) = budget.take() {
+        response.headers_mut().extend(b.headers());
     }
     response
 }
@@ -67,17 +78,18 @@ pub(crate) fn arrived(request: &Request) -> Instant {
 
 /// Routes a validated request to `model`'s engine: the model's reasoning
 /// flag and default system prompt apply, the gateway's overhead is
-/// recorded, and the events are metered into usage (and the key's token
-/// limits when `count_tokens`).
+/// recorded, the key's and its project's budgets are charged, and the
+/// events are metered into usage, budgets (and the key's token limits when
+/// `metering` says so).
 pub(crate) async fn generate(
     state: &AppState,
     key: &KeyRecord,
     model: &str,
     request: GenerateRequest,
     arrived: Instant,
-    count_tokens: bool,
+    metering: Metering,
 ) -> Result<EventStream, ApiError> {
-    generate_with(state, key, model, request, arrived, count_tokens, |_, _| {
+    generate_with(state, key, model, request, arrived, metering, |_, _| {
         |events| events
     })
     .await
@@ -93,7 +105,7 @@ pub(crate) async fn generate_with<W, F>(
     model: &str,
     mut request: GenerateRequest,
     arrived: Instant,
-    count_tokens: bool,
+    metering: Metering,
     wrap: W,
 ) -> Result<EventStream, ApiError>
 where
@@ -101,6 +113,10 @@ where
     F: FnOnce(EventStream) -> EventStream,
 {
     let route = routed(state, key, model, &mut request)?;
+    let charge = state
+        .budgets
+        .charge(key, &request, &metering.budget)
+        .await?;
     state.metrics.gateway_overhead(model, arrived.elapsed());
     let wrap = wrap(&route.engine, &request);
     let events = wrap(route.engine.generate(request).await?);
@@ -110,7 +126,8 @@ where
         key.id.clone(),
         model,
         arrived,
-        count_tokens,
+        metering.count_tokens,
+        charge,
     ))
 }
 
@@ -171,7 +188,7 @@ async fn answer(
     state: &AppState,
     key: KeyRecord,
     request: Request,
-    count_tokens: bool,
+    metering: Metering,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
@@ -184,7 +201,7 @@ async fn answer(
         &request.model,
         request.generate,
         arrived,
-        count_tokens,
+        metering,
     )
     .await?;
     let meta = CompletionMeta::new(request.model).with_choices(n, logprobs);

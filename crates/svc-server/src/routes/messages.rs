@@ -17,14 +17,15 @@ use crate::anthropic::{self, MessageMeta};
 use crate::error::ApiError;
 use crate::extract::{AnthropicAuthenticated, ApiJson};
 use crate::state::AppState;
+use crate::usage::Metering;
 
 pub async fn create(
     AnthropicAuthenticated(key): AnthropicAuthenticated,
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, count_tokens| {
-        answer(&state, key, request, count_tokens)
+    limited(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
     })
     .await
 }
@@ -33,7 +34,7 @@ async fn answer(
     state: &AppState,
     key: KeyRecord,
     request: Request,
-    count_tokens: bool,
+    metering: Metering,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
@@ -55,7 +56,7 @@ async fn answer(
         &request.model,
         request.generate,
         arrived,
-        count_tokens,
+        metering,
         |engine, generate| {
             // Only a request with stop sequences pays for the matching.
             let with_stops = (!stops.is_empty()).then(|| (engine.clone(), generate.clone(), stops));

@@ -66,7 +66,9 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/v1/organization/projects/{project_id}/api_keys/{key_id}",
-            get(organization::get_key).delete(organization::delete_key),
+            get(organization::get_key)
+                .post(organization::modify_key)
+                .delete(organization::delete_key),
         )
         .merge(crate::dashboard::router())
         .fallback(unknown_url)

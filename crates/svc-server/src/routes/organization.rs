@@ -17,15 +17,16 @@
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
-    CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, ModifyProjectRequest, Project, ProjectApiKey, ProjectApiKeyList,
-    ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
+    BudgetStatus, CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
+    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project, ProjectApiKey,
+    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList, TokenBudget,
 };
 use svc_core::{
-    KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, ProjectId,
-    ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
+    Budget, BudgetPeriod, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess,
+    NewKey, ProjectId, ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
 };
 
+use crate::budget::Scope;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
 use crate::state::AppState;
@@ -109,8 +110,10 @@ async fn key_of(
         })
 }
 
-fn project_body(project: ProjectRecord) -> Project {
+async fn project_body(state: &AppState, project: ProjectRecord) -> Project {
+    let budget = budget_status(state, Scope::Project, &project.id.0, project.budget).await;
     Project {
+        budget,
         id: project.id.0,
         object: "organization.project".into(),
         name: project.name,
@@ -157,6 +160,7 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
             .map(|p| p.as_str().to_owned())
             .collect(),
         allowed_models: key.allowed_models.0,
+        budget: budget_status(state, Scope::Key, &key.id.0, key.budget).await,
         id: key.id.0,
         name: key.name,
         redacted_value: key.hint,
@@ -232,6 +236,48 @@ fn name(text: &str) -> Result<String, ApiError> {
     Ok(name.to_owned())
 }
 
+/// A budget as shown: with its current window's count.
+async fn budget_status(
+    state: &AppState,
+    scope: Scope,
+    id: &str,
+    budget: Option<Budget>,
+) -> Option<BudgetStatus> {
+    let budget = budget?;
+    let (used, resets_at) = state.budgets.used(&scope.counter(id), budget).await;
+    Some(BudgetStatus {
+        tokens: budget.tokens,
+        period: budget.period.as_str().into(),
+        used,
+        resets_at,
+    })
+}
+
+/// A requested budget, checked.
+fn budget(requested: Option<TokenBudget>) -> Result<Option<Budget>, ApiError> {
+    let Some(requested) = requested else {
+        return Ok(None);
+    };
+    if requested.tokens < 1 {
+        return Err(ValidationError {
+            param: "budget.tokens".into(),
+            message: "budget.tokens must be at least 1".into(),
+        }
+        .into());
+    }
+    let period = BudgetPeriod::parse(&requested.period).map_err(|_| ValidationError {
+        param: "budget.period".into(),
+        message: format!(
+            "budget.period must be day, week or month, not '{}'",
+            requested.period
+        ),
+    })?;
+    Ok(Some(Budget {
+        tokens: requested.tokens,
+        period,
+    }))
+}
+
 fn models(list: Option<Vec<String>>) -> Result<ModelAccess, ApiError> {
     match list {
         None => Ok(ModelAccess::any()),
@@ -262,7 +308,10 @@ pub async fn list_projects(
         .filter(|p| reach.sees(&p.id))
         .collect();
     let (projects, has_more) = paginate(projects, &page, |p| p.id.0.as_str());
-    let data: Vec<Project> = projects.into_iter().map(project_body).collect();
+    let mut data = Vec::with_capacity(projects.len());
+    for project in projects {
+        data.push(project_body(&state, project).await);
+    }
     Ok(Json(ProjectList {
         object: "list".into(),
         first_id: data.first().map(|p| p.id.clone()),
@@ -290,9 +339,10 @@ pub async fn create_project(
         created_at: now(),
         archived_at: None,
         allowed_models: models(body.allowed_models)?,
+        budget: budget(body.budget)?,
     };
     state.store.insert_project(&project).await?;
-    Ok(Json(project_body(project)))
+    Ok(Json(project_body(&state, project).await))
 }
 
 /// `GET /v1/organization/projects/{project_id}`.
@@ -303,7 +353,7 @@ pub async fn get_project(
 ) -> Result<Json<Project>, ApiError> {
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
-    Ok(Json(project_body(project)))
+    Ok(Json(project_body(&state, project).await))
 }
 
 /// `POST /v1/organization/projects/{project_id}`: renames the project or
@@ -329,17 +379,17 @@ pub async fn modify_project(
     if let Some(list) = body.allowed_models {
         project.allowed_models = models(list)?;
     }
-    let found = state
-        .store
-        .update_project(&project.id, &project.name, &project.allowed_models)
-        .await?;
+    if let Some(requested) = body.budget {
+        project.budget = budget(requested)?;
+    }
+    let found = state.store.update_project(&project).await?;
     if !found {
         return Err(ApiError::NotFound {
             param: None,
             message: format!("No project found with id '{}'.", project.id.0),
         });
     }
-    Ok(Json(project_body(project)))
+    Ok(Json(project_body(&state, project).await))
 }
 
 /// `GET /v1/organization/projects/{project_id}/api_keys`: newest first.
@@ -431,6 +481,7 @@ pub async fn create_key(
                 project_id: Some(project.id.clone()),
                 kind,
                 allowed_models: models(body.allowed_models)?,
+                budget: budget(body.budget)?,
             },
         })
         .await?;
@@ -448,6 +499,29 @@ pub async fn get_key(
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
     let found = key_of(&state, &project, &key_id).await?;
+    Ok(Json(key_body(&state, found).await?))
+}
+
+/// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}` (svc's
+/// own): sets or removes the key's token budget.
+pub async fn modify_key(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path((project_id, key_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ModifyProjectApiKeyRequest>,
+) -> Result<Json<ProjectApiKey>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let mut found = key_of(&state, &project, &key_id).await?;
+    if let Some(requested) = body.budget {
+        found.budget = budget(requested)?;
+        if !state.store.set_key_budget(&found.id, found.budget).await? {
+            return Err(ApiError::NotFound {
+                param: None,
+                message: format!("No API key found with id '{key_id}' in this project."),
+            });
+        }
+    }
     Ok(Json(key_body(&state, found).await?))
 }
 

@@ -26,14 +26,15 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
 use crate::responses_shape::{Shaper, new_id};
 use crate::state::AppState;
+use crate::usage::Metering;
 
 pub async fn create(
     Authenticated(key): Authenticated,
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, count_tokens| {
-        answer(&state, key, request, count_tokens)
+    limited(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
     })
     .await
 }
@@ -136,7 +137,7 @@ async fn answer(
     state: &AppState,
     key: KeyRecord,
     request: Request,
-    count_tokens: bool,
+    metering: Metering,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
@@ -161,7 +162,7 @@ async fn answer(
         &valid.model,
         generate_request,
         arrived,
-        count_tokens,
+        metering,
     )
     .await
     .map_err(engine_error)?;

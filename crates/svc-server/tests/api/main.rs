@@ -39,6 +39,7 @@ macro_rules! on_both_databases {
 }
 
 mod auth;
+mod budgets;
 mod chat;
 mod dashboard;
 mod device;

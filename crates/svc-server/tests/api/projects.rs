@@ -107,6 +107,11 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         Some(Permission::ManagementWrite),
     ),
     (
+        "POST",
+        "/v1/organization/projects/{project_id}/api_keys/{key_id}",
+        Some(Permission::ManagementWrite),
+    ),
+    (
         "DELETE",
         "/v1/organization/projects/{project_id}/api_keys/{key_id}",
         Some(Permission::ManagementWrite),
@@ -280,6 +285,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         created_at: 1,
         archived_at: None,
         allowed_models: ModelAccess::only(vec!["svc*".into()]).unwrap(),
+        budget: None,
     };
     app.store.insert_project(&project).await.unwrap();
     let key = app
@@ -289,6 +295,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
                 project_id: Some(project.id.clone()),
                 kind: KeyKind::All,
                 allowed_models: ModelAccess::only(vec!["svc".into(), "fake-*".into()]).unwrap(),
+                budget: None,
             },
         )
         .await;
@@ -994,6 +1001,7 @@ async fn stored_responses_stay_in_their_project(db: Database) {
         created_at: 1,
         archived_at: None,
         allowed_models: ModelAccess::any(),
+        budget: None,
     };
     app.store.insert_project(&project).await.unwrap();
     // The same account (and the operator) in two projects.

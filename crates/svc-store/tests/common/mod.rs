@@ -124,6 +124,8 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         kind: KeyKind::All,
         allowed_models: ModelAccess::any(),
         project_allowed_models: ModelAccess::any(),
+        budget: None,
+        project_budget: None,
     };
     (record, key.hash())
 }

@@ -1,0 +1,374 @@
+//! Token budgets of keys and projects: so many prompt and completion tokens
+//! per UTC day, week or month (see `svc_core::budget`).
+//!
+//! Before a request reaches an engine, each budget that applies (the key's,
+//! its project's) is charged with an estimate of the request's tokens (its
+//! prompt's, by `estimate_tokens`, plus `max_tokens`, or
+//! [`UNBOUNDED_REPLY_ESTIMATE`] without one), in one atomic step that
+//! refuses once the count has reached the budget: in Redis when the server
+//! has one (a script), else in the database (a conditional update), so
+//! replicas share the count. When the request ends, the difference to its
+//! real usage is given back (or added): a request that fails before any
+//! token costs nothing. So concurrent requests, on any replica, overspend a
+//! budget by at most what their estimates fell short of their usage: one
+//! that finds the budget spent, estimates of the requests in flight
+//! included, is refused with a 429 `insufficient_quota` naming the reset
+//! time. Answers carry the tighter budget's `x-budget-*` headers.
+//!
+//! As with rate limits, a Redis or database that cannot be reached lets
+//! requests through (with a warning): a counter's outage must not become an
+//! API outage.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use svc_core::budget::Budget;
+use svc_core::{GenerateRequest, KeyRecord, Store, estimate_tokens, now};
+
+use crate::error::ApiError;
+use crate::ratelimit::Breaker;
+
+/// The completion tokens charged up front for a request without
+/// `max_tokens` (settled with the real count when it ends).
+pub const UNBOUNDED_REPLY_ESTIMATE: i64 = 1024;
+
+// Charges `ARGV[2]` unless the count reached `ARGV[1]`; the key lives a
+// day past its window (`ARGV[3]`, unix seconds), for late settlements.
+const CHARGE: &str = r"
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used >= tonumber(ARGV[1]) then return -1 end
+used = redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('EXPIREAT', KEYS[1], ARGV[3])
+return used
+";
+
+/// Where budgets are counted.
+#[derive(Clone)]
+pub struct Budgets {
+    store: Arc<dyn Store>,
+    redis: Option<(redis::aio::ConnectionManager, Arc<Breaker>)>,
+}
+
+/// Which budget: a key's or a project's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Key,
+    Project,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Project => "project",
+        }
+    }
+
+    /// The name of the counter of the key or project `id`.
+    pub fn counter(self, id: &str) -> String {
+        format!("{}:{id}", self.as_str())
+    }
+}
+
+/// A budget's state after a request was charged (or refused), for headers
+/// and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetState {
+    pub scope: Scope,
+    pub limit: i64,
+    /// Tokens left in this window, estimates of requests in flight taken.
+    pub remaining: i64,
+    /// When the budget renews (unix seconds).
+    pub resets_at: i64,
+}
+
+impl BudgetState {
+    /// `x-budget-limit-tokens`, `x-budget-remaining-tokens`,
+    /// `x-budget-reset-tokens` (seconds until it renews, as in
+    /// `x-ratelimit-reset-*`) and `x-budget-scope`.
+    pub fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let reset = (self.resets_at - now()).max(0);
+        for (name, value) in [
+            ("x-budget-limit-tokens", self.limit.to_string()),
+            (
+                "x-budget-remaining-tokens",
+                self.remaining.max(0).to_string(),
+            ),
+            ("x-budget-reset-tokens", format!("{reset}s")),
+            ("x-budget-scope", self.scope.as_str().to_owned()),
+        ] {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+        headers
+    }
+
+    /// The tighter of two states: the one with fewer tokens left.
+    fn tighter(a: Option<BudgetState>, b: BudgetState) -> BudgetState {
+        match a {
+            Some(a) if a.remaining <= b.remaining => a,
+            _ => b,
+        }
+    }
+}
+
+/// Where a route's answer learns the budget state of its request, for its
+/// headers (the charge happens deeper, once the request is parsed).
+#[derive(Debug, Clone, Default)]
+pub struct BudgetSlot(Arc<Mutex<Option<BudgetState>>>);
+
+impl BudgetSlot {
+    fn set(&self, state: BudgetState) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(state);
+    }
+
+    /// The state a charge left, if any.
+    pub fn take(&self) -> Option<BudgetState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// What one request was charged; settled with its real usage by
+/// [`Charge::settle`], or with none when dropped unsettled.
+pub struct Charge {
+    budgets: Budgets,
+    parts: Vec<Part>,
+}
+
+struct Part {
+    scope: String,
+    window_start: i64,
+    amount: i64,
+}
+
+impl Budgets {
+    pub fn new(
+        store: Arc<dyn Store>,
+        redis: Option<(redis::aio::ConnectionManager, Arc<Breaker>)>,
+    ) -> Self {
+        Budgets { store, redis }
+    }
+
+    /// Charges `request`'s estimate to the budgets of `key` (its own, its
+    /// project's) and puts the tighter state in `slot`. `Ok(None)` when no
+    /// budget applies; a spent budget is a 429 `insufficient_quota`.
+    pub async fn charge(
+        &self,
+        key: &KeyRecord,
+        request: &GenerateRequest,
+        slot: &BudgetSlot,
+    ) -> Result<Option<Charge>, ApiError> {
+        let budgets = [
+            (Scope::Key, key.budget, Scope::Key.counter(&key.id.0)),
+            (
+                Scope::Project,
+                key.project_budget,
+                Scope::Project.counter(&key.project_id.0),
+            ),
+        ];
+        if budgets.iter().all(|(_, b, _)| b.is_none()) {
+            return Ok(None);
+        }
+        let reply = request
+            .max_tokens
+            .map_or(UNBOUNDED_REPLY_ESTIMATE, i64::from);
+        let estimate = i64::try_from(estimate_tokens(request))
+            .unwrap_or(i64::MAX)
+            .saturating_add(reply)
+            .max(1);
+        let mut charge = Charge {
+            budgets: self.clone(),
+            parts: Vec::new(),
+        };
+        let mut tightest = None;
+        let at = now();
+        for (scope, budget, id) in budgets {
+            let Some(Budget { tokens, period }) = budget else {
+                continue;
+            };
+            let (window_start, resets_at) = period.window(at);
+            let counted = self
+                .add(&id, window_start, resets_at, tokens, estimate)
+                .await;
+            let state = |used: i64| BudgetState {
+                scope,
+                limit: tokens,
+                remaining: tokens - used,
+                resets_at,
+            };
+            match counted {
+                Counted::Refused(used) => {
+                    // Dropping `charge` gives back what was charged so far.
+                    return Err(ApiError::QuotaExceeded(state(used)));
+                }
+                Counted::Charged(used) => {
+                    charge.parts.push(Part {
+                        scope: id,
+                        window_start,
+                        amount: estimate,
+                    });
+                    tightest = Some(BudgetState::tighter(tightest, state(used)));
+                }
+                Counted::Unknown => {}
+            }
+        }
+        if let Some(state) = tightest {
+            slot.set(state);
+        }
+        Ok(Some(charge))
+    }
+
+    /// Adds `tokens` to `scope`'s count unless it reached `limit`.
+    async fn add(
+        &self,
+        scope: &str,
+        window_start: i64,
+        resets_at: i64,
+        limit: i64,
+        tokens: i64,
+    ) -> Counted {
+        let counted = match &self.redis {
+            Some((manager, breaker)) => {
+                let mut conn = manager.clone();
+                let script = redis::Script::new(CHARGE);
+                let mut call = script.key(redis_key(scope, window_start));
+                call.arg(limit)
+                    .arg(tokens)
+                    .arg(resets_at.saturating_add(86_400));
+                match breaker.call(call.invoke_async::<i64>(&mut conn)).await {
+                    None => return Counted::Unknown,
+                    Some(Ok(used)) if used >= 0 => Ok(Counted::Charged(used)),
+                    Some(Ok(_)) => Ok(Counted::Refused(
+                        self.redis_used(scope, window_start).await.unwrap_or(limit),
+                    )),
+                    Some(Err(e)) => Err(e.to_string()),
+                }
+            }
+            None => match self
+                .store
+                .charge_budget(scope, window_start, limit, tokens)
+                .await
+            {
+                Ok(Some(used)) => Ok(Counted::Charged(used)),
+                Ok(None) => Ok(Counted::Refused(
+                    self.store
+                        .budget_used(scope, window_start)
+                        .await
+                        .unwrap_or(limit),
+                )),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        counted.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "budget counter unavailable; letting the request through");
+            Counted::Unknown
+        })
+    }
+
+    /// What `budget`'s current window of the counter `scope` (see
+    /// [`Scope::counter`]) used, when it can be read, and when it renews.
+    pub async fn used(&self, scope: &str, budget: Budget) -> (Option<i64>, i64) {
+        let (window_start, resets_at) = budget.period.window(now());
+        let used = match &self.redis {
+            Some(_) => self.redis_used(scope, window_start).await,
+            None => self.store.budget_used(scope, window_start).await.ok(),
+        };
+        (used, resets_at)
+    }
+
+    async fn redis_used(&self, scope: &str, window_start: i64) -> Option<i64> {
+        let (manager, breaker) = self.redis.as_ref()?;
+        let mut conn = manager.clone();
+        let mut get = redis::cmd("GET");
+        get.arg(redis_key(scope, window_start));
+        match breaker
+            .call(get.query_async::<Option<i64>>(&mut conn))
+            .await
+        {
+            Some(Ok(used)) => Some(used.unwrap_or(0)),
+            _ => None,
+        }
+    }
+
+    /// Adds `delta` to `scope`'s count of the window at `window_start`.
+    async fn adjust(&self, scope: &str, window_start: i64, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        let result = match &self.redis {
+            Some((manager, breaker)) => {
+                let mut conn = manager.clone();
+                let mut incr = redis::cmd("INCRBY");
+                incr.arg(redis_key(scope, window_start)).arg(delta);
+                match breaker.call(incr.query_async::<i64>(&mut conn)).await {
+                    Some(result) => result.map(|_| ()).map_err(|e| e.to_string()),
+                    None => Err("Redis is being left alone after a failure".into()),
+                }
+            }
+            None => self
+                .store
+                .adjust_budget(scope, window_start, delta)
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, scope, delta, "settling a budget failed");
+        }
+    }
+}
+
+/// What charging one budget found.
+enum Counted {
+    /// Charged; the count after.
+    Charged(i64),
+    /// Spent: the count, which had reached the budget.
+    Refused(i64),
+    /// The counter could not be reached: not counted.
+    Unknown,
+}
+
+impl Charge {
+    /// Settles the charge with the request's real `tokens`: gives back what
+    /// the estimate was over, or adds what it was under. Off the response's
+    /// path, on a task of its own.
+    pub fn settle(mut self, tokens: i64) {
+        let parts = std::mem::take(&mut self.parts);
+        if parts.is_empty() {
+            return;
+        }
+        let budgets = self.budgets.clone();
+        // Outside a runtime (never in the server) there is nowhere to count.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a reply's end (a drop) cannot wait for the counter; a settlement lost at shutdown leaves one estimate charged"
+            )]
+            runtime.spawn(async move {
+                for part in parts {
+                    budgets
+                        .adjust(&part.scope, part.window_start, tokens - part.amount)
+                        .await;
+                }
+            });
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if !self.parts.is_empty() {
+            let parts = std::mem::take(&mut self.parts);
+            Charge {
+                budgets: self.budgets.clone(),
+                parts,
+            }
+            .settle(0);
+        }
+    }
+}
+
+fn redis_key(scope: &str, window_start: i64) -> String {
+    format!("svc:budget:{{{scope}}}:{window_start}")
+}

@@ -1,0 +1,373 @@
+//! Token budgets of keys and projects: set and shown through the admin
+//! API, enforced on every generating route (a 429 `insufficient_quota` in
+//! each dialect's shape, with the `x-budget-*` headers and when it renews),
+//! settled with the real usage, and shared by two replicas through
+//! PostgreSQL and Redis so that 20 concurrent requests at the edge of a
+//! budget overspend it by less than one request's tokens.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use svc_core::{KeyKind, KeyScope};
+use svc_server::ServerConfig;
+use svc_store::testing::{TestSchema, postgres_url};
+use svc_test_support::{Database, TestApp};
+
+on_both_databases!(
+    the_admin_api_sets_and_shows_budgets,
+    a_key_budget_stops_the_key_once_spent,
+    a_project_budget_covers_all_its_keys_in_every_dialect,
+);
+
+async fn admin_key(app: &TestApp) -> String {
+    app.create_scoped_key(
+        None,
+        KeyScope {
+            kind: KeyKind::Admin,
+            ..KeyScope::default()
+        },
+    )
+    .await
+}
+
+async fn admin_post(app: &TestApp, admin: &str, path: &str, body: &Value) -> (u16, Value) {
+    let response = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(admin)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+async fn admin_get(app: &TestApp, admin: &str, path: &str) -> Value {
+    let response = app
+        .client
+        .get(app.url(path))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// A key of `project` with `budget` (JSON, or null): its id and secret.
+async fn budgeted_key(
+    app: &TestApp,
+    admin: &str,
+    project: &str,
+    budget: Value,
+) -> (String, String) {
+    let (status, key) = admin_post(
+        app,
+        admin,
+        &format!("/v1/organization/projects/{project}/api_keys"),
+        &json!({"name": "budgeted", "budget": budget}),
+    )
+    .await;
+    assert_eq!(status, 200, "{key}");
+    (
+        key["id"].as_str().unwrap().to_owned(),
+        key["value"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// A chat request of a few tokens (the fake engine counts a token a word)
+/// estimated at its prompt plus `max_tokens`.
+fn small(text: &str) -> Value {
+    json!({"model": "svc", "max_tokens": 8, "messages": [{"role": "user", "content": text}]})
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response.headers()[name].to_str().unwrap().to_owned()
+}
+
+/// The key's budget as the admin API shows it, once the settlements of
+/// the requests made so far are in (they run after each answer).
+async fn settled_budget(app: &TestApp, admin: &str, project: &str, key: &str) -> Value {
+    let path = format!("/v1/organization/projects/{project}/api_keys/{key}");
+    let mut last = admin_get(app, admin, &path).await["budget"].clone();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = admin_get(app, admin, &path).await["budget"].clone();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+async fn the_admin_api_sets_and_shows_budgets(db: Database) {
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let admin = admin_key(&app).await;
+    let (status, project) = admin_post(
+        &app,
+        &admin,
+        "/v1/organization/projects",
+        &json!({"name": "metered", "budget": {"tokens": 5000, "period": "month"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{project}");
+    let budget = &project["budget"];
+    assert_eq!(budget["tokens"], 5000);
+    assert_eq!(budget["period"], "month");
+    assert_eq!(budget["used"], 0);
+    let resets_at = budget["resets_at"].as_i64().unwrap();
+    let now = svc_core::now();
+    assert!(
+        resets_at > now && resets_at <= now + 31 * 86_400,
+        "{budget}"
+    );
+    let id = project["id"].as_str().unwrap();
+
+    let (key_id, _) = budgeted_key(&app, &admin, id, json!({"tokens": 100, "period": "day"})).await;
+    let path = format!("/v1/organization/projects/{id}/api_keys/{key_id}");
+    assert_eq!(
+        admin_get(&app, &admin, &path).await["budget"]["tokens"],
+        100
+    );
+    // Changed, then removed.
+    let (status, key) = admin_post(
+        &app,
+        &admin,
+        &path,
+        &json!({"budget": {"tokens": 250, "period": "week"}}),
+    )
+    .await;
+    assert_eq!((status, &key["budget"]["period"]), (200, &json!("week")));
+    let (status, key) = admin_post(&app, &admin, &path, &json!({"budget": null})).await;
+    assert_eq!((status, &key["budget"]), (200, &Value::Null));
+    // The project's is removed the same way; what is left out stays.
+    let (status, project) = admin_post(
+        &app,
+        &admin,
+        &format!("/v1/organization/projects/{id}"),
+        &json!({"name": "renamed"}),
+    )
+    .await;
+    assert_eq!((status, &project["budget"]["tokens"]), (200, &json!(5000)));
+    let (_, project) = admin_post(
+        &app,
+        &admin,
+        &format!("/v1/organization/projects/{id}"),
+        &json!({"budget": null}),
+    )
+    .await;
+    assert_eq!(project["budget"], Value::Null);
+
+    for (bad, param) in [
+        (json!({"tokens": 0, "period": "day"}), "budget.tokens"),
+        (json!({"tokens": 10, "period": "year"}), "budget.period"),
+    ] {
+        let response = app
+            .client
+            .post(app.url(&path))
+            .bearer_auth(&admin)
+            .json(&json!({ "budget": bad }))
+            .send()
+            .await
+            .unwrap();
+        crate::expect_error(
+            response,
+            400,
+            "invalid_request_error",
+            "invalid_value",
+            Some(param),
+        )
+        .await;
+    }
+    let unknown = app
+        .client
+        .post(app.url(&format!(
+            "/v1/organization/projects/{id}/api_keys/key_0000000000000000"
+        )))
+        .bearer_auth(&admin)
+        .json(&json!({"budget": null}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+}
+
+async fn a_key_budget_stops_the_key_once_spent(db: Database) {
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let admin = admin_key(&app).await;
+    let (key_id, key) = budgeted_key(
+        &app,
+        &admin,
+        "proj_default",
+        json!({"tokens": 60, "period": "day"}),
+    )
+    .await;
+    // A key without a budget is not metered.
+    let free = app.create_key().await;
+    assert!(
+        app.chat(&free, &small("hi"))
+            .await
+            .headers()
+            .get("x-budget-limit-tokens")
+            .is_none()
+    );
+
+    let mut served = 0;
+    let refused = loop {
+        let response = app.chat(&key, &small("one two three four five")).await;
+        if response.status() != 200 {
+            break response;
+        }
+        served += 1;
+        assert_eq!(header(&response, "x-budget-limit-tokens"), "60");
+        assert_eq!(header(&response, "x-budget-scope"), "key");
+        let remaining: i64 = header(&response, "x-budget-remaining-tokens")
+            .parse()
+            .unwrap();
+        assert!((0..60).contains(&remaining), "{remaining}");
+        assert!(served < 20, "the budget never stopped the key");
+        // Let the settlement of this request in before the next.
+        settled_budget(&app, &admin, "proj_default", &key_id).await;
+    };
+    // Each request is 6 prompt and 7 completion tokens: 13 of 60.
+    assert_eq!(served, 5, "served until the count reached the budget");
+    assert_eq!(header(&refused, "x-budget-remaining-tokens"), "0");
+    let retry: i64 = header(&refused, "retry-after").parse().unwrap();
+    assert!((1..=86_400).contains(&retry), "{retry}");
+    assert!(header(&refused, "x-budget-reset-tokens").ends_with('s'));
+    let message = crate::expect_error(
+        refused,
+        429,
+        "insufficient_quota",
+        "insufficient_quota",
+        None,
+    )
+    .await;
+    assert!(
+        message.contains("token budget of this API key"),
+        "{message}"
+    );
+    // The count is the real usage: 5 requests of 13 tokens.
+    let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
+    assert_eq!(budget["used"], 65, "{budget}");
+    // Raising the budget lets the key through at once.
+    let path = format!("/v1/organization/projects/proj_default/api_keys/{key_id}");
+    let (status, _) = admin_post(
+        &app,
+        &admin,
+        &path,
+        &json!({"budget": {"tokens": 1000, "period": "day"}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let mut waited = 0;
+    while app.chat(&key, &small("hi")).await.status() != 200 {
+        waited += 1;
+        assert!(waited < 100, "the new budget never applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn a_project_budget_covers_all_its_keys_in_every_dialect(db: Database) {
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let admin = admin_key(&app).await;
+    let (_, project) = admin_post(
+        &app,
+        &admin,
+        "/v1/organization/projects",
+        &json!({"name": "small", "budget": {"tokens": 20, "period": "week"}}),
+    )
+    .await;
+    let id = project["id"].as_str().unwrap();
+    let (_, first) = budgeted_key(&app, &admin, id, Value::Null).await;
+    let (_, second) = budgeted_key(&app, &admin, id, Value::Null).await;
+    let ok = app.chat(&first, &small("one two three four five")).await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(header(&ok, "x-budget-scope"), "project");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ok = app.chat(&second, &small("one two three four five")).await;
+    assert_eq!(ok.status(), 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 26 of 20 used: every key of the project is refused, in its dialect.
+    let chat = app.chat(&second, &small("hi")).await;
+    let message =
+        crate::expect_error(chat, 429, "insufficient_quota", "insufficient_quota", None).await;
+    assert!(message.contains("this API key's project"), "{message}");
+    let messages = app
+        .client
+        .post(app.url("/v1/messages"))
+        .header("x-api-key", &first)
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"model": "svc", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(messages.status(), 429);
+    let body: Value = messages.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    let responses = app
+        .client
+        .post(app.url("/v1/responses"))
+        .bearer_auth(&first)
+        .json(&json!({"model": "svc", "input": "hi", "max_output_tokens": 8}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(responses.status(), 429);
+    let body: Value = responses.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+    // Another project's keys are not touched.
+    let other = app.create_key().await;
+    assert_eq!(app.chat(&other, &small("hi")).await.status(), 200);
+}
+
+/// Two servers sharing PostgreSQL and Redis; 20 requests at once, spread
+/// over both, against a budget that holds about two of them: each is
+/// charged its estimate before it starts, so the budget is overspent by
+/// less than one request's tokens (without the up-front charge all 20 would
+/// pass).
+#[tokio::test]
+async fn two_replicas_overspend_a_budget_by_less_than_one_request() {
+    let schema = TestSchema::create(&postgres_url()).await.unwrap();
+    let config = || ServerConfig {
+        redis_url: Some("redis://127.0.0.1:6379".parse().unwrap()),
+        ..ServerConfig::default()
+    };
+    let first = TestApp::spawn_with(Database::Url(schema.url().to_owned()), config()).await;
+    let second = TestApp::spawn_with(Database::Url(schema.url().to_owned()), config()).await;
+    let admin = admin_key(&first).await;
+    let (key_id, key) = budgeted_key(
+        &first,
+        &admin,
+        "proj_default",
+        json!({"tokens": 30, "period": "day"}),
+    )
+    .await;
+    let requests = (0..20).map(|i| {
+        let app = if i % 2 == 0 { &first } else { &second };
+        let key = key.clone();
+        async move {
+            app.chat(&key, &small("one two three four five"))
+                .await
+                .status()
+                .as_u16()
+        }
+    });
+    let statuses = futures::future::join_all(requests).await;
+    let served = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(served + refused, 20, "{statuses:?}");
+    assert!(served >= 1 && refused >= 10, "{statuses:?}");
+    // 13 tokens a request: the count may pass 30 by less than 13.
+    let budget = settled_budget(&second, &admin, "proj_default", &key_id).await;
+    let used = budget["used"].as_i64().unwrap();
+    assert_eq!(used, 13 * served as i64, "{budget}");
+    assert!(
+        used < 30 + 13,
+        "{used} tokens used of 30 by {served} requests"
+    );
+    drop((first, second));
+    schema.remove().await.unwrap();
+}
