@@ -567,6 +567,7 @@ impl DeviceService {
             kind: crate::project::KeyKind::All,
             allowed_models: crate::project::ModelAccess::any(),
             project_allowed_models: crate::project::ModelAccess::any(),
+            rotated_from: None,
         };
         if self
             .store
@@ -619,13 +620,28 @@ impl DeviceService {
 
     /// Approves or denies a pending authorization for `user_id`; false when
     /// it was no longer pending or had expired.
+    /// Audited as `device.approved` or `device.denied` by `actor` (never
+    /// with the device's codes).
     pub async fn decide(
         &self,
         id: &str,
         user_id: &UserId,
         decision: DeviceDecision,
+        actor: &crate::audit::Actor,
     ) -> Result<bool, StoreError> {
-        self.store.decide_device(id, user_id, decision, now()).await
+        let decided = self
+            .store
+            .decide_device(id, user_id, decision, now())
+            .await?;
+        if decided {
+            let kind = match decision {
+                DeviceDecision::Approve => "device.approved",
+                DeviceDecision::Deny => "device.denied",
+            };
+            let entry = crate::audit::AuditEntry::new(kind, actor, serde_json::json!({"id": id}));
+            crate::audit::record(self.store.as_ref(), entry).await?;
+        }
+        Ok(decided)
     }
 }
 

@@ -4,6 +4,7 @@
 //! on: [`Engine`] (inference) and [`Store`] (persistence).
 
 pub mod account;
+pub mod audit;
 pub mod config;
 pub mod device;
 pub mod duration;
@@ -21,6 +22,7 @@ pub mod throttle;
 pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
+pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery};
 pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
@@ -41,8 +43,8 @@ pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
 pub use store::{
-    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ProjectStore, ResponseStore, Store, StoreError,
-    StoredResponse, UnknownValue,
+    AccountChange, AuditStore, KeyLimits, KeyOrigin, KeyRecord, ProjectStore, ResponseStore, Store,
+    StoreError, StoredResponse, UnknownValue,
 };
 pub use usage::{UsageDelta, UsageRow, day_of};
 

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 use crate::account::{UserId, UserRecord};
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::device::{DeviceDecision, DeviceRecord};
 use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
@@ -43,6 +44,8 @@ pub struct KeyRecord {
     /// The models its project allows. Read from the project, not stored
     /// with the key.
     pub project_allowed_models: ModelAccess,
+    /// The key this one replaced by rotation, if any.
+    pub rotated_from: Option<KeyId>,
 }
 
 impl KeyRecord {
@@ -154,6 +157,19 @@ pub trait KeyStore: Send + Sync {
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError>;
     /// Sets a key's own rate limits; false when there is no such key.
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError>;
+    /// In one transaction: moves the active key `old`'s expiry to
+    /// `old_expires_at` (the end of its grace period) and inserts its
+    /// successor `new` (whose `rotated_from` names `old`). False, with
+    /// nothing written, when `old` is not active at `at` (revoked, expired,
+    /// or missing). Announced like a revocation.
+    async fn rotate_key(
+        &self,
+        old: &KeyId,
+        old_expires_at: i64,
+        new: &KeyRecord,
+        hash: &KeyHash,
+        at: i64,
+    ) -> Result<bool, StoreError>;
     /// The keys of one project, newest first.
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError>;
     /// A number that changes whenever a key is revoked or its limits set,
@@ -437,6 +453,19 @@ pub trait ResponseStore: Send + Sync {
     async fn delete_expired_responses(&self, at: i64) -> Result<u64, StoreError>;
 }
 
+/// The audit log: append-only entries (see [`crate::audit`]).
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Appends an entry.
+    async fn insert_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// Entries matching `query`, newest first, at most `query.limit + 1`
+    /// (one more tells the caller there are more): those older than
+    /// `query.after`, or the ones just newer than `query.before`.
+    async fn list_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Deletes entries effective before `before` (retention); returns how many.
+    async fn delete_audit_before(&self, before: i64) -> Result<u64, StoreError>;
+}
+
 /// Whether the database answers.
 #[async_trait]
 pub trait HealthStore: Send + Sync {
@@ -453,6 +482,7 @@ pub trait Store:
     + UsageStore
     + ThrottleStore
     + ResponseStore
+    + AuditStore
     + HealthStore
 {
 }
@@ -466,6 +496,7 @@ impl<T> Store for T where
         + UsageStore
         + ThrottleStore
         + ResponseStore
+        + AuditStore
         + HealthStore
 {
 }

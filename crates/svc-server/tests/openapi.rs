@@ -707,13 +707,16 @@ async fn current_key_responses_match_the_document() {
         .await;
     let (key, _) = app
         .keys
-        .create(svc_core::NewKey {
-            name: "laptop".into(),
-            owner_id: Some(user.id.clone()),
-            created_via: svc_core::KeyOrigin::Device,
-            expires_in: Some(60),
-            scope: Default::default(),
-        })
+        .create(
+            svc_core::NewKey {
+                name: "laptop".into(),
+                owner_id: Some(user.id.clone()),
+                created_via: svc_core::KeyOrigin::Device,
+                expires_in: Some(60),
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     let key = key.expose().to_owned();
@@ -777,13 +780,16 @@ async fn admin_usage_responses_match_the_document() {
         .await;
     let (key, _) = app
         .keys
-        .create(svc_core::NewKey {
-            name: "ops".into(),
-            owner_id: Some(admin.id.clone()),
-            created_via: svc_core::KeyOrigin::Dashboard,
-            expires_in: None,
-            scope: Default::default(),
-        })
+        .create(
+            svc_core::NewKey {
+                name: "ops".into(),
+                owner_id: Some(admin.id.clone()),
+                created_via: svc_core::KeyOrigin::Dashboard,
+                expires_in: None,
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     let key = key.expose().to_owned();

@@ -163,13 +163,16 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
 /// A key made through the service after the upgrade authenticates.
 async fn keys_secret_free_check(service: &KeyService) -> svc_core::store::KeyRecord {
     let (key, _) = service
-        .create(NewKey {
-            name: "after".into(),
-            owner_id: None,
-            created_via: KeyOrigin::Cli,
-            expires_in: None,
-            scope: KeyScope::default(),
-        })
+        .create(
+            NewKey {
+                name: "after".into(),
+                owner_id: None,
+                created_via: KeyOrigin::Cli,
+                expires_in: None,
+                scope: KeyScope::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     service

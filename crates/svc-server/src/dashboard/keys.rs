@@ -148,13 +148,16 @@ pub async fn create(
     };
     let (key, record) = state
         .keys
-        .create(NewKey {
-            name: name.to_owned(),
-            owner_id: Some(who.user.id.clone()),
-            created_via: KeyOrigin::Dashboard,
-            expires_in: days.map(|d| d * 86_400),
-            scope: Default::default(),
-        })
+        .create(
+            NewKey {
+                name: name.to_owned(),
+                owner_id: Some(who.user.id.clone()),
+                created_via: KeyOrigin::Dashboard,
+                expires_in: days.map(|d| d * 86_400),
+                scope: Default::default(),
+            },
+            &who.actor(),
+        )
         .await?;
     // Shown on the next page, once: kept sealed under the session's token.
     state
@@ -211,7 +214,7 @@ pub async fn revoke(
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
     let key = own_key(&state, &who, &id).await?;
-    state.keys.revoke(&key.id).await?;
+    state.keys.revoke(&key.id, &who.actor()).await?;
     Ok(Redirect::to(&format!("/dashboard/keys?revoked={}", key.id)).into_response())
 }
 
@@ -281,6 +284,6 @@ pub async fn set_limits(
         requests_per_minute: rpm,
         tokens_per_minute: tpm,
     };
-    state.keys.set_limits(&key.id, limits).await?;
+    state.keys.set_limits(&key, limits, &who.actor()).await?;
     Ok(Redirect::to("/dashboard/keys").into_response())
 }

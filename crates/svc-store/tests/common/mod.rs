@@ -124,6 +124,7 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         kind: KeyKind::All,
         allowed_models: ModelAccess::any(),
         project_allowed_models: ModelAccess::any(),
+        rotated_from: None,
     };
     (record, key.hash())
 }
