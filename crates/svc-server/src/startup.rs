@@ -88,6 +88,7 @@ impl Application {
             ledger: Arc::default(),
             body_limit: BodyLimit(config.max_body_bytes),
             response_retention: config.response_retention,
+            audit_retention_days: config.audit_retention_days,
         };
         let ledger = (state.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();

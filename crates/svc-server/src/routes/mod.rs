@@ -1,6 +1,6 @@
 //! One module per resource; [`router`] assembles them.
 
-mod audit_logs;
+pub(crate) mod audit_logs;
 mod chat;
 mod device;
 mod health;

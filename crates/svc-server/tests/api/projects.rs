@@ -111,6 +111,16 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         "/v1/organization/projects/{project_id}/api_keys/{key_id}",
         Some(Permission::ManagementWrite),
     ),
+    (
+        "POST",
+        "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+        Some(Permission::ManagementWrite),
+    ),
+    (
+        "GET",
+        "/v1/organization/audit_logs",
+        Some(Permission::ManagementRead),
+    ),
 ];
 
 /// Every route of the OpenAPI document that takes a key, as (method, path).
