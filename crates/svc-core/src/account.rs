@@ -688,12 +688,7 @@ impl AccountService {
         user: &UserRecord,
         actor: &Actor,
     ) -> Result<AccountChange, StoreError> {
-        let change = self.store.set_user_disabled(&user.id, Some(now())).await?;
-        if change == AccountChange::Done {
-            self.audit_user("user.updated", actor, user, json!({"disabled": true}))
-                .await?;
-        }
-        Ok(change)
+        self.set_disabled(user, true, actor).await
     }
 
     /// Enables a disabled account: its keys work again, except those
@@ -703,9 +698,21 @@ impl AccountService {
         user: &UserRecord,
         actor: &Actor,
     ) -> Result<AccountChange, StoreError> {
-        let change = self.store.set_user_disabled(&user.id, None).await?;
+        self.set_disabled(user, false, actor).await
+    }
+
+    /// Disables or enables `user`; audited as `user.updated` when it
+    /// changed.
+    async fn set_disabled(
+        &self,
+        user: &UserRecord,
+        disabled: bool,
+        actor: &Actor,
+    ) -> Result<AccountChange, StoreError> {
+        let at = disabled.then(now);
+        let change = self.store.set_user_disabled(&user.id, at).await?;
         if change == AccountChange::Done {
-            self.audit_user("user.updated", actor, user, json!({"disabled": false}))
+            self.audit_user("user.updated", actor, user, json!({"disabled": disabled}))
                 .await?;
         }
         Ok(change)

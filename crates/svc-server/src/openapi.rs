@@ -1180,54 +1180,49 @@ fn rotate_project_key() -> Operation {
     .build()
 }
 
-/// A query parameter holding a list (`name[]`, repeated).
-fn list_parameter(name: &str, description: &str) -> Parameter {
+/// An optional query parameter `name` of `schema`.
+fn query_parameter(
+    name: &str,
+    description: &str,
+    schema: impl Into<utoipa::openapi::RefOr<utoipa::openapi::Schema>>,
+) -> Parameter {
     ParameterBuilder::new()
-        .name(format!("{name}[]"))
+        .name(name)
         .parameter_in(ParameterIn::Query)
         .required(Required::False)
         .description(Some(description))
-        .schema(Some(
-            utoipa::openapi::schema::ArrayBuilder::new()
-                .items(ObjectBuilder::new().schema_type(Type::String)),
-        ))
+        .schema(Some(schema))
         .build()
+}
+
+/// A list of strings in the query (`name[]`, repeated).
+fn list_parameter(name: &str, description: &str) -> Parameter {
+    let strings = utoipa::openapi::schema::ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String));
+    query_parameter(&format!("{name}[]"), description, strings)
 }
 
 /// `effective_at[op]`, a Unix time bound.
 fn time_parameter(op: &str, description: &str) -> Parameter {
-    ParameterBuilder::new()
-        .name(format!("effective_at[{op}]"))
-        .parameter_in(ParameterIn::Query)
-        .required(Required::False)
-        .description(Some(description))
-        .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
-        .build()
+    let integer = ObjectBuilder::new().schema_type(Type::Integer);
+    query_parameter(&format!("effective_at[{op}]"), description, integer)
 }
 
 fn list_audit_logs() -> Operation {
-    let event_types = ParameterBuilder::new()
-        .name("event_types[]")
-        .parameter_in(ParameterIn::Query)
-        .required(Required::False)
-        .description(Some("Only events of these types."))
-        .schema(Some(
-            utoipa::openapi::schema::ArrayBuilder::new().items(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(svc_core::audit::EVENT_TYPES.iter().copied())),
-            ),
-        ))
-        .build();
-    let before = ParameterBuilder::new()
-        .name("before")
-        .parameter_in(ParameterIn::Query)
-        .required(Required::False)
-        .description(Some(
-            "The `first_id` of a page: this page holds the entries just newer than that one.",
-        ))
-        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
-        .build();
+    let event_types = query_parameter(
+        "event_types[]",
+        "Only events of these types.",
+        utoipa::openapi::schema::ArrayBuilder::new().items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(svc_core::audit::EVENT_TYPES.iter().copied())),
+        ),
+    );
+    let before = query_parameter(
+        "before",
+        "The `first_id` of a page: this page holds the entries just newer than that one.",
+        ObjectBuilder::new().schema_type(Type::String),
+    );
     admin_errors(page_parameters(operation(
         "listAuditLogs",
         "organization",

@@ -15,11 +15,8 @@
 
 mod common;
 
-use std::borrow::Cow;
-
 use common::{Db, new_key};
 use serde_json::json;
-use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, Connection};
 use svc_core::audit::{Actor, ActorUser, AuditEntry, AuditQuery};
 use svc_core::key::KeyId;
@@ -33,35 +30,8 @@ on_both_backends!(
     a_rotation_is_one_transaction_of_an_active_key,
 );
 
-/// The migrations before the audit log (0001 to 0008) of `db`'s backend.
-async fn old_migrator(db: &Db) -> Migrator {
-    let dir = match db {
-        Db::Sqlite { .. } => "sqlite",
-        Db::Postgres(_) => "postgres",
-    };
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations")
-        .join(dir);
-    let mut migrator = Migrator::new(path).await.unwrap();
-    let old: Vec<_> = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version < 9)
-        .cloned()
-        .collect();
-    assert_eq!(old.len(), 8, "0001 to 0008");
-    migrator.migrations = Cow::Owned(old);
-    migrator
-}
-
 async fn a_database_from_before_the_audit_log_upgrades_with_its_keys_intact(db: &Db) {
-    sqlx::any::install_default_drivers();
-    let url = match db {
-        Db::Sqlite { url, .. } => format!("{url}?mode=rwc"),
-        Db::Postgres(schema) => schema.url().to_owned(),
-    };
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    old_migrator(db).await.run(&mut conn).await.unwrap();
+    let mut conn = db.migrated_before(9).await;
     // A key as svc wrote it after projects, before the audit log.
     let (record, hash) = new_key(None, 300);
     sqlx::query(

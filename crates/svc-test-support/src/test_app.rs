@@ -166,6 +166,25 @@ impl TestApp {
         key.expose().to_owned()
     }
 
+    /// A new project `name` allowing `models`, stored directly.
+    pub async fn create_project(
+        &self,
+        name: &str,
+        models: svc_core::ModelAccess,
+    ) -> svc_core::ProjectRecord {
+        let project = svc_core::ProjectRecord {
+            id: svc_core::ProjectId::generate(),
+            name: name.into(),
+            created_at: 1,
+            archived_at: None,
+            allowed_models: models,
+        };
+        svc_core::ProjectStore::insert_project(self.store.as_ref(), &project)
+            .await
+            .expect("store a project");
+        project
+    }
+
     /// A dashboard account with `password`.
     pub async fn create_user(&self, email: &str, password: &str, admin: bool) -> UserRecord {
         self.accounts

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use svc_core::audit::{AuditEntry, AuditQuery};
-use svc_core::{
-    Actor, AuditStore, KeyKind, KeyScope, ModelAccess, ProjectId, ProjectRecord, ProjectStore,
-};
+use svc_core::{Actor, AuditStore, KeyKind, KeyScope, ModelAccess};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Browser, Database, TestApp};
@@ -88,6 +86,13 @@ async fn admin_post(app: &TestApp, key: &str, path: &str, json: Value) -> reqwes
         .send()
         .await
         .unwrap()
+}
+
+/// A POST to the admin API that must succeed; its answer.
+async fn admin_json(app: &TestApp, key: &str, path: &str, json: Value) -> Value {
+    let response = admin_post(app, key, path, json).await;
+    assert_eq!(response.status(), 200, "POST {path}");
+    response.json().await.unwrap()
 }
 
 /// Creates a key on the dashboard in `browser`'s session; its secret.
@@ -315,16 +320,13 @@ async fn the_admin_api_audits_its_changes_and_lists_them_in_openais_shape(db: Da
         .create_user("pat@example.com", "password123", false)
         .await;
 
-    let project: Value = admin_post(
+    let project: Value = admin_json(
         &app,
         &admin_key,
         "/v1/organization/projects",
         json!({"name": "Team A"}),
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     let project_id = project["id"].as_str().unwrap().to_owned();
     let base = format!("/v1/organization/projects/{project_id}");
     admin_post(&app, &admin_key, &base, json!({"name": "Team B"})).await;
@@ -339,28 +341,22 @@ async fn the_admin_api_audits_its_changes_and_lists_them_in_openais_shape(db: Da
         .await;
         assert_eq!(response.status(), 200);
     }
-    let made: Value = admin_post(
+    let made: Value = admin_json(
         &app,
         &admin_key,
         &format!("{base}/api_keys"),
         json!({"name": "ci", "kind": "restricted", "permissions": ["model.request"]}),
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     let key_id = made["id"].as_str().unwrap().to_owned();
     let secret = made["value"].as_str().unwrap().to_owned();
-    let rotated: Value = admin_post(
+    let rotated: Value = admin_json(
         &app,
         &admin_key,
         &format!("{base}/api_keys/{key_id}/rotate"),
         json!({"grace_period_seconds": 60}),
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     let new_secret = rotated["value"].as_str().unwrap().to_owned();
     let deleted = app
         .client
@@ -542,14 +538,7 @@ async fn a_project_owners_admin_key_reads_only_its_projects_entries(db: Database
         .await;
     let mut projects = Vec::new();
     for name in ["Mine", "Theirs"] {
-        let project = ProjectRecord {
-            id: ProjectId::generate(),
-            name: name.into(),
-            created_at: 1,
-            archived_at: None,
-            allowed_models: ModelAccess::any(),
-        };
-        app.store.insert_project(&project).await.unwrap();
+        let project = app.create_project(name, ModelAccess::any()).await;
         admin_post(
             &app,
             &operator,
@@ -608,17 +597,14 @@ async fn a_rotated_key_works_for_its_grace_period_and_its_successor_at_once(db: 
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
     let admin_key = operator_admin_key(&app).await;
     let base = "/v1/organization/projects/proj_default/api_keys";
-    let made: Value = admin_post(
+    let made: Value = admin_json(
         &app,
         &admin_key,
         base,
         json!({"name": "ci", "kind": "restricted", "permissions": ["model.request", "api.model.read"],
                "allowed_models": ["svc"], "expires_in": 86400}),
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     let old_id = made["id"].as_str().unwrap().to_owned();
     let old = made["value"].as_str().unwrap().to_owned();
     let record = app
@@ -750,16 +736,13 @@ async fn a_rotated_key_works_for_its_grace_period_and_its_successor_at_once(db: 
     // The default grace is a day; out of range, or a key that is not
     // active, is a 400 naming the parameter.
     let third_id = third["id"].as_str().unwrap();
-    let fourth: Value = admin_post(
+    let fourth: Value = admin_json(
         &app,
         &admin_key,
         &format!("{base}/{third_id}/rotate"),
         json!({}),
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     let third_record = app
         .keys
         .get(&svc_core::KeyId(third_id.to_owned()))
@@ -801,24 +784,14 @@ async fn a_rotated_key_works_for_its_grace_period_and_its_successor_at_once(db: 
 
     // Another project's key cannot be rotated by a guessed id through this
     // project, nor an unknown one: both are not found.
-    let other = ProjectRecord {
-        id: ProjectId::generate(),
-        name: "Other".into(),
-        created_at: 1,
-        archived_at: None,
-        allowed_models: ModelAccess::any(),
-    };
-    app.store.insert_project(&other).await.unwrap();
-    let theirs: Value = admin_post(
+    let other = app.create_project("Other", ModelAccess::any()).await;
+    let theirs: Value = admin_json(
         &app,
         &admin_key,
         &format!("/v1/organization/projects/{}/api_keys", other.id),
         json!({"name": "theirs"}),
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     for id in [theirs["id"].as_str().unwrap(), "key_0000000000000000"] {
         expect_error(
             admin_post(&app, &admin_key, &format!("{base}/{id}/rotate"), json!({})).await,
