@@ -423,8 +423,7 @@ impl AccountService {
     }
 
     /// Creates a user with an argon2id password hash. Audited as
-    /// `user.added` by `actor` (`None`: the new account itself, signing up
-    /// from `address`).
+    /// `user.added` by `actor` (`None`: by the new account itself).
     pub async fn create_user(
         &self,
         email: &str,
