@@ -186,9 +186,15 @@ async fn the_dashboard_and_services_audit_every_event_without_secrets(db: Databa
         assert_eq!(done.status, 200, "{}", done.body);
         let user_code = codes["user_code"].as_str().unwrap().to_owned();
         let device_code = codes["device_code"].as_str().unwrap().to_owned();
+        // The approved one's key is issued (and audited) on the next poll.
+        let (_, polled) = crate::device::poll(&app, &device_code).await;
         let text = stored_text(&app).await;
         assert!(!text.contains(&user_code), "no user code in the log");
         assert!(!text.contains(&device_code), "no device code in the log");
+        if decision == "approve" {
+            let token = polled["access_token"].as_str().unwrap();
+            assert!(!text.contains(token), "no device key in the log");
+        }
     }
 
     // An account disabled, enabled and deleted; then sign out.
@@ -219,6 +225,7 @@ async fn the_dashboard_and_services_audit_every_event_without_secrets(db: Databa
             "user.updated",
             "user.updated",
             "device.denied",
+            "api_key.created",
             "device.approved",
             "api_key.deleted",
             "api_key.rotated",
