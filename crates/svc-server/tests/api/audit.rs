@@ -24,6 +24,8 @@ on_both_databases!(
     keys_are_rotated_on_the_dashboard_by_their_owner_only,
     the_dashboard_shows_the_audit_log_to_organization_owners_only,
     entries_older_than_the_retention_are_deleted,
+    the_address_is_the_client_the_throttles_see_behind_trusted_proxies,
+    the_first_admin_sign_ups_and_a_key_revoking_itself_are_audited,
 );
 
 /// An admin key of the operator (it reaches every project).
@@ -1010,4 +1012,139 @@ async fn entries_older_than_the_retention_are_deleted(db: Database) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(left, ["recent"]);
+}
+
+/// A failed sign-in sent with `forwarded_for` as `X-Forwarded-For`; the
+/// address its audit entry names.
+async fn audited_address(app: &TestApp, forwarded_for: &str) -> String {
+    let browser = Browser::new(&app.base_url);
+    let login = browser.get("/dashboard/login").await;
+    let cookie = format!("svc_csrf={}", browser.cookie("svc_csrf").unwrap());
+    let response = app
+        .client
+        .post(app.url("/dashboard/login"))
+        .header("cookie", cookie)
+        .header("x-forwarded-for", forwarded_for)
+        .form(&[
+            ("csrf", login.csrf().as_str()),
+            ("email", "ada@example.com"),
+            ("password", "not the password"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let entries = stored(app).await;
+    assert_eq!(entries[0].kind, "login.failed");
+    entries[0].actor["session"]["ip_address"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn the_address_is_the_client_the_throttles_see_behind_trusted_proxies(db: Database) {
+    // Behind a trusted proxy, the client it names (not what the client
+    // put in the header itself); from anyone else, the header is ignored.
+    let proxied = ServerConfig {
+        trusted_proxies: vec!["127.0.0.0/8".parse().unwrap()],
+        ..ServerConfig::default()
+    };
+    let app = TestApp::spawn_with(db.clone(), proxied).await;
+    assert_eq!(
+        audited_address(&app, "198.51.100.1, 203.0.113.9").await,
+        "203.0.113.9"
+    );
+    drop(app);
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    assert_eq!(
+        audited_address(&app, "198.51.100.1, 203.0.113.9").await,
+        "127.0.0.1"
+    );
+}
+
+async fn the_first_admin_sign_ups_and_a_key_revoking_itself_are_audited(db: Database) {
+    let config = ServerConfig {
+        allow_signup: true,
+        ..ServerConfig::default()
+    };
+    let app = TestApp::spawn_with(db, config).await;
+    let browser = Browser::new(&app.base_url);
+    let token = app.accounts.setup_token().await.unwrap().unwrap();
+    let page = browser
+        .get(&format!("/dashboard/setup?token={token}"))
+        .await;
+    let done = browser
+        .post(
+            "/dashboard/setup",
+            &[
+                ("csrf", &page.csrf()),
+                ("token", &token),
+                ("email", "root@example.com"),
+                ("password", "first admin pw"),
+                ("confirm", "first admin pw"),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let stranger = Browser::new(&app.base_url);
+    let page = stranger.get("/dashboard/signup").await;
+    let done = stranger
+        .post(
+            "/dashboard/signup",
+            &[
+                ("csrf", &page.csrf()),
+                ("email", "new@example.com"),
+                ("password", "sign-up secret"),
+                ("confirm", "sign-up secret"),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let key = app.create_key().await;
+    let revoked = app
+        .client
+        .delete(app.url("/v1/auth/key"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+
+    let entries = stored(&app).await;
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "api_key.deleted",
+            "api_key.created",
+            "user.added",
+            "user.added"
+        ]
+    );
+    let key_id = &entries[1].details["id"];
+    assert_eq!(
+        entries[0].actor,
+        json!({"type": "api_key", "api_key": {"id": key_id, "type": "operator"}}),
+        "the key itself"
+    );
+    assert_eq!(
+        entries[2].actor,
+        json!({"type": "session", "session": {"ip_address": "127.0.0.1"}}),
+        "a sign-up is by no one yet"
+    );
+    assert_eq!(entries[2].details["email"], "new@example.com");
+    assert_eq!(
+        entries[3].actor["session"]["user"]["email"],
+        "root@example.com"
+    );
+    assert_eq!(entries[3].details["data"]["role"], "owner");
+    let text = stored_text(&app).await;
+    for secret in [
+        "first admin pw",
+        "sign-up secret",
+        token.as_str(),
+        key.as_str(),
+    ] {
+        assert!(!text.contains(secret), "the stored log holds a secret");
+    }
 }
