@@ -962,6 +962,13 @@ fn project_not_found() -> Response {
     .build()
 }
 
+fn key_not_found() -> Response {
+    error_response(
+        "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
+    )
+    .build()
+}
+
 fn list_projects() -> Operation {
     admin_errors(page_parameters(operation(
         "listProjects",
@@ -1057,13 +1064,7 @@ fn get_project_key() -> Operation {
         "200",
         json_response("The key.", reference("ProjectApiKey")).build(),
     )
-    .response(
-        "404",
-        error_response(
-            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
-        )
-        .build(),
-    )
+    .response("404", key_not_found())
     .build()
 }
 
@@ -1080,13 +1081,7 @@ fn delete_project_key() -> Operation {
         "200",
         json_response("Revoked.", reference("DeletedProjectApiKey")).build(),
     )
-    .response(
-        "404",
-        error_response(
-            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
-        )
-        .build(),
-    )
+    .response("404", key_not_found())
     .build()
 }
 
@@ -1170,13 +1165,7 @@ fn rotate_project_key() -> Operation {
         )
         .build(),
     )
-    .response(
-        "404",
-        error_response(
-            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
-        )
-        .build(),
-    )
+    .response("404", key_not_found())
     .build()
 }
 
