@@ -23,7 +23,10 @@ CREATE TABLE audit_logs (
     details       TEXT NOT NULL
 );
 
+-- For the retention sweep and time filters; and for a project owner's
+-- admin key, which always reads its own project's entries, newest first.
 CREATE INDEX audit_logs_effective_at ON audit_logs (effective_at);
+CREATE INDEX audit_logs_project_id ON audit_logs (project_id, seq);
 
 CREATE TRIGGER audit_logs_append_only BEFORE UPDATE ON audit_logs
 BEGIN
