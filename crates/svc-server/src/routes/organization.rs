@@ -13,6 +13,10 @@
 //! `user_id` names), in the project named by the path. Project users are
 //! listed, added and given a role here too (an owner's admin key may then
 //! reach that project).
+//!
+//! Keys are rotated here too (svc's own call). Every change is written to
+//! the audit log by the admin key: keys by the key service, projects and
+//! memberships here (this API is their only way in).
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -553,7 +557,7 @@ pub async fn rotate_key(
             param: "key_id".into(),
             message: format!(
                 "Only an active key can be rotated; this one is {}.",
-                KeyState::of(&found, now()).as_str()
+                state_now.as_str()
             ),
         }
         .into());
