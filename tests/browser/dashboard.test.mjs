@@ -1,5 +1,6 @@
-// The dashboard in a real browser: API keys (create, show once, revoke),
-// usage, isolation between accounts, keyboard use and labels.
+// The dashboard in a real browser: API keys (create, show once, rotate,
+// revoke), usage, the audit log, isolation between accounts, keyboard use
+// and labels.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -262,6 +263,45 @@ describe('dashboard', () => {
       }
       assert.equal(await page.getByLabel('Name', { exact: true }).getAttribute('id'), 'key-name');
       assert.equal(await page.getByLabel('Expires', { exact: true }).getAttribute('id'), 'key-expires');
+    } finally {
+      await context.close();
+    }
+  });
+
+  test('rotate a key and find it in the audit log, with JavaScript off', async () => {
+    const context = await browser.newContext({ baseURL: server.url, javaScriptEnabled: false });
+    const page = await context.newPage();
+    try {
+      await signInAt(page, server, ADMIN);
+      const old = await createKey(page, 'rotating', 'Never');
+      await page.goto('/dashboard/keys');
+      await rowOf(page, 'rotating').getByRole('link', { name: 'Rotate rotating' }).click();
+      await screenshot(page, 'rotate-confirm');
+      await page.getByLabel('The old key keeps working for').selectOption({ label: '1 hour' });
+      await Promise.all([
+        page.waitForURL('**/dashboard/keys/new'),
+        page.getByRole('button', { name: 'Rotate key' }).click(),
+      ]);
+      const fresh = await page.locator('#new-key').inputValue();
+      assert.notEqual(fresh, old);
+      assert.equal(await modelsStatus(server, fresh), 200);
+      assert.equal(await modelsStatus(server, old), 200, 'the old key works during the grace');
+      await page.goto('/dashboard/keys');
+      await screenshot(page, 'keys-rotated');
+      assert.match(await page.locator('tbody').textContent(), /rotated: works until/);
+
+      await page.getByRole('link', { name: 'Audit log' }).click();
+      await page.getByLabel('Event').selectOption('api_key.rotated');
+      await page.getByRole('button', { name: 'Show' }).click();
+      await screenshot(page, 'audit-log');
+      const rows = page.locator('tbody tr');
+      assert.equal(await rows.count(), 1);
+      assert.match(await rows.first().textContent(), /api_key\.rotated.*admin@example\.com/s);
+      const html = await page.content();
+      assert.ok(!html.includes(fresh) && !html.includes(old), 'no key in the audit log');
+      for (const label of ['Event', 'Actor (email, account or key id)', 'Project', 'From (UTC)', 'To (UTC)']) {
+        assert.ok(await page.getByLabel(label, { exact: true }).isVisible(), label);
+      }
     } finally {
       await context.close();
     }

@@ -179,6 +179,75 @@ pub struct ProjectApiKey {
     #[schema(required = true)]
     pub budget: Option<BudgetStatus>,
     pub owner: ProjectApiKeyOwner,
+    /// The key this one replaced by rotation (svc's own); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_from: Option<String>,
+}
+
+/// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}/rotate`
+/// (svc's own): a new key like this one; this one keeps working for the
+/// grace period, then is refused as expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateProjectApiKeyRequest {
+    /// Seconds the old key keeps working, 0 to 2592000 (30 days); omitted
+    /// or null: 86400 (24 hours).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 2592000)]
+    pub grace_period_seconds: Option<i64>,
+}
+
+/// An entry of the audit log, in the shape of OpenAI's audit-log object:
+/// the event's details are under its type's name (`"api_key.created":
+/// {"id": ..., "data": {...}}`). Never holds a secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AuditLog {
+    /// `audit_log-` + 16 hex.
+    pub id: String,
+    /// The event: `api_key.created`, `api_key.rotated`, `api_key.deleted`,
+    /// `rate_limit.updated`, `login.succeeded`, `login.failed`,
+    /// `logout.succeeded`, `project.created`, `project.updated`,
+    /// `user.added`, `user.updated`, `user.deleted`, `device.approved`,
+    /// `device.denied`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Unix time.
+    pub effective_at: i64,
+    /// Who did it: `{"type": "session", "session": {"user": {"id",
+    /// "email"}, "ip_address"}}`, `{"type": "api_key", "api_key": {"id",
+    /// "type": "user" | "operator", "user"?}}`, or svc's `{"type":
+    /// "operator", "operator": {}}` (a command against the store).
+    #[schema(value_type = Object)]
+    pub actor: serde_json::Value,
+    /// The project it happened in, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<AuditLogProject>,
+    /// The event's details, under the type's name.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub details: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The project of an audit-log entry (its name when it happened).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditLogProject {
+    pub id: String,
+    pub name: String,
+}
+
+/// `GET /v1/organization/audit_logs`: newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AuditLogList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<AuditLog>,
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    /// Pass as `after` for the next (older) page.
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
 }
 
 /// Whose a key is.

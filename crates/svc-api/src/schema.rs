@@ -135,6 +135,8 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::DeletedProjectApiKey>(&mut out);
     add::<crate::ProjectUserList>(&mut out);
     add::<crate::CreateProjectUserRequest>(&mut out);
+    add::<crate::RotateProjectApiKeyRequest>(&mut out);
+    add::<crate::AuditLogList>(&mut out);
     out
 }
 

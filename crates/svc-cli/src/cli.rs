@@ -406,6 +406,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "DURATION",
         "How long a stored Responses API response is kept for GET /v1/responses/{id} and previous_response_id, such as 30d",
     ),
+    flag(
+        "audit_retention_days",
+        "DAYS",
+        "Days an audit-log entry is kept before the hourly sweep deletes it; 0 keeps every entry",
+    ),
     flag("model", "PATH", "GGUF file for `svc` and `svc-thinking`")
         .unset("SmolLM2-135M-Instruct, fetched by `svc pull` on first start"),
     flag(
@@ -598,6 +603,18 @@ pub enum KeysCommand {
         store: StoreArgs,
         /// The key's id (`key_...`, see `svc keys list`).
         id: String,
+    },
+    /// Rotate a key: print a new key like it (same project, kind, models,
+    /// limits and name); the old one keeps working for the grace period.
+    Rotate {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The key's id (`key_...`, see `svc keys list`).
+        id: String,
+        /// How long the old key keeps working, such as 1h or 7d (at most
+        /// 30d); `0` ends it now.
+        #[arg(long, default_value = "24h", value_name = "DURATION")]
+        grace: String,
     },
 }
 

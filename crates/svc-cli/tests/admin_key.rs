@@ -143,3 +143,76 @@ async fn the_first_admin_key_comes_from_the_data_directory() {
     let body: Value = chat.json().await.unwrap();
     assert_eq!(body["error"]["code"], "insufficient_permissions");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn svc_keys_rotate_prints_the_new_key_and_ends_the_old_one_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let old = created(svc(&[
+        "keys",
+        "create",
+        "--name",
+        "ci",
+        "--kind",
+        "restricted",
+        "--permission",
+        "api.model.read",
+        "--data-dir",
+        data,
+    ]));
+    let list = String::from_utf8(svc(&["keys", "list", "--data-dir", data]).stdout).unwrap();
+    let id = list
+        .lines()
+        .find(|l| l.contains(" ci "))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // Out of range, or an unknown key: refused, nothing on stdout.
+    for bad in [&["--grace", "31d"][..], &["--grace", "soon"]] {
+        let output = svc(&[&["keys", "rotate", &id, "--data-dir", data], bad].concat());
+        assert!(!output.status.success(), "{bad:?}");
+        assert!(output.stdout.is_empty(), "{bad:?}");
+    }
+    let output = svc(&["keys", "rotate", "key_0000000000000000", "--data-dir", data]);
+    assert!(!output.status.success() && output.stdout.is_empty());
+
+    let rotated = svc(&["keys", "rotate", &id, "--grace", "0", "--data-dir", data]);
+    let message = stderr(&rotated);
+    let new = created(rotated);
+    assert_ne!(new, old);
+    assert!(message.contains(&id), "{message}");
+
+    let url = SqlStore::data_dir_url(dir.path()).unwrap();
+    let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
+    let models = |key: String| {
+        let request = app.client.get(app.url("/v1/models")).bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(models(old.clone()).await, 401, "no grace: refused at once");
+    assert_eq!(models(new.clone()).await, 200, "the same scope");
+    // Rotating it again is refused: it is no longer active.
+    let again = svc(&["keys", "rotate", &id, "--data-dir", data]);
+    assert!(!again.status.success());
+
+    // Audited as the operator's, without the secrets.
+    use svc_core::AuditStore;
+    let entries = app
+        .store
+        .list_audit(&svc_core::AuditQuery {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let types: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(types, ["api_key.rotated", "api_key.created"]);
+    assert_eq!(
+        entries[0].actor,
+        json!({"type": "operator", "operator": {}})
+    );
+    let text = format!("{entries:?}");
+    assert!(!text.contains(&old) && !text.contains(&new));
+}

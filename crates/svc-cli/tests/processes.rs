@@ -297,13 +297,16 @@ async fn account_with_key(store: &[&str], url: &str, email: &str, admin: bool) -
     let accounts = svc_core::AccountService::new(sql.clone());
     let user = accounts.user_by_email(email).await.unwrap().unwrap();
     let (key, _) = svc_core::KeyService::new(sql.clone())
-        .create(svc_core::NewKey {
-            name: format!("{email}'s key"),
-            owner_id: Some(user.id.clone()),
-            created_via: svc_core::KeyOrigin::Dashboard,
-            expires_in: None,
-            scope: Default::default(),
-        })
+        .create(
+            svc_core::NewKey {
+                name: format!("{email}'s key"),
+                owner_id: Some(user.id.clone()),
+                created_via: svc_core::KeyOrigin::Dashboard,
+                expires_in: None,
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     sql.close().await;

@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use serde_json::json;
+
+use crate::audit::{self, Actor, ActorUser, AuditEntry};
 use crate::hashes::{SessionHash, SetupTokenHash};
 use crate::now;
+use crate::project::OrgRole;
 use crate::session::{SessionRecord, SessionToken, flash, random_token};
 use crate::store::{AccountChange, Store, StoreError};
 use crate::throttle::{Throttle, give_back_all, take_all};
@@ -418,19 +422,53 @@ impl AccountService {
         }
     }
 
-    /// Creates a user with an argon2id password hash.
+    /// Creates a user with an argon2id password hash. Audited as
+    /// `user.added` by `actor` (`None`: by the new account itself).
     pub async fn create_user(
         &self,
         email: &str,
         password: &str,
         is_admin: bool,
+        actor: Option<&Actor>,
     ) -> Result<UserRecord, AccountError> {
         let user = new_user(email, password, is_admin).await?;
         match self.store.insert_user(&user).await {
-            Ok(()) => Ok(user),
-            Err(StoreError::Conflict) => Err(AccountError::EmailTaken),
-            Err(e) => Err(e.into()),
+            Ok(()) => {}
+            Err(StoreError::Conflict) => return Err(AccountError::EmailTaken),
+            Err(e) => return Err(e.into()),
         }
+        let own = Actor::Session {
+            user: Some(ActorUser::from(&user)),
+            address: None,
+        };
+        self.audit_user(
+            "user.added",
+            actor.unwrap_or(&own),
+            &user,
+            json!({
+                "role": OrgRole::of_admin_flag(user.is_admin).as_str(),
+            }),
+        )
+        .await?;
+        Ok(user)
+    }
+
+    /// Writes an audit entry of `kind` about `user`, with `data`.
+    async fn audit_user(
+        &self,
+        kind: &str,
+        actor: &Actor,
+        user: &UserRecord,
+        data: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let field = if kind == "user.updated" {
+            "changes_requested"
+        } else {
+            "data"
+        };
+        let mut details = json!({"id": user.id.0, "email": user.email});
+        details[field] = data;
+        audit::record(self.store.as_ref(), AuditEntry::new(kind, actor, details)).await
     }
 
     /// Self sign-up, throttled per client address. An email that has an
@@ -451,7 +489,11 @@ impl AccountService {
                 retry_after: t.retry_after,
             });
         }
-        match self.create_user(email, password, false).await {
+        let actor = Actor::Session {
+            user: None,
+            address: Some(address.to_owned()),
+        };
+        match self.create_user(email, password, false, Some(&actor)).await {
             Ok(_) | Err(AccountError::EmailTaken) => Ok(()),
             Err(e) => Err(e),
         }
@@ -486,17 +528,23 @@ impl AccountService {
         token: &str,
         email: &str,
         password: &str,
+        address: Option<&str>,
     ) -> Result<UserRecord, AccountError> {
         let user = new_user(email, password, true).await?;
-        if self
+        if !self
             .store
             .create_first_user(&SetupTokenHash::of(token), &user, now())
             .await?
         {
-            Ok(user)
-        } else {
-            Err(AccountError::SetupClosed)
+            return Err(AccountError::SetupClosed);
         }
+        let actor = Actor::Session {
+            user: Some(ActorUser::from(&user)),
+            address: address.map(str::to_owned),
+        };
+        self.audit_user("user.added", &actor, &user, json!({"role": "owner"}))
+            .await?;
+        Ok(user)
     }
 
     /// Checks email and password and opens a session. Each attempt takes a
@@ -533,17 +581,49 @@ impl AccountService {
             give_back_all(slots).await?;
             return Err(SignInError::Busy);
         };
+        // Only a well-formed email is written down: text typed into the
+        // wrong field (a password) must not reach the audit log.
+        let actor = Actor::Session {
+            user: match &user {
+                Some(user) => Some(ActorUser::from(user)),
+                None if !email.is_empty() => Some(ActorUser {
+                    id: None,
+                    email: email.clone(),
+                }),
+                None => None,
+            },
+            address: Some(address.to_owned()),
+        };
+        let failed = |code: &str, error: &SignInError| {
+            AuditEntry::new(
+                "login.failed",
+                &actor,
+                json!({"error_code": code, "error_message": error.to_string()}),
+            )
+        };
         let user = match user {
             Some(user) if matches => user,
-            _ => return Err(SignInError::Invalid),
+            _ => {
+                let error = SignInError::Invalid;
+                audit::record(self.store.as_ref(), failed("invalid_credentials", &error)).await?;
+                return Err(error);
+            }
         };
         // The right password: the attempt counts against no one.
         give_back_all(slots).await?;
         self.pair_throttle.clear(&pair).await?;
         if user.disabled_at.is_some() {
-            return Err(SignInError::Disabled);
+            let error = SignInError::Disabled;
+            audit::record(self.store.as_ref(), failed("account_disabled", &error)).await?;
+            return Err(error);
         }
-        Ok(self.open_session(user, Some(address)).await?)
+        let opened = self.open_session(user, Some(address)).await?;
+        audit::record(
+            self.store.as_ref(),
+            AuditEntry::new("login.succeeded", &actor, json!({})),
+        )
+        .await?;
+        Ok(opened)
     }
 
     /// Opens a session for `user` (after sign-in or setup).
@@ -602,29 +682,64 @@ impl AccountService {
     /// keys are refused from the next request on (every replica), and the
     /// device logins it approved are never redeemed. Refused for the last
     /// enabled admin.
-    pub async fn disable_user(&self, id: &UserId) -> Result<AccountChange, StoreError> {
-        self.store.set_user_disabled(id, Some(now())).await
+    pub async fn disable_user(
+        &self,
+        user: &UserRecord,
+        actor: &Actor,
+    ) -> Result<AccountChange, StoreError> {
+        self.set_disabled(user, true, actor).await
     }
 
     /// Enables a disabled account: its keys work again, except those
     /// revoked or expired meanwhile.
-    pub async fn enable_user(&self, id: &UserId) -> Result<AccountChange, StoreError> {
-        self.store.set_user_disabled(id, None).await
+    pub async fn enable_user(
+        &self,
+        user: &UserRecord,
+        actor: &Actor,
+    ) -> Result<AccountChange, StoreError> {
+        self.set_disabled(user, false, actor).await
+    }
+
+    /// Disables or enables `user`; audited as `user.updated` when it
+    /// changed.
+    async fn set_disabled(
+        &self,
+        user: &UserRecord,
+        disabled: bool,
+        actor: &Actor,
+    ) -> Result<AccountChange, StoreError> {
+        let at = disabled.then(now);
+        let change = self.store.set_user_disabled(&user.id, at).await?;
+        if change == AccountChange::Done {
+            self.audit_user("user.updated", actor, user, json!({"disabled": disabled}))
+                .await?;
+        }
+        Ok(change)
     }
 
     /// Deletes an account: its keys are revoked (their records and usage
     /// stay), its sessions and pending approvals end, and the email is free
     /// again. Refused for the last enabled admin.
-    pub async fn delete_user(&self, id: &UserId) -> Result<AccountChange, StoreError> {
-        self.store.delete_user(id, now()).await
+    pub async fn delete_user(
+        &self,
+        user: &UserRecord,
+        actor: &Actor,
+    ) -> Result<AccountChange, StoreError> {
+        let change = self.store.delete_user(&user.id, now()).await?;
+        if change == AccountChange::Done {
+            self.audit_user("user.deleted", actor, user, json!({}))
+                .await?;
+        }
+        Ok(change)
     }
 
-    /// Ends a session.
-    pub async fn sign_out(&self, token: &str) -> Result<(), StoreError> {
-        self.store
-            .delete_session(&SessionHash::of(token))
-            .await
-            .map(|_| ())
+    /// Ends a session. Audited as `logout.succeeded` by `actor`.
+    pub async fn sign_out(&self, token: &str, actor: &Actor) -> Result<(), StoreError> {
+        if self.store.delete_session(&SessionHash::of(token)).await? {
+            let entry = AuditEntry::new("logout.succeeded", actor, json!({}));
+            audit::record(self.store.as_ref(), entry).await?;
+        }
+        Ok(())
     }
 
     /// Keeps `secret` for the next [`take_flash`](Self::take_flash) of this

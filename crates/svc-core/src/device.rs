@@ -544,10 +544,10 @@ impl DeviceService {
     ) -> Result<PollOutcome, StoreError> {
         // Disabling an account denies what it approved; this covers an
         // approval that raced with that (and the store checks again).
-        let approver = self.store.user_by_id(user_id).await?;
-        if approver.is_none_or(|u| u.disabled_at.is_some()) {
-            return Ok(PollOutcome::Denied);
-        }
+        let approver = match self.store.user_by_id(user_id).await? {
+            Some(user) if user.disabled_at.is_none() => user,
+            _ => return Ok(PollOutcome::Denied),
+        };
         let key = ApiKey::generate();
         let created_at = now();
         let expires_in = self.settings.key_lifetime;
@@ -569,12 +569,28 @@ impl DeviceService {
             project_allowed_models: crate::project::ModelAccess::any(),
             budget: None,
             project_budget: None,
+            rotated_from: None,
+            lineage: None,
         };
         if self
             .store
             .redeem_device(&record.id, &key_record, &key.hash(), created_at)
             .await?
         {
+            // Made for the person who approved it, from the device's address.
+            let actor = crate::audit::Actor::Session {
+                user: Some(crate::audit::ActorUser::from(&approver)),
+                address: record.client_address.clone(),
+            };
+            let mut entry = crate::audit::AuditEntry::new(
+                "api_key.created",
+                &actor,
+                crate::audit::key_details(&key_record),
+            );
+            if let Some(project) = self.store.project_by_id(&key_record.project_id).await? {
+                entry = entry.in_project(&project);
+            }
+            crate::audit::record(self.store.as_ref(), entry).await?;
             Ok(PollOutcome::Approved {
                 key,
                 record: Box::new(key_record),
@@ -621,13 +637,28 @@ impl DeviceService {
 
     /// Approves or denies a pending authorization for `user_id`; false when
     /// it was no longer pending or had expired.
+    /// Audited as `device.approved` or `device.denied` by `actor` (never
+    /// with the device's codes).
     pub async fn decide(
         &self,
         id: &str,
         user_id: &UserId,
         decision: DeviceDecision,
+        actor: &crate::audit::Actor,
     ) -> Result<bool, StoreError> {
-        self.store.decide_device(id, user_id, decision, now()).await
+        let decided = self
+            .store
+            .decide_device(id, user_id, decision, now())
+            .await?;
+        if decided {
+            let kind = match decision {
+                DeviceDecision::Approve => "device.approved",
+                DeviceDecision::Deny => "device.denied",
+            };
+            let entry = crate::audit::AuditEntry::new(kind, actor, serde_json::json!({"id": id}));
+            crate::audit::record(self.store.as_ref(), entry).await?;
+        }
+        Ok(decided)
     }
 }
 

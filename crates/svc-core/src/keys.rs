@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use serde_json::json;
+
 use crate::account::UserId;
+use crate::audit::{self, Actor, AuditEntry};
 use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 use crate::now;
 use crate::project::{KeyKind, ModelAccess, ProjectId};
@@ -30,6 +33,11 @@ const TOUCH_EVERY: i64 = 60;
 /// whatever the store's version says: the bound for changes the store
 /// cannot report (a database edited by hand).
 pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
+
+/// How long a rotated key keeps working when the operator does not say.
+pub const DEFAULT_ROTATION_GRACE: i64 = 24 * 3600;
+/// The longest grace period a rotation may give the old key: 30 days.
+pub const MAX_ROTATION_GRACE: i64 = 30 * 24 * 3600;
 
 /// Remembered keys beyond which stale ones are swept before another is added.
 const CACHE_SWEEP_AT: usize = 4096;
@@ -181,7 +189,12 @@ impl KeyService {
 
     /// Mints a key; the returned [`ApiKey`] is the only copy of the secret.
     /// The project must exist (the caller checks; the store does not).
-    pub async fn create(&self, new: NewKey) -> Result<(ApiKey, KeyRecord), StoreError> {
+    /// Audited as `api_key.created` by `actor`.
+    pub async fn create(
+        &self,
+        new: NewKey,
+        actor: &Actor,
+    ) -> Result<(ApiKey, KeyRecord), StoreError> {
         let key = ApiKey::generate();
         let created_at = now();
         let project_id = new
@@ -207,9 +220,82 @@ impl KeyService {
             project_allowed_models: ModelAccess::any(),
             budget: new.scope.budget,
             project_budget: None,
+            rotated_from: None,
+            lineage: None,
         };
         self.store.insert_key(&record, &key.hash()).await?;
+        self.audit(
+            "api_key.created",
+            actor,
+            &record,
+            audit::key_details(&record),
+        )
+        .await?;
         Ok((key, record))
+    }
+
+    /// Rotates the active key `old`: a new key (returned, its only copy)
+    /// with the same project, owner, kind, models, rate limits, name and
+    /// lifetime, whose `rotated_from` names `old`; `old` keeps working for
+    /// `grace_seconds` more (at most until it would have expired anyway),
+    /// then is refused as expired. `None`, with nothing changed, when `old`
+    /// is not active. Audited as `api_key.rotated`.
+    pub async fn rotate(
+        &self,
+        old: &KeyRecord,
+        grace_seconds: i64,
+        actor: &Actor,
+    ) -> Result<Option<(ApiKey, KeyRecord)>, StoreError> {
+        let key = ApiKey::generate();
+        let at = now();
+        let lifetime = old.expires_at.map(|e| e.saturating_sub(old.created_at));
+        let record = KeyRecord {
+            id: KeyId::generate(),
+            hint: key.hint(),
+            created_at: at,
+            expires_at: lifetime.map(|l| at.saturating_add(l)),
+            last_used_at: None,
+            revoked_at: None,
+            rotated_from: Some(old.id.clone()),
+            lineage: Some(old.budget_holder().clone()),
+            ..old.clone()
+        };
+        let grace_end = at.saturating_add(grace_seconds.max(0));
+        let old_expires_at = old.expires_at.map_or(grace_end, |e| e.min(grace_end));
+        if !self
+            .store
+            .rotate_key(&old.id, old_expires_at, &record, &key.hash(), at)
+            .await?
+        {
+            return Ok(None);
+        }
+        let details = json!({
+            "id": old.id.0,
+            "data": {
+                "new_key_id": record.id.0,
+                "new_redacted_value": record.hint,
+                "grace_period_seconds": grace_seconds,
+                "old_key_expires_at": old_expires_at,
+            }
+        });
+        self.audit("api_key.rotated", actor, &record, details)
+            .await?;
+        Ok(Some((key, record)))
+    }
+
+    /// Writes an audit entry about `key`, in its project.
+    async fn audit(
+        &self,
+        kind: &str,
+        actor: &Actor,
+        key: &KeyRecord,
+        details: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut entry = AuditEntry::new(kind, actor, details);
+        if let Some(project) = self.store.project_by_id(&key.project_id).await? {
+            entry = entry.in_project(&project);
+        }
+        audit::record(self.store.as_ref(), entry).await
     }
 
     /// Checks an `Authorization` header value. What the store said of the
@@ -264,13 +350,59 @@ impl KeyService {
     }
 
     /// Sets a key's own rate limits; false when there is no such key.
-    pub async fn set_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {
-        self.store.set_key_limits(id, limits).await
+    /// Audited as `rate_limit.updated`.
+    pub async fn set_limits(
+        &self,
+        key: &KeyRecord,
+        limits: KeyLimits,
+        actor: &Actor,
+    ) -> Result<bool, StoreError> {
+        let found = self.store.set_key_limits(&key.id, limits).await?;
+        if found {
+            let details = json!({
+                "id": key.id.0,
+                "changes_requested": {
+                    "max_requests_per_1_minute": limits.requests_per_minute,
+                    "max_tokens_per_1_minute": limits.tokens_per_minute,
+                }
+            });
+            self.audit("rate_limit.updated", actor, key, details)
+                .await?;
+        }
+        Ok(found)
+    }
+
+    /// Sets (or removes) a key's token budget; false when there is no such
+    /// key. Audited as `api_key.updated`.
+    pub async fn set_budget(
+        &self,
+        key: &KeyRecord,
+        budget: Option<crate::budget::Budget>,
+        actor: &Actor,
+    ) -> Result<bool, StoreError> {
+        let found = self.store.set_key_budget(&key.id, budget).await?;
+        if found {
+            let details = json!({
+                "id": key.id.0,
+                "changes_requested": {
+                    "budget": budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()})),
+                }
+            });
+            self.audit("api_key.updated", actor, key, details).await?;
+        }
+        Ok(found)
     }
 
     /// Revokes a key; false when it does not exist or was already revoked.
-    pub async fn revoke(&self, id: &KeyId) -> Result<bool, StoreError> {
-        self.store.revoke_key(id, now()).await
+    /// Audited as `api_key.deleted` (when it was revoked now).
+    pub async fn revoke(&self, id: &KeyId, actor: &Actor) -> Result<bool, StoreError> {
+        let revoked = self.store.revoke_key(id, now()).await?;
+        if revoked && let Some(key) = self.store.key_by_id(id).await? {
+            let details =
+                json!({"id": key.id.0, "data": {"name": key.name, "redacted_value": key.hint}});
+            self.audit("api_key.deleted", actor, &key, details).await?;
+        }
+        Ok(revoked)
     }
 }
 
@@ -316,6 +448,8 @@ mod tests {
             project_allowed_models: ModelAccess::any(),
             budget: None,
             project_budget: None,
+            rotated_from: None,
+            lineage: None,
         };
         assert_eq!(KeyState::of(&record, 9), KeyState::Active);
         assert_eq!(KeyState::of(&record, 10), KeyState::Expired);
@@ -343,6 +477,8 @@ mod tests {
             project_allowed_models: ModelAccess::any(),
             budget: None,
             project_budget: None,
+            rotated_from: None,
+            lineage: None,
         };
         assert_eq!(KeyState::of(&record, 5), KeyState::Disabled);
         assert_eq!(KeyState::of(&record, 20), KeyState::Disabled);

@@ -5,6 +5,7 @@
 
 pub mod account;
 pub mod budget;
+pub mod audit;
 pub mod config;
 pub mod device;
 pub mod duration;
@@ -23,6 +24,7 @@ pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
 pub use budget::{Budget, BudgetPeriod};
+pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery};
 pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
@@ -43,8 +45,8 @@ pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
 pub use store::{
-    AccountChange, KeyLimits, KeyOrigin, KeyRecord, ProjectStore, ResponseStore, Store, StoreError,
-    StoredResponse, UnknownValue,
+    AccountChange, AuditStore, KeyLimits, KeyOrigin, KeyRecord, ProjectStore, ResponseStore, Store,
+    StoreError, StoredResponse, UnknownValue,
 };
 pub use usage::{UsageDelta, UsageRow, day_of};
 

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 use crate::account::{UserId, UserRecord};
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::device::{DeviceDecision, DeviceRecord};
 use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
@@ -47,9 +48,20 @@ pub struct KeyRecord {
     pub budget: Option<crate::budget::Budget>,
     /// Its project's token budget, if it has one. Read from the project.
     pub project_budget: Option<crate::budget::Budget>,
+    /// The key this one replaced by rotation, if any.
+    pub rotated_from: Option<KeyId>,
+    /// The first key of the rotations that led to this one, if any: its
+    /// budget's count is this key's too, so rotating keeps the window.
+    pub lineage: Option<KeyId>,
 }
 
 impl KeyRecord {
+    /// The key whose budget count this key's requests go to: the first of
+    /// its rotations (itself when it was never rotated into).
+    pub fn budget_holder(&self) -> &KeyId {
+        self.lineage.as_ref().unwrap_or(&self.id)
+    }
+
     /// Whether this key may use `model`: its own list and its project's
     /// both allow it.
     pub fn may_use(&self, model: &str) -> bool {
@@ -164,6 +176,19 @@ pub trait KeyStore: Send + Sync {
         &self,
         id: &KeyId,
         budget: Option<crate::budget::Budget>,
+    ) -> Result<bool, StoreError>;
+    /// In one transaction: moves the active key `old`'s expiry to
+    /// `old_expires_at` (the end of its grace period) and inserts its
+    /// successor `new` (whose `rotated_from` names `old`). False, with
+    /// nothing written, when `old` is not active at `at` (revoked, expired,
+    /// or missing). Announced like a revocation.
+    async fn rotate_key(
+        &self,
+        old: &KeyId,
+        old_expires_at: i64,
+        new: &KeyRecord,
+        hash: &KeyHash,
+        at: i64,
     ) -> Result<bool, StoreError>;
     /// The keys of one project, newest first.
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError>;
@@ -472,6 +497,19 @@ pub trait ResponseStore: Send + Sync {
     async fn delete_expired_responses(&self, at: i64) -> Result<u64, StoreError>;
 }
 
+/// The audit log: append-only entries (see [`crate::audit`]).
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Appends an entry.
+    async fn insert_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// Entries matching `query`, newest first, at most `query.limit + 1`
+    /// (one more tells the caller there are more): those older than
+    /// `query.after`, or the ones just newer than `query.before`.
+    async fn list_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Deletes entries effective before `before` (retention); returns how many.
+    async fn delete_audit_before(&self, before: i64) -> Result<u64, StoreError>;
+}
+
 /// Whether the database answers.
 #[async_trait]
 pub trait HealthStore: Send + Sync {
@@ -489,6 +527,7 @@ pub trait Store:
     + ThrottleStore
     + BudgetStore
     + ResponseStore
+    + AuditStore
     + HealthStore
 {
 }
@@ -503,6 +542,7 @@ impl<T> Store for T where
         + ThrottleStore
         + BudgetStore
         + ResponseStore
+        + AuditStore
         + HealthStore
 {
 }

@@ -90,7 +90,13 @@ pub struct ServerConfig {
     /// for `GET /v1/responses/{id}` and `previous_response_id`.
     #[serde(with = "svc_core::config::duration")]
     pub response_retention: Duration,
+    /// Days an audit-log entry is kept; older ones are deleted by the
+    /// server's hourly sweep. 0 keeps them forever.
+    pub audit_retention_days: u32,
 }
+
+/// Default days an audit-log entry is kept: a year.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 365;
 
 /// Default time a stored response is kept: 30 days, as OpenAI does.
 pub const DEFAULT_RESPONSE_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
@@ -115,6 +121,7 @@ impl Default for ServerConfig {
             metrics_token: None,
             metrics_bind: None,
             response_retention: DEFAULT_RESPONSE_RETENTION,
+            audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
         }
     }
 }

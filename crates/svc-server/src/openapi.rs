@@ -135,6 +135,14 @@ pub fn openapi() -> OpenApi {
                 .operation(HttpMethod::Delete, delete_project_key())
                 .build(),
         )
+        .path(
+            "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+            item(HttpMethod::Post, rotate_project_key()),
+        )
+        .path(
+            "/v1/organization/audit_logs",
+            item(HttpMethod::Get, list_audit_logs()),
+        )
         .build();
     OpenApiBuilder::new()
         .info(info)
@@ -162,7 +170,7 @@ pub fn openapi() -> OpenApi {
             ),
             tag(
                 "organization",
-                "The admin API, in the shape of OpenAI's Administration API: projects and their keys. Admin keys only; a project owner's admin key reaches its own project, an organization owner's (or the operator's) every project.",
+                "The admin API, in the shape of OpenAI's Administration API: projects, their keys and users, and the audit log. Admin keys only; a project owner's admin key reaches its own project, an organization owner's (or the operator's) every project.",
             ),
         ]))
         .paths(paths)
@@ -955,6 +963,13 @@ fn project_not_found() -> Response {
     .build()
 }
 
+fn key_not_found() -> Response {
+    error_response(
+        "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
+    )
+    .build()
+}
+
 fn list_projects() -> Operation {
     admin_errors(page_parameters(operation(
         "listProjects",
@@ -1050,13 +1065,7 @@ fn get_project_key() -> Operation {
         "200",
         json_response("The key.", reference("ProjectApiKey")).build(),
     )
-    .response(
-        "404",
-        error_response(
-            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
-        )
-        .build(),
-    )
+    .response("404", key_not_found())
     .build()
 }
 
@@ -1098,13 +1107,7 @@ fn delete_project_key() -> Operation {
         "200",
         json_response("Revoked.", reference("DeletedProjectApiKey")).build(),
     )
-    .response(
-        "404",
-        error_response(
-            "The project or the key is not found in what the admin key reaches (`code` `not_found`).",
-        )
-        .build(),
-    )
+    .response("404", key_not_found())
     .build()
 }
 
@@ -1164,5 +1167,111 @@ fn modify_project() -> Operation {
     )
     .response("400", shared("BadRequest"))
     .response("404", project_not_found())
+    .build()
+}
+
+fn rotate_project_key() -> Operation {
+    admin_errors(operation(
+        "rotateProjectApiKey",
+        "organization",
+        "Rotate a key of the project (svc's own): a new key with the same project, owner, kind, permissions, models, rate limits and name, its secret in `value` this once and `rotated_from` naming the old one; the old key keeps working for `grace_period_seconds` (default 86400), then is refused as expired.",
+        true,
+    ))
+    .parameter(project_id())
+    .parameter(key_id())
+    .request_body(Some(json_body("RotateProjectApiKeyRequest", true)))
+    .response(
+        "200",
+        json_response("The new key, with `value`.", reference("ProjectApiKey")).build(),
+    )
+    .response(
+        "400",
+        error_response(
+            "A grace period out of range (`param` `grace_period_seconds`), or a key that is not active (`param` `key_id`).",
+        )
+        .build(),
+    )
+    .response("404", key_not_found())
+    .build()
+}
+
+/// An optional query parameter `name` of `schema`.
+fn query_parameter(
+    name: &str,
+    description: &str,
+    schema: impl Into<utoipa::openapi::RefOr<utoipa::openapi::Schema>>,
+) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Query)
+        .required(Required::False)
+        .description(Some(description))
+        .schema(Some(schema))
+        .build()
+}
+
+/// A list of strings in the query (`name[]`, repeated).
+fn list_parameter(name: &str, description: &str) -> Parameter {
+    let strings = utoipa::openapi::schema::ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String));
+    query_parameter(&format!("{name}[]"), description, strings)
+}
+
+/// `effective_at[op]`, a Unix time bound.
+fn time_parameter(op: &str, description: &str) -> Parameter {
+    let integer = ObjectBuilder::new().schema_type(Type::Integer);
+    query_parameter(&format!("effective_at[{op}]"), description, integer)
+}
+
+fn list_audit_logs() -> Operation {
+    let event_types = query_parameter(
+        "event_types[]",
+        "Only events of these types.",
+        utoipa::openapi::schema::ArrayBuilder::new().items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(svc_core::audit::EVENT_TYPES.iter().copied())),
+        ),
+    );
+    let before = query_parameter(
+        "before",
+        "The `first_id` of a page: this page holds the entries just newer than that one.",
+        ObjectBuilder::new().schema_type(Type::String),
+    );
+    admin_errors(page_parameters(operation(
+        "listAuditLogs",
+        "organization",
+        "The audit log, newest first: sign-ins and sign-outs, keys created, rotated and revoked, rate-limit changes, device approvals and denials, project, user and membership changes. Never a secret. A project owner's admin key sees its project's entries only.",
+        true,
+    )))
+    .parameter(event_types)
+    .parameter(list_parameter(
+        "actor_ids",
+        "Only events by these accounts (`usr_...`) or keys (`key_...`).",
+    ))
+    .parameter(list_parameter(
+        "actor_emails",
+        "Only events by accounts with these emails.",
+    ))
+    .parameter(list_parameter(
+        "project_ids",
+        "Only events in these projects.",
+    ))
+    .parameter(time_parameter("gt", "Only events after this Unix time."))
+    .parameter(time_parameter("gte", "Only events at or after this Unix time."))
+    .parameter(time_parameter("lt", "Only events before this Unix time."))
+    .parameter(time_parameter("lte", "Only events at or before this Unix time."))
+    .parameter(before)
+    .response(
+        "200",
+        json_response("A page of entries.", reference("AuditLogList")).build(),
+    )
+    .response(
+        "400",
+        error_response(
+            "A filter or `limit` out of range; `param` names it (`event_types[]`, `effective_at[gt]`, `limit`).",
+        )
+        .build(),
+    )
     .build()
 }

@@ -112,6 +112,16 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
         Need::Permission(Permission::ManagementWrite),
     ),
     (
+        "POST",
+        "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+        Need::Permission(Permission::ManagementWrite),
+    ),
+    (
+        "GET",
+        "/v1/organization/audit_logs",
+        Need::Permission(Permission::ManagementRead),
+    ),
+    (
         "GET",
         "/v1/organization/projects/{project_id}/users",
         Need::Permission(Permission::ManagementRead),

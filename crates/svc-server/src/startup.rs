@@ -37,6 +37,8 @@ pub struct Application {
     metrics: Arc<crate::metrics::Metrics>,
     /// `/metrics` on an address of its own, when configured.
     metrics_server: Option<(TcpListener, Router)>,
+    /// Days audit-log entries are kept (0: forever).
+    audit_retention_days: u32,
 }
 
 impl Application {
@@ -88,6 +90,7 @@ impl Application {
             ledger: Arc::default(),
             body_limit: BodyLimit(config.max_body_bytes),
             response_retention: config.response_retention,
+            audit_retention_days: config.audit_retention_days,
         };
         let ledger = (state.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();
@@ -120,6 +123,7 @@ impl Application {
             limits: Limits::new(&config),
             metrics,
             metrics_server,
+            audit_retention_days: config.audit_retention_days,
         })
     }
 
@@ -160,6 +164,11 @@ impl Application {
         let (ledger, store) = self.ledger;
         let stop_ledger = CancellationToken::new();
         let background = TaskTracker::new();
+        background.spawn(audit_sweep(
+            store.clone(),
+            self.audit_retention_days,
+            stop_ledger.clone(),
+        ));
         background.spawn(ledger.run(store, stop_ledger.clone()));
         let serve_api = crate::serve::serve(
             self.listener,
@@ -196,6 +205,33 @@ impl Application {
         stop_ledger.cancel();
         background.close();
         background.wait().await;
+    }
+}
+
+/// How often old audit-log entries are deleted.
+const AUDIT_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Deletes audit-log entries older than `retention_days` (0: none) at
+/// start and every [`AUDIT_SWEEP_EVERY`] until `stop`. Replicas sweeping
+/// the same database at once delete the same rows; nothing else is shared.
+async fn audit_sweep(
+    store: Arc<dyn svc_core::Store>,
+    retention_days: u32,
+    stop: CancellationToken,
+) {
+    if retention_days == 0 {
+        return;
+    }
+    loop {
+        match svc_core::audit::sweep(store.as_ref(), retention_days).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, retention_days, "old audit-log entries deleted"),
+            Err(e) => tracing::warn!(error = %e, "cannot delete old audit-log entries"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(AUDIT_SWEEP_EVERY) => {}
+            () = stop.cancelled() => return,
+        }
     }
 }
 

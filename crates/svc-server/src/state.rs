@@ -38,4 +38,6 @@ pub struct AppState {
     pub body_limit: crate::extract::BodyLimit,
     /// How long stored Responses API responses are kept.
     pub response_retention: std::time::Duration,
+    /// Days audit-log entries are kept (0: forever), for the dashboard to say.
+    pub audit_retention_days: u32,
 }

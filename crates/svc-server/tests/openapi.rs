@@ -154,6 +154,8 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "POST /v1/organization/projects/{project_id}/users",
         "GET /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}",
+        "POST /v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+        "GET /v1/organization/audit_logs",
     ]
     .into_iter()
     .map(str::to_owned)
@@ -707,13 +709,16 @@ async fn current_key_responses_match_the_document() {
         .await;
     let (key, _) = app
         .keys
-        .create(svc_core::NewKey {
-            name: "laptop".into(),
-            owner_id: Some(user.id.clone()),
-            created_via: svc_core::KeyOrigin::Device,
-            expires_in: Some(60),
-            scope: Default::default(),
-        })
+        .create(
+            svc_core::NewKey {
+                name: "laptop".into(),
+                owner_id: Some(user.id.clone()),
+                created_via: svc_core::KeyOrigin::Device,
+                expires_in: Some(60),
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     let key = key.expose().to_owned();
@@ -777,13 +782,16 @@ async fn admin_usage_responses_match_the_document() {
         .await;
     let (key, _) = app
         .keys
-        .create(svc_core::NewKey {
-            name: "ops".into(),
-            owner_id: Some(admin.id.clone()),
-            created_via: svc_core::KeyOrigin::Dashboard,
-            expires_in: None,
-            scope: Default::default(),
-        })
+        .create(
+            svc_core::NewKey {
+                name: "ops".into(),
+                owner_id: Some(admin.id.clone()),
+                created_via: svc_core::KeyOrigin::Dashboard,
+                expires_in: None,
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     let key = key.expose().to_owned();
@@ -1130,10 +1138,37 @@ async fn admin_api_responses_match_the_document() {
         .await
         .unwrap();
     check(&doc, "get", key, response).await;
+    let rotate = "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate";
+    let response = send(
+        reqwest::Method::POST,
+        at(rotate, key_id),
+        Some(json!({"grace_period_seconds": 60})),
+    )
+    .await
+    .unwrap();
+    let rotated = check(&doc, "post", rotate, response).await;
+    assert_eq!(rotated["rotated_from"], key_id);
+    for (path, body) in [
+        (at(rotate, key_id), json!({"grace_period_seconds": -1})),
+        (at(rotate, "key_0000000000000000"), json!({})),
+    ] {
+        let response = send(reqwest::Method::POST, path, Some(body)).await.unwrap();
+        check(&doc, "post", rotate, response).await;
+    }
     let response = send(reqwest::Method::DELETE, at(key, key_id), None)
         .await
         .unwrap();
     check(&doc, "delete", key, response).await;
+    let audit = "/v1/organization/audit_logs";
+    for query in ["?limit=3", "?event_types[]=api_key.rotated", "?limit=0"] {
+        let response = send(reqwest::Method::GET, format!("{audit}{query}"), None)
+            .await
+            .unwrap();
+        let list = check(&doc, "get", audit, response).await;
+        if query.contains("rotated") {
+            assert_eq!(list["data"][0]["type"], "api_key.rotated");
+        }
+    }
 
     // Another kind of key, and none.
     let other = app.create_key().await;

@@ -21,8 +21,8 @@ macro_rules! select {
     () => {
         "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
          k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
-         k.project_id, k.kind, k.permissions, k.allowed_models, \
-         k.budget_tokens, k.budget_period, \
+         k.project_id, k.kind, k.permissions, k.allowed_models, k.rotated_from, \
+         k.lineage_id, k.budget_tokens, k.budget_period, \
          p.allowed_models AS project_allowed_models, \
          p.budget_tokens AS project_budget_tokens, p.budget_period AS project_budget_period, \
          u.disabled_at AS owner_disabled_at \
@@ -33,8 +33,10 @@ macro_rules! select {
 
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
      created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit, \
-     project_id, kind, permissions, allowed_models, budget_tokens, budget_period) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
+     project_id, kind, permissions, allowed_models, rotated_from, lineage_id, budget_tokens, \
+     budget_period) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+     $19, $20)";
 const OF_PROJECT: &str = concat!(
     select!(),
     " WHERE k.project_id = $1 ORDER BY k.created_at DESC, k.id DESC"
@@ -47,6 +49,9 @@ const OF_OWNER: &str = concat!(
     " WHERE k.owner_id = $1 ORDER BY k.created_at DESC, k.id DESC"
 );
 const REVOKE: &str = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
+// Only an active key is rotated: not revoked, not expired at $3.
+const END_IN_GRACE: &str = "UPDATE api_keys SET expires_at = $2 \
+     WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $3)";
 const SET_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $2, tpm_limit = $3 WHERE id = $1";
 const SET_BUDGET: &str = "UPDATE api_keys SET budget_tokens = $2, budget_period = $3 WHERE id = $1";
 // Replicas may touch one key in any order: the latest time wins.
@@ -76,6 +81,8 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
         kind: kind(row)?,
         allowed_models: crate::lists::model_access(row, "allowed_models")?,
         project_allowed_models: crate::lists::model_access(row, "project_allowed_models")?,
+        rotated_from: row.try_get::<Option<String>, _>("rotated_from")?.map(KeyId),
+        lineage: row.try_get::<Option<String>, _>("lineage_id")?.map(KeyId),
         budget: crate::budgets::budget(row, "budget_tokens", "budget_period")?,
         project_budget: crate::budgets::budget(
             row,
@@ -127,6 +134,8 @@ pub(crate) async fn insert_key_on(
         .bind(record.kind.name())
         .bind(permissions_of(&record.kind))
         .bind(crate::lists::model_access_json(&record.allowed_models))
+        .bind(record.rotated_from.as_ref().map(|k| k.0.as_str()))
+        .bind(record.lineage.as_ref().map(|k| k.0.as_str()))
         .bind(crate::budgets::budget_columns(record.budget).0)
         .bind(crate::budgets::budget_columns(record.budget).1)
         .execute(conn)
@@ -224,6 +233,36 @@ impl KeyStore for SqlStore {
             self.key_changes.changed(before).await;
         }
         Ok(found)
+    }
+
+    async fn rotate_key(
+        &self,
+        old: &KeyId,
+        old_expires_at: i64,
+        new: &KeyRecord,
+        hash: &KeyHash,
+        at: i64,
+    ) -> Result<bool, StoreError> {
+        let before = self.key_changes.before_change().await;
+        // As a device's redemption: the UPDATE holds the old key's row (the
+        // database, on SQLite) until commit, so a concurrent rotation or
+        // revocation waits and then finds it no longer active.
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let ended = sqlx::query(END_IN_GRACE)
+            .bind(old.0.as_str())
+            .bind(old_expires_at)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        if ended.rows_affected() != 1 {
+            tx.rollback().await.map_err(query_error)?;
+            return Ok(false);
+        }
+        insert_key_on(&mut tx, new, hash).await?;
+        tx.commit().await.map_err(query_error)?;
+        self.key_changes.changed(before).await;
+        Ok(true)
     }
 
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError> {

@@ -9,12 +9,13 @@
 //! nothing of HTTP or of key semantics (expiry and revocation are judged by
 //! `svc-core`).
 //!
-//! One module per store trait: keys, projects, users (and the first-user setup token),
+//! One module per store trait: keys, projects, the audit log, users (and the first-user setup token),
 //! sessions, device authorizations, usage counters, throttles, Responses
 //! API responses. What must not be half done (the first user, a device's key) is one transaction; what
 //! replicas race on (a flash message, a redemption, a throttle hit) is
 //! decided by a single conditional statement, on both backends.
 
+mod audit;
 mod budgets;
 mod changes;
 mod connect;

@@ -158,7 +158,10 @@ async fn authentication_reuses_a_key_only_until_it_changes(db: &Db) {
 
     // Revoked by another process (or replica): refused on the next request
     // (PostgreSQL's notification may take a moment to be read).
-    let (key, record) = service.create(new_key()).await.unwrap();
+    let (key, record) = service
+        .create(new_key(), &svc_core::Actor::Operator)
+        .await
+        .unwrap();
     let header = format!("Bearer {}", key.expose());
     service.authenticate(Some(&header)).await.unwrap();
     assert!(
@@ -176,7 +179,10 @@ async fn authentication_reuses_a_key_only_until_it_changes(db: &Db) {
     // Changed by hand past svc: PostgreSQL's trigger announces it; a SQLite
     // file cannot, so what was read is reused, but never for longer than
     // the cache's limit.
-    let (key, record) = service.create(new_key()).await.unwrap();
+    let (key, record) = service
+        .create(new_key(), &svc_core::Actor::Operator)
+        .await
+        .unwrap();
     let header = format!("Bearer {}", key.expose());
     service.authenticate(Some(&header)).await.unwrap();
     let started = Instant::now();

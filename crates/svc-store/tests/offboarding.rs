@@ -103,8 +103,14 @@ async fn disabling_refuses_the_accounts_keys_at_once_on_every_store(db: &Db) {
     wait_for_version(&here).await;
     let user = stored_user(&elsewhere, "leaver@example.com", false).await;
     let other = stored_user(&elsewhere, "stayer@example.com", false).await;
-    let (key, _) = service.create(owned_by(&user)).await.unwrap();
-    let (kept, _) = service.create(owned_by(&other)).await.unwrap();
+    let (key, _) = service
+        .create(owned_by(&user), &svc_core::Actor::Operator)
+        .await
+        .unwrap();
+    let (kept, _) = service
+        .create(owned_by(&other), &svc_core::Actor::Operator)
+        .await
+        .unwrap();
     let header = format!("Bearer {}", key.expose());
     let kept_header = format!("Bearer {}", kept.expose());
     // Read (and remembered) before the account is disabled elsewhere.

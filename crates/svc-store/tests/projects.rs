@@ -14,11 +14,9 @@
 
 mod common;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use common::{Db, new_key, new_user};
-use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, Connection};
 use svc_core::keys::{KeyScope, KeyService, NewKey};
 use svc_core::project::{KeyKind, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole};
@@ -32,37 +30,14 @@ on_both_backends!(
     changing_a_projects_models_is_a_key_change_on_every_store,
 );
 
-/// The migrations before projects (0001 to 0007) of `db`'s backend.
-async fn old_migrator(db: &Db) -> Migrator {
-    let dir = match db {
-        Db::Sqlite { .. } => "sqlite",
-        Db::Postgres(_) => "postgres",
-    };
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations")
-        .join(dir);
-    let mut migrator = Migrator::new(path).await.unwrap();
-    let old: Vec<_> = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version < 8)
-        .cloned()
-        .collect();
-    assert_eq!(old.len(), 7, "0001 to 0007");
-    migrator.migrations = Cow::Owned(old);
-    migrator
-}
-
 async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(db: &Db) {
     // The schema as svc left it before projects, with an admin, a member,
     // their keys, an operator key and a stored response.
-    sqlx::any::install_default_drivers();
     let url = match db {
         Db::Sqlite { url, .. } => format!("{url}?mode=rwc"),
         Db::Postgres(schema) => schema.url().to_owned(),
     };
-    let mut conn = AnyConnection::connect(&url).await.unwrap();
-    old_migrator(db).await.run(&mut conn).await.unwrap();
+    let mut conn = db.migrated_before(8).await;
     let admin = "usr_00000000000000a1";
     let member = "usr_00000000000000b2";
     let statements = [
@@ -163,13 +138,16 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
 /// A key made through the service after the upgrade authenticates.
 async fn keys_secret_free_check(service: &KeyService) -> svc_core::store::KeyRecord {
     let (key, _) = service
-        .create(NewKey {
-            name: "after".into(),
-            owner_id: None,
-            created_via: KeyOrigin::Cli,
-            expires_in: None,
-            scope: KeyScope::default(),
-        })
+        .create(
+            NewKey {
+                name: "after".into(),
+                owner_id: None,
+                created_via: KeyOrigin::Cli,
+                expires_in: None,
+                scope: KeyScope::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     service

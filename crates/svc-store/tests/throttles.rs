@@ -32,7 +32,7 @@ async fn parallel_wrong_passwords_get_at_most_the_limit_checked(db: &Db) {
     let store = Arc::new(db.store().await);
     let accounts = AccountService::new(store);
     accounts
-        .create_user("owner@example.com", "password123", false)
+        .create_user("owner@example.com", "password123", false, None)
         .await
         .unwrap();
     let outcomes = join_all(100, |_| {

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use svc_core::{AccountService, KeyOrigin, KeyService, NewKey, UserRecord};
+use svc_core::{AccountService, Actor, KeyOrigin, KeyService, NewKey, UserRecord};
 use svc_server::{Application, ModelRegistry, ServerConfig};
 use svc_store::SqlStore;
 use tempfile::TempDir;
@@ -127,13 +127,16 @@ impl TestApp {
     pub async fn create_key_expiring(&self, seconds: Option<i64>) -> String {
         let (key, _) = self
             .keys
-            .create(NewKey {
-                name: "test".into(),
-                owner_id: None,
-                created_via: KeyOrigin::Cli,
-                expires_in: seconds,
-                scope: Default::default(),
-            })
+            .create(
+                NewKey {
+                    name: "test".into(),
+                    owner_id: None,
+                    created_via: KeyOrigin::Cli,
+                    expires_in: seconds,
+                    scope: Default::default(),
+                },
+                &Actor::Operator,
+            )
             .await
             .expect("create a key");
         key.expose().to_owned()
@@ -148,22 +151,45 @@ impl TestApp {
     ) -> String {
         let (key, _) = self
             .keys
-            .create(NewKey {
-                name: "scoped".into(),
-                owner_id: owner.cloned(),
-                created_via: KeyOrigin::Cli,
-                expires_in: None,
-                scope,
-            })
+            .create(
+                NewKey {
+                    name: "scoped".into(),
+                    owner_id: owner.cloned(),
+                    created_via: KeyOrigin::Cli,
+                    expires_in: None,
+                    scope,
+                },
+                &Actor::Operator,
+            )
             .await
             .expect("create a key");
         key.expose().to_owned()
     }
 
+    /// A new project `name` allowing `models`, stored directly.
+    pub async fn create_project(
+        &self,
+        name: &str,
+        models: svc_core::ModelAccess,
+    ) -> svc_core::ProjectRecord {
+        let project = svc_core::ProjectRecord {
+            id: svc_core::ProjectId::generate(),
+            name: name.into(),
+            created_at: 1,
+            archived_at: None,
+            allowed_models: models,
+            budget: None,
+        };
+        svc_core::ProjectStore::insert_project(self.store.as_ref(), &project)
+            .await
+            .expect("store a project");
+        project
+    }
+
     /// A dashboard account with `password`.
     pub async fn create_user(&self, email: &str, password: &str, admin: bool) -> UserRecord {
         self.accounts
-            .create_user(email, password, admin)
+            .create_user(email, password, admin, Some(&Actor::Operator))
             .await
             .expect("create a user")
     }

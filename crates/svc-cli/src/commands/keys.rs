@@ -3,9 +3,10 @@
 use anyhow::{Context, bail};
 use chrono::DateTime;
 use svc_core::duration::parse_seconds;
+use svc_core::keys::MAX_ROTATION_GRACE;
 use svc_core::{
-    KeyId, KeyKind, KeyOrigin, KeyScope, KeyService, KeyState, ModelAccess, NewKey, ProjectId,
-    ProjectStore,
+    Actor, KeyId, KeyKind, KeyOrigin, KeyScope, KeyService, KeyState, ModelAccess, NewKey,
+    ProjectId, ProjectStore,
 };
 
 use crate::cli::{KeysCommand, StoreArgs};
@@ -45,18 +46,21 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 bail!("no project with id {:?}", project_id.0);
             }
             let (key, record) = keys
-                .create(NewKey {
-                    name,
-                    owner_id: None,
-                    created_via: KeyOrigin::Cli,
-                    expires_in,
-                    scope: KeyScope {
-                        project_id: Some(project_id),
-                        kind,
-                        allowed_models,
-                        budget: None,
+                .create(
+                    NewKey {
+                        name,
+                        owner_id: None,
+                        created_via: KeyOrigin::Cli,
+                        expires_in,
+                        scope: KeyScope {
+                            project_id: Some(project_id),
+                            kind,
+                            allowed_models,
+                            budget: None,
+                        },
                     },
-                })
+                    &Actor::Operator,
+                )
                 .await
                 .context("cannot create the key")?;
             errln!(
@@ -108,7 +112,7 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::Revoke { store, id } => {
             let keys = service(&store).await?;
             if keys
-                .revoke(&KeyId(id.clone()))
+                .revoke(&KeyId(id.clone()), &Actor::Operator)
                 .await
                 .context("cannot revoke the key")?
             {
@@ -116,6 +120,39 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
             } else {
                 bail!("no active key with id {id:?} (see `svc keys list`)");
             }
+        }
+        KeysCommand::Rotate { store, id, grace } => {
+            let grace = match grace.trim() {
+                "0" => 0,
+                text => parse_seconds(text)?,
+            };
+            if grace > MAX_ROTATION_GRACE {
+                bail!("--grace must be at most 30d");
+            }
+            let keys = service(&store).await?;
+            let old = keys
+                .get(&KeyId(id.clone()))
+                .await
+                .context("cannot read the key")?
+                .filter(|k| KeyState::of(k, svc_core::now()) == KeyState::Active);
+            let Some(old) = old else {
+                bail!("no active key with id {id:?} (see `svc keys list`)");
+            };
+            let grace_end = svc_core::now().saturating_add(grace);
+            let Some((key, record)) = keys
+                .rotate(&old, grace, &Actor::Operator)
+                .await
+                .context("cannot rotate the key")?
+            else {
+                bail!("key {id} stopped being active while it was being rotated");
+            };
+            errln!(
+                "Rotated {id} into {} ({}). {id} keeps working until {} UTC. The new key is shown only now: store it safely.",
+                record.id,
+                record.name,
+                when(Some(old.expires_at.map_or(grace_end, |e| e.min(grace_end))))
+            );
+            outln!("{}", key.expose());
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 use std::io::{BufRead, IsTerminal};
 
 use anyhow::{Context, bail};
-use svc_core::{AccountChange, AccountError, AccountService, UserRecord};
+use svc_core::{AccountChange, AccountError, AccountService, Actor, UserRecord};
 
 use crate::cli::{StoreArgs, UsersCommand};
 use crate::config::StoreConfig;
@@ -19,7 +19,10 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
         } => {
             let password = read_password()?;
             let accounts = service(&store).await?;
-            let user = match accounts.create_user(&email, &password, admin).await {
+            let user = match accounts
+                .create_user(&email, &password, admin, Some(&Actor::Operator))
+                .await
+            {
                 Ok(user) => user,
                 Err(AccountError::Store(e)) => {
                     return Err(e).context("cannot create the account");
@@ -65,7 +68,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             let accounts = service(&store).await?;
             let user = find(&accounts, &email).await?;
             let change = accounts
-                .disable_user(&user.id)
+                .disable_user(&user, &Actor::Operator)
                 .await
                 .context("cannot disable the account")?;
             report(change, &user, "disabled")?;
@@ -74,7 +77,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             let accounts = service(&store).await?;
             let user = find(&accounts, &email).await?;
             let change = accounts
-                .enable_user(&user.id)
+                .enable_user(&user, &Actor::Operator)
                 .await
                 .context("cannot enable the account")?;
             report(change, &user, "enabled")?;
@@ -86,7 +89,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
                 confirm_delete(&user)?;
             }
             let change = accounts
-                .delete_user(&user.id)
+                .delete_user(&user, &Actor::Operator)
                 .await
                 .context("cannot delete the account")?;
             report(change, &user, "deleted; its keys are revoked")?;

@@ -161,7 +161,7 @@ pub async fn logout(
     Form(form): Form<CsrfForm>,
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
-    state.accounts.sign_out(&who.token).await?;
+    state.accounts.sign_out(&who.token, &who.actor()).await?;
     let mut response = Redirect::to("/dashboard/login").into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
@@ -219,7 +219,7 @@ pub async fn setup(
     let created = match form.passwords_match() {
         Ok(()) => state
             .accounts
-            .complete_setup(&form.token, &form.email, &form.password)
+            .complete_setup(&form.token, &form.email, &form.password, address.as_deref())
             .await
             .map_err(account_message),
         Err(message) => Err(Ok((StatusCode::BAD_REQUEST, message))),

@@ -181,7 +181,7 @@ pub async fn decide(
     };
     if state
         .devices
-        .decide(&form.id, &who.user.id, decision)
+        .decide(&form.id, &who.user.id, decision, &who.actor())
         .await?
     {
         if decision == DeviceDecision::Approve {

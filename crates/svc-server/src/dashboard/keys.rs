@@ -6,7 +6,8 @@ use axum::extract::{Path, Query, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
-use svc_core::{KeyId, KeyOrigin, KeyRecord, KeyState, NewKey, UserId, now};
+use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
+use svc_core::{ApiKey, KeyId, KeyOrigin, KeyRecord, KeyState, NewKey, UserId, now};
 
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
@@ -24,8 +25,19 @@ const EXPIRY_CHOICES: &[(&str, &str, Option<i64>)] = &[
     ("365d", "1 year", Some(365)),
 ];
 
-/// A key as the list shows it.
-fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
+/// The grace periods the rotate form offers, in seconds (24 hours first
+/// chosen, as the admin API's default).
+const GRACE_CHOICES: &[(&str, &str, i64)] = &[
+    ("0", "No time: refuse it now", 0),
+    ("1h", "1 hour", 3_600),
+    ("24h", "24 hours", DEFAULT_ROTATION_GRACE),
+    ("7d", "7 days", 7 * 86_400),
+    ("30d", "30 days", MAX_ROTATION_GRACE),
+];
+
+/// A key as the list shows it; `rotated_into` is whether another key
+/// replaced it by rotation.
+fn key_row(key: &KeyRecord, owners: &[(UserId, String)], rotated_into: bool) -> Value {
     let at = now();
     let state = KeyState::of(key, at);
     let owner = key.owner_id.as_ref().map(|id| {
@@ -55,6 +67,7 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)]) -> Value {
         owner => owner,
         rpm => key.limits.requests_per_minute,
         tpm => key.limits.tokens_per_minute,
+        rotated_into,
     }
 }
 
@@ -95,7 +108,13 @@ async fn render_list(
         Some(id) => keys.iter().find(|k| k.id.0 == id).map(|k| k.name.clone()),
         None => None,
     };
-    let rows: Vec<Value> = keys.iter().map(|k| key_row(k, &owners)).collect();
+    let rows: Vec<Value> = keys
+        .iter()
+        .map(|k| {
+            let replaced = keys.iter().any(|n| n.rotated_from.as_ref() == Some(&k.id));
+            key_row(k, &owners, replaced)
+        })
+        .collect();
     let choices: Vec<Value> = EXPIRY_CHOICES
         .iter()
         .map(|(value, label, _)| context! { value => *value, label => *label })
@@ -148,20 +167,87 @@ pub async fn create(
     };
     let (key, record) = state
         .keys
-        .create(NewKey {
-            name: name.to_owned(),
-            owner_id: Some(who.user.id.clone()),
-            created_via: KeyOrigin::Dashboard,
-            expires_in: days.map(|d| d * 86_400),
-            scope: Default::default(),
-        })
+        .create(
+            NewKey {
+                name: name.to_owned(),
+                owner_id: Some(who.user.id.clone()),
+                created_via: KeyOrigin::Dashboard,
+                expires_in: days.map(|d| d * 86_400),
+                scope: Default::default(),
+            },
+            &who.actor(),
+        )
         .await?;
-    // Shown on the next page, once: kept sealed under the session's token.
+    show_once(&state, &who, &record, &key).await
+}
+
+/// Redirects to the page that shows a new key once: until then the key is
+/// kept sealed under the session's token.
+async fn show_once(
+    state: &AppState,
+    who: &SignedIn,
+    record: &KeyRecord,
+    key: &ApiKey,
+) -> Result<Response, PageError> {
     state
         .accounts
         .put_flash(&who.token, &format!("{}\n{}", record.id, key.expose()))
         .await?;
     Ok(Redirect::to("/dashboard/keys/new").into_response())
+}
+
+/// The rotate form: how long the old key keeps working.
+pub async fn rotate_page(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+) -> Result<Html<String>, PageError> {
+    let key = own_key(&state, &who, &id).await?;
+    let choices: Vec<Value> = GRACE_CHOICES
+        .iter()
+        .map(|(value, label, seconds)| {
+            context! { value => *value, label => *label, default => *seconds == DEFAULT_ROTATION_GRACE }
+        })
+        .collect();
+    render(
+        "rotate.html",
+        context! {
+            ..layout(&who, "keys"),
+            ..context! { key => key_row(&key, &[], false), grace_choices => choices }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RotateForm {
+    csrf: String,
+    grace: String,
+}
+
+/// Rotates the key and shows the new one once.
+pub async fn rotate(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<RotateForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let key = own_key(&state, &who, &id).await?;
+    let Some((_, _, grace)) = GRACE_CHOICES.iter().find(|(v, _, _)| *v == form.grace) else {
+        return Err(PageError::BadRequest(
+            "Choose a grace period from the list.".into(),
+        ));
+    };
+    let rotated = match KeyState::of(&key, now()) {
+        KeyState::Active => state.keys.rotate(&key, *grace, &who.actor()).await?,
+        _ => None,
+    };
+    let Some((secret, record)) = rotated else {
+        return Err(PageError::BadRequest(
+            "Only an active key can be rotated.".into(),
+        ));
+    };
+    show_once(&state, &who, &record, &secret).await
 }
 
 /// The page that shows a new key, once: reloading it finds nothing.
@@ -199,7 +285,7 @@ pub async fn revoke_page(
     let key = own_key(&state, &who, &id).await?;
     render(
         "revoke.html",
-        context! { ..layout(&who, "keys"), ..context! { key => key_row(&key, &[]) } },
+        context! { ..layout(&who, "keys"), ..context! { key => key_row(&key, &[], false) } },
     )
 }
 
@@ -211,7 +297,7 @@ pub async fn revoke(
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
     let key = own_key(&state, &who, &id).await?;
-    state.keys.revoke(&key.id).await?;
+    state.keys.revoke(&key.id, &who.actor()).await?;
     Ok(Redirect::to(&format!("/dashboard/keys?revoked={}", key.id)).into_response())
 }
 
@@ -232,7 +318,7 @@ fn render_limits(
 ) -> Result<Html<String>, PageError> {
     render(
         "limits.html",
-        context! { ..layout(who, "keys"), ..context! { key => key_row(key, &[]), error } },
+        context! { ..layout(who, "keys"), ..context! { key => key_row(key, &[], false), error } },
     )
 }
 
@@ -281,6 +367,6 @@ pub async fn set_limits(
         requests_per_minute: rpm,
         tokens_per_minute: tpm,
     };
-    state.keys.set_limits(&key.id, limits).await?;
+    state.keys.set_limits(&key, limits, &who.actor()).await?;
     Ok(Redirect::to("/dashboard/keys").into_response())
 }

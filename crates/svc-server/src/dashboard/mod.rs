@@ -1,6 +1,7 @@
 //! The web dashboard: server-rendered pages (no JavaScript needed) for
-//! signing in, API keys, usage, approving device logins, and (for admins)
-//! disabling, enabling and deleting accounts.
+//! signing in, API keys (with rotation), usage, approving device logins,
+//! and (for admins) disabling, enabling and deleting accounts and reading
+//! the audit log.
 //!
 //! Security model: sessions are random tokens in an HttpOnly, SameSite=Lax
 //! cookie (Secure on https), stored hashed; every form carries a CSRF token
@@ -9,6 +10,7 @@
 //! carry codes), and load scripts and styles only from this origin.
 
 mod account;
+mod audit;
 mod device;
 mod keys;
 mod pages;
@@ -81,6 +83,11 @@ pub fn router() -> Router<AppState> {
             "/dashboard/keys/{id}/revoke",
             get(keys::revoke_page).post(keys::revoke),
         )
+        .route(
+            "/dashboard/keys/{id}/rotate",
+            get(keys::rotate_page).post(keys::rotate),
+        )
+        .route("/dashboard/audit", get(audit::page))
         .route(
             "/dashboard/keys/{id}/limits",
             get(keys::limits_page).post(keys::set_limits),

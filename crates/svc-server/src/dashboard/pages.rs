@@ -34,6 +34,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
     ("revoke.html", include_str!("../../templates/revoke.html")),
     ("limits.html", include_str!("../../templates/limits.html")),
+    ("rotate.html", include_str!("../../templates/rotate.html")),
+    ("audit.html", include_str!("../../templates/audit.html")),
     ("usage.html", include_str!("../../templates/usage.html")),
     ("device.html", include_str!("../../templates/device.html")),
     (

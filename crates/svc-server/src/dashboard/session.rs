@@ -4,9 +4,10 @@ use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use svc_core::{SessionRecord, UserRecord};
+use svc_core::{Actor, ActorUser, SessionRecord, UserRecord};
 
 use super::pages::PageError;
+use crate::extract::ClientAddress;
 use crate::state::AppState;
 
 /// The session cookie: the token whose hash names a stored session.
@@ -53,9 +54,19 @@ pub struct SignedIn {
     pub session: SessionRecord,
     /// The cookie's token (for the session's flash values).
     pub token: String,
+    /// The client's address, as the server derives it for throttles.
+    pub address: Option<String>,
 }
 
 impl SignedIn {
+    /// This person, from this address, as the audit log names them.
+    pub fn actor(&self) -> Actor {
+        Actor::Session {
+            user: Some(ActorUser::from(&self.user)),
+            address: self.address.clone(),
+        }
+    }
+
     /// Checks a submitted form's CSRF token against the session's.
     pub fn check_csrf(&self, submitted: &str) -> Result<(), PageError> {
         if same_token(submitted, &self.session.csrf_token) {
@@ -75,6 +86,7 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
         let state = AppState::from_ref(state);
+        let Ok(ClientAddress(address)) = ClientAddress::from_request_parts(parts, &()).await;
         let to_login = || {
             let back = parts
                 .uri
@@ -96,6 +108,7 @@ where
                 user,
                 session,
                 token,
+                address,
             }),
             Ok(None) => Err(to_login()),
             Err(e) => Err(PageError::from(e).into_response()),

@@ -147,10 +147,11 @@ pub async fn act(
     who.check_csrf(&form.csrf)?;
     let action = Action::parse(&action)?;
     let user = target(&state, &who, &id).await?;
+    let actor = who.actor();
     let change = match action {
-        Action::Disable => state.accounts.disable_user(&user.id).await?,
-        Action::Enable => state.accounts.enable_user(&user.id).await?,
-        Action::Delete => state.accounts.delete_user(&user.id).await?,
+        Action::Disable => state.accounts.disable_user(&user, &actor).await?,
+        Action::Enable => state.accounts.enable_user(&user, &actor).await?,
+        Action::Delete => state.accounts.delete_user(&user, &actor).await?,
     };
     match change {
         AccountChange::Done | AccountChange::Unchanged => {

@@ -43,6 +43,7 @@ pub async fn revoke(
     State(state): State<AppState>,
     Authenticated(key): Authenticated,
 ) -> Result<Json<RevokedKey>, ApiError> {
-    state.keys.revoke(&key.id).await?;
+    let actor = super::organization::key_actor(&state, &key).await?;
+    state.keys.revoke(&key.id, &actor).await?;
     Ok(Json(RevokedKey::new(key.id.0)))
 }

@@ -1,5 +1,6 @@
 //! One module per resource; [`router`] assembles them.
 
+pub(crate) mod audit_logs;
 mod chat;
 mod device;
 mod health;
@@ -70,6 +71,11 @@ pub fn router() -> Router<AppState> {
                 .post(organization::modify_key)
                 .delete(organization::delete_key),
         )
+        .route(
+            "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+            post(organization::rotate_key),
+        )
+        .route("/v1/organization/audit_logs", get(audit_logs::list))
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)

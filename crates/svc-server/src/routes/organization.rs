@@ -13,14 +13,22 @@
 //! `user_id` names), in the project named by the path. Project users are
 //! listed, added and given a role here too (an owner's admin key may then
 //! reach that project).
+//!
+//! Keys are rotated here too (svc's own call). Every change is written to
+//! the audit log by the admin key: keys by the key service, projects and
+//! memberships here (this API is their only way in).
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
+use serde_json::json;
 use svc_api::{
     BudgetStatus, CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project, ProjectApiKey,
-    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList, TokenBudget,
+    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project,
+    ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser,
+    ProjectUserList, RotateProjectApiKeyRequest, TokenBudget,
 };
+use svc_core::audit::{self, Actor, ActorUser, AuditEntry};
+use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::{
     Budget, BudgetPeriod, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess,
     NewKey, ProjectId, ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
@@ -74,6 +82,32 @@ pub(crate) async fn reach(state: &AppState, key: &KeyRecord) -> Result<Reach, Ap
         "You have insufficient permissions for this operation: this admin key's account is no longer an owner of the organization or of the key's project."
             .into(),
     ))
+}
+
+/// `key` as the audit log names it: by id, with its account.
+pub(crate) async fn key_actor(state: &AppState, key: &KeyRecord) -> Result<Actor, ApiError> {
+    let owner = match &key.owner_id {
+        Some(id) => state.accounts.user(id).await?.map(|u| ActorUser::from(&u)),
+        None => None,
+    };
+    Ok(Actor::ApiKey {
+        id: key.id.clone(),
+        owner,
+    })
+}
+
+/// Writes an audit entry of `kind` by `key` about `project`.
+async fn audit_project(
+    state: &AppState,
+    key: &KeyRecord,
+    kind: &str,
+    project: &ProjectRecord,
+    details: serde_json::Value,
+) -> Result<(), ApiError> {
+    let actor = key_actor(state, key).await?;
+    let entry = AuditEntry::new(kind, &actor, details).in_project(project);
+    audit::record(state.store.as_ref(), entry).await?;
+    Ok(())
 }
 
 /// The project `id`, if it exists and `reach` sees it; otherwise the 404 of
@@ -149,8 +183,10 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
             }
         }
     };
+    let budget = budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await;
     Ok(ProjectApiKey {
         object: "organization.project.api_key".into(),
+        budget,
         state: KeyState::of(&key, now()).as_str().into(),
         kind: key.kind.name().into(),
         permissions: key
@@ -160,7 +196,6 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
             .map(|p| p.as_str().to_owned())
             .collect(),
         allowed_models: key.allowed_models.0,
-        budget: budget_status(state, Scope::Key, &key.id.0, key.budget).await,
         id: key.id.0,
         name: key.name,
         redacted_value: key.hint,
@@ -169,16 +204,17 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
         last_used_at: key.last_used_at,
         expires_at: key.expires_at,
         owner,
+        rotated_from: key.rotated_from.map(|k| k.0),
     })
 }
 
 /// `limit` and `after` of a list request, as OpenAI reads them.
-struct Page {
-    limit: usize,
-    after: Option<String>,
+pub(crate) struct Page {
+    pub(crate) limit: usize,
+    pub(crate) after: Option<String>,
 }
 
-fn page(query: Option<&str>) -> Result<Page, ApiError> {
+pub(crate) fn page(query: Option<&str>) -> Result<Page, ApiError> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();
     let last = |name: &str| {
@@ -342,6 +378,8 @@ pub async fn create_project(
         budget: budget(body.budget)?,
     };
     state.store.insert_project(&project).await?;
+    let details = json!({"id": project.id.0, "data": {"name": project.name, "allowed_models": project.allowed_models.0, "budget": project.budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()}))}});
+    audit_project(&state, &key, "project.created", &project, details).await?;
     Ok(Json(project_body(&state, project).await))
 }
 
@@ -376,6 +414,8 @@ pub async fn modify_project(
     if let Some(text) = &body.name {
         project.name = name(text)?;
     }
+    let models_changed = body.allowed_models.is_some();
+    let budget_changed = body.budget.is_some();
     if let Some(list) = body.allowed_models {
         project.allowed_models = models(list)?;
     }
@@ -389,6 +429,21 @@ pub async fn modify_project(
             message: format!("No project found with id '{}'.", project.id.0),
         });
     }
+    let mut changes = serde_json::Map::new();
+    if body.name.is_some() {
+        changes.insert("name".into(), json!(project.name));
+    }
+    if models_changed {
+        changes.insert("allowed_models".into(), json!(project.allowed_models.0));
+    }
+    if budget_changed {
+        changes.insert(
+            "budget".into(),
+            json!(project.budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()}))),
+        );
+    }
+    let details = json!({"id": project.id.0, "changes_requested": changes});
+    audit_project(&state, &key, "project.updated", &project, details).await?;
     Ok(Json(project_body(&state, project).await))
 }
 
@@ -470,20 +525,24 @@ pub async fn create_key(
             Some(user)
         }
     };
+    let actor = key_actor(&state, &key).await?;
     let (secret, record) = state
         .keys
-        .create(NewKey {
-            name,
-            owner_id,
-            created_via: KeyOrigin::Api,
-            expires_in: body.expires_in,
-            scope: KeyScope {
-                project_id: Some(project.id.clone()),
-                kind,
-                allowed_models: models(body.allowed_models)?,
-                budget: budget(body.budget)?,
+        .create(
+            NewKey {
+                name,
+                owner_id,
+                created_via: KeyOrigin::Api,
+                expires_in: body.expires_in,
+                scope: KeyScope {
+                    project_id: Some(project.id.clone()),
+                    kind,
+                    allowed_models: models(body.allowed_models)?,
+                    budget: budget(body.budget)?,
+                },
             },
-        })
+            &actor,
+        )
         .await?;
     let mut body = key_body(&state, record).await?;
     body.value = Some(secret.expose().to_owned());
@@ -515,7 +574,8 @@ pub async fn modify_key(
     let mut found = key_of(&state, &project, &key_id).await?;
     if let Some(requested) = body.budget {
         found.budget = budget(requested)?;
-        if !state.store.set_key_budget(&found.id, found.budget).await? {
+        let actor = key_actor(&state, &key).await?;
+        if !state.keys.set_budget(&found, found.budget, &actor).await? {
             return Err(ApiError::NotFound {
                 param: None,
                 message: format!("No API key found with id '{key_id}' in this project."),
@@ -536,12 +596,59 @@ pub async fn delete_key(
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
     let found = key_of(&state, &project, &key_id).await?;
-    state.keys.revoke(&found.id).await?;
+    state
+        .keys
+        .revoke(&found.id, &key_actor(&state, &key).await?)
+        .await?;
     Ok(Json(DeletedProjectApiKey {
         object: "organization.project.api_key.deleted".into(),
         id: found.id.0,
         deleted: true,
     }))
+}
+
+/// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}/rotate`:
+/// a new key like this one (its secret in `value`, once); this one keeps
+/// working for `grace_period_seconds` (default 24 hours), then is refused
+/// as expired.
+pub async fn rotate_key(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path((project_id, key_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<RotateProjectApiKeyRequest>,
+) -> Result<Json<ProjectApiKey>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let found = key_of(&state, &project, &key_id).await?;
+    let grace = body.grace_period_seconds.unwrap_or(DEFAULT_ROTATION_GRACE);
+    if !(0..=MAX_ROTATION_GRACE).contains(&grace) {
+        return Err(ValidationError {
+            param: "grace_period_seconds".into(),
+            message: format!(
+                "grace_period_seconds must be a whole number of seconds from 0 to {MAX_ROTATION_GRACE} (30 days)"
+            ),
+        }
+        .into());
+    }
+    let state_now = KeyState::of(&found, now());
+    let actor = key_actor(&state, &key).await?;
+    let rotated = match state_now {
+        KeyState::Active => state.keys.rotate(&found, grace, &actor).await?,
+        _ => None,
+    };
+    let Some((secret, record)) = rotated else {
+        return Err(ValidationError {
+            param: "key_id".into(),
+            message: format!(
+                "Only an active key can be rotated; this one is {}.",
+                state_now.as_str()
+            ),
+        }
+        .into());
+    };
+    let mut body = key_body(&state, record).await?;
+    body.value = Some(secret.expose().to_owned());
+    Ok(Json(body))
 }
 
 fn member_body(member: ProjectMember) -> ProjectUser {
@@ -598,10 +705,20 @@ pub async fn add_user(
             message: format!("No user found with id '{}'.", user.0),
         });
     }
+    let before = state.store.project_role(&project.id, &user).await?;
     state
         .store
         .set_project_member(&project.id, &user, role, now())
         .await?;
+    if before != Some(role) {
+        let (kind, field) = match before {
+            None => ("user.added", "data"),
+            Some(_) => ("user.updated", "changes_requested"),
+        };
+        let mut details = json!({"id": user.0});
+        details[field] = json!({"role": role.as_str()});
+        audit_project(&state, &key, kind, &project, details).await?;
+    }
     let members = state.store.list_project_members(&project.id).await?;
     let member = members
         .into_iter()

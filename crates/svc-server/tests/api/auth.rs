@@ -89,7 +89,12 @@ async fn revoked_key_is_refused_on_the_very_next_request() {
     let key = app.create_key().await;
     assert_eq!(app.chat(&key, &body("svc", "hi")).await.status(), 200);
     let id = app.keys.list(None).await.unwrap()[0].id.clone();
-    assert!(app.keys.revoke(&id).await.unwrap());
+    assert!(
+        app.keys
+            .revoke(&id, &svc_core::Actor::Operator)
+            .await
+            .unwrap()
+    );
     let message = expect_error(
         app.chat(&key, &body("svc", "hi")).await,
         401,
@@ -100,10 +105,18 @@ async fn revoked_key_is_refused_on_the_very_next_request() {
     .await;
     assert_eq!(message, "This API key has been revoked.");
     assert!(
-        !app.keys.revoke(&id).await.unwrap(),
+        !app.keys
+            .revoke(&id, &svc_core::Actor::Operator)
+            .await
+            .unwrap(),
         "revoking twice reports nothing done"
     );
-    assert!(!app.keys.revoke(&KeyId("key_nope".into())).await.unwrap());
+    assert!(
+        !app.keys
+            .revoke(&KeyId("key_nope".into()), &svc_core::Actor::Operator)
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]

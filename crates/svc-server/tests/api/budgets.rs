@@ -1,7 +1,8 @@
 //! Token budgets of keys and projects: set and shown through the admin
 //! API, enforced on every generating route (a 429 `insufficient_quota` in
 //! each dialect's shape, with the `x-budget-*` headers and when it renews),
-//! settled with the real usage, and shared by two replicas through
+//! settled with the real usage, kept across a key's rotation, audited,
+//! and shared by two replicas through
 //! PostgreSQL and Redis so that 20 concurrent requests at the edge of a
 //! budget overspend it by less than one request's tokens.
 
@@ -251,6 +252,21 @@ async fn a_key_budget_stops_the_key_once_spent(db: Database) {
     // The count is the real usage: 5 requests of 13 tokens.
     let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
     assert_eq!(budget["used"], 65, "{budget}");
+    // Rotating the key keeps its budget and its window's count.
+    let (status, rotated) = admin_post(
+        &app,
+        &admin,
+        &format!("/v1/organization/projects/proj_default/api_keys/{key_id}/rotate"),
+        &json!({"grace_period_seconds": 0}),
+    )
+    .await;
+    assert_eq!(status, 200, "{rotated}");
+    assert_eq!(rotated["budget"]["used"], 65, "{rotated}");
+    let (key_id, key) = (
+        rotated["id"].as_str().unwrap().to_owned(),
+        rotated["value"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(app.chat(&key, &small("hi")).await.status(), 429);
     // Raising the budget lets the key through at once.
     let path = format!("/v1/organization/projects/proj_default/api_keys/{key_id}");
     let (status, _) = admin_post(
@@ -267,6 +283,20 @@ async fn a_key_budget_stops_the_key_once_spent(db: Database) {
         assert!(waited < 100, "the new budget never applied");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The change is in the audit log.
+    let log = admin_get(
+        &app,
+        &admin,
+        "/v1/organization/audit_logs?event_types[]=api_key.updated",
+    )
+    .await;
+    let entry = &log["data"][0];
+    assert_eq!(entry["type"], "api_key.updated", "{log}");
+    assert_eq!(
+        entry["api_key.updated"]["changes_requested"]["budget"],
+        json!({"tokens": 1000, "period": "day"}),
+        "{log}"
+    );
 }
 
 async fn a_project_budget_covers_all_its_keys_in_every_dialect(db: Database) {

@@ -38,6 +38,7 @@ macro_rules! on_both_databases {
     };
 }
 
+mod audit;
 mod auth;
 mod budgets;
 mod chat;

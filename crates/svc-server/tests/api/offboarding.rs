@@ -42,13 +42,16 @@ async fn models(app: &TestApp, key: &str) -> reqwest::Response {
 async fn key_of(app: &TestApp, user: &UserRecord) -> String {
     let (key, _) = app
         .keys
-        .create(NewKey {
-            name: format!("{}'s key", user.email),
-            owner_id: Some(user.id.clone()),
-            created_via: svc_core::KeyOrigin::Dashboard,
-            expires_in: None,
-            scope: Default::default(),
-        })
+        .create(
+            NewKey {
+                name: format!("{}'s key", user.email),
+                owner_id: Some(user.id.clone()),
+                created_via: svc_core::KeyOrigin::Dashboard,
+                expires_in: None,
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     key.expose().to_owned()

@@ -6,9 +6,7 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use svc_core::{
-    KeyKind, KeyScope, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectStore, UserId,
-};
+use svc_core::{KeyKind, KeyScope, ModelAccess, Permission, ProjectId, UserId};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Database, TestApp};
@@ -115,6 +113,16 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         "DELETE",
         "/v1/organization/projects/{project_id}/api_keys/{key_id}",
         Some(Permission::ManagementWrite),
+    ),
+    (
+        "POST",
+        "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+        Some(Permission::ManagementWrite),
+    ),
+    (
+        "GET",
+        "/v1/organization/audit_logs",
+        Some(Permission::ManagementRead),
     ),
 ];
 
@@ -279,15 +287,9 @@ async fn every_route_that_takes_a_key_enforces_its_scope(db: Database) {
 async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
     // The project allows svc and svc-thinking; the key, svc and fake-*.
-    let project = ProjectRecord {
-        id: ProjectId::generate(),
-        name: "limited".into(),
-        created_at: 1,
-        archived_at: None,
-        allowed_models: ModelAccess::only(vec!["svc*".into()]).unwrap(),
-        budget: None,
-    };
-    app.store.insert_project(&project).await.unwrap();
+    let project = app
+        .create_project("limited", ModelAccess::only(vec!["svc*".into()]).unwrap())
+        .await;
     let key = app
         .create_scoped_key(
             None,
@@ -995,15 +997,7 @@ async fn stored_responses_stay_in_their_project(db: Database) {
     let user = app
         .create_user("ada@example.com", "password123", false)
         .await;
-    let project = ProjectRecord {
-        id: ProjectId::generate(),
-        name: "other".into(),
-        created_at: 1,
-        archived_at: None,
-        allowed_models: ModelAccess::any(),
-        budget: None,
-    };
-    app.store.insert_project(&project).await.unwrap();
+    let project = app.create_project("other", ModelAccess::any()).await;
     // The same account (and the operator) in two projects.
     for owner in [Some(&user.id), None] {
         let here = app.create_scoped_key(owner, KeyScope::default()).await;

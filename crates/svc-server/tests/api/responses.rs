@@ -34,13 +34,16 @@ async fn account_key(app: &TestApp, email: &str) -> String {
     let user = app.create_user(email, "password123", false).await;
     let (key, _) = app
         .keys
-        .create(NewKey {
-            name: "account".into(),
-            owner_id: Some(user.id),
-            created_via: KeyOrigin::Dashboard,
-            expires_in: None,
-            scope: Default::default(),
-        })
+        .create(
+            NewKey {
+                name: "account".into(),
+                owner_id: Some(user.id),
+                created_via: KeyOrigin::Dashboard,
+                expires_in: None,
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await
         .unwrap();
     key.expose().to_owned()

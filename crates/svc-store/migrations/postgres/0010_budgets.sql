@@ -7,6 +7,9 @@
 -- Keep this file and ../sqlite/0010_budgets.sql in step.
 ALTER TABLE api_keys ADD COLUMN budget_tokens BIGINT;
 ALTER TABLE api_keys ADD COLUMN budget_period TEXT;
+-- The first key of the rotations that led to a key (NULL: itself): its
+-- budget's count, so that rotating a key keeps its budget window.
+ALTER TABLE api_keys ADD COLUMN lineage_id TEXT;
 ALTER TABLE projects ADD COLUMN budget_tokens BIGINT;
 ALTER TABLE projects ADD COLUMN budget_period TEXT;
 

@@ -71,6 +71,32 @@ impl Db {
         conn.close().await.unwrap();
     }
 
+    /// A connection that may create the database (a SQLite file), past the
+    /// store, with the migrations before `version` applied: the schema an
+    /// older svc left.
+    pub async fn migrated_before(&self, version: i64) -> AnyConnection {
+        sqlx::any::install_default_drivers();
+        let (dir, url) = match self {
+            Db::Sqlite { url, .. } => ("sqlite", format!("{url}?mode=rwc")),
+            Db::Postgres(schema) => ("postgres", schema.url().to_owned()),
+        };
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(dir);
+        let mut migrator = sqlx::migrate::Migrator::new(path).await.unwrap();
+        let old: Vec<_> = migrator
+            .migrations
+            .iter()
+            .filter(|m| m.version < version)
+            .cloned()
+            .collect();
+        assert_eq!(old.len() as i64, version - 1, "0001 to {}", version - 1);
+        migrator.migrations = std::borrow::Cow::Owned(old);
+        let mut conn = AnyConnection::connect(&url).await.unwrap();
+        migrator.run(&mut conn).await.unwrap();
+        conn
+    }
+
     pub async fn finish(self) {
         if let Db::Postgres(schema) = self {
             schema.remove().await.unwrap();
@@ -126,6 +152,8 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         project_allowed_models: ModelAccess::any(),
         budget: None,
         project_budget: None,
+        rotated_from: None,
+        lineage: None,
     };
     (record, key.hash())
 }

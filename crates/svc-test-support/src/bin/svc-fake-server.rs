@@ -69,16 +69,21 @@ async fn main() -> anyhow::Result<()> {
     let store = Arc::new(SqlStore::connect(&url).await?);
     let accounts = AccountService::new(store.clone());
     for (email, password, admin) in users {
-        accounts.create_user(&email, &password, admin).await?;
+        accounts
+            .create_user(&email, &password, admin, Some(&svc_core::Actor::Operator))
+            .await?;
     }
     let (key, _) = KeyService::new(store.clone())
-        .create(NewKey {
-            name: "fake-server".into(),
-            owner_id: None,
-            created_via: KeyOrigin::Cli,
-            expires_in: None,
-            scope: Default::default(),
-        })
+        .create(
+            NewKey {
+                name: "fake-server".into(),
+                owner_id: None,
+                created_via: KeyOrigin::Cli,
+                expires_in: None,
+                scope: Default::default(),
+            },
+            &svc_core::Actor::Operator,
+        )
         .await?;
     let config = ServerConfig {
         bind,

@@ -1,0 +1,149 @@
+//! `GET /v1/organization/audit_logs`: the audit log in the shape of
+//! OpenAI's Administration API, newest first, with its filters and cursors.
+//! Admin keys only (the route table says `api.management.read`); a project
+//! owner's admin key sees only its project's entries.
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use svc_api::{AuditLog, AuditLogList, AuditLogProject};
+use svc_core::ValidationError;
+use svc_core::audit::{AuditEntry, AuditQuery, EVENT_TYPES};
+
+use super::organization::{Reach, page, reach};
+use crate::error::ApiError;
+use crate::extract::Authenticated;
+use crate::state::AppState;
+
+/// The query's filters, cursors and limit, as OpenAI names them (`event_types[]`
+/// or `event_types`, `effective_at[gt]`, ...).
+pub(crate) fn query(text: Option<&str>) -> Result<AuditQuery, ApiError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(text.unwrap_or("")).map_err(|_| ValidationError {
+            param: "query".into(),
+            message: "the query string is not valid".into(),
+        })?;
+    let list = |name: &str| -> Vec<String> {
+        let bracketed = format!("{name}[]");
+        pairs
+            .iter()
+            .filter(|(k, v)| (*k == name || *k == bracketed) && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let bound = |op: &str| -> Result<Option<i64>, ApiError> {
+        let param = format!("effective_at[{op}]");
+        match pairs.iter().rev().find(|(k, _)| *k == param) {
+            None => Ok(None),
+            Some((_, v)) => v.trim().parse::<i64>().map(Some).map_err(|_| {
+                ValidationError {
+                    param: param.clone(),
+                    message: format!("{param} must be a Unix time in seconds"),
+                }
+                .into()
+            }),
+        }
+    };
+    let event_types = list("event_types");
+    if let Some(unknown) = event_types
+        .iter()
+        .find(|t| !EVENT_TYPES.contains(&t.as_str()))
+    {
+        return Err(ValidationError {
+            param: "event_types[]".into(),
+            message: format!(
+                "unknown event type '{unknown}'; the types are: {}",
+                EVENT_TYPES.join(", ")
+            ),
+        }
+        .into());
+    }
+    let page = page(text)?;
+    let before = pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "before")
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty());
+    Ok(AuditQuery {
+        event_types,
+        actor_ids: list("actor_ids"),
+        actor_emails: list("actor_emails")
+            .into_iter()
+            .map(|e| e.trim().to_lowercase())
+            .collect(),
+        project_ids: list("project_ids"),
+        gt: bound("gt")?,
+        gte: bound("gte")?,
+        lt: bound("lt")?,
+        lte: bound("lte")?,
+        after: page.after,
+        before,
+        limit: page.limit,
+    })
+}
+
+/// An entry as the API shows it.
+pub(crate) fn entry_body(entry: AuditEntry) -> AuditLog {
+    let mut details = serde_json::Map::new();
+    details.insert(entry.kind.clone(), entry.details);
+    AuditLog {
+        id: entry.id,
+        kind: entry.kind,
+        effective_at: entry.effective_at,
+        actor: entry.actor,
+        project: entry
+            .project
+            .map(|(id, name)| AuditLogProject { id: id.0, name }),
+        details,
+    }
+}
+
+/// Narrows `query` to what `reach` sees: `false` when it asks only for
+/// projects the key does not reach (the answer is then empty).
+pub(crate) fn within(query: &mut AuditQuery, reach: &Reach) -> bool {
+    match reach {
+        Reach::Organization => true,
+        Reach::Project(own) => {
+            if !query.project_ids.is_empty() && !query.project_ids.contains(&own.0) {
+                return false;
+            }
+            query.project_ids = vec![own.0.clone()];
+            true
+        }
+    }
+}
+
+/// One page of entries matching `query` (newest first), and whether more
+/// follow in the direction of paging.
+pub(crate) async fn entries(
+    state: &AppState,
+    query: &AuditQuery,
+) -> Result<(Vec<AuditEntry>, bool), ApiError> {
+    let mut entries = state.store.list_audit(query).await?;
+    let has_more = entries.len() > query.limit;
+    entries.truncate(query.limit);
+    Ok((entries, has_more))
+}
+
+/// `GET /v1/organization/audit_logs`.
+pub async fn list(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    RawQuery(text): RawQuery,
+) -> Result<Json<AuditLogList>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let mut query = query(text.as_deref())?;
+    let (found, has_more) = if within(&mut query, &reach) {
+        entries(&state, &query).await?
+    } else {
+        (Vec::new(), false)
+    };
+    let data: Vec<AuditLog> = found.into_iter().map(entry_body).collect();
+    Ok(Json(AuditLogList {
+        object: "list".into(),
+        first_id: data.first().map(|e| e.id.clone()),
+        last_id: data.last().map(|e| e.id.clone()),
+        has_more,
+        data,
+    }))
+}
