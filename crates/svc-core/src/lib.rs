@@ -4,8 +4,8 @@
 //! on: [`Engine`] (inference) and [`Store`] (persistence).
 
 pub mod account;
-pub mod budget;
 pub mod audit;
+pub mod budget;
 pub mod config;
 pub mod device;
 pub mod duration;
@@ -23,8 +23,8 @@ pub mod throttle;
 pub mod usage;
 
 pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
-pub use budget::{Budget, BudgetPeriod};
 pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery};
+pub use budget::{Budget, BudgetPeriod};
 pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,

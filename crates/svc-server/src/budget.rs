@@ -161,7 +161,11 @@ impl Budgets {
         slot: &BudgetSlot,
     ) -> Result<Option<Charge>, ApiError> {
         let budgets = [
-            (Scope::Key, key.budget, Scope::Key.counter(&key.budget_holder().0)),
+            (
+                Scope::Key,
+                key.budget,
+                Scope::Key.counter(&key.budget_holder().0),
+            ),
             (
                 Scope::Project,
                 key.project_budget,

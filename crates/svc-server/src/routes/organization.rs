@@ -23,9 +23,9 @@ use axum::extract::{Path, RawQuery, State};
 use serde_json::json;
 use svc_api::{
     BudgetStatus, CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project,
-    ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser,
-    ProjectUserList, RotateProjectApiKeyRequest, TokenBudget,
+    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project, ProjectApiKey,
+    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
+    RotateProjectApiKeyRequest, TokenBudget,
 };
 use svc_core::audit::{self, Actor, ActorUser, AuditEntry};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
@@ -439,7 +439,11 @@ pub async fn modify_project(
     if budget_changed {
         changes.insert(
             "budget".into(),
-            json!(project.budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()}))),
+            json!(
+                project
+                    .budget
+                    .map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()}))
+            ),
         );
     }
     let details = json!({"id": project.id.0, "changes_requested": changes});
