@@ -61,8 +61,29 @@ def _read_lines(stream, count: int, timeout: float) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class AdminServer(Server):
+    admin_key: str
+    """The operator's admin key (the admin API)."""
+
+
 @pytest.fixture(scope="session")
 def server() -> Server:
+    for started in _start_server([]):
+        yield Server(url=started["url"], key=started["key"])
+
+
+@pytest.fixture(scope="session")
+def admin_server() -> AdminServer:
+    """A server of its own that also prints an admin key."""
+    for started in _start_server(["--admin-key"]):
+        yield AdminServer(url=started["url"], key=started["key"], admin_key=started["admin-key"])
+
+
+def _start_server(extra: list[str]):
+    """Starts the fake server with `extra` arguments, yields the fields of
+    its first lines (`url`, `key`, and `admin-key` with `--admin-key`), and
+    stops it."""
     binary = server_binary()
     if not binary.is_file():
         pytest.fail(
@@ -75,16 +96,16 @@ def server() -> Server:
 
     log = tempfile.TemporaryFile(mode="w+b")
     process = subprocess.Popen(
-        [str(binary), "--bind", "127.0.0.1:0"],
+        [str(binary), "--bind", "127.0.0.1:0", *extra],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
     )
     try:
-        lines = _read_lines(process.stdout, 2, START_TIMEOUT_S)
+        lines = _read_lines(process.stdout, 3 if "--admin-key" in extra else 2, START_TIMEOUT_S)
         fields = dict(line.split(" ", 1) for line in lines if " " in line)
-        if "url" not in fields or "key" not in fields:
+        if "url" not in fields or "key" not in fields or ("--admin-key" in extra and "admin-key" not in fields):
             process.kill()
             process.wait()
             log.seek(0)
@@ -92,7 +113,7 @@ def server() -> Server:
             pytest.fail(f"svc-fake-server did not start (stdout {lines!r}, exit {process.returncode}):\n{stderr}")
         # Keep draining stdout so the server can never block on a full pipe.
         threading.Thread(target=lambda: process.stdout.read(), daemon=True).start()
-        yield Server(url=fields["url"], key=fields["key"])
+        yield fields
     finally:
         if process.poll() is None:
             process.terminate()

@@ -416,3 +416,74 @@ fn project_role() -> Object {
 fn owner_type() -> Object {
     strings(&["user", "operator"])
 }
+
+/// `GET /v1/organization/usage/completions`: one page of day buckets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageCompletionsPage {
+    /// Always `page`.
+    #[schema(schema_with = object_page)]
+    pub object: String,
+    pub data: Vec<UsageCompletionsBucket>,
+    pub has_more: bool,
+    /// Pass it as `page` for the next buckets; null on the last page.
+    #[schema(required = true)]
+    pub next_page: Option<String>,
+}
+
+/// One day's usage: `bucket`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageCompletionsBucket {
+    /// Always `bucket`.
+    #[schema(schema_with = object_bucket)]
+    pub object: String,
+    /// Unix time, 00:00 UTC of the day.
+    pub start_time: i64,
+    /// Unix time, 00:00 UTC of the next day.
+    pub end_time: i64,
+    pub results: Vec<UsageCompletionsResult>,
+}
+
+/// The usage of one group in a bucket:
+/// `organization.usage.completions.result`. A field the query did not group
+/// by is null.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageCompletionsResult {
+    /// Always `organization.usage.completions.result`.
+    #[schema(schema_with = object_usage_result)]
+    pub object: String,
+    /// Prompt tokens.
+    pub input_tokens: i64,
+    /// Always 0: svc does not count cached prompt tokens apart.
+    pub input_cached_tokens: i64,
+    /// Completion tokens.
+    pub output_tokens: i64,
+    /// Always 0.
+    pub input_audio_tokens: i64,
+    /// Always 0.
+    pub output_audio_tokens: i64,
+    pub num_model_requests: i64,
+    #[schema(required = true)]
+    pub project_id: Option<String>,
+    /// Always null: svc groups by key, not by account.
+    #[schema(required = true)]
+    pub user_id: Option<String>,
+    #[schema(required = true)]
+    pub api_key_id: Option<String>,
+    #[schema(required = true)]
+    pub model: Option<String>,
+    /// Always null: svc has no batch API.
+    #[schema(required = true)]
+    pub batch: Option<bool>,
+}
+
+fn object_page() -> Object {
+    constant("page")
+}
+
+fn object_bucket() -> Object {
+    constant("bucket")
+}
+
+fn object_usage_result() -> Object {
+    constant("organization.usage.completions.result")
+}

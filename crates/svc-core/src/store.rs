@@ -378,8 +378,16 @@ pub trait DeviceStore: Send + Sync {
 /// Per-key, per-day usage counters.
 #[async_trait]
 pub trait UsageStore: Send + Sync {
-    /// Adds `delta` to the counters of (`delta.key_id`, `delta.day`).
+    /// Adds `delta` to the counters of (`delta.key_id`, `delta.day`), and
+    /// of that key, day and `delta.model`.
     async fn add_usage(&self, delta: &UsageDelta) -> Result<(), StoreError>;
+    /// Rows by key, day and model for the days from `from_day` (inclusive)
+    /// to `to_day` (exclusive), `YYYY-MM-DD`, ordered by day, key and model.
+    async fn usage_by_model(
+        &self,
+        from_day: &str,
+        to_day: &str,
+    ) -> Result<Vec<crate::usage::ModelUsageRow>, StoreError>;
     /// Rows from `since_day` (`YYYY-MM-DD`, inclusive) on, for the keys of
     /// `owner_id` (every key when `None`), ordered by day then key id.
     async fn usage_since(

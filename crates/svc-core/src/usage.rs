@@ -6,6 +6,8 @@ pub struct UsageDelta {
     pub key_id: crate::key::KeyId,
     /// `YYYY-MM-DD`, UTC.
     pub day: String,
+    /// The model id the requests named.
+    pub model: String,
     pub requests: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
@@ -17,6 +19,20 @@ pub struct UsageRow {
     pub key_id: crate::key::KeyId,
     /// `YYYY-MM-DD`, UTC.
     pub day: String,
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+/// One key's counters for one day and model, with the key's project.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelUsageRow {
+    pub key_id: crate::key::KeyId,
+    /// The key's project (`None` when the key is gone).
+    pub project_id: Option<crate::project::ProjectId>,
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    pub model: String,
     pub requests: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,

@@ -143,6 +143,10 @@ pub fn openapi() -> OpenApi {
             "/v1/organization/audit_logs",
             item(HttpMethod::Get, list_audit_logs()),
         )
+        .path(
+            "/v1/organization/usage/completions",
+            item(HttpMethod::Get, usage_completions()),
+        )
         .build();
     OpenApiBuilder::new()
         .info(info)
@@ -1196,6 +1200,82 @@ fn rotate_project_key() -> Operation {
 }
 
 /// An optional query parameter `name` of `schema`.
+fn usage_completions() -> Operation {
+    let unix = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::Int64,
+            )))
+            .minimum(Some(0))
+    };
+    let start = ParameterBuilder::new()
+        .name("start_time")
+        .parameter_in(ParameterIn::Query)
+        .required(Required::True)
+        .description(Some("Unix time: usage from 00:00 UTC of this day on."))
+        .schema(Some(unix()))
+        .build();
+    let group_by = query_parameter(
+        "group_by[]",
+        "Group each day's usage by these fields (the others are null).",
+        utoipa::openapi::schema::ArrayBuilder::new().items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["project_id", "api_key_id", "model"])),
+        ),
+    );
+    let limit = query_parameter(
+        "limit",
+        "Day buckets a page: 1 to 31, default 7.",
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .maximum(Some(31)),
+    );
+    admin_errors(operation(
+        "usageCompletions",
+        "organization",
+        "Requests and tokens by UTC day, optionally grouped and filtered by project, key and model, in OpenAI's usage shape. Usage from before migration 0011 has no model and is not here. A project owner's admin key sees its project's usage only.",
+        true,
+    ))
+    .parameter(start)
+    .parameter(query_parameter(
+        "end_time",
+        "Unix time: usage before this (default: now).",
+        unix(),
+    ))
+    .parameter(query_parameter(
+        "bucket_width",
+        "`1d` (svc counts usage by day).",
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(["1d"])),
+    ))
+    .parameter(group_by)
+    .parameter(list_parameter("project_ids", "Only these projects."))
+    .parameter(list_parameter("api_key_ids", "Only these keys."))
+    .parameter(list_parameter("models", "Only these models."))
+    .parameter(limit)
+    .parameter(query_parameter(
+        "page",
+        "The `next_page` of the previous page.",
+        ObjectBuilder::new().schema_type(Type::String),
+    ))
+    .response(
+        "200",
+        json_response("Day buckets.", reference("UsageCompletionsPage")).build(),
+    )
+    .response(
+        "400",
+        error_response(
+            "A parameter out of range; `param` names it (`start_time`, `end_time`, `bucket_width`, `group_by`, `limit`, `page`).",
+        )
+        .build(),
+    )
+    .build()
+}
+
 fn query_parameter(
     name: &str,
     description: &str,

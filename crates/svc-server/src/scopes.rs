@@ -123,6 +123,11 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
     ),
     (
         "GET",
+        "/v1/organization/usage/completions",
+        Need::Permission(Permission::ManagementRead),
+    ),
+    (
+        "GET",
         "/v1/organization/projects/{project_id}/users",
         Need::Permission(Permission::ManagementRead),
     ),

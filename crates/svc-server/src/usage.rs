@@ -41,6 +41,7 @@ pub fn metered(
         limiter: count_tokens.then(|| state.limiter.clone()),
         charge,
         key_id,
+        model: model.to_owned(),
         recorded: false,
     };
     let metrics = state.metrics.clone();
@@ -70,6 +71,7 @@ struct Meter {
     /// What the request's budgets were charged up front, settled here.
     charge: Option<Charge>,
     key_id: KeyId,
+    model: String,
     recorded: bool,
 }
 
@@ -86,8 +88,12 @@ impl Meter {
         let tokens = counts
             .prompt_tokens
             .saturating_add(counts.completion_tokens);
-        self.ledger
-            .add(&self.key_id, now().div_euclid(SECONDS_PER_DAY), counts);
+        self.ledger.add(
+            &self.key_id,
+            &self.model,
+            now().div_euclid(SECONDS_PER_DAY),
+            counts,
+        );
         if let Some(charge) = self.charge.take() {
             charge.settle(tokens);
         }
@@ -114,16 +120,19 @@ impl Drop for Meter {
     }
 }
 
-/// Usage not yet written: summed per key and day in memory and written
-/// once a second (and at shutdown) in one upsert per key and day, so the
-/// database sees a handful of writes per second however many requests
-/// there are. A crash loses at most the last second's counts.
+/// Usage not yet written: summed per key, model and day in memory and
+/// written once a second (and at shutdown) in one upsert per key, model and
+/// day, so the database sees a handful of writes per second however many
+/// requests there are. A crash loses at most the last second's counts.
 #[derive(Default)]
 pub struct Ledger {
-    /// By key and UTC day (days since the epoch: the date is only written
-    /// out when flushing, off the requests' path).
-    pending: std::sync::Mutex<HashMap<i64, HashMap<KeyId, Counts>>>,
+    /// By UTC day (days since the epoch: the date is only written out when
+    /// flushing, off the requests' path), then key and model.
+    pending: std::sync::Mutex<HashMap<i64, DayCounts>>,
 }
+
+/// One day's counts not yet written, by key and model.
+type DayCounts = HashMap<(KeyId, String), Counts>;
 
 /// One key's counts for one day, not yet written.
 #[derive(Debug, Clone, Copy, Default)]
@@ -149,30 +158,31 @@ const SECONDS_PER_DAY: i64 = 86_400;
 pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Ledger {
-    /// Adds `counts` to `key_id`'s of `day` (days since the epoch, UTC).
-    fn add(&self, key_id: &KeyId, day: i64, counts: Counts) {
+    /// Adds `counts` to `key_id`'s of `model` and `day` (days since the
+    /// epoch, UTC).
+    fn add(&self, key_id: &KeyId, model: &str, day: i64, counts: Counts) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let keys = pending.entry(day).or_default();
-        match keys.get_mut(key_id) {
-            Some(sum) => sum.add(counts),
-            None => {
-                keys.insert(key_id.clone(), counts);
-            }
-        }
+        pending
+            .entry(day)
+            .or_default()
+            .entry((key_id.clone(), model.to_owned()))
+            .or_default()
+            .add(counts);
     }
 
     /// Writes what is pending; what fails to write is kept for next time.
     pub async fn flush(&self, store: &dyn Store) {
-        let pending: Vec<(i64, HashMap<KeyId, Counts>)> = {
+        let pending: Vec<(i64, DayCounts)> = {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             pending.drain().collect()
         };
         let pending = pending
             .into_iter()
             .flat_map(|(day, keys)| keys.into_iter().map(move |(key, c)| (key, day, c)));
-        for (key_id, day, counts) in pending {
+        for ((key_id, model), day, counts) in pending {
             let delta = UsageDelta {
                 key_id,
+                model,
                 day: day_of(day * SECONDS_PER_DAY),
                 requests: counts.requests,
                 prompt_tokens: counts.prompt_tokens,
@@ -180,7 +190,7 @@ impl Ledger {
             };
             if let Err(e) = store.add_usage(&delta).await {
                 tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed; will retry");
-                self.add(&delta.key_id, day, counts);
+                self.add(&delta.key_id, &delta.model, day, counts);
             }
         }
     }

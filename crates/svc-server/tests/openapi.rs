@@ -155,7 +155,9 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "POST /v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",
+        "POST /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "GET /v1/organization/audit_logs",
+        "GET /v1/organization/usage/completions",
     ]
     .into_iter()
     .map(str::to_owned)

@@ -7,8 +7,9 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
 use svc_core::key::KeyId;
+use svc_core::project::ProjectId;
 use svc_core::store::{StoreError, UsageStore};
-use svc_core::usage::{UsageDelta, UsageRow};
+use svc_core::usage::{ModelUsageRow, UsageDelta, UsageRow};
 
 use crate::SqlStore;
 use crate::connect::BACKGROUND_TIMEOUT;
@@ -20,6 +21,17 @@ const ADD: &str = "INSERT INTO usage_daily \
      requests = usage_daily.requests + excluded.requests, \
      prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens, \
      completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens";
+const ADD_MODEL: &str = "INSERT INTO usage_models \
+     (key_id, day, model, requests, prompt_tokens, completion_tokens) \
+     VALUES ($1, $2, $3, $4, $5, $6) \
+     ON CONFLICT (key_id, day, model) DO UPDATE SET \
+     requests = usage_models.requests + excluded.requests, \
+     prompt_tokens = usage_models.prompt_tokens + excluded.prompt_tokens, \
+     completion_tokens = usage_models.completion_tokens + excluded.completion_tokens";
+const BY_MODEL: &str = "SELECT u.key_id, k.project_id, u.day, u.model, u.requests, \
+     u.prompt_tokens, u.completion_tokens \
+     FROM usage_models u LEFT JOIN api_keys k ON k.id = u.key_id \
+     WHERE u.day >= $1 AND u.day < $2 ORDER BY u.day, u.key_id, u.model";
 const SINCE: &str = "SELECT key_id, day, requests, prompt_tokens, completion_tokens \
      FROM usage_daily WHERE day >= $1 ORDER BY day, key_id";
 // Usage of a key that is no longer in `api_keys` belongs to nobody.
@@ -41,18 +53,57 @@ fn row(row: &AnyRow) -> Result<UsageRow, sqlx::Error> {
 #[async_trait]
 impl UsageStore for SqlStore {
     async fn add_usage(&self, delta: &UsageDelta) -> Result<(), StoreError> {
-        let add = sqlx::query(ADD)
-            .bind(delta.key_id.0.as_str())
-            .bind(delta.day.as_str())
-            .bind(delta.requests)
-            .bind(delta.prompt_tokens)
-            .bind(delta.completion_tokens)
-            .execute(&self.pool);
+        // Both rows or neither: the flusher retries the whole delta.
+        let add = async {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(ADD)
+                .bind(delta.key_id.0.as_str())
+                .bind(delta.day.as_str())
+                .bind(delta.requests)
+                .bind(delta.prompt_tokens)
+                .bind(delta.completion_tokens)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(ADD_MODEL)
+                .bind(delta.key_id.0.as_str())
+                .bind(delta.day.as_str())
+                .bind(delta.model.as_str())
+                .bind(delta.requests)
+                .bind(delta.prompt_tokens)
+                .bind(delta.completion_tokens)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        };
         // The flusher retries what failed; a hung database must not stop it.
-        bounded(BACKGROUND_TIMEOUT, async {
-            add.await.map(|_| ()).map_err(query_error)
-        })
-        .await
+        bounded(BACKGROUND_TIMEOUT, async { add.await.map_err(query_error) }).await
+    }
+
+    async fn usage_by_model(
+        &self,
+        from_day: &str,
+        to_day: &str,
+    ) -> Result<Vec<ModelUsageRow>, StoreError> {
+        let rows = sqlx::query(BY_MODEL)
+            .bind(from_day)
+            .bind(to_day)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(ModelUsageRow {
+                    key_id: KeyId(r.try_get("key_id")?),
+                    project_id: r.try_get::<Option<String>, _>("project_id")?.map(ProjectId),
+                    day: r.try_get("day")?,
+                    model: r.try_get("model")?,
+                    requests: r.try_get("requests")?,
+                    prompt_tokens: r.try_get("prompt_tokens")?,
+                    completion_tokens: r.try_get("completion_tokens")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(query_error)
     }
 
     async fn usage_since(

@@ -21,6 +21,7 @@ use svc_core::usage::{UsageDelta, UsageRow};
 on_both_backends!(
     usage_accumulates_per_key_and_day,
     usage_since_filters_by_day_and_owner,
+    usage_by_model_keeps_models_apart_with_the_keys_project,
     concurrent_usage_adds_are_all_counted,
     throttle_counts_hits_in_a_window,
     throttle_window_resets_and_clears,
@@ -33,6 +34,7 @@ fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) ->
     UsageDelta {
         key_id: key.clone(),
         day: day.into(),
+        model: "svc".into(),
         requests,
         prompt_tokens: prompt,
         completion_tokens: completion,
@@ -261,4 +263,68 @@ async fn stale_throttles_are_deleted(db: &Db) {
     assert_eq!(store.hits("edge", 200).await.unwrap(), 1);
     assert_eq!(store.hits("new", 300).await.unwrap(), 1);
     assert_eq!(store.delete_stale_throttles(200).await.unwrap(), 0);
+}
+
+async fn usage_by_model_keeps_models_apart_with_the_keys_project(db: &Db) {
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 1);
+    store.insert_key(&record, &hash).await.unwrap();
+    let gone = KeyId("key_00000000000000ff".into());
+    let add = |key: &KeyId, day: &str, model: &str, tokens: i64| UsageDelta {
+        model: model.into(),
+        ..delta(key, day, 1, tokens, 2 * tokens)
+    };
+    for d in [
+        add(&record.id, "2025-03-01", "svc", 10),
+        add(&record.id, "2025-03-01", "svc", 5),
+        add(&record.id, "2025-03-01", "other", 1),
+        add(&gone, "2025-03-01", "svc", 7),
+        add(&record.id, "2025-03-03", "svc", 4),
+    ] {
+        store.add_usage(&d).await.unwrap();
+    }
+    let rows = store
+        .usage_by_model("2025-03-01", "2025-03-03")
+        .await
+        .unwrap();
+    let mut seen: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.key_id.0.as_str(),
+                r.project_id.as_ref().map(|p| p.0.as_str()),
+                r.day.as_str(),
+                r.model.as_str(),
+                r.requests,
+                r.prompt_tokens,
+                r.completion_tokens,
+            )
+        })
+        .collect();
+    // Ordered by day, key and model.
+    let mut ordered = seen.clone();
+    ordered.sort();
+    assert_eq!(seen, ordered);
+    seen.retain(|row| row.0 == record.id.0);
+    let key = record.id.0.as_str();
+    assert_eq!(
+        seen,
+        vec![
+            (key, Some("proj_default"), "2025-03-01", "other", 1, 1, 2),
+            (key, Some("proj_default"), "2025-03-01", "svc", 2, 15, 30),
+        ]
+    );
+    // A key that is gone keeps its usage, in no project.
+    let gone_rows: Vec<_> = rows.iter().filter(|r| r.key_id == gone).collect();
+    assert_eq!(gone_rows.len(), 1);
+    assert_eq!(
+        (gone_rows[0].project_id.as_ref(), gone_rows[0].prompt_tokens),
+        (None, 7)
+    );
+    // The per-key totals count every model.
+    let totals = store.usage_since(None, "2025-03-01").await.unwrap();
+    assert!(
+        totals.contains(&usage(&record.id, "2025-03-01", 3, 16, 32)),
+        "{totals:?}"
+    );
 }

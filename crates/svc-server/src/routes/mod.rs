@@ -11,6 +11,7 @@ mod openapi;
 mod organization;
 mod responses;
 mod usage;
+pub(crate) mod usage_completions;
 
 use axum::Router;
 use axum::extract::Request;
@@ -76,6 +77,10 @@ pub fn router() -> Router<AppState> {
             post(organization::rotate_key),
         )
         .route("/v1/organization/audit_logs", get(audit_logs::list))
+        .route(
+            "/v1/organization/usage/completions",
+            get(usage_completions::list),
+        )
         .merge(crate::dashboard::router())
         .fallback(unknown_url)
         .method_not_allowed_fallback(method_not_allowed)

@@ -51,6 +51,7 @@ mod health;
 mod messages;
 mod offboarding;
 mod operations;
+mod org_usage;
 mod projects;
 mod ratelimit;
 mod responses;

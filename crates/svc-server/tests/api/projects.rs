@@ -124,6 +124,11 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         "/v1/organization/audit_logs",
         Some(Permission::ManagementRead),
     ),
+    (
+        "GET",
+        "/v1/organization/usage/completions",
+        Some(Permission::ManagementRead),
+    ),
 ];
 
 /// Every route of the OpenAPI document that takes a key, as (method, path).

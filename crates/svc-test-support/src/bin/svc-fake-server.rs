@@ -4,7 +4,9 @@
 //!
 //! Prints two lines on stdout, then serves until SIGTERM or SIGINT (then
 //! shuts down gracefully and removes its temporary data directory):
-//! `url http://127.0.0.1:PORT` and `key sk-svc-...`. `--user EMAIL:PASSWORD`
+//! `url http://127.0.0.1:PORT` and `key sk-svc-...`; with `--admin-key`, a
+//! third, `admin-key sk-svc-...` (the operator's admin key, for the admin
+//! API). `--user EMAIL:PASSWORD`
 //! and `--admin EMAIL:PASSWORD` create dashboard accounts first (for the
 //! browser tests); `--device-interval` and `--device-code-lifetime` (seconds)
 //! shorten the device flow's timings.
@@ -37,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
     let mut database_url = None;
     let mut users = Vec::new();
     let mut device = DeviceConfig::default();
+    let mut admin_key = false;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -44,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
         };
         match arg.as_str() {
             "--bind" => bind = value("--bind").parse()?,
+            "--admin-key" => admin_key = true,
             "--database-url" => database_url = Some(value("--database-url")),
             "--user" | "--admin" => {
                 let spec = value(&arg);
@@ -56,8 +60,8 @@ async fn main() -> anyhow::Result<()> {
             }
             other => anyhow::bail!(
                 "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
-                 --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --device-interval SECS, \
-                 --device-code-lifetime SECS)"
+                 --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --admin-key, \
+                 --device-interval SECS, --device-code-lifetime SECS)"
             ),
         }
     }
@@ -73,18 +77,31 @@ async fn main() -> anyhow::Result<()> {
             .create_user(&email, &password, admin, Some(&svc_core::Actor::Operator))
             .await?;
     }
-    let (key, _) = KeyService::new(store.clone())
-        .create(
+    let keys = KeyService::new(store.clone());
+    let new_key = |name: &str, kind: svc_core::KeyKind| {
+        keys.create(
             NewKey {
-                name: "fake-server".into(),
+                name: name.into(),
                 owner_id: None,
                 created_via: KeyOrigin::Cli,
                 expires_in: None,
-                scope: Default::default(),
+                scope: svc_core::KeyScope {
+                    kind,
+                    ..Default::default()
+                },
             },
             &svc_core::Actor::Operator,
         )
-        .await?;
+    };
+    let (key, _) = new_key("fake-server", svc_core::KeyKind::All).await?;
+    let admin = match admin_key {
+        true => Some(
+            new_key("fake-server-admin", svc_core::KeyKind::Admin)
+                .await?
+                .0,
+        ),
+        false => None,
+    };
     let config = ServerConfig {
         bind,
         device,
@@ -94,6 +111,9 @@ async fn main() -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     writeln!(out, "url http://{}", app.local_addr())?;
     writeln!(out, "key {}", key.expose())?;
+    if let Some(admin) = admin {
+        writeln!(out, "admin-key {}", admin.expose())?;
+    }
     out.flush()?;
     let shutdown = CancellationToken::new();
     tokio::spawn({
