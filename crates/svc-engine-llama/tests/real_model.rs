@@ -93,21 +93,24 @@ async fn answers_the_capital_of_france() {
     assert!(usage.prompt_tokens > 10 && usage.completion_tokens > 1);
 }
 
+/// `q` asked with `seed` at temperature 0.9 and top-p 0.95.
+fn seeded(q: &str, seed: u64, max_tokens: u32) -> GenerateRequest {
+    request(
+        vec![ChatMessage::User(q.into())],
+        Sampling {
+            temperature: 0.9,
+            top_p: 0.95,
+            seed: Some(seed),
+            ..Sampling::default()
+        },
+        max_tokens,
+    )
+}
+
 #[tokio::test]
 async fn a_seeded_reply_does_not_depend_on_the_batch() {
     let Some(engine) = load(4) else { return };
-    let ask = |q: &str, seed: u64| {
-        request(
-            vec![ChatMessage::User(q.into())],
-            Sampling {
-                temperature: 0.9,
-                top_p: 0.95,
-                seed: Some(seed),
-                ..Sampling::default()
-            },
-            48,
-        )
-    };
+    let ask = |q: &str, seed: u64| seeded(q, seed, 48);
     let alone = run(&engine, ask("Write a haiku about the sea.", 11))
         .await
         .0;
@@ -133,18 +136,6 @@ async fn a_seeded_reply_does_not_depend_on_the_batch() {
 #[tokio::test]
 async fn a_slot_emptied_beside_a_running_sequence_does_not_change_its_reply() {
     let Some(engine) = load(2) else { return };
-    let seeded = |q: &str, seed: u64, max_tokens: u32| {
-        request(
-            vec![ChatMessage::User(q.into())],
-            Sampling {
-                temperature: 0.9,
-                top_p: 0.95,
-                seed: Some(seed),
-                ..Sampling::default()
-            },
-            max_tokens,
-        )
-    };
     let story = || seeded("Tell me a story about a lighthouse keeper.", 5, 96);
     let Some(cold) = load(2) else { return };
     let alone = run(&cold, story()).await.0;

@@ -177,18 +177,8 @@ impl KeyStore for SqlStore {
     }
 
     async fn revoke_key(&self, id: &KeyId, at: i64) -> Result<bool, StoreError> {
-        let before = self.key_changes.before_change().await;
-        let done = sqlx::query(REVOKE)
-            .bind(id.0.as_str())
-            .bind(at)
-            .execute(&self.pool)
+        self.change_for_keys(sqlx::query(REVOKE).bind(id.0.as_str()).bind(at))
             .await
-            .map_err(query_error)?;
-        let revoked = done.rows_affected() == 1;
-        if revoked {
-            self.key_changes.changed(before).await;
-        }
-        Ok(revoked)
     }
 
     async fn touch_key(&self, id: &KeyId, at: i64) -> Result<(), StoreError> {
@@ -203,36 +193,24 @@ impl KeyStore for SqlStore {
     }
 
     async fn set_key_limits(&self, id: &KeyId, limits: KeyLimits) -> Result<bool, StoreError> {
-        let before = self.key_changes.before_change().await;
-        let done = sqlx::query(SET_LIMITS)
-            .bind(id.0.as_str())
-            .bind(limits.requests_per_minute)
-            .bind(limits.tokens_per_minute)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error)?;
-        let found = done.rows_affected() == 1;
-        if found {
-            self.key_changes.changed(before).await;
-        }
-        Ok(found)
+        self.change_for_keys(
+            sqlx::query(SET_LIMITS)
+                .bind(id.0.as_str())
+                .bind(limits.requests_per_minute)
+                .bind(limits.tokens_per_minute),
+        )
+        .await
     }
 
     async fn set_key_budget(&self, id: &KeyId, budget: Option<Budget>) -> Result<bool, StoreError> {
-        let before = self.key_changes.before_change().await;
         let (tokens, period) = crate::budgets::budget_columns(budget);
-        let done = sqlx::query(SET_BUDGET)
-            .bind(id.0.as_str())
-            .bind(tokens)
-            .bind(period)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error)?;
-        let found = done.rows_affected() == 1;
-        if found {
-            self.key_changes.changed(before).await;
-        }
-        Ok(found)
+        self.change_for_keys(
+            sqlx::query(SET_BUDGET)
+                .bind(id.0.as_str())
+                .bind(tokens)
+                .bind(period),
+        )
+        .await
     }
 
     async fn rotate_key(

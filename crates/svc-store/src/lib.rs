@@ -105,6 +105,25 @@ impl SqlStore {
             .map_err(error::query_error)
     }
 
+    /// Runs `query`, which changes at most one row that keys are judged
+    /// with (a key's, a project's), and announces the change to every
+    /// store (see `changes.rs`) when it changed one; true then.
+    pub(crate) async fn change_for_keys<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<bool, svc_core::store::StoreError> {
+        let before = self.key_changes.before_change().await;
+        let done = query
+            .execute(&self.pool)
+            .await
+            .map_err(error::query_error)?;
+        let changed = done.rows_affected() == 1;
+        if changed {
+            self.key_changes.changed(before).await;
+        }
+        Ok(changed)
+    }
+
     /// Closes the pool, waiting for connections in use to be returned, and
     /// stops listening for key changes.
     pub async fn close(&self) {

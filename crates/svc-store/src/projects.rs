@@ -75,22 +75,16 @@ impl ProjectStore for SqlStore {
     }
 
     async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError> {
-        let before = self.key_changes.before_change().await;
         let (tokens, period) = crate::budgets::budget_columns(project.budget);
-        let done = sqlx::query(UPDATE)
-            .bind(project.id.0.as_str())
-            .bind(project.name.as_str())
-            .bind(crate::lists::model_access_json(&project.allowed_models))
-            .bind(tokens)
-            .bind(period)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error)?;
-        let found = done.rows_affected() == 1;
-        if found {
-            self.key_changes.changed(before).await;
-        }
-        Ok(found)
+        self.change_for_keys(
+            sqlx::query(UPDATE)
+                .bind(project.id.0.as_str())
+                .bind(project.name.as_str())
+                .bind(crate::lists::model_access_json(&project.allowed_models))
+                .bind(tokens)
+                .bind(period),
+        )
+        .await
     }
 
     async fn set_project_member(

@@ -186,6 +186,19 @@ impl TestApp {
         project
     }
 
+    /// An admin key of the operator (it reaches every project through the
+    /// admin API), as its secret string.
+    pub async fn create_admin_key(&self) -> String {
+        self.create_scoped_key(
+            None,
+            svc_core::KeyScope {
+                kind: svc_core::KeyKind::Admin,
+                ..svc_core::KeyScope::default()
+            },
+        )
+        .await
+    }
+
     /// A dashboard account with `password`.
     pub async fn create_user(&self, email: &str, password: &str, admin: bool) -> UserRecord {
         self.accounts

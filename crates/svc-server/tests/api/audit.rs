@@ -28,18 +28,6 @@ on_both_databases!(
     the_first_admin_sign_ups_and_a_key_revoking_itself_are_audited,
 );
 
-/// An admin key of the operator (it reaches every project).
-async fn operator_admin_key(app: &TestApp) -> String {
-    app.create_scoped_key(
-        None,
-        KeyScope {
-            kind: KeyKind::Admin,
-            ..KeyScope::default()
-        },
-    )
-    .await
-}
-
 /// `GET /v1/organization/audit_logs?query` with `key`.
 async fn audit_logs(app: &TestApp, key: &str, query: &str) -> reqwest::Response {
     app.client
@@ -112,7 +100,7 @@ async fn dashboard_key(browser: &Browser, name: &str) -> String {
 
 async fn the_dashboard_and_services_audit_every_event_without_secrets(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin_key = operator_admin_key(&app).await;
+    let admin_key = app.create_admin_key().await;
     let ada = app
         .create_user("ada@example.com", "correct horse 1", true)
         .await;
@@ -323,7 +311,7 @@ async fn the_dashboard_and_services_audit_every_event_without_secrets(db: Databa
 
 async fn the_admin_api_audits_its_changes_and_lists_them_in_openais_shape(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin_key = operator_admin_key(&app).await;
+    let admin_key = app.create_admin_key().await;
     let admin_key_id = app.keys.list(None).await.unwrap()[0].id.clone();
     let pat = app
         .create_user("pat@example.com", "password123", false)
@@ -541,7 +529,7 @@ async fn the_admin_api_audits_its_changes_and_lists_them_in_openais_shape(db: Da
 
 async fn a_project_owners_admin_key_reads_only_its_projects_entries(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let operator = operator_admin_key(&app).await;
+    let operator = app.create_admin_key().await;
     let pat = app
         .create_user("pat@example.com", "password123", false)
         .await;
@@ -604,7 +592,7 @@ async fn models_status(app: &TestApp, secret: &str) -> u16 {
 
 async fn a_rotated_key_works_for_its_grace_period_and_its_successor_at_once(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin_key = operator_admin_key(&app).await;
+    let admin_key = app.create_admin_key().await;
     let base = "/v1/organization/projects/proj_default/api_keys";
     let made: Value = admin_json(
         &app,

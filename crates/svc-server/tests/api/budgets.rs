@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use svc_core::{KeyKind, KeyScope};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Database, TestApp};
@@ -19,17 +18,6 @@ on_both_databases!(
     a_key_budget_stops_the_key_once_spent,
     a_project_budget_covers_all_its_keys_in_every_dialect,
 );
-
-async fn admin_key(app: &TestApp) -> String {
-    app.create_scoped_key(
-        None,
-        KeyScope {
-            kind: KeyKind::Admin,
-            ..KeyScope::default()
-        },
-    )
-    .await
-}
 
 async fn admin_post(app: &TestApp, admin: &str, path: &str, body: &Value) -> (u16, Value) {
     let response = app
@@ -104,7 +92,7 @@ async fn settled_budget(app: &TestApp, admin: &str, project: &str, key: &str) ->
 
 async fn the_admin_api_sets_and_shows_budgets(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin = admin_key(&app).await;
+    let admin = app.create_admin_key().await;
     let (status, project) = admin_post(
         &app,
         &admin,
@@ -196,7 +184,7 @@ async fn the_admin_api_sets_and_shows_budgets(db: Database) {
 
 async fn a_key_budget_stops_the_key_once_spent(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin = admin_key(&app).await;
+    let admin = app.create_admin_key().await;
     let (key_id, key) = budgeted_key(
         &app,
         &admin,
@@ -301,7 +289,7 @@ async fn a_key_budget_stops_the_key_once_spent(db: Database) {
 
 async fn a_project_budget_covers_all_its_keys_in_every_dialect(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin = admin_key(&app).await;
+    let admin = app.create_admin_key().await;
     let (_, project) = admin_post(
         &app,
         &admin,
@@ -367,7 +355,7 @@ async fn two_replicas_overspend_a_budget_by_less_than_one_request() {
     };
     let first = TestApp::spawn_with(Database::Url(schema.url().to_owned()), config()).await;
     let second = TestApp::spawn_with(Database::Url(schema.url().to_owned()), config()).await;
-    let admin = admin_key(&first).await;
+    let admin = first.create_admin_key().await;
     let (key_id, key) = budgeted_key(
         &first,
         &admin,

@@ -34,15 +34,7 @@ fn chat(model: &str, text: &str) -> Value {
 
 async fn usage_comes_in_day_buckets_grouped_and_filtered(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let admin = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                kind: KeyKind::Admin,
-                ..KeyScope::default()
-            },
-        )
-        .await;
+    let admin = app.create_admin_key().await;
     let other = app.create_project("other", ModelAccess::any()).await;
     let here = app.create_key().await;
     let there = app
