@@ -16,7 +16,7 @@
 //!
 //! Keys are rotated here too (svc's own call). Every change is written to
 //! the audit log by the admin key: keys by the key service, projects and
-//! memberships here (this API is their only way in).
+//! memberships by [`crate::projects`], which the dashboard shares.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};

@@ -29,7 +29,7 @@ on_both_databases!(
 );
 
 /// An admin key of the operator (it reaches every project).
-async fn operator_admin_key(app: &TestApp) -> String {
+pub(crate) async fn operator_admin_key(app: &TestApp) -> String {
     app.create_scoped_key(
         None,
         KeyScope {
@@ -91,7 +91,7 @@ async fn admin_post(app: &TestApp, key: &str, path: &str, json: Value) -> reqwes
 }
 
 /// A POST to the admin API that must succeed; its answer.
-async fn admin_json(app: &TestApp, key: &str, path: &str, json: Value) -> Value {
+pub(crate) async fn admin_json(app: &TestApp, key: &str, path: &str, json: Value) -> Value {
     let response = admin_post(app, key, path, json).await;
     assert_eq!(response.status(), 200, "POST {path}");
     response.json().await.unwrap()

@@ -9,52 +9,19 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use svc_core::{KeyKind, KeyScope, ProjectId, ProjectRole, ProjectStore};
+use svc_core::{ProjectId, ProjectRole, ProjectStore};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Browser, Database, TestApp};
+
+use crate::audit::{admin_json, operator_admin_key};
+use crate::budgets::admin_get;
 
 on_both_databases!(
     project_pages_show_to_organization_and_project_owners_only,
     projects_made_on_the_dashboard_show_in_the_admin_api,
     budget_bars_show_what_a_budgeted_key_used_and_admins_set_key_budgets,
 );
-
-async fn operator_admin_key(app: &TestApp) -> String {
-    app.create_scoped_key(
-        None,
-        KeyScope {
-            kind: KeyKind::Admin,
-            ..KeyScope::default()
-        },
-    )
-    .await
-}
-
-async fn admin_get(app: &TestApp, admin: &str, path: &str) -> Value {
-    let response = app
-        .client
-        .get(app.url(path))
-        .bearer_auth(admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "GET {path}");
-    response.json().await.unwrap()
-}
-
-async fn admin_post(app: &TestApp, admin: &str, path: &str, body: &Value) -> Value {
-    let response = app
-        .client
-        .post(app.url(path))
-        .bearer_auth(admin)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "POST {path}");
-    response.json().await.unwrap()
-}
 
 /// Posts `fields` (and the page's CSRF token) to the form at `path`,
 /// taking the token from the page `from`.
@@ -385,19 +352,19 @@ async fn projects_made_on_the_dashboard_show_in_the_admin_api(db: Database) {
 async fn budget_bars_show_what_a_budgeted_key_used_and_admins_set_key_budgets(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
     let admin_key = operator_admin_key(&app).await;
-    let project = admin_post(
+    let project = admin_json(
         &app,
         &admin_key,
         "/v1/organization/projects",
-        &json!({"name": "metered", "budget": {"tokens": 9000, "period": "month"}}),
+        json!({"name": "metered", "budget": {"tokens": 9000, "period": "month"}}),
     )
     .await;
     let project_id = project["id"].as_str().unwrap().to_owned();
-    let key = admin_post(
+    let key = admin_json(
         &app,
         &admin_key,
         &format!("/v1/organization/projects/{project_id}/api_keys"),
-        &json!({"name": "metered-key", "kind": "restricted", "permissions": ["model.request"],
+        json!({"name": "metered-key", "kind": "restricted", "permissions": ["model.request"],
                 "allowed_models": ["svc"], "budget": {"tokens": 5000, "period": "day"}}),
     )
     .await;
