@@ -1,6 +1,6 @@
 // The dashboard in a real browser: API keys (create, show once, rotate,
-// revoke), usage, the audit log, isolation between accounts, keyboard use
-// and labels.
+// revoke), usage, the audit log, projects, isolation between accounts,
+// keyboard use and labels.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -244,23 +244,7 @@ describe('dashboard', () => {
     try {
       await signInAt(page, server, ALICE);
       await page.goto('/dashboard/keys');
-      const controls = await page
-        .locator('input:not([type="hidden"]), select, textarea')
-        .evaluateAll((elements) =>
-          elements.map((e) => ({
-            id: e.id,
-            label: e.id ? document.querySelector(`label[for="${e.id}"]`)?.textContent.trim() : undefined,
-          })),
-        );
-      assert.ok(controls.length >= 2, `controls: ${JSON.stringify(controls)}`);
-      for (const { id, label } of controls) {
-        assert.ok(id && label, `control without a label: ${JSON.stringify({ id, label })}`);
-        assert.equal(
-          await page.getByLabel(label, { exact: true }).evaluate((e) => e.id),
-          id,
-          `getByLabel(${label})`,
-        );
-      }
+      await assertEveryControlLabelled(page);
       assert.equal(await page.getByLabel('Name', { exact: true }).getAttribute('id'), 'key-name');
       assert.equal(await page.getByLabel('Expires', { exact: true }).getAttribute('id'), 'key-expires');
     } finally {
@@ -306,4 +290,63 @@ describe('dashboard', () => {
       await context.close();
     }
   });
+
+  test('projects: create one, add a member, see its budget bar, with JavaScript off; every field labelled', async () => {
+    const context = await browser.newContext({ baseURL: server.url, javaScriptEnabled: false });
+    const page = await context.newPage();
+    try {
+      await signInAt(page, server, ADMIN);
+      await page.goto('/dashboard/keys');
+      await page.getByRole('link', { name: 'Projects' }).click();
+      await page.getByRole('heading', { name: 'Projects', level: 1 }).waitFor();
+      await assertEveryControlLabelled(page);
+      await page.getByLabel('Name', { exact: true }).fill('Browser team');
+      await page.getByLabel(/^Allowed models/).fill('svc*, other');
+      await page.getByLabel(/^Token budget/).fill('1000');
+      await page.getByLabel('Budget renews every').selectOption('week');
+      await Promise.all([
+        page.waitForURL('**/dashboard/projects/proj_*'),
+        page.getByRole('button', { name: 'Create project' }).click(),
+      ]);
+      await page.getByRole('heading', { name: 'Browser team', level: 1 }).waitFor();
+      assert.match(await page.getByRole('status').textContent(), /The project was created/);
+      assert.match(await page.locator('.facts').textContent(), /svc\*, other/);
+      assert.match(await page.locator('.facts').textContent(), /0 \/ 1000 tokens this week/);
+      assert.equal(await page.locator('meter').getAttribute('max'), '1000');
+      await assertEveryControlLabelled(page);
+
+      await page.getByLabel('Email', { exact: true }).fill(ALICE);
+      await page.getByLabel('Role', { exact: true }).selectOption('owner');
+      await Promise.all([
+        page.waitForURL('**/dashboard/projects/proj_*?done=member'),
+        page.getByRole('button', { name: 'Save member' }).click(),
+      ]);
+      await screenshot(page, 'project');
+      const members = page.getByRole('table', { name: 'Members of Browser team' });
+      assert.match(await members.textContent(), /alice@example\.com\s*owner/);
+    } finally {
+      await context.close();
+    }
+  });
 });
+
+/** Asserts that every visible form control of `page` has its own label. */
+async function assertEveryControlLabelled(page) {
+  const controls = await page
+    .locator('input:not([type="hidden"]), select, textarea')
+    .evaluateAll((elements) =>
+      elements.map((e) => ({
+        id: e.id,
+        label: e.id ? document.querySelector(`label[for="${e.id}"]`)?.textContent.trim() : undefined,
+      })),
+    );
+  assert.ok(controls.length >= 2, `controls: ${JSON.stringify(controls)}`);
+  for (const { id, label } of controls) {
+    assert.ok(id && label, `control without a label: ${JSON.stringify({ id, label })}`);
+    assert.equal(
+      await page.getByLabel(label, { exact: true }).evaluate((e) => e.id),
+      id,
+      `getByLabel(${label})`,
+    );
+  }
+}

@@ -209,6 +209,8 @@ pub trait ProjectStore: Send + Sync {
     async fn project_by_id(&self, id: &ProjectId) -> Result<Option<ProjectRecord>, StoreError>;
     /// Every project, oldest first.
     async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError>;
+    /// The projects `user` is an owner of, oldest first.
+    async fn owned_projects(&self, user: &UserId) -> Result<Vec<ProjectRecord>, StoreError>;
     /// Stores a project's name, allowed models and budget; false when there
     /// is no such project. Announced like a key change (its keys are judged
     /// with its model list and budget), so [`KeyStore::keys_version`] moves

@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;
+pub mod projects;
 pub mod ratelimit;
 pub mod registry;
 pub mod request_id;

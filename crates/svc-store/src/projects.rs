@@ -27,6 +27,12 @@ const ALL: &str = concat!(
     columns!(),
     " FROM projects ORDER BY created_at, id"
 );
+const OWNED: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM projects WHERE id IN (SELECT project_id FROM project_members \
+     WHERE user_id = $1 AND role = 'owner') ORDER BY created_at, id"
+);
 // An upsert both backends read the same way.
 pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
      (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
@@ -72,6 +78,10 @@ impl ProjectStore for SqlStore {
 
     async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError> {
         self.all_by(ALL, record, &[]).await
+    }
+
+    async fn owned_projects(&self, user: &UserId) -> Result<Vec<ProjectRecord>, StoreError> {
+        self.all_by(OWNED, record, &[user.0.as_str()]).await
     }
 
     async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError> {

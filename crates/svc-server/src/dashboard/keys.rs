@@ -10,7 +10,10 @@ use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::{ApiKey, KeyId, KeyOrigin, KeyRecord, KeyState, NewKey, UserId, now};
 
 use super::pages::{PageError, layout, render, time};
+use super::projects::{PERIODS, budget_bar, form_budget};
 use super::session::SignedIn;
+use crate::budget::Scope;
+use crate::projects::budget_status;
 use crate::state::AppState;
 
 /// Longest key name accepted.
@@ -65,6 +68,8 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)], rotated_into: bool) -> 
             KeyOrigin::Api => "Admin API",
         },
         owner => owner,
+        kind => key.kind.name(),
+        models => key.allowed_models.0.as_ref().map_or_else(|| "every model".to_owned(), |l| if l.is_empty() { "none".to_owned() } else { l.join(", ") }),
         rpm => key.limits.requests_per_minute,
         tpm => key.limits.tokens_per_minute,
         rotated_into,
@@ -108,13 +113,14 @@ async fn render_list(
         Some(id) => keys.iter().find(|k| k.id.0 == id).map(|k| k.name.clone()),
         None => None,
     };
-    let rows: Vec<Value> = keys
-        .iter()
-        .map(|k| {
-            let replaced = keys.iter().any(|n| n.rotated_from.as_ref() == Some(&k.id));
-            key_row(k, &owners, replaced)
-        })
-        .collect();
+    let mut rows = Vec::with_capacity(keys.len());
+    for k in &keys {
+        let replaced = keys.iter().any(|n| n.rotated_from.as_ref() == Some(&k.id));
+        rows.push(context! {
+            ..key_row(k, &owners, replaced),
+            ..context! { budget => key_budget(state, k).await }
+        });
+    }
     let choices: Vec<Value> = EXPIRY_CHOICES
         .iter()
         .map(|(value, label, _)| context! { value => *value, label => *label })
@@ -369,4 +375,77 @@ pub async fn set_limits(
     };
     state.keys.set_limits(&key, limits, &who.actor()).await?;
     Ok(Redirect::to("/dashboard/keys").into_response())
+}
+
+/// A key's budget bar (its window is its lineage's: rotation keeps it).
+async fn key_budget(state: &AppState, key: &KeyRecord) -> Value {
+    budget_bar(budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await)
+}
+
+/// The budget form (admins only): tokens per period, or none.
+pub async fn budget_page(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+) -> Result<Html<String>, PageError> {
+    let key = admin_key(&state, &who, &id).await?;
+    let sent = context! {
+        tokens => key.budget.map(|b| b.tokens.to_string()).unwrap_or_default(),
+        period => key.budget.map_or("month", |b| b.period.as_str()),
+    };
+    render_budget(&state, &who, &key, sent, None).await
+}
+
+async fn render_budget(
+    state: &AppState,
+    who: &SignedIn,
+    key: &KeyRecord,
+    form: Value,
+    error: Option<String>,
+) -> Result<Html<String>, PageError> {
+    render(
+        "key_budget.html",
+        context! {
+            ..layout(who, "keys"),
+            ..context! {
+                key => key_row(key, &[], false),
+                budget => key_budget(state, key).await,
+                periods => PERIODS.to_vec(),
+                form,
+                error,
+            }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BudgetForm {
+    csrf: String,
+    #[serde(default)]
+    tokens: String,
+    #[serde(default)]
+    period: String,
+}
+
+/// Sets or removes the key's budget (audited as `api_key.updated`).
+pub async fn set_budget(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<BudgetForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let key = admin_key(&state, &who, &id).await?;
+    let budget = match form_budget(&form.tokens, &form.period) {
+        Ok(budget) => budget,
+        Err(message) => {
+            let sent = context! { tokens => form.tokens, period => form.period };
+            let page = render_budget(&state, &who, &key, sent, Some(message)).await?;
+            return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
+    if !state.keys.set_budget(&key, budget, &who.actor()).await? {
+        return Err(PageError::NotFound);
+    }
+    Ok(Redirect::to(&format!("/dashboard/keys#{}", key.id)).into_response())
 }

@@ -1,7 +1,8 @@
 //! The web dashboard: server-rendered pages (no JavaScript needed) for
-//! signing in, API keys (with rotation), usage, approving device logins,
-//! and (for admins) disabling, enabling and deleting accounts and reading
-//! the audit log.
+//! signing in, API keys (with rotation and budgets), usage, approving
+//! device logins, projects and their members (for organization and project
+//! owners), and (for admins) disabling, enabling and deleting accounts and
+//! reading the audit log.
 //!
 //! Security model: sessions are random tokens in an HttpOnly, SameSite=Lax
 //! cookie (Secure on https), stored hashed; every form carries a CSRF token
@@ -14,6 +15,7 @@ mod audit;
 mod device;
 mod keys;
 mod pages;
+mod projects;
 mod session;
 mod usage;
 mod users;
@@ -91,6 +93,23 @@ pub fn router() -> Router<AppState> {
         .route(
             "/dashboard/keys/{id}/limits",
             get(keys::limits_page).post(keys::set_limits),
+        )
+        .route(
+            "/dashboard/keys/{id}/budget",
+            get(keys::budget_page).post(keys::set_budget),
+        )
+        .route(
+            "/dashboard/projects",
+            get(projects::list).post(projects::create),
+        )
+        .route("/dashboard/projects/{id}", get(projects::show))
+        .route(
+            "/dashboard/projects/{id}/settings",
+            axum::routing::post(projects::set_settings),
+        )
+        .route(
+            "/dashboard/projects/{id}/members",
+            axum::routing::post(projects::set_member),
         )
         .route("/dashboard/usage", get(usage::page))
         .route("/dashboard/users", get(users::list))

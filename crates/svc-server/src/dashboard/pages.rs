@@ -44,6 +44,16 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
     ("message.html", include_str!("../../templates/message.html")),
     ("users.html", include_str!("../../templates/users.html")),
+    ("budget.html", include_str!("../../templates/budget.html")),
+    (
+        "projects.html",
+        include_str!("../../templates/projects.html"),
+    ),
+    ("project.html", include_str!("../../templates/project.html")),
+    (
+        "key_budget.html",
+        include_str!("../../templates/key_budget.html"),
+    ),
     (
         "user_confirm.html",
         include_str!("../../templates/user_confirm.html"),
@@ -84,7 +94,11 @@ impl Default for Pages {
 /// What every signed-in page's layout needs.
 pub fn layout(who: &SignedIn, nav: &str) -> Value {
     context! {
-        user => context! { email => who.user.email.clone(), is_admin => who.user.is_admin },
+        user => context! {
+            email => who.user.email.clone(),
+            is_admin => who.user.is_admin,
+            sees_projects => who.sees_projects,
+        },
         csrf => who.session.csrf_token.clone(),
         nav => nav,
     }

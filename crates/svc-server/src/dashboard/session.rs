@@ -56,6 +56,9 @@ pub struct SignedIn {
     pub token: String,
     /// The client's address, as the server derives it for throttles.
     pub address: Option<String>,
+    /// Whether the Projects section exists for them: an organization owner,
+    /// or an owner of a project.
+    pub sees_projects: bool,
 }
 
 impl SignedIn {
@@ -103,16 +106,25 @@ where
         let Some(token) = cookie(&parts.headers, SESSION_COOKIE) else {
             return Err(to_login());
         };
-        match state.accounts.session(&token).await {
-            Ok(Some((session, user))) => Ok(SignedIn {
-                user,
-                session,
-                token,
-                address,
-            }),
-            Ok(None) => Err(to_login()),
-            Err(e) => Err(PageError::from(e).into_response()),
-        }
+        let (session, user) = match state.accounts.session(&token).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(to_login()),
+            Err(e) => return Err(PageError::from(e).into_response()),
+        };
+        let sees_projects = user.is_admin
+            || !state
+                .store
+                .owned_projects(&user.id)
+                .await
+                .map_err(|e| PageError::from(e).into_response())?
+                .is_empty();
+        Ok(SignedIn {
+            user,
+            session,
+            token,
+            address,
+            sees_projects,
+        })
     }
 }
 

@@ -16,31 +16,29 @@
 //!
 //! Keys are rotated here too (svc's own call). Every change is written to
 //! the audit log by the admin key: keys by the key service, projects and
-//! memberships here (this API is their only way in).
+//! memberships by [`crate::projects`], which the dashboard shares.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use serde_json::json;
 use svc_api::{
-    BudgetStatus, CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
+    CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
     DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project, ProjectApiKey,
     ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
     RotateProjectApiKeyRequest, TokenBudget,
 };
-use svc_core::audit::{self, Actor, ActorUser, AuditEntry};
+use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::{
-    Budget, BudgetPeriod, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess,
-    NewKey, ProjectId, ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
+    Budget, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
+    ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
 };
 
 use crate::budget::Scope;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
+use crate::projects::{self, ProjectChanges, models};
 use crate::state::AppState;
 
-/// The longest project or key name.
-const MAX_NAME_CHARS: usize = 200;
 /// `limit`'s default and most, as OpenAI's.
 const DEFAULT_LIMIT: usize = 20;
 const MAX_LIMIT: usize = 100;
@@ -96,20 +94,6 @@ pub(crate) async fn key_actor(state: &AppState, key: &KeyRecord) -> Result<Actor
     })
 }
 
-/// Writes an audit entry of `kind` by `key` about `project`.
-async fn audit_project(
-    state: &AppState,
-    key: &KeyRecord,
-    kind: &str,
-    project: &ProjectRecord,
-    details: serde_json::Value,
-) -> Result<(), ApiError> {
-    let actor = key_actor(state, key).await?;
-    let entry = AuditEntry::new(kind, &actor, details).in_project(project);
-    audit::record(state.store.as_ref(), entry).await?;
-    Ok(())
-}
-
 /// The project `id`, if it exists and `reach` sees it; otherwise the 404 of
 /// a project that does not exist.
 async fn visible_project(
@@ -145,7 +129,8 @@ async fn key_of(
 }
 
 async fn project_body(state: &AppState, project: ProjectRecord) -> Project {
-    let budget = budget_status(state, Scope::Project, &project.id.0, project.budget).await;
+    let budget =
+        projects::budget_status(state, Scope::Project, &project.id.0, project.budget).await;
     Project {
         budget,
         id: project.id.0,
@@ -183,7 +168,8 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
             }
         }
     };
-    let budget = budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await;
+    let budget =
+        projects::budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await;
     Ok(ProjectApiKey {
         object: "organization.project.api_key".into(),
         budget,
@@ -256,75 +242,11 @@ fn paginate<T>(items: Vec<T>, page: &Page, id: impl Fn(&T) -> &str) -> (Vec<T>, 
     (rest, has_more)
 }
 
-/// A name: trimmed, 1 to [`MAX_NAME_CHARS`] characters on one line.
-fn name(text: &str) -> Result<String, ApiError> {
-    let name = text.trim();
-    if name.is_empty()
-        || name.chars().count() > MAX_NAME_CHARS
-        || name.chars().any(char::is_control)
-    {
-        return Err(ValidationError {
-            param: "name".into(),
-            message: format!("name must be 1 to {MAX_NAME_CHARS} characters on one line"),
-        }
-        .into());
-    }
-    Ok(name.to_owned())
-}
-
-/// A budget as shown: with its current window's count.
-async fn budget_status(
-    state: &AppState,
-    scope: Scope,
-    id: &str,
-    budget: Option<Budget>,
-) -> Option<BudgetStatus> {
-    let budget = budget?;
-    let (used, resets_at) = state.budgets.used(&scope.counter(id), budget).await;
-    Some(BudgetStatus {
-        tokens: budget.tokens,
-        period: budget.period.as_str().into(),
-        used,
-        resets_at,
-    })
-}
-
 /// A requested budget, checked.
-fn budget(requested: Option<TokenBudget>) -> Result<Option<Budget>, ApiError> {
-    let Some(requested) = requested else {
-        return Ok(None);
-    };
-    if requested.tokens < 1 {
-        return Err(ValidationError {
-            param: "budget.tokens".into(),
-            message: "budget.tokens must be at least 1".into(),
-        }
-        .into());
-    }
-    let period = BudgetPeriod::parse(&requested.period).map_err(|_| ValidationError {
-        param: "budget.period".into(),
-        message: format!(
-            "budget.period must be day, week or month, not '{}'",
-            requested.period
-        ),
-    })?;
-    Ok(Some(Budget {
-        tokens: requested.tokens,
-        period,
-    }))
-}
-
-fn models(list: Option<Vec<String>>) -> Result<ModelAccess, ApiError> {
-    match list {
-        None => Ok(ModelAccess::any()),
-        Some(list) => ModelAccess::only(list).map_err(|message| {
-            ValidationError {
-                param: "allowed_models".into(),
-                message,
-            }
-            .into()
-        }),
-    }
+fn budget(requested: Option<TokenBudget>) -> Result<Option<Budget>, ValidationError> {
+    requested
+        .map(|b| projects::budget(b.tokens, &b.period))
+        .transpose()
 }
 
 /// `GET /v1/organization/projects`: the projects the key reaches, oldest
@@ -371,15 +293,13 @@ pub async fn create_project(
     }
     let project = ProjectRecord {
         id: ProjectId::generate(),
-        name: name(&body.name)?,
+        name: projects::name(&body.name)?,
         created_at: now(),
         archived_at: None,
         allowed_models: models(body.allowed_models)?,
         budget: budget(body.budget)?,
     };
-    state.store.insert_project(&project).await?;
-    let details = json!({"id": project.id.0, "data": {"name": project.name, "allowed_models": project.allowed_models.0, "budget": project.budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()}))}});
-    audit_project(&state, &key, "project.created", &project, details).await?;
+    projects::create(&state, &key_actor(&state, &key).await?, &project).await?;
     Ok(Json(project_body(&state, project).await))
 }
 
@@ -411,43 +331,18 @@ pub async fn modify_project(
                 .into(),
         ));
     }
-    if let Some(text) = &body.name {
-        project.name = name(text)?;
-    }
-    let models_changed = body.allowed_models.is_some();
-    let budget_changed = body.budget.is_some();
-    if let Some(list) = body.allowed_models {
-        project.allowed_models = models(list)?;
-    }
-    if let Some(requested) = body.budget {
-        project.budget = budget(requested)?;
-    }
-    let found = state.store.update_project(&project).await?;
-    if !found {
+    let changes = ProjectChanges {
+        name: body.name.as_deref().map(projects::name).transpose()?,
+        allowed_models: body.allowed_models.map(models).transpose()?,
+        budget: body.budget.map(budget).transpose()?,
+    };
+    let actor = key_actor(&state, &key).await?;
+    if !projects::update(&state, &actor, &mut project, changes).await? {
         return Err(ApiError::NotFound {
             param: None,
             message: format!("No project found with id '{}'.", project.id.0),
         });
     }
-    let mut changes = serde_json::Map::new();
-    if body.name.is_some() {
-        changes.insert("name".into(), json!(project.name));
-    }
-    if models_changed {
-        changes.insert("allowed_models".into(), json!(project.allowed_models.0));
-    }
-    if budget_changed {
-        changes.insert(
-            "budget".into(),
-            json!(
-                project
-                    .budget
-                    .map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()}))
-            ),
-        );
-    }
-    let details = json!({"id": project.id.0, "changes_requested": changes});
-    audit_project(&state, &key, "project.updated", &project, details).await?;
     Ok(Json(project_body(&state, project).await))
 }
 
@@ -486,7 +381,7 @@ pub async fn create_key(
 ) -> Result<Json<ProjectApiKey>, ApiError> {
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
-    let name = name(&body.name)?;
+    let name = projects::name(&body.name)?;
     let kind = KeyKind::from_parts(
         body.kind.as_deref().unwrap_or("all"),
         &body.permissions.unwrap_or_default(),
@@ -709,20 +604,14 @@ pub async fn add_user(
             message: format!("No user found with id '{}'.", user.0),
         });
     }
-    let before = state.store.project_role(&project.id, &user).await?;
-    state
-        .store
-        .set_project_member(&project.id, &user, role, now())
-        .await?;
-    if before != Some(role) {
-        let (kind, field) = match before {
-            None => ("user.added", "data"),
-            Some(_) => ("user.updated", "changes_requested"),
-        };
-        let mut details = json!({"id": user.0});
-        details[field] = json!({"role": role.as_str()});
-        audit_project(&state, &key, kind, &project, details).await?;
-    }
+    projects::set_member(
+        &state,
+        &key_actor(&state, &key).await?,
+        &project,
+        &user,
+        role,
+    )
+    .await?;
     let members = state.store.list_project_members(&project.id).await?;
     let member = members
         .into_iter()

@@ -79,7 +79,7 @@ async fn admin_post(app: &TestApp, key: &str, path: &str, json: Value) -> reqwes
 }
 
 /// A POST to the admin API that must succeed; its answer.
-async fn admin_json(app: &TestApp, key: &str, path: &str, json: Value) -> Value {
+pub(crate) async fn admin_json(app: &TestApp, key: &str, path: &str, json: Value) -> Value {
     let response = admin_post(app, key, path, json).await;
     assert_eq!(response.status(), 200, "POST {path}");
     response.json().await.unwrap()

@@ -32,7 +32,7 @@ async fn admin_post(app: &TestApp, admin: &str, path: &str, body: &Value) -> (u1
     (status, response.json().await.unwrap())
 }
 
-async fn admin_get(app: &TestApp, admin: &str, path: &str) -> Value {
+pub(crate) async fn admin_get(app: &TestApp, admin: &str, path: &str) -> Value {
     let response = app
         .client
         .get(app.url(path))

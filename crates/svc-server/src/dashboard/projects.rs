@@ -1,0 +1,451 @@
+//! The Projects section: organization owners see every project, create
+//! projects, set a project's allowed models and token budget, and add
+//! members or change their role; a project's owners see the projects they
+//! own and manage their members (as their admin keys may in the admin
+//! API). To anyone else the section does not exist (404), and neither does
+//! a project the person cannot see, whatever its id.
+//!
+//! The changes themselves (checks and audit entries) are
+//! [`crate::projects`]'s, shared with the admin API.
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use minijinja::{Value, context};
+use serde::Deserialize;
+use svc_api::BudgetStatus;
+use svc_core::{
+    Budget, KeyState, ModelAccess, ProjectId, ProjectRecord, ProjectRole, ValidationError, now,
+};
+
+use super::pages::{PageError, layout, render, time};
+use super::session::SignedIn;
+use crate::budget::Scope;
+use crate::projects::{self, ProjectChanges};
+use crate::state::AppState;
+
+/// The budget periods the forms offer.
+pub const PERIODS: &[&str] = &["day", "week", "month"];
+
+/// A budget as the pages show it: a bar of what this window used (`None`
+/// when there is no budget).
+pub fn budget_bar(status: Option<BudgetStatus>) -> Value {
+    let Some(status) = status else {
+        return Value::from(());
+    };
+    let percent = status
+        .used
+        .map(|used| (used.saturating_mul(100) / status.tokens.max(1)).clamp(0, 100));
+    context! {
+        tokens => status.tokens,
+        period => status.period,
+        used => status.used,
+        percent,
+        resets => time(status.resets_at),
+    }
+}
+
+/// A budget from a form's two fields: none when `tokens` is empty; the
+/// message to show otherwise.
+pub fn form_budget(tokens: &str, period: &str) -> Result<Option<Budget>, String> {
+    let tokens = tokens.trim();
+    if tokens.is_empty() {
+        return Ok(None);
+    }
+    let Ok(tokens) = tokens.replace(['_', ','], "").parse::<i64>() else {
+        return Err(
+            "Enter the budget as a whole number of tokens, or leave it empty for no budget.".into(),
+        );
+    };
+    projects::budget(tokens, period)
+        .map(Some)
+        .map_err(|e| match e.param.as_str() {
+            "budget.tokens" => "A budget is at least 1 token.".to_owned(),
+            _ => "Choose a period from the list: day, week or month.".to_owned(),
+        })
+}
+
+/// A model list from a form field: ids or patterns separated by commas or
+/// spaces; empty allows every model.
+fn form_models(text: &str) -> Result<ModelAccess, String> {
+    let list: Vec<String> = text
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if list.is_empty() {
+        return Ok(ModelAccess::any());
+    }
+    projects::models(Some(list))
+        .map_err(|e: ValidationError| format!("Allowed models: {}.", e.message))
+}
+
+/// A model list as the pages show it.
+fn models_text(models: &ModelAccess) -> String {
+    match &models.0 {
+        None => "every model".into(),
+        Some(list) if list.is_empty() => "none".into(),
+        Some(list) => list.join(", "),
+    }
+}
+
+/// The projects `who` sees: all for an organization owner, those they own
+/// otherwise; for someone who owns none, the section does not exist.
+async fn visible_projects(
+    state: &AppState,
+    who: &SignedIn,
+) -> Result<Vec<ProjectRecord>, PageError> {
+    if who.user.is_admin {
+        return Ok(state.store.list_projects().await?);
+    }
+    let owned = state.store.owned_projects(&who.user.id).await?;
+    if owned.is_empty() {
+        return Err(PageError::NotFound);
+    }
+    Ok(owned)
+}
+
+/// The project `id` if `who` sees it; otherwise the 404 of one that does
+/// not exist.
+async fn visible_project(
+    state: &AppState,
+    who: &SignedIn,
+    id: &str,
+) -> Result<ProjectRecord, PageError> {
+    let id = ProjectId(id.to_owned());
+    let sees = who.user.is_admin
+        || state.store.project_role(&id, &who.user.id).await? == Some(ProjectRole::Owner);
+    let found = if sees {
+        state.store.project_by_id(&id).await?
+    } else {
+        None
+    };
+    found.ok_or(PageError::NotFound)
+}
+
+/// Only organization owners change projects.
+fn organization_owner(who: &SignedIn) -> Result<(), PageError> {
+    if who.user.is_admin {
+        Ok(())
+    } else {
+        Err(PageError::NotFound)
+    }
+}
+
+async fn project_row(state: &AppState, project: &ProjectRecord) -> Result<Value, PageError> {
+    let members = state.store.list_project_members(&project.id).await?.len();
+    let budget =
+        projects::budget_status(state, Scope::Project, &project.id.0, project.budget).await;
+    Ok(context! {
+        id => project.id.0.clone(),
+        name => project.name.clone(),
+        models => models_text(&project.allowed_models),
+        budget => budget_bar(budget),
+        members,
+    })
+}
+
+/// What a successful form said, by the code its redirect carries.
+fn done_text(done: Option<&str>) -> Option<&'static str> {
+    match done? {
+        "created" => Some("The project was created."),
+        "settings" => Some(
+            "The project's models and budget were saved; its keys follow from their next request.",
+        ),
+        "member" => Some("The member was saved."),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DoneQuery {
+    done: Option<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Query(query): Query<DoneQuery>,
+) -> Result<Html<String>, PageError> {
+    render_list(&state, &who, done_text(query.done.as_deref()), None).await
+}
+
+/// The create form as it was sent, shown again with an error.
+#[derive(Debug, Default, Deserialize)]
+pub struct CreateForm {
+    csrf: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    models: String,
+    #[serde(default)]
+    tokens: String,
+    #[serde(default)]
+    period: String,
+}
+
+async fn render_list(
+    state: &AppState,
+    who: &SignedIn,
+    done: Option<&str>,
+    error: Option<(String, &CreateForm)>,
+) -> Result<Html<String>, PageError> {
+    let mut rows = Vec::new();
+    for project in visible_projects(state, who).await? {
+        rows.push(project_row(state, &project).await?);
+    }
+    let (error, form) = match error {
+        Some((message, form)) => (
+            Some(message),
+            context! { name => &form.name, models => &form.models, tokens => &form.tokens, period => &form.period },
+        ),
+        None => (None, context! { period => "month" }),
+    };
+    render(
+        "projects.html",
+        context! {
+            ..layout(who, "projects"),
+            ..context! {
+                projects => rows,
+                can_create => who.user.is_admin,
+                periods => PERIODS.to_vec(),
+                done,
+                error,
+                form,
+            }
+        },
+    )
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Form(form): Form<CreateForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    organization_owner(&who)?;
+    let checked = (|| {
+        let name = projects::name(&form.name).map_err(|_| {
+            format!(
+                "Give the project a name of 1 to {} characters, on one line.",
+                projects::MAX_NAME_CHARS
+            )
+        })?;
+        Ok::<_, String>((
+            name,
+            form_models(&form.models)?,
+            form_budget(&form.tokens, &form.period)?,
+        ))
+    })();
+    let (name, allowed_models, budget) = match checked {
+        Ok(checked) => checked,
+        Err(message) => {
+            let page = render_list(&state, &who, None, Some((message, &form))).await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
+    let project = ProjectRecord {
+        id: ProjectId::generate(),
+        name,
+        created_at: now(),
+        archived_at: None,
+        allowed_models,
+        budget,
+    };
+    projects::create(&state, &who.actor(), &project).await?;
+    Ok(Redirect::to(&format!("/dashboard/projects/{}?done=created", project.id)).into_response())
+}
+
+/// Which form on a project's page an error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Settings,
+    Members,
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Query(query): Query<DoneQuery>,
+) -> Result<Html<String>, PageError> {
+    let project = visible_project(&state, &who, &id).await?;
+    render_project(
+        &state,
+        &who,
+        &project,
+        done_text(query.done.as_deref()),
+        None,
+    )
+    .await
+}
+
+async fn render_project(
+    state: &AppState,
+    who: &SignedIn,
+    project: &ProjectRecord,
+    done: Option<&str>,
+    error: Option<(Section, String, Value)>,
+) -> Result<Html<String>, PageError> {
+    let members: Vec<Value> = state
+        .store
+        .list_project_members(&project.id)
+        .await?
+        .into_iter()
+        .map(|m| context! { email => m.email, role => m.role.as_str(), added => time(m.added_at) })
+        .collect();
+    let at = now();
+    let keys: Vec<Value> = state
+        .store
+        .list_project_keys(&project.id)
+        .await?
+        .into_iter()
+        .map(|k| {
+            context! {
+                name => k.name.clone(),
+                hint => k.hint.clone(),
+                kind => k.kind.name(),
+                state => KeyState::of(&k, at).as_str(),
+            }
+        })
+        .collect();
+    let (settings_error, members_error, sent) = match error {
+        Some((Section::Settings, message, sent)) => (Some(message), None, sent),
+        Some((Section::Members, message, sent)) => (None, Some(message), sent),
+        None => (None, None, Value::from(())),
+    };
+    let settings = match (&settings_error, &project.budget) {
+        (Some(_), _) => sent.clone(),
+        (None, budget) => context! {
+            models => project.allowed_models.0.as_ref().map(|l| l.join(", ")).unwrap_or_default(),
+            tokens => budget.map(|b| b.tokens.to_string()).unwrap_or_default(),
+            period => budget.map_or("month", |b| b.period.as_str()),
+        },
+    };
+    let member_form = if members_error.is_some() {
+        sent
+    } else {
+        context! { role => "member" }
+    };
+    render(
+        "project.html",
+        context! {
+            ..layout(who, "projects"),
+            ..context! {
+                project => project_row(state, project).await?,
+                members,
+                keys,
+                can_change => who.user.is_admin,
+                periods => PERIODS.to_vec(),
+                done,
+                settings_error,
+                members_error,
+                settings,
+                member_form,
+            }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SettingsForm {
+    csrf: String,
+    #[serde(default)]
+    models: String,
+    #[serde(default)]
+    tokens: String,
+    #[serde(default)]
+    period: String,
+}
+
+/// Sets a project's allowed models and budget (organization owners only:
+/// a project's owner cannot widen what the organization allowed it).
+pub async fn set_settings(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<SettingsForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    organization_owner(&who)?;
+    let mut project = visible_project(&state, &who, &id).await?;
+    let checked = form_models(&form.models)
+        .and_then(|models| Ok((models, form_budget(&form.tokens, &form.period)?)));
+    let (allowed_models, budget) = match checked {
+        Ok(checked) => checked,
+        Err(message) => {
+            let sent =
+                context! { models => form.models, tokens => form.tokens, period => form.period };
+            let page = render_project(
+                &state,
+                &who,
+                &project,
+                None,
+                Some((Section::Settings, message, sent)),
+            )
+            .await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
+    let changes = ProjectChanges {
+        name: None,
+        allowed_models: Some(allowed_models),
+        budget: Some(budget),
+    };
+    if !projects::update(&state, &who.actor(), &mut project, changes).await? {
+        return Err(PageError::NotFound);
+    }
+    Ok(Redirect::to(&format!("/dashboard/projects/{}?done=settings", project.id)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MemberForm {
+    csrf: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    role: String,
+}
+
+/// Adds an account to the project by email, or changes its role there.
+pub async fn set_member(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<MemberForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let project = visible_project(&state, &who, &id).await?;
+    let email = form.email.trim().to_lowercase();
+    let user = if email.is_empty() {
+        None
+    } else {
+        state.accounts.user_by_email(&email).await?
+    };
+    let checked = match (ProjectRole::parse(&form.role), user) {
+        (Err(_), _) => Err("Choose a role from the list: owner or member.".to_owned()),
+        (Ok(_), None) => Err(format!(
+            "There is no account with the email “{}”. The operator creates accounts with svc users create.",
+            form.email.trim()
+        )),
+        (Ok(role), Some(user)) => Ok((role, user)),
+    };
+    let (role, user) = match checked {
+        Ok(checked) => checked,
+        Err(message) => {
+            let sent = context! { email => form.email, role => form.role };
+            let page = render_project(
+                &state,
+                &who,
+                &project,
+                None,
+                Some((Section::Members, message, sent)),
+            )
+            .await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
+    projects::set_member(&state, &who.actor(), &project, &user.id, role).await?;
+    Ok(Redirect::to(&format!("/dashboard/projects/{}?done=member", project.id)).into_response())
+}
