@@ -23,6 +23,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "api_key.created",
     "api_key.rotated",
     "api_key.updated",
+    "budget.threshold_reached",
     "api_key.deleted",
     "rate_limit.updated",
     "login.succeeded",

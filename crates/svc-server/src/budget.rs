@@ -32,6 +32,11 @@ use crate::ratelimit::Breaker;
 /// `max_tokens` (settled with the real count when it ends).
 pub const UNBOUNDED_REPLY_ESTIMATE: i64 = 1024;
 
+/// The share of a budget (percent) whose use is written to the audit log
+/// (`budget.threshold_reached`, once a window) and marked on the
+/// dashboard's budget bars.
+pub const ALERT_PERCENT: i64 = 80;
+
 // Charges `ARGV[2]` unless the count reached `ARGV[1]`; the key lives a
 // day past its window (`ARGV[3]`, unix seconds), for late settlements.
 const CHARGE: &str = r"
@@ -189,7 +194,7 @@ impl Budgets {
         let mut tightest = None;
         let at = now();
         for (scope, budget, id) in budgets {
-            let Some(Budget { tokens, period }) = budget else {
+            let Some(budget @ Budget { tokens, period }) = budget else {
                 continue;
             };
             let (window_start, resets_at) = period.window(at);
@@ -208,6 +213,10 @@ impl Budgets {
                     return Err(ApiError::QuotaExceeded(state(used)));
                 }
                 Counted::Charged(used) => {
+                    let alert_at = tokens.saturating_mul(ALERT_PERCENT) / 100;
+                    if used >= alert_at && used.saturating_sub(estimate) < alert_at {
+                        self.alert(key, scope, &id, budget, (window_start, resets_at), used);
+                    }
                     charge.parts.push(Part {
                         scope: id,
                         window_start,
@@ -269,6 +278,69 @@ impl Budgets {
             tracing::warn!(error = %e, "budget counter unavailable; letting the request through");
             Counted::Unknown
         })
+    }
+
+    /// Writes `budget.threshold_reached` to the audit log for the budget
+    /// (of `scope`, counted as `counter`) that `key`'s request took past
+    /// [`ALERT_PERCENT`]: once a window, whichever request and replica
+    /// gets there first (a marker counted like a budget of one), off the
+    /// request's path.
+    fn alert(
+        &self,
+        key: &KeyRecord,
+        scope: Scope,
+        counter: &str,
+        budget: Budget,
+        (window_start, resets_at): (i64, i64),
+        used: i64,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (budgets, key, marker) = (self.clone(), key.clone(), format!("alert:{counter}"));
+        let id = counter
+            .split_once(':')
+            .map_or(counter, |(_, id)| id)
+            .to_owned();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "an audit entry must not hold up the request that set it off"
+        )]
+        runtime.spawn(async move {
+            if !matches!(
+                budgets.add(&marker, window_start, resets_at, 1, 1).await,
+                Counted::Charged(_)
+            ) {
+                return;
+            }
+            let store = budgets.store.as_ref();
+            let owner = match &key.owner_id {
+                Some(user) => store.user_by_id(user).await.ok().flatten(),
+                None => None,
+            };
+            let actor = svc_core::Actor::ApiKey {
+                id: key.id.clone(),
+                owner: owner.as_ref().map(svc_core::ActorUser::from),
+            };
+            let details = serde_json::json!({
+                "id": id,
+                "data": {
+                    "scope": scope.as_str(),
+                    "tokens": budget.tokens,
+                    "period": budget.period.as_str(),
+                    "used": used,
+                    "alert_percent": ALERT_PERCENT,
+                    "resets_at": resets_at,
+                }
+            });
+            let mut entry = svc_core::AuditEntry::new("budget.threshold_reached", &actor, details);
+            if let Ok(Some(project)) = store.project_by_id(&key.project_id).await {
+                entry = entry.in_project(&project);
+            }
+            if let Err(e) = svc_core::audit::record(store, entry).await {
+                tracing::warn!(error = %e, "cannot write a budget alert to the audit log");
+            }
+        });
     }
 
     /// What `budget`'s current window of the counter `scope` (see

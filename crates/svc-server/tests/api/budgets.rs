@@ -90,6 +90,29 @@ async fn settled_budget(app: &TestApp, admin: &str, project: &str, key: &str) ->
     }
 }
 
+/// The `budget.threshold_reached` entries of the audit log, once written
+/// (off the request's path).
+async fn threshold_alerts(app: &TestApp, admin: &str) -> Vec<Value> {
+    let path = "/v1/organization/audit_logs?event_types[]=budget.threshold_reached";
+    let mut found = Vec::new();
+    for _ in 0..50 {
+        found = admin_get(app, admin, path).await["data"]
+            .as_array()
+            .unwrap()
+            .clone();
+        if !found.is_empty() {
+            // Give a second entry (there must be none) the time to show.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return admin_get(app, admin, path).await["data"]
+                .as_array()
+                .unwrap()
+                .clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    found
+}
+
 async fn the_admin_api_sets_and_shows_budgets(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
     let admin = app.create_admin_key().await;
@@ -240,6 +263,15 @@ async fn a_key_budget_stops_the_key_once_spent(db: Database) {
     // The count is the real usage: 5 requests of 13 tokens.
     let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
     assert_eq!(budget["used"], 65, "{budget}");
+    // Passing 80% of it was written to the audit log, once.
+    let alerts = threshold_alerts(&app, &admin).await;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let alert = &alerts[0]["budget.threshold_reached"];
+    assert_eq!(alert["id"], key_id.as_str(), "{alert}");
+    assert_eq!(alert["data"]["scope"], "key");
+    assert_eq!(alert["data"]["tokens"], 60);
+    assert!(alert["data"]["used"].as_i64().unwrap() >= 48, "{alert}");
+    assert_eq!(alerts[0]["actor"]["api_key"]["id"], key_id.as_str());
     // Rotating the key keeps its budget and its window's count.
     let (status, rotated) = admin_post(
         &app,
@@ -336,6 +368,13 @@ async fn a_project_budget_covers_all_its_keys_in_every_dialect(db: Database) {
     assert_eq!(responses.status(), 429);
     let body: Value = responses.json().await.unwrap();
     assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+    let alerts = threshold_alerts(&app, &admin).await;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(
+        alerts[0]["budget.threshold_reached"]["data"]["scope"],
+        "project"
+    );
+    assert_eq!(alerts[0]["project"]["id"], id);
     // Another project's keys are not touched.
     let other = app.create_key().await;
     assert_eq!(app.chat(&other, &small("hi")).await.status(), 200);
