@@ -487,3 +487,46 @@ fn object_bucket() -> Object {
 fn object_usage_result() -> Object {
     constant("organization.usage.completions.result")
 }
+
+/// An account of the organization: `organization.user`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrganizationUser {
+    /// `usr_` + 16 hex.
+    pub id: String,
+    /// Always `organization.user`.
+    #[schema(schema_with = object_organization_user)]
+    pub object: String,
+    /// svc keeps no names: the email.
+    pub name: String,
+    pub email: String,
+    /// `owner` (an admin account) or `reader`.
+    #[schema(schema_with = organization_role)]
+    pub role: String,
+    /// When the account was made (Unix time).
+    pub added_at: i64,
+    /// When an admin disabled it (Unix time; svc's own); null while enabled.
+    #[schema(required = true)]
+    pub disabled_at: Option<i64>,
+}
+
+/// `GET /v1/organization/users`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrganizationUserList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<OrganizationUser>,
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+fn object_organization_user() -> Object {
+    constant("organization.user")
+}
+
+fn organization_role() -> Object {
+    strings(&["owner", "reader"])
+}

@@ -147,6 +147,14 @@ pub fn openapi() -> OpenApi {
             "/v1/organization/usage/completions",
             item(HttpMethod::Get, usage_completions()),
         )
+        .path(
+            "/v1/organization/users",
+            item(HttpMethod::Get, list_organization_users()),
+        )
+        .path(
+            "/v1/organization/users/{user_id}",
+            item(HttpMethod::Get, get_organization_user()),
+        )
         .build();
     OpenApiBuilder::new()
         .info(info)
@@ -1200,6 +1208,47 @@ fn rotate_project_key() -> Operation {
 }
 
 /// An optional query parameter `name` of `schema`.
+fn list_organization_users() -> Operation {
+    admin_errors(page_parameters(operation(
+        "listOrganizationUsers",
+        "organization",
+        "The organization's accounts, oldest first, with their role (`owner`: an admin account; `reader`). An organization owner's or the operator's admin key.",
+        true,
+    )))
+    .response(
+        "200",
+        json_response("A page of accounts.", reference("OrganizationUserList")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .build()
+}
+
+fn get_organization_user() -> Operation {
+    let user_id = ParameterBuilder::new()
+        .name("user_id")
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some("`usr_` + 16 hex."))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build();
+    admin_errors(operation(
+        "getOrganizationUser",
+        "organization",
+        "One account of the organization.",
+        true,
+    ))
+    .parameter(user_id)
+    .response(
+        "200",
+        json_response("The account.", reference("OrganizationUser")).build(),
+    )
+    .response(
+        "404",
+        error_response("No account with that id (`code` `not_found`).").build(),
+    )
+    .build()
+}
+
 fn usage_completions() -> Operation {
     let unix = || {
         ObjectBuilder::new()

@@ -128,6 +128,16 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
     ),
     (
         "GET",
+        "/v1/organization/users",
+        Need::Permission(Permission::ManagementRead),
+    ),
+    (
+        "GET",
+        "/v1/organization/users/{user_id}",
+        Need::Permission(Permission::ManagementRead),
+    ),
+    (
+        "GET",
         "/v1/organization/projects/{project_id}/users",
         Need::Permission(Permission::ManagementRead),
     ),

@@ -158,6 +158,8 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "POST /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "GET /v1/organization/audit_logs",
         "GET /v1/organization/usage/completions",
+        "GET /v1/organization/users",
+        "GET /v1/organization/users/{user_id}",
     ]
     .into_iter()
     .map(str::to_owned)

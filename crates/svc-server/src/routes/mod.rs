@@ -78,6 +78,14 @@ pub fn router() -> Router<AppState> {
         )
         .route("/v1/organization/audit_logs", get(audit_logs::list))
         .route(
+            "/v1/organization/users",
+            get(organization::list_organization_users),
+        )
+        .route(
+            "/v1/organization/users/{user_id}",
+            get(organization::get_organization_user),
+        )
+        .route(
             "/v1/organization/usage/completions",
             get(usage_completions::list),
         )

@@ -22,15 +22,15 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
     CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, Project, ProjectApiKey,
-    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
-    RotateProjectApiKeyRequest, TokenBudget,
+    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, OrganizationUser,
+    OrganizationUserList, Project, ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner,
+    ProjectList, ProjectUser, ProjectUserList, RotateProjectApiKeyRequest, TokenBudget,
 };
 use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::{
     Budget, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
-    ProjectMember, ProjectRecord, ProjectRole, UserId, ValidationError, now,
+    ProjectMember, ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
 };
 
 use crate::budget::Scope;
@@ -558,6 +558,66 @@ fn member_body(member: ProjectMember) -> ProjectUser {
         role: Some(member.role.as_str().to_owned()),
         added_at: Some(member.added_at),
     }
+}
+
+/// An account as the admin API shows it.
+fn organization_user(user: UserRecord) -> OrganizationUser {
+    OrganizationUser {
+        object: "organization.user".into(),
+        name: user.email.clone(),
+        role: if user.is_admin { "owner" } else { "reader" }.into(),
+        id: user.id.0,
+        email: user.email,
+        added_at: user.created_at,
+        disabled_at: user.disabled_at,
+    }
+}
+
+/// Organization-wide admin keys only: the accounts of the organization are
+/// not a project's to read.
+async fn organization_wide(state: &AppState, key: &KeyRecord) -> Result<(), ApiError> {
+    if reach(state, key).await? != Reach::Organization {
+        return Err(ApiError::Forbidden(
+            "You have insufficient permissions for this operation: the organization's users need an admin key of an organization owner."
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /v1/organization/users`: every account, oldest first.
+pub async fn list_organization_users(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<OrganizationUserList>, ApiError> {
+    organization_wide(&state, &key).await?;
+    let page = page(query.as_deref())?;
+    let users = state.accounts.list_users().await?;
+    let (users, has_more) = paginate(users, &page, |u| u.id.0.as_str());
+    let data: Vec<OrganizationUser> = users.into_iter().map(organization_user).collect();
+    Ok(Json(OrganizationUserList {
+        object: "list".into(),
+        first_id: data.first().map(|u| u.id.clone()),
+        last_id: data.last().map(|u| u.id.clone()),
+        has_more,
+        data,
+    }))
+}
+
+/// `GET /v1/organization/users/{user_id}`.
+pub async fn get_organization_user(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(user_id): Path<String>,
+) -> Result<Json<OrganizationUser>, ApiError> {
+    organization_wide(&state, &key).await?;
+    let user = state.accounts.user(&UserId(user_id.clone())).await?;
+    user.map(|u| Json(organization_user(u)))
+        .ok_or_else(|| ApiError::NotFound {
+            param: None,
+            message: format!("No user found with id '{user_id}'."),
+        })
 }
 
 /// `GET /v1/organization/projects/{project_id}/users`: oldest member first.

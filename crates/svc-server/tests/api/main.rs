@@ -53,6 +53,7 @@ mod messages;
 mod offboarding;
 mod operations;
 mod org_usage;
+mod org_users;
 mod projects;
 mod ratelimit;
 mod responses;

@@ -129,6 +129,16 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         "/v1/organization/usage/completions",
         Some(Permission::ManagementRead),
     ),
+    (
+        "GET",
+        "/v1/organization/users",
+        Some(Permission::ManagementRead),
+    ),
+    (
+        "GET",
+        "/v1/organization/users/{user_id}",
+        Some(Permission::ManagementRead),
+    ),
 ];
 
 /// Every route of the OpenAPI document that takes a key, as (method, path).
