@@ -530,3 +530,12 @@ fn object_organization_user() -> Object {
 fn organization_role() -> Object {
     strings(&["owner", "reader"])
 }
+
+/// `POST /v1/organization/users/{user_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModifyOrganizationUserRequest {
+    /// `owner` (an admin account) or `reader`.
+    #[schema(schema_with = organization_role)]
+    pub role: String,
+}

@@ -131,6 +131,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::TokenBudget>(&mut out);
     add::<crate::UsageCompletionsPage>(&mut out);
     add::<crate::OrganizationUserList>(&mut out);
+    add::<crate::ModifyOrganizationUserRequest>(&mut out);
     add::<crate::BudgetStatus>(&mut out);
     add::<crate::ProjectApiKeyList>(&mut out);
     add::<crate::CreateProjectApiKeyRequest>(&mut out);

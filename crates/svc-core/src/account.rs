@@ -717,6 +717,24 @@ impl AccountService {
         Ok(change)
     }
 
+    /// Makes `user` an organization owner (`admin`) or a reader. Refused
+    /// for the last enabled admin. Audited as `user.updated` when it
+    /// changed.
+    pub async fn set_admin(
+        &self,
+        user: &UserRecord,
+        admin: bool,
+        actor: &Actor,
+    ) -> Result<AccountChange, StoreError> {
+        let change = self.store.set_user_admin(&user.id, admin).await?;
+        if change == AccountChange::Done {
+            let role = if admin { "owner" } else { "reader" };
+            self.audit_user("user.updated", actor, user, json!({"role": role}))
+                .await?;
+        }
+        Ok(change)
+    }
+
     /// Deletes an account: its keys are revoked (their records and usage
     /// stay), its sessions and pending approvals end, and the email is free
     /// again. Refused for the last enabled admin.

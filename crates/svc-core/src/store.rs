@@ -295,6 +295,10 @@ pub trait UserStore: Send + Sync {
     /// and the account. Refused for the last enabled admin. Announced like
     /// a key change.
     async fn delete_user(&self, id: &UserId, at: i64) -> Result<AccountChange, StoreError>;
+    /// Makes an account an organization owner (an admin) or a reader.
+    /// Refused (`LastAdmin`) for the last enabled admin; announced as a key
+    /// change (an admin key's reach follows its owner's role).
+    async fn set_user_admin(&self, id: &UserId, admin: bool) -> Result<AccountChange, StoreError>;
 }
 
 /// Persistence of dashboard sign-in sessions, by the hash of their token.

@@ -153,7 +153,10 @@ pub fn openapi() -> OpenApi {
         )
         .path(
             "/v1/organization/users/{user_id}",
-            item(HttpMethod::Get, get_organization_user()),
+            utoipa::openapi::path::PathItemBuilder::new()
+                .operation(HttpMethod::Get, get_organization_user())
+                .operation(HttpMethod::Post, modify_organization_user())
+                .build(),
         )
         .build();
     OpenApiBuilder::new()
@@ -1223,21 +1226,48 @@ fn list_organization_users() -> Operation {
     .build()
 }
 
-fn get_organization_user() -> Operation {
-    let user_id = ParameterBuilder::new()
+fn user_id_parameter() -> Parameter {
+    ParameterBuilder::new()
         .name("user_id")
         .parameter_in(ParameterIn::Path)
         .required(Required::True)
         .description(Some("`usr_` + 16 hex."))
         .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
-        .build();
+        .build()
+}
+
+fn modify_organization_user() -> Operation {
+    admin_errors(operation(
+        "modifyOrganizationUser",
+        "organization",
+        "Make an account an organization owner (an admin) or a reader; the last enabled owner stays one. Its admin keys follow from their next request, on every replica.",
+        true,
+    ))
+    .parameter(user_id_parameter())
+    .request_body(Some(json_body("ModifyOrganizationUserRequest", true)))
+    .response(
+        "200",
+        json_response("The account.", reference("OrganizationUser")).build(),
+    )
+    .response(
+        "400",
+        error_response("`role` is not owner or reader, or the account is the last owner (`param` `role`).").build(),
+    )
+    .response(
+        "404",
+        error_response("No account with that id (`code` `not_found`).").build(),
+    )
+    .build()
+}
+
+fn get_organization_user() -> Operation {
     admin_errors(operation(
         "getOrganizationUser",
         "organization",
         "One account of the organization.",
         true,
     ))
-    .parameter(user_id)
+    .parameter(user_id_parameter())
     .response(
         "200",
         json_response("The account.", reference("OrganizationUser")).build(),

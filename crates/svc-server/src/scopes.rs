@@ -137,6 +137,11 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
         Need::Permission(Permission::ManagementRead),
     ),
     (
+        "POST",
+        "/v1/organization/users/{user_id}",
+        Need::Permission(Permission::ManagementWrite),
+    ),
+    (
         "GET",
         "/v1/organization/projects/{project_id}/users",
         Need::Permission(Permission::ManagementRead),

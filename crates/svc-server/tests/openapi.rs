@@ -160,6 +160,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "GET /v1/organization/usage/completions",
         "GET /v1/organization/users",
         "GET /v1/organization/users/{user_id}",
+        "POST /v1/organization/users/{user_id}",
     ]
     .into_iter()
     .map(str::to_owned)

@@ -82,6 +82,8 @@ const DISABLE: &str = "UPDATE users SET disabled_at = $2 WHERE id = $1 AND disab
 const ENABLE: &str =
     "UPDATE users SET disabled_at = NULL WHERE id = $1 AND disabled_at IS NOT NULL";
 const EXISTS: &str = "SELECT COUNT(*) FROM users WHERE id = $1";
+const PROMOTE: &str = "UPDATE users SET is_admin = 1 WHERE id = $1 AND is_admin = 0";
+const DEMOTE: &str = "UPDATE users SET is_admin = 0 WHERE id = $1 AND is_admin <> 0";
 const IS_ADMIN: &str = "SELECT is_admin FROM users WHERE id = $1";
 const DELETE: &str = "DELETE FROM users WHERE id = $1 RETURNING is_admin";
 const ENABLED_ADMINS: &str =
@@ -254,6 +256,32 @@ impl UserStore for SqlStore {
             }
             run(&mut tx, DENY_APPROVED, id, None).await?;
             run(&mut tx, DELETE_SESSIONS, id, None).await?;
+        }
+        tx.commit().await.map_err(query_error)?;
+        self.key_changes.changed(before).await;
+        Ok(AccountChange::Done)
+    }
+
+    async fn set_user_admin(&self, id: &UserId, admin: bool) -> Result<AccountChange, StoreError> {
+        let before = self.key_changes.before_change().await;
+        let mut tx = self.users_tx().await?;
+        let changed = run(&mut tx, if admin { PROMOTE } else { DEMOTE }, id, None).await?;
+        if changed != 1 {
+            let exists: i64 = sqlx::query_scalar(EXISTS)
+                .bind(id.0.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            tx.rollback().await.map_err(query_error)?;
+            return Ok(if exists == 0 {
+                AccountChange::NotFound
+            } else {
+                AccountChange::Unchanged
+            });
+        }
+        if !admin && no_admin_left(&mut tx).await? {
+            tx.rollback().await.map_err(query_error)?;
+            return Ok(AccountChange::LastAdmin);
         }
         tx.commit().await.map_err(query_error)?;
         self.key_changes.changed(before).await;

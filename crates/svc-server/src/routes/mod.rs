@@ -83,7 +83,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/v1/organization/users/{user_id}",
-            get(organization::get_organization_user),
+            get(organization::get_organization_user).post(organization::modify_organization_user),
         )
         .route(
             "/v1/organization/usage/completions",

@@ -22,12 +22,14 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
     CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, ModifyProjectApiKeyRequest, ModifyProjectRequest, OrganizationUser,
-    OrganizationUserList, Project, ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner,
-    ProjectList, ProjectUser, ProjectUserList, RotateProjectApiKeyRequest, TokenBudget,
+    DeletedProjectApiKey, ModifyOrganizationUserRequest, ModifyProjectApiKeyRequest,
+    ModifyProjectRequest, OrganizationUser, OrganizationUserList, Project, ProjectApiKey,
+    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
+    RotateProjectApiKeyRequest, TokenBudget,
 };
 use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
+use svc_core::store::AccountChange;
 use svc_core::{
     Budget, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
     ProjectMember, ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
@@ -618,6 +620,49 @@ pub async fn get_organization_user(
             param: None,
             message: format!("No user found with id '{user_id}'."),
         })
+}
+
+/// `POST /v1/organization/users/{user_id}`: makes an account an
+/// organization owner (an admin) or a reader; refused for the last enabled
+/// owner. Its admin keys follow from their next request, on every replica.
+pub async fn modify_organization_user(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path(user_id): Path<String>,
+    ApiJson(body): ApiJson<ModifyOrganizationUserRequest>,
+) -> Result<Json<OrganizationUser>, ApiError> {
+    organization_wide(&state, &key).await?;
+    let admin = match body.role.as_str() {
+        "owner" => true,
+        "reader" => false,
+        other => {
+            return Err(ValidationError {
+                param: "role".into(),
+                message: format!("role must be owner or reader, not '{other}'"),
+            }
+            .into());
+        }
+    };
+    let not_found = || ApiError::NotFound {
+        param: None,
+        message: format!("No user found with id '{user_id}'."),
+    };
+    let id = UserId(user_id.clone());
+    let user = state.accounts.user(&id).await?.ok_or_else(not_found)?;
+    let actor = key_actor(&state, &key).await?;
+    match state.accounts.set_admin(&user, admin, &actor).await? {
+        AccountChange::Done | AccountChange::Unchanged => {}
+        AccountChange::NotFound => return Err(not_found()),
+        AccountChange::LastAdmin => {
+            return Err(ValidationError {
+                param: "role".into(),
+                message: "the last organization owner cannot become a reader".into(),
+            }
+            .into());
+        }
+    }
+    let user = state.accounts.user(&id).await?.ok_or_else(not_found)?;
+    Ok(Json(organization_user(user)))
 }
 
 /// `GET /v1/organization/projects/{project_id}/users`: oldest member first.

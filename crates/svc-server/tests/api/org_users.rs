@@ -109,6 +109,78 @@ async fn the_organizations_users_are_listed_with_their_roles(db: Database) {
         )
         .await;
     }
+    // Roles: the last owner stays one; a reader becomes an owner, then the
+    // first owner may become a reader; each change is audited.
+    let set_role = |id: String, role: &'static str| {
+        let (app, admin) = (&app, &admin);
+        async move {
+            app.client
+                .post(app.url(&format!("/v1/organization/users/{id}")))
+                .bearer_auth(admin)
+                .json(&json!({ "role": role }))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    crate::expect_error(
+        set_role(ada.id.0.clone(), "reader").await,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("role"),
+    )
+    .await;
+    crate::expect_error(
+        set_role(bob.id.0.clone(), "admin").await,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("role"),
+    )
+    .await;
+    assert_eq!(
+        set_role("usr_0000000000000000".into(), "owner")
+            .await
+            .status(),
+        404
+    );
+    let promoted: Value = set_role(bob.id.0.clone(), "owner")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(promoted["role"], "owner", "{promoted}");
+    let demoted: Value = set_role(ada.id.0.clone(), "reader")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(demoted["role"], "reader", "{demoted}");
+    // Bob's project admin key now reaches the organization.
+    assert_eq!(
+        get(&app, &bobs_admin, "/v1/organization/users")
+            .await
+            .status(),
+        200
+    );
+    let log: Value = get(
+        &app,
+        &admin,
+        "/v1/organization/audit_logs?event_types[]=user.updated",
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let roles: Vec<&Value> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["user.updated"]["changes_requested"]["role"])
+        .collect();
+    assert_eq!(roles, [&json!("reader"), &json!("owner")], "{log}");
+
     // Not for keys that are not admin keys.
     let plain = app.create_key().await;
     assert_eq!(

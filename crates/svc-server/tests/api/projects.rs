@@ -139,6 +139,11 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
         "/v1/organization/users/{user_id}",
         Some(Permission::ManagementRead),
     ),
+    (
+        "POST",
+        "/v1/organization/users/{user_id}",
+        Some(Permission::ManagementWrite),
+    ),
 ];
 
 /// Every route of the OpenAPI document that takes a key, as (method, path).
