@@ -42,6 +42,22 @@ async fn run(tx: &mut Tx, sql: &str, id: &UserId, at: Option<i64>) -> Result<u64
         .map_err(query_error)
 }
 
+/// Ends `tx`, which changed nothing for account `id`: why (no such
+/// account, or it was in that state already).
+async fn unchanged(mut tx: Tx, id: &UserId) -> Result<AccountChange, StoreError> {
+    let exists: i64 = sqlx::query_scalar(EXISTS)
+        .bind(id.0.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query_error)?;
+    tx.rollback().await.map_err(query_error)?;
+    Ok(if exists == 0 {
+        AccountChange::NotFound
+    } else {
+        AccountChange::Unchanged
+    })
+}
+
 /// Whether no enabled admin is left in `tx`.
 async fn no_admin_left(tx: &mut Tx) -> Result<bool, StoreError> {
     let admins: i64 = sqlx::query_scalar(ENABLED_ADMINS)
@@ -232,17 +248,7 @@ impl UserStore for SqlStore {
             None => run(&mut tx, ENABLE, id, None).await?,
         };
         if changed != 1 {
-            let exists: i64 = sqlx::query_scalar(EXISTS)
-                .bind(id.0.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(query_error)?;
-            tx.rollback().await.map_err(query_error)?;
-            return Ok(if exists == 0 {
-                AccountChange::NotFound
-            } else {
-                AccountChange::Unchanged
-            });
+            return unchanged(tx, id).await;
         }
         if disabled_at.is_some() {
             let is_admin: i64 = sqlx::query_scalar(IS_ADMIN)
@@ -267,17 +273,7 @@ impl UserStore for SqlStore {
         let mut tx = self.users_tx().await?;
         let changed = run(&mut tx, if admin { PROMOTE } else { DEMOTE }, id, None).await?;
         if changed != 1 {
-            let exists: i64 = sqlx::query_scalar(EXISTS)
-                .bind(id.0.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(query_error)?;
-            tx.rollback().await.map_err(query_error)?;
-            return Ok(if exists == 0 {
-                AccountChange::NotFound
-            } else {
-                AccountChange::Unchanged
-            });
+            return unchanged(tx, id).await;
         }
         if !admin && no_admin_left(&mut tx).await? {
             tx.rollback().await.map_err(query_error)?;
