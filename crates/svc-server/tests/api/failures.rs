@@ -408,3 +408,43 @@ async fn a_burst_into_a_hung_postgres_is_answered_and_leaves_nothing_queued() {
     drop(app);
     schema.remove().await.unwrap();
 }
+
+/// A budgeted key's request charges its budget in the database before it
+/// starts: with PostgreSQL hung (the key still in the authentication
+/// cache), the charge must give up as fast as any read on the request
+/// path and let the request through (a counter's outage is not an API
+/// outage), not hold it until the pool gives up.
+#[tokio::test]
+async fn a_budget_counter_in_a_hung_postgres_lets_requests_through_quickly() {
+    let (upstream, host_port) = address_of(&postgres_url()).await;
+    let schema = TestSchema::create(&postgres_url()).await.unwrap();
+    let relay = Relay::start(upstream).await;
+    let url = schema
+        .url()
+        .replacen(&host_port, &relay.addr.to_string(), 1);
+    let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
+    let key = app
+        .create_scoped_key(
+            None,
+            svc_core::KeyScope {
+                budget: Some(svc_core::Budget {
+                    tokens: 1_000_000,
+                    period: svc_core::BudgetPeriod::Day,
+                }),
+                ..svc_core::KeyScope::default()
+            },
+        )
+        .await;
+    // Authenticated once, so that the key is in the cache.
+    assert_eq!(
+        app.chat(&key, &body("svc", "hi")).await.status(),
+        StatusCode::OK
+    );
+    relay.set(Mode::Blackhole);
+    let (response, took) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(took < FAIL_FAST, "a budgeted request took {took:?}");
+    relay.set(Mode::Pass);
+    drop(app);
+    schema.remove().await.unwrap();
+}
