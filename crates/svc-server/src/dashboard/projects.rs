@@ -281,6 +281,20 @@ pub async fn show(
     .await
 }
 
+/// The project page again, a 400, with `message` at `section`'s form and
+/// what was `sent` in it.
+async fn refused(
+    state: &AppState,
+    who: &SignedIn,
+    project: &ProjectRecord,
+    section: Section,
+    message: String,
+    sent: Value,
+) -> Result<Response, PageError> {
+    let page = render_project(state, who, project, None, Some((section, message, sent))).await?;
+    Ok((StatusCode::BAD_REQUEST, page).into_response())
+}
+
 async fn render_project(
     state: &AppState,
     who: &SignedIn,
@@ -377,15 +391,7 @@ pub async fn set_settings(
         Err(message) => {
             let sent =
                 context! { models => form.models, tokens => form.tokens, period => form.period };
-            let page = render_project(
-                &state,
-                &who,
-                &project,
-                None,
-                Some((Section::Settings, message, sent)),
-            )
-            .await?;
-            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+            return refused(&state, &who, &project, Section::Settings, message, sent).await;
         }
     };
     let changes = ProjectChanges {
@@ -435,15 +441,7 @@ pub async fn set_member(
         Ok(checked) => checked,
         Err(message) => {
             let sent = context! { email => form.email, role => form.role };
-            let page = render_project(
-                &state,
-                &who,
-                &project,
-                None,
-                Some((Section::Members, message, sent)),
-            )
-            .await?;
-            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+            return refused(&state, &who, &project, Section::Members, message, sent).await;
         }
     };
     projects::set_member(&state, &who.actor(), &project, &user.id, role).await?;
