@@ -225,6 +225,13 @@ async fn a_key_budget_stops_the_key_once_spent(db: Database) {
             .is_none()
     );
 
+    // A request the engine refuses before any token costs nothing: its
+    // estimate is given back.
+    let tiny = json!({"model": "fake-tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(app.chat(&key, &tiny).await.status(), 400);
+    let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
+    assert_eq!(budget["used"], 0, "{budget}");
+
     let mut served = 0;
     let refused = loop {
         let response = app.chat(&key, &small("one two three four five")).await;
