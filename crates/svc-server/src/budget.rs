@@ -410,6 +410,11 @@ impl Charge {
     /// the estimate was over, or adds what it was under. Off the response's
     /// path, on a task of its own.
     pub fn settle(mut self, tokens: i64) {
+        self.settle_once(tokens);
+    }
+
+    /// What [`Charge::settle`] does, once: the parts go with the first call.
+    fn settle_once(&mut self, tokens: i64) {
         let parts = std::mem::take(&mut self.parts);
         if parts.is_empty() {
             return;
@@ -432,16 +437,10 @@ impl Charge {
     }
 }
 
+/// Unsettled, a request used nothing: its estimate is given back.
 impl Drop for Charge {
     fn drop(&mut self) {
-        if !self.parts.is_empty() {
-            let parts = std::mem::take(&mut self.parts);
-            Charge {
-                budgets: self.budgets.clone(),
-                parts,
-            }
-            .settle(0);
-        }
+        self.settle_once(0);
     }
 }
 
