@@ -51,7 +51,8 @@ process.on('exit', () => {
 
 /**
  * Starts svc-fake-server with the test accounts and `extraArgs`; resolves
- * to `{ url, key, stop() }` once it printed its url and key.
+ * to `{ url, key, adminKey, stop() }` once it printed its url and key (and
+ * its admin key, with `--admin-key`).
  */
 export async function startServer(extraArgs = []) {
   const binary = process.env.SVC_FAKE_SERVER;
@@ -75,12 +76,13 @@ export async function startServer(extraArgs = []) {
   const exited = new Promise((resolveExit) => child.once('exit', resolveExit));
 
   const fields = {};
+  const wantsAdminKey = extraArgs.includes('--admin-key');
   const lines = createInterface({ input: child.stdout });
   const ready = new Promise((resolveReady) => {
     lines.on('line', (line) => {
       const space = line.indexOf(' ');
       if (space > 0) fields[line.slice(0, space)] = line.slice(space + 1).trim();
-      if (fields.url && fields.key) resolveReady(true);
+      if (fields.url && fields.key && (!wantsAdminKey || fields['admin-key'])) resolveReady(true);
     });
   });
   const outcome = await Promise.race([
@@ -106,7 +108,7 @@ export async function startServer(extraArgs = []) {
     await stop();
     throw new Error(`svc-fake-server ${args.join(' ')} ${outcome}; stderr:\n${log}`);
   }
-  return { url: fields.url, key: fields.key, stop, log: () => log };
+  return { url: fields.url, key: fields.key, adminKey: fields['admin-key'], stop, log: () => log };
 }
 
 /** Headless Debian chromium (root in CI, hence no sandbox). */

@@ -411,6 +411,51 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "DAYS",
         "Days an audit-log entry is kept before the hourly sweep deletes it; 0 keeps every entry",
     ),
+    flag(
+        "oidc_issuer",
+        "URL",
+        "Single sign-on: the OpenID Connect provider's issuer URL (discovery at <URL>/.well-known/openid-configuration)",
+    )
+    .unset("no single sign-on"),
+    flag(
+        "oidc_client_id",
+        "ID",
+        "Single sign-on: this service's client id at the provider",
+    ),
+    flag(
+        "oidc_client_secret",
+        "SECRET",
+        "Single sign-on: this service's client secret at the provider; prefer SVC_OIDC_CLIENT_SECRET, which other users cannot see",
+    )
+    .unset("a public client (PKCE only)")
+    .kind(FlagKind::Secret),
+    flag(
+        "oidc_name",
+        "NAME",
+        "Single sign-on: the provider's name on the sign-in button",
+    ),
+    flag(
+        "oidc_create_accounts",
+        "BOOL",
+        "Single sign-on: give a verified email without an account one on its first sign-in",
+    )
+    .kind(FlagKind::Switch),
+    flag(
+        "oidc_default_project",
+        "PROJECT",
+        "Single sign-on: the project an account made on first sign-in joins",
+    ),
+    flag(
+        "oidc_default_role",
+        "ROLE",
+        "Single sign-on: its role there, member or owner",
+    ),
+    flag(
+        "password_sign_in",
+        "BOOL",
+        "Let email and password sign in to the dashboard (false: single sign-on only)",
+    )
+    .kind(FlagKind::Switch),
     flag("model", "PATH", "GGUF file for `svc` and `svc-thinking`")
         .unset("SmolLM2-135M-Instruct, fetched by `svc pull` on first start"),
     flag(

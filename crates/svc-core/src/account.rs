@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::audit::{self, Actor, ActorUser, AuditEntry};
 use crate::hashes::{SessionHash, SetupTokenHash};
 use crate::now;
-use crate::project::OrgRole;
+use crate::project::{OrgRole, ProjectId, ProjectRole};
 use crate::session::{SessionRecord, SessionToken, flash, random_token};
 use crate::store::{AccountChange, Store, StoreError};
 use crate::throttle::{Throttle, give_back_all, take_all};
@@ -348,6 +348,55 @@ pub enum SignInError {
     Store(#[from] StoreError),
 }
 
+/// Why single sign-on let nobody in (the provider's part went well).
+#[derive(Debug, thiserror::Error)]
+pub enum SsoSignInError {
+    #[error(
+        "Your identity provider has not verified this email address, so it cannot sign in here."
+    )]
+    Unverified,
+    #[error("No account here has this email address. Ask an admin for one.")]
+    NoAccount,
+    #[error("This account is disabled. Ask an admin to enable it.")]
+    Disabled,
+    /// The configured project for new accounts does not exist.
+    #[error(
+        "The project new accounts join ({0}) does not exist: the single sign-on settings need fixing."
+    )]
+    NoProject(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl SsoSignInError {
+    /// The audit log's `error_code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SsoSignInError::Unverified => "email_not_verified",
+            SsoSignInError::NoAccount => "no_account",
+            SsoSignInError::Disabled => "account_disabled",
+            SsoSignInError::NoProject(_) => "no_project",
+            SsoSignInError::Store(_) => "store_error",
+        }
+    }
+}
+
+/// Who an identity provider says signed in, for [`AccountService::sign_in_sso`].
+#[derive(Debug, Clone)]
+pub struct SsoIdentity<'a> {
+    /// The provider's issuer URL (written to the audit log).
+    pub issuer: &'a str,
+    pub email: &'a str,
+    pub email_verified: bool,
+    /// Where an account is made for an email that has none (`None`: it is
+    /// refused).
+    pub create: Option<(ProjectId, ProjectRole)>,
+}
+
+/// The stored "password hash" of an account made by single sign-on: not a
+/// PHC string, so no password ever matches it.
+const NO_PASSWORD: &str = "!sso";
+
 /// A session just opened: the cookie's token (its only copy) and the record.
 #[derive(Debug)]
 pub struct OpenedSession {
@@ -571,9 +620,11 @@ impl AccountService {
         let user = self.store.user_by_email(&email).await?;
         // An unknown email costs the same hashing as a wrong password, so
         // timing does not tell which accounts exist.
+        // So does an account without a password (made by single sign-on).
         let hash = user
             .as_ref()
             .map(|u| u.password_hash.clone())
+            .filter(|hash| hash != NO_PASSWORD)
             .unwrap_or_else(|| DUMMY_HASH.to_owned());
         let password = password.to_owned();
         let Ok(matches) = hashing(move || verify_password(&password, &hash)).await else {
@@ -602,7 +653,7 @@ impl AccountService {
             )
         };
         let user = match user {
-            Some(user) if matches => user,
+            Some(user) if matches && user.password_hash != NO_PASSWORD => user,
             _ => {
                 let error = SignInError::Invalid;
                 audit::record(self.store.as_ref(), failed("invalid_credentials", &error)).await?;
@@ -624,6 +675,142 @@ impl AccountService {
         )
         .await?;
         Ok(opened)
+    }
+
+    /// Signs in someone an identity provider vouched for: the account with
+    /// their verified email (made now, when `identity.create` says where),
+    /// unless disabled. Audited as `login.succeeded` or `login.failed`
+    /// with `"method": "sso"`.
+    pub async fn sign_in_sso(
+        &self,
+        identity: SsoIdentity<'_>,
+        address: Option<&str>,
+    ) -> Result<OpenedSession, SsoSignInError> {
+        let email = normalise_email(identity.email);
+        let existing = match &email {
+            Some(email) => self.store.user_by_email(email).await?,
+            None => None,
+        };
+        let mut actor = Actor::Session {
+            user: match (&existing, &email) {
+                (Some(user), _) => Some(ActorUser::from(user)),
+                (None, Some(email)) => Some(ActorUser {
+                    id: None,
+                    email: email.clone(),
+                }),
+                (None, None) => None,
+            },
+            address: address.map(str::to_owned),
+        };
+        let outcome = self.sso_account(&identity, email, existing, &actor).await;
+        let user = match outcome {
+            Ok(user) => user,
+            Err(error) => {
+                self.record_sso_failure(&actor, identity.issuer, error.code(), &error.to_string())
+                    .await?;
+                return Err(error);
+            }
+        };
+        let opened = self.open_session(user, address).await?;
+        if let Actor::Session { user, .. } = &mut actor {
+            *user = Some(ActorUser::from(&opened.user));
+        }
+        audit::record(
+            self.store.as_ref(),
+            AuditEntry::new(
+                "login.succeeded",
+                &actor,
+                json!({"method": "sso", "issuer": identity.issuer}),
+            ),
+        )
+        .await?;
+        Ok(opened)
+    }
+
+    /// The account `identity` signs in to, made when it may be.
+    async fn sso_account(
+        &self,
+        identity: &SsoIdentity<'_>,
+        email: Option<String>,
+        existing: Option<UserRecord>,
+        actor: &Actor,
+    ) -> Result<UserRecord, SsoSignInError> {
+        let Some(email) = email.filter(|_| identity.email_verified) else {
+            return Err(SsoSignInError::Unverified);
+        };
+        let user = match (existing, &identity.create) {
+            (Some(user), _) => user,
+            (None, None) => return Err(SsoSignInError::NoAccount),
+            (None, Some((project, role))) => {
+                if self.store.project_by_id(project).await?.is_none() {
+                    return Err(SsoSignInError::NoProject(project.0.clone()));
+                }
+                let user = UserRecord {
+                    id: UserId::generate(),
+                    email,
+                    password_hash: NO_PASSWORD.to_owned(),
+                    is_admin: false,
+                    created_at: now(),
+                    disabled_at: None,
+                };
+                match self.store.insert_user(&user).await {
+                    Ok(()) => {}
+                    // Made meanwhile by another sign-in: use that one.
+                    Err(StoreError::Conflict) => {
+                        return self
+                            .store
+                            .user_by_email(&user.email)
+                            .await?
+                            .ok_or(SsoSignInError::NoAccount);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                if !project.is_default() || *role != ProjectRole::Member {
+                    self.store
+                        .set_project_member(project, &user.id, *role, now())
+                        .await?;
+                }
+                self.audit_user(
+                    "user.added",
+                    actor,
+                    &user,
+                    json!({
+                        "role": OrgRole::of_admin_flag(false).as_str(),
+                        "method": "sso",
+                        "project": {"id": project.0, "role": role.as_str()},
+                    }),
+                )
+                .await?;
+                user
+            }
+        };
+        if user.disabled_at.is_some() {
+            return Err(SsoSignInError::Disabled);
+        }
+        Ok(user)
+    }
+
+    /// Writes `login.failed` for a single sign-on that let nobody in
+    /// (`code` as the audit log's `error_code`).
+    pub async fn record_sso_failure(
+        &self,
+        actor: &Actor,
+        issuer: &str,
+        code: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        audit::record(
+            self.store.as_ref(),
+            AuditEntry::new(
+                "login.failed",
+                actor,
+                json!({
+                    "method": "sso", "issuer": issuer,
+                    "error_code": code, "error_message": message,
+                }),
+            ),
+        )
+        .await
     }
 
     /// Opens a session for `user` (after sign-in or setup).

@@ -22,7 +22,10 @@ pub mod store;
 pub mod throttle;
 pub mod usage;
 
-pub use account::{AccountError, AccountService, OpenedSession, SignInError, UserId, UserRecord};
+pub use account::{
+    AccountError, AccountService, OpenedSession, SignInError, SsoIdentity, SsoSignInError, UserId,
+    UserRecord,
+};
 pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery};
 pub use budget::{Budget, BudgetPeriod};
 pub use device::{

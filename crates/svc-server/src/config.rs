@@ -93,6 +93,86 @@ pub struct ServerConfig {
     /// Days an audit-log entry is kept; older ones are deleted by the
     /// server's hourly sweep. 0 keeps them forever.
     pub audit_retention_days: u32,
+    /// Single sign-on through an OpenID Connect provider, and whether
+    /// passwords still sign in.
+    #[serde(skip)]
+    pub sso: SsoConfig,
+}
+
+/// Dashboard sign-in through an OpenID Connect provider: the `oidc_*` and
+/// `password_sign_in` keys of the configuration.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct SsoConfig {
+    /// The provider's issuer URL (its discovery document is
+    /// `<issuer>/.well-known/openid-configuration`); `None` turns single
+    /// sign-on off.
+    #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
+    pub oidc_issuer: Option<Url>,
+    /// This service's client id at the provider.
+    pub oidc_client_id: Option<String>,
+    /// This service's client secret at the provider.
+    pub oidc_client_secret: Option<Secret>,
+    /// The provider's name on the sign-in button ("Sign in with …").
+    pub oidc_name: String,
+    /// Whether a verified email without an account gets one on its first
+    /// sign-in (else it is refused).
+    pub oidc_create_accounts: bool,
+    /// The project an account created on first sign-in joins.
+    pub oidc_default_project: String,
+    /// Its role there: `member` or `owner`.
+    #[serde(with = "project_role")]
+    pub oidc_default_role: svc_core::ProjectRole,
+    /// Whether email and password still sign in to the dashboard (and
+    /// self sign-up is offered); `false` needs `oidc_issuer`.
+    pub password_sign_in: bool,
+}
+
+impl Default for SsoConfig {
+    fn default() -> Self {
+        SsoConfig {
+            oidc_issuer: None,
+            oidc_client_id: None,
+            oidc_client_secret: None,
+            oidc_name: "single sign-on".to_owned(),
+            oidc_create_accounts: false,
+            oidc_default_project: svc_core::DEFAULT_PROJECT_ID.to_owned(),
+            oidc_default_role: svc_core::ProjectRole::Member,
+            password_sign_in: true,
+        }
+    }
+}
+
+impl SsoConfig {
+    /// Why these settings cannot work together, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.oidc_issuer, &self.oidc_client_id) {
+            (Some(_), None) => Err("oidc_issuer needs oidc_client_id".to_owned()),
+            (None, Some(_)) => Err("oidc_client_id needs oidc_issuer".to_owned()),
+            (None, None) if !self.password_sign_in => Err(
+                "password_sign_in = false needs single sign-on (oidc_issuer and oidc_client_id): \
+                 nobody could sign in"
+                    .to_owned(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `oidc_default_role`: `member` or `owner`.
+mod project_role {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use svc_core::ProjectRole;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ProjectRole, D::Error> {
+        let text = String::deserialize(d)?;
+        ProjectRole::parse(text.trim())
+            .map_err(|_| serde::de::Error::custom("must be member or owner"))
+    }
+
+    pub fn serialize<S: Serializer>(role: &ProjectRole, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(role.as_str())
+    }
 }
 
 /// Default days an audit-log entry is kept: a year.
@@ -122,6 +202,7 @@ impl Default for ServerConfig {
             metrics_bind: None,
             response_retention: DEFAULT_RESPONSE_RETENTION,
             audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
+            sso: SsoConfig::default(),
         }
     }
 }
@@ -262,13 +343,22 @@ impl ServerConfig {
     }
 }
 
-/// The bearer token `/metrics` wants; its `Debug` never shows it.
+/// A secret setting (the bearer token `/metrics` wants, a client secret):
+/// its `Debug` and serialized forms never show it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct MetricsToken(String);
+pub struct Secret(String);
 
-impl MetricsToken {
+/// The bearer token `/metrics` wants.
+pub type MetricsToken = Secret;
+
+impl Secret {
     pub fn new(token: impl Into<String>) -> Self {
-        MetricsToken(token.into())
+        Secret(token.into())
+    }
+
+    /// The secret itself: for sending it where it belongs only.
+    pub fn expose(&self) -> &str {
+        &self.0
     }
 
     /// Whether `candidate` is the token, in time that does not depend on
@@ -283,25 +373,25 @@ impl MetricsToken {
     }
 }
 
-impl fmt::Debug for MetricsToken {
+impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("MetricsToken(<redacted>)")
+        f.write_str("Secret(<redacted>)")
     }
 }
 
-impl<'de> Deserialize<'de> for MetricsToken {
+impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let token = String::deserialize(d)?;
         if token.trim().is_empty() {
             // The token is never echoed.
             return Err(serde::de::Error::custom("must not be empty"));
         }
-        Ok(MetricsToken::new(token.trim()))
+        Ok(Secret::new(token.trim()))
     }
 }
 
-/// For showing: the token comes out hidden.
-impl Serialize for MetricsToken {
+/// For showing: the secret comes out hidden.
+impl Serialize for Secret {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str("<hidden>")
     }

@@ -10,6 +10,7 @@ pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod oidc;
 pub mod openapi;
 pub mod projects;
 pub mod ratelimit;

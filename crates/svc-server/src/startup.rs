@@ -66,7 +66,9 @@ impl Application {
             &public_url,
             config.dashboard_url.as_ref().map(url::Url::as_str),
             config.allow_signup,
-        );
+        )
+        .with_sso(&config.sso)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let dashboard_url = dashboard.url.clone();
         let accounts = AccountService::new(store.clone());
         let limiter = match &config.redis_url {

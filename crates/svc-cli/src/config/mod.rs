@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Deserializer, Serialize};
 use svc_core::DeviceConfig;
 use svc_server::ServerConfig;
-use svc_server::config::{RateLimitConfig, SecretUrl};
+use svc_server::config::{RateLimitConfig, SecretUrl, SsoConfig};
 use svc_store::SQLITE_FILE_NAME;
 use svc_store::SqlStore;
 
@@ -234,10 +234,11 @@ pub struct ServeConfig {
 }
 
 /// The sections of the flat keys, by name, in the order they are shown.
-pub fn sections() -> [(&'static str, &'static [&'static str]); 5] {
+pub fn sections() -> [(&'static str, &'static [&'static str]); 6] {
     [
         ("store", fields_of::<StoreConfig>()),
         ("server", fields_of::<ServerConfig>()),
+        ("single sign-on", fields_of::<SsoConfig>()),
         ("device flow", fields_of::<DeviceConfig>()),
         ("rate limits", fields_of::<RateLimitConfig>()),
         ("engine", fields_of::<EngineConfig>()),
@@ -323,6 +324,8 @@ impl ServeConfig {
         let mut server: ServerConfig = layers.section()?;
         server.device = layers.section()?;
         server.rate_limits = layers.section::<RateLimitConfig>()?.into();
+        server.sso = layers.section()?;
+        server.sso.check().map_err(anyhow::Error::msg)?;
         let source = match &file.path {
             Some(path) => Source::File(path.clone()),
             None => Source::Default,
@@ -361,6 +364,7 @@ pub fn check_value(key: &str, value: Raw) -> Result<(), String> {
     check::<ServerConfig>(&given)?;
     check::<DeviceConfig>(&given)?;
     check::<RateLimitConfig>(&given)?;
+    check::<SsoConfig>(&given)?;
     check::<EngineConfig>(&given)
 }
 

@@ -26,6 +26,7 @@ pub fn render(
     let tables = [
         table(&config.store)?,
         table(&config.server)?,
+        table(&config.server.sso)?,
         table(&config.server.device)?,
         table(&rate_limits)?,
         table(&config.engine)?,
@@ -78,6 +79,7 @@ pub fn default_text(key: &str) -> Option<String> {
     let tables = [
         table(&super::StoreConfig::default()),
         table(&server),
+        table(&server.sso),
         table(&server.device),
         table(&RateLimitConfig::default()),
         table(&super::EngineConfig::default()),

@@ -507,6 +507,7 @@ fn printed_configuration_reads_back_the_same() {
     let (c, layers, path) = load(
         "bind = \"127.0.0.1:9000\"\nheader_timeout = \"1500ms\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
          device_interval = 3\nrate_limit_tpm = 1000\ncontext = 2048\n\
+         oidc_issuer = \"https://id.example/\"\noidc_client_id = \"svc\"\noidc_default_role = \"owner\"\n\
          [models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n",
         &[flag("allow_signup", "true"), env("threads", "2")],
     )

@@ -20,7 +20,7 @@ use crate::extract::ClientAddress;
 use crate::state::AppState;
 
 /// The anonymous form's CSRF token: the cookie's, or a new one to set.
-fn anonymous_csrf(headers: &HeaderMap) -> (String, bool) {
+pub(super) fn anonymous_csrf(headers: &HeaderMap) -> (String, bool) {
     match cookie(headers, CSRF_COOKIE) {
         Some(token) if token.len() == 64 => (token, false),
         _ => (random_token(), true),
@@ -28,7 +28,7 @@ fn anonymous_csrf(headers: &HeaderMap) -> (String, bool) {
 }
 
 /// A page with the anonymous CSRF cookie set when it was new.
-fn with_csrf_cookie(
+pub(super) fn with_csrf_cookie(
     state: &AppState,
     page: impl IntoResponse,
     token: &str,
@@ -58,7 +58,7 @@ fn check_anonymous_csrf(headers: &HeaderMap, submitted: &str) -> Result<(), Page
 }
 
 /// Signs in: sets the session cookie and goes to `next`.
-fn signed_in(state: &AppState, opened: &OpenedSession, next: &str) -> Response {
+pub(super) fn signed_in(state: &AppState, opened: &OpenedSession, next: &str) -> Response {
     let mut response = Redirect::to(next).into_response();
     let max_age = opened.session.expires_at - opened.session.created_at;
     let headers = response.headers_mut();
@@ -98,14 +98,46 @@ pub async fn login_page(
     let notice = query.signed_up.is_some().then_some(
         "If this email had no account yet, it has one now: sign in with the password you chose.",
     );
-    let page = render(
-        "login.html",
-        context! {
-            csrf => csrf.clone(), next, allow_signup => state.dashboard.allow_signup,
-            email => "", notice,
-        },
-    )?;
+    let page = LoginPage {
+        csrf: &csrf,
+        next: &next,
+        email: "",
+        notice,
+        error: None,
+    }
+    .render(&state)?;
     Ok(with_csrf_cookie(&state, page, &csrf, is_new))
+}
+
+/// The sign-in page: the password form (unless password sign-in is off)
+/// and the single sign-on button (when configured).
+pub struct LoginPage<'a> {
+    pub csrf: &'a str,
+    pub next: &'a str,
+    pub email: &'a str,
+    pub notice: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+impl LoginPage<'_> {
+    pub fn render(&self, state: &AppState) -> Result<axum::response::Html<String>, PageError> {
+        let dashboard = &state.dashboard;
+        let sso = dashboard.sso.as_ref().map(|sso| {
+            context! {
+                name => sso.name.clone(),
+                href => format!("/dashboard/login/sso?next={}", super::session::urlencode(self.next)),
+            }
+        });
+        render(
+            "login.html",
+            context! {
+                csrf => self.csrf, next => self.next, email => self.email,
+                notice => self.notice, error => self.error, sso,
+                password_sign_in => dashboard.password_sign_in,
+                allow_signup => dashboard.offers_signup(),
+            },
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,16 +154,20 @@ pub async fn login(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, PageError> {
+    if !state.dashboard.password_sign_in {
+        return Err(PageError::NotFound);
+    }
     check_anonymous_csrf(&headers, &form.csrf)?;
     let next = safe_next(form.next.as_deref());
     let failed = |message: String, status| -> Result<Response, PageError> {
-        let page = render(
-            "login.html",
-            context! {
-                csrf => form.csrf.clone(), next => next.clone(), error => message,
-                allow_signup => state.dashboard.allow_signup, email => form.email.clone(),
-            },
-        )?;
+        let page = LoginPage {
+            csrf: &form.csrf,
+            next: &next,
+            email: &form.email,
+            notice: None,
+            error: Some(&message),
+        }
+        .render(&state)?;
         Ok((status, page).into_response())
     };
     match state
@@ -231,7 +267,7 @@ pub async fn signup_page(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    if !state.dashboard.allow_signup {
+    if !state.dashboard.offers_signup() {
         return Err(PageError::NotFound);
     }
     let (csrf, is_new) = anonymous_csrf(&headers);
@@ -248,7 +284,7 @@ pub async fn signup(
     headers: HeaderMap,
     Form(form): Form<AccountForm>,
 ) -> Result<Response, PageError> {
-    if !state.dashboard.allow_signup {
+    if !state.dashboard.offers_signup() {
         return Err(PageError::NotFound);
     }
     check_anonymous_csrf(&headers, &form.csrf)?;

@@ -1,5 +1,6 @@
 //! The web dashboard: server-rendered pages (no JavaScript needed) for
-//! signing in, API keys (with rotation and budgets), usage, approving
+//! signing in (with a password, or through an OpenID Connect provider),
+//! API keys (with rotation and budgets), usage, approving
 //! device logins, projects and their members (for organization and project
 //! owners), and (for admins) disabling, enabling and deleting accounts and
 //! reading the audit log.
@@ -17,6 +18,7 @@ mod keys;
 mod pages;
 mod projects;
 mod session;
+mod sso;
 mod usage;
 mod users;
 
@@ -29,6 +31,7 @@ use axum::routing::get;
 use crate::state::AppState;
 
 pub use pages::{PageError, Pages, render};
+pub use session::same_token;
 
 /// The dashboard's settings, fixed at startup.
 pub struct Dashboard {
@@ -38,6 +41,10 @@ pub struct Dashboard {
     pub secure_cookies: bool,
     /// Whether the sign-in page offers self sign-up.
     pub allow_signup: bool,
+    /// Whether email and password sign in (else only single sign-on does).
+    pub password_sign_in: bool,
+    /// Single sign-on through an OpenID Connect provider, when configured.
+    pub sso: Option<crate::oidc::Oidc>,
 }
 
 /// Where the dashboard's routes are mounted on this server.
@@ -53,7 +60,23 @@ impl Dashboard {
             secure_cookies: url.starts_with("https://") || public_url.starts_with("https://"),
             url,
             allow_signup,
+            password_sign_in: true,
+            sso: None,
         }
+    }
+
+    /// With single sign-on as `config` says; the message says why the
+    /// settings cannot work.
+    pub fn with_sso(mut self, config: &crate::config::SsoConfig) -> Result<Self, String> {
+        self.sso = crate::oidc::Oidc::from_config(config, &self.url)?;
+        self.password_sign_in = config.password_sign_in;
+        Ok(self)
+    }
+
+    /// Whether the sign-in page offers self sign-up: asked for, and
+    /// passwords sign in.
+    pub fn offers_signup(&self) -> bool {
+        self.allow_signup && self.password_sign_in
     }
 
     /// The device flow's `verification_uri`.
@@ -70,6 +93,8 @@ pub fn router() -> Router<AppState> {
             "/dashboard/login",
             get(account::login_page).post(account::login),
         )
+        .route("/dashboard/login/sso", get(sso::start))
+        .route("/dashboard/login/sso/callback", get(sso::callback))
         .route("/dashboard/logout", axum::routing::post(account::logout))
         .route(
             "/dashboard/setup",

@@ -57,6 +57,7 @@ mod org_users;
 mod projects;
 mod ratelimit;
 mod responses;
+mod sso;
 mod streaming;
 mod throttles;
 

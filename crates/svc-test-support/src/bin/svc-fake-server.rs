@@ -9,7 +9,10 @@
 //! API). `--user EMAIL:PASSWORD`
 //! and `--admin EMAIL:PASSWORD` create dashboard accounts first (for the
 //! browser tests); `--device-interval` and `--device-code-lifetime` (seconds)
-//! shorten the device flow's timings.
+//! shorten the device flow's timings. `--oidc-issuer URL`, `--oidc-client-id
+//! ID`, `--oidc-client-secret SECRET`, `--oidc-create-accounts` and
+//! `--no-password-sign-in` set up single sign-on (for the browser tests'
+//! OpenID Connect provider).
 
 #![allow(
     clippy::unwrap_used,
@@ -40,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
     let mut users = Vec::new();
     let mut device = DeviceConfig::default();
     let mut admin_key = false;
+    let mut sso = svc_server::config::SsoConfig::default();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -58,10 +62,21 @@ async fn main() -> anyhow::Result<()> {
             "--device-code-lifetime" => {
                 device.code_lifetime = value("--device-code-lifetime").parse()?
             }
+            "--oidc-issuer" => sso.oidc_issuer = Some(value("--oidc-issuer").parse()?),
+            "--oidc-client-id" => sso.oidc_client_id = Some(value("--oidc-client-id")),
+            "--oidc-client-secret" => {
+                sso.oidc_client_secret = Some(svc_server::config::Secret::new(value(
+                    "--oidc-client-secret",
+                )))
+            }
+            "--oidc-create-accounts" => sso.oidc_create_accounts = true,
+            "--no-password-sign-in" => sso.password_sign_in = false,
             other => anyhow::bail!(
                 "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
                  --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --admin-key, \
-                 --device-interval SECS, --device-code-lifetime SECS)"
+                 --device-interval SECS, --device-code-lifetime SECS, --oidc-issuer URL, \
+                 --oidc-client-id ID, --oidc-client-secret SECRET, --oidc-create-accounts, \
+                 --no-password-sign-in)"
             ),
         }
     }
@@ -105,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
     let config = ServerConfig {
         bind,
         device,
+        sso,
         ..ServerConfig::default()
     };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;
