@@ -302,7 +302,7 @@ describe('dashboard', () => {
       await assertEveryControlLabelled(page);
       await page.getByLabel('Name', { exact: true }).fill('Browser team');
       await page.getByLabel(/^Allowed models/).fill('svc*, other');
-      await page.getByLabel(/^Token budget/).fill('1000');
+      await page.getByLabel(/^Budget \(/).fill('1000');
       await page.getByLabel('Budget renews every').selectOption('week');
       await Promise.all([
         page.waitForURL('**/dashboard/projects/proj_*'),
@@ -313,7 +313,18 @@ describe('dashboard', () => {
       assert.match(await page.locator('.facts').textContent(), /svc\*, other/);
       assert.match(await page.locator('.facts').textContent(), /0 \/ 1000 tokens this week/);
       assert.equal(await page.locator('meter').getAttribute('max'), '1000');
+      assert.equal(await page.locator('meter').getAttribute('high'), '800', 'the alert threshold');
       await assertEveryControlLabelled(page);
+
+      // A spend budget instead: US dollars at the models' prices.
+      await page.getByLabel(/^Budget \(/).fill('2.50');
+      await page.getByLabel('Counted in').selectOption('usd');
+      await Promise.all([
+        page.waitForURL('**/dashboard/projects/proj_*?done=settings'),
+        page.getByRole('button', { name: 'Save models and budget' }).click(),
+      ]);
+      assert.match(await page.locator('.facts').textContent(), /\$0 \/ \$2\.5 this week/);
+      assert.equal(await page.getByLabel('Counted in').inputValue(), 'usd');
 
       await page.getByLabel('Email', { exact: true }).fill(ALICE);
       await page.getByLabel('Role', { exact: true }).selectOption('owner');

@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use crate::schema::constant;
 
 /// A project: `organization.project`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Project {
     /// `proj_` + 16 hex (the default project: `proj_default`).
     pub id: String,
@@ -37,28 +37,39 @@ pub struct Project {
     pub budget: Option<BudgetStatus>,
 }
 
-/// A token budget (svc's own): at most `tokens` prompt and completion
-/// tokens per UTC `period`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// A budget (svc's own): at most `tokens` prompt and completion tokens, or
+/// `usd` US dollars of spend (each model's tokens at its configured prices),
+/// per UTC `period`. Exactly one of `tokens` and `usd`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TokenBudget {
-    /// At least 1.
+pub struct BudgetLimit {
+    /// A token budget: at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
-    pub tokens: i64,
+    pub tokens: Option<i64>,
+    /// A spend budget, in US dollars: more than 0 (counted in millionths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
     /// `day`, `week` (from Monday) or `month`, in UTC.
     #[schema(schema_with = budget_period)]
     pub period: String,
 }
 
-/// A token budget and what its current window used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// A budget and what its current window used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BudgetStatus {
-    pub tokens: i64,
+    /// A token budget's tokens; absent for a spend budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<i64>,
+    /// A spend budget's US dollars; absent for a token budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
     /// `day`, `week` or `month`.
     #[schema(schema_with = budget_period)]
     pub period: String,
-    /// Tokens used (or held by requests in flight) in the current window;
-    /// null when the counter could not be read.
+    /// Used (or held by requests in flight) in the current window: tokens,
+    /// or for a spend budget millionths of a dollar; null when the counter
+    /// could not be read.
     #[schema(required = true)]
     pub used: Option<i64>,
     /// When the budget renews (unix time).
@@ -66,7 +77,7 @@ pub struct BudgetStatus {
 }
 
 /// `GET /v1/organization/projects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectList {
     /// Always `list`.
     #[schema(schema_with = crate::models::object_list)]
@@ -82,7 +93,7 @@ pub struct ProjectList {
 }
 
 /// `POST /v1/organization/projects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProjectRequest {
     /// 1 to 200 characters.
@@ -94,12 +105,12 @@ pub struct CreateProjectRequest {
     /// The tokens all its keys together may use per period; omitted or
     /// null: no budget.
     #[serde(default)]
-    pub budget: Option<TokenBudget>,
+    pub budget: Option<BudgetLimit>,
 }
 
 /// `POST /v1/organization/projects/{project_id}`: what to change (a field
 /// left out stays as it is).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModifyProjectRequest {
     /// 1 to 200 characters.
@@ -113,20 +124,20 @@ pub struct ModifyProjectRequest {
     /// The project's token budget; null: none. Applies from the keys' next
     /// request, on every replica; the current window's count stays.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<TokenBudget>)]
-    pub budget: Option<Option<TokenBudget>>,
+    #[schema(value_type = Option<BudgetLimit>)]
+    pub budget: Option<Option<BudgetLimit>>,
 }
 
 /// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}` (svc's
 /// own): what to change (a field left out stays as it is).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModifyProjectApiKeyRequest {
     /// The key's token budget; null: none. Applies from its next request,
     /// on every replica; the current window's count stays.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<TokenBudget>)]
-    pub budget: Option<Option<TokenBudget>>,
+    #[schema(value_type = Option<BudgetLimit>)]
+    pub budget: Option<Option<BudgetLimit>>,
 }
 
 /// A field that is present (`null` included) is `Some`: only an absent
@@ -141,7 +152,7 @@ where
 
 /// A project's API key: `organization.project.api_key` (never its secret,
 /// except `value` in the answer to creating it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectApiKey {
     /// `key_` + 16 hex.
     pub id: String,
@@ -187,7 +198,7 @@ pub struct ProjectApiKey {
 /// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}/rotate`
 /// (svc's own): a new key like this one; this one keeps working for the
 /// grace period, then is refused as expired.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateProjectApiKeyRequest {
     /// Seconds the old key keeps working, 0 to 2592000 (30 days); omitted
@@ -229,7 +240,7 @@ pub struct AuditLog {
 }
 
 /// The project of an audit-log entry (its name when it happened).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AuditLogProject {
     pub id: String,
     pub name: String,
@@ -251,7 +262,7 @@ pub struct AuditLogList {
 }
 
 /// Whose a key is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectApiKeyOwner {
     /// `user` (an account's key) or `operator` (made by the operator, with
     /// no account).
@@ -264,7 +275,7 @@ pub struct ProjectApiKeyOwner {
 }
 
 /// An account as the admin API shows it: `organization.project.user`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectUser {
     pub id: String,
     /// Always `organization.project.user`.
@@ -281,7 +292,7 @@ pub struct ProjectUser {
 }
 
 /// `GET /v1/organization/projects/{project_id}/users`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectUserList {
     /// Always `list`.
     #[schema(schema_with = crate::models::object_list)]
@@ -296,7 +307,7 @@ pub struct ProjectUserList {
 
 /// `POST /v1/organization/projects/{project_id}/users`: adds an account to
 /// the project, or changes its role there.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProjectUserRequest {
     /// The account (`usr_...`).
@@ -307,7 +318,7 @@ pub struct CreateProjectUserRequest {
 }
 
 /// `GET /v1/organization/projects/{project_id}/api_keys`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProjectApiKeyList {
     /// Always `list`.
     #[schema(schema_with = crate::models::object_list)]
@@ -322,7 +333,7 @@ pub struct ProjectApiKeyList {
 
 /// `POST /v1/organization/projects/{project_id}/api_keys` (svc's own: OpenAI
 /// makes project keys only in its dashboard).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProjectApiKeyRequest {
     /// 1 to 200 characters.
@@ -350,12 +361,12 @@ pub struct CreateProjectApiKeyRequest {
     /// The tokens it may use per period (within its project's budget);
     /// omitted or null: no budget of its own.
     #[serde(default)]
-    pub budget: Option<TokenBudget>,
+    pub budget: Option<BudgetLimit>,
 }
 
 /// `DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}`: the
 /// key is revoked (its record stays, for its usage history).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DeletedProjectApiKey {
     /// Always `organization.project.api_key.deleted`.
     #[schema(schema_with = object_deleted_key)]
@@ -418,7 +429,7 @@ fn owner_type() -> Object {
 }
 
 /// `GET /v1/organization/usage/completions`: one page of day buckets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UsageCompletionsPage {
     /// Always `page`.
     #[schema(schema_with = object_page)]
@@ -431,7 +442,7 @@ pub struct UsageCompletionsPage {
 }
 
 /// One day's usage: `bucket`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UsageCompletionsBucket {
     /// Always `bucket`.
     #[schema(schema_with = object_bucket)]
@@ -446,7 +457,7 @@ pub struct UsageCompletionsBucket {
 /// The usage of one group in a bucket:
 /// `organization.usage.completions.result`. A field the query did not group
 /// by is null.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UsageCompletionsResult {
     /// Always `organization.usage.completions.result`.
     #[schema(schema_with = object_usage_result)]
@@ -489,7 +500,7 @@ fn object_usage_result() -> Object {
 }
 
 /// An account of the organization: `organization.user`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OrganizationUser {
     /// `usr_` + 16 hex.
     pub id: String,
@@ -510,7 +521,7 @@ pub struct OrganizationUser {
 }
 
 /// `GET /v1/organization/users`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OrganizationUserList {
     /// Always `list`.
     #[schema(schema_with = crate::models::object_list)]
@@ -532,7 +543,7 @@ fn organization_role() -> Object {
 }
 
 /// `POST /v1/organization/users/{user_id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModifyOrganizationUserRequest {
     /// `owner` (an admin account) or `reader`.

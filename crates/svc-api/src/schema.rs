@@ -128,7 +128,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::CreateProjectRequest>(&mut out);
     add::<crate::ModifyProjectRequest>(&mut out);
     add::<crate::ModifyProjectApiKeyRequest>(&mut out);
-    add::<crate::TokenBudget>(&mut out);
+    add::<crate::BudgetLimit>(&mut out);
     add::<crate::UsageCompletionsPage>(&mut out);
     add::<crate::OrganizationUserList>(&mut out);
     add::<crate::ModifyOrganizationUserRequest>(&mut out);

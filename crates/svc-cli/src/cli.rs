@@ -412,6 +412,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "Days an audit-log entry is kept before the hourly sweep deletes it; 0 keeps every entry",
     ),
     flag(
+        "budget_alert_percent",
+        "PERCENT",
+        "Share of a budget whose use is written to the audit log (once a window) and marked on the dashboard",
+    ),
+    flag(
         "oidc_issuer",
         "URL",
         "Single sign-on: the OpenID Connect provider's issuer URL (discovery at <URL>/.well-known/openid-configuration)",

@@ -15,6 +15,12 @@ trusted_proxies = ["10.0.0.0/8", "::1"]
 device_interval = 3
 context = 2048
 parallel = 2
+oidc_issuer = "https://id.example/realms/staff"
+oidc_client_id = "svc"
+
+[prices.qwen]
+input = 0.15
+output = 0.6
 
 [models.qwen]
 path = "/models/qwen.gguf"
@@ -56,13 +62,19 @@ fn print_config_shows_the_merged_values_and_their_sources() {
         .env("SVC_RATE_LIMIT_RPM", "120")
         .env("SVC_DEVICE_CODE_LIFETIME", "15m")
         .env("SVC_METRICS_TOKEN", "m3trics-s3cret")
+        .env("SVC_OIDC_CLIENT_SECRET", "oidc-s3cret")
         .env("BIG_KEY", "upstream-s3cret")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let text = String::from_utf8(out.stdout).unwrap();
-    for secret in ["hunter2", "m3trics-s3cret", "upstream-s3cret"] {
+    for secret in [
+        "hunter2",
+        "m3trics-s3cret",
+        "upstream-s3cret",
+        "oidc-s3cret",
+    ] {
         assert!(!text.contains(secret), "{secret} shown:\n{text}");
     }
     assert!(

@@ -209,6 +209,7 @@ pub fn key_details(key: &crate::store::KeyRecord) -> Value {
             "allowed_models": key.allowed_models.0,
             "owner_id": key.owner_id.as_ref().map(|u| u.0.clone()),
             "expires_at": key.expires_at,
+            "budget": key.budget.map(|b| b.to_json()),
         }
     })
 }

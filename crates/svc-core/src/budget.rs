@@ -1,20 +1,108 @@
-//! Token budgets: at most so many prompt and completion tokens per UTC
-//! day, week (from Monday) or month, for a key or a project.
+//! Budgets: at most so many tokens (prompt and completion together), or so
+//! much spend (tokens at per-model prices), per UTC day, week (from Monday)
+//! or month, for a key or a project.
 //!
 //! What is counted where, and how a request is admitted against a budget,
 //! is the server's (`svc-server`'s `budget` module); this module only says
-//! what a budget is and which window a moment falls in.
+//! what a budget is, what a request costs in its unit, and which window a
+//! moment falls in.
 
 use chrono::{Datelike, Months, NaiveDate, TimeZone, Utc};
 
 use crate::store::UnknownValue;
 
-/// A budget: `tokens` per `period`.
+/// A budget: `limit` (in `unit`) per `period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
-    /// Prompt and completion tokens together; at least 1.
-    pub tokens: i64,
+    /// At least 1: tokens, or millionths of a US dollar.
+    pub limit: i64,
+    pub unit: BudgetUnit,
     pub period: BudgetPeriod,
+}
+
+impl Budget {
+    /// As the admin API takes it and the audit log writes it:
+    /// `{"tokens": N, "period": …}` or `{"usd": D, "period": …}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut json = serde_json::json!({"period": self.period.as_str()});
+        match self.unit {
+            BudgetUnit::Tokens => json["tokens"] = self.limit.into(),
+            BudgetUnit::Usd => json["usd"] = micros_to_usd(self.limit).into(),
+        }
+        json
+    }
+
+    /// A token budget.
+    pub fn tokens(limit: i64, period: BudgetPeriod) -> Self {
+        Budget {
+            limit,
+            unit: BudgetUnit::Tokens,
+            period,
+        }
+    }
+}
+
+/// What a budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BudgetUnit {
+    /// Prompt and completion tokens together.
+    Tokens,
+    /// Spend in millionths of a US dollar (micro-dollars): each model's
+    /// tokens at its configured prices; a model without a price costs
+    /// nothing.
+    Usd,
+}
+
+impl BudgetUnit {
+    /// The stored (and shown) form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetUnit::Tokens => "tokens",
+            BudgetUnit::Usd => "usd",
+        }
+    }
+
+    /// Reads the stored form; anything else is an error.
+    pub fn parse(stored: &str) -> Result<Self, UnknownValue> {
+        match stored {
+            "tokens" => Ok(BudgetUnit::Tokens),
+            "usd" => Ok(BudgetUnit::Usd),
+            _ => Err(UnknownValue::new("budget unit", stored)),
+        }
+    }
+
+    /// What `prompt` and `completion` tokens of a model priced `price`
+    /// count in this unit.
+    pub fn amount(self, prompt: i64, completion: i64, price: Option<ModelPrice>) -> i64 {
+        match self {
+            BudgetUnit::Tokens => prompt.saturating_add(completion),
+            BudgetUnit::Usd => price.map_or(0, |p| p.cost_micros(prompt, completion)),
+        }
+    }
+}
+
+/// Micro-dollars as dollars.
+pub fn micros_to_usd(micros: i64) -> f64 {
+    micros as f64 / 1e6
+}
+
+/// A model's prices, in US dollars per million tokens (as providers list
+/// them), so that a token costs exactly that many micro-dollars.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ModelPrice {
+    pub input: f64,
+    pub output: f64,
+}
+
+impl ModelPrice {
+    /// What `prompt` and `completion` tokens cost, in micro-dollars,
+    /// rounded up.
+    pub fn cost_micros(&self, prompt: i64, completion: i64) -> i64 {
+        let cost = prompt as f64 * self.input + completion as f64 * self.output;
+        // Saturates at i64's ends (and NaN is 0): prices are checked finite
+        // and non-negative where they are read.
+        cost.ceil() as i64
+    }
 }
 
 /// The calendar period a budget renews on, in UTC.
@@ -102,6 +190,24 @@ mod tests {
         assert_eq!(BudgetPeriod::Day.window(start).0, start);
         assert_eq!(BudgetPeriod::Day.window(next - 1).1, next);
         assert_eq!(BudgetPeriod::Day.window(next).0, next);
+    }
+
+    #[test]
+    fn spend_is_tokens_at_their_prices_in_micro_dollars() {
+        let price = ModelPrice {
+            input: 0.15,
+            output: 0.6,
+        };
+        // 1,000 prompt tokens at $0.15/M and 500 completion at $0.60/M: $0.00045.
+        assert_eq!(price.cost_micros(1_000, 500), 450);
+        assert_eq!(price.cost_micros(1, 0), 1, "rounded up");
+        assert_eq!(BudgetUnit::Usd.amount(1_000, 500, Some(price)), 450);
+        assert_eq!(BudgetUnit::Usd.amount(1_000, 500, None), 0);
+        assert_eq!(BudgetUnit::Tokens.amount(1_000, 500, Some(price)), 1_500);
+        for unit in [BudgetUnit::Tokens, BudgetUnit::Usd] {
+            assert_eq!(BudgetUnit::parse(unit.as_str()).unwrap(), unit);
+        }
+        assert!(BudgetUnit::parse("eur").is_err());
     }
 
     #[test]

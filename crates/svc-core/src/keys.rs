@@ -385,7 +385,7 @@ impl KeyService {
             let details = json!({
                 "id": key.id.0,
                 "changes_requested": {
-                    "budget": budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()})),
+                    "budget": budget.map(|b| b.to_json()),
                 }
             });
             self.audit("api_key.updated", actor, key, details).await?;

@@ -27,7 +27,7 @@ pub use account::{
     UserRecord,
 };
 pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery};
-pub use budget::{Budget, BudgetPeriod};
+pub use budget::{Budget, BudgetPeriod, BudgetUnit, ModelPrice};
 pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,

@@ -1,10 +1,12 @@
-//! Token budgets of keys and projects: so many prompt and completion tokens
-//! per UTC day, week or month (see `svc_core::budget`).
+//! Budgets of keys and projects: so many prompt and completion tokens, or
+//! so much spend (the model's tokens at its configured prices, counted in
+//! micro-dollars), per UTC day, week or month (see `svc_core::budget`).
 //!
 //! Before a request reaches an engine, each budget that applies (the key's,
-//! its project's) is charged with an estimate of the request's tokens (its
-//! prompt's, by `estimate_tokens`, plus `max_tokens`, or
-//! [`UNBOUNDED_REPLY_ESTIMATE`] without one), in one atomic step that
+//! its project's) is charged with an estimate of the request in its unit
+//! (its prompt's tokens, by `estimate_tokens`, plus `max_tokens`, or
+//! [`UNBOUNDED_REPLY_ESTIMATE`] without one; for spend, at the model's
+//! prices), in one atomic step that
 //! refuses once the count has reached the budget: in Redis when the server
 //! has one (a script), else in the database (a conditional update), so
 //! replicas share the count. When the request ends, the difference to its
@@ -19,10 +21,11 @@
 //! requests through (with a warning): a counter's outage must not become an
 //! API outage.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use svc_core::budget::Budget;
+use svc_core::budget::{Budget, BudgetUnit, ModelPrice};
 use svc_core::{GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
 use crate::error::ApiError;
@@ -32,10 +35,10 @@ use crate::ratelimit::Breaker;
 /// `max_tokens` (settled with the real count when it ends).
 pub const UNBOUNDED_REPLY_ESTIMATE: i64 = 1024;
 
-/// The share of a budget (percent) whose use is written to the audit log
-/// (`budget.threshold_reached`, once a window) and marked on the
+/// The default share of a budget (percent) whose use is written to the
+/// audit log (`budget.threshold_reached`, once a window) and marked on the
 /// dashboard's budget bars.
-pub const ALERT_PERCENT: i64 = 80;
+pub const DEFAULT_ALERT_PERCENT: u8 = 80;
 
 // Charges `ARGV[2]` unless the count reached `ARGV[1]`; the key lives a
 // day past its window (`ARGV[3]`, unix seconds), for late settlements.
@@ -52,6 +55,10 @@ return used
 pub struct Budgets {
     store: Arc<dyn Store>,
     redis: Option<(redis::aio::ConnectionManager, Arc<Breaker>)>,
+    /// Each model's prices, by model id, for spend budgets.
+    prices: Arc<BTreeMap<String, ModelPrice>>,
+    /// The share of a budget that sets off the alert.
+    alert_percent: i64,
 }
 
 /// Which budget: a key's or a project's.
@@ -69,9 +76,13 @@ impl Scope {
         }
     }
 
-    /// The name of the counter of the key or project `id`.
-    pub fn counter(self, id: &str) -> String {
-        format!("{}:{id}", self.as_str())
+    /// The name of the counter of the key or project `id`'s budget in
+    /// `unit` (`key:<id>`, `project-usd:<id>`, ...).
+    pub fn counter(self, id: &str, unit: BudgetUnit) -> String {
+        match unit {
+            BudgetUnit::Tokens => format!("{}:{id}", self.as_str()),
+            BudgetUnit::Usd => format!("{}-usd:{id}", self.as_str()),
+        }
     }
 }
 
@@ -80,8 +91,10 @@ impl Scope {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetState {
     pub scope: Scope,
+    pub unit: BudgetUnit,
+    /// Tokens, or micro-dollars.
     pub limit: i64,
-    /// Tokens left in this window, estimates of requests in flight taken.
+    /// What is left in this window, estimates of requests in flight taken.
     pub remaining: i64,
     /// When the budget renews (unix seconds).
     pub resets_at: i64,
@@ -90,33 +103,66 @@ pub struct BudgetState {
 impl BudgetState {
     /// `x-budget-limit-tokens`, `x-budget-remaining-tokens`,
     /// `x-budget-reset-tokens` (seconds until it renews, as in
-    /// `x-ratelimit-reset-*`) and `x-budget-scope`.
+    /// `x-ratelimit-reset-*`) and `x-budget-scope`; for a spend budget
+    /// `x-budget-limit-usd`, `x-budget-remaining-usd` (dollars) and
+    /// `x-budget-reset-usd`.
     pub fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         let reset = (self.resets_at - now()).max(0);
-        for (name, value) in [
-            ("x-budget-limit-tokens", self.limit.to_string()),
-            (
+        let remaining = self.remaining.max(0);
+        let [limit_name, remaining_name, reset_name, limit, remaining] = match self.unit {
+            BudgetUnit::Tokens => [
+                "x-budget-limit-tokens",
                 "x-budget-remaining-tokens",
-                self.remaining.max(0).to_string(),
-            ),
-            ("x-budget-reset-tokens", format!("{reset}s")),
-            ("x-budget-scope", self.scope.as_str().to_owned()),
+                "x-budget-reset-tokens",
+                &self.limit.to_string(),
+                &remaining.to_string(),
+            ]
+            .map(str::to_owned),
+            BudgetUnit::Usd => [
+                "x-budget-limit-usd",
+                "x-budget-remaining-usd",
+                "x-budget-reset-usd",
+                &dollars(self.limit),
+                &dollars(remaining),
+            ]
+            .map(str::to_owned),
+        };
+        for (name, value) in [
+            (limit_name, limit),
+            (remaining_name, remaining),
+            (reset_name, format!("{reset}s")),
+            ("x-budget-scope".to_owned(), self.scope.as_str().to_owned()),
         ] {
-            if let Ok(value) = HeaderValue::try_from(value) {
-                headers.insert(HeaderName::from_static(name), value);
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::try_from(name), HeaderValue::try_from(value))
+            {
+                headers.insert(name, value);
             }
         }
         headers
     }
 
-    /// The tighter of two states: the one with fewer tokens left.
+    /// The tighter of two states: the one with the smaller share left
+    /// (budgets in different units compare by share).
     fn tighter(a: Option<BudgetState>, b: BudgetState) -> BudgetState {
+        let share = |s: &BudgetState| (i128::from(s.remaining), i128::from(s.limit.max(1)));
         match a {
-            Some(a) if a.remaining <= b.remaining => a,
-            _ => b,
+            Some(a) => {
+                let ((ar, al), (br, bl)) = (share(&a), share(&b));
+                if ar * bl <= br * al { a } else { b }
+            }
+            None => b,
         }
     }
+}
+
+/// Micro-dollars as dollars: `12.5`, `0.000001`.
+pub fn dollars(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let micros = micros.unsigned_abs();
+    let text = format!("{sign}{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Where a route's answer learns the budget state of its request, for its
@@ -145,37 +191,52 @@ pub struct Charge {
 struct Part {
     scope: String,
     window_start: i64,
+    /// What was charged, in `unit`.
     amount: i64,
+    unit: BudgetUnit,
+    /// The model's prices (for a spend budget's settlement).
+    price: Option<ModelPrice>,
 }
 
 impl Budgets {
     pub fn new(
         store: Arc<dyn Store>,
         redis: Option<(redis::aio::ConnectionManager, Arc<Breaker>)>,
+        prices: BTreeMap<String, ModelPrice>,
+        alert_percent: u8,
     ) -> Self {
-        Budgets { store, redis }
+        Budgets {
+            store,
+            redis,
+            prices: Arc::new(prices),
+            alert_percent: i64::from(alert_percent.clamp(1, 100)),
+        }
     }
 
-    /// Charges `request`'s estimate to the budgets of `key` (its own, its
-    /// project's) and puts the tighter state in `slot`. `Ok(None)` when no
-    /// budget applies; a spent budget is a 429 `insufficient_quota`.
+    /// The share of a budget (percent) that sets off the alert.
+    pub fn alert_percent(&self) -> i64 {
+        self.alert_percent
+    }
+
+    /// Whether any model has a price (spend budgets count something).
+    pub fn has_prices(&self) -> bool {
+        !self.prices.is_empty()
+    }
+
+    /// Charges the estimate of `request` (for `model`) to the budgets of
+    /// `key` (its own, its project's) and puts the tighter state in `slot`.
+    /// `Ok(None)` when no budget applies; a spent budget is a 429
+    /// `insufficient_quota`.
     pub async fn charge(
         &self,
         key: &KeyRecord,
+        model: &str,
         request: &GenerateRequest,
         slot: &BudgetSlot,
     ) -> Result<Option<Charge>, ApiError> {
         let budgets = [
-            (
-                Scope::Key,
-                key.budget,
-                Scope::Key.counter(&key.budget_holder().0),
-            ),
-            (
-                Scope::Project,
-                key.project_budget,
-                Scope::Project.counter(&key.project_id.0),
-            ),
+            (Scope::Key, key.budget, &key.budget_holder().0),
+            (Scope::Project, key.project_budget, &key.project_id.0),
         ];
         if budgets.iter().all(|(_, b, _)| b.is_none()) {
             return Ok(None);
@@ -183,28 +244,36 @@ impl Budgets {
         let reply = request
             .max_tokens
             .map_or(UNBOUNDED_REPLY_ESTIMATE, i64::from);
-        let estimate = i64::try_from(estimate_tokens(request))
-            .unwrap_or(i64::MAX)
-            .saturating_add(reply)
-            .max(1);
+        let prompt = i64::try_from(estimate_tokens(request)).unwrap_or(i64::MAX);
+        let price = self.prices.get(model).copied();
         let mut charge = Charge {
             budgets: self.clone(),
             parts: Vec::new(),
         };
         let mut tightest = None;
         let at = now();
-        for (scope, budget, id) in budgets {
-            let Some(budget @ Budget { tokens, period }) = budget else {
+        for (scope, budget, holder) in budgets {
+            let Some(
+                budget @ Budget {
+                    limit,
+                    unit,
+                    period,
+                },
+            ) = budget
+            else {
                 continue;
             };
+            let id = scope.counter(holder, unit);
+            let estimate = unit.amount(prompt, reply, price).max(1);
             let (window_start, resets_at) = period.window(at);
             let counted = self
-                .add(&id, window_start, resets_at, tokens, estimate)
+                .add(&id, window_start, resets_at, limit, estimate)
                 .await;
             let state = |used: i64| BudgetState {
                 scope,
-                limit: tokens,
-                remaining: tokens - used,
+                unit,
+                limit,
+                remaining: limit - used,
                 resets_at,
             };
             match counted {
@@ -213,7 +282,7 @@ impl Budgets {
                     return Err(ApiError::QuotaExceeded(state(used)));
                 }
                 Counted::Charged(used) => {
-                    let alert_at = tokens.saturating_mul(ALERT_PERCENT) / 100;
+                    let alert_at = limit.saturating_mul(self.alert_percent) / 100;
                     if used >= alert_at && used.saturating_sub(estimate) < alert_at {
                         self.alert(key, scope, &id, budget, (window_start, resets_at), used);
                     }
@@ -221,6 +290,8 @@ impl Budgets {
                         scope: id,
                         window_start,
                         amount: estimate,
+                        unit,
+                        price,
                     });
                     tightest = Some(BudgetState::tighter(tightest, state(used)));
                 }
@@ -282,7 +353,7 @@ impl Budgets {
 
     /// Writes `budget.threshold_reached` to the audit log for the budget
     /// (of `scope`, counted as `counter`) that `key`'s request took past
-    /// [`ALERT_PERCENT`]: once a window, whichever request and replica
+    /// its alert percent: once a window, whichever request and replica
     /// gets there first (a marker counted like a budget of one), off the
     /// request's path.
     fn alert(
@@ -322,17 +393,12 @@ impl Budgets {
                 id: key.id.clone(),
                 owner: owner.as_ref().map(svc_core::ActorUser::from),
             };
-            let details = serde_json::json!({
-                "id": id,
-                "data": {
-                    "scope": scope.as_str(),
-                    "tokens": budget.tokens,
-                    "period": budget.period.as_str(),
-                    "used": used,
-                    "alert_percent": ALERT_PERCENT,
-                    "resets_at": resets_at,
-                }
-            });
+            let mut data = budget.to_json();
+            data["scope"] = scope.as_str().into();
+            data["used"] = used.into();
+            data["alert_percent"] = budgets.alert_percent.into();
+            data["resets_at"] = resets_at.into();
+            let details = serde_json::json!({"id": id, "data": data});
             let mut entry = svc_core::AuditEntry::new("budget.threshold_reached", &actor, details);
             if let Ok(Some(project)) = store.project_by_id(&key.project_id).await {
                 entry = entry.in_project(&project);
@@ -406,15 +472,15 @@ enum Counted {
 }
 
 impl Charge {
-    /// Settles the charge with the request's real `tokens`: gives back what
+    /// Settles the charge with the request's real usage: gives back what
     /// the estimate was over, or adds what it was under. Off the response's
     /// path, on a task of its own.
-    pub fn settle(mut self, tokens: i64) {
-        self.settle_once(tokens);
+    pub fn settle(mut self, prompt_tokens: i64, completion_tokens: i64) {
+        self.settle_once(prompt_tokens, completion_tokens);
     }
 
     /// What [`Charge::settle`] does, once: the parts go with the first call.
-    fn settle_once(&mut self, tokens: i64) {
+    fn settle_once(&mut self, prompt_tokens: i64, completion_tokens: i64) {
         let parts = std::mem::take(&mut self.parts);
         if parts.is_empty() {
             return;
@@ -428,8 +494,11 @@ impl Charge {
             )]
             runtime.spawn(async move {
                 for part in parts {
+                    let used = part
+                        .unit
+                        .amount(prompt_tokens, completion_tokens, part.price);
                     budgets
-                        .adjust(&part.scope, part.window_start, tokens - part.amount)
+                        .adjust(&part.scope, part.window_start, used - part.amount)
                         .await;
                 }
             });
@@ -440,7 +509,7 @@ impl Charge {
 /// Unsettled, a request used nothing: its estimate is given back.
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.settle_once(0);
+        self.settle_once(0, 0);
     }
 }
 

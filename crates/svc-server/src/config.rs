@@ -93,6 +93,16 @@ pub struct ServerConfig {
     /// Days an audit-log entry is kept; older ones are deleted by the
     /// server's hourly sweep. 0 keeps them forever.
     pub audit_retention_days: u32,
+    /// The share of a budget (percent, 1 to 100) whose use is written to
+    /// the audit log (`budget.threshold_reached`, once a window) and marked
+    /// on the dashboard's budget bars.
+    #[serde(deserialize_with = "percent")]
+    pub budget_alert_percent: u8,
+    /// Each model's prices (US dollars per million prompt and completion
+    /// tokens), by model id, for spend budgets: the file's `[prices.<id>]`
+    /// tables.
+    #[serde(skip)]
+    pub prices: std::collections::BTreeMap<String, svc_core::ModelPrice>,
     /// Single sign-on through an OpenID Connect provider, and whether
     /// passwords still sign in.
     #[serde(skip)]
@@ -202,6 +212,8 @@ impl Default for ServerConfig {
             metrics_bind: None,
             response_retention: DEFAULT_RESPONSE_RETENTION,
             audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
+            budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
+            prices: std::collections::BTreeMap::new(),
             sso: SsoConfig::default(),
         }
     }
@@ -221,6 +233,42 @@ fn http_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Url>, D::Error> {
 
 fn optional_url<S: Serializer>(url: &Option<Url>, s: S) -> Result<S::Ok, S::Error> {
     svc_core::config::optional_text::serialize(url, s)
+}
+
+/// `budget_alert_percent`: 1 to 100.
+fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    let value = u8::deserialize(d)?;
+    if !(1..=100).contains(&value) {
+        return Err(serde::de::Error::custom(
+            "must be a percentage from 1 to 100",
+        ));
+    }
+    Ok(value)
+}
+
+/// A model's `[prices.<id>]` table: `input` and `output`, US dollars per
+/// million tokens, finite and not negative; the message names what is wrong.
+pub fn model_price(table: &serde_json::Value) -> Result<svc_core::ModelPrice, String> {
+    let object = table
+        .as_object()
+        .ok_or("must be a table with input and output (US dollars per million tokens)")?;
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !matches!(k.as_str(), "input" | "output"))
+    {
+        return Err(format!("unknown key `{unknown}` (use input and output)"));
+    }
+    let read = |name: &str| match object.get(name).map(serde_json::Value::as_f64) {
+        None => Ok(0.0),
+        Some(Some(v)) if v.is_finite() && v >= 0.0 => Ok(v),
+        Some(_) => Err(format!(
+            "`{name}` must be a number of US dollars per million tokens, 0 or more"
+        )),
+    };
+    Ok(svc_core::ModelPrice {
+        input: read("input")?,
+        output: read("output")?,
+    })
 }
 
 /// `redis_url`: `redis://` or `rediss://`.

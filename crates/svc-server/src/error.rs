@@ -42,7 +42,7 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{}", rate_limit_message(.0))]
     RateLimited(crate::ratelimit::Verdict),
-    /// A token budget of the key or its project is spent.
+    /// A budget (tokens or spend) of the key or its project is spent.
     #[error("{}", quota_message(.0))]
     QuotaExceeded(crate::budget::BudgetState),
     #[error("the store is unavailable")]
@@ -320,10 +320,16 @@ fn quota_message(state: &crate::budget::BudgetState) -> String {
     };
     let resets = chrono::DateTime::from_timestamp(state.resets_at, 0)
         .map_or_else(|| state.resets_at.to_string(), |t| t.to_rfc3339());
-    format!(
-        "You exceeded the token budget of {scope} ({} tokens); it renews at {resets}.",
-        state.limit
-    )
+    match state.unit {
+        svc_core::BudgetUnit::Tokens => format!(
+            "You exceeded the token budget of {scope} ({} tokens); it renews at {resets}.",
+            state.limit
+        ),
+        svc_core::BudgetUnit::Usd => format!(
+            "You exceeded the spend budget of {scope} (${}); it renews at {resets}.",
+            crate::budget::dollars(state.limit)
+        ),
+    }
 }
 
 fn rate_limit_message(verdict: &crate::ratelimit::Verdict) -> String {

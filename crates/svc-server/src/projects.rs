@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use svc_api::BudgetStatus;
 use svc_core::audit::{self, Actor, AuditEntry};
 use svc_core::{
-    Budget, BudgetPeriod, ModelAccess, ProjectRecord, ProjectRole, StoreError, UserId,
+    Budget, BudgetPeriod, BudgetUnit, ModelAccess, ProjectRecord, ProjectRole, StoreError, UserId,
     ValidationError, now,
 };
 
@@ -44,26 +44,57 @@ pub fn models(list: Option<Vec<String>>) -> Result<ModelAccess, ValidationError>
     }
 }
 
-/// A budget of `tokens` (at least 1) per `period` (`day`, `week`, `month`).
-pub fn budget(tokens: i64, period: &str) -> Result<Budget, ValidationError> {
-    if tokens < 1 {
-        return Err(ValidationError::new(
-            "budget.tokens",
-            "budget.tokens must be at least 1",
-        ));
-    }
+/// The largest spend budget: a billion dollars (in micro-dollars it
+/// stays far inside `i64`).
+const MAX_BUDGET_USD: f64 = 1e9;
+
+/// A budget of `tokens` (at least 1) or `usd` (more than 0), exactly one,
+/// per `period` (`day`, `week`, `month`).
+pub fn budget(
+    tokens: Option<i64>,
+    usd: Option<f64>,
+    period: &str,
+) -> Result<Budget, ValidationError> {
+    let (limit, unit) = match (tokens, usd) {
+        (Some(tokens), None) if tokens >= 1 => (tokens, BudgetUnit::Tokens),
+        (Some(_), None) => {
+            return Err(ValidationError::new(
+                "budget.tokens",
+                "budget.tokens must be at least 1",
+            ));
+        }
+        (None, Some(usd)) if usd.is_finite() && usd > 0.0 && usd <= MAX_BUDGET_USD => {
+            ((usd * 1e6).round().max(1.0) as i64, BudgetUnit::Usd)
+        }
+        (None, Some(_)) => {
+            return Err(ValidationError::new(
+                "budget.usd",
+                "budget.usd must be a number of US dollars above 0 (at most 1000000000)",
+            ));
+        }
+        _ => {
+            return Err(ValidationError::new(
+                "budget",
+                "a budget has exactly one of tokens (a token budget) and usd (a spend budget)",
+            ));
+        }
+    };
     let period = BudgetPeriod::parse(period).map_err(|_| {
         ValidationError::new(
             "budget.period",
             format!("budget.period must be day, week or month, not '{period}'"),
         )
     })?;
-    Ok(Budget { tokens, period })
+    Ok(Budget {
+        limit,
+        unit,
+        period,
+    })
 }
 
 /// A budget as the audit log writes it (`null`: none).
 fn budget_json(budget: Option<Budget>) -> Value {
-    json!(budget.map(|b| json!({"tokens": b.tokens, "period": b.period.as_str()})))
+    json!(budget.map(|b| b.to_json()))
 }
 
 /// A budget as shown: with its current window's count (`None` when it
@@ -75,9 +106,17 @@ pub async fn budget_status(
     budget: Option<Budget>,
 ) -> Option<BudgetStatus> {
     let budget = budget?;
-    let (used, resets_at) = state.budgets.used(&scope.counter(id), budget).await;
+    let (used, resets_at) = state
+        .budgets
+        .used(&scope.counter(id, budget.unit), budget)
+        .await;
+    let (tokens, usd) = match budget.unit {
+        BudgetUnit::Tokens => (Some(budget.limit), None),
+        BudgetUnit::Usd => (None, Some(svc_core::budget::micros_to_usd(budget.limit))),
+    };
     Some(BudgetStatus {
-        tokens: budget.tokens,
+        tokens,
+        usd,
         period: budget.period.as_str().into(),
         used,
         resets_at,

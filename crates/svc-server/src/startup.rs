@@ -77,7 +77,12 @@ impl Application {
                 .map_err(|e| std::io::Error::other(format!("cannot connect to Redis: {e}")))?,
             None => RateLimiter::local(config.rate_limits),
         };
-        let budgets = crate::budget::Budgets::new(store.clone(), limiter.redis_connection());
+        let budgets = crate::budget::Budgets::new(
+            store.clone(),
+            limiter.redis_connection(),
+            config.prices.clone(),
+            config.budget_alert_percent,
+        );
         let state = AppState {
             budgets,
             keys: KeyService::new(store.clone()),

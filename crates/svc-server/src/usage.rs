@@ -95,7 +95,7 @@ impl Meter {
             counts,
         );
         if let Some(charge) = self.charge.take() {
-            charge.settle(tokens);
+            charge.settle(counts.prompt_tokens, counts.completion_tokens);
         }
         let Some(limiter) = self.limiter.clone() else {
             return;

@@ -22,9 +22,10 @@ macro_rules! select {
         "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
          k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
          k.project_id, k.kind, k.permissions, k.allowed_models, k.rotated_from, \
-         k.lineage_id, k.budget_tokens, k.budget_period, \
+         k.lineage_id, k.budget_tokens, k.budget_period, k.budget_unit, \
          p.allowed_models AS project_allowed_models, \
          p.budget_tokens AS project_budget_tokens, p.budget_period AS project_budget_period, \
+         p.budget_unit AS project_budget_unit, \
          u.disabled_at AS owner_disabled_at \
          FROM api_keys k LEFT JOIN users u ON u.id = k.owner_id \
          LEFT JOIN projects p ON p.id = k.project_id"
@@ -34,9 +35,9 @@ macro_rules! select {
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
      created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit, \
      project_id, kind, permissions, allowed_models, rotated_from, lineage_id, budget_tokens, \
-     budget_period) \
+     budget_period, budget_unit) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-     $19, $20)";
+     $19, $20, $21)";
 const OF_PROJECT: &str = concat!(
     select!(),
     " WHERE k.project_id = $1 ORDER BY k.created_at DESC, k.id DESC"
@@ -53,7 +54,8 @@ const REVOKE: &str = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revo
 const END_IN_GRACE: &str = "UPDATE api_keys SET expires_at = $2 \
      WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $3)";
 const SET_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $2, tpm_limit = $3 WHERE id = $1";
-const SET_BUDGET: &str = "UPDATE api_keys SET budget_tokens = $2, budget_period = $3 WHERE id = $1";
+const SET_BUDGET: &str =
+    "UPDATE api_keys SET budget_tokens = $2, budget_period = $3, budget_unit = $4 WHERE id = $1";
 // Replicas may touch one key in any order: the latest time wins.
 const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
@@ -83,11 +85,12 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
         project_allowed_models: crate::lists::model_access(row, "project_allowed_models")?,
         rotated_from: row.try_get::<Option<String>, _>("rotated_from")?.map(KeyId),
         lineage: row.try_get::<Option<String>, _>("lineage_id")?.map(KeyId),
-        budget: crate::budgets::budget(row, "budget_tokens", "budget_period")?,
+        budget: crate::budgets::budget(row, "budget_tokens", "budget_period", "budget_unit")?,
         project_budget: crate::budgets::budget(
             row,
             "project_budget_tokens",
             "project_budget_period",
+            "project_budget_unit",
         )?,
     })
 }
@@ -136,8 +139,9 @@ pub(crate) async fn insert_key_on(
         .bind(crate::lists::model_access_json(&record.allowed_models))
         .bind(record.rotated_from.as_ref().map(|k| k.0.as_str()))
         .bind(record.lineage.as_ref().map(|k| k.0.as_str()))
-        .bind(crate::budgets::budget_columns(record.budget).0)
-        .bind(crate::budgets::budget_columns(record.budget).1)
+        .bind(crate::budgets::budget_columns(record.budget).limit)
+        .bind(crate::budgets::budget_columns(record.budget).period)
+        .bind(crate::budgets::budget_columns(record.budget).unit)
         .execute(conn)
         .await
         .map(|_| ())
@@ -203,12 +207,13 @@ impl KeyStore for SqlStore {
     }
 
     async fn set_key_budget(&self, id: &KeyId, budget: Option<Budget>) -> Result<bool, StoreError> {
-        let (tokens, period) = crate::budgets::budget_columns(budget);
+        let columns = crate::budgets::budget_columns(budget);
         self.change_for_keys(
             sqlx::query(SET_BUDGET)
                 .bind(id.0.as_str())
-                .bind(tokens)
-                .bind(period),
+                .bind(columns.limit)
+                .bind(columns.period)
+                .bind(columns.unit),
         )
         .await
     }

@@ -12,14 +12,14 @@ use crate::error::{query_error, unknown_value};
 
 macro_rules! columns {
     () => {
-        "id, name, created_at, archived_at, allowed_models, budget_tokens, budget_period"
+        "id, name, created_at, archived_at, allowed_models, budget_tokens, budget_period, budget_unit"
     };
 }
 
 const INSERT: &str = concat!(
     "INSERT INTO projects (",
     columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
 );
 const BY_ID: &str = concat!("SELECT ", columns!(), " FROM projects WHERE id = $1");
 const ALL: &str = concat!(
@@ -38,7 +38,7 @@ pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
      (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role";
 const UPDATE: &str = "UPDATE projects SET name = $2, allowed_models = $3, \
-     budget_tokens = $4, budget_period = $5 WHERE id = $1";
+     budget_tokens = $4, budget_period = $5, budget_unit = $6 WHERE id = $1";
 const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
      FROM project_members m JOIN users u ON u.id = m.user_id \
      WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
@@ -51,7 +51,7 @@ fn record(row: &AnyRow) -> Result<ProjectRecord, sqlx::Error> {
         created_at: row.try_get("created_at")?,
         archived_at: row.try_get("archived_at")?,
         allowed_models: crate::lists::model_access(row, "allowed_models")?,
-        budget: crate::budgets::budget(row, "budget_tokens", "budget_period")?,
+        budget: crate::budgets::budget(row, "budget_tokens", "budget_period", "budget_unit")?,
     })
 }
 
@@ -64,8 +64,9 @@ impl ProjectStore for SqlStore {
             .bind(project.created_at)
             .bind(project.archived_at)
             .bind(crate::lists::model_access_json(&project.allowed_models))
-            .bind(crate::budgets::budget_columns(project.budget).0)
-            .bind(crate::budgets::budget_columns(project.budget).1)
+            .bind(crate::budgets::budget_columns(project.budget).limit)
+            .bind(crate::budgets::budget_columns(project.budget).period)
+            .bind(crate::budgets::budget_columns(project.budget).unit)
             .execute(&self.pool)
             .await
             .map(|_| ())
@@ -85,14 +86,15 @@ impl ProjectStore for SqlStore {
     }
 
     async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError> {
-        let (tokens, period) = crate::budgets::budget_columns(project.budget);
+        let columns = crate::budgets::budget_columns(project.budget);
         self.change_for_keys(
             sqlx::query(UPDATE)
                 .bind(project.id.0.as_str())
                 .bind(project.name.as_str())
                 .bind(crate::lists::model_access_json(&project.allowed_models))
-                .bind(tokens)
-                .bind(period),
+                .bind(columns.limit)
+                .bind(columns.period)
+                .bind(columns.unit),
         )
         .await
     }

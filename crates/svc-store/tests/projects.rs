@@ -347,10 +347,7 @@ async fn changing_a_projects_models_is_a_key_change_on_every_store(db: &Db) {
     store.insert_key(&record, &hash).await.unwrap();
     let before = replica.keys_version();
     let only = ModelAccess::only(vec!["svc".into()]).unwrap();
-    let budget = Some(svc_core::Budget {
-        tokens: 1000,
-        period: svc_core::BudgetPeriod::Week,
-    });
+    let budget = Some(svc_core::Budget::tokens(1000, svc_core::BudgetPeriod::Week));
     let changed = ProjectRecord {
         name: "renamed".into(),
         allowed_models: only.clone(),
@@ -379,4 +376,31 @@ async fn changing_a_projects_models_is_a_key_change_on_every_store(db: &Db) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // A spend budget reads back as one, on the project and on the key.
+    let spend = Some(svc_core::Budget {
+        limit: 2_500_000,
+        unit: svc_core::BudgetUnit::Usd,
+        period: svc_core::BudgetPeriod::Month,
+    });
+    let before = replica.keys_version();
+    let changed = ProjectRecord {
+        budget: spend,
+        ..changed
+    };
+    assert!(store.update_project(&changed).await.unwrap());
+    assert!(store.set_key_budget(&record.id, spend).await.unwrap());
+    assert_eq!(
+        store.project_by_id(&limited.id).await.unwrap().unwrap(),
+        changed
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while replica.keys_version() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never saw it"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let key = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!((key.budget, key.project_budget), (spend, spend));
 }

@@ -257,6 +257,8 @@ pub struct FileLayer {
     pub path: Option<PathBuf>,
     pub values: Vec<Given>,
     pub models: toml::Table,
+    /// `[prices.<model id>]` tables.
+    pub prices: toml::Table,
 }
 
 impl FileLayer {
@@ -283,6 +285,14 @@ impl FileLayer {
                     );
                 };
                 layer.models = models;
+            } else if key == "prices" {
+                let toml::Value::Table(prices) = value else {
+                    bail!(
+                        "{}: `prices` must be tables such as [prices.svc] with input and output",
+                        path.display()
+                    );
+                };
+                layer.prices = prices;
             } else if is_key(&key) {
                 layer.values.push(Given {
                     key,
@@ -325,6 +335,17 @@ impl ServeConfig {
         server.device = layers.section()?;
         server.rate_limits = layers.section::<RateLimitConfig>()?.into();
         server.sso = layers.section()?;
+        server.prices = file
+            .prices
+            .iter()
+            .map(|(id, table)| {
+                let json =
+                    serde_json::to_value(table).map_err(|e| anyhow::anyhow!("prices.{id}: {e}"))?;
+                let price = svc_server::config::model_price(&json)
+                    .map_err(|e| anyhow::anyhow!("invalid configuration: prices.{id}: {e}"))?;
+                Ok((id.clone(), price))
+            })
+            .collect::<anyhow::Result<_>>()?;
         server.sso.check().map_err(anyhow::Error::msg)?;
         let source = match &file.path {
             Some(path) => Source::File(path.clone()),

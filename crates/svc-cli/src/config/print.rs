@@ -48,6 +48,10 @@ pub fn render(
             let _ = writeln!(out, "{line:<44} # {}", layers.source(key));
         }
     }
+    for (id, price) in &config.server.prices {
+        let _ = write!(out, "\n{:<44} # {file_source}\n", format!("[prices.{id}]"));
+        let _ = writeln!(out, "input = {}\noutput = {}", price.input, price.output);
+    }
     for (id, model) in &config.models {
         let _ = write!(out, "\n{:<44} # {file_source}\n", format!("[models.{id}]"));
         let keys = model

@@ -10,7 +10,7 @@ use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::{ApiKey, KeyId, KeyOrigin, KeyRecord, KeyState, NewKey, UserId, now};
 
 use super::pages::{PageError, layout, render, time};
-use super::projects::{PERIODS, budget_bar, form_budget};
+use super::projects::{PERIODS, budget_bar, budget_fields, form_budget};
 use super::session::SignedIn;
 use crate::budget::Scope;
 use crate::projects::budget_status;
@@ -379,21 +379,20 @@ pub async fn set_limits(
 
 /// A key's budget bar (its window is its lineage's: rotation keeps it).
 async fn key_budget(state: &AppState, key: &KeyRecord) -> Value {
-    budget_bar(budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await)
+    budget_bar(
+        budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await,
+        state.budgets.alert_percent(),
+    )
 }
 
-/// The budget form (admins only): tokens per period, or none.
+/// The budget form (admins only): tokens or dollars per period, or none.
 pub async fn budget_page(
     State(state): State<AppState>,
     who: SignedIn,
     Path(id): Path<String>,
 ) -> Result<Html<String>, PageError> {
     let key = admin_key(&state, &who, &id).await?;
-    let sent = context! {
-        tokens => key.budget.map(|b| b.tokens.to_string()).unwrap_or_default(),
-        period => key.budget.map_or("month", |b| b.period.as_str()),
-    };
-    render_budget(&state, &who, &key, sent, None).await
+    render_budget(&state, &who, &key, budget_fields(key.budget), None).await
 }
 
 async fn render_budget(
@@ -424,6 +423,8 @@ pub struct BudgetForm {
     #[serde(default)]
     tokens: String,
     #[serde(default)]
+    unit: String,
+    #[serde(default)]
     period: String,
 }
 
@@ -436,10 +437,10 @@ pub async fn set_budget(
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
     let key = admin_key(&state, &who, &id).await?;
-    let budget = match form_budget(&form.tokens, &form.period) {
+    let budget = match form_budget(&form.tokens, &form.unit, &form.period) {
         Ok(budget) => budget,
         Err(message) => {
-            let sent = context! { tokens => form.tokens, period => form.period };
+            let sent = context! { tokens => form.tokens, unit => form.unit, period => form.period };
             let page = render_budget(&state, &who, &key, sent, Some(message)).await?;
             return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
         }

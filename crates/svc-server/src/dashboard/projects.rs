@@ -16,12 +16,13 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_api::BudgetStatus;
 use svc_core::{
-    Budget, KeyState, ModelAccess, ProjectId, ProjectRecord, ProjectRole, ValidationError, now,
+    Budget, BudgetUnit, KeyState, ModelAccess, ProjectId, ProjectRecord, ProjectRole,
+    ValidationError, now,
 };
 
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
-use crate::budget::Scope;
+use crate::budget::{Scope, dollars};
 use crate::projects::{self, ProjectChanges};
 use crate::state::AppState;
 
@@ -29,41 +30,76 @@ use crate::state::AppState;
 pub const PERIODS: &[&str] = &["day", "week", "month"];
 
 /// A budget as the pages show it: a bar of what this window used (`None`
-/// when there is no budget).
-pub fn budget_bar(status: Option<BudgetStatus>) -> Value {
+/// when there is no budget), marked high from `alert_percent`.
+pub fn budget_bar(status: Option<BudgetStatus>, alert_percent: i64) -> Value {
     let Some(status) = status else {
         return Value::from(());
     };
+    let (limit, show): (i64, fn(i64) -> String) = match status.usd {
+        Some(usd) => ((usd * 1e6).round() as i64, |micros| {
+            format!("${}", dollars(micros))
+        }),
+        None => (status.tokens.unwrap_or(0), |tokens| format!("{tokens}")),
+    };
     let percent = status
         .used
-        .map(|used| (used.saturating_mul(100) / status.tokens.max(1)).clamp(0, 100));
+        .map(|used| (used.saturating_mul(100) / limit.max(1)).clamp(0, 100));
+    let unit = if status.usd.is_some() { "" } else { " tokens" };
     context! {
-        tokens => status.tokens,
+        limit,
+        high => limit.saturating_mul(alert_percent) / 100,
+        limit_text => format!("{}{unit}", show(limit)),
         period => status.period,
         used => status.used,
+        used_text => status.used.map(show),
         percent,
         resets => time(status.resets_at),
     }
 }
 
-/// A budget from a form's two fields: none when `tokens` is empty; the
+/// A budget as its form's fields show it: `tokens` (the amount), `unit`
+/// and `period`; empty for none.
+pub fn budget_fields(budget: Option<Budget>) -> Value {
+    let amount = budget.map(|b| match b.unit {
+        BudgetUnit::Tokens => b.limit.to_string(),
+        BudgetUnit::Usd => dollars(b.limit),
+    });
+    context! {
+        tokens => amount.unwrap_or_default(),
+        unit => budget.map_or("tokens", |b| b.unit.as_str()),
+        period => budget.map_or("month", |b| b.period.as_str()),
+    }
+}
+
+/// A budget from a form's fields: none when the amount is empty; the
 /// message to show otherwise.
-pub fn form_budget(tokens: &str, period: &str) -> Result<Option<Budget>, String> {
-    let tokens = tokens.trim();
-    if tokens.is_empty() {
+pub fn form_budget(amount: &str, unit: &str, period: &str) -> Result<Option<Budget>, String> {
+    let amount = amount.trim().replace(['_', ','], "");
+    if amount.is_empty() {
         return Ok(None);
     }
-    let Ok(tokens) = tokens.replace(['_', ','], "").parse::<i64>() else {
-        return Err(
-            "Enter the budget as a whole number of tokens, or leave it empty for no budget.".into(),
-        );
+    let requested = if unit == "usd" {
+        let Ok(usd) = amount.trim_start_matches('$').parse::<f64>() else {
+            return Err(
+                "Enter the budget as an amount of US dollars (such as 25 or 2.50), or leave it empty for no budget."
+                    .into(),
+            );
+        };
+        projects::budget(None, Some(usd), period)
+    } else {
+        let Ok(tokens) = amount.parse::<i64>() else {
+            return Err(
+                "Enter the budget as a whole number of tokens, or leave it empty for no budget."
+                    .into(),
+            );
+        };
+        projects::budget(Some(tokens), None, period)
     };
-    projects::budget(tokens, period)
-        .map(Some)
-        .map_err(|e| match e.param.as_str() {
-            "budget.tokens" => "A budget is at least 1 token.".to_owned(),
-            _ => "Choose a period from the list: day, week or month.".to_owned(),
-        })
+    requested.map(Some).map_err(|e| match e.param.as_str() {
+        "budget.tokens" => "A budget is at least 1 token.".to_owned(),
+        "budget.usd" => "A spend budget is more than $0 (and at most $1,000,000,000).".to_owned(),
+        _ => "Choose a period from the list: day, week or month.".to_owned(),
+    })
 }
 
 /// A model list from a form field: ids or patterns separated by commas or
@@ -141,7 +177,7 @@ async fn project_row(state: &AppState, project: &ProjectRecord) -> Result<Value,
         id => project.id.0.clone(),
         name => project.name.clone(),
         models => models_text(&project.allowed_models),
-        budget => budget_bar(budget),
+        budget => budget_bar(budget, state.budgets.alert_percent()),
         members,
     })
 }
@@ -182,6 +218,8 @@ pub struct CreateForm {
     #[serde(default)]
     tokens: String,
     #[serde(default)]
+    unit: String,
+    #[serde(default)]
     period: String,
 }
 
@@ -198,7 +236,10 @@ async fn render_list(
     let (error, form) = match error {
         Some((message, form)) => (
             Some(message),
-            context! { name => &form.name, models => &form.models, tokens => &form.tokens, period => &form.period },
+            context! {
+                name => &form.name, models => &form.models, tokens => &form.tokens,
+                unit => &form.unit, period => &form.period,
+            },
         ),
         None => (None, context! { period => "month" }),
     };
@@ -235,7 +276,7 @@ pub async fn create(
         Ok::<_, String>((
             name,
             form_models(&form.models)?,
-            form_budget(&form.tokens, &form.period)?,
+            form_budget(&form.tokens, &form.unit, &form.period)?,
         ))
     })();
     let (name, allowed_models, budget) = match checked {
@@ -333,8 +374,7 @@ async fn render_project(
         (Some(_), _) => sent.clone(),
         (None, budget) => context! {
             models => project.allowed_models.0.as_ref().map(|l| l.join(", ")).unwrap_or_default(),
-            tokens => budget.map(|b| b.tokens.to_string()).unwrap_or_default(),
-            period => budget.map_or("month", |b| b.period.as_str()),
+            ..budget_fields(*budget)
         },
     };
     let member_form = if members_error.is_some() {
@@ -370,6 +410,8 @@ pub struct SettingsForm {
     #[serde(default)]
     tokens: String,
     #[serde(default)]
+    unit: String,
+    #[serde(default)]
     period: String,
 }
 
@@ -385,12 +427,14 @@ pub async fn set_settings(
     organization_owner(&who)?;
     let mut project = visible_project(&state, &who, &id).await?;
     let checked = form_models(&form.models)
-        .and_then(|models| Ok((models, form_budget(&form.tokens, &form.period)?)));
+        .and_then(|models| Ok((models, form_budget(&form.tokens, &form.unit, &form.period)?)));
     let (allowed_models, budget) = match checked {
         Ok(checked) => checked,
         Err(message) => {
-            let sent =
-                context! { models => form.models, tokens => form.tokens, period => form.period };
+            let sent = context! {
+                models => form.models, tokens => form.tokens, unit => form.unit,
+                period => form.period,
+            };
             return refused(&state, &who, &project, Section::Settings, message, sent).await;
         }
     };

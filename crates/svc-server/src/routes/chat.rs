@@ -115,7 +115,7 @@ where
     let route = routed(state, key, model, &mut request)?;
     let charge = state
         .budgets
-        .charge(key, &request, &metering.budget)
+        .charge(key, model, &request, &metering.budget)
         .await?;
     state.metrics.gateway_overhead(model, arrived.elapsed());
     let wrap = wrap(&route.engine, &request);

@@ -21,11 +21,11 @@
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
-    CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
+    BudgetLimit, CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
     DeletedProjectApiKey, ModifyOrganizationUserRequest, ModifyProjectApiKeyRequest,
     ModifyProjectRequest, OrganizationUser, OrganizationUserList, Project, ProjectApiKey,
     ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
-    RotateProjectApiKeyRequest, TokenBudget,
+    RotateProjectApiKeyRequest,
 };
 use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
@@ -245,9 +245,9 @@ fn paginate<T>(items: Vec<T>, page: &Page, id: impl Fn(&T) -> &str) -> (Vec<T>, 
 }
 
 /// A requested budget, checked.
-fn budget(requested: Option<TokenBudget>) -> Result<Option<Budget>, ValidationError> {
+fn budget(requested: Option<BudgetLimit>) -> Result<Option<Budget>, ValidationError> {
     requested
-        .map(|b| projects::budget(b.tokens, &b.period))
+        .map(|b| projects::budget(b.tokens, b.usd, &b.period))
         .transpose()
 }
 

@@ -1,5 +1,5 @@
-//! Token budgets of keys and projects: set and shown through the admin
-//! API, enforced on every generating route (a 429 `insufficient_quota` in
+//! Budgets of keys and projects, in tokens or in spend at per-model
+//! prices: set and shown through the admin API, enforced on every generating route (a 429 `insufficient_quota` in
 //! each dialect's shape, with the `x-budget-*` headers and when it renews),
 //! settled with the real usage, kept across a key's rotation, audited,
 //! and shared by two replicas through
@@ -14,6 +14,7 @@ use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Database, TestApp};
 
 on_both_databases!(
+    a_spend_budget_counts_each_models_tokens_at_its_prices,
     the_admin_api_sets_and_shows_budgets,
     a_key_budget_stops_the_key_once_spent,
     a_project_budget_covers_all_its_keys_in_every_dialect,
@@ -434,4 +435,118 @@ async fn two_replicas_overspend_a_budget_by_less_than_one_request() {
     );
     drop((first, second));
     schema.remove().await.unwrap();
+}
+
+/// $100 per million prompt tokens and $1,000 per million completion
+/// tokens for `svc`: a request of 6 prompt and 7 completion tokens costs
+/// $0.0076 (7,600 micro-dollars). `fake-tools` has no price.
+fn priced() -> ServerConfig {
+    let mut config = ServerConfig {
+        budget_alert_percent: 50,
+        ..ServerConfig::default()
+    };
+    config.prices.insert(
+        "svc".into(),
+        svc_core::ModelPrice {
+            input: 100.0,
+            output: 1000.0,
+        },
+    );
+    config
+}
+
+async fn a_spend_budget_counts_each_models_tokens_at_its_prices(db: Database) {
+    let app = TestApp::spawn_with(db, priced()).await;
+    let admin = app.create_admin_key().await;
+    // Exactly one of tokens and usd, and a sensible amount.
+    for (bad, param) in [
+        (json!({"tokens": 10, "usd": 1.0, "period": "day"}), "budget"),
+        (json!({"period": "day"}), "budget"),
+        (json!({"usd": 0, "period": "day"}), "budget.usd"),
+        (json!({"usd": -2.5, "period": "day"}), "budget.usd"),
+        (json!({"usd": 1e12, "period": "day"}), "budget.usd"),
+    ] {
+        let (status, body) = admin_post(
+            &app,
+            &admin,
+            "/v1/organization/projects/proj_default/api_keys",
+            &json!({"name": "bad", "budget": bad}),
+        )
+        .await;
+        assert_eq!(status, 400, "{bad} -> {body}");
+        assert_eq!(body["error"]["param"], param, "{bad} -> {body}");
+    }
+    // $0.03: three requests of $0.0076 fit, the fourth passes the budget
+    // with its estimate held, the fifth is refused.
+    let (key_id, key) = budgeted_key(
+        &app,
+        &admin,
+        "proj_default",
+        json!({"usd": 0.03, "period": "month"}),
+    )
+    .await;
+    let shown = settled_budget(&app, &admin, "proj_default", &key_id).await;
+    assert_eq!(shown["usd"], 0.03, "{shown}");
+    assert!(shown.get("tokens").is_none(), "{shown}");
+    let mut served = 0;
+    let refused = loop {
+        let response = app.chat(&key, &small("one two three four five")).await;
+        if response.status() != 200 {
+            break response;
+        }
+        served += 1;
+        assert_eq!(header(&response, "x-budget-limit-usd"), "0.03");
+        assert!(response.headers().get("x-budget-limit-tokens").is_none());
+        let remaining: f64 = header(&response, "x-budget-remaining-usd").parse().unwrap();
+        assert!((0.0..0.03).contains(&remaining), "{remaining}");
+        assert!(served < 20, "the budget never stopped the key");
+        settled_budget(&app, &admin, "proj_default", &key_id).await;
+    };
+    assert_eq!(served, 4, "served until the spend reached the budget");
+    assert_eq!(header(&refused, "x-budget-remaining-usd"), "0");
+    let message = crate::expect_error(
+        refused,
+        429,
+        "insufficient_quota",
+        "insufficient_quota",
+        None,
+    )
+    .await;
+    assert!(
+        message.contains("spend budget of this API key ($0.03)"),
+        "{message}"
+    );
+    // The count is the real spend: 4 requests of 7,600 micro-dollars.
+    let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
+    assert_eq!(budget["used"], 4 * 7_600, "{budget}");
+    // The alert (at this server's 50%) was written once, in dollars.
+    let alerts = threshold_alerts(&app, &admin).await;
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    let alert = &alerts[0]["budget.threshold_reached"]["data"];
+    assert_eq!(alert["usd"], 0.03, "{alert}");
+    assert_eq!(alert["alert_percent"], 50, "{alert}");
+    // A token budget and a spend budget of one key count apart: changing
+    // the unit starts its own count.
+    let path = format!("/v1/organization/projects/proj_default/api_keys/{key_id}");
+    let (status, changed) = admin_post(
+        &app,
+        &admin,
+        &path,
+        &json!({"budget": {"tokens": 1000, "period": "month"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["budget"]["tokens"], 1000, "{changed}");
+    assert_eq!(changed["budget"]["used"], 0, "{changed}");
+    let log = admin_get(
+        &app,
+        &admin,
+        "/v1/organization/audit_logs?event_types[]=api_key.created",
+    )
+    .await;
+    assert_eq!(
+        log["data"][0]["api_key.created"]["data"]["budget"],
+        json!({"usd": 0.03, "period": "month"}),
+        "{log}"
+    );
 }

@@ -427,10 +427,10 @@ async fn a_budget_counter_in_a_hung_postgres_lets_requests_through_quickly() {
         .create_scoped_key(
             None,
             svc_core::KeyScope {
-                budget: Some(svc_core::Budget {
-                    tokens: 1_000_000,
-                    period: svc_core::BudgetPeriod::Day,
-                }),
+                budget: Some(svc_core::Budget::tokens(
+                    1_000_000,
+                    svc_core::BudgetPeriod::Day,
+                )),
                 ..svc_core::KeyScope::default()
             },
         )
