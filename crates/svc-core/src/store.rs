@@ -429,6 +429,9 @@ pub trait BudgetStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// `scope`'s count in that window (0 when nothing was counted).
     async fn budget_used(&self, scope: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// Deletes the counts of windows that started before `before` (unix
+    /// seconds); returns how many.
+    async fn sweep_budget_usage(&self, before: i64) -> Result<u64, StoreError>;
 }
 
 /// Fixed-window counters for throttling (sign-in, sign-up, code requests

@@ -171,7 +171,7 @@ impl Application {
         let (ledger, store) = self.ledger;
         let stop_ledger = CancellationToken::new();
         let background = TaskTracker::new();
-        background.spawn(audit_sweep(
+        background.spawn(sweep(
             store.clone(),
             self.audit_retention_days,
             stop_ledger.clone(),
@@ -215,28 +215,34 @@ impl Application {
     }
 }
 
-/// How often old audit-log entries are deleted.
-const AUDIT_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How often old audit-log entries and budget counts are deleted.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Deletes audit-log entries older than `retention_days` (0: none) at
-/// start and every [`AUDIT_SWEEP_EVERY`] until `stop`. Replicas sweeping
-/// the same database at once delete the same rows; nothing else is shared.
-async fn audit_sweep(
-    store: Arc<dyn svc_core::Store>,
-    retention_days: u32,
-    stop: CancellationToken,
-) {
-    if retention_days == 0 {
-        return;
-    }
+/// Budget counts are kept this long after their window started: longer
+/// than any window (a month), so only finished windows go.
+const BUDGET_USAGE_KEPT_SECONDS: i64 = 32 * 86_400;
+
+/// At start and every [`SWEEP_EVERY`] until `stop`, deletes audit-log
+/// entries older than `retention_days` (0: none) and the counts of budget
+/// windows that ended. Replicas sweeping the same database at once delete
+/// the same rows; nothing else is shared.
+async fn sweep(store: Arc<dyn svc_core::Store>, retention_days: u32, stop: CancellationToken) {
     loop {
-        match svc_core::audit::sweep(store.as_ref(), retention_days).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, retention_days, "old audit-log entries deleted"),
-            Err(e) => tracing::warn!(error = %e, "cannot delete old audit-log entries"),
+        if retention_days > 0 {
+            match svc_core::audit::sweep(store.as_ref(), retention_days).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(deleted = n, retention_days, "old audit-log entries deleted");
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot delete old audit-log entries"),
+            }
+        }
+        let before = svc_core::now() - BUDGET_USAGE_KEPT_SECONDS;
+        if let Err(e) = store.sweep_budget_usage(before).await {
+            tracing::warn!(error = %e, "cannot delete the counts of past budget windows");
         }
         tokio::select! {
-            () = tokio::time::sleep(AUDIT_SWEEP_EVERY) => {}
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
             () = stop.cancelled() => return,
         }
     }

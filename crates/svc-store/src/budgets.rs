@@ -21,6 +21,7 @@ const CHARGE: &str = "UPDATE budget_usage SET used = used + $3 \
 const ADJUST: &str =
     "UPDATE budget_usage SET used = used + $3 WHERE scope = $1 AND window_start = $2";
 const USED: &str = "SELECT used FROM budget_usage WHERE scope = $1 AND window_start = $2";
+const SWEEP: &str = "DELETE FROM budget_usage WHERE window_start < $1";
 
 /// The budget in the columns `limit`, `period` and `unit` (the limit
 /// NULL: none; the unit NULL: tokens, as before spend budgets).
@@ -119,6 +120,18 @@ impl BudgetStore for SqlStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map(Option::unwrap_or_default)
+                .map_err(query_error)
+        })
+        .await
+    }
+
+    async fn sweep_budget_usage(&self, before: i64) -> Result<u64, StoreError> {
+        bounded(BACKGROUND_TIMEOUT, async {
+            sqlx::query(SWEEP)
+                .bind(before)
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
                 .map_err(query_error)
         })
         .await

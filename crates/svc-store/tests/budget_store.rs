@@ -1,7 +1,8 @@
 //! Token budgets' counters on a real store, SQLite and PostgreSQL: a charge
 //! is refused once the count reached the limit, settlements move the count
-//! both ways, windows and scopes are apart, and replicas racing on the last
-//! tokens of a budget get at most one charge past it.
+//! both ways, windows and scopes are apart, replicas racing on the last
+//! tokens of a budget get at most one charge past it, and the counts of
+//! past windows are swept.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -23,6 +24,7 @@ use svc_core::store::BudgetStore;
 on_both_backends!(
     charges_stop_at_the_limit_and_settle_both_ways,
     racing_replicas_take_the_last_tokens_once,
+    the_sweep_deletes_only_windows_that_started_before_its_time,
 );
 
 async fn charges_stop_at_the_limit_and_settle_both_ways(db: &Db) {
@@ -86,4 +88,22 @@ async fn racing_replicas_take_the_last_tokens_once(db: &Db) {
     let charged: Vec<i64> = outcomes.into_iter().flatten().collect();
     assert_eq!(charged, vec![1010], "only the first gets through");
     assert_eq!(first.budget_used("project:p", 1).await.unwrap(), 1010);
+}
+
+async fn the_sweep_deletes_only_windows_that_started_before_its_time(db: &Db) {
+    let store = db.store().await;
+    for (scope, window) in [
+        ("key:a", 100),
+        ("key:a", 200),
+        ("project:b", 150),
+        ("key:c", 300),
+    ] {
+        store.charge_budget(scope, window, 1000, 5).await.unwrap();
+    }
+    assert_eq!(store.sweep_budget_usage(200).await.unwrap(), 2);
+    assert_eq!(store.budget_used("key:a", 100).await.unwrap(), 0);
+    assert_eq!(store.budget_used("project:b", 150).await.unwrap(), 0);
+    assert_eq!(store.budget_used("key:a", 200).await.unwrap(), 5);
+    assert_eq!(store.budget_used("key:c", 300).await.unwrap(), 5);
+    assert_eq!(store.sweep_budget_usage(200).await.unwrap(), 0);
 }
