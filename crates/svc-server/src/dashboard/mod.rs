@@ -2,7 +2,8 @@
 //! signing in (with a password, or through an OpenID Connect provider),
 //! API keys (with rotation and budgets), usage, approving
 //! device logins, projects and their members (for organization and project
-//! owners), and (for admins) disabling, enabling and deleting accounts and
+//! owners), and (for admins) disabling, enabling and deleting accounts,
+//! setting their organization role, and
 //! reading the audit log.
 //!
 //! Security model: sessions are random tokens in an HttpOnly, SameSite=Lax
@@ -138,6 +139,10 @@ pub fn router() -> Router<AppState> {
         )
         .route("/dashboard/usage", get(usage::page))
         .route("/dashboard/users", get(users::list))
+        .route(
+            "/dashboard/users/{id}/role",
+            axum::routing::post(users::set_role),
+        )
         .route(
             "/dashboard/users/{id}/{action}",
             get(users::confirm_page).post(users::act),
