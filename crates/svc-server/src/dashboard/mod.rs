@@ -137,6 +137,10 @@ pub fn router() -> Router<AppState> {
             "/dashboard/projects/{id}/members",
             axum::routing::post(projects::set_member),
         )
+        .route(
+            "/dashboard/projects/{id}/members/{user_id}/remove",
+            axum::routing::post(projects::remove_member),
+        )
         .route("/dashboard/usage", get(usage::page))
         .route("/dashboard/users", get(users::list))
         .route(
