@@ -125,6 +125,10 @@ pub fn router() -> Router<AppState> {
             get(keys::budget_page).post(keys::set_budget),
         )
         .route(
+            "/dashboard/keys/{id}/access",
+            get(keys::access_page).post(keys::set_access),
+        )
+        .route(
             "/dashboard/projects",
             get(projects::list).post(projects::create),
         )
