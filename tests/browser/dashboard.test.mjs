@@ -339,10 +339,61 @@ describe('dashboard', () => {
       await context.close();
     }
   });
+
+  test('keys: a restricted key for some models, then its models changed, with JavaScript off; every field labelled', async () => {
+    const context = await browser.newContext({ baseURL: server.url, javaScriptEnabled: false });
+    const page = await context.newPage();
+    try {
+      await signInAt(page, server, BOB);
+      await page.goto('/dashboard/keys');
+      await assertEveryControlLabelled(page);
+      await page.getByLabel('Name', { exact: true }).fill('scoped');
+      await page.getByLabel(/^Allowed models/).fill('svc*');
+      await page.getByLabel('Kind', { exact: true }).selectOption('restricted');
+      await page.getByLabel(/^api\.model\.read/).check();
+      await Promise.all([
+        page.waitForURL('**/dashboard/keys/new'),
+        page.getByRole('button', { name: 'Create key' }).click(),
+      ]);
+      const key = await page.locator('#new-key').inputValue();
+      assert.deepEqual(await modelIds(server, key), ['svc', 'svc-thinking']);
+      const chat = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: 'svc', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      assert.equal(chat.status, 403);
+      assert.equal((await chat.json()).error.code, 'insufficient_permissions');
+
+      await page.goto('/dashboard/keys');
+      assert.match(await rowOf(page, 'scoped').textContent(), /restricted\s*\(api\.model\.read\)/);
+      await rowOf(page, 'scoped').getByRole('link', { name: 'Change the models of scoped' }).click();
+      await page.getByRole('heading', { name: 'Models of “scoped”', level: 1 }).waitFor();
+      await assertEveryControlLabelled(page, 1);
+      await page.getByLabel(/^Allowed models/).fill('svc');
+      await Promise.all([
+        page.waitForURL((u) => u.pathname.endsWith('/dashboard/keys')),
+        page.getByRole('button', { name: 'Save models' }).click(),
+      ]);
+      await screenshot(page, 'keys-models');
+      assert.deepEqual(await modelIds(server, key), ['svc']);
+    } finally {
+      await context.close();
+    }
+  });
 });
 
+/** The model ids `GET /v1/models` lists to `key`, sorted. */
+async function modelIds(server, key) {
+  const response = await fetch(`${server.url}/v1/models`, {
+    headers: { Authorization: `Bearer ${key}` },
+  });
+  assert.equal(response.status, 200);
+  return (await response.json()).data.map((m) => m.id).sort();
+}
+
 /** Asserts that every visible form control of `page` has its own label. */
-async function assertEveryControlLabelled(page) {
+async function assertEveryControlLabelled(page, atLeast = 2) {
   const controls = await page
     .locator('input:not([type="hidden"]), select, textarea')
     .evaluateAll((elements) =>
@@ -351,7 +402,7 @@ async function assertEveryControlLabelled(page) {
         label: e.id ? document.querySelector(`label[for="${e.id}"]`)?.textContent.trim() : undefined,
       })),
     );
-  assert.ok(controls.length >= 2, `controls: ${JSON.stringify(controls)}`);
+  assert.ok(controls.length >= atLeast, `controls: ${JSON.stringify(controls)}`);
   for (const { id, label } of controls) {
     assert.ok(id && label, `control without a label: ${JSON.stringify({ id, label })}`);
     assert.equal(

@@ -404,6 +404,26 @@ impl KeyService {
         }
         Ok(revoked)
     }
+
+    /// Sets the models a key may use (its project's list still applies);
+    /// false when there is no such key. From the key's next request, on
+    /// every replica. Audited as `api_key.updated`.
+    pub async fn set_allowed_models(
+        &self,
+        key: &KeyRecord,
+        models: &ModelAccess,
+        actor: &Actor,
+    ) -> Result<bool, StoreError> {
+        let found = self.store.set_key_models(&key.id, models).await?;
+        if found {
+            let details = json!({
+                "id": key.id.0,
+                "changes_requested": {"allowed_models": models.0},
+            });
+            self.audit("api_key.updated", actor, key, details).await?;
+        }
+        Ok(found)
+    }
 }
 
 /// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 7235).

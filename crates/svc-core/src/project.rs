@@ -98,6 +98,17 @@ impl ProjectRole {
     }
 }
 
+/// What became of a request to remove an account from a project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberRemoval {
+    /// Removed; it had this role there.
+    Removed(ProjectRole),
+    /// It was not a member of the project: nothing changed.
+    NotMember,
+    /// It is the project's last owner: nothing changed.
+    LastOwner,
+}
+
 /// An account's role in the organization: stored as the account's
 /// `is_admin` flag (what "admin" meant before projects).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

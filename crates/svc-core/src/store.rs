@@ -11,7 +11,9 @@ use crate::audit::{AuditEntry, AuditQuery};
 use crate::device::{DeviceDecision, DeviceRecord};
 use crate::hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 use crate::key::{KeyHash, KeyId};
-use crate::project::{KeyKind, ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
+use crate::project::{
+    KeyKind, MemberRemoval, ModelAccess, ProjectId, ProjectMember, ProjectRecord, ProjectRole,
+};
 use crate::session::SessionRecord;
 use crate::usage::{UsageDelta, UsageRow};
 
@@ -192,6 +194,9 @@ pub trait KeyStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// The keys of one project, newest first.
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError>;
+    /// Sets the models a key may use (within its project's); false when
+    /// there is no such key. Announced like its limits.
+    async fn set_key_models(&self, id: &KeyId, models: &ModelAccess) -> Result<bool, StoreError>;
     /// A number that changes whenever a key is revoked or its limits set,
     /// or an account is disabled, enabled or deleted (its keys are judged
     /// with it), through this store or, where the store can tell, by another process
@@ -236,6 +241,15 @@ pub trait ProjectStore: Send + Sync {
         project: &ProjectId,
         user: &UserId,
     ) -> Result<Option<ProjectRole>, StoreError>;
+    /// Removes `user` from `project`; refused (`LastOwner`, nothing
+    /// changed) when it is the project's only owner, also against a
+    /// concurrent removal of the other owners. The account's keys in the
+    /// project are left as they are.
+    async fn remove_project_member(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+    ) -> Result<MemberRemoval, StoreError>;
 }
 
 /// What became of a request to disable, enable or delete an account.

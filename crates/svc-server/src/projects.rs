@@ -213,3 +213,33 @@ pub async fn set_member(
     }
     Ok(())
 }
+
+/// Removes `user` from `project`, unless it is the project's last owner;
+/// audited as `user.deleted` in the project when it was removed. The
+/// account's keys in the project are left as they are.
+pub async fn remove_member(
+    state: &AppState,
+    actor: &Actor,
+    project: &ProjectRecord,
+    user: &UserId,
+) -> Result<svc_core::MemberRemoval, StoreError> {
+    let removal = state.store.remove_project_member(&project.id, user).await?;
+    if let svc_core::MemberRemoval::Removed(_) = removal {
+        let details = json!({"id": user.0});
+        audit_project(state, actor, "user.deleted", project, details).await?;
+    }
+    Ok(removal)
+}
+
+/// A key's kind from its name and, for `restricted`, permission names;
+/// `param` says which was wrong. Management permissions are for `admin`
+/// keys only.
+pub fn key_kind(kind: &str, permissions: &[String]) -> Result<svc_core::KeyKind, ValidationError> {
+    svc_core::KeyKind::from_parts(kind, permissions).map_err(|e| {
+        let param = match e {
+            svc_core::project::KeyKindError::UnknownKind(_) => "kind",
+            _ => "permissions",
+        };
+        ValidationError::new(param, e.to_string())
+    })
+}

@@ -7,7 +7,7 @@ use sqlx::{AnyConnection, Row};
 use svc_core::account::UserId;
 use svc_core::budget::Budget;
 use svc_core::key::{KeyHash, KeyId};
-use svc_core::project::{KeyKind, ProjectId};
+use svc_core::project::{KeyKind, ModelAccess, ProjectId};
 use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError, UnknownValue};
 
 use crate::SqlStore;
@@ -56,6 +56,9 @@ const END_IN_GRACE: &str = "UPDATE api_keys SET expires_at = $2 \
 const SET_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $2, tpm_limit = $3 WHERE id = $1";
 const SET_BUDGET: &str =
     "UPDATE api_keys SET budget_tokens = $2, budget_period = $3, budget_unit = $4 WHERE id = $1";
+// PostgreSQL's key-change trigger lists allowed_models (0012), so every
+// replica hears of it.
+const SET_MODELS: &str = "UPDATE api_keys SET allowed_models = $2 WHERE id = $1";
 // Replicas may touch one key in any order: the latest time wins.
 const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
@@ -250,6 +253,15 @@ impl KeyStore for SqlStore {
 
     async fn list_project_keys(&self, project: &ProjectId) -> Result<Vec<KeyRecord>, StoreError> {
         self.all_by(OF_PROJECT, record, &[project.0.as_str()]).await
+    }
+
+    async fn set_key_models(&self, id: &KeyId, models: &ModelAccess) -> Result<bool, StoreError> {
+        self.change_for_keys(
+            sqlx::query(SET_MODELS)
+                .bind(id.0.as_str())
+                .bind(crate::lists::model_access_json(models)),
+        )
+        .await
     }
 
     fn keys_version(&self) -> Option<u64> {

@@ -4,11 +4,11 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::account::UserId;
-use svc_core::project::{ProjectId, ProjectMember, ProjectRecord, ProjectRole};
+use svc_core::project::{MemberRemoval, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
 use svc_core::store::{ProjectStore, StoreError};
 
-use crate::SqlStore;
 use crate::error::{query_error, unknown_value};
+use crate::{Backend, SqlStore};
 
 macro_rules! columns {
     () => {
@@ -43,6 +43,15 @@ const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
      FROM project_members m JOIN users u ON u.id = m.user_id \
      WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
 const ROLE: &str = "SELECT role FROM project_members WHERE project_id = $1 AND user_id = $2";
+// Removing a member: on PostgreSQL the project's row is locked first, so
+// that removals of its owners take turns and the second counts what the
+// first left (SQLite needs nothing: the DELETE holds its single write lock
+// until the end of the transaction).
+const LOCK_PROJECT: &str = "SELECT id FROM projects WHERE id = $1 FOR UPDATE";
+const REMOVE_MEMBER: &str =
+    "DELETE FROM project_members WHERE project_id = $1 AND user_id = $2 RETURNING role";
+const OWNERS: &str =
+    "SELECT COUNT(*) FROM project_members WHERE project_id = $1 AND role = 'owner'";
 
 fn record(row: &AnyRow) -> Result<ProjectRecord, sqlx::Error> {
     Ok(ProjectRecord {
@@ -138,6 +147,45 @@ impl ProjectStore for SqlStore {
         role.map(|r| ProjectRole::parse(&r))
             .transpose()
             .map_err(|e| query_error(unknown_value("role", e)))
+    }
+
+    async fn remove_project_member(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+    ) -> Result<MemberRemoval, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        if self.backend == Backend::Postgres {
+            sqlx::query(LOCK_PROJECT)
+                .bind(project.0.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
+        let removed: Option<String> = sqlx::query_scalar(REMOVE_MEMBER)
+            .bind(project.0.as_str())
+            .bind(user.0.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        let Some(role) = removed else {
+            tx.rollback().await.map_err(query_error)?;
+            return Ok(MemberRemoval::NotMember);
+        };
+        let role = ProjectRole::parse(&role).map_err(|e| query_error(unknown_value("role", e)))?;
+        if role == ProjectRole::Owner {
+            let owners: i64 = sqlx::query_scalar(OWNERS)
+                .bind(project.0.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            if owners == 0 {
+                tx.rollback().await.map_err(query_error)?;
+                return Ok(MemberRemoval::LastOwner);
+            }
+        }
+        tx.commit().await.map_err(query_error)?;
+        Ok(MemberRemoval::Removed(role))
     }
 }
 

@@ -16,10 +16,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Db, new_key, new_user};
+use common::{Db, join_all, new_key, new_user};
 use sqlx::{AnyConnection, Connection};
 use svc_core::keys::{KeyScope, KeyService, NewKey};
-use svc_core::project::{KeyKind, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole};
+use svc_core::project::{
+    KeyKind, MemberRemoval, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole,
+};
 use svc_core::store::{KeyOrigin, KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
 
 on_both_backends!(
@@ -28,6 +30,9 @@ on_both_backends!(
     keys_keep_their_project_kind_and_models,
     a_stored_value_no_kind_reads_is_an_error,
     changing_a_projects_models_is_a_key_change_on_every_store,
+    members_are_removed_but_never_the_last_owner,
+    concurrent_removals_of_two_owners_leave_one,
+    a_keys_models_change_and_every_store_sees_it,
 );
 
 async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(db: &Db) {
@@ -403,4 +408,181 @@ async fn changing_a_projects_models_is_a_key_change_on_every_store(db: &Db) {
     }
     let key = replica.key_by_hash(&hash).await.unwrap().unwrap();
     assert_eq!((key.budget, key.project_budget), (spend, spend));
+}
+
+async fn members_are_removed_but_never_the_last_owner(db: &Db) {
+    let store = db.store().await;
+    let team = project("team", 10, ModelAccess::any());
+    store.insert_project(&team).await.unwrap();
+    let owner = new_user("owner@example.com", 1);
+    let member = new_user("member@example.com", 2);
+    for user in [&owner, &member] {
+        store.insert_user(user).await.unwrap();
+    }
+    store
+        .set_project_member(&team.id, &owner.id, ProjectRole::Owner, 20)
+        .await
+        .unwrap();
+    store
+        .set_project_member(&team.id, &member.id, ProjectRole::Member, 21)
+        .await
+        .unwrap();
+    // The member's key stays as it is.
+    let (mut key, hash) = new_key(Some(&member.id.0), 22);
+    key.project_id = team.id.clone();
+    store.insert_key(&key, &hash).await.unwrap();
+
+    assert_eq!(
+        store
+            .remove_project_member(&team.id, &member.id)
+            .await
+            .unwrap(),
+        MemberRemoval::Removed(ProjectRole::Member)
+    );
+    assert_eq!(
+        store.project_role(&team.id, &member.id).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .remove_project_member(&team.id, &member.id)
+            .await
+            .unwrap(),
+        MemberRemoval::NotMember
+    );
+    let kept = store.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(kept.revoked_at, None);
+    assert_eq!(kept.project_id, team.id);
+    // Other projects' memberships are untouched.
+    assert_eq!(
+        store
+            .project_role(&ProjectId::default_project(), &member.id)
+            .await
+            .unwrap(),
+        Some(ProjectRole::Member)
+    );
+
+    // The only owner stays; with a second owner, either may go.
+    assert_eq!(
+        store
+            .remove_project_member(&team.id, &owner.id)
+            .await
+            .unwrap(),
+        MemberRemoval::LastOwner
+    );
+    assert_eq!(
+        store.project_role(&team.id, &owner.id).await.unwrap(),
+        Some(ProjectRole::Owner)
+    );
+    store
+        .set_project_member(&team.id, &member.id, ProjectRole::Owner, 30)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .remove_project_member(&team.id, &owner.id)
+            .await
+            .unwrap(),
+        MemberRemoval::Removed(ProjectRole::Owner)
+    );
+    let left = store.list_project_members(&team.id).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].user_id, member.id);
+    assert_eq!(
+        store
+            .remove_project_member(&ProjectId::generate(), &member.id)
+            .await
+            .unwrap(),
+        MemberRemoval::NotMember
+    );
+}
+
+async fn concurrent_removals_of_two_owners_leave_one(db: &Db) {
+    let stores = [db.store().await, db.store().await];
+    let team = project("team", 10, ModelAccess::any());
+    stores[0].insert_project(&team).await.unwrap();
+    let mut owners = Vec::new();
+    for n in 0..2 {
+        let user = new_user(&format!("owner{n}@example.com"), n);
+        stores[0].insert_user(&user).await.unwrap();
+        stores[0]
+            .set_project_member(&team.id, &user.id, ProjectRole::Owner, 20)
+            .await
+            .unwrap();
+        owners.push(user.id);
+    }
+    for _ in 0..5 {
+        let results = join_all(2, |n| {
+            let store = stores[n].clone();
+            let project = team.id.clone();
+            let owner = owners[n].clone();
+            async move { store.remove_project_member(&project, &owner).await.unwrap() }
+        })
+        .await;
+        let removed = results
+            .iter()
+            .filter(|r| **r == MemberRemoval::Removed(ProjectRole::Owner))
+            .count();
+        assert_eq!(removed, 1, "{results:?}");
+        assert!(results.contains(&MemberRemoval::LastOwner), "{results:?}");
+        let left = stores[0].list_project_members(&team.id).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].role, ProjectRole::Owner);
+        // Both owners again for the next round.
+        for owner in &owners {
+            stores[0]
+                .set_project_member(&team.id, owner, ProjectRole::Owner, 20)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+async fn a_keys_models_change_and_every_store_sees_it(db: &Db) {
+    let store = db.store().await;
+    let replica = db.store().await;
+    let (record, hash) = new_key(None, 1);
+    store.insert_key(&record, &hash).await.unwrap();
+    // PostgreSQL's listener starts in the background: until it has, the
+    // version is `None`.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while replica.keys_version().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no keys version");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let before = replica.keys_version();
+    let only = ModelAccess::only(vec!["svc*".into()]).unwrap();
+    assert!(store.set_key_models(&record.id, &only).await.unwrap());
+    let read = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(read.allowed_models, only);
+    assert!(read.may_use("svc-thinking") && !read.may_use("other"));
+    assert!(
+        !store
+            .set_key_models(&svc_core::key::KeyId("key_missing".into()), &only)
+            .await
+            .unwrap()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while replica.keys_version() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never saw the change"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        store
+            .set_key_models(&record.id, &ModelAccess::any())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .key_by_id(&record.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .allowed_models,
+        ModelAccess::any()
+    );
 }

@@ -1,5 +1,9 @@
-//! The API keys section: the list, Create key (the key shown exactly once),
-//! and revocation with a confirmation step.
+//! The API keys section: the list, Create key (the key shown exactly once;
+//! optionally restricted to some models and, for a `restricted` key, some
+//! permissions), the models a key may use changed later, and revocation
+//! with a confirmation step. Model lists and kinds are read and checked as
+//! the admin API reads them ([`crate::projects`]); admin keys are not made
+//! here.
 
 use axum::Form;
 use axum::extract::{Path, Query, State};
@@ -7,7 +11,10 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
-use svc_core::{ApiKey, KeyId, KeyOrigin, KeyRecord, KeyState, NewKey, UserId, now};
+use svc_core::{
+    ApiKey, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, Permission,
+    UserId, now,
+};
 
 use super::pages::{PageError, layout, render, time};
 use super::projects::{PERIODS, budget_bar, budget_fields, form_budget};
@@ -37,6 +44,23 @@ const GRACE_CHOICES: &[(&str, &str, i64)] = &[
     ("7d", "7 days", 7 * 86_400),
     ("30d", "30 days", MAX_ROTATION_GRACE),
 ];
+
+/// What a permission a dashboard key may be restricted to allows, as the
+/// form says it.
+fn permission_text(permission: Permission) -> &'static str {
+    match permission {
+        Permission::ModelRequest => "chat completions and messages",
+        Permission::ResponsesWrite => "create and delete responses",
+        Permission::ResponsesRead => "read stored responses",
+        Permission::ModelRead => "list the models",
+        Permission::UsageRead => "read usage (an admin account's keys)",
+        // Admin keys only: not offered here.
+        Permission::ManagementRead | Permission::ManagementWrite => "the admin API",
+    }
+}
+
+/// The key kinds the create form offers.
+const KIND_CHOICES: &[&str] = &["all", "restricted"];
 
 /// A key as the list shows it; `rotated_into` is whether another key
 /// replaced it by rotation.
@@ -69,7 +93,10 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)], rotated_into: bool) -> 
         },
         owner => owner,
         kind => key.kind.name(),
-        models => key.allowed_models.0.as_ref().map_or_else(|| "every model".to_owned(), |l| if l.is_empty() { "none".to_owned() } else { l.join(", ") }),
+        // What a restricted key may do (the other kinds say it by name).
+        permissions => matches!(key.kind, svc_core::KeyKind::Restricted(_))
+            .then(|| key.kind.permissions().iter().map(|p| p.as_str()).collect::<Vec<_>>()),
+        models => super::projects::models_text(&key.allowed_models),
         rpm => key.limits.requests_per_minute,
         tpm => key.limits.tokens_per_minute,
         rotated_into,
@@ -86,15 +113,16 @@ pub async fn list(
     who: SignedIn,
     Query(query): Query<ListQuery>,
 ) -> Result<Html<String>, PageError> {
-    render_list(&state, &who, query.revoked, None, None).await
+    render_list(&state, &who, query.revoked, None).await
 }
 
+/// The list and the create form; `error` is why the form that was `sent`
+/// was refused.
 async fn render_list(
     state: &AppState,
     who: &SignedIn,
     revoked: Option<String>,
-    error: Option<String>,
-    name: Option<String>,
+    error: Option<(String, Value)>,
 ) -> Result<Html<String>, PageError> {
     let owner = (!who.user.is_admin).then_some(&who.user.id);
     let keys = state.keys.list(owner).await?;
@@ -121,6 +149,10 @@ async fn render_list(
             ..context! { budget => key_budget(state, k).await }
         });
     }
+    let (error, form) = match error {
+        Some((message, sent)) => (Some(message), sent),
+        None => (None, context! { expires => "never", kind => "all" }),
+    };
     let choices: Vec<Value> = EXPIRY_CHOICES
         .iter()
         .map(|(value, label, _)| context! { value => *value, label => *label })
@@ -132,54 +164,131 @@ async fn render_list(
             ..context! {
                 keys => rows,
                 expiry_choices => choices,
+                kind_choices => KIND_CHOICES.to_vec(),
+                permission_choices => permission_choices(),
                 revoked_name,
                 error,
-                name,
+                form,
                 show_owner => who.user.is_admin,
             }
         },
     )
 }
 
-#[derive(Debug, Deserialize)]
-pub struct CreateForm {
+/// The permissions a restricted key made here may have: every one but the
+/// management ones (admin keys are not made on the dashboard).
+fn permission_choices() -> Vec<Value> {
+    Permission::ALL
+        .into_iter()
+        .filter(|p| !p.is_management())
+        .map(|p| {
+            let name = p.as_str();
+            context! { value => name, id => name.replace('.', "-"), what => permission_text(p) }
+        })
+        .collect()
+}
+
+/// The create form as sent. Read from its pairs: `permissions` repeats,
+/// one per ticked box.
+#[derive(Debug, Default)]
+struct CreateForm {
     csrf: String,
     name: String,
     expires: Option<String>,
+    models: String,
+    kind: String,
+    permissions: Vec<String>,
+}
+
+impl CreateForm {
+    fn from_pairs(pairs: Vec<(String, String)>) -> Self {
+        let mut form = CreateForm::default();
+        for (field, value) in pairs {
+            match field.as_str() {
+                "csrf" => form.csrf = value,
+                "name" => form.name = value,
+                "expires" => form.expires = Some(value),
+                "models" => form.models = value,
+                "kind" => form.kind = value,
+                "permissions" => form.permissions.push(value),
+                _ => {}
+            }
+        }
+        form
+    }
+
+    /// The fields as sent, to show again with an error.
+    fn sent(&self) -> Value {
+        context! {
+            name => &self.name,
+            expires => self.expires.as_deref().unwrap_or("never"),
+            models => &self.models,
+            kind => if self.kind.is_empty() { "all" } else { self.kind.as_str() },
+            permissions => &self.permissions,
+        }
+    }
+
+    /// What the form asks for, checked; the message to show otherwise.
+    fn checked(&self) -> Result<(String, Option<i64>, KeyScope), String> {
+        let name = self.name.trim();
+        if name.is_empty() {
+            return Err("Give the key a name that says where it is used.".into());
+        }
+        if name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+            return Err("Use a name of at most 100 characters, on one line.".into());
+        }
+        let choice = self.expires.as_deref().unwrap_or("never");
+        let Some((_, _, days)) = EXPIRY_CHOICES.iter().find(|(v, _, _)| *v == choice) else {
+            return Err("Choose an expiry from the list.".into());
+        };
+        let kind = match self.kind.as_str() {
+            "" => "all",
+            kind if KIND_CHOICES.contains(&kind) => kind,
+            _ => return Err("Choose a kind from the list: all or restricted.".into()),
+        };
+        if kind == "all" && !self.permissions.is_empty() {
+            return Err(
+                "Permissions are for a restricted key: choose the kind restricted, or untick them."
+                    .into(),
+            );
+        }
+        if kind == "restricted" && self.permissions.is_empty() {
+            return Err("Tick at least one permission for a restricted key.".into());
+        }
+        let kind = crate::projects::key_kind(kind, &self.permissions)
+            .map_err(|_| "Choose permissions from the list.".to_owned())?;
+        let scope = KeyScope {
+            kind,
+            allowed_models: super::projects::form_models(&self.models)?,
+            ..KeyScope::default()
+        };
+        Ok((name.to_owned(), *days, scope))
+    }
 }
 
 pub async fn create(
     State(state): State<AppState>,
     who: SignedIn,
-    Form(form): Form<CreateForm>,
+    Form(pairs): Form<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
+    let form = CreateForm::from_pairs(pairs);
     who.check_csrf(&form.csrf)?;
-    let name = form.name.trim();
-    let choice = form.expires.as_deref().unwrap_or("never");
-    let expiry = EXPIRY_CHOICES.iter().find(|(v, _, _)| *v == choice);
-    let problem = if name.is_empty() {
-        Some("Give the key a name that says where it is used.")
-    } else if name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
-        Some("Use a name of at most 100 characters, on one line.")
-    } else if expiry.is_none() {
-        Some("Choose an expiry from the list.")
-    } else {
-        None
-    };
-    let (Some((_, _, days)), None) = (expiry, problem) else {
-        let message = problem.unwrap_or_default().to_owned();
-        let page = render_list(&state, &who, None, Some(message), Some(form.name.clone())).await?;
-        return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
+    let (name, days, scope) = match form.checked() {
+        Ok(checked) => checked,
+        Err(message) => {
+            let page = render_list(&state, &who, None, Some((message, form.sent()))).await?;
+            return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
+        }
     };
     let (key, record) = state
         .keys
         .create(
             NewKey {
-                name: name.to_owned(),
+                name,
                 owner_id: Some(who.user.id.clone()),
                 created_via: KeyOrigin::Dashboard,
                 expires_in: days.map(|d| d * 86_400),
-                scope: Default::default(),
+                scope,
             },
             &who.actor(),
         )
@@ -305,6 +414,81 @@ pub async fn revoke(
     let key = own_key(&state, &who, &id).await?;
     state.keys.revoke(&key.id, &who.actor()).await?;
     Ok(Redirect::to(&format!("/dashboard/keys?revoked={}", key.id)).into_response())
+}
+
+/// The models form (the key's owner, or an admin): which models the key
+/// may use, within its project's.
+pub async fn access_page(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+) -> Result<Html<String>, PageError> {
+    let key = own_key(&state, &who, &id).await?;
+    let sent = context! {
+        models => key.allowed_models.0.as_ref().map(|l| l.join(", ")).unwrap_or_default(),
+    };
+    render_access(&state, &who, &key, sent, None).await
+}
+
+async fn render_access(
+    state: &AppState,
+    who: &SignedIn,
+    key: &KeyRecord,
+    form: Value,
+    error: Option<String>,
+) -> Result<Html<String>, PageError> {
+    let project = state.store.project_by_id(&key.project_id).await?;
+    let project_models = project
+        .as_ref()
+        .map(|p| super::projects::models_text(&p.allowed_models));
+    render(
+        "key_access.html",
+        context! {
+            ..layout(who, "keys"),
+            ..context! {
+                key => key_row(key, &[], false),
+                project_name => project.map(|p| p.name),
+                project_models,
+                form,
+                error,
+            }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AccessForm {
+    csrf: String,
+    #[serde(default)]
+    models: String,
+}
+
+/// Sets the models the key may use, from its next request, on every
+/// replica; audited as `api_key.updated`, as a key's budget change is.
+pub async fn set_access(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<AccessForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let key = own_key(&state, &who, &id).await?;
+    let models: ModelAccess = match super::projects::form_models(&form.models) {
+        Ok(models) => models,
+        Err(message) => {
+            let sent = context! { models => form.models };
+            let page = render_access(&state, &who, &key, sent, Some(message)).await?;
+            return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
+    if !state
+        .keys
+        .set_allowed_models(&key, &models, &who.actor())
+        .await?
+    {
+        return Err(PageError::NotFound);
+    }
+    Ok(Redirect::to(&format!("/dashboard/keys#{}", key.id)).into_response())
 }
 
 /// The limits form (admins only): a per-key override of the defaults.

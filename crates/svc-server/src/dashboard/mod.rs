@@ -2,7 +2,8 @@
 //! signing in (with a password, or through an OpenID Connect provider),
 //! API keys (with rotation and budgets), usage, approving
 //! device logins, projects and their members (for organization and project
-//! owners), and (for admins) disabling, enabling and deleting accounts and
+//! owners), and (for admins) disabling, enabling and deleting accounts,
+//! setting their organization role, and
 //! reading the audit log.
 //!
 //! Security model: sessions are random tokens in an HttpOnly, SameSite=Lax
@@ -124,6 +125,10 @@ pub fn router() -> Router<AppState> {
             get(keys::budget_page).post(keys::set_budget),
         )
         .route(
+            "/dashboard/keys/{id}/access",
+            get(keys::access_page).post(keys::set_access),
+        )
+        .route(
             "/dashboard/projects",
             get(projects::list).post(projects::create),
         )
@@ -136,8 +141,16 @@ pub fn router() -> Router<AppState> {
             "/dashboard/projects/{id}/members",
             axum::routing::post(projects::set_member),
         )
+        .route(
+            "/dashboard/projects/{id}/members/{user_id}/remove",
+            axum::routing::post(projects::remove_member),
+        )
         .route("/dashboard/usage", get(usage::page))
         .route("/dashboard/users", get(users::list))
+        .route(
+            "/dashboard/users/{id}/role",
+            axum::routing::post(users::set_role),
+        )
         .route(
             "/dashboard/users/{id}/{action}",
             get(users::confirm_page).post(users::act),

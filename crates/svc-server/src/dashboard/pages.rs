@@ -33,6 +33,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/key_created.html"),
     ),
     ("revoke.html", include_str!("../../templates/revoke.html")),
+    (
+        "key_access.html",
+        include_str!("../../templates/key_access.html"),
+    ),
     ("limits.html", include_str!("../../templates/limits.html")),
     ("rotate.html", include_str!("../../templates/rotate.html")),
     ("audit.html", include_str!("../../templates/audit.html")),

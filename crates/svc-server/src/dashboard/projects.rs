@@ -19,6 +19,7 @@ use svc_core::{
     Budget, BudgetUnit, KeyState, ModelAccess, ProjectId, ProjectRecord, ProjectRole,
     ValidationError, now,
 };
+use svc_core::{MemberRemoval, UserId};
 
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
@@ -103,8 +104,8 @@ pub fn form_budget(amount: &str, unit: &str, period: &str) -> Result<Option<Budg
 }
 
 /// A model list from a form field: ids or patterns separated by commas or
-/// spaces; empty allows every model.
-fn form_models(text: &str) -> Result<ModelAccess, String> {
+/// spaces; empty allows every model. Checked as the admin API checks one.
+pub fn form_models(text: &str) -> Result<ModelAccess, String> {
     let list: Vec<String> = text
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|m| !m.is_empty())
@@ -118,7 +119,7 @@ fn form_models(text: &str) -> Result<ModelAccess, String> {
 }
 
 /// A model list as the pages show it.
-fn models_text(models: &ModelAccess) -> String {
+pub fn models_text(models: &ModelAccess) -> String {
     match &models.0 {
         None => "every model".into(),
         Some(list) if list.is_empty() => "none".into(),
@@ -190,6 +191,9 @@ fn done_text(done: Option<&str>) -> Option<&'static str> {
             "The project's models and budget were saved; its keys follow from their next request.",
         ),
         "member" => Some("The member was saved."),
+        "removed" => Some(
+            "The member was removed from the project. Their keys in it were left as they are: revoke them on the keys page if they should stop working.",
+        ),
         _ => None,
     }
 }
@@ -348,7 +352,14 @@ async fn render_project(
         .list_project_members(&project.id)
         .await?
         .into_iter()
-        .map(|m| context! { email => m.email, role => m.role.as_str(), added => time(m.added_at) })
+        .map(|m| {
+            context! {
+                id => m.user_id.0,
+                email => m.email,
+                role => m.role.as_str(),
+                added => time(m.added_at),
+            }
+        })
         .collect();
     let at = now();
     let keys: Vec<Value> = state
@@ -490,4 +501,40 @@ pub async fn set_member(
     };
     projects::set_member(&state, &who.actor(), &project, &user.id, role).await?;
     Ok(Redirect::to(&format!("/dashboard/projects/{}?done=member", project.id)).into_response())
+}
+
+/// Removes an account from the project (organization owners and the
+/// project's owners, as for adding one); never its last owner. The
+/// account's keys in the project are left as they are.
+pub async fn remove_member(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((id, user_id)): Path<(String, String)>,
+    Form(form): Form<super::account::CsrfForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let project = visible_project(&state, &who, &id).await?;
+    let user = UserId(user_id);
+    match projects::remove_member(&state, &who.actor(), &project, &user).await? {
+        MemberRemoval::Removed(_) => {}
+        MemberRemoval::NotMember => return Err(PageError::NotFound),
+        MemberRemoval::LastOwner => {
+            let email = state
+                .accounts
+                .user(&user)
+                .await?
+                .map_or_else(|| user.0.clone(), |u| u.email);
+            let message = format!(
+                "{email} is the last owner of this project: make another member an owner first."
+            );
+            let sent = context! { role => "owner" };
+            return refused(&state, &who, &project, Section::Members, message, sent).await;
+        }
+    }
+    // Someone who removed themselves may no longer see the project.
+    let to = match visible_project(&state, &who, &id).await {
+        Ok(_) => format!("/dashboard/projects/{}?done=removed", project.id),
+        Err(_) => "/dashboard/keys".to_owned(),
+    };
+    Ok(Redirect::to(&to).into_response())
 }

@@ -1,6 +1,7 @@
-//! The Users section (admins only): every account with its state, and
-//! disable, enable and delete, each behind a confirmation page and a POST
-//! with the session's CSRF token. To anyone else these pages do not exist
+//! The Users section (admins only): every account with its state and
+//! organization role; disable, enable and delete, each behind a
+//! confirmation page, and the role (owner or reader) set in the list, each
+//! a POST with the session's CSRF token. To anyone else these pages do not exist
 //! (404), so account ids cannot be probed. An admin cannot act on their own
 //! account here, and the store refuses to remove the last enabled admin.
 
@@ -84,8 +85,6 @@ pub async fn list(
     Query(query): Query<ListQuery>,
 ) -> Result<Html<String>, PageError> {
     admin_only(&who)?;
-    let users = state.accounts.list_users().await?;
-    let rows: Vec<Value> = users.iter().map(|u| user_row(u, &who)).collect();
     let done = match (query.done.as_deref(), query.email) {
         (Some("disable"), Some(email)) => Some(format!(
             "{email} was disabled: its sessions ended and its keys are refused from now on."
@@ -94,12 +93,89 @@ pub async fn list(
             "{email} was enabled: its keys that were not revoked work again."
         )),
         (Some("delete"), Some(email)) => Some(format!("{email} was deleted and its keys revoked.")),
+        (Some("owner"), Some(email)) => Some(format!(
+            "{email} is an organization owner: an admin of every project and account."
+        )),
+        (Some("reader"), Some(email)) => Some(format!(
+            "{email} is a reader of the organization: no longer an admin. Its admin keys lose their reach from the next request."
+        )),
         _ => None,
     };
+    render_list(&state, &who, done, None).await
+}
+
+/// The Users page, with what was done or (a 400 when the caller says so)
+/// why a change was refused.
+async fn render_list(
+    state: &AppState,
+    who: &SignedIn,
+    done: Option<String>,
+    error: Option<String>,
+) -> Result<Html<String>, PageError> {
+    let users = state.accounts.list_users().await?;
+    let rows: Vec<Value> = users.iter().map(|u| user_row(u, who)).collect();
     render(
         "users.html",
-        context! { ..layout(&who, "users"), ..context! { users => rows, done } },
+        context! { ..layout(who, "users"), ..context! { users => rows, done, error } },
     )
+}
+
+/// The Users page again, a 400, with `message`.
+async fn refused(state: &AppState, who: &SignedIn, message: String) -> Result<Response, PageError> {
+    let page = render_list(state, who, None, Some(message)).await?;
+    Ok((StatusCode::BAD_REQUEST, page).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RoleForm {
+    csrf: String,
+    #[serde(default)]
+    role: String,
+}
+
+/// Makes an account an organization owner (an admin) or a reader, as the
+/// admin API's `POST /v1/organization/users/{user_id}` does (audited as
+/// `user.updated`). Not one's own account; never the last enabled owner.
+pub async fn set_role(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<RoleForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    admin_only(&who)?;
+    let user = state
+        .accounts
+        .user(&UserId(id))
+        .await?
+        .ok_or(PageError::NotFound)?;
+    if user.id == who.user.id {
+        let message = "You cannot change your own organization role. Ask another admin.";
+        return refused(&state, &who, message.into()).await;
+    }
+    let admin = match form.role.as_str() {
+        "owner" => true,
+        "reader" => false,
+        _ => {
+            let message = "Choose a role from the list: owner or reader.";
+            return refused(&state, &who, message.into()).await;
+        }
+    };
+    match state.accounts.set_admin(&user, admin, &who.actor()).await? {
+        AccountChange::Done | AccountChange::Unchanged => {}
+        AccountChange::NotFound => return Err(PageError::NotFound),
+        AccountChange::LastAdmin => {
+            let message = format!(
+                "{} is the last enabled organization owner and stays one: make another account an owner first.",
+                user.email
+            );
+            return refused(&state, &who, message).await;
+        }
+    }
+    let query =
+        serde_urlencoded::to_string([("done", form.role.as_str()), ("email", user.email.as_str())])
+            .unwrap_or_default();
+    Ok(Redirect::to(&format!("/dashboard/users?{query}#{}", user.id)).into_response())
 }
 
 /// The account `id` for an admin other than its owner to act on.

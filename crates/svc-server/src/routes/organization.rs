@@ -31,8 +31,8 @@ use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::store::AccountChange;
 use svc_core::{
-    Budget, KeyId, KeyKind, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
-    ProjectMember, ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
+    Budget, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId, ProjectMember,
+    ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
 };
 
 use crate::budget::Scope;
@@ -384,20 +384,10 @@ pub async fn create_key(
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
     let name = projects::name(&body.name)?;
-    let kind = KeyKind::from_parts(
+    let kind = projects::key_kind(
         body.kind.as_deref().unwrap_or("all"),
         &body.permissions.unwrap_or_default(),
-    )
-    .map_err(|e| {
-        let param = match e {
-            svc_core::project::KeyKindError::UnknownKind(_) => "kind",
-            _ => "permissions",
-        };
-        ApiError::from(ValidationError {
-            param: param.into(),
-            message: e.to_string(),
-        })
-    })?;
+    )?;
     if let Some(seconds) = body.expires_in
         && seconds < 1
     {

@@ -43,6 +43,7 @@ mod auth;
 mod budgets;
 mod chat;
 mod dashboard;
+mod dashboard_controls;
 mod dashboard_projects;
 mod device;
 mod errors;
