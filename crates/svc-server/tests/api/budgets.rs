@@ -76,6 +76,39 @@ fn header(response: &reqwest::Response, name: &str) -> String {
     response.headers()[name].to_str().unwrap().to_owned()
 }
 
+/// Sends small requests with `key` (of the default project) until one is
+/// refused, checking each answer with `check` and letting its settlement
+/// in before the next; returns how many were served, and the refusal's
+/// headers and message (a 429 `insufficient_quota`).
+async fn serve_until_refused(
+    app: &TestApp,
+    admin: &str,
+    key_id: &str,
+    key: &str,
+    check: impl Fn(&reqwest::Response),
+) -> (usize, reqwest::header::HeaderMap, String) {
+    let mut served = 0;
+    loop {
+        let response = app.chat(key, &small("one two three four five")).await;
+        if response.status() != 200 {
+            let headers = response.headers().clone();
+            let message = crate::expect_error(
+                response,
+                429,
+                "insufficient_quota",
+                "insufficient_quota",
+                None,
+            )
+            .await;
+            return (served, headers, message);
+        }
+        served += 1;
+        check(&response);
+        assert!(served < 20, "the budget never stopped the key");
+        settled_budget(app, admin, "proj_default", key_id).await;
+    }
+}
+
 /// The key's budget as the admin API shows it, once the settlements of
 /// the requests made so far are in (they run after each answer).
 async fn settled_budget(app: &TestApp, admin: &str, project: &str, key: &str) -> Value {
@@ -233,37 +266,26 @@ async fn a_key_budget_stops_the_key_once_spent(db: Database) {
     let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
     assert_eq!(budget["used"], 0, "{budget}");
 
-    let mut served = 0;
-    let refused = loop {
-        let response = app.chat(&key, &small("one two three four five")).await;
-        if response.status() != 200 {
-            break response;
-        }
-        served += 1;
-        assert_eq!(header(&response, "x-budget-limit-tokens"), "60");
-        assert_eq!(header(&response, "x-budget-scope"), "key");
-        let remaining: i64 = header(&response, "x-budget-remaining-tokens")
+    let (served, refused, message) = serve_until_refused(&app, &admin, &key_id, &key, |response| {
+        assert_eq!(header(response, "x-budget-limit-tokens"), "60");
+        assert_eq!(header(response, "x-budget-scope"), "key");
+        let remaining: i64 = header(response, "x-budget-remaining-tokens")
             .parse()
             .unwrap();
         assert!((0..60).contains(&remaining), "{remaining}");
-        assert!(served < 20, "the budget never stopped the key");
-        // Let the settlement of this request in before the next.
-        settled_budget(&app, &admin, "proj_default", &key_id).await;
-    };
+    })
+    .await;
     // Each request is 6 prompt and 7 completion tokens: 13 of 60.
     assert_eq!(served, 5, "served until the count reached the budget");
-    assert_eq!(header(&refused, "x-budget-remaining-tokens"), "0");
-    let retry: i64 = header(&refused, "retry-after").parse().unwrap();
+    assert_eq!(refused["x-budget-remaining-tokens"], "0");
+    let retry: i64 = refused["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=86_400).contains(&retry), "{retry}");
-    assert!(header(&refused, "x-budget-reset-tokens").ends_with('s'));
-    let message = crate::expect_error(
-        refused,
-        429,
-        "insufficient_quota",
-        "insufficient_quota",
-        None,
-    )
-    .await;
+    assert!(
+        refused["x-budget-reset-tokens"]
+            .to_str()
+            .unwrap()
+            .ends_with('s')
+    );
     assert!(
         message.contains("token budget of this API key"),
         "{message}"
@@ -488,30 +510,15 @@ async fn a_spend_budget_counts_each_models_tokens_at_its_prices(db: Database) {
     let shown = settled_budget(&app, &admin, "proj_default", &key_id).await;
     assert_eq!(shown["usd"], 0.03, "{shown}");
     assert!(shown.get("tokens").is_none(), "{shown}");
-    let mut served = 0;
-    let refused = loop {
-        let response = app.chat(&key, &small("one two three four five")).await;
-        if response.status() != 200 {
-            break response;
-        }
-        served += 1;
-        assert_eq!(header(&response, "x-budget-limit-usd"), "0.03");
+    let (served, refused, message) = serve_until_refused(&app, &admin, &key_id, &key, |response| {
+        assert_eq!(header(response, "x-budget-limit-usd"), "0.03");
         assert!(response.headers().get("x-budget-limit-tokens").is_none());
-        let remaining: f64 = header(&response, "x-budget-remaining-usd").parse().unwrap();
+        let remaining: f64 = header(response, "x-budget-remaining-usd").parse().unwrap();
         assert!((0.0..0.03).contains(&remaining), "{remaining}");
-        assert!(served < 20, "the budget never stopped the key");
-        settled_budget(&app, &admin, "proj_default", &key_id).await;
-    };
-    assert_eq!(served, 4, "served until the spend reached the budget");
-    assert_eq!(header(&refused, "x-budget-remaining-usd"), "0");
-    let message = crate::expect_error(
-        refused,
-        429,
-        "insufficient_quota",
-        "insufficient_quota",
-        None,
-    )
+    })
     .await;
+    assert_eq!(served, 4, "served until the spend reached the budget");
+    assert_eq!(refused["x-budget-remaining-usd"], "0");
     assert!(
         message.contains("spend budget of this API key ($0.03)"),
         "{message}"

@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
+use serde_json::Value;
 use svc_core::audit::AuditQuery;
 use svc_core::{
     AuditStore, ProjectId, ProjectRole, ProjectStore, SignInError, SsoIdentity, SsoSignInError,
@@ -21,6 +22,20 @@ on_both_databases!(
     an_account_made_by_sso_joins_its_project_and_has_no_password,
     sso_refuses_unverified_unknown_and_disabled_accounts,
 );
+
+/// The details of every `login.failed` entry of the audit log.
+async fn failed_sign_ins(app: &TestApp) -> Vec<Value> {
+    let query = AuditQuery {
+        limit: 100,
+        ..AuditQuery::default()
+    };
+    let entries = app.store.list_audit(&query).await.unwrap();
+    entries
+        .into_iter()
+        .filter(|e| e.kind == "login.failed")
+        .map(|e| e.details)
+        .collect()
+}
 
 /// Single sign-on through a provider at an address where nothing listens.
 fn unreachable_provider(password_sign_in: bool) -> ServerConfig {
@@ -109,18 +124,10 @@ async fn a_callback_that_is_not_this_browsers_sign_in_is_refused_and_audited() {
     assert!(page.body.contains("access_denied"), "{}", page.body);
     assert!(!page.body.contains("<script>"), "{}", page.body);
 
-    let entries = app
-        .store
-        .list_audit(&AuditQuery {
-            limit: 100,
-            ..AuditQuery::default()
-        })
+    let failed: Vec<String> = failed_sign_ins(&app)
         .await
-        .unwrap();
-    let failed: Vec<String> = entries
         .iter()
-        .filter(|e| e.kind == "login.failed")
-        .map(|e| e.details.to_string())
+        .map(Value::to_string)
         .collect();
     assert_eq!(failed.len(), 3, "{failed:?}");
     assert_eq!(
@@ -315,18 +322,10 @@ async fn sso_refuses_unverified_unknown_and_disabled_accounts(db: Database) {
             .await,
         Err(SsoSignInError::Disabled)
     ));
-    let entries = app
-        .store
-        .list_audit(&AuditQuery {
-            limit: 100,
-            ..AuditQuery::default()
-        })
+    let codes: Vec<String> = failed_sign_ins(&app)
         .await
-        .unwrap();
-    let codes: Vec<String> = entries
         .iter()
-        .filter(|e| e.kind == "login.failed")
-        .map(|e| e.details["error_code"].as_str().unwrap_or("").to_owned())
+        .map(|d| d["error_code"].as_str().unwrap_or("").to_owned())
         .collect();
     for code in ["email_not_verified", "no_account", "account_disabled"] {
         assert!(codes.iter().any(|c| c == code), "{code} in {codes:?}");
