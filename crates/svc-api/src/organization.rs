@@ -377,6 +377,23 @@ pub struct DeletedProjectApiKey {
     pub deleted: bool,
 }
 
+/// `DELETE /v1/organization/projects/{project_id}/users/{user_id}`: the
+/// account is no longer a member (its keys stay as they are).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedProjectUser {
+    /// Always `organization.project.user.deleted`.
+    #[schema(schema_with = object_deleted_user)]
+    pub object: String,
+    pub id: String,
+    /// Always true.
+    #[schema(schema_with = always_true)]
+    pub deleted: bool,
+}
+
+fn object_deleted_user() -> Object {
+    constant("organization.project.user.deleted")
+}
+
 fn object_project() -> Object {
     constant("organization.project")
 }

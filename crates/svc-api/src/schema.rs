@@ -136,6 +136,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::ProjectApiKeyList>(&mut out);
     add::<crate::CreateProjectApiKeyRequest>(&mut out);
     add::<crate::DeletedProjectApiKey>(&mut out);
+    add::<crate::DeletedProjectUser>(&mut out);
     add::<crate::ProjectUserList>(&mut out);
     add::<crate::CreateProjectUserRequest>(&mut out);
     add::<crate::RotateProjectApiKeyRequest>(&mut out);

@@ -128,6 +128,10 @@ pub fn openapi() -> OpenApi {
                 .build(),
         )
         .path(
+            "/v1/organization/projects/{project_id}/users/{user_id}",
+            item(HttpMethod::Delete, remove_project_user()),
+        )
+        .path(
             "/v1/organization/projects/{project_id}/api_keys/{key_id}",
             utoipa::openapi::path::PathItemBuilder::new()
                 .operation(HttpMethod::Get, get_project_key())
@@ -1140,6 +1144,30 @@ fn list_project_users() -> Operation {
     )
     .response("400", shared("BadRequest"))
     .response("404", project_not_found())
+    .build()
+}
+
+fn remove_project_user() -> Operation {
+    admin_errors(operation(
+        "deleteProjectUser",
+        "organization",
+        "Remove an account from the project (never its last owner); its keys stay as they are.",
+        true,
+    ))
+    .parameter(project_id())
+    .parameter(user_id_parameter())
+    .response(
+        "200",
+        json_response("Removed.", reference("DeletedProjectUser")).build(),
+    )
+    .response("400", shared("BadRequest"))
+    .response(
+        "404",
+        error_response(
+            "No project the key reaches has this id, or the account is not a member (`code` `not_found`).",
+        )
+        .build(),
+    )
     .build()
 }
 

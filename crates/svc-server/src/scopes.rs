@@ -151,6 +151,11 @@ pub const KEY_ROUTES: &[(&str, &str, Need)] = &[
         "/v1/organization/projects/{project_id}/users",
         Need::Permission(Permission::ManagementWrite),
     ),
+    (
+        "DELETE",
+        "/v1/organization/projects/{project_id}/users/{user_id}",
+        Need::Permission(Permission::ManagementWrite),
+    ),
 ];
 
 /// What `method` on the route `path` (as the router wrote it) needs.

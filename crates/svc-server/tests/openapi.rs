@@ -152,6 +152,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
         "POST /v1/organization/projects/{project_id}/api_keys",
         "GET /v1/organization/projects/{project_id}/users",
         "POST /v1/organization/projects/{project_id}/users",
+        "DELETE /v1/organization/projects/{project_id}/users/{user_id}",
         "GET /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}",
         "POST /v1/organization/projects/{project_id}/api_keys/{key_id}/rotate",

@@ -67,6 +67,10 @@ pub fn router() -> Router<AppState> {
             get(organization::list_users).post(organization::add_user),
         )
         .route(
+            "/v1/organization/projects/{project_id}/users/{user_id}",
+            axum::routing::delete(organization::remove_user),
+        )
+        .route(
             "/v1/organization/projects/{project_id}/api_keys/{key_id}",
             get(organization::get_key)
                 .post(organization::modify_key)

@@ -22,10 +22,10 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use svc_api::{
     BudgetLimit, CreateProjectApiKeyRequest, CreateProjectRequest, CreateProjectUserRequest,
-    DeletedProjectApiKey, ModifyOrganizationUserRequest, ModifyProjectApiKeyRequest,
-    ModifyProjectRequest, OrganizationUser, OrganizationUserList, Project, ProjectApiKey,
-    ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser, ProjectUserList,
-    RotateProjectApiKeyRequest,
+    DeletedProjectApiKey, DeletedProjectUser, ModifyOrganizationUserRequest,
+    ModifyProjectApiKeyRequest, ModifyProjectRequest, OrganizationUser, OrganizationUserList,
+    Project, ProjectApiKey, ProjectApiKeyList, ProjectApiKeyOwner, ProjectList, ProjectUser,
+    ProjectUserList, RotateProjectApiKeyRequest,
 };
 use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
@@ -713,6 +713,36 @@ pub async fn add_user(
         .find(|m| m.user_id == user)
         .ok_or_else(|| ApiError::Internal("a member just added is not listed".into()))?;
     Ok(Json(member_body(member)))
+}
+
+/// `DELETE /v1/organization/projects/{project_id}/users/{user_id}`:
+/// removes the account from the project (audited as `user.deleted`), never
+/// its last owner; the account's keys stay as they are.
+pub async fn remove_user(
+    Authenticated(key): Authenticated,
+    State(state): State<AppState>,
+    Path((project_id, user_id)): Path<(String, String)>,
+) -> Result<Json<DeletedProjectUser>, ApiError> {
+    let reach = reach(&state, &key).await?;
+    let project = visible_project(&state, &reach, &project_id).await?;
+    let user = UserId(user_id);
+    let actor = key_actor(&state, &key).await?;
+    match projects::remove_member(&state, &actor, &project, &user).await? {
+        svc_core::MemberRemoval::Removed(_) => Ok(Json(DeletedProjectUser {
+            object: "organization.project.user.deleted".into(),
+            id: user.0,
+            deleted: true,
+        })),
+        svc_core::MemberRemoval::NotMember => Err(ApiError::NotFound {
+            param: Some("user_id".into()),
+            message: format!("No member of this project has the id '{}'.", user.0),
+        }),
+        svc_core::MemberRemoval::LastOwner => Err(ValidationError {
+            param: "user_id".into(),
+            message: "this is the project's last owner: make another member owner first".into(),
+        }
+        .into()),
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ on_both_databases!(
     the_admin_api_manages_projects_and_keys,
     a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids,
     stored_responses_stay_in_their_project,
+    members_are_removed_through_the_admin_api_never_the_last_owner,
 );
 
 fn scope(kind: KeyKind) -> KeyScope {
@@ -102,6 +103,11 @@ const NEEDS: &[(&str, &str, Option<Permission>)] = &[
     (
         "POST",
         "/v1/organization/projects/{project_id}/users",
+        Some(Permission::ManagementWrite),
+    ),
+    (
+        "DELETE",
+        "/v1/organization/projects/{project_id}/users/{user_id}",
         Some(Permission::ManagementWrite),
     ),
     (
@@ -907,6 +913,11 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
             format!("/projects/{}/users", b.0),
             Some(json!({"user_id": pat.id.0, "role": "owner"})),
         ),
+        (
+            Method::DELETE,
+            format!("/projects/{}/users/{}", b.0, pat.id.0),
+            None,
+        ),
     ];
     for (method, path, json) in attempts {
         let what = format!("{method} {path}");
@@ -1070,4 +1081,64 @@ async fn stored_responses_stay_in_their_project(db: Database) {
         assert_eq!(response.status(), 404);
         assert_eq!(read(&here).await.unwrap().status(), 200);
     }
+}
+
+async fn members_are_removed_through_the_admin_api_never_the_last_owner(db: Database) {
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let root = app.create_scoped_key(None, scope(KeyKind::Admin)).await;
+    let team = app.create_project("team", ModelAccess::default()).await;
+    let users = format!("/projects/{}/users", team.id.0);
+    let owner = app
+        .create_user("olive@example.com", "password123", false)
+        .await;
+    let member = app
+        .create_user("mo@example.com", "password123", false)
+        .await;
+    for (user, role) in [(&owner, "owner"), (&member, "member")] {
+        let body = json!({"user_id": user.id.0, "role": role});
+        let (status, added) = admin(&app, &root, Method::POST, &users, Some(body)).await;
+        assert_eq!(status, 200, "{added}");
+    }
+    // The member's key stays as it is.
+    let kept = app
+        .create_scoped_key(Some(&member.id), scope(KeyKind::All))
+        .await;
+    let path = format!("{users}/{}", member.id.0);
+    let (status, removed) = admin(&app, &root, Method::DELETE, &path, None).await;
+    assert_eq!(status, 200, "{removed}");
+    assert_eq!(
+        removed,
+        json!({"object": "organization.project.user.deleted", "id": member.id.0, "deleted": true})
+    );
+    let (_, listed) = admin(&app, &root, Method::GET, &users, None).await;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(app.chat(&kept, &body("svc", "hi")).await.status(), 200);
+    // Again: not a member any more.
+    let (status, again) = admin(&app, &root, Method::DELETE, &path, None).await;
+    assert_eq!(status, 404, "{again}");
+    assert_eq!(again["error"]["param"], "user_id");
+    // The last owner stays.
+    let path = format!("{users}/{}", owner.id.0);
+    let (status, refused) = admin(&app, &root, Method::DELETE, &path, None).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "user_id");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("last owner"),
+        "{refused}"
+    );
+    // Audited once, in the project.
+    let (_, log) = admin(
+        &app,
+        &root,
+        Method::GET,
+        "/audit_logs?event_types[]=user.deleted",
+        None,
+    )
+    .await;
+    let entries = log["data"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{log}");
+    assert_eq!(entries[0]["project"]["id"], team.id.0.as_str(), "{log}");
 }
