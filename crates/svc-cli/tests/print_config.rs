@@ -52,7 +52,7 @@ fn print_config_shows_the_merged_values_and_their_sources() {
         .args([
             "--bind",
             "127.0.0.1:9100",
-            "--allow-signup",
+            "--oidc-create-accounts",
             "--print-config",
         ])
         .env_clear()

@@ -96,12 +96,15 @@ pub struct ModelPrice {
 
 impl ModelPrice {
     /// What `prompt` and `completion` tokens cost, in micro-dollars,
-    /// rounded up.
+    /// rounded up. Counted in whole thousandths of a micro-dollar a token
+    /// (prices to $0.001 per million tokens), so that no float rounding
+    /// adds a micro-dollar.
     pub fn cost_micros(&self, prompt: i64, completion: i64) -> i64 {
-        let cost = prompt as f64 * self.input + completion as f64 * self.output;
-        // Saturates at i64's ends (and NaN is 0): prices are checked finite
-        // and non-negative where they are read.
-        cost.ceil() as i64
+        // Finite and non-negative where prices are read; saturates anyway.
+        let per_token = |price: f64| (price * 1000.0).round() as i128;
+        let nanos = i128::from(prompt) * per_token(self.input)
+            + i128::from(completion) * per_token(self.output);
+        i64::try_from((nanos + 999).div_euclid(1000)).unwrap_or(i64::MAX)
     }
 }
 
@@ -201,6 +204,12 @@ mod tests {
         // 1,000 prompt tokens at $0.15/M and 500 completion at $0.60/M: $0.00045.
         assert_eq!(price.cost_micros(1_000, 500), 450);
         assert_eq!(price.cost_micros(1, 0), 1, "rounded up");
+        // No float error adds a micro-dollar: 10 tokens at $1.10 per million.
+        let exact = ModelPrice {
+            input: 1.1,
+            output: 0.0,
+        };
+        assert_eq!(exact.cost_micros(10, 0), 11);
         assert_eq!(BudgetUnit::Usd.amount(1_000, 500, Some(price)), 450);
         assert_eq!(BudgetUnit::Usd.amount(1_000, 500, None), 0);
         assert_eq!(BudgetUnit::Tokens.amount(1_000, 500, Some(price)), 1_500);

@@ -263,6 +263,11 @@ impl Budgets {
             else {
                 continue;
             };
+            // A model without a price costs nothing: a spend budget, spent
+            // or not, does not hold it up.
+            if unit == BudgetUnit::Usd && price.is_none() {
+                continue;
+            }
             let id = scope.counter(holder, unit);
             let estimate = unit.amount(prompt, reply, price).max(1);
             let (window_start, resets_at) = period.window(at);
@@ -395,7 +400,11 @@ impl Budgets {
             };
             let mut data = budget.to_json();
             data["scope"] = scope.as_str().into();
-            data["used"] = used.into();
+            // In the budget's unit: dollars beside `usd`, tokens beside `tokens`.
+            data["used"] = match budget.unit {
+                BudgetUnit::Tokens => used.into(),
+                BudgetUnit::Usd => svc_core::budget::micros_to_usd(used).into(),
+            };
             data["alert_percent"] = budgets.alert_percent.into();
             data["resets_at"] = resets_at.into();
             let details = serde_json::json!({"id": id, "data": data});

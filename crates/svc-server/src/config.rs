@@ -154,18 +154,49 @@ impl Default for SsoConfig {
 }
 
 impl SsoConfig {
-    /// Why these settings cannot work together, if they cannot.
-    pub fn check(&self) -> Result<(), String> {
+    /// Why these settings (with `allow_signup`) cannot work together, or
+    /// would be unsafe, if so.
+    pub fn check(&self, allow_signup: bool) -> Result<(), String> {
         match (&self.oidc_issuer, &self.oidc_client_id) {
-            (Some(_), None) => Err("oidc_issuer needs oidc_client_id".to_owned()),
-            (None, Some(_)) => Err("oidc_client_id needs oidc_issuer".to_owned()),
-            (None, None) if !self.password_sign_in => Err(
-                "password_sign_in = false needs single sign-on (oidc_issuer and oidc_client_id): \
-                 nobody could sign in"
-                    .to_owned(),
-            ),
-            _ => Ok(()),
+            (Some(_), None) => return Err("oidc_issuer needs oidc_client_id".to_owned()),
+            (None, Some(_)) => return Err("oidc_client_id needs oidc_issuer".to_owned()),
+            (None, None) if !self.password_sign_in => {
+                return Err(
+                    "password_sign_in = false needs single sign-on (oidc_issuer and \
+                     oidc_client_id): nobody could sign in"
+                        .to_owned(),
+                );
+            }
+            (None, None) => return Ok(()),
+            (Some(_), Some(_)) => {}
         }
+        // Single sign-on matches accounts by email: an account anyone made
+        // for someone else's email by signing up would be theirs on their
+        // first sign-in through the provider, its password still the maker's.
+        if allow_signup {
+            return Err(
+                "allow_signup cannot be used with single sign-on: self sign-up does not prove \
+                 the email, and single sign-on signs in to the account with that email \
+                 (use oidc_create_accounts to let people in)"
+                    .to_owned(),
+            );
+        }
+        // Over plain http anyone on the way could hand out their own keys.
+        if let Some(issuer) = &self.oidc_issuer {
+            let loopback = match issuer.host() {
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                Some(url::Host::Domain(name)) => name == "localhost",
+                None => false,
+            };
+            if issuer.scheme() != "https" && !loopback {
+                return Err(
+                    "oidc_issuer must be an https:// URL (plain http only on this machine)"
+                        .to_owned(),
+                );
+            }
+        }
+        Ok(())
     }
 }
 

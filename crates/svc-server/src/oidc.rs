@@ -216,14 +216,20 @@ struct JwkSet {
 impl Oidc {
     /// The relying party of `config`, whose callback is under
     /// `dashboard_url`; `Ok(None)` when single sign-on is off.
-    pub fn from_config(config: &SsoConfig, dashboard_url: &str) -> Result<Option<Self>, String> {
-        config.check()?;
+    pub fn from_config(
+        config: &SsoConfig,
+        allow_signup: bool,
+        dashboard_url: &str,
+    ) -> Result<Option<Self>, String> {
+        config.check(allow_signup)?;
         let (Some(issuer), Some(client_id)) = (&config.oidc_issuer, &config.oidc_client_id) else {
             return Ok(None);
         };
         let http = reqwest::Client::builder()
             .timeout(PROVIDER_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::limited(3))
+            // A redirected token request would carry the code (and a
+            // client_secret_post secret) wherever it was sent.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("cannot make the HTTP client for single sign-on: {e}"))?;
         Ok(Some(Oidc {

@@ -346,7 +346,10 @@ impl ServeConfig {
                 Ok((id.clone(), price))
             })
             .collect::<anyhow::Result<_>>()?;
-        server.sso.check().map_err(anyhow::Error::msg)?;
+        server
+            .sso
+            .check(server.allow_signup)
+            .map_err(anyhow::Error::msg)?;
         let source = match &file.path {
             Some(path) => Source::File(path.clone()),
             None => Source::Default,

@@ -509,7 +509,7 @@ fn printed_configuration_reads_back_the_same() {
          device_interval = 3\nrate_limit_tpm = 1000\ncontext = 2048\n\
          oidc_issuer = \"https://id.example/\"\noidc_client_id = \"svc\"\noidc_default_role = \"owner\"\n\
          [models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n",
-        &[flag("allow_signup", "true"), env("threads", "2")],
+        &[flag("oidc_create_accounts", "true"), env("threads", "2")],
     )
     .unwrap();
     let shown = print::render(&c, &layers, &Source::File(path), |_| None).unwrap();

@@ -69,7 +69,7 @@ impl Dashboard {
     /// With single sign-on as `config` says; the message says why the
     /// settings cannot work.
     pub fn with_sso(mut self, config: &crate::config::SsoConfig) -> Result<Self, String> {
-        self.sso = crate::oidc::Oidc::from_config(config, &self.url)?;
+        self.sso = crate::oidc::Oidc::from_config(config, self.allow_signup, &self.url)?;
         self.password_sign_in = config.password_sign_in;
         Ok(self)
     }

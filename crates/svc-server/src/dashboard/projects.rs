@@ -75,26 +75,48 @@ pub fn budget_fields(budget: Option<Budget>) -> Value {
 /// A budget from a form's fields: none when the amount is empty; the
 /// message to show otherwise.
 pub fn form_budget(amount: &str, unit: &str, period: &str) -> Result<Option<Budget>, String> {
-    let amount = amount.trim().replace(['_', ','], "");
+    let amount = amount.trim().replace('_', "");
     if amount.is_empty() {
         return Ok(None);
     }
-    let requested = if unit == "usd" {
-        let Ok(usd) = amount.trim_start_matches('$').parse::<f64>() else {
+    let requested = match unit {
+        "usd" => {
+            // A comma only groups thousands: "2,50" is not read as 250.
+            let digits = amount.trim_start_matches('$');
+            let whole = digits.split('.').next().unwrap_or("");
+            let grouped = {
+                let mut groups = whole.split(',');
+                let first = groups.next().unwrap_or("");
+                (1..=3).contains(&first.len()) && groups.all(|g| g.len() == 3)
+            };
+            let usd = if whole.contains(',') && !grouped {
+                None
+            } else {
+                digits.replace(',', "").parse::<f64>().ok()
+            };
+            let Some(usd) = usd else {
+                return Err(
+                    "Enter the budget as an amount of US dollars with a decimal point \
+                     (such as 25 or 2.50), or leave it empty for no budget."
+                        .into(),
+                );
+            };
+            projects::budget(None, Some(usd), period)
+        }
+        "tokens" | "" => {
+            let Ok(tokens) = amount.replace(',', "").parse::<i64>() else {
+                return Err(
+                    "Enter the budget as a whole number of tokens, or leave it empty for no budget."
+                        .into(),
+                );
+            };
+            projects::budget(Some(tokens), None, period)
+        }
+        _ => {
             return Err(
-                "Enter the budget as an amount of US dollars (such as 25 or 2.50), or leave it empty for no budget."
-                    .into(),
+                "Choose what the budget counts from the list: tokens or US dollars.".into(),
             );
-        };
-        projects::budget(None, Some(usd), period)
-    } else {
-        let Ok(tokens) = amount.parse::<i64>() else {
-            return Err(
-                "Enter the budget as a whole number of tokens, or leave it empty for no budget."
-                    .into(),
-            );
-        };
-        projects::budget(Some(tokens), None, period)
+        }
     };
     requested.map(Some).map_err(|e| match e.param.as_str() {
         "budget.tokens" => "A budget is at least 1 token.".to_owned(),
@@ -537,4 +559,24 @@ pub async fn remove_member(
         Err(_) => "/dashboard/keys".to_owned(),
     };
     Ok(Redirect::to(&to).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollar_amounts_read_commas_only_as_thousands() {
+        let usd = |text: &str| form_budget(text, "usd", "month").map(|b| b.map(|b| b.limit));
+        assert_eq!(usd("2.50"), Ok(Some(2_500_000)));
+        assert_eq!(usd("$1,250.5"), Ok(Some(1_250_500_000)));
+        assert!(usd("2,50").is_err(), "a decimal comma is not 250");
+        assert!(usd("12,5").is_err());
+        assert_eq!(usd(""), Ok(None));
+        assert!(form_budget("10", "eur", "month").is_err());
+        assert_eq!(
+            form_budget("1,000", "tokens", "day").map(|b| b.map(|b| b.limit)),
+            Ok(Some(1000))
+        );
+    }
 }

@@ -97,9 +97,32 @@ pub async fn callback(
         .as_ref()
         .map(|flow| safe_next(Some(&flow.next)))
         .unwrap_or_else(|| safe_next(None));
+    // Every answer that signs nobody in counts against the address (as
+    // failed password sign-ins do), before it is audited or sent on to the
+    // provider: a client cannot make either happen without limit.
+    let slot = match state.accounts.take_sso_attempt(address.as_deref()).await? {
+        Ok(slot) => slot,
+        Err(retry_after) => {
+            let message = format!(
+                "Too many sign-ins that did not work from your address. \
+                 Try again in {retry_after} seconds."
+            );
+            let status = StatusCode::TOO_MANY_REQUESTS;
+            let mut response = failed_page(&state, &headers, &next, &message, status)?;
+            clear_flow(&state, &mut response);
+            return Ok(response);
+        }
+    };
+    // The provider's answer counts only with this browser's state.
+    let flow = flow.filter(|flow| {
+        query
+            .state
+            .as_deref()
+            .is_some_and(|sent| same_token(sent, &flow.state))
+    });
     let outcome = match (&flow, &query) {
         (
-            _,
+            Some(_),
             CallbackQuery {
                 error: Some(error), ..
             },
@@ -110,7 +133,7 @@ pub async fn callback(
                 sso.name,
                 error
                     .chars()
-                    .filter(char::is_ascii_graphic)
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .take(64)
                     .collect::<String>()
             ),
@@ -119,11 +142,9 @@ pub async fn callback(
         (
             Some(flow),
             CallbackQuery {
-                state: Some(sent),
-                code: Some(code),
-                ..
+                code: Some(code), ..
             },
-        ) if same_token(sent, &flow.state) => Ok((flow, code)),
+        ) => Ok((flow, code)),
         _ => Err(Refusal {
             code: "sso_state_mismatch",
             message: "This sign-in answer does not belong to a sign-in started in this browser \
@@ -144,13 +165,25 @@ pub async fn callback(
         Ok(identity) => identity,
         Err(e) => {
             tracing::warn!(error = %e, "single sign-on refused");
-            let status = match e {
-                crate::oidc::OidcError::Provider(_) => StatusCode::BAD_GATEWAY,
-                _ => StatusCode::UNAUTHORIZED,
+            // What went wrong with the provider itself (addresses, transport
+            // errors) stays in the log; the page says what the person can do.
+            let (status, message) = match e {
+                crate::oidc::OidcError::Provider(_) => (
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "Signing in with {} is not possible now: the identity provider did not \
+                         answer as expected. Try again later.",
+                        sso.name
+                    ),
+                ),
+                _ => (
+                    StatusCode::UNAUTHORIZED,
+                    format!("Signing in with {} failed: {e}.", sso.name),
+                ),
             };
             let refusal = Refusal {
                 code: e.code(),
-                message: format!("Signing in with {} failed: {e}.", sso.name),
+                message,
                 status,
             };
             return refused(&state, &headers, sso, &anonymous, &next, refusal).await;
@@ -169,7 +202,10 @@ pub async fn callback(
         )
         .await;
     let mut response = match signed {
-        Ok(opened) => signed_in(&state, &opened, &next),
+        Ok(opened) => {
+            state.accounts.sso_succeeded(slot).await?;
+            signed_in(&state, &opened, &next)
+        }
         Err(SsoSignInError::Store(e)) => return Err(e.into()),
         Err(e) => {
             let status = match e {

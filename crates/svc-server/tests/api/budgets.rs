@@ -532,6 +532,11 @@ async fn a_spend_budget_counts_each_models_tokens_at_its_prices(db: Database) {
     let alert = &alerts[0]["budget.threshold_reached"]["data"];
     assert_eq!(alert["usd"], 0.03, "{alert}");
     assert_eq!(alert["alert_percent"], 50, "{alert}");
+    let used = alert["used"].as_f64().unwrap();
+    assert!((0.015..0.04).contains(&used), "dollars, as usd: {alert}");
+    // A model without a price costs nothing: the spent budget lets it by.
+    let unpriced = json!({"model": "fake-tools", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(app.chat(&key, &unpriced).await.status(), 200);
     // A token budget and a spend budget of one key count apart: changing
     // the unit starts its own count.
     let path = format!("/v1/organization/projects/proj_default/api_keys/{key_id}");

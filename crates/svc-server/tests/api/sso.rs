@@ -40,7 +40,6 @@ async fn failed_sign_ins(app: &TestApp) -> Vec<Value> {
 /// Single sign-on through a provider at an address where nothing listens.
 fn unreachable_provider(password_sign_in: bool) -> ServerConfig {
     ServerConfig {
-        allow_signup: true,
         sso: SsoConfig {
             oidc_issuer: Some("http://127.0.0.1:9/".parse().unwrap()),
             oidc_client_id: Some("svc".into()),
@@ -116,30 +115,66 @@ async fn a_callback_that_is_not_this_browsers_sign_in_is_refused_and_audited() {
         .await;
     assert_eq!(page.status, StatusCode::BAD_REQUEST);
     assert_eq!(browser.cookie("svc_session"), None);
-    // The provider's refusal is shown, not trusted.
+    // A refusal in the provider's name without this browser's state is
+    // one more forged answer, not shown.
     let page = browser
-        .get("/dashboard/login/sso/callback?error=access_denied%3Cscript%3E")
+        .get("/dashboard/login/sso/callback?error=you_were_hacked")
+        .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(!page.body.contains("you_were_hacked"), "{}", page.body);
+    // With it, the provider's refusal is shown, its code only.
+    let ours = svc_server::oidc::Flow::new("/dashboard/keys".into());
+    browser.set_cookie("svc_sso", &ours.encode());
+    let page = browser
+        .get(&format!(
+            "/dashboard/login/sso/callback?error=access_denied%3Cscript%3E&state={}",
+            ours.state
+        ))
         .await;
     assert_eq!(page.status, StatusCode::UNAUTHORIZED);
-    assert!(page.body.contains("access_denied"), "{}", page.body);
-    assert!(!page.body.contains("<script>"), "{}", page.body);
+    // Letters, digits and underscores of it only.
+    assert!(page.body.contains("(access_deniedscript)"), "{}", page.body);
 
     let failed: Vec<String> = failed_sign_ins(&app)
         .await
         .iter()
         .map(Value::to_string)
         .collect();
-    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert_eq!(failed.len(), 4, "{failed:?}");
     assert_eq!(
         failed
             .iter()
             .filter(|d| d.contains("sso_state_mismatch"))
             .count(),
-        2
+        3
     );
     assert!(
         !failed.iter().any(|d| d.contains("stolen")),
         "no code logged"
+    );
+}
+
+#[tokio::test]
+async fn forged_callbacks_from_one_address_are_throttled_before_the_audit_log() {
+    let app = TestApp::spawn_with(Database::Sqlite, unreachable_provider(true)).await;
+    let browser = Browser::new(&app.base_url);
+    for n in 0..20 {
+        let page = browser
+            .get(&format!(
+                "/dashboard/login/sso/callback?code=c{n}&state=s{n}"
+            ))
+            .await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "answer {n}");
+    }
+    let page = browser
+        .get("/dashboard/login/sso/callback?code=c&state=s")
+        .await;
+    assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(page.body.contains("Too many sign-ins"), "{}", page.body);
+    assert_eq!(
+        failed_sign_ins(&app).await.len(),
+        20,
+        "the refused one is not written"
     );
 }
 
@@ -179,18 +214,35 @@ async fn with_password_sign_in_off_only_the_provider_signs_in() {
 
 #[tokio::test]
 async fn settings_that_cannot_work_stop_the_start() {
-    for sso in [
-        SsoConfig {
-            password_sign_in: false,
-            ..SsoConfig::default()
-        },
-        SsoConfig {
-            oidc_issuer: Some("https://id.example".parse().unwrap()),
-            ..SsoConfig::default()
-        },
+    let provider = |issuer: &str| SsoConfig {
+        oidc_issuer: Some(issuer.parse().unwrap()),
+        oidc_client_id: Some("svc".into()),
+        ..SsoConfig::default()
+    };
+    for (sso, allow_signup) in [
+        (
+            SsoConfig {
+                password_sign_in: false,
+                ..SsoConfig::default()
+            },
+            false,
+        ),
+        (
+            SsoConfig {
+                oidc_issuer: Some("https://id.example".parse().unwrap()),
+                ..SsoConfig::default()
+            },
+            false,
+        ),
+        // Self sign-up would let anyone make the account a provider's
+        // person then signs in to.
+        (provider("https://id.example"), true),
+        // Keys fetched over plain http from another machine.
+        (provider("http://id.example"), false),
     ] {
         let config = ServerConfig {
             bind: "127.0.0.1:0".parse().unwrap(),
+            allow_signup,
             sso,
             ..ServerConfig::default()
         };
