@@ -87,7 +87,7 @@ pub enum IdTokenError {
     Audience,
     #[error("it has expired")]
     Expired,
-    #[error("it was issued in the future")]
+    #[error("it was issued in the future, or is not valid yet")]
     IssuedLater,
     #[error("its nonce is not the one this sign-in sent")]
     Nonce,
@@ -520,6 +520,10 @@ pub fn verify_id_token(
     let signature = decode(signature)?;
     // What was signed: `header.payload`, as sent.
     let signed = &token.as_bytes()[..header_part.len() + 1 + payload_part.len()];
+    // RFC 7515 §4.1.11: extensions this code does not know must be refused.
+    if header.get("crit").is_some() {
+        return Err(IdTokenError::Malformed);
+    }
     let alg = header["alg"].as_str().unwrap_or("").to_owned();
     let kind = Algorithm::parse(&alg).ok_or_else(|| IdTokenError::Algorithm(alg.clone()))?;
     let kid = header["kid"].as_str();
@@ -556,11 +560,12 @@ pub fn verify_id_token(
     if !audience.contains(&expected.client_id) {
         return Err(IdTokenError::Audience);
     }
-    // Core §3.1.3.7: with several audiences, azp (when present) is us.
-    if let Some(azp) = claims["azp"].as_str()
-        && azp != expected.client_id
-    {
-        return Err(IdTokenError::Audience);
+    // Core §3.1.3.7: azp, when present, is us; with several audiences it
+    // must be present.
+    match claims["azp"].as_str() {
+        Some(azp) if azp != expected.client_id => return Err(IdTokenError::Audience),
+        None if audience.len() > 1 => return Err(IdTokenError::Audience),
+        _ => {}
     }
     let seconds = |name: &str| {
         claims[name]
@@ -571,7 +576,9 @@ pub fn verify_id_token(
         Some(exp) if exp + LEEWAY_SECS > now => {}
         _ => return Err(IdTokenError::Expired),
     }
-    if seconds("iat").is_some_and(|iat| iat > now + LEEWAY_SECS) {
+    if seconds("iat").is_some_and(|iat| iat > now + LEEWAY_SECS)
+        || seconds("nbf").is_some_and(|nbf| nbf > now + LEEWAY_SECS)
+    {
         return Err(IdTokenError::IssuedLater);
     }
     match claims["nonce"].as_str() {

@@ -152,6 +152,15 @@ fn unsigned_and_shared_secret_tokens_are_refused() {
         check(&format!("{input}.AAAA"), std::slice::from_ref(&key.jwk)),
         Err(IdTokenError::Algorithm("HS256".into()))
     );
+    // A critical extension this code does not know.
+    let critical = key.sign(
+        &json!({"alg": "ES256", "kid": "k1", "crit": ["exp-ext"], "exp-ext": 1}),
+        &good_claims(),
+    );
+    assert_eq!(
+        check(&critical, std::slice::from_ref(&key.jwk)),
+        Err(IdTokenError::Malformed)
+    );
     assert_eq!(check("not-a-jwt", &[key.jwk]), Err(IdTokenError::Malformed));
 }
 
@@ -180,8 +189,21 @@ fn each_claim_is_checked() {
         Err(IdTokenError::Issuer("https://evil.example".into()))
     );
     assert_eq!(with("aud", json!("other")), Err(IdTokenError::Audience));
-    assert!(with("aud", json!(["other", CLIENT])).is_ok());
+    // Several audiences need azp naming us.
+    assert_eq!(
+        with("aud", json!(["other", CLIENT])),
+        Err(IdTokenError::Audience)
+    );
+    let mut claims = good_claims();
+    claims["aud"] = json!(["other", CLIENT]);
+    claims["azp"] = json!(CLIENT);
+    assert!(check(&key.token(&claims), &keys).is_ok());
     assert_eq!(with("azp", json!("other")), Err(IdTokenError::Audience));
+    assert_eq!(
+        with("nbf", json!(NOW + 3600)),
+        Err(IdTokenError::IssuedLater)
+    );
+    assert!(with("nbf", json!(NOW - 10)).is_ok());
     assert_eq!(with("exp", json!(NOW - 600)), Err(IdTokenError::Expired));
     assert!(
         with("exp", json!(NOW - 60)).is_ok(),
