@@ -435,11 +435,22 @@ async fn a_budget_counter_in_a_hung_postgres_lets_requests_through_quickly() {
             },
         )
         .await;
-    // Authenticated once, so that the key is in the cache.
+    // One request, so that the budget's counter row exists.
     assert_eq!(
         app.chat(&key, &body("svc", "hi")).await.status(),
         StatusCode::OK
     );
+    // Authenticated just before PostgreSQL hangs, so that the key is in the
+    // cache (kept a second) when the chat comes: what is timed is the
+    // budget's charge, not a key lookup after a slow first request.
+    let models = app
+        .client
+        .get(app.url("/v1/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), StatusCode::OK);
     relay.set(Mode::Blackhole);
     let (response, took) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
     assert_eq!(response.status(), StatusCode::OK);
