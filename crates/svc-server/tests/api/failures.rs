@@ -182,8 +182,9 @@ async fn get(app: &TestApp, path: &str) -> (reqwest::Response, Duration) {
     (response.unwrap(), took)
 }
 
-#[tokio::test]
-async fn a_postgres_outage_gets_quick_503s_and_the_service_recovers() {
+/// The app on a fresh PostgreSQL schema reached through a relay the test
+/// can hang or cut; the schema, for removing it at the end.
+async fn app_on_relayed_postgres() -> (TestApp, Relay, TestSchema) {
     let (upstream, host_port) = address_of(&postgres_url()).await;
     let schema = TestSchema::create(&postgres_url()).await.unwrap();
     let relay = Relay::start(upstream).await;
@@ -191,6 +192,12 @@ async fn a_postgres_outage_gets_quick_503s_and_the_service_recovers() {
         .url()
         .replacen(&host_port, &relay.addr.to_string(), 1);
     let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
+    (app, relay, schema)
+}
+
+#[tokio::test]
+async fn a_postgres_outage_gets_quick_503s_and_the_service_recovers() {
+    let (app, relay, schema) = app_on_relayed_postgres().await;
     // One key per outage, never used before it, so the store must be read.
     let mut keys = Vec::new();
     for _ in 0..3 {
@@ -334,13 +341,7 @@ fn resident_kib() -> Option<u64> {
 
 #[tokio::test]
 async fn a_burst_into_a_hung_postgres_is_answered_and_leaves_nothing_queued() {
-    let (upstream, host_port) = address_of(&postgres_url()).await;
-    let schema = TestSchema::create(&postgres_url()).await.unwrap();
-    let relay = Relay::start(upstream).await;
-    let url = schema
-        .url()
-        .replacen(&host_port, &relay.addr.to_string(), 1);
-    let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
+    let (app, relay, schema) = app_on_relayed_postgres().await;
     let key = app.create_key().await;
     relay.set(Mode::Blackhole);
     // Past the authentication cache: the key must be read from the store.
@@ -416,13 +417,7 @@ async fn a_burst_into_a_hung_postgres_is_answered_and_leaves_nothing_queued() {
 /// outage), not hold it until the pool gives up.
 #[tokio::test]
 async fn a_budget_counter_in_a_hung_postgres_lets_requests_through_quickly() {
-    let (upstream, host_port) = address_of(&postgres_url()).await;
-    let schema = TestSchema::create(&postgres_url()).await.unwrap();
-    let relay = Relay::start(upstream).await;
-    let url = schema
-        .url()
-        .replacen(&host_port, &relay.addr.to_string(), 1);
-    let app = TestApp::spawn_with(Database::Url(url), ServerConfig::default()).await;
+    let (app, relay, schema) = app_on_relayed_postgres().await;
     let key = app
         .create_scoped_key(
             None,
