@@ -218,11 +218,6 @@ impl Budgets {
         self.alert_percent
     }
 
-    /// Whether any model has a price (spend budgets count something).
-    pub fn has_prices(&self) -> bool {
-        !self.prices.is_empty()
-    }
-
     /// Charges the estimate of `request` (for `model`) to the budgets of
     /// `key` (its own, its project's) and puts the tighter state in `slot`.
     /// `Ok(None)` when no budget applies; a spent budget is a 429
