@@ -451,7 +451,7 @@ impl AccountService {
                 SIGN_IN_PER_ACCOUNT_ADDRESS,
                 SIGN_IN_WINDOW,
             ),
-            address_throttle: Throttle::new(
+            address_throttle: Throttle::per_address(
                 store.clone(),
                 "signin-address",
                 SIGN_IN_PER_ADDRESS,
@@ -463,13 +463,13 @@ impl AccountService {
                 SIGN_IN_PER_ACCOUNT,
                 SIGN_IN_ACCOUNT_WINDOW,
             ),
-            signup_throttle: Throttle::new(
+            signup_throttle: Throttle::per_address(
                 store.clone(),
                 "signup-address",
                 SIGN_UP_PER_ADDRESS,
                 SIGN_UP_WINDOW,
             ),
-            sso_throttle: Throttle::new(
+            sso_throttle: Throttle::per_address(
                 store.clone(),
                 "sso-address",
                 SIGN_IN_PER_ADDRESS,
@@ -615,8 +615,9 @@ impl AccountService {
     ) -> Result<OpenedSession, SignInError> {
         let email = normalise_email(email).unwrap_or_default();
         let address = address.unwrap_or("unknown");
-        // An email has no spaces, so this names one pair.
-        let pair = format!("{email} {address}");
+        // An email has no spaces, so this names one pair (an address by
+        // its network, as every per-address throttle counts it).
+        let pair = format!("{email} {}", crate::throttle::address_key(address));
         // The address first: refused there, an attempt adds no rows for
         // the emails it names.
         let slots = take_all(&[

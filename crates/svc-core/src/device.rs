@@ -395,13 +395,13 @@ impl DeviceService {
     pub fn new(store: Arc<dyn Store>, settings: DeviceConfig) -> Self {
         DeviceService {
             user_throttle: Throttle::new(store.clone(), "code-user", CODES_PER_USER, CODE_WINDOW),
-            address_throttle: Throttle::new(
+            address_throttle: Throttle::per_address(
                 store.clone(),
                 "code-address",
                 CODES_PER_ADDRESS,
                 CODE_WINDOW,
             ),
-            request_address_throttle: Throttle::new(
+            request_address_throttle: Throttle::per_address(
                 store.clone(),
                 "device-request-address",
                 REQUESTS_PER_ADDRESS,

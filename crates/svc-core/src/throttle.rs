@@ -8,6 +8,7 @@
 //! turns out harmless (a right password, a code that exists) gives its slot
 //! back.
 
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use crate::account::SignInError;
@@ -26,6 +27,30 @@ pub struct Throttle {
     scope: &'static str,
     limit: i64,
     window: i64,
+    /// Whether keys are client addresses, counted by their network (see
+    /// [`client_network`]).
+    by_address: bool,
+}
+
+/// The network a client is counted as by every per-address limit (the
+/// throttles here, the server's connection caps): an IPv4 address itself,
+/// an IPv6 address's /64, which one subscriber usually has whole, so that
+/// its 2^64 addresses are one client and not 2^64 fresh budgets.
+pub fn client_network(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
+        v4 => v4,
+    }
+}
+
+/// [`client_network`] of a client's address as text (`2001:db8::/64`, or
+/// the IPv4 address); what is not an address (`unknown`) stays itself.
+pub fn address_key(address: &str) -> String {
+    match address.parse::<IpAddr>().map(client_network) {
+        Ok(network @ IpAddr::V6(_)) => format!("{network}/64"),
+        Ok(ip) => ip.to_string(),
+        Err(_) => address.to_owned(),
+    }
 }
 
 /// The caller must wait `retry_after` seconds.
@@ -65,11 +90,30 @@ impl Throttle {
             scope,
             limit,
             window,
+            by_address: false,
+        }
+    }
+
+    /// A throttle whose keys are client addresses, each counted by its
+    /// network ([`address_key`]).
+    pub fn per_address(
+        store: Arc<dyn Store>,
+        scope: &'static str,
+        limit: i64,
+        window: i64,
+    ) -> Self {
+        Throttle {
+            by_address: true,
+            ..Throttle::new(store, scope, limit, window)
         }
     }
 
     fn bucket(&self, key: &str) -> String {
-        format!("{}:{key}", self.scope)
+        if self.by_address {
+            format!("{}:{}", self.scope, address_key(key))
+        } else {
+            format!("{}:{key}", self.scope)
+        }
     }
 
     fn window_start(&self, at: i64) -> i64 {
@@ -140,5 +184,31 @@ impl From<Throttled> for SignInError {
         SignInError::Throttled {
             retry_after: t.retry_after,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_counted_by_ipv4_address_or_ipv6_64() {
+        for (one, other) in [
+            ("2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"),
+            ("2001:db8:1:2:abcd::", "2001:db8:1:2::"),
+            // An IPv4 address mapped into IPv6 is that IPv4 address.
+            ("::ffff:203.0.113.5", "203.0.113.5"),
+        ] {
+            assert_eq!(address_key(one), address_key(other), "{one} {other}");
+        }
+        assert_eq!(address_key("2001:db8:1:2::7"), "2001:db8:1:2::/64");
+        for (one, other) in [
+            ("2001:db8:1:2::1", "2001:db8:1:3::1"),
+            ("203.0.113.5", "203.0.113.6"),
+            ("::1", "::2:0:0:0:1"),
+        ] {
+            assert_ne!(address_key(one), address_key(other), "{one} {other}");
+        }
+        assert_eq!(address_key("unknown"), "unknown");
     }
 }

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -332,13 +332,10 @@ impl ConnectionTable {
     }
 }
 
-/// Clients are counted by IPv4 address, or by IPv6 /64 (what one
-/// subscriber usually has whole).
+/// Clients are counted by IPv4 address, or by IPv6 /64, as every
+/// per-address throttle counts them.
 fn address_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
-    }
+    svc_core::throttle::client_network(ip)
 }
 
 /// One admitted connection; when the last clone is dropped (the
