@@ -41,8 +41,8 @@ pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
 pub use keys::{AuthError, KeyScope, KeyService, KeyState, NewKey};
 pub use project::{
-    DEFAULT_PROJECT_ID, KeyKind, MemberRemoval, ModelAccess, OrgRole, Permission, ProjectId,
-    ProjectMember, ProjectRecord, ProjectRole,
+    AdminReach, DEFAULT_PROJECT_ID, KeyKind, MemberRemoval, ModelAccess, OrgRole, Permission,
+    ProjectId, ProjectMember, ProjectRecord, ProjectRole,
 };
 pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;

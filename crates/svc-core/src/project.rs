@@ -211,8 +211,42 @@ pub enum KeyKind {
     All,
     /// Only the routes of these permissions (never management ones).
     Restricted(Vec<Permission>),
-    /// The admin API and usage; no inference.
-    Admin,
+    /// The admin API and usage; no inference. How far it reaches is fixed
+    /// when it is made.
+    Admin(AdminReach),
+}
+
+/// How far an admin key may reach, fixed when the key is made: never more
+/// than its creator reached then. At each request the key reaches the
+/// lesser of this and what its owner's roles reach now, so a demotion
+/// takes the reach away and a promotion does not widen an old key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AdminReach {
+    /// The key's own project (its owner must be an owner of it).
+    Project,
+    /// Every project and the organization's accounts (its owner must be
+    /// an organization owner; the operator's keys have no owner).
+    Organization,
+}
+
+impl AdminReach {
+    /// `project` or `organization`: the stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminReach::Project => "project",
+            AdminReach::Organization => "organization",
+        }
+    }
+
+    /// The stored form read back; anything else (or nothing: a key from
+    /// before reaches were stored and the migration could not place) is
+    /// the lesser reach.
+    pub fn parse(text: Option<&str>) -> Self {
+        match text {
+            Some("organization") => AdminReach::Organization,
+            _ => AdminReach::Project,
+        }
+    }
 }
 
 impl KeyKind {
@@ -221,7 +255,7 @@ impl KeyKind {
         match self {
             KeyKind::All => "all",
             KeyKind::Restricted(_) => "restricted",
-            KeyKind::Admin => "admin",
+            KeyKind::Admin(_) => "admin",
         }
     }
 
@@ -230,7 +264,7 @@ impl KeyKind {
         match self {
             KeyKind::All => !permission.is_management(),
             KeyKind::Restricted(list) => list.contains(&permission),
-            KeyKind::Admin => permission.is_management() || permission == Permission::UsageRead,
+            KeyKind::Admin(_) => permission.is_management() || permission == Permission::UsageRead,
         }
     }
 
@@ -242,15 +276,35 @@ impl KeyKind {
             .collect()
     }
 
+    /// The reach of an admin key; `None` for other kinds.
+    pub fn admin_reach(&self) -> Option<AdminReach> {
+        match self {
+            KeyKind::Admin(reach) => Some(*reach),
+            KeyKind::All | KeyKind::Restricted(_) => None,
+        }
+    }
+
+    /// This kind for a key made by someone who reaches `creator`: an admin
+    /// key reaches no further than its creator (other kinds are as they
+    /// are).
+    pub fn bounded_by(self, creator: AdminReach) -> Self {
+        match self {
+            KeyKind::Admin(reach) => KeyKind::Admin(reach.min(creator)),
+            other => other,
+        }
+    }
+
     /// A kind from its name and, for `restricted`, permission names (sorted
-    /// and deduplicated). Errors say what is wrong, for the caller to show.
+    /// and deduplicated); `admin` is an organization-wide admin key, which
+    /// its maker bounds by its own reach ([`KeyKind::bounded_by`]). Errors
+    /// say what is wrong, for the caller to show.
     pub fn from_parts(name: &str, permissions: &[String]) -> Result<Self, KeyKindError> {
         match name {
             "all" | "admin" if !permissions.is_empty() => {
                 Err(KeyKindError::PermissionsWithoutRestricted)
             }
             "all" => Ok(KeyKind::All),
-            "admin" => Ok(KeyKind::Admin),
+            "admin" => Ok(KeyKind::Admin(AdminReach::Organization)),
             "restricted" => {
                 let mut list = Vec::with_capacity(permissions.len());
                 for name in permissions {
@@ -384,9 +438,10 @@ mod tests {
     fn kinds_hold_their_permissions() {
         assert!(KeyKind::All.allows(Permission::ModelRequest));
         assert!(!KeyKind::All.allows(Permission::ManagementRead));
-        assert!(!KeyKind::Admin.allows(Permission::ModelRequest));
-        assert!(KeyKind::Admin.allows(Permission::ManagementWrite));
-        assert!(KeyKind::Admin.allows(Permission::UsageRead));
+        let admin = KeyKind::Admin(AdminReach::Project);
+        assert!(!admin.allows(Permission::ModelRequest));
+        assert!(admin.allows(Permission::ManagementWrite));
+        assert!(admin.allows(Permission::UsageRead));
         let read_only = KeyKind::Restricted(vec![Permission::ModelRead]);
         assert!(read_only.allows(Permission::ModelRead));
         assert!(!read_only.allows(Permission::ModelRequest));
@@ -396,7 +451,10 @@ mod tests {
     fn kinds_are_read_from_their_parts() {
         let names = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(KeyKind::from_parts("all", &[]), Ok(KeyKind::All));
-        assert_eq!(KeyKind::from_parts("admin", &[]), Ok(KeyKind::Admin));
+        assert_eq!(
+            KeyKind::from_parts("admin", &[]),
+            Ok(KeyKind::Admin(AdminReach::Organization))
+        );
         assert_eq!(
             KeyKind::from_parts(
                 "restricted",
@@ -414,6 +472,25 @@ mod tests {
         for p in Permission::ALL {
             assert_eq!(Permission::parse(p.as_str()), Some(p));
         }
+    }
+
+    #[test]
+    fn an_admin_key_reaches_no_further_than_its_maker() {
+        let org = KeyKind::Admin(AdminReach::Organization);
+        assert_eq!(
+            org.clone().bounded_by(AdminReach::Project),
+            KeyKind::Admin(AdminReach::Project)
+        );
+        assert_eq!(org.clone().bounded_by(AdminReach::Organization), org);
+        assert_eq!(
+            KeyKind::Admin(AdminReach::Project).bounded_by(AdminReach::Organization),
+            KeyKind::Admin(AdminReach::Project)
+        );
+        assert_eq!(KeyKind::All.bounded_by(AdminReach::Project), KeyKind::All);
+        for reach in [AdminReach::Project, AdminReach::Organization] {
+            assert_eq!(AdminReach::parse(Some(reach.as_str())), reach);
+        }
+        assert_eq!(AdminReach::parse(None), AdminReach::Project);
     }
 
     #[test]

@@ -209,7 +209,14 @@ mod tests {
         assert_eq!(err.status(), 403);
         assert!(check(&none, &Method::GET, Some("/v1/auth/key")).is_ok());
         assert!(check(&KeyKind::All, &Method::POST, Some("/v1/chat/completions")).is_ok());
-        assert!(check(&KeyKind::Admin, &Method::POST, Some("/v1/chat/completions")).is_err());
+        assert!(
+            check(
+                &KeyKind::Admin(svc_core::AdminReach::Organization),
+                &Method::POST,
+                Some("/v1/chat/completions")
+            )
+            .is_err()
+        );
         assert!(
             check(
                 &KeyKind::All,
@@ -220,7 +227,7 @@ mod tests {
         );
         assert!(
             check(
-                &KeyKind::Admin,
+                &KeyKind::Admin(svc_core::AdminReach::Organization),
                 &Method::GET,
                 Some("/v1/organization/projects")
             )
@@ -230,7 +237,10 @@ mod tests {
 
     #[test]
     fn a_route_missing_from_the_table_refuses_every_key() {
-        for kind in [KeyKind::All, KeyKind::Admin] {
+        for kind in [
+            KeyKind::All,
+            KeyKind::Admin(svc_core::AdminReach::Organization),
+        ] {
             let err = check(&kind, &Method::GET, Some("/v1/new")).unwrap_err();
             assert_eq!(err.status(), 500);
             assert!(check(&kind, &Method::PUT, Some("/v1/models")).is_err());

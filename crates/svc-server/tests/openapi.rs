@@ -1037,7 +1037,7 @@ async fn admin_api_responses_match_the_document() {
         .create_scoped_key(
             None,
             svc_core::KeyScope {
-                kind: svc_core::KeyKind::Admin,
+                kind: svc_core::KeyKind::Admin(svc_core::AdminReach::Organization),
                 ..Default::default()
             },
         )

@@ -7,7 +7,7 @@ use sqlx::{AnyConnection, Row};
 use svc_core::account::UserId;
 use svc_core::budget::Budget;
 use svc_core::key::{KeyHash, KeyId};
-use svc_core::project::{KeyKind, ModelAccess, ProjectId};
+use svc_core::project::{AdminReach, KeyKind, ModelAccess, ProjectId};
 use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError, UnknownValue};
 
 use crate::SqlStore;
@@ -21,7 +21,7 @@ macro_rules! select {
     () => {
         "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
          k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
-         k.project_id, k.kind, k.permissions, k.allowed_models, k.rotated_from, \
+         k.project_id, k.kind, k.permissions, k.admin_reach, k.allowed_models, k.rotated_from, \
          k.lineage_id, k.budget_tokens, k.budget_period, k.budget_unit, \
          p.allowed_models AS project_allowed_models, \
          p.budget_tokens AS project_budget_tokens, p.budget_period AS project_budget_period, \
@@ -35,9 +35,9 @@ macro_rules! select {
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
      created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit, \
      project_id, kind, permissions, allowed_models, rotated_from, lineage_id, budget_tokens, \
-     budget_period, budget_unit) \
+     budget_period, budget_unit, admin_reach) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-     $19, $20, $21)";
+     $19, $20, $21, $22)";
 const OF_PROJECT: &str = concat!(
     select!(),
     " WHERE k.project_id = $1 ORDER BY k.created_at DESC, k.id DESC"
@@ -98,12 +98,15 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
     })
 }
 
-/// The key's kind, from `kind` and (for `restricted`) `permissions`.
+/// The key's kind, from `kind`, (for `restricted`) `permissions` and (for
+/// `admin`) `admin_reach`.
 fn kind(row: &AnyRow) -> Result<KeyKind, sqlx::Error> {
     let name: String = row.try_get("kind")?;
     let permissions = crate::lists::strings(row, "permissions")?.unwrap_or_default();
-    KeyKind::from_parts(&name, &permissions)
-        .map_err(|e| unknown_value("kind", UnknownValue::new("key kind", &e.to_string())))
+    let kind = KeyKind::from_parts(&name, &permissions)
+        .map_err(|e| unknown_value("kind", UnknownValue::new("key kind", &e.to_string())))?;
+    let reach: Option<String> = row.try_get("admin_reach")?;
+    Ok(kind.bounded_by(AdminReach::parse(reach.as_deref())))
 }
 
 /// The stored `permissions` of a kind: a JSON array for `restricted`.
@@ -112,7 +115,7 @@ fn permissions_of(kind: &KeyKind) -> Option<String> {
         KeyKind::Restricted(list) => Some(crate::lists::to_json(
             list.iter().map(|p| p.as_str().to_owned()),
         )),
-        KeyKind::All | KeyKind::Admin => None,
+        KeyKind::All | KeyKind::Admin(_) => None,
     }
 }
 
@@ -145,6 +148,7 @@ pub(crate) async fn insert_key_on(
         .bind(crate::budgets::budget_columns(record.budget).limit)
         .bind(crate::budgets::budget_columns(record.budget).period)
         .bind(crate::budgets::budget_columns(record.budget).unit)
+        .bind(record.kind.admin_reach().map(AdminReach::as_str))
         .execute(conn)
         .await
         .map(|_| ())

@@ -20,7 +20,8 @@ use common::{Db, join_all, new_key, new_user};
 use sqlx::{AnyConnection, Connection};
 use svc_core::keys::{KeyScope, KeyService, NewKey};
 use svc_core::project::{
-    KeyKind, MemberRemoval, ModelAccess, Permission, ProjectId, ProjectRecord, ProjectRole,
+    AdminReach, KeyKind, MemberRemoval, ModelAccess, Permission, ProjectId, ProjectRecord,
+    ProjectRole,
 };
 use svc_core::store::{KeyOrigin, KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
 
@@ -33,6 +34,7 @@ on_both_backends!(
     members_are_removed_but_never_the_last_owner,
     concurrent_removals_of_two_owners_leave_one,
     a_keys_models_change_and_every_store_sees_it,
+    admin_keys_from_before_0013_reach_what_their_making_allows,
 );
 
 async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(db: &Db) {
@@ -272,7 +274,7 @@ async fn keys_keep_their_project_kind_and_models(db: &Db) {
     restricted.allowed_models = ModelAccess::only(vec!["svc".into()]).unwrap();
     let (mut admin, admin_hash) = new_key(None, 2);
     admin.project_id = limited.id.clone();
-    admin.kind = KeyKind::Admin;
+    admin.kind = KeyKind::Admin(svc_core::AdminReach::Organization);
     let (mut none, none_hash) = new_key(None, 3);
     none.kind = KeyKind::Restricted(vec![]);
     none.allowed_models = ModelAccess::only(vec![]).unwrap();
@@ -292,7 +294,10 @@ async fn keys_keep_their_project_kind_and_models(db: &Db) {
     assert!(read.may_use("svc"));
     assert!(!read.may_use("svc-thinking"), "the key's own list");
     let admin_read = store.key_by_id(&admin.id).await.unwrap().unwrap();
-    assert_eq!(admin_read.kind, KeyKind::Admin);
+    assert_eq!(
+        admin_read.kind,
+        KeyKind::Admin(svc_core::AdminReach::Organization)
+    );
     assert!(admin_read.may_use("svc-thinking"));
     assert!(!admin_read.may_use("other"), "the project's list");
     let none_read = store.key_by_hash(&none_hash).await.unwrap().unwrap();
@@ -585,4 +590,60 @@ async fn a_keys_models_change_and_every_store_sees_it(db: &Db) {
             .allowed_models,
         ModelAccess::any()
     );
+}
+
+/// Migration 0013 fixes each admin key's reach: the operator's and an
+/// organization owner's reach the organization, except keys made through
+/// the admin API (where anyone's admin key could make one for another
+/// account: issue 29), which reach their project only, as does every key of
+/// an account that is no organization owner. Other kinds have none.
+async fn admin_keys_from_before_0013_reach_what_their_making_allows(db: &Db) {
+    let mut conn = db.migrated_before(13).await;
+    let (olga, rita) = ("usr_00000000000000a1", "usr_00000000000000b2");
+    for (id, admin) in [(olga, 1), (rita, 0)] {
+        sqlx::query(
+            "INSERT INTO users (id, email, password_hash, is_admin, created_at) \
+             VALUES ($1, $2, 'x', $3, 100)",
+        )
+        .bind(id)
+        .bind(format!("{id}@example.com"))
+        .bind(admin)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let cases = [
+        (None, "cli", "admin", Some(AdminReach::Organization)),
+        (Some(olga), "cli", "admin", Some(AdminReach::Organization)),
+        (Some(olga), "api", "admin", Some(AdminReach::Project)),
+        (Some(rita), "cli", "admin", Some(AdminReach::Project)),
+        (Some(rita), "api", "admin", Some(AdminReach::Project)),
+        (Some(olga), "dashboard", "all", None),
+    ];
+    let mut keys = Vec::new();
+    for (n, (owner, via, kind, _)) in cases.iter().enumerate() {
+        let (record, hash) = new_key(*owner, 300 + n as i64);
+        sqlx::query(
+            "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, created_at, \
+             project_id, kind) VALUES ($1, $2, $3, $4, $5, $6, $7, 'proj_default', $8)",
+        )
+        .bind(record.id.0.as_str())
+        .bind(hash.to_hex())
+        .bind(record.name.as_str())
+        .bind(record.hint.as_str())
+        .bind(*owner)
+        .bind(*via)
+        .bind(record.created_at)
+        .bind(*kind)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        keys.push(hash);
+    }
+    conn.close().await.unwrap();
+    let store = db.store().await;
+    for (hash, (owner, via, _, reach)) in keys.iter().zip(cases) {
+        let read = store.key_by_hash(hash).await.unwrap().unwrap();
+        assert_eq!(read.kind.admin_reach(), reach, "{owner:?} by {via}");
+    }
 }

@@ -192,7 +192,7 @@ impl TestApp {
         self.create_scoped_key(
             None,
             svc_core::KeyScope {
-                kind: svc_core::KeyKind::Admin,
+                kind: svc_core::KeyKind::Admin(svc_core::AdminReach::Organization),
                 ..svc_core::KeyScope::default()
             },
         )

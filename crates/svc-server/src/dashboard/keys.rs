@@ -146,7 +146,11 @@ async fn render_list(
         let replaced = keys.iter().any(|n| n.rotated_from.as_ref() == Some(&k.id));
         rows.push(context! {
             ..key_row(k, &owners, replaced),
-            ..context! { budget => key_budget(state, k).await }
+            ..context! {
+                budget => key_budget(state, k).await,
+                // The new key acts as its owner: only they may rotate it.
+                rotatable => k.owner_id.as_ref() == Some(&who.user.id),
+            }
         });
     }
     let (error, form) = match error {
@@ -298,7 +302,7 @@ pub async fn create(
 
 /// Redirects to the page that shows a new key once: until then the key is
 /// kept sealed under the session's token.
-async fn show_once(
+pub(super) async fn show_once(
     state: &AppState,
     who: &SignedIn,
     record: &KeyRecord,
@@ -317,7 +321,7 @@ pub async fn rotate_page(
     who: SignedIn,
     Path(id): Path<String>,
 ) -> Result<Html<String>, PageError> {
-    let key = own_key(&state, &who, &id).await?;
+    let key = rotatable_key(&state, &who, &id).await?;
     let choices: Vec<Value> = GRACE_CHOICES
         .iter()
         .map(|(value, label, seconds)| {
@@ -347,7 +351,7 @@ pub async fn rotate(
     Form(form): Form<RotateForm>,
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
-    let key = own_key(&state, &who, &id).await?;
+    let key = rotatable_key(&state, &who, &id).await?;
     let Some((_, _, grace)) = GRACE_CHOICES.iter().find(|(v, _, _)| *v == form.grace) else {
         return Err(PageError::BadRequest(
             "Choose a grace period from the list.".into(),
@@ -390,6 +394,17 @@ async fn own_key(state: &AppState, who: &SignedIn, id: &str) -> Result<KeyRecord
         Some(key) if who.user.is_admin || key.owner_id.as_ref() == Some(&who.user.id) => Ok(key),
         _ => Err(PageError::NotFound),
     }
+}
+
+/// The key `id` if `who` may rotate it: their own only, since the new key
+/// acts as its owner (an admin may revoke another's key, not take over
+/// its successor). Another's key is not found, as in [`own_key`].
+async fn rotatable_key(state: &AppState, who: &SignedIn, id: &str) -> Result<KeyRecord, PageError> {
+    let key = own_key(state, who, id).await?;
+    if key.owner_id.as_ref() != Some(&who.user.id) {
+        return Err(PageError::NotFound);
+    }
+    Ok(key)
 }
 
 pub async fn revoke_page(

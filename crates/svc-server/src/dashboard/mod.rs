@@ -142,6 +142,10 @@ pub fn router() -> Router<AppState> {
             axum::routing::post(projects::set_member),
         )
         .route(
+            "/dashboard/projects/{id}/admin_key",
+            axum::routing::post(projects::create_admin_key),
+        )
+        .route(
             "/dashboard/projects/{id}/members/{user_id}/remove",
             axum::routing::post(projects::remove_member),
         )

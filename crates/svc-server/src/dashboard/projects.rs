@@ -16,8 +16,8 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_api::BudgetStatus;
 use svc_core::{
-    Budget, BudgetUnit, KeyState, ModelAccess, ProjectId, ProjectRecord, ProjectRole,
-    ValidationError, now,
+    AdminReach, Budget, BudgetUnit, KeyKind, KeyOrigin, KeyScope, KeyState, ModelAccess, NewKey,
+    ProjectId, ProjectRecord, ProjectRole, ValidationError, now,
 };
 use svc_core::{MemberRemoval, UserId};
 
@@ -329,6 +329,7 @@ pub async fn create(
 enum Section {
     Settings,
     Members,
+    AdminKey,
 }
 
 pub async fn show(
@@ -398,10 +399,11 @@ async fn render_project(
             }
         })
         .collect();
-    let (settings_error, members_error, sent) = match error {
-        Some((Section::Settings, message, sent)) => (Some(message), None, sent),
-        Some((Section::Members, message, sent)) => (None, Some(message), sent),
-        None => (None, None, Value::from(())),
+    let (settings_error, members_error, admin_key_error, sent) = match error {
+        Some((Section::Settings, message, sent)) => (Some(message), None, None, sent),
+        Some((Section::Members, message, sent)) => (None, Some(message), None, sent),
+        Some((Section::AdminKey, message, sent)) => (None, None, Some(message), sent),
+        None => (None, None, None, Value::from(())),
     };
     let settings = match (&settings_error, &project.budget) {
         (Some(_), _) => sent.clone(),
@@ -411,9 +413,14 @@ async fn render_project(
         },
     };
     let member_form = if members_error.is_some() {
-        sent
+        sent.clone()
     } else {
         context! { role => "member" }
+    };
+    let admin_key_form = if admin_key_error.is_some() {
+        sent
+    } else {
+        Value::from(())
     };
     render(
         "project.html",
@@ -430,6 +437,8 @@ async fn render_project(
                 members_error,
                 settings,
                 member_form,
+                admin_key_error,
+                admin_key_form,
             }
         },
     )
@@ -523,6 +532,53 @@ pub async fn set_member(
     };
     projects::set_member(&state, &who.actor(), &project, &user.id, role).await?;
     Ok(Redirect::to(&format!("/dashboard/projects/{}?done=member", project.id)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AdminKeyForm {
+    csrf: String,
+    #[serde(default)]
+    name: String,
+}
+
+/// Makes the signed-in person an admin key for this project (its owners,
+/// and organization owners): it acts as them and reaches this project
+/// only, whatever their roles become. This is how a project's owner gets
+/// an admin key: nobody may make one for another account.
+pub async fn create_admin_key(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+    Form(form): Form<AdminKeyForm>,
+) -> Result<Response, PageError> {
+    who.check_csrf(&form.csrf)?;
+    let project = visible_project(&state, &who, &id).await?;
+    let name = match projects::name(&form.name) {
+        Ok(name) => name,
+        Err(_) => {
+            let message = "Give the key a name of at most 100 characters, on one line.".to_owned();
+            let sent = context! { name => form.name };
+            return refused(&state, &who, &project, Section::AdminKey, message, sent).await;
+        }
+    };
+    let (key, record) = state
+        .keys
+        .create(
+            NewKey {
+                name,
+                owner_id: Some(who.user.id.clone()),
+                created_via: KeyOrigin::Dashboard,
+                expires_in: None,
+                scope: KeyScope {
+                    project_id: Some(project.id.clone()),
+                    kind: KeyKind::Admin(AdminReach::Project),
+                    ..KeyScope::default()
+                },
+            },
+            &who.actor(),
+        )
+        .await?;
+    super::keys::show_once(&state, &who, &record, &key).await
 }
 
 /// Removes an account from the project (organization owners and the

@@ -9,10 +9,12 @@
 //!   every key of another project, is answered as not found, whatever its
 //!   id, so ids cannot be probed.
 //!
-//! Keys made here belong to the admin key's owner (or to the member
-//! `user_id` names), in the project named by the path. Project users are
-//! listed, added and given a role here too (an owner's admin key may then
-//! reach that project).
+//! Keys made here belong to the admin key's owner (a key is never made for
+//! another account: it would act as them), in the project named by the
+//! path, and an admin key made here reaches no further than the key that
+//! made it (fixed when made, see [`AdminReach`]). Project users are listed,
+//! added and given a role here too (an owner's admin key may then reach
+//! that project).
 //!
 //! Keys are rotated here too (svc's own call). Every change is written to
 //! the audit log by the admin key: keys by the key service, projects and
@@ -31,8 +33,8 @@ use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::store::AccountChange;
 use svc_core::{
-    Budget, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId, ProjectMember,
-    ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
+    AdminReach, Budget, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
+    ProjectMember, ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
 };
 
 use crate::budget::Scope;
@@ -63,25 +65,45 @@ impl Reach {
     }
 }
 
-/// What `key` (an admin key: the route table let it in) may reach: decided
-/// by its owner's roles now, not when the key was made, so demoting the
-/// owner takes the reach away.
+impl Reach {
+    /// The reach a key made by this one may be given at most.
+    fn most(&self) -> AdminReach {
+        match self {
+            Reach::Organization => AdminReach::Organization,
+            Reach::Project(_) => AdminReach::Project,
+        }
+    }
+}
+
+/// What `key` (an admin key: the route table let it in) may reach now: the
+/// lesser of the reach fixed when it was made and what its owner's roles
+/// reach now, so demoting the owner takes the reach away and promoting
+/// them does not widen a key made before.
 pub(crate) async fn reach(state: &AppState, key: &KeyRecord) -> Result<Reach, ApiError> {
-    let Some(owner) = &key.owner_id else {
-        return Ok(Reach::Organization);
+    let fixed = key.kind.admin_reach().unwrap_or(AdminReach::Project);
+    let owners = match &key.owner_id {
+        // The operator's key: whatever it was made to reach.
+        None => AdminReach::Organization,
+        Some(owner) => {
+            let user = state.accounts.user(owner).await?;
+            if user.as_ref().is_some_and(|u| u.is_admin) {
+                AdminReach::Organization
+            } else if state.store.project_role(&key.project_id, owner).await?
+                == Some(ProjectRole::Owner)
+            {
+                AdminReach::Project
+            } else {
+                return Err(ApiError::Forbidden(
+                    "You have insufficient permissions for this operation: this admin key's account is no longer an owner of the organization or of the key's project."
+                        .into(),
+                ));
+            }
+        }
     };
-    let user = state.accounts.user(owner).await?;
-    if user.as_ref().is_some_and(|u| u.is_admin) {
-        return Ok(Reach::Organization);
-    }
-    let role = state.store.project_role(&key.project_id, owner).await?;
-    if role == Some(ProjectRole::Owner) {
-        return Ok(Reach::Project(key.project_id.clone()));
-    }
-    Err(ApiError::Forbidden(
-        "You have insufficient permissions for this operation: this admin key's account is no longer an owner of the organization or of the key's project."
-            .into(),
-    ))
+    Ok(match fixed.min(owners) {
+        AdminReach::Organization => Reach::Organization,
+        AdminReach::Project => Reach::Project(key.project_id.clone()),
+    })
 }
 
 /// `key` as the audit log names it: by id, with its account.
@@ -397,25 +419,23 @@ pub async fn create_key(
         }
         .into());
     }
-    // The key is the caller's own, or a member's of the project.
-    let owner_id = match body.user_id {
-        None => key.owner_id.clone(),
-        Some(user_id) => {
-            let user = UserId(user_id);
-            if state
-                .store
-                .project_role(&project.id, &user)
-                .await?
-                .is_none()
-            {
-                return Err(ApiError::NotFound {
-                    param: Some("user_id".into()),
-                    message: format!("No user with id '{}' in this project.", user.0),
-                });
-            }
-            Some(user)
-        }
-    };
+    // A key acts as its owner, so it is made for its maker only (the
+    // operator's keys, which have no owner, make the operator's): never
+    // for another account, whose usage, audit entries and stored
+    // responses it would then take on.
+    if let Some(user_id) = body.user_id
+        && Some(&user_id) != key.owner_id.as_ref().map(|u| &u.0)
+    {
+        return Err(ApiError::OnParam {
+            param: "user_id",
+            error: Box::new(ApiError::Forbidden(format!(
+                "You have insufficient permissions for this operation: a key is made for its maker only, not for the account '{user_id}'. That account can make its own key."
+            ))),
+        });
+    }
+    let owner_id = key.owner_id.clone();
+    // No further than this key reaches now.
+    let kind = kind.bounded_by(reach.most());
     let actor = key_actor(&state, &key).await?;
     let (secret, record) = state
         .keys
@@ -510,7 +530,21 @@ pub async fn rotate_key(
 ) -> Result<Json<ProjectApiKey>, ApiError> {
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
-    let found = key_of(&state, &project, &key_id).await?;
+    let mut found = key_of(&state, &project, &key_id).await?;
+    // The new secret acts as the key's owner: only that account (or, for
+    // the operator's keys, the operator) may hold it. Anyone here may
+    // revoke the key instead.
+    if found.owner_id != key.owner_id {
+        return Err(ApiError::OnParam {
+            param: "key_id",
+            error: Box::new(ApiError::Forbidden(
+                "You have insufficient permissions for this operation: only the key's own account can rotate it, since the new key acts as that account. Revoke it instead."
+                    .into(),
+            )),
+        });
+    }
+    // The new key reaches no further than this one does now.
+    found.kind = found.kind.bounded_by(reach.most());
     let grace = body.grace_period_seconds.unwrap_or(DEFAULT_ROTATION_GRACE);
     if !(0..=MAX_ROTATION_GRACE).contains(&grace) {
         return Err(ValidationError {

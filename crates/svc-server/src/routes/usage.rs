@@ -21,7 +21,7 @@ pub async fn admin(
 ) -> Result<Json<UsageList>, ApiError> {
     // Every project's usage: an admin key must reach every project; any
     // other key (`all`, or restricted to `api.usage.read`) an admin's.
-    let allowed = if key.kind == svc_core::KeyKind::Admin {
+    let allowed = if matches!(key.kind, svc_core::KeyKind::Admin(_)) {
         super::organization::reach(&state, &key).await? == super::organization::Reach::Organization
     } else {
         let owner = match &key.owner_id {

@@ -557,7 +557,7 @@ async fn a_project_owners_admin_key_reads_only_its_projects_entries(db: Database
             Some(&pat.id),
             KeyScope {
                 project_id: Some(projects[0].id.clone()),
-                kind: KeyKind::Admin,
+                kind: KeyKind::Admin(svc_core::AdminReach::Organization),
                 ..KeyScope::default()
             },
         )

@@ -38,6 +38,7 @@ macro_rules! on_both_databases {
     };
 }
 
+mod admin_escalation;
 mod audit;
 mod auth;
 mod budgets;

@@ -150,7 +150,7 @@ async fn usage_comes_in_day_buckets_grouped_and_filtered(db: Database) {
             Some(&owner.id),
             KeyScope {
                 project_id: Some(other.id.clone()),
-                kind: KeyKind::Admin,
+                kind: KeyKind::Admin(svc_core::AdminReach::Organization),
                 ..KeyScope::default()
             },
         )

@@ -90,7 +90,7 @@ async fn the_organizations_users_are_listed_with_their_roles(db: Database) {
             Some(&bob.id),
             KeyScope {
                 project_id: Some(project.id.clone()),
-                kind: KeyKind::Admin,
+                kind: KeyKind::Admin(svc_core::AdminReach::Organization),
                 ..KeyScope::default()
             },
         )

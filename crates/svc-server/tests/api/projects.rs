@@ -245,7 +245,12 @@ async fn every_route_that_takes_a_key_enforces_its_scope(db: Database) {
         .create_scoped_key(owner, scope(KeyKind::Restricted(vec![])))
         .await;
     let all = app.create_scoped_key(owner, scope(KeyKind::All)).await;
-    let admin_key = app.create_scoped_key(owner, scope(KeyKind::Admin)).await;
+    let admin_key = app
+        .create_scoped_key(
+            owner,
+            scope(KeyKind::Admin(svc_core::AdminReach::Organization)),
+        )
+        .await;
 
     let documented = documented_key_routes();
     assert!(documented.len() >= NEEDS.len());
@@ -416,7 +421,12 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
     // The project's list changes through the admin API: the key follows
     // from its very next request (what authentication remembered is
     // dropped), on either database.
-    let root = app.create_scoped_key(None, scope(KeyKind::Admin)).await;
+    let root = app
+        .create_scoped_key(
+            None,
+            scope(KeyKind::Admin(svc_core::AdminReach::Organization)),
+        )
+        .await;
     let modify = |allowed: Value| {
         app.client
             .post(app.url(&format!("/v1/organization/projects/{}", project.id.0)))
@@ -446,7 +456,14 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
     assert_eq!(modify(Value::Null).await.unwrap().status(), 200);
     assert_eq!(
         listed().await,
-        ["svc", "fake-slow", "fake-fail", "fake-tools", "fake-tiny"]
+        [
+            "svc",
+            "fake-slow",
+            "fake-fail",
+            "fake-tools",
+            "fake-tiny",
+            "fake-template"
+        ]
     );
     assert_eq!(app.chat(&key, &body("fake-slow", "hi")).await.status(), 200);
 
@@ -462,7 +479,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .json()
         .await
         .unwrap();
-    assert_eq!(list["data"].as_array().unwrap().len(), 6);
+    assert_eq!(list["data"].as_array().unwrap().len(), 7);
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.
@@ -488,7 +505,12 @@ async fn admin(
 async fn the_admin_api_manages_projects_and_keys(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
     // The first admin key: the operator's, as `svc keys create --kind admin` makes it.
-    let root = app.create_scoped_key(None, scope(KeyKind::Admin)).await;
+    let root = app
+        .create_scoped_key(
+            None,
+            scope(KeyKind::Admin(svc_core::AdminReach::Organization)),
+        )
+        .await;
 
     let (status, created) = admin(
         &app,
@@ -742,7 +764,12 @@ async fn the_admin_api_manages_projects_and_keys(db: Database) {
 
 async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let root = app.create_scoped_key(None, scope(KeyKind::Admin)).await;
+    let root = app
+        .create_scoped_key(
+            None,
+            scope(KeyKind::Admin(svc_core::AdminReach::Organization)),
+        )
+        .await;
     let new_project = |name: &'static str| {
         let app = &app;
         let root = root.clone();
@@ -792,39 +819,42 @@ async fn a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids(
     )
     .await;
     assert_eq!(users["data"].as_array().unwrap().len(), 2, "{users}");
+    // Each makes an admin key for A on the project's page (nobody may make
+    // one for another account).
     let admin_key_for = |user: &UserId| {
-        let body = json!({"name": "admin", "kind": "admin", "user_id": user.0});
-        let path = format!("/projects/{}/api_keys", a.0);
-        let (app, root) = (&app, root.clone());
-        async move {
-            let (status, key) = admin(app, &root, Method::POST, &path, Some(body)).await;
-            assert_eq!(status, 200, "{key}");
-            assert_eq!(key["owner"]["type"], "user");
-            key["value"].as_str().unwrap().to_owned()
-        }
+        let scope = KeyScope {
+            project_id: Some(a.clone()),
+            kind: KeyKind::Admin(svc_core::AdminReach::Project),
+            ..KeyScope::default()
+        };
+        let (app, user) = (&app, user.clone());
+        async move { app.create_scoped_key(Some(&user), scope).await }
     };
     let pat_admin = admin_key_for(&pat.id).await;
     let sam_admin = admin_key_for(&sam.id).await;
-    // A key for someone outside the project is refused.
+    // A key for anyone else, member or not, is refused, even to the
+    // operator's key.
     let outsider = app
         .create_user("out@example.com", "password123", false)
         .await;
-    let response = app
-        .client
-        .post(app.url(&format!("/v1/organization/projects/{}/api_keys", a.0)))
-        .bearer_auth(&root)
-        .json(&json!({"name": "x", "user_id": outsider.id.0}))
-        .send()
-        .await
-        .unwrap();
-    expect_error(
-        response,
-        404,
-        "invalid_request_error",
-        "not_found",
-        Some("user_id"),
-    )
-    .await;
+    for user in [&outsider.id, &sam.id] {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/organization/projects/{}/api_keys", a.0)))
+            .bearer_auth(&root)
+            .json(&json!({"name": "x", "user_id": user.0}))
+            .send()
+            .await
+            .unwrap();
+        expect_error(
+            response,
+            403,
+            "invalid_request_error",
+            "insufficient_permissions",
+            Some("user_id"),
+        )
+        .await;
+    }
     // Project B's key, made by the operator.
     let (_, b_key) = admin(
         &app,
@@ -1085,7 +1115,12 @@ async fn stored_responses_stay_in_their_project(db: Database) {
 
 async fn members_are_removed_through_the_admin_api_never_the_last_owner(db: Database) {
     let app = TestApp::spawn_with(db, ServerConfig::default()).await;
-    let root = app.create_scoped_key(None, scope(KeyKind::Admin)).await;
+    let root = app
+        .create_scoped_key(
+            None,
+            scope(KeyKind::Admin(svc_core::AdminReach::Organization)),
+        )
+        .await;
     let team = app.create_project("team", ModelAccess::default()).await;
     let users = format!("/projects/{}/users", team.id.0);
     let owner = app

@@ -111,9 +111,12 @@ async fn main() -> anyhow::Result<()> {
     let (key, _) = new_key("fake-server", svc_core::KeyKind::All).await?;
     let admin = match admin_key {
         true => Some(
-            new_key("fake-server-admin", svc_core::KeyKind::Admin)
-                .await?
-                .0,
+            new_key(
+                "fake-server-admin",
+                svc_core::KeyKind::Admin(svc_core::AdminReach::Organization),
+            )
+            .await?
+            .0,
         ),
         false => None,
     };
