@@ -354,8 +354,10 @@ pub struct CreateProjectApiKeyRequest {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub expires_in: Option<i64>,
-    /// The account the key is for, a member of the project (svc's own);
-    /// omitted or null: the admin key's own owner.
+    /// The account the key is for (svc's own): only the admin key's own
+    /// owner, which is also what omitted or null means. A key acts as its
+    /// owner, so none is made for another account (403
+    /// `insufficient_permissions` naming `user_id`).
     #[serde(default)]
     pub user_id: Option<String>,
     /// The tokens it may use per period (within its project's budget);

@@ -4,9 +4,9 @@
 //!
 //! Before a request reaches an engine, each budget that applies (the key's,
 //! its project's) is charged with an estimate of the request in its unit
-//! (its prompt's tokens, by `estimate_tokens`, plus `max_tokens`, or
-//! [`UNBOUNDED_REPLY_ESTIMATE`] without one; for spend, at the model's
-//! prices), in one atomic step that
+//! (its prompt's tokens as the engine counts them, plus `max_tokens`, or
+//! [`UNBOUNDED_REPLY_ESTIMATE`] without one, for each of its `n` replies;
+//! for spend, at the model's prices), in one atomic step that
 //! refuses once the count has reached the budget: in Redis when the server
 //! has one (a script), else in the database (a conditional update), so
 //! replicas share the count. When the request ends, the difference to its
@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use svc_core::budget::{Budget, BudgetUnit, ModelPrice};
-use svc_core::{GenerateRequest, KeyRecord, Store, estimate_tokens, now};
+use svc_core::{Engine, GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
 use crate::error::ApiError;
 use crate::ratelimit::Breaker;
@@ -218,15 +218,21 @@ impl Budgets {
         self.alert_percent
     }
 
-    /// Charges the estimate of `request` (for `model`) to the budgets of
-    /// `key` (its own, its project's) and puts the tighter state in `slot`.
-    /// `Ok(None)` when no budget applies; a spent budget is a 429
-    /// `insufficient_quota`.
+    /// Charges the estimate of `request` (for `model`, served by `engine`)
+    /// to the budgets of `key` (its own, its project's) and puts the
+    /// tighter state in `slot`. `Ok(None)` when no budget applies; a spent
+    /// budget is a 429 `insufficient_quota`.
+    ///
+    /// The estimate is the prompt as the engine counts it (for the embedded
+    /// engine: rendered through the chat template with the default system
+    /// prompt, and tokenized, off the async workers), plus `max_tokens`
+    /// (or [`UNBOUNDED_REPLY_ESTIMATE`]) for each of the `n` replies.
     pub async fn charge(
         &self,
         key: &KeyRecord,
         model: &str,
         request: &GenerateRequest,
+        engine: &dyn Engine,
         slot: &BudgetSlot,
     ) -> Result<Option<Charge>, ApiError> {
         let budgets = [
@@ -238,8 +244,15 @@ impl Budgets {
         }
         let reply = request
             .max_tokens
-            .map_or(UNBOUNDED_REPLY_ESTIMATE, i64::from);
-        let prompt = i64::try_from(estimate_tokens(request)).unwrap_or(i64::MAX);
+            .map_or(UNBOUNDED_REPLY_ESTIMATE, i64::from)
+            .saturating_mul(i64::from(request.n.max(1)));
+        // A prompt the engine cannot count (too long, say) fails in the
+        // engine next; until then the plain estimate stands in.
+        let prompt = engine
+            .count_tokens(request)
+            .await
+            .unwrap_or_else(|_| estimate_tokens(request));
+        let prompt = i64::try_from(prompt).unwrap_or(i64::MAX);
         let price = self.prices.get(model).copied();
         let mut charge = Charge {
             budgets: self.clone(),
@@ -302,6 +315,37 @@ impl Budgets {
             slot.set(state);
         }
         Ok(Some(charge))
+    }
+
+    /// Refuses (a 429 `insufficient_quota`) when a budget of `key` that
+    /// applies to `model` is spent, charging nothing: for work that uses
+    /// no tokens but must stop once a budget is spent (counting a prompt's
+    /// tokens). A count that cannot be read lets it through.
+    pub async fn refuse_spent(&self, key: &KeyRecord, model: &str) -> Result<(), ApiError> {
+        let price = self.prices.get(model);
+        let budgets = [
+            (Scope::Key, key.budget, &key.budget_holder().0),
+            (Scope::Project, key.project_budget, &key.project_id.0),
+        ];
+        for (scope, budget, holder) in budgets {
+            let Some(budget) = budget else { continue };
+            if budget.unit == BudgetUnit::Usd && price.is_none() {
+                continue;
+            }
+            let (used, resets_at) = self.used(&scope.counter(holder, budget.unit), budget).await;
+            if let Some(used) = used
+                && used >= budget.limit
+            {
+                return Err(ApiError::QuotaExceeded(BudgetState {
+                    scope,
+                    unit: budget.unit,
+                    limit: budget.limit,
+                    remaining: budget.limit - used,
+                    resets_at,
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// Adds `tokens` to `scope`'s count unless it reached `limit`.

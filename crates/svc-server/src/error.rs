@@ -42,6 +42,12 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{}", rate_limit_message(.0))]
     RateLimited(crate::ratelimit::Verdict),
+    /// The key already has as many requests of this kind in flight as it
+    /// may (`what` names them).
+    #[error(
+        "Too many {what} requests in flight for this API key: Limit {limit} at a time. Please wait for the previous one to finish."
+    )]
+    TooManyInFlight { what: &'static str, limit: usize },
     /// A budget (tokens or spend) of the key or its project is spent.
     #[error("{}", quota_message(.0))]
     QuotaExceeded(crate::budget::BudgetState),
@@ -111,6 +117,7 @@ impl ApiError {
             | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::OnParam { error, .. } => error.status(),
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::TooManyInFlight { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Engine(e) => match e {
                 EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
                     StatusCode::BAD_REQUEST
@@ -175,6 +182,7 @@ impl ApiError {
                 }
                 _ => ("requests", None, Some("rate_limit_exceeded")),
             },
+            ApiError::TooManyInFlight { .. } => ("requests", None, Some("rate_limit_exceeded")),
             ApiError::QuotaExceeded(_) => ("insufficient_quota", None, Some("insufficient_quota")),
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
@@ -224,7 +232,9 @@ impl ApiError {
             | ApiError::NotFound { .. } => "not_found_error",
             ApiError::OnParam { error, .. } => error.anthropic_type(),
             ApiError::Forbidden(_) => "permission_error",
-            ApiError::RateLimited(_) | ApiError::QuotaExceeded(_) => "rate_limit_error",
+            ApiError::RateLimited(_)
+            | ApiError::QuotaExceeded(_)
+            | ApiError::TooManyInFlight { .. } => "rate_limit_error",
             ApiError::Engine(e) => match e {
                 EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
                     invalid

@@ -415,6 +415,77 @@ fn window_of<'a>(map: &'a mut HashMap<String, Window>, key: &str, start: i64) ->
     window
 }
 
+/// Requests of one kind a key may have in flight at once, and how many the
+/// server works on at once in all (the others wait their turn, first come
+/// first served): for work that costs CPU but no tokens, such as counting a
+/// prompt's tokens, which per-minute limits do not bound. One key cannot
+/// take more than its share, and the work in all stays off most cores.
+pub struct InFlight {
+    /// What the requests are, for the refusal's message.
+    what: &'static str,
+    per_key: usize,
+    running: Mutex<HashMap<KeyId, usize>>,
+    all: tokio::sync::Semaphore,
+}
+
+/// A key's place among the requests in flight; given back when dropped.
+pub struct InFlightPlace<'a> {
+    gate: &'a InFlight,
+    key: KeyId,
+    _all: Option<tokio::sync::SemaphorePermit<'a>>,
+}
+
+impl Drop for InFlightPlace<'_> {
+    fn drop(&mut self) {
+        let mut running = self.gate.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = running.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                running.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl InFlight {
+    /// At most `per_key` requests of a key at once, and `all` worked on at
+    /// once in all (each at least one).
+    pub fn new(what: &'static str, per_key: usize, all: usize) -> Self {
+        InFlight {
+            what,
+            per_key: per_key.max(1),
+            running: Mutex::default(),
+            all: tokio::sync::Semaphore::new(all.max(1)),
+        }
+    }
+
+    /// A place for one request of `key`, once it is its turn; a 429
+    /// `rate_limit_exceeded` at once when the key has its most in flight.
+    pub async fn enter(&self, key: &KeyId) -> Result<InFlightPlace<'_>, crate::error::ApiError> {
+        {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            let count = running.entry(key.clone()).or_default();
+            if *count >= self.per_key {
+                return Err(crate::error::ApiError::TooManyInFlight {
+                    what: self.what,
+                    limit: self.per_key,
+                });
+            }
+            *count += 1;
+        }
+        // Made before waiting, so that a request dropped while it waits
+        // gives its place back.
+        let mut place = InFlightPlace {
+            gate: self,
+            key: key.clone(),
+            _all: None,
+        };
+        // The semaphore is never closed.
+        place._all = self.all.acquire().await.ok();
+        Ok(place)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

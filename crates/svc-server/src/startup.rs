@@ -23,6 +23,16 @@ use crate::serve::Limits;
 use crate::state::AppState;
 use crate::{request_id, routes};
 
+/// Token counts (`/v1/messages/count_tokens`) one key may have in flight.
+const COUNTING_PER_KEY: usize = 1;
+
+/// Token counts worked on at once in all: half the cores (at least one),
+/// so that counting, which costs CPU but no tokens, leaves the engine the
+/// rest whatever the keys send.
+fn counting_at_once() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
 /// A bound, ready-to-serve instance of the service.
 pub struct Application {
     listener: TcpListener,
@@ -93,6 +103,11 @@ impl Application {
             public_url: public_url.clone().into(),
             dashboard: Arc::new(dashboard),
             limiter,
+            counting: Arc::new(crate::ratelimit::InFlight::new(
+                "count_tokens",
+                COUNTING_PER_KEY,
+                counting_at_once(),
+            )),
             metrics: Arc::new(crate::metrics::Metrics::new(config.metrics_token.clone())),
             ledger: Arc::default(),
             body_limit: BodyLimit(config.max_body_bytes),

@@ -28,6 +28,9 @@ pub struct AppState {
     pub dashboard: Arc<Dashboard>,
     /// Per-key requests and tokens per minute.
     pub limiter: RateLimiter,
+    /// Token counting (`/v1/messages/count_tokens`) in flight, per key and
+    /// in all.
+    pub counting: Arc<crate::ratelimit::InFlight>,
     /// Token budgets of keys and projects.
     pub budgets: crate::budget::Budgets,
     /// Usage waiting to be written.

@@ -22,26 +22,39 @@ pub struct Metering {
 }
 use crate::state::AppState;
 
-/// Passes `events` through unchanged and records usage once: with the
-/// tokens of the `Finish` event, or as a request without tokens when the
-/// stream fails or is dropped (the client went away) before finishing.
-/// The write happens on a task of its own, off the response's path.
-/// Also reports time to first token and tokens to the metrics.
+/// Whom a generation's usage goes to, and how.
+pub struct Bill {
+    pub key_id: KeyId,
+    /// The replies asked for (`n`): usage is theirs together.
+    pub choices: u32,
+    /// Whether its tokens count toward the key's tokens-per-minute limit.
+    pub count_tokens: bool,
+    /// What its budgets were charged up front, to settle.
+    pub charge: Option<Charge>,
+}
+
+/// Passes `events` through unchanged and records usage once, for the
+/// whole request: with the tokens of its `choices` `Finish` events (one per
+/// reply of a request with `n` replies) summed, or, when the stream fails
+/// or is dropped (the client went away) first, with those of the replies
+/// that finished. The write happens on a task of its own, off the
+/// response's path. Also reports time to first token and tokens to the
+/// metrics.
 pub fn metered(
     events: EventStream,
     state: &AppState,
-    key_id: KeyId,
     model: &str,
     arrived: Instant,
-    count_tokens: bool,
-    charge: Option<Charge>,
+    bill: Bill,
 ) -> EventStream {
     let mut meter = Meter {
         ledger: state.ledger.clone(),
-        limiter: count_tokens.then(|| state.limiter.clone()),
-        charge,
-        key_id,
+        limiter: bill.count_tokens.then(|| state.limiter.clone()),
+        charge: bill.charge,
+        key_id: bill.key_id,
         model: model.to_owned(),
+        choices_left: bill.choices.max(1),
+        used: TokenUsage::default(),
         recorded: false,
     };
     let metrics = state.metrics.clone();
@@ -55,9 +68,9 @@ pub fn metered(
             match event {
                 Ok(EngineEvent::Finish { usage, .. }) => {
                     metrics.tokens(&model, usage.prompt_tokens, usage.completion_tokens);
-                    meter.record(*usage);
+                    meter.finished(*usage);
                 }
-                Err(_) => meter.record(TokenUsage::default()),
+                Err(_) => meter.record(),
                 Ok(_) => {}
             }
         })
@@ -72,14 +85,33 @@ struct Meter {
     charge: Option<Charge>,
     key_id: KeyId,
     model: String,
+    /// Replies still to finish.
+    choices_left: u32,
+    /// The tokens of the replies finished so far.
+    used: TokenUsage,
     recorded: bool,
 }
 
 impl Meter {
-    fn record(&mut self, used: TokenUsage) {
+    /// One reply finished with `usage`; the last one records the request.
+    fn finished(&mut self, usage: TokenUsage) {
+        self.used.prompt_tokens = self.used.prompt_tokens.saturating_add(usage.prompt_tokens);
+        self.used.completion_tokens = self
+            .used
+            .completion_tokens
+            .saturating_add(usage.completion_tokens);
+        self.choices_left = self.choices_left.saturating_sub(1);
+        if self.choices_left == 0 {
+            self.record();
+        }
+    }
+
+    /// Records the request with the tokens of the replies finished so far.
+    fn record(&mut self) {
         if std::mem::replace(&mut self.recorded, true) {
             return;
         }
+        let used = self.used;
         let counts = Counts {
             requests: 1,
             prompt_tokens: i64::try_from(used.prompt_tokens).unwrap_or(i64::MAX),
@@ -116,7 +148,7 @@ impl Meter {
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        self.record(TokenUsage::default());
+        self.record();
     }
 }
 

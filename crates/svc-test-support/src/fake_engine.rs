@@ -41,15 +41,35 @@ pub struct Probe {
     pub cancelled: AtomicUsize,
 }
 
-/// The scripted engine.
+/// The scripted engine. It counts a prompt token a word plus one a
+/// message, and `template_tokens` more for the markup of a chat template
+/// (as a real model's template adds), in its usage and in `count_tokens`
+/// alike, as a tokenizing engine does.
 pub struct FakeEngine {
     script: Script,
     probe: Arc<Probe>,
+    template_tokens: u64,
 }
 
 impl FakeEngine {
     pub fn new(script: Script, probe: Arc<Probe>) -> Self {
-        FakeEngine { script, probe }
+        FakeEngine {
+            script,
+            probe,
+            template_tokens: 0,
+        }
+    }
+
+    /// This engine, with a chat template of `tokens` tokens a prompt.
+    pub fn with_template(self, tokens: u64) -> Self {
+        FakeEngine {
+            template_tokens: tokens,
+            ..self
+        }
+    }
+
+    fn prompt_tokens(&self, request: &GenerateRequest) -> u64 {
+        prompt_tokens(request) + self.template_tokens
     }
 }
 
@@ -123,7 +143,7 @@ fn prompt_tokens(request: &GenerateRequest) -> u64 {
 #[async_trait]
 impl Engine for FakeEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
-        let prompt_tokens = prompt_tokens(&request);
+        let prompt_tokens = self.prompt_tokens(&request);
         if let Script::ContextTooSmall = self.script {
             return Err(EngineError::ContextLengthExceeded {
                 prompt_tokens,
@@ -202,6 +222,17 @@ impl Engine for FakeEngine {
         }))
     }
 
+    /// Takes ten words' time of a slow script (as tokenizing a long prompt
+    /// takes a while).
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        if let Script::Echo { delay } = self.script
+            && !delay.is_zero()
+        {
+            tokio::time::sleep(delay * 10).await;
+        }
+        Ok(self.prompt_tokens(request))
+    }
+
     fn name(&self) -> &str {
         "fake"
     }
@@ -209,15 +240,20 @@ impl Engine for FakeEngine {
 
 /// The models a test server serves: `svc` and `svc-thinking` echo at once;
 /// `fake-slow` echoes a word every 50 ms; `fake-fail` fails after two words;
-/// `fake-tools` calls a tool; `fake-tiny` has a 16-token context.
+/// `fake-tools` calls a tool; `fake-tiny` has a 16-token context;
+/// `fake-template` echoes at once with a chat template of
+/// [`FAKE_TEMPLATE_TOKENS`] tokens.
 pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
-    let route = |id: &str, script: Script, reasoning: bool| ModelRoute {
+    let route_of = |id: &str, engine: FakeEngine, reasoning: bool| ModelRoute {
         id: id.into(),
-        engine: Arc::new(FakeEngine::new(script, probe.clone())),
+        engine: Arc::new(engine),
         reasoning,
         created: 1_700_000_000,
         owned_by: "svc".into(),
         default_system_prompt: None,
+    };
+    let route = |id: &str, script: Script, reasoning: bool| {
+        route_of(id, FakeEngine::new(script, probe.clone()), reasoning)
     };
     let instant = Script::Echo {
         delay: Duration::ZERO,
@@ -235,5 +271,19 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
         route("fake-fail", Script::FailAfter { words: 2 }, false),
         route("fake-tools", Script::CallTool, false),
         route("fake-tiny", Script::ContextTooSmall, false),
+        route_of(
+            "fake-template",
+            FakeEngine::new(
+                Script::Echo {
+                    delay: Duration::ZERO,
+                },
+                probe.clone(),
+            )
+            .with_template(FAKE_TEMPLATE_TOKENS),
+            false,
+        ),
     ])
 }
+
+/// The prompt tokens `fake-template`'s chat template adds to a prompt.
+pub const FAKE_TEMPLATE_TOKENS: u64 = 32;

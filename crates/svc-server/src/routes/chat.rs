@@ -115,20 +115,25 @@ where
     let route = routed(state, key, model, &mut request)?;
     let charge = state
         .budgets
-        .charge(key, model, &request, &metering.budget)
+        .charge(
+            key,
+            model,
+            &request,
+            route.engine.as_ref(),
+            &metering.budget,
+        )
         .await?;
     state.metrics.gateway_overhead(model, arrived.elapsed());
     let wrap = wrap(&route.engine, &request);
+    let choices = request.n;
     let events = wrap(route.engine.generate(request).await?);
-    Ok(crate::usage::metered(
-        events,
-        state,
-        key.id.clone(),
-        model,
-        arrived,
-        metering.count_tokens,
+    let bill = crate::usage::Bill {
+        key_id: key.id.clone(),
+        choices,
+        count_tokens: metering.count_tokens,
         charge,
-    ))
+    };
+    Ok(crate::usage::metered(events, state, model, arrived, bill))
 }
 
 /// `model`'s route, with what it sets applied to `request`: the model's

@@ -81,7 +81,12 @@ async fn answer(
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's
 /// engine counts them (exactly for the embedded engine; upstream engines
 /// estimate, see [`svc_core::Engine::count_tokens`]). Counts against the
-/// key's request limit; no usage is recorded, as nothing is generated.
+/// key's request limit and is refused once a budget of the key is spent,
+/// as generation is; no usage is recorded, as nothing is generated.
+/// Counting costs CPU (a whole prompt rendered and tokenized, off the
+/// async workers), so a key has one count in flight at a time and the
+/// server works on at most half its cores' worth at once (see
+/// [`AppState::counting`]).
 pub async fn count_tokens(
     AnthropicAuthenticated(key): AnthropicAuthenticated,
     State(state): State<AppState>,
@@ -95,6 +100,8 @@ async fn count(state: &AppState, key: KeyRecord, request: Request) -> Result<Res
     let request = ValidCountTokensRequest::try_from(body)?;
     let mut generate = request.generate;
     let route = routed(state, &key, &request.model, &mut generate)?;
+    state.budgets.refuse_spent(&key, &request.model).await?;
+    let _place = state.counting.enter(&key.id).await?;
     let input_tokens = route.engine.count_tokens(&generate).await?;
     Ok(json_response(&CountTokensResponse { input_tokens }))
 }

@@ -565,13 +565,100 @@ async fn count_tokens_counts_through_the_engine() {
     let response = post(&app, "/v1/messages/count_tokens", &key, &body).await;
     assert_eq!(response.status(), 200);
     let counted: Value = response.json().await.unwrap();
-    // The fake engine estimates: a token per 4 bytes of text and tools,
-    // and 4 a message.
-    let bytes = "Be brief.".len() + "hello world".len() + "f".len() + r#"{"type":"object"}"#.len();
-    assert_eq!(counted, json!({"input_tokens": bytes.div_ceil(4) + 2 * 4}));
+    // As the fake engine counts its prompts: a token a word and one a
+    // message ("Be brief." and "hello world").
+    assert_eq!(counted, json!({"input_tokens": 3 + 3}));
     // Nothing was generated.
     assert_eq!(
         app.probe.started.load(std::sync::atomic::Ordering::SeqCst),
         0
+    );
+}
+
+/// Attack (issue 29, finding 6): counting tokens cost nothing, so a key
+/// whose budget was spent went on counting 1 MiB prompts, many at once,
+/// and held up other clients. Now a spent budget refuses it as it refuses
+/// generation, and a key has one count in flight at a time (another key's
+/// count still goes through).
+#[tokio::test]
+async fn count_tokens_stops_on_a_spent_budget_and_runs_one_at_a_time_per_key() {
+    let app = TestApp::spawn().await;
+    let budgeted = app
+        .create_scoped_key(
+            None,
+            svc_core::KeyScope {
+                budget: Some(svc_core::Budget {
+                    limit: 5,
+                    unit: svc_core::BudgetUnit::Tokens,
+                    period: svc_core::BudgetPeriod::Day,
+                }),
+                ..svc_core::KeyScope::default()
+            },
+        )
+        .await;
+    let count = json!({"model": "svc", "messages": [{"role": "user", "content": "one two"}]});
+    let counted = post(&app, "/v1/messages/count_tokens", &budgeted, &count).await;
+    assert_eq!(counted.status(), 200);
+    // A reply spends the five tokens, and more.
+    assert_eq!(
+        create(&app, &budgeted, &message("svc", "one two"))
+            .await
+            .status(),
+        200
+    );
+    let mut refused = None;
+    for _ in 0..50 {
+        let response = post(&app, "/v1/messages/count_tokens", &budgeted, &count).await;
+        if response.status() == 429 {
+            refused = Some(response);
+            break;
+        }
+        // The reply's usage settles just after it is answered.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let message = expect_error(
+        refused.expect("refused once spent"),
+        429,
+        "rate_limit_error",
+    )
+    .await;
+    assert!(message.contains("token budget"), "{message}");
+
+    // Four counts of one key at once (each takes 500 ms on fake-slow):
+    // one is counted, the others are refused at once; another key's
+    // count, sent meanwhile, waits its turn and is counted.
+    let (key, other) = (app.create_key().await, app.create_key().await);
+    let slow = json!({"model": "fake-slow", "messages": [{"role": "user", "content": "one two"}]});
+    let started = std::time::Instant::now();
+    let (same, theirs) = tokio::join!(
+        futures::future::join_all((0..4).map(|_| post(
+            &app,
+            "/v1/messages/count_tokens",
+            &key,
+            &slow
+        ))),
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            post(&app, "/v1/messages/count_tokens", &other, &slow).await
+        }
+    );
+    let statuses: Vec<u16> = same.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?} after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(theirs.status(), 200);
+    for response in same.into_iter().filter(|r| r.status() == 429) {
+        let message = expect_error(response, 429, "rate_limit_error").await;
+        assert!(message.contains("count_tokens"), "{message}");
+    }
+    // Once done, the key counts again.
+    assert_eq!(
+        post(&app, "/v1/messages/count_tokens", &key, &count)
+            .await
+            .status(),
+        200
     );
 }
