@@ -31,13 +31,19 @@ pub struct Bill {
     pub count_tokens: bool,
     /// What its budgets were charged up front, to settle.
     pub charge: Option<Charge>,
+    /// Its prompt's tokens, estimated: what a request left before any
+    /// reply finished (and so reported its prompt) counts.
+    pub prompt_tokens: u64,
 }
 
 /// Passes `events` through unchanged and records usage once, for the
 /// whole request: with the tokens of its `choices` `Finish` events (one per
-/// reply of a request with `n` replies) summed, or, when the stream fails
-/// or is dropped (the client went away) first, with those of the replies
-/// that finished. The write happens on a task of its own, off the
+/// reply of a request with `n` replies) summed. When the stream fails or is
+/// dropped (the client went away) first, the replies that finished count
+/// their tokens and the others a token per piece they sent (and, when no
+/// reply finished, the prompt as [`Bill::prompt_tokens`] estimates it): a
+/// reply left before its end is work done, not free. A request that sent
+/// nothing costs nothing. The write happens on a task of its own, off the
 /// response's path. Also reports time to first token and tokens to the
 /// metrics.
 pub fn metered(
@@ -55,6 +61,9 @@ pub fn metered(
         model: model.to_owned(),
         choices_left: bill.choices.max(1),
         used: TokenUsage::default(),
+        prompt_estimate: bill.prompt_tokens,
+        choice: 0,
+        pieces: Vec::new(),
         recorded: false,
     };
     let metrics = state.metrics.clone();
@@ -71,7 +80,11 @@ pub fn metered(
                     meter.finished(*usage);
                 }
                 Err(_) => meter.record(),
-                Ok(_) => {}
+                Ok(EngineEvent::Choice(index)) => meter.choice = *index,
+                Ok(EngineEvent::Text(_) | EngineEvent::Reasoning(_) | EngineEvent::ToolCall(_)) => {
+                    meter.piece();
+                }
+                Ok(EngineEvent::Logprobs(_)) => {}
             }
         })
         .boxed()
@@ -89,12 +102,36 @@ struct Meter {
     choices_left: u32,
     /// The tokens of the replies finished so far.
     used: TokenUsage,
+    /// The prompt's tokens, estimated (see [`Bill::prompt_tokens`]).
+    prompt_estimate: u64,
+    /// The reply the events are of now.
+    choice: u32,
+    /// Pieces sent by each reply not finished yet, by index (`None` once
+    /// it finished).
+    pieces: Vec<Option<u64>>,
     recorded: bool,
 }
 
 impl Meter {
+    /// The current reply's place among `pieces`.
+    fn current(&mut self) -> &mut Option<u64> {
+        let index = self.choice as usize;
+        if self.pieces.len() <= index {
+            self.pieces.resize(index + 1, Some(0));
+        }
+        &mut self.pieces[index]
+    }
+
+    /// The current reply sent a piece (text, reasoning, a tool call's).
+    fn piece(&mut self) {
+        if let Some(pieces) = self.current() {
+            *pieces = pieces.saturating_add(1);
+        }
+    }
+
     /// One reply finished with `usage`; the last one records the request.
     fn finished(&mut self, usage: TokenUsage) {
+        *self.current() = None;
         self.used.prompt_tokens = self.used.prompt_tokens.saturating_add(usage.prompt_tokens);
         self.used.completion_tokens = self
             .used
@@ -106,12 +143,20 @@ impl Meter {
         }
     }
 
-    /// Records the request with the tokens of the replies finished so far.
+    /// Records the request: the tokens of the replies finished so far, and
+    /// those the others sent (see [`metered`]).
     fn record(&mut self) {
         if std::mem::replace(&mut self.recorded, true) {
             return;
         }
-        let used = self.used;
+        let unfinished: u64 = self.pieces.iter().flatten().sum();
+        let mut used = self.used;
+        if unfinished > 0 {
+            used.completion_tokens = used.completion_tokens.saturating_add(unfinished);
+            if used.prompt_tokens == 0 {
+                used.prompt_tokens = self.prompt_estimate;
+            }
+        }
         let counts = Counts {
             requests: 1,
             prompt_tokens: i64::try_from(used.prompt_tokens).unwrap_or(i64::MAX),

@@ -1120,13 +1120,23 @@ async fn admin_api_responses_match_the_document() {
         at(keys, ""),
         Some(
             json!({"name": "k", "kind": "restricted", "permissions": ["model.request"],
-            "allowed_models": ["svc"], "expires_in": 3600, "user_id": user.id.0}),
+            "allowed_models": ["svc"], "expires_in": 3600}),
         ),
     )
     .await
     .unwrap();
     let made = check(&doc, "post", keys, response).await;
     assert!(made["value"].is_string());
+    // A key for another account is refused, as documented.
+    let response = send(
+        reqwest::Method::POST,
+        at(keys, ""),
+        Some(json!({"name": "theirs", "user_id": user.id.0})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 403);
+    check(&doc, "post", keys, response).await;
     let key_id = made["id"].as_str().unwrap();
     let response = send(
         reqwest::Method::POST,

@@ -125,13 +125,14 @@ where
         .await?;
     state.metrics.gateway_overhead(model, arrived.elapsed());
     let wrap = wrap(&route.engine, &request);
-    let choices = request.n;
+    let (choices, prompt_tokens) = (request.n, svc_core::estimate_tokens(&request));
     let events = wrap(route.engine.generate(request).await?);
     let bill = crate::usage::Bill {
         key_id: key.id.clone(),
         choices,
         count_tokens: metering.count_tokens,
         charge,
+        prompt_tokens,
     };
     Ok(crate::usage::metered(events, state, model, arrived, bill))
 }

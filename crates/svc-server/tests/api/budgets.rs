@@ -19,6 +19,7 @@ on_both_databases!(
     a_key_budget_stops_the_key_once_spent,
     a_project_budget_covers_all_its_keys_in_every_dialect,
     a_burst_of_templated_or_many_choice_requests_stays_within_one_request,
+    a_stream_left_before_its_end_counts_what_it_was_sent,
 );
 
 async fn admin_post(app: &TestApp, admin: &str, path: &str, body: &Value) -> (u16, Value) {
@@ -688,4 +689,39 @@ async fn two_replicas_hold_a_budget_against_templated_or_many_choice_bursts() {
         drop((first, second));
         schema.remove().await.unwrap();
     }
+}
+
+/// Attack: a stream left before its end cost nothing (its usage was
+/// recorded as a request without tokens, and its budget charge given back
+/// whole), so a key could read nearly all of many replies for free. Now the
+/// pieces it was sent count, with its prompt.
+async fn a_stream_left_before_its_end_counts_what_it_was_sent(db: Database) {
+    use futures::StreamExt;
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let admin = app.create_admin_key().await;
+    let (key_id, key) = budgeted_key(
+        &app,
+        &admin,
+        "proj_default",
+        json!({"tokens": 100_000, "period": "day"}),
+    )
+    .await;
+    let words = vec!["word"; 40].join(" ");
+    let body = json!({"model": "fake-slow", "stream": true, "max_tokens": 1000,
+        "messages": [{"role": "user", "content": words}]});
+    let response = app.chat(&key, &body).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut received = String::new();
+    while received.matches("\"content\":\"").count() < 6 {
+        let chunk = stream.next().await.unwrap().unwrap();
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(stream);
+    // At least the pieces it got (after the role chunk), and the prompt's
+    // estimate (40 words of 5 bytes: 50 tokens, and 4 for the message).
+    let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
+    let used = budget["used"].as_i64().unwrap();
+    assert!(used >= 5 + 54, "{budget}");
+    assert!(used < 54 + 40, "{budget}");
 }
