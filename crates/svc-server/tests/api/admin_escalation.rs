@@ -74,32 +74,23 @@ async fn a_project_owner_cannot_reach_the_organization_through_another_account(d
     )
     .await;
     assert_eq!(made.status(), 200);
+    // Rita's admin key for A, made to reach `reach`.
+    let ritas_admin = |reach| {
+        let scope = KeyScope {
+            project_id: Some(a.id.clone()),
+            kind: KeyKind::Admin(reach),
+            ..KeyScope::default()
+        };
+        app.create_scoped_key(Some(&rita.id), scope)
+    };
     for reach in [AdminReach::Organization, AdminReach::Project] {
-        let ritas = app
-            .create_scoped_key(
-                Some(&rita.id),
-                KeyScope {
-                    project_id: Some(a.id.clone()),
-                    kind: KeyKind::Admin(reach),
-                    ..KeyScope::default()
-                },
-            )
-            .await;
+        let ritas = ritas_admin(reach).await;
         attack(&app, &ritas, &rita.id.0, &olga.id.0, &a.id.0, &b.id.0).await;
     }
 
     // The role a key acts with is fixed when it is made: an admin key Rita
     // makes now reaches A only, and still only A once she is promoted.
-    let ritas = app
-        .create_scoped_key(
-            Some(&rita.id),
-            KeyScope {
-                project_id: Some(a.id.clone()),
-                kind: KeyKind::Admin(AdminReach::Project),
-                ..KeyScope::default()
-            },
-        )
-        .await;
+    let ritas = ritas_admin(AdminReach::Project).await;
     let own: Value = post(
         &app,
         &ritas,
@@ -139,16 +130,7 @@ async fn a_project_owner_cannot_reach_the_organization_through_another_account(d
     }
     // A key made to reach the organization (here by the operator) does
     // reach it now that she is an organization owner.
-    let org_wide = app
-        .create_scoped_key(
-            Some(&rita.id),
-            KeyScope {
-                project_id: Some(a.id.clone()),
-                kind: KeyKind::Admin(AdminReach::Organization),
-                ..KeyScope::default()
-            },
-        )
-        .await;
+    let org_wide = ritas_admin(AdminReach::Organization).await;
     assert_eq!(
         get(&app, &org_wide, "/v1/organization/users")
             .await
