@@ -407,6 +407,16 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "How long a stored Responses API response is kept for GET /v1/responses/{id} and previous_response_id, such as 30d",
     ),
     flag(
+        "response_quota_bytes",
+        "BYTES",
+        "Most bytes of stored Responses API responses one project may keep, in bytes or with a unit (1GiB); past it, storing one more is refused (400 storage_quota_exceeded)",
+    ),
+    flag(
+        "response_quota_count",
+        "N",
+        "Most stored Responses API responses one project may keep; past it, storing one more is refused (400 storage_quota_exceeded)",
+    ),
+    flag(
         "audit_retention_days",
         "DAYS",
         "Days an audit-log entry is kept before the hourly sweep deletes it; 0 keeps every entry",

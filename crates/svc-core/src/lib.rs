@@ -48,8 +48,9 @@ pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
 pub use store::{
-    AccountChange, AuditStore, KeyLimits, KeyOrigin, KeyRecord, ProjectStore, ResponseStore, Store,
-    StoreError, StoredResponse, UnknownValue,
+    AccountChange, AuditStore, Conversation, ConversationLimits, KeyLimits, KeyOrigin, KeyRecord,
+    ProjectStore, ResponseStore, StorageQuota, StorageUsage, Store, StoreError, Stored,
+    StoredResponse, Turn, UnknownValue,
 };
 pub use usage::{UsageDelta, UsageRow, day_of};
 

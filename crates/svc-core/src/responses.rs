@@ -14,6 +14,11 @@
 //!   the items of the tools svc cannot run (`web_search_call`,
 //!   `local_shell_call`, `custom_tool_call`, ...: every other type);
 //!   `item_reference` is refused (svc does not look items up by id);
+//! - every input item counts against the bytes a request's input may hold
+//!   ([`MAX_MESSAGE_BYTES`] of JSON), those left out of the prompt too,
+//!   and a stored response keeps only what the prompt reads
+//!   ([`ValidResponseRequest::conversation_input`]), so that items nothing
+//!   reads back cost no space;
 //! - tools of type `function` are offered to the model; every other tool
 //!   type (`web_search`, `file_search`, `computer_use_preview`,
 //!   `local_shell`, `custom`, `mcp`, ...) is hosted by OpenAI, so it is
@@ -38,6 +43,15 @@ use crate::request::{
 
 /// Most `metadata` pairs, as with OpenAI.
 pub const MAX_METADATA: usize = 16;
+/// Most earlier responses one continuation (`previous_response_id`) reads:
+/// every turn adds a message at least, and a prompt holds at most
+/// [`MAX_MESSAGES`].
+pub const MAX_CONVERSATION_RESPONSES: u64 = MAX_MESSAGES as u64;
+/// Most bytes of stored conversation one continuation reads (the items of
+/// every earlier turn, as JSON): four times the text a prompt may hold,
+/// room for the JSON around it, and what one request body may hold by
+/// default. It bounds the memory a continuation takes.
+pub const MAX_CONVERSATION_BYTES: u64 = 4 * MAX_MESSAGE_BYTES as u64;
 /// Default sampling temperature (as for chat requests).
 const DEFAULT_TEMPERATURE: f32 = 0.7;
 
@@ -134,6 +148,7 @@ impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
             Some(ResponseInput::Items(items)) => items,
         };
         // Checked now, so that a bad item is a 400 before anything is read.
+        input_bytes(&input)?;
         messages(&input, "input")?;
         if input.is_empty() && req.previous_response_id.is_none() {
             return Err(ValidationError::new(
@@ -214,6 +229,48 @@ impl ValidResponseRequest {
             messages,
             ..self.generate.clone()
         })
+    }
+
+    /// The new input items as a stored response keeps them for its
+    /// conversation: those the prompt reads (messages, function calls and
+    /// their outputs), each with only the fields the prompt reads.
+    /// Reasoning items, the items of hosted tools, ids and statuses are
+    /// left out: nothing reads them back (svc lists no input items), so
+    /// keeping them would only cost space.
+    pub fn conversation_input(&self) -> Vec<InputItem> {
+        self.input
+            .iter()
+            .filter_map(|item| {
+                let kind = match (&item.kind, &item.role) {
+                    (Some(kind), _) => kind.as_str(),
+                    (None, Some(_)) => "message",
+                    (None, None) => return None,
+                };
+                let kept = match kind {
+                    "message" => InputItem {
+                        role: item.role.clone(),
+                        content: item.content.clone(),
+                        ..InputItem::default()
+                    },
+                    "function_call" => InputItem {
+                        call_id: item.call_id.clone(),
+                        name: item.name.clone(),
+                        arguments: item.arguments.clone(),
+                        ..InputItem::default()
+                    },
+                    "function_call_output" => InputItem {
+                        call_id: item.call_id.clone(),
+                        output: item.output.clone(),
+                        ..InputItem::default()
+                    },
+                    _ => return None,
+                };
+                Some(InputItem {
+                    kind: Some(kind.to_owned()),
+                    ..kept
+                })
+            })
+            .collect()
     }
 
     /// The response object before any output: `in_progress`, no usage.
@@ -448,6 +505,47 @@ fn required<'a>(
             format!("{what} must be a non-empty string"),
         )),
     }
+}
+
+/// The bytes `value` takes as JSON, counted without writing it out.
+fn json_bytes(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Items are plain strings and lists: writing them cannot fail, and one
+    // that did would count as too large.
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Every input item counts against the [`MAX_MESSAGE_BYTES`] a request's
+/// input may hold, as the JSON it arrived as (less unknown fields), those
+/// the prompt leaves out as well: they are read, checked and answered all
+/// the same. The item that goes past the limit is named.
+fn input_bytes(items: &[InputItem]) -> Result<(), ValidationError> {
+    let mut total = 0usize;
+    for (i, item) in items.iter().enumerate() {
+        total = total.saturating_add(json_bytes(item));
+        if total > MAX_MESSAGE_BYTES {
+            return Err(ValidationError::new(
+                format!("input[{i}]"),
+                format!(
+                    "the input items up to this one hold {total} bytes of JSON; at most {MAX_MESSAGE_BYTES} are allowed, items left out of the prompt (reasoning, hosted tools' calls) included"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The messages `items` make; `param` names the list (`input`).
@@ -705,6 +803,76 @@ mod tests {
         let many: BTreeMap<String, String> =
             (0..17).map(|i| (i.to_string(), String::new())).collect();
         assert_eq!(param_of(json!({"metadata": many})), "metadata");
+    }
+
+    #[test]
+    fn every_item_counts_against_the_input_limit() {
+        let big = "x".repeat(MAX_MESSAGE_BYTES / 2);
+        // Alone, an item the prompt leaves out fits; two together do not,
+        // and the second is named.
+        assert!(
+            request(json!({"input": [
+                {"type": "web_search_call", "id": big, "status": "completed"},
+                {"role": "user", "content": "hi"}
+            ]}))
+            .is_ok()
+        );
+        let error = request(json!({"input": [
+            {"type": "reasoning", "id": "rs_1", "content": [{"type": "reasoning_text", "text": big}]},
+            {"type": "web_search_call", "id": big},
+            {"role": "user", "content": "hi"}
+        ]}))
+        .unwrap_err();
+        assert_eq!(error.param, "input[1]");
+        assert!(
+            error.message.contains(&MAX_MESSAGE_BYTES.to_string()),
+            "{}",
+            error.message
+        );
+        // Fields the prompt never reads count too, and so does a string.
+        assert_eq!(
+            param_of(
+                json!({"input": [{"role": "user", "content": "hi", "id": "x".repeat(MAX_MESSAGE_BYTES)}]})
+            ),
+            "input[0]"
+        );
+        assert_eq!(
+            param_of(json!({"input": "x".repeat(MAX_MESSAGE_BYTES)})),
+            "input[0]"
+        );
+    }
+
+    #[test]
+    fn a_conversation_keeps_what_the_prompt_reads() {
+        let valid = request(json!({"input": [
+            {"role": "developer", "content": "sys", "id": "msg_0", "status": "completed"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}", "status": "completed"},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "function_call_output", "id": "fco_1", "call_id": "call_1", "output": "sunny"},
+            {"role": "user", "content": "and?"}
+        ]}))
+        .unwrap();
+        let kept = valid.conversation_input();
+        assert_eq!(
+            serde_json::to_value(&kept).unwrap(),
+            json!([
+                {"type": "message", "role": "developer", "content": "sys"},
+                {"type": "message", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Let me look."}]},
+                {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+                {"type": "message", "role": "user", "content": "and?"}
+            ])
+        );
+        // The same prompt, from what is kept as from what came.
+        let continued = request(json!({"input": null, "previous_response_id": "resp_0"})).unwrap();
+        assert_eq!(
+            continued.assemble(&kept).unwrap().messages,
+            valid.assemble(&[]).unwrap().messages
+        );
     }
 
     #[test]

@@ -90,6 +90,14 @@ pub struct ServerConfig {
     /// for `GET /v1/responses/{id}` and `previous_response_id`.
     #[serde(with = "svc_core::config::duration")]
     pub response_retention: Duration,
+    /// Most bytes of stored responses one project may keep (each
+    /// response's object and conversation); one more is refused with 400
+    /// `storage_quota_exceeded`.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub response_quota_bytes: usize,
+    /// Most stored responses one project may keep.
+    #[serde(with = "svc_core::config::at_least_one")]
+    pub response_quota_count: u64,
     /// Days an audit-log entry is kept; older ones are deleted by the
     /// server's hourly sweep. 0 keeps them forever.
     pub audit_retention_days: u32,
@@ -221,6 +229,10 @@ pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 365;
 
 /// Default time a stored response is kept: 30 days, as OpenAI does.
 pub const DEFAULT_RESPONSE_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// Default bytes of stored responses one project may keep: 1 GiB.
+pub const DEFAULT_RESPONSE_QUOTA_BYTES: usize = 1 << 30;
+/// Default number of stored responses one project may keep.
+pub const DEFAULT_RESPONSE_QUOTA_COUNT: u64 = 100_000;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -242,6 +254,8 @@ impl Default for ServerConfig {
             metrics_token: None,
             metrics_bind: None,
             response_retention: DEFAULT_RESPONSE_RETENTION,
+            response_quota_bytes: DEFAULT_RESPONSE_QUOTA_BYTES,
+            response_quota_count: DEFAULT_RESPONSE_QUOTA_COUNT,
             audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
             budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),

@@ -51,6 +51,13 @@ pub enum ApiError {
     /// A budget (tokens or spend) of the key or its project is spent.
     #[error("{}", quota_message(.0))]
     QuotaExceeded(crate::budget::BudgetState),
+    /// Storing the response would take its project past the storage
+    /// quota: 400 on `store` (waiting does not help, `store: false` does).
+    #[error("{}", storage_quota_message(.usage, .quota))]
+    StorageQuotaExceeded {
+        usage: svc_core::StorageUsage,
+        quota: svc_core::StorageQuota,
+    },
     #[error("the store is unavailable")]
     Unavailable,
     /// A resource other than a model that does not exist (or is not the
@@ -109,7 +116,8 @@ impl ApiError {
             ApiError::Auth(_) => StatusCode::UNAUTHORIZED,
             ApiError::Validation(_)
             | ApiError::InvalidBody { .. }
-            | ApiError::UnsupportedMediaType => StatusCode::BAD_REQUEST,
+            | ApiError::UnsupportedMediaType
+            | ApiError::StorageQuotaExceeded { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelNotFound(_)
@@ -184,6 +192,11 @@ impl ApiError {
             },
             ApiError::TooManyInFlight { .. } => ("requests", None, Some("rate_limit_exceeded")),
             ApiError::QuotaExceeded(_) => ("insufficient_quota", None, Some("insufficient_quota")),
+            ApiError::StorageQuotaExceeded { .. } => (
+                invalid,
+                Some("store".into()),
+                Some("storage_quota_exceeded"),
+            ),
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
         let message = if self.status().is_server_error()
@@ -226,7 +239,8 @@ impl ApiError {
             | ApiError::UnsupportedMediaType
             | ApiError::PayloadTooLarge { .. }
             | ApiError::BodyTimeout(_)
-            | ApiError::MethodNotAllowed { .. } => invalid,
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::StorageQuotaExceeded { .. } => invalid,
             ApiError::ModelNotFound(_)
             | ApiError::UnknownUrl { .. }
             | ApiError::NotFound { .. } => "not_found_error",
@@ -320,6 +334,28 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// Which of the project's storage quotas a refused response would pass,
+/// with the setting that raises it, and what to do instead.
+fn storage_quota_message(usage: &svc_core::StorageUsage, quota: &svc_core::StorageQuota) -> String {
+    let passed = if usage.responses >= quota.responses {
+        format!(
+            "its quota of {} stored responses (response_quota_count)",
+            quota.responses
+        )
+    } else {
+        format!(
+            "its quota of {} bytes of stored responses (response_quota_bytes)",
+            quota.bytes
+        )
+    };
+    format!(
+        "This project keeps {} stored responses in {} bytes; storing this one would pass {passed}. \
+         Delete stored responses (DELETE /v1/responses/{{id}}), wait for them to expire, \
+         or send store: false.",
+        usage.responses, usage.bytes
+    )
 }
 
 /// OpenAI's wording for a refused request.

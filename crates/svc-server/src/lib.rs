@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod budget;
 pub mod config;
+pub mod conversations;
 pub mod dashboard;
 pub mod error;
 pub mod extract;

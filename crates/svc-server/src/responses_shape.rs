@@ -297,23 +297,40 @@ impl Shaper {
     /// Closes the open item and the response: `completed`, or `incomplete`
     /// when the token cap cut it.
     pub fn finish(&mut self, reason: FinishReason, used: TokenUsage) -> Vec<StreamEvent> {
+        let mut out = self.finish_output(reason, used);
+        out.push(self.done());
+        out
+    }
+
+    /// [`Shaper::finish`] but for the event that ends the stream: the
+    /// response is whole and may be stored before the client hears it is
+    /// done ([`Shaper::done`]), or fails ([`Shaper::fail`]).
+    pub fn finish_output(&mut self, reason: FinishReason, used: TokenUsage) -> Vec<StreamEvent> {
         let mut out = Vec::new();
         let cut = reason == FinishReason::Length;
         self.close(if cut { "incomplete" } else { "completed" }, &mut out);
         self.response.usage = Some(usage(used));
-        let kind = if cut {
+        if cut {
             self.response.status = "incomplete".into();
             self.response.incomplete_details = Some(IncompleteDetails {
                 reason: "max_output_tokens".into(),
             });
-            "response.incomplete"
         } else {
             self.response.status = "completed".into();
+        }
+        out
+    }
+
+    /// `response.completed` or `response.incomplete`, after
+    /// [`Shaper::finish_output`].
+    pub fn done(&mut self) -> StreamEvent {
+        let kind = if self.response.status == "incomplete" {
+            "response.incomplete"
+        } else {
             "response.completed"
         };
         let data = json!({ "response": self.snapshot() });
-        out.push(self.event(kind, data));
-        out
+        self.event(kind, data)
     }
 
     /// After a failure: an `error` event (the error's `code`, `message` and

@@ -9,12 +9,13 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::get;
-use svc_core::{AccountService, DeviceService, KeyService, Store};
+use svc_core::{AccountService, DeviceService, KeyService, StorageQuota, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ServerConfig;
+use crate::conversations::Conversations;
 use crate::dashboard::Dashboard;
 use crate::extract::BodyLimit;
 use crate::ratelimit::RateLimiter;
@@ -93,6 +94,14 @@ impl Application {
             config.prices.clone(),
             config.budget_alert_percent,
         );
+        let conversations = Arc::new(Conversations::new(
+            store.clone(),
+            config.response_retention,
+            StorageQuota {
+                bytes: u64::try_from(config.response_quota_bytes).unwrap_or(u64::MAX),
+                responses: config.response_quota_count,
+            },
+        ));
         let state = AppState {
             budgets,
             keys: KeyService::new(store.clone()),
@@ -111,7 +120,7 @@ impl Application {
             metrics: Arc::new(crate::metrics::Metrics::new(config.metrics_token.clone())),
             ledger: Arc::default(),
             body_limit: BodyLimit(config.max_body_bytes),
-            response_retention: config.response_retention,
+            conversations,
             audit_retention_days: config.audit_retention_days,
         };
         let ledger = (state.ledger.clone(), state.store.clone());

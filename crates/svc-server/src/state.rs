@@ -39,8 +39,9 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The largest request body read.
     pub body_limit: crate::extract::BodyLimit,
-    /// How long stored Responses API responses are kept.
-    pub response_retention: std::time::Duration,
+    /// Stored Responses API responses: their retention, each project's
+    /// quota, and the bounds of reading a conversation back.
+    pub conversations: Arc<crate::conversations::Conversations>,
     /// Days audit-log entries are kept (0: forever), for the dashboard to say.
     pub audit_retention_days: u32,
 }

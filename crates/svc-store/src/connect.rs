@@ -14,8 +14,8 @@ use crate::changes::KeyChanges;
 use crate::error::context;
 use crate::{Backend, SqlStore};
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+pub(crate) static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+pub(crate) static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The database file [`SqlStore::connect_data_dir`] keeps in its directory.
 pub const SQLITE_FILE_NAME: &str = "svc.db";

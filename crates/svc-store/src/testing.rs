@@ -3,6 +3,7 @@
 //! URL, so tests running in parallel, and the processes they start, never
 //! see each other's rows. Not for production use.
 
+use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, Connection, Executor};
 use svc_core::store::StoreError;
 
@@ -138,4 +139,64 @@ impl SqlStore {
         let store = schema.connect().await?;
         Ok((store, schema))
     }
+}
+
+/// Applies to the database at `url` (a SQLite file is created) the
+/// migrations numbered below `version` and no others: the schema an older
+/// svc left, for rows written before a migration.
+pub async fn migrate_before(url: &str, version: i64) -> Result<(), StoreError> {
+    sqlx::any::install_default_drivers();
+    let all = match Backend::of_url(url)? {
+        Backend::Sqlite => &crate::connect::SQLITE_MIGRATIONS,
+        Backend::Postgres => &crate::connect::POSTGRES_MIGRATIONS,
+    };
+    let older: Vec<_> = all
+        .migrations
+        .iter()
+        .filter(|m| m.version < version)
+        .cloned()
+        .collect();
+    let migrator = Migrator {
+        migrations: std::borrow::Cow::Owned(older),
+        ..Migrator::DEFAULT
+    };
+    let mut conn = AnyConnection::connect(url)
+        .await
+        .map_err(|e| context("connecting to the database", e))?;
+    migrator
+        .run(&mut conn)
+        .await
+        .map_err(|e| context("migrating the database", e))?;
+    let _ = conn.close().await;
+    Ok(())
+}
+
+/// Runs `sql` on a connection of its own to the database at `url`, past
+/// any store: for writing rows the store would refuse to.
+pub async fn execute(url: &str, sql: &str) -> Result<(), StoreError> {
+    sqlx::any::install_default_drivers();
+    let mut conn = AnyConnection::connect(url)
+        .await
+        .map_err(|e| context("connecting to the database", e))?;
+    conn.execute(sql)
+        .await
+        .map_err(|e| context("running a test statement", e))?;
+    let _ = conn.close().await;
+    Ok(())
+}
+
+/// The single BIGINT that `sql` selects, read on a connection of its own
+/// to the database at `url`: for checking what the store's traits cannot
+/// show (how many bytes a table holds, say).
+pub async fn scalar(url: &str, sql: &str) -> Result<i64, StoreError> {
+    sqlx::any::install_default_drivers();
+    let mut conn = AnyConnection::connect(url)
+        .await
+        .map_err(|e| context("connecting to the database", e))?;
+    let value = sqlx::query_scalar(sql)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| context("running a test query", e))?;
+    let _ = conn.close().await;
+    Ok(value)
 }

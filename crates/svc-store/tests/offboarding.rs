@@ -26,8 +26,8 @@ use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
 use svc_core::project::ProjectId;
 use svc_core::session::SessionRecord;
 use svc_core::store::{
-    AccountChange, DeviceStore, KeyOrigin, KeyStore, ResponseStore, SessionStore, StoredResponse,
-    UserStore,
+    AccountChange, DeviceStore, KeyOrigin, KeyStore, ResponseStore, SessionStore, StorageQuota,
+    StorageUsage, Stored, StoredResponse, UserStore,
 };
 use svc_store::SqlStore;
 
@@ -302,30 +302,50 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
             .await
             .unwrap()
     );
-    let conversation = |owner: String| StoredResponse {
+    let conversation = |owner: String, project: &ProjectId| StoredResponse {
         id: format!("resp_{}", random_hex(12)),
         owner,
+        project_id: project.clone(),
         created_at: now,
         expires_at: now + 600,
+        previous_id: None,
         response: "{}".into(),
         conversation: "[]".into(),
     };
     let default = ProjectId::default_project();
     let other = ProjectId::generate();
-    let theirs = conversation(StoredResponse::owner_of(Some(&user.id), &default));
-    let theirs_elsewhere = conversation(StoredResponse::owner_of(Some(&user.id), &other));
-    let operators = conversation(StoredResponse::owner_of(None, &default));
-    let operators_elsewhere = conversation(StoredResponse::owner_of(None, &other));
-    for response in [&theirs, &theirs_elsewhere, &operators, &operators_elsewhere] {
-        store.insert_response(response).await.unwrap();
+    let theirs = conversation(StoredResponse::owner_of(Some(&user.id), &default), &default);
+    let theirs_later = StoredResponse {
+        previous_id: Some(theirs.id.clone()),
+        ..conversation(theirs.owner.clone(), &default)
+    };
+    let theirs_elsewhere = conversation(StoredResponse::owner_of(Some(&user.id), &other), &other);
+    let operators = conversation(StoredResponse::owner_of(None, &default), &default);
+    let operators_elsewhere = conversation(StoredResponse::owner_of(None, &other), &other);
+    let quota = StorageQuota {
+        bytes: 1 << 20,
+        responses: 10,
+    };
+    for response in [
+        &theirs,
+        &theirs_later,
+        &theirs_elsewhere,
+        &operators,
+        &operators_elsewhere,
+    ] {
+        assert_eq!(
+            store.insert_response(response, quota).await.unwrap(),
+            Stored::Kept
+        );
     }
 
     assert_eq!(
         store.delete_user(&user.id, 50).await.unwrap(),
         AccountChange::Done
     );
-    // Their stored conversations leave with them; others' stay.
-    for gone in [&theirs, &theirs_elsewhere] {
+    // Their stored conversations leave with them (a chain whole); others'
+    // stay, and so do their projects' counts of them.
+    for gone in [&theirs, &theirs_later, &theirs_elsewhere] {
         assert_eq!(
             store
                 .response_by_id(&gone.id, &gone.owner, now)
@@ -341,6 +361,13 @@ async fn deleting_revokes_keys_and_frees_the_email(db: &Db) {
                 .await
                 .unwrap()
                 .is_some()
+        );
+        assert_eq!(
+            store.response_storage(&kept.project_id).await.unwrap(),
+            StorageUsage {
+                bytes: kept.stored_bytes(),
+                responses: 1
+            }
         );
     }
     assert_eq!(store.user_by_id(&user.id).await.unwrap(), None);

@@ -64,7 +64,7 @@ fn each_layer_overrides_the_one_below_in_every_section() {
         [(&'static str, &'static str); 3],
         Read,
     );
-    let cases: [Case; 12] = [
+    let cases: [Case; 14] = [
         (
             "store",
             "data_dir",
@@ -106,6 +106,22 @@ fn each_layer_overrides_the_one_below_in_every_section() {
                 ("1000", "1000"),
             ],
             |c| c.server.max_body_bytes.to_string(),
+        ),
+        (
+            "server",
+            "response_quota_bytes",
+            [
+                ("\"2GiB\"", "2147483648"),
+                ("10MiB", "10485760"),
+                ("5000", "5000"),
+            ],
+            |c| c.server.response_quota_bytes.to_string(),
+        ),
+        (
+            "server",
+            "response_quota_count",
+            [("500", "500"), ("20", "20"), ("1", "1")],
+            |c| c.server.response_quota_count.to_string(),
         ),
         (
             "device flow",
@@ -210,6 +226,8 @@ fn invalid_values_are_refused_naming_the_key() {
         ("dashboard_url", "not a url"),
         ("redis_url", "http://h:6379"),
         ("max_body_bytes", "0"),
+        ("response_quota_bytes", "0"),
+        ("response_quota_count", "0"),
         ("header_timeout", "0s"),
         ("body_timeout", "soon"),
         ("max_connections", "0"),

@@ -5,23 +5,24 @@
 //! ([`chat::limited`], [`chat::generate`]): keys, rate limits, the model's
 //! route, usage and metrics apply unchanged. With `store` (the default) the
 //! finished response is kept, owned by the key's account (the operator's
-//! keys, which have none, share the owner `operator`), for
-//! `response_retention`; `previous_response_id` continues its conversation.
+//! keys, which have none, share the owner `operator`) and counted against
+//! its project's storage quota, for `response_retention`;
+//! `previous_response_id` continues its conversation.
+//! [`crate::conversations`] keeps conversations and reads them back.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use svc_api::responses::{CreateResponseRequest, DeletedResponse, InputItem, ResponseObject};
-use svc_core::responses::conversation_items;
-use svc_core::{
-    EngineError, EngineEvent, KeyRecord, Store, StoredResponse, ValidResponseRequest, now,
-};
+use svc_api::responses::{CreateResponseRequest, DeletedResponse};
+use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, ValidResponseRequest, now};
 
 use super::chat::{arrived, generate, json_response, limited, sse_response};
+use crate::conversations::Keep;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Authenticated};
 use crate::responses_shape::{Shaper, new_id};
@@ -44,13 +45,13 @@ pub async fn retrieve(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let stored = state
+    let response = state
         .store
-        .response_by_id(&id, &owner(&key), now())
+        .response_object(&id, &owner(&key), now())
         .await?
-        .ok_or_else(|| not_found(&id, None))?;
+        .ok_or_else(|| not_found(&id))?;
     let json = HeaderValue::from_static("application/json");
-    Ok(([(header::CONTENT_TYPE, json)], stored.response).into_response())
+    Ok(([(header::CONTENT_TYPE, json)], response).into_response())
 }
 
 pub async fn delete(
@@ -59,7 +60,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     if !state.store.delete_response(&id, &owner(&key)).await? {
-        return Err(not_found(&id, None));
+        return Err(not_found(&id));
     }
     Ok(json_response(&DeletedResponse {
         id,
@@ -74,52 +75,11 @@ fn owner(key: &KeyRecord) -> String {
 }
 
 /// OpenAI's answer for an unknown (or another account's, or expired) id.
-fn not_found(id: &str, param: Option<&str>) -> ApiError {
+fn not_found(id: &str) -> ApiError {
     ApiError::NotFound {
-        param: param.map(str::to_owned),
+        param: None,
         message: format!("Response with id '{id}' not found."),
     }
-}
-
-/// Where a finished response is kept, when the request asked for it.
-struct Keep {
-    store: std::sync::Arc<dyn Store>,
-    owner: String,
-    /// The input items before the response's output.
-    conversation: Vec<InputItem>,
-    retention: i64,
-}
-
-impl Keep {
-    async fn save(&self, response: &ResponseObject) -> Result<(), ApiError> {
-        let at = now();
-        let record = StoredResponse {
-            id: response.id.clone(),
-            owner: self.owner.clone(),
-            created_at: response.created_at,
-            expires_at: at.saturating_add(self.retention),
-            response: serde_json::to_string(response)
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-            conversation: serde_json::to_string(&self.conversation)
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-        };
-        self.store.insert_response(&record).await?;
-        // The sweep: expired responses are never served, and go here.
-        if let Err(e) = self.store.delete_expired_responses(at).await {
-            tracing::warn!(error = %e, "cannot delete expired responses");
-        }
-        Ok(())
-    }
-}
-
-/// The conversation a stored response continues with: its input items
-/// and its output.
-fn continued(stored: &StoredResponse) -> Result<Vec<InputItem>, ApiError> {
-    let earlier: Vec<InputItem> = serde_json::from_str(&stored.conversation)
-        .map_err(|e| ApiError::Internal(format!("stored conversation: {e}")))?;
-    let response: ResponseObject = serde_json::from_str(&stored.response)
-        .map_err(|e| ApiError::Internal(format!("stored response: {e}")))?;
-    Ok(conversation_items(earlier, &response.output))
 }
 
 /// Errors before generation: a prompt too long is the input's fault.
@@ -141,20 +101,21 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
-    let valid = ValidResponseRequest::try_from(body)?;
+    let valid = Arc::new(ValidResponseRequest::try_from(body)?);
     let owner = owner(&key);
-    let earlier = match &valid.previous_response_id {
-        None => Vec::new(),
-        Some(id) => {
-            let stored = state
-                .store
-                .response_by_id(id, &owner, now())
-                .await?
-                .ok_or_else(|| not_found(id, Some("previous_response_id")))?;
-            continued(&stored)?
-        }
-    };
-    let generate_request = valid.assemble(&earlier)?;
+    let keep = valid.store.then(|| Keep {
+        owner: owner.clone(),
+        project: key.project_id.clone(),
+        previous: valid.previous_response_id.clone(),
+        input: valid.conversation_input(),
+    });
+    if let Some(keep) = &keep {
+        state
+            .conversations
+            .check_room(&keep.project, keep.input_bytes())
+            .await?;
+    }
+    let generate_request = state.conversations.prompt(&valid, &owner).await?;
     let stream = generate_request.stream;
     let mut events = generate(
         state,
@@ -166,17 +127,8 @@ async fn answer(
     )
     .await
     .map_err(engine_error)?;
-    let keep = valid.store.then(|| {
-        let mut conversation = earlier;
-        conversation.extend(valid.input.iter().cloned());
-        Keep {
-            store: state.store.clone(),
-            owner,
-            conversation,
-            retention: i64::try_from(state.response_retention.as_secs()).unwrap_or(i64::MAX),
-        }
-    });
     let mut shaper = Shaper::new(valid.response(new_id("resp"), now()));
+    let conversations = state.conversations.clone();
     if !stream {
         loop {
             match events.next().await {
@@ -197,7 +149,7 @@ async fn answer(
         }
         let response = shaper.into_response();
         if let Some(keep) = &keep {
-            keep.save(&response).await?;
+            conversations.save(keep, &response).await?;
         }
         return Ok(json_response(&response));
     }
@@ -209,13 +161,17 @@ async fn answer(
         loop {
             let (out, last) = match events.next().await {
                 Some(Ok(EngineEvent::Finish { reason, usage })) => {
-                    let out = shaper.finish(reason, usage);
+                    let mut out = shaper.finish_output(reason, usage);
                     // Kept before the client hears it is done, so that a
-                    // follow-up at once finds it.
-                    if let Some(keep) = &keep
-                        && let Err(e) = keep.save(shaper.response()).await
-                    {
-                        tracing::warn!(error = %e, "cannot store the response");
+                    // follow-up at once finds it; a response that could
+                    // not be kept (its project's quota, say) failed.
+                    let kept = match &keep {
+                        Some(keep) => conversations.save(keep, shaper.response()).await,
+                        None => Ok(()),
+                    };
+                    match kept {
+                        Ok(()) => out.push(shaper.done()),
+                        Err(e) => out.extend(failed(&mut shaper, request_id.as_deref(), e)),
                     }
                     (out, true)
                 }

@@ -58,6 +58,7 @@ mod org_usage;
 mod org_users;
 mod projects;
 mod ratelimit;
+mod response_storage;
 mod responses;
 mod sso;
 mod streaming;

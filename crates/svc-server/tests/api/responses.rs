@@ -615,12 +615,18 @@ async fn expired_responses_are_not_served_and_are_swept() {
     let stale = svc_core::StoredResponse {
         id: "resp_stale".into(),
         owner: "operator".into(),
+        project_id: svc_core::ProjectId::default_project(),
         created_at: 1,
         expires_at: 2,
+        previous_id: None,
         response: "{}".into(),
         conversation: "[]".into(),
     };
-    app.store.insert_response(&stale).await.unwrap();
+    let quota = svc_core::StorageQuota {
+        bytes: 1 << 20,
+        responses: 10,
+    };
+    app.store.insert_response(&stale, quota).await.unwrap();
     create(&app, &key, &json!({"model": "svc", "input": "z"})).await;
     assert_eq!(
         app.store.delete_expired_responses(i64::MAX).await.unwrap(),
