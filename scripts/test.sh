@@ -51,4 +51,5 @@ bash tests/python/run.sh
 bash tests/browser/run.sh
 bash tests/agents/run.sh
 bash scripts/fuzz.sh
+bash scripts/docs.sh
 bash scripts/leftovers.sh "$SVC_TEST_RUN" "$run_tmp"

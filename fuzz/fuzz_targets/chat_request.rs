@@ -3,6 +3,10 @@
 //! error names a request field as its `param` (or none, for a body that is
 //! not JSON at all); what passes is in range.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "a target panics on a broken invariant: that is what libFuzzer reports"
+)]
 
 mod common;
 
@@ -12,7 +16,7 @@ use svc_core::engine::OutputFormat;
 use svc_core::request::{MAX_STOP_SEQUENCES, MAX_TOOLS};
 use svc_core::{ValidChatRequest, ValidationError};
 use svc_server::ApiError;
-use svc_server::extract::parse_json;
+use svc_server::fuzzing::parse_json;
 
 fuzz_target!(|data: &[u8]| {
     let request: ChatCompletionRequest = match parse_json(data) {

@@ -4,10 +4,14 @@
 //! control or invisible reordering characters, since a person reads it
 //! when approving.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "a target panics on a broken invariant: that is what libFuzzer reports"
+)]
 
 use libfuzzer_sys::fuzz_target;
 use svc_server::ApiError;
-use svc_server::routes::{fuzz_code_body, fuzz_token_form};
+use svc_server::fuzzing::{fuzz_code_body, fuzz_token_form};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else {

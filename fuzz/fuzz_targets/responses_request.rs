@@ -3,13 +3,17 @@
 //! Neither may panic; every error names a request field as its `param` (or
 //! none, for a body that is not JSON at all); what passes is in range.
 #![no_main]
+#![expect(
+    clippy::panic,
+    reason = "a target panics on a broken invariant: that is what libFuzzer reports"
+)]
 
 use libfuzzer_sys::fuzz_target;
 use svc_api::CreateResponseRequest;
 use svc_core::request::MAX_TOOLS;
 use svc_core::{ChatMessage, ValidResponseRequest, ValidationError};
 use svc_server::ApiError;
-use svc_server::extract::parse_json;
+use svc_server::fuzzing::parse_json;
 
 /// The top-level fields of a Responses request (what a `param` starts with).
 const REQUEST_FIELDS: &[&str] = &[

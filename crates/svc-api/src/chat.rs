@@ -792,3 +792,8 @@ impl ToSchema for ResponseFormat {
         ));
     }
 }
+
+crate::schema::named_schema!(
+    /// One Server-Sent Event of a streamed completion ([`STREAM_EVENT`]).
+    ChatCompletionStreamEvent = STREAM_EVENT, stream_event_schema
+);

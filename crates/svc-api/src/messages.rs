@@ -366,3 +366,8 @@ pub fn stream_event_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::
         .required("data")
         .into()
 }
+
+crate::schema::named_schema!(
+    /// One Server-Sent Event of a streamed message ([`STREAM_EVENT`]).
+    MessageStreamSseEvent = STREAM_EVENT, stream_event_schema
+);

@@ -424,6 +424,156 @@ pub struct DeletedResponse {
 /// The name of the schema of one streamed event.
 pub const RESPONSE_STREAM_EVENT: &str = "ResponseStreamEvent";
 
+/// One event of a streamed response, as the server sends it: the event's
+/// own fields, then its `type` and its `sequence_number` (counting every
+/// event of the stream from 0). Borrowed from the response being built,
+/// so a stream copies nothing to say it.
+#[derive(Debug, Serialize)]
+pub struct StreamEvent<'a> {
+    #[serde(flatten)]
+    pub event: ResponseEvent<'a>,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub sequence_number: u64,
+}
+
+impl<'a> StreamEvent<'a> {
+    pub fn new(event: ResponseEvent<'a>, sequence_number: u64) -> Self {
+        StreamEvent {
+            kind: event.kind(),
+            event,
+            sequence_number,
+        }
+    }
+}
+
+/// What one streamed event says, by its `type` ([`ResponseEvent::kind`]).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ResponseEvent<'a> {
+    /// `response.created`.
+    Created { response: &'a ResponseObject },
+    /// `response.in_progress`.
+    InProgress { response: &'a ResponseObject },
+    /// `response.completed`.
+    Completed { response: &'a ResponseObject },
+    /// `response.incomplete` (`max_output_tokens` cut it).
+    Incomplete { response: &'a ResponseObject },
+    /// `response.failed`, after an `error` event.
+    Failed { response: &'a ResponseObject },
+    /// `response.output_item.added`: the item as it starts.
+    OutputItemAdded {
+        output_index: usize,
+        item: &'a OutputItem,
+    },
+    /// `response.output_item.done`: the item whole.
+    OutputItemDone {
+        output_index: usize,
+        item: &'a OutputItem,
+    },
+    /// `response.content_part.added`.
+    ContentPartAdded {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: u32,
+        part: ContentPart<'a>,
+    },
+    /// `response.content_part.done`.
+    ContentPartDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: u32,
+        part: ContentPart<'a>,
+    },
+    /// `response.output_text.delta`.
+    OutputTextDelta {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: u32,
+        delta: &'a str,
+        /// Always empty.
+        logprobs: &'a [Value],
+    },
+    /// `response.output_text.done`.
+    OutputTextDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: u32,
+        text: &'a str,
+        /// Always empty.
+        logprobs: &'a [Value],
+    },
+    /// `response.reasoning_text.delta`.
+    ReasoningTextDelta {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: u32,
+        delta: &'a str,
+    },
+    /// `response.reasoning_text.done`.
+    ReasoningTextDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: u32,
+        text: &'a str,
+    },
+    /// `response.function_call_arguments.delta`.
+    FunctionCallArgumentsDelta {
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    /// `response.function_call_arguments.done`.
+    FunctionCallArgumentsDone {
+        item_id: &'a str,
+        output_index: usize,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    /// `error`: what ended the stream.
+    Error {
+        code: &'a str,
+        message: &'a str,
+        param: Option<&'a str>,
+    },
+}
+
+impl ResponseEvent<'_> {
+    /// The event's `type`, one of [`STREAM_EVENT_TYPES`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ResponseEvent::Created { .. } => "response.created",
+            ResponseEvent::InProgress { .. } => "response.in_progress",
+            ResponseEvent::Completed { .. } => "response.completed",
+            ResponseEvent::Incomplete { .. } => "response.incomplete",
+            ResponseEvent::Failed { .. } => "response.failed",
+            ResponseEvent::OutputItemAdded { .. } => "response.output_item.added",
+            ResponseEvent::OutputItemDone { .. } => "response.output_item.done",
+            ResponseEvent::ContentPartAdded { .. } => "response.content_part.added",
+            ResponseEvent::ContentPartDone { .. } => "response.content_part.done",
+            ResponseEvent::OutputTextDelta { .. } => "response.output_text.delta",
+            ResponseEvent::OutputTextDone { .. } => "response.output_text.done",
+            ResponseEvent::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
+            ResponseEvent::ReasoningTextDone { .. } => "response.reasoning_text.done",
+            ResponseEvent::FunctionCallArgumentsDelta { .. } => {
+                "response.function_call_arguments.delta"
+            }
+            ResponseEvent::FunctionCallArgumentsDone { .. } => {
+                "response.function_call_arguments.done"
+            }
+            ResponseEvent::Error { .. } => "error",
+        }
+    }
+}
+
+/// The content part an event is about.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ContentPart<'a> {
+    Text(&'a OutputText),
+    Reasoning(&'a ReasoningText),
+}
+
 /// The names of every event a stream may carry, in OpenAI's words.
 pub const STREAM_EVENT_TYPES: [&str; 19] = [
     "response.created",
@@ -651,3 +801,9 @@ impl PartialSchema for ResponseToolChoice {
 }
 
 impl ToSchema for ResponseToolChoice {}
+
+crate::schema::named_schema!(
+    /// One Server-Sent Event of a streamed response
+    /// ([`RESPONSE_STREAM_EVENT`]).
+    ResponseStreamEvent = RESPONSE_STREAM_EVENT, stream_event_schema
+);

@@ -164,6 +164,28 @@ fn responses(out: &mut Vec<(String, RefOr<Schema>)>) {
     ));
 }
 
+/// A type for a schema that no Rust type carries (the server writes the
+/// frames of a stream itself), so that an operation can name it:
+/// `name` is the component's, `schema` builds it.
+macro_rules! named_schema {
+    ($(#[$doc:meta])* $ty:ident = $name:expr, $schema:path) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $ty;
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                $schema()
+            }
+        }
+        impl utoipa::ToSchema for $ty {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed($name)
+            }
+        }
+    };
+}
+pub(crate) use named_schema;
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! their exact bytes: `json!` wrote keys in alphabetical order, and `null`
 //! where a value is absent.
 
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used)]
 
 use svc_api::{HealthStatus, KeyInfo, KeyOwner, ReadyStatus, RevokedKey, UsageDay, UsageList};
 

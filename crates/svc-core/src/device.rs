@@ -1,9 +1,23 @@
 //! The OAuth 2.0 device authorization grant (RFC 8628): device codes, user
-//! codes, and the states of an authorization.
+//! codes, the states of an authorization, [`DeviceStore`], their
+//! persistence, and [`DeviceService`], the grant itself.
 
 use std::fmt;
+use std::sync::Arc;
 
-use crate::store::UnknownValue;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::audit::AuditStore;
+use crate::clock::now;
+use crate::error::{StoreError, UnknownValue};
+use crate::hashes::{DeviceCodeHash, UserCodeHash};
+use crate::ids::{KeyId, UserId};
+use crate::key::{ApiKey, KeyHash, KeyOrigin, KeyRecord};
+use crate::project::ProjectStore;
+use crate::secrets::random_token;
+use crate::throttle::{Throttle, ThrottleStore, Throttled, give_back_all, take_all};
+use crate::user::UserStore;
 
 /// Where an authorization stands, without the details: the stored `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,17 +196,58 @@ pub struct DeviceRecord {
     pub state: DeviceState,
 }
 
-use std::sync::Arc;
-
-use serde::{Deserialize, Serialize};
-
-use crate::account::UserId;
-use crate::hashes::{DeviceCodeHash, UserCodeHash};
-use crate::key::{ApiKey, KeyId};
-use crate::now;
-use crate::session::random_token;
-use crate::store::{KeyOrigin, KeyRecord, Store, StoreError};
-use crate::throttle::{Throttle, Throttled, give_back_all, take_all};
+/// Persistence of device authorizations (RFC 8628).
+#[async_trait]
+pub trait DeviceStore: Send + Sync {
+    /// Stores a new authorization; [`StoreError::Conflict`] when its id,
+    /// device-code hash or user-code hash exists already.
+    async fn insert_device(&self, record: &DeviceRecord) -> Result<(), StoreError>;
+    async fn device_by_code_hash(
+        &self,
+        hash: &DeviceCodeHash,
+    ) -> Result<Option<DeviceRecord>, StoreError>;
+    /// By the hash of the normalised user code.
+    async fn device_by_user_code_hash(
+        &self,
+        user_code_hash: &UserCodeHash,
+    ) -> Result<Option<DeviceRecord>, StoreError>;
+    /// How many authorizations have not expired at `at` (whatever their
+    /// status).
+    async fn count_live_devices(&self, at: i64) -> Result<i64, StoreError>;
+    /// Records a poll at `at_ms` (milliseconds) if the previous one was at
+    /// least `min_gap_ms` earlier (or there was none): true. Otherwise adds
+    /// `slow_down_secs` to the stored interval, records the poll, and
+    /// returns false.
+    async fn poll_device(
+        &self,
+        id: &str,
+        at_ms: i64,
+        min_gap_ms: i64,
+        slow_down_secs: i64,
+    ) -> Result<bool, StoreError>;
+    /// Moves a pending, unexpired (at `at`) authorization to approved or
+    /// denied by `user_id`; false when it was not pending or has expired.
+    async fn decide_device(
+        &self,
+        id: &str,
+        user_id: &UserId,
+        decision: DeviceDecision,
+        at: i64,
+    ) -> Result<bool, StoreError>;
+    /// In one transaction: moves an `approved` authorization to `redeemed`
+    /// with `key.id`, and inserts the key. False, with nothing written, when
+    /// it was not `approved` (so a key is never issued twice) or the account
+    /// that approved it is disabled.
+    async fn redeem_device(
+        &self,
+        id: &str,
+        key: &KeyRecord,
+        key_hash: &KeyHash,
+        at: i64,
+    ) -> Result<bool, StoreError>;
+    /// Deletes authorizations that expired before `before`; returns how many.
+    async fn delete_expired_devices(&self, before: i64) -> Result<u64, StoreError>;
+}
 
 /// RFC 8628 section 6.1: no vowels (no words), no look-alikes.
 pub const USER_CODE_ALPHABET: &[u8; 20] = b"BCDFGHJKLMNPQRSTVWXZ";
@@ -211,7 +266,7 @@ impl UserCode {
             .map(|_| {
                 let i = loop {
                     // Rejection sampling keeps the choice uniform.
-                    let [byte] = crate::session::os_random::<1>();
+                    let [byte] = crate::secrets::os_random::<1>();
                     if byte < 240 {
                         break usize::from(byte % 20);
                     }
@@ -380,10 +435,23 @@ const MAX_LIVE: i64 = 5_000;
 /// Seconds added to the interval on `slow_down` (RFC 8628 section 3.5).
 pub const SLOW_DOWN_SECS: i64 = 5;
 
-/// The device authorization grant on top of any [`Store`].
+/// What the device service reads and writes: authorizations, the account
+/// that approved one, the project its key's audit entry names, the audit
+/// log, and the code throttles. Any [`Store`](crate::Store) is one.
+pub trait DeviceServiceStore:
+    DeviceStore + UserStore + ProjectStore + AuditStore + ThrottleStore
+{
+}
+
+impl<T: DeviceStore + UserStore + ProjectStore + AuditStore + ThrottleStore> DeviceServiceStore
+    for T
+{
+}
+
+/// The device authorization grant on top of any [`DeviceServiceStore`].
 #[derive(Clone)]
 pub struct DeviceService {
-    store: Arc<dyn Store>,
+    store: Arc<dyn DeviceServiceStore>,
     settings: DeviceConfig,
     user_throttle: Throttle,
     address_throttle: Throttle,
@@ -392,7 +460,7 @@ pub struct DeviceService {
 }
 
 impl DeviceService {
-    pub fn new(store: Arc<dyn Store>, settings: DeviceConfig) -> Self {
+    pub fn new(store: Arc<dyn DeviceServiceStore>, settings: DeviceConfig) -> Self {
         DeviceService {
             user_throttle: Throttle::new(store.clone(), "code-user", CODES_PER_USER, CODE_WINDOW),
             address_throttle: Throttle::per_address(
@@ -563,7 +631,7 @@ impl DeviceService {
             revoked_at: None,
             limits: Default::default(),
             owner_disabled_at: None,
-            project_id: crate::project::ProjectId::default_project(),
+            project_id: crate::ids::ProjectId::default_project(),
             kind: crate::project::KeyKind::All,
             allowed_models: crate::project::ModelAccess::any(),
             project_allowed_models: crate::project::ModelAccess::any(),
@@ -682,7 +750,7 @@ fn device_key_name(record: &DeviceRecord, at: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::sha256_hex;
+    use crate::secrets::sha256_hex;
 
     #[test]
     fn user_codes_use_the_rfc_alphabet() {

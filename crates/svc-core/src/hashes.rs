@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::session::sha256_hex;
+use crate::secrets::sha256_hex;
 
 macro_rules! stored_hash {
     ($(#[$doc:meta])* $name:ident) => {

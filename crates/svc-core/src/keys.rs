@@ -1,9 +1,10 @@
 //! The key service: creating, authenticating, listing and revoking API keys
-//! on top of any [`Store`].
+//! on top of any [`KeyServiceStore`]: keys, the projects their audit
+//! entries name, and the audit log.
 //!
 //! Authentication remembers what it read about a key for at most
 //! [`AUTH_CACHE_TTL`], and only while the store's
-//! [`keys_version`](crate::store::KeyStore::keys_version) stays the same:
+//! [`keys_version`](crate::key::KeyStore::keys_version) stays the same:
 //! a revocation anywhere the store can see (this process, another `svc`
 //! process on the same SQLite file, another replica on the same
 //! PostgreSQL) changes the version, so the very next request reads the
@@ -18,12 +19,12 @@ use thiserror::Error;
 
 use serde_json::json;
 
-use crate::account::UserId;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyId};
-use crate::now;
-use crate::project::{KeyKind, ModelAccess, ProjectId};
-use crate::store::{KeyLimits, KeyOrigin, KeyRecord, Store, StoreError};
+use crate::audit::{self, Actor, AuditEntry, AuditStore};
+use crate::clock::now;
+use crate::error::StoreError;
+use crate::ids::{KeyId, ProjectId, UserId};
+use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyLimits, KeyOrigin, KeyRecord, KeyStore};
+use crate::project::{KeyKind, ModelAccess, ProjectStore};
 
 /// How often at most `last_used_at` is written for one key, in seconds:
 /// often enough for a dashboard, rare enough to keep writes off the hot path.
@@ -123,10 +124,16 @@ impl KeyState {
     }
 }
 
+/// What the key service reads and writes: keys, the project an audit entry
+/// names, and the audit log. Any [`Store`](crate::Store) is one.
+pub trait KeyServiceStore: KeyStore + ProjectStore + AuditStore {}
+
+impl<T: KeyStore + ProjectStore + AuditStore> KeyServiceStore for T {}
+
 /// Key operations shared by the API, the operator commands and the dashboard.
 #[derive(Clone)]
 pub struct KeyService {
-    store: Arc<dyn Store>,
+    store: Arc<dyn KeyServiceStore>,
     cache: Arc<AuthCache>,
 }
 
@@ -180,7 +187,7 @@ impl AuthCache {
 }
 
 impl KeyService {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn KeyServiceStore>) -> Self {
         KeyService {
             store,
             cache: Arc::default(),

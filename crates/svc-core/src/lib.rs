@@ -1,33 +1,73 @@
 //! svc's domain, free of HTTP and SQL: API keys and the key service,
-//! accounts and sessions, the device authorization grant, usage counters,
-//! the validated chat request, and the two boundaries the server depends
-//! on: [`Engine`] (inference) and [`Store`] (persistence).
+//! accounts and sessions, the device authorization grant, projects, usage
+//! counters, the validated chat request, and the two boundaries the server
+//! depends on: [`Engine`] (inference) and [`Store`] (persistence).
+//!
+//! The modules are layers. Each imports only from its own layer (a key's
+//! record names its project's types, the audit log the records of
+//! accounts, projects and keys) or the ones before it, never from a later
+//! one, and no import goes round in a circle (`tests/layers.rs` keeps it
+//! so):
+//! 1. leaves, importing nothing else of svc-core: the ids, the making and
+//!    hashing of secrets, the clock, the store's errors, durations, and the
+//!    [`Engine`] boundary;
+//! 2. values and validated requests;
+//! 3. aggregates: each one's records beside its narrow store trait
+//!    ([`KeyStore`](key::KeyStore) in `key`, [`UserStore`](user::UserStore)
+//!    in `user`, ...), and the audit log over them;
+//! 4. services, each holding only the store traits it uses
+//!    ([`KeyService`], [`AccountService`], [`DeviceService`], which keeps
+//!    the device grant's records and store trait beside it, and
+//!    [`ProjectService`]);
+//! 5. [`Store`], the union of the narrow traits, which the stores in
+//!    `svc-store` get by implementing them, and which turns into whatever
+//!    a service takes.
 
-pub mod account;
-pub mod audit;
-pub mod budget;
-pub mod config;
-pub mod device;
+// Leaves.
+pub mod clock;
 pub mod duration;
 pub mod engine;
+pub mod error;
+pub mod ids;
+pub mod secrets;
+
+// Values and validated requests.
+pub mod config;
 pub mod hashes;
-pub mod key;
-pub mod keys;
 pub mod messages;
-pub mod project;
 pub mod request;
 pub mod responses;
+
+// Aggregates: records and their store traits.
+pub mod audit;
+pub mod budget;
+pub mod conversation;
+pub mod key;
+pub mod project;
 pub mod session;
-pub mod store;
 pub mod throttle;
 pub mod usage;
+pub mod user;
+
+// Services.
+pub mod account;
+pub mod device;
+pub mod keys;
+pub mod projects;
+
+// The union of the store traits.
+pub mod store;
 
 pub use account::{
-    AccountError, AccountService, OpenedSession, SignInError, SsoIdentity, SsoSignInError, UserId,
-    UserRecord,
+    AccountError, AccountService, OpenedSession, SignInError, SsoIdentity, SsoSignInError,
 };
-pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery};
+pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery, AuditStore};
 pub use budget::{Budget, BudgetPeriod, BudgetUnit, ModelPrice};
+pub use clock::now;
+pub use conversation::{
+    Conversation, ConversationLimits, ResponseStore, StorageQuota, StorageUsage, Stored,
+    StoredResponse, Turn,
+};
 pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
@@ -37,24 +77,19 @@ pub use engine::{
     FinishReason, GenerateRequest, OutputFormat, PrefixCacheStatus, Sampling, TokenLogprob,
     TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
 };
+pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};
-pub use key::{ApiKey, KeyFormatError, KeyHash, KeyId};
+pub use ids::{DEFAULT_PROJECT_ID, KeyId, ProjectId, UserId};
+pub use key::{ApiKey, KeyFormatError, KeyHash, KeyLimits, KeyOrigin, KeyRecord};
 pub use keys::{AuthError, KeyScope, KeyService, KeyState, NewKey};
 pub use project::{
-    AdminReach, DEFAULT_PROJECT_ID, KeyKind, MemberRemoval, ModelAccess, OrgRole, Permission,
-    ProjectId, ProjectMember, ProjectRecord, ProjectRole,
+    AdminReach, KeyKind, MemberRemoval, ModelAccess, OrgRole, Permission, ProjectMember,
+    ProjectRecord, ProjectRole, ProjectStore,
 };
+pub use projects::{ProjectChanges, ProjectService};
 pub use request::{ValidChatRequest, ValidationError};
 pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
-pub use store::{
-    AccountChange, AuditStore, Conversation, ConversationLimits, KeyLimits, KeyOrigin, KeyRecord,
-    ProjectStore, ResponseStore, StorageQuota, StorageUsage, Store, StoreError, Stored,
-    StoredResponse, Turn, UnknownValue,
-};
+pub use store::Store;
 pub use usage::{UsageDelta, UsageRow, day_of};
-
-/// Seconds since the Unix epoch, the one time unit stored and compared.
-pub fn now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
+pub use user::{AccountChange, UserRecord};

@@ -618,7 +618,6 @@ impl StopMatcher {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use serde_json::json;
 
     use super::*;

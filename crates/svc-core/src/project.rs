@@ -1,6 +1,7 @@
 //! Projects and what a key may do: the organization's projects and their
 //! members' roles, a key's kind (`all`, `restricted` to permissions, or
-//! `admin`), and the models a project or a key may use.
+//! `admin`), the models a project or a key may use, and [`ProjectStore`],
+//! the persistence of projects and memberships.
 //!
 //! The shape is OpenAI's organization: every key belongs to a project;
 //! accounts are project members with the role `owner` or `member`; the
@@ -10,40 +11,11 @@
 
 use std::fmt;
 
-use crate::store::UnknownValue;
+use async_trait::async_trait;
 
-/// The project every key and account was in before projects existed, and
-/// where keys go when no project is named (the dashboard, device logins,
-/// `svc keys create` without `--project`).
-pub const DEFAULT_PROJECT_ID: &str = "proj_default";
-
-/// The public identifier of a project (`proj_` + 16 hex, or
-/// [`DEFAULT_PROJECT_ID`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ProjectId(pub String);
-
-impl ProjectId {
-    /// A fresh random id.
-    pub fn generate() -> Self {
-        ProjectId(format!("proj_{}", hex::encode(rand::random::<[u8; 8]>())))
-    }
-
-    /// The default project's id.
-    pub fn default_project() -> Self {
-        ProjectId(DEFAULT_PROJECT_ID.to_owned())
-    }
-
-    /// Whether this is the default project.
-    pub fn is_default(&self) -> bool {
-        self.0 == DEFAULT_PROJECT_ID
-    }
-}
-
-impl fmt::Display for ProjectId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+use crate::budget::Budget;
+use crate::error::{StoreError, UnknownValue};
+use crate::ids::{ProjectId, UserId};
 
 /// A stored project.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,13 +29,13 @@ pub struct ProjectRecord {
     /// The models keys of this project may use.
     pub allowed_models: ModelAccess,
     /// The tokens all its keys together may use per period.
-    pub budget: Option<crate::budget::Budget>,
+    pub budget: Option<Budget>,
 }
 
 /// An account's membership of a project, with its email.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProjectMember {
-    pub user_id: crate::account::UserId,
+    pub user_id: UserId,
     pub email: String,
     pub role: ProjectRole,
     /// When it joined the project.
@@ -400,6 +372,52 @@ pub fn glob_matches(pattern: &str, text: &str) -> bool {
         }
     }
     rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// Persistence of projects and their members.
+#[async_trait]
+pub trait ProjectStore: Send + Sync {
+    /// Stores a new project; [`StoreError::Conflict`] when its id exists.
+    async fn insert_project(&self, project: &ProjectRecord) -> Result<(), StoreError>;
+    async fn project_by_id(&self, id: &ProjectId) -> Result<Option<ProjectRecord>, StoreError>;
+    /// Every project, oldest first.
+    async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError>;
+    /// The projects `user` is an owner of, oldest first.
+    async fn owned_projects(&self, user: &UserId) -> Result<Vec<ProjectRecord>, StoreError>;
+    /// Stores a project's name, allowed models and budget; false when there
+    /// is no such project. Announced like a key change (its keys are judged
+    /// with its model list and budget), so [`KeyStore::keys_version`](crate::key::KeyStore::keys_version) moves
+    /// everywhere.
+    async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError>;
+    /// Makes `user` a member of `project` with `role` (replacing the role
+    /// it had there).
+    async fn set_project_member(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+        role: ProjectRole,
+        at: i64,
+    ) -> Result<(), StoreError>;
+    /// The members of `project`, oldest membership first.
+    async fn list_project_members(
+        &self,
+        project: &ProjectId,
+    ) -> Result<Vec<ProjectMember>, StoreError>;
+    /// `user`'s role in `project`, if a member.
+    async fn project_role(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+    ) -> Result<Option<ProjectRole>, StoreError>;
+    /// Removes `user` from `project`; refused (`LastOwner`, nothing
+    /// changed) when it is the project's only owner, also against a
+    /// concurrent removal of the other owners. The account's keys in the
+    /// project are left as they are.
+    async fn remove_project_member(
+        &self,
+        project: &ProjectId,
+        user: &UserId,
+    ) -> Result<MemberRemoval, StoreError>;
 }
 
 #[cfg(test)]

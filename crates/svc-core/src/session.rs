@@ -1,11 +1,20 @@
 //! Dashboard sign-in sessions: a random token in an HttpOnly cookie, stored
-//! only as its SHA-256.
+//! only as its SHA-256, and [`SessionStore`], their persistence.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::hashes::SessionHash;
+use crate::ids::UserId;
+use crate::secrets::random_token;
 
 /// A stored session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {
     pub token_hash: SessionHash,
-    pub user_id: crate::account::UserId,
+    pub user_id: UserId,
     /// The token every form of this session must carry (not secret from the
     /// user; unknowable to other sites).
     pub csrf_token: String,
@@ -13,37 +22,6 @@ pub struct SessionRecord {
     pub expires_at: i64,
     /// The client address at sign-in, for the user's information.
     pub address: Option<String>,
-}
-
-use std::fmt;
-
-use sha2::{Digest, Sha256};
-
-use crate::hashes::SessionHash;
-
-/// 256 random bits from the operating system, as 64 lowercase hex.
-pub fn random_token() -> String {
-    hex::encode(os_random::<32>())
-}
-
-/// `N` bytes from the operating system's CSPRNG: what every key, token and
-/// code is made of.
-#[expect(
-    clippy::panic,
-    reason = "the OS generator failing is not recoverable: never issue a weak secret"
-)]
-pub(crate) fn os_random<const N: usize>() -> [u8; N] {
-    use rand::TryRngCore;
-    let mut bytes = [0u8; N];
-    rand::rngs::OsRng
-        .try_fill_bytes(&mut bytes)
-        .unwrap_or_else(|_| panic!("the operating system's random number generator failed"));
-    bytes
-}
-
-/// SHA-256 of `text`, lowercase hex: how tokens and codes are stored.
-pub fn sha256_hex(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// The secret of a session cookie. `Debug` never shows it.
@@ -128,4 +106,31 @@ pub mod flash {
             assert_eq!(open("token-a", "zz"), None);
         }
     }
+}
+
+/// Persistence of dashboard sign-in sessions, by the hash of their token.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    async fn insert_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// The session with this token hash (expired ones included).
+    async fn session_by_hash(
+        &self,
+        token_hash: &SessionHash,
+    ) -> Result<Option<SessionRecord>, StoreError>;
+    /// Deletes a session; false when there was none.
+    async fn delete_session(&self, token_hash: &SessionHash) -> Result<bool, StoreError>;
+    /// Deletes every session that expired before `at`; returns how many.
+    async fn delete_expired_sessions(&self, at: i64) -> Result<u64, StoreError>;
+    /// Sets (or with `None` clears) the session's one-time flash value.
+    async fn set_session_flash(
+        &self,
+        token_hash: &SessionHash,
+        flash: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// Returns the flash value and clears it atomically: of two concurrent
+    /// calls, at most one gets it.
+    async fn take_session_flash(
+        &self,
+        token_hash: &SessionHash,
+    ) -> Result<Option<String>, StoreError>;
 }

@@ -1,5 +1,5 @@
-//! Fixed-window throttling on top of [`ThrottleStore`](crate::store::ThrottleStore),
-//! so every replica sharing the database counts the same attempts.
+//! Fixed-window throttling on top of [`ThrottleStore`], so every replica
+//! sharing the database counts the same attempts.
 //!
 //! An attempt takes its slot *before* the work it guards (argon2, a code
 //! lookup, a new row): one atomic `hit` that counts and returns the count.
@@ -11,9 +11,31 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
-use crate::account::SignInError;
-use crate::now;
-use crate::store::{Store, StoreError};
+use async_trait::async_trait;
+
+use crate::clock::now;
+use crate::error::StoreError;
+
+/// Fixed-window counters for throttling (sign-in, sign-up, code requests
+/// and code entry), shared by
+/// every replica on the same database.
+#[async_trait]
+pub trait ThrottleStore: Send + Sync {
+    /// Counts one hit on `bucket` in the window that started at
+    /// `window_start` (a previous window's count is reset) and returns the
+    /// hits in this window, this one included.
+    async fn hit(&self, bucket: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// The hits on `bucket` in the window that started at `window_start`.
+    async fn hits(&self, bucket: &str, window_start: i64) -> Result<i64, StoreError>;
+    /// Takes back one hit on `bucket` counted in the window that started at
+    /// `window_start`; nothing when that window is over or has no hits.
+    async fn unhit(&self, bucket: &str, window_start: i64) -> Result<(), StoreError>;
+    /// Forgets `bucket` (after a successful sign-in, say).
+    async fn clear(&self, bucket: &str) -> Result<(), StoreError>;
+    /// Deletes every bucket whose window started before `before`; returns
+    /// how many.
+    async fn delete_stale_throttles(&self, before: i64) -> Result<u64, StoreError>;
+}
 
 /// Buckets whose window started this long ago are deleted: longer than any
 /// window, so no count in force is lost.
@@ -23,7 +45,7 @@ const STALE_SECS: i64 = 24 * 3600;
 /// (an account, an address).
 #[derive(Clone)]
 pub struct Throttle {
-    store: Arc<dyn Store>,
+    store: Arc<dyn ThrottleStore>,
     scope: &'static str,
     limit: i64,
     window: i64,
@@ -62,7 +84,7 @@ pub struct Throttled {
 /// One attempt counted by [`Throttle::take`], until given back.
 #[derive(Clone)]
 pub struct Slot {
-    store: Arc<dyn Store>,
+    store: Arc<dyn ThrottleStore>,
     bucket: String,
     window_start: i64,
 }
@@ -84,7 +106,12 @@ impl Slot {
 }
 
 impl Throttle {
-    pub fn new(store: Arc<dyn Store>, scope: &'static str, limit: i64, window: i64) -> Self {
+    pub fn new(
+        store: Arc<dyn ThrottleStore>,
+        scope: &'static str,
+        limit: i64,
+        window: i64,
+    ) -> Self {
         Throttle {
             store,
             scope,
@@ -97,7 +124,7 @@ impl Throttle {
     /// A throttle whose keys are client addresses, each counted by its
     /// network ([`address_key`]).
     pub fn per_address(
-        store: Arc<dyn Store>,
+        store: Arc<dyn ThrottleStore>,
         scope: &'static str,
         limit: i64,
         window: i64,
@@ -177,14 +204,6 @@ pub async fn give_back_all(slots: Vec<Slot>) -> Result<(), StoreError> {
         slot.give_back().await?;
     }
     Ok(())
-}
-
-impl From<Throttled> for SignInError {
-    fn from(t: Throttled) -> Self {
-        SignInError::Throttled {
-            retry_after: t.retry_after,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! `--stream-rounds` times, taking turns; it prints medians, the median of
 //! the per-round ratios to the first level, and every round.
 
-#![allow(clippy::print_stdout, reason = "an example prints its results")]
+#![expect(clippy::print_stdout, reason = "an example prints its results")]
 
 use std::time::{Duration, Instant};
 

@@ -148,7 +148,6 @@ impl<S> HostCache<S> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "test code")]
 
     use super::*;
 

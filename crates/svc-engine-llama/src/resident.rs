@@ -243,7 +243,7 @@ fn give_back(_pages: Range<usize>) -> u64 {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "test code")]
+    #![expect(clippy::unwrap_used, reason = "test code")]
 
     use super::*;
 

@@ -3,14 +3,10 @@
 //! the work), tool calls (forced and parsed), think blocks of thinking
 //! templates, and the explicit two-pass reasoning.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

@@ -2,14 +2,10 @@
 //! `svc_engine_llama::testing`): greedy replies, seeds, stop sequences,
 //! UTF-8, limits, cancellation, the queue, and batching of concurrent requests.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

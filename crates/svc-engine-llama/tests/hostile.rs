@@ -3,14 +3,9 @@
 //! schemas whose grammar is huge. Each test checks the harm is refused or
 //! bounded, and that other requests go on meanwhile.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

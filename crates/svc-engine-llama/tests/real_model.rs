@@ -6,14 +6,11 @@
 //! Besides plain replies and batching: a forced tool call, `json_schema`
 //! output and reasoning (`svc-thinking`), through `Engine::generate`.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
     clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

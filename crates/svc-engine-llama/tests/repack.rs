@@ -2,7 +2,7 @@
 //! loads the Q8_0 and Q4_0 copies and replies the same, and with
 //! `LlamaEngineOptions::repack` on the engine converts once and reuses the copy.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 

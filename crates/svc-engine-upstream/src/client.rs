@@ -575,7 +575,7 @@ impl AsyncWrite for Stream {
 
 #[cfg(test)]
 mod tests {
-    #![allow(
+    #![expect(
         clippy::disallowed_methods,
         reason = "the fake servers' tasks end with the test"
     )]

@@ -4,11 +4,9 @@
 //! least outstanding, and the table of remembered prefixes stays bounded.
 //! Each fake answers its own name, so a reply says where it came from.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, and its tasks end with it"
 )]
 

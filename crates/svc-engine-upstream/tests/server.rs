@@ -2,14 +2,8 @@
 //! engine in front of a fake upstream. svc's framing (ids, `model`, role
 //! chunk, usage chunk, `[DONE]`) must be svc's own, the text the upstream's.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 

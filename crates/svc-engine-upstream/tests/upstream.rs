@@ -2,13 +2,8 @@
 //! translation both ways, retries before the first event, errors after it,
 //! timeouts, the breaker, health checks and a killed endpoint.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]

@@ -6,7 +6,7 @@
 //! cargo run --release -p svc-gguf --example repack -- --info IN.gguf
 //! ```
 
-#![allow(clippy::print_stdout, reason = "an example prints its results")]
+#![expect(clippy::print_stdout, reason = "an example prints its results")]
 
 use std::path::Path;
 use std::time::Instant;

@@ -139,7 +139,6 @@ fn cache_is_valid(source: &Path, header: &GgufHeader, cache: &Path, target: Repa
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::fixtures::{f32_file, small_file, small_writer};
@@ -191,7 +190,7 @@ mod tests {
         perms.set_readonly(true);
         std::fs::set_permissions(dir.path(), perms.clone()).unwrap();
         let outcome = prepare(&source, RepackTarget::Q8_0);
-        #[allow(clippy::permissions_set_readonly_false)]
+        #[expect(clippy::permissions_set_readonly_false)]
         perms.set_readonly(false);
         std::fs::set_permissions(dir.path(), perms).unwrap();
         // Root may write anyway; otherwise the failure is reported, not fatal.

@@ -1,7 +1,5 @@
 //! Small GGUF files for this crate's tests.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 
 use crate::header::{GgufHeader, TensorInfo};

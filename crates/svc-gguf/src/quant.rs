@@ -154,7 +154,6 @@ pub fn quantize_row_q4_1(values: &[f32]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

@@ -170,7 +170,6 @@ impl<R: Read> HeaderReader<'_, R> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::GgufError;

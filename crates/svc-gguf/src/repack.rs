@@ -274,7 +274,6 @@ fn convert_blocks(q4_1: &[u8], target: RepackTarget, out: &mut Vec<u8>, stats: &
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::fixtures::{small_file, tensor_data};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use crate::error::{Context, ModelError, Result, fail};
 use reqwest::{StatusCode, Url, header};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
@@ -36,9 +36,9 @@ pub struct HfFile {
 
 impl HfFile {
     /// Parses `hf:ORG/REPO/PATH/TO/FILE.gguf[@REVISION]`.
-    pub fn parse(text: &str) -> anyhow::Result<HfFile> {
+    pub fn parse(text: &str) -> Result<HfFile> {
         let Some(rest) = text.strip_prefix("hf:") else {
-            bail!("{text:?} is not a model `svc pull` knows; {ACCEPTED_FORMS}");
+            fail!("{text:?} is not a model `svc pull` knows; {ACCEPTED_FORMS}");
         };
         // `@` separates the revision only when what precedes it is the file.
         let (location, revision) = match rest.rsplit_once('@') {
@@ -46,7 +46,7 @@ impl HfFile {
             _ => (rest, "main"),
         };
         let parts: Vec<&str> = location.split('/').collect();
-        let bad = |why: &str| anyhow::anyhow!("{text:?}: {why}; {ACCEPTED_FORMS}");
+        let bad = |why: &str| ModelError::Failed(format!("{text:?}: {why}; {ACCEPTED_FORMS}"));
         if parts.len() < 3 {
             return Err(bad(
                 "expected an organization, a repository and a file path",
@@ -84,13 +84,13 @@ impl HfFile {
     }
 
     /// `{endpoint}/{ORG}/{REPO}/resolve/{REVISION}/{PATH}`, each part escaped.
-    pub fn url(&self, endpoint: &str) -> anyhow::Result<Url> {
+    pub fn url(&self, endpoint: &str) -> Result<Url> {
         let mut url = Url::parse(endpoint)
             .with_context(|| format!("HF_ENDPOINT {endpoint:?} is not a valid URL"))?;
         {
-            let mut segments = url
-                .path_segments_mut()
-                .map_err(|()| anyhow::anyhow!("HF_ENDPOINT {endpoint:?} cannot be a base URL"))?;
+            let mut segments = url.path_segments_mut().map_err(|()| {
+                ModelError::Failed(format!("HF_ENDPOINT {endpoint:?} cannot be a base URL"))
+            })?;
             segments
                 .pop_if_empty()
                 .extend([
@@ -156,7 +156,7 @@ pub async fn pull_hf(
     file: &HfFile,
     hub: &HfHub,
     progress: &Arc<dyn Progress>,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf> {
     let dest = file.local_path(data_dir);
     if dest.exists() {
         match has_gguf_magic(&dest).await {
@@ -202,7 +202,7 @@ pub async fn pull_hf(
             }
             _ => "the hub refused the download".to_owned(),
         };
-        bail!("{file}: {hint} (HTTP {status} from {})", hub.endpoint);
+        fail!("{file}: {hint} (HTTP {status} from {})", hub.endpoint);
     }
     let total = response.content_length();
     let partial = Partial::new(&dest);
@@ -227,7 +227,7 @@ pub async fn pull_hf(
             let need = GGUF_MAGIC.len() - head.len();
             head.extend(chunk.iter().take(need));
             if head.len() == GGUF_MAGIC.len() && head.as_slice() != GGUF_MAGIC {
-                bail!(
+                fail!(
                     "{file}: the server did not send a GGUF file (it starts with {:?})",
                     String::from_utf8_lossy(&head)
                 );
@@ -242,17 +242,17 @@ pub async fn pull_hf(
     }
     transfer.finish();
     if head.as_slice() != GGUF_MAGIC {
-        bail!("{file}: the server did not send a GGUF file ({written} bytes)");
+        fail!("{file}: the server did not send a GGUF file ({written} bytes)");
     }
     if let Some(total) = total
         && written != total
     {
-        bail!("{file}: received {written} bytes of {total}");
+        fail!("{file}: received {written} bytes of {total}");
     }
     let got = hex::encode(hasher.finalize());
     let verified = match &expected_sha256 {
         Some(want) if !got.eq_ignore_ascii_case(want) => {
-            bail!(
+            fail!(
                 "{file}: the downloaded file has SHA-256 {got}, but the hub says {want}; nothing was installed"
             )
         }
@@ -283,7 +283,7 @@ async fn get_following_redirects(
     client: &reqwest::Client,
     mut url: Url,
     hub: &HfHub,
-) -> anyhow::Result<(reqwest::Response, Option<String>)> {
+) -> Result<(reqwest::Response, Option<String>)> {
     let hub_origin = url.origin();
     let mut linked: Option<String> = None;
     let mut plain: Option<String> = None;
@@ -314,7 +314,7 @@ async fn get_following_redirects(
             .join(location)
             .with_context(|| format!("the hub redirected to an invalid address {location:?}"))?;
     }
-    bail!("too many redirects from {}", display_origin(&url))
+    fail!("too many redirects from {}", display_origin(&url))
 }
 
 fn display_origin(url: &Url) -> String {
@@ -342,7 +342,6 @@ async fn has_gguf_magic(path: &Path) -> std::io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::ModelRef;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Context;
+use crate::error::{Context, Result};
 
 /// The buffer size for copying and hashing model files.
 pub(crate) const COPY_BUFFER: usize = 1 << 20;
@@ -36,7 +36,7 @@ impl Partial {
 
     /// Syncs `file` (the partial, written in full), renames it onto the
     /// destination and syncs the directory, so the rename survives a crash.
-    pub(crate) fn install(mut self, file: File) -> anyhow::Result<()> {
+    pub(crate) fn install(mut self, file: File) -> Result<()> {
         file.sync_all()
             .with_context(|| format!("cannot sync {}", self.partial.display()))?;
         drop(file);

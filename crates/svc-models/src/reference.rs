@@ -1,5 +1,6 @@
 //! What `svc pull` may be asked for, and how its argument is read.
 
+use crate::error::Result;
 use crate::hf::HfFile;
 
 /// The forms `svc pull` accepts, for error messages.
@@ -18,7 +19,7 @@ pub enum ModelRef {
 
 impl ModelRef {
     /// Parses `svc pull`'s argument: none or `default`, or `hf:...`.
-    pub fn parse(arg: Option<&str>) -> anyhow::Result<ModelRef> {
+    pub fn parse(arg: Option<&str>) -> Result<ModelRef> {
         match arg.map(str::trim) {
             None | Some("default") => Ok(ModelRef::Default),
             Some(text) => HfFile::parse(text).map(ModelRef::Hf),

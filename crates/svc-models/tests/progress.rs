@@ -1,9 +1,8 @@
 //! What a pull reports through `Progress`, recorded call by call, against a
 //! small HTTP server in the test standing in for the Hugging Face hub.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, and its tasks end with it"
 )]

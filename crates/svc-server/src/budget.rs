@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use svc_api::BudgetStatus;
 use svc_core::budget::{Budget, BudgetUnit, ModelPrice};
 use svc_core::{Engine, GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
@@ -466,6 +467,30 @@ impl Budgets {
             None => self.store.budget_used(scope, window_start).await.ok(),
         };
         (used, resets_at)
+    }
+
+    /// The key or project `id`'s budget as shown: with its current
+    /// window's count (`None` when it could not be read) and when it
+    /// renews; `None` without a budget.
+    pub async fn status(
+        &self,
+        scope: Scope,
+        id: &str,
+        budget: Option<Budget>,
+    ) -> Option<BudgetStatus> {
+        let budget = budget?;
+        let (used, resets_at) = self.used(&scope.counter(id, budget.unit), budget).await;
+        let (tokens, usd) = match budget.unit {
+            BudgetUnit::Tokens => (Some(budget.limit), None),
+            BudgetUnit::Usd => (None, Some(svc_core::budget::micros_to_usd(budget.limit))),
+        };
+        Some(BudgetStatus {
+            tokens,
+            usd,
+            period: budget.period.as_str().into(),
+            used,
+            resets_at,
+        })
     }
 
     async fn redis_used(&self, scope: &str, window_start: i64) -> Option<i64> {

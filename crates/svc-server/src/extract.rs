@@ -3,82 +3,95 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::{FromRef, FromRequest, FromRequestParts, MatchedPath, Request};
+use std::marker::PhantomData;
+
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, header, request::Parts};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
-use svc_core::{KeyRecord, KeyService};
+use svc_core::{KeyRecord, KeyService, Permission};
 
 use crate::config::Cidr;
 use crate::error::ApiError;
 
-/// The key that authenticated this request, and that may call its route
-/// (see [`crate::scopes`]: a key beyond its scope is refused with 403
-/// `insufficient_permissions`). Put it first among a handler's arguments
-/// so authentication is checked before the body is read.
-#[derive(Debug, Clone)]
-pub struct Authenticated(pub KeyRecord);
-
-/// `record`, when its kind may call the route `parts` matched.
-fn in_scope(parts: &Parts, record: KeyRecord) -> Result<KeyRecord, ApiError> {
-    let path = parts
-        .extensions
-        .get::<MatchedPath>()
-        .map(MatchedPath::as_str);
-    crate::scopes::check(&record.kind, &parts.method, path)?;
-    Ok(record)
+/// What a route needs of the key presented: a type named in the handler's
+/// signature (`Key<scope::ModelRequest>`), so that no handler can take a
+/// key without saying what it must hold, and the compiler sees it.
+pub trait Scope: Send + Sync + 'static {
+    /// The permission the key must hold; `None`: any key (the routes about
+    /// the key itself: who am I, log out).
+    const PERMISSION: Option<Permission>;
 }
 
-impl<S> FromRequestParts<S> for Authenticated
+/// The scopes a route may need, one type each.
+pub mod scope {
+    use svc_core::Permission;
+
+    macro_rules! scopes {
+        ($($(#[$doc:meta])* $name:ident => $permission:expr;)*) => {$(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy)]
+            pub struct $name;
+            impl super::Scope for $name {
+                const PERMISSION: Option<Permission> = $permission;
+            }
+        )*};
+    }
+
+    scopes! {
+        /// Any key, whatever its kind.
+        AnyKey => None;
+        /// `model.request`: inference.
+        ModelRequest => Some(Permission::ModelRequest);
+        /// `api.model.read`: the model list.
+        ModelRead => Some(Permission::ModelRead);
+        /// `api.responses.write`: create and delete stored responses.
+        ResponsesWrite => Some(Permission::ResponsesWrite);
+        /// `api.responses.read`: read stored responses.
+        ResponsesRead => Some(Permission::ResponsesRead);
+        /// `api.usage.read`: usage.
+        UsageRead => Some(Permission::UsageRead);
+        /// `api.management.read`: reading the admin API (admin keys).
+        ManagementRead => Some(Permission::ManagementRead);
+        /// `api.management.write`: changing through the admin API.
+        ManagementWrite => Some(Permission::ManagementWrite);
+    }
+}
+
+/// The key that authenticated this request, which holds what the route
+/// needs (`S`): a key beyond its scope is refused with 403
+/// `insufficient_permissions`, naming the missing permission. Put it first
+/// among a handler's arguments so authentication is checked before the
+/// body is read.
+#[derive(Debug, Clone)]
+pub struct Key<S>(pub KeyRecord, pub PhantomData<S>);
+
+/// `record`, when its kind holds what `S` needs.
+pub(crate) fn in_scope<S: Scope>(record: KeyRecord) -> Result<KeyRecord, ApiError> {
+    match S::PERMISSION {
+        Some(p) if !record.kind.allows(p) => Err(ApiError::Forbidden(format!(
+            "You have insufficient permissions for this operation. Missing scopes: {p}."
+        ))),
+        _ => Ok(record),
+    }
+}
+
+impl<S, St> FromRequestParts<St> for Key<S>
 where
-    KeyService: FromRef<S>,
-    S: Send + Sync,
+    S: Scope,
+    KeyService: FromRef<St>,
+    St: Send + Sync,
 {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
         let keys = KeyService::from_ref(state);
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
             .map(|v| v.to_str().unwrap_or("\u{0}"));
         let record = keys.authenticate(header).await?;
-        Ok(Authenticated(in_scope(parts, record)?))
-    }
-}
-
-/// The key of a request to Anthropic's Messages API: sent as `x-api-key`
-/// (as Anthropic's clients do) or, like every other route, as a bearer
-/// token. `x-api-key` wins when both are present.
-#[derive(Debug, Clone)]
-pub struct AnthropicAuthenticated(pub KeyRecord);
-
-/// The header Anthropic's clients send their key in.
-pub const X_API_KEY: &str = "x-api-key";
-
-impl<S> FromRequestParts<S> for AnthropicAuthenticated
-where
-    KeyService: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let keys = KeyService::from_ref(state);
-        let record = match parts.headers.get(X_API_KEY) {
-            Some(key) => {
-                let key = key.to_str().unwrap_or("\u{0}").trim();
-                keys.authenticate(Some(&format!("Bearer {key}"))).await?
-            }
-            None => {
-                let header = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .map(|v| v.to_str().unwrap_or("\u{0}"));
-                keys.authenticate(header).await?
-            }
-        };
-        Ok(AnthropicAuthenticated(in_scope(parts, record)?))
+        Ok(Key(in_scope::<S>(record)?, PhantomData))
     }
 }
 
@@ -414,5 +427,52 @@ mod tests {
             let xff: Vec<(&str, &str)> = xff.iter().map(|(n, v)| (*n, v.as_str())).collect();
             assert_eq!(resolve("10.0.0.1", &xff, PROXY), "10.0.0.2", "{junk}");
         }
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+    use svc_core::{AdminReach, KeyKind};
+
+    fn record(kind: KeyKind) -> KeyRecord {
+        KeyRecord {
+            id: svc_core::KeyId("key_test".into()),
+            name: String::new(),
+            hint: String::new(),
+            owner_id: None,
+            created_via: svc_core::KeyOrigin::Cli,
+            created_at: 0,
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+            limits: Default::default(),
+            owner_disabled_at: None,
+            project_id: svc_core::ProjectId::default_project(),
+            kind,
+            allowed_models: Default::default(),
+            project_allowed_models: Default::default(),
+            budget: None,
+            project_budget: None,
+            rotated_from: None,
+            lineage: None,
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_missing_permission() {
+        let none = KeyKind::Restricted(vec![]);
+        let err = in_scope::<scope::ModelRequest>(record(none.clone())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "You have insufficient permissions for this operation. Missing scopes: model.request."
+        );
+        assert_eq!(err.status(), 403);
+        assert!(in_scope::<scope::AnyKey>(record(none)).is_ok());
+        assert!(in_scope::<scope::ModelRequest>(record(KeyKind::All)).is_ok());
+        let admin = KeyKind::Admin(AdminReach::Organization);
+        assert!(in_scope::<scope::ModelRequest>(record(admin.clone())).is_err());
+        assert!(in_scope::<scope::ManagementRead>(record(KeyKind::All)).is_err());
+        assert!(in_scope::<scope::ManagementRead>(record(admin)).is_ok());
     }
 }

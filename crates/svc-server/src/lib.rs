@@ -3,31 +3,36 @@
 //! [`Application::build`] binds the socket and returns the bound address, so
 //! tests start the real server exactly the way `svc serve` does.
 
-pub mod anthropic;
-pub mod budget;
+pub(crate) mod budget;
+pub(crate) mod chat;
 pub mod config;
-pub mod conversations;
-pub mod dashboard;
-pub mod error;
-pub mod extract;
-pub mod metrics;
+pub(crate) mod dashboard;
+pub(crate) mod error;
+pub(crate) mod extract;
+pub(crate) mod messages;
+pub(crate) mod metrics;
 pub mod oidc;
 pub mod openapi;
-pub mod projects;
-pub mod ratelimit;
-pub mod registry;
-pub mod request_id;
-pub mod responses_shape;
-pub mod routes;
-pub mod scopes;
+pub(crate) mod pipeline;
+pub(crate) mod ratelimit;
+pub(crate) mod registry;
+pub(crate) mod request_id;
+pub(crate) mod responses;
+pub(crate) mod routes;
 mod serve;
-pub mod shape;
-pub mod startup;
-pub mod state;
-pub mod usage;
+pub(crate) mod startup;
+pub(crate) mod state;
+pub(crate) mod usage;
+
+/// What the fuzz targets in `fuzz/` drive: the parsers of untrusted
+/// bodies. Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::extract::parse_json;
+    pub use crate::routes::{fuzz_code_body, fuzz_token_form};
+}
 
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use registry::{ModelRegistry, ModelRoute};
 pub use startup::Application;
-pub use state::AppState;

@@ -461,6 +461,13 @@ impl Drop for InFlight<'_> {
 
 /// `GET /metrics`; with a metrics token configured, only for
 /// `Authorization: Bearer <token>`.
+#[utoipa::path(get, path = "/metrics", tag = "meta", operation_id = "metrics",
+    summary = "Prometheus metrics: requests, latency, time to first token, gateway overhead, tokens, errors by code, connections, engine queues, upstream health.",
+    description = "Public unless the server is started with a metrics token (then `Authorization: Bearer <token>` is required; the token is not an API key) or with a metrics address of its own (then it is served only there).",
+    responses(
+        (status = 401, response = crate::openapi::shared::Unauthorized),
+        (status = 200, description = "The text exposition format.", body = String, content_type = "text/plain"),
+    ))]
 pub async fn endpoint(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if let Some(token) = &state.metrics.token {
         let given = headers

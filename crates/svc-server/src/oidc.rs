@@ -26,7 +26,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use svc_core::session::random_token;
+use svc_core::secrets::random_token;
 use svc_core::{ProjectId, ProjectRole};
 use tokio::sync::Mutex;
 use url::Url;

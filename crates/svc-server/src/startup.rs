@@ -8,18 +8,17 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::get;
-use svc_core::{AccountService, DeviceService, KeyService, StorageQuota, Store};
+use svc_core::{AccountService, DeviceService, KeyService, ProjectService, StorageQuota, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ServerConfig;
-use crate::conversations::Conversations;
 use crate::dashboard::Dashboard;
 use crate::extract::BodyLimit;
 use crate::ratelimit::RateLimiter;
 use crate::registry::ModelRegistry;
+use crate::responses::conversations::Conversations;
 use crate::serve::Limits;
 use crate::state::AppState;
 use crate::{request_id, routes};
@@ -107,6 +106,7 @@ impl Application {
             keys: KeyService::new(store.clone()),
             accounts: accounts.clone(),
             devices: DeviceService::new(store.clone(), config.device),
+            projects: ProjectService::new(store.clone()),
             store,
             models: Arc::new(models),
             public_url: public_url.clone().into(),
@@ -125,7 +125,7 @@ impl Application {
         };
         let ledger = (state.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();
-        let metrics_route = || Router::new().route("/metrics", get(crate::metrics::endpoint));
+        let metrics_route = || Router::from(routes::metrics());
         let mut api = routes::router();
         let metrics_server = match metrics_listener {
             Some(listener) => {

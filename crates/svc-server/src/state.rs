@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::FromRef;
-use svc_core::{AccountService, DeviceService, KeyService, Store};
+use svc_core::{AccountService, DeviceService, KeyService, ProjectService, Store};
 
 use crate::dashboard::Dashboard;
 use crate::ratelimit::RateLimiter;
@@ -24,6 +24,8 @@ pub struct AppState {
     pub accounts: AccountService,
     /// The device authorization grant.
     pub devices: DeviceService,
+    /// Changes to projects and their members.
+    pub projects: ProjectService,
     /// The dashboard's address and cookie policy.
     pub dashboard: Arc<Dashboard>,
     /// Per-key requests and tokens per minute.
@@ -41,7 +43,7 @@ pub struct AppState {
     pub body_limit: crate::extract::BodyLimit,
     /// Stored Responses API responses: their retention, each project's
     /// quota, and the bounds of reading a conversation back.
-    pub conversations: Arc<crate::conversations::Conversations>,
+    pub conversations: Arc<crate::responses::conversations::Conversations>,
     /// Days audit-log entries are kept (0: forever), for the dashboard to say.
     pub audit_retention_days: u32,
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::audit::{AuditEntry, AuditQuery};
-use svc_core::project::ProjectId;
+use svc_core::ids::ProjectId;
 use svc_core::store::{AuditStore, StoreError, UnknownValue};
 
 use crate::SqlStore;

@@ -6,11 +6,11 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::account::UserId;
 use svc_core::device::{DeviceDecision, DeviceRecord, DeviceState};
 use svc_core::hashes::{DeviceCodeHash, UserCodeHash};
-use svc_core::key::{KeyHash, KeyId};
-use svc_core::store::{DeviceStore, KeyRecord, StoreError};
+use svc_core::ids::{KeyId, UserId};
+use svc_core::key::{KeyHash, KeyRecord};
+use svc_core::store::{DeviceStore, StoreError};
 
 use crate::SqlStore;
 use crate::error::{query_error, unknown_value};

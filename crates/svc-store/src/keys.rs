@@ -4,11 +4,11 @@
 use async_trait::async_trait;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
-use svc_core::account::UserId;
 use svc_core::budget::Budget;
-use svc_core::key::{KeyHash, KeyId};
-use svc_core::project::{AdminReach, KeyKind, ModelAccess, ProjectId};
-use svc_core::store::{KeyLimits, KeyOrigin, KeyRecord, KeyStore, StoreError, UnknownValue};
+use svc_core::ids::{KeyId, ProjectId, UserId};
+use svc_core::key::{KeyHash, KeyLimits, KeyOrigin, KeyRecord};
+use svc_core::project::{AdminReach, KeyKind, ModelAccess};
+use svc_core::store::{KeyStore, StoreError, UnknownValue};
 
 use crate::SqlStore;
 use crate::connect::REQUEST_PATH_TIMEOUT;

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::account::UserId;
-use svc_core::project::{MemberRemoval, ProjectId, ProjectMember, ProjectRecord, ProjectRole};
+use svc_core::ids::{ProjectId, UserId};
+use svc_core::project::{MemberRemoval, ProjectMember, ProjectRecord, ProjectRole};
 use svc_core::store::{ProjectStore, StoreError};
 
 use crate::error::{query_error, unknown_value};

@@ -12,11 +12,11 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::project::ProjectId;
-use svc_core::store::{
-    Conversation, ConversationLimits, ResponseStore, StorageQuota, StorageUsage, StoreError,
-    Stored, StoredResponse, Turn,
+use svc_core::conversation::{
+    Conversation, ConversationLimits, StorageQuota, StorageUsage, Stored, StoredResponse, Turn,
 };
+use svc_core::ids::ProjectId;
+use svc_core::store::{ResponseStore, StoreError};
 
 use crate::SqlStore;
 use crate::connect::REQUEST_PATH_TIMEOUT;

@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::account::UserId;
 use svc_core::hashes::SessionHash;
+use svc_core::ids::UserId;
 use svc_core::session::SessionRecord;
 use svc_core::store::{SessionStore, StoreError};
 

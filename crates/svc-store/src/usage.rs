@@ -5,11 +5,9 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::account::UserId;
-use svc_core::key::KeyId;
-use svc_core::project::ProjectId;
+use svc_core::ids::{KeyId, ProjectId, UserId};
 use svc_core::store::{StoreError, UsageStore};
-use svc_core::usage::{ModelUsageRow, UsageDelta, UsageRow};
+use svc_core::usage::{DayTotals, ModelUsageRow, UsageDelta, UsageRow};
 
 use crate::SqlStore;
 use crate::connect::BACKGROUND_TIMEOUT;
@@ -39,6 +37,23 @@ const SINCE_OF_OWNER: &str = "SELECT u.key_id, u.day, u.requests, u.prompt_token
      u.completion_tokens \
      FROM usage_daily u JOIN api_keys k ON k.id = u.key_id \
      WHERE k.owner_id = $1 AND u.day >= $2 ORDER BY u.day, u.key_id";
+
+const RECENT: &str = "SELECT key_id, day, requests, prompt_tokens, completion_tokens \
+     FROM usage_daily WHERE day >= $1 ORDER BY day DESC, key_id DESC LIMIT $2";
+const RECENT_OF_OWNER: &str = "SELECT u.key_id, u.day, u.requests, u.prompt_tokens, \
+     u.completion_tokens \
+     FROM usage_daily u JOIN api_keys k ON k.id = u.key_id \
+     WHERE k.owner_id = $1 AND u.day >= $2 ORDER BY u.day DESC, u.key_id DESC LIMIT $3";
+// PostgreSQL sums BIGINTs as NUMERIC: cast back.
+const BY_DAY: &str = "SELECT day, CAST(SUM(requests) AS BIGINT) AS requests, \
+     CAST(SUM(prompt_tokens) AS BIGINT) AS prompt_tokens, \
+     CAST(SUM(completion_tokens) AS BIGINT) AS completion_tokens \
+     FROM usage_daily WHERE day >= $1 GROUP BY day ORDER BY day";
+const BY_DAY_OF_OWNER: &str = "SELECT u.day, CAST(SUM(u.requests) AS BIGINT) AS requests, \
+     CAST(SUM(u.prompt_tokens) AS BIGINT) AS prompt_tokens, \
+     CAST(SUM(u.completion_tokens) AS BIGINT) AS completion_tokens \
+     FROM usage_daily u JOIN api_keys k ON k.id = u.key_id \
+     WHERE k.owner_id = $1 AND u.day >= $2 GROUP BY u.day ORDER BY u.day";
 
 fn row(row: &AnyRow) -> Result<UsageRow, sqlx::Error> {
     Ok(UsageRow {
@@ -121,6 +136,51 @@ impl UsageStore for SqlStore {
         rows.iter()
             .map(row)
             .collect::<Result<_, _>>()
+            .map_err(query_error)
+    }
+
+    async fn recent_usage(
+        &self,
+        owner_id: Option<&UserId>,
+        since_day: &str,
+        limit: i64,
+    ) -> Result<Vec<UsageRow>, StoreError> {
+        let query = match owner_id {
+            Some(owner) => sqlx::query(RECENT_OF_OWNER)
+                .bind(owner.0.as_str())
+                .bind(since_day)
+                .bind(limit),
+            None => sqlx::query(RECENT).bind(since_day).bind(limit),
+        };
+        let rows = query.fetch_all(&self.pool).await.map_err(query_error)?;
+        rows.iter()
+            .map(row)
+            .collect::<Result<_, _>>()
+            .map_err(query_error)
+    }
+
+    async fn usage_by_day(
+        &self,
+        owner_id: Option<&UserId>,
+        since_day: &str,
+    ) -> Result<Vec<DayTotals>, StoreError> {
+        let query = match owner_id {
+            Some(owner) => sqlx::query(BY_DAY_OF_OWNER)
+                .bind(owner.0.as_str())
+                .bind(since_day),
+            None => sqlx::query(BY_DAY).bind(since_day),
+        };
+        let rows = query.fetch_all(&self.pool).await.map_err(query_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(DayTotals {
+                    day: r.try_get("day")?,
+                    requests: r.try_get("requests")?,
+                    prompt_tokens: r.try_get("prompt_tokens")?,
+                    completion_tokens: r.try_get("completion_tokens")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
             .map_err(query_error)
     }
 }

@@ -4,10 +4,11 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::account::{UserId, UserRecord};
 use svc_core::hashes::SetupTokenHash;
-use svc_core::project::{DEFAULT_PROJECT_ID, ProjectRole};
-use svc_core::store::{AccountChange, StoreError, UserStore};
+use svc_core::ids::{DEFAULT_PROJECT_ID, UserId};
+use svc_core::project::ProjectRole;
+use svc_core::store::{StoreError, UserStore};
+use svc_core::user::{AccountChange, UserRecord};
 
 use crate::error::query_error;
 use crate::{Backend, SqlStore};

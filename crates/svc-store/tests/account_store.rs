@@ -1,11 +1,7 @@
 //! The UserStore and SessionStore contract, run on SQLite and on PostgreSQL.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -13,8 +9,8 @@
 mod common;
 
 use common::{Db, join_all, new_user, random_hex};
-use svc_core::account::UserId;
 use svc_core::hashes::{SessionHash, SetupTokenHash};
+use svc_core::ids::UserId;
 use svc_core::session::SessionRecord;
 use svc_core::store::{SessionStore, StoreError, UserStore};
 

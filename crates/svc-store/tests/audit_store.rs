@@ -2,13 +2,9 @@
 //! upgrade of a database made before migration 0009, append-only entries,
 //! their filters and cursors, retention, and rotation as one transaction.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -19,8 +15,8 @@ use common::{Db, new_key};
 use serde_json::json;
 use sqlx::{AnyConnection, Connection};
 use svc_core::audit::{Actor, ActorUser, AuditEntry, AuditQuery};
-use svc_core::key::KeyId;
-use svc_core::project::{KeyKind, ProjectId};
+use svc_core::ids::{KeyId, ProjectId};
+use svc_core::project::KeyKind;
 use svc_core::store::{AuditStore, KeyStore};
 
 on_both_backends!(
@@ -95,7 +91,7 @@ async fn entries_are_append_only_and_listed_by_filter_and_cursor(db: &Db) {
     let store = db.store().await;
     let ada = Actor::Session {
         user: Some(ActorUser {
-            id: Some(svc_core::account::UserId("usr_ada".into())),
+            id: Some(svc_core::ids::UserId("usr_ada".into())),
             email: "ada@example.com".into(),
         }),
         address: Some("10.0.0.1".into()),

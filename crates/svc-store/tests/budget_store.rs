@@ -3,13 +3,9 @@
 //! both ways, windows and scopes are apart, replicas racing on the last
 //! tokens of a budget get at most one charge past it, and the counts of
 //! past windows are swept.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]

@@ -1,11 +1,7 @@
 //! The DeviceStore contract, run on SQLite and on PostgreSQL.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -13,11 +9,11 @@
 mod common;
 
 use common::{Db, join_all, new_device, new_key, random_hex};
-use svc_core::account::UserId;
 use svc_core::device::{DeviceDecision, DeviceState, DeviceStatus};
 use svc_core::hashes::{DeviceCodeHash, UserCodeHash};
-use svc_core::key::KeyId;
-use svc_core::store::{DeviceStore, KeyOrigin, KeyStore, StoreError};
+use svc_core::ids::{KeyId, UserId};
+use svc_core::key::KeyOrigin;
+use svc_core::store::{DeviceStore, KeyStore, StoreError};
 
 on_both_backends!(
     devices_are_found_by_code_hash_and_user_code_hash,

@@ -1,11 +1,8 @@
 //! The KeyStore and HealthStore contract, run on SQLite and on PostgreSQL.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
     clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -16,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use common::{Db, new_key};
 use std::sync::Arc;
-use svc_core::account::UserId;
-use svc_core::key::{ApiKey, KeyId};
+use svc_core::ids::{KeyId, UserId};
+use svc_core::key::{ApiKey, KeyLimits, KeyOrigin};
 
 use svc_core::keys::{AUTH_CACHE_TTL, KeyService, KeyState, NewKey};
-use svc_core::store::{HealthStore, KeyLimits, KeyOrigin, KeyStore, StoreError};
+use svc_core::store::{HealthStore, KeyStore, StoreError};
 use svc_store::SqlStore;
 
 on_both_backends!(

@@ -2,13 +2,9 @@
 //! accounts, on SQLite and on PostgreSQL. A disabled or deleted account's
 //! keys are refused on the very next request, on every store sharing the
 //! database; its sessions and unredeemed approvals end with it.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -19,16 +15,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Db, join_all, new_device, new_key, new_user, random_hex};
-use svc_core::account::{UserId, UserRecord};
+use svc_core::conversation::{StorageQuota, StorageUsage, Stored, StoredResponse};
 use svc_core::device::{DeviceDecision, DeviceStatus};
 use svc_core::hashes::{DeviceCodeHash, SessionHash};
+use svc_core::ids::{ProjectId, UserId};
+use svc_core::key::KeyOrigin;
 use svc_core::keys::{AuthError, KeyService, KeyState, NewKey};
-use svc_core::project::ProjectId;
 use svc_core::session::SessionRecord;
-use svc_core::store::{
-    AccountChange, DeviceStore, KeyOrigin, KeyStore, ResponseStore, SessionStore, StorageQuota,
-    StorageUsage, Stored, StoredResponse, UserStore,
-};
+use svc_core::store::{DeviceStore, KeyStore, ResponseStore, SessionStore, UserStore};
+use svc_core::user::{AccountChange, UserRecord};
 use svc_store::SqlStore;
 
 on_both_backends!(

@@ -1,13 +1,9 @@
 //! Projects, memberships, key kinds and model lists, on both backends; and
 //! the upgrade of a database made before projects existed.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -18,12 +14,13 @@ use std::sync::Arc;
 
 use common::{Db, join_all, new_key, new_user};
 use sqlx::{AnyConnection, Connection};
+use svc_core::ids::ProjectId;
+use svc_core::key::KeyOrigin;
 use svc_core::keys::{KeyScope, KeyService, NewKey};
 use svc_core::project::{
-    AdminReach, KeyKind, MemberRemoval, ModelAccess, Permission, ProjectId, ProjectRecord,
-    ProjectRole,
+    AdminReach, KeyKind, MemberRemoval, ModelAccess, Permission, ProjectRecord, ProjectRole,
 };
-use svc_core::store::{KeyOrigin, KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
+use svc_core::store::{KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
 
 on_both_backends!(
     a_database_from_before_projects_upgrades_with_everything_in_the_default_project,
@@ -109,7 +106,7 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
     let role = |id: &str| {
         let store = store.clone();
         let default = default.clone();
-        let id = svc_core::account::UserId(id.to_owned());
+        let id = svc_core::ids::UserId(id.to_owned());
         async move { store.project_role(&default, &id).await.unwrap() }
     };
     assert_eq!(role(admin).await, Some(ProjectRole::Owner));
@@ -143,7 +140,7 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
 }
 
 /// A key made through the service after the upgrade authenticates.
-async fn keys_secret_free_check(service: &KeyService) -> svc_core::store::KeyRecord {
+async fn keys_secret_free_check(service: &KeyService) -> svc_core::key::KeyRecord {
     let (key, _) = service
         .create(
             NewKey {
@@ -255,7 +252,7 @@ async fn projects_and_memberships_are_stored(db: &Db) {
     // Deleting an account removes its memberships.
     assert_eq!(
         store.delete_user(&member.id, 40).await.unwrap(),
-        svc_core::store::AccountChange::Done
+        svc_core::user::AccountChange::Done
     );
     assert_eq!(store.project_role(&a.id, &member.id).await.unwrap(), None);
 }
@@ -563,7 +560,7 @@ async fn a_keys_models_change_and_every_store_sees_it(db: &Db) {
     assert!(read.may_use("svc-thinking") && !read.may_use("other"));
     assert!(
         !store
-            .set_key_models(&svc_core::key::KeyId("key_missing".into()), &only)
+            .set_key_models(&svc_core::ids::KeyId("key_missing".into()), &only)
             .await
             .unwrap()
     );

@@ -1,11 +1,7 @@
 //! The ResponseStore contract, run on SQLite and on PostgreSQL.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -14,11 +10,11 @@ mod common;
 
 use common::{Db, join_all, random_hex};
 use sqlx::Executor;
-use svc_core::project::ProjectId;
-use svc_core::store::{
-    Conversation, ConversationLimits, ResponseStore, StorageQuota, StorageUsage, StoreError,
-    Stored, StoredResponse, Turn,
+use svc_core::conversation::{
+    Conversation, ConversationLimits, StorageQuota, StorageUsage, Stored, StoredResponse, Turn,
 };
+use svc_core::ids::ProjectId;
+use svc_core::store::{ResponseStore, StoreError};
 
 on_both_backends!(
     responses_are_read_by_their_owner_only,

@@ -1,13 +1,9 @@
 //! The throttles of svc-core's services on a real store, SQLite and
 //! PostgreSQL: a burst of parallel attempts gets no more than the limit
 //! through, because each attempt counts itself before its work.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]

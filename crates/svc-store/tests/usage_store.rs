@@ -1,11 +1,7 @@
 //! The UsageStore and ThrottleStore contract, run on SQLite and on PostgreSQL.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -13,10 +9,9 @@
 mod common;
 
 use common::{Db, join_all, new_key};
-use svc_core::account::UserId;
-use svc_core::key::KeyId;
+use svc_core::ids::{KeyId, UserId};
 use svc_core::store::{KeyStore, ThrottleStore, UsageStore};
-use svc_core::usage::{UsageDelta, UsageRow};
+use svc_core::usage::{DayTotals, UsageDelta, UsageRow};
 
 on_both_backends!(
     usage_accumulates_per_key_and_day,
@@ -152,6 +147,53 @@ async fn usage_since_filters_by_day_and_owner(db: &Db) {
         ]
     );
     assert_eq!(store.usage_since(None, "2025-03-11").await.unwrap(), vec![]);
+
+    // The newest rows, bounded in the query; and each day summed.
+    assert_eq!(
+        store.recent_usage(None, "2025-03-02", 2).await.unwrap(),
+        vec![
+            usage(&bob_1.id, "2025-03-10", 1, 2, 3),
+            usage(&alice_2.id, "2025-03-10", 1, 2, 3),
+        ]
+    );
+    assert_eq!(
+        store
+            .recent_usage(Some(&alice), "2025-01-01", 10)
+            .await
+            .unwrap(),
+        vec![
+            usage(&alice_2.id, "2025-03-10", 1, 2, 3),
+            usage(&alice_1.id, "2025-03-10", 1, 2, 3),
+            usage(&alice_1.id, "2025-03-01", 1, 2, 3),
+            usage(&alice_2.id, "2025-02-28", 1, 2, 3),
+        ]
+    );
+    let day = |day: &str, n: i64| DayTotals {
+        day: day.into(),
+        requests: n,
+        prompt_tokens: 2 * n,
+        completion_tokens: 3 * n,
+    };
+    assert_eq!(
+        store.usage_by_day(None, "2025-03-01").await.unwrap(),
+        vec![
+            day("2025-03-01", 1),
+            day("2025-03-02", 1),
+            day("2025-03-05", 1),
+            day("2025-03-10", 3),
+        ]
+    );
+    assert_eq!(
+        store
+            .usage_by_day(Some(&alice), "2025-01-01")
+            .await
+            .unwrap(),
+        vec![
+            day("2025-02-28", 1),
+            day("2025-03-01", 1),
+            day("2025-03-10", 2)
+        ]
+    );
 }
 
 async fn concurrent_usage_adds_are_all_counted(db: &Db) {

@@ -3,13 +3,11 @@
 //! layer can be tested with exact control. Nothing here is reachable from a
 //! normal `svc serve`.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
     clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]

@@ -3,17 +3,6 @@
 //! "victim" that starts a process and a directory under watchdogs (as a
 //! `static` server would keep them), then aborts.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
-    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
-)]
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,5 +1,5 @@
 //! Helpers shared by the fuzz targets.
-#![allow(dead_code)]
+#![expect(dead_code)]
 
 /// Piece lengths (1 to 16 bytes) from `seed`, as a stream would cut a body.
 fn lengths(seed: u8) -> impl Iterator<Item = usize> {

@@ -374,7 +374,6 @@ fn root_cause(error: &reqwest::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use futures::stream;
 

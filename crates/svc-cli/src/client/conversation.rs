@@ -88,7 +88,6 @@ fn user_message(text: &str) -> Message {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

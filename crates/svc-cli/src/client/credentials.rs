@@ -230,7 +230,6 @@ pub(crate) fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

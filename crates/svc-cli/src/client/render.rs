@@ -170,7 +170,6 @@ impl<O: Write, E: Write> ReplyPrinter<O, E> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

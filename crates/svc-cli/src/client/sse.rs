@@ -73,7 +73,6 @@ impl SseDecoder {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use proptest::prelude::*;
 

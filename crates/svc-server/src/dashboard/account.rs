@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 use serde::Deserialize;
-use svc_core::{AccountError, OpenedSession, SignInError, session::random_token};
+use svc_core::{AccountError, OpenedSession, SignInError, secrets::random_token};
 
 use super::pages::{PageError, render};
 use super::session::{

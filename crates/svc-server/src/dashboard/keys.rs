@@ -2,7 +2,7 @@
 //! optionally restricted to some models and, for a `restricted` key, some
 //! permissions), the models a key may use changed later, and revocation
 //! with a confirmation step. Model lists and kinds are read and checked as
-//! the admin API reads them ([`crate::projects`]); admin keys are not made
+//! the admin API reads them ([`svc_core::projects`]); admin keys are not made
 //! here.
 
 use axum::Form;
@@ -20,7 +20,6 @@ use super::pages::{PageError, layout, render, time};
 use super::projects::{PERIODS, budget_bar, budget_fields, form_budget};
 use super::session::SignedIn;
 use crate::budget::Scope;
-use crate::projects::budget_status;
 use crate::state::AppState;
 
 /// Longest key name accepted.
@@ -259,7 +258,7 @@ impl CreateForm {
         if kind == "restricted" && self.permissions.is_empty() {
             return Err("Tick at least one permission for a restricted key.".into());
         }
-        let kind = crate::projects::key_kind(kind, &self.permissions)
+        let kind = svc_core::projects::key_kind(kind, &self.permissions)
             .map_err(|_| "Choose permissions from the list.".to_owned())?;
         let scope = KeyScope {
             kind,
@@ -579,7 +578,10 @@ pub async fn set_limits(
 /// A key's budget bar (its window is its lineage's: rotation keeps it).
 async fn key_budget(state: &AppState, key: &KeyRecord) -> Value {
     budget_bar(
-        budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await,
+        state
+            .budgets
+            .status(Scope::Key, &key.budget_holder().0, key.budget)
+            .await,
         state.budgets.alert_percent(),
     )
 }

@@ -31,7 +31,6 @@ use axum::routing::get;
 
 use crate::state::AppState;
 
-pub use pages::{PageError, Pages, render};
 pub use session::same_token;
 
 /// The dashboard's settings, fixed at startup.

@@ -6,7 +6,7 @@
 //! a project the person cannot see, whatever its id.
 //!
 //! The changes themselves (checks and audit entries) are
-//! [`crate::projects`]'s, shared with the admin API.
+//! [`svc_core::projects`]'s, shared with the admin API.
 
 use axum::Form;
 use axum::extract::{Path, Query, State};
@@ -15,6 +15,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_api::BudgetStatus;
+use svc_core::projects::{self, ProjectChanges};
 use svc_core::{
     AdminReach, Budget, BudgetUnit, KeyKind, KeyOrigin, KeyScope, KeyState, ModelAccess, NewKey,
     ProjectId, ProjectRecord, ProjectRole, ValidationError, now,
@@ -24,7 +25,6 @@ use svc_core::{MemberRemoval, UserId};
 use super::pages::{PageError, layout, render, time};
 use super::session::SignedIn;
 use crate::budget::{Scope, dollars};
-use crate::projects::{self, ProjectChanges};
 use crate::state::AppState;
 
 /// The budget periods the forms offer.
@@ -194,8 +194,10 @@ fn organization_owner(who: &SignedIn) -> Result<(), PageError> {
 
 async fn project_row(state: &AppState, project: &ProjectRecord) -> Result<Value, PageError> {
     let members = state.store.list_project_members(&project.id).await?.len();
-    let budget =
-        projects::budget_status(state, Scope::Project, &project.id.0, project.budget).await;
+    let budget = state
+        .budgets
+        .status(Scope::Project, &project.id.0, project.budget)
+        .await;
     Ok(context! {
         id => project.id.0.clone(),
         name => project.name.clone(),
@@ -320,7 +322,7 @@ pub async fn create(
         allowed_models,
         budget,
     };
-    projects::create(&state, &who.actor(), &project).await?;
+    state.projects.create(&who.actor(), &project).await?;
     Ok(Redirect::to(&format!("/dashboard/projects/{}?done=created", project.id)).into_response())
 }
 
@@ -485,7 +487,11 @@ pub async fn set_settings(
         allowed_models: Some(allowed_models),
         budget: Some(budget),
     };
-    if !projects::update(&state, &who.actor(), &mut project, changes).await? {
+    if !state
+        .projects
+        .update(&who.actor(), &mut project, changes)
+        .await?
+    {
         return Err(PageError::NotFound);
     }
     Ok(Redirect::to(&format!("/dashboard/projects/{}?done=settings", project.id)).into_response())
@@ -530,7 +536,10 @@ pub async fn set_member(
             return refused(&state, &who, &project, Section::Members, message, sent).await;
         }
     };
-    projects::set_member(&state, &who.actor(), &project, &user.id, role).await?;
+    state
+        .projects
+        .set_member(&who.actor(), &project, &user.id, role)
+        .await?;
     Ok(Redirect::to(&format!("/dashboard/projects/{}?done=member", project.id)).into_response())
 }
 
@@ -593,7 +602,11 @@ pub async fn remove_member(
     who.check_csrf(&form.csrf)?;
     let project = visible_project(&state, &who, &id).await?;
     let user = UserId(user_id);
-    match projects::remove_member(&state, &who.actor(), &project, &user).await? {
+    match state
+        .projects
+        .remove_member(&who.actor(), &project, &user)
+        .await?
+    {
         MemberRemoval::Removed(_) => {}
         MemberRemoval::NotMember => return Err(PageError::NotFound),
         MemberRemoval::LastOwner => {

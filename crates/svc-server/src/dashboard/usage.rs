@@ -14,6 +14,8 @@ use crate::state::AppState;
 
 /// Days shown.
 const DAYS: i64 = 30;
+/// Rows of the table at most (the newest).
+const TABLE_ROWS: i64 = 1000;
 /// Chart geometry, in SVG user units.
 const CHART_WIDTH: f64 = 720.0;
 const CHART_HEIGHT: f64 = 180.0;
@@ -25,7 +27,13 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
         .map(|back| day_of(today - back * 86_400))
         .collect();
     let owner = (!who.user.is_admin).then_some(&who.user.id);
-    let rows = state.store.usage_since(owner, &days[0]).await?;
+    // Bounded in the database: a row a day for the chart, the newest rows
+    // for the table.
+    let totals = state.store.usage_by_day(owner, &days[0]).await?;
+    let rows = state
+        .store
+        .recent_usage(owner, &days[0], TABLE_ROWS)
+        .await?;
     let keys = state.keys.list(owner).await?;
     let name_of = |id: &str| {
         keys.iter()
@@ -37,10 +45,10 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
     // Totals per day for the chart.
     let mut per_day: BTreeMap<&str, (i64, i64)> =
         days.iter().map(|d| (d.as_str(), (0, 0))).collect();
-    for row in &rows {
-        if let Some(t) = per_day.get_mut(row.day.as_str()) {
-            t.0 += row.requests;
-            t.1 += row.prompt_tokens + row.completion_tokens;
+    for day in &totals {
+        if let Some(t) = per_day.get_mut(day.day.as_str()) {
+            t.0 += day.requests;
+            t.1 += day.prompt_tokens + day.completion_tokens;
         }
     }
     let max_tokens = per_day.values().map(|t| t.1).max().unwrap_or(0).max(1);
@@ -64,9 +72,8 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
         })
         .collect();
 
-    let mut table: Vec<Value> = rows
+    let table: Vec<Value> = rows
         .iter()
-        .rev()
         .map(|row| {
             context! {
                 day => row.day.clone(),
@@ -78,11 +85,10 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
             }
         })
         .collect();
-    table.truncate(1000);
-    let total_requests: i64 = rows.iter().map(|r| r.requests).sum();
-    let total_tokens: i64 = rows
+    let total_requests: i64 = totals.iter().map(|d| d.requests).sum();
+    let total_tokens: i64 = totals
         .iter()
-        .map(|r| r.prompt_tokens + r.completion_tokens)
+        .map(|d| d.prompt_tokens + d.completion_tokens)
         .sum();
     render(
         "usage.html",

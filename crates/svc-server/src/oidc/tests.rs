@@ -1,8 +1,6 @@
 //! The ID token checks, with keys made here (ES256 and EdDSA; RS256 is
 //! what the browser test's real provider signs with).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
-
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! `GET /v1/organization/audit_logs`: the audit log in the shape of
 //! OpenAI's Administration API, newest first, with its filters and cursors.
-//! Admin keys only (the route table says `api.management.read`); a project
+//! Admin keys only (the handler takes `Key<scope::ManagementRead>`); a project
 //! owner's admin key sees only its project's entries.
 
 use axum::Json;
@@ -9,9 +9,9 @@ use svc_api::{AuditLog, AuditLogList, AuditLogProject};
 use svc_core::ValidationError;
 use svc_core::audit::{AuditEntry, AuditQuery, EVENT_TYPES};
 
-use super::organization::{Reach, page, reach};
+use super::organization::{AdminErrors, PageParams, Reach, page, reach};
 use crate::error::ApiError;
-use crate::extract::Authenticated;
+use crate::extract::{Key, scope};
 use crate::state::AppState;
 
 /// The query's filters, cursors and limit, as OpenAI names them (`event_types[]`
@@ -125,9 +125,38 @@ pub(crate) async fn entries(
     Ok((entries, has_more))
 }
 
+crate::openapi::parameters! {
+    /// The log's filters and its backward cursor.
+    Filters {
+        ("event_types[]", Query, false, "Only events of these types.",
+            {"type": "array", "items": {"type": "string", "enum": EVENT_TYPES}}),
+        ("actor_ids[]", Query, false, "Only events by these accounts (`usr_...`) or keys (`key_...`).",
+            {"type": "array", "items": {"type": "string"}}),
+        ("actor_emails[]", Query, false, "Only events by accounts with these emails.",
+            {"type": "array", "items": {"type": "string"}}),
+        ("project_ids[]", Query, false, "Only events in these projects.",
+            {"type": "array", "items": {"type": "string"}}),
+        ("effective_at[gt]", Query, false, "Only events after this Unix time.", {"type": "integer"}),
+        ("effective_at[gte]", Query, false, "Only events at or after this Unix time.", {"type": "integer"}),
+        ("effective_at[lt]", Query, false, "Only events before this Unix time.", {"type": "integer"}),
+        ("effective_at[lte]", Query, false, "Only events at or before this Unix time.", {"type": "integer"}),
+        ("before", Query, false, "The `first_id` of a page: this page holds the entries just newer than that one.",
+            {"type": "string"}),
+    }
+}
+
 /// `GET /v1/organization/audit_logs`.
+#[utoipa::path(get, path = "/v1/organization/audit_logs", tag = "organization", operation_id = "listAuditLogs",
+    summary = "The audit log, newest first: sign-ins and sign-outs, keys created, rotated and revoked, rate-limit changes, device approvals and denials, project, user and membership changes. Never a secret. A project owner's admin key sees its project's entries only.",
+    security(("bearer" = ["api.management.read"])),
+    params(PageParams, Filters),
+    responses(
+        (status = 200, description = "A page of entries.", body = AuditLogList),
+        (status = 400, description = "A filter or `limit` out of range; `param` names it (`event_types[]`, `effective_at[gt]`, `limit`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn list(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     RawQuery(text): RawQuery,
 ) -> Result<Json<AuditLogList>, ApiError> {

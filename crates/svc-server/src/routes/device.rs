@@ -23,19 +23,49 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use svc_api::{
-    AuthorizationServerMetadata, DEVICE_CODE_GRANT_TYPE, DeviceCodeRequest, DeviceCodeResponse,
-    DeviceTokenRequest, DeviceTokenResponse, ErrorBody, ErrorObject, OAuthDeviceTokenRequest,
-    OAuthErrorResponse, OAuthTokenResponse,
+    AUTHORIZATION_SERVER_METADATA_PATH, AuthorizationServerMetadata, DEVICE_AUTHORIZATION_PATH,
+    DEVICE_CODE_GRANT_TYPE, DeviceCodeRequest, DeviceCodeResponse, DeviceTokenRequest,
+    DeviceTokenResponse, ErrorBody, ErrorObject, OAuthDeviceTokenRequest, OAuthErrorResponse,
+    OAuthTokenResponse, TOKEN_PATH,
 };
 use svc_core::{DeviceClient, PollOutcome, plain_text};
 
 use crate::error::ApiError;
 use crate::extract::{BodyLimit, ClientAddress, parse_json};
+use crate::openapi::{NoStore, shared};
 use crate::state::AppState;
 
 /// Longest `client_id` or `scope` kept; they are shown to the user.
 const MAX_CLIENT_FIELD: usize = 200;
 
+crate::openapi::json_schemas! {
+    /// The metadata's `Cache-Control`.
+    MetadataCacheControl = {"type": "string", "const": METADATA_CACHE_CONTROL};
+    /// The token poll's answer: the spec's JSON or RFC 6749's (a form
+    /// request).
+    TokenAnswer = {"oneOf": [
+        {"$ref": "#/components/schemas/DeviceTokenResponse"},
+        {"$ref": "#/components/schemas/OAuthTokenResponse"}]};
+    /// The token poll's refusal: OpenAI's error shape or RFC 6749's.
+    TokenRefusal = {"oneOf": [
+        {"$ref": "#/components/schemas/ErrorResponse"},
+        {"$ref": "#/components/schemas/OAuthError"}]};
+}
+
+#[utoipa::path(post, path = DEVICE_AUTHORIZATION_PATH, tag = "auth", operation_id = "requestDeviceCode",
+    summary = "Start a device login: get a device code to poll with and a user code to show.",
+    description = "No body is needed (the spec's form). An RFC 8628 form body with `client_id` and `scope`, or the same as JSON, is accepted; both are shown to the person approving.",
+    request_body(content((Option<DeviceCodeRequest> = "application/x-www-form-urlencoded"),
+        (Option<DeviceCodeRequest> = "application/json"))),
+    responses(
+        (status = 200, description = "The device authorization record.", body = DeviceCodeResponse,
+            headers(("cache-control" = inline(NoStore), description = "Always `no-store`: token responses carry secrets."))),
+        (status = 400, response = shared::BadRequest),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, description = "Too many codes requested from this client address or from everyone (`type` `requests`, `code` `slow_down`; a form request gets RFC 6749's `{\"error\":\"slow_down\"}`), or too many codes are live.", body = ErrorBody,
+            headers(("Retry-After" = String))),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn code(
     State(state): State<AppState>,
     ClientAddress(address): ClientAddress,
@@ -105,6 +135,13 @@ pub(crate) const METADATA_CACHE_CONTROL: &str = "public, max-age=3600";
 /// `GET /.well-known/oauth-authorization-server` (RFC 8414): the issuer is
 /// the public URL, and the endpoints are built from it as
 /// `verification_uri` is, so what a client discovers is what it reaches.
+#[utoipa::path(get, path = AUTHORIZATION_SERVER_METADATA_PATH, tag = "auth", operation_id = "getAuthorizationServerMetadata",
+    summary = "OAuth 2.0 authorization server metadata (RFC 8414), so that standard OAuth clients discover the device flow.",
+    description = "`issuer` is the server's public URL; `device_authorization_endpoint` and `token_endpoint` are the two device flow routes under it. The only grant is the device code grant (RFC 8628), clients are public (`token_endpoint_auth_methods_supported: [\"none\"]`), and there is no authorization endpoint (`response_types_supported: []`).",
+    responses(
+        (status = 200, description = "The metadata.", body = AuthorizationServerMetadata,
+            headers(("cache-control" = inline(MetadataCacheControl), description = "Cacheable: the metadata changes only when the server restarts with another public URL."))),
+    ))]
 pub async fn metadata(State(state): State<AppState>) -> Response {
     let body = AuthorizationServerMetadata::for_issuer(&state.public_url);
     let mut response = Json(body).into_response();
@@ -166,6 +203,19 @@ pub fn fuzz_token_form(bytes: &[u8]) -> Option<[Option<String>; 3]> {
     Some([fields.grant_type, fields.device_code, fields.client_id])
 }
 
+#[utoipa::path(post, path = TOKEN_PATH, tag = "auth", operation_id = "pollDeviceToken",
+    summary = "Poll for the key of a device login.",
+    description = "JSON body (the spec's dialect): `{\"status\":\"pending\"}` until the person approves, then once `{\"status\":\"approved\",\"access_token\",\"token_type\":\"bearer\",\"expires_in\"}`. Other states are 400s in the usual error shape whose `code` is the RFC 8628 name: `slow_down` (poll less often: the interval grew by 5 s), `access_denied`, `expired_token`, `invalid_grant` (unknown code, or its key was issued already).\n\nForm body (RFC 8628 section 3.4, for standard OAuth clients): `grant_type=urn:ietf:params:oauth:grant-type:device_code&device_code=...` answers with RFC 6749's bodies: `{\"access_token\",\"token_type\",\"expires_in\"}`, or 400 `{\"error\":\"authorization_pending\"|\"slow_down\"|\"access_denied\"|\"expired_token\"|\"invalid_grant\"|\"invalid_request\"|\"unsupported_grant_type\"}`.",
+    request_body(content((DeviceTokenRequest = "application/json"),
+        (OAuthDeviceTokenRequest = "application/x-www-form-urlencoded"))),
+    responses(
+        (status = 200, description = "Pending or approved (JSON dialect), or the RFC 6749 token (form dialect).", body = inline(TokenAnswer),
+            headers(("cache-control" = inline(NoStore), description = "Always `no-store`: token responses carry secrets."))),
+        (status = 400, description = "Not an answer yet or never: an error in the usual shape (JSON dialect, `code` as above) or RFC 6749's error body (form dialect).", body = inline(TokenRefusal),
+            headers(("cache-control" = inline(NoStore), description = "Always `no-store`: token responses carry secrets."))),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn token(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     match read_body(request, state.body_limit).await? {
         Body::Form(bytes) => Ok(no_store(oauth_token(&state, &bytes).await?)),

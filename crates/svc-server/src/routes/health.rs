@@ -5,12 +5,22 @@ use axum::extract::State;
 use svc_api::{HealthStatus, ReadyStatus};
 
 use crate::error::ApiError;
+use crate::openapi::shared;
 use crate::state::AppState;
 
+#[utoipa::path(get, path = "/health", tag = "meta", operation_id = "health",
+    summary = "Liveness: the process answers.",
+    responses((status = 200, description = "The process is up.", body = HealthStatus)))]
 pub async fn health() -> Json<HealthStatus> {
     Json(HealthStatus::ok())
 }
 
+#[utoipa::path(get, path = "/ready", tag = "meta", operation_id = "ready",
+    summary = "Readiness: the process answers and its store is reachable.",
+    responses(
+        (status = 200, description = "Ready to serve.", body = ReadyStatus),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
 pub async fn ready(State(state): State<AppState>) -> Result<Json<ReadyStatus>, ApiError> {
     state.store.ping().await.map_err(|e| {
         tracing::warn!(error = %e, "readiness check failed");

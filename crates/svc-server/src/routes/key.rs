@@ -9,7 +9,8 @@ use svc_api::{KeyInfo, KeyOwner, RevokedKey};
 use svc_core::KeyRecord;
 
 use crate::error::ApiError;
-use crate::extract::Authenticated;
+use crate::extract::{Key, scope};
+use crate::openapi::shared;
 use crate::state::AppState;
 
 async fn describe(state: &AppState, key: &KeyRecord) -> Result<KeyInfo, ApiError> {
@@ -32,16 +33,34 @@ async fn describe(state: &AppState, key: &KeyRecord) -> Result<KeyInfo, ApiError
     })
 }
 
+#[utoipa::path(get, path = "/v1/auth/key", tag = "auth", operation_id = "getCurrentKey",
+    summary = "Describe the presented key and its owner (who a client is logged in as).",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The key (never its secret).", body = KeyInfo),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn current(
     State(state): State<AppState>,
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::AnyKey>,
 ) -> Result<Json<KeyInfo>, ApiError> {
     Ok(Json(describe(&state, &key).await?))
 }
 
+#[utoipa::path(delete, path = "/v1/auth/key", tag = "auth", operation_id = "revokeCurrentKey",
+    summary = "Revoke the presented key (log out). The next request with it gets 401.",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Revoked.", body = RevokedKey),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn revoke(
     State(state): State<AppState>,
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::AnyKey>,
 ) -> Result<Json<RevokedKey>, ApiError> {
     let actor = super::organization::key_actor(&state, &key).await?;
     state.keys.revoke(&key.id, &actor).await?;

@@ -5,9 +5,19 @@ use axum::extract::{Path, State};
 use svc_api::{Model, ModelList};
 
 use crate::error::ApiError;
-use crate::extract::Authenticated;
+use crate::extract::{Key, scope};
+use crate::openapi::shared;
 use crate::registry::ModelRoute;
 use crate::state::AppState;
+
+crate::openapi::parameters! {
+    /// The model of `GET /v1/models/{model}`.
+    ModelPath {
+        ("model", Path, true,
+            "The model id. Ids may contain `/`; the rest of the path after `/v1/models/` is the id.",
+            {"type": "string", "minLength": 1, "examples": ["svc"]}),
+    }
+}
 
 fn entry(route: &ModelRoute) -> Model {
     Model {
@@ -20,8 +30,17 @@ fn entry(route: &ModelRoute) -> Model {
 
 /// The models the key may use (its own list and its project's): the others
 /// are not listed, and reading one is the 404 of a model that does not exist.
+#[utoipa::path(get, path = "/v1/models", tag = "models", operation_id = "listModels",
+    summary = "List the models this server serves.",
+    security(("bearer" = ["api.model.read"])),
+    responses(
+        (status = 200, description = "The model list, in the server's order.", body = ModelList),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn list(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ModelRead>,
     State(state): State<AppState>,
 ) -> Json<ModelList> {
     Json(ModelList {
@@ -35,8 +54,19 @@ pub async fn list(
     })
 }
 
+#[utoipa::path(get, path = "/v1/models/{*model}", tag = "models", operation_id = "retrieveModel",
+    summary = "One model by id.",
+    security(("bearer" = ["api.model.read"])),
+    params(ModelPath),
+    responses(
+        (status = 200, description = "The model.", body = Model),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn retrieve(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ModelRead>,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Model>, ApiError> {

@@ -1,6 +1,6 @@
 //! The admin API's projects and project keys (`/v1/organization/projects…`),
 //! in the shape of OpenAI's Administration API. Only admin keys get here
-//! (the route table in [`crate::scopes`] says so); what one may reach
+//! (each handler takes a `Key<scope::Management…>`); what one may reach
 //! depends on whose it is:
 //!
 //! - the operator's (made with `svc keys create --kind admin`, no account)
@@ -18,7 +18,7 @@
 //!
 //! Keys are rotated here too (svc's own call). Every change is written to
 //! the audit log by the admin key: keys by the key service, projects and
-//! memberships by [`crate::projects`], which the dashboard shares.
+//! memberships by [`svc_core::projects`], which the dashboard shares.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -31,7 +31,8 @@ use svc_api::{
 };
 use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
-use svc_core::store::AccountChange;
+use svc_core::projects::{self, ProjectChanges, models};
+use svc_core::user::AccountChange;
 use svc_core::{
     AdminReach, Budget, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
     ProjectMember, ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
@@ -39,9 +40,55 @@ use svc_core::{
 
 use crate::budget::Scope;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Authenticated};
-use crate::projects::{self, ProjectChanges, models};
+use crate::extract::{ApiJson, Key, scope};
+use crate::openapi::shared;
 use crate::state::AppState;
+
+crate::openapi::parameters! {
+    /// OpenAI's cursor: `limit` and `after`.
+    PageParams {
+        ("limit", Query, false, "Items per page (1 to 100; default 20).",
+            {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+        ("after", Query, false, "The `last_id` of the previous page: this page starts after that item.",
+            {"type": "string"}),
+    }
+    /// The project of the path.
+    ProjectPath {
+        ("project_id", Path, true, "The id of a project (`proj_...`).", {"type": "string"}),
+    }
+    /// The key of the path.
+    KeyPath {
+        ("key_id", Path, true, "The id of a key (`key_...`).", {"type": "string"}),
+    }
+    /// The account of the path.
+    UserPath {
+        ("user_id", Path, true, "`usr_` + 16 hex.", {"type": "string"}),
+    }
+}
+
+/// The answers every admin API operation may give besides its own.
+pub(crate) struct AdminErrors;
+
+impl utoipa::IntoResponses for AdminErrors {
+    fn responses()
+    -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::Response>> {
+        use utoipa::ToResponse;
+        let shared = |(name, _): (&str, _)| utoipa::openapi::Ref::from_response_name(name).into();
+        let forbidden = crate::openapi::shared::error_response(
+            "Not an admin key, or an admin key that does not reach this (`code` `insufficient_permissions`).",
+            None,
+        );
+        [
+            ("401", shared(shared::Unauthorized::response())),
+            ("403", forbidden.into()),
+            ("500", shared(shared::InternalServerError::response())),
+            ("503", shared(shared::ServiceUnavailable::response())),
+        ]
+        .into_iter()
+        .map(|(status, response)| (status.to_owned(), response))
+        .collect()
+    }
+}
 
 /// `limit`'s default and most, as OpenAI's.
 const DEFAULT_LIMIT: usize = 20;
@@ -75,7 +122,7 @@ impl Reach {
     }
 }
 
-/// What `key` (an admin key: the route table let it in) may reach now: the
+/// What `key` (an admin key: the handler's scope let it in) may reach now: the
 /// lesser of the reach fixed when it was made and what its owner's roles
 /// reach now, so demoting the owner takes the reach away and promoting
 /// them does not widen a key made before.
@@ -153,8 +200,10 @@ async fn key_of(
 }
 
 async fn project_body(state: &AppState, project: ProjectRecord) -> Project {
-    let budget =
-        projects::budget_status(state, Scope::Project, &project.id.0, project.budget).await;
+    let budget = state
+        .budgets
+        .status(Scope::Project, &project.id.0, project.budget)
+        .await;
     Project {
         budget,
         id: project.id.0,
@@ -192,8 +241,10 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
             }
         }
     };
-    let budget =
-        projects::budget_status(state, Scope::Key, &key.budget_holder().0, key.budget).await;
+    let budget = state
+        .budgets
+        .status(Scope::Key, &key.budget_holder().0, key.budget)
+        .await;
     Ok(ProjectApiKey {
         object: "organization.project.api_key".into(),
         budget,
@@ -275,8 +326,17 @@ fn budget(requested: Option<BudgetLimit>) -> Result<Option<Budget>, ValidationEr
 
 /// `GET /v1/organization/projects`: the projects the key reaches, oldest
 /// first.
+#[utoipa::path(get, path = "/v1/organization/projects", tag = "organization", operation_id = "listProjects",
+    summary = "The projects this admin key reaches, oldest first.",
+    security(("bearer" = ["api.management.read"])),
+    params(PageParams),
+    responses(
+        (status = 200, description = "A page of projects.", body = ProjectList),
+        (status = 400, response = shared::BadRequest),
+        AdminErrors,
+    ))]
 pub async fn list_projects(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<ProjectList>, ApiError> {
@@ -304,8 +364,17 @@ pub async fn list_projects(
 }
 
 /// `POST /v1/organization/projects`: organization-wide admin keys only.
+#[utoipa::path(post, path = "/v1/organization/projects", tag = "organization", operation_id = "createProject",
+    summary = "Create a project (an organization owner's or the operator's admin key).",
+    security(("bearer" = ["api.management.write"])),
+    request_body = CreateProjectRequest,
+    responses(
+        (status = 200, description = "The project.", body = Project),
+        (status = 400, response = shared::BadRequest),
+        AdminErrors,
+    ))]
 pub async fn create_project(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateProjectRequest>,
 ) -> Result<Json<Project>, ApiError> {
@@ -323,13 +392,25 @@ pub async fn create_project(
         allowed_models: models(body.allowed_models)?,
         budget: budget(body.budget)?,
     };
-    projects::create(&state, &key_actor(&state, &key).await?, &project).await?;
+    state
+        .projects
+        .create(&key_actor(&state, &key).await?, &project)
+        .await?;
     Ok(Json(project_body(&state, project).await))
 }
 
 /// `GET /v1/organization/projects/{project_id}`.
+#[utoipa::path(get, path = "/v1/organization/projects/{project_id}", tag = "organization", operation_id = "getProject",
+    summary = "A project, by id.",
+    security(("bearer" = ["api.management.read"])),
+    params(ProjectPath),
+    responses(
+        (status = 200, description = "The project.", body = Project),
+        (status = 404, description = "No project the key reaches has this id (`code` `not_found`): another project's id is answered the same.", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn get_project(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     Path(project_id): Path<String>,
 ) -> Result<Json<Project>, ApiError> {
@@ -341,8 +422,18 @@ pub async fn get_project(
 /// `POST /v1/organization/projects/{project_id}`: renames the project or
 /// sets its allowed models (organization-wide admin keys only: a project's
 /// owner cannot widen what the organization allowed it).
+#[utoipa::path(post, path = "/v1/organization/projects/{project_id}", tag = "organization", operation_id = "modifyProject",
+    summary = "Rename a project or set its allowed models (an organization owner's or the operator's admin key); keys follow from their next request.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath), request_body = ModifyProjectRequest,
+    responses(
+        (status = 200, description = "The project.", body = Project),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "No project the key reaches has this id (`code` `not_found`): another project's id is answered the same.", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn modify_project(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path(project_id): Path<String>,
     ApiJson(body): ApiJson<ModifyProjectRequest>,
@@ -361,7 +452,7 @@ pub async fn modify_project(
         budget: body.budget.map(budget).transpose()?,
     };
     let actor = key_actor(&state, &key).await?;
-    if !projects::update(&state, &actor, &mut project, changes).await? {
+    if !state.projects.update(&actor, &mut project, changes).await? {
         return Err(ApiError::NotFound {
             param: None,
             message: format!("No project found with id '{}'.", project.id.0),
@@ -371,8 +462,18 @@ pub async fn modify_project(
 }
 
 /// `GET /v1/organization/projects/{project_id}/api_keys`: newest first.
+#[utoipa::path(get, path = "/v1/organization/projects/{project_id}/api_keys", tag = "organization", operation_id = "listProjectApiKeys",
+    summary = "A project's keys (never their secrets), newest first, revoked ones included.",
+    security(("bearer" = ["api.management.read"])),
+    params(PageParams, ProjectPath),
+    responses(
+        (status = 200, description = "A page of keys.", body = ProjectApiKeyList),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "No project the key reaches has this id (`code` `not_found`): another project's id is answered the same.", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn list_keys(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     Path(project_id): Path<String>,
     RawQuery(query): RawQuery,
@@ -397,8 +498,18 @@ pub async fn list_keys(
 
 /// `POST /v1/organization/projects/{project_id}/api_keys`: a new key of the
 /// admin key's owner in the project, its secret in `value`, once.
+#[utoipa::path(post, path = "/v1/organization/projects/{project_id}/api_keys", tag = "organization", operation_id = "createProjectApiKey",
+    summary = "Create a key in the project for the admin key's owner; its secret is in `value`, this once.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath), request_body = CreateProjectApiKeyRequest,
+    responses(
+        (status = 200, description = "The key, with `value`.", body = ProjectApiKey),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "No project the key reaches has this id (`code` `not_found`): another project's id is answered the same.", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn create_key(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path(project_id): Path<String>,
     ApiJson(body): ApiJson<CreateProjectApiKeyRequest>,
@@ -461,8 +572,17 @@ pub async fn create_key(
 }
 
 /// `GET /v1/organization/projects/{project_id}/api_keys/{key_id}`.
+#[utoipa::path(get, path = "/v1/organization/projects/{project_id}/api_keys/{key_id}", tag = "organization", operation_id = "getProjectApiKey",
+    summary = "A key of the project, by id (never its secret).",
+    security(("bearer" = ["api.management.read"])),
+    params(ProjectPath, KeyPath),
+    responses(
+        (status = 200, description = "The key.", body = ProjectApiKey),
+        (status = 404, description = "The project or the key is not found in what the admin key reaches (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn get_key(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     Path((project_id, key_id)): Path<(String, String)>,
 ) -> Result<Json<ProjectApiKey>, ApiError> {
@@ -474,8 +594,18 @@ pub async fn get_key(
 
 /// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}` (svc's
 /// own): sets or removes the key's token budget.
+#[utoipa::path(post, path = "/v1/organization/projects/{project_id}/api_keys/{key_id}", tag = "organization", operation_id = "modifyProjectApiKey",
+    summary = "Set or remove a key's token budget (svc's own); the key follows from its next request, on every replica.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath, KeyPath), request_body = ModifyProjectApiKeyRequest,
+    responses(
+        (status = 200, description = "The key.", body = ProjectApiKey),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "The project or the key is not found in what the admin key reaches (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn modify_key(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path((project_id, key_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<ModifyProjectApiKeyRequest>,
@@ -499,8 +629,17 @@ pub async fn modify_key(
 /// `DELETE /v1/organization/projects/{project_id}/api_keys/{key_id}`:
 /// revokes the key (refused from the next request, on every replica); its
 /// record stays, shown as `revoked`. Deleting it again answers the same.
+#[utoipa::path(delete, path = "/v1/organization/projects/{project_id}/api_keys/{key_id}", tag = "organization", operation_id = "deleteProjectApiKey",
+    summary = "Revoke a key of the project: refused from its next request, on every replica; its record stays, `revoked`.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath, KeyPath),
+    responses(
+        (status = 200, description = "Revoked.", body = DeletedProjectApiKey),
+        (status = 404, description = "The project or the key is not found in what the admin key reaches (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn delete_key(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path((project_id, key_id)): Path<(String, String)>,
 ) -> Result<Json<DeletedProjectApiKey>, ApiError> {
@@ -522,8 +661,18 @@ pub async fn delete_key(
 /// a new key like this one (its secret in `value`, once); this one keeps
 /// working for `grace_period_seconds` (default 24 hours), then is refused
 /// as expired.
+#[utoipa::path(post, path = "/v1/organization/projects/{project_id}/api_keys/{key_id}/rotate", tag = "organization", operation_id = "rotateProjectApiKey",
+    summary = "Rotate a key of the project (svc's own): a new key with the same project, owner, kind, permissions, models, rate limits and name, its secret in `value` this once and `rotated_from` naming the old one; the old key keeps working for `grace_period_seconds` (default 86400), then is refused as expired.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath, KeyPath), request_body = RotateProjectApiKeyRequest,
+    responses(
+        (status = 200, description = "The new key, with `value`.", body = ProjectApiKey),
+        (status = 400, description = "A grace period out of range (`param` `grace_period_seconds`), or a key that is not active (`param` `key_id`).", body = svc_api::ErrorBody),
+        (status = 404, description = "The project or the key is not found in what the admin key reaches (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn rotate_key(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path((project_id, key_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<RotateProjectApiKeyRequest>,
@@ -612,8 +761,17 @@ async fn organization_wide(state: &AppState, key: &KeyRecord) -> Result<(), ApiE
 }
 
 /// `GET /v1/organization/users`: every account, oldest first.
+#[utoipa::path(get, path = "/v1/organization/users", tag = "organization", operation_id = "listOrganizationUsers",
+    summary = "The organization's accounts, oldest first, with their role (`owner`: an admin account; `reader`). An organization owner's or the operator's admin key.",
+    security(("bearer" = ["api.management.read"])),
+    params(PageParams),
+    responses(
+        (status = 200, description = "A page of accounts.", body = OrganizationUserList),
+        (status = 400, response = shared::BadRequest),
+        AdminErrors,
+    ))]
 pub async fn list_organization_users(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<OrganizationUserList>, ApiError> {
@@ -632,8 +790,17 @@ pub async fn list_organization_users(
 }
 
 /// `GET /v1/organization/users/{user_id}`.
+#[utoipa::path(get, path = "/v1/organization/users/{user_id}", tag = "organization", operation_id = "getOrganizationUser",
+    summary = "One account of the organization.",
+    security(("bearer" = ["api.management.read"])),
+    params(UserPath),
+    responses(
+        (status = 200, description = "The account.", body = OrganizationUser),
+        (status = 404, description = "No account with that id (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn get_organization_user(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     Path(user_id): Path<String>,
 ) -> Result<Json<OrganizationUser>, ApiError> {
@@ -649,8 +816,18 @@ pub async fn get_organization_user(
 /// `POST /v1/organization/users/{user_id}`: makes an account an
 /// organization owner (an admin) or a reader; refused for the last enabled
 /// owner. Its admin keys follow from their next request, on every replica.
+#[utoipa::path(post, path = "/v1/organization/users/{user_id}", tag = "organization", operation_id = "modifyOrganizationUser",
+    summary = "Make an account an organization owner (an admin) or a reader; the last enabled owner stays one. Its admin keys follow from their next request, on every replica.",
+    security(("bearer" = ["api.management.write"])),
+    params(UserPath), request_body = ModifyOrganizationUserRequest,
+    responses(
+        (status = 200, description = "The account.", body = OrganizationUser),
+        (status = 400, description = "`role` is not owner or reader, or the account is the last owner (`param` `role`).", body = svc_api::ErrorBody),
+        (status = 404, description = "No account with that id (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn modify_organization_user(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path(user_id): Path<String>,
     ApiJson(body): ApiJson<ModifyOrganizationUserRequest>,
@@ -690,8 +867,18 @@ pub async fn modify_organization_user(
 }
 
 /// `GET /v1/organization/projects/{project_id}/users`: oldest member first.
+#[utoipa::path(get, path = "/v1/organization/projects/{project_id}/users", tag = "organization", operation_id = "listProjectUsers",
+    summary = "A project's members and their roles, oldest first.",
+    security(("bearer" = ["api.management.read"])),
+    params(PageParams, ProjectPath),
+    responses(
+        (status = 200, description = "A page of members.", body = ProjectUserList),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "No project the key reaches has this id (`code` `not_found`): another project's id is answered the same.", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn list_users(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     Path(project_id): Path<String>,
     RawQuery(query): RawQuery,
@@ -714,8 +901,18 @@ pub async fn list_users(
 /// `POST /v1/organization/projects/{project_id}/users`: adds an account to
 /// the project with a role, or changes its role there. An owner's admin
 /// keys reach the project from their next request; a member's do not.
+#[utoipa::path(post, path = "/v1/organization/projects/{project_id}/users", tag = "organization", operation_id = "createProjectUser",
+    summary = "Add an account to the project with a role, or change its role there.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath), request_body = CreateProjectUserRequest,
+    responses(
+        (status = 200, description = "The member.", body = ProjectUser),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "No project the key reaches has this id, or no account has this `user_id` (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn add_user(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path(project_id): Path<String>,
     ApiJson(body): ApiJson<CreateProjectUserRequest>,
@@ -733,14 +930,10 @@ pub async fn add_user(
             message: format!("No user found with id '{}'.", user.0),
         });
     }
-    projects::set_member(
-        &state,
-        &key_actor(&state, &key).await?,
-        &project,
-        &user,
-        role,
-    )
-    .await?;
+    state
+        .projects
+        .set_member(&key_actor(&state, &key).await?, &project, &user, role)
+        .await?;
     let members = state.store.list_project_members(&project.id).await?;
     let member = members
         .into_iter()
@@ -752,8 +945,18 @@ pub async fn add_user(
 /// `DELETE /v1/organization/projects/{project_id}/users/{user_id}`:
 /// removes the account from the project (audited as `user.deleted`), never
 /// its last owner; the account's keys stay as they are.
+#[utoipa::path(delete, path = "/v1/organization/projects/{project_id}/users/{user_id}", tag = "organization", operation_id = "deleteProjectUser",
+    summary = "Remove an account from the project (never its last owner); its keys stay as they are.",
+    security(("bearer" = ["api.management.write"])),
+    params(ProjectPath, UserPath),
+    responses(
+        (status = 200, description = "Removed.", body = DeletedProjectUser),
+        (status = 400, response = shared::BadRequest),
+        (status = 404, description = "No project the key reaches has this id, or the account is not a member (`code` `not_found`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn remove_user(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
     Path((project_id, user_id)): Path<(String, String)>,
 ) -> Result<Json<DeletedProjectUser>, ApiError> {
@@ -761,7 +964,11 @@ pub async fn remove_user(
     let project = visible_project(&state, &reach, &project_id).await?;
     let user = UserId(user_id);
     let actor = key_actor(&state, &key).await?;
-    match projects::remove_member(&state, &actor, &project, &user).await? {
+    match state
+        .projects
+        .remove_member(&actor, &project, &user)
+        .await?
+    {
         svc_core::MemberRemoval::Removed(_) => Ok(Json(DeletedProjectUser {
             object: "organization.project.user.deleted".into(),
             id: user.0,

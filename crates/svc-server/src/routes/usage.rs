@@ -8,14 +8,34 @@ use svc_api::{UsageDay, UsageList};
 use svc_core::{ValidationError, day_of, now};
 
 use crate::error::ApiError;
-use crate::extract::Authenticated;
+use crate::extract::{Key, scope};
+use crate::openapi::shared;
 use crate::state::AppState;
 
 /// The most days one request may ask for.
 pub(crate) const MAX_DAYS: i64 = 400;
 
+crate::openapi::parameters! {
+    /// How far back `GET /v1/admin/usage` reads.
+    Days {
+        ("days", Query, false, "Days back from today, today included (1 to 400; default 30).",
+            {"type": "integer", "minimum": 1, "maximum": MAX_DAYS}),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/admin/usage", tag = "auth", operation_id = "adminUsage",
+    summary = "Requests and tokens per key per UTC day, for every key (admin accounts' keys only).",
+    security(("bearer" = ["api.usage.read"])),
+    params(Days),
+    responses(
+        (status = 200, description = "Usage rows, by day then key.", body = UsageList),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, description = "The key does not belong to an admin account (`code` `insufficient_permissions`).", body = svc_api::ErrorBody),
+        (status = 500, response = shared::InternalServerError),
+    ))]
 pub async fn admin(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::UsageRead>,
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<UsageList>, ApiError> {

@@ -1,8 +1,8 @@
 //! `GET /v1/organization/usage/completions`: tokens and requests by UTC
 //! day, in the shape of OpenAI's usage API (a `page` of `bucket`s, each
 //! with `organization.usage.completions.result`s), optionally grouped by
-//! project, key and model and filtered by them. Admin keys only (the route
-//! table says `api.management.read`); a project owner's admin key sees its
+//! project, key and model and filtered by them. Admin keys only (the handler
+//! takes `Key<scope::ManagementRead>`); a project owner's admin key sees its
 //! project's usage only. svc counts usage by day, so `bucket_width` is `1d`.
 
 use std::collections::BTreeMap;
@@ -13,9 +13,9 @@ use svc_api::{UsageCompletionsBucket, UsageCompletionsPage, UsageCompletionsResu
 use svc_core::usage::day_of;
 use svc_core::{ValidationError, now};
 
-use super::organization::{Reach, reach};
+use super::organization::{AdminErrors, Reach, reach};
 use crate::error::ApiError;
-use crate::extract::Authenticated;
+use crate::extract::{Key, scope};
 use crate::state::AppState;
 
 const DAY: i64 = 86_400;
@@ -130,9 +130,37 @@ fn query(text: Option<&str>) -> Result<Query, ApiError> {
     })
 }
 
+crate::openapi::parameters! {
+    /// The days, groups, filters and page of a usage query.
+    UsageQuery {
+        ("start_time", Query, true, "Unix time: usage from 00:00 UTC of this day on.",
+            {"type": "integer", "format": "int64", "minimum": 0}),
+        ("end_time", Query, false, "Unix time: usage before this (default: now).",
+            {"type": "integer", "format": "int64", "minimum": 0}),
+        ("bucket_width", Query, false, "`1d` (svc counts usage by day).", {"type": "string", "enum": ["1d"]}),
+        ("group_by[]", Query, false, "Group each day's usage by these fields (the others are null).",
+            {"type": "array", "items": {"type": "string", "enum": GROUPS}}),
+        ("project_ids[]", Query, false, "Only these projects.", {"type": "array", "items": {"type": "string"}}),
+        ("api_key_ids[]", Query, false, "Only these keys.", {"type": "array", "items": {"type": "string"}}),
+        ("models[]", Query, false, "Only these models.", {"type": "array", "items": {"type": "string"}}),
+        ("limit", Query, false, "Day buckets a page: 1 to 31, default 7.",
+            {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS}),
+        ("page", Query, false, "The `next_page` of the previous page.", {"type": "string"}),
+    }
+}
+
 /// `GET /v1/organization/usage/completions`.
+#[utoipa::path(get, path = "/v1/organization/usage/completions", tag = "organization", operation_id = "usageCompletions",
+    summary = "Requests and tokens by UTC day, optionally grouped and filtered by project, key and model, in OpenAI's usage shape. Usage from before migration 0011 has no model and is not here. A project owner's admin key sees its project's usage only.",
+    security(("bearer" = ["api.management.read"])),
+    params(UsageQuery),
+    responses(
+        (status = 200, description = "Day buckets.", body = UsageCompletionsPage),
+        (status = 400, description = "A parameter out of range; `param` names it (`start_time`, `end_time`, `bucket_width`, `group_by`, `limit`, `page`).", body = svc_api::ErrorBody),
+        AdminErrors,
+    ))]
 pub async fn list(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ManagementRead>,
     State(state): State<AppState>,
     RawQuery(text): RawQuery,
 ) -> Result<Json<UsageCompletionsPage>, ApiError> {

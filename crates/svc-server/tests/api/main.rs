@@ -1,12 +1,10 @@
 //! HTTP tests of the real server (port 0, fresh SQLite, scripted engine).
 //! One test binary with a module per concern keeps link time down.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
     clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"

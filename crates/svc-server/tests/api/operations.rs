@@ -60,7 +60,7 @@ async fn metrics_count_requests_latency_tokens_and_errors() {
         sample(&page, &format!("{chat},status=\"401\"}}")),
         Some(1.0)
     );
-    assert!(page.contains("route=\"/v1/models/{*id}\""), "{page}");
+    assert!(page.contains("route=\"/v1/models/{*model}\""), "{page}");
     assert!(
         !page.contains("svc-thinking\",method"),
         "no raw paths as labels"

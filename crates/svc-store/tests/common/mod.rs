@@ -1,13 +1,13 @@
 //! A fresh database of either backend for one test.
-#![allow(dead_code, reason = "each test file uses a part of it")]
+#![expect(dead_code, reason = "each test file uses a part of it")]
 
 use sqlx::{AnyConnection, Connection};
-use svc_core::account::{UserId, UserRecord};
 use svc_core::device::{DeviceRecord, DeviceState};
 use svc_core::hashes::DeviceCodeHash;
-use svc_core::key::{ApiKey, KeyHash, KeyId};
-use svc_core::project::{KeyKind, ModelAccess, ProjectId};
-use svc_core::store::{KeyOrigin, KeyRecord};
+use svc_core::ids::{KeyId, ProjectId, UserId};
+use svc_core::key::{ApiKey, KeyHash, KeyOrigin, KeyRecord};
+use svc_core::project::{KeyKind, ModelAccess};
+use svc_core::user::UserRecord;
 use svc_store::SqlStore;
 use svc_store::testing::{self, TestSchema};
 

@@ -14,13 +14,9 @@
 //! `--no-password-sign-in` set up single sign-on (for the browser tests'
 //! OpenID Connect provider).
 
-#![allow(
-    clippy::unwrap_used,
+#![expect(
     clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]

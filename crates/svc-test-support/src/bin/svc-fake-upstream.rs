@@ -2,17 +2,6 @@
 //! the zero-latency upstream of the gateway-overhead benchmark. Prints
 //! `url http://127.0.0.1:PORT/v1` on stdout, then serves until killed.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::unreachable,
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::disallowed_methods,
-    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
-)]
-
 use std::io::Write;
 
 use svc_test_support::FakeUpstream;

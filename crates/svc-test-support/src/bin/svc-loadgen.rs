@@ -20,13 +20,11 @@
 //! each), no client framework around them, and open loop on one thread
 //! paced by a timerfd. Plain `http://` only.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::unreachable,
     clippy::print_stdout,
-    clippy::print_stderr,
     clippy::disallowed_methods,
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
@@ -266,7 +264,7 @@ impl Pacer {
         );
         // Deprecated because the registration must not outlive the file
         // descriptor: here the AsyncFd owns the timer, so it cannot.
-        #[allow(deprecated)]
+        #[expect(deprecated)]
         let timer = AsyncFd::with_interest(timer, Interest::READABLE).expect("timerfd");
         Pacer { timer }
     }

@@ -1,6 +1,7 @@
 //! Shaping engine events into Anthropic's Messages API: one `message`
 //! body, or its Server-Sent Events (`message_start`, `content_block_*`,
-//! `ping`, `message_delta`, `message_stop`), and errors in its shape.
+//! `ping`, `message_delta`, `message_stop`), and the error event of a
+//! stream that failed.
 //!
 //! Content blocks follow the events: reasoning is a `thinking` block (when
 //! shown), text a `text` block, each tool call a `tool_use` block, each
@@ -10,11 +11,6 @@
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use axum::body::Body;
-use axum::extract::Request;
-use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
@@ -25,15 +21,12 @@ use svc_api::messages::{
 use svc_core::messages::StopMatcher;
 use svc_core::{Engine, EngineEvent, EventStream, FinishReason, GenerateRequest, TokenUsage};
 
-use crate::error::{ApiError, Rendered};
+use crate::error::ApiError;
 
 /// The `signature` of the thinking blocks svc sends. Anthropic signs its
 /// thinking so that it can be sent back unchanged; svc ignores thinking
 /// sent back, so its signature only says where it came from.
 pub const THINKING_SIGNATURE: &str = "svc";
-
-/// Anthropic's status for an overloaded API.
-pub const OVERLOADED: u16 = 529;
 
 /// What every event of one reply shares.
 #[derive(Debug, Clone)]
@@ -444,7 +437,7 @@ pub fn error_body(err: &ApiError) -> AnthropicErrorBody {
     )
 }
 
-fn body(kind: &str, message: String) -> AnthropicErrorBody {
+pub(crate) fn body(kind: &str, message: String) -> AnthropicErrorBody {
     AnthropicErrorBody {
         kind: "error".into(),
         error: AnthropicError {
@@ -463,40 +456,4 @@ fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
         Some(id) => crate::request_id::scope(id.to_owned(), make),
         None => make(),
     }
-}
-
-/// Whether `path` is one of Anthropic's Messages API (or under it).
-pub fn is_messages_path(path: &str) -> bool {
-    path == "/v1/messages" || path.starts_with("/v1/messages/")
-}
-
-/// Layer of the router: on `/v1/messages` and the paths under it, every
-/// error answer, whatever produced it (authentication, the body's parsing,
-/// rate limits, the engine, a wrong method or path), is said in
-/// Anthropic's shape, with the same status and headers; an overloaded
-/// engine is Anthropic's 529. Other paths pass untouched.
-pub async fn errors(request: Request, next: Next) -> Response {
-    if !is_messages_path(request.uri().path()) {
-        return next.run(request).await;
-    }
-    let response = next.run(request).await;
-    let Some(rendered) = response.extensions().get::<Rendered>().cloned() else {
-        return response;
-    };
-    let (mut parts, _) = response.into_parts();
-    if rendered.anthropic_type == "overloaded_error"
-        && parts.status == StatusCode::TOO_MANY_REQUESTS
-        && let Ok(status) = StatusCode::from_u16(OVERLOADED)
-    {
-        parts.status = status;
-    }
-    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-    let json =
-        serde_json::to_vec(&body(rendered.anthropic_type, rendered.message)).unwrap_or_default();
-    let mut out = Response::from_parts(parts, Body::from(json));
-    out.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("application/json"),
-    );
-    out.into_response()
 }

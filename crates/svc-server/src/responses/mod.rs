@@ -2,13 +2,17 @@
 //! `GET`/`DELETE /v1/responses/{id}` for stored responses.
 //!
 //! A request goes through the same pipeline as a chat completion
-//! ([`chat::limited`], [`chat::generate`]): keys, rate limits, the model's
+//! ([`crate::pipeline`]): keys, rate limits, the model's
 //! route, usage and metrics apply unchanged. With `store` (the default) the
 //! finished response is kept, owned by the key's account (the operator's
 //! keys, which have none, share the owner `operator`) and counted against
 //! its project's storage quota, for `response_retention`;
 //! `previous_response_id` continues its conversation.
-//! [`crate::conversations`] keeps conversations and reads them back.
+//! [`conversations`] keeps conversations and reads them back; [`shape`]
+//! makes the reply and its events. Errors are OpenAI's shape.
+
+pub(crate) mod conversations;
+pub(crate) mod shape;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -20,17 +24,44 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use svc_api::responses::{CreateResponseRequest, DeletedResponse};
 use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, ValidResponseRequest, now};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::chat::{arrived, generate, json_response, limited, sse_response};
-use crate::conversations::Keep;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Authenticated};
-use crate::responses_shape::{Shaper, new_id};
+use crate::extract::{ApiJson, Key, scope};
+use crate::openapi::shared;
+use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
 use crate::state::AppState;
-use crate::usage::Metering;
+use conversations::Keep;
+use shape::{Shaper, new_id};
 
+/// The dialect's routes.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create))
+        .routes(routes!(retrieve, delete))
+}
+
+#[utoipa::path(post, path = "/v1/responses", tag = "responses", operation_id = "createResponse",
+    summary = "Create a response (OpenAI's Responses API): the model's next output items for the input.",
+    description = "`input` is a string or a list of items (messages, `function_call`, `function_call_output`, `reasoning`), as the Responses API returns them; `instructions` goes first as a system message. Tools of type `function` are offered to the model; other tool types (`web_search`, `file_search`, `computer_use_preview`, `local_shell`, `custom`, `mcp`, ...) are accepted, returned in `tools`, and left out of the prompt, and so are reasoning items and the items of those tools in `input`.\n\nWith `stream` false or absent the reply is one `response` object. With `stream` true it comes as Server-Sent Events (see the `ResponseStreamEvent` schema): `response.created`, `response.in_progress`, then per output item `response.output_item.added`, `response.content_part.added`, deltas and their `.done`, `response.content_part.done`, `response.output_item.done`, and last `response.completed` (or `response.incomplete` when `max_output_tokens` cut it); a failure after the stream began is an `error` event and `response.failed`.\n\nWith `store` (default true) the response is kept for the key's account: `GET /v1/responses/{response_id}` reads it and `previous_response_id` continues its conversation (an unknown, expired or another account's id is 404).",
+    security(("bearer" = ["api.responses.write"])),
+    request_body = CreateResponseRequest,
+    responses(
+        (status = 200, description = "The response: whole, or streamed when `stream` is true.",
+            content((svc_api::responses::ResponseObject = "application/json"),
+                (svc_api::responses::ResponseStreamEvent = "text/event-stream"))),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, description = "The model does not exist (`code` `model_not_found`), or `previous_response_id` names no stored response of this account (`code` `not_found`).", body = svc_api::ErrorBody),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
 pub async fn create(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ResponsesWrite>,
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
@@ -40,8 +71,27 @@ pub async fn create(
     .await
 }
 
+crate::openapi::parameters! {
+    /// The response of `/v1/responses/{response_id}`.
+    ResponsePath {
+        ("response_id", Path, true, "The id of a stored response (`resp_...`).", {"type": "string"}),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/responses/{response_id}", tag = "responses", operation_id = "getResponse",
+    summary = "A stored response of this key's account, by id.",
+    security(("bearer" = ["api.responses.read"])),
+    params(ResponsePath),
+    responses(
+        (status = 200, description = "The response.", body = svc_api::responses::ResponseObject),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, description = "No stored response of this account has this id (never stored, deleted, expired or another account's; `code` `not_found`).", body = svc_api::ErrorBody),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
 pub async fn retrieve(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ResponsesRead>,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -54,8 +104,20 @@ pub async fn retrieve(
     Ok(([(header::CONTENT_TYPE, json)], response).into_response())
 }
 
+#[utoipa::path(delete, path = "/v1/responses/{response_id}", tag = "responses", operation_id = "deleteResponse",
+    summary = "Delete a stored response of this key's account.",
+    security(("bearer" = ["api.responses.write"])),
+    params(ResponsePath),
+    responses(
+        (status = 200, description = "Deleted.", body = svc_api::responses::DeletedResponse),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, description = "No stored response of this account has this id (`code` `not_found`).", body = svc_api::ErrorBody),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
 pub async fn delete(
-    Authenticated(key): Authenticated,
+    Key(key, _): Key<scope::ResponsesWrite>,
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -127,7 +189,7 @@ async fn answer(
     )
     .await
     .map_err(engine_error)?;
-    let mut shaper = Shaper::new(valid.response(new_id("resp"), now()));
+    let mut shaper = Shaper::new(valid.response(new_id("resp"), now()), stream);
     let conversations = state.conversations.clone();
     if !stream {
         loop {
@@ -155,8 +217,8 @@ async fn answer(
     }
     let request_id = crate::request_id::current();
     let body = async_stream::stream! {
-        for event in shaper.start() {
-            yield Ok::<_, Infallible>(event.to_sse());
+        for frame in shaper.start() {
+            yield Ok::<_, Infallible>(frame);
         }
         loop {
             let (out, last) = match events.next().await {
@@ -170,7 +232,7 @@ async fn answer(
                         None => Ok(()),
                     };
                     match kept {
-                        Ok(()) => out.push(shaper.done()),
+                        Ok(()) => out.extend(shaper.done()),
                         Err(e) => out.extend(failed(&mut shaper, request_id.as_deref(), e)),
                     }
                     (out, true)
@@ -182,8 +244,8 @@ async fn answer(
                     (failed(&mut shaper, request_id.as_deref(), e), true)
                 }
             };
-            for event in out {
-                yield Ok(event.to_sse());
+            for frame in out {
+                yield Ok(frame);
             }
             if last {
                 break;
@@ -195,11 +257,7 @@ async fn answer(
 
 /// The events of a failure, built as if inside the request, so that a
 /// server error quotes its id.
-fn failed(
-    shaper: &mut Shaper,
-    request_id: Option<&str>,
-    error: ApiError,
-) -> Vec<crate::responses_shape::StreamEvent> {
+fn failed(shaper: &mut Shaper, request_id: Option<&str>, error: ApiError) -> Vec<bytes::Bytes> {
     match request_id {
         Some(id) => crate::request_id::scope(id.to_owned(), || shaper.fail(&error)),
         None => shaper.fail(&error),

@@ -1,54 +1,43 @@
-//! `POST /v1/chat/completions`: validate, route to the model's engine, shape
-//! the events into one body or a stream.
-//!
-//! [`limited`] and [`generate`] are what every generating route shares
-//! whatever its dialect: the key's rate limits, the model's route, the
-//! default system prompt, metrics and usage.
-
-use axum::body::Body;
-use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
-use svc_api::ChatCompletionRequest;
-use svc_core::{ChatMessage, EventStream, GenerateRequest, KeyRecord, ValidChatRequest};
+//! What every generating route shares, whatever its dialect: the key's
+//! rate limits ([`limited`]), the model's route and its default system
+//! prompt ([`routed`]), budgets, the engine, metrics and usage
+//! ([`generate`]), and the replies' framing ([`json_response`],
+//! [`sse_response`]). A dialect (`crate::chat`, `crate::responses`,
+//! `crate::messages`) parses its request into a `GenerateRequest` and
+//! shapes the events it gets back.
 
 use std::future::Future;
 use std::time::Instant;
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use svc_core::{ChatMessage, EventStream, GenerateRequest, KeyRecord};
+
 use crate::budget::BudgetSlot;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Authenticated};
 use crate::metrics::Arrived;
 use crate::registry::ModelRoute;
-use crate::shape::{self, CompletionMeta};
 use crate::state::AppState;
 pub(crate) use crate::usage::Metering;
-
-pub async fn create(
-    Authenticated(key): Authenticated,
-    State(state): State<AppState>,
-    request: Request,
-) -> Response {
-    limited(&state, key, |key, metering| {
-        answer(&state, key, request, metering)
-    })
-    .await
-}
 
 /// Counts the request against the key's rate limits before anything else
 /// (so failed requests count too), runs `answer` when they allow it, and
 /// puts the limits' state on every answer, and the state of its budgets
 /// when [`generate`] charged them. `answer` is told how to meter the
 /// request (tokens count toward a limit only for keys with a
-/// tokens-per-minute one).
-pub(crate) async fn limited<F, Fut>(state: &AppState, key: KeyRecord, answer: F) -> Response
+/// tokens-per-minute one). Errors, a refusal included, are said in the
+/// dialect of `E` (`ApiError` is OpenAI's).
+pub(crate) async fn limited<E, F, Fut>(state: &AppState, key: KeyRecord, answer: F) -> Response
 where
+    E: From<ApiError> + IntoResponse,
     F: FnOnce(KeyRecord, Metering) -> Fut,
-    Fut: Future<Output = Result<Response, ApiError>>,
+    Fut: Future<Output = Result<Response, E>>,
 {
     let verdict = state.limiter.check(&key).await;
     if let Some(v) = verdict.filter(|v| v.exceeded.is_some()) {
-        return ApiError::RateLimited(v).into_response();
+        return E::from(ApiError::RateLimited(v)).into_response();
     }
     let metering = Metering {
         count_tokens: verdict.is_some_and(|v| v.tokens.is_some()),
@@ -179,45 +168,15 @@ pub(crate) fn sse_response(body: Body) -> Response {
     response
 }
 
-/// A JSON reply serialized in one buffer.
+/// A JSON reply serialized in one buffer; a value that does not serialize
+/// is a logged 500, never an empty 200.
 pub(crate) fn json_response<T: serde::Serialize>(value: &T) -> Response {
     // Sized for a typical reply at once: axum's `Json` starts at 128
     // bytes and grows, a visible cost at thousands of replies a second.
     let mut body = Vec::with_capacity(768);
-    // Serializing our own wire types cannot fail.
-    let _ = serde_json::to_writer(&mut body, value);
+    if let Err(e) = serde_json::to_writer(&mut body, value) {
+        return ApiError::Internal(format!("the reply does not serialize: {e}")).into_response();
+    }
     let json = HeaderValue::from_static("application/json");
     ([(header::CONTENT_TYPE, json)], body).into_response()
-}
-
-async fn answer(
-    state: &AppState,
-    key: KeyRecord,
-    request: Request,
-    metering: Metering,
-) -> Result<Response, ApiError> {
-    let arrived = arrived(&request);
-    let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
-    let request = ValidChatRequest::try_from(body)?;
-    let stream = request.generate.stream;
-    let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
-    let events = generate(
-        state,
-        &key,
-        &request.model,
-        request.generate,
-        arrived,
-        metering,
-    )
-    .await?;
-    let meta = CompletionMeta::new(request.model).with_choices(n, logprobs);
-    if !stream {
-        let completion = shape::collect(meta, events).await?;
-        return Ok(json_response(&completion));
-    }
-    Ok(sse_response(Body::from_stream(shape::sse(
-        meta,
-        request.include_usage,
-        events,
-    ))))
 }

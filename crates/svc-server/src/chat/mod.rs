@@ -1,0 +1,87 @@
+//! `POST /v1/chat/completions`, OpenAI's chat completions: validate, run
+//! through the shared pipeline ([`crate::pipeline`]), shape the events
+//! into one `chat.completion` or a stream of chunks ([`shape`]). Errors
+//! are OpenAI's shape, [`ApiError`]'s own.
+
+pub(crate) mod shape;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request, State};
+use axum::response::Response;
+use svc_api::ChatCompletionRequest;
+use svc_core::{KeyRecord, ValidChatRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Key, scope};
+use crate::openapi::shared;
+use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::state::AppState;
+use shape::CompletionMeta;
+
+/// The dialect's routes.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create))
+}
+
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "chat", operation_id = "createChatCompletion",
+    summary = "Create a chat completion: the model's next reply to a conversation.",
+    description = "With `stream` false or absent the reply comes whole as one `chat.completion` object. With `stream` true it comes as Server-Sent Events: `data: <chunk>` frames, each a `chat.completion.chunk` (see the `ChatCompletionChunk` schema), ending with the literal `data: [DONE]`. The first chunk's delta is `{\"role\":\"assistant\",\"content\":\"\"}`; the last chunk with a choice has an empty delta and the finish_reason. With `stream_options.include_usage` every chunk has `usage: null` and one more chunk with empty `choices` and the usage comes before `[DONE]`. An error after the stream has begun is sent as a last `data: {\"error\":{...}}` frame (the `ErrorResponse` schema) and the stream ends without `[DONE]`.",
+    security(("bearer" = ["model.request"])),
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The completion: whole, or streamed when `stream` is true.",
+            content((svc_api::ChatCompletion = "application/json"),
+                (svc_api::chat::ChatCompletionStreamEvent = "text/event-stream"))),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn create(
+    Key(key, _): Key<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
+    })
+    .await
+}
+
+async fn answer(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    metering: Metering,
+) -> Result<Response, ApiError> {
+    let arrived = arrived(&request);
+    let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
+    let request = ValidChatRequest::try_from(body)?;
+    let stream = request.generate.stream;
+    let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
+    let events = generate(
+        state,
+        &key,
+        &request.model,
+        request.generate,
+        arrived,
+        metering,
+    )
+    .await?;
+    let meta = CompletionMeta::new(request.model).with_choices(n, logprobs);
+    if !stream {
+        let completion = shape::collect(meta, events).await?;
+        return Ok(json_response(&completion));
+    }
+    Ok(sse_response(Body::from_stream(shape::sse(
+        meta,
+        request.include_usage,
+        events,
+    ))))
+}

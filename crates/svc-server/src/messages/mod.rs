@@ -1,0 +1,219 @@
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's
+//! Messages API over the same keys, limits, engines, usage and metrics as
+//! chat completions. The key comes as `x-api-key` or a bearer token;
+//! `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted
+//! (svc serves one version of the API). Every error, a wrong method or
+//! path under `/v1/messages` included, is in Anthropic's shape
+//! ([`error::MessagesError`]).
+
+pub(crate) mod error;
+pub(crate) mod shape;
+
+use std::marker::PhantomData;
+
+use axum::body::Body;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request, State};
+use axum::http::header;
+use axum::http::request::Parts;
+use axum::response::Response;
+use svc_api::messages::{
+    AnthropicErrorBody, CountTokensRequest, CountTokensResponse, MessagesRequest,
+};
+use svc_core::messages::{Thinking, ValidCountTokensRequest, ValidMessagesRequest};
+use svc_core::{KeyRecord, KeyService};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Scope, in_scope, scope};
+use crate::pipeline::{
+    Metering, arrived, generate_with, json_response, limited, routed, sse_response,
+};
+use crate::state::AppState;
+use error::MessagesError;
+use shape::MessageMeta;
+
+/// The Messages routes: each answers a wrong method in Anthropic's shape,
+/// and so does every other path under `/v1/messages`.
+pub fn routes() -> OpenApiRouter<AppState> {
+    fn anthropic(
+        (schemas, paths, router): UtoipaMethodRouter<AppState>,
+    ) -> UtoipaMethodRouter<AppState> {
+        (schemas, paths, router.fallback(method_not_allowed))
+    }
+    OpenApiRouter::new()
+        .routes(anthropic(routes!(create)))
+        .routes(anthropic(routes!(count_tokens)))
+        .route("/v1/messages/{*rest}", axum::routing::any(unknown_url))
+}
+
+async fn unknown_url(request: Request) -> MessagesError {
+    MessagesError(crate::routes::unknown_url(request).await)
+}
+
+async fn method_not_allowed(request: Request) -> MessagesError {
+    MessagesError(crate::routes::method_not_allowed(request).await)
+}
+
+#[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "createMessage",
+    summary = "Create a message: the model's next reply, in Anthropic's Messages API.",
+    description = "Anthropic's `POST /v1/messages`. The key comes as `x-api-key` or a bearer token; `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted. Unknown fields are ignored. Tools whose `type` is neither absent nor `custom` (server tools such as web search) are accepted and left out of the prompt. `thinking` blocks come from reasoning models (`svc-thinking`) unless `thinking.type` is `disabled`. With `stream` true the reply is Server-Sent Events (`MessageStreamSseEvent`); an error after the stream has begun is a last `event: error`. The `message_start` event's usage is 0: the counts come in `message_delta`.",
+    security(("bearer" = ["model.request"]), ("apiKey" = ["model.request"])),
+    request_body = MessagesRequest,
+    responses(
+        (status = 200, description = "The message: whole, or streamed when `stream` is true.",
+            content((svc_api::messages::MessageReply = "application/json"),
+                (svc_api::messages::MessageStreamSseEvent = "text/event-stream"))),
+        (status = 400, description = "`invalid_request_error`: a body that is not JSON or not of the request schema, a value out of range (the message names the field as a path), an image or document block, or a prompt longer than the model's context.", body = AnthropicErrorBody),
+        (status = 401, description = "`authentication_error`: the key (`x-api-key` or bearer) is missing, malformed, unknown, revoked or expired.", body = AnthropicErrorBody),
+        (status = 403, description = "`permission_error`: the key's kind does not allow this route (the message names the missing scope, e.g. `model.request`).", body = AnthropicErrorBody),
+        (status = 404, description = "`not_found_error`: the model does not exist, or the key may not use it.", body = AnthropicErrorBody),
+        (status = 413, description = "`invalid_request_error`: the body is larger than the server's limit.", body = AnthropicErrorBody),
+        (status = 429, description = "`rate_limit_error`: the key's rate limit is reached.", body = AnthropicErrorBody),
+        (status = 500, description = "`api_error`: an internal error; the message quotes the request id.", body = AnthropicErrorBody),
+        (status = 503, description = "`overloaded_error` (the model is unavailable) or `api_error` (the store is).", body = AnthropicErrorBody),
+        (status = 529, description = "`overloaded_error`: the model's queue is full.", body = AnthropicErrorBody),
+    ))]
+pub async fn create(
+    AnthropicKey(key, _): AnthropicKey<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited::<MessagesError, _, _>(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
+    })
+    .await
+}
+
+async fn answer(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    metering: Metering,
+) -> Result<Response, MessagesError> {
+    let arrived = arrived(&request);
+    let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
+    let request = ValidMessagesRequest::try_from(body)?;
+    let stream = request.generate.stream;
+    let reasoning = state
+        .models
+        .get(&request.model)
+        .is_some_and(|r| r.reasoning);
+    let meta = MessageMeta::new(
+        request.model.clone(),
+        reasoning && request.thinking != Thinking::Disabled,
+    );
+    let stops = request.stop_sequences;
+    let stopped_by = meta.stopped_by.clone();
+    let events = generate_with(
+        state,
+        &key,
+        &request.model,
+        request.generate,
+        arrived,
+        metering,
+        |engine, generate| {
+            // Only a request with stop sequences pays for the matching.
+            let with_stops = (!stops.is_empty()).then(|| (engine.clone(), generate.clone(), stops));
+            move |events| match with_stops {
+                Some((engine, generate, stops)) => {
+                    shape::stop_sequences(stops, stopped_by, engine, generate, events)
+                }
+                None => events,
+            }
+        },
+    )
+    .await?;
+    if !stream {
+        let reply = shape::collect(meta, events).await?;
+        return Ok(json_response(&reply));
+    }
+    Ok(sse_response(Body::from_stream(shape::sse(meta, events))))
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's
+/// engine counts them (exactly for the embedded engine; upstream engines
+/// estimate, see [`svc_core::Engine::count_tokens`]). Counts against the
+/// key's request limit and is refused once a budget of the key is spent,
+/// as generation is; no usage is recorded, as nothing is generated.
+/// Counting costs CPU (a whole prompt rendered and tokenized, off the
+/// async workers), so a key has one count in flight at a time and the
+/// server works on at most half its cores' worth at once (see
+/// [`AppState::counting`]).
+#[utoipa::path(post, path = "/v1/messages/count_tokens", tag = "messages", operation_id = "countMessageTokens",
+    summary = "Count the tokens a Messages request's prompt uses.",
+    description = "The system prompt, messages and tools as the model's engine counts them: exact for the embedded engine (the chat template rendered and tokenized as a generation would be), an estimate for upstream models (a token per 4 bytes of text and tool schemas, and 4 a message).",
+    security(("bearer" = ["model.request"]), ("apiKey" = ["model.request"])),
+    request_body = CountTokensRequest,
+    responses(
+        (status = 200, description = "The count.", body = CountTokensResponse),
+        (status = 400, description = "`invalid_request_error`: a body that is not JSON or not of the request schema, a value out of range (the message names the field as a path), an image or document block, or a prompt longer than the model's context.", body = AnthropicErrorBody),
+        (status = 401, description = "`authentication_error`: the key (`x-api-key` or bearer) is missing, malformed, unknown, revoked or expired.", body = AnthropicErrorBody),
+        (status = 403, description = "`permission_error`: the key's kind does not allow this route (the message names the missing scope, e.g. `model.request`).", body = AnthropicErrorBody),
+        (status = 404, description = "`not_found_error`: the model does not exist, or the key may not use it.", body = AnthropicErrorBody),
+        (status = 413, description = "`invalid_request_error`: the body is larger than the server's limit.", body = AnthropicErrorBody),
+        (status = 429, description = "`rate_limit_error`: the key's rate limit is reached.", body = AnthropicErrorBody),
+        (status = 500, description = "`api_error`: an internal error; the message quotes the request id.", body = AnthropicErrorBody),
+        (status = 503, description = "`overloaded_error` (the model is unavailable) or `api_error` (the store is).", body = AnthropicErrorBody),
+        (status = 529, description = "`overloaded_error`: the model's queue is full.", body = AnthropicErrorBody),
+    ))]
+pub async fn count_tokens(
+    AnthropicKey(key, _): AnthropicKey<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited::<MessagesError, _, _>(&state, key, |key, _| count(&state, key, request)).await
+}
+
+async fn count(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+) -> Result<Response, MessagesError> {
+    let ApiJson(body) = ApiJson::<CountTokensRequest>::from_request(request, state).await?;
+    let request = ValidCountTokensRequest::try_from(body)?;
+    let mut generate = request.generate;
+    let route = routed(state, &key, &request.model, &mut generate)?;
+    state.budgets.refuse_spent(&key, &request.model).await?;
+    let _place = state.counting.enter(&key.id).await?;
+    let input_tokens = route.engine.count_tokens(&generate).await?;
+    Ok(json_response(&CountTokensResponse { input_tokens }))
+}
+
+/// The key of a request to Anthropic's Messages API, holding what `S`
+/// needs: sent as `x-api-key` (as Anthropic's clients do) or, like every
+/// other route, as a bearer token. `x-api-key` wins when both are present.
+#[derive(Debug, Clone)]
+pub struct AnthropicKey<S>(pub KeyRecord, pub PhantomData<S>);
+
+/// The header Anthropic's clients send their key in.
+pub const X_API_KEY: &str = "x-api-key";
+
+impl<S, St> FromRequestParts<St> for AnthropicKey<S>
+where
+    S: Scope,
+    KeyService: FromRef<St>,
+    St: Send + Sync,
+{
+    type Rejection = MessagesError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, MessagesError> {
+        let keys = KeyService::from_ref(state);
+        let record = match parts.headers.get(X_API_KEY) {
+            Some(key) => {
+                let key = key.to_str().unwrap_or("\u{0}").trim();
+                keys.authenticate(Some(&format!("Bearer {key}")))
+                    .await
+                    .map_err(ApiError::from)?
+            }
+            None => {
+                let header = parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .map(|v| v.to_str().unwrap_or("\u{0}"));
+                keys.authenticate(header).await.map_err(ApiError::from)?
+            }
+        };
+        Ok(AnthropicKey(in_scope::<S>(record)?, PhantomData))
+    }
+}

@@ -1,0 +1,56 @@
+//! The responses operations share: named ones in the components, for
+//! `response = shared::X` in a `#[utoipa::path]`, and the error body with
+//! the request id that each of them, and many an operation's own, is.
+
+use utoipa::ToResponse;
+use utoipa::ToSchema;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
+
+/// A response whose body is the `ErrorResponse`, with a header referred to
+/// from the components when `header` names one.
+pub(crate) fn error_response(description: &str, header: Option<(&str, &str)>) -> Response {
+    let body = RefOr::Ref(Ref::from_schema_name(svc_api::ErrorBody::name()));
+    let mut response = ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new().schema(Some(body)).build(),
+        )
+        .build();
+    response
+        .headers
+        .insert("x-request-id".into(), crate::openapi::request_id_header());
+    if let Some((name, component)) = header {
+        let reference = Ref::new(format!("#/components/headers/{component}"));
+        response.headers.insert(name.into(), RefOr::Ref(reference));
+    }
+    response
+}
+
+macro_rules! shared {
+    ($($name:ident ($header:expr) => $description:expr;)*) => {
+        $(
+            #[doc = $description]
+            pub(crate) struct $name;
+            impl<'s> ToResponse<'s> for $name {
+                fn response() -> (&'s str, RefOr<Response>) {
+                    (stringify!($name), RefOr::T(error_response($description, $header)))
+                }
+            }
+        )*
+        pub(super) fn all() -> Vec<(&'static str, RefOr<Response>)> {
+            vec![$(<$name as ToResponse>::response()),*]
+        }
+    };
+}
+
+shared! {
+    BadRequest (None) => "The request is invalid: a body that is not JSON or not of the request schema (`code` `invalid_json`), a value out of range (`invalid_value`, with `param` naming the field), a Content-Type other than JSON (`unsupported_content_type`), or a prompt longer than the model's context (`context_length_exceeded`).";
+    Unauthorized (Some(("WWW-Authenticate", "WwwAuthenticate"))) => "The API key is missing, malformed, unknown, revoked or expired (`code` `invalid_api_key`).";
+    NotFound (None) => "The model does not exist, or the key may not use it (`code` `model_not_found`, `param` `model`).";
+    Forbidden (None) => "The key's kind does not allow this route (`code` `insufficient_permissions`; the message names the missing scope, e.g. `Missing scopes: model.request.`).";
+    PayloadTooLarge (None) => "The request body is larger than the server's limit (`code` `request_too_large`).";
+    TooManyRequests (Some(("Retry-After", "RetryAfter"))) => "The model is overloaded (`type` `rate_limit_exceeded`, `code` `engine_overloaded`).";
+    InternalServerError (None) => "An internal error (`type` `server_error`); the message quotes the request id.";
+    ServiceUnavailable (Some(("Retry-After", "RetryAfter"))) => "The model or the store is unavailable (`type` `server_error`, `code` `model_unavailable` or `service_unavailable`).";
+}
