@@ -482,6 +482,12 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag("threads", "N", "CPU threads for inference").unset("all cores"),
     flag("queue", "N", "Requests that may wait for a free slot before 429"),
     flag(
+        "slots_per_client",
+        "N",
+        "The most slots one API key's requests (or one request's n choices) hold at once; more wait while other keys' requests start (parallel for a single-tenant service)",
+    )
+    .unset("half of parallel"),
+    flag(
         "kv_cache",
         "TOKENS",
         "KV cells (tokens) of the one pool all sequences share; finished requests keep theirs for the next request with the same prefix",

@@ -130,3 +130,105 @@ async fn huge_conversations_are_refused_while_others_are_answered() {
         assert!(took < Duration::from_secs(5), "refused after {took:?}");
     }
 }
+
+fn create_key(data_dir: &str, name: &str) -> String {
+    let output = Command::new(SVC)
+        .args(["keys", "create", "--name", name, "--data-dir", data_dir])
+        .env("SVC_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+// Issue 29, finding 4: a request with `n` equal to the engine's slots held
+// every slot for its whole generation; another key waited for all of it.
+// One key's requests together hold at most half the slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn n_equal_to_the_slots_leaves_room_for_another_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    TinyModel::looping().write(&model).unwrap();
+    let data_dir = dir.path().join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let data_dir = data_dir.to_str().unwrap();
+    let (hog_key, other_key) = (create_key(data_dir, "hog"), create_key(data_dir, "other"));
+    let serve = ServeProcess::start(
+        SVC,
+        &[
+            "--data-dir",
+            data_dir,
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            model.to_str().unwrap(),
+            "--parallel",
+            "4",
+            "--context",
+            "4096",
+        ],
+        &[],
+        Duration::from_secs(30),
+    );
+    let chat = format!("{}/v1/chat/completions", serve.base_url);
+
+    // One key: an n = 4 request and an n = 2 request, streamed.
+    let stream = |n: u32, host: u8| {
+        let (chat, key) = (chat.clone(), hog_key.clone());
+        tokio::spawn(async move {
+            let mut response = client(host)
+                .post(&chat)
+                .bearer_auth(&key)
+                .json(
+                    &json!({"model": "svc", "n": n, "max_tokens": 500, "stream": true,
+                    "messages": [{"role": "user", "content": "go on"}]}),
+                )
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.unwrap() {
+                body.extend_from_slice(&chunk);
+            }
+            (Instant::now(), String::from_utf8(body).unwrap())
+        })
+    };
+    let hogs = [stream(4, 2), stream(2, 4)];
+    // Both are generating.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let reply = client(3)
+        .post(&chat)
+        .bearer_auth(&other_key)
+        .json(&json!({"model": "svc", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let answered = Instant::now();
+    for (hog, n) in hogs.into_iter().zip([4, 2]) {
+        let (hog_done, body) = hog.await.unwrap();
+        assert!(
+            answered < hog_done,
+            "the other key was answered only after the n = {n} request ended"
+        );
+        // Every choice still ran to its length.
+        let mut finishes = Vec::new();
+        for data in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            if data == "[DONE]" {
+                continue;
+            }
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            for choice in chunk["choices"].as_array().unwrap() {
+                if let Some(reason) = choice["finish_reason"].as_str() {
+                    finishes.push((choice["index"].as_u64().unwrap(), reason.to_owned()));
+                }
+            }
+        }
+        finishes.sort();
+        let expected: Vec<_> = (0..n).map(|i| (i, "length".to_owned())).collect();
+        assert_eq!(finishes, expected);
+    }
+}

@@ -36,6 +36,11 @@ pub struct GenerateRequest {
     /// the replies' events may interleave. An engine that cannot serve this
     /// many refuses with `InvalidRequest` naming `n`.
     pub n: u32,
+    /// Who asks: the id of the API key (or of the account signed in). An
+    /// engine that runs requests side by side may bound the share of its
+    /// capacity one client holds at once (the embedded engine's
+    /// `slots_per_client`); `None` bounds only this request's `n`.
+    pub client: Option<String>,
 }
 
 impl Default for GenerateRequest {
@@ -54,6 +59,7 @@ impl Default for GenerateRequest {
             stream: false,
             logprobs: None,
             n: 1,
+            client: None,
         }
     }
 }

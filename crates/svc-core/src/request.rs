@@ -152,6 +152,8 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 stream,
                 logprobs,
                 n,
+                // Set where the key is known (the server's pipeline).
+                client: None,
             },
         })
     }

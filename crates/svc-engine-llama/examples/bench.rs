@@ -6,6 +6,7 @@
 //! cargo run --release -p svc-engine-llama --example bench -- MODEL.gguf \
 //!     [--threads N] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
 //!     [--stream-rounds 3] [--flash-attn on|off|auto] [--repack | --no-repack] [--kv-type f16|q8_0]
+//!     [--choices N]
 //! ```
 //! `MODEL.gguf` defaults to `$SVC_TEST_MODEL`. `--repack` loads a Q4_1
 //! model from the engine's Q8_0 copy of it (`LlamaEngineOptions::repack`);
@@ -14,6 +15,11 @@
 //! largest stream count (16 by default) and measures every level
 //! `--stream-rounds` times, taking turns; it prints medians, the median of
 //! the per-round ratios to the first level, and every round.
+//! `--choices N` measures instead one chat request with `n = N` on an
+//! engine of N slots (with every slot open to it, and with the default
+//! share of half the slots) against N separate requests, taking turns:
+//! aggregate tokens/s of each, and another request's time to first token
+//! while the `n = N` request runs.
 
 #![expect(clippy::print_stdout, reason = "an example prints its results")]
 
@@ -21,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use futures::StreamExt as _;
-use svc_core::engine::{EngineEvent, EventStream, Sampling};
+use svc_core::Engine as _;
+use svc_core::engine::{ChatMessage, EngineEvent, EventStream, GenerateRequest, Sampling};
 use svc_engine_llama::{CompletionParams, KvType, LlamaEngine, LlamaEngineOptions};
 
 struct Args {
@@ -35,6 +42,7 @@ struct Args {
     flash_attention: Option<bool>,
     repack: Option<bool>,
     kv_type: KvType,
+    choices: Option<u32>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -49,6 +57,7 @@ fn parse_args() -> anyhow::Result<Args> {
         flash_attention: None,
         repack: None,
         kv_type: KvType::F16,
+        choices: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -59,6 +68,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--gen" => args.gen_tokens = value()?.parse()?,
             "--runs" => args.runs = value()?.parse()?,
             "--stream-rounds" => args.stream_rounds = value()?.parse()?,
+            "--choices" => args.choices = Some(value()?.parse()?),
             "--repack" => args.repack = Some(true),
             "--no-repack" => args.repack = Some(false),
             "--kv-type" => {
@@ -141,6 +151,14 @@ fn prompt_of(engine: &LlamaEngine, n: usize) -> String {
 }
 
 fn load(args: &Args, parallel: u32) -> anyhow::Result<LlamaEngine> {
+    load_with(args, parallel, |_| {})
+}
+
+fn load_with(
+    args: &Args,
+    parallel: u32,
+    set: impl FnOnce(&mut LlamaEngineOptions),
+) -> anyhow::Result<LlamaEngine> {
     let mut options = LlamaEngineOptions::new(&args.model);
     options.parallel = parallel;
     options.threads = args.threads;
@@ -151,12 +169,101 @@ fn load(args: &Args, parallel: u32) -> anyhow::Result<LlamaEngine> {
     }
     options.queue_capacity = 0;
     options.context_per_sequence = u32::try_from(args.prompt)? + args.gen_tokens + 64;
+    set(&mut options);
     Ok(LlamaEngine::load(&options)?)
+}
+
+/// A chat request for a long story, sampled with `seed`.
+fn story(args: &Args, seed: u64, n: u32, client: &str) -> GenerateRequest {
+    GenerateRequest {
+        messages: vec![ChatMessage::User(
+            "Write a long story about a dragon who learns to bake bread.".into(),
+        )],
+        sampling: Sampling {
+            temperature: 0.8,
+            seed: Some(seed),
+            ..Sampling::default()
+        },
+        max_tokens: Some(args.gen_tokens),
+        stream: true,
+        n,
+        client: Some(client.into()),
+        ..GenerateRequest::default()
+    }
+}
+
+/// Completion tokens of every choice of `stream`, and when its first event came.
+async fn drain(mut stream: EventStream, start: Instant) -> anyhow::Result<(u64, Duration)> {
+    let (mut tokens, mut first) = (0, None);
+    while let Some(event) = stream.next().await {
+        first.get_or_insert_with(|| start.elapsed());
+        if let EngineEvent::Finish { usage, .. } = event? {
+            tokens += usage.completion_tokens;
+        }
+    }
+    Ok((tokens, first.unwrap_or_else(|| start.elapsed())))
+}
+
+/// `--choices N`: one `n = N` request against N separate ones.
+async fn choices(args: &Args, n: u32) -> anyhow::Result<()> {
+    let open = load_with(args, n, |o| {
+        o.slots_per_client = Some(n);
+        o.queue_capacity = 64;
+    })?;
+    let shared = load_with(args, n, |o| o.queue_capacity = 64)?;
+    let (mut one, mut separate, mut halved, mut other_ttft) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..args.stream_rounds.max(1) {
+        let seed = round as u64 * 1000;
+        let start = Instant::now();
+        let (tokens, _) = drain(open.generate(story(args, seed, n, "a")).await?, start).await?;
+        one.push(tokens as f64 / start.elapsed().as_secs_f64());
+
+        let start = Instant::now();
+        let mut streams = Vec::new();
+        for i in 0..n {
+            let client = format!("client {i}");
+            streams.push(
+                open.generate(story(args, seed + u64::from(i), 1, &client))
+                    .await?,
+            );
+        }
+        let done = futures::future::try_join_all(streams.into_iter().map(|s| drain(s, start)));
+        let tokens: u64 = done.await?.iter().map(|(t, _)| t).sum();
+        separate.push(tokens as f64 / start.elapsed().as_secs_f64());
+
+        // The default share, with another client arriving once it runs.
+        let start = Instant::now();
+        let mut hog = shared.generate(story(args, seed, n, "a")).await?;
+        let first = hog.next().await;
+        anyhow::ensure!(first.is_some(), "the n = {n} request ended at once");
+        let asked = Instant::now();
+        let mut other = story(args, seed, 1, "b");
+        other.max_tokens = Some(8);
+        let (_, ttft) = drain(shared.generate(other).await?, asked).await?;
+        other_ttft.push(ttft.as_secs_f64() * 1000.0);
+        let (tokens, _) = drain(hog, start).await?;
+        halved.push(tokens as f64 / start.elapsed().as_secs_f64());
+    }
+    println!(
+        "n = {n}, {} tokens each: one request {:.1} tokens/s, {n} separate requests {:.1} tokens/s ({:.2}x); with the default share ({} slots): {:.1} tokens/s, another client's time to first token {:.0} ms",
+        args.gen_tokens,
+        median(one.clone()),
+        median(separate.clone()),
+        median(one) / median(separate),
+        n / 2,
+        median(halved),
+        median(other_ttft),
+    );
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    if let Some(n) = args.choices {
+        return choices(&args, n).await;
+    }
     let engine = load(&args, 1)?;
     println!(
         "model: {} ({}; loaded {}), threads: {}, llama.cpp SIMD: {}",

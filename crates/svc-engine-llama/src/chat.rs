@@ -79,6 +79,14 @@ pub(crate) fn generate(
     if request.n > 1 {
         return generate_n(runner, template, features, request, cancel);
     }
+    let owned;
+    let runner = match &request.client {
+        Some(client) => {
+            owned = runner.for_owner(Arc::from(client.as_str()));
+            &owned
+        }
+        None => runner,
+    };
     let GenerateRequest {
         messages,
         sampling,
@@ -92,6 +100,7 @@ pub(crate) fn generate(
         stream: _,
         logprobs,
         n: _,
+        client: _,
     } = request;
 
     // Tools and the grammar.
@@ -241,10 +250,13 @@ pub(crate) fn generate(
 /// `n > 1` replies: `n` generations of their own, each in a slot of its
 /// own, choice `i` seeded with the request's seed plus `i`, their events
 /// merged as they come with a `Choice` before each switch. They are queued
-/// under one hold on admission, so the engine admits them together and
-/// decodes their (first pass's) prompt once: the other choices start from a
-/// copy of its KV cells (when slots are free for all of them; a choice
-/// admitted later decodes the prompt itself). The prompt's tokens are
+/// under one hold on admission of their owner (the request's client, or
+/// the request itself), so the engine admits them together and decodes
+/// their (first pass's) prompt once: the other choices start from a copy
+/// of its KV cells. At most the engine's slots per client run at once
+/// (half the slots by default): the rest wait in the queue and start as
+/// earlier ones end, from the prompt's cells a finished choice left, while
+/// other clients' requests take the other slots. The prompt's tokens are
 /// counted in reply 0's usage only. `n` may be at most the engine's
 /// parallel slots.
 fn generate_n(
@@ -264,7 +276,14 @@ fn generate_n(
             ),
         });
     }
-    let hold = runner.hold();
+    let mut request = request;
+    let owner: Arc<str> = match &request.client {
+        Some(client) => Arc::from(client.as_str()),
+        // A name no API key has (ids have no spaces), unique to this request.
+        None => Arc::from(format!("request {}", next_request_serial())),
+    };
+    request.client = Some(owner.to_string());
+    let hold = runner.for_owner(owner).hold();
     let mut streams = Vec::with_capacity(n as usize);
     for i in 0..n {
         let mut one = request.clone();
@@ -311,6 +330,12 @@ fn generate_n(
             }
         }
     }))
+}
+
+/// A number no other `n > 1` request of this process had.
+fn next_request_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Tokens the reasoning pass may use: at most [`REASONING_CAP`], half of

@@ -131,6 +131,8 @@ pub(crate) struct Runner {
     context: u32,
     /// The control tokens only the template may write.
     specials: Arc<Specials>,
+    /// Whose jobs this runner starts (see `scheduler::Job::owner`).
+    owner: Option<Arc<str>>,
 }
 
 impl Runner {
@@ -144,9 +146,18 @@ impl Runner {
         self.shared.parallel()
     }
 
-    /// Holds the admission of queued jobs until the guard drops (see `scheduler::Shared::hold`).
-    pub(crate) fn hold(&self) -> crate::scheduler::Hold {
-        self.shared.hold()
+    /// This runner, starting jobs on behalf of `owner`.
+    pub(crate) fn for_owner(&self, owner: Arc<str>) -> Runner {
+        Runner {
+            owner: Some(owner),
+            ..self.clone()
+        }
+    }
+
+    /// Holds the admission of this runner's owner's queued jobs until the
+    /// guard drops (see `scheduler::Shared::hold`); `None` without an owner.
+    pub(crate) fn hold(&self) -> Option<crate::scheduler::Hold> {
+        self.owner.clone().map(|owner| self.shared.hold(owner))
     }
 
     /// Tokenizes prompt text as the engine does (special tokens parsed, BOS added where the model wants it).
@@ -271,6 +282,7 @@ impl Runner {
                 stop: params.stop,
                 ignore_eos: params.ignore_eos,
                 logprobs: params.logprobs,
+                owner: self.owner.clone(),
                 sink,
             },
             continuation,
@@ -364,6 +376,7 @@ impl LlamaEngine {
         let shared = Arc::new(Shared::new(
             options.parallel as usize,
             options.queue_capacity,
+            options.client_slots() as usize,
         ));
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -404,6 +417,7 @@ impl LlamaEngine {
             name = info.name.as_deref().unwrap_or(""),
             context_per_sequence,
             parallel = info.parallel,
+            slots_per_client = options.client_slots(),
             kv_cache = info.kv_cache,
             kv_type = info.kv_type.name(),
             threads = options.thread_count(),
@@ -417,6 +431,7 @@ impl LlamaEngine {
                 shared,
                 context: context_per_sequence,
                 specials,
+                owner: None,
             },
             template: Arc::new(template),
             features,

@@ -65,6 +65,12 @@ pub struct LlamaEngineOptions {
     pub threads: Option<u32>,
     /// Requests that may wait for a free sequence; one more is refused as overloaded.
     pub queue_capacity: usize,
+    /// The most slots one client (an API key, see
+    /// `GenerateRequest::client`) or one request's `n` choices hold at once;
+    /// their further sequences wait, choice by choice, while other clients'
+    /// requests start. `None`: half of `parallel` (at least 1), so that no
+    /// one client can keep every other waiting for a whole generation.
+    pub slots_per_client: Option<u32>,
     /// Most tokens in one decode step; long prompts are fed in chunks of this size.
     pub batch_size: u32,
     /// Flash attention: `Some(true)` on, `Some(false)` off, `None` llama.cpp's choice.
@@ -93,10 +99,18 @@ impl LlamaEngineOptions {
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             threads: None,
             queue_capacity: 64,
+            slots_per_client: None,
             batch_size: 512,
             flash_attention: None,
             repack: false,
         }
+    }
+
+    /// The most slots one client holds at once (see [`Self::slots_per_client`]).
+    pub fn client_slots(&self) -> u32 {
+        self.slots_per_client
+            .unwrap_or(self.parallel / 2)
+            .clamp(1, self.parallel.max(1))
     }
 
     /// The number of threads to give llama.cpp.

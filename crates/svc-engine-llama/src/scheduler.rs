@@ -81,6 +81,10 @@ pub(crate) struct Job {
     pub(crate) ignore_eos: bool,
     /// Report each token's log probability and this many alternatives.
     pub(crate) logprobs: Option<u8>,
+    /// Who asks (an API key, or the choices of one request): one owner's
+    /// sequences hold at most [`Shared::per_owner`] slots at once; its
+    /// further jobs wait while other owners' jobs go ahead. `None`: no cap.
+    pub(crate) owner: Option<Arc<str>>,
     pub(crate) sink: Sink,
 }
 
@@ -92,6 +96,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     queue_capacity: usize,
     parallel: u32,
+    /// The most slots one owner's sequences hold at once (see [`Job::owner`]).
+    per_owner: usize,
 }
 
 #[derive(Debug)]
@@ -101,23 +107,24 @@ struct Queue {
     free_slots: usize,
     /// No more jobs: the engine is dropped or its thread ended.
     closed: bool,
-    /// Holds on admission (see [`Shared::hold`]): jobs wait while above zero.
-    held: usize,
+    /// Owners whose jobs are held back (see [`Shared::hold`]), once per hold.
+    held: Vec<Arc<str>>,
 }
 
 impl Shared {
-    pub(crate) fn new(parallel: usize, queue_capacity: usize) -> Self {
+    pub(crate) fn new(parallel: usize, queue_capacity: usize, per_owner: usize) -> Self {
         Shared {
             queue: Mutex::new(Queue {
                 waiting: VecDeque::new(),
                 free_slots: parallel,
                 closed: false,
-                held: 0,
+                held: Vec::new(),
             }),
             wake: Condvar::new(),
             counters: Counters::default(),
             queue_capacity,
             parallel: u32::try_from(parallel).unwrap_or(u32::MAX),
+            per_owner: per_owner.clamp(1, parallel.max(1)),
         }
     }
 
@@ -155,13 +162,14 @@ impl Shared {
         Ok(())
     }
 
-    /// Keeps the engine thread from admitting queued jobs until the guard
-    /// drops, so that jobs queued meanwhile (the choices of one request)
-    /// are admitted in one go, and those with the same prompt share its
-    /// decoding (see [`Batcher::admit`]).
-    pub(crate) fn hold(self: &Arc<Self>) -> Hold {
-        self.lock().held += 1;
-        Hold(Arc::clone(self))
+    /// Keeps the engine thread from admitting `owner`'s queued jobs until
+    /// the guard drops, so that jobs queued meanwhile (the choices of one
+    /// request) are admitted in one go, and those with the same prompt
+    /// share its decoding (see [`Batcher::admit`]). Other owners' jobs go
+    /// on being admitted.
+    pub(crate) fn hold(self: &Arc<Self>, owner: Arc<str>) -> Hold {
+        self.lock().held.push(Arc::clone(&owner));
+        Hold(Arc::clone(self), owner)
     }
 
     /// Requests waiting for a slot now.
@@ -348,12 +356,14 @@ fn kv_buffer_bytes(model: &LlamaModel, cells: u32, kv_type: KvType) -> Option<us
 }
 
 /// A hold on admission; see [`Shared::hold`].
-pub(crate) struct Hold(Arc<Shared>);
+pub(crate) struct Hold(Arc<Shared>, Arc<str>);
 
 impl Drop for Hold {
     fn drop(&mut self) {
         let mut queue = self.0.lock();
-        queue.held = queue.held.saturating_sub(1);
+        if let Some(at) = queue.held.iter().position(|o| *o == self.1) {
+            queue.held.swap_remove(at);
+        }
         drop(queue);
         self.0.wake.notify_all();
     }
@@ -407,6 +417,8 @@ struct Sequence {
     /// decoded once for both.
     follows: Option<u64>,
     sink: Sink,
+    /// Who asked (see [`Job::owner`]).
+    owner: Option<Arc<str>>,
     prompt: Vec<LlamaToken>,
     /// Prompt tokens whose KV cells the slot holds (reused or decoded).
     prompt_fed: usize,
@@ -754,16 +766,9 @@ impl Batcher<'_, '_> {
                 return false;
             }
             while self.slots.iter().any(Slot::is_free) {
-                if queue.held > 0 {
-                    break;
-                }
-                let Some(job) = queue.waiting.pop_front() else {
+                let Some(job) = self.next_job(&mut queue) else {
                     break;
                 };
-                if job.sink.is_closed() {
-                    self.shared.counters.cancelled();
-                    continue;
-                }
                 self.place(ctx, job);
             }
             let free = self.slots.iter().filter(|s| s.is_free()).count();
@@ -779,6 +784,38 @@ impl Batcher<'_, '_> {
                 .wait(queue)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// The first waiting job that may start now: not held, and of an owner
+    /// below its share of the slots. Jobs whose client went away are
+    /// dropped on the way.
+    fn next_job(&mut self, queue: &mut Queue) -> Option<Job> {
+        let mut at = 0;
+        while at < queue.waiting.len() {
+            let job = &queue.waiting[at];
+            if job.sink.is_closed() {
+                queue.waiting.remove(at);
+                self.shared.counters.cancelled();
+                continue;
+            }
+            let may_start = job.owner.as_ref().is_none_or(|owner| {
+                !queue.held.contains(owner) && self.running(owner) < self.shared.per_owner
+            });
+            if may_start {
+                return queue.waiting.remove(at);
+            }
+            at += 1;
+        }
+        None
+    }
+
+    /// Slots `owner`'s sequences hold.
+    fn running(&self, owner: &Arc<str>) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.seq.as_ref())
+            .filter(|s| s.owner.as_ref() == Some(owner))
+            .count()
     }
 
     /// Starts `job` in a free slot: the one that best continues its prompt,
@@ -1073,6 +1110,7 @@ impl Batcher<'_, '_> {
             follows: None,
             text: TextAssembler::new(&job.stop),
             sink: job.sink,
+            owner: job.owner,
             prompt: job.prompt,
             prompt_fed: 0,
             pending: None,

@@ -36,6 +36,9 @@ fn engine(model: &TinyModel, context: u32) -> Fixture {
     model.write(&path).unwrap();
     let mut options = LlamaEngineOptions::new(&path);
     options.parallel = 2;
+    // Both choices of an `n = 2` request at once: the prompt sharing these
+    // tests check (the share of one client is tests/engine.rs's).
+    options.slots_per_client = Some(2);
     options.queue_capacity = 4;
     options.context_per_sequence = context;
     options.threads = Some(2);

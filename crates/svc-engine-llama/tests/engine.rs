@@ -298,6 +298,113 @@ async fn a_full_queue_is_overloaded() {
     );
 }
 
+/// The replies of an `n > 1` stream, by choice: text and completion tokens.
+async fn collect_choices(mut stream: EventStream, n: usize) -> Vec<(String, u64)> {
+    let mut replies = vec![(String::new(), 0); n];
+    let mut current = 0;
+    let all = async {
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                EngineEvent::Choice(i) => current = i as usize,
+                EngineEvent::Text(t) => replies[current].0.push_str(&t),
+                EngineEvent::Finish { usage, .. } => replies[current].1 = usage.completion_tokens,
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("generation timed out");
+    replies
+}
+
+// Issue 29, finding 4: `n` equal to the slots took every slot for the whole
+// generation, and another client waited for all of it.
+#[tokio::test]
+async fn n_equal_to_the_slots_leaves_room_for_another_client() {
+    let f = engine(&TinyModel::looping(), 4, 8, 4096);
+    let mut long = request("Go on", greedy());
+    long.n = 4;
+    long.max_tokens = Some(600);
+    long.client = Some("key_a".into());
+    let mut hog = f.engine.generate(long).await.unwrap();
+    assert!(matches!(hog.next().await, Some(Ok(EngineEvent::Text(_)))));
+
+    let mut short = request("Hi", greedy());
+    short.max_tokens = Some(5);
+    short.client = Some("key_b".into());
+    let out = run(&f.engine, short).await;
+    assert_eq!(out.text(), "Hello, world");
+    // The other client was served while the n = 4 request still runs,
+    // which holds at most its share (half the slots) at once.
+    let stats = f.engine.stats();
+    assert!(stats.active_sequences >= 1, "{stats:?}");
+    assert!(stats.max_sequences_per_step <= 3, "{stats:?}");
+
+    // Its four choices all finish, two at a time, each of the whole length.
+    let rest = collect_choices(hog, 4).await;
+    for (i, (_, tokens)) in rest.iter().enumerate() {
+        assert_eq!(*tokens, 600, "choice {i}");
+    }
+}
+
+#[tokio::test]
+async fn one_clients_requests_hold_at_most_their_share_of_the_slots() {
+    let f = engine_with(&TinyModel::looping(), |o| {
+        o.parallel = 4;
+        o.queue_capacity = 8;
+        o.context_per_sequence = 512;
+        o.slots_per_client = Some(3);
+    });
+    let from = |client: &str| {
+        let mut req = request("Go", greedy());
+        req.max_tokens = Some(48);
+        req.client = Some(client.into());
+        req
+    };
+    // Five requests of one key: three at a time, the rest as those end.
+    let results = futures::future::join_all((0..5).map(|_| run(&f.engine, from("key_a")))).await;
+    let stats = f.engine.stats();
+    assert_eq!(stats.max_sequences_per_step, 3, "{stats:?}");
+    for r in &results {
+        assert_eq!(r.text(), results[0].text());
+        assert_eq!(r.usage.completion_tokens, 48);
+    }
+    // Another key's request takes the slot left.
+    let both = futures::future::join_all(
+        [from("key_a"), from("key_a"), from("key_a"), from("key_b")].map(|r| run(&f.engine, r)),
+    )
+    .await;
+    assert!(both.iter().all(|r| r.usage.completion_tokens == 48));
+    assert_eq!(f.engine.stats().max_sequences_per_step, 4);
+}
+
+#[tokio::test]
+async fn choices_beyond_the_share_start_from_the_prompt_already_decoded() {
+    // No client: the request's own choices are held to half the slots.
+    let f = engine(&TinyModel::looping(), 4, 8, 512);
+    let mut req = request(&long_system("choices"), seeded(7));
+    req.n = 4;
+    req.max_tokens = Some(24);
+    let replies = collect_choices(f.engine.generate(req.clone()).await.unwrap(), 4).await;
+    let stats = f.engine.stats();
+    assert_eq!(stats.max_sequences_per_step, 2, "{stats:?}");
+    let prompt = prompt_tokens(&f.engine, &long_system("choices"));
+    // Decoded once; the later choices reuse it (all but its last token).
+    assert!(
+        stats.prompt_tokens < prompt + 8,
+        "prompt {prompt}, {stats:?}"
+    );
+    // Each choice is the one its seed gives alone.
+    for (i, (text, tokens)) in replies.iter().enumerate() {
+        assert_eq!(*tokens, 24);
+        let mut one = req.clone();
+        one.n = 1;
+        one.sampling.seed = Some(7 + i as u64);
+        assert_eq!(*text, run(&f.engine, one).await.text(), "choice {i}");
+    }
+}
+
 #[tokio::test]
 async fn a_finished_slot_takes_the_next_request_at_once() {
     // No queue at all: each request needs the slot the previous one just left.

@@ -462,7 +462,8 @@ async fn logprobs_of_a_real_answer() {
 
 #[tokio::test]
 async fn n_choices_share_the_prompt_and_match_their_seeds() {
-    let Some(engine) = load(2) else { return };
+    // Four slots: one request's share (half) lets both choices run at once.
+    let Some(engine) = load(4) else { return };
     let sampling = |seed: u64| Sampling {
         temperature: 0.9,
         seed: Some(seed),

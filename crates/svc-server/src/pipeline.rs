@@ -102,6 +102,8 @@ where
     F: FnOnce(EventStream) -> EventStream,
 {
     let route = routed(state, key, model, &mut request)?;
+    // One key's requests share the engine's per-client share of its slots.
+    request.client = Some(key.id.to_string());
     let charge = state
         .budgets
         .charge(

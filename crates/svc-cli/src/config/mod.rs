@@ -116,6 +116,11 @@ pub struct EngineConfig {
     pub threads: Option<u32>,
     /// Requests that may wait for a free slot before 429.
     pub queue: usize,
+    /// The most slots one API key's requests (or one request's `n`
+    /// choices) hold at once; more wait for one of them to end while other
+    /// keys' requests start. `None` is half of `parallel`.
+    #[serde(deserialize_with = "slots")]
+    pub slots_per_client: Option<u32>,
     /// KV cells (tokens) of the one pool all sequences share; `None` is
     /// `parallel × context`.
     #[serde(deserialize_with = "kv_tokens")]
@@ -141,6 +146,7 @@ impl Default for EngineConfig {
             parallel: DEFAULT_PARALLEL,
             threads: None,
             queue: DEFAULT_QUEUE,
+            slots_per_client: None,
             kv_cache: None,
             kv_type: KvType::F16,
             prefix_cache: DEFAULT_PREFIX_CACHE,
@@ -217,6 +223,10 @@ pub(crate) fn context_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::
         )));
     }
     Ok(tokens)
+}
+
+fn slots<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    svc_core::config::at_least_one::deserialize(d).map(Some)
 }
 
 fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {

@@ -46,6 +46,7 @@ mod engines {
             options.parallel = parallel.unwrap_or(self.settings.parallel);
             options.threads = self.settings.threads;
             options.queue_capacity = self.settings.queue;
+            options.slots_per_client = self.settings.slots_per_client;
             options.kv_cache = self.settings.kv_cache;
             options.kv_type = match self.settings.kv_type {
                 KvType::F16 => svc_engine_llama::KvType::F16,
