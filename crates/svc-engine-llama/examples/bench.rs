@@ -15,7 +15,8 @@
 //! largest stream count (16 by default) and measures every level
 //! `--stream-rounds` times, taking turns; it prints medians, the median of
 //! the per-round ratios to the first level, and every round.
-//! `--choices N` measures instead one chat request with `n = N` on an
+//! `--choices N` measures instead one chat request (of about `--prompt`
+//! tokens) with `n = N` on an
 //! engine of N slots (with every slot open to it, and with the default
 //! share of half the slots) against N separate requests, taking turns:
 //! aggregate tokens/s of each, and another request's time to first token
@@ -173,12 +174,12 @@ fn load_with(
     Ok(LlamaEngine::load(&options)?)
 }
 
-/// A chat request for a long story, sampled with `seed`.
-fn story(args: &Args, seed: u64, n: u32, client: &str) -> GenerateRequest {
+/// A chat request for a long story after `context`, sampled with `seed`.
+fn story(args: &Args, context: &str, seed: u64, n: u32, client: &str) -> GenerateRequest {
     GenerateRequest {
-        messages: vec![ChatMessage::User(
-            "Write a long story about a dragon who learns to bake bread.".into(),
-        )],
+        messages: vec![ChatMessage::User(format!(
+            "{context}\n\nWrite a long story about a dragon who learns to bake bread."
+        ))],
         sampling: Sampling {
             temperature: 0.8,
             seed: Some(seed),
@@ -211,12 +212,17 @@ async fn choices(args: &Args, n: u32) -> anyhow::Result<()> {
         o.queue_capacity = 64;
     })?;
     let shared = load_with(args, n, |o| o.queue_capacity = 64)?;
+    let context = prompt_of(&open, args.prompt.saturating_sub(40));
     let (mut one, mut separate, mut halved, mut other_ttft) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..args.stream_rounds.max(1) {
         let seed = round as u64 * 1000;
         let start = Instant::now();
-        let (tokens, _) = drain(open.generate(story(args, seed, n, "a")).await?, start).await?;
+        let (tokens, _) = drain(
+            open.generate(story(args, &context, seed, n, "a")).await?,
+            start,
+        )
+        .await?;
         one.push(tokens as f64 / start.elapsed().as_secs_f64());
 
         let start = Instant::now();
@@ -224,7 +230,7 @@ async fn choices(args: &Args, n: u32) -> anyhow::Result<()> {
         for i in 0..n {
             let client = format!("client {i}");
             streams.push(
-                open.generate(story(args, seed + u64::from(i), 1, &client))
+                open.generate(story(args, &context, seed + u64::from(i), 1, &client))
                     .await?,
             );
         }
@@ -234,19 +240,21 @@ async fn choices(args: &Args, n: u32) -> anyhow::Result<()> {
 
         // The default share, with another client arriving once it runs.
         let start = Instant::now();
-        let mut hog = shared.generate(story(args, seed, n, "a")).await?;
+        let mut hog = shared.generate(story(args, &context, seed, n, "a")).await?;
         let first = hog.next().await;
         anyhow::ensure!(first.is_some(), "the n = {n} request ended at once");
         let asked = Instant::now();
-        let mut other = story(args, seed, 1, "b");
+        let mut other = story(args, &context, seed, 1, "b");
         other.max_tokens = Some(8);
+        other.messages = vec![ChatMessage::User(format!("Run {round}: say hello."))];
         let (_, ttft) = drain(shared.generate(other).await?, asked).await?;
         other_ttft.push(ttft.as_secs_f64() * 1000.0);
         let (tokens, _) = drain(hog, start).await?;
         halved.push(tokens as f64 / start.elapsed().as_secs_f64());
     }
     println!(
-        "n = {n}, {} tokens each: one request {:.1} tokens/s, {n} separate requests {:.1} tokens/s ({:.2}x); with the default share ({} slots): {:.1} tokens/s, another client's time to first token {:.0} ms",
+        "n = {n}, prompt about {} tokens, {} tokens each: one request {:.1} tokens/s, {n} separate requests {:.1} tokens/s ({:.2}x); with the default share ({} slots): {:.1} tokens/s, another client's time to first token {:.0} ms",
+        args.prompt,
         args.gen_tokens,
         median(one.clone()),
         median(separate.clone()),
