@@ -142,7 +142,8 @@ fn print_config_refuses_what_serve_would_refuse() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("models.m.idle_timeout applies only to a model with `upstreams`"),
+        stderr.contains("models.m.idle_timeout (file ")
+            && stderr.contains(") goes with models.m.upstreams, which is not set"),
         "{stderr}"
     );
     // A bad value from the environment is named by its flag, as before.

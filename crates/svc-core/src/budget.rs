@@ -9,6 +9,7 @@
 
 use async_trait::async_trait;
 use chrono::{Datelike, Months, NaiveDate, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{StoreError, UnknownValue};
 
@@ -88,11 +89,29 @@ pub fn micros_to_usd(micros: i64) -> f64 {
 }
 
 /// A model's prices, in US dollars per million tokens (as providers list
-/// them), so that a token costs exactly that many micro-dollars.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// them), so that a token costs exactly that many micro-dollars. Its serde
+/// form is a `[prices.<model id>]` table of the configuration: `input` and
+/// `output`, each 0 when absent, finite and not negative.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ModelPrice {
+    /// Per million prompt tokens.
+    #[serde(deserialize_with = "dollars")]
     pub input: f64,
+    /// Per million completion tokens.
+    #[serde(deserialize_with = "dollars")]
     pub output: f64,
+}
+
+/// A price: US dollars per million tokens, finite and not negative.
+fn dollars<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let price = f64::deserialize(d)?;
+    if !price.is_finite() || price < 0.0 {
+        return Err(serde::de::Error::custom(
+            "must be a number of US dollars per million tokens, 0 or more",
+        ));
+    }
+    Ok(price)
 }
 
 impl ModelPrice {

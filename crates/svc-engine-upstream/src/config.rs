@@ -1,10 +1,12 @@
 //! What an [`UpstreamEngine`](crate::UpstreamEngine) is built from: its
 //! endpoints and the timeouts, health-check and breaker settings shared by
-//! all of them. Reading these from a file is the caller's business.
+//! all of them. [`UpstreamOptions`]' serde form is the keys a configuration file
+//! may set; reading the file is the caller's business.
 
 use std::fmt;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// An upstream API key. `Debug` never shows it.
@@ -62,28 +64,43 @@ impl EndpointConfig {
 }
 
 /// Timeouts, health checks, breaker and retry settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its serde form is the keys a configuration file may set (durations as
+/// `5s` or `500ms`), each defaulting to [`UpstreamOptions::default`]; the
+/// health-check, breaker and attempt settings are not among them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct UpstreamOptions {
     /// Opening the TCP (and TLS) connection.
+    #[serde(with = "svc_core::config::duration")]
     pub connect_timeout: Duration,
     /// From sending the request to the first byte of the response body.
+    #[serde(with = "svc_core::config::duration")]
     pub first_byte_timeout: Duration,
     /// Between two reads of the response body once it started.
+    #[serde(with = "svc_core::config::duration")]
     pub idle_timeout: Duration,
     /// A whole (non-streamed) reply, from sending the request to the end of
     /// its body: nothing arrives before the upstream has generated it all.
+    #[serde(with = "svc_core::config::duration")]
     pub whole_timeout: Duration,
     /// How often `GET {base_url}/models` is asked of every endpoint.
+    #[serde(with = "svc_core::config::duration")]
     pub health_interval: Duration,
     /// The whole health-check request.
+    #[serde(skip)]
     pub health_timeout: Duration,
     /// Consecutive failed health checks that mark an endpoint down.
+    #[serde(skip)]
     pub health_failures: u32,
     /// Consecutive failed requests that open an endpoint's breaker.
+    #[serde(skip)]
     pub breaker_failures: u32,
     /// How long an open breaker keeps the endpoint out before one trial.
+    #[serde(skip)]
     pub breaker_cooldown: Duration,
     /// Endpoints one request may try; each is tried at most once.
+    #[serde(skip)]
     pub max_attempts: usize,
     /// Prefix affinity: how many prompt prefixes the engine remembers the
     /// endpoint of, least recently used forgotten first; 0 turns prefix

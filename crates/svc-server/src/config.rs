@@ -25,10 +25,12 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
 
 /// Everything the HTTP layer needs to know. Its serde form is the flat
-/// keys of the configuration file (`bind`, `public_url`, ...); `device`
-/// and `rate_limits` are sections of their own ([`DeviceConfig`],
-/// [`RateLimitConfig`]). Serializing it is for showing: secrets come out
-/// hidden.
+/// keys of the configuration file (`bind`, `public_url`, ...); `device`,
+/// `rate_limits` and `sso` are sections of their own ([`DeviceConfig`],
+/// [`RateLimitConfig`], [`SsoConfig`]), nested here but with their keys
+/// beside these (`device_interval`, not `device.interval`), and `prices`
+/// is the file's `[prices.<model id>]` tables. Serializing it is for
+/// showing: secrets come out hidden.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ServerConfig {
@@ -37,7 +39,10 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// The `{base_url}` printed in responses and pages, without `/v1`;
     /// `None` derives it from the bound address.
-    #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
+    #[serde(
+        deserialize_with = "optional_http_url",
+        serialize_with = "optional_url"
+    )]
     pub public_url: Option<Url>,
     /// Requests with bigger bodies get 413.
     #[serde(with = "svc_core::config::byte_count")]
@@ -45,15 +50,18 @@ pub struct ServerConfig {
     /// Where people reach the dashboard (the device flow's
     /// `verification_uri` is this + `/device`); `None` is
     /// `<public_url>/dashboard`.
-    #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
+    #[serde(
+        deserialize_with = "optional_http_url",
+        serialize_with = "optional_url"
+    )]
     pub dashboard_url: Option<Url>,
     /// Whether anyone may create an account on the sign-in page.
     pub allow_signup: bool,
     /// Timings of the device authorization flow.
-    #[serde(skip)]
     pub device: DeviceConfig,
-    /// Rate limits of keys that have none of their own (`None`: unlimited).
-    #[serde(skip)]
+    /// Rate limits of keys that have none of their own (`None`: unlimited),
+    /// read as a [`RateLimitConfig`].
+    #[serde(with = "rate_limits")]
     pub rate_limits: KeyLimits,
     /// `redis://…`: count rate limits in Redis, shared by every replica;
     /// `None` counts in this process.
@@ -109,11 +117,9 @@ pub struct ServerConfig {
     /// Each model's prices (US dollars per million prompt and completion
     /// tokens), by model id, for spend budgets: the file's `[prices.<id>]`
     /// tables.
-    #[serde(skip)]
     pub prices: std::collections::BTreeMap<String, svc_core::ModelPrice>,
     /// Single sign-on through an OpenID Connect provider, and whether
     /// passwords still sign in.
-    #[serde(skip)]
     pub sso: SsoConfig,
 }
 
@@ -122,13 +128,9 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SsoConfig {
-    /// The provider's issuer URL (its discovery document is
-    /// `<issuer>/.well-known/openid-configuration`); `None` turns single
-    /// sign-on off.
-    #[serde(deserialize_with = "http_url", serialize_with = "optional_url")]
-    pub oidc_issuer: Option<Url>,
-    /// This service's client id at the provider.
-    pub oidc_client_id: Option<String>,
+    /// The provider; `None` (neither `oidc_issuer` nor `oidc_client_id`
+    /// given) turns single sign-on off.
+    pub provider: Option<OidcProvider>,
     /// This service's client secret at the provider.
     pub oidc_client_secret: Option<Secret>,
     /// The provider's name on the sign-in button ("Sign in with …").
@@ -146,11 +148,35 @@ pub struct SsoConfig {
     pub password_sign_in: bool,
 }
 
+/// The OpenID Connect provider of single sign-on: `oidc_issuer` and
+/// `oidc_client_id`, given both or neither (one alone is refused, naming
+/// the other).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcProvider {
+    /// The provider's issuer URL (its discovery document is
+    /// `<issuer>/.well-known/openid-configuration`).
+    #[serde(rename = "oidc_issuer", with = "http_url")]
+    pub issuer: Url,
+    /// This service's client id at the provider.
+    #[serde(rename = "oidc_client_id")]
+    pub client_id: String,
+}
+
+impl OidcProvider {
+    /// The provider at `issuer` that knows this service as `client_id`.
+    pub fn new(issuer: Url, client_id: impl Into<String>) -> Self {
+        OidcProvider {
+            issuer,
+            client_id: client_id.into(),
+        }
+    }
+}
+
 impl Default for SsoConfig {
     fn default() -> Self {
         SsoConfig {
-            oidc_issuer: None,
-            oidc_client_id: None,
+            provider: None,
             oidc_client_secret: None,
             oidc_name: "single sign-on".to_owned(),
             oidc_create_accounts: false,
@@ -165,19 +191,16 @@ impl SsoConfig {
     /// Why these settings (with `allow_signup`) cannot work together, or
     /// would be unsafe, if so.
     pub fn check(&self, allow_signup: bool) -> Result<(), String> {
-        match (&self.oidc_issuer, &self.oidc_client_id) {
-            (Some(_), None) => return Err("oidc_issuer needs oidc_client_id".to_owned()),
-            (None, Some(_)) => return Err("oidc_client_id needs oidc_issuer".to_owned()),
-            (None, None) if !self.password_sign_in => {
+        let Some(provider) = &self.provider else {
+            if !self.password_sign_in {
                 return Err(
                     "password_sign_in = false needs single sign-on (oidc_issuer and \
                      oidc_client_id): nobody could sign in"
                         .to_owned(),
                 );
             }
-            (None, None) => return Ok(()),
-            (Some(_), Some(_)) => {}
-        }
+            return Ok(());
+        };
         // Single sign-on matches accounts by email: an account anyone made
         // for someone else's email by signing up would be theirs on their
         // first sign-in through the provider, its password still the maker's.
@@ -190,19 +213,17 @@ impl SsoConfig {
             );
         }
         // Over plain http anyone on the way could hand out their own keys.
-        if let Some(issuer) = &self.oidc_issuer {
-            let loopback = match issuer.host() {
-                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                Some(url::Host::Domain(name)) => name == "localhost",
-                None => false,
-            };
-            if issuer.scheme() != "https" && !loopback {
-                return Err(
-                    "oidc_issuer must be an https:// URL (plain http only on this machine)"
-                        .to_owned(),
-                );
-            }
+        let issuer = &provider.issuer;
+        let loopback = match issuer.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        if issuer.scheme() != "https" && !loopback {
+            return Err(
+                "oidc_issuer must be an https:// URL (plain http only on this machine)".to_owned(),
+            );
         }
         Ok(())
     }
@@ -264,16 +285,31 @@ impl Default for ServerConfig {
     }
 }
 
-/// `public_url` and `dashboard_url`: an `http://` or `https://` URL.
-fn http_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Url>, D::Error> {
-    let url: Url = svc_core::config::text::deserialize(d)?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(serde::de::Error::custom(format!(
-            "must start with http:// or https:// (got {:?})",
-            url.as_str()
-        )));
+/// `public_url`, `dashboard_url` and `oidc_issuer`: an `http://` or
+/// `https://` URL.
+mod http_url {
+    use serde::{Deserializer, Serializer};
+    use url::Url;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Url, D::Error> {
+        let url: Url = svc_core::config::text::deserialize(d)?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(serde::de::Error::custom(format!(
+                "must start with http:// or https:// (got {:?})",
+                url.as_str()
+            )));
+        }
+        Ok(url)
     }
-    Ok(Some(url))
+
+    pub fn serialize<S: Serializer>(url: &Url, s: S) -> Result<S::Ok, S::Error> {
+        svc_core::config::text::serialize(url, s)
+    }
+}
+
+/// An optional [`http_url`].
+fn optional_http_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Url>, D::Error> {
+    http_url::deserialize(d).map(Some)
 }
 
 fn optional_url<S: Serializer>(url: &Option<Url>, s: S) -> Result<S::Ok, S::Error> {
@@ -289,31 +325,6 @@ fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
         ));
     }
     Ok(value)
-}
-
-/// A model's `[prices.<id>]` table: `input` and `output`, US dollars per
-/// million tokens, finite and not negative; the message names what is wrong.
-pub fn model_price(table: &serde_json::Value) -> Result<svc_core::ModelPrice, String> {
-    let object = table
-        .as_object()
-        .ok_or("must be a table with input and output (US dollars per million tokens)")?;
-    if let Some(unknown) = object
-        .keys()
-        .find(|k| !matches!(k.as_str(), "input" | "output"))
-    {
-        return Err(format!("unknown key `{unknown}` (use input and output)"));
-    }
-    let read = |name: &str| match object.get(name).map(serde_json::Value::as_f64) {
-        None => Ok(0.0),
-        Some(Some(v)) if v.is_finite() && v >= 0.0 => Ok(v),
-        Some(_) => Err(format!(
-            "`{name}` must be a number of US dollars per million tokens, 0 or more"
-        )),
-    };
-    Ok(svc_core::ModelPrice {
-        input: read("input")?,
-        output: read("output")?,
-    })
 }
 
 /// `redis_url`: `redis://` or `rediss://`.
@@ -346,6 +357,33 @@ impl From<RateLimitConfig> for KeyLimits {
             requests_per_minute: limit(config.rate_limit_rpm),
             tokens_per_minute: limit(config.rate_limit_tpm),
         }
+    }
+}
+
+impl From<KeyLimits> for RateLimitConfig {
+    fn from(limits: KeyLimits) -> Self {
+        let limit = |n: Option<i64>| n.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        RateLimitConfig {
+            rate_limit_rpm: limit(limits.requests_per_minute),
+            rate_limit_tpm: limit(limits.tokens_per_minute),
+        }
+    }
+}
+
+/// [`ServerConfig::rate_limits`] in its configuration form, a
+/// [`RateLimitConfig`].
+mod rate_limits {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use svc_core::KeyLimits;
+
+    use super::RateLimitConfig;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KeyLimits, D::Error> {
+        RateLimitConfig::deserialize(d).map(KeyLimits::from)
+    }
+
+    pub fn serialize<S: Serializer>(limits: &KeyLimits, s: S) -> Result<S::Ok, S::Error> {
+        RateLimitConfig::from(*limits).serialize(s)
     }
 }
 

@@ -222,7 +222,7 @@ impl Oidc {
         dashboard_url: &str,
     ) -> Result<Option<Self>, String> {
         config.check(allow_signup)?;
-        let (Some(issuer), Some(client_id)) = (&config.oidc_issuer, &config.oidc_client_id) else {
+        let Some(provider) = &config.provider else {
             return Ok(None);
         };
         let http = reqwest::Client::builder()
@@ -233,8 +233,8 @@ impl Oidc {
             .build()
             .map_err(|e| format!("cannot make the HTTP client for single sign-on: {e}"))?;
         Ok(Some(Oidc {
-            issuer: issuer.as_str().to_owned(),
-            client_id: client_id.clone(),
+            issuer: provider.issuer.as_str().to_owned(),
+            client_id: provider.client_id.clone(),
             client_secret: config.oidc_client_secret.clone(),
             redirect_uri: format!("{dashboard_url}/login/sso/callback"),
             name: config.oidc_name.clone(),

@@ -175,7 +175,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
             (Some(ModelSource::Upstream(upstream)), _) => {
                 let endpoints = &upstream.endpoints;
-                let upstream = UpstreamEngine::new(endpoints.clone(), upstream.options())
+                let upstream = UpstreamEngine::new(endpoints.clone(), upstream.options.clone())
                     .with_context(|| format!("models.{id}"))?;
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
                 errln!("  {id}: upstream {}", urls.join(", "));

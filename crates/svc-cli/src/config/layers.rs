@@ -8,7 +8,16 @@
 //! by its own serde derive, so a key's type, parsing and default are
 //! declared once, on the section. This module knows nothing of any
 //! particular key.
+//!
+//! A section's [`Shape`] is read from its derive: a field whose type is a
+//! struct is a nested section whose keys sit beside its parent's (the file
+//! says `device_interval`, not `[device] interval`), so `ServerConfig`
+//! holds its `device` section and the keys fill both; an `Option` of one
+//! is there only when one of its keys is given, and then a key it needs
+//! that none gave is an error naming both; a map field is a table of
+//! tables (`[prices.<id>]`), whose errors say where inside it they are.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -88,66 +97,327 @@ impl Layers {
             .map_or(Source::Default, |g| g.source.clone())
     }
 
-    /// Section `T` from the keys it declares; an error names the key and
-    /// where its value came from.
+    /// Section `T` from the keys it declares, its nested sections'
+    /// included; an error names the key and where its value came from.
     pub fn section<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        let fields = fields_of::<T>();
-        let entries = self
+        let shape = Shape::of::<T>();
+        let given = self
             .values
             .values()
-            .filter(|g| fields.contains(&g.key.as_str()));
-        T::deserialize(Entries::new("", entries.collect()))
+            .filter(|g| shape.contains(&g.key))
+            .collect();
+        T::deserialize(Entries::new("", &shape, given, true)?)
     }
 }
 
-/// The keys section `T` declares (its serde field names, renames applied,
-/// skipped fields left out), in declaration order.
-pub fn fields_of<T: DeserializeOwned>() -> &'static [&'static str] {
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(FieldProbe(&mut fields));
-    fields
+/// Reads `T`, whose shape is `shape`, from `given` alone: errors are prefixed with `prefix` (such
+/// as `models.qwen.`) when `labelled`, and a key `T` does not declare is
+/// an error that names it.
+pub(crate) fn read<T: DeserializeOwned>(
+    shape: &Shape,
+    prefix: &str,
+    given: Vec<&Given>,
+    labelled: bool,
+) -> Result<T, Error> {
+    T::deserialize(Entries::new(prefix, shape, given, labelled)?)
 }
 
-/// A deserializer that only records the fields a struct asks for.
-struct FieldProbe<'a>(&'a mut &'static [&'static str]);
+/// The keys a section declares, as its serde derive says: each field is a
+/// key, a table of tables (`[prices.<id>]`, a map) or a section nested in
+/// this one (a struct, or an optional one), whose keys are given beside
+/// this section's, never under the field's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// The type's name (`ServerConfig`).
+    pub name: &'static str,
+    /// Its serde fields (renames applied, skipped fields left out), in
+    /// declaration order.
+    pub fields: Vec<(&'static str, Field)>,
+}
 
-impl<'de> de::Deserializer<'de> for FieldProbe<'_> {
+/// What one field of a [`Shape`] holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    /// A key: given by the file, an environment variable or a flag.
+    Key,
+    /// A table of tables such as `[prices.<id>]`: only the file gives one.
+    Table,
+    /// A nested section. An optional one (`Option<…>`) is present exactly
+    /// when one of its keys is given; a key it needs that is missing then
+    /// is an error naming both.
+    Section { shape: Shape, optional: bool },
+}
+
+impl Shape {
+    /// The shape of `T`, found by asking its `Deserialize` (nothing is
+    /// read); empty when `T` is not a struct.
+    pub fn of<T: DeserializeOwned>() -> Shape {
+        match probe::<T>(&[]) {
+            Some(Seen::Struct { name, fields, .. }) => shape_at::<T>(&mut Vec::new(), name, fields),
+            _ => Shape {
+                name: "",
+                fields: Vec::new(),
+            },
+        }
+    }
+
+    /// Every key and table, nested sections' included, in declaration
+    /// order; tables are marked `true`.
+    pub fn keys(&self) -> Vec<(&'static str, bool)> {
+        let mut keys = Vec::new();
+        for (name, field) in &self.fields {
+            match field {
+                Field::Key => keys.push((*name, false)),
+                Field::Table => keys.push((*name, true)),
+                Field::Section { shape, .. } => keys.extend(shape.keys()),
+            }
+        }
+        keys
+    }
+
+    /// `table`, this section's serialized form, as its keys (nested
+    /// sections' included, each beside the others) and its tables of
+    /// tables, in declaration order.
+    pub fn flatten(
+        &self,
+        mut table: toml::Table,
+    ) -> (toml::Table, Vec<(&'static str, toml::Table)>) {
+        let mut keys = toml::Table::new();
+        let mut tables = Vec::new();
+        for (name, field) in &self.fields {
+            let Some(value) = table.remove(*name) else {
+                continue;
+            };
+            match (field, value) {
+                (Field::Table, toml::Value::Table(value)) => tables.push((*name, value)),
+                (Field::Section { shape, .. }, toml::Value::Table(value)) => {
+                    let (more_keys, more_tables) = shape.flatten(value);
+                    keys.extend(more_keys);
+                    tables.extend(more_tables);
+                }
+                (_, value) => {
+                    keys.insert((*name).to_owned(), value);
+                }
+            }
+        }
+        (keys, tables)
+    }
+
+    /// Whether `key` is a key or table of this section or a nested one.
+    pub fn contains(&self, key: &str) -> bool {
+        self.place(key).is_some()
+    }
+
+    /// Where `key` goes: `Some(None)` a field of this section, `Some(Some(i))`
+    /// the nested section of field `i`, `None` nowhere.
+    fn place(&self, key: &str) -> Option<Option<usize>> {
+        self.fields
+            .iter()
+            .enumerate()
+            .find_map(|(i, (name, field))| match field {
+                Field::Section { shape, .. } => shape.contains(key).then_some(Some(i)),
+                Field::Key | Field::Table => (*name == key).then_some(None),
+            })
+    }
+}
+
+/// What the field at a path asked of its deserializer.
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    Struct {
+        name: &'static str,
+        fields: &'static [&'static str],
+        optional: bool,
+    },
+    Map,
+    Other,
+}
+
+fn shape_at<T: DeserializeOwned>(
+    path: &mut Vec<usize>,
+    name: &'static str,
+    fields: &'static [&'static str],
+) -> Shape {
+    let mut shape = Shape {
+        name,
+        fields: Vec::with_capacity(fields.len()),
+    };
+    for (i, field) in fields.iter().enumerate() {
+        path.push(i);
+        let kind = match probe::<T>(path) {
+            Some(Seen::Struct {
+                name,
+                fields,
+                optional,
+            }) => Field::Section {
+                shape: shape_at::<T>(path, name, fields),
+                optional,
+            },
+            Some(Seen::Map) => Field::Table,
+            Some(Seen::Other) | None => Field::Key,
+        };
+        path.pop();
+        shape.fields.push((field, kind));
+    }
+    shape
+}
+
+/// What the field at `path` (field indices, from `T` down) asks of its
+/// deserializer: `T` is fed only that field, whose value records what it
+/// is asked for and fails.
+fn probe<T: DeserializeOwned>(path: &[usize]) -> Option<Seen> {
+    let seen = Cell::new(None);
+    let _ = T::deserialize(Probe {
+        path,
+        seen: &seen,
+        optional: false,
+    });
+    seen.get()
+}
+
+struct Probe<'a> {
+    path: &'a [usize],
+    seen: &'a Cell<Option<Seen>>,
+    optional: bool,
+}
+
+impl Probe<'_> {
+    fn record(self, seen: Seen) -> Error {
+        if self.path.is_empty() {
+            self.seen.set(Some(seen));
+        }
+        Error::new("probed")
+    }
+}
+
+impl<'de> de::Deserializer<'de> for Probe<'_> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
-        Err(Error::new("not a struct"))
+        Err(self.record(Seen::Other))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         fields: &'static [&'static str],
-        _: V,
+        visitor: V,
     ) -> Result<V::Value, Error> {
-        *self.0 = fields;
-        Err(Error::new("probed"))
+        let Some((&i, rest)) = self.path.split_first() else {
+            let optional = self.optional;
+            return Err(self.record(Seen::Struct {
+                name,
+                fields,
+                optional,
+            }));
+        };
+        let key = fields.get(i).ok_or_else(|| Error::new("probed"))?;
+        visitor.visit_map(OneEntry {
+            key: Some(key),
+            value: Some(Probe {
+                path: rest,
+                seen: self.seen,
+                optional: false,
+            }),
+        })
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+        Err(self.record(Seen::Map))
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_some(Probe {
+            optional: true,
+            ..self
+        })
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        visitor.visit_newtype_struct(self)
     }
 
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map enum identifier ignored_any
+        bytes byte_buf unit unit_struct seq tuple tuple_struct enum identifier
+        ignored_any
+    }
+}
+
+/// A map of one field, whose value is a [`Probe`].
+struct OneEntry<'a> {
+    key: Option<&'static str>,
+    value: Option<Probe<'a>>,
+}
+
+impl<'de> MapAccess<'de> for OneEntry<'_> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        match self.key.take() {
+            Some(key) => seed.deserialize(key.into_deserializer()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let value = self.value.take().ok_or_else(|| Error::new("probed"))?;
+        seed.deserialize(value)
     }
 }
 
 /// A configuration value that could not be read; the message names the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(String);
+pub struct Error {
+    message: String,
+    kind: ErrorKind,
+    /// Where in a TOML value (`qwen.input`, `[0].model`) the error is.
+    at: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorKind {
+    /// A given key or value is wrong.
+    Given,
+    /// A section's derive wants a key that none gave.
+    Missing(&'static str),
+    /// A given key needs another that none gave; the message names both.
+    Needs,
+    /// Anything else.
+    Other,
+}
 
 impl Error {
     fn new(message: impl Into<String>) -> Self {
-        Error(message.into())
+        Error {
+            message: message.into(),
+            kind: ErrorKind::Other,
+            at: String::new(),
+        }
+    }
+
+    /// Whether the error is about a given key or its value (not about a
+    /// key that none gave).
+    pub fn is_about_a_given_value(&self) -> bool {
+        self.kind == ErrorKind::Given
+    }
+
+    /// Whether the message names the key it is about (with its prefix).
+    pub fn names_its_key(&self) -> bool {
+        matches!(self.kind, ErrorKind::Given | ErrorKind::Needs)
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -155,45 +425,111 @@ impl std::error::Error for Error {}
 
 impl de::Error for Error {
     fn custom<T: fmt::Display>(message: T) -> Self {
-        Error(message.to_string())
+        Error::new(message.to_string())
+    }
+
+    fn missing_field(field: &'static str) -> Self {
+        Error {
+            message: format!("missing field `{field}`"),
+            kind: ErrorKind::Missing(field),
+            at: String::new(),
+        }
     }
 }
 
-/// Given values as a map for a section's derive; each error is prefixed
-/// with `{prefix}{key} ({source}): `.
+/// Given values as a map for a section's derive, each key where its
+/// section's [`Shape`] puts it; each error is prefixed with
+/// `{prefix}{key} ({source}): `.
 pub(crate) struct Entries<'a> {
     prefix: &'a str,
-    entries: std::vec::IntoIter<&'a Given>,
-    current: Option<&'a Given>,
+    items: std::vec::IntoIter<Item<'a>>,
+    current: Option<Item<'a>>,
     /// Whether errors say the key (false when checking one flag's value,
     /// where clap already names it).
     labelled: bool,
 }
 
+enum Item<'a> {
+    /// A key of this section.
+    Key(&'a Given),
+    /// A nested section, with the given keys that are its.
+    Section {
+        name: &'static str,
+        shape: &'a Shape,
+        given: Vec<&'a Given>,
+    },
+}
+
 impl<'a> Entries<'a> {
-    pub(crate) fn new(prefix: &'a str, entries: Vec<&'a Given>) -> Self {
-        Entries {
+    /// `given` placed by `shape`; a key it does not declare is an error.
+    pub(crate) fn new(
+        prefix: &'a str,
+        shape: &'a Shape,
+        given: Vec<&'a Given>,
+        labelled: bool,
+    ) -> Result<Self, Error> {
+        let mut items = Vec::new();
+        let mut nested: Vec<Vec<&Given>> = vec![Vec::new(); shape.fields.len()];
+        for given in given {
+            match shape.place(&given.key) {
+                Some(None) => items.push(Item::Key(given)),
+                Some(Some(i)) => nested[i].push(given),
+                None => {
+                    let known: Vec<String> = shape
+                        .keys()
+                        .iter()
+                        .map(|(key, _)| format!("`{key}`"))
+                        .collect();
+                    let error = Error::new(format!(
+                        "unknown key `{}`, expected one of {}",
+                        given.key,
+                        known.join(", ")
+                    ));
+                    return Err(label(prefix, labelled, given, error));
+                }
+            }
+        }
+        for ((name, field), given) in shape.fields.iter().zip(nested) {
+            if let Field::Section { shape, optional } = field
+                && (!given.is_empty() || !optional)
+            {
+                items.push(Item::Section { name, shape, given });
+            }
+        }
+        Ok(Entries {
             prefix,
-            entries: entries.into_iter(),
+            items: items.into_iter(),
             current: None,
-            labelled: true,
-        }
+            labelled,
+        })
     }
+}
 
-    pub(crate) fn unlabelled(mut self) -> Self {
-        self.labelled = false;
-        self
+/// `error`, about `given`, prefixed with its key, where in its value and
+/// its source.
+fn label(prefix: &str, labelled: bool, given: &Given, error: Error) -> Error {
+    if error.kind != ErrorKind::Other {
+        return error;
     }
-
-    fn label(&self, given: &Given, error: impl fmt::Display) -> Error {
-        if self.labelled {
-            Error(format!(
-                "{}{} ({}): {error}",
-                self.prefix, given.key, given.source
-            ))
-        } else {
-            Error(error.to_string())
-        }
+    let at = match error.at.as_str() {
+        "" => String::new(),
+        at if at.starts_with('[') => at.to_owned(),
+        at => format!(".{at}"),
+    };
+    let message = if labelled {
+        format!(
+            "{prefix}{}{at} ({}): {}",
+            given.key, given.source, error.message
+        )
+    } else if at.is_empty() {
+        error.message
+    } else {
+        format!("{}: {}", at.trim_start_matches('.'), error.message)
+    };
+    Error {
+        message,
+        kind: ErrorKind::Given,
+        at: String::new(),
     }
 }
 
@@ -204,9 +540,21 @@ impl<'de> de::Deserializer<'de> for Entries<'_> {
         visitor.visit_map(self)
     }
 
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        bytes byte_buf unit unit_struct seq tuple
         tuple_struct map struct enum identifier ignored_any
     }
 }
@@ -218,23 +566,54 @@ impl<'de> MapAccess<'de> for Entries<'_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
-        let Some(given) = self.entries.next() else {
+        let Some(item) = self.items.next() else {
             return Ok(None);
         };
-        self.current = Some(given);
-        let key: de::value::StrDeserializer<'_, Error> = given.key.as_str().into_deserializer();
-        seed.deserialize(key)
-            .map(Some)
-            .map_err(|e| self.label(given, e))
+        let key = match &item {
+            Item::Key(given) => {
+                let key: de::value::StrDeserializer<'_, Error> =
+                    given.key.as_str().into_deserializer();
+                seed.deserialize(key)
+                    .map_err(|e| label(self.prefix, self.labelled, given, e))?
+            }
+            Item::Section { name, .. } => seed.deserialize(name.into_deserializer())?,
+        };
+        self.current = Some(item);
+        Ok(Some(key))
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
-        let given = self
-            .current
-            .take()
-            .ok_or_else(|| Error::new("a value without its key"))?;
-        seed.deserialize(Value(given.value.clone()))
-            .map_err(|e| self.label(given, e))
+        match self.current.take() {
+            None => Err(Error::new("a value without its key")),
+            Some(Item::Key(given)) => seed
+                .deserialize(Value(given.value.clone()))
+                .map_err(|e| label(self.prefix, self.labelled, given, e)),
+            Some(Item::Section { shape, given, .. }) => {
+                let first = given.first().copied();
+                let entries = Entries::new(self.prefix, shape, given, self.labelled)?;
+                seed.deserialize(entries)
+                    .map_err(|e| match (e.kind, first) {
+                        // A key of this section is given, and another it needs is not.
+                        (ErrorKind::Missing(missing), Some(given)) => {
+                            let prefix = self.prefix;
+                            let message = if self.labelled {
+                                format!(
+                                    "{prefix}{} ({}) goes with {prefix}{missing}, which is not set",
+                                    given.key, given.source
+                                )
+                            } else {
+                                format!("goes with {missing}, which is not set")
+                            };
+                            Error {
+                                message,
+                                kind: ErrorKind::Needs,
+                                at: String::new(),
+                            }
+                        }
+                        _ => e,
+                    })
+            }
+        }
     }
 }
 
@@ -263,7 +642,7 @@ impl Value {
             Some(text) => text
                 .parse()
                 .map(Some)
-                .map_err(|_| Error(format!("invalid value {text:?}: expected {what}"))),
+                .map_err(|_| Error::new(format!("invalid value {text:?}: expected {what}"))),
             None => Ok(None),
         }
     }
@@ -287,9 +666,24 @@ impl<'de> de::Deserializer<'de> for Value {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.0 {
-            Raw::Toml(value) => value
-                .deserialize_any(visitor)
-                .map_err(|e| Error(e.message().trim().to_owned())),
+            Raw::Toml(value) => {
+                // Tracked, so that an error inside a table names where.
+                let mut track = serde_path_to_error::Track::new();
+                serde_path_to_error::Deserializer::new(value, &mut track)
+                    .deserialize_any(visitor)
+                    .map_err(|e| {
+                        let path = track.path();
+                        Error {
+                            message: e.message().trim().to_owned(),
+                            kind: ErrorKind::Other,
+                            at: if path.iter().next().is_some() {
+                                path.to_string()
+                            } else {
+                                String::new()
+                            },
+                        }
+                    })
+            }
             Raw::Text(text) => visitor.visit_string(text),
             Raw::List(items) => visitor.visit_seq(de::value::SeqDeserializer::new(
                 items.into_iter().map(|item| Value(Raw::Text(item))),
@@ -365,12 +759,106 @@ mod tests {
         }
     }
 
+    /// A section with a nested one, an optional one that needs a key, and
+    /// a table of tables.
+    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
+    #[serde(default)]
+    struct Outer {
+        top: u32,
+        inner: Section,
+        pair: Option<Pair>,
+        tables: BTreeMap<String, Pair>,
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Pair {
+        left: u32,
+        #[serde(default)]
+        right: u32,
+    }
+
     #[test]
     fn fields_are_the_serde_names() {
+        let keys: Vec<_> = Shape::of::<Section>()
+            .keys()
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(keys, ["number", "flag", "renamed_list", "name"]);
+        let shape = Shape::of::<Outer>();
+        assert_eq!(shape.name, "Outer");
         assert_eq!(
-            fields_of::<Section>(),
-            ["number", "flag", "renamed_list", "name"]
+            shape.keys(),
+            [
+                ("top", false),
+                ("number", false),
+                ("flag", false),
+                ("renamed_list", false),
+                ("name", false),
+                ("left", false),
+                ("right", false),
+                ("tables", true)
+            ]
         );
+        assert!(matches!(
+            &shape.fields[2].1,
+            Field::Section { shape, optional: true } if shape.name == "Pair"
+        ));
+    }
+
+    #[test]
+    fn nested_sections_are_read_from_the_same_keys() {
+        let file = Source::File("/x.toml".into());
+        let mut layers = Layers::default();
+        layers.set(given(
+            "top",
+            Raw::Text("1".into()),
+            Source::Env("SVC_TOP".into()),
+        ));
+        layers.set(given(
+            "number",
+            Raw::Toml(toml::Value::Integer(2)),
+            file.clone(),
+        ));
+        let outer: Outer = layers.section().unwrap();
+        assert_eq!((outer.top, outer.inner.number, outer.pair), (1, 2, None));
+        // An optional section is there once one of its keys is given, and
+        // a key it needs that is missing is named with the one given.
+        layers.set(given(
+            "right",
+            Raw::Text("3".into()),
+            Source::Flag("--right".into()),
+        ));
+        let err = layers.section::<Outer>().unwrap_err().to_string();
+        assert_eq!(err, "right (flag --right) goes with left, which is not set");
+        assert!(!err.contains("missing field"), "{err}");
+        layers.set(given(
+            "left",
+            Raw::Toml(toml::Value::Integer(4)),
+            file.clone(),
+        ));
+        let outer: Outer = layers.section().unwrap();
+        assert_eq!(outer.pair, Some(Pair { left: 4, right: 3 }));
+        // An error inside a table says where.
+        let tables: toml::Value = toml::from_str("a = { left = 1, rihgt = 2 }").unwrap();
+        layers.set(given("tables", Raw::Toml(tables), file.clone()));
+        let err = layers.section::<Outer>().unwrap_err().to_string();
+        assert!(
+            err.starts_with("tables.a.rihgt (file /x.toml): unknown field `rihgt`"),
+            "{err}"
+        );
+        // A nested section's name is no key, and neither is anything else.
+        for key in ["inner", "pair", "bogus"] {
+            let one = given(key, Raw::Text("1".into()), file.clone());
+            let err = read::<Outer>(&Shape::of::<Outer>(), "t.", vec![&one], true)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(&format!("t.{key} (file /x.toml): unknown key")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -3,10 +3,15 @@
 //! keys, types and defaults, filled from defaults < the TOML file given by
 //! `--config` < `SVC_*` environment < flags (see [`layers`]).
 //!
-//! The file's keys are flat (`bind`, `context`, ...) plus `[models.<id>]`
-//! tables; the flag of key `data_dir` is `--data-dir` and its variable
-//! `SVC_DATA_DIR` (the flags are declared in `cli.rs`). An unknown key in
-//! the file is an error that names it.
+//! The file's keys are flat (`bind`, `context`, ...) plus `[prices.<id>]`
+//! and `[models.<id>]` tables; the flag of key `data_dir` is `--data-dir`
+//! and its variable `SVC_DATA_DIR` (the flags are declared in `cli.rs`).
+//! An unknown key in the file is an error that names it.
+//!
+//! [`ServeConfig`] is one serde type: its sections are fields, nested
+//! sections fields of those (`server.sso`), and [`layers`] fills each from
+//! the flat keys its serde form declares. [`SECTIONS`] gives the sections
+//! their titles and order, for `--print-config` and the reference.
 
 pub mod layers;
 pub mod models;
@@ -15,6 +20,7 @@ pub mod reference;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -24,10 +30,8 @@ use svc_server::config::{RateLimitConfig, SecretUrl, SsoConfig};
 use svc_store::SQLITE_FILE_NAME;
 use svc_store::SqlStore;
 
-pub use layers::{Given, Layers, Raw, Source};
+pub use layers::{Given, Layers, Raw, Shape, Source};
 pub use models::{FileModelConfig, ModelConfig, ModelSource, UpstreamConfig, UpstreamModelConfig};
-
-use layers::{Entries, fields_of};
 
 /// Where the state lives: the `data_dir` and `database_url` keys.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -233,32 +237,92 @@ fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     svc_core::config::at_least_one::deserialize(d).map(Some)
 }
 
-/// Everything `svc serve` needs.
-#[derive(Debug, Clone)]
+/// Everything `svc serve` needs. Its serde form is every flat key and the
+/// `[prices.<id>]` tables, by section; the `[models.<id>]` tables are read
+/// on their own ([`ModelConfig::from_toml`]), their upstream keys from the
+/// environment.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
 pub struct ServeConfig {
     pub store: StoreConfig,
-    /// The HTTP layer, with its `device` and `rate_limits` sections.
+    /// The HTTP layer, with its `sso`, `device` and `rate_limits` sections
+    /// and the `[prices.<id>]` tables.
     pub server: ServerConfig,
     pub engine: EngineConfig,
     /// More models, by id (`[models.<id>]` tables).
+    #[serde(skip)]
     pub models: BTreeMap<String, ModelConfig>,
 }
 
-/// The sections of the flat keys, by name, in the order they are shown.
-pub fn sections() -> [(&'static str, &'static [&'static str]); 6] {
-    [
-        ("store", fields_of::<StoreConfig>()),
-        ("server", fields_of::<ServerConfig>()),
-        ("single sign-on", fields_of::<SsoConfig>()),
-        ("device flow", fields_of::<DeviceConfig>()),
-        ("rate limits", fields_of::<RateLimitConfig>()),
-        ("engine", fields_of::<EngineConfig>()),
-    ]
+/// A section of the flat keys, as `--print-config` and the reference show
+/// it: a title, and the type whose keys it has (a nested section that is
+/// not in [`SECTIONS`] shows its keys in its parent's).
+#[derive(Clone, Copy)]
+pub struct Section {
+    pub title: &'static str,
+    shape: fn() -> Shape,
 }
 
-/// Whether `key` is a flat key of some section.
+impl Section {
+    const fn of<T: serde::de::DeserializeOwned>(title: &'static str) -> Self {
+        Section {
+            title,
+            shape: Shape::of::<T>,
+        }
+    }
+}
+
+/// Every section of [`ServeConfig`], once, in the order they are shown.
+/// Adding a section is a field on its parent's type and a line here.
+pub const SECTIONS: [Section; 6] = [
+    Section::of::<StoreConfig>("store"),
+    Section::of::<ServerConfig>("server"),
+    Section::of::<SsoConfig>("single sign-on"),
+    Section::of::<DeviceConfig>("device flow"),
+    Section::of::<RateLimitConfig>("rate limits"),
+    Section::of::<EngineConfig>("engine"),
+];
+
+/// The shape of [`ServeConfig`]: every key, where it is.
+pub fn shape() -> &'static Shape {
+    static SHAPE: OnceLock<Shape> = OnceLock::new();
+    SHAPE.get_or_init(Shape::of::<ServeConfig>)
+}
+
+/// The sections of the flat keys with their keys, in the order they are
+/// shown (tables such as `[prices.<id>]` are not among the keys).
+pub fn sections() -> &'static [(&'static str, Vec<&'static str>)] {
+    static SECTIONS_KEYS: OnceLock<Vec<(&'static str, Vec<&'static str>)>> = OnceLock::new();
+    SECTIONS_KEYS.get_or_init(|| {
+        let shapes: Vec<Shape> = SECTIONS.iter().map(|s| (s.shape)()).collect();
+        let titled: Vec<&str> = shapes.iter().map(|s| s.name).collect();
+        SECTIONS
+            .iter()
+            .zip(&shapes)
+            .map(|(section, shape)| (section.title, own_keys(shape, &titled)))
+            .collect()
+    })
+}
+
+/// The keys of `shape`, and of its nested sections not named in `titled`.
+fn own_keys(shape: &Shape, titled: &[&str]) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    for (name, field) in &shape.fields {
+        match field {
+            layers::Field::Key => keys.push(*name),
+            layers::Field::Table => {}
+            layers::Field::Section { shape, .. } if !titled.contains(&shape.name) => {
+                keys.extend(own_keys(shape, titled));
+            }
+            layers::Field::Section { .. } => {}
+        }
+    }
+    keys
+}
+
+/// Whether `key` is a flat key or a table (`prices`) of the configuration.
 pub fn is_key(key: &str) -> bool {
-    sections().iter().any(|(_, keys)| keys.contains(&key))
+    shape().contains(key)
 }
 
 /// The configuration file's contents as a layer, plus its `[models.*]`
@@ -268,8 +332,6 @@ pub struct FileLayer {
     pub path: Option<PathBuf>,
     pub values: Vec<Given>,
     pub models: toml::Table,
-    /// `[prices.<model id>]` tables.
-    pub prices: toml::Table,
 }
 
 impl FileLayer {
@@ -296,14 +358,6 @@ impl FileLayer {
                     );
                 };
                 layer.models = models;
-            } else if key == "prices" {
-                let toml::Value::Table(prices) = value else {
-                    bail!(
-                        "{}: `prices` must be tables such as [prices.svc] with input and output",
-                        path.display()
-                    );
-                };
-                layer.prices = prices;
             } else if is_key(&key) {
                 layer.values.push(Given {
                     key,
@@ -342,65 +396,42 @@ impl StoreConfig {
 impl ServeConfig {
     /// Every section from the merged layers, and the models from the file.
     pub fn from_layers(layers: &Layers, file: &FileLayer) -> anyhow::Result<Self> {
-        let mut server: ServerConfig = layers.section()?;
-        server.device = layers.section()?;
-        server.rate_limits = layers.section::<RateLimitConfig>()?.into();
-        server.sso = layers.section()?;
-        server.prices = file
-            .prices
-            .iter()
-            .map(|(id, table)| {
-                let json =
-                    serde_json::to_value(table).map_err(|e| anyhow::anyhow!("prices.{id}: {e}"))?;
-                let price = svc_server::config::model_price(&json)
-                    .map_err(|e| anyhow::anyhow!("invalid configuration: prices.{id}: {e}"))?;
-                Ok((id.clone(), price))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        server
+        let mut config: ServeConfig = layers.section()?;
+        config
+            .server
             .sso
-            .check(server.allow_signup)
+            .check(config.server.allow_signup)
             .map_err(anyhow::Error::msg)?;
         let source = match &file.path {
             Some(path) => Source::File(path.clone()),
             None => Source::Default,
         };
-        let models = file
+        config.models = file
             .models
             .iter()
             .map(|(id, table)| Ok((id.clone(), ModelConfig::from_toml(id, table, &source)?)))
             .collect::<anyhow::Result<_>>()?;
-        Ok(ServeConfig {
-            store: layers.section()?,
-            server,
-            engine: layers.section()?,
-            models,
-        })
+        Ok(config)
     }
 }
 
-/// Whether `text` is a valid value of `key` (a flag's or an environment
-/// variable's), as its section reads it; the message says why not.
+/// Whether `value` is a valid value of `key` (a flag's or an environment
+/// variable's), as its section reads it; the message says why not. What
+/// the key needs of others (`oidc_issuer` of `oidc_client_id`) is checked
+/// at load, when all are known.
 pub fn check_value(key: &str, value: Raw) -> Result<(), String> {
+    if !is_key(key) {
+        return Ok(());
+    }
     let given = Given {
         key: key.to_owned(),
         value,
         source: Source::Default,
     };
-    fn check<T: serde::de::DeserializeOwned>(given: &Given) -> Result<(), String> {
-        if !fields_of::<T>().contains(&given.key.as_str()) {
-            return Ok(());
-        }
-        T::deserialize(Entries::new("", vec![given]).unlabelled())
-            .map(drop)
-            .map_err(|e| e.to_string())
+    match layers::read::<ServeConfig>(shape(), "", vec![&given], false) {
+        Err(e) if e.is_about_a_given_value() => Err(e.to_string()),
+        _ => Ok(()),
     }
-    check::<StoreConfig>(&given)?;
-    check::<ServerConfig>(&given)?;
-    check::<DeviceConfig>(&given)?;
-    check::<RateLimitConfig>(&given)?;
-    check::<SsoConfig>(&given)?;
-    check::<EngineConfig>(&given)
 }
 
 #[cfg(test)]

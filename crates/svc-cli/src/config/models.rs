@@ -1,19 +1,24 @@
 //! `[models.<id>]` tables: a model served from a GGUF file (`path`) or by
-//! OpenAI-compatible endpoints (`upstreams`). The two are variants of
-//! [`ModelSource`], each with only its own keys, so a table with both,
-//! neither, or the other kind's keys is refused at start, naming the key.
+//! OpenAI-compatible endpoints (`upstreams`). A table is read as its serde
+//! form, a `ModelTable`: `reasoning` and two optional sections, each with
+//! `deny_unknown_fields`, that serde fills from the table's keys: the
+//! file's ([`FileModelConfig`], which needs `path`) and the endpoints'
+//! ([`UpstreamModelConfig`], which needs `upstreams`). Exactly one must be
+//! there, and becomes [`ModelSource`]; so a table with both, neither, one
+//! kind's key beside the other's or a key of neither is refused at start,
+//! naming the key.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use svc_engine_upstream::{EndpointConfig, UpstreamKey, UpstreamOptions};
 
-use super::layers::{Entries, Given, Raw, Source, fields_of};
+use super::layers::{self, Given, Raw, Shape, Source};
 
 /// One `[models.<id>]` table.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(try_from = "ModelTable", into = "ModelTable")]
 pub struct ModelConfig {
     /// Whether this id asks for reasoning (as `svc-thinking` does).
     pub reasoning: bool,
@@ -27,6 +32,49 @@ pub enum ModelSource {
     File(FileModelConfig),
     /// OpenAI-compatible endpoints.
     Upstream(UpstreamModelConfig),
+}
+
+/// A `[models.<id>]` table as written: each kind's keys are a section of
+/// their own, present when one of them is given.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct ModelTable {
+    #[serde(default)]
+    reasoning: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file: Option<FileModelConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upstream: Option<UpstreamModelConfig>,
+}
+
+impl TryFrom<ModelTable> for ModelConfig {
+    type Error = &'static str;
+
+    fn try_from(table: ModelTable) -> Result<Self, Self::Error> {
+        let source = match (table.file, table.upstream) {
+            (Some(file), None) => ModelSource::File(file),
+            (None, Some(upstream)) => ModelSource::Upstream(upstream),
+            _ => return Err("give exactly one of `path` (a GGUF file) or `upstreams`"),
+        };
+        Ok(ModelConfig {
+            reasoning: table.reasoning,
+            source,
+        })
+    }
+}
+
+impl From<ModelConfig> for ModelTable {
+    fn from(model: ModelConfig) -> Self {
+        let (file, upstream) = match model.source {
+            ModelSource::File(file) => (Some(file), None),
+            ModelSource::Upstream(upstream) => (None, Some(upstream)),
+        };
+        ModelTable {
+            reasoning: model.reasoning,
+            file,
+            upstream,
+        }
+    }
 }
 
 /// A model in a GGUF file: `path`, and the engine's settings for it.
@@ -51,74 +99,29 @@ fn parallel<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Er
     svc_core::config::at_least_one::deserialize(d).map(Some)
 }
 
-/// A model served by `upstreams`, with the timeouts of calling them.
+/// A model served by `upstreams`, with the upstream engine's settings
+/// (timeouts, prefix affinity) as keys beside it.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct UpstreamModelConfig {
     /// Endpoints that serve the model (at least one).
+    #[serde(deserialize_with = "listed")]
     pub upstreams: Vec<UpstreamConfig>,
-    /// Opening a connection (`5s`, `500ms`).
-    #[serde(with = "svc_core::config::duration")]
-    pub connect_timeout: Duration,
-    /// From the request to the first byte of the reply.
-    #[serde(with = "svc_core::config::duration")]
-    pub first_byte_timeout: Duration,
-    /// Between two chunks of a reply.
-    #[serde(with = "svc_core::config::duration")]
-    pub idle_timeout: Duration,
-    /// A whole (non-streamed) reply, to its last byte.
-    #[serde(with = "svc_core::config::duration")]
-    pub whole_timeout: Duration,
-    /// Between two health checks (`GET <base_url>/models`).
-    #[serde(with = "svc_core::config::duration")]
-    pub health_interval: Duration,
-    /// Prefix affinity: prompt prefixes whose endpoint is remembered, so
-    /// a conversation's next turn goes where its prefix is cached (0: off,
-    /// every request goes by least outstanding).
-    pub affinity_entries: usize,
-    /// The shortest prefix, in bytes of text, that affinity follows.
-    pub affinity_min_bytes: usize,
-    /// Requests in flight beyond the least-loaded endpoint's that the
-    /// remembered endpoint may have before a request goes elsewhere.
-    pub affinity_slack: usize,
+    /// The upstream engine's settings; its defaults for keys not given.
+    #[serde(default)]
+    pub options: UpstreamOptions,
     /// The endpoints with their keys read from the environment at start.
     #[serde(skip)]
     pub endpoints: Vec<EndpointConfig>,
 }
 
-impl Default for UpstreamModelConfig {
-    fn default() -> Self {
-        let options = UpstreamOptions::default();
-        UpstreamModelConfig {
-            upstreams: Vec::new(),
-            connect_timeout: options.connect_timeout,
-            first_byte_timeout: options.first_byte_timeout,
-            idle_timeout: options.idle_timeout,
-            whole_timeout: options.whole_timeout,
-            health_interval: options.health_interval,
-            affinity_entries: options.affinity_entries,
-            affinity_min_bytes: options.affinity_min_bytes,
-            affinity_slack: options.affinity_slack,
-            endpoints: Vec::new(),
-        }
+/// `upstreams`: at least one endpoint.
+fn listed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<UpstreamConfig>, D::Error> {
+    let upstreams = Vec::<UpstreamConfig>::deserialize(d)?;
+    if upstreams.is_empty() {
+        return Err(serde::de::Error::custom("must list at least one endpoint"));
     }
-}
-
-impl UpstreamModelConfig {
-    /// The upstream engine's options: these timeouts, its defaults for the rest.
-    pub fn options(&self) -> UpstreamOptions {
-        UpstreamOptions {
-            connect_timeout: self.connect_timeout,
-            first_byte_timeout: self.first_byte_timeout,
-            idle_timeout: self.idle_timeout,
-            whole_timeout: self.whole_timeout,
-            health_interval: self.health_interval,
-            affinity_entries: self.affinity_entries,
-            affinity_min_bytes: self.affinity_min_bytes,
-            affinity_slack: self.affinity_slack,
-            ..UpstreamOptions::default()
-        }
-    }
+    Ok(upstreams)
 }
 
 /// One entry of `upstreams = [...]`.
@@ -173,73 +176,42 @@ impl ModelConfig {
         let toml::Value::Table(table) = table else {
             bail!("models.{id} must be a table ([models.{id}])");
         };
-        let mut table = table.clone();
-        let reasoning = match table.remove("reasoning") {
-            None => false,
-            Some(toml::Value::Boolean(reasoning)) => reasoning,
-            Some(_) => bail!("models.{id}.reasoning must be true or false"),
-        };
+        let given: Vec<Given> = table
+            .iter()
+            .map(|(key, value)| Given {
+                key: key.clone(),
+                value: Raw::Toml(value.clone()),
+                source: source.clone(),
+            })
+            .collect();
         let prefix = format!("models.{id}.");
-        let read = |table: toml::Table| -> Vec<Given> {
-            table
-                .into_iter()
-                .map(|(key, value)| Given {
-                    key,
-                    value: Raw::Toml(value),
-                    source: source.clone(),
-                })
-                .collect()
-        };
-        let source = match (table.contains_key("path"), table.contains_key("upstreams")) {
-            (true, true) | (false, false) => {
-                bail!("models.{id}: give exactly one of `path` (a GGUF file) or `upstreams`")
+        let mut model: ModelConfig = layers::read(
+            &Shape::of::<ModelConfig>(),
+            &prefix,
+            given.iter().collect(),
+            true,
+        )
+        .map_err(|e| {
+            if e.names_its_key() {
+                anyhow::Error::new(e)
+            } else {
+                anyhow::anyhow!("models.{id}: {e}")
             }
-            (true, false) => {
-                let upstream_only = fields_of::<UpstreamModelConfig>();
-                if let Some(key) = upstream_only.iter().find(|k| table.contains_key(**k)) {
-                    bail!("models.{id}.{key} applies only to a model with `upstreams`");
-                }
-                let given = read(table);
-                ModelSource::File(FileModelConfig::deserialize(Entries::new(
-                    &prefix,
-                    given.iter().collect(),
-                ))?)
-            }
-            (false, true) => {
-                if table.contains_key("context") || table.contains_key("parallel") {
-                    bail!("models.{id}: context and parallel apply only to a model with `path`");
-                }
-                let given = read(table);
-                let mut upstream = UpstreamModelConfig::deserialize(Entries::new(
-                    &prefix,
-                    given.iter().collect(),
-                ))?;
-                if upstream.upstreams.is_empty() {
-                    bail!("models.{id}.upstreams must list at least one endpoint");
-                }
-                upstream.endpoints = upstream
-                    .upstreams
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| u.endpoint(&format!("models.{id}.upstreams[{i}]")))
-                    .collect::<anyhow::Result<_>>()?;
-                ModelSource::Upstream(upstream)
-            }
-        };
-        Ok(ModelConfig { reasoning, source })
+        })?;
+        if let ModelSource::Upstream(upstream) = &mut model.source {
+            upstream.endpoints = upstream
+                .upstreams
+                .iter()
+                .enumerate()
+                .map(|(i, u)| u.endpoint(&format!("models.{id}.upstreams[{i}]")))
+                .collect::<anyhow::Result<_>>()?;
+        }
+        Ok(model)
     }
 
     /// The table as `--print-config` shows it: every key, defaults included.
     pub fn to_toml(&self) -> Result<toml::Table, toml::ser::Error> {
-        let value = match &self.source {
-            ModelSource::File(file) => toml::Value::try_from(file)?,
-            ModelSource::Upstream(upstream) => toml::Value::try_from(upstream)?,
-        };
-        let mut table = toml::Table::new();
-        table.insert("reasoning".into(), self.reasoning.into());
-        if let toml::Value::Table(keys) = value {
-            table.extend(keys);
-        }
-        Ok(table)
+        let table = toml::Table::try_from(self)?;
+        Ok(Shape::of::<ModelConfig>().flatten(table).0)
     }
 }

@@ -26,6 +26,7 @@ pub fn markdown() -> String {
          [Configuration](configuration.md).\n",
     );
     for (section, keys) in super::sections() {
+        let keys = keys.iter().copied();
         let _ = write!(
             out,
             "\n## {}\n\n| key | flag | environment | default | what |\n|---|---|---|---|---|\n",

@@ -318,7 +318,7 @@ upstreams = [
     let ModelSource::Upstream(upstream) = &big.source else {
         panic!("{big:?}")
     };
-    let (endpoints, options) = (&upstream.endpoints, upstream.options());
+    let (endpoints, options) = (&upstream.endpoints, &upstream.options);
     assert_eq!(options.idle_timeout, Duration::from_millis(500));
     assert_eq!(options.first_byte_timeout, Duration::from_secs(120));
     assert_eq!(options.affinity_entries, 0);
@@ -369,13 +369,31 @@ fn bad_model_tables_are_refused_by_name() {
             "[models.m]\nidle_timeout = \"soon\"\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
             "models.m.idle_timeout",
         ),
+        // One kind's key beside the other's names it and what it needs.
         (
             "[models.m]\ncontext = 128\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
-            "context and parallel",
+            "models.m.context (file ",
+        ),
+        (
+            "[models.m]\ncontext = 128\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+            ") goes with models.m.path, which is not set",
         ),
         (
             "[models.m]\npath = \"/m.gguf\"\nidle_timeout = \"5s\"\n",
-            "models.m.idle_timeout applies only",
+            ") goes with models.m.upstreams, which is not set",
+        ),
+        (
+            "[models.m]\npath = \"/m.gguf\"\nidle_timeout = \"5s\"\n",
+            "models.m.idle_timeout (file ",
+        ),
+        (
+            "[models.m]\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\", wieght = 2 }]\n",
+            "models.m.upstreams[0].wieght (file ",
+        ),
+        // The sections' own names are no keys.
+        (
+            "[models.m]\npath = \"/m.gguf\"\nfile = { path = \"/n.gguf\" }\n",
+            "models.m.file (file ",
         ),
         // Keys of neither kind, and bad values of a file model, are named too.
         (
@@ -449,6 +467,108 @@ fn defaults_hold_without_settings() {
     assert_eq!(s.max_connections, d.max_connections);
     assert!(s.trusted_proxies.is_empty() && s.metrics_token.is_none());
     assert!(s.metrics_bind.is_none());
+}
+
+#[test]
+fn price_tables_are_read_and_checked_by_key() {
+    let s = config(
+        "[prices.qwen]\ninput = 0.15\noutput = 1\n[prices.free]\n",
+        &[],
+    )
+    .unwrap();
+    let qwen = s.server.prices["qwen"];
+    assert_eq!((qwen.input, qwen.output), (0.15, 1.0));
+    assert_eq!(s.server.prices["free"], svc_core::ModelPrice::default());
+    let cases = [
+        ("[prices.qwen]\ninput = -1\n", "prices.qwen.input (file "),
+        ("[prices.qwen]\ninput = -1\n", "0 or more"),
+        ("[prices.qwen]\ninputs = 1\n", "prices.qwen.inputs (file "),
+        (
+            "[prices.qwen]\noutput = \"cheap\"\n",
+            "prices.qwen.output (file ",
+        ),
+        ("prices = 3\n", "prices (file "),
+    ];
+    for (toml, want) in cases {
+        let err = format!("{:#}", config(toml, &[]).unwrap_err());
+        assert!(err.contains(want), "{toml}: {err}");
+    }
+}
+
+#[test]
+fn single_sign_on_is_one_section() {
+    let s = config("", &[]).unwrap().server;
+    assert!(s.sso.provider.is_none());
+    let s = config(
+        "oidc_issuer = \"https://id.example/\"\n",
+        &[env("oidc_client_id", "svc")],
+    )
+    .unwrap()
+    .server;
+    let provider = s.sso.provider.unwrap();
+    assert_eq!(
+        (provider.issuer.as_str(), provider.client_id.as_str()),
+        ("https://id.example/", "svc")
+    );
+    // One of the two alone names the other; the flag check lets it pass,
+    // as the other may come from another layer.
+    let err = format!(
+        "{:#}",
+        config("oidc_issuer = \"https://id.example/\"\n", &[]).unwrap_err()
+    );
+    assert!(
+        err.starts_with("oidc_issuer (file ")
+            && err.ends_with(") goes with oidc_client_id, which is not set"),
+        "{err}"
+    );
+    let err = format!(
+        "{:#}",
+        config("", &[flag("oidc_client_id", "svc")]).unwrap_err()
+    );
+    assert_eq!(
+        err,
+        "oidc_client_id (flag --oidc-client-id) goes with oidc_issuer, which is not set"
+    );
+    assert!(check_value("oidc_client_id", Raw::Text("svc".into())).is_ok());
+    assert!(check_value("oidc_issuer", Raw::Text("ftp://id".into())).is_err());
+    // The checks across sections still apply.
+    let err = format!(
+        "{:#}",
+        config("", &[flag("password_sign_in", "false")]).unwrap_err()
+    );
+    assert!(err.contains("nobody could sign in"), "{err}");
+}
+
+/// Each flat key is in one section, and the sections hold every key.
+#[test]
+fn the_registry_names_every_key_once() {
+    let mut shown: Vec<&str> = sections()
+        .iter()
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .collect();
+    let mut all: Vec<&str> = shape()
+        .keys()
+        .into_iter()
+        .filter(|(_, table)| !table)
+        .map(|(key, _)| key)
+        .collect();
+    shown.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(shown, all);
+    assert!(all.windows(2).all(|w| w[0] != w[1]), "{all:?}");
+    assert!(is_key("prices") && !is_key("models") && !is_key("sso") && !is_key("device"));
+    let titles: Vec<&str> = sections().iter().map(|(title, _)| *title).collect();
+    assert_eq!(
+        titles,
+        [
+            "store",
+            "server",
+            "single sign-on",
+            "device flow",
+            "rate limits",
+            "engine"
+        ]
+    );
 }
 
 #[test]

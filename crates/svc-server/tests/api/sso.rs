@@ -14,7 +14,7 @@ use svc_core::{
     AuditStore, ProjectId, ProjectRole, ProjectStore, SignInError, SsoIdentity, SsoSignInError,
 };
 use svc_server::ServerConfig;
-use svc_server::config::SsoConfig;
+use svc_server::config::{OidcProvider, SsoConfig};
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Browser, Database, TestApp};
 
@@ -41,8 +41,10 @@ async fn failed_sign_ins(app: &TestApp) -> Vec<Value> {
 fn unreachable_provider(password_sign_in: bool) -> ServerConfig {
     ServerConfig {
         sso: SsoConfig {
-            oidc_issuer: Some("http://127.0.0.1:9/".parse().unwrap()),
-            oidc_client_id: Some("svc".into()),
+            provider: Some(OidcProvider::new(
+                "http://127.0.0.1:9/".parse().unwrap(),
+                "svc",
+            )),
             password_sign_in,
             ..SsoConfig::default()
         },
@@ -215,21 +217,13 @@ async fn with_password_sign_in_off_only_the_provider_signs_in() {
 #[tokio::test]
 async fn settings_that_cannot_work_stop_the_start() {
     let provider = |issuer: &str| SsoConfig {
-        oidc_issuer: Some(issuer.parse().unwrap()),
-        oidc_client_id: Some("svc".into()),
+        provider: Some(OidcProvider::new(issuer.parse().unwrap(), "svc")),
         ..SsoConfig::default()
     };
     for (sso, allow_signup) in [
         (
             SsoConfig {
                 password_sign_in: false,
-                ..SsoConfig::default()
-            },
-            false,
-        ),
-        (
-            SsoConfig {
-                oidc_issuer: Some("https://id.example".parse().unwrap()),
                 ..SsoConfig::default()
             },
             false,

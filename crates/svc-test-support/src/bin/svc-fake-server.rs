@@ -40,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
     let mut device = DeviceConfig::default();
     let mut admin_key = false;
     let mut sso = svc_server::config::SsoConfig::default();
+    let (mut oidc_issuer, mut oidc_client_id) = (None, None);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -58,8 +59,8 @@ async fn main() -> anyhow::Result<()> {
             "--device-code-lifetime" => {
                 device.code_lifetime = value("--device-code-lifetime").parse()?
             }
-            "--oidc-issuer" => sso.oidc_issuer = Some(value("--oidc-issuer").parse()?),
-            "--oidc-client-id" => sso.oidc_client_id = Some(value("--oidc-client-id")),
+            "--oidc-issuer" => oidc_issuer = Some(value("--oidc-issuer").parse()?),
+            "--oidc-client-id" => oidc_client_id = Some(value("--oidc-client-id")),
             "--oidc-client-secret" => {
                 sso.oidc_client_secret = Some(svc_server::config::Secret::new(value(
                     "--oidc-client-secret",
@@ -76,6 +77,13 @@ async fn main() -> anyhow::Result<()> {
             ),
         }
     }
+    sso.provider = match (oidc_issuer, oidc_client_id) {
+        (Some(issuer), Some(client_id)) => {
+            Some(svc_server::config::OidcProvider::new(issuer, client_id))
+        }
+        (None, None) => None,
+        _ => anyhow::bail!("--oidc-issuer and --oidc-client-id go together"),
+    };
     let dir = tempfile::tempdir()?;
     let url = match database_url {
         Some(url) => url,
