@@ -21,7 +21,8 @@ command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; ex
 cargo build --release -q -p svc-test-support --bin svc-fake-server
 out=$(mktemp -d)
 trap 'kill $server 2>/dev/null; rm -rf "$out"' EXIT
-target/release/svc-fake-server >"$out/server" 2>"$out/server.log" &
+target=${CARGO_TARGET_DIR:-target}
+"$target/release/svc-fake-server" >"$out/server" 2>"$out/server.log" &
 server=$!
 for _ in $(seq 100); do grep -q '^key ' "$out/server" 2>/dev/null && break; sleep 0.1; done
 url=$(awk '/^url /{print $2}' "$out/server")
