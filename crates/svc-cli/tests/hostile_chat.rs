@@ -46,13 +46,7 @@ async fn huge_conversations_are_refused_while_others_are_answered() {
     let data_dir = dir.path().join("data");
     std::fs::create_dir_all(&data_dir).unwrap();
     let data_dir = data_dir.to_str().unwrap();
-    let output = Command::new(SVC)
-        .args(["keys", "create", "--name", "t", "--data-dir", data_dir])
-        .env("SVC_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    let key = create_key(data_dir, "t");
     let serve = ServeProcess::start(
         SVC,
         &[
