@@ -34,6 +34,12 @@
 //! decoded, its KV cells are copied over and both sample from the same
 //! logits, each with its own sampler.
 //!
+//! **Shares.** A job may name its owner (an API key, or the choices of one
+//! request): one owner's sequences hold at most `per_owner` slots at once
+//! (half of them by default), and its further jobs wait in the queue while
+//! other owners' jobs are admitted past them, so that no one client keeps
+//! every other waiting for a whole generation.
+//!
 //! This module must not block on a consumer: events go out on unbounded
 //! channels, so a slow client never stalls the other sequences.
 
