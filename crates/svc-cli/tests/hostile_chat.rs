@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use svc_engine_llama::testing::TinyModel;
 use svc_test_support::ServeProcess;
+use svc_test_support::sse::read_sse;
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
@@ -210,11 +211,7 @@ async fn n_equal_to_the_slots_leaves_room_for_another_key() {
         );
         // Every choice still ran to its length.
         let mut finishes = Vec::new();
-        for data in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
-            if data == "[DONE]" {
-                continue;
-            }
-            let chunk: Value = serde_json::from_str(data).unwrap();
+        for chunk in read_sse(&body).into_iter().filter_map(|e| e.json) {
             for choice in chunk["choices"].as_array().unwrap() {
                 if let Some(reason) = choice["finish_reason"].as_str() {
                     finishes.push((choice["index"].as_u64().unwrap(), reason.to_owned()));

@@ -102,7 +102,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     queue_capacity: usize,
     parallel: u32,
-    /// The most slots one owner's sequences hold at once (see [`Job::owner`]).
+    /// The most slots one owner's sequences hold at once (see [`Job::owner`]);
+    /// 1 to `parallel`, as `LlamaEngineOptions::client_slots` gives it.
     per_owner: usize,
 }
 
@@ -130,7 +131,7 @@ impl Shared {
             counters: Counters::default(),
             queue_capacity,
             parallel: u32::try_from(parallel).unwrap_or(u32::MAX),
-            per_owner: per_owner.clamp(1, parallel.max(1)),
+            per_owner,
         }
     }
 

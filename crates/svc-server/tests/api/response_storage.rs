@@ -20,6 +20,7 @@ use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Database, TestApp};
 
 use crate::expect_error;
+use crate::responses::post;
 
 on_both_databases!(
     items_left_out_of_the_prompt_count_against_the_limits_and_are_not_stored,
@@ -29,16 +30,6 @@ on_both_databases!(
     a_response_that_does_not_fit_the_quota_with_its_output_is_not_kept,
     deleting_a_turn_keeps_the_conversations_that_continue_it,
 );
-
-async fn post(app: &TestApp, key: &str, body: &Value) -> reqwest::Response {
-    app.client
-        .post(app.url("/v1/responses"))
-        .bearer_auth(key)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-}
 
 async fn create(app: &TestApp, key: &str, body: &Value) -> Value {
     let response = post(app, key, body).await;

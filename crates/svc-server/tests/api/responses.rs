@@ -12,7 +12,7 @@ use svc_test_support::{Database, TestApp};
 
 use crate::expect_error;
 
-async fn post(app: &TestApp, key: &str, body: &Value) -> reqwest::Response {
+pub(crate) async fn post(app: &TestApp, key: &str, body: &Value) -> reqwest::Response {
     app.client
         .post(app.url("/v1/responses"))
         .bearer_auth(key)
