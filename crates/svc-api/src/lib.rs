@@ -9,6 +9,7 @@
 
 pub mod chat;
 pub mod device;
+pub mod embeddings;
 pub mod error;
 pub mod health;
 pub mod keys;
@@ -21,6 +22,7 @@ pub mod usage;
 
 pub use chat::*;
 pub use device::*;
+pub use embeddings::{EmbeddingList, EmbeddingRequest};
 pub use error::*;
 pub use health::*;
 pub use keys::*;

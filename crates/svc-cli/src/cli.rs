@@ -474,6 +474,12 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag("model", "PATH", "GGUF file for `svc` and `svc-thinking`")
         .unset("SmolLM2-135M-Instruct, fetched by `svc pull` on first start"),
     flag(
+        "embedding_model",
+        "PATH",
+        "GGUF file of an embedding model for `svc-embed` (POST /v1/embeddings)",
+    )
+    .unset("all-MiniLM-L6-v2, fetched on first start, when `model` is unset; else no svc-embed"),
+    flag(
         "context",
         "TOKENS",
         "Context tokens of each sequence, prompt and reply together",
@@ -624,7 +630,8 @@ pub struct PullArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// `hf:ORG/REPO/PATH/TO/FILE.gguf[@REVISION]` for a GGUF file on Hugging Face (endpoint from
-    /// HF_ENDPOINT, token from HF_TOKEN) [default: svc's default model, SmolLM2-135M-Instruct Q4_1].
+    /// HF_ENDPOINT, token from HF_TOKEN), or `embeddings` for the embedding model of `svc-embed`
+    /// (all-MiniLM-L6-v2) [default: svc's default model, SmolLM2-135M-Instruct Q4_1].
     #[arg(value_name = "MODEL")]
     pub model: Option<String>,
 }

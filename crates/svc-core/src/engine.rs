@@ -263,11 +263,59 @@ pub enum EngineError {
 /// The events of one generation.
 pub type EventStream = BoxStream<'static, Result<EngineEvent, EngineError>>;
 
+/// A validated embeddings request: the inputs to turn into vectors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedRequest {
+    pub inputs: Vec<EmbedInput>,
+    /// Length of the vectors wanted; `None` is the model's own. An engine
+    /// whose model cannot shorten its vectors refuses another length with
+    /// `InvalidRequest` naming `dimensions`.
+    pub dimensions: Option<u32>,
+    /// Who asks (the API key's id), as in [`GenerateRequest::client`].
+    pub client: Option<String>,
+}
+
+/// One input of an embeddings request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EmbedInput {
+    Text(String),
+    /// Token ids of the model's vocabulary.
+    Tokens(Vec<u32>),
+}
+
+impl EmbedInput {
+    /// A token per 4 bytes of text, rounded up; token inputs their length.
+    pub fn estimate_tokens(&self) -> u64 {
+        match self {
+            EmbedInput::Text(text) => text.len().div_ceil(4) as u64,
+            EmbedInput::Tokens(tokens) => tokens.len() as u64,
+        }
+    }
+}
+
+/// The vectors of an embeddings request, one per input in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens of all inputs together, as the model counted them.
+    pub prompt_tokens: u64,
+}
+
 /// Anything that turns a validated request into a stream of events.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
     /// Starts a generation. An error here means nothing was generated.
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError>;
+
+    /// The vectors of `request`'s inputs. An engine whose model makes no
+    /// embeddings refuses with `InvalidRequest` naming `model`.
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        let _ = request;
+        Err(EngineError::InvalidRequest {
+            param: Some("model".to_owned()),
+            message: "this model does not create embeddings".to_owned(),
+        })
+    }
 
     /// How many prompt tokens `request` would use (its messages and tools,
     /// with the model's markup). Engines that cannot tokenize give this

@@ -33,6 +33,7 @@ pub mod secrets;
 
 // Values and validated requests.
 pub mod config;
+pub mod embeddings;
 pub mod hashes;
 pub mod messages;
 pub mod request;
@@ -72,10 +73,12 @@ pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
+pub use embeddings::ValidEmbeddingRequest;
 pub use engine::{
-    ChatMessage, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream,
-    FinishReason, GenerateRequest, OutputFormat, PrefixCacheStatus, Sampling, TokenLogprob,
-    TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
+    ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
+    EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, OutputFormat,
+    PrefixCacheStatus, Sampling, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
+    ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

@@ -114,7 +114,7 @@ impl OrgRole {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Permission {
     /// Inference: `/v1/chat/completions`, `/v1/messages` (and
-    /// `count_tokens`). OpenAI's `model.request`.
+    /// `count_tokens`), `/v1/embeddings`. OpenAI's `model.request`.
     ModelRequest,
     /// `POST /v1/responses`, `DELETE /v1/responses/{id}`.
     ResponsesWrite,

@@ -16,6 +16,8 @@
 //!   response formats on top of raw completions, with `grammar` (JSON
 //!   Schema to GBNF), `tools` (tool prompts and the tool-call parser),
 //!   `reasoning` (think blocks, the explicit reasoning pass) and `markup`.
+//! - `embed`: [`LlamaEmbedder`], embedding models (BERT and kin) encoded in
+//!   batches that take every waiting request's next input in turn.
 //! - `cpu`, `backend`: the CPU check and the process-wide llama.cpp backend.
 //!
 //! Reading, writing and converting GGUF files (the Q8_0 copy of a Q4_1 model
@@ -26,6 +28,7 @@
 mod backend;
 mod chat;
 pub mod cpu;
+mod embed;
 mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -46,6 +49,7 @@ pub mod testing;
 mod text;
 mod tools;
 
+pub use embed::{BATCH_TOKENS, EmbedderInfo, LlamaEmbedder, is_embedding_model};
 pub use engine::{CompletionParams, LlamaEngine, LoadError, ModelInfo};
 pub use options::{DEFAULT_PREFIX_CACHE_BYTES, KvType, LlamaEngineOptions};
 pub use sampler::Grammar;

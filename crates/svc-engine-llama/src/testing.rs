@@ -244,6 +244,171 @@ impl TinyModel {
 }
 
 /// A small deterministic generator (SplitMix64), so the test model is the same everywhere.
+/// The words of [`tiny_bert`]'s vocabulary (after its five specials, each
+/// also as a `##` piece).
+pub const TINY_BERT_WORDS: [&str; 16] = [
+    "the", "cat", "dog", "sat", "on", "mat", "a", "red", "blue", "fish", "swims", "runs", "fast",
+    "slow", ".", "?",
+];
+
+/// Hidden size of [`tiny_bert`]: the length of its vectors.
+pub const TINY_BERT_DIMENSIONS: usize = 32;
+
+/// Positions of [`tiny_bert`]: the most tokens an input may have.
+pub const TINY_BERT_CONTEXT: usize = 16;
+
+/// A tiny sentence-transformers BERT (2 layers, 32 dimensions, 4 heads,
+/// random weights, mean pooling then `Normalize`) converted to GGUF by
+/// `svc_gguf::bert`, as the default embedding model is: what the embedder's
+/// tests run, and what checks that llama.cpp reads the converter's files.
+pub fn tiny_bert() -> GgufWriter {
+    let files = TinySentenceTransformer::new(7);
+    svc_gguf::bert::sentence_transformer_to_gguf(&files.files()).unwrap_or_else(|e| {
+        // The files are made here; failing to convert them is a bug.
+        unreachable!("the tiny BERT does not convert: {e}")
+    })
+}
+
+/// The files of a tiny sentence-transformers model folder.
+pub struct TinySentenceTransformer {
+    pub config: Vec<u8>,
+    pub tokenizer: Vec<u8>,
+    pub modules: Vec<u8>,
+    pub pooling: Vec<u8>,
+    pub weights: Vec<u8>,
+}
+
+impl TinySentenceTransformer {
+    pub fn new(seed: u64) -> Self {
+        let (e, ff, layers) = (TINY_BERT_DIMENSIONS, 64usize, 2usize);
+        let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        for word in TINY_BERT_WORDS {
+            vocab.push(word.to_owned());
+            vocab.push(format!("##{word}"));
+        }
+        let ids: serde_json::Map<String, serde_json::Value> = vocab
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), serde_json::Value::from(i)))
+            .collect();
+        let added: Vec<serde_json::Value> = vocab[..5]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| serde_json::json!({"id": i, "content": t, "special": true}))
+            .collect();
+        let tokenizer = serde_json::json!({
+            "added_tokens": added,
+            "normalizer": {"type": "BertNormalizer", "lowercase": true, "strip_accents": null},
+            "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "vocab": ids},
+        });
+        let config = serde_json::json!({
+            "model_type": "bert", "hidden_size": e, "num_hidden_layers": layers,
+            "num_attention_heads": 4, "intermediate_size": ff, "max_position_embeddings": TINY_BERT_CONTEXT,
+            "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
+        });
+        let modules = serde_json::json!([
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ]);
+        let pooling =
+            serde_json::json!({"word_embedding_dimension": e, "pooling_mode_mean_tokens": true});
+        let mut rng = SplitMix(seed);
+        let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, ones: bool| {
+            let n = shape.iter().product();
+            let values = (0..n)
+                .map(|_| {
+                    if ones {
+                        1.0 + rng.small()
+                    } else {
+                        rng.small() * 8.0
+                    }
+                })
+                .collect();
+            tensors.push((name, shape, values));
+        };
+        add(
+            "embeddings.word_embeddings.weight".into(),
+            vec![vocab.len(), e],
+            false,
+        );
+        add(
+            "embeddings.position_embeddings.weight".into(),
+            vec![TINY_BERT_CONTEXT, e],
+            false,
+        );
+        add(
+            "embeddings.token_type_embeddings.weight".into(),
+            vec![2, e],
+            false,
+        );
+        add("embeddings.LayerNorm.weight".into(), vec![e], true);
+        add("embeddings.LayerNorm.bias".into(), vec![e], false);
+        for i in 0..layers {
+            let l = |part: &str| format!("encoder.layer.{i}.{part}");
+            for (part, rows, cols) in [
+                ("attention.self.query", e, e),
+                ("attention.self.key", e, e),
+                ("attention.self.value", e, e),
+                ("attention.output.dense", e, e),
+                ("intermediate.dense", ff, e),
+                ("output.dense", e, ff),
+            ] {
+                add(l(&format!("{part}.weight")), vec![rows, cols], false);
+                add(l(&format!("{part}.bias")), vec![rows], false);
+            }
+            for part in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                add(l(&format!("{part}.weight")), vec![e], true);
+                add(l(&format!("{part}.bias")), vec![e], false);
+            }
+        }
+        TinySentenceTransformer {
+            config: config.to_string().into_bytes(),
+            tokenizer: tokenizer.to_string().into_bytes(),
+            modules: modules.to_string().into_bytes(),
+            pooling: pooling.to_string().into_bytes(),
+            weights: safetensors(&tensors),
+        }
+    }
+
+    /// The files as the converter takes them.
+    pub fn files(&self) -> svc_gguf::bert::SentenceTransformerFiles<'_> {
+        svc_gguf::bert::SentenceTransformerFiles {
+            config: &self.config,
+            tokenizer: &self.tokenizer,
+            modules: &self.modules,
+            pooling: &self.pooling,
+            weights: &self.weights,
+            name: "tiny-bert",
+        }
+    }
+}
+
+/// A safetensors file of F32 `tensors` (name, row-major shape, values).
+fn safetensors(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, shape, values) in tensors {
+        let end = offset + values.len() * 4;
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, end]}),
+        );
+        offset = end;
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    for (_, _, values) in tensors {
+        out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    out
+}
+
 struct SplitMix(u64);
 
 impl SplitMix {

@@ -18,12 +18,14 @@ use bytes::Bytes;
 use hyper::Method;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use svc_core::{
-    EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream, GenerateRequest,
+    EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus,
+    EventStream, GenerateRequest,
 };
 use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::client::{self, Exchange};
 use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
+use crate::embeddings;
 use crate::error::{self, Failure};
 use crate::pool::{Endpoint, Lease, Pool, Route};
 use crate::proxy::Proxies;
@@ -211,6 +213,43 @@ impl UpstreamEngine {
             }
         }
     }
+
+    /// One embeddings request at the endpoint of `lease`, read whole
+    /// within the whole-reply timeout.
+    async fn embed_once(
+        &self,
+        lease: &Lease,
+        request: &EmbedRequest,
+    ) -> Result<Embeddings, Failure> {
+        let endpoint = lease.endpoint();
+        let wait = self.options.whole_timeout;
+        let deadline = Instant::now() + wait;
+        let late = || Failure::Timeout(format!("no whole reply within {wait:?}"));
+        let body = Bytes::from(embeddings::body(request, &endpoint.model));
+        let post = || {
+            let mut post = endpoint.request(Method::POST, &endpoint.embeddings_path, body.clone());
+            let headers = post.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+            post
+        };
+        let send = endpoint.origin.send(post, self.options.connect_timeout);
+        let mut exchange = match timeout_at(deadline, send).await {
+            Err(_) => return Err(late()),
+            Ok(Err(e)) => return Err(sending_failed(e)),
+            Ok(Ok(exchange)) => exchange,
+        };
+        let bytes = match timeout_at(deadline, exchange.bytes()).await {
+            Err(_) => return Err(late()),
+            Ok(Err(e)) => return Err(body_failed(e)),
+            Ok(Ok(bytes)) => bytes,
+        };
+        if !exchange.status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(error::from_status(exchange.status.as_u16(), &text));
+        }
+        embeddings::parse(&bytes, request)
+    }
 }
 
 /// An upstream response body being read as an event stream.
@@ -346,6 +385,41 @@ impl Engine for UpstreamEngine {
                         attempt,
                         detail = ?failure,
                         "upstream attempt failed"
+                    );
+                    if worst
+                        .as_ref()
+                        .is_none_or(|w| failure.severity() >= w.severity())
+                    {
+                        worst = Some(failure);
+                    }
+                }
+            }
+        }
+        Err(error::exhausted(worst.as_ref()))
+    }
+
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        let mut tried = vec![false; self.pool.endpoints.len()];
+        let mut worst: Option<Failure> = None;
+        for attempt in 1..=self.options.max_attempts {
+            let Some(mut lease) = self.pool.pick(&mut tried, &[]) else {
+                break;
+            };
+            match self.embed_once(&lease, &request).await {
+                Ok(embeddings) => {
+                    lease.success();
+                    return Ok(embeddings);
+                }
+                Err(failure) => {
+                    lease.failure(&failure);
+                    if !failure.retryable() {
+                        return Err(failure.to_engine_error());
+                    }
+                    tracing::warn!(
+                        upstream = %lease.endpoint().base_url,
+                        attempt,
+                        detail = ?failure,
+                        "upstream embeddings attempt failed"
                     );
                     if worst
                         .as_ref()

@@ -5,13 +5,16 @@
 //! chat dialect, picks an endpoint (health checks, circuit breaker, the
 //! endpoint that served the prompt's prefix, least outstanding requests by
 //! weight), retries elsewhere until the first event,
-//! and translates the upstream's stream back into engine events. It owns no
+//! and translates the upstream's stream back into engine events.
+//! Embeddings (`embeddings`) go to the endpoints' `/embeddings` with the same
+//! balancing, retries and breaker. It owns no
 //! HTTP serving and no svc framing: ids, `model` and SSE framing of svc's
 //! responses are the server's.
 
 mod affinity;
 mod client;
 mod config;
+mod embeddings;
 mod engine;
 mod error;
 mod pool;

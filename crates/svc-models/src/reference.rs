@@ -5,7 +5,8 @@ use crate::hf::HfFile;
 
 /// The forms `svc pull` accepts, for error messages.
 pub const ACCEPTED_FORMS: &str = "accepted: no argument (or `default`) for the default model \
-     (SmolLM2-135M-Instruct Q4_1), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
+     (SmolLM2-135M-Instruct Q4_1), `embeddings` for the default embedding model \
+     (all-MiniLM-L6-v2), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
      optionally followed by @REVISION (default main)";
 
 /// What `svc pull` was asked for.
@@ -13,15 +14,18 @@ pub const ACCEPTED_FORMS: &str = "accepted: no argument (or `default`) for the d
 pub enum ModelRef {
     /// svc's default model.
     Default,
+    /// svc's default embedding model (`svc-embed`).
+    Embeddings,
     /// A GGUF file on Hugging Face.
     Hf(HfFile),
 }
 
 impl ModelRef {
-    /// Parses `svc pull`'s argument: none or `default`, or `hf:...`.
+    /// Parses `svc pull`'s argument: none or `default`, `embeddings`, or `hf:...`.
     pub fn parse(arg: Option<&str>) -> Result<ModelRef> {
         match arg.map(str::trim) {
             None | Some("default") => Ok(ModelRef::Default),
+            Some("embeddings" | "svc-embed") => Ok(ModelRef::Embeddings),
             Some(text) => HfFile::parse(text).map(ModelRef::Hf),
         }
     }

@@ -236,11 +236,7 @@ impl Budgets {
         engine: &dyn Engine,
         slot: &BudgetSlot,
     ) -> Result<Option<Charge>, ApiError> {
-        let budgets = [
-            (Scope::Key, key.budget, &key.budget_holder().0),
-            (Scope::Project, key.project_budget, &key.project_id.0),
-        ];
-        if budgets.iter().all(|(_, b, _)| b.is_none()) {
+        if key.budget.is_none() && key.project_budget.is_none() {
             return Ok(None);
         }
         let reply = request
@@ -254,6 +250,26 @@ impl Budgets {
             .await
             .unwrap_or_else(|_| estimate_tokens(request));
         let prompt = i64::try_from(prompt).unwrap_or(i64::MAX);
+        self.charge_tokens(key, model, prompt, reply, slot).await
+    }
+
+    /// [`Budgets::charge`] for an estimate already made: `prompt` tokens
+    /// in, `reply` tokens out (0 for embeddings).
+    pub async fn charge_tokens(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        prompt: i64,
+        reply: i64,
+        slot: &BudgetSlot,
+    ) -> Result<Option<Charge>, ApiError> {
+        let budgets = [
+            (Scope::Key, key.budget, &key.budget_holder().0),
+            (Scope::Project, key.project_budget, &key.project_id.0),
+        ];
+        if budgets.iter().all(|(_, b, _)| b.is_none()) {
+            return Ok(None);
+        }
         let price = self.prices.get(model).copied();
         let mut charge = Charge {
             budgets: self.clone(),

@@ -7,6 +7,7 @@ pub(crate) mod budget;
 pub(crate) mod chat;
 pub mod config;
 pub(crate) mod dashboard;
+pub(crate) mod embeddings;
 pub(crate) mod error;
 pub(crate) mod extract;
 pub(crate) mod messages;

@@ -157,38 +157,78 @@ impl Meter {
                 used.prompt_tokens = self.prompt_estimate;
             }
         }
-        let counts = Counts {
-            requests: 1,
-            prompt_tokens: i64::try_from(used.prompt_tokens).unwrap_or(i64::MAX),
-            completion_tokens: i64::try_from(used.completion_tokens).unwrap_or(i64::MAX),
-        };
-        let tokens = counts
-            .prompt_tokens
-            .saturating_add(counts.completion_tokens);
-        self.ledger.add(
+        account(
+            &self.ledger,
+            self.limiter.as_ref(),
             &self.key_id,
             &self.model,
-            now().div_euclid(SECONDS_PER_DAY),
-            counts,
+            self.charge.take(),
+            used,
         );
-        if let Some(charge) = self.charge.take() {
-            charge.settle(counts.prompt_tokens, counts.completion_tokens);
-        }
-        let Some(limiter) = self.limiter.clone() else {
-            return;
-        };
-        // Outside a runtime (never in the server) there is nowhere to count.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let key_id = self.key_id.clone();
-            #[expect(
-                clippy::disallowed_methods,
-                reason = "a reply's end (a drop) cannot wait for Redis; a count lost at shutdown only lets one reply's tokens past the limit"
-            )]
-            runtime.spawn(async move {
-                limiter.add_tokens(&key_id, tokens).await;
-            });
-        }
     }
+}
+
+/// Records one request of `key_id` to `model` that used `used`: usage for
+/// the day, the settlement of its budgets' `charge`, and (with a `limiter`)
+/// its tokens toward the key's tokens-per-minute limit.
+fn account(
+    ledger: &Ledger,
+    limiter: Option<&RateLimiter>,
+    key_id: &KeyId,
+    model: &str,
+    charge: Option<Charge>,
+    used: TokenUsage,
+) {
+    let counts = Counts {
+        requests: 1,
+        prompt_tokens: i64::try_from(used.prompt_tokens).unwrap_or(i64::MAX),
+        completion_tokens: i64::try_from(used.completion_tokens).unwrap_or(i64::MAX),
+    };
+    let tokens = counts
+        .prompt_tokens
+        .saturating_add(counts.completion_tokens);
+    ledger.add(key_id, model, now().div_euclid(SECONDS_PER_DAY), counts);
+    if let Some(charge) = charge {
+        charge.settle(counts.prompt_tokens, counts.completion_tokens);
+    }
+    let Some(limiter) = limiter.cloned() else {
+        return;
+    };
+    // Outside a runtime (never in the server) there is nowhere to count.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let key_id = key_id.clone();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a reply's end (a drop) cannot wait for Redis; a count lost at shutdown only lets one reply's tokens past the limit"
+        )]
+        runtime.spawn(async move {
+            limiter.add_tokens(&key_id, tokens).await;
+        });
+    }
+}
+
+/// Records a request answered in one piece (embeddings): its usage, its
+/// budgets settled, its tokens toward the key's limit when `metering`
+/// counts them, and its tokens in the metrics.
+pub fn record_whole(
+    state: &AppState,
+    key_id: &KeyId,
+    model: &str,
+    metering: &Metering,
+    charge: Option<Charge>,
+    used: TokenUsage,
+) {
+    state
+        .metrics
+        .tokens(model, used.prompt_tokens, used.completion_tokens);
+    account(
+        &state.ledger,
+        metering.count_tokens.then_some(&state.limiter),
+        key_id,
+        model,
+        charge,
+        used,
+    );
 }
 
 impl Drop for Meter {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use svc_core::engine::{TokenLogprob, TopLogprob};
 use svc_core::{
-    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    TokenUsage, ToolCallChunk,
+    ChatMessage, EmbedInput, EmbedRequest, Embeddings, Engine, EngineError, EngineEvent,
+    EventStream, FinishReason, GenerateRequest, TokenUsage, ToolCallChunk,
 };
 use svc_server::{ModelRegistry, ModelRoute};
 
@@ -242,7 +242,8 @@ impl Engine for FakeEngine {
 /// `fake-slow` echoes a word every 50 ms; `fake-fail` fails after two words;
 /// `fake-tools` calls a tool; `fake-tiny` has a 16-token context;
 /// `fake-template` echoes at once with a chat template of
-/// [`FAKE_TEMPLATE_TOKENS`] tokens.
+/// [`FAKE_TEMPLATE_TOKENS`] tokens; `fake-embed` makes embeddings
+/// ([`FakeEmbedder`]).
 pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
     let route_of = |id: &str, engine: FakeEngine, reasoning: bool| ModelRoute {
         id: id.into(),
@@ -282,7 +283,96 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
             .with_template(FAKE_TEMPLATE_TOKENS),
             false,
         ),
+        ModelRoute {
+            id: "fake-embed".into(),
+            engine: Arc::new(FakeEmbedder {
+                probe: probe.clone(),
+            }),
+            reasoning: false,
+            created: 1_700_000_000,
+            owned_by: "svc".into(),
+            default_system_prompt: None,
+        },
     ])
+}
+
+/// A scripted embedding model: each input's vector is [`fake_vector`] of
+/// it, its tokens a word each plus 2 (the `[CLS]`/`[SEP]` a BERT adds);
+/// an input of more than [`FAKE_EMBED_MAX_WORDS`] words is refused as too
+/// long, naming `input`. Its vectors cannot be shortened.
+pub struct FakeEmbedder {
+    probe: Arc<Probe>,
+}
+
+/// The most words an input to `fake-embed` may have.
+pub const FAKE_EMBED_MAX_WORDS: usize = 64;
+
+/// The length of `fake-embed`'s vectors.
+pub const FAKE_EMBED_DIMENSIONS: usize = 4;
+
+/// `fake-embed`'s vector of `text`: its bytes, word count, `a`s and
+/// length, scaled to length 1.
+pub fn fake_vector(text: &str) -> Vec<f32> {
+    let raw = [
+        text.bytes().map(f32::from).sum::<f32>() / 100.0,
+        words(text).len() as f32,
+        text.matches('a').count() as f32 + 0.5,
+        text.len() as f32,
+    ];
+    let norm = raw.iter().map(|x| x * x).sum::<f32>().sqrt();
+    raw.iter().map(|x| x / norm).collect()
+}
+
+#[async_trait]
+impl Engine for FakeEmbedder {
+    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
+        Err(EngineError::InvalidRequest {
+            param: Some("model".into()),
+            message: "this model makes embeddings, not text; use POST /v1/embeddings".into(),
+        })
+    }
+
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        self.probe.started.fetch_add(1, Ordering::SeqCst);
+        if let Some(d) = request
+            .dimensions
+            .filter(|&d| d as usize != FAKE_EMBED_DIMENSIONS)
+        {
+            return Err(EngineError::InvalidRequest {
+                param: Some("dimensions".into()),
+                message: format!(
+                    "this model's vectors have {FAKE_EMBED_DIMENSIONS} dimensions (got {d})"
+                ),
+            });
+        }
+        let mut out = Embeddings::default();
+        for input in &request.inputs {
+            let text = match input {
+                EmbedInput::Text(text) => text.clone(),
+                EmbedInput::Tokens(ids) => {
+                    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+                }
+            };
+            let n = words(&text).len();
+            if n > FAKE_EMBED_MAX_WORDS {
+                return Err(EngineError::InvalidRequest {
+                    param: Some("input".into()),
+                    message: format!(
+                        "an input has {} tokens; at most {} fit",
+                        n + 2,
+                        FAKE_EMBED_MAX_WORDS + 2
+                    ),
+                });
+            }
+            out.prompt_tokens += n as u64 + 2;
+            out.vectors.push(fake_vector(&text));
+        }
+        Ok(out)
+    }
+
+    fn name(&self) -> &str {
+        "fake-embed"
+    }
 }
 
 /// The prompt tokens `fake-template`'s chat template adds to a prompt.

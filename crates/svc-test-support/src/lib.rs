@@ -21,7 +21,10 @@ pub mod test_app;
 pub mod watchdog;
 
 pub use browser::{Browser, Page};
-pub use fake_engine::{FAKE_TEMPLATE_TOKENS, FakeEngine, Probe, Script, fake_models};
+pub use fake_engine::{
+    FAKE_EMBED_DIMENSIONS, FAKE_EMBED_MAX_WORDS, FAKE_TEMPLATE_TOKENS, FakeEmbedder, FakeEngine,
+    Probe, Script, fake_models, fake_vector,
+};
 pub use fake_upstream::{Behavior, FakeToolCall, FakeUpstream, Reply};
 pub use process::ServeProcess;
 pub use sse::{SseEvent, read_sse};

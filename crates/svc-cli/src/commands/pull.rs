@@ -1,5 +1,5 @@
 //! `svc pull [MODEL]`: put a model file into the data directory (the default
-//! model, or `hf:ORG/REPO/FILE.gguf`) and print its path on stdout; progress
+//! model, the default embedding model, or `hf:ORG/REPO/FILE.gguf`) and print its path on stdout; progress
 //! and messages go to stderr. Ctrl-C (or SIGTERM) stops it and removes the
 //! partial file.
 
@@ -21,6 +21,9 @@ pub async fn run(args: PullArgs) -> anyhow::Result<()> {
     let work = async {
         match &model {
             ModelRef::Default => svc_models::ensure_default_model(&data_dir, &progress).await,
+            ModelRef::Embeddings => {
+                svc_models::ensure_default_embedding_model(&data_dir, &progress).await
+            }
             ModelRef::Hf(hf) => {
                 svc_models::pull_hf(&data_dir, hf, &HfHub::from_env(), &progress).await
             }

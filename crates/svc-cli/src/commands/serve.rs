@@ -135,9 +135,11 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 }
 
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
-/// the default model, plus every `[models.<id>]` table (a GGUF file or
-/// upstream endpoints). Ids on the same file share one engine; the default
-/// model is only fetched when an id still uses it.
+/// the default model, `svc-embed` on the embedding model, plus every
+/// `[models.<id>]` table (a GGUF file or upstream endpoints). Ids on the
+/// same file share one engine; the default models are only fetched when
+/// an id still uses them (the embedding model when the chat model is the
+/// default too, or `embedding_model` names one).
 async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     let engine = &settings.engine;
     let mut wanted: Vec<(String, bool, Option<&ModelSource>)> = vec![
@@ -169,6 +171,20 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         })
     } else {
         None
+    };
+    // `svc-embed`: on `embedding_model`, else on the default embedding
+    // model beside the default chat model (fetched the same way).
+    let embed_path = match (&engine.embedding_model, &engine.model, &default) {
+        _ if settings.models.contains_key(EMBED_ID) => None,
+        (Some(path), _, _) => Some(path.clone()),
+        (None, None, Some(_)) => {
+            let progress: Arc<dyn svc_models::Progress> = Arc::new(StderrProgress::default());
+            Some(
+                svc_models::ensure_default_embedding_model(settings.store.data_dir()?, &progress)
+                    .await?,
+            )
+        }
+        _ => None,
     };
     let mut routes = Vec::new();
     for (id, reasoning, source) in wanted {
@@ -207,8 +223,21 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
             default_system_prompt,
         });
     }
+    if let Some(path) = embed_path {
+        routes.push(ModelRoute {
+            id: EMBED_ID.to_owned(),
+            engine: embedded.load(path, None, None).await?,
+            reasoning: false,
+            created: MODELS_CREATED,
+            owned_by: "svc".into(),
+            default_system_prompt: None,
+        });
+    }
     Ok(ModelRegistry::new(routes))
 }
+
+/// The id of the embedding model served beside `svc` and `svc-thinking`.
+const EMBED_ID: &str = "svc-embed";
 
 /// `created` of every model in the listing: when svc's model list began.
 const MODELS_CREATED: i64 = 1_735_689_600;

@@ -109,6 +109,10 @@ pub const DEFAULT_QUEUE: usize = 64;
 pub struct EngineConfig {
     /// GGUF for `svc` and `svc-thinking`; `None` means the default model.
     pub model: Option<PathBuf>,
+    /// GGUF of an embedding model for `svc-embed`; `None` means the default
+    /// one (all-MiniLM-L6-v2) when `model` is the default too, else no
+    /// `svc-embed`.
+    pub embedding_model: Option<PathBuf>,
     /// Context tokens of each sequence, prompt and reply together.
     #[serde(deserialize_with = "context_tokens")]
     pub context: u32,
@@ -146,6 +150,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             model: None,
+            embedding_model: None,
             context: DEFAULT_CONTEXT,
             parallel: DEFAULT_PARALLEL,
             threads: None,

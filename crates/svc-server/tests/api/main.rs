@@ -45,6 +45,7 @@ mod dashboard;
 mod dashboard_controls;
 mod dashboard_projects;
 mod device;
+mod embeddings;
 mod errors;
 mod failures;
 mod hardening;

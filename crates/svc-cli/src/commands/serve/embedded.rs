@@ -12,7 +12,7 @@ mod engines {
 
     use anyhow::Context;
     use svc_core::Engine;
-    use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+    use svc_engine_llama::{LlamaEmbedder, LlamaEngine, LlamaEngineOptions};
 
     use crate::config::{EngineConfig, KvType};
     use crate::output::errln;
@@ -22,6 +22,7 @@ mod engines {
     pub struct EmbeddedEngines<'a> {
         settings: &'a EngineConfig,
         loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)>,
+        embedders: Vec<(PathBuf, Arc<dyn Engine>)>,
     }
 
     impl<'a> EmbeddedEngines<'a> {
@@ -30,17 +31,21 @@ mod engines {
             Ok(EmbeddedEngines {
                 settings,
                 loaded: Vec::new(),
+                embedders: Vec::new(),
             })
         }
 
         /// The engine for the GGUF at `path`: one already loaded with the
-        /// same options, or a new one.
+        /// same options, or a new one; an embedding model's embedder.
         pub async fn load(
             &mut self,
             path: PathBuf,
             context: Option<u32>,
             parallel: Option<u32>,
         ) -> anyhow::Result<Arc<dyn Engine>> {
+            if svc_engine_llama::is_embedding_model(&path) {
+                return self.load_embedder(path).await;
+            }
             let mut options = LlamaEngineOptions::new(path);
             options.context_per_sequence = context.unwrap_or(self.settings.context);
             options.parallel = parallel.unwrap_or(self.settings.parallel);
@@ -73,6 +78,30 @@ mod engines {
             );
             let engine: Arc<dyn Engine> = Arc::new(engine);
             self.loaded.push((options, engine.clone()));
+            Ok(engine)
+        }
+
+        /// The embedding model at `path` (see `LlamaEmbedder`): one already
+        /// loaded from the same file, or a new one.
+        async fn load_embedder(&mut self, path: PathBuf) -> anyhow::Result<Arc<dyn Engine>> {
+            if let Some((_, engine)) = self.embedders.iter().find(|(p, _)| *p == path) {
+                return Ok(engine.clone());
+            }
+            errln!("loading {} ...", path.display());
+            let threads = self.settings.threads;
+            let load = path.clone();
+            let embedder = tokio::task::spawn_blocking(move || LlamaEmbedder::load(&load, threads))
+                .await
+                .context("the model loader stopped")??;
+            let info = embedder.info();
+            errln!(
+                "  {}: embeddings of {} dimensions, inputs of up to {} tokens",
+                info.name.as_deref().unwrap_or("model"),
+                info.dimensions,
+                info.max_input_tokens
+            );
+            let engine: Arc<dyn Engine> = Arc::new(embedder);
+            self.embedders.push((path, engine.clone()));
             Ok(engine)
         }
     }

@@ -1,0 +1,506 @@
+//! [`LlamaEmbedder`]: an embedding model (BERT and its kin, a GGUF with a
+//! pooling type) run in-process by llama.cpp, behind svc-core's `Engine`
+//! trait as `Engine::embed`.
+//!
+//! Requests are tokenized on a blocking thread (never on an async worker),
+//! checked against the model's context, and queued. One thread owns the
+//! llama.cpp context and encodes batches of at most [`BATCH_TOKENS`]
+//! tokens: each batch takes the next input of every waiting request in
+//! turn, so the inputs of many clients are encoded together, and a request
+//! of 2,048 inputs never holds back another's one input for longer than a
+//! batch. A batch is the same unit of work as one chunk of a chat prompt.
+//! A request whose caller went away is dropped between batches.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::token::LlamaToken;
+use svc_core::engine::{
+    EmbedInput, EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream,
+    GenerateRequest,
+};
+use tokio::sync::oneshot;
+
+use crate::backend;
+use crate::engine::LoadError;
+
+/// The most tokens one encode takes (every input must fit in one).
+pub const BATCH_TOKENS: u32 = 512;
+/// The most inputs one encode takes.
+const BATCH_SEQUENCES: u32 = 64;
+/// Requests that may wait; one more is refused as overloaded.
+const QUEUE: usize = 256;
+
+/// Whether the GGUF at `path` is an embedding model: its architecture
+/// has a pooling type (`<arch>.pooling_type`), as BERT-family models do.
+pub fn is_embedding_model(path: &Path) -> bool {
+    let Ok(header) = svc_gguf::GgufHeader::read(path) else {
+        return false;
+    };
+    let Some(arch) = header
+        .get("general.architecture")
+        .and_then(svc_gguf::MetaValue::as_str)
+    else {
+        return false;
+    };
+    header.get(&format!("{arch}.pooling_type")).is_some()
+}
+
+/// What was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedderInfo {
+    pub path: PathBuf,
+    /// `general.name` from the GGUF, when present.
+    pub name: Option<String>,
+    /// Length of the vectors.
+    pub dimensions: u32,
+    /// The most tokens one input may have (the model's context, at most
+    /// [`BATCH_TOKENS`]).
+    pub max_input_tokens: u32,
+    /// Whether vectors are scaled to length 1 (the model's `Normalize`).
+    pub normalize: bool,
+    pub vocab_size: u32,
+}
+
+/// An in-process llama.cpp embedding engine.
+pub struct LlamaEmbedder {
+    model: Arc<LlamaModel>,
+    shared: Arc<Shared>,
+    info: EmbedderInfo,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for LlamaEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaEmbedder")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One request's inputs, as tokens, and where its vectors go.
+struct Job {
+    inputs: Vec<Vec<LlamaToken>>,
+    /// The next input to encode.
+    next: usize,
+    vectors: Vec<Vec<f32>>,
+    reply: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn close(&self) {
+        let mut queue = self.lock();
+        queue.closed = true;
+        for job in queue.jobs.drain(..) {
+            let _ = job
+                .reply
+                .send(Err(EngineError::Unavailable("the embedder stopped".into())));
+        }
+        self.ready.notify_all();
+    }
+}
+
+impl LlamaEmbedder {
+    /// Loads the model and starts the embedder's thread with `threads`
+    /// llama.cpp threads (`None`: every core). Blocks while the file is
+    /// read (call it from `spawn_blocking` inside a runtime).
+    pub fn load(path: &Path, threads: Option<u32>) -> Result<Self, LoadError> {
+        let backend = backend::backend().map_err(LoadError::Unsupported)?;
+        if !path.is_file() {
+            return Err(LoadError::Model {
+                path: path.to_owned(),
+                reason: "no such file".into(),
+            });
+        }
+        if !is_embedding_model(path) {
+            return Err(LoadError::Model {
+                path: path.to_owned(),
+                reason: "not an embedding model (its GGUF names no pooling type)".into(),
+            });
+        }
+        let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
+            .map_err(|e| LoadError::Model {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let model = Arc::new(model);
+        let normalize = model
+            .meta_val_str(svc_gguf::bert::NORMALIZE_KEY)
+            .map_or(true, |v| v != "false");
+        let trained = model.n_ctx_train();
+        let max_input_tokens = if trained == 0 {
+            BATCH_TOKENS
+        } else {
+            trained.min(BATCH_TOKENS)
+        };
+        let info = EmbedderInfo {
+            path: path.to_owned(),
+            name: model.meta_val_str("general.name").ok(),
+            dimensions: u32::try_from(model.n_embd()).unwrap_or(0),
+            max_input_tokens,
+            normalize,
+            vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
+        };
+        let threads = threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |n| n as usize,
+        );
+        let threads = i32::try_from(threads.max(1)).unwrap_or(i32::MAX);
+        let shared = Arc::new(Shared::default());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("llama-embedder".into())
+            .spawn({
+                let (model, shared, normalize) =
+                    (Arc::clone(&model), Arc::clone(&shared), normalize);
+                move || run(&model, threads, &shared, normalize, &ready_tx)
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                let _ = thread.join();
+                return Err(LoadError::Context(reason));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(LoadError::Context(
+                    "the embedder thread ended while starting".into(),
+                ));
+            }
+        }
+        tracing::info!(
+            path = %info.path.display(),
+            name = info.name.as_deref().unwrap_or(""),
+            dimensions = info.dimensions,
+            max_input_tokens,
+            normalize,
+            threads,
+            "llama.cpp embedder ready"
+        );
+        Ok(LlamaEmbedder {
+            model,
+            shared,
+            info,
+            thread: Some(thread),
+        })
+    }
+
+    /// What was loaded.
+    pub fn info(&self) -> &EmbedderInfo {
+        &self.info
+    }
+
+    fn submit(&self, job: Job) -> Result<(), EngineError> {
+        let mut queue = self.shared.lock();
+        if queue.closed {
+            return Err(EngineError::Unavailable("the embedder stopped".into()));
+        }
+        if queue.jobs.len() >= QUEUE {
+            return Err(EngineError::Overloaded(format!(
+                "{QUEUE} embedding requests are waiting; try again shortly"
+            )));
+        }
+        queue.jobs.push_back(job);
+        self.shared.ready.notify_one();
+        Ok(())
+    }
+}
+
+impl Drop for LlamaEmbedder {
+    fn drop(&mut self) {
+        self.shared.close();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for LlamaEmbedder {
+    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
+        Err(EngineError::InvalidRequest {
+            param: Some("model".into()),
+            message: "this model makes embeddings, not text; use POST /v1/embeddings".into(),
+        })
+    }
+
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        if let Some(d) = request.dimensions.filter(|&d| d != self.info.dimensions) {
+            return Err(EngineError::InvalidRequest {
+                param: Some("dimensions".into()),
+                message: format!(
+                    "this model's vectors have {} dimensions and cannot be shortened (got dimensions {d})",
+                    self.info.dimensions
+                ),
+            });
+        }
+        let inputs = request.inputs;
+        // Tokenizing 2,048 inputs takes a while: not on an async worker.
+        let (model, info) = (Arc::clone(&self.model), self.info.clone());
+        let tokens = tokio::task::spawn_blocking(move || tokenize(&model, &info, inputs))
+            .await
+            .map_err(|e| EngineError::Internal(format!("the tokenizer task failed: {e}")))??;
+        let prompt_tokens = tokens.iter().map(|t| t.len() as u64).sum();
+        let (reply, vectors) = oneshot::channel();
+        self.submit(Job {
+            vectors: Vec::with_capacity(tokens.len()),
+            inputs: tokens,
+            next: 0,
+            reply,
+        })?;
+        let vectors = vectors
+            .await
+            .map_err(|_| EngineError::Unavailable("the embedder stopped".into()))??;
+        Ok(Embeddings {
+            vectors,
+            prompt_tokens,
+        })
+    }
+
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        let _ = request;
+        Err(EngineError::InvalidRequest {
+            param: Some("model".into()),
+            message: "this model makes embeddings, not text".into(),
+        })
+    }
+
+    fn name(&self) -> &str {
+        "llama-embed"
+    }
+
+    fn status(&self) -> EngineStatus {
+        let queue = self.shared.lock();
+        EngineStatus {
+            queued: queue.jobs.len() as u64,
+            ..EngineStatus::default()
+        }
+    }
+}
+
+/// `inputs` as the model's tokens, each with its `[CLS]`/`[SEP]` (or
+/// the model's own markers), each checked against the context and the
+/// vocabulary: a 400 naming `input` otherwise.
+fn tokenize(
+    model: &LlamaModel,
+    info: &EmbedderInfo,
+    inputs: Vec<EmbedInput>,
+) -> Result<Vec<Vec<LlamaToken>>, EngineError> {
+    let vocab = model.vocab();
+    let (bos, sep) = (vocab.bos(), vocab.sep());
+    let many = inputs.len() > 1;
+    let at = |i: usize| {
+        if many {
+            format!("input[{i}]")
+        } else {
+            "input".to_owned()
+        }
+    };
+    let invalid = |message: String| EngineError::InvalidRequest {
+        param: Some("input".into()),
+        message,
+    };
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let tokens = match input {
+                EmbedInput::Text(text) => vocab.tokenize(text.as_bytes(), true, false),
+                EmbedInput::Tokens(ids) => {
+                    if let Some(bad) = ids.iter().find(|&&id| id >= info.vocab_size) {
+                        return Err(invalid(format!(
+                            "{} holds token id {bad}; this model's vocabulary has {} tokens",
+                            at(i),
+                            info.vocab_size
+                        )));
+                    }
+                    let mut tokens: Vec<LlamaToken> = Vec::with_capacity(ids.len() + 2);
+                    // The markers the model was trained with, unless given.
+                    if vocab.should_add_bos() && ids.first() != Some(&(bos.0 as u32)) {
+                        tokens.push(bos);
+                    }
+                    tokens.extend(ids.iter().map(|&id| LlamaToken(id as i32)));
+                    if vocab.should_add_sep() && ids.last() != Some(&(sep.0 as u32)) {
+                        tokens.push(sep);
+                    }
+                    tokens
+                }
+            };
+            if tokens.len() > info.max_input_tokens as usize {
+                return Err(invalid(format!(
+                    "{} has {} tokens; this model takes at most {} tokens an input",
+                    at(i),
+                    tokens.len(),
+                    info.max_input_tokens
+                )));
+            }
+            if tokens.is_empty() {
+                return Err(invalid(format!("{} makes no tokens", at(i))));
+            }
+            Ok(tokens)
+        })
+        .collect()
+}
+
+fn run(
+    model: &LlamaModel,
+    threads: i32,
+    shared: &Shared,
+    normalize: bool,
+    ready: &std::sync::mpsc::Sender<Result<(), String>>,
+) {
+    let made = context(model, threads);
+    let mut ctx = match made {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            shared.close();
+            return;
+        }
+    };
+    if ready.send(Ok(())).is_err() {
+        shared.close();
+        return;
+    }
+    let mut batch = LlamaBatch::new(BATCH_TOKENS as usize, BATCH_SEQUENCES as i32);
+    loop {
+        // Take the next input of each waiting request in turn until the
+        // batch is full; requests whose caller left are dropped.
+        let mut taken: Vec<(usize, usize)> = Vec::new();
+        let mut tokens_in = 0usize;
+        {
+            let mut queue = shared.lock();
+            while queue.jobs.is_empty() && !queue.closed {
+                queue = shared.ready.wait(queue).unwrap_or_else(|e| e.into_inner());
+            }
+            if queue.closed {
+                return;
+            }
+            queue.jobs.retain(|job| !job.reply.is_closed());
+            batch.clear();
+            let mut progress = true;
+            while progress && taken.len() < BATCH_SEQUENCES as usize {
+                progress = false;
+                for (j, job) in queue.jobs.iter_mut().enumerate() {
+                    let Some(input) = job.inputs.get(job.next) else {
+                        continue;
+                    };
+                    if tokens_in + input.len() > BATCH_TOKENS as usize
+                        || taken.len() >= BATCH_SEQUENCES as usize
+                    {
+                        continue;
+                    }
+                    let seq = i32::try_from(taken.len()).unwrap_or(0);
+                    for (pos, &token) in input.iter().enumerate() {
+                        let _ = batch.add(token, pos as i32, &[seq], true);
+                    }
+                    tokens_in += input.len();
+                    taken.push((j, job.next));
+                    job.next += 1;
+                    progress = true;
+                }
+            }
+        }
+        if taken.is_empty() {
+            continue;
+        }
+        let result = ctx
+            .encode(&mut batch)
+            .map_err(|e| EngineError::Internal(format!("llama.cpp could not encode: {e}")));
+        let mut queue = shared.lock();
+        for (seq, (j, _)) in taken.iter().enumerate() {
+            let Some(job) = queue.jobs.get_mut(*j) else {
+                continue;
+            };
+            let vector = result.clone().and_then(|()| {
+                ctx.embeddings_seq_ith(seq as i32)
+                    .map(|v| pooled(v, normalize))
+                    .map_err(|e| EngineError::Internal(format!("no embedding: {e}")))
+            });
+            match vector {
+                Ok(v) => job.vectors.push(v),
+                Err(e) => {
+                    // Mark the job failed: answer now, skip its other inputs.
+                    let reply = std::mem::replace(&mut job.reply, oneshot::channel().0);
+                    let _ = reply.send(Err(e));
+                    job.next = job.inputs.len();
+                    job.vectors.clear();
+                }
+            }
+        }
+        // Answer the requests whose every input is encoded.
+        let mut i = 0;
+        while i < queue.jobs.len() {
+            let job = &queue.jobs[i];
+            if job.next >= job.inputs.len() && job.vectors.len() == job.inputs.len() {
+                if let Some(job) = queue.jobs.remove(i) {
+                    let _ = job.reply.send(Ok(job.vectors));
+                }
+            } else if job.next >= job.inputs.len() && job.reply.is_closed() {
+                queue.jobs.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The vector as the model's modules leave it: scaled to length 1 when
+/// `normalize`.
+fn pooled(vector: &[f32], normalize: bool) -> Vec<f32> {
+    let mut out = vector.to_vec();
+    if normalize {
+        let norm = out
+            .iter()
+            .map(|x| f64::from(*x) * f64::from(*x))
+            .sum::<f64>()
+            .sqrt();
+        if norm > 0.0 {
+            for x in &mut out {
+                *x = (f64::from(*x) / norm) as f32;
+            }
+        }
+    }
+    out
+}
+
+fn context(model: &LlamaModel, threads: i32) -> Result<LlamaContext<'_>, String> {
+    let backend = backend::backend()?;
+    let params = LlamaContextParams::default()
+        .with_embeddings(true)
+        .with_n_ctx(NonZeroU32::new(BATCH_TOKENS))
+        .with_n_batch(BATCH_TOKENS)
+        .with_n_ubatch(BATCH_TOKENS)
+        .with_n_seq_max(BATCH_SEQUENCES)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+        .with_no_perf(true);
+    model
+        .new_context(backend, params)
+        .map_err(|e| format!("cannot create the llama.cpp embedding context: {e}"))
+}

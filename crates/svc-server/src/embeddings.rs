@@ -1,0 +1,143 @@
+//! `POST /v1/embeddings`, OpenAI's embeddings: validate, route to the
+//! model's engine with what every inference gets (the key's scope and
+//! model list, rate limits, budgets, usage, metrics), shape the vectors
+//! (numbers, or base64 of little-endian floats). Errors are OpenAI's shape.
+
+use axum::extract::{FromRequest, Request, State};
+use axum::response::Response;
+use base64::Engine as _;
+use svc_api::EmbeddingRequest;
+use svc_api::embeddings::{Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector};
+use svc_core::{KeyRecord, TokenUsage, ValidEmbeddingRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Key, scope};
+use crate::openapi::shared;
+use crate::pipeline::{Metering, arrived, json_response, limited};
+use crate::state::AppState;
+
+/// The route.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create))
+}
+
+#[utoipa::path(post, path = "/v1/embeddings", tag = "embeddings", operation_id = "createEmbedding",
+    summary = "Create embeddings: a vector for each input text.",
+    description = "Served by a model that makes embeddings (`svc-embed`, all-MiniLM-L6-v2: 384 dimensions, mean pooling, length 1; or an upstream model, whose engine answers). A model that makes text answers 400 naming `model`. Each input must fit the model's context (512 tokens for `svc-embed`), else 400 naming `input`; `dimensions` other than the model's own is a 400 naming `dimensions` unless the model can shorten its vectors. The usage counts the inputs' tokens.",
+    security(("bearer" = ["model.request"])),
+    request_body = EmbeddingRequest,
+    responses(
+        (status = 200, description = "One vector per input, in order.", body = EmbeddingList),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn create(
+    Key(key, _): Key<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
+    })
+    .await
+}
+
+async fn answer(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    metering: Metering,
+) -> Result<Response, ApiError> {
+    let arrived = arrived(&request);
+    let ApiJson(body) = ApiJson::<EmbeddingRequest>::from_request(request, state).await?;
+    let ValidEmbeddingRequest {
+        model,
+        base64,
+        mut embed,
+    } = ValidEmbeddingRequest::try_from(body)?;
+    let route = state
+        .models
+        .get(&model)
+        .filter(|_| key.may_use(&model))
+        .ok_or_else(|| ApiError::ModelNotFound(model.clone()))?;
+    embed.client = Some(key.id.to_string());
+    let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
+    let charge = state
+        .budgets
+        .charge_tokens(
+            &key,
+            &model,
+            i64::try_from(estimate).unwrap_or(i64::MAX),
+            0,
+            &metering.budget,
+        )
+        .await?;
+    state.metrics.gateway_overhead(&model, arrived.elapsed());
+    // A refusal or failure gives the charge back (dropping it) and records
+    // nothing: no vector was made.
+    let embeddings = route.engine.embed(embed).await.map_err(|e| match e {
+        svc_core::EngineError::InvalidRequest { param, message }
+            if param.as_deref() == Some("model") =>
+        {
+            ApiError::Validation(svc_core::ValidationError::new(
+                "model",
+                format!("The model `{model}` does not create embeddings ({message})."),
+            ))
+        }
+        e => ApiError::Engine(e),
+    })?;
+    let used = TokenUsage {
+        prompt_tokens: embeddings.prompt_tokens,
+        completion_tokens: 0,
+    };
+    crate::usage::record_whole(state, &key.id, &model, &metering, charge, used);
+    state.metrics.time_to_first_token(&model, arrived.elapsed());
+    let data = embeddings
+        .vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, vector)| Embedding {
+            object: "embedding".to_owned(),
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            embedding: if base64 {
+                EmbeddingVector::Base64(encode(&vector))
+            } else {
+                EmbeddingVector::Float(vector)
+            },
+        })
+        .collect();
+    Ok(json_response(&EmbeddingList {
+        object: "list".to_owned(),
+        data,
+        model,
+        usage: EmbeddingUsage {
+            prompt_tokens: used.prompt_tokens,
+            total_tokens: used.prompt_tokens,
+        },
+    }))
+}
+
+/// The base64 of `vector`'s little-endian 32-bit floats (what OpenAI's
+/// SDKs decode with `numpy.frombuffer(..., dtype="float32")`).
+fn encode(vector: &[f32]) -> String {
+    let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_little_endian_f32() {
+        assert_eq!(encode(&[1.0, -2.5]), "AACAPwAAIMA=");
+    }
+}
