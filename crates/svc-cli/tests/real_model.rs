@@ -406,7 +406,10 @@ async fn svc_embed_puts_paraphrases_closer_than_other_topics() {
         .collect();
     let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
     assert_eq!(vectors[0].len(), 384);
-    assert!((dot(&vectors[0], &vectors[0]) - 1.0).abs() < 1e-4, "unit length");
+    assert!(
+        (dot(&vectors[0], &vectors[0]) - 1.0).abs() < 1e-4,
+        "unit length"
+    );
     let (near, far) = (dot(&vectors[0], &vectors[1]), dot(&vectors[0], &vectors[2]));
     assert!(near > far + 0.2, "paraphrase {near}, other topic {far}");
     assert_eq!(body["model"], "svc-embed");

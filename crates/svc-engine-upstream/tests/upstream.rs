@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 use svc_core::{
-    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, Sampling, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
+    ChatMessage, EmbedInput, EmbedRequest, Engine, EngineError, EngineEvent, EventStream,
+    FinishReason, GenerateRequest, OutputFormat, Sampling, TokenUsage, ToolCallChunk,
+    ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamKey, UpstreamOptions};
-use svc_test_support::{Behavior, FakeToolCall, FakeUpstream, Reply};
+use svc_test_support::{Behavior, FakeToolCall, FakeUpstream, Reply, fake_upstream_vector};
 
 /// Small timeouts so failing paths stay fast; health checks effectively off.
 fn options() -> UpstreamOptions {
@@ -664,4 +665,82 @@ async fn logprobs_are_asked_for_and_n_above_one_is_refused() {
         "{err:?}"
     );
     assert_eq!(fake.chat_requests(), before, "nothing was sent upstream");
+}
+
+fn embed_request() -> EmbedRequest {
+    EmbedRequest {
+        inputs: vec![
+            EmbedInput::Text("one two three".into()),
+            EmbedInput::Tokens(vec![7, 8]),
+        ],
+        dimensions: Some(3),
+        client: None,
+    }
+}
+
+#[tokio::test]
+async fn embeddings_pass_through_in_the_inputs_order() {
+    let fake = FakeUpstream::start().await;
+    fake.require_key("sk-up");
+    let mut with_key = endpoint(&fake, 1);
+    with_key.api_key = Some(UpstreamKey::new("sk-up"));
+    let engine = UpstreamEngine::new(vec![with_key], options()).unwrap();
+    let got = engine.embed(embed_request()).await.unwrap();
+    assert_eq!(
+        got.vectors,
+        [
+            fake_upstream_vector(&json!("one two three")),
+            fake_upstream_vector(&json!([7, 8]))
+        ]
+    );
+    assert_eq!(got.prompt_tokens, 5);
+    assert_eq!(
+        fake.last_request().unwrap(),
+        json!({"model": "their-model", "input": ["one two three", [7, 8]], "encoding_format": "float", "dimensions": 3})
+    );
+}
+
+#[tokio::test]
+async fn embeddings_are_retried_elsewhere_and_a_refusal_is_not() {
+    let (down, up) = (FakeUpstream::start().await, FakeUpstream::start().await);
+    down.set_behavior(Behavior::Status(503, "loading".into()));
+    let engine = engine_first_preferred(&[&down, &up], options());
+    let got = engine.embed(embed_request()).await.unwrap();
+    assert_eq!(got.vectors.len(), 2);
+    assert_eq!(
+        (down.embeddings_requests(), up.embeddings_requests()),
+        (1, 1)
+    );
+
+    up.set_behavior(Behavior::Status(400, "dimensions is not supported".into()));
+    down.set_behavior(Behavior::Status(400, "dimensions is not supported".into()));
+    let refused = engine.embed(embed_request()).await.unwrap_err();
+    assert!(
+        matches!(refused, EngineError::InvalidRequest { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        down.embeddings_requests() + up.embeddings_requests(),
+        3,
+        "a 400 is not retried"
+    );
+
+    up.set_behavior(Behavior::Hang);
+    down.set_behavior(Behavior::Close);
+    let started = Instant::now();
+    let failed = engine.embed(embed_request()).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(
+            failed,
+            EngineError::GatewayTimeout(_)
+                | EngineError::BadGateway(_)
+                | EngineError::Unavailable(_)
+        ),
+        "{failed:?}"
+    );
 }

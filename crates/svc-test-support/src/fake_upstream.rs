@@ -97,6 +97,7 @@ struct Shared {
     models_status: AtomicU16,
     connections: AtomicUsize,
     chat_requests: AtomicUsize,
+    embeddings_requests: AtomicUsize,
     models_requests: AtomicUsize,
     completed: AtomicUsize,
     cancelled: AtomicUsize,
@@ -132,6 +133,7 @@ impl FakeUpstream {
             models_status: AtomicU16::new(200),
             connections: AtomicUsize::new(0),
             chat_requests: AtomicUsize::new(0),
+            embeddings_requests: AtomicUsize::new(0),
             models_requests: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
@@ -139,6 +141,7 @@ impl FakeUpstream {
         });
         let router = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .with_state(shared.clone());
         let stop = CancellationToken::new();
@@ -185,6 +188,11 @@ impl FakeUpstream {
     /// Chat requests received, whatever became of them.
     pub fn chat_requests(&self) -> usize {
         self.shared.chat_requests.load(Ordering::SeqCst)
+    }
+
+    /// `POST /v1/embeddings` requests received.
+    pub fn embeddings_requests(&self) -> usize {
+        self.shared.embeddings_requests.load(Ordering::SeqCst)
     }
 
     /// `GET /v1/models` requests received.
@@ -343,6 +351,80 @@ fn prompt_words(request: &Value) -> u64 {
                 .count() as u64
         })
         .sum()
+}
+
+/// `[words, bytes, 1]` of a text input, `[ids, sum of ids, 1]` of a token
+/// input: what the fake's `/v1/embeddings` answers for it (listed in
+/// reverse order, with indexes, as a server may).
+pub fn fake_upstream_vector(input: &Value) -> Vec<f32> {
+    match input {
+        Value::String(text) => vec![
+            text.split_whitespace().count() as f32,
+            text.len() as f32,
+            1.0,
+        ],
+        Value::Array(ids) => vec![
+            ids.len() as f32,
+            ids.iter().filter_map(Value::as_f64).sum::<f64>() as f32,
+            1.0,
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// OpenAI's embeddings, under the same behaviors as chat (a status, a
+/// closed connection, a hang, a delay).
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<Connection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.embeddings_requests.fetch_add(1, Ordering::SeqCst);
+    if !authorized(&shared, &headers) {
+        return error_body(401, "Incorrect API key provided");
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return error_body(400, "the body is not JSON");
+    };
+    let behavior = shared
+        .queue
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or_else(|| shared.behavior.lock().unwrap().clone());
+    *shared.last_request.lock().unwrap() = Some(request.clone());
+    match &behavior {
+        Behavior::Delay(delay) => tokio::time::sleep(*delay).await,
+        Behavior::Status(status, message) => return error_body(*status, message),
+        Behavior::Close => {
+            connection.0.cancel();
+            std::future::pending::<()>().await;
+        }
+        Behavior::Hang => std::future::pending::<()>().await,
+        _ => {}
+    }
+    let inputs = match &request["input"] {
+        Value::Array(items) => items.clone(),
+        one => vec![one.clone()],
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, input)| json!({"object": "embedding", "index": i, "embedding": fake_upstream_vector(input)}))
+        .collect();
+    let tokens: usize = inputs
+        .iter()
+        .map(|i| fake_upstream_vector(i)[0] as usize)
+        .sum();
+    Json(json!({
+        "object": "list",
+        "data": data,
+        "model": request["model"],
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response()
 }
 
 async fn chat(

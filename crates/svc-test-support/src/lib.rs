@@ -25,7 +25,7 @@ pub use fake_engine::{
     FAKE_EMBED_DIMENSIONS, FAKE_EMBED_MAX_WORDS, FAKE_TEMPLATE_TOKENS, FakeEmbedder, FakeEngine,
     Probe, Script, fake_models, fake_vector,
 };
-pub use fake_upstream::{Behavior, FakeToolCall, FakeUpstream, Reply};
+pub use fake_upstream::{Behavior, FakeToolCall, FakeUpstream, Reply, fake_upstream_vector};
 pub use process::ServeProcess;
 pub use sse::{SseEvent, read_sse};
 pub use test_app::{Database, TestApp};
