@@ -12,9 +12,8 @@
 #
 # Usage: bench/embeddings.sh [SECONDS] [CLIENTS]      (defaults: 10 1,16)
 # Settings (environment):
-#   SVC_URL=http://HOST:PORT/v1  SVC_KEY=...  SVC_MODEL=...: also load a running
-#     svc (without SVC_URL, start_svc below is asked to start one; until it can,
-#     only the peer is measured)
+#   SVC_URL=http://HOST:PORT/v1  SVC_KEY=...  SVC_MODEL=...: load a running svc
+#     instead of the one start_svc below starts
 #   BENCH_THREADS=2           torch threads of the peer
 #   BENCH_INPUTS=1            texts per request
 #   BENCH_PEER_PORT           the peer's port (default: a free one)
@@ -74,16 +73,43 @@ PY
 fi
 
 # --- svc ---
-# A later step starts svc here (release build, the embedding model loaded) and
-# sets svc_url, svc_key and svc_model; it returns non-zero while it cannot.
+# Without SVC_URL: `svc serve` (SVC_BIN, default $CARGO_TARGET_DIR/release/svc
+# or target/release/svc, built when missing) on svc-embed's model, pulled into
+# ${SVC_BENCH_DATA_DIR:-~/.cache/svc-bench} once, with a fresh key; chat
+# models are served by an upstream that is never called, so only the
+# embedder runs.
 start_svc() {
-  return 1
+  local target=${CARGO_TARGET_DIR:-$root/target}
+  local bin=${SVC_BIN:-$target/release/svc}
+  if [ ! -x "$bin" ]; then
+    log "building svc (release)"
+    cargo build --release --locked -q -p svc-cli --bin svc
+  fi
+  local data=${SVC_BENCH_DATA_DIR:-$HOME/.cache/svc-bench}
+  local gguf
+  gguf=$("$bin" pull embeddings --data-dir "$data" 2>/dev/null)
+  local dir=$out/svc-data
+  mkdir -p "$dir"
+  cat >"$out/svc.toml" <<TOML
+[models.svc]
+upstreams = [{ base_url = "http://127.0.0.1:9/v1", model = "unused" }]
+[models.svc-thinking]
+upstreams = [{ base_url = "http://127.0.0.1:9/v1", model = "unused" }]
+TOML
+  svc_key=$("$bin" keys create --name bench --data-dir "$dir")
+  SVC_LOG=warn SVC_RATE_LIMIT_RPM=0 "$bin" serve --config "$out/svc.toml" --data-dir "$dir" \
+    --bind 127.0.0.1:0 --embedding-model "$gguf" --threads "$threads" >"$out/svc.log" 2>&1 &
+  local pid=$!
+  pids+=("$pid")
+  wait_for "$out/svc.log" '^svc is serving on' 120 "$pid"
+  svc_url="$(sed -n 's/^svc is serving on \(http[^ ]*\).*/\1/p' "$out/svc.log" | head -1)/v1"
+  svc_model=svc-embed
 }
 svc_url=${SVC_URL:-}
 svc_key=${SVC_KEY:-}
-svc_model=${SVC_MODEL:-all-MiniLM-L6-v2}
-if [ -z "$svc_url" ] && ! start_svc; then
-  log "no SVC_URL and start_svc cannot start svc yet: measuring the peer only"
+svc_model=${SVC_MODEL:-svc-embed}
+if [ -z "$svc_url" ]; then
+  start_svc
 fi
 
 # --- the peer ---
