@@ -99,7 +99,6 @@ async fn answer(
         completion_tokens: 0,
     };
     crate::usage::record_whole(state, &key.id, &model, &metering, charge, used);
-    state.metrics.time_to_first_token(&model, arrived.elapsed());
     let data = embeddings
         .vectors
         .into_iter()
