@@ -333,7 +333,8 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             "fake-fail",
             "fake-tools",
             "fake-tiny",
-            "fake-template"
+            "fake-template",
+            "fake-embed"
         ]
     );
     assert_eq!(app.chat(&key, &body("fake-slow", "hi")).await.status(), 200);
@@ -350,7 +351,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .json()
         .await
         .unwrap();
-    assert_eq!(list["data"].as_array().unwrap().len(), 7);
+    assert_eq!(list["data"].as_array().unwrap().len(), 8);
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.
