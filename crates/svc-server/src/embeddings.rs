@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, json_response, limited};
+use crate::pipeline::{Metering, arrived, json_response, limited, usable};
 use crate::state::AppState;
 
 /// The route.
@@ -63,11 +63,7 @@ async fn answer(
         base64,
         mut embed,
     } = ValidEmbeddingRequest::try_from(body)?;
-    let route = state
-        .models
-        .get(&model)
-        .filter(|_| key.may_use(&model))
-        .ok_or_else(|| ApiError::ModelNotFound(model.clone()))?;
+    let route = usable(state, &key, &model)?;
     embed.client = Some(key.id.to_string());
     let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
     let charge = state

@@ -139,11 +139,7 @@ pub(crate) fn routed<'a>(
     model: &str,
     request: &mut GenerateRequest,
 ) -> Result<&'a ModelRoute, ApiError> {
-    let route = state
-        .models
-        .get(model)
-        .filter(|_| key.may_use(model))
-        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))?;
+    let route = usable(state, key, model)?;
     request.reasoning = route.reasoning;
     if let Some(prompt) = &route.default_system_prompt
         && !request
@@ -156,6 +152,21 @@ pub(crate) fn routed<'a>(
             .insert(0, ChatMessage::System(prompt.clone()));
     }
     Ok(route)
+}
+
+/// `model`'s route when the key may use it (by its own list and its
+/// project's); otherwise the model is answered as one that does not exist,
+/// so a key cannot learn what else is served.
+pub(crate) fn usable<'a>(
+    state: &'a AppState,
+    key: &KeyRecord,
+    model: &str,
+) -> Result<&'a ModelRoute, ApiError> {
+    state
+        .models
+        .get(model)
+        .filter(|_| key.may_use(model))
+        .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))
 }
 
 /// Headers of a Server-Sent Events reply.
