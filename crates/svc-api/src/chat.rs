@@ -566,7 +566,7 @@ fn messages_schema() -> utoipa::openapi::schema::Array {
         .build()
 }
 
-fn stop_schema() -> Schema {
+pub(crate) fn stop_schema() -> Schema {
     let sequence = || {
         ObjectBuilder::new()
             .schema_type(Type::String)

@@ -8,6 +8,7 @@
 //! all for the server's `/openapi.json`.
 
 pub mod chat;
+pub mod completions;
 pub mod device;
 pub mod embeddings;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod schema;
 pub mod usage;
 
 pub use chat::*;
+pub use completions::{Completion, CompletionRequest};
 pub use device::*;
 pub use embeddings::{EmbeddingList, EmbeddingRequest};
 pub use error::*;

@@ -102,6 +102,8 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
         crate::chat::stream_event_schema(),
     ));
     responses(&mut out);
+    add::<crate::completions::CompletionRequest>(&mut out);
+    add::<crate::completions::Completion>(&mut out);
     add::<crate::embeddings::EmbeddingRequest>(&mut out);
     add::<crate::embeddings::EmbeddingList>(&mut out);
     add::<crate::messages::MessagesRequest>(&mut out);

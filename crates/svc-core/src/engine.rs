@@ -41,6 +41,21 @@ pub struct GenerateRequest {
     /// capacity one client holds at once (the embedded engine's
     /// `slots_per_client`); `None` bounds only this request's `n`.
     pub client: Option<String>,
+    /// `Some` for a legacy text completion (`POST /v1/completions`): text
+    /// to continue as it is, without the chat template. `messages` and
+    /// `tools` are then empty, `output` is text and `reasoning` is off.
+    pub prompt: Option<TextPrompt>,
+}
+
+/// The prompt of a legacy text completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextPrompt {
+    /// The text to continue (the part before the gap when `suffix` is set).
+    pub text: String,
+    /// Fill in the middle: the text that follows the gap. An engine whose
+    /// model has no fill-in-the-middle tokens refuses it with
+    /// `InvalidRequest` naming `suffix`.
+    pub suffix: Option<String>,
 }
 
 impl Default for GenerateRequest {
@@ -60,6 +75,7 @@ impl Default for GenerateRequest {
             logprobs: None,
             n: 1,
             client: None,
+            prompt: None,
         }
     }
 }
@@ -349,7 +365,10 @@ pub fn estimate_tokens(request: &GenerateRequest) -> u64 {
                 + tool.parameters.to_string().len()
         })
         .sum();
-    (text + tools).div_ceil(4) as u64 + 4 * request.messages.len() as u64
+    let prompt = request.prompt.as_ref().map_or(0, |p| {
+        p.text.len() + p.suffix.as_ref().map_or(0, String::len)
+    });
+    (text + tools + prompt).div_ceil(4) as u64 + 4 * request.messages.len() as u64
 }
 
 /// An engine's load and health at one moment.

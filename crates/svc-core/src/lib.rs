@@ -32,6 +32,7 @@ pub mod ids;
 pub mod secrets;
 
 // Values and validated requests.
+pub mod completions;
 pub mod config;
 pub mod embeddings;
 pub mod hashes;
@@ -65,6 +66,7 @@ pub use account::{
 pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery, AuditStore};
 pub use budget::{Budget, BudgetPeriod, BudgetUnit, ModelPrice};
 pub use clock::now;
+pub use completions::ValidCompletionRequest;
 pub use conversation::{
     Conversation, ConversationLimits, ResponseStore, StorageQuota, StorageUsage, Stored,
     StoredResponse, Turn,
@@ -77,7 +79,7 @@ pub use embeddings::ValidEmbeddingRequest;
 pub use engine::{
     ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
     EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, OutputFormat,
-    PrefixCacheStatus, Sampling, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
+    PrefixCacheStatus, Sampling, TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
     ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
 };
 pub use error::{StoreError, UnknownValue};

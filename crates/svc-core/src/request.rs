@@ -65,30 +65,8 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
             ));
         }
         let stream = req.stream.unwrap_or(false);
-        if req.stream_options.is_some() && !stream {
-            return Err(ValidationError::new(
-                "stream_options",
-                "stream_options is only allowed when stream is true",
-            ));
-        }
-        let include_usage = req
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
-
-        let n = match req.n {
-            None => 1,
-            Some(n) => u32::try_from(n)
-                .ok()
-                .filter(|n| (1..=MAX_CHOICES).contains(n))
-                .ok_or_else(|| {
-                    ValidationError::new(
-                        "n",
-                        format!("n must be between 1 and {MAX_CHOICES} (got {n})"),
-                    )
-                })?,
-        };
+        let include_usage = stream_usage(stream, req.stream_options.as_ref())?;
+        let n = choices(req.n)?;
         let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
             (true, None) => Some(0),
             (true, Some(k)) => Some(
@@ -113,17 +91,13 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
             }
         };
 
-        let sampling = Sampling {
-            temperature: ranged(req.temperature, "temperature", 0.0, 2.0)?.unwrap_or(0.7),
-            top_p: ranged(req.top_p, "top_p", 0.0, 1.0)?.unwrap_or(1.0),
-            top_k: 0,
-            // Negative seeds are accepted, as by OpenAI; their bits are the seed.
-            seed: req.seed.map(|s| s as u64),
-            presence_penalty: ranged(req.presence_penalty, "presence_penalty", -2.0, 2.0)?
-                .unwrap_or(0.0),
-            frequency_penalty: ranged(req.frequency_penalty, "frequency_penalty", -2.0, 2.0)?
-                .unwrap_or(0.0),
-        };
+        let sampling = sampling(SamplingFields {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            seed: req.seed,
+            presence_penalty: req.presence_penalty,
+            frequency_penalty: req.frequency_penalty,
+        })?;
 
         let max_tokens = match (req.max_completion_tokens, req.max_tokens) {
             (Some(n), _) => Some(token_cap(n, "max_completion_tokens")?),
@@ -154,9 +128,65 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 n,
                 // Set where the key is known (the server's pipeline).
                 client: None,
+                prompt: None,
             },
         })
     }
+}
+
+/// Whether a stream ends with a usage chunk (`stream_options.include_usage`);
+/// `stream_options` without `stream` is a 400 naming it.
+pub(crate) fn stream_usage(
+    stream: bool,
+    options: Option<&svc_api::StreamOptions>,
+) -> Result<bool, ValidationError> {
+    if options.is_some() && !stream {
+        return Err(ValidationError::new(
+            "stream_options",
+            "stream_options is only allowed when stream is true",
+        ));
+    }
+    Ok(options.and_then(|o| o.include_usage).unwrap_or(false))
+}
+
+/// `n`: 1 when absent, else 1 to [`MAX_CHOICES`].
+pub(crate) fn choices(n: Option<i64>) -> Result<u32, ValidationError> {
+    match n {
+        None => Ok(1),
+        Some(n) => u32::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_CHOICES).contains(n))
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "n",
+                    format!("n must be between 1 and {MAX_CHOICES} (got {n})"),
+                )
+            }),
+    }
+}
+
+/// The sampling fields of an OpenAI request, as they arrive.
+pub(crate) struct SamplingFields {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+}
+
+/// Range-checked sampling settings, svc's defaults where a field is absent.
+pub(crate) fn sampling(fields: SamplingFields) -> Result<Sampling, ValidationError> {
+    Ok(Sampling {
+        temperature: ranged(fields.temperature, "temperature", 0.0, 2.0)?.unwrap_or(0.7),
+        top_p: ranged(fields.top_p, "top_p", 0.0, 1.0)?.unwrap_or(1.0),
+        top_k: 0,
+        // Negative seeds are accepted, as by OpenAI; their bits are the seed.
+        seed: fields.seed.map(|s| s as u64),
+        presence_penalty: ranged(fields.presence_penalty, "presence_penalty", -2.0, 2.0)?
+            .unwrap_or(0.0),
+        frequency_penalty: ranged(fields.frequency_penalty, "frequency_penalty", -2.0, 2.0)?
+            .unwrap_or(0.0),
+    })
 }
 
 pub(crate) fn ranged(
@@ -184,7 +214,7 @@ pub(crate) fn token_cap(n: i64, param: &str) -> Result<u32, ValidationError> {
     })
 }
 
-fn stop_sequences(stop: Option<Stop>) -> Result<Vec<String>, ValidationError> {
+pub(crate) fn stop_sequences(stop: Option<Stop>) -> Result<Vec<String>, ValidationError> {
     let stop = match stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s],

@@ -87,6 +87,20 @@ pub(crate) fn generate(
         }
         None => runner,
     };
+    if let Some(prompt) = &request.prompt {
+        // A legacy text completion: the text as it is, no chat layer.
+        let tokens = runner.text_tokens(prompt)?;
+        cancel.check()?;
+        let params = CompletionParams {
+            sampling: request.sampling,
+            max_tokens: request.max_tokens,
+            stop: request.stop,
+            grammar: None,
+            ignore_eos: false,
+            logprobs: request.logprobs,
+        };
+        return runner.start(tokens, params, false);
+    }
     let GenerateRequest {
         messages,
         sampling,
@@ -101,6 +115,7 @@ pub(crate) fn generate(
         logprobs,
         n: _,
         client: _,
+        prompt: _,
     } = request;
 
     // Tools and the grammar.

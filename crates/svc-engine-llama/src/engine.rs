@@ -22,7 +22,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
-    PrefixCacheStatus, Sampling, ToolChoiceSpec, ToolSpec,
+    PrefixCacheStatus, Sampling, TextPrompt, ToolChoiceSpec, ToolSpec,
 };
 use svc_gguf::cache::{self, Prepared};
 use svc_gguf::repack::RepackTarget;
@@ -164,6 +164,43 @@ impl Runner {
     pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
         crate::prompt::with_bos(&self.model, tokens)
+    }
+
+    /// The tokens of a legacy text completion's prompt: the text as it is
+    /// (special tokens parsed, BOS added where the model wants it); with a
+    /// suffix, the model's fill-in-the-middle form `<PRE> text <SUF> suffix
+    /// <MID>` with both parts as plain text. A suffix on a model without
+    /// those tokens is a 400 naming `suffix`; a prompt of no tokens one
+    /// naming `prompt`.
+    pub(crate) fn text_tokens(&self, prompt: &TextPrompt) -> Result<Vec<LlamaToken>, EngineError> {
+        let tokens = match &prompt.suffix {
+            None => self.tokenize(&prompt.text),
+            Some(suffix) => {
+                let vocab = self.model.vocab();
+                let (pre, suf, mid) = (vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid());
+                let known = |t: LlamaToken| t.0 >= 0 && t.0 < self.model.n_vocab();
+                if !(known(pre) && known(suf) && known(mid)) {
+                    return Err(EngineError::InvalidRequest {
+                        param: Some("suffix".into()),
+                        message: "this model has no fill-in-the-middle tokens, so it cannot complete between a prompt and a suffix".into(),
+                    });
+                }
+                let plain = |text: &str| vocab.tokenize(text.as_bytes(), false, false);
+                let mut tokens = vec![pre];
+                tokens.extend(plain(&prompt.text));
+                tokens.push(suf);
+                tokens.extend(plain(suffix));
+                tokens.push(mid);
+                crate::prompt::with_bos(&self.model, tokens)
+            }
+        };
+        if tokens.is_empty() {
+            return Err(EngineError::InvalidRequest {
+                param: Some("prompt".into()),
+                message: "the prompt is empty (it has no tokens)".into(),
+            });
+        }
+        Ok(tokens)
     }
 
     /// Tokenizes a rendered chat prompt: the template's control tokens as
@@ -580,6 +617,9 @@ fn prompt_tokens(
     features: ChatFeatures,
     request: &GenerateRequest,
 ) -> Result<u64, EngineError> {
+    if let Some(prompt) = &request.prompt {
+        return Ok(runner.text_tokens(prompt)?.len() as u64);
+    }
     let use_tools = !request.tools.is_empty() && request.tool_choice != ToolChoiceSpec::None;
     let offered: &[ToolSpec] = if use_tools { &request.tools } else { &[] };
     let specials = runner.specials();

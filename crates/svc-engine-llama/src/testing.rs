@@ -62,7 +62,15 @@ pub struct TinyModel {
     pub seed: u64,
     /// The chat template the GGUF carries (`tokenizer.chat_template`).
     pub template: String,
+    /// Whether the vocabulary has fill-in-the-middle tokens
+    /// (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`); the script
+    /// then also follows `<|fim_middle|>`.
+    pub fim: bool,
 }
+
+/// The fill-in-the-middle tokens of a [`TinyModel`] with `fim`, in the
+/// order prefix, suffix, middle.
+pub const FIM_TOKENS: [&str; 3] = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"];
 
 /// Special tokens of the tiny vocabulary.
 const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
@@ -97,6 +105,7 @@ impl TinyModel {
             logit_scale: 10.0,
             seed: 0x5eed,
             template: TINY_TEMPLATE.to_owned(),
+            fim: false,
         }
     }
 
@@ -114,6 +123,11 @@ impl TinyModel {
             template: template.to_owned(),
             ..self
         }
+    }
+
+    /// The same model with fill-in-the-middle tokens (see [`TinyModel::fim`]).
+    pub fn with_fim(self) -> Self {
+        TinyModel { fim: true, ..self }
     }
 
     /// Like [`TinyModel::hello`], but the reply repeats forever.
@@ -166,6 +180,18 @@ impl TinyModel {
             }
             script_ids.push(ids[&text]);
         }
+        let fim_ids: Vec<usize> = if self.fim {
+            FIM_TOKENS
+                .iter()
+                .map(|t| {
+                    tokens.push((*t).to_owned());
+                    types.push(3);
+                    tokens.len() - 1
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let n_vocab = tokens.len();
 
         // Successors: the assistant header's "\n", then the script, then the ending.
@@ -175,6 +201,9 @@ impl TinyModel {
         for &id in &script_ids {
             successor.push((prev, id));
             prev = id;
+        }
+        if let Some(&middle) = fim_ids.last() {
+            successor.push((middle, script_ids[0]));
         }
         successor.push((
             prev,
@@ -218,6 +247,11 @@ impl TinyModel {
             .metadata("tokenizer.ggml.eos_token_id", EOT_ID as u32)
             .metadata("tokenizer.ggml.add_bos_token", false)
             .metadata("tokenizer.chat_template", self.template.clone());
+        if let [pre, suf, mid] = fim_ids[..] {
+            w.metadata("tokenizer.ggml.fim_pre_token_id", pre as u32)
+                .metadata("tokenizer.ggml.fim_suf_token_id", suf as u32)
+                .metadata("tokenizer.ggml.fim_mid_token_id", mid as u32);
+        }
 
         let e = N_EMBD as u64;
         let kv = (N_HEAD_KV * HEAD_DIM) as u64;

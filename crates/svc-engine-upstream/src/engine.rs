@@ -129,10 +129,15 @@ impl UpstreamEngine {
         &self,
         lease: &Lease,
         body: Vec<u8>,
+        path: request::Path,
         stream: bool,
         mut translator: Translator,
     ) -> Result<Started, Failure> {
         let endpoint = lease.endpoint();
+        let path = match path {
+            request::Path::Chat => &endpoint.chat_path,
+            request::Path::Completions => &endpoint.completions_path,
+        };
         let (wait, accept) = if stream {
             (self.options.first_byte_timeout, "text/event-stream")
         } else {
@@ -148,7 +153,7 @@ impl UpstreamEngine {
         };
         let body = Bytes::from(body);
         let post = || {
-            let mut post = endpoint.request(Method::POST, &endpoint.chat_path, body.clone());
+            let mut post = endpoint.request(Method::POST, path, body.clone());
             let headers = post.headers_mut();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             headers.insert(ACCEPT, HeaderValue::from_static(accept));
@@ -370,7 +375,11 @@ impl Engine for UpstreamEngine {
             };
             let body = request::body(&request, &lease.endpoint().model);
             let translator = Translator::new(request.reasoning, prompt_estimate);
-            match self.attempt(&lease, body, request.stream, translator).await {
+            let path = request::path_of(&request);
+            match self
+                .attempt(&lease, body, path, request.stream, translator)
+                .await
+            {
                 Ok(started) => {
                     lease.success();
                     return Ok(started.into_stream(lease, self.options.idle_timeout));

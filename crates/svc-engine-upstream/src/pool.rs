@@ -57,6 +57,8 @@ pub struct Endpoint {
     /// Paths of the chat and models APIs, parsed once: parsing a URL is a
     /// visible part of a request's cost at thousands of requests a second.
     pub chat_path: Uri,
+    /// The legacy text completions path (`completions`).
+    pub completions_path: Uri,
     pub embeddings_path: Uri,
     pub models_path: Uri,
     /// `Bearer <key>`, marked sensitive so it is never logged.
@@ -126,6 +128,7 @@ impl Endpoint {
         };
         Ok(Endpoint {
             chat_path: join("chat/completions")?,
+            completions_path: join("completions")?,
             embeddings_path: join("embeddings")?,
             models_path: join("models")?,
             origin: Arc::new(origin),

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use svc_core::{ChatMessage, GenerateRequest, OutputFormat, ToolChoiceSpec};
+use svc_core::{ChatMessage, GenerateRequest, OutputFormat, TextPrompt, ToolChoiceSpec};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -106,8 +106,82 @@ struct Function<'a> {
     parameters: &'a Value,
 }
 
-/// The JSON body asking `model` at an upstream for `request`.
+/// A legacy text completion's body (`POST /completions`): the fields every
+/// OpenAI-compatible server knows, optional ones only when set.
+#[derive(Serialize)]
+struct TextBody<'a> {
+    model: &'a str,
+    prompt: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suffix: Option<&'a str>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    temperature: f32,
+    top_p: f32,
+    #[serde(skip_serializing_if = "is_zero")]
+    presence_penalty: f32,
+    #[serde(skip_serializing_if = "is_zero")]
+    frequency_penalty: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<u8>,
+}
+
+/// The JSON body asking `model` at an upstream for `request`: a chat
+/// completion, or a legacy text completion when the request has a text
+/// prompt (see [`path_of`]).
 pub fn body(request: &GenerateRequest, model: &str) -> Vec<u8> {
+    match &request.prompt {
+        Some(prompt) => text_body(request, prompt, model),
+        None => chat_body(request, model),
+    }
+}
+
+/// Which of an endpoint's paths `request` goes to.
+pub fn path_of(request: &GenerateRequest) -> Path {
+    if request.prompt.is_some() {
+        Path::Completions
+    } else {
+        Path::Chat
+    }
+}
+
+/// The OpenAI paths a generation is sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Chat,
+    Completions,
+}
+
+fn text_body(request: &GenerateRequest, prompt: &TextPrompt, model: &str) -> Vec<u8> {
+    let body = TextBody {
+        model,
+        prompt: &prompt.text,
+        suffix: prompt.suffix.as_deref(),
+        stream: request.stream,
+        stream_options: request.stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+        temperature: request.sampling.temperature,
+        top_p: request.sampling.top_p,
+        presence_penalty: request.sampling.presence_penalty,
+        frequency_penalty: request.sampling.frequency_penalty,
+        seed: request.sampling.seed.map(|s| s as i64),
+        max_tokens: request.max_tokens,
+        stop: &request.stop,
+        logprobs: request.logprobs,
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// The JSON body asking `model` at an upstream for `request`'s chat.
+fn chat_body(request: &GenerateRequest, model: &str) -> Vec<u8> {
     let messages = request
         .messages
         .iter()

@@ -39,9 +39,13 @@ struct ChunkChoice {
     /// `delta` in a chunk, `message` in a whole completion.
     #[serde(default, alias = "message", deserialize_with = "null_as_default")]
     delta: Delta,
+    /// A legacy text completion's text (`delta` is then absent).
+    #[serde(default)]
+    text: Option<String>,
     #[serde(default)]
     finish_reason: Option<String>,
-    /// OpenAI's `{"content": [...]}`; anything else is ignored.
+    /// OpenAI's `{"content": [...]}`, or a legacy completion's four lists;
+    /// anything else is ignored.
     #[serde(default, deserialize_with = "lenient")]
     logprobs: Option<Logprobs>,
 }
@@ -50,6 +54,52 @@ struct ChunkChoice {
 struct Logprobs {
     #[serde(default, deserialize_with = "null_as_default")]
     content: Vec<UpTokenLogprob>,
+    /// The legacy shape: the tokens, their log probabilities, and the
+    /// likeliest tokens at each position.
+    #[serde(default, deserialize_with = "null_as_default")]
+    tokens: Vec<String>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    token_logprobs: Vec<Option<f32>>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    top_logprobs: Vec<Option<std::collections::HashMap<String, f32>>>,
+}
+
+impl Logprobs {
+    /// The tokens in svc's form, from whichever shape the upstream sent.
+    fn into_engine(self) -> Vec<TokenLogprob> {
+        if !self.content.is_empty() {
+            return self
+                .content
+                .into_iter()
+                .map(UpTokenLogprob::into_engine)
+                .collect();
+        }
+        let mut tops = self.top_logprobs.into_iter();
+        self.tokens
+            .into_iter()
+            .zip(self.token_logprobs)
+            .map(|(token, logprob)| {
+                let mut top: Vec<TopLogprob> = tops
+                    .next()
+                    .flatten()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(token, logprob)| TopLogprob {
+                        bytes: token.as_bytes().to_vec(),
+                        token,
+                        logprob,
+                    })
+                    .collect();
+                top.sort_by(|a, b| b.logprob.total_cmp(&a.logprob).then(a.token.cmp(&b.token)));
+                TokenLogprob {
+                    bytes: token.as_bytes().to_vec(),
+                    token,
+                    logprob: logprob.unwrap_or(f32::NEG_INFINITY),
+                    top,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -288,17 +338,13 @@ impl Translator {
                     out.push(EngineEvent::Reasoning(text));
                 }
             }
-            if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            let content = delta.content.or(choice.text);
+            if let Some(text) = content.filter(|t| !t.is_empty()) {
                 self.output_bytes += text.len();
                 // The upstream's content log probabilities (when asked for), before their text.
                 let tokens: Vec<TokenLogprob> = choice
                     .logprobs
-                    .map(|l| {
-                        l.content
-                            .into_iter()
-                            .map(UpTokenLogprob::into_engine)
-                            .collect()
-                    })
+                    .map(Logprobs::into_engine)
                     .unwrap_or_default();
                 if !tokens.is_empty() {
                     out.push(EngineEvent::Logprobs(tokens));

@@ -5,6 +5,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod chat;
+pub(crate) mod completions;
 pub mod config;
 pub(crate) mod dashboard;
 pub(crate) mod embeddings;

@@ -106,8 +106,12 @@ fn follow_the_rules(operation: &mut utoipa::openapi::path::Operation) {
 
 const SUMMARY: &str = "A self-hostable OpenAI-compatible chat-completion service.";
 const DESCRIPTION: &str = "Chat completions in the shape of OpenAI's chat-completions interface: client libraries written for it work unchanged once their base URL is `{base_url}/v1` and their API key is an svc key.\n\nEvery error is answered with the body `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}` (`param` and `code` are always present, possibly null). Every response carries an `x-request-id` header; a 5xx body quotes it.";
-const TAGS: [(&str, &str); 8] = [
+const TAGS: [(&str, &str); 9] = [
     ("chat", "Chat completions."),
+    (
+        "completions",
+        "Legacy text completions: a prompt continued as it is, or filled in between a prompt and a suffix.",
+    ),
     (
         "embeddings",
         "Embeddings: vectors for texts, from a model that makes them (`svc-embed`) or an upstream.",

@@ -129,7 +129,8 @@ where
 }
 
 /// `model`'s route, with what it sets applied to `request`: the model's
-/// reasoning flag, and its default system prompt when the request has none.
+/// reasoning flag, and its default system prompt when the request has none
+/// (neither for a legacy text prompt, which is continued as it is).
 /// A model the key may not use (by its own list or its project's) is
 /// answered as one that does not exist, so a key cannot learn what else is
 /// served.
@@ -140,6 +141,10 @@ pub(crate) fn routed<'a>(
     request: &mut GenerateRequest,
 ) -> Result<&'a ModelRoute, ApiError> {
     let route = usable(state, key, model)?;
+    if request.prompt.is_some() {
+        // A text prompt is continued as it is: no system prompt, no reasoning.
+        return Ok(route);
+    }
     request.reasoning = route.reasoning;
     if let Some(prompt) = &route.default_system_prompt
         && !request

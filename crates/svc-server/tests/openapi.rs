@@ -1152,3 +1152,71 @@ async fn admin_api_responses_match_the_document() {
     let response = app.client.get(app.url(projects)).send().await.unwrap();
     check(&doc, "get", projects, response).await;
 }
+
+#[tokio::test]
+async fn legacy_completion_and_embedding_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let post = |path: &'static str, body: Value| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+    };
+    let whole = check(
+        &doc,
+        "post",
+        "/v1/completions",
+        post(
+            "/v1/completions",
+            json!({"model": "svc", "prompt": ["a b", "c"], "n": 2, "logprobs": 2}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(whole["choices"][3]["text"], "You said: c");
+    check(
+        &doc,
+        "post",
+        "/v1/completions",
+        post(
+            "/v1/completions",
+            json!({"model": "svc", "prompt": "a", "suffix": "b"}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    // Each streamed frame's JSON is a `text_completion` too.
+    let chunk_schema = json!({"$ref": "#/components/schemas/CreateCompletionResponse"});
+    let body = json!({"model": "svc", "prompt": "x y", "stream": true, "echo": true,
+        "stream_options": {"include_usage": true}});
+    let streamed = post("/v1/completions", body)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = svc_test_support::sse::read_sse(&streamed);
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    for event in &events[..events.len() - 1] {
+        let payload = event.json.as_ref().expect("a JSON frame");
+        assert_valid(&doc, &chunk_schema, payload, "a text_completion chunk");
+    }
+    let vectors = check(
+        &doc,
+        "post",
+        "/v1/embeddings",
+        post(
+            "/v1/embeddings",
+            json!({"model": "fake-embed", "input": ["a", "b"]}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(vectors["data"][1]["index"], 1);
+}

@@ -21,6 +21,8 @@ pub enum Script {
     /// `n > 1`, replies so `n` times, one choice after the other; with
     /// `logprobs`, each word is one token of log probability `-0.5`, its
     /// alternatives the word itself then `alt1`, `alt2`, ... at `-1`, `-2`, ...
+    /// A text prompt is echoed as a user message would be; a `suffix` is
+    /// refused (naming it), as by a model without fill-in-the-middle tokens.
     Echo { delay: Duration },
     /// Sends `words` words of the echo, then fails.
     FailAfter { words: usize },
@@ -87,7 +89,11 @@ impl Drop for CancelGuard {
     }
 }
 
+/// The last user message, or a text prompt's text.
 fn last_user(request: &GenerateRequest) -> String {
+    if let Some(prompt) = &request.prompt {
+        return prompt.text.clone();
+    }
     request
         .messages
         .iter()
@@ -127,6 +133,9 @@ fn words(text: &str) -> Vec<String> {
 }
 
 fn prompt_tokens(request: &GenerateRequest) -> u64 {
+    if let Some(prompt) = &request.prompt {
+        return prompt.text.split_whitespace().count() as u64 + 1;
+    }
     request
         .messages
         .iter()
@@ -148,6 +157,12 @@ impl Engine for FakeEngine {
             return Err(EngineError::ContextLengthExceeded {
                 prompt_tokens,
                 context: 16,
+            });
+        }
+        if request.prompt.as_ref().is_some_and(|p| p.suffix.is_some()) {
+            return Err(EngineError::InvalidRequest {
+                param: Some("suffix".into()),
+                message: "this model has no fill-in-the-middle tokens".into(),
             });
         }
         self.probe.started.fetch_add(1, Ordering::SeqCst);

@@ -85,7 +85,7 @@ struct Collected {
     finish: Option<FinishReason>,
 }
 
-fn usage(u: TokenUsage) -> Usage {
+pub(crate) fn usage(u: TokenUsage) -> Usage {
     Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
@@ -191,7 +191,7 @@ pub async fn collect(
 }
 
 /// One SSE event: `data: <json>\n\n`.
-fn event(json: &impl serde::Serialize) -> Bytes {
+pub(crate) fn event(json: &impl serde::Serialize) -> Bytes {
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"data: ");
     // Serializing our own wire types cannot fail.
@@ -309,7 +309,7 @@ pub fn sse(
 
 /// The one event that ends a stream which failed after it started. Built as
 /// if inside the request, so a server error quotes its id.
-fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
+pub(crate) fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
     match request_id {
         Some(id) => crate::request_id::scope(id.to_owned(), || event(&err.body())),
         None => event(&err.body()),

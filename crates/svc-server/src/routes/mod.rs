@@ -35,6 +35,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(crate::chat::routes())
         .merge(crate::responses::routes())
         .merge(crate::messages::routes())
+        .merge(crate::completions::routes())
         .merge(crate::embeddings::routes())
         .routes(routes!(device::code))
         .routes(routes!(device::token))

@@ -277,13 +277,13 @@ async fn wrong_paths_and_methods_are_openai_shaped() {
     assert!(message.contains("GET"), "{message}");
     let response = app
         .client
-        .post(app.url("/v1/completions"))
+        .post(app.url("/v1/edits"))
         .bearer_auth(&key)
         .send()
         .await
         .unwrap();
     let message = expect_error(response, 404, "invalid_request_error", "unknown_url", None).await;
-    assert_eq!(message, "Invalid URL (POST /v1/completions)");
+    assert_eq!(message, "Invalid URL (POST /v1/edits)");
 }
 
 #[tokio::test]

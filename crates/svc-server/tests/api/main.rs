@@ -41,6 +41,7 @@ mod audit;
 mod auth;
 mod budgets;
 mod chat;
+mod completions;
 mod dashboard;
 mod dashboard_controls;
 mod dashboard_projects;

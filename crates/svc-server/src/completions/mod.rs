@@ -1,0 +1,114 @@
+//! `POST /v1/completions`, OpenAI's legacy text completions: validate, run
+//! each prompt through the shared pipeline ([`crate::pipeline`]) as a text
+//! prompt (no chat template; fill-in-the-middle with a `suffix`), shape the
+//! merged events into one `text_completion` or a stream of them
+//! ([`shape`]). Errors are OpenAI's shape, [`ApiError`]'s own.
+
+pub(crate) mod shape;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request, State};
+use axum::response::Response;
+use svc_api::CompletionRequest;
+use svc_core::{EngineError, KeyRecord, ValidCompletionRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Key, scope};
+use crate::openapi::shared;
+use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::state::AppState;
+
+/// The route.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create))
+}
+
+#[utoipa::path(post, path = "/v1/completions", tag = "completions", operation_id = "createCompletion",
+    summary = "Create a text completion: the model's continuation of a prompt, as it is (legacy).",
+    description = "The prompt is continued as it is, without the chat template. With a `suffix` the model fills in the middle between `prompt` and `suffix`, with its own fill-in-the-middle tokens; a model without them answers 400 naming `suffix` (the default `svc` has none). `max_tokens` defaults to 16, as with OpenAI. With an array of prompts each gets `n` choices, choice `i` of prompt `p` having index `p * n + i`. With `stream` true the reply comes as Server-Sent Events: `data: <text_completion>` frames holding one choice each (with `echo`, first each choice's prompt), a frame with each choice's `finish_reason`, with `stream_options.include_usage` one with empty `choices` and the usage, and the literal `data: [DONE]`. An error after the stream has begun is sent as a last `data: {\"error\":{...}}` frame and the stream ends without `[DONE]`. `logprobs` (0 to 5) gives the generated tokens' log probabilities in the legacy shape (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`); with `echo` it is refused (400 naming `logprobs`): svc does not score prompts.",
+    security(("bearer" = ["model.request"])),
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The completion: whole, or streamed when `stream` is true.",
+            content((svc_api::Completion = "application/json"),
+                (svc_api::Completion = "text/event-stream"))),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn create(
+    Key(key, _): Key<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited(&state, key, |key, metering| {
+        answer(&state, key, request, metering)
+    })
+    .await
+}
+
+async fn answer(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    metering: Metering,
+) -> Result<Response, ApiError> {
+    let arrived = arrived(&request);
+    let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
+    let request = ValidCompletionRequest::try_from(body)?;
+    let (n, logprobs, stream) = (request.n(), request.logprobs(), request.stream());
+    let texts: Vec<String> = request
+        .prompts
+        .iter()
+        .map(|p| {
+            p.prompt
+                .as_ref()
+                .map(|t| t.text.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    // Each prompt is a generation of its own, charged and metered as one.
+    // A failure to start one drops those started, which stops them.
+    let mut streams = Vec::with_capacity(request.prompts.len());
+    for prompt in request.prompts {
+        let events = generate(
+            state,
+            &key,
+            &request.model,
+            prompt,
+            arrived,
+            metering.clone(),
+        )
+        .await
+        .map_err(on_prompt)?;
+        streams.push(events);
+    }
+    let meta = shape::Meta::new(request.model, n, logprobs, texts, request.echo);
+    let merged = shape::merge(streams);
+    if !stream {
+        return Ok(json_response(&shape::collect(meta, merged).await?));
+    }
+    Ok(sse_response(Body::from_stream(shape::sse(
+        meta,
+        request.include_usage,
+        merged,
+    ))))
+}
+
+/// A prompt too long for the model's context is the prompt's fault.
+fn on_prompt(error: ApiError) -> ApiError {
+    match error {
+        ApiError::Engine(EngineError::ContextLengthExceeded { .. }) => ApiError::OnParam {
+            param: "prompt",
+            error: Box::new(error),
+        },
+        other => other,
+    }
+}
