@@ -1,7 +1,8 @@
 """The official SDKs against `svc serve` on the real default model
 (SmolLM2-135M-Instruct, `$SVC_TEST_MODEL`, which `scripts/test.sh` fetches):
 real answers through the Responses API (`openai`), the Messages API
-(`anthropic`), and chat completions' log probabilities.
+(`anthropic`), chat completions' log probabilities, legacy text
+completions (and LangChain's `OpenAI` LLM on them), and embeddings.
 
 The server is `$SVC_BIN serve` (run.sh builds `svc`) with the model in a
 data directory of its own, as on a newcomer's first start minus the
@@ -147,6 +148,65 @@ def test_chat_logprobs_are_the_real_distribution(real_openai: openai.OpenAI) -> 
         assert math.isclose(token.top_logprobs[0].logprob, token.logprob, abs_tol=1e-4)
         if token.token.isascii():
             assert bytes(token.bytes) == token.token.encode()
+
+
+PROMPT = "The capital of France is"
+
+
+def test_legacy_completions_continue_the_prompt_for_real(real_openai: openai.OpenAI) -> None:
+    whole = real_openai.completions.create(
+        model="svc", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2,
+    )
+    assert whole.object == "text_completion" and whole.id.startswith("cmpl-")
+    choice = whole.choices[0]
+    assert choice.text.strip(), whole
+    assert choice.finish_reason in ("stop", "length")
+    # The prompt as it is: a handful of tokens, no chat template around it.
+    assert 3 <= whole.usage.prompt_tokens <= 10, whole.usage
+    logprobs = choice.logprobs
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.text_offset[0] == 0
+    assert logprobs.text_offset == sorted(logprobs.text_offset)
+    for token, logprob, top in zip(logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs):
+        assert logprob <= 0
+        # Greedy: the chosen token is the likeliest of those listed.
+        assert top[token] == pytest.approx(logprob, abs=1e-4)
+        assert max(top.values()) == pytest.approx(logprob, abs=1e-4)
+        assert 1 <= len(top) <= 3
+
+    # Streamed, greedy: the same text, in text_completion chunks.
+    streamed = real_openai.completions.create(
+        model="svc", prompt=PROMPT, max_tokens=6, temperature=0, stream=True, echo=True,
+        stream_options={"include_usage": True},
+    )
+    pieces, usage = [], None
+    for chunk in streamed:
+        assert chunk.object == "text_completion"
+        pieces.extend(c.text for c in chunk.choices)
+        usage = chunk.usage or usage
+    assert "".join(pieces) == PROMPT + choice.text
+    assert usage.completion_tokens == whole.usage.completion_tokens
+
+    # SmolLM2 has no fill-in-the-middle tokens: a suffix is refused, naming it.
+    with pytest.raises(openai.BadRequestError) as refused:
+        real_openai.completions.create(model="svc", prompt="def add(a, b):", suffix="    return c")
+    assert refused.value.body["param"] == "suffix"
+
+
+def test_langchain_llm_completes_through_the_legacy_api(real_server: Server) -> None:
+    from langchain_openai import OpenAI
+
+    llm = OpenAI(
+        model="svc", base_url=real_server.base_url, api_key=real_server.key,
+        temperature=0, max_tokens=6, max_retries=0,
+    )
+    direct = openai.OpenAI(base_url=real_server.base_url, api_key=real_server.key, max_retries=0)
+    expected = direct.completions.create(model="svc", prompt=PROMPT, temperature=0, max_tokens=6)
+    assert llm.invoke(PROMPT) == expected.choices[0].text
+    # Several prompts in one request, as LangChain batches them.
+    results = llm.generate([PROMPT, "One, two, three,"])
+    assert len(results.generations) == 2
+    assert results.generations[0][0].text == expected.choices[0].text
 
 
 DOCUMENTS = [

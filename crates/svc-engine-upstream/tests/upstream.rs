@@ -15,7 +15,7 @@ use futures::StreamExt;
 use serde_json::json;
 use svc_core::{
     ChatMessage, EmbedInput, EmbedRequest, Engine, EngineError, EngineEvent, EventStream,
-    FinishReason, GenerateRequest, OutputFormat, Sampling, TokenUsage, ToolCallChunk,
+    FinishReason, GenerateRequest, OutputFormat, Sampling, TextPrompt, TokenUsage, ToolCallChunk,
     ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamKey, UpstreamOptions};
@@ -742,5 +742,92 @@ async fn embeddings_are_retried_elsewhere_and_a_refusal_is_not() {
                 | EngineError::Unavailable(_)
         ),
         "{failed:?}"
+    );
+}
+
+fn text_request(prompt: &str, suffix: Option<&str>, stream: bool) -> GenerateRequest {
+    GenerateRequest {
+        prompt: Some(TextPrompt {
+            text: prompt.into(),
+            suffix: suffix.map(str::to_owned),
+        }),
+        max_tokens: Some(16),
+        stream,
+        logprobs: Some(1),
+        sampling: Sampling {
+            seed: Some(7),
+            ..Sampling::default()
+        },
+        stop: vec!["\n\n".into()],
+        ..GenerateRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn text_completions_go_to_the_completions_path_with_the_suffix() {
+    let fake = FakeUpstream::start().await;
+    let engine = engine_first_preferred(&[&fake], options());
+    for stream in [true, false] {
+        let events = engine
+            .generate(text_request("def f(", Some("):"), stream))
+            .await
+            .unwrap();
+        let (events, error) = drain(events).await;
+        assert_eq!(error, None);
+        assert_eq!(text(&events), "Fill: def f(|):");
+        // The legacy log probabilities come back as svc's own, before their text.
+        let logprobs: Vec<(String, f32, Vec<String>)> = events
+            .iter()
+            .filter_map(|e| match e {
+                EngineEvent::Logprobs(tokens) => Some(tokens.clone()),
+                _ => None,
+            })
+            .flatten()
+            .map(|t| {
+                (
+                    t.token,
+                    t.logprob,
+                    t.top.into_iter().map(|a| a.token).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(logprobs.len(), 3, "{events:?}");
+        assert_eq!(
+            logprobs[0],
+            ("Fill: ".into(), -0.25, vec!["Fill: ".into(), "alt".into()])
+        );
+        let (reason, usage) = finish(&events).unwrap();
+        assert_eq!(reason, FinishReason::Stop);
+        assert_eq!(usage.prompt_tokens, 2);
+        assert_eq!(usage.completion_tokens, 3);
+        let sent = fake.last_request().unwrap();
+        assert_eq!(sent["model"], "their-model");
+        assert_eq!(sent["prompt"], "def f(");
+        assert_eq!(sent["suffix"], "):");
+        assert_eq!(sent["logprobs"], 1);
+        assert_eq!(sent["seed"], 7);
+        assert_eq!(sent["stop"], json!(["\n\n"]));
+        assert_eq!(sent["stream"], stream);
+        assert!(sent.get("messages").is_none(), "{sent}");
+    }
+    assert_eq!(fake.completions_requests(), 2);
+    assert_eq!(fake.chat_requests(), 0);
+}
+
+#[tokio::test]
+async fn text_completions_are_retried_elsewhere_before_the_first_event() {
+    let (down, up) = (FakeUpstream::start().await, FakeUpstream::start().await);
+    down.set_behavior(Behavior::Status(503, "loading".into()));
+    let engine = engine_first_preferred(&[&down, &up], options());
+    let events = engine
+        .generate(text_request("once upon", None, true))
+        .await
+        .unwrap();
+    let (events, error) = drain(events).await;
+    assert_eq!(error, None);
+    assert_eq!(text(&events), "Echo: once upon");
+    assert_eq!(
+        (down.completions_requests(), up.completions_requests()),
+        (1, 1)
     );
 }

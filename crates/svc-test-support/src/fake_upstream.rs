@@ -1,8 +1,8 @@
 //! [`FakeUpstream`]: an OpenAI-compatible inference server on port 0 that
 //! misbehaves on demand, for testing what svc does in front of one.
 //!
-//! It speaks `POST /v1/chat/completions` (streamed like vLLM, or whole) and
-//! `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
+//! It speaks `POST /v1/chat/completions` (streamed like vLLM, or whole),
+//! `POST /v1/completions`, `POST /v1/embeddings` and `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
 //! one for every request, or queued for the next ones. Connections are
 //! served by hyper directly so a handler can close its own connection
 //! (before or in the middle of a response), and [`FakeUpstream::kill`]
@@ -98,6 +98,7 @@ struct Shared {
     connections: AtomicUsize,
     chat_requests: AtomicUsize,
     embeddings_requests: AtomicUsize,
+    completions_requests: AtomicUsize,
     models_requests: AtomicUsize,
     completed: AtomicUsize,
     cancelled: AtomicUsize,
@@ -134,6 +135,7 @@ impl FakeUpstream {
             connections: AtomicUsize::new(0),
             chat_requests: AtomicUsize::new(0),
             embeddings_requests: AtomicUsize::new(0),
+            completions_requests: AtomicUsize::new(0),
             models_requests: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
@@ -142,6 +144,7 @@ impl FakeUpstream {
         let router = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
+            .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
             .with_state(shared.clone());
         let stop = CancellationToken::new();
@@ -188,6 +191,11 @@ impl FakeUpstream {
     /// Chat requests received, whatever became of them.
     pub fn chat_requests(&self) -> usize {
         self.shared.chat_requests.load(Ordering::SeqCst)
+    }
+
+    /// `POST /v1/completions` requests received.
+    pub fn completions_requests(&self) -> usize {
+        self.shared.completions_requests.load(Ordering::SeqCst)
     }
 
     /// `POST /v1/embeddings` requests received.
@@ -381,29 +389,10 @@ async fn embeddings(
     body: Bytes,
 ) -> Response {
     shared.embeddings_requests.fetch_add(1, Ordering::SeqCst);
-    if !authorized(&shared, &headers) {
-        return error_body(401, "Incorrect API key provided");
-    }
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        return error_body(400, "the body is not JSON");
+    let (request, _) = match received(&shared, &connection, &headers, &body).await {
+        Ok(received) => received,
+        Err(refused) => return refused,
     };
-    let behavior = shared
-        .queue
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or_else(|| shared.behavior.lock().unwrap().clone());
-    *shared.last_request.lock().unwrap() = Some(request.clone());
-    match &behavior {
-        Behavior::Delay(delay) => tokio::time::sleep(*delay).await,
-        Behavior::Status(status, message) => return error_body(*status, message),
-        Behavior::Close => {
-            connection.0.cancel();
-            std::future::pending::<()>().await;
-        }
-        Behavior::Hang => std::future::pending::<()>().await,
-        _ => {}
-    }
     let inputs = match &request["input"] {
         Value::Array(items) => items.clone(),
         one => vec![one.clone()],
@@ -427,18 +416,21 @@ async fn embeddings(
     .into_response()
 }
 
-async fn chat(
-    State(shared): State<Arc<Shared>>,
-    Extension(connection): Extension<Connection>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    shared.chat_requests.fetch_add(1, Ordering::SeqCst);
-    if !authorized(&shared, &headers) {
-        return error_body(401, "Incorrect API key provided");
+/// What every endpoint of the fake does first: checks the key, reads the
+/// JSON body (kept as the last request), takes the next behavior and acts
+/// on the ones that decide before any reply (a delay, a status, a closed
+/// connection, a hang). `Err` is the answer instead of a reply.
+async fn received(
+    shared: &Shared,
+    connection: &Connection,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Value, Behavior), Response> {
+    if !authorized(shared, headers) {
+        return Err(error_body(401, "Incorrect API key provided"));
     }
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        return error_body(400, "the body is not JSON");
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return Err(error_body(400, "the body is not JSON"));
     };
     let behavior = shared
         .queue
@@ -446,6 +438,118 @@ async fn chat(
         .unwrap()
         .pop_front()
         .unwrap_or_else(|| shared.behavior.lock().unwrap().clone());
+    *shared.last_request.lock().unwrap() = Some(request.clone());
+    match &behavior {
+        Behavior::Delay(delay) => tokio::time::sleep(*delay).await,
+        Behavior::Status(status, message) => return Err(error_body(*status, message)),
+        Behavior::Close => {
+            connection.0.cancel();
+            std::future::pending::<()>().await;
+        }
+        Behavior::Hang => std::future::pending::<()>().await,
+        _ => {}
+    }
+    Ok((request, behavior))
+}
+
+/// Legacy text completions, as vLLM serves them: `Echo: <prompt>` a word
+/// a piece (`Fill: <prompt>|<suffix>` with a suffix), the legacy log
+/// probabilities when asked (each piece one token at `-0.25`, its
+/// likeliest the piece and `alt` at `-3`), whole or streamed with usage.
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<Connection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.completions_requests.fetch_add(1, Ordering::SeqCst);
+    let (request, _) = match received(&shared, &connection, &headers, &body).await {
+        Ok(received) => received,
+        Err(refused) => return refused,
+    };
+    let prompt = request["prompt"].as_str().unwrap_or_default();
+    let text = match request["suffix"].as_str() {
+        Some(suffix) => format!("Fill: {prompt}|{suffix}"),
+        None => format!("Echo: {prompt}"),
+    };
+    let pieces: Vec<&str> = text.split_inclusive(' ').collect();
+    let logprobs = |pieces: &[&str], offset: usize| -> Value {
+        if request["logprobs"].is_null() {
+            return Value::Null;
+        }
+        let mut at = offset;
+        let offsets: Vec<usize> = pieces
+            .iter()
+            .map(|p| {
+                let here = at;
+                at += p.chars().count();
+                here
+            })
+            .collect();
+        json!({
+            "tokens": pieces,
+            "token_logprobs": vec![-0.25; pieces.len()],
+            "top_logprobs": pieces.iter().map(|p| json!({*p: -0.25, "alt": -3.0})).collect::<Vec<_>>(),
+            "text_offset": offsets,
+        })
+    };
+    let prompt_tokens = prompt.split_whitespace().count();
+    let usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": pieces.len(),
+        "total_tokens": prompt_tokens + pieces.len(),
+    });
+    let model = request["model"].clone();
+    if request["stream"] != true {
+        return Json(json!({
+            "id": "cmpl-fake", "object": "text_completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs(&pieces, 0), "finish_reason": "stop"}],
+            "usage": usage,
+        }))
+        .into_response();
+    }
+    let frame = |choices: Value, usage: Value| {
+        let chunk = json!({"id": "cmpl-fake", "object": "text_completion", "created": 0,
+            "model": model, "choices": choices, "usage": usage});
+        Bytes::from(format!("data: {chunk}\n\n"))
+    };
+    let mut frames = Vec::new();
+    let mut offset = 0;
+    for piece in &pieces {
+        frames.push(frame(
+            json!([{"index": 0, "text": piece, "logprobs": logprobs(&[piece], offset), "finish_reason": null}]),
+            Value::Null,
+        ));
+        offset += piece.chars().count();
+    }
+    frames.push(frame(
+        json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"}]),
+        Value::Null,
+    ));
+    if request["stream_options"]["include_usage"] == true {
+        frames.push(frame(json!([]), usage));
+    }
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    let stream = futures::stream::iter(frames.into_iter().map(Ok::<_, Infallible>));
+    let mut response = Body::from_stream(stream).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+async fn chat(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<Connection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+    let (request, behavior) = match received(&shared, &connection, &headers, &body).await {
+        Ok(received) => received,
+        Err(refused) => return refused,
+    };
     let reply = shared.reply.lock().unwrap().clone();
     let content = reply.content.clone().unwrap_or_else(|| {
         format!("Echo: {}", last_user(&request))
@@ -457,17 +561,6 @@ async fn chat(
     let model = request["model"].as_str().unwrap_or("fake-model").to_owned();
     let stream = request["stream"] == true;
     let include_usage = request["stream_options"]["include_usage"] == true;
-    *shared.last_request.lock().unwrap() = Some(request);
-    match &behavior {
-        Behavior::Delay(delay) => tokio::time::sleep(*delay).await,
-        Behavior::Status(status, message) => return error_body(*status, message),
-        Behavior::Close => {
-            connection.0.cancel();
-            std::future::pending::<()>().await;
-        }
-        Behavior::Hang => std::future::pending::<()>().await,
-        _ => {}
-    }
     let completion_tokens = (reply.reasoning.len()
         + content.len()
         + reply
