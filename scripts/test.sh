@@ -3,7 +3,8 @@
 # tests on SQLite and PostgreSQL, Redis-shared rate limits, the engine on
 # tiny generated GGUFs and on the real default model end to end), the
 # conformance suite that drives the server with the official `openai` and
-# `anthropic` Python SDKs, schemathesis and oauthlib, the dashboard and
+# `anthropic` Python SDKs, schemathesis and oauthlib, the `openai` Node SDK
+# and the Vercel AI SDK (tests/sdk-node), the dashboard and
 # device flow in headless Chromium, and the real Codex CLI and Claude Code
 # (tests/agents).
 # Also: svc-cli's tests without the embedded engine (the gateway-only
@@ -56,6 +57,7 @@ cargo test -p svc-cli --no-default-features --locked
 bash scripts/check-fresh-machine.sh
 bash tests/python/run.sh
 bash tests/browser/run.sh
+bash tests/sdk-node/run.sh
 bash tests/agents/run.sh
 bash scripts/fuzz.sh
 bash scripts/docs.sh

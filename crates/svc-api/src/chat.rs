@@ -191,9 +191,11 @@ impl From<&str> for Content {
     }
 }
 
-/// One part of an array content: `{"type":"text","text":...}`. Other types
-/// (images, audio) are read so that validation can name them and refuse;
-/// the schema shows the one type served.
+/// One part of an array content: `{"type":"text","text":...}`, or in a
+/// user message `{"type":"image_url","image_url":{"url":...,"detail":...}}`.
+/// Other types (audio, files) are read so that validation can name them
+/// and refuse; the schema shows the text part (the image part is
+/// [`ImageContentPart`]).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(as = TextContentPart, description = "A text part.")]
 pub struct ContentPart {
@@ -203,6 +205,39 @@ pub struct ContentPart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(required = true, nullable = false)]
     pub text: Option<String>,
+    /// The image of an `image_url` part (read in svc-core, so that a wrong
+    /// shape is a 400 naming the part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub image_url: Option<Value>,
+}
+
+/// `{"type":"image_url","image_url":{"url":...,"detail":...}}`: an image
+/// in a user message, by URL (passed on to the engine, never fetched by
+/// svc) or as a `data:image/...;base64,` URI.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(
+    description = "An image, in a user message. Only models served by an upstream engine with vision read images; others answer 400 naming the part."
+)]
+pub struct ImageContentPart {
+    #[serde(rename = "type")]
+    #[schema(schema_with = type_image_url)]
+    pub kind: String,
+    pub image_url: ImageUrl,
+}
+
+/// Where an image is: an `https:`/`http:` URL or a `data:` URI.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ImageUrl {
+    #[schema(min_length = 1)]
+    pub url: String,
+    /// `auto`, `low` or `high`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+fn type_image_url() -> Object {
+    crate::schema::constant("image_url")
 }
 
 /// A function the model may call.
@@ -723,9 +758,15 @@ impl PartialSchema for Content {
     fn schema() -> RefOr<Schema> {
         AnyOfBuilder::new()
             .item(typed(Type::String, None))
-            .item(ArrayBuilder::new().items(reference("TextContentPart")))
+            .item(
+                ArrayBuilder::new().items(
+                    AnyOfBuilder::new()
+                        .item(reference("TextContentPart"))
+                        .item(reference("ImageContentPart")),
+                ),
+            )
             .description(Some(
-                "Message text: a string, or an array of text parts that are joined in order. Other part types (images, audio) are refused with 400.",
+                "Message text: a string, or an array of parts: text parts are joined in order; image parts are taken in user messages only (at most 32 a request). Other part types (audio, files) are refused with 400.",
             ))
             .into()
     }
@@ -738,6 +779,11 @@ impl ToSchema for Content {
 
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
         schemas.push((ContentPart::name().into_owned(), ContentPart::schema()));
+        schemas.push((
+            ImageContentPart::name().into_owned(),
+            ImageContentPart::schema(),
+        ));
+        schemas.push((ImageUrl::name().into_owned(), ImageUrl::schema()));
     }
 }
 

@@ -117,9 +117,9 @@ impl From<&str> for Content {
     }
 }
 
-/// A content block of a request, of any `type`: `text`, `tool_use`,
-/// `tool_result`, `thinking`, `redacted_thinking` are served; validation
-/// names and refuses the others (`image`, `document`, ...). The fields are
+/// A content block of a request, of any `type`: `text`, `image` (in user
+/// turns), `tool_use`, `tool_result`, `thinking`, `redacted_thinking` are
+/// served; validation names and refuses the others (`document`, ...). The fields are
 /// those of every served type; other fields (`cache_control`, `citations`)
 /// are ignored.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
@@ -159,6 +159,11 @@ pub struct ContentBlockParam {
     /// `redacted_thinking`: opaque data (ignored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// An `image` block's image: `{"type":"base64","media_type":...,"data":...}`
+    /// or `{"type":"url","url":...}` (passed on, never fetched by svc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub source: Option<Value>,
 }
 
 /// A tool: a custom tool has `name`, `description`, `input_schema`.

@@ -148,18 +148,29 @@ pub enum InputContent {
     Parts(Vec<InputPart>),
 }
 
-/// One content part; only text parts (`input_text`, `output_text`) are
-/// served, others are read so that validation can name them and refuse.
+/// One content part: text (`input_text`, `output_text`), or in a user
+/// message an image (`input_image`); others are read so that validation
+/// can name them and refuse.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(as = ResponseInputPart)]
 pub struct InputPart {
-    /// `input_text` or `output_text` (`refusal` is read as text too).
+    /// `input_text`, `output_text` or `input_image` (`refusal` is read as text too).
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// An `input_image`'s image: an `https:`/`http:` URL (passed on, never
+    /// fetched by svc) or a `data:image/...;base64,` URI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<String>,
+    /// An `input_image`'s `auto`, `low` or `high`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// An uploaded file's id (not served: files are not stored by svc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<String>,
 }
 
 /// A tool, read loosely: `function` tools have `name`, `description`,

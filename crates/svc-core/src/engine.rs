@@ -85,6 +85,9 @@ impl Default for GenerateRequest {
 pub enum ChatMessage {
     System(String),
     User(String),
+    /// A user message with images: its text and images in order. A user
+    /// message without images is always [`ChatMessage::User`].
+    UserParts(Vec<UserPart>),
     Assistant {
         content: Option<String>,
         tool_calls: Vec<ToolCallSpec>,
@@ -95,12 +98,67 @@ pub enum ChatMessage {
     },
 }
 
+/// A piece of a user message with images.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserPart {
+    Text(String),
+    Image(ImageInput),
+}
+
+/// An image a request gives, by reference: svc passes it on and never
+/// fetches it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageInput {
+    /// An `https:` or `http:` URL, or a `data:image/...;base64,` URI.
+    pub url: String,
+    /// `auto`, `low` or `high`, when the request said.
+    pub detail: Option<String>,
+    /// The request field that gave it (`messages[0].content[1]`, `input[0].content[1]`,
+    /// `messages[0].content[1]` in Anthropic's form), so that an engine that
+    /// takes no images names it when it refuses.
+    pub param: String,
+}
+
+/// Prompt tokens an image is estimated at where the engine cannot count
+/// them (a 1024-pixel square image at OpenAI's high detail).
+pub const IMAGE_TOKEN_ESTIMATE: u64 = 765;
+
 impl ChatMessage {
+    /// The images of the message, in order.
+    pub fn images(&self) -> impl Iterator<Item = &ImageInput> {
+        let parts: &[UserPart] = match self {
+            ChatMessage::UserParts(parts) => parts,
+            _ => &[],
+        };
+        parts.iter().filter_map(|p| match p {
+            UserPart::Image(image) => Some(image),
+            UserPart::Text(_) => None,
+        })
+    }
+
+    /// The message's text, with its images left out.
+    pub fn user_text(parts: &[UserPart]) -> String {
+        parts
+            .iter()
+            .filter_map(|p| match p {
+                UserPart::Text(text) => Some(text.as_str()),
+                UserPart::Image(_) => None,
+            })
+            .collect()
+    }
+
     /// Bytes of text in the message: content, tool call ids, names and
-    /// arguments.
+    /// arguments (not images).
     pub fn text_bytes(&self) -> usize {
         match self {
             ChatMessage::System(text) | ChatMessage::User(text) => text.len(),
+            ChatMessage::UserParts(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    UserPart::Text(text) => text.len(),
+                    UserPart::Image(_) => 0,
+                })
+                .sum(),
             ChatMessage::Assistant {
                 content,
                 tool_calls,
@@ -368,7 +426,26 @@ pub fn estimate_tokens(request: &GenerateRequest) -> u64 {
     let prompt = request.prompt.as_ref().map_or(0, |p| {
         p.text.len() + p.suffix.as_ref().map_or(0, String::len)
     });
-    (text + tools + prompt).div_ceil(4) as u64 + 4 * request.messages.len() as u64
+    let images = request
+        .messages
+        .iter()
+        .flat_map(ChatMessage::images)
+        .count() as u64;
+    (text + tools + prompt).div_ceil(4) as u64
+        + 4 * request.messages.len() as u64
+        + IMAGE_TOKEN_ESTIMATE * images
+}
+
+/// The first image of `request`, refused by an engine that takes none:
+/// `InvalidRequest` naming the field that gave it.
+pub fn refuse_images(request: &GenerateRequest) -> Result<(), EngineError> {
+    match request.messages.iter().flat_map(ChatMessage::images).next() {
+        None => Ok(()),
+        Some(image) => Err(EngineError::InvalidRequest {
+            param: Some(image.param.clone()),
+            message: "this model does not take images (it has no vision); send text, or use a model served by an upstream engine that reads images".into(),
+        }),
+    }
 }
 
 /// An engine's load and health at one moment.

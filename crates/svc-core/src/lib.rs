@@ -36,6 +36,7 @@ pub mod completions;
 pub mod config;
 pub mod embeddings;
 pub mod hashes;
+pub mod images;
 pub mod messages;
 pub mod request;
 pub mod responses;
@@ -78,9 +79,10 @@ pub use device::{
 pub use embeddings::ValidEmbeddingRequest;
 pub use engine::{
     ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
-    EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, OutputFormat,
-    PrefixCacheStatus, Sampling, TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
-    ToolChoiceSpec, ToolSpec, TopLogprob, estimate_tokens,
+    EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, IMAGE_TOKEN_ESTIMATE,
+    ImageInput, OutputFormat, PrefixCacheStatus, Sampling, TextPrompt, TokenLogprob, TokenUsage,
+    ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, UserPart, estimate_tokens,
+    refuse_images,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

@@ -23,7 +23,8 @@ use svc_api::messages::{
 };
 
 use crate::engine::{
-    ChatMessage, GenerateRequest, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    ChatMessage, GenerateRequest, ImageInput, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    UserPart,
 };
 use crate::request::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError};
 
@@ -271,6 +272,7 @@ fn conversation(
             }
         }
     }
+    crate::images::within_limit(&messages, "messages")?;
     if bytes > MAX_MESSAGE_BYTES {
         return Err(ValidationError::new(
             "messages",
@@ -282,9 +284,33 @@ fn conversation(
     Ok((messages, tools, tool_choice))
 }
 
+/// An `image` block's image, from its `source` (checked, see [`crate::images`]).
+fn image(source: Option<&Value>, param: &str) -> Result<ImageInput, ValidationError> {
+    let at = format!("{param}.source");
+    let invalid = |message: &str| ValidationError::new(at.clone(), message);
+    let source = source.ok_or_else(|| invalid("an image block needs a source"))?;
+    let field = |name: &str| source.get(name).and_then(Value::as_str);
+    match field("type") {
+        Some("base64") => {
+            let (Some(media_type), Some(data)) = (field("media_type"), field("data")) else {
+                return Err(invalid("a base64 image source needs media_type and data"));
+            };
+            crate::images::data_image(media_type, data, param)?;
+            crate::images::image(&format!("data:{media_type};base64,{data}"), None, param)
+        }
+        Some("url") => {
+            let url = field("url").ok_or_else(|| invalid("a url image source needs a url"))?;
+            crate::images::image(url, None, param)
+        }
+        _ => Err(invalid(
+            "an image source's type must be \"base64\" or \"url\" (files are not stored by svc)",
+        )),
+    }
+}
+
 fn refused(kind: &str) -> String {
     match kind {
-        "image" | "document" | "search_result" | "container_upload" => format!(
+        "document" | "search_result" | "container_upload" => format!(
             "content blocks of type {kind:?} are not supported: this service reads text only"
         ),
         other => format!(
@@ -330,20 +356,31 @@ fn user_turn(
     messages: &mut Vec<ChatMessage>,
     bytes: &mut usize,
 ) -> Result<(), ValidationError> {
-    let mut text: Vec<String> = Vec::new();
-    let flush = |text: &mut Vec<String>, messages: &mut Vec<ChatMessage>| {
-        if !text.is_empty() {
-            messages.push(ChatMessage::User(std::mem::take(text).join("\n")));
-        }
-    };
+    // Text blocks joined by newlines, and images where they are.
+    let mut text: Vec<UserPart> = Vec::new();
+    let flush =
+        |text: &mut Vec<UserPart>, messages: &mut Vec<ChatMessage>| match std::mem::take(text)
+            .as_slice()
+        {
+            [] => {}
+            [UserPart::Text(only)] => messages.push(ChatMessage::User(only.clone())),
+            parts => messages.push(ChatMessage::UserParts(parts.to_vec())),
+        };
     for (j, block) in blocks.into_iter().enumerate() {
         let param = format!("{param}[{j}]");
         match block.kind.as_str() {
             "text" => {
                 let t = block_text(block, &param)?;
                 *bytes += t.len();
-                text.push(t);
+                match text.last_mut() {
+                    Some(UserPart::Text(last)) => {
+                        last.push('\n');
+                        last.push_str(&t);
+                    }
+                    _ => text.push(UserPart::Text(t)),
+                }
             }
+            "image" => text.push(UserPart::Image(image(block.source.as_ref(), &param)?)),
             "tool_result" => {
                 flush(&mut text, messages);
                 let tool_call_id = block.tool_use_id.ok_or_else(|| {
@@ -683,14 +720,58 @@ mod tests {
     }
 
     #[test]
-    fn images_and_documents_are_refused_by_path() {
-        let err = request(json!({"messages": [{"role": "user", "content": [
+    fn images_become_image_inputs_and_documents_are_refused_by_path() {
+        let valid = request(json!({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "look"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+            {"type": "text", "text": "here"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}
         ]}]}))
+        .unwrap();
+        let ChatMessage::UserParts(parts) = &valid.generate.messages[0] else {
+            panic!("{:?}", valid.generate.messages);
+        };
+        assert_eq!(parts[0], UserPart::Text("look\nhere".into()));
+        let images: Vec<&ImageInput> = valid.generate.messages[0].images().collect();
+        assert_eq!(images[0].url, "data:image/png;base64,AA==");
+        assert_eq!(images[0].param, "messages[0].content[2]");
+        assert_eq!(images[1].url, "https://example.com/a.jpg");
+        for (source, param) in [
+            (
+                json!({"type": "base64", "media_type": "image/bmp", "data": "AA=="}),
+                "messages[0].content[0]",
+            ),
+            (
+                json!({"type": "base64", "media_type": "image/png"}),
+                "messages[0].content[0].source",
+            ),
+            (
+                json!({"type": "url", "url": "http://169.254.169.254/x"}),
+                "",
+            ),
+            (
+                json!({"type": "url", "url": "gopher://x"}),
+                "messages[0].content[0]",
+            ),
+            (
+                json!({"type": "file", "file_id": "f"}),
+                "messages[0].content[0].source",
+            ),
+        ] {
+            let result = request(json!({"messages": [{"role": "user", "content": [
+                {"type": "image", "source": source}]}]}));
+            match result {
+                // An address is passed on, never fetched: svc cannot be made to reach it.
+                Ok(_) => assert_eq!(param, "", "{source}"),
+                Err(err) => assert_eq!(err.param, param, "{source}"),
+            }
+        }
+        let err = request(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}
+        ]}))
         .unwrap_err();
-        assert_eq!(err.param, "messages[0].content[1].type");
-        assert!(err.message.contains("\"image\""), "{}", err.message);
+        assert_eq!(err.param, "messages[1].content[0].type");
         let err = request(json!({"system": [{"type": "document", "source": {}}]})).unwrap_err();
         assert_eq!(err.param, "system[0].type");
     }

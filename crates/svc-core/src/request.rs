@@ -8,6 +8,7 @@ use thiserror::Error;
 
 use crate::engine::{
     ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    UserPart,
 };
 
 /// Most stop sequences a request may give, as with OpenAI.
@@ -417,6 +418,52 @@ fn text(content: Content, param: &str) -> Result<String, ValidationError> {
     }
 }
 
+/// A user message: its text, or with `image_url` parts its text and
+/// images in order (each image checked, see [`crate::images`]).
+fn user_message(content: Content, param: &str) -> Result<ChatMessage, ValidationError> {
+    let parts = match content {
+        Content::Parts(parts) if parts.iter().any(|p| p.kind == "image_url") => parts,
+        content => return text(content, param).map(ChatMessage::User),
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (j, part) in parts.into_iter().enumerate() {
+        let at = format!("{param}[{j}]");
+        match part.kind.as_str() {
+            "image_url" => {
+                // `{"url": ..., "detail": ...}`; a bare URL string is taken too.
+                let (url, detail) = match &part.image_url {
+                    Some(Value::String(url)) => (Some(url.as_str()), None),
+                    Some(Value::Object(image)) => (
+                        image.get("url").and_then(Value::as_str),
+                        image.get("detail").and_then(Value::as_str),
+                    ),
+                    _ => (None, None),
+                };
+                let url = url.ok_or_else(|| {
+                    ValidationError::new(
+                        format!("{at}.image_url"),
+                        "an image_url part needs image_url.url, an https: URL or a data: URI",
+                    )
+                })?;
+                out.push(UserPart::Image(crate::images::image(url, detail, &at)?));
+            }
+            "text" => out.push(UserPart::Text(part.text.ok_or_else(|| {
+                ValidationError::new(
+                    format!("{at}.text"),
+                    "a text content part needs a text string",
+                )
+            })?)),
+            other => {
+                return Err(ValidationError::new(
+                    format!("{at}.type"),
+                    format!("only text and image_url content parts are supported (got {other:?})"),
+                ));
+            }
+        }
+    }
+    Ok(ChatMessage::UserParts(out))
+}
+
 fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError> {
     if messages.is_empty() {
         return Err(ValidationError::new(
@@ -442,7 +489,7 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                 Message::System { content, .. } | Message::Developer { content, .. } => {
                     ChatMessage::System(text(content, &param)?)
                 }
-                Message::User { content, .. } => ChatMessage::User(text(content, &param)?),
+                Message::User { content, .. } => user_message(content, &param)?,
                 Message::Assistant {
                     content,
                     tool_calls,
@@ -488,6 +535,7 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
             })
         })
         .collect::<Result<_, _>>()?;
+    crate::images::within_limit(&messages, "messages")?;
     let bytes: usize = messages.iter().map(ChatMessage::text_bytes).sum();
     if bytes > MAX_MESSAGE_BYTES {
         return Err(ValidationError::new(
@@ -619,7 +667,7 @@ mod tests {
     }
 
     #[test]
-    fn content_parts_join_and_refuse_images() {
+    fn content_parts_join_and_images_are_checked_where_they_are() {
         let valid = request(
             serde_json::json!({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}),
@@ -629,12 +677,61 @@ mod tests {
             valid.generate.messages,
             vec![ChatMessage::User("ab".into())]
         );
+        let png = "data:image/png;base64,iVBORw0KGgo=";
+        let with_image = request(serde_json::json!({"messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "what is"},
+                {"type": "image_url", "image_url": {"url": png, "detail": "low"}},
+                {"type": "text", "text": "this?"}]}]}))
+        .unwrap();
+        let ChatMessage::UserParts(parts) = &with_image.generate.messages[1] else {
+            panic!("{:?}", with_image.generate.messages);
+        };
+        assert_eq!(parts.len(), 3);
+        let UserPart::Image(image) = &parts[1] else {
+            panic!("{parts:?}");
+        };
+        assert_eq!(image.url, png);
+        assert_eq!(image.detail.as_deref(), Some("low"));
+        assert_eq!(image.param, "messages[1].content[1]");
+        // A URL that is not one svc passes on, a broken data URI, and an
+        // image outside a user message are each named.
+        for (content, param) in [
+            (
+                serde_json::json!([{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]),
+                "messages[0].content[0]",
+            ),
+            (
+                serde_json::json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]),
+                "messages[0].content[0]",
+            ),
+            (
+                serde_json::json!([{"type": "image_url", "image_url": {}}]),
+                "messages[0].content[0].image_url",
+            ),
+            (
+                serde_json::json!([{"type": "image_url", "image_url": {"url": png}}, {"type": "input_audio"}]),
+                "messages[0].content[1].type",
+            ),
+        ] {
+            let err =
+                request(serde_json::json!({"messages": [{"role": "user", "content": content}]}))
+                    .unwrap_err();
+            assert_eq!(err.param, param, "{content}");
+        }
         let err = request(
-            serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            serde_json::json!({"messages": [{"role": "system", "content": [
+            {"type": "image_url", "image_url": {"url": png}}]}]}),
         )
         .unwrap_err();
         assert_eq!(err.param, "messages[0].content[0].type");
+        let many: Vec<serde_json::Value> = (0..=crate::images::MAX_IMAGES)
+            .map(|_| serde_json::json!({"type": "image_url", "image_url": {"url": png}}))
+            .collect();
+        let err = request(serde_json::json!({"messages": [{"role": "user", "content": many}]}))
+            .unwrap_err();
+        assert_eq!(err.param, "messages");
         // A number is not a type name (serde would read it as a variant index).
         assert!(
             serde_json::from_value::<ChatCompletionRequest>(serde_json::json!({"model": "m",

@@ -29,12 +29,13 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use svc_api::responses::{
-    CreateResponseRequest, InputContent, InputItem, OutputItem, ReasoningConfig, ResponseInput,
-    ResponseObject, ResponseTool, ResponseToolChoice, TextFormat,
+    CreateResponseRequest, InputContent, InputItem, InputPart, OutputItem, ReasoningConfig,
+    ResponseInput, ResponseObject, ResponseTool, ResponseToolChoice, TextFormat,
 };
 
 use crate::engine::{
     ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    UserPart,
 };
 use crate::request::{
     MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError, ranged, token_cap,
@@ -198,6 +199,7 @@ impl ValidResponseRequest {
         all.extend(messages_of(earlier, "previous_response_id")?);
         all.extend(messages(&self.input, "input")?);
         let messages = all;
+        crate::images::within_limit(&messages, "input")?;
         if !messages
             .iter()
             .any(|m| !matches!(m, ChatMessage::System(_)))
@@ -461,6 +463,37 @@ fn output_format(format: Option<TextFormat>) -> Result<OutputFormat, ValidationE
     })
 }
 
+/// A user message: its text, or with `input_image` parts its text and
+/// images in order (each checked, see [`crate::images`]).
+fn user_message(content: &InputContent, param: &str) -> Result<ChatMessage, ValidationError> {
+    let parts = match content {
+        InputContent::Parts(parts) if parts.iter().any(|p| p.kind == "input_image") => parts,
+        content => return text(content, param).map(ChatMessage::User),
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (j, part) in parts.iter().enumerate() {
+        let at = format!("{param}[{j}]");
+        if part.kind != "input_image" {
+            out.push(UserPart::Text(part_text(part, &at)?.to_owned()));
+            continue;
+        }
+        let Some(url) = part.image_url.as_deref() else {
+            let message = if part.file_id.is_some() {
+                "an input_image by file_id is not served (svc stores no files); give image_url, an https: URL or a data: URI"
+            } else {
+                "an input_image needs image_url, an https: URL or a data: URI"
+            };
+            return Err(ValidationError::new(format!("{at}.image_url"), message));
+        };
+        out.push(UserPart::Image(crate::images::image(
+            url,
+            part.detail.as_deref(),
+            &at,
+        )?));
+    }
+    Ok(ChatMessage::UserParts(out))
+}
+
 /// The text of a message's content or a call's output.
 fn text(content: &InputContent, param: &str) -> Result<String, ValidationError> {
     match content {
@@ -468,29 +501,33 @@ fn text(content: &InputContent, param: &str) -> Result<String, ValidationError> 
         InputContent::Parts(parts) => {
             let mut text = String::new();
             for (j, part) in parts.iter().enumerate() {
-                let piece = match part.kind.as_str() {
-                    "input_text" | "output_text" | "text" => part.text.as_deref(),
-                    "refusal" => part.refusal.as_deref(),
-                    other => {
-                        return Err(ValidationError::new(
-                            format!("{param}[{j}].type"),
-                            format!(
-                                "only text content parts (input_text, output_text) are supported (got {other:?})"
-                            ),
-                        ));
-                    }
-                };
-                let Some(piece) = piece else {
-                    return Err(ValidationError::new(
-                        format!("{param}[{j}].text"),
-                        "a text content part needs a text string",
-                    ));
-                };
-                text.push_str(piece);
+                text.push_str(part_text(part, &format!("{param}[{j}]"))?);
             }
             Ok(text)
         }
     }
+}
+
+/// The text of a text part at `at`; any other part is refused, naming its type.
+fn part_text<'a>(part: &'a InputPart, at: &str) -> Result<&'a str, ValidationError> {
+    let piece = match part.kind.as_str() {
+        "input_text" | "output_text" | "text" => part.text.as_deref(),
+        "refusal" => part.refusal.as_deref(),
+        other => {
+            return Err(ValidationError::new(
+                format!("{at}.type"),
+                format!(
+                    "only text content parts (input_text, output_text), and input_image in user messages, are supported (got {other:?})"
+                ),
+            ));
+        }
+    };
+    piece.ok_or_else(|| {
+        ValidationError::new(
+            format!("{at}.text"),
+            "a text content part needs a text string",
+        )
+    })
 }
 
 fn required<'a>(
@@ -581,9 +618,12 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                         "a message needs content",
                     ));
                 };
+                if role == "user" {
+                    out.push(user_message(content, &at("content"))?);
+                    continue;
+                }
                 let content = text(content, &at("content"))?;
                 out.push(match role {
-                    "user" => ChatMessage::User(content),
                     "system" | "developer" => ChatMessage::System(content),
                     "assistant" => ChatMessage::Assistant {
                         content: Some(content),
@@ -641,6 +681,7 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
             _ => {}
         }
     }
+    crate::images::within_limit(&out, param)?;
     Ok(out)
 }
 
@@ -764,8 +805,33 @@ mod tests {
             param_of(
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})
             ),
+            "input[0].content[0]"
+        );
+        assert_eq!(
+            param_of(
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]})
+            ),
+            "input[0].content[0].image_url"
+        );
+        assert_eq!(
+            param_of(
+                json!({"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]})
+            ),
             "input[0].content[0].type"
         );
+        let with_image = request(json!({"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "what is"},
+            {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "high"}]}]}))
+        .unwrap();
+        let assembled = with_image.assemble(&[]).unwrap();
+        let images: Vec<_> = assembled
+            .messages
+            .iter()
+            .flat_map(ChatMessage::images)
+            .collect();
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].url, "https://example.com/a.png");
+        assert_eq!(images[0].param, "input[0].content[1]");
         assert_eq!(
             param_of(json!({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})),
             "input[0].call_id"

@@ -76,6 +76,7 @@ pub(crate) fn generate(
     request: GenerateRequest,
     cancel: &Cancel,
 ) -> Result<EventStream, EngineError> {
+    svc_core::refuse_images(&request)?;
     if request.n > 1 {
         return generate_n(runner, template, features, request, cancel);
     }

@@ -617,6 +617,7 @@ fn prompt_tokens(
     features: ChatFeatures,
     request: &GenerateRequest,
 ) -> Result<u64, EngineError> {
+    svc_core::refuse_images(request)?;
     if let Some(prompt) = &request.prompt {
         return Ok(runner.text_tokens(prompt)?.len() as u64);
     }

@@ -183,6 +183,10 @@ impl Specials {
             .map(|message| match message {
                 ChatMessage::System(text) => ChatMessage::System(e(text)),
                 ChatMessage::User(text) => ChatMessage::User(e(text)),
+                // Refused before rendering (the engine takes no images); the text alone.
+                ChatMessage::UserParts(parts) => {
+                    ChatMessage::User(e(&ChatMessage::user_text(parts)))
+                }
                 ChatMessage::Assistant {
                     content,
                     tool_calls,

@@ -179,6 +179,11 @@ fn messages_value(messages: &[ChatMessage]) -> Value {
                 ("role", Value::from("user")),
                 ("content", Value::from(content.as_str())),
             ]),
+            // The engine refuses images before rendering; the text alone.
+            ChatMessage::UserParts(parts) => Value::from_pairs([
+                ("role", Value::from("user")),
+                ("content", Value::from(ChatMessage::user_text(parts))),
+            ]),
             ChatMessage::Assistant {
                 content,
                 tool_calls,

@@ -934,3 +934,31 @@ async fn idle_prefixes_left_by_a_burst_move_down_and_still_serve() {
         assert_eq!(evaluated, 1, "reused {reused}");
     }
 }
+
+#[tokio::test]
+async fn an_image_is_refused_naming_its_part_before_anything_runs() {
+    let f = engine(&TinyModel::hello(), 1, 4, 256);
+    let image = svc_core::ImageInput {
+        url: "https://example.com/cat.png".into(),
+        detail: None,
+        param: "messages[0].content[1]".into(),
+    };
+    let request = GenerateRequest {
+        messages: vec![ChatMessage::UserParts(vec![
+            svc_core::UserPart::Text("what is this?".into()),
+            svc_core::UserPart::Image(image),
+        ])],
+        ..request("unused", greedy())
+    };
+    for refused in [
+        f.engine.generate(request.clone()).await.err(),
+        f.engine.count_tokens(&request).await.err(),
+    ] {
+        let Some(EngineError::InvalidRequest { param, message }) = refused else {
+            panic!("an image was taken: {refused:?}");
+        };
+        assert_eq!(param.as_deref(), Some("messages[0].content[1]"));
+        assert!(message.contains("images"), "{message}");
+    }
+    assert_eq!(f.engine.stats().decode_steps, 0);
+}

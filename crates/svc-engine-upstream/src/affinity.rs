@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use svc_core::{ChatMessage, GenerateRequest};
+use svc_core::{ChatMessage, GenerateRequest, UserPart};
 
 /// The keys of `request`'s prompt prefixes that end at a message boundary
 /// and hold at least `min_bytes` of text, shortest first.
@@ -44,6 +44,15 @@ pub fn prefix_keys(request: &GenerateRequest, min_bytes: usize) -> Vec<u64> {
         match message {
             ChatMessage::System(text) => (0u8, text).hash(&mut hasher),
             ChatMessage::User(text) => (1u8, text).hash(&mut hasher),
+            ChatMessage::UserParts(parts) => {
+                4u8.hash(&mut hasher);
+                for part in parts {
+                    match part {
+                        UserPart::Text(text) => (0u8, text).hash(&mut hasher),
+                        UserPart::Image(image) => (1u8, &image.url).hash(&mut hasher),
+                    }
+                }
+            }
             ChatMessage::Assistant {
                 content,
                 tool_calls,

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use svc_core::{ChatMessage, GenerateRequest, OutputFormat, TextPrompt, ToolChoiceSpec};
+use svc_core::{ChatMessage, GenerateRequest, OutputFormat, TextPrompt, ToolChoiceSpec, UserPart};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -64,7 +64,7 @@ enum Message<'a> {
         content: &'a str,
     },
     User {
-        content: &'a str,
+        content: UserContent<'a>,
     },
     Assistant {
         content: Option<&'a str>,
@@ -75,6 +75,43 @@ enum Message<'a> {
         tool_call_id: &'a str,
         content: &'a str,
     },
+}
+
+/// A user message's content: its text, or (with images) OpenAI's parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<Part<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
+}
+
+#[derive(Serialize)]
+struct ImageUrl<'a> {
+    url: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
+}
+
+fn parts(parts: &[UserPart]) -> Vec<Part<'_>> {
+    parts
+        .iter()
+        .map(|part| match part {
+            UserPart::Text(text) => Part::Text { text },
+            UserPart::Image(image) => Part::ImageUrl {
+                image_url: ImageUrl {
+                    url: &image.url,
+                    detail: image.detail.as_deref(),
+                },
+            },
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -187,7 +224,12 @@ fn chat_body(request: &GenerateRequest, model: &str) -> Vec<u8> {
         .iter()
         .map(|m| match m {
             ChatMessage::System(content) => Message::System { content },
-            ChatMessage::User(content) => Message::User { content },
+            ChatMessage::User(content) => Message::User {
+                content: UserContent::Text(content),
+            },
+            ChatMessage::UserParts(list) => Message::User {
+                content: UserContent::Parts(parts(list)),
+            },
             ChatMessage::Assistant {
                 content,
                 tool_calls,

@@ -157,3 +157,114 @@ async fn whole_replies_reasoning_and_upstream_failures() {
     assert_eq!(last["error"]["type"], "server_error", "{raw}");
     assert!(!raw.contains("[DONE]"));
 }
+
+const PNG: &str = "data:image/png;base64,iVBORw0KGgo=";
+
+/// The user content the fake upstream last received.
+fn sent_user_content(fake: &FakeUpstream) -> Value {
+    let sent = fake.last_request().unwrap();
+    sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .unwrap()["content"]
+        .clone()
+}
+
+#[tokio::test]
+async fn images_of_every_dialect_reach_the_upstream_as_openai_image_parts() {
+    let fake = FakeUpstream::start().await;
+    let app = app_in_front_of(&fake).await;
+    let key = app.create_key().await;
+    let post = |path: &'static str, body: Value| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+    };
+    let expected = json!([
+        {"type": "text", "text": "what is"},
+        {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}},
+    ]);
+
+    // Chat: the parts pass through as they came.
+    let chat: Value = post(
+        "/v1/chat/completions",
+        json!({"model": "up", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is"},
+            {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}]}]}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        chat["choices"][0]["message"]["content"],
+        format!("Echo: what is [image {PNG}]")
+    );
+    assert_eq!(sent_user_content(&fake), expected);
+
+    // Responses: `input_image` becomes the same part.
+    let response = post(
+        "/v1/responses",
+        json!({"model": "up", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "what is"},
+            {"type": "input_image", "image_url": PNG, "detail": "low"}]}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(sent_user_content(&fake), expected);
+
+    // Messages: a base64 source becomes a data: URI, a url source its URL.
+    let message = post(
+        "/v1/messages",
+        json!({"model": "up", "max_tokens": 32, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/b.jpg"}}]}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(message.status(), 200);
+    assert_eq!(
+        sent_user_content(&fake),
+        json!([
+            {"type": "text", "text": "what is"},
+            {"type": "image_url", "image_url": {"url": PNG}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/b.jpg"}},
+        ])
+    );
+    // svc fetched nothing itself: the upstream got the URL as it was.
+    assert_eq!(fake.chat_requests(), 3);
+}
+
+#[tokio::test]
+async fn a_text_completion_with_a_suffix_is_the_upstreams_fill_in_the_middle() {
+    let fake = FakeUpstream::start().await;
+    let app = app_in_front_of(&fake).await;
+    let key = app.create_key().await;
+    let body: Value = app
+        .client
+        .post(app.url("/v1/completions"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "up", "prompt": "def f(", "suffix": "):", "max_tokens": 8}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(body["choices"][0]["text"], "Fill: def f(|):");
+    assert_eq!(body["model"], "up");
+    let sent = fake.last_request().unwrap();
+    assert_eq!(sent["model"], "their-model");
+    assert_eq!(sent["max_tokens"], 8);
+    assert_eq!(fake.completions_requests(), 1);
+}

@@ -588,7 +588,7 @@ async fn request_schema_agrees_with_the_server() {
         json!({"model": "svc"}),
         json!({"model": "svc", "messages": []}),
         json!({"model": "svc", "messages": [{"role": "robot", "content": "hi"}]}),
-        json!({"model": "svc", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+        json!({"model": "svc", "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}]}),
         json!({"model": "svc", "messages": [{"role": "tool", "content": "x"}]}),
         json!({"model": "svc", "messages": user("hi"), "temperature": 2.5}),
         json!({"model": "svc", "messages": user("hi"), "top_p": -0.1}),

@@ -22,7 +22,8 @@ pub enum Script {
     /// `logprobs`, each word is one token of log probability `-0.5`, its
     /// alternatives the word itself then `alt1`, `alt2`, ... at `-1`, `-2`, ...
     /// A text prompt is echoed as a user message would be; a `suffix` is
-    /// refused (naming it), as by a model without fill-in-the-middle tokens.
+    /// refused (naming it), as by a model without fill-in-the-middle tokens,
+    /// and so is an image (naming its part), as by a model without vision.
     Echo { delay: Duration },
     /// Sends `words` words of the echo, then fails.
     FailAfter { words: usize },
@@ -100,6 +101,7 @@ fn last_user(request: &GenerateRequest) -> String {
         .rev()
         .find_map(|m| match m {
             ChatMessage::User(text) => Some(text.clone()),
+            ChatMessage::UserParts(parts) => Some(ChatMessage::user_text(parts)),
             _ => None,
         })
         .unwrap_or_default()
@@ -141,6 +143,7 @@ fn prompt_tokens(request: &GenerateRequest) -> u64 {
         .iter()
         .map(|m| match m {
             ChatMessage::System(t) | ChatMessage::User(t) => t.split_whitespace().count(),
+            ChatMessage::UserParts(parts) => ChatMessage::user_text(parts).split_whitespace().count(),
             ChatMessage::Assistant { content, .. } => {
                 content.as_deref().unwrap_or("").split_whitespace().count()
             }
@@ -159,6 +162,7 @@ impl Engine for FakeEngine {
                 context: 16,
             });
         }
+        svc_core::refuse_images(&request)?;
         if request.prompt.as_ref().is_some_and(|p| p.suffix.is_some()) {
             return Err(EngineError::InvalidRequest {
                 param: Some("suffix".into()),

@@ -334,16 +334,32 @@ impl Drop for StreamGuard {
     }
 }
 
+/// The last user message's text; with parts, the text parts joined and
+/// each image as `[image <url>]` (so a test sees the images arrived).
 fn last_user(request: &Value) -> String {
-    request["messages"]
+    let Some(content) = request["messages"]
         .as_array()
         .into_iter()
         .flatten()
         .rev()
         .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
+        .map(|m| &m["content"])
+    else {
+        return String::new();
+    };
+    match content {
+        Value::Array(parts) => parts
+            .iter()
+            .map(|p| match p["type"].as_str() {
+                Some("image_url") => {
+                    format!("[image {}]", p["image_url"]["url"].as_str().unwrap_or("?"))
+                }
+                _ => p["text"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.as_str().unwrap_or_default().to_owned(),
+    }
 }
 
 fn prompt_words(request: &Value) -> u64 {

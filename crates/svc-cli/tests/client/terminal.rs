@@ -221,6 +221,7 @@ impl Engine for Recorder {
                     ));
                 }
                 ChatMessage::Tool { content, .. } => seen.push(format!("tool: {content}")),
+                ChatMessage::UserParts(_) => panic!("the terminal client sends no images"),
             }
         }
         self.0.requests.lock().unwrap().push(seen);

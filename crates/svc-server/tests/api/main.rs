@@ -51,6 +51,7 @@ mod errors;
 mod failures;
 mod hardening;
 mod health;
+mod images;
 mod messages;
 mod offboarding;
 mod operations;
