@@ -8,7 +8,7 @@
 use base64::Engine as _;
 
 use crate::engine::{ChatMessage, ImageInput};
-use crate::request::ValidationError;
+use crate::validation::ValidationError;
 
 /// Most images one request may give (its history included).
 pub const MAX_IMAGES: usize = 32;

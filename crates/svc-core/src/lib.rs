@@ -40,6 +40,7 @@ pub mod images;
 pub mod messages;
 pub mod request;
 pub mod responses;
+pub mod validation;
 
 // Aggregates: records and their store traits.
 pub mod audit;

@@ -4,7 +4,6 @@
 
 use serde_json::Value;
 use svc_api::{ChatCompletionRequest, Content, Message, ResponseFormat, Stop, ToolChoice};
-use thiserror::Error;
 
 use crate::engine::{
     ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
@@ -30,22 +29,7 @@ pub const MAX_CHOICES: u32 = 128;
 /// Most alternatives per token (`top_logprobs`), as with OpenAI.
 pub const MAX_TOP_LOGPROBS: u8 = 20;
 
-/// A request field that is out of range or of the wrong shape.
-#[derive(Debug, Clone, Error, PartialEq)]
-#[error("{message}")]
-pub struct ValidationError {
-    pub param: String,
-    pub message: String,
-}
-
-impl ValidationError {
-    pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
-        ValidationError {
-            param: param.into(),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::validation::ValidationError;
 
 /// A chat request that passed every check.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,10 +5,9 @@
 //! list, rate limits, usage and metrics.
 
 use serde_json::{Value, json};
-use svc_core::{KeyKind, KeyLimits, KeyScope, ModelAccess, Permission};
-use svc_server::ServerConfig;
+use svc_core::{KeyKind, KeyScope, ModelAccess, Permission};
+use svc_test_support::TestApp;
 use svc_test_support::sse::read_sse;
-use svc_test_support::{Database, TestApp};
 
 use crate::expect_error;
 
@@ -311,50 +310,9 @@ async fn a_key_needs_model_request_and_the_model_on_its_list() {
 
 #[tokio::test]
 async fn completions_count_toward_rate_limits_usage_and_metrics() {
-    let config = ServerConfig {
-        rate_limits: KeyLimits {
-            requests_per_minute: Some(2),
-            tokens_per_minute: None,
-        },
-        ..ServerConfig::default()
-    };
-    let app = TestApp::spawn_with(Database::Sqlite, config).await;
-    let key = app.create_key().await;
     let body = json!({"model": "svc", "prompt": "one two"});
-    let ok = complete(&app, &key, &body).await;
-    assert_eq!(ok.status(), 200);
-    assert_eq!(ok.headers()["x-ratelimit-remaining-requests"], "1");
-    assert_eq!(complete(&app, &key, &body).await.status(), 200);
-    let refused = complete(&app, &key, &body).await;
-    expect_error(refused, 429, "requests", "rate_limit_exceeded", None).await;
-    let metrics = app.metrics().await;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.contains("tokens") && l.contains("model=\"svc\"")),
-        "{metrics}"
-    );
-    let admin = app.create_admin_key().await;
-    let mut rows = Value::Null;
-    for _ in 0..50 {
-        rows = app
-            .client
-            .get(app.url("/v1/admin/usage"))
-            .bearer_auth(&admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if rows["data"][0]["requests"] == 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let day = &rows["data"][0];
-    assert_eq!(day["requests"], 2, "{rows}");
+    let day = crate::counts_toward_limits_usage_and_metrics("/v1/completions", &body, "svc").await;
     // 2 words + 1 in, "You said: one two" (4 words) out, twice.
-    assert_eq!(day["prompt_tokens"], 6, "{rows}");
-    assert_eq!(day["completion_tokens"], 8, "{rows}");
+    assert_eq!(day["prompt_tokens"], 6, "{day}");
+    assert_eq!(day["completion_tokens"], 8, "{day}");
 }

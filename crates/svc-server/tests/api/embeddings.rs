@@ -5,9 +5,8 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use svc_core::{KeyKind, KeyLimits, KeyScope, ModelAccess, Permission};
-use svc_server::ServerConfig;
-use svc_test_support::{Database, FAKE_EMBED_MAX_WORDS, TestApp, fake_vector};
+use svc_core::{KeyKind, KeyScope, ModelAccess, Permission};
+use svc_test_support::{FAKE_EMBED_MAX_WORDS, TestApp, fake_vector};
 
 use crate::expect_error;
 
@@ -192,53 +191,12 @@ async fn a_key_needs_model_request_and_the_model_on_its_list() {
 
 #[tokio::test]
 async fn embeddings_count_toward_rate_limits_usage_and_metrics() {
-    let config = ServerConfig {
-        rate_limits: KeyLimits {
-            requests_per_minute: Some(2),
-            tokens_per_minute: None,
-        },
-        ..ServerConfig::default()
-    };
-    let app = TestApp::spawn_with(Database::Sqlite, config).await;
-    let key = app.create_key().await;
     let body = json!({"model": "fake-embed", "input": ["one two", "three"]});
-    let ok = embed(&app, &key, &body).await;
-    assert_eq!(ok.status(), 200);
-    assert_eq!(ok.headers()["x-ratelimit-remaining-requests"], "1");
-    assert_eq!(embed(&app, &key, &body).await.status(), 200);
-    let refused = embed(&app, &key, &body).await;
-    expect_error(refused, 429, "requests", "rate_limit_exceeded", None).await;
-
-    let metrics = app.metrics().await;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.contains("tokens") && l.contains("model=\"fake-embed\"")),
-        "{metrics}"
-    );
-    // Usage: two requests of 7 prompt tokens each, once the ledger is written.
-    let admin = app.create_admin_key().await;
-    let mut rows = Value::Null;
-    for _ in 0..50 {
-        rows = app
-            .client
-            .get(app.url("/v1/admin/usage"))
-            .bearer_auth(&admin)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if rows["data"].as_array().is_some_and(|d| !d.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let day = &rows["data"][0];
-    assert_eq!(day["requests"], 2, "{rows}");
-    assert_eq!(day["prompt_tokens"], 14, "{rows}");
-    assert_eq!(day["completion_tokens"], 0, "{rows}");
+    let day =
+        crate::counts_toward_limits_usage_and_metrics("/v1/embeddings", &body, "fake-embed").await;
+    // Two requests of 7 prompt tokens each.
+    assert_eq!(day["prompt_tokens"], 14, "{day}");
+    assert_eq!(day["completion_tokens"], 0, "{day}");
 }
 
 #[tokio::test]

@@ -66,6 +66,9 @@ mod streaming;
 mod throttles;
 
 use serde_json::{Value, json};
+use svc_core::KeyLimits;
+use svc_server::ServerConfig;
+use svc_test_support::{Database, TestApp};
 
 /// A minimal valid request body for `model` saying `text`.
 pub fn body(model: &str, text: &str) -> Value {
@@ -96,4 +99,66 @@ pub async fn expect_error(
     assert_eq!(error["code"], code, "{body}");
     assert_eq!(error["param"].as_str(), param, "{body}");
     error["message"].as_str().unwrap().to_owned()
+}
+
+/// What every inference route gets, checked for one: with a limit of two
+/// requests a minute, `body` posted to `path` is served twice (the first
+/// answer saying one request is left) and refused the third time; `model`'s
+/// tokens show in `/metrics`; and the admin usage API counts the two
+/// requests once the ledger is written. Returns that day's usage row.
+pub async fn counts_toward_limits_usage_and_metrics(
+    path: &str,
+    body: &Value,
+    model: &str,
+) -> Value {
+    let config = ServerConfig {
+        rate_limits: KeyLimits {
+            requests_per_minute: Some(2),
+            tokens_per_minute: None,
+        },
+        ..ServerConfig::default()
+    };
+    let app = TestApp::spawn_with(Database::Sqlite, config).await;
+    let key = app.create_key().await;
+    let post = || {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .json(body)
+            .send()
+    };
+    let ok = post().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["x-ratelimit-remaining-requests"], "1");
+    assert_eq!(post().await.unwrap().status(), 200);
+    let refused = post().await.unwrap();
+    expect_error(refused, 429, "requests", "rate_limit_exceeded", None).await;
+    let metrics = app.metrics().await;
+    let series = format!("model=\"{model}\"");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.contains("tokens") && l.contains(&series)),
+        "{metrics}"
+    );
+    let admin = app.create_admin_key().await;
+    let mut rows = Value::Null;
+    for _ in 0..50 {
+        rows = app
+            .client
+            .get(app.url("/v1/admin/usage"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if rows["data"][0]["requests"] == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows["data"][0]["requests"], 2, "{rows}");
+    rows["data"][0].clone()
 }
