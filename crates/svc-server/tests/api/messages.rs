@@ -343,8 +343,20 @@ async fn bad_requests_are_invalid_request_errors_naming_the_field() {
         "invalid_request_error",
     )
     .await;
+    // The embedded model has no vision: the image block is named.
+    assert!(text.contains("messages[0].content[0]"), "{text}");
+    assert!(text.contains("images"), "{text}");
+    body["messages"][0]["content"] = json!([
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
+    ]);
+    let text = expect_error(
+        create(&app, &key, &body).await,
+        400,
+        "invalid_request_error",
+    )
+    .await;
     assert!(text.contains("messages[0].content[0].type"), "{text}");
-    assert!(text.contains("image"), "{text}");
+    assert!(text.contains("document"), "{text}");
 
     let mut body = message("svc", "hi");
     body["temperature"] = json!(1.5);

@@ -651,7 +651,7 @@ async fn bad_input_is_a_400_naming_its_param() {
         ),
         (
             json!({"model": "svc", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
-            "input[0].content[0].type",
+            "input[0].content[0]",
         ),
         (
             json!({"model": "svc", "input": [{"type": "function_call_output", "output": "x"}]}),
