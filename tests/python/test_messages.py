@@ -200,7 +200,9 @@ def test_bad_requests_are_bad_request_errors(claude: anthropic.Anthropic) -> Non
         claude.messages.create(
             model="svc", max_tokens=16, messages=[{"role": "user", "content": [image]}]
         )
-    assert "messages[0].content[0].type" in caught.value.message
+    # The model has no vision: the image block is named.
+    assert "messages[0].content[0]" in caught.value.message
+    assert "images" in caught.value.message
     with pytest.raises(anthropic.BadRequestError) as caught:
         claude.messages.create(model="fake-tiny", max_tokens=16, messages=user("hi"))
     assert caught.value.body["error"]["type"] == "invalid_request_error"
