@@ -2,8 +2,8 @@
 does to them: issue 31 asks that an embedding request never stalls chat
 streams beyond the same bounds as a prompt.
 
-Against one running svc (the embedded `svc` and `svc-embed`), each round
-starts 8 chat streams (greedy, up to --stream-tokens tokens); once each has
+Against one running svc (the embedded `svc` and `svc-embed`, 8 slots), each
+round starts 8 chat streams (greedy, up to --stream-tokens tokens); once each has
 sent 8 chunks it waits 0.5 s, then sends one of:
 
   prompt      a chat request whose prompt is the long text (~1,400 tokens)
@@ -20,7 +20,9 @@ round, rounds repeat; the report gives the median and the worst over
 rounds, with the share of the CPUs other processes used (worst round).
 
 Usage: python bench/engine/embed_stall.py --url http://127.0.0.1:PORT/v1
-         --key sk-svc-... --pid PID [--rounds 5] [--json FILE]
+         --key sk-svc-...,sk-svc-... --pid PID [--rounds 5] [--json FILE]
+(one key's requests hold at most half of the slots by default: start svc
+with --slots-per-client 8, or give two keys)
 """
 
 import argparse
@@ -57,19 +59,25 @@ def pct(xs: list, p: float) -> float:
 
 
 class Svc:
-    def __init__(self, url: str, key: str):
-        self.client = httpx.AsyncClient(
+    """The server, under one or more keys: a key's requests hold at most
+    its share of the engine's slots (half by default), so 8 streams need
+    two keys."""
+
+    def __init__(self, url: str, keys: list[str]):
+        self.clients = [httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=httpx.Timeout(600.0),
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
-        )
+        ) for key in keys]
+        self.client = self.clients[0]
 
-    async def stream(self, content: str, max_tokens: int, on_chunk=None) -> dict:
+    async def stream(self, content: str, max_tokens: int, on_chunk=None, client: int = 0) -> dict:
         body = {"model": "svc", "messages": [{"role": "user", "content": content}], "stream": True,
                 "stream_options": {"include_usage": True}, "max_tokens": max_tokens, "temperature": 0}
         sent = time.perf_counter()
         first = None
         usage = None
-        async with self.client.stream("POST", "/chat/completions", json=body) as resp:
+        http = self.clients[client % len(self.clients)]
+        async with http.stream("POST", "/chat/completions", json=body) as resp:
             if resp.status_code != 200:
                 raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
             async for line in resp.aiter_lines():
@@ -104,13 +112,14 @@ async def measure(svc: Svc, condition: str, sentences: list[str], a) -> dict:
     extra_tokens = 0
     with ForeignLoad((a.pid,)) as load:
         streams = [asyncio.create_task(svc.stream(
-            f"Write a long, detailed essay about {TOPICS[i]}.", a.stream_tokens, recorder(i)))
+            f"Count from 1 to 400, writing each number as words on its own line ({TOPICS[i]}).", a.stream_tokens, recorder(i)))
             for i in range(n)]
         while min(len(x) for x in arrivals) < 8:
-            for s in streams:
+            for i, s in enumerate(streams):
                 if s.done():
-                    s.result()
-                    raise RuntimeError("a stream ended before the extra work was sent")
+                    r = s.result()
+                    raise RuntimeError(f"stream {i} ended before the extra work was sent "
+                                       f"({len(arrivals[i])} chunks, usage {r['usage']})")
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.5)
         sent = time.perf_counter()
@@ -154,7 +163,7 @@ async def measure(svc: Svc, condition: str, sentences: list[str], a) -> dict:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
-    ap.add_argument("--key", required=True)
+    ap.add_argument("--key", required=True, help="one key, or several separated by commas")
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sentences", type=int, default=80)
@@ -162,7 +171,7 @@ async def main() -> None:
     ap.add_argument("--quiet-wait", type=float, default=30.0)
     ap.add_argument("--json")
     a = ap.parse_args()
-    svc = Svc(a.url, a.key)
+    svc = Svc(a.url, a.key.split(","))
     sentences = long_text(a.sentences)
     conditions = ["prompt", "embed", "embed-load"]
     results: dict[str, list[dict]] = {c: [] for c in conditions}
@@ -174,7 +183,8 @@ async def main() -> None:
             print(f"round {r + 1} {c}: worst gap {1000 * m['worst_gap']:.0f} ms (pace p99 "
                   f"{1000 * m['base_p99']:.0f} ms), extra work {m['extra_s']:.2f} s, "
                   f"{m['extra_tokens']} tokens, others' CPU {100 * m['foreign']:.0f}%", file=sys.stderr)
-    await svc.client.aclose()
+    for client in svc.clients:
+        await client.aclose()
     print("| extra work beside 8 chat streams | worst gap, median | worst gap, worst round | "
           "streams' own p99 gap | tokens of extra work | others' CPU (worst) |")
     print("|---|---|---|---|---|---|")
