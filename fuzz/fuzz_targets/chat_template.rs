@@ -129,8 +129,13 @@ fn render(template: &ChatTemplate, messages: &[ChatMessage], tools: &[ToolSpec],
             if !template.is_from_model() {
                 // ChatML writes every text as it is.
                 for message in &messages {
+                    let joined;
                     let text: &str = match message {
                         ChatMessage::System(t) | ChatMessage::User(t) => t,
+                        ChatMessage::UserParts(parts) => {
+                            joined = ChatMessage::user_text(parts);
+                            &joined
+                        }
                         ChatMessage::Tool { content, .. } => content,
                         ChatMessage::Assistant { content, .. } => content.as_deref().unwrap_or(""),
                     };
