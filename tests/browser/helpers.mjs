@@ -9,14 +9,14 @@
 // - SVC_SCREENSHOTS: where screenshots go (default
 //   <repo>/target/browser-screenshots).
 
-import { spawn } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
 import { chromium } from 'playwright-core';
+
+import { startFakeServer } from '../shared/fake-server.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(HERE, '..', '..');
@@ -35,80 +35,16 @@ const ACCOUNT_ARGS = [
   '--admin', `${ADMIN}:${PASSWORD}`,
 ];
 
-const START_TIMEOUT_MS = 30_000;
-const started = new Set();
-
-// Last resort: never leave a server behind, whatever way this process ends.
-process.on('exit', () => {
-  for (const child of started) {
-    try {
-      child.kill('SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-});
-
 /**
  * Starts svc-fake-server with the test accounts and `extraArgs`; resolves
- * to `{ url, key, adminKey, stop() }` once it printed its url and key (and
- * its admin key, with `--admin-key`).
+ * to `{ url, key, adminKey, stop(), log() }` once it printed its url and
+ * key (and its admin key, with `--admin-key`).
  */
-export async function startServer(extraArgs = []) {
-  const binary = process.env.SVC_FAKE_SERVER;
-  if (!binary || !existsSync(binary)) {
-    throw new Error(
-      `SVC_FAKE_SERVER (${binary ?? 'unset'}) does not name the svc-fake-server binary: run tests/browser/run.sh`,
-    );
-  }
-  const args = ['--bind', '127.0.0.1:0', ...ACCOUNT_ARGS, ...extraArgs];
-  const child = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  started.add(child);
-  const pidDir = process.env.SVC_BROWSER_PIDS;
-  const pidFile = pidDir && child.pid ? join(pidDir, String(child.pid)) : null;
-  if (pidFile) writeFileSync(pidFile, `${child.pid}\n`);
-
-  let log = '';
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (chunk) => {
-    log = (log + chunk).slice(-20_000);
+export function startServer(extraArgs = []) {
+  return startFakeServer([...ACCOUNT_ARGS, ...extraArgs], {
+    pidDir: process.env.SVC_BROWSER_PIDS,
+    runner: 'tests/browser/run.sh',
   });
-  const exited = new Promise((resolveExit) => child.once('exit', resolveExit));
-
-  const fields = {};
-  const wantsAdminKey = extraArgs.includes('--admin-key');
-  const lines = createInterface({ input: child.stdout });
-  const ready = new Promise((resolveReady) => {
-    lines.on('line', (line) => {
-      const space = line.indexOf(' ');
-      if (space > 0) fields[line.slice(0, space)] = line.slice(space + 1).trim();
-      if (fields.url && fields.key && (!wantsAdminKey || fields['admin-key'])) resolveReady(true);
-    });
-  });
-  const outcome = await Promise.race([
-    ready,
-    exited.then((code) => `exited with ${code}`),
-    sleep(START_TIMEOUT_MS, undefined, { ref: false }).then(() => `did not print url and key in ${START_TIMEOUT_MS} ms`),
-  ]);
-
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const gone = await Promise.race([exited.then(() => true), sleep(5_000, undefined, { ref: false }).then(() => false)]);
-      if (!gone) {
-        child.kill('SIGKILL');
-        await exited;
-      }
-    }
-    started.delete(child);
-    if (pidFile) rmSync(pidFile, { force: true });
-  };
-
-  if (outcome !== true) {
-    await stop();
-    throw new Error(`svc-fake-server ${args.join(' ')} ${outcome}; stderr:\n${log}`);
-  }
-  return { url: fields.url, key: fields.key, adminKey: fields['admin-key'], stop, log: () => log };
 }
 
 /** Headless Debian chromium (root in CI, hence no sandbox). */

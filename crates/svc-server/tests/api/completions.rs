@@ -5,7 +5,6 @@
 //! list, rate limits, usage and metrics.
 
 use serde_json::{Value, json};
-use svc_core::{KeyKind, KeyScope, ModelAccess, Permission};
 use svc_test_support::TestApp;
 use svc_test_support::sse::read_sse;
 
@@ -267,45 +266,9 @@ async fn wrong_requests_name_their_parameter() {
 
 #[tokio::test]
 async fn a_key_needs_model_request_and_the_model_on_its_list() {
-    let app = TestApp::spawn().await;
     let body = json!({"model": "svc", "prompt": "a"});
-    let read_only = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                kind: KeyKind::Restricted(vec![Permission::ModelRead]),
-                ..KeyScope::default()
-            },
-        )
+    crate::needs_model_request_and_the_model_on_the_list("/v1/completions", &body, "fake-slow")
         .await;
-    let refused = complete(&app, &read_only, &body).await;
-    expect_error(
-        refused,
-        403,
-        "invalid_request_error",
-        "insufficient_permissions",
-        None,
-    )
-    .await;
-    let other_model = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                allowed_models: ModelAccess(Some(vec!["fake-slow".into()])),
-                ..KeyScope::default()
-            },
-        )
-        .await;
-    let hidden = complete(&app, &other_model, &body).await;
-    expect_error(
-        hidden,
-        404,
-        "invalid_request_error",
-        "model_not_found",
-        Some("model"),
-    )
-    .await;
-    assert_eq!(complete(&app, "sk-svc-nope", &body).await.status(), 401);
 }
 
 #[tokio::test]

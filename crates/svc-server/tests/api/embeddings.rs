@@ -5,7 +5,6 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use svc_core::{KeyKind, KeyScope, ModelAccess, Permission};
 use svc_test_support::{FAKE_EMBED_MAX_WORDS, TestApp, fake_vector};
 
 use crate::expect_error;
@@ -137,56 +136,8 @@ async fn wrong_requests_name_their_parameter() {
 
 #[tokio::test]
 async fn a_key_needs_model_request_and_the_model_on_its_list() {
-    let app = TestApp::spawn().await;
-    let read_only = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                kind: KeyKind::Restricted(vec![Permission::ModelRead]),
-                ..KeyScope::default()
-            },
-        )
-        .await;
     let body = json!({"model": "fake-embed", "input": "a"});
-    let refused = embed(&app, &read_only, &body).await;
-    let message = expect_error(
-        refused,
-        403,
-        "invalid_request_error",
-        "insufficient_permissions",
-        None,
-    )
-    .await;
-    assert!(message.contains("model.request"), "{message}");
-    let inference = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                kind: KeyKind::Restricted(vec![Permission::ModelRequest]),
-                ..KeyScope::default()
-            },
-        )
-        .await;
-    assert_eq!(embed(&app, &inference, &body).await.status(), 200);
-    let chat_only = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                allowed_models: ModelAccess(Some(vec!["svc".into()])),
-                ..KeyScope::default()
-            },
-        )
-        .await;
-    let hidden = embed(&app, &chat_only, &body).await;
-    expect_error(
-        hidden,
-        404,
-        "invalid_request_error",
-        "model_not_found",
-        Some("model"),
-    )
-    .await;
-    assert_eq!(embed(&app, "sk-svc-nope", &body).await.status(), 401);
+    crate::needs_model_request_and_the_model_on_the_list("/v1/embeddings", &body, "svc").await;
 }
 
 #[tokio::test]

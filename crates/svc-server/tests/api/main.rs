@@ -66,7 +66,7 @@ mod streaming;
 mod throttles;
 
 use serde_json::{Value, json};
-use svc_core::KeyLimits;
+use svc_core::{KeyKind, KeyLimits, KeyScope, ModelAccess, Permission};
 use svc_server::ServerConfig;
 use svc_test_support::{Database, TestApp};
 
@@ -161,4 +161,62 @@ pub async fn counts_toward_limits_usage_and_metrics(
     }
     assert_eq!(rows["data"][0]["requests"], 2, "{rows}");
     rows["data"][0].clone()
+}
+
+/// What every inference route asks of a key, checked for one: `body` (for
+/// the model `model`) posted to `path` is a 403 naming `model.request` for a
+/// read-only key and served for a key with only that permission; a 404
+/// `model_not_found` for a key whose list has only `other_model`; a 401
+/// for an unknown key.
+pub async fn needs_model_request_and_the_model_on_the_list(
+    path: &str,
+    body: &Value,
+    other_model: &str,
+) {
+    let app = TestApp::spawn().await;
+    let post = |key: String| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+    };
+    let scoped = |scope: KeyScope| app.create_scoped_key(None, scope);
+    let read_only = scoped(KeyScope {
+        kind: KeyKind::Restricted(vec![Permission::ModelRead]),
+        ..KeyScope::default()
+    })
+    .await;
+    let refused = post(read_only).await.unwrap();
+    let message = expect_error(
+        refused,
+        403,
+        "invalid_request_error",
+        "insufficient_permissions",
+        None,
+    )
+    .await;
+    assert!(message.contains("model.request"), "{message}");
+    let inference = scoped(KeyScope {
+        kind: KeyKind::Restricted(vec![Permission::ModelRequest]),
+        ..KeyScope::default()
+    })
+    .await;
+    assert_eq!(post(inference).await.unwrap().status(), 200);
+    let other = scoped(KeyScope {
+        allowed_models: ModelAccess(Some(vec![other_model.into()])),
+        ..KeyScope::default()
+    })
+    .await;
+    let hidden = post(other).await.unwrap();
+    expect_error(
+        hidden,
+        404,
+        "invalid_request_error",
+        "model_not_found",
+        Some("model"),
+    )
+    .await;
+    let unknown = post("sk-svc-nope".into()).await.unwrap();
+    assert_eq!(unknown.status(), 401);
 }
