@@ -174,7 +174,8 @@ pub(crate) fn usable<'a>(
         .ok_or_else(|| ApiError::ModelNotFound(model.to_owned()))
 }
 
-/// Headers of a Server-Sent Events reply.
+/// Headers of a Server-Sent Events reply: its type, `Cache-Control:
+/// no-cache`, and `X-Accel-Buffering: no` (nginx passes it on unbuffered).
 pub(crate) fn sse_response(body: Body) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
@@ -183,6 +184,9 @@ pub(crate) fn sse_response(body: Body) -> Response {
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // nginx buffers proxied responses unless told not to; a stream must
+    // reach the client event by event behind it too.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
 }
 

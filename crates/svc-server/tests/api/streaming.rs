@@ -249,3 +249,52 @@ async fn streamed_logprobs_and_choices() {
     let usage = &chunks.last().unwrap()["usage"];
     assert_eq!(usage["completion_tokens"], 6, "{usage}");
 }
+
+/// Behind nginx, a stream is buffered unless the response says not to
+/// (LiteLLM fixed the same report this way): every dialect's stream says
+/// `X-Accel-Buffering: no`, and is not cached.
+#[tokio::test]
+async fn every_dialects_stream_tells_proxies_not_to_buffer_it() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let streams = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "svc", "messages": user, "stream": true}),
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "svc", "prompt": "hi", "stream": true}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "svc", "input": "hi", "stream": true}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "svc", "max_tokens": 8, "messages": user, "stream": true}),
+        ),
+    ];
+    for (path, body) in streams {
+        let response = app
+            .client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let headers = response.headers();
+        assert_eq!(headers["content-type"], "text/event-stream", "{path}");
+        assert_eq!(headers["x-accel-buffering"], "no", "{path}");
+        assert_eq!(headers["cache-control"], "no-cache", "{path}");
+        // And the stream itself is whole.
+        assert!(!response.text().await.unwrap().is_empty(), "{path}");
+    }
+    // A whole reply is not a stream: nothing to say to proxies.
+    let whole = app.chat(&key, &body("svc", "hi")).await;
+    assert!(!whole.headers().contains_key("x-accel-buffering"));
+}
