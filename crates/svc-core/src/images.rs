@@ -59,6 +59,21 @@ pub fn image(url: &str, detail: Option<&str>, param: &str) -> Result<ImageInput,
     })
 }
 
+/// An image given as its media type and base64 data (an Anthropic `base64`
+/// source), checked once and carried as the `data:` URI of it.
+pub fn base64_image(
+    media_type: &str,
+    data: &str,
+    param: &str,
+) -> Result<ImageInput, ValidationError> {
+    data_image(media_type, data, param)?;
+    Ok(ImageInput {
+        url: format!("data:{media_type};base64,{data}"),
+        detail: None,
+        param: param.to_owned(),
+    })
+}
+
 /// Checks an image given as its media type and base64 data (a `data:` URI's
 /// parts, or an Anthropic `base64` source).
 pub fn data_image(media_type: &str, data: &str, param: &str) -> Result<(), ValidationError> {

@@ -295,8 +295,7 @@ fn image(source: Option<&Value>, param: &str) -> Result<ImageInput, ValidationEr
             let (Some(media_type), Some(data)) = (field("media_type"), field("data")) else {
                 return Err(invalid("a base64 image source needs media_type and data"));
             };
-            crate::images::data_image(media_type, data, param)?;
-            crate::images::image(&format!("data:{media_type};base64,{data}"), None, param)
+            crate::images::base64_image(media_type, data, param)
         }
         Some("url") => {
             let url = field("url").ok_or_else(|| invalid("a url image source needs a url"))?;

@@ -64,16 +64,17 @@ async fn answer(
     let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
     let request = ValidCompletionRequest::try_from(body)?;
     let (n, logprobs, stream) = (request.n(), request.logprobs(), request.stream());
-    let texts: Vec<String> = request
-        .prompts
-        .iter()
-        .map(|p| {
-            p.prompt
-                .as_ref()
-                .map(|t| t.text.clone())
-                .unwrap_or_default()
-        })
-        .collect();
+    let prompts = request.prompts.len();
+    // Only an echo needs the prompts' text after they go to the engine.
+    let echoed: Vec<String> = if request.echo {
+        request
+            .prompts
+            .iter()
+            .filter_map(|p| p.prompt.as_ref().map(|t| t.text.clone()))
+            .collect()
+    } else {
+        Vec::new()
+    };
     // Each prompt is a generation of its own, charged and metered as one.
     // A failure to start one drops those started, which stops them.
     let mut streams = Vec::with_capacity(request.prompts.len());
@@ -90,7 +91,7 @@ async fn answer(
         .map_err(on_prompt)?;
         streams.push(events);
     }
-    let meta = shape::Meta::new(request.model, n, logprobs, texts, request.echo);
+    let meta = shape::Meta::new(request.model, n, logprobs, prompts, echoed);
     let merged = shape::merge(streams);
     if !stream {
         return Ok(json_response(&shape::collect(meta, merged).await?));

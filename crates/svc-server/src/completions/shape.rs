@@ -19,7 +19,7 @@ use crate::chat::shape::{DONE, error_event, event, usage};
 use crate::error::ApiError;
 
 /// What every chunk and the whole body repeat, and how the choices are laid out.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Meta {
     pub id: String,
     pub created: i64,
@@ -28,14 +28,17 @@ pub struct Meta {
     pub n: u32,
     /// Whether choices carry log probabilities.
     pub logprobs: bool,
-    /// The prompts, in order; with `echo`, each choice's text starts with its own.
-    pub prompts: Vec<String>,
-    pub echo: bool,
+    /// How many prompts the request gave.
+    pub prompts: usize,
+    /// With `echo`, the prompts in order (each choice's text starts with its
+    /// own); empty without.
+    pub echoed: Vec<String>,
 }
 
 impl Meta {
-    /// A fresh `cmpl-` id, created now.
-    pub fn new(model: String, n: u32, logprobs: bool, prompts: Vec<String>, echo: bool) -> Self {
+    /// A fresh `cmpl-` id, created now, for `prompts` prompts; `echoed`
+    /// holds them when the request asked for `echo`, else nothing.
+    pub fn new(model: String, n: u32, logprobs: bool, prompts: usize, echoed: Vec<String>) -> Self {
         Meta {
             id: format!("cmpl-{}", hex::encode(rand::random::<[u8; 12]>())),
             created: svc_core::now(),
@@ -43,21 +46,19 @@ impl Meta {
             n: n.max(1),
             logprobs,
             prompts,
-            echo,
+            echoed,
         }
     }
 
     fn choices(&self) -> usize {
-        self.prompts.len() * self.n as usize
+        self.prompts * self.n as usize
     }
 
     /// The echoed prompt of choice `index` ("" without `echo`).
     fn echoed(&self, index: usize) -> &str {
-        if self.echo {
-            &self.prompts[index / self.n as usize]
-        } else {
-            ""
-        }
+        self.echoed
+            .get(index / self.n as usize)
+            .map_or("", String::as_str)
     }
 }
 
@@ -134,7 +135,7 @@ impl Choices {
             .collect();
         Choices {
             n: meta.n,
-            current: vec![0; meta.prompts.len()],
+            current: vec![0; meta.prompts],
             built,
             held: (0..meta.choices()).map(|_| Vec::new()).collect(),
         }
@@ -227,15 +228,15 @@ pub fn sse(
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let request_id = crate::request_id::current();
     let chunk = {
-        let meta = meta.clone();
+        let (id, created, model) = (meta.id.clone(), meta.created, meta.model.clone());
         move |index: usize,
               text: String,
               logprobs: Option<CompletionLogprobs>,
               finish: Option<FinishReason>| Completion {
-            id: meta.id.clone(),
+            id: id.clone(),
             object: "text_completion".into(),
-            created: meta.created,
-            model: meta.model.clone(),
+            created,
+            model: model.clone(),
             choices: vec![CompletionChoice {
                 text,
                 index: index as u32,
@@ -248,7 +249,7 @@ pub fn sse(
     async_stream::stream! {
         let mut choices = Choices::new(&meta);
         let total = meta.choices();
-        if meta.echo {
+        if !meta.echoed.is_empty() {
             for index in 0..total {
                 yield Ok(event(&chunk(index, meta.echoed(index).to_owned(), None, None)));
             }
@@ -360,7 +361,7 @@ mod tests {
         };
         let first: EventStream = one("a", 1).chain(one("b", 0)).boxed();
         let second: EventStream = one("c", 0).chain(one("d", 1)).boxed();
-        let meta = Meta::new("m".into(), 2, false, vec!["P0 ".into(), "P1 ".into()], true);
+        let meta = Meta::new("m".into(), 2, false, 2, vec!["P0 ".into(), "P1 ".into()]);
         let done = collect(meta, merge(vec![first, second])).await.unwrap();
         let texts: Vec<&str> = done.choices.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(texts, ["P0 b", "P0 a", "P1 c", "P1 d"]);
