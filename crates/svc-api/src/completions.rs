@@ -44,12 +44,13 @@ pub struct CompletionRequest {
     #[schema(minimum = 0, maximum = 1, default = 1)]
     pub top_p: Option<f64>,
     /// Choices per prompt; choice `i` of prompt `p` has index `p * n + i`.
+    /// Prompts times `n` may be at most 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 128, default = 1)]
+    #[schema(minimum = 1, maximum = 32, default = 1)]
     pub n: Option<i64>,
     /// Accepted when it equals `n` (or is absent): svc returns every choice it generates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 128)]
+    #[schema(minimum = 1, maximum = 32)]
     pub best_of: Option<i64>,
     /// Stream the reply as Server-Sent Events of `text_completion` chunks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,10 +143,10 @@ fn prompt_schema() -> Schema {
             ArrayBuilder::new()
                 .items(text())
                 .min_items(Some(1))
-                .max_items(Some(128)),
+                .max_items(Some(32)),
         )
         .description(Some(
-            "A string, or an array of strings (at most 128; each gets `n` choices).",
+            "A string, or an array of strings (at most 32; each gets `n` choices, at most 32 in all).",
         ))
         .into()
 }

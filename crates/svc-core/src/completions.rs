@@ -10,12 +10,17 @@ use svc_api::CompletionRequest;
 
 use crate::engine::{GenerateRequest, TextPrompt};
 use crate::request::{
-    MAX_CHOICES, MAX_MESSAGE_BYTES, SamplingFields, ValidationError, choices, sampling,
-    stop_sequences, stream_usage, token_cap,
+    MAX_MESSAGE_BYTES, SamplingFields, ValidationError, choices, sampling, stop_sequences,
+    stream_usage, token_cap,
 };
 
+/// Most choices one request may ask for in all (prompts times `n`), and so
+/// most prompts: each is a generation queued on its own, and at most half
+/// of the embedded engine's default queue (64), so that one request never
+/// fills the queue other clients' requests wait in.
+pub const MAX_COMPLETION_CHOICES: u32 = 32;
 /// Most prompts one request may give.
-pub const MAX_PROMPTS: usize = 128;
+pub const MAX_PROMPTS: usize = MAX_COMPLETION_CHOICES as usize;
 /// Most alternatives per token of the legacy `logprobs`, as with OpenAI.
 pub const MAX_LEGACY_LOGPROBS: u8 = 5;
 /// Completion tokens when `max_tokens` is absent, as with OpenAI.
@@ -118,11 +123,11 @@ impl TryFrom<CompletionRequest> for ValidCompletionRequest {
             ));
         }
         let total = texts.len() as u64 * u64::from(n);
-        if total > u64::from(MAX_CHOICES) {
+        if total > u64::from(MAX_COMPLETION_CHOICES) {
             return Err(ValidationError::new(
                 "n",
                 format!(
-                    "prompts times n may be at most {MAX_CHOICES} choices (got {} prompts and n = {n})",
+                    "prompts times n may be at most {MAX_COMPLETION_CHOICES} choices (got {} prompts and n = {n})",
                     texts.len()
                 ),
             ));
@@ -251,7 +256,12 @@ mod tests {
         assert_eq!(param_of(json!({"prompt": [1, 2, 3]})), "prompt");
         assert_eq!(param_of(json!({"prompt": [[1, 2]]})), "prompt");
         assert_eq!(param_of(json!({"prompt": {"a": 1}})), "prompt");
-        assert_eq!(param_of(json!({"prompt": vec!["x"; 129]})), "prompt");
+        assert_eq!(
+            param_of(json!({"prompt": vec!["x"; MAX_PROMPTS + 1]})),
+            "prompt"
+        );
+        assert!(request(json!({"prompt": vec!["x"; MAX_PROMPTS]})).is_ok());
+        assert_eq!(param_of(json!({"n": 33})), "n");
         assert_eq!(
             param_of(json!({"prompt": "x".repeat(MAX_MESSAGE_BYTES + 1)})),
             "prompt"
@@ -262,7 +272,8 @@ mod tests {
         assert_eq!(param_of(json!({"max_tokens": 0})), "max_tokens");
         assert_eq!(param_of(json!({"temperature": 3})), "temperature");
         assert_eq!(param_of(json!({"n": 0})), "n");
-        assert_eq!(param_of(json!({"prompt": vec!["x"; 65], "n": 2})), "n");
+        assert_eq!(param_of(json!({"prompt": vec!["x"; 17], "n": 2})), "n");
+        assert!(request(json!({"prompt": vec!["x"; 16], "n": 2})).is_ok());
         assert_eq!(param_of(json!({"best_of": 3})), "best_of");
         assert_eq!(
             param_of(json!({"stream_options": {"include_usage": true}})),

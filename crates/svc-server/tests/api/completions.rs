@@ -279,3 +279,44 @@ async fn completions_count_toward_rate_limits_usage_and_metrics() {
     assert_eq!(day["prompt_tokens"], 6, "{day}");
     assert_eq!(day["completion_tokens"], 8, "{day}");
 }
+
+/// Each prompt's choices are generations queued on their own: one request
+/// may ask for at most 32 in all, half the embedded engine's queue, so that
+/// it cannot fill the queue other clients wait in. (It could ask for 128.)
+#[tokio::test]
+async fn one_request_asks_for_at_most_32_generations() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let cases = [
+        (json!({"model": "svc", "prompt": vec!["a"; 33]}), "prompt"),
+        (
+            json!({"model": "svc", "prompt": vec!["a"; 17], "n": 2}),
+            "n",
+        ),
+        (json!({"model": "svc", "prompt": "a", "n": 33}), "n"),
+    ];
+    for (body, param) in cases {
+        let response = complete(&app, &key, &body).await;
+        expect_error(
+            response,
+            400,
+            "invalid_request_error",
+            "invalid_value",
+            Some(param),
+        )
+        .await;
+    }
+    let started = |app: &TestApp| app.probe.started.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(started(&app), 0, "nothing was queued");
+    let body: Value = complete(
+        &app,
+        &key,
+        &json!({"model": "svc", "prompt": vec!["a"; 16], "n": 2}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(body["choices"].as_array().unwrap().len(), 32);
+    assert_eq!(started(&app), 16, "a generation a prompt");
+}
