@@ -175,7 +175,10 @@ async fn n_equal_to_the_slots_leaves_room_for_another_key() {
                 .post(&chat)
                 .bearer_auth(&key)
                 .json(
+                    // Greedy: sampled at temperature 1, a choice can step onto
+                    // the end-of-turn token in 500 draws and stop early.
                     &json!({"model": "svc", "n": n, "max_tokens": 500, "stream": true,
+                    "temperature": 0,
                     "messages": [{"role": "user", "content": "go on"}]}),
                 )
                 .send()
