@@ -121,7 +121,32 @@ def test_messages_api_answers_for_real(real_server: Server) -> None:
         assert message.stop_reason in ("end_turn", "max_tokens")
         assert "Paris" in message.content[0].text
         counted = client.messages.count_tokens(model="svc", messages=[{"role": "user", "content": QUESTION}])
-        assert counted.input_tokens == message.usage.input_tokens
+        # As Anthropic counts: the prompt is its computed and its cached tokens.
+        usage = message.usage
+        assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens_in_every_sdk(real_server: Server, real_openai: openai.OpenAI) -> None:
+    """Issue 32: the second of two identical requests evaluates only the
+    prompt's last token (the rest is the reused prefix) and says so."""
+    system = "You answer questions about the sea, briefly and kindly. " * 4
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "How deep is it?"}]
+    real_openai.chat.completions.create(model="svc", messages=messages, max_tokens=4, temperature=0)
+    again = real_openai.chat.completions.create(model="svc", messages=messages, max_tokens=4, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+
+    response = real_openai.responses.create(
+        model="svc", instructions=system, input="How deep is it?", max_output_tokens=16, temperature=0, store=False
+    )
+    assert response.usage.input_tokens_details.cached_tokens == response.usage.input_tokens - 1
+
+    with anthropic.Anthropic(base_url=real_server.url, api_key=real_server.key, max_retries=0, timeout=300) as client:
+        message = client.messages.create(
+            model="svc", max_tokens=4, system=system, messages=[{"role": "user", "content": "How deep is it?"}],
+            extra_body={"temperature": 0},
+        )
+    assert message.usage.input_tokens == 1
+    assert message.usage.cache_read_input_tokens == again.usage.prompt_tokens - 1
 
 
 def test_chat_logprobs_are_the_real_distribution(real_openai: openai.OpenAI) -> None:

@@ -364,6 +364,16 @@ pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    #[serde(default)]
+    #[schema(inline)]
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// `prompt_tokens_details`: of the prompt's tokens, those served from a
+/// prefix the engine kept from an earlier request (or an upstream's cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u64,
 }
 
 /// The whole (non-streamed) response.

@@ -246,7 +246,11 @@ pub enum ContentBlock {
     },
 }
 
-/// Token counts. svc caches no prompts, so the cache counts are always 0.
+/// Token counts, as Anthropic counts them: `input_tokens` are the prompt's
+/// tokens that were computed, `cache_read_input_tokens` those served from a
+/// prefix the engine kept from an earlier request (the prompt is their
+/// sum). svc writes no cache entries on request, so
+/// `cache_creation_input_tokens` is 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct MessagesUsage {
     pub input_tokens: u64,

@@ -483,7 +483,7 @@ pub struct UsageCompletionsResult {
     pub object: String,
     /// Prompt tokens.
     pub input_tokens: i64,
-    /// Always 0: svc does not count cached prompt tokens apart.
+    /// Of `input_tokens`, those served from a reused prompt prefix.
     pub input_cached_tokens: i64,
     /// Completion tokens.
     pub output_tokens: i64,

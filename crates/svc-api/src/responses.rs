@@ -407,7 +407,9 @@ pub struct ResponseUsage {
     pub total_tokens: u64,
 }
 
-/// `input_tokens_details`: svc caches no prompts across requests, so both are 0.
+/// `input_tokens_details`: `cached_tokens` of the input's tokens were served
+/// from a prefix the engine kept from an earlier request;
+/// `cache_write_tokens` is 0 (svc writes no cache entries on request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct InputTokensDetails {
     pub cached_tokens: u64,

@@ -26,6 +26,10 @@ pub struct UsageList {
 /// One key's use on one UTC day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageDay {
+    /// Of `prompt_tokens`, those served from a reused prompt prefix.
+    #[schema(minimum = 0)]
+    #[serde(default)]
+    pub cached_tokens: i64,
     #[schema(minimum = 0)]
     pub completion_tokens: i64,
     /// `YYYY-MM-DD` (UTC).

@@ -61,12 +61,13 @@ fn revocation_and_usage() {
             day: "2026-01-02".into(),
             requests: 3,
             prompt_tokens: 10,
+            cached_tokens: 4,
             completion_tokens: 5,
             total_tokens: 15,
         }],
     };
     assert_eq!(
         text(&list),
-        r#"{"data":[{"completion_tokens":5,"day":"2026-01-02","key_id":"key_1","object":"usage.day","prompt_tokens":10,"requests":3,"total_tokens":15}],"object":"list","since":"2026-01-01"}"#
+        r#"{"data":[{"cached_tokens":4,"completion_tokens":5,"day":"2026-01-02","key_id":"key_1","object":"usage.day","prompt_tokens":10,"requests":3,"total_tokens":15}],"object":"list","since":"2026-01-01"}"#
     );
 }

@@ -73,12 +73,32 @@ impl BudgetUnit {
         }
     }
 
-    /// What `prompt` and `completion` tokens of a model priced `price`
-    /// count in this unit.
-    pub fn amount(self, prompt: i64, completion: i64, price: Option<ModelPrice>) -> i64 {
+    /// What `used` tokens of a model priced `price` count in this unit.
+    pub fn amount(self, used: Tokens, price: Option<ModelPrice>) -> i64 {
         match self {
-            BudgetUnit::Tokens => prompt.saturating_add(completion),
-            BudgetUnit::Usd => price.map_or(0, |p| p.cost_micros(prompt, completion)),
+            BudgetUnit::Tokens => used.prompt.saturating_add(used.completion),
+            BudgetUnit::Usd => price.map_or(0, |p| p.cost_micros(used)),
+        }
+    }
+}
+
+/// The tokens a request used (or is estimated to use), as budgets count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tokens {
+    pub prompt: i64,
+    /// Of `prompt`, those served from a reused prefix (priced at
+    /// [`ModelPrice::cached_input`] where the model has one).
+    pub cached: i64,
+    pub completion: i64,
+}
+
+impl Tokens {
+    /// `prompt` tokens in, none of them cached, and `completion` out.
+    pub fn new(prompt: i64, completion: i64) -> Self {
+        Tokens {
+            prompt,
+            cached: 0,
+            completion,
         }
     }
 }
@@ -91,13 +111,21 @@ pub fn micros_to_usd(micros: i64) -> f64 {
 /// A model's prices, in US dollars per million tokens (as providers list
 /// them), so that a token costs exactly that many micro-dollars. Its serde
 /// form is a `[prices.<model id>]` table of the configuration: `input` and
-/// `output`, each 0 when absent, finite and not negative.
+/// `output`, each 0 when absent, and `cached_input`, the input price when
+/// absent; each finite and not negative.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelPrice {
     /// Per million prompt tokens.
     #[serde(deserialize_with = "dollars")]
     pub input: f64,
+    /// Per million prompt tokens served from a reused prefix (a cache hit);
+    /// `None`: at `input`.
+    #[serde(
+        deserialize_with = "some_dollars",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cached_input: Option<f64>,
     /// Per million completion tokens.
     #[serde(deserialize_with = "dollars")]
     pub output: f64,
@@ -114,16 +142,24 @@ fn dollars<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(price)
 }
 
+/// An optional price, present: see [`dollars`].
+fn some_dollars<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    dollars(d).map(Some)
+}
+
 impl ModelPrice {
-    /// What `prompt` and `completion` tokens cost, in micro-dollars,
-    /// rounded up. Counted in whole thousandths of a micro-dollar a token
-    /// (prices to $0.001 per million tokens), so that no float rounding
-    /// adds a micro-dollar.
-    pub fn cost_micros(&self, prompt: i64, completion: i64) -> i64 {
+    /// What `used` tokens cost, in micro-dollars, rounded up: the cached
+    /// prompt tokens at `cached_input`, the other prompt tokens at `input`.
+    /// Counted in whole thousandths of a micro-dollar a token (prices to
+    /// $0.001 per million tokens), so that no float rounding adds a
+    /// micro-dollar.
+    pub fn cost_micros(&self, used: Tokens) -> i64 {
         // Finite and non-negative where prices are read; saturates anyway.
         let per_token = |price: f64| (price * 1000.0).round() as i128;
-        let nanos = i128::from(prompt) * per_token(self.input)
-            + i128::from(completion) * per_token(self.output);
+        let cached = used.cached.clamp(0, used.prompt.max(0));
+        let nanos = i128::from(used.prompt - cached) * per_token(self.input)
+            + i128::from(cached) * per_token(self.cached_input.unwrap_or(self.input))
+            + i128::from(used.completion) * per_token(self.output);
         i64::try_from((nanos + 999).div_euclid(1000)).unwrap_or(i64::MAX)
     }
 }
@@ -251,23 +287,57 @@ mod tests {
         let price = ModelPrice {
             input: 0.15,
             output: 0.6,
+            ..ModelPrice::default()
         };
         // 1,000 prompt tokens at $0.15/M and 500 completion at $0.60/M: $0.00045.
-        assert_eq!(price.cost_micros(1_000, 500), 450);
-        assert_eq!(price.cost_micros(1, 0), 1, "rounded up");
+        assert_eq!(price.cost_micros(Tokens::new(1_000, 500)), 450);
+        assert_eq!(price.cost_micros(Tokens::new(1, 0)), 1, "rounded up");
+        // Without a cached price, cached prompt tokens cost the input price.
+        let cached = Tokens {
+            cached: 800,
+            ..Tokens::new(1_000, 500)
+        };
+        assert_eq!(price.cost_micros(cached), 450);
+        // With one, they cost that: 200 at $0.15/M, 800 at $0.075/M, 500 at $0.60/M.
+        let discounted = ModelPrice {
+            cached_input: Some(0.075),
+            ..price
+        };
+        assert_eq!(discounted.cost_micros(cached), 30 + 60 + 300);
+        // More cached than prompt tokens (never reported) counts as all cached.
+        let over = Tokens {
+            cached: 5_000,
+            ..Tokens::new(1_000, 0)
+        };
+        assert_eq!(discounted.cost_micros(over), 75);
         // No float error adds a micro-dollar: 10 tokens at $1.10 per million.
         let exact = ModelPrice {
             input: 1.1,
-            output: 0.0,
+            ..ModelPrice::default()
         };
-        assert_eq!(exact.cost_micros(10, 0), 11);
-        assert_eq!(BudgetUnit::Usd.amount(1_000, 500, Some(price)), 450);
-        assert_eq!(BudgetUnit::Usd.amount(1_000, 500, None), 0);
-        assert_eq!(BudgetUnit::Tokens.amount(1_000, 500, Some(price)), 1_500);
+        assert_eq!(exact.cost_micros(Tokens::new(10, 0)), 11);
+        let used = Tokens::new(1_000, 500);
+        assert_eq!(BudgetUnit::Usd.amount(used, Some(price)), 450);
+        assert_eq!(BudgetUnit::Usd.amount(used, None), 0);
+        assert_eq!(BudgetUnit::Tokens.amount(cached, Some(discounted)), 1_500);
         for unit in [BudgetUnit::Tokens, BudgetUnit::Usd] {
             assert_eq!(BudgetUnit::parse(unit.as_str()).unwrap(), unit);
         }
         assert!(BudgetUnit::parse("eur").is_err());
+    }
+
+    #[test]
+    fn a_cached_input_price_is_read_and_checked() {
+        let read = |json: serde_json::Value| serde_json::from_value::<ModelPrice>(json);
+        let price = read(serde_json::json!({"input": 1.0, "output": 2.0, "cached_input": 0.25}));
+        assert_eq!(price.unwrap().cached_input, Some(0.25));
+        assert_eq!(
+            read(serde_json::json!({"input": 1.0}))
+                .unwrap()
+                .cached_input,
+            None
+        );
+        assert!(read(serde_json::json!({"cached_input": -1.0})).is_err());
     }
 
     #[test]

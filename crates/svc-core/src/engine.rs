@@ -305,7 +305,27 @@ pub use svc_api::FinishReason;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TokenUsage {
     pub prompt_tokens: u64,
+    /// Of `prompt_tokens`, those not computed again: a prefix whose KV
+    /// cells the engine kept from an earlier request (or, through an
+    /// upstream, what it reports as cached).
+    pub cached_tokens: u64,
     pub completion_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Adds `more` (another pass's or reply's counts), saturating.
+    pub fn add(&mut self, more: TokenUsage) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(more.prompt_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(more.cached_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(more.completion_tokens);
+    }
+
+    /// Prompt tokens that were computed (not cached).
+    pub fn uncached_prompt_tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
 }
 
 /// Failures an engine reports, before or during the stream.

@@ -66,7 +66,7 @@ pub use account::{
     AccountError, AccountService, OpenedSession, SignInError, SsoIdentity, SsoSignInError,
 };
 pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery, AuditStore};
-pub use budget::{Budget, BudgetPeriod, BudgetUnit, ModelPrice};
+pub use budget::{Budget, BudgetPeriod, BudgetUnit, ModelPrice, Tokens};
 pub use clock::now;
 pub use completions::ValidCompletionRequest;
 pub use conversation::{

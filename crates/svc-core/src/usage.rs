@@ -16,6 +16,8 @@ pub struct UsageDelta {
     pub model: String,
     pub requests: i64,
     pub prompt_tokens: i64,
+    /// Of `prompt_tokens`, those served from a reused prefix.
+    pub cached_tokens: i64,
     pub completion_tokens: i64,
 }
 
@@ -27,6 +29,8 @@ pub struct UsageRow {
     pub day: String,
     pub requests: i64,
     pub prompt_tokens: i64,
+    /// Of `prompt_tokens`, those served from a reused prefix.
+    pub cached_tokens: i64,
     pub completion_tokens: i64,
 }
 
@@ -41,6 +45,8 @@ pub struct ModelUsageRow {
     pub model: String,
     pub requests: i64,
     pub prompt_tokens: i64,
+    /// Of `prompt_tokens`, those served from a reused prefix.
+    pub cached_tokens: i64,
     pub completion_tokens: i64,
 }
 
@@ -51,6 +57,8 @@ pub struct DayTotals {
     pub day: String,
     pub requests: i64,
     pub prompt_tokens: i64,
+    /// Of `prompt_tokens`, those served from a reused prefix.
+    pub cached_tokens: i64,
     pub completion_tokens: i64,
 }
 

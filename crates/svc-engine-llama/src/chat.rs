@@ -335,6 +335,7 @@ fn generate_n(
                 Ok(EngineEvent::Finish { reason, mut usage }) => {
                     if i > 0 {
                         usage.prompt_tokens = 0;
+                        usage.cached_tokens = 0;
                     }
                     yield Ok(EngineEvent::Finish { reason, usage });
                 }
@@ -536,7 +537,7 @@ fn drive(
                         }
                     }
                     Ok(EngineEvent::Finish { usage: used, .. }) => {
-                        add(&mut usage, used);
+                        usage.add(used);
                         finished = true;
                         break;
                     }
@@ -580,7 +581,7 @@ fn drive(
                     for event in out.finish() {
                         yield Ok(event);
                     }
-                    add(&mut usage, used);
+                    usage.add(used);
                     yield Ok(EngineEvent::Finish { reason: out.reason(reason), usage });
                     return;
                 }
@@ -593,11 +594,6 @@ fn drive(
             }
         }
     })
-}
-
-fn add(total: &mut TokenUsage, more: TokenUsage) {
-    total.prompt_tokens += more.prompt_tokens;
-    total.completion_tokens += more.completion_tokens;
 }
 
 /// Turns the text of the (last) pass into events.

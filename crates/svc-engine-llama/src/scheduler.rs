@@ -429,6 +429,9 @@ struct Sequence {
     prompt: Vec<LlamaToken>,
     /// Prompt tokens whose KV cells the slot holds (reused or decoded).
     prompt_fed: usize,
+    /// Prompt tokens whose KV cells were not decoded for it: a prefix
+    /// reused from a slot or the host cache, or a leader's whole prompt.
+    cached: usize,
     /// A sampled token not yet given to the model.
     pending: Option<LlamaToken>,
     /// Index in the current batch whose logits are this sequence's.
@@ -461,6 +464,7 @@ impl Sequence {
     fn usage(&self) -> TokenUsage {
         TokenUsage {
             prompt_tokens: self.prompt.len() as u64,
+            cached_tokens: self.cached as u64,
             completion_tokens: u64::from(self.generated),
         }
     }
@@ -840,6 +844,7 @@ impl Batcher<'_, '_> {
             self.reuse(ctx, &seq.prompt)
         };
         seq.prompt_fed = reused;
+        seq.cached = reused;
         self.shared.counters.reused(reused as u64);
         self.clock += 1;
         let slot = &mut self.slots[slot];
@@ -1088,6 +1093,7 @@ impl Batcher<'_, '_> {
                     continue;
                 }
                 seq.prompt_fed = seq.prompt.len();
+                seq.cached = seq.prompt.len();
                 seq.logits_at = Some(at);
                 self.slots[i].tokens = tokens;
                 self.shared.counters.shared_prompt();
@@ -1120,6 +1126,7 @@ impl Batcher<'_, '_> {
             owner: job.owner,
             prompt: job.prompt,
             prompt_fed: 0,
+            cached: 0,
             pending: None,
             logits_at: None,
             sampler,

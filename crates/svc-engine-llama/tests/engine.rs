@@ -154,6 +154,7 @@ async fn greedy_reply_streams_whole_characters_and_counts_real_tokens() {
         out.usage,
         TokenUsage {
             prompt_tokens: prompt_tokens(&f.engine, "Hi there"),
+            cached_tokens: 0,
             // 12 scripted tokens and the end-of-turn token.
             completion_tokens: 13,
         }
@@ -566,11 +567,14 @@ async fn a_continued_conversation_evaluates_only_the_new_tokens() {
     )
     .await;
     assert_eq!(first.text(), HELLO);
+    assert_eq!(first.usage.cached_tokens, 0, "a cold engine reuses nothing");
     let turn2 = conversation(&system, &["Where is Paris?", &first.text(), "And Rome?"]);
     let (second, evaluated, reused) =
         counted(&f.engine, run(&f.engine, chat(turn2.clone(), greedy(), 64))).await;
     let (p1, p2) = (first.usage.prompt_tokens, second.usage.prompt_tokens);
     assert_eq!(evaluated + reused, p2);
+    // Issue 32: the reply reports the reused tokens as cached.
+    assert_eq!(second.usage.cached_tokens, reused);
     // The whole first prompt (and more: the reply) came from the slot.
     assert!(reused >= p1, "reused {reused} of the first prompt's {p1}");
     assert!(evaluated <= p2 - p1, "evaluated {evaluated} of {p2}");
@@ -580,6 +584,7 @@ async fn a_continued_conversation_evaluates_only_the_new_tokens() {
     let (third, evaluated, reused) =
         counted(&f.engine, run(&f.engine, chat(turn2.clone(), greedy(), 64))).await;
     assert_eq!((evaluated, reused), (1, p2 - 1));
+    assert_eq!(third.usage.cached_tokens, p2 - 1);
     assert_eq!(third.text(), second.text());
 
     // A cold engine says the same.
@@ -612,7 +617,11 @@ async fn a_reused_prefix_gives_the_same_text_as_a_cold_run() {
         let fresh = cold();
         let expected = run(&fresh.engine, chat(messages, seeded(40 + turn), 24)).await;
         assert_eq!(out.text(), expected.text(), "turn {turn}");
-        assert_eq!(out.usage, expected.usage);
+        // The same counts, but the warm engine's prompt was partly cached.
+        assert_eq!(out.usage.cached_tokens, reused);
+        assert_eq!(expected.usage.cached_tokens, 0);
+        let counts = |u: TokenUsage| (u.prompt_tokens, u.completion_tokens);
+        assert_eq!(counts(out.usage), counts(expected.usage));
         turns.push(out.text());
         turns.push(format!("Go on, part {turn}."));
     }
@@ -682,6 +691,7 @@ async fn a_new_request_copies_the_prefix_of_a_running_one() {
     )
     .await;
     assert_eq!(reused, shared);
+    assert_eq!(out.usage.cached_tokens, shared);
     assert_eq!(evaluated, b.len() as u64 - shared);
     assert_eq!(
         f.engine.stats().active_sequences,
@@ -733,6 +743,10 @@ async fn a_prefix_whose_slot_was_taken_comes_back_from_the_host_cache() {
     assert_eq!(stats.host_cache_restores, 1, "{stats:?}");
     assert!(reused >= first.usage.prompt_tokens, "reused {reused}");
     assert_eq!(evaluated + reused, second.usage.prompt_tokens);
+    assert_eq!(
+        second.usage.cached_tokens, reused,
+        "restored tokens are cached"
+    );
 
     let cold = engine(&TinyModel::hello(), 1, 4, 512);
     assert_eq!(

@@ -187,6 +187,16 @@ struct Usage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    /// OpenAI's, vLLM's and llama-server's count of prompt tokens served
+    /// from their prefix cache; anything else is ignored.
+    #[serde(default, deserialize_with = "lenient")]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PromptTokensDetails {
+    #[serde(default, deserialize_with = "lenient")]
+    cached_tokens: Option<u64>,
 }
 
 fn null_as_default<'de, D, T>(de: D) -> Result<T, D::Error>
@@ -310,6 +320,7 @@ impl Translator {
         }
         let usage = self.usage.unwrap_or(TokenUsage {
             prompt_tokens: self.prompt_estimate,
+            cached_tokens: 0,
             completion_tokens: tokens_for_chars(self.output_bytes),
         });
         out.push(EngineEvent::Finish { reason, usage });
@@ -320,8 +331,12 @@ impl Translator {
         if let Some(usage) = chunk.usage
             && (usage.prompt_tokens.is_some() || usage.completion_tokens.is_some())
         {
+            let prompt_tokens = usage.prompt_tokens.unwrap_or(0);
+            let cached = usage.prompt_tokens_details.and_then(|d| d.cached_tokens);
             self.usage = Some(TokenUsage {
-                prompt_tokens: usage.prompt_tokens.unwrap_or(0),
+                prompt_tokens,
+                // Never more than the prompt: budgets price the rest.
+                cached_tokens: cached.unwrap_or(0).min(prompt_tokens),
                 completion_tokens: usage.completion_tokens.unwrap_or(0),
             });
         }
@@ -487,6 +502,7 @@ mod tests {
             reason,
             usage: TokenUsage {
                 prompt_tokens: prompt,
+                cached_tokens: 0,
                 completion_tokens: completion,
             },
         }
@@ -511,6 +527,31 @@ mod tests {
             events,
             [text("Hel"), text("lo"), finish(FinishReason::Stop, 12, 2)]
         );
+    }
+
+    // Issue 32: an upstream's own count of cached prompt tokens is passed
+    // on (never more than the prompt); a malformed one counts none.
+    #[test]
+    fn cached_prompt_tokens_are_passed_on() {
+        let with_details = |details: &str| {
+            let usage = format!(
+                r#"{{"choices":[],"usage":{{"prompt_tokens":12,"completion_tokens":2,"prompt_tokens_details":{details}}}}}"#
+            );
+            let finish_chunk =
+                r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#;
+            let events = run(false, &[finish_chunk, &usage, "[DONE]"]).unwrap();
+            match events.last() {
+                Some(EngineEvent::Finish { usage, .. }) => *usage,
+                other => panic!("no finish: {other:?}"),
+            }
+        };
+        let cached = |details: &str| with_details(details).cached_tokens;
+        assert_eq!(cached(r#"{"cached_tokens":8}"#), 8);
+        assert_eq!(cached(r#"{"cached_tokens":99}"#), 12);
+        assert_eq!(cached(r#"{"cached_tokens":"lots"}"#), 0);
+        assert_eq!(cached("null"), 0);
+        assert_eq!(cached(r#"{"audio_tokens":0}"#), 0);
+        assert_eq!(with_details(r#"{"cached_tokens":8}"#).prompt_tokens, 12);
     }
 
     #[test]

@@ -85,10 +85,11 @@ async fn a_streamed_reply_has_svc_framing_and_the_upstream_text() {
     assert_eq!(text, "Echo: hello from svc");
     let finish = &chunks[chunks.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
-    // The upstream's usage: 3 prompt words, 4 pieces.
+    // The upstream's usage: 3 prompt words, 4 pieces, none cached.
     assert_eq!(
         chunks.last().unwrap()["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(fake.last_request().unwrap()["model"], "their-model");
     // `/metrics` says how the request was routed: by load, as a short
@@ -267,4 +268,43 @@ async fn a_text_completion_with_a_suffix_is_the_upstreams_fill_in_the_middle() {
     assert_eq!(sent["model"], "their-model");
     assert_eq!(sent["max_tokens"], 8);
     assert_eq!(fake.completions_requests(), 1);
+}
+
+// Issue 32: an upstream's own count of cached prompt tokens reaches the
+// client in each dialect's field (the fake counts the words of the
+// messages before the last as cached, as vLLM's prefix cache would).
+#[tokio::test]
+async fn an_upstreams_cached_tokens_are_passed_on_in_every_dialect() {
+    let fake = FakeUpstream::start().await;
+    let app = app_in_front_of(&fake).await;
+    let key = app.create_key().await;
+    let turns = json!([
+        {"role": "user", "content": "one two three"},
+        {"role": "assistant", "content": "four five"},
+        {"role": "user", "content": "six"}
+    ]);
+    let chat: Value = app
+        .chat(&key, &json!({"model": "up", "messages": turns}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(chat["usage"]["prompt_tokens"], 6, "{chat}");
+    assert_eq!(
+        chat["usage"]["prompt_tokens_details"]["cached_tokens"], 5,
+        "{chat}"
+    );
+    let message: Value = app
+        .client
+        .post(app.url("/v1/messages"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "up", "max_tokens": 16, "messages": turns}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(message["usage"]["cache_read_input_tokens"], 5, "{message}");
+    assert_eq!(message["usage"]["input_tokens"], 1, "{message}");
 }

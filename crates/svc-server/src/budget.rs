@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use svc_api::BudgetStatus;
-use svc_core::budget::{Budget, BudgetUnit, ModelPrice};
+use svc_core::budget::{Budget, BudgetUnit, ModelPrice, Tokens};
 use svc_core::{Engine, GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
 use crate::error::ApiError;
@@ -294,7 +294,7 @@ impl Budgets {
                 continue;
             }
             let id = scope.counter(holder, unit);
-            let estimate = unit.amount(prompt, reply, price).max(1);
+            let estimate = unit.amount(Tokens::new(prompt, reply), price).max(1);
             let (window_start, resets_at) = period.window(at);
             let counted = self
                 .add(&id, window_start, resets_at, limit, estimate)
@@ -564,12 +564,12 @@ impl Charge {
     /// Settles the charge with the request's real usage: gives back what
     /// the estimate was over, or adds what it was under. Off the response's
     /// path, on a task of its own.
-    pub fn settle(mut self, prompt_tokens: i64, completion_tokens: i64) {
-        self.settle_once(prompt_tokens, completion_tokens);
+    pub fn settle(mut self, used: Tokens) {
+        self.settle_once(used);
     }
 
     /// What [`Charge::settle`] does, once: the parts go with the first call.
-    fn settle_once(&mut self, prompt_tokens: i64, completion_tokens: i64) {
+    fn settle_once(&mut self, used: Tokens) {
         let parts = std::mem::take(&mut self.parts);
         if parts.is_empty() {
             return;
@@ -583,9 +583,7 @@ impl Charge {
             )]
             runtime.spawn(async move {
                 for part in parts {
-                    let used = part
-                        .unit
-                        .amount(prompt_tokens, completion_tokens, part.price);
+                    let used = part.unit.amount(used, part.price);
                     budgets
                         .adjust(&part.scope, part.window_start, used - part.amount)
                         .await;
@@ -598,7 +596,7 @@ impl Charge {
 /// Unsettled, a request used nothing: its estimate is given back.
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.settle_once(0, 0);
+        self.settle_once(Tokens::default());
     }
 }
 

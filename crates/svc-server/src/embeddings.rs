@@ -92,7 +92,7 @@ async fn answer(
     })?;
     let used = TokenUsage {
         prompt_tokens: embeddings.prompt_tokens,
-        completion_tokens: 0,
+        ..TokenUsage::default()
     };
     crate::usage::record_whole(state, &key.id, &model, &metering, charge, used);
     let data = embeddings

@@ -92,6 +92,7 @@ struct RouteStats {
 #[derive(Debug, Clone, Copy, Default)]
 struct Tokens {
     prompt: u64,
+    cached_prompt: u64,
     completion: u64,
 }
 
@@ -145,11 +146,12 @@ impl Metrics {
     }
 
     /// Tokens of a finished completion.
-    pub fn tokens(&self, model: &str, prompt: u64, completion: u64) {
+    pub fn tokens(&self, model: &str, used: &svc_core::TokenUsage) {
         self.with(|m| {
             let tokens = slot(&mut m.tokens, model);
-            tokens.prompt += prompt;
-            tokens.completion += completion;
+            tokens.prompt += used.prompt_tokens;
+            tokens.cached_prompt += used.cached_tokens;
+            tokens.completion += used.completion_tokens;
         });
     }
 
@@ -219,10 +221,15 @@ impl Metrics {
                 &format!("model=\"{}\"", escape(model)),
             );
         }
-        out.push_str("# HELP svc_tokens_total Tokens of finished completions.\n");
+        out.push_str("# HELP svc_tokens_total Tokens of finished completions (cached_prompt: those of prompt served from a reused prefix).\n");
         out.push_str("# TYPE svc_tokens_total counter\n");
         for (model, t) in &tokens {
-            for (kind, n) in [("completion", t.completion), ("prompt", t.prompt)] {
+            let kinds = [
+                ("cached_prompt", t.cached_prompt),
+                ("completion", t.completion),
+                ("prompt", t.prompt),
+            ];
+            for (kind, n) in kinds {
                 let _ = writeln!(
                     out,
                     "svc_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use svc_core::{EngineEvent, EventStream, KeyId, Store, TokenUsage, UsageDelta, day_of, now};
+use svc_core::{
+    EngineEvent, EventStream, KeyId, Store, TokenUsage, Tokens, UsageDelta, day_of, now,
+};
 
 use crate::budget::{BudgetSlot, Charge};
 use crate::ratelimit::RateLimiter;
@@ -76,7 +78,7 @@ pub fn metered(
             }
             match event {
                 Ok(EngineEvent::Finish { usage, .. }) => {
-                    metrics.tokens(&model, usage.prompt_tokens, usage.completion_tokens);
+                    metrics.tokens(&model, usage);
                     meter.finished(*usage);
                 }
                 Err(_) => meter.record(),
@@ -132,11 +134,7 @@ impl Meter {
     /// One reply finished with `usage`; the last one records the request.
     fn finished(&mut self, usage: TokenUsage) {
         *self.current() = None;
-        self.used.prompt_tokens = self.used.prompt_tokens.saturating_add(usage.prompt_tokens);
-        self.used.completion_tokens = self
-            .used
-            .completion_tokens
-            .saturating_add(usage.completion_tokens);
+        self.used.add(usage);
         self.choices_left = self.choices_left.saturating_sub(1);
         if self.choices_left == 0 {
             self.record();
@@ -179,17 +177,23 @@ fn account(
     charge: Option<Charge>,
     used: TokenUsage,
 ) {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let counts = Counts {
         requests: 1,
-        prompt_tokens: i64::try_from(used.prompt_tokens).unwrap_or(i64::MAX),
-        completion_tokens: i64::try_from(used.completion_tokens).unwrap_or(i64::MAX),
+        prompt_tokens: count(used.prompt_tokens),
+        cached_tokens: count(used.cached_tokens),
+        completion_tokens: count(used.completion_tokens),
     };
     let tokens = counts
         .prompt_tokens
         .saturating_add(counts.completion_tokens);
     ledger.add(key_id, model, now().div_euclid(SECONDS_PER_DAY), counts);
     if let Some(charge) = charge {
-        charge.settle(counts.prompt_tokens, counts.completion_tokens);
+        charge.settle(Tokens {
+            prompt: counts.prompt_tokens,
+            cached: counts.cached_tokens,
+            completion: counts.completion_tokens,
+        });
     }
     let Some(limiter) = limiter.cloned() else {
         return;
@@ -218,9 +222,7 @@ pub fn record_whole(
     charge: Option<Charge>,
     used: TokenUsage,
 ) {
-    state
-        .metrics
-        .tokens(model, used.prompt_tokens, used.completion_tokens);
+    state.metrics.tokens(model, &used);
     account(
         &state.ledger,
         metering.count_tokens.then_some(&state.limiter),
@@ -256,6 +258,7 @@ type DayCounts = HashMap<(KeyId, String), Counts>;
 struct Counts {
     requests: i64,
     prompt_tokens: i64,
+    cached_tokens: i64,
     completion_tokens: i64,
 }
 
@@ -263,6 +266,7 @@ impl Counts {
     fn add(&mut self, other: Counts) {
         self.requests = self.requests.saturating_add(other.requests);
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
         self.completion_tokens = self
             .completion_tokens
             .saturating_add(other.completion_tokens);
@@ -303,6 +307,7 @@ impl Ledger {
                 day: day_of(day * SECONDS_PER_DAY),
                 requests: counts.requests,
                 prompt_tokens: counts.prompt_tokens,
+                cached_tokens: counts.cached_tokens,
                 completion_tokens: counts.completion_tokens,
             };
             if let Err(e) = store.add_usage(&delta).await {

@@ -17,6 +17,7 @@ on_both_backends!(
     usage_accumulates_per_key_and_day,
     usage_since_filters_by_day_and_owner,
     usage_by_model_keeps_models_apart_with_the_keys_project,
+    cached_tokens_add_up_in_every_view,
     concurrent_usage_adds_are_all_counted,
     throttle_counts_hits_in_a_window,
     throttle_window_resets_and_clears,
@@ -32,6 +33,7 @@ fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) ->
         model: "svc".into(),
         requests,
         prompt_tokens: prompt,
+        cached_tokens: 0,
         completion_tokens: completion,
     }
 }
@@ -42,6 +44,7 @@ fn usage(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) ->
         day: day.into(),
         requests,
         prompt_tokens: prompt,
+        cached_tokens: 0,
         completion_tokens: completion,
     }
 }
@@ -172,6 +175,7 @@ async fn usage_since_filters_by_day_and_owner(db: &Db) {
         day: day.into(),
         requests: n,
         prompt_tokens: 2 * n,
+        cached_tokens: 0,
         completion_tokens: 3 * n,
     };
     assert_eq!(
@@ -305,6 +309,51 @@ async fn stale_throttles_are_deleted(db: &Db) {
     assert_eq!(store.hits("edge", 200).await.unwrap(), 1);
     assert_eq!(store.hits("new", 300).await.unwrap(), 1);
     assert_eq!(store.delete_stale_throttles(200).await.unwrap(), 0);
+}
+
+// Issue 32: prompt tokens served from a reused prefix are counted apart,
+// and every view of usage sums them.
+async fn cached_tokens_add_up_in_every_view(db: &Db) {
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 1);
+    store.insert_key(&record, &hash).await.unwrap();
+    let with_cached = |model: &str, prompt: i64, cached: i64| UsageDelta {
+        model: model.into(),
+        cached_tokens: cached,
+        ..delta(&record.id, "2025-04-01", 1, prompt, 1)
+    };
+    for d in [
+        with_cached("svc", 100, 64),
+        with_cached("svc", 50, 0),
+        with_cached("other", 10, 8),
+    ] {
+        store.add_usage(&d).await.unwrap();
+    }
+    let since = store.usage_since(None, "2025-04-01").await.unwrap();
+    assert_eq!(
+        since
+            .iter()
+            .map(|r| (r.prompt_tokens, r.cached_tokens))
+            .collect::<Vec<_>>(),
+        vec![(160, 72)]
+    );
+    let recent = store.recent_usage(None, "2025-04-01", 10).await.unwrap();
+    assert_eq!(recent, since);
+    let days = store.usage_by_day(None, "2025-04-01").await.unwrap();
+    assert_eq!(
+        days.iter().map(|d| d.cached_tokens).collect::<Vec<_>>(),
+        vec![72]
+    );
+    let by_model = store
+        .usage_by_model("2025-04-01", "2025-04-02")
+        .await
+        .unwrap();
+    let mut by_model: Vec<_> = by_model
+        .iter()
+        .map(|r| (r.model.as_str(), r.prompt_tokens, r.cached_tokens))
+        .collect();
+    by_model.sort();
+    assert_eq!(by_model, vec![("other", 10, 8), ("svc", 150, 64)]);
 }
 
 async fn usage_by_model_keeps_models_apart_with_the_keys_project(db: &Db) {

@@ -52,6 +52,7 @@ pub struct FakeEngine {
     script: Script,
     probe: Arc<Probe>,
     template_tokens: u64,
+    prefix_cache: bool,
 }
 
 impl FakeEngine {
@@ -60,6 +61,16 @@ impl FakeEngine {
             script,
             probe,
             template_tokens: 0,
+            prefix_cache: false,
+        }
+    }
+
+    /// This engine, reporting the tokens of every message before the last
+    /// as cached (as a prefix cache serves a conversation's earlier turns).
+    pub fn with_prefix_cache(self) -> Self {
+        FakeEngine {
+            prefix_cache: true,
+            ..self
         }
     }
 
@@ -73,6 +84,21 @@ impl FakeEngine {
 
     fn prompt_tokens(&self, request: &GenerateRequest) -> u64 {
         prompt_tokens(request) + self.template_tokens
+    }
+
+    /// What its usage reports: the prompt, with its cached part.
+    fn usage(&self, request: &GenerateRequest, completion_tokens: u64) -> TokenUsage {
+        let earlier = request.messages.len().saturating_sub(1);
+        let cached = if self.prefix_cache && request.prompt.is_none() {
+            request.messages[..earlier].iter().map(message_tokens).sum()
+        } else {
+            0
+        };
+        TokenUsage {
+            prompt_tokens: self.prompt_tokens(request),
+            cached_tokens: cached,
+            completion_tokens,
+        }
     }
 }
 
@@ -138,18 +164,20 @@ fn prompt_tokens(request: &GenerateRequest) -> u64 {
     if let Some(prompt) = &request.prompt {
         return prompt.text.split_whitespace().count() as u64 + 1;
     }
-    request
-        .messages
-        .iter()
-        .map(|m| match m {
-            ChatMessage::System(t) | ChatMessage::User(t) => t.split_whitespace().count(),
-            ChatMessage::UserParts(parts) => ChatMessage::user_text(parts).split_whitespace().count(),
-            ChatMessage::Assistant { content, .. } => {
-                content.as_deref().unwrap_or("").split_whitespace().count()
-            }
-            ChatMessage::Tool { content, .. } => content.split_whitespace().count(),
-        } as u64 + 1)
-        .sum()
+    request.messages.iter().map(message_tokens).sum()
+}
+
+/// A message's tokens: a word each, and one for the message.
+fn message_tokens(message: &ChatMessage) -> u64 {
+    let words = match message {
+        ChatMessage::System(t) | ChatMessage::User(t) => t.split_whitespace().count(),
+        ChatMessage::UserParts(parts) => ChatMessage::user_text(parts).split_whitespace().count(),
+        ChatMessage::Assistant { content, .. } => {
+            content.as_deref().unwrap_or("").split_whitespace().count()
+        }
+        ChatMessage::Tool { content, .. } => content.split_whitespace().count(),
+    };
+    words as u64 + 1
 }
 
 #[async_trait]
@@ -175,6 +203,8 @@ impl Engine for FakeEngine {
         let reply = words(&format!("You said: {}", last_user(&request)));
         let limit = request.max_tokens.map_or(usize::MAX, |n| n as usize);
         let tool = request.tools.first().map(|t| t.name.clone());
+        // The prompt's tokens (with their cached part) count in reply 0 only.
+        let prompt_usage = self.usage(&request, 0);
         Ok(Box::pin(async_stream::stream! {
             let mut guard = CancelGuard { probe: probe.clone(), finished: false };
             let (delay, fail_after) = match script {
@@ -191,7 +221,7 @@ impl Engine for FakeEngine {
                     guard.finished = true;
                     yield Ok(EngineEvent::Finish {
                         reason: FinishReason::ToolCalls,
-                        usage: TokenUsage { prompt_tokens, completion_tokens: 2 },
+                        usage: TokenUsage { completion_tokens: 2, ..prompt_usage },
                     });
                     return;
                 }
@@ -233,8 +263,8 @@ impl Engine for FakeEngine {
                 yield Ok(EngineEvent::Finish {
                     reason,
                     usage: TokenUsage {
-                        prompt_tokens: if choice == 0 { prompt_tokens } else { 0 },
                         completion_tokens: sent as u64,
+                        ..if choice == 0 { prompt_usage } else { TokenUsage::default() }
                     },
                 });
             }
@@ -261,7 +291,9 @@ impl Engine for FakeEngine {
 /// `fake-slow` echoes a word every 50 ms; `fake-fail` fails after two words;
 /// `fake-tools` calls a tool; `fake-tiny` has a 16-token context;
 /// `fake-template` echoes at once with a chat template of
-/// [`FAKE_TEMPLATE_TOKENS`] tokens; `fake-embed` makes embeddings
+/// [`FAKE_TEMPLATE_TOKENS`] tokens; `fake-cached` echoes at once and
+/// reports the tokens of the messages before the last as cached
+/// ([`FakeEngine::with_prefix_cache`]); `fake-embed` makes embeddings
 /// ([`FakeEmbedder`]).
 pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
     let route_of = |id: &str, engine: FakeEngine, reasoning: bool| ModelRoute {
@@ -291,6 +323,17 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
         route("fake-fail", Script::FailAfter { words: 2 }, false),
         route("fake-tools", Script::CallTool, false),
         route("fake-tiny", Script::ContextTooSmall, false),
+        route_of(
+            "fake-cached",
+            FakeEngine::new(
+                Script::Echo {
+                    delay: Duration::ZERO,
+                },
+                probe.clone(),
+            )
+            .with_prefix_cache(),
+            false,
+        ),
         route_of(
             "fake-template",
             FakeEngine::new(

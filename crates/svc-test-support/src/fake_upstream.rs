@@ -584,10 +584,23 @@ async fn chat(
             .iter()
             .map(|c| c.arguments.len() + 1)
             .sum::<usize>()) as u64;
+    // As vLLM with a prefix cache reports it: here, the words of every
+    // message before the last.
+    let last_words = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map_or(0, |m| {
+            m["content"]
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .count() as u64
+        });
     let usage = json!({
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": prompt_tokens.saturating_sub(last_words)},
     });
     let finish = if reply.tool_calls.is_empty() {
         "stop"

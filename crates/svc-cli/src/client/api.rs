@@ -435,7 +435,8 @@ data: [D"#,
                 StreamEvent::Usage(Usage {
                     prompt_tokens: 3,
                     completion_tokens: 1,
-                    total_tokens: 4
+                    total_tokens: 4,
+                    ..Usage::default()
                 }),
             ]
         );

@@ -472,17 +472,22 @@ fn defaults_hold_without_settings() {
 #[test]
 fn price_tables_are_read_and_checked_by_key() {
     let s = config(
-        "[prices.qwen]\ninput = 0.15\noutput = 1\n[prices.free]\n",
+        "[prices.qwen]\ninput = 0.15\noutput = 1\ncached_input = 0.075\n[prices.free]\n",
         &[],
     )
     .unwrap();
     let qwen = s.server.prices["qwen"];
     assert_eq!((qwen.input, qwen.output), (0.15, 1.0));
+    assert_eq!(qwen.cached_input, Some(0.075));
     assert_eq!(s.server.prices["free"], svc_core::ModelPrice::default());
     let cases = [
         ("[prices.qwen]\ninput = -1\n", "prices.qwen.input (file "),
         ("[prices.qwen]\ninput = -1\n", "0 or more"),
         ("[prices.qwen]\ninputs = 1\n", "prices.qwen.inputs (file "),
+        (
+            "[prices.qwen]\ncached_input = -0.5\n",
+            "prices.qwen.cached_input (file ",
+        ),
         (
             "[prices.qwen]\noutput = \"cheap\"\n",
             "prices.qwen.output (file ",

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use svc_api::{
     AssistantMessage, ChatCompletion, ChatCompletionChunk, Choice, ChoiceLogprobs, ChunkChoice,
-    Delta, FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta, Usage,
+    Delta, FunctionCall, FunctionCallDelta, PromptTokensDetails, ToolCall, ToolCallDelta, Usage,
 };
 use svc_core::engine::TokenLogprob;
 use svc_core::{EngineEvent, EventStream, FinishReason, TokenUsage};
@@ -90,6 +90,9 @@ pub(crate) fn usage(u: TokenUsage) -> Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
         total_tokens: u.prompt_tokens + u.completion_tokens,
+        prompt_tokens_details: PromptTokensDetails {
+            cached_tokens: u.cached_tokens,
+        },
     }
 }
 
@@ -152,8 +155,7 @@ pub async fn collect(
                 if choice.finish.replace(reason).is_none() {
                     finished += 1;
                 }
-                used.prompt_tokens += usage.prompt_tokens;
-                used.completion_tokens += usage.completion_tokens;
+                used.add(usage);
             }
             EngineEvent::Choice(_) => {}
         }
@@ -277,8 +279,7 @@ pub fn sse(
                         .filter(|held| with_logprobs && !held.is_empty())
                         .map(std::mem::take);
                     yield Ok(event(&chunk(current, Delta::default(), Some(reason), rest)));
-                    used.prompt_tokens += more.prompt_tokens;
-                    used.completion_tokens += more.completion_tokens;
+                    used.add(more);
                     finished += 1;
                     if finished < n {
                         continue;

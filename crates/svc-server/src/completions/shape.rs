@@ -186,8 +186,7 @@ pub async fn collect(meta: Meta, mut events: Merged) -> Result<Completion, ApiEr
                 if choices.built[index].finish.replace(reason).is_none() {
                     finished += 1;
                 }
-                used.prompt_tokens += usage.prompt_tokens;
-                used.completion_tokens += usage.completion_tokens;
+                used.add(usage);
             }
             // A text completion has no reasoning or tool calls.
             EngineEvent::Reasoning(_) | EngineEvent::ToolCall(_) => {}
@@ -281,8 +280,7 @@ pub fn sse(
                 }
                 Ok(EngineEvent::Finish { reason, usage: more }) => {
                     yield Ok(event(&chunk(index, String::new(), None, Some(reason))));
-                    used.prompt_tokens += more.prompt_tokens;
-                    used.completion_tokens += more.completion_tokens;
+                    used.add(more);
                     finished += 1;
                     if finished < total {
                         continue;
@@ -353,6 +351,7 @@ mod tests {
                     reason: FinishReason::Length,
                     usage: TokenUsage {
                         prompt_tokens: 2,
+                        cached_tokens: 0,
                         completion_tokens: 1,
                     },
                 }),

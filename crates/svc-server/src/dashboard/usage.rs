@@ -80,6 +80,7 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
                 key => name_of(&row.key_id.0),
                 requests => row.requests,
                 prompt_tokens => row.prompt_tokens,
+                cached_tokens => row.cached_tokens,
                 completion_tokens => row.completion_tokens,
                 total_tokens => row.prompt_tokens + row.completion_tokens,
             }

@@ -92,7 +92,7 @@ pub fn stop_sequences(
                         let prompt_tokens = engine.count_tokens(&request).await.unwrap_or(0);
                         yield Ok(EngineEvent::Finish {
                             reason: FinishReason::Stop,
-                            usage: TokenUsage { prompt_tokens, completion_tokens: pieces },
+                            usage: TokenUsage { prompt_tokens, completion_tokens: pieces, cached_tokens: 0 },
                         });
                         return;
                     }
@@ -279,9 +279,10 @@ impl Shaper {
                         stop_sequence,
                     },
                     usage: MessagesUsage {
-                        input_tokens: usage.prompt_tokens,
+                        input_tokens: usage.uncached_prompt_tokens(),
                         output_tokens: usage.completion_tokens,
-                        ..MessagesUsage::default()
+                        cache_read_input_tokens: usage.cached_tokens,
+                        cache_creation_input_tokens: 0,
                     },
                 });
                 out.push(MessageStreamEvent::MessageStop);

@@ -87,7 +87,10 @@ pub fn new_id(prefix: &str) -> String {
 fn usage(u: TokenUsage) -> ResponseUsage {
     ResponseUsage {
         input_tokens: u.prompt_tokens,
-        input_tokens_details: InputTokensDetails::default(),
+        input_tokens_details: InputTokensDetails {
+            cached_tokens: u.cached_tokens,
+            cache_write_tokens: 0,
+        },
         output_tokens: u.completion_tokens,
         output_tokens_details: OutputTokensDetails::default(),
         total_tokens: u.prompt_tokens + u.completion_tokens,

@@ -85,6 +85,7 @@ pub async fn admin(
             day: r.day,
             requests: r.requests,
             prompt_tokens: r.prompt_tokens,
+            cached_tokens: r.cached_tokens,
             completion_tokens: r.completion_tokens,
             total_tokens: r.prompt_tokens + r.completion_tokens,
         })

@@ -186,7 +186,7 @@ pub async fn list(
     let wanted = |list: &[String], value: &str| list.is_empty() || list.iter().any(|v| v == value);
     // By day, then by group: (project, key, model) where grouped, and the sums.
     type Group = (Option<String>, Option<String>, Option<String>);
-    let mut buckets: BTreeMap<String, BTreeMap<Group, [i64; 3]>> = BTreeMap::new();
+    let mut buckets: BTreeMap<String, BTreeMap<Group, [i64; 4]>> = BTreeMap::new();
     for row in rows {
         let project = row.project_id.map(|p| p.0);
         let visible = match &reach {
@@ -212,7 +212,8 @@ pub async fn list(
             .or_default();
         sums[0] += row.requests;
         sums[1] += row.prompt_tokens;
-        sums[2] += row.completion_tokens;
+        sums[2] += row.cached_tokens;
+        sums[3] += row.completion_tokens;
     }
     let data = starts
         .iter()
@@ -225,11 +226,11 @@ pub async fn list(
                 .unwrap_or_default()
                 .into_iter()
                 .map(
-                    |((project_id, api_key_id, model), [requests, input, output])| {
+                    |((project_id, api_key_id, model), [requests, input, cached, output])| {
                         UsageCompletionsResult {
                             object: "organization.usage.completions.result".into(),
                             input_tokens: input,
-                            input_cached_tokens: 0,
+                            input_cached_tokens: cached,
                             output_tokens: output,
                             input_audio_tokens: 0,
                             output_audio_tokens: 0,

@@ -15,6 +15,7 @@ use svc_test_support::{Database, TestApp};
 
 on_both_databases!(
     a_spend_budget_counts_each_models_tokens_at_its_prices,
+    cached_prompt_tokens_cost_the_cached_input_price,
     the_admin_api_sets_and_shows_budgets,
     a_key_budget_stops_the_key_once_spent,
     a_project_budget_covers_all_its_keys_in_every_dialect,
@@ -474,6 +475,7 @@ fn priced() -> ServerConfig {
         svc_core::ModelPrice {
             input: 100.0,
             output: 1000.0,
+            ..svc_core::ModelPrice::default()
         },
     );
     config
@@ -563,6 +565,57 @@ async fn a_spend_budget_counts_each_models_tokens_at_its_prices(db: Database) {
         json!({"usd": 0.03, "period": "month"}),
         "{log}"
     );
+}
+
+// Issue 32: prompt tokens served from a reused prefix cost
+// `cached_input` where the model has one, and `input` where it has not.
+async fn cached_prompt_tokens_cost_the_cached_input_price(db: Database) {
+    let mut config = priced();
+    let price = |cached_input| svc_core::ModelPrice {
+        input: 100.0,
+        cached_input,
+        output: 1000.0,
+    };
+    config
+        .prices
+        .insert("fake-cached".into(), price(Some(10.0)));
+    // The same engine, without a cached price.
+    config.prices.insert("svc".into(), price(None));
+    let app = TestApp::spawn_with(db, config).await;
+    let admin = app.create_admin_key().await;
+    // `fake-cached` counts the messages before the last as cached: "a b c"
+    // (4 tokens) and "d e" (3) of a 9-token prompt; the reply "You said: f"
+    // is 3 tokens.
+    let conversation = |model: &str| {
+        json!({"model": model, "max_tokens": 8, "messages": [
+            {"role": "user", "content": "a b c"},
+            {"role": "assistant", "content": "d e"},
+            {"role": "user", "content": "f"}]})
+    };
+    for (model, cost) in [
+        // 2 tokens at $100/M, 7 at $10/M, 3 at $1,000/M.
+        ("fake-cached", 200 + 70 + 3_000),
+        // All 9 prompt tokens at $100/M.
+        ("svc", 900 + 3_000),
+    ] {
+        let (key_id, key) = budgeted_key(
+            &app,
+            &admin,
+            "proj_default",
+            json!({"usd": 1.0, "period": "month"}),
+        )
+        .await;
+        let response = app.chat(&key, &conversation(model)).await;
+        assert_eq!(response.status(), 200);
+        let reply: Value = response.json().await.unwrap();
+        let cached = if model == "svc" { 0 } else { 7 };
+        assert_eq!(
+            reply["usage"]["prompt_tokens_details"]["cached_tokens"], cached,
+            "{reply}"
+        );
+        let budget = settled_budget(&app, &admin, "proj_default", &key_id).await;
+        assert_eq!(budget["used"], cost, "{model}: {budget}");
+    }
 }
 
 /// What the requests of a burst ask for, and the tokens each one uses.

@@ -55,7 +55,8 @@ async fn a_prompt_is_continued_in_openais_shape() {
     // The fake counts a token a word plus one: 3 + 1 in, 5 words out.
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9})
+        json!({"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9,
+            "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 
@@ -174,7 +175,8 @@ async fn a_stream_is_text_completion_chunks_then_usage_and_done() {
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(
         usage["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert!(
         chunks[..chunks.len() - 2]

@@ -40,6 +40,7 @@ mod admin_escalation;
 mod audit;
 mod auth;
 mod budgets;
+mod cached_tokens;
 mod chat;
 mod completions;
 mod dashboard;

@@ -333,6 +333,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             "fake-fail",
             "fake-tools",
             "fake-tiny",
+            "fake-cached",
             "fake-template",
             "fake-embed"
         ]
@@ -351,7 +352,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .json()
         .await
         .unwrap();
-    assert_eq!(list["data"].as_array().unwrap().len(), 8);
+    assert_eq!(list["data"].as_array().unwrap().len(), 9);
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.
