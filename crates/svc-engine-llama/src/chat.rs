@@ -26,13 +26,14 @@
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use llama_cpp_2::sampling::LlamaSampler;
 use serde_json::{Value, json};
 use svc_core::engine::{
     ChatMessage, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
     OutputFormat, TokenLogprob, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
 };
 
-use crate::engine::{CompletionParams, Runner};
+use crate::engine::{CompletionParams, Ready, Runner};
 use crate::grammar;
 use crate::markup::WsTrim;
 use crate::prompt::Cancel;
@@ -80,14 +81,92 @@ pub(crate) fn generate(
     if request.n > 1 {
         return generate_n(runner, template, features, request, cancel);
     }
-    let owned;
     let runner = match &request.client {
-        Some(client) => {
-            owned = runner.for_owner(Arc::from(client.as_str()));
-            &owned
-        }
-        None => runner,
+        Some(client) => runner.for_owner(Arc::from(client.as_str())),
+        None => runner.clone(),
     };
+    prepare(&runner, template, features, request, cancel)?.start(&runner)
+}
+
+/// A request rendered, tokenized and with its (first pass's) grammar built:
+/// all the slow work of [`generate`], done before anything is queued.
+#[derive(Clone)]
+struct Plan {
+    first: Ready,
+    /// How the first pass's text becomes events; `None` for a legacy text
+    /// completion, whose stream is the pass's own.
+    then: Option<Then>,
+}
+
+/// What follows the first pass of a chat request (see [`drive`]).
+#[derive(Clone)]
+struct Then {
+    second: Option<Second>,
+    out: Output,
+    max_tokens: Option<u32>,
+}
+
+impl Plan {
+    fn chat(first: Ready, second: Option<Second>, out: Output, max_tokens: Option<u32>) -> Self {
+        Plan {
+            first,
+            then: Some(Then {
+                second,
+                out,
+                max_tokens,
+            }),
+        }
+    }
+
+    /// The same request with its seed (every pass's) moved on by `offset`:
+    /// choice `i` of an `n > 1` request says what a request seeded `seed + i` says.
+    fn with_seed_offset(self, offset: u64) -> Self {
+        Plan {
+            first: self.first.with_seed_offset(offset),
+            then: self.then.map(|then| Then {
+                second: then.second.map(|second| second.with_seed_offset(offset)),
+                ..then
+            }),
+        }
+    }
+
+    /// Queues the first pass; quick (nothing is built here).
+    fn start(self, runner: &Runner) -> Result<EventStream, EngineError> {
+        let first = runner.submit(self.first, false)?;
+        Ok(match self.then {
+            None => first,
+            Some(then) => drive(
+                runner.clone(),
+                first,
+                then.second,
+                then.out,
+                then.max_tokens,
+            ),
+        })
+    }
+}
+
+/// Tokenizes a rendered chat prompt and makes its pass [`Runner::ready`].
+fn ready_prompt(
+    runner: &Runner,
+    prompt: &str,
+    params: CompletionParams,
+    built: Option<LlamaSampler>,
+    cancel: &Cancel,
+) -> Result<Ready, EngineError> {
+    let tokens = runner.tokenize_prompt(prompt, cancel)?;
+    cancel.check()?;
+    runner.ready_with(tokens, params, built)
+}
+
+/// Does the slow work of [`generate`] (see [`Plan`]).
+fn prepare(
+    runner: &Runner,
+    template: &Arc<ChatTemplate>,
+    features: ChatFeatures,
+    request: GenerateRequest,
+    cancel: &Cancel,
+) -> Result<Plan, EngineError> {
     if let Some(prompt) = &request.prompt {
         // A legacy text completion: the text as it is, no chat layer.
         let tokens = runner.text_tokens(prompt)?;
@@ -100,7 +179,10 @@ pub(crate) fn generate(
             ignore_eos: false,
             logprobs: request.logprobs,
         };
-        return runner.start(tokens, params, false);
+        return Ok(Plan {
+            first: runner.ready(tokens, params)?,
+            then: None,
+        });
     }
     let GenerateRequest {
         messages,
@@ -126,16 +208,17 @@ pub(crate) fn generate(
         Some((grammar, param)) => (Some(grammar), Some(param)),
         None => (None, None),
     };
-    if let Some(grammar) = &grammar {
-        // Built (and dropped) once now, so a grammar llama.cpp refuses or
-        // takes too long with is a 400 before anything streams, even when
-        // only a second pass uses it.
-        drop(
+    // Built now, so a grammar llama.cpp refuses or takes too long with is
+    // a 400 before anything streams, even when only a second pass uses it;
+    // a first pass under the grammar takes this sampler.
+    let mut built = match &grammar {
+        Some(grammar) => Some(
             runner
                 .grammar_sampler(grammar)
                 .map_err(naming(grammar_param))?,
-        );
-    }
+        ),
+        None => None,
+    };
     cancel.check()?;
     let offered: &[ToolSpec] = if use_tools { &tools } else { &[] };
     let specials = runner.specials();
@@ -188,10 +271,9 @@ pub(crate) fn generate(
                 keep_reasoning: wants_reasoning,
                 ..out
             };
-            let first = runner
-                .complete_prompt(&prompt, answer, false, cancel)
+            let first = ready_prompt(runner, &prompt, answer, built.take(), cancel)
                 .map_err(naming(grammar_param))?;
-            return Ok(drive(runner.clone(), first, None, out, max_tokens));
+            return Ok(Plan::chat(first, None, out, max_tokens));
         }
         if wants_reasoning {
             // The grammar would forbid `<think>`: let the model think
@@ -211,23 +293,22 @@ pub(crate) fn generate(
                     ignore_eos: false,
                     logprobs: None,
                 };
-                let first = runner.start(tokens, think, false)?;
+                let first = runner.ready(tokens, think)?;
                 cancel.check()?;
                 let second = Second::AfterThink {
                     prefix: prompt,
                     params: answer,
                 };
-                return Ok(drive(runner.clone(), first, Some(second), out, max_tokens));
+                return Ok(Plan::chat(first, Some(second), out, max_tokens));
             }
             // No room to think: answer at once, with the block closed.
             prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
         } else if opened {
             prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
         }
-        let first = runner
-            .complete_prompt(&prompt, answer, false, cancel)
+        let first = ready_prompt(runner, &prompt, answer, built.take(), cancel)
             .map_err(naming(grammar_param))?;
-        return Ok(drive(runner.clone(), first, None, out, max_tokens));
+        return Ok(Plan::chat(first, None, out, max_tokens));
     }
 
     if wants_reasoning {
@@ -244,7 +325,7 @@ pub(crate) fn generate(
                 ignore_eos: false,
                 logprobs: None,
             };
-            let first = runner.start(tokens, think, false)?;
+            let first = runner.ready(tokens, think)?;
             cancel.check()?;
             let second = Second::Answer {
                 template: Arc::clone(template),
@@ -253,14 +334,13 @@ pub(crate) fn generate(
                 options: options.clone(),
                 params: answer,
             };
-            return Ok(drive(runner.clone(), first, Some(second), out, max_tokens));
+            return Ok(Plan::chat(first, Some(second), out, max_tokens));
         }
     }
     let prompt = render(&messages)?;
-    let first = runner
-        .complete_prompt(&prompt, answer, false, cancel)
+    let first = ready_prompt(runner, &prompt, answer, built.take(), cancel)
         .map_err(naming(grammar_param))?;
-    Ok(drive(runner.clone(), first, None, out, max_tokens))
+    Ok(Plan::chat(first, None, out, max_tokens))
 }
 
 /// `n > 1` replies: `n` generations of their own, each in a slot of its
@@ -292,24 +372,26 @@ fn generate_n(
             ),
         });
     }
-    let mut request = request;
     let owner: Arc<str> = match &request.client {
         Some(client) => Arc::from(client.as_str()),
         // A name no API key has (ids have no spaces), unique to this request.
         None => Arc::from(format!("request {}", next_request_serial())),
     };
-    request.client = Some(owner.to_string());
-    let hold = runner.for_owner(owner).hold();
+    let runner = runner.for_owner(owner);
+    // The choices differ only in their seed: rendered, tokenized and their
+    // grammar built once (each choice gets a copy of the sampler), before
+    // the hold, which covers only the queueing.
+    let one = GenerateRequest { n: 1, ..request };
+    let plan = prepare(&runner, template, features, one, cancel)?;
+    let plans: Vec<Plan> = (0..n)
+        .map(|i| plan.clone().with_seed_offset(u64::from(i)))
+        .collect();
+    drop(plan);
+    let hold = runner.hold();
     let mut streams = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let mut one = request.clone();
-        one.n = 1;
-        one.sampling.seed = request
-            .sampling
-            .seed
-            .map(|seed| seed.wrapping_add(u64::from(i)));
+    for (i, plan) in (0..n).zip(plans) {
         // A failure drops the replies started so far, which cancels them.
-        let stream = generate(runner, template, features, one, cancel)?;
+        let stream = plan.start(&runner)?;
         streams.push(stream.map(move |event| (i, event)));
     }
     drop(hold);
@@ -453,6 +535,7 @@ fn decoding_grammar(
 }
 
 /// The second pass of a two-pass generation, built once the first is done.
+#[derive(Clone)]
 enum Second {
     /// The answer pass of the explicit reasoning: the conversation again
     /// (escaped), with the reasoning in the system message.
@@ -471,6 +554,13 @@ enum Second {
 }
 
 impl Second {
+    /// The same pass with its seed moved on by `offset` (see [`Plan::with_seed_offset`]).
+    fn with_seed_offset(mut self, offset: u64) -> Self {
+        let (Second::Answer { params, .. } | Second::AfterThink { params, .. }) = &mut self;
+        params.sampling.seed = params.sampling.seed.map(|seed| seed.wrapping_add(offset));
+        self
+    }
+
     /// Text the first pass's prompt already wrote for the model: the start
     /// of the reasoning.
     fn reasoning_prefix(&self) -> &'static str {
@@ -597,6 +687,7 @@ fn drive(
 }
 
 /// Turns the text of the (last) pass into events.
+#[derive(Clone)]
 struct Output {
     /// Splits a thinking model's `<think>` block off.
     think: Option<ThinkSplitter>,

@@ -251,6 +251,7 @@ impl Runner {
             param: None,
             message,
         };
+        self.shared.counters.grammar_parsed();
         let (done, built) = mpsc::channel();
         let model = Arc::clone(&self.model);
         let grammar = grammar.clone();
@@ -274,15 +275,36 @@ impl Runner {
         }
     }
 
-    /// Continues an already tokenized prompt. Builds the grammar's sampler
-    /// here, on the caller's thread: parsing a large grammar must not hold
-    /// the engine thread (and every other sequence) back.
+    /// Continues an already tokenized prompt: [`Runner::ready`], then
+    /// [`Runner::submit`].
     pub(crate) fn start(
         &self,
         tokens: Vec<LlamaToken>,
         params: CompletionParams,
         continuation: bool,
     ) -> Result<EventStream, EngineError> {
+        self.submit(self.ready(tokens, params)?, continuation)
+    }
+
+    /// Checks a tokenized prompt and its settings against the context and
+    /// builds the grammar's sampler, here, on the caller's thread: parsing
+    /// a large grammar must not hold the engine thread (and every other
+    /// sequence) back.
+    pub(crate) fn ready(
+        &self,
+        tokens: Vec<LlamaToken>,
+        params: CompletionParams,
+    ) -> Result<Ready, EngineError> {
+        self.ready_with(tokens, params, None)
+    }
+
+    /// [`Runner::ready`] with `params.grammar`'s sampler when already built.
+    pub(crate) fn ready_with(
+        &self,
+        tokens: Vec<LlamaToken>,
+        params: CompletionParams,
+        built: Option<LlamaSampler>,
+    ) -> Result<Ready, EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::InvalidRequest {
                 param: Some("messages".into()),
@@ -305,26 +327,67 @@ impl Runner {
                 message: "max_tokens must be at least 1".into(),
             });
         }
-        let grammar = match &params.grammar {
-            None => None,
-            Some(grammar) => Some(self.grammar_sampler(grammar)?),
+        let grammar = match (&params.grammar, built) {
+            (None, _) => None,
+            (Some(_), Some(built)) => Some(built),
+            (Some(grammar), None) => Some(self.grammar_sampler(grammar)?),
         };
+        Ok(Ready {
+            prompt: tokens,
+            sampling: params.sampling,
+            grammar,
+            max_tokens,
+            stop: params.stop,
+            ignore_eos: params.ignore_eos,
+            logprobs: params.logprobs,
+        })
+    }
+
+    /// Queues a job made [`Runner::ready`]: quick, nothing is built here.
+    pub(crate) fn submit(
+        &self,
+        ready: Ready,
+        continuation: bool,
+    ) -> Result<EventStream, EngineError> {
         let (sink, events) = tokio::sync::mpsc::unbounded_channel();
         self.shared.submit(
             Job {
-                prompt: tokens,
-                sampling: params.sampling,
-                grammar,
-                max_tokens,
-                stop: params.stop,
-                ignore_eos: params.ignore_eos,
-                logprobs: params.logprobs,
+                prompt: ready.prompt,
+                sampling: ready.sampling,
+                grammar: ready.grammar,
+                max_tokens: ready.max_tokens,
+                stop: ready.stop,
+                ignore_eos: ready.ignore_eos,
+                logprobs: ready.logprobs,
                 owner: self.owner.clone(),
                 sink,
             },
             continuation,
         )?;
         Ok(UnboundedReceiverStream::new(events).boxed())
+    }
+}
+
+/// A generation checked and with its grammar's sampler built, to be queued
+/// by [`Runner::submit`]. A clone shares nothing with it (the sampler is
+/// copied, not parsed again), so one preparation serves `n` choices.
+#[derive(Clone)]
+pub(crate) struct Ready {
+    prompt: Vec<LlamaToken>,
+    sampling: Sampling,
+    grammar: Option<LlamaSampler>,
+    /// Fits in the context.
+    max_tokens: u32,
+    stop: Vec<String>,
+    ignore_eos: bool,
+    logprobs: Option<u8>,
+}
+
+impl Ready {
+    /// The same generation with another sampling seed (`None` stays `None`).
+    pub(crate) fn with_seed_offset(mut self, offset: u64) -> Self {
+        self.sampling.seed = self.sampling.seed.map(|seed| seed.wrapping_add(offset));
+        self
     }
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn trailing_ws_len(text: &str) -> usize {
 /// Trims a streamed text at both ends: whitespace before the first visible
 /// character is dropped, whitespace after the last one is held back until
 /// more text follows, and dropped at the end.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct WsTrim {
     started: bool,
     held: String,

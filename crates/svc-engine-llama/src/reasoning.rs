@@ -48,7 +48,7 @@ enum State {
 /// `<think>…</think>` block, trimmed) and content (after it, without the
 /// whitespace that follows `</think>`). Output without a think block is all
 /// content, unchanged.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ThinkSplitter {
     state: State,
     buf: String,

@@ -47,6 +47,9 @@ pub struct EngineStats {
     /// Sequences that started from a copy of another's decoded prompt (the
     /// choices of a request with `n > 1`) instead of decoding it again.
     pub shared_prompts: u64,
+    /// Grammars parsed into a sampler (a request with a grammar parses it
+    /// once, whatever its `n`; its choices get copies).
+    pub grammars_parsed: u64,
     /// Sequences decoding now.
     pub active_sequences: u64,
     /// Requests waiting for a free sequence now.
@@ -62,6 +65,7 @@ pub(crate) struct Counters {
     generated_tokens: AtomicU64,
     cancelled: AtomicU64,
     shared_prompts: AtomicU64,
+    grammars_parsed: AtomicU64,
     host_cache_saves: AtomicU64,
     host_cache_restores: AtomicU64,
     host_cache_evictions: AtomicU64,
@@ -133,6 +137,10 @@ impl Counters {
         self.shared_prompts.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn grammar_parsed(&self) {
+        self.grammars_parsed.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_active(&self, n: u64) {
         self.active_sequences.store(n, Ordering::Relaxed);
     }
@@ -146,6 +154,7 @@ impl Counters {
             cancelled: self.cancelled.load(Ordering::Relaxed),
             reused_prompt_tokens: self.reused_prompt_tokens.load(Ordering::Relaxed),
             shared_prompts: self.shared_prompts.load(Ordering::Relaxed),
+            grammars_parsed: self.grammars_parsed.load(Ordering::Relaxed),
             host_cache_saves: self.host_cache_saves.load(Ordering::Relaxed),
             host_cache_restores: self.host_cache_restores.load(Ordering::Relaxed),
             host_cache_evictions: self.host_cache_evictions.load(Ordering::Relaxed),

@@ -173,7 +173,7 @@ enum State {
 ///   text otherwise.
 /// - Whitespace next to a call block is dropped; other text before, between
 ///   and after calls is sent as text.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ToolCallParser {
     names: Vec<String>,
     state: State,

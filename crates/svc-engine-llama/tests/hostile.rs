@@ -281,3 +281,73 @@ async fn a_huge_enum_schema_is_refused_without_stalling_other_sequences() {
         event.unwrap();
     }
 }
+
+// Issue 32 (the `n > 1` admission hold found under issue 18): a request
+// with `n` equal to the slots and a schema renders, tokenizes and parses
+// its grammar once, before it holds its client's admission, and its
+// choices get copies of the sampler (it was all done n times, under the
+// hold). Another client's stream keeps its pace meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_n_request_with_a_schema_parses_its_grammar_once() {
+    let f = engine(&TinyModel::looping(), 4, 4096);
+    let e = &f.engine;
+    let mut running = e
+        .generate(request(vec![ChatMessage::User("Go on".into())]))
+        .await
+        .unwrap();
+    assert!(running.next().await.is_some());
+    let watcher = async {
+        let mut longest = Duration::ZERO;
+        let mut last = Instant::now();
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            running.next().await.unwrap().unwrap();
+            longest = longest.max(last.elapsed());
+            last = Instant::now();
+        }
+        longest
+    };
+    let parsed_before = e.stats().grammars_parsed;
+    let wide = async {
+        let mut req = request(vec![ChatMessage::User("Pick one".into())]);
+        req.n = 4;
+        // `{ "choice" : "value-99" }` is at most 27 one-byte tokens.
+        req.max_tokens = Some(48);
+        req.client = Some("wide".into());
+        req.sampling.temperature = 1.0;
+        req.sampling.seed = Some(7);
+        req.output = OutputFormat::JsonSchema {
+            name: "pick".into(),
+            schema: enum_schema(100),
+        };
+        let mut stream = e.generate(req).await.unwrap();
+        let (mut texts, mut finished, mut current) = (vec![String::new(); 4], 0, 0);
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                EngineEvent::Choice(i) => current = i as usize,
+                EngineEvent::Text(text) => texts[current].push_str(&text),
+                EngineEvent::Finish { .. } => finished += 1,
+                _ => {}
+            }
+        }
+        (texts, finished)
+    };
+    let (longest, (texts, finished)) = tokio::join!(watcher, wide);
+    assert_eq!(finished, 4);
+    assert_eq!(
+        e.stats().grammars_parsed - parsed_before,
+        1,
+        "one parse for four choices"
+    );
+    // Every choice followed the grammar (a copy of the one sampler).
+    for text in &texts {
+        let value: serde_json::Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+        let choice = value["choice"].as_str().unwrap_or_default();
+        assert!(choice.starts_with("value-"), "{text}");
+    }
+    assert!(
+        longest < Duration::from_millis(500),
+        "another client's sequence waited {longest:?} for a token"
+    );
+}
