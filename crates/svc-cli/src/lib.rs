@@ -8,6 +8,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
+mod logging;
 mod output;
 pub mod progress;
 
@@ -21,7 +22,7 @@ use crate::output::errln;
 
 /// Runs a parsed command line; the exit code says whether it worked.
 pub fn main(cli: Cli) -> ExitCode {
-    init_logging();
+    logging::init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -46,29 +47,4 @@ pub fn main(cli: Cli) -> ExitCode {
     // running (a read of the terminal, an opened browser).
     runtime.shutdown_background();
     ExitCode::from(code)
-}
-
-/// Logs go to stderr, filtered by `SVC_LOG` (`info` by default), as text
-/// or, with `SVC_LOG_FORMAT=json`, as one JSON object per line whose
-/// `request` span carries the request id that is also the response's
-/// `x-request-id`.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SVC_LOG")
-        // llama.cpp reports every tensor at info; keep its warnings only.
-        .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn")
-        });
-    let json = std::env::var("SVC_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init()
-    } else {
-        builder.try_init()
-    };
 }

@@ -319,10 +319,43 @@ async fn answers_through_the_messages_api_and_counts_its_prompt_exactly() {
     .json()
     .await
     .unwrap();
+    // As Anthropic counts: the prompt is its computed and its cached tokens
+    // (another test may have left this prompt's prefix in a slot).
+    let usage = &reply["usage"];
     assert_eq!(
-        counted["input_tokens"], reply["usage"]["input_tokens"],
+        counted["input_tokens"].as_u64().unwrap(),
+        usage["input_tokens"].as_u64().unwrap()
+            + usage["cache_read_input_tokens"].as_u64().unwrap(),
         "{counted} {reply}"
     );
+}
+
+// Issue 33: a newcomer's first start printed llama.cpp's warnings about
+// settings svc chose (`n_ctx_seq (32768) > n_ctx_train (8192)`, and the
+// embedder's `n_ctx is not divisible by n_seq_max`).
+#[test]
+fn the_first_start_on_the_defaults_warns_about_nothing() {
+    let Some(model) = model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(&model, models.join("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    if let Some(embed) = std::env::var_os("SVC_TEST_EMBED_MODEL") {
+        std::os::unix::fs::symlink(embed, models.join("all-MiniLM-L6-v2.F32.gguf")).unwrap();
+    }
+    let data_dir = dir.path().to_str().unwrap();
+    let serve = ServeProcess::start(
+        SVC,
+        &["--bind", "127.0.0.1:0", "--data-dir", data_dir],
+        &[],
+        Duration::from_secs(120),
+    );
+    let warnings: Vec<String> = serve
+        .log()
+        .into_iter()
+        .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
 }
 
 /// `svc_engine_prompt_tokens_total` of model `svc` from `/metrics`: (evaluated, reused).

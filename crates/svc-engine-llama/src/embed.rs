@@ -497,6 +497,10 @@ fn context(model: &LlamaModel, threads: i32) -> Result<LlamaContext<'_>, String>
         .with_n_batch(BATCH_TOKENS)
         .with_n_ubatch(BATCH_TOKENS)
         .with_n_seq_max(BATCH_SEQUENCES)
+        // The inputs of an encode share the BATCH_TOKENS cells: per
+        // sequence, llama.cpp would pad BATCH_TOKENS / BATCH_SEQUENCES up to
+        // 256 cells, make the context 16,384 and warn at every start.
+        .with_kv_unified(true)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
         .with_no_perf(true);

@@ -14,6 +14,8 @@ pub struct ServeProcess {
     process: Watched,
     /// `http://127.0.0.1:<port>`, as the process printed it.
     pub base_url: String,
+    /// What it printed on stderr so far, a line each.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ServeProcess {
@@ -48,17 +50,29 @@ impl ServeProcess {
         let mut process = Watched::spawn(command).expect("start svc serve");
         let stderr = process.take_stderr().expect("piped stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::<std::sync::Mutex<Vec<String>>>::default();
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(url) = line.strip_prefix("svc is serving on ") {
                     let _ = tx.send(url.trim().to_owned());
                 }
+                kept.lock().unwrap_or_else(|e| e.into_inner()).push(line);
             }
         });
         let base_url = rx
             .recv_timeout(startup)
             .expect("svc serve did not print its address");
-        ServeProcess { process, base_url }
+        ServeProcess {
+            process,
+            base_url,
+            log,
+        }
+    }
+
+    /// The lines it printed on stderr so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Kills the process and waits until it is gone.
