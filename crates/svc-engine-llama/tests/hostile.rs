@@ -220,27 +220,37 @@ fn enum_schema(values: usize) -> serde_json::Value {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_huge_enum_schema_is_refused_without_stalling_other_sequences() {
-    let f = engine(&TinyModel::looping(), 2, 4096);
-    let e = &f.engine;
-    // A sequence decoding meanwhile: the time between its tokens must stay short.
-    let mut running = e
+/// Starts a looping generation on `engine` (its first token out) and
+/// returns a future that reads it for `watch`, giving the longest wait
+/// between two of its tokens.
+async fn longest_wait_between_tokens(
+    engine: &LlamaEngine,
+    watch: Duration,
+) -> impl Future<Output = Duration> {
+    let mut running = engine
         .generate(request(vec![ChatMessage::User("Go on".into())]))
         .await
         .unwrap();
     assert!(running.next().await.is_some());
-    let watcher = async {
+    async move {
         let mut longest = Duration::ZERO;
         let mut last = Instant::now();
-        let until = Instant::now() + Duration::from_secs(3);
+        let until = Instant::now() + watch;
         while Instant::now() < until {
             running.next().await.unwrap().unwrap();
             longest = longest.max(last.elapsed());
             last = Instant::now();
         }
         longest
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_enum_schema_is_refused_without_stalling_other_sequences() {
+    let f = engine(&TinyModel::looping(), 2, 4096);
+    let e = &f.engine;
+    // A sequence decoding meanwhile: the time between its tokens must stay short.
+    let watcher = longest_wait_between_tokens(e, Duration::from_secs(3)).await;
     let attack = async {
         let started = Instant::now();
         let mut req = request(vec![ChatMessage::User("Pick one".into())]);
@@ -291,22 +301,7 @@ async fn a_huge_enum_schema_is_refused_without_stalling_other_sequences() {
 async fn an_n_request_with_a_schema_parses_its_grammar_once() {
     let f = engine(&TinyModel::looping(), 4, 4096);
     let e = &f.engine;
-    let mut running = e
-        .generate(request(vec![ChatMessage::User("Go on".into())]))
-        .await
-        .unwrap();
-    assert!(running.next().await.is_some());
-    let watcher = async {
-        let mut longest = Duration::ZERO;
-        let mut last = Instant::now();
-        let until = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < until {
-            running.next().await.unwrap().unwrap();
-            longest = longest.max(last.elapsed());
-            last = Instant::now();
-        }
-        longest
-    };
+    let watcher = longest_wait_between_tokens(e, Duration::from_secs(2)).await;
     let parsed_before = e.stats().grammars_parsed;
     let wide = async {
         let mut req = request(vec![ChatMessage::User("Pick one".into())]);
