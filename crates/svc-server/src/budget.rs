@@ -30,7 +30,7 @@ use svc_core::budget::{Budget, BudgetUnit, ModelPrice, Tokens};
 use svc_core::{Engine, GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
 use crate::error::ApiError;
-use crate::ratelimit::Breaker;
+use crate::ratelimit::Redis;
 
 /// The completion tokens charged up front for a request without
 /// `max_tokens` (settled with the real count when it ends).
@@ -55,7 +55,7 @@ return used
 #[derive(Clone)]
 pub struct Budgets {
     store: Arc<dyn Store>,
-    redis: Option<(redis::aio::ConnectionManager, Arc<Breaker>)>,
+    redis: Option<Arc<Redis>>,
     /// Each model's prices, by model id, for spend budgets.
     prices: Arc<BTreeMap<String, ModelPrice>>,
     /// The share of a budget that sets off the alert.
@@ -202,7 +202,7 @@ struct Part {
 impl Budgets {
     pub fn new(
         store: Arc<dyn Store>,
-        redis: Option<(redis::aio::ConnectionManager, Arc<Breaker>)>,
+        redis: Option<Arc<Redis>>,
         prices: BTreeMap<String, ModelPrice>,
         alert_percent: u8,
     ) -> Self {
@@ -375,14 +375,14 @@ impl Budgets {
         tokens: i64,
     ) -> Counted {
         let counted = match &self.redis {
-            Some((manager, breaker)) => {
-                let mut conn = manager.clone();
+            Some(redis) => {
                 let script = redis::Script::new(CHARGE);
                 let mut call = script.key(redis_key(scope, window_start));
                 call.arg(limit)
                     .arg(tokens)
                     .arg(resets_at.saturating_add(86_400));
-                match breaker.call(call.invoke_async::<i64>(&mut conn)).await {
+                let charge = |mut conn| async move { call.invoke_async::<i64>(&mut conn).await };
+                match redis.call(charge).await {
                     None => return Counted::Unknown,
                     Some(Ok(used)) if used >= 0 => Ok(Counted::Charged(used)),
                     Some(Ok(_)) => Ok(Counted::Refused(
@@ -510,14 +510,11 @@ impl Budgets {
     }
 
     async fn redis_used(&self, scope: &str, window_start: i64) -> Option<i64> {
-        let (manager, breaker) = self.redis.as_ref()?;
-        let mut conn = manager.clone();
+        let redis = self.redis.as_ref()?;
         let mut get = redis::cmd("GET");
         get.arg(redis_key(scope, window_start));
-        match breaker
-            .call(get.query_async::<Option<i64>>(&mut conn))
-            .await
-        {
+        let read = |mut conn| async move { get.query_async::<Option<i64>>(&mut conn).await };
+        match redis.call(read).await {
             Some(Ok(used)) => Some(used.unwrap_or(0)),
             _ => None,
         }
@@ -529,13 +526,15 @@ impl Budgets {
             return;
         }
         let result = match &self.redis {
-            Some((manager, breaker)) => {
-                let mut conn = manager.clone();
+            Some(redis) => {
                 let mut incr = redis::cmd("INCRBY");
                 incr.arg(redis_key(scope, window_start)).arg(delta);
-                match breaker.call(incr.query_async::<i64>(&mut conn)).await {
+                let add = |mut conn| async move { incr.query_async::<i64>(&mut conn).await };
+                match redis.call(add).await {
                     Some(result) => result.map(|_| ()).map_err(|e| e.to_string()),
-                    None => Err("Redis is being left alone after a failure".into()),
+                    None => {
+                        Err("Redis is being left alone after a failure, or not reached yet".into())
+                    }
                 }
             }
             None => self

@@ -11,7 +11,10 @@
 //! does not answer within [`REDIS_RESPONSE_TIMEOUT`] counts as unreachable,
 //! and after a failure Redis is left alone for [`REDIS_BACKOFF`] (one
 //! request then tries it again), so a hung Redis makes one request a
-//! second wait, not every request.
+//! second wait, not every request. The same holds at start: a Redis that
+//! does not answer then is connected to in the background
+//! ([`Redis::connect`]) while requests go through uncounted, so a replica
+//! restarted during a Redis incident serves instead of exiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +39,11 @@ const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// request that came meanwhile waiting on the reconnection.
 const REDIS_RECONNECT_RETRIES: usize = 2;
 const REDIS_RECONNECT_MAX_DELAY_MS: u64 = 500;
+/// The longest the first connection at start may take before svc starts
+/// without it (and keeps trying in the background).
+const REDIS_START_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a Redis that did not answer at start is tried again.
+const REDIS_START_RETRY: Duration = Duration::from_secs(1);
 /// After Redis failed or timed out, how long requests go on without asking
 /// it; then one request tries it again.
 pub const REDIS_BACKOFF: Duration = Duration::from_secs(1);
@@ -45,8 +53,96 @@ pub const REDIS_BACKOFF: Duration = Duration::from_secs(1);
 pub enum Counters {
     /// This process only (one replica).
     Local(Arc<Mutex<HashMap<String, Window>>>),
-    /// Redis, shared by every replica, and whether it is being left alone.
-    Redis(redis::aio::ConnectionManager, Arc<Breaker>),
+    /// Redis, shared by every replica.
+    Redis(Arc<Redis>),
+}
+
+/// The Redis connection the rate limiter and the budgets share: the
+/// connection manager once the first connection is made (it reconnects by
+/// itself after that), and the breaker that keeps calls off a Redis that
+/// just failed.
+pub struct Redis {
+    manager: std::sync::OnceLock<redis::aio::ConnectionManager>,
+    breaker: Breaker,
+}
+
+impl Redis {
+    /// Connects to the Redis at `url`. When it does not answer within
+    /// [`REDIS_START_TIMEOUT`], a warning says so and a task keeps trying
+    /// every [`REDIS_START_RETRY`] (for as long as the connection is in
+    /// use); until then every call is `None`, as while the breaker is open.
+    /// Fails only when `url` is not a Redis URL.
+    pub async fn connect(url: &str) -> Result<Arc<Redis>, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let redis = Arc::new(Redis {
+            manager: std::sync::OnceLock::new(),
+            breaker: Breaker::default(),
+        });
+        let first = match Self::try_connect(&client).await {
+            Ok(manager) => {
+                let _ = redis.manager.set(manager);
+                return Ok(redis);
+            }
+            Err(e) => e,
+        };
+        tracing::warn!(
+            error = %first,
+            "Redis does not answer: rate limits and budgets let requests through uncounted until it does; trying again every second"
+        );
+        let weak = Arc::downgrade(&redis);
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "it ends once Redis answers or the server has let go of the connection"
+        )]
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REDIS_START_RETRY).await;
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                if let Ok(manager) = Self::try_connect(&client).await {
+                    if let Some(redis) = weak.upgrade() {
+                        let _ = redis.manager.set(manager);
+                        tracing::info!(
+                            "Redis answers: rate limits and budgets are counted there again"
+                        );
+                    }
+                    return;
+                }
+            }
+        });
+        Ok(redis)
+    }
+
+    async fn try_connect(
+        client: &redis::Client,
+    ) -> Result<redis::aio::ConnectionManager, redis::RedisError> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(REDIS_RESPONSE_TIMEOUT)
+            .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
+            .set_number_of_retries(REDIS_RECONNECT_RETRIES)
+            .set_max_delay(REDIS_RECONNECT_MAX_DELAY_MS);
+        let connect = redis::aio::ConnectionManager::new_with_config(client.clone(), config);
+        tokio::time::timeout(REDIS_START_TIMEOUT, connect)
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::IoError,
+                    "no answer from Redis in time",
+                )))
+            })
+    }
+
+    /// Runs `call` on a connection (see [`Breaker::call`]); `None` when
+    /// Redis is being left alone or was never reached yet.
+    pub(crate) async fn call<T, F, Fut>(&self, call: F) -> Option<redis::RedisResult<T>>
+    where
+        F: FnOnce(redis::aio::ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let connection = self.manager.get()?.clone();
+        self.breaker.call(call(connection)).await
+    }
 }
 
 /// Keeps requests off a Redis that just failed: open for [`REDIS_BACKOFF`]
@@ -103,7 +199,7 @@ impl Breaker {
     /// Runs one Redis call when [`Breaker::allow`] lets it, bounded by
     /// [`REDIS_RESPONSE_TIMEOUT`], and records how it went; `None` when
     /// Redis is being left alone.
-    pub(crate) async fn call<T>(
+    async fn call<T>(
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Option<redis::RedisResult<T>> {
@@ -231,27 +327,19 @@ impl RateLimiter {
         RateLimiter::new(defaults, Counters::Local(Arc::default()))
     }
 
-    /// Counts in the Redis at `url` (connects now).
+    /// Counts in the Redis at `url` (see [`Redis::connect`]: svc starts
+    /// whether or not it answers yet).
     pub async fn redis(defaults: KeyLimits, url: &str) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(REDIS_RESPONSE_TIMEOUT)
-            .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
-            .set_number_of_retries(REDIS_RECONNECT_RETRIES)
-            .set_max_delay(REDIS_RECONNECT_MAX_DELAY_MS);
-        let manager = redis::aio::ConnectionManager::new_with_config(client, config).await?;
         Ok(RateLimiter::new(
             defaults,
-            Counters::Redis(manager, Arc::default()),
+            Counters::Redis(Redis::connect(url).await?),
         ))
     }
 
-    /// The limits that apply to `key`.
-    /// The Redis connection and its breaker, when the counters are there
-    /// (token budgets share them).
-    pub fn redis_connection(&self) -> Option<(redis::aio::ConnectionManager, Arc<Breaker>)> {
+    /// The Redis connection, when the counters are there (budgets share it).
+    pub fn redis_connection(&self) -> Option<Arc<Redis>> {
         match &self.counters {
-            Counters::Redis(manager, breaker) => Some((manager.clone(), breaker.clone())),
+            Counters::Redis(redis) => Some(redis.clone()),
             Counters::Local(_) => None,
         }
     }
@@ -328,15 +416,12 @@ impl RateLimiter {
                 window.tokens += tokens;
                 Ok(())
             }
-            Counters::Redis(manager, breaker) => {
-                let mut conn = manager.clone();
+            Counters::Redis(redis) => {
                 let script = redis::Script::new(ADD_TOKENS);
                 let mut invocation = script.key(redis_key(key, start, "tok"));
                 invocation.arg(tokens).arg(WINDOW_MS * 2);
-                match breaker
-                    .call(invocation.invoke_async::<i64>(&mut conn))
-                    .await
-                {
+                let add = |mut conn| async move { invocation.invoke_async::<i64>(&mut conn).await };
+                match redis.call(add).await {
                     Some(added) => added.map(|_| ()),
                     // Redis failed a moment ago (and that was logged).
                     None => return,
@@ -361,15 +446,16 @@ impl RateLimiter {
                 window.requests += 1;
                 Some(Ok((window.requests, window.tokens)))
             }
-            Counters::Redis(manager, breaker) => {
-                let mut conn = manager.clone();
+            Counters::Redis(redis) => {
                 let script = redis::Script::new(ACQUIRE);
                 let mut invocation = script.key(redis_key(key, start, "req"));
                 invocation
                     .key(redis_key(key, start, "tok"))
                     .arg(WINDOW_MS * 2);
-                breaker
-                    .call(invocation.invoke_async::<(i64, i64)>(&mut conn))
+                redis
+                    .call(|mut conn| async move {
+                        invocation.invoke_async::<(i64, i64)>(&mut conn).await
+                    })
                     .await
             }
         }

@@ -331,6 +331,58 @@ async fn a_hung_or_stopped_redis_lets_requests_through_quickly_and_counting_resu
     }
 }
 
+// Issue 33: svc started only once Redis answered (`cannot connect to
+// Redis: timed out`), so a replica restarted during a Redis incident
+// crash-looped. It now starts, lets requests through uncounted, and counts
+// in Redis once it answers: the rule of an outage during traffic.
+#[tokio::test]
+async fn svc_starts_while_redis_hangs_or_is_down_and_counts_once_it_answers() {
+    for mode in [Mode::Blackhole, Mode::Refuse] {
+        let relay = Relay::start(address_of("redis://127.0.0.1:6379").await.0).await;
+        relay.set(mode);
+        let config = ServerConfig {
+            redis_url: Some(format!("redis://{}", relay.addr).parse().unwrap()),
+            rate_limits: KeyLimits {
+                requests_per_minute: Some(100_000),
+                tokens_per_minute: None,
+            },
+            ..ServerConfig::default()
+        };
+        let started = Instant::now();
+        let app = TestApp::spawn_with(Database::Sqlite, config).await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{mode:?}: start took {took:?}"
+        );
+        let key = app.create_key().await;
+        let (response, took) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+        assert_eq!(response.status(), StatusCode::OK, "{mode:?}");
+        assert!(!counted(&response), "{mode:?}: counted without Redis");
+        assert!(took < Duration::from_secs(2), "{mode:?}: took {took:?}");
+
+        relay.set(Mode::Pass);
+        let back = Instant::now();
+        loop {
+            let (response, _) = timed("chat", app.chat(&key, &body("svc", "hi"))).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            if counted(&response) {
+                break;
+            }
+            assert!(
+                back.elapsed() < Duration::from_secs(10),
+                "{mode:?}: not counted after {:?}",
+                back.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "redis {mode:?} at start: counted after {:?}",
+            back.elapsed()
+        );
+    }
+}
+
 /// This process's resident memory in KiB (the server runs in it), where
 /// the system tells.
 fn resident_kib() -> Option<u64> {
