@@ -101,6 +101,13 @@ impl Tokens {
             completion,
         }
     }
+
+    /// Adds `more`, saturating.
+    pub fn add(&mut self, more: Tokens) {
+        self.prompt = self.prompt.saturating_add(more.prompt);
+        self.cached = self.cached.saturating_add(more.cached);
+        self.completion = self.completion.saturating_add(more.completion);
+    }
 }
 
 /// Micro-dollars as dollars.

@@ -557,7 +557,7 @@ impl Second {
     /// The same pass with its seed moved on by `offset` (see [`Plan::with_seed_offset`]).
     fn with_seed_offset(mut self, offset: u64) -> Self {
         let (Second::Answer { params, .. } | Second::AfterThink { params, .. }) = &mut self;
-        params.sampling.seed = params.sampling.seed.map(|seed| seed.wrapping_add(offset));
+        crate::engine::offset_seed(&mut params.sampling, offset);
         self
     }
 

@@ -386,9 +386,15 @@ pub(crate) struct Ready {
 impl Ready {
     /// The same generation with another sampling seed (`None` stays `None`).
     pub(crate) fn with_seed_offset(mut self, offset: u64) -> Self {
-        self.sampling.seed = self.sampling.seed.map(|seed| seed.wrapping_add(offset));
+        offset_seed(&mut self.sampling, offset);
         self
     }
+}
+
+/// Moves `sampling`'s seed on by `offset` (`None` stays `None`): choice
+/// `i` of an `n > 1` request is seeded `seed + i`.
+pub(crate) fn offset_seed(sampling: &mut Sampling, offset: u64) {
+    sampling.seed = sampling.seed.map(|seed| seed.wrapping_add(offset));
 }
 
 impl LlamaEngine {

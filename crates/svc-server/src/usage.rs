@@ -178,23 +178,24 @@ fn account(
     used: TokenUsage,
 ) {
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let counts = Counts {
-        requests: 1,
-        prompt_tokens: count(used.prompt_tokens),
-        cached_tokens: count(used.cached_tokens),
-        completion_tokens: count(used.completion_tokens),
+    let tokens = Tokens {
+        prompt: count(used.prompt_tokens),
+        cached: count(used.cached_tokens),
+        completion: count(used.completion_tokens),
     };
-    let tokens = counts
-        .prompt_tokens
-        .saturating_add(counts.completion_tokens);
-    ledger.add(key_id, model, now().div_euclid(SECONDS_PER_DAY), counts);
+    ledger.add(
+        key_id,
+        model,
+        now().div_euclid(SECONDS_PER_DAY),
+        Counts {
+            requests: 1,
+            tokens,
+        },
+    );
     if let Some(charge) = charge {
-        charge.settle(Tokens {
-            prompt: counts.prompt_tokens,
-            cached: counts.cached_tokens,
-            completion: counts.completion_tokens,
-        });
+        charge.settle(tokens);
     }
+    let total = tokens.prompt.saturating_add(tokens.completion);
     let Some(limiter) = limiter.cloned() else {
         return;
     };
@@ -206,7 +207,7 @@ fn account(
             reason = "a reply's end (a drop) cannot wait for Redis; a count lost at shutdown only lets one reply's tokens past the limit"
         )]
         runtime.spawn(async move {
-            limiter.add_tokens(&key_id, tokens).await;
+            limiter.add_tokens(&key_id, total).await;
         });
     }
 }
@@ -257,19 +258,13 @@ type DayCounts = HashMap<(KeyId, String), Counts>;
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {
     requests: i64,
-    prompt_tokens: i64,
-    cached_tokens: i64,
-    completion_tokens: i64,
+    tokens: Tokens,
 }
 
 impl Counts {
     fn add(&mut self, other: Counts) {
         self.requests = self.requests.saturating_add(other.requests);
-        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
-        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
-        self.completion_tokens = self
-            .completion_tokens
-            .saturating_add(other.completion_tokens);
+        self.tokens.add(other.tokens);
     }
 }
 
@@ -306,9 +301,9 @@ impl Ledger {
                 model,
                 day: day_of(day * SECONDS_PER_DAY),
                 requests: counts.requests,
-                prompt_tokens: counts.prompt_tokens,
-                cached_tokens: counts.cached_tokens,
-                completion_tokens: counts.completion_tokens,
+                prompt_tokens: counts.tokens.prompt,
+                cached_tokens: counts.tokens.cached,
+                completion_tokens: counts.tokens.completion,
             };
             if let Err(e) = store.add_usage(&delta).await {
                 tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed; will retry");
