@@ -26,6 +26,10 @@ llama_server_cmake_flags=(
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
 )
+# More flags, after (and so over) the ones above, e.g. for a CUDA build next to
+# an svc built with shared libraries: "-DGGML_CUDA=ON -DBUILD_SHARED_LIBS=ON".
+# shellcheck disable=SC2206
+llama_server_cmake_flags+=(${BENCH_LLAMA_SERVER_CMAKE_ARGS:-})
 
 # The llama.cpp directory of the llama-cpp-sys-2 crate svc builds against.
 llama_sys_tree() {
@@ -40,25 +44,48 @@ ggml_version() { # ggml's version from a llama.cpp tree's ggml/CMakeLists.txt
   awk '/set\(GGML_VERSION_(MAJOR|MINOR|PATCH)/{gsub(/\)/,"",$2); v = v (v ? "." : "") $2} END{print v}' "$1/ggml/CMakeLists.txt"
 }
 
+# llama_server_sources: what build_llama_server builds from, in words.
+llama_server_sources() {
+  local sys_version sys_tree
+  read -r sys_version sys_tree < <(llama_sys_tree)
+  if [ -f "$sys_tree/tools/server/CMakeLists.txt" ]; then
+    echo "llama.cpp of llama-cpp-sys-2 $sys_version (ggml $(ggml_version "$sys_tree")), server included; ${llama_server_cmake_flags[*]}"
+  else
+    echo "ggml $(ggml_version "$sys_tree") and libllama of llama-cpp-sys-2 $sys_version (svc's), common/ and tools/server of the llama-cpp-python $llama_server_sdist_version sdist; ${llama_server_cmake_flags[*]}"
+  fi
+}
+
 # build_llama_server DIR: ensures DIR/bin/llama-server; prints its path.
 build_llama_server() {
-  local dir=$1 sys_version sys_tree sdist tree src want entry
-  read -r sys_version sys_tree < <(llama_sys_tree)
-  [ -d "$sys_tree/ggml" ] || { echo "llama-cpp-sys-2's llama.cpp not found (cargo fetch first)" >&2; return 1; }
-  mkdir -p "$dir/src" "$dir/bin"
-  if [ -f "$sys_tree/tools/server/CMakeLists.txt" ]; then
-    want="llama.cpp of llama-cpp-sys-2 $sys_version (ggml $(ggml_version "$sys_tree")), server included"
-  else
-    want="ggml $(ggml_version "$sys_tree") and libllama of llama-cpp-sys-2 $sys_version (svc's), common/ and tools/server of the llama-cpp-python $llama_server_sdist_version sdist"
-  fi
-  want="$want; ${llama_server_cmake_flags[*]}"
+  local dir=$1 tree want
+  want=$(llama_server_sources)
   if [ -x "$dir/bin/llama-server" ] && [ "$(head -n1 "$dir/bin/llama-server.sources" 2>/dev/null)" = "$want" ]; then
     echo "$dir/bin/llama-server"
     return 0
   fi
   command -v cmake >/dev/null || { echo "cmake is missing: bash scripts/setup.sh --build" >&2; return 1; }
+  tree=$(llama_server_tree "$dir") || return 1
+  mkdir -p "$dir/bin"
+  rm -rf "$dir/build"
+  echo "building llama-server: $want" >&2
+  cmake -S "$tree" -B "$dir/build" "${llama_server_cmake_flags[@]}" >"$dir/build.log" 2>&1 &&
+    cmake --build "$dir/build" --target llama-server -j "${BENCH_BUILD_JOBS:-2}" >>"$dir/build.log" 2>&1 ||
+    { tail -n 40 "$dir/build.log" >&2; echo "llama-server build failed, log: $dir/build.log" >&2; return 1; }
+  install -m 755 "$dir/build/bin/llama-server" "$dir/bin/llama-server"
+  echo "$want" >"$dir/bin/llama-server.sources"
+  echo "$dir/bin/llama-server"
+}
+
+# llama_server_tree DIR: assembles the sources llama-server is built from in
+# DIR/src (a tree that needs only cmake and a compiler, so it can be built
+# elsewhere: `bench/vs-llama-server.sh --tree-only`); prints its path.
+llama_server_tree() {
+  local dir=$1 sys_version sys_tree sdist tree src entry
+  read -r sys_version sys_tree < <(llama_sys_tree)
+  [ -d "$sys_tree/ggml" ] || { echo "llama-cpp-sys-2's llama.cpp not found (cargo fetch first)" >&2; return 1; }
+  mkdir -p "$dir/src"
   tree=$dir/src/llama.cpp-sys-$sys_version
-  rm -rf "$tree" "$dir/build"
+  rm -rf "$tree"
   cp -a "$sys_tree" "$tree"
   if [ ! -f "$sys_tree/tools/server/CMakeLists.txt" ]; then
     sdist=$dir/src/llama_cpp_python-$llama_server_sdist_version
@@ -81,11 +108,5 @@ build_llama_server() {
       cp -r "$entry" "$tree/"
     done
   fi
-  echo "building llama-server: $want" >&2
-  cmake -S "$tree" -B "$dir/build" "${llama_server_cmake_flags[@]}" >"$dir/build.log" 2>&1 &&
-    cmake --build "$dir/build" --target llama-server -j "${BENCH_BUILD_JOBS:-2}" >>"$dir/build.log" 2>&1 ||
-    { tail -n 40 "$dir/build.log" >&2; echo "llama-server build failed, log: $dir/build.log" >&2; return 1; }
-  install -m 755 "$dir/build/bin/llama-server" "$dir/bin/llama-server"
-  echo "$want" >"$dir/bin/llama-server.sources"
-  echo "$dir/bin/llama-server"
+  echo "$tree"
 }

@@ -21,6 +21,7 @@
 #
 # Usage: bench/vs-llama-server.sh [MODEL.gguf]
 #        bench/vs-llama-server.sh --build-only   # just build llama-server
+#        bench/vs-llama-server.sh --tree-only    # just assemble its sources; prints the path
 #   MODEL defaults to svc's default model, fetched with
 #   `svc pull --data-dir ${SVC_BENCH_DATA_DIR:-$HOME/.cache/svc-bench}`.
 # Settings (environment):
@@ -37,6 +38,9 @@
 #   BENCH_SVC_ARGS: more `svc serve` flags (e.g. the engine's new options)
 #   BENCH_LLAMA_SERVER_ARGS: more llama-server flags
 #   BENCH_SVC_BIN: use this svc binary instead of building one
+#   BENCH_LLAMA_SERVER_BIN: use this llama-server instead of building one
+#   (described by the BIN.sources file beside it when there is one)
+#   BENCH_LLAMA_SERVER_CMAKE_ARGS: more CMake flags for llama-server's build
 #   BENCH_KEEP_JSON=DIR: keep the JSON (written after every measurement;
 #   `bench/engine/vs_server.py --report DIR/vs.json` prints a cut-short run's
 #   table) and both servers' logs there
@@ -50,6 +54,10 @@ log() { echo "$*" >&2; }
 ls_dir=${SVC_BENCH_LLAMA_SERVER:-$HOME/.cache/svc-bench/llama-server}
 if [ "${1:-}" = "--build-only" ]; then
   build_llama_server "$ls_dir"
+  exit
+fi
+if [ "${1:-}" = "--tree-only" ]; then
+  llama_server_tree "$ls_dir"
   exit
 fi
 
@@ -75,7 +83,13 @@ py=$venv/bin/python
 [ -x "$py" ] || { log "creating $venv"; python3 -m venv "$venv"; }
 "$py" -c 'import httpx' 2>/dev/null || "$py" -m pip install -q "httpx>=0.27"
 
-ls_bin=$(build_llama_server "$ls_dir")
+if [ -n "${BENCH_LLAMA_SERVER_BIN:-}" ]; then
+  ls_bin=$BENCH_LLAMA_SERVER_BIN
+  ls_from=$(head -n1 "$ls_bin.sources" 2>/dev/null || echo "$ls_bin")
+else
+  ls_bin=$(build_llama_server "$ls_dir")
+  ls_from=$(head -n1 "$ls_dir/bin/llama-server.sources")
+fi
 
 # --- svc: a release build, copied so that a concurrent rebuild cannot swap it mid-run ---
 work=$(mktemp -d)
@@ -157,7 +171,7 @@ $(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, nproc $(nproc), load average $(cut -d' '
 Model \`$(basename "$model")\` ($(stat -c %s "$model") bytes), $threads threads, $parallel slots, $context tokens per slot.
 
 - svc: $svc_from; \`svc serve ${svc_args[*]:4}\`; $(grep -m1 'tokens x' "$work/svc.log" | sed 's/^ *//' || true)
-- llama-server: built from $(cut -d';' -f1 "$ls_dir/bin/llama-server.sources"); \`llama-server ${ls_args[*]:2}\` (defaults otherwise: prompt cache, \`--cache-ram\` 8192 MiB)${ls_settings:+; log: $ls_settings}
+- llama-server: built from ${ls_from%%;*}; \`llama-server ${ls_args[*]:2}\` (defaults otherwise: prompt cache, \`--cache-ram\` 8192 MiB)${ls_settings:+; log: $ls_settings}
 EOF
 )
 only=${BENCH_ONLY:-single,c4,c16,conv1,conv8,stall}
