@@ -514,6 +514,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "BOOL",
         "Serve a Q4_1 model from a Q8_0 copy made once beside it (faster prompts and batched decoding, same greedy answers; false loads it as it is)",
     ),
+    flag(
+        "batch_invariant",
+        "BOOL",
+        "The same logits for a request whatever runs beside it or ran before, so a greedy or seeded request gives the same text under any load (false: llama.cpp's faster attention kernels, whose last bits depend on the batch)",
+    ),
 ];
 
 /// What key `key` means when no layer sets it and its default is "none".

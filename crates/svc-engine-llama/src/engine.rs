@@ -478,6 +478,7 @@ impl LlamaEngine {
             batch_size: options.batch_size.max(options.parallel),
             threads: options.thread_count(),
             flash_attention: options.flash_attention,
+            batch_invariant: options.batch_invariant,
         };
         let shared = Arc::new(Shared::new(
             options.parallel as usize,

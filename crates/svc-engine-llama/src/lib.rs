@@ -19,6 +19,8 @@
 //! - `embed`: [`LlamaEmbedder`], embedding models (BERT and kin) encoded in
 //!   batches that take every waiting request's next input in turn.
 //! - `cpu`, `backend`: the CPU check and the process-wide llama.cpp backend.
+//! - `numerics`: batch-invariant numerics (the same logits whatever else
+//!   is in the batch) and what they are called in `system_fingerprint`.
 //!
 //! Reading, writing and converting GGUF files (the Q8_0 copy of a Q4_1 model
 //! the engine loads when `repack` is on, the test models) is `svc-gguf`'s.
@@ -35,6 +37,7 @@ pub mod fuzzing;
 mod grammar;
 mod logprobs;
 mod markup;
+mod numerics;
 mod options;
 mod prefix;
 mod prompt;

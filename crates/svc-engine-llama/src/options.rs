@@ -85,6 +85,12 @@ pub struct LlamaEngineOptions {
     /// writes no file unasked); `svc serve` turns it on by default (see
     /// BENCHMARKS.md). Other models are never touched.
     pub repack: bool,
+    /// Batch-invariant numerics: a sequence's logits are the same bits
+    /// whatever else is in the batch, whatever the pool held before and
+    /// wherever its cells lie, so a greedy or seeded request gives the same
+    /// text under any load (see `numerics`). Costs some speed where
+    /// llama.cpp's faster attention kernels would apply (BENCHMARKS.md).
+    pub batch_invariant: bool,
 }
 
 impl LlamaEngineOptions {
@@ -103,6 +109,7 @@ impl LlamaEngineOptions {
             batch_size: 512,
             flash_attention: None,
             repack: false,
+            batch_invariant: true,
         }
     }
 

@@ -62,6 +62,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
 use crate::logprobs::{self, Pending};
+use crate::numerics;
 use crate::options::KvType;
 use crate::prefix::{self, HostCache};
 use crate::resident;
@@ -220,6 +221,7 @@ pub(crate) struct ContextSettings {
     pub(crate) batch_size: u32,
     pub(crate) threads: i32,
     pub(crate) flash_attention: Option<bool>,
+    pub(crate) batch_invariant: bool,
 }
 
 /// Runs the engine thread: creates the context, reports the per-sequence
@@ -324,9 +326,11 @@ fn new_context<'m>(
             llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
         }),
     };
-    model
-        .new_context(backend, params)
-        .map_err(|e| format!("cannot create the llama.cpp context: {e}"))
+    numerics::with_reference_kernels(settings.batch_invariant, || {
+        model
+            .new_context(backend, params)
+            .map_err(|e| format!("cannot create the llama.cpp context: {e}"))
+    })?
 }
 
 /// The size of the KV pool's buffer as llama.cpp allocates it for `cells`

@@ -144,6 +144,9 @@ pub struct EngineConfig {
     /// once beside it (faster prompts and batched decoding, same greedy
     /// answers; on by default, see BENCHMARKS.md).
     pub repack: bool,
+    /// Batch-invariant numerics in the embedded engine: a greedy or seeded
+    /// request gives the same text whatever runs beside it (on by default).
+    pub batch_invariant: bool,
 }
 
 impl Default for EngineConfig {
@@ -160,6 +163,7 @@ impl Default for EngineConfig {
             kv_type: KvType::F16,
             prefix_cache: DEFAULT_PREFIX_CACHE,
             repack: true,
+            batch_invariant: true,
         }
     }
 }

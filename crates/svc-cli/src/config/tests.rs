@@ -244,6 +244,7 @@ fn invalid_values_are_refused_naming_the_key() {
         ("kv_type", "q4_0"),
         ("prefix_cache", "lots"),
         ("repack", "sometimes"),
+        ("batch_invariant", "mostly"),
         ("allow_signup", "maybe"),
     ];
     for (key, bad) in cases {

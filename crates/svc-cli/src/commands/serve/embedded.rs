@@ -59,6 +59,7 @@ mod engines {
             };
             options.prefix_cache_bytes = self.settings.prefix_cache;
             options.repack = self.settings.repack;
+            options.batch_invariant = self.settings.batch_invariant;
             if let Some((_, engine)) = self.loaded.iter().find(|(o, _)| *o == options) {
                 return Ok(engine.clone());
             }

@@ -1,0 +1,156 @@
+//! Batch-invariant numerics (issue 32, `LlamaEngineOptions::batch_invariant`):
+//! a request's log probabilities are the same bits, so its text is the same,
+//! on a fresh engine, after a long prompt filled the pool, and beside other
+//! streams in the same batch, greedy and seeded. The model is the tiny
+//! looping one with its matrices in Q4_1, as the default model's are (F32
+//! matrices take other kernels for one token than for several; see the
+//! crate's `numerics` module). With `batch_invariant` off, the reply beside
+//! other streams differs in its last bits (alone, llama.cpp splits a
+//! token's attention over 512 cells or more across threads).
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
+
+use futures::StreamExt as _;
+use svc_core::engine::{ChatMessage, Engine, EngineEvent, GenerateRequest, Sampling};
+use svc_engine_llama::testing::TinyModel;
+use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+use tempfile::TempDir;
+
+struct Fixture {
+    engine: LlamaEngine,
+    _dir: TempDir,
+}
+
+fn engine(batch_invariant: bool) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-q4_1.gguf");
+    TinyModel::looping()
+        .gguf()
+        .with_q4_1_matrices()
+        .write(&path)
+        .unwrap();
+    let mut options = LlamaEngineOptions::new(&path);
+    options.parallel = 4;
+    options.context_per_sequence = 1024;
+    options.threads = Some(2);
+    options.batch_invariant = batch_invariant;
+    let engine = LlamaEngine::load(&options).unwrap();
+    Fixture { engine, _dir: dir }
+}
+
+/// The reply's text and, per token, the bits of its log probability and of
+/// its 5 alternatives'.
+#[derive(Debug, PartialEq)]
+struct Reply {
+    text: String,
+    bits: Vec<Vec<u32>>,
+}
+
+async fn reply(engine: &LlamaEngine, request: GenerateRequest) -> Reply {
+    let mut stream = engine.generate(request).await.unwrap();
+    let mut out = Reply {
+        text: String::new(),
+        bits: Vec::new(),
+    };
+    while let Some(event) = stream.next().await {
+        match event.unwrap() {
+            EngineEvent::Text(t) => out.text.push_str(&t),
+            EngineEvent::Logprobs(tokens) => out.bits.extend(tokens.iter().map(|t| {
+                std::iter::once(t.logprob)
+                    .chain(t.top.iter().map(|a| a.logprob))
+                    .map(f32::to_bits)
+                    .collect()
+            })),
+            EngineEvent::Finish { .. } => return out,
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no finish event");
+}
+
+fn ask(user: String, sampling: Sampling, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        messages: vec![ChatMessage::User(user)],
+        sampling,
+        max_tokens: Some(max_tokens),
+        logprobs: Some(5),
+        stream: true,
+        ..GenerateRequest::default()
+    }
+}
+
+/// The request every scenario repeats: a prompt of about 600 tokens, so
+/// that its own cells span more than 512 and the attention of a token it
+/// decodes alone could be split across threads.
+fn probe(sampling: &Sampling) -> GenerateRequest {
+    ask(
+        format!("Say something about {}", "shells and sand ".repeat(38)),
+        sampling.clone(),
+        32,
+    )
+}
+
+/// A prompt of about 700 tokens, which leaves the pool's used cells past 512.
+fn long_prompt(topic: &str) -> GenerateRequest {
+    ask(
+        format!("{topic}: {}", "waves and tides ".repeat(45)),
+        greedy(),
+        8,
+    )
+}
+
+fn greedy() -> Sampling {
+    Sampling {
+        temperature: 0.0,
+        ..Sampling::default()
+    }
+}
+
+fn seeded() -> Sampling {
+    Sampling {
+        temperature: 1.0,
+        seed: Some(7),
+        ..Sampling::default()
+    }
+}
+
+/// What the probe gives: cold, after a long prompt, and beside three other
+/// streams (one of them a long prompt arriving as it starts).
+async fn scenarios(batch_invariant: bool, sampling: &Sampling) -> [Reply; 3] {
+    let cold = reply(&engine(batch_invariant).engine, probe(sampling)).await;
+    let f = engine(batch_invariant);
+    reply(&f.engine, long_prompt("the sea")).await;
+    let after_long = reply(&f.engine, probe(sampling)).await;
+    let f = engine(batch_invariant);
+    let (beside, ..) = tokio::join!(
+        reply(&f.engine, probe(sampling)),
+        reply(&f.engine, ask("Count.".into(), greedy(), 48)),
+        reply(&f.engine, ask("Go on.".into(), seeded(), 48)),
+        reply(&f.engine, long_prompt("mountains")),
+    );
+    assert!(f.engine.stats().max_sequences_per_step >= 2);
+    [cold, after_long, beside]
+}
+
+#[tokio::test]
+async fn a_reply_is_the_same_bits_whatever_ran_before_or_beside_it() {
+    for sampling in [greedy(), seeded()] {
+        let [cold, after_long, beside] = scenarios(true, &sampling).await;
+        assert_eq!(cold.bits.len(), 32, "{cold:?}");
+        assert_eq!(after_long, cold, "after a long prompt, {sampling:?}");
+        assert_eq!(beside, cold, "beside other streams, {sampling:?}");
+    }
+}
+
+/// What the option buys: without it the same request decoded beside other
+/// streams gets other log probabilities than alone (its text may or may
+/// not change with them).
+#[tokio::test]
+async fn without_batch_invariance_other_streams_change_the_bits() {
+    let [cold, _, beside] = scenarios(false, &greedy()).await;
+    assert_ne!(beside.bits, cold.bits);
+}
