@@ -12,6 +12,7 @@ command always sets it).
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
 import re
@@ -147,6 +148,38 @@ def test_a_repeated_prompt_reports_its_cached_tokens_in_every_sdk(real_server: S
         )
     assert message.usage.input_tokens == 1
     assert message.usage.cache_read_input_tokens == again.usage.prompt_tokens - 1
+
+
+def test_a_seeded_request_says_the_same_under_load_with_one_fingerprint(real_openai: openai.OpenAI) -> None:
+    """Issue 32: the same seeded request, cold, streamed, and beside two other
+    streams, gives the same text, and every reply and chunk names the same
+    `system_fingerprint` (the weights, engine build and numerics)."""
+    ask = {
+        "model": "svc",
+        "messages": [{"role": "user", "content": "Write one sentence about the sea."}],
+        "temperature": 0.9,
+        "seed": 42,
+        "max_tokens": 30,
+    }
+    cold = real_openai.chat.completions.create(**ask)
+    assert re.fullmatch(r"fp_[0-9a-f]{12}", cold.system_fingerprint or ""), cold
+    text = cold.choices[0].message.content
+
+    chunks = list(real_openai.chat.completions.create(**ask, stream=True))
+    assert {c.system_fingerprint for c in chunks} == {cold.system_fingerprint}
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        others = [
+            pool.submit(real_openai.chat.completions.create, model="svc", max_tokens=60,
+                        messages=[{"role": "user", "content": q}])
+            for q in ("Count to twenty.", "Name ten rivers.")
+        ]
+        beside = pool.submit(real_openai.chat.completions.create, **ask).result()
+        for other in others:
+            other.result()
+    assert beside.choices[0].message.content == text
+    assert beside.system_fingerprint == cold.system_fingerprint
 
 
 def test_chat_logprobs_are_the_real_distribution(real_openai: openai.OpenAI) -> None:

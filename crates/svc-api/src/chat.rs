@@ -387,6 +387,13 @@ pub struct ChatCompletion {
     /// Unix time.
     pub created: i64,
     pub model: String,
+    /// Identifies the weights, engine build and numeric settings that made
+    /// the reply: the same request with the same seed (or greedy) gives
+    /// the same text while it stays the same. Absent where the engine cannot
+    /// say (an upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^fp_")]
+    pub system_fingerprint: Option<String>,
     #[schema(inline)]
     pub choices: Vec<Choice>,
     pub usage: Usage,
@@ -467,6 +474,13 @@ pub struct ChatCompletionChunk {
     pub object: String,
     pub created: i64,
     pub model: String,
+    /// Identifies the weights, engine build and numeric settings that made
+    /// the reply: the same request with the same seed (or greedy) gives
+    /// the same text while it stays the same. Absent where the engine cannot
+    /// say (an upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^fp_")]
+    pub system_fingerprint: Option<String>,
     /// One choice; empty only in the usage chunk.
     #[schema(inline)]
     pub choices: Vec<ChunkChoice>,

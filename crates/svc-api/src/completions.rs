@@ -102,6 +102,13 @@ pub struct Completion {
     /// Unix time.
     pub created: i64,
     pub model: String,
+    /// Identifies the weights, engine build and numeric settings that made
+    /// the reply: the same request with the same seed (or greedy) gives
+    /// the same text while it stays the same. Absent where the engine cannot
+    /// say (an upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^fp_")]
+    pub system_fingerprint: Option<String>,
     pub choices: Vec<CompletionChoice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,

@@ -421,6 +421,13 @@ pub trait Engine: Send + Sync + 'static {
     /// A short name for logs and metrics (`llama`, `upstream`, ...).
     fn name(&self) -> &str;
 
+    /// `system_fingerprint` of the replies: an id of the weights, the
+    /// engine build and the numeric settings, which changes only when one
+    /// of them does. `None` where the engine cannot say (an upstream).
+    fn fingerprint(&self) -> Option<String> {
+        None
+    }
+
     /// What the engine is doing now, for metrics.
     fn status(&self) -> EngineStatus {
         EngineStatus::default()

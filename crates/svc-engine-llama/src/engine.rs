@@ -31,6 +31,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
+use crate::numerics::{self, Numerics};
 use crate::options::{KvType, LlamaEngineOptions};
 use crate::prompt::{Cancel, Specials};
 use crate::sampler::Grammar;
@@ -88,6 +89,9 @@ pub struct ModelInfo {
     pub vocab_size: u32,
     /// Whether the chat template came from the GGUF (not the ChatML fallback).
     pub chat_template_from_model: bool,
+    /// `system_fingerprint`: changes only when the weights, the engine build
+    /// or the numeric settings do (see `numerics::fingerprint`).
+    pub fingerprint: String,
 }
 
 /// A raw completion: a prompt that is already text, and how to continue it.
@@ -480,6 +484,16 @@ impl LlamaEngine {
             flash_attention: options.flash_attention,
             batch_invariant: options.batch_invariant,
         };
+        let fingerprint = numerics::fingerprint(&Numerics {
+            weights: &loaded_path,
+            batch_invariant: options.batch_invariant,
+            kv_type: options.kv_type.name(),
+            flash_attention: options.flash_attention,
+        })
+        .map_err(|e| LoadError::Model {
+            path: loaded_path.clone(),
+            reason: e.to_string(),
+        })?;
         let shared = Arc::new(Shared::new(
             options.parallel as usize,
             options.queue_capacity,
@@ -518,6 +532,7 @@ impl LlamaEngine {
             prefix_cache_bytes: options.prefix_cache_bytes,
             vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
             chat_template_from_model: template.is_from_model(),
+            fingerprint,
         };
         tracing::info!(
             path = %info.path.display(),
@@ -658,6 +673,10 @@ impl Engine for LlamaEngine {
 
     fn name(&self) -> &str {
         "llama"
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        Some(self.info.fingerprint.clone())
     }
 
     fn status(&self) -> EngineStatus {

@@ -142,3 +142,76 @@ unsafe fn wrap_cpu_device() -> Result<(), String> {
         Ok(())
     }
 }
+
+/// What decides a reply's numbers besides the request, for
+/// `system_fingerprint`.
+pub(crate) struct Numerics<'a> {
+    /// The file llama.cpp loaded (the Q8_0 copy when repacked).
+    pub(crate) weights: &'a std::path::Path,
+    pub(crate) batch_invariant: bool,
+    pub(crate) kv_type: &'a str,
+    pub(crate) flash_attention: Option<bool>,
+}
+
+/// `fp_` and 12 hex digits of a SHA-256 over the weights' bytes, the engine
+/// build (svc's engine version; ggml's version, commit and compiled CPU
+/// features; the devices llama.cpp runs on, a GPU's model included) and
+/// the numeric settings: it
+/// changes only when one of them does. Threads, slots and context sizes
+/// are left out: with batch-invariant numerics they change no bit.
+pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read as _;
+
+    let mut hash = Sha256::new();
+    let mut file = std::fs::File::open(numerics.weights)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+    }
+    // SAFETY: ggml's and llama.cpp's own static strings, and the registry's
+    // devices, which live as long as the process.
+    let build = unsafe {
+        let text = |p: *const c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        // A GPU's model decides which kernels run; a CPU's does not (the
+        // same instructions give the same bits on any x86-64-v3 CPU).
+        let devices: Vec<String> = (0..sys::ggml_backend_dev_count())
+            .map(|i| {
+                let dev = sys::ggml_backend_dev_get(i);
+                let name = text(sys::ggml_backend_dev_name(dev));
+                if sys::ggml_backend_dev_type(dev) == sys::GGML_BACKEND_DEVICE_TYPE_CPU {
+                    name
+                } else {
+                    format!("{name} ({})", text(sys::ggml_backend_dev_description(dev)))
+                }
+            })
+            .collect();
+        format!(
+            "svc-engine-llama {}; ggml {} {}; {}; devices: {}",
+            env!("CARGO_PKG_VERSION"),
+            text(sys::ggml_version()),
+            text(sys::ggml_commit()),
+            text(sys::llama_print_system_info()).trim(),
+            devices.join(", ")
+        )
+    };
+    hash.update(build.as_bytes());
+    hash.update(
+        format!(
+            "; batch_invariant {}; kv {}; flash_attention {:?}",
+            numerics.batch_invariant, numerics.kv_type, numerics.flash_attention
+        )
+        .as_bytes(),
+    );
+    Ok(format!("fp_{}", hex::encode(&hash.finalize()[..6])))
+}

@@ -154,3 +154,49 @@ async fn without_batch_invariance_other_streams_change_the_bits() {
     let [cold, _, beside] = scenarios(false, &greedy()).await;
     assert_ne!(beside.bits, cold.bits);
 }
+
+/// `system_fingerprint` names the weights, the build and the numerics: the
+/// same for the same file and settings, another for other weights or with
+/// batch invariance off, and never the threads or the slots.
+#[test]
+fn the_fingerprint_changes_with_the_weights_and_the_numerics_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, model: TinyModel| {
+        let path = dir.path().join(name);
+        model.gguf().with_q4_1_matrices().write(&path).unwrap();
+        path
+    };
+    let (looping, hello) = (
+        write("looping.gguf", TinyModel::looping()),
+        write("hello.gguf", TinyModel::hello()),
+    );
+    let fingerprint = |path: &std::path::Path, set: &dyn Fn(&mut LlamaEngineOptions)| {
+        let mut options = LlamaEngineOptions::new(path);
+        options.context_per_sequence = 256;
+        options.threads = Some(2);
+        set(&mut options);
+        LlamaEngine::load(&options)
+            .unwrap()
+            .info()
+            .fingerprint
+            .clone()
+    };
+    let first = fingerprint(&looping, &|_| {});
+    assert!(
+        first.len() == 15
+            && first.starts_with("fp_")
+            && first[3..].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{first}"
+    );
+    let same = fingerprint(&looping, &|o| {
+        o.threads = Some(1);
+        o.parallel = 2;
+    });
+    assert_eq!(same, first, "threads and slots change no bit");
+    assert_ne!(fingerprint(&hello, &|_| {}), first, "other weights");
+    assert_ne!(
+        fingerprint(&looping, &|o| o.batch_invariant = false),
+        first,
+        "other numerics"
+    );
+}

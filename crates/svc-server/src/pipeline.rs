@@ -159,6 +159,12 @@ pub(crate) fn routed<'a>(
     Ok(route)
 }
 
+/// The `system_fingerprint` of `model`'s engine, when it has one (asked
+/// once the request was routed there).
+pub(crate) fn fingerprint(state: &AppState, model: &str) -> Option<String> {
+    state.models.get(model)?.engine.fingerprint()
+}
+
 /// `model`'s route when the key may use it (by its own list and its
 /// project's); otherwise the model is answered as one that does not exist,
 /// so a key cannot learn what else is served.

@@ -53,6 +53,7 @@ pub struct FakeEngine {
     probe: Arc<Probe>,
     template_tokens: u64,
     prefix_cache: bool,
+    fingerprint: Option<String>,
 }
 
 impl FakeEngine {
@@ -62,6 +63,16 @@ impl FakeEngine {
             probe,
             template_tokens: 0,
             prefix_cache: false,
+            fingerprint: None,
+        }
+    }
+
+    /// This engine, naming its numerics `fingerprint` (`system_fingerprint`),
+    /// as the embedded engine does.
+    pub fn with_fingerprint(self, fingerprint: &str) -> Self {
+        FakeEngine {
+            fingerprint: Some(fingerprint.to_owned()),
+            ..self
         }
     }
 
@@ -285,15 +296,20 @@ impl Engine for FakeEngine {
     fn name(&self) -> &str {
         "fake"
     }
+
+    fn fingerprint(&self) -> Option<String> {
+        self.fingerprint.clone()
+    }
 }
 
 /// The models a test server serves: `svc` and `svc-thinking` echo at once;
 /// `fake-slow` echoes a word every 50 ms; `fake-fail` fails after two words;
 /// `fake-tools` calls a tool; `fake-tiny` has a 16-token context;
 /// `fake-template` echoes at once with a chat template of
-/// [`FAKE_TEMPLATE_TOKENS`] tokens; `fake-cached` echoes at once and
-/// reports the tokens of the messages before the last as cached
-/// ([`FakeEngine::with_prefix_cache`]); `fake-embed` makes embeddings
+/// [`FAKE_TEMPLATE_TOKENS`] tokens; `fake-cached` stands in for the
+/// embedded engine: it echoes at once, reports the tokens of the messages
+/// before the last as cached ([`FakeEngine::with_prefix_cache`]) and its
+/// numerics as [`FAKE_FINGERPRINT`]; `fake-embed` makes embeddings
 /// ([`FakeEmbedder`]).
 pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
     let route_of = |id: &str, engine: FakeEngine, reasoning: bool| ModelRoute {
@@ -331,7 +347,8 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
                 },
                 probe.clone(),
             )
-            .with_prefix_cache(),
+            .with_prefix_cache()
+            .with_fingerprint(FAKE_FINGERPRINT),
             false,
         ),
         route_of(
@@ -439,3 +456,6 @@ impl Engine for FakeEmbedder {
 
 /// The prompt tokens `fake-template`'s chat template adds to a prompt.
 pub const FAKE_TEMPLATE_TOKENS: u64 = 32;
+
+/// The `system_fingerprint` of `fake-cached`.
+pub const FAKE_FINGERPRINT: &str = "fp_fake0c0ffee";

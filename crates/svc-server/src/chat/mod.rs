@@ -16,7 +16,9 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::pipeline::{
+    Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
+};
 use crate::state::AppState;
 use shape::CompletionMeta;
 
@@ -74,7 +76,10 @@ async fn answer(
         metering,
     )
     .await?;
-    let meta = CompletionMeta::new(request.model).with_choices(n, logprobs);
+    let fingerprint = fingerprint(state, &request.model);
+    let meta = CompletionMeta::new(request.model)
+        .with_choices(n, logprobs)
+        .with_fingerprint(fingerprint);
     if !stream {
         let completion = shape::collect(meta, events).await?;
         return Ok(json_response(&completion));

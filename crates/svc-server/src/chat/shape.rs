@@ -27,6 +27,8 @@ pub struct CompletionMeta {
     pub n: u32,
     /// Whether `logprobs` was asked for (choices then carry a `logprobs` object).
     pub logprobs: bool,
+    /// The engine's `system_fingerprint`, when it has one.
+    pub fingerprint: Option<String>,
 }
 
 impl CompletionMeta {
@@ -38,6 +40,7 @@ impl CompletionMeta {
             model,
             n: 1,
             logprobs: false,
+            fingerprint: None,
         }
     }
 
@@ -45,6 +48,12 @@ impl CompletionMeta {
     pub fn with_choices(mut self, n: u32, logprobs: bool) -> Self {
         self.n = n.max(1);
         self.logprobs = logprobs;
+        self
+    }
+
+    /// The same, with the engine's `system_fingerprint`.
+    pub fn with_fingerprint(mut self, fingerprint: Option<String>) -> Self {
+        self.fingerprint = fingerprint;
         self
     }
 }
@@ -187,6 +196,7 @@ pub async fn collect(
         object: "chat.completion".into(),
         created: meta.created,
         model: meta.model,
+        system_fingerprint: meta.fingerprint,
         choices,
         usage: usage(used),
     })
@@ -227,6 +237,7 @@ pub fn sse(
         object: "chat.completion.chunk".into(),
         created: meta.created,
         model: meta.model.clone(),
+        system_fingerprint: meta.fingerprint.clone(),
         choices: vec![ChunkChoice {
             index,
             delta,

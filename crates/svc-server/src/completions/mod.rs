@@ -17,7 +17,9 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::pipeline::{
+    Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
+};
 use crate::state::AppState;
 
 /// The route.
@@ -91,7 +93,9 @@ async fn answer(
         .map_err(on_prompt)?;
         streams.push(events);
     }
-    let meta = shape::Meta::new(request.model, n, logprobs, prompts, echoed);
+    let fingerprint = fingerprint(state, &request.model);
+    let meta =
+        shape::Meta::new(request.model, n, logprobs, prompts, echoed).with_fingerprint(fingerprint);
     let merged = shape::merge(streams);
     if !stream {
         return Ok(json_response(&shape::collect(meta, merged).await?));

@@ -33,6 +33,8 @@ pub struct Meta {
     /// With `echo`, the prompts in order (each choice's text starts with its
     /// own); empty without.
     pub echoed: Vec<String>,
+    /// The engine's `system_fingerprint`, when it has one.
+    pub fingerprint: Option<String>,
 }
 
 impl Meta {
@@ -47,7 +49,14 @@ impl Meta {
             logprobs,
             prompts,
             echoed,
+            fingerprint: None,
         }
+    }
+
+    /// The same, with the engine's `system_fingerprint`.
+    pub fn with_fingerprint(mut self, fingerprint: Option<String>) -> Self {
+        self.fingerprint = fingerprint;
+        self
     }
 
     fn choices(&self) -> usize {
@@ -208,6 +217,7 @@ pub async fn collect(meta: Meta, mut events: Merged) -> Result<Completion, ApiEr
         object: "text_completion".into(),
         created: meta.created,
         model: meta.model,
+        system_fingerprint: meta.fingerprint,
         choices,
         usage: Some(usage(used)),
     })
@@ -228,6 +238,7 @@ pub fn sse(
     let request_id = crate::request_id::current();
     let chunk = {
         let (id, created, model) = (meta.id.clone(), meta.created, meta.model.clone());
+        let fingerprint = meta.fingerprint.clone();
         move |index: usize,
               text: String,
               logprobs: Option<CompletionLogprobs>,
@@ -236,6 +247,7 @@ pub fn sse(
             object: "text_completion".into(),
             created,
             model: model.clone(),
+            system_fingerprint: fingerprint.clone(),
             choices: vec![CompletionChoice {
                 text,
                 index: index as u32,
