@@ -543,6 +543,8 @@ impl LlamaEngine {
             kv_cache = info.kv_cache,
             kv_type = info.kv_type.name(),
             threads = options.thread_count(),
+            devices = numerics::devices(),
+            fingerprint = info.fingerprint,
             "llama.cpp engine ready"
         );
         let features = ChatFeatures::of(template.source());

@@ -173,36 +173,15 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
         }
         hash.update(&buf[..n]);
     }
-    // SAFETY: ggml's and llama.cpp's own static strings, and the registry's
-    // devices, which live as long as the process.
+    // SAFETY: ggml's and llama.cpp's own static strings.
     let build = unsafe {
-        let text = |p: *const c_char| {
-            if p.is_null() {
-                String::new()
-            } else {
-                CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
-        // A GPU's model decides which kernels run; a CPU's does not (the
-        // same instructions give the same bits on any x86-64-v3 CPU).
-        let devices: Vec<String> = (0..sys::ggml_backend_dev_count())
-            .map(|i| {
-                let dev = sys::ggml_backend_dev_get(i);
-                let name = text(sys::ggml_backend_dev_name(dev));
-                if sys::ggml_backend_dev_type(dev) == sys::GGML_BACKEND_DEVICE_TYPE_CPU {
-                    name
-                } else {
-                    format!("{name} ({})", text(sys::ggml_backend_dev_description(dev)))
-                }
-            })
-            .collect();
         format!(
             "svc-engine-llama {}; ggml {} {}; {}; devices: {}",
             env!("CARGO_PKG_VERSION"),
             text(sys::ggml_version()),
             text(sys::ggml_commit()),
             text(sys::llama_print_system_info()).trim(),
-            devices.join(", ")
+            devices()
         )
     };
     hash.update(build.as_bytes());
@@ -214,4 +193,38 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
         .as_bytes(),
     );
     Ok(format!("fp_{}", hex::encode(&hash.finalize()[..6])))
+}
+
+/// The devices llama.cpp can run on, as `CPU` or `CUDA0 (NVIDIA H100 80GB
+/// HBM3)`: a GPU's model decides which kernels run; a CPU's does not (the
+/// same instructions give the same bits on any x86-64-v3 CPU).
+pub(crate) fn devices() -> String {
+    // SAFETY: the registry's devices and their names live as long as the process.
+    unsafe {
+        (0..sys::ggml_backend_dev_count())
+            .map(|i| {
+                let dev = sys::ggml_backend_dev_get(i);
+                let name = text(sys::ggml_backend_dev_name(dev));
+                if sys::ggml_backend_dev_type(dev) == sys::GGML_BACKEND_DEVICE_TYPE_CPU {
+                    name
+                } else {
+                    format!("{name} ({})", text(sys::ggml_backend_dev_description(dev)))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A C string of llama.cpp's, or "" for none.
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string that outlives the call.
+unsafe fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
 }
