@@ -21,6 +21,8 @@ echo "llama.cpp of svc's tree, CUDA sm_${CUDA_ARCH:-90}, shared libraries" >buil
 key=$(./svc-run keys create --data-dir data --name gpu)
 ./svc-run serve --data-dir data --model model.gguf --bind 127.0.0.1:0 --threads 4 >svc.out 2>svc.log &
 for _ in $(seq 600); do url=$(sed -n 's/^svc is serving on \(http[^ ]*\).*/\1/p' svc.log); [ -n "$url" ] && break; sleep 0.2; done
+# The engine's ready line names the devices llama.cpp runs on (CUDA0 for the GPU).
+sed 's/\x1b\[[0-9;]*m//g' svc.log | grep -o 'devices=.*' || echo "no engine ready line"
 timeout 90 python3 "$repo/bench/cuda/greedy_smoke.py" "$url" "$key" | tee "$OUT/smoke.json"
 kill %1; wait
 cd "$repo"
