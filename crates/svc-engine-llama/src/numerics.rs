@@ -173,18 +173,7 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
         }
         hash.update(&buf[..n]);
     }
-    // SAFETY: ggml's and llama.cpp's own static strings.
-    let build = unsafe {
-        format!(
-            "svc-engine-llama {}; ggml {} {}; {}; devices: {}",
-            env!("CARGO_PKG_VERSION"),
-            text(sys::ggml_version()),
-            text(sys::ggml_commit()),
-            text(sys::llama_print_system_info()).trim(),
-            devices()
-        )
-    };
-    hash.update(build.as_bytes());
+    hash.update(build().as_bytes());
     hash.update(
         format!(
             "; batch_invariant {}; kv {}; flash_attention {:?}",
@@ -193,6 +182,29 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
         .as_bytes(),
     );
     Ok(format!("fp_{}", hex::encode(&hash.finalize()[..6])))
+}
+
+/// The engine build in words: svc's engine version, ggml's version and
+/// commit, llama.cpp's compiled CPU features and the [`devices`]. Made once
+/// per process: `llama_print_system_info` writes a static buffer, so two
+/// engines loading at once must not both call it (that corrupted the heap
+/// in the tests' parallel loads).
+fn build() -> &'static str {
+    static BUILD: OnceLock<String> = OnceLock::new();
+    BUILD.get_or_init(|| {
+        // SAFETY: ggml's and llama.cpp's own static strings, read by one
+        // thread (`get_or_init` runs this once, others wait).
+        unsafe {
+            format!(
+                "svc-engine-llama {}; ggml {} {}; {}; devices: {}",
+                env!("CARGO_PKG_VERSION"),
+                text(sys::ggml_version()),
+                text(sys::ggml_commit()),
+                text(sys::llama_print_system_info()).trim(),
+                devices()
+            )
+        }
+    })
 }
 
 /// The devices llama.cpp can run on, as `CPU` or `CUDA0 (NVIDIA H100 80GB

@@ -200,3 +200,34 @@ fn the_fingerprint_changes_with_the_weights_and_the_numerics_only() {
         "other numerics"
     );
 }
+
+/// Engines that load at once each describe the build for their fingerprint
+/// (llama.cpp's `llama_print_system_info` writes a static buffer: called
+/// from several threads at once, it corrupted the heap of a test run).
+#[test]
+fn engines_loading_at_once_get_the_same_fingerprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    TinyModel::looping()
+        .gguf()
+        .with_q4_1_matrices()
+        .write(&path)
+        .unwrap();
+    let loads: Vec<_> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut options = LlamaEngineOptions::new(&path);
+                options.context_per_sequence = 64;
+                options.threads = Some(1);
+                LlamaEngine::load(&options)
+                    .unwrap()
+                    .info()
+                    .fingerprint
+                    .clone()
+            })
+        })
+        .collect();
+    let prints: Vec<String> = loads.into_iter().map(|l| l.join().unwrap()).collect();
+    assert!(prints.iter().all(|p| *p == prints[0]), "{prints:?}");
+}
