@@ -120,8 +120,7 @@ unsafe fn wrap_cpu_device() -> Result<(), String> {
         let get_name = std::mem::transmute::<unsafe extern "C" fn(), GetName>(get_name);
         let get_type = std::mem::transmute::<unsafe extern "C" fn(), GetType>(get_type);
         let original = std::mem::transmute::<unsafe extern "C" fn(), InitBackend>(init);
-        let name = |p: *const c_char| (!p.is_null()).then(|| CStr::from_ptr(p).to_owned());
-        if name(get_name(dev)) != name(sys::ggml_backend_dev_name(dev))
+        if text(get_name(dev)) != text(sys::ggml_backend_dev_name(dev))
             || get_type(dev) != sys::ggml_backend_dev_type(dev)
         {
             return Err("the CPU device's table is not laid out as this build expects".into());
@@ -156,23 +155,14 @@ pub(crate) struct Numerics<'a> {
 /// `fp_` and 12 hex digits of a SHA-256 over the weights' bytes, the engine
 /// build (svc's engine version; ggml's version, commit and compiled CPU
 /// features; the devices llama.cpp runs on, a GPU's model included) and
-/// the numeric settings: it
-/// changes only when one of them does. Threads, slots and context sizes
-/// are left out: with batch-invariant numerics they change no bit.
+/// the numeric settings: it changes only when one of them does. Threads,
+/// slots and context sizes are left out: with batch-invariant numerics
+/// they change no bit.
 pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
     use sha2::{Digest, Sha256};
-    use std::io::Read as _;
 
     let mut hash = Sha256::new();
-    let mut file = std::fs::File::open(numerics.weights)?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-    }
+    std::io::copy(&mut std::fs::File::open(numerics.weights)?, &mut hash)?;
     hash.update(build().as_bytes());
     hash.update(
         format!(
@@ -209,10 +199,12 @@ fn build() -> &'static str {
 
 /// The devices llama.cpp can run on, as `CPU` or `CUDA0 (NVIDIA H100 80GB
 /// HBM3)`: a GPU's model decides which kernels run; a CPU's does not (the
-/// same instructions give the same bits on any x86-64-v3 CPU).
-pub(crate) fn devices() -> String {
+/// same instructions give the same bits on any x86-64-v3 CPU). The
+/// registry is fixed once the backend has started, so this is read once.
+pub(crate) fn devices() -> &'static str {
+    static DEVICES: OnceLock<String> = OnceLock::new();
     // SAFETY: the registry's devices and their names live as long as the process.
-    unsafe {
+    DEVICES.get_or_init(|| unsafe {
         (0..sys::ggml_backend_dev_count())
             .map(|i| {
                 let dev = sys::ggml_backend_dev_get(i);
@@ -225,7 +217,7 @@ pub(crate) fn devices() -> String {
             })
             .collect::<Vec<_>>()
             .join(", ")
-    }
+    })
 }
 
 /// A C string of llama.cpp's, or "" for none.

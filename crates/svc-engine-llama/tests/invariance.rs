@@ -14,6 +14,8 @@
     reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
 )]
 
+use std::path::{Path, PathBuf};
+
 use futures::StreamExt as _;
 use svc_core::engine::{ChatMessage, Engine, EngineEvent, GenerateRequest, Sampling};
 use svc_engine_llama::testing::TinyModel;
@@ -25,14 +27,16 @@ struct Fixture {
     _dir: TempDir,
 }
 
+/// `model` with its matrices in Q4_1, written in `dir` as `name`.
+fn tiny_q4_1(dir: &TempDir, name: &str, model: TinyModel) -> PathBuf {
+    let path = dir.path().join(name);
+    model.gguf().with_q4_1_matrices().write(&path).unwrap();
+    path
+}
+
 fn engine(batch_invariant: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny-q4_1.gguf");
-    TinyModel::looping()
-        .gguf()
-        .with_q4_1_matrices()
-        .write(&path)
-        .unwrap();
+    let path = tiny_q4_1(&dir, "tiny-q4_1.gguf", TinyModel::looping());
     let mut options = LlamaEngineOptions::new(&path);
     options.parallel = 4;
     options.context_per_sequence = 1024;
@@ -161,16 +165,9 @@ async fn without_batch_invariance_other_streams_change_the_bits() {
 #[test]
 fn the_fingerprint_changes_with_the_weights_and_the_numerics_only() {
     let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, model: TinyModel| {
-        let path = dir.path().join(name);
-        model.gguf().with_q4_1_matrices().write(&path).unwrap();
-        path
-    };
-    let (looping, hello) = (
-        write("looping.gguf", TinyModel::looping()),
-        write("hello.gguf", TinyModel::hello()),
-    );
-    let fingerprint = |path: &std::path::Path, set: &dyn Fn(&mut LlamaEngineOptions)| {
+    let looping = tiny_q4_1(&dir, "looping.gguf", TinyModel::looping());
+    let hello = tiny_q4_1(&dir, "hello.gguf", TinyModel::hello());
+    let fingerprint = |path: &Path, set: &dyn Fn(&mut LlamaEngineOptions)| {
         let mut options = LlamaEngineOptions::new(path);
         options.context_per_sequence = 256;
         options.threads = Some(2);
@@ -207,12 +204,7 @@ fn the_fingerprint_changes_with_the_weights_and_the_numerics_only() {
 #[test]
 fn engines_loading_at_once_get_the_same_fingerprint() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    TinyModel::looping()
-        .gguf()
-        .with_q4_1_matrices()
-        .write(&path)
-        .unwrap();
+    let path = tiny_q4_1(&dir, "tiny.gguf", TinyModel::looping());
     let loads: Vec<_> = (0..8)
         .map(|_| {
             let path = path.clone();
