@@ -123,14 +123,7 @@ impl Redis {
             .set_number_of_retries(REDIS_RECONNECT_RETRIES)
             .set_max_delay(REDIS_RECONNECT_MAX_DELAY_MS);
         let connect = redis::aio::ConnectionManager::new_with_config(client.clone(), config);
-        tokio::time::timeout(REDIS_START_TIMEOUT, connect)
-            .await
-            .unwrap_or_else(|_| {
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::IoError,
-                    "no answer from Redis in time",
-                )))
-            })
+        within(REDIS_START_TIMEOUT, connect).await
     }
 
     /// Runs `call` on a connection (see [`Breaker::call`]); `None` when
@@ -468,14 +461,20 @@ impl RateLimiter {
 async fn bounded<T>(
     call: impl std::future::Future<Output = redis::RedisResult<T>>,
 ) -> redis::RedisResult<T> {
-    tokio::time::timeout(REDIS_RESPONSE_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::IoError,
-                "no answer from Redis in time",
-            )))
-        })
+    within(REDIS_RESPONSE_TIMEOUT, call).await
+}
+
+/// `call`, or an I/O error when Redis has not answered within `limit`.
+async fn within<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::IoError,
+            "no answer from Redis in time",
+        )))
+    })
 }
 
 /// `svc:rl:{key_…}:<window>:req`; the braces keep one key's counters on

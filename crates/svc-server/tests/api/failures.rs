@@ -250,6 +250,18 @@ async fn a_postgres_outage_gets_quick_503s_and_the_service_recovers() {
 
 /// Whether `response` was counted by the rate limiter (it carries the
 /// limit headers only then).
+/// A server that counts rate limits (a high one) in the Redis behind `relay`.
+fn counting_in(relay: &Relay) -> ServerConfig {
+    ServerConfig {
+        redis_url: Some(format!("redis://{}", relay.addr).parse().unwrap()),
+        rate_limits: KeyLimits {
+            requests_per_minute: Some(100_000),
+            tokens_per_minute: None,
+        },
+        ..ServerConfig::default()
+    }
+}
+
 fn counted(response: &reqwest::Response) -> bool {
     response
         .headers()
@@ -259,15 +271,7 @@ fn counted(response: &reqwest::Response) -> bool {
 #[tokio::test]
 async fn a_hung_or_stopped_redis_lets_requests_through_quickly_and_counting_resumes() {
     let relay = Relay::start(address_of("redis://127.0.0.1:6379").await.0).await;
-    let config = ServerConfig {
-        redis_url: Some(format!("redis://{}", relay.addr).parse().unwrap()),
-        rate_limits: KeyLimits {
-            requests_per_minute: Some(100_000),
-            tokens_per_minute: None,
-        },
-        ..ServerConfig::default()
-    };
-    let app = TestApp::spawn_with(Database::Sqlite, config).await;
+    let app = TestApp::spawn_with(Database::Sqlite, counting_in(&relay)).await;
     let key = app.create_key().await;
     let (first, _) = timed("warm-up", app.chat(&key, &body("svc", "hi"))).await;
     assert_eq!(first.status(), StatusCode::OK);
@@ -346,16 +350,8 @@ async fn svc_starts_while_redis_hangs_or_is_down_and_counts_once_it_answers() {
     for mode in [Mode::Blackhole, Mode::Refuse] {
         let relay = Relay::start(address_of("redis://127.0.0.1:6379").await.0).await;
         relay.set(mode);
-        let config = ServerConfig {
-            redis_url: Some(format!("redis://{}", relay.addr).parse().unwrap()),
-            rate_limits: KeyLimits {
-                requests_per_minute: Some(100_000),
-                tokens_per_minute: None,
-            },
-            ..ServerConfig::default()
-        };
         let started = Instant::now();
-        let app = TestApp::spawn_with(Database::Sqlite, config).await;
+        let app = TestApp::spawn_with(Database::Sqlite, counting_in(&relay)).await;
         let took = started.elapsed();
         assert!(
             took < Duration::from_secs(10),
