@@ -32,6 +32,17 @@ fn client(host: u8) -> reqwest::Client {
         .unwrap()
 }
 
+/// Whether an event stream so far holds a delta with some text (the first
+/// chunk's `"content":""` has none).
+fn has_text(body: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(body);
+    text.match_indices("\"content\":\"").any(|(at, key)| {
+        text.as_bytes()
+            .get(at + key.len())
+            .is_some_and(|&c| c != b'"')
+    })
+}
+
 fn many_messages(n: usize, content: &str) -> Value {
     let messages: Vec<Value> = (0..n)
         .map(|_| json!({"role": "user", "content": content}))
@@ -167,10 +178,14 @@ async fn n_equal_to_the_slots_leaves_room_for_another_key() {
     );
     let chat = format!("{}/v1/chat/completions", serve.base_url);
 
-    // One key: an n = 4 request and an n = 2 request, streamed.
+    // One key: an n = 4 request and an n = 2 request, streamed. Each says
+    // when it was accepted (queued in the engine) and when its first token
+    // came.
     let stream = |n: u32, host: u8| {
         let (chat, key) = (chat.clone(), hog_key.clone());
-        tokio::spawn(async move {
+        let (accepted_tx, accepted) = tokio::sync::oneshot::channel::<()>();
+        let (generating_tx, generating) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
             let mut response = client(host)
                 .post(&chat)
                 .bearer_auth(&key)
@@ -185,16 +200,28 @@ async fn n_equal_to_the_slots_leaves_room_for_another_key() {
                 .await
                 .unwrap();
             assert_eq!(response.status(), 200);
+            let _ = accepted_tx.send(());
+            let mut generating_tx = Some(generating_tx);
             let mut body = Vec::new();
             while let Some(chunk) = response.chunk().await.unwrap() {
                 body.extend_from_slice(&chunk);
+                if generating_tx.is_some() && has_text(&body) {
+                    let _ = generating_tx.take().map(|tx| tx.send(()));
+                }
             }
             (Instant::now(), String::from_utf8(body).unwrap())
-        })
+        });
+        (task, accepted, generating)
     };
-    let hogs = [stream(4, 2), stream(2, 4)];
-    // Both are generating.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The n = 4 request takes this key's two slots and is generating; the
+    // n = 2 request waits behind it. A fixed sleep here let the tiny model
+    // finish both before the other key asked (CI, stop 39).
+    let (first, first_accepted, first_generating) = stream(4, 2);
+    first_accepted.await.unwrap();
+    first_generating.await.unwrap();
+    let (second, second_accepted, _) = stream(2, 4);
+    second_accepted.await.unwrap();
+    let hogs = [first, second];
 
     let reply = client(3)
         .post(&chat)
