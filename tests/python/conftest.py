@@ -9,6 +9,7 @@ real HTTP layer of svc with scripted fake models. Nothing is built here;
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -30,6 +31,54 @@ def server_binary() -> Path:
     if not target.is_absolute():
         target = ROOT / target
     return target / "debug" / "svc-fake-server"
+
+
+def svc_binary() -> Path:
+    """`svc` as run.sh builds it (or `$SVC_BIN`)."""
+    explicit = os.environ.get("SVC_BIN")
+    if explicit:
+        return Path(explicit)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if not target.is_absolute():
+        target = ROOT / target
+    return target / "debug" / "svc"
+
+
+def svc_serve(args: list[str], env: dict[str, str], timeout: float = 120):
+    """Runs `svc serve ARGS`, yields the URL it says it serves on, and
+    stops it (a generator for fixtures)."""
+    svc = svc_binary()
+    assert svc.is_file(), f"{svc} does not exist: build it with `cargo build -p svc-cli --bin svc` or set SVC_BIN"
+    process = subprocess.Popen(
+        [str(svc), "serve", *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    url: list[str] = []
+    seen: list[str] = []
+
+    def read() -> None:
+        for line in process.stderr:
+            seen.append(line)
+            match = re.match(r"^svc is serving on (\S+)", line)
+            if match and not url:
+                url.append(match.group(1))
+        # Keeps draining until the server ends, so it never blocks.
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        for _ in range(int(timeout * 10)):
+            if url or process.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert url, f"svc serve did not start (exit {process.poll()}):\n{''.join(seen)}"
+        yield url[0]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@
 #
 # Creates .venv at the repository root if missing, installs
 # tests/python/requirements.txt into it, builds svc-fake-server with cargo
-# unless SVC_FAKE_SERVER names a binary (and `svc`, for the real-model tests
-# when SVC_TEST_MODEL is set, unless SVC_BIN names one), and runs pytest on
+# unless SVC_FAKE_SERVER names a binary (and `svc`, for the TLS and
+# real-model tests, unless SVC_BIN names one), and runs pytest on
 # tests/python.
 # The exit code is pytest's.
 set -euo pipefail
@@ -24,8 +24,8 @@ fi
 if [[ -z "${SVC_FAKE_SERVER:-}" ]]; then
     cargo build --quiet -p svc-test-support --bin svc-fake-server
 fi
-# test_real_model.py runs `svc serve` on $SVC_TEST_MODEL (skipped without it).
-if [[ -z "${SVC_BIN:-}" && -n "${SVC_TEST_MODEL:-}" ]]; then
+# test_tls.py runs `svc serve`, and test_real_model.py too on $SVC_TEST_MODEL.
+if [[ -z "${SVC_BIN:-}" ]]; then
     cargo build --quiet --locked -p svc-cli --bin svc
 fi
 

@@ -18,27 +18,16 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
-from conftest import ROOT, Server
+from conftest import Server, svc_binary, svc_serve
 
 START_TIMEOUT_S = 120
 QUESTION = "What is the capital of France?"
-
-
-def _svc_binary() -> Path:
-    explicit = os.environ.get("SVC_BIN")
-    if explicit:
-        return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    if not target.is_absolute():
-        target = ROOT / target
-    return target / "debug" / "svc"
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +35,7 @@ def real_server():
     model = os.environ.get("SVC_TEST_MODEL")
     if not model:
         pytest.skip("SVC_TEST_MODEL is not set (scripts/test.sh sets it)")
-    svc = _svc_binary()
-    assert svc.is_file(), f"{svc} does not exist: build it with `cargo build -p svc-cli --bin svc` or set SVC_BIN"
+    svc = svc_binary()
     with tempfile.TemporaryDirectory(prefix="svc-real-") as data:
         models = Path(data) / "models"
         models.mkdir()
@@ -62,36 +50,9 @@ def real_server():
         )
         key = created.stdout.strip()
         env = {**os.environ, "SVC_LOG": "warn"}
-        process = subprocess.Popen(
-            [str(svc), "serve", "--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        url: list[str] = []
-        seen: list[str] = []
-
-        def read() -> None:
-            for line in process.stderr:
-                seen.append(line)
-                match = re.match(r"^svc is serving on (\S+)", line)
-                if match and not url:
-                    url.append(match.group(1))
-            # Keeps draining until the server ends, so it never blocks.
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            for _ in range(START_TIMEOUT_S * 10):
-                if url or process.poll() is not None:
-                    break
-                threading.Event().wait(0.1)
-            assert url, f"svc serve did not start (exit {process.poll()}):\n{''.join(seen)}"
-            yield Server(url=url[0], key=key)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        args = ["--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"]
+        for url in svc_serve(args, env, START_TIMEOUT_S):
+            yield Server(url=url, key=key)
 
 
 @pytest.fixture(scope="module")

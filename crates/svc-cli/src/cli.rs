@@ -312,7 +312,18 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "URL",
         "The base URL clients reach this service at, printed in responses and pages",
     )
-    .unset("http://<bind>"),
+    .unset("http://<bind>, or https://<bind> with TLS"),
+    flag(
+        "tls_cert",
+        "FILE",
+        "Serve HTTPS (HTTP/2 or HTTP/1.1) with this PEM certificate chain; read again when it changes on disk",
+    )
+    .unset("plain HTTP"),
+    flag(
+        "tls_key",
+        "FILE",
+        "The PEM private key of --tls-cert's certificate",
+    ),
     flag(
         "max_body_bytes",
         "BYTES",

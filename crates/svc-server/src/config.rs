@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -44,6 +45,11 @@ pub struct ServerConfig {
         serialize_with = "optional_url"
     )]
     pub public_url: Option<Url>,
+    /// PEM certificate chain to serve TLS with on `bind` (with `tls_key`;
+    /// both or neither). Read again when it changes on disk.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`'s first certificate.
+    pub tls_key: Option<PathBuf>,
     /// Requests with bigger bodies get 413.
     #[serde(with = "svc_core::config::byte_count")]
     pub max_body_bytes: usize,
@@ -260,6 +266,8 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
+            tls_cert: None,
+            tls_key: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             dashboard_url: None,
             allow_signup: false,

@@ -24,6 +24,7 @@ pub(crate) mod routes;
 mod serve;
 pub(crate) mod startup;
 pub(crate) mod state;
+pub(crate) mod tls;
 pub(crate) mod usage;
 
 /// What the fuzz targets in `fuzz/` drive: the parsers of untrusted

@@ -38,6 +38,7 @@ use tower::ServiceExt;
 use crate::config::{Cidr, ServerConfig};
 use crate::extract::{BodyTimedOut, ClientIp, client_ip};
 use crate::metrics::Metrics;
+use crate::tls::Tls;
 
 /// What the accept loop holds every client to.
 #[derive(Debug, Clone)]
@@ -76,12 +77,16 @@ impl Limits {
 /// the per-address limit, or past the total one when no silent connection
 /// can make room (see [`ConnectionTable`]), are answered 503 and closed at
 /// once, so a flood from some addresses leaves room for everyone else.
+///
+/// With `tls`, each connection's TLS handshake is part of its header
+/// timeout: it must be done and a request begun within it.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,
     limits: Limits,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<Tls>>,
 ) {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(LocalWakesExecutor);
@@ -90,6 +95,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
     builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
     let table = Arc::new(ConnectionTable::new(&limits, metrics));
     loop {
         let (stream, remote) = tokio::select! {
@@ -107,7 +113,10 @@ pub async fn serve(
         let Some(guard) = table.admit(peer, trusted) else {
             // Non-blocking: a fresh socket's send buffer takes it whole, and
             // a client that cannot take it loses nothing it was promised.
-            let _ = stream.try_write(&TOO_MANY_CONNECTIONS);
+            // (A TLS client could not read it: it is only closed.)
+            if tls.is_none() {
+                let _ = stream.try_write(&TOO_MANY_CONNECTIONS);
+            }
             tracing::debug!(%remote, "connection refused: too many connections");
             continue;
         };
@@ -151,43 +160,85 @@ pub async fn serve(
                 }
             }
         });
-        let connection = graceful.watch(
-            builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned(),
-        );
-        let header_timeout = limits.header_timeout;
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let tls = tls.clone();
+        let deadline = Instant::now() + limits.header_timeout;
         #[expect(
             clippy::disallowed_methods,
             reason = "shutdown tracks each connection through `graceful`, which it waits for below"
         )]
         tokio::spawn(LocalWakes::new(async move {
             let _guard = guard;
-            let mut connection = std::pin::pin!(connection);
-            // hyper times HTTP/1 heads itself, but not the bytes before it
-            // knows the protocol, nor HTTP/2's preface: a connection must
-            // have begun a request within the header timeout.
-            let ended = tokio::select! {
-                ended = &mut connection => ended,
-                () = slot.evict.notified() => {
-                    tracing::debug!(%remote, "connection closed before its first request, to make room");
-                    return;
-                }
-                () = tokio::time::sleep(header_timeout) => {
-                    if !slot.started.load(Ordering::Relaxed) {
-                        tracing::debug!(%remote, "connection closed: no request within the header timeout");
+            let Some(tls) = tls.map(|tls| tls.acceptor()) else {
+                let connection = builder.serve_connection(TokioIo::new(stream), service);
+                return drive(
+                    watcher.watch(connection.into_owned()),
+                    &slot,
+                    deadline,
+                    remote,
+                )
+                .await;
+            };
+            let stream = tokio::select! {
+                handshake = tokio::time::timeout_at(deadline, tls.accept(stream)) => match handshake {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, %remote, "TLS handshake failed");
                         return;
                     }
-                    connection.await
+                    Err(_) => {
+                        tracing::debug!(%remote, "connection closed: TLS handshake not done within the header timeout");
+                        return;
+                    }
+                },
+                () = slot.evict.notified() => {
+                    tracing::debug!(%remote, "connection closed during its TLS handshake, to make room");
+                    return;
                 }
             };
-            if let Err(e) = ended {
-                tracing::debug!(error = %e, %remote, "connection ended with an error");
-            }
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            drive(
+                watcher.watch(connection.into_owned()),
+                &slot,
+                deadline,
+                remote,
+            )
+            .await;
         }));
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// Runs one connection to its end. hyper times HTTP/1 heads itself, but
+/// not the bytes before it knows the protocol, nor HTTP/2's preface: a
+/// connection must have begun a request by `deadline`, and one that has
+/// not is closed when room is needed.
+async fn drive<E: std::fmt::Display>(
+    connection: impl Future<Output = Result<(), E>>,
+    slot: &Slot,
+    deadline: Instant,
+    remote: std::net::SocketAddr,
+) {
+    let mut connection = std::pin::pin!(connection);
+    let ended = tokio::select! {
+        ended = &mut connection => ended,
+        () = slot.evict.notified() => {
+            tracing::debug!(%remote, "connection closed before its first request, to make room");
+            return;
+        }
+        () = tokio::time::sleep_until(deadline) => {
+            if !slot.started.load(Ordering::Relaxed) {
+                tracing::debug!(%remote, "connection closed: no request within the header timeout");
+                return;
+            }
+            connection.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, %remote, "connection ended with an error");
+    }
 }
 
 /// The answer to a connection past a limit, in the API's error shape:

@@ -21,6 +21,7 @@ use crate::registry::ModelRegistry;
 use crate::responses::conversations::Conversations;
 use crate::serve::Limits;
 use crate::state::AppState;
+use crate::tls::Tls;
 use crate::{request_id, routes};
 
 /// Token counts (`/v1/messages/count_tokens`) one key may have in flight.
@@ -31,6 +32,33 @@ const COUNTING_PER_KEY: usize = 1;
 /// rest whatever the keys send.
 fn counting_at_once() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
+/// TLS as configured (`tls_cert` and `tls_key`, both or neither), its
+/// certificate read and checked against `public_url`.
+fn tls(config: &ServerConfig) -> std::io::Result<Option<Arc<Tls>>> {
+    let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, message);
+    let (cert, key) = match (&config.tls_cert, &config.tls_key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => (cert, key),
+        (Some(_), None) => {
+            return Err(invalid(
+                "tls_cert needs tls_key (the certificate's private key)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "tls_key needs tls_cert (the certificate chain it belongs to)".into(),
+            ));
+        }
+    };
+    let tls = Tls::load(cert, key).map_err(invalid)?;
+    if let Some(url) = &config.public_url
+        && let Some(warning) = tls.check_public_url(url).map_err(invalid)?
+    {
+        tracing::warn!("{warning}");
+    }
+    Ok(Some(Arc::new(tls)))
 }
 
 /// A bound, ready-to-serve instance of the service.
@@ -49,6 +77,9 @@ pub struct Application {
     metrics_server: Option<(TcpListener, Router)>,
     /// Days audit-log entries are kept (0: forever).
     audit_retention_days: u32,
+    /// TLS on `listener`, when configured (`/metrics` on its own address
+    /// stays plain: it is meant for a private interface).
+    tls: Option<Arc<Tls>>,
 }
 
 impl Application {
@@ -67,11 +98,13 @@ impl Application {
                 })?),
                 None => None,
             };
+        let tls = tls(&config)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let public_url = config
             .public_url
             .as_ref()
             .map(|u| u.as_str().trim_end_matches('/').to_owned())
-            .unwrap_or_else(|| format!("http://{addr}"));
+            .unwrap_or_else(|| format!("{scheme}://{addr}"));
         let dashboard = Dashboard::new(
             &public_url,
             config.dashboard_url.as_ref().map(url::Url::as_str),
@@ -155,6 +188,7 @@ impl Application {
             metrics,
             metrics_server,
             audit_retention_days: config.audit_retention_days,
+            tls,
         })
     }
 
@@ -168,6 +202,12 @@ impl Application {
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound address as a URL: `https://` when serving TLS.
+    pub fn local_url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The `{base_url}` without `/v1`.
@@ -207,6 +247,7 @@ impl Application {
             shutdown.clone(),
             self.limits.clone(),
             self.metrics.clone(),
+            self.tls,
         );
         let serve_metrics = async {
             if let Some((listener, router)) = self.metrics_server {
@@ -216,6 +257,7 @@ impl Application {
                     shutdown.clone(),
                     self.limits,
                     self.metrics,
+                    None,
                 )
                 .await;
             }

@@ -34,7 +34,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = Application::build(settings.server.clone(), store, models)
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
-    errln!("svc is serving on http://{}", app.local_addr());
+    errln!("svc is serving on {}", app.local_url());
     errln!("  API base URL: {}/v1", app.public_url());
     errln!("  dashboard:    {}", app.dashboard_url());
     errln!("  store:        {}", settings.store.describe());

@@ -66,6 +66,7 @@ mod responses;
 mod sso;
 mod streaming;
 mod throttles;
+mod tls;
 
 use serde_json::{Value, json};
 use svc_core::{KeyKind, KeyLimits, KeyScope, ModelAccess, Permission};
