@@ -569,3 +569,64 @@ pub struct ModifyOrganizationUserRequest {
     #[schema(schema_with = organization_role)]
     pub role: String,
 }
+
+/// One API request in the request log: who asked, which model, how it
+/// ended, its tokens, cost and timings. Never the prompt or the reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RequestLog {
+    /// Always `organization.request_log`.
+    pub object: String,
+    /// The request's id, as its `x-request-id` header said.
+    pub id: String,
+    /// When it arrived, Unix time in milliseconds.
+    pub started_at_ms: i64,
+    /// The key that authenticated it (none when no key did).
+    #[schema(required = true)]
+    pub api_key_id: Option<String>,
+    #[schema(required = true)]
+    pub project_id: Option<String>,
+    /// The key's owning account (none for the operator's keys).
+    #[schema(required = true)]
+    pub user_id: Option<String>,
+    /// The model asked for, once the request reached one.
+    #[schema(required = true)]
+    pub model: Option<String>,
+    /// `openai`, `responses` or `anthropic`.
+    pub dialect: String,
+    /// Method and path: `POST /v1/chat/completions`.
+    pub endpoint: String,
+    /// The HTTP status answered; 499 when the client went away first.
+    pub status: u16,
+    /// The error's `type`, or `client_disconnected`; none on success.
+    #[schema(required = true)]
+    pub error_type: Option<String>,
+    pub prompt_tokens: i64,
+    /// Of `prompt_tokens`, those served from a reused prefix.
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+    /// What its tokens cost at the configured `[prices]`, in US dollars.
+    pub cost_usd: f64,
+    /// From arrival to the first generated token, in milliseconds.
+    #[schema(required = true)]
+    pub ttft_ms: Option<i64>,
+    /// From arrival to the answer's last byte, in milliseconds.
+    pub duration_ms: i64,
+    /// The upstream endpoint that answered, for a routed model.
+    #[schema(required = true)]
+    pub upstream: Option<String>,
+}
+
+/// `GET /v1/organization/request_logs`: newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RequestLogList {
+    /// Always `list`.
+    #[schema(schema_with = crate::models::object_list)]
+    pub object: String,
+    pub data: Vec<RequestLog>,
+    #[schema(required = true)]
+    pub first_id: Option<String>,
+    /// Pass as `after` for the next (older) page.
+    #[schema(required = true)]
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}

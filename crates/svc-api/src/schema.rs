@@ -145,6 +145,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::CreateProjectUserRequest>(&mut out);
     add::<crate::RotateProjectApiKeyRequest>(&mut out);
     add::<crate::AuditLogList>(&mut out);
+    add::<crate::RequestLogList>(&mut out);
     out
 }
 

@@ -433,6 +433,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "Days an audit-log entry is kept before the hourly sweep deletes it; 0 keeps every entry",
     ),
     flag(
+        "request_log_retention",
+        "DURATION",
+        "How long a request-log row (one per API request: key, model, status, tokens, cost, timings; never the prompt or the reply) is kept, such as 30d; off records none",
+    ),
+    flag(
         "budget_alert_percent",
         "PERCENT",
         "Share of a budget whose use is written to the audit log (once a window) and marked on the dashboard",

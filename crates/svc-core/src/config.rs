@@ -116,6 +116,26 @@ pub mod duration {
     }
 }
 
+/// A [`duration`], or `off` (also `0`) for none: [`Duration::ZERO`].
+pub mod duration_or_off {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        if matches!(text.trim(), "off" | "0") {
+            return Ok(Duration::ZERO);
+        }
+        parse_duration(&text).map_err(|e| de::Error::custom(format!("{e}, or off")))
+    }
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        if value.is_zero() {
+            return s.serialize_str("off");
+        }
+        s.serialize_str(&format_duration(*value))
+    }
+}
+
 /// Whole seconds (`i64`, as the domain stores them) written as a duration:
 /// `600s`, `10m`, `30d`.
 pub mod seconds {

@@ -48,6 +48,7 @@ pub mod budget;
 pub mod conversation;
 pub mod key;
 pub mod project;
+pub mod request_log;
 pub mod session;
 pub mod throttle;
 pub mod usage;

@@ -20,6 +20,7 @@ pub use crate::device::DeviceStore;
 pub use crate::error::{StoreError, UnknownValue};
 pub use crate::key::KeyStore;
 pub use crate::project::ProjectStore;
+pub use crate::request_log::RequestLogStore;
 pub use crate::session::SessionStore;
 pub use crate::throttle::ThrottleStore;
 pub use crate::usage::UsageStore;
@@ -45,6 +46,7 @@ pub trait Store:
     + BudgetStore
     + ResponseStore
     + AuditStore
+    + RequestLogStore
     + HealthStore
     + KeyServiceStore
     + AccountServiceStore
@@ -64,6 +66,7 @@ impl<T> Store for T where
         + BudgetStore
         + ResponseStore
         + AuditStore
+        + RequestLogStore
         + HealthStore
 {
 }

@@ -115,6 +115,10 @@ pub struct ServerConfig {
     /// Days an audit-log entry is kept; older ones are deleted by the
     /// server's hourly sweep. 0 keeps them forever.
     pub audit_retention_days: u32,
+    /// How long a request-log row (one per API request) is kept before the
+    /// hourly sweep deletes it; `off` records none.
+    #[serde(with = "svc_core::config::duration_or_off")]
+    pub request_log_retention: Duration,
     /// The share of a budget (percent, 1 to 100) whose use is written to
     /// the audit log (`budget.threshold_reached`, once a window) and marked
     /// on the dashboard's budget bars.
@@ -254,6 +258,9 @@ mod project_role {
 /// Default days an audit-log entry is kept: a year.
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 365;
 
+/// Default time a request-log row is kept: 30 days.
+pub const DEFAULT_REQUEST_LOG_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
 /// Default time a stored response is kept: 30 days, as OpenAI does.
 pub const DEFAULT_RESPONSE_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Default bytes of stored responses one project may keep: 1 GiB.
@@ -286,6 +293,7 @@ impl Default for ServerConfig {
             response_quota_bytes: DEFAULT_RESPONSE_QUOTA_BYTES,
             response_quota_count: DEFAULT_RESPONSE_QUOTA_COUNT,
             audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
+            request_log_retention: DEFAULT_REQUEST_LOG_RETENTION,
             budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),
             sso: SsoConfig::default(),

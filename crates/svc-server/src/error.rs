@@ -151,6 +151,45 @@ impl ApiError {
             body.error.param = Some((*param).to_owned());
             return body;
         }
+        let (kind, param, code) = self.parts();
+        let message = if self.status().is_server_error()
+            && !matches!(
+                self,
+                ApiError::Engine(
+                    EngineError::Unavailable(_)
+                        | EngineError::BadGateway(_)
+                        | EngineError::GatewayTimeout(_)
+                )
+            ) {
+            let id = request_id::current().unwrap_or_else(|| "unknown".into());
+            tracing::error!(request_id = %id, cause = %self, "request failed");
+            format!(
+                "The server had an error while processing your request. Quote request id {id} when asking for help."
+            )
+        } else {
+            self.to_string()
+        };
+        ErrorBody {
+            error: ErrorObject {
+                message,
+                kind: kind.to_owned(),
+                param,
+                code: code.map(str::to_owned),
+            },
+        }
+    }
+
+    /// The body's `type` (`invalid_request_error`, `server_error`, …),
+    /// without logging anything.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::OnParam { error, .. } => error.kind(),
+            _ => self.parts().0,
+        }
+    }
+
+    /// The body's `type`, `param` and `code`.
+    fn parts(&self) -> (&'static str, Option<String>, Option<&'static str>) {
         let invalid = "invalid_request_error";
         let (kind, param, code): (&str, Option<String>, Option<&str>) = match self {
             ApiError::Auth(_) => (invalid, None, Some("invalid_api_key")),
@@ -199,31 +238,7 @@ impl ApiError {
             ),
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
-        let message = if self.status().is_server_error()
-            && !matches!(
-                self,
-                ApiError::Engine(
-                    EngineError::Unavailable(_)
-                        | EngineError::BadGateway(_)
-                        | EngineError::GatewayTimeout(_)
-                )
-            ) {
-            let id = request_id::current().unwrap_or_else(|| "unknown".into());
-            tracing::error!(request_id = %id, cause = %self, "request failed");
-            format!(
-                "The server had an error while processing your request. Quote request id {id} when asking for help."
-            )
-        } else {
-            self.to_string()
-        };
-        ErrorBody {
-            error: ErrorObject {
-                message,
-                kind: kind.to_owned(),
-                param,
-                code: code.map(str::to_owned),
-            },
-        }
+        (kind, param, code)
     }
 }
 
@@ -291,6 +306,11 @@ pub struct Rendered {
     pub message: String,
 }
 
+/// An error answer's `type` (`invalid_request_error`, `requests`, …), for
+/// the request log.
+#[derive(Debug, Clone)]
+pub struct ErrorType(pub String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -300,8 +320,10 @@ impl IntoResponse for ApiError {
             anthropic_type: self.anthropic_type(),
             message: self.anthropic_message(body.error.message.clone()),
         };
+        let kind = ErrorType(body.error.kind.clone());
         let mut response = (status, axum::Json(body)).into_response();
         response.extensions_mut().insert(rendered);
+        response.extensions_mut().insert(kind);
         if let Some(code) = code {
             response
                 .extensions_mut()

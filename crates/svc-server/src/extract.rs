@@ -91,6 +91,7 @@ where
             .get(header::AUTHORIZATION)
             .map(|v| v.to_str().unwrap_or("\u{0}"));
         let record = keys.authenticate(header).await?;
+        crate::request_log::note_key(&record);
         Ok(Key(in_scope::<S>(record)?, PhantomData))
     }
 }

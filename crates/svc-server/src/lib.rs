@@ -19,6 +19,7 @@ pub(crate) mod pipeline;
 pub(crate) mod ratelimit;
 pub(crate) mod registry;
 pub(crate) mod request_id;
+pub(crate) mod request_log;
 pub(crate) mod responses;
 pub(crate) mod routes;
 mod serve;

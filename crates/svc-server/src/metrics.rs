@@ -264,6 +264,21 @@ impl Metrics {
             self.connections_refused.load(Ordering::Relaxed)
         );
 
+        out.push_str("# HELP svc_request_log_dropped_total Request-log rows dropped because the queue to the database was full.\n");
+        out.push_str("# TYPE svc_request_log_dropped_total counter\n");
+        let _ = writeln!(
+            out,
+            "svc_request_log_dropped_total {}",
+            state.request_log.dropped()
+        );
+        out.push_str("# HELP svc_request_log_pending Request-log rows waiting to be written.\n");
+        out.push_str("# TYPE svc_request_log_pending gauge\n");
+        let _ = writeln!(
+            out,
+            "svc_request_log_pending {}",
+            state.request_log.pending()
+        );
+
         out.push_str("# HELP svc_engine_queued_requests Requests waiting for an engine.\n");
         out.push_str("# TYPE svc_engine_queued_requests gauge\n");
         let statuses: Vec<_> = state

@@ -77,6 +77,10 @@ pub struct Application {
     metrics_server: Option<(TcpListener, Router)>,
     /// Days audit-log entries are kept (0: forever).
     audit_retention_days: u32,
+    /// Rows of the request log waiting to be written.
+    request_log: Arc<crate::request_log::RequestLog>,
+    /// How long request-log rows are kept (zero: none are written).
+    request_log_retention: std::time::Duration,
     /// TLS on `listener`, when configured (`/metrics` on its own address
     /// stays plain: it is meant for a private interface).
     tls: Option<Arc<Tls>>,
@@ -134,6 +138,10 @@ impl Application {
                 responses: config.response_quota_count,
             },
         ));
+        let request_log = Arc::new(crate::request_log::RequestLog::new(
+            !config.request_log_retention.is_zero(),
+            config.prices.clone(),
+        ));
         let state = AppState {
             budgets,
             keys: KeyService::new(store.clone()),
@@ -155,6 +163,7 @@ impl Application {
             body_limit: BodyLimit(config.max_body_bytes),
             conversations,
             audit_retention_days: config.audit_retention_days,
+            request_log: request_log.clone(),
         };
         let ledger = (state.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();
@@ -188,6 +197,8 @@ impl Application {
             metrics,
             metrics_server,
             audit_retention_days: config.audit_retention_days,
+            request_log,
+            request_log_retention: config.request_log_retention,
             tls,
         })
     }
@@ -238,8 +249,10 @@ impl Application {
         background.spawn(sweep(
             store.clone(),
             self.audit_retention_days,
+            self.request_log_retention,
             stop_ledger.clone(),
         ));
+        background.spawn(self.request_log.run(store.clone(), stop_ledger.clone()));
         background.spawn(ledger.run(store, stop_ledger.clone()));
         let serve_api = crate::serve::serve(
             self.listener,
@@ -292,8 +305,14 @@ const BUDGET_USAGE_KEPT_SECONDS: i64 = 32 * 86_400;
 /// entries older than `retention_days` (0: none) and the counts of budget
 /// windows that ended. Replicas sweeping the same database at once delete
 /// the same rows; nothing else is shared.
-async fn sweep(store: Arc<dyn svc_core::Store>, retention_days: u32, stop: CancellationToken) {
+async fn sweep(
+    store: Arc<dyn svc_core::Store>,
+    retention_days: u32,
+    request_log_retention: std::time::Duration,
+    stop: CancellationToken,
+) {
     loop {
+        crate::request_log::sweep(store.as_ref(), request_log_retention).await;
         if retention_days > 0 {
             match svc_core::audit::sweep(store.as_ref(), retention_days).await {
                 Ok(0) => {}
@@ -315,8 +334,9 @@ async fn sweep(store: Arc<dyn svc_core::Store>, retention_days: u32, stop: Cance
 }
 
 /// The layers every request goes through: metrics by route (inside the
-/// routing, to know the route's pattern), the body limit, and the request
-/// id with its log span (outermost).
+/// routing, to know the route's pattern), the body limit, the request log
+/// (which quotes the request id), and the request id with its log span
+/// (outermost).
 fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize) -> Router {
     routes
         .route_layer(middleware::from_fn_with_state(
@@ -324,6 +344,10 @@ fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize
             crate::metrics::middleware,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::request_log::middleware,
+        ))
         .layer(middleware::from_fn(request_id::middleware))
         .with_state(state.clone())
 }

@@ -46,4 +46,6 @@ pub struct AppState {
     pub conversations: Arc<crate::responses::conversations::Conversations>,
     /// Days audit-log entries are kept (0: forever), for the dashboard to say.
     pub audit_retention_days: u32,
+    /// Finished requests' rows, waiting to be written.
+    pub request_log: Arc<crate::request_log::RequestLog>,
 }

@@ -55,7 +55,12 @@ pub fn metered(
     arrived: Instant,
     bill: Bill,
 ) -> EventStream {
+    let logged = crate::request_log::current();
+    if let Some(row) = &logged {
+        row.note(|row| row.model = Some(model.to_owned()));
+    }
     let mut meter = Meter {
+        logged: logged.clone(),
         ledger: state.ledger.clone(),
         limiter: bill.count_tokens.then(|| state.limiter.clone()),
         charge: bill.charge,
@@ -75,13 +80,23 @@ pub fn metered(
         .inspect(move |event| {
             if std::mem::take(&mut first) && event.is_ok() {
                 metrics.time_to_first_token(&model, arrived.elapsed());
+                if let Some(row) = &logged {
+                    row.first_token();
+                }
             }
             match event {
                 Ok(EngineEvent::Finish { usage, .. }) => {
                     metrics.tokens(&model, usage);
                     meter.finished(*usage);
                 }
-                Err(_) => meter.record(),
+                Err(error) => {
+                    if let Some(row) = &meter.logged {
+                        // The answer began (200); its failure is the row's.
+                        let kind = crate::error::ApiError::from(error.clone()).kind();
+                        row.note(|row| row.error_type = Some(kind.to_owned()));
+                    }
+                    meter.record();
+                }
                 Ok(EngineEvent::Choice(index)) => meter.choice = *index,
                 Ok(EngineEvent::Text(_) | EngineEvent::Reasoning(_) | EngineEvent::ToolCall(_)) => {
                     meter.piece();
@@ -93,6 +108,8 @@ pub fn metered(
 }
 
 struct Meter {
+    /// The request log's row of the request, when it is logged.
+    logged: Option<Arc<crate::request_log::Pending>>,
     ledger: Arc<Ledger>,
     /// Where to count the tokens, when the key has a tokens-per-minute limit.
     limiter: Option<RateLimiter>,
@@ -162,6 +179,7 @@ impl Meter {
             &self.model,
             self.charge.take(),
             used,
+            self.logged.as_deref(),
         );
     }
 }
@@ -176,6 +194,7 @@ fn account(
     model: &str,
     charge: Option<Charge>,
     used: TokenUsage,
+    logged: Option<&crate::request_log::Pending>,
 ) {
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let tokens = Tokens {
@@ -183,6 +202,9 @@ fn account(
         cached: count(used.cached_tokens),
         completion: count(used.completion_tokens),
     };
+    if let Some(row) = logged {
+        row.tokens(tokens);
+    }
     ledger.add(
         key_id,
         model,
@@ -224,6 +246,10 @@ pub fn record_whole(
     used: TokenUsage,
 ) {
     state.metrics.tokens(model, &used);
+    let logged = crate::request_log::current();
+    if let Some(row) = &logged {
+        row.note(|row| row.model = Some(model.to_owned()));
+    }
     account(
         &state.ledger,
         metering.count_tokens.then_some(&state.limiter),
@@ -231,6 +257,7 @@ pub fn record_whole(
         model,
         charge,
         used,
+        logged.as_deref(),
     );
 }
 

@@ -25,6 +25,7 @@ mod health;
 mod keys;
 mod lists;
 mod projects;
+mod request_logs;
 mod responses;
 mod sessions;
 pub mod testing;

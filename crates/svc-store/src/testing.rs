@@ -122,9 +122,21 @@ async fn drop_schema(base_url: &str, name: &str) -> Result<(), StoreError> {
     conn.execute("SET lock_timeout = '10s'")
         .await
         .map_err(|e| context("dropping a test schema", e))?;
-    conn.execute(format!("DROP SCHEMA IF EXISTS {name} CASCADE").as_str())
-        .await
-        .map_err(|e| context("dropping a test schema", e))?;
+    // A server the test left running may still be writing (the usage
+    // ledger, the request log at shutdown): the drop can deadlock with its
+    // transaction, which PostgreSQL resolves by failing one; try again.
+    let drop = format!("DROP SCHEMA IF EXISTS {name} CASCADE");
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match conn.execute(drop.as_str()).await {
+            Ok(_) => break,
+            Err(e) if attempt < 5 && e.to_string().contains("deadlock detected") => {
+                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+            }
+            Err(e) => return Err(context("dropping a test schema", e)),
+        }
+    }
     let _ = conn.close().await;
     Ok(())
 }

@@ -18,6 +18,7 @@ mod device;
 mod keys;
 mod pages;
 mod projects;
+mod requests;
 mod session;
 mod sso;
 mod usage;
@@ -115,6 +116,7 @@ pub fn router() -> Router<AppState> {
             get(keys::rotate_page).post(keys::rotate),
         )
         .route("/dashboard/audit", get(audit::page))
+        .route("/dashboard/requests", get(requests::page))
         .route(
             "/dashboard/keys/{id}/limits",
             get(keys::limits_page).post(keys::set_limits),

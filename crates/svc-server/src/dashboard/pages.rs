@@ -40,6 +40,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("limits.html", include_str!("../../templates/limits.html")),
     ("rotate.html", include_str!("../../templates/rotate.html")),
     ("audit.html", include_str!("../../templates/audit.html")),
+    (
+        "requests.html",
+        include_str!("../../templates/requests.html"),
+    ),
     ("usage.html", include_str!("../../templates/usage.html")),
     ("device.html", include_str!("../../templates/device.html")),
     (

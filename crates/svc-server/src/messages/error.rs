@@ -40,6 +40,10 @@ impl IntoResponse for MessagesError {
         {
             parts.status = status;
         }
+        // The request log says the type this dialect answered.
+        parts
+            .extensions
+            .insert(crate::error::ErrorType(rendered.anthropic_type.to_string()));
         parts.headers.remove(header::CONTENT_LENGTH);
         parts.headers.insert(
             header::CONTENT_TYPE,

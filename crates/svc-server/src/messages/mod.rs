@@ -214,6 +214,7 @@ where
                 keys.authenticate(header).await.map_err(ApiError::from)?
             }
         };
+        crate::request_log::note_key(&record);
         Ok(AnthropicKey(in_scope::<S>(record)?, PhantomData))
     }
 }

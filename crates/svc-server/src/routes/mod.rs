@@ -7,6 +7,7 @@ mod key;
 mod models;
 mod openapi;
 mod organization;
+pub(crate) mod request_logs;
 mod usage;
 pub(crate) mod usage_completions;
 
@@ -60,6 +61,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(organization::list_users, organization::add_user))
         .routes(routes!(organization::remove_user))
         .routes(routes!(audit_logs::list))
+        .routes(routes!(request_logs::list))
         .routes(routes!(organization::list_organization_users))
         .routes(routes!(
             organization::get_organization_user,

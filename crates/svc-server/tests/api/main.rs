@@ -61,6 +61,7 @@ mod org_usage;
 mod org_users;
 mod projects;
 mod ratelimit;
+mod request_log;
 mod response_storage;
 mod responses;
 mod sso;

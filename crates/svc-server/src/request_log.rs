@@ -1,0 +1,396 @@
+//! The request log (issue 33): one row per API request, written off the
+//! request's path.
+//!
+//! [`middleware`] opens a [`Pending`] row for each `/v1/` request and runs
+//! the request with it as a task-local, so the parts that learn something
+//! fill it in where they are: the key extractor (key, project, account),
+//! the pipelines (model, tokens, time to first token, through
+//! [`crate::usage`]). The row is finished when the answer's last byte is
+//! sent, or when the client goes away (status 499, `client_disconnected`),
+//! and handed to [`RequestLog`]: a bounded queue that a background task
+//! writes in batches, so a slow or hung database never slows a request.
+//! When the queue is full, rows are dropped and counted
+//! (`svc_request_log_dropped_total`). Never the prompt or the reply.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
+use svc_core::request_log::RequestLogEntry;
+use svc_core::{ModelPrice, Store, Tokens};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::AppState;
+
+/// Rows waiting to be written, at most; past it they are dropped.
+pub const QUEUE_CAPACITY: usize = 10_000;
+/// Rows written in one transaction, at most.
+const BATCH: usize = 1_000;
+/// How long the writer waits for more rows before writing what it has.
+const WRITE_EVERY: Duration = Duration::from_secs(1);
+/// A write that takes longer is given up (its rows go back in the queue).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+tokio::task_local! {
+    static CURRENT: Arc<Pending>;
+}
+
+/// A row being filled in while its request runs.
+pub struct Pending {
+    row: Mutex<RequestLogEntry>,
+    arrived: Instant,
+}
+
+impl Pending {
+    /// Fills in part of the row.
+    pub fn note(&self, f: impl FnOnce(&mut RequestLogEntry)) {
+        f(&mut self.row.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The first generated token came now (only the first counts).
+    pub fn first_token(&self) {
+        let ms = millis(self.arrived.elapsed());
+        self.note(|row| {
+            row.ttft_ms.get_or_insert(ms);
+        });
+    }
+
+    /// Adds a generation's tokens.
+    pub fn tokens(&self, tokens: Tokens) {
+        self.note(|row| {
+            row.prompt_tokens = row.prompt_tokens.saturating_add(tokens.prompt);
+            row.cached_tokens = row.cached_tokens.saturating_add(tokens.cached);
+            row.completion_tokens = row.completion_tokens.saturating_add(tokens.completion);
+        });
+    }
+}
+
+/// The row of the request running on this task, if it is logged.
+pub fn current() -> Option<Arc<Pending>> {
+    CURRENT.try_with(Arc::clone).ok()
+}
+
+/// Fills in part of this task's request's row, if it is logged.
+pub fn note(f: impl FnOnce(&mut RequestLogEntry)) {
+    if let Some(pending) = current() {
+        pending.note(f);
+    }
+}
+
+/// Notes the key that authenticated this task's request: its id, project
+/// and owner.
+pub fn note_key(key: &svc_core::KeyRecord) {
+    note(|row| {
+        row.key_id = Some(key.id.to_string());
+        row.project_id = Some(key.project_id.0.clone());
+        row.user_id = key.owner_id.as_ref().map(ToString::to_string);
+    });
+}
+
+fn millis(elapsed: Duration) -> i64 {
+    i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The queue of finished rows and what its writer needs.
+pub struct RequestLog {
+    /// Whether requests are logged at all (`request_log_retention` is not
+    /// zero).
+    enabled: bool,
+    queue: Mutex<VecDeque<RequestLogEntry>>,
+    capacity: usize,
+    wake: Notify,
+    dropped: AtomicU64,
+    prices: BTreeMap<String, ModelPrice>,
+}
+
+impl RequestLog {
+    pub fn new(enabled: bool, prices: BTreeMap<String, ModelPrice>) -> Self {
+        RequestLog::with_capacity(enabled, prices, QUEUE_CAPACITY)
+    }
+
+    pub fn with_capacity(
+        enabled: bool,
+        prices: BTreeMap<String, ModelPrice>,
+        capacity: usize,
+    ) -> Self {
+        RequestLog {
+            enabled,
+            queue: Mutex::default(),
+            capacity,
+            wake: Notify::new(),
+            dropped: AtomicU64::new(0),
+            prices,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<RequestLogEntry>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rows dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Rows waiting to be written.
+    pub fn pending(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Queues a finished row (never waits).
+    fn push(&self, mut row: RequestLogEntry) {
+        if let Some(price) = row.model.as_ref().and_then(|m| self.prices.get(m)) {
+            row.cost_micros = price.cost_micros(Tokens {
+                prompt: row.prompt_tokens,
+                cached: row.cached_tokens,
+                completion: row.completion_tokens,
+            });
+        }
+        let mut queue = self.lock();
+        if queue.len() >= self.capacity {
+            drop(queue);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        queue.push_back(row);
+        let full_batch = queue.len() >= BATCH;
+        drop(queue);
+        if full_batch {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Writes one batch; on failure its rows go back to the queue's front
+    /// (those that no longer fit are dropped and counted).
+    async fn write(&self, store: &dyn Store) {
+        let batch: Vec<RequestLogEntry> = {
+            let mut queue = self.lock();
+            let n = queue.len().min(BATCH);
+            queue.drain(..n).collect()
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let error =
+            match tokio::time::timeout(WRITE_TIMEOUT, store.insert_request_logs(&batch)).await {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {WRITE_TIMEOUT:?}"),
+            };
+        tracing::warn!(%error, rows = batch.len(), "writing the request log failed; will retry");
+        let mut queue = self.lock();
+        for row in batch.into_iter().rev() {
+            if queue.len() >= self.capacity {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                queue.push_front(row);
+            }
+        }
+    }
+
+    /// Writes what is queued every [`WRITE_EVERY`] (or as soon as a batch
+    /// is full) until `stop`, then what is left.
+    pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(WRITE_EVERY) => {}
+                () = self.wake.notified() => {}
+                () = stop.cancelled() => break,
+            }
+            self.write(&*store).await;
+        }
+        // At shutdown: what the database takes within the timeouts.
+        while self.pending() > 0 {
+            let before = self.pending();
+            self.write(&*store).await;
+            if self.pending() >= before {
+                break;
+            }
+        }
+    }
+}
+
+/// `openai`, `responses` or `anthropic`, by path.
+fn dialect(path: &str) -> &'static str {
+    if path.starts_with("/v1/messages") {
+        "anthropic"
+    } else if path.starts_with("/v1/responses") {
+        "responses"
+    } else {
+        "openai"
+    }
+}
+
+/// Middleware: logs every `/v1/` request (the API; not the dashboard,
+/// health checks or `/metrics`).
+pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let log = state.request_log.clone();
+    let path = request.uri().path();
+    if !log.enabled || !path.starts_with("/v1/") {
+        return next.run(request).await;
+    }
+    let pending = Arc::new(Pending {
+        row: Mutex::new(RequestLogEntry {
+            id: crate::request_id::current().unwrap_or_default(),
+            started_at_ms: chrono::Utc::now().timestamp_millis(),
+            dialect: dialect(path).to_owned(),
+            endpoint: format!("{} {path}", request.method()),
+            ..RequestLogEntry::default()
+        }),
+        arrived: Instant::now(),
+    });
+    // Until the answer is made, the client leaving drops this future, and
+    // the guard records the request as abandoned.
+    let mut finish = Finish {
+        pending: Some(pending.clone()),
+        log,
+        status: 499,
+        error_type: Some("client_disconnected".to_owned()),
+    };
+    let response = CURRENT.scope(pending, next.run(request)).await;
+    finish.status = response.status().as_u16();
+    finish.error_type = response
+        .extensions()
+        .get::<crate::error::ErrorType>()
+        .map(|t| t.0.to_owned());
+    let (parts, body) = response.into_parts();
+    // The body is sent after this returns: the row ends with its last byte.
+    Response::from_parts(
+        parts,
+        Body::new(LoggedBody {
+            inner: body,
+            finish,
+            ended: false,
+        }),
+    )
+}
+
+/// Hands the row to the log when dropped.
+struct Finish {
+    pending: Option<Arc<Pending>>,
+    log: Arc<RequestLog>,
+    status: u16,
+    error_type: Option<String>,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        let duration = millis(pending.arrived.elapsed());
+        let mut row = std::mem::take(&mut *pending.row.lock().unwrap_or_else(|e| e.into_inner()));
+        row.status = self.status;
+        row.error_type = row.error_type.take().or_else(|| self.error_type.take());
+        row.duration_ms = duration;
+        self.log.push(row);
+    }
+}
+
+/// A response body that finishes its request's row when it ends or is
+/// dropped (a client that leaves mid-stream: 499).
+struct LoggedBody {
+    inner: Body,
+    finish: Finish,
+    ended: bool,
+}
+
+impl hyper::body::Body for LoggedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let frame = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            this.ended = true;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        // hyper drops a body it sent whole without polling past its end
+        // (when its size said so); only one dropped early is abandoned.
+        if !self.ended && !hyper::body::Body::is_end_stream(&self.inner) {
+            self.finish.status = 499;
+            self.finish.error_type = Some("client_disconnected".to_owned());
+        }
+        // The stream (and the usage its end records) goes first.
+        self.inner = Body::empty();
+    }
+}
+
+/// Deletes rows older than `retention` (zero keeps them).
+pub async fn sweep(store: &dyn Store, retention: Duration) {
+    match svc_core::request_log::sweep(store, retention.as_secs()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(rows = n, "request log: old rows deleted"),
+        Err(e) => tracing::warn!(error = %e, "request log: the retention sweep failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_growing() {
+        let log = RequestLog::with_capacity(true, BTreeMap::new(), 2);
+        for n in 0..5 {
+            log.push(RequestLogEntry {
+                id: format!("req_{n}"),
+                ..RequestLogEntry::default()
+            });
+        }
+        assert_eq!(log.pending(), 2);
+        assert_eq!(log.dropped(), 3);
+        let kept: Vec<String> = log.lock().iter().map(|r| r.id.clone()).collect();
+        assert_eq!(kept, ["req_0", "req_1"], "the oldest are kept");
+    }
+
+    #[test]
+    fn a_row_is_priced_at_its_models_price() {
+        let mut prices = BTreeMap::new();
+        prices.insert(
+            "m".to_owned(),
+            ModelPrice {
+                input: 2.0,
+                cached_input: Some(1.0),
+                output: 4.0,
+            },
+        );
+        let log = RequestLog::new(true, prices);
+        log.push(RequestLogEntry {
+            model: Some("m".into()),
+            prompt_tokens: 1_000,
+            cached_tokens: 400,
+            completion_tokens: 100,
+            ..RequestLogEntry::default()
+        });
+        // 600 × 2 + 400 × 1 + 100 × 4 micro-dollars.
+        assert_eq!(log.lock()[0].cost_micros, 2_000);
+    }
+}
