@@ -1,5 +1,5 @@
 // The dashboard in a real browser: API keys (create, show once, rotate,
-// revoke), usage, the audit log, projects, isolation between accounts,
+// revoke), usage, the request log, the audit log, projects, isolation between accounts,
 // keyboard use and labels.
 
 import assert from 'node:assert/strict';
@@ -288,6 +288,59 @@ describe('dashboard', () => {
       }
     } finally {
       await context.close();
+    }
+  });
+
+  test("requests: alice finds her requests, filters the failed one; bob does not see them", async () => {
+    const { context, page } = await freshPage();
+    const other = await freshPage();
+    try {
+      await signInAt(page, server, ALICE);
+      const secret = await createKey(page, 'request log', '30 days');
+      await page.goto('/dashboard/keys');
+      const keyId = await rowOf(page, 'request log').getAttribute('id');
+      const chat = (body) =>
+        fetch(`${server.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${secret}`, 'Content-Type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+      const ok = await chat({ model: 'svc', messages: [{ role: 'user', content: 'the private prompt' }] });
+      assert.equal(ok.status, 200, await ok.text());
+      const bad = await chat({ model: 'svc' });
+      assert.equal(bad.status, 400);
+
+      await page.getByRole('link', { name: 'Requests' }).click();
+      assert.equal(new URL(page.url()).pathname, '/dashboard/requests');
+      await page.getByLabel('Key id').fill(keyId);
+      // Rows are written within a second or so.
+      let rows = page.locator('tbody tr');
+      for (let attempt = 0; attempt < 20 && (await rows.count()) < 2; attempt++) {
+        await page.getByRole('button', { name: 'Show' }).click();
+        await page.waitForLoadState();
+        rows = page.locator('tbody tr');
+        if ((await rows.count()) < 2) await new Promise((r) => setTimeout(r, 250));
+      }
+      await screenshot(page, 'requests');
+      assert.equal(await rows.count(), 2);
+      const text = await page.locator('tbody').textContent();
+      assert.match(text, /POST \/v1\/chat\/completions/);
+      assert.ok(!(await page.content()).includes('the private prompt'), 'no prompt on the page');
+      assert.ok(!(await page.content()).includes(secret), 'no key on the page');
+
+      await page.getByLabel('Status (429 or 4xx)').fill('4xx');
+      await page.getByRole('button', { name: 'Show' }).click();
+      await page.waitForLoadState();
+      await screenshot(page, 'requests-failed');
+      assert.equal(await page.locator('tbody tr').count(), 1);
+      assert.match(await page.locator('tbody tr').first().textContent(), /400\s+invalid_request_error/);
+      await assertEveryControlLabelled(page, 5);
+
+      await signInAt(other.page, server, BOB);
+      await other.page.goto(`/dashboard/requests?key=${keyId}`);
+      assert.equal(await other.page.locator('tbody tr').count(), 0, "bob sees none of alice's requests");
+    } finally {
+      await Promise.allSettled([context.close(), other.context.close()]);
     }
   });
 
