@@ -55,6 +55,13 @@ cargo test --workspace --locked
 # that need the engine are compiled out).
 cargo test -p svc-cli --no-default-features --locked
 bash scripts/check-fresh-machine.sh
+# The container image and the Kubernetes manifests: a full build in an
+# image, so only when asked (SVC_TEST_IMAGE=1); the manifests always.
+if [ "${SVC_TEST_IMAGE:-0}" = 1 ]; then
+  bash scripts/check-image.sh
+else
+  bash scripts/check-image.sh --manifests-only
+fi
 bash tests/python/run.sh
 bash tests/browser/run.sh
 bash tests/sdk-node/run.sh
