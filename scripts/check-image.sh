@@ -63,6 +63,13 @@ if ! podman image exists localhost/svc-debian:bookworm; then
   say "debootstrap bookworm"
   rm -rf "$cache/rootfs"
   debootstrap --variant=minbase bookworm "$cache/rootfs" http://deb.debian.org/debian >/dev/null
+  # This machine's own certificate authorities (registries may be reached
+  # through a TLS-inspecting proxy): trusted in the images built on it,
+  # once their ca-certificates package is installed.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$cache/rootfs/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$cache/rootfs/usr/local/share/ca-certificates/"
+  fi
   tar -C "$cache/rootfs" -c . | podman import - localhost/svc-debian:bookworm >/dev/null
 fi
 # The builder: that base, build tools and this machine's Rust toolchain.

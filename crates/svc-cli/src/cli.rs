@@ -433,6 +433,12 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "Days an audit-log entry is kept before the hourly sweep deletes it; 0 keeps every entry",
     ),
     flag(
+        "otlp_endpoint",
+        "URL",
+        "Send OpenTelemetry traces of every API request (OTLP over HTTP, protobuf) to URL/v1/traces, such as http://collector:4318",
+    )
+    .unset("no traces"),
+    flag(
         "request_log_retention",
         "DURATION",
         "How long a request-log row (one per API request: key, model, status, tokens, cost, timings; never the prompt or the reply) is kept, such as 30d; off records none",

@@ -51,6 +51,7 @@ pub mod project;
 pub mod request_log;
 pub mod session;
 pub mod throttle;
+pub mod trace;
 pub mod usage;
 pub mod user;
 

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use hyper::Method;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use svc_core::trace::{SpanKind, Value};
 use svc_core::{
     EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus,
     EventStream, GenerateRequest,
@@ -132,6 +133,7 @@ impl UpstreamEngine {
         path: request::Path,
         stream: bool,
         mut translator: Translator,
+        traceparent: Option<HeaderValue>,
     ) -> Result<Started, Failure> {
         let endpoint = lease.endpoint();
         let path = match path {
@@ -157,6 +159,9 @@ impl UpstreamEngine {
             let headers = post.headers_mut();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             headers.insert(ACCEPT, HeaderValue::from_static(accept));
+            if let Some(traceparent) = &traceparent {
+                headers.insert("traceparent", traceparent.clone());
+            }
             post
         };
         let send = endpoint.origin.send(post, self.options.connect_timeout);
@@ -376,12 +381,31 @@ impl Engine for UpstreamEngine {
             let body = request::body(&request, &lease.endpoint().model);
             let translator = Translator::new(request.reasoning, prompt_estimate);
             let path = request::path_of(&request);
-            match self
-                .attempt(&lease, body, path, request.stream, translator)
-                .await
-            {
+            // The attempt is a span of the caller's trace, passed on.
+            let span = svc_core::trace::child("upstream attempt", SpanKind::Client);
+            let traceparent = span
+                .as_ref()
+                .and_then(|s| HeaderValue::from_str(&s.context.traceparent()).ok());
+            let outcome = self
+                .attempt(&lease, body, path, request.stream, translator, traceparent)
+                .await;
+            if let Some(span) = span {
+                let attributes = vec![
+                    (
+                        "url.full".to_owned(),
+                        Value::Text(lease.endpoint().base_url.clone()),
+                    ),
+                    (
+                        "svc.attempt".to_owned(),
+                        Value::Int(i64::try_from(attempt).unwrap_or(i64::MAX)),
+                    ),
+                ];
+                span.end(attributes, outcome.as_ref().err().map(|f| format!("{f:?}")));
+            }
+            match outcome {
                 Ok(started) => {
                     lease.success();
+                    svc_core::trace::upstream(&lease.endpoint().base_url);
                     return Ok(started.into_stream(lease, self.options.idle_timeout));
                 }
                 Err(failure) => {

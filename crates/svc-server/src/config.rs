@@ -115,6 +115,13 @@ pub struct ServerConfig {
     /// Days an audit-log entry is kept; older ones are deleted by the
     /// server's hourly sweep. 0 keeps them forever.
     pub audit_retention_days: u32,
+    /// Where to send OpenTelemetry traces (OTLP over HTTP with protobuf:
+    /// `<url>/v1/traces`); `None` sends none.
+    #[serde(
+        deserialize_with = "optional_http_url",
+        serialize_with = "optional_url"
+    )]
+    pub otlp_endpoint: Option<Url>,
     /// How long a request-log row (one per API request) is kept before the
     /// hourly sweep deletes it; `off` records none.
     #[serde(with = "svc_core::config::duration_or_off")]
@@ -294,6 +301,7 @@ impl Default for ServerConfig {
             response_quota_count: DEFAULT_RESPONSE_QUOTA_COUNT,
             audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
             request_log_retention: DEFAULT_REQUEST_LOG_RETENTION,
+            otlp_endpoint: None,
             budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),
             sso: SsoConfig::default(),

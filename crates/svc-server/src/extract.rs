@@ -90,7 +90,10 @@ where
             .headers
             .get(header::AUTHORIZATION)
             .map(|v| v.to_str().unwrap_or("\u{0}"));
-        let record = keys.authenticate(header).await?;
+        let authenticating = crate::request_log::timed("authenticate");
+        let record = keys.authenticate(header).await;
+        drop(authenticating);
+        let record = record?;
         crate::request_log::note_key(&record);
         Ok(Key(in_scope::<S>(record)?, PhantomData))
     }

@@ -15,6 +15,7 @@ pub(crate) mod messages;
 pub(crate) mod metrics;
 pub mod oidc;
 pub mod openapi;
+pub(crate) mod otlp;
 pub(crate) mod pipeline;
 pub(crate) mod ratelimit;
 pub(crate) mod registry;

@@ -11,13 +11,18 @@
 //! writes in batches, so a slow or hung database never slows a request.
 //! When the queue is full, rows are dropped and counted
 //! (`svc_request_log_dropped_total`). Never the prompt or the reply.
+//!
+//! The same row is the request's trace (with `otlp_endpoint`): its span,
+//! continuing the caller's `traceparent`, is the row's data as attributes,
+//! with child spans for authentication, the engine (until the first token,
+//! then decoding) and each upstream attempt, which carries the trace on.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -26,10 +31,12 @@ use axum::response::Response;
 use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 use svc_core::request_log::RequestLogEntry;
+use svc_core::trace::{Observer, Span, SpanContext, SpanKind, Value as TraceValue};
 use svc_core::{ModelPrice, Store, Tokens};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::otlp::Tracer;
 use crate::state::AppState;
 
 /// Rows waiting to be written, at most; past it they are dropped.
@@ -45,10 +52,26 @@ tokio::task_local! {
     static CURRENT: Arc<Pending>;
 }
 
-/// A row being filled in while its request runs.
+/// A row being filled in while its request runs, and its trace.
 pub struct Pending {
     row: Mutex<RequestLogEntry>,
     arrived: Instant,
+    /// The request's span (its trace id is the caller's, when it sent a
+    /// `traceparent`), the caller's span it is part of, and when it began.
+    span: SpanContext,
+    parent: Option<[u8; 8]>,
+    began: SystemTime,
+    /// Spans of the request finished so far, and the engine's times.
+    spans: Mutex<Vec<Span>>,
+    engine: Mutex<EngineTimes>,
+}
+
+/// When the engine's reply began, gave its first token, and ended.
+#[derive(Default)]
+struct EngineTimes {
+    started: Option<SystemTime>,
+    first_token: Option<SystemTime>,
+    ended: Option<SystemTime>,
 }
 
 impl Pending {
@@ -57,21 +80,112 @@ impl Pending {
         f(&mut self.row.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
+    fn engine(&self, f: impl FnOnce(&mut EngineTimes)) {
+        f(&mut self.engine.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The engine's reply (a stream of events) began now.
+    pub fn engine_started(&self) {
+        self.engine(|t| {
+            t.started.get_or_insert_with(SystemTime::now);
+        });
+    }
+
     /// The first generated token came now (only the first counts).
     pub fn first_token(&self) {
         let ms = millis(self.arrived.elapsed());
         self.note(|row| {
             row.ttft_ms.get_or_insert(ms);
         });
+        self.engine(|t| {
+            t.first_token.get_or_insert_with(SystemTime::now);
+        });
     }
 
-    /// Adds a generation's tokens.
+    /// Adds a generation's tokens (its end).
     pub fn tokens(&self, tokens: Tokens) {
         self.note(|row| {
             row.prompt_tokens = row.prompt_tokens.saturating_add(tokens.prompt);
             row.cached_tokens = row.cached_tokens.saturating_add(tokens.cached);
             row.completion_tokens = row.completion_tokens.saturating_add(tokens.completion);
         });
+        self.engine(|t| t.ended = Some(SystemTime::now()));
+    }
+
+    /// The request's spans, its own (the root of this service's part)
+    /// last, as they stand when the row is finished.
+    fn spans(&self, row: &RequestLogEntry) -> Vec<Span> {
+        let mut spans = std::mem::take(&mut *self.spans.lock().unwrap_or_else(|e| e.into_inner()));
+        let engine = std::mem::take(&mut *self.engine.lock().unwrap_or_else(|e| e.into_inner()));
+        let now = SystemTime::now();
+        let child = |name: &str, start: SystemTime, end: SystemTime| Span {
+            context: self.span.child(),
+            parent: Some(self.span.span_id),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start,
+            end,
+            attributes: Vec::new(),
+            error: None,
+        };
+        if let Some(started) = engine.started {
+            let end = engine.ended.unwrap_or(now);
+            match engine.first_token {
+                Some(first) => {
+                    spans.push(child("engine: until the first token", started, first));
+                    spans.push(child("engine: decode", first, end));
+                }
+                None => spans.push(child("engine: until the first token", started, end)),
+            }
+        }
+        let text = |key: &str, value: &Option<String>| {
+            value
+                .as_ref()
+                .map(|v| (key.to_owned(), TraceValue::Text(v.clone())))
+        };
+        let int = |key: &str, value: i64| Some((key.to_owned(), TraceValue::Int(value)));
+        let (method, route) = row.endpoint.split_once(' ').unwrap_or(("", &row.endpoint));
+        let attributes = [
+            text("http.request.method", &Some(method.to_owned())),
+            text("http.route", &Some(route.to_owned())),
+            int("http.response.status_code", i64::from(row.status)),
+            text("svc.request_id", &Some(row.id.clone())),
+            text("svc.dialect", &Some(row.dialect.clone())),
+            text("gen_ai.request.model", &row.model),
+            text("svc.key_id", &row.key_id),
+            text("svc.project_id", &row.project_id),
+            int("gen_ai.usage.input_tokens", row.prompt_tokens),
+            int("gen_ai.usage.cached_input_tokens", row.cached_tokens),
+            int("gen_ai.usage.output_tokens", row.completion_tokens),
+            row.ttft_ms
+                .and_then(|ms| int("svc.time_to_first_token_ms", ms)),
+            text("error.type", &row.error_type),
+            text("svc.upstream", &row.upstream),
+        ];
+        spans.push(Span {
+            context: self.span,
+            parent: self.parent,
+            name: row.endpoint.clone(),
+            kind: SpanKind::Server,
+            start: self.began,
+            end: now,
+            attributes: attributes.into_iter().flatten().collect(),
+            error: (row.status >= 500).then(|| row.error_type.clone().unwrap_or_default()),
+        });
+        spans
+    }
+}
+
+impl Observer for Pending {
+    fn span(&self, span: Span) {
+        self.spans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(span);
+    }
+
+    fn upstream(&self, base_url: &str) {
+        self.note(|row| row.upstream = Some(base_url.to_owned()));
     }
 }
 
@@ -84,6 +198,19 @@ pub fn current() -> Option<Arc<Pending>> {
 pub fn note(f: impl FnOnce(&mut RequestLogEntry)) {
     if let Some(pending) = current() {
         pending.note(f);
+    }
+}
+
+/// A span of this task's request (if traced) from now until dropped.
+pub struct Timed(&'static str, SystemTime);
+
+pub fn timed(name: &'static str) -> Timed {
+    Timed(name, SystemTime::now())
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        svc_core::trace::record(self.0, self.1, Vec::new());
     }
 }
 
@@ -235,10 +362,21 @@ fn dialect(path: &str) -> &'static str {
 /// health checks or `/metrics`).
 pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let log = state.request_log.clone();
+    let tracer = state.tracer.clone();
     let path = request.uri().path();
-    if !log.enabled || !path.starts_with("/v1/") {
+    if !(log.enabled || tracer.is_some()) || !path.starts_with("/v1/") {
         return next.run(request).await;
     }
+    // A caller's trace is continued; else this request begins one.
+    let caller = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(SpanContext::parse);
+    let (span, parent) = match caller {
+        Some(caller) => (caller.child(), Some(caller.span_id)),
+        None => (SpanContext::root(), None),
+    };
     let pending = Arc::new(Pending {
         row: Mutex::new(RequestLogEntry {
             id: crate::request_id::current().unwrap_or_default(),
@@ -248,16 +386,28 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
             ..RequestLogEntry::default()
         }),
         arrived: Instant::now(),
+        span,
+        parent,
+        began: SystemTime::now(),
+        spans: Mutex::default(),
+        engine: Mutex::default(),
     });
     // Until the answer is made, the client leaving drops this future, and
     // the guard records the request as abandoned.
     let mut finish = Finish {
         pending: Some(pending.clone()),
         log,
+        tracer,
         status: 499,
         error_type: Some("client_disconnected".to_owned()),
     };
-    let response = CURRENT.scope(pending, next.run(request)).await;
+    let current = svc_core::trace::Current {
+        context: span,
+        observer: pending.clone(),
+    };
+    let response = CURRENT
+        .scope(pending, svc_core::trace::scope(current, next.run(request)))
+        .await;
     finish.status = response.status().as_u16();
     finish.error_type = response
         .extensions()
@@ -279,6 +429,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
 struct Finish {
     pending: Option<Arc<Pending>>,
     log: Arc<RequestLog>,
+    tracer: Option<Arc<Tracer>>,
     status: u16,
     error_type: Option<String>,
 }
@@ -293,7 +444,12 @@ impl Drop for Finish {
         row.status = self.status;
         row.error_type = row.error_type.take().or_else(|| self.error_type.take());
         row.duration_ms = duration;
-        self.log.push(row);
+        if let Some(tracer) = &self.tracer {
+            tracer.push(pending.spans(&row));
+        }
+        if self.log.enabled {
+            self.log.push(row);
+        }
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Application {
     request_log: Arc<crate::request_log::RequestLog>,
     /// How long request-log rows are kept (zero: none are written).
     request_log_retention: std::time::Duration,
+    /// The trace exporter, with `otlp_endpoint`.
+    tracer: Option<Arc<crate::otlp::Tracer>>,
     /// TLS on `listener`, when configured (`/metrics` on its own address
     /// stays plain: it is meant for a private interface).
     tls: Option<Arc<Tls>>,
@@ -138,6 +140,10 @@ impl Application {
                 responses: config.response_quota_count,
             },
         ));
+        let tracer = config
+            .otlp_endpoint
+            .as_ref()
+            .map(|url| Arc::new(crate::otlp::Tracer::new(url)));
         let request_log = Arc::new(crate::request_log::RequestLog::new(
             !config.request_log_retention.is_zero(),
             config.prices.clone(),
@@ -164,6 +170,7 @@ impl Application {
             conversations,
             audit_retention_days: config.audit_retention_days,
             request_log: request_log.clone(),
+            tracer: tracer.clone(),
         };
         let ledger = (state.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();
@@ -199,6 +206,7 @@ impl Application {
             audit_retention_days: config.audit_retention_days,
             request_log,
             request_log_retention: config.request_log_retention,
+            tracer,
             tls,
         })
     }
@@ -253,6 +261,9 @@ impl Application {
             stop_ledger.clone(),
         ));
         background.spawn(self.request_log.run(store.clone(), stop_ledger.clone()));
+        if let Some(tracer) = self.tracer {
+            background.spawn(tracer.run(stop_ledger.clone()));
+        }
         background.spawn(ledger.run(store, stop_ledger.clone()));
         let serve_api = crate::serve::serve(
             self.listener,

@@ -48,4 +48,6 @@ pub struct AppState {
     pub audit_retention_days: u32,
     /// Finished requests' rows, waiting to be written.
     pub request_log: Arc<crate::request_log::RequestLog>,
+    /// Where requests' spans go, when traces are exported.
+    pub tracer: Option<Arc<crate::otlp::Tracer>>,
 }

@@ -199,6 +199,7 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, MessagesError> {
         let keys = KeyService::from_ref(state);
+        let authenticating = crate::request_log::timed("authenticate");
         let record = match parts.headers.get(X_API_KEY) {
             Some(key) => {
                 let key = key.to_str().unwrap_or("\u{0}").trim();
@@ -214,6 +215,7 @@ where
                 keys.authenticate(header).await.map_err(ApiError::from)?
             }
         };
+        drop(authenticating);
         crate::request_log::note_key(&record);
         Ok(AnthropicKey(in_scope::<S>(record)?, PhantomData))
     }
