@@ -23,25 +23,24 @@ ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60
 
 
-def server_binary() -> Path:
-    explicit = os.environ.get("SVC_FAKE_SERVER")
+def _built(name: str, variable: str) -> Path:
+    """`$variable`, else target/debug/`name` where cargo builds it."""
+    explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit)
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     if not target.is_absolute():
         target = ROOT / target
-    return target / "debug" / "svc-fake-server"
+    return target / "debug" / name
+
+
+def server_binary() -> Path:
+    return _built("svc-fake-server", "SVC_FAKE_SERVER")
 
 
 def svc_binary() -> Path:
     """`svc` as run.sh builds it (or `$SVC_BIN`)."""
-    explicit = os.environ.get("SVC_BIN")
-    if explicit:
-        return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    if not target.is_absolute():
-        target = ROOT / target
-    return target / "debug" / "svc"
+    return _built("svc", "SVC_BIN")
 
 
 def svc_serve(args: list[str], env: dict[str, str], timeout: float = 120):

@@ -84,52 +84,40 @@ class Chain:
     receiver: Receiver
 
 
-def _config(path: Path, upstream: str) -> None:
-    # Both default ids on the upstream: nothing is fetched or loaded.
-    path.write_text(
+def _start(stack: ExitStack, tmp: Path, name: str, upstream: Server, receiver: Receiver) -> Server:
+    """`svc serve` named `name`, exporting to `receiver`, whose two default
+    model ids are served by `upstream` (nothing is fetched or loaded); stopped
+    with `stack`."""
+    config = tmp / f"{name}.toml"
+    config.write_text(
         "".join(
             f"[models.{id}]\n"
-            f'upstreams = [{{ base_url = "{upstream}", model = "{id}", api_key_env = "UPSTREAM_KEY" }}]\n'
+            f'upstreams = [{{ base_url = "{upstream.base_url}", model = "{id}", api_key_env = "UPSTREAM_KEY" }}]\n'
             for id in ("svc", "svc-thinking")
         )
     )
-
-
-def _key(data: Path, env: dict[str, str]) -> str:
+    data = tmp / name
+    env = {**os.environ, "SVC_LOG": "warn", "UPSTREAM_KEY": upstream.key}
     created = subprocess.run(
         [str(svc_binary()), "keys", "create", "--name", "otlp", "--data-dir", str(data)],
         capture_output=True, text=True, check=True, env=env,
     )
-    return created.stdout.strip()
+    serving = svc_serve(
+        ["--config", str(config), "--data-dir", str(data), "--bind", "127.0.0.1:0", "--otlp-endpoint", receiver.url],
+        env, timeout=60,
+    )
+    url = next(serving)
+    stack.callback(serving.close)
+    return Server(url=url, key=created.stdout.strip())
 
 
 @pytest.fixture(scope="module")
 def chain(server: Server):
     receiver = Receiver()
     with tempfile.TemporaryDirectory(prefix="svc-otlp-") as tmp, ExitStack() as stack:
-        tmp = Path(tmp)
-        base_env = {**os.environ, "SVC_LOG": "warn"}
-        _config(tmp / "back.toml", server.base_url)
-        back_env = {**base_env, "UPSTREAM_KEY": server.key}
-        back_key = _key(tmp / "back", back_env)
-        back = svc_serve(
-            ["--config", str(tmp / "back.toml"), "--data-dir", str(tmp / "back"), "--bind", "127.0.0.1:0",
-             "--otlp-endpoint", receiver.url],
-            back_env, timeout=60,
-        )
-        back_url = next(back)
-        stack.callback(back.close)
-        _config(tmp / "front.toml", f"{back_url}/v1")
-        front_env = {**base_env, "UPSTREAM_KEY": back_key}
-        front_key = _key(tmp / "front", front_env)
-        front = svc_serve(
-            ["--config", str(tmp / "front.toml"), "--data-dir", str(tmp / "front"), "--bind", "127.0.0.1:0",
-             "--otlp-endpoint", receiver.url],
-            front_env, timeout=60,
-        )
-        front_url = next(front)
-        stack.callback(front.close)
-        yield Chain(front=Server(url=front_url, key=front_key), back_url=back_url, receiver=receiver)
+        back = _start(stack, Path(tmp), "back", server, receiver)
+        front = _start(stack, Path(tmp), "front", back, receiver)
+        yield Chain(front=front, back_url=back.url, receiver=receiver)
     receiver.http.shutdown()
 
 

@@ -13,6 +13,7 @@ use svc_core::store::{AuditStore, StoreError, UnknownValue};
 
 use crate::SqlStore;
 use crate::error::{query_error, unknown_value};
+use crate::filter::{Filter, Value};
 
 const INSERT: &str = "INSERT INTO audit_logs (id, type, effective_at, actor, actor_user_id, \
      actor_key_id, actor_email, project_id, project_name, details) \
@@ -43,41 +44,8 @@ fn entry(row: &AnyRow) -> Result<AuditEntry, sqlx::Error> {
     })
 }
 
-/// A `WHERE` clause being put together, with the values it binds.
-#[derive(Default)]
-struct Filter {
-    clauses: Vec<String>,
-    values: Vec<Value>,
-}
-
-enum Value {
-    Text(String),
-    Int(i64),
-}
-
+/// The audit log's own filters.
 impl Filter {
-    fn next(&mut self, value: Value) -> String {
-        self.values.push(value);
-        format!("${}", self.values.len())
-    }
-
-    /// `column IN (…)` (or, with two columns, either in the list).
-    fn any_of(&mut self, columns: &[&str], list: &[String]) {
-        if list.is_empty() {
-            return;
-        }
-        let mut alternatives = Vec::new();
-        for column in columns {
-            let places: Vec<String> = list
-                .iter()
-                .map(|v| self.next(Value::Text(v.clone())))
-                .collect();
-            alternatives.push(format!("{column} IN ({})", places.join(", ")));
-        }
-        self.clauses
-            .push(format!("({})", alternatives.join(" OR ")));
-    }
-
     fn compare(&mut self, op: &str, bound: Option<i64>) {
         if let Some(bound) = bound {
             let place = self.next(Value::Int(bound));
@@ -136,25 +104,16 @@ impl AuditStore for SqlStore {
         let backwards = query.before.is_some() && query.after.is_none();
         let limit = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
         let limit_place = filter.next(Value::Int(limit));
-        let mut sql = COLUMNS.to_owned();
-        if !filter.clauses.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&filter.clauses.join(" AND "));
-        }
-        sql.push_str(if backwards {
-            " ORDER BY seq ASC"
-        } else {
-            " ORDER BY seq DESC"
-        });
-        sql.push_str(&format!(" LIMIT {limit_place}"));
-        let mut statement = sqlx::query(&sql);
-        for value in &filter.values {
-            statement = match value {
-                Value::Text(text) => statement.bind(text.as_str()),
-                Value::Int(n) => statement.bind(*n),
-            };
-        }
-        let rows = statement.fetch_all(&self.pool).await.map_err(query_error)?;
+        let order = if backwards { "ASC" } else { "DESC" };
+        let sql = filter.sql(
+            COLUMNS,
+            &format!(" ORDER BY seq {order} LIMIT {limit_place}"),
+        );
+        let rows = filter
+            .query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
         let mut entries = rows
             .iter()
             .map(entry)

@@ -21,6 +21,7 @@ mod changes;
 mod connect;
 mod devices;
 mod error;
+mod filter;
 mod health;
 mod keys;
 mod lists;

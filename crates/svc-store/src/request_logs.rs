@@ -10,6 +10,7 @@ use svc_core::store::{RequestLogStore, StoreError};
 
 use crate::SqlStore;
 use crate::error::query_error;
+use crate::filter::{Filter, Value};
 
 const COLUMNS: &str = "id, started_at_ms, key_id, project_id, user_id, model, dialect, endpoint, \
      status, error_type, prompt_tokens, cached_tokens, completion_tokens, cost_micros, ttft_ms, \
@@ -41,37 +42,6 @@ fn row(row: &AnyRow) -> Result<RequestLogEntry, sqlx::Error> {
         duration_ms: row.try_get("duration_ms")?,
         upstream: row.try_get("upstream")?,
     })
-}
-
-enum Value {
-    Text(String),
-    Int(i64),
-}
-
-/// A `WHERE` clause being put together, with the values it binds.
-#[derive(Default)]
-struct Filter {
-    clauses: Vec<String>,
-    values: Vec<Value>,
-}
-
-impl Filter {
-    fn next(&mut self, value: Value) -> String {
-        self.values.push(value);
-        format!("${}", self.values.len())
-    }
-
-    fn any_of(&mut self, column: &str, list: &[String]) {
-        if list.is_empty() {
-            return;
-        }
-        let places: Vec<String> = list
-            .iter()
-            .map(|v| self.next(Value::Text(v.clone())))
-            .collect();
-        self.clauses
-            .push(format!("{column} IN ({})", places.join(", ")));
-    }
 }
 
 #[async_trait]
@@ -121,10 +91,10 @@ impl RequestLogStore for SqlStore {
         query: &RequestLogQuery,
     ) -> Result<Vec<RequestLogEntry>, StoreError> {
         let mut filter = Filter::default();
-        filter.any_of("key_id", &query.key_ids);
-        filter.any_of("project_id", &query.project_ids);
-        filter.any_of("user_id", &query.user_ids);
-        filter.any_of("model", &query.models);
+        filter.any_of(&["key_id"], &query.key_ids);
+        filter.any_of(&["project_id"], &query.project_ids);
+        filter.any_of(&["user_id"], &query.user_ids);
+        filter.any_of(&["model"], &query.models);
         if !query.statuses.is_empty() {
             let mut ranges = Vec::new();
             for status in &query.statuses {
@@ -151,20 +121,15 @@ impl RequestLogStore for SqlStore {
         }
         let limit = i64::try_from(query.limit.saturating_add(1)).unwrap_or(i64::MAX);
         let limit_place = filter.next(Value::Int(limit));
-        let mut sql = format!("SELECT {COLUMNS} FROM request_logs");
-        if !filter.clauses.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&filter.clauses.join(" AND "));
-        }
-        sql.push_str(&format!(" ORDER BY seq DESC LIMIT {limit_place}"));
-        let mut statement = sqlx::query(&sql);
-        for value in &filter.values {
-            statement = match value {
-                Value::Text(text) => statement.bind(text.as_str()),
-                Value::Int(n) => statement.bind(*n),
-            };
-        }
-        let rows = statement.fetch_all(&self.pool).await.map_err(query_error)?;
+        let sql = filter.sql(
+            &format!("SELECT {COLUMNS} FROM request_logs"),
+            &format!(" ORDER BY seq DESC LIMIT {limit_place}"),
+        );
+        let rows = filter
+            .query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
         rows.iter()
             .map(row)
             .collect::<Result<Vec<_>, _>>()

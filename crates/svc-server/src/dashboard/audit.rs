@@ -4,12 +4,11 @@
 
 use axum::extract::{Query, State};
 use axum::response::Html;
-use chrono::NaiveDate;
 use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::audit::{AuditEntry, AuditQuery, EVENT_TYPES};
 
-use super::pages::{PageError, layout, render, time};
+use super::pages::{PageError, form_day, form_one, layout, render, time};
 use super::session::SignedIn;
 use crate::routes::audit_logs::entries;
 use crate::state::AppState;
@@ -38,25 +37,7 @@ impl AuditPageQuery {
     /// The filters as the store's query; a date that is not `YYYY-MM-DD`
     /// is the person's error, told on the page.
     fn to_query(&self) -> Result<AuditQuery, String> {
-        let day = |text: &str, field: &str| -> Result<Option<i64>, String> {
-            let text = text.trim();
-            if text.is_empty() {
-                return Ok(None);
-            }
-            NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map(|t| Some(t.and_utc().timestamp()))
-                .ok_or_else(|| format!("Enter the {field} date as YYYY-MM-DD."))
-        };
-        let one = |text: &str| -> Vec<String> {
-            let text = text.trim();
-            if text.is_empty() {
-                Vec::new()
-            } else {
-                vec![text.to_owned()]
-            }
-        };
+        let (day, one) = (form_day, form_one);
         let actor = self.actor.trim();
         let (actor_ids, actor_emails) = if actor.contains('@') {
             (Vec::new(), vec![actor.to_lowercase()])

@@ -113,6 +113,30 @@ pub fn layout(who: &SignedIn, nav: &str) -> Value {
 }
 
 /// `2026-11-22 05:09 UTC`.
+/// A filter form's date (`YYYY-MM-DD`, UTC) as the Unix time of its start;
+/// `None` when left empty, the person's error when it is not a date.
+pub fn form_day(text: &str, field: &str) -> Result<Option<i64>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| Some(t.and_utc().timestamp()))
+        .ok_or_else(|| format!("Enter the {field} date as YYYY-MM-DD."))
+}
+
+/// A filter form's text field as a list of one value, or none when empty.
+pub fn form_one(text: &str) -> Vec<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![text.to_owned()]
+    }
+}
+
 pub fn time(at: i64) -> String {
     chrono::DateTime::from_timestamp(at, 0)
         .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())

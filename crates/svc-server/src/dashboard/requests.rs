@@ -5,12 +5,11 @@
 
 use axum::extract::{Query, State};
 use axum::response::Html;
-use chrono::NaiveDate;
 use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::request_log::{RequestLogEntry, RequestLogQuery, StatusFilter};
 
-use super::pages::{PageError, layout, render};
+use super::pages::{PageError, form_day, form_one, layout, render};
 use super::session::SignedIn;
 use crate::routes::request_logs::rows;
 use crate::state::AppState;
@@ -38,25 +37,11 @@ impl RequestsPageQuery {
     /// The filters as the store's query; a date or status that cannot be
     /// read is the person's error, told on the page.
     fn to_query(&self) -> Result<RequestLogQuery, String> {
-        let day = |text: &str, field: &str| -> Result<Option<i64>, String> {
-            let text = text.trim();
-            if text.is_empty() {
-                return Ok(None);
-            }
-            NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map(|t| Some(t.and_utc().timestamp_millis()))
-                .ok_or_else(|| format!("Enter the {field} date as YYYY-MM-DD."))
+        // In milliseconds, as the log keeps times.
+        let day = |text: &str, field: &str| {
+            form_day(text, field).map(|seconds| seconds.map(|s| s * 1000))
         };
-        let one = |text: &str| -> Vec<String> {
-            let text = text.trim();
-            if text.is_empty() {
-                Vec::new()
-            } else {
-                vec![text.to_owned()]
-            }
-        };
+        let one = form_one;
         let statuses =
             match self.status.trim() {
                 "" => Vec::new(),

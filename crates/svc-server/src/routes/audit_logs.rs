@@ -9,7 +9,7 @@ use svc_api::{AuditLog, AuditLogList, AuditLogProject};
 use svc_core::ValidationError;
 use svc_core::audit::{AuditEntry, AuditQuery, EVENT_TYPES};
 
-use super::organization::{AdminErrors, PageParams, Reach, page, reach};
+use super::organization::{AdminErrors, PageParams, page, reach};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::state::AppState;
@@ -98,21 +98,6 @@ pub(crate) fn entry_body(entry: AuditEntry) -> AuditLog {
     }
 }
 
-/// Narrows `query` to what `reach` sees: `false` when it asks only for
-/// projects the key does not reach (the answer is then empty).
-pub(crate) fn within(query: &mut AuditQuery, reach: &Reach) -> bool {
-    match reach {
-        Reach::Organization => true,
-        Reach::Project(own) => {
-            if !query.project_ids.is_empty() && !query.project_ids.contains(&own.0) {
-                return false;
-            }
-            query.project_ids = vec![own.0.clone()];
-            true
-        }
-    }
-}
-
 /// One page of entries matching `query` (newest first), and whether more
 /// follow in the direction of paging.
 pub(crate) async fn entries(
@@ -162,7 +147,7 @@ pub async fn list(
 ) -> Result<Json<AuditLogList>, ApiError> {
     let reach = reach(&state, &key).await?;
     let mut query = query(text.as_deref())?;
-    let (found, has_more) = if within(&mut query, &reach) {
+    let (found, has_more) = if reach.narrow(&mut query.project_ids) {
         entries(&state, &query).await?
     } else {
         (Vec::new(), false)

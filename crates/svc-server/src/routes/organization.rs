@@ -104,6 +104,22 @@ pub(crate) enum Reach {
 }
 
 impl Reach {
+    /// Narrows a list's project filter to what this reach sees: `false`
+    /// when it asks only for projects out of reach (the answer is then
+    /// empty).
+    pub(crate) fn narrow(&self, project_ids: &mut Vec<String>) -> bool {
+        match self {
+            Reach::Organization => true,
+            Reach::Project(own) => {
+                if !project_ids.is_empty() && !project_ids.contains(&own.0) {
+                    return false;
+                }
+                *project_ids = vec![own.0.clone()];
+                true
+            }
+        }
+    }
+
     fn sees(&self, project: &ProjectId) -> bool {
         match self {
             Reach::Organization => true,

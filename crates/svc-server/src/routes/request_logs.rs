@@ -8,7 +8,7 @@ use svc_api::{RequestLog, RequestLogList};
 use svc_core::ValidationError;
 use svc_core::request_log::{RequestLogEntry, RequestLogQuery, StatusFilter};
 
-use super::organization::{AdminErrors, PageParams, Reach, page, reach};
+use super::organization::{AdminErrors, PageParams, page, reach};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::state::AppState;
@@ -66,21 +66,6 @@ pub(crate) fn query(text: Option<&str>) -> Result<RequestLogQuery, ApiError> {
         after: page.after,
         limit: page.limit,
     })
-}
-
-/// Narrows `query` to what `reach` sees: `false` when it asks only for
-/// projects the key does not reach (the answer is then empty).
-pub(crate) fn within(query: &mut RequestLogQuery, reach: &Reach) -> bool {
-    match reach {
-        Reach::Organization => true,
-        Reach::Project(own) => {
-            if !query.project_ids.is_empty() && !query.project_ids.contains(&own.0) {
-                return false;
-            }
-            query.project_ids = vec![own.0.clone()];
-            true
-        }
-    }
 }
 
 /// One page of rows matching `query` (newest first), and whether more
@@ -154,7 +139,7 @@ pub async fn list(
 ) -> Result<Json<RequestLogList>, ApiError> {
     let reach = reach(&state, &key).await?;
     let mut query = query(text.as_deref())?;
-    let (found, has_more) = if within(&mut query, &reach) {
+    let (found, has_more) = if reach.narrow(&mut query.project_ids) {
         rows(&state, &query).await?
     } else {
         (Vec::new(), false)
