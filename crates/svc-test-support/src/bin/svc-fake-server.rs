@@ -12,7 +12,8 @@
 //! shorten the device flow's timings. `--oidc-issuer URL`, `--oidc-client-id
 //! ID`, `--oidc-client-secret SECRET`, `--oidc-create-accounts` and
 //! `--no-password-sign-in` set up single sign-on (for the browser tests'
-//! OpenID Connect provider).
+//! OpenID Connect provider). `--no-request-log` turns the request log off
+//! and `--otlp-endpoint URL` exports traces (for bench/observability.sh).
 
 #![expect(
     clippy::expect_used,
@@ -41,6 +42,8 @@ async fn main() -> anyhow::Result<()> {
     let mut admin_key = false;
     let mut sso = svc_server::config::SsoConfig::default();
     let (mut oidc_issuer, mut oidc_client_id) = (None, None);
+    let mut request_log_retention = svc_server::config::DEFAULT_REQUEST_LOG_RETENTION;
+    let mut otlp_endpoint = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -68,12 +71,14 @@ async fn main() -> anyhow::Result<()> {
             }
             "--oidc-create-accounts" => sso.oidc_create_accounts = true,
             "--no-password-sign-in" => sso.password_sign_in = false,
+            "--no-request-log" => request_log_retention = std::time::Duration::ZERO,
+            "--otlp-endpoint" => otlp_endpoint = Some(value("--otlp-endpoint").parse()?),
             other => anyhow::bail!(
                 "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
                  --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --admin-key, \
                  --device-interval SECS, --device-code-lifetime SECS, --oidc-issuer URL, \
                  --oidc-client-id ID, --oidc-client-secret SECRET, --oidc-create-accounts, \
-                 --no-password-sign-in)"
+                 --no-password-sign-in, --no-request-log, --otlp-endpoint URL)"
             ),
         }
     }
@@ -128,6 +133,8 @@ async fn main() -> anyhow::Result<()> {
         bind,
         device,
         sso,
+        request_log_retention,
+        otlp_endpoint,
         ..ServerConfig::default()
     };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;
