@@ -310,17 +310,19 @@ describe('dashboard', () => {
       const bad = await chat({ model: 'svc' });
       assert.equal(bad.status, 400);
 
-      await page.getByRole('link', { name: 'Requests' }).click();
-      assert.equal(new URL(page.url()).pathname, '/dashboard/requests');
-      await page.getByLabel('Key id').fill(keyId);
-      // Rows are written within a second or so.
-      let rows = page.locator('tbody tr');
-      for (let attempt = 0; attempt < 20 && (await rows.count()) < 2; attempt++) {
-        await page.getByRole('button', { name: 'Show' }).click();
-        await page.waitForLoadState();
-        rows = page.locator('tbody tr');
-        if ((await rows.count()) < 2) await new Promise((r) => setTimeout(r, 250));
+      await Promise.all([
+        page.waitForURL('**/dashboard/requests'),
+        page.getByRole('link', { name: 'Requests' }).click(),
+      ]);
+      // Rows are written within a second or so. (Alice's other tests'
+      // requests are there too: only this key's are counted.)
+      const rows = page.locator('tbody tr');
+      for (let attempt = 0; attempt < 20; attempt++) {
+        await page.goto(`/dashboard/requests?key=${keyId}`);
+        if ((await rows.count()) >= 2) break;
+        await new Promise((r) => setTimeout(r, 250));
       }
+      assert.equal(await page.getByLabel('Key id').inputValue(), keyId);
       await screenshot(page, 'requests');
       assert.equal(await rows.count(), 2);
       const text = await page.locator('tbody').textContent();
@@ -329,8 +331,10 @@ describe('dashboard', () => {
       assert.ok(!(await page.content()).includes(secret), 'no key on the page');
 
       await page.getByLabel('Status (429 or 4xx)').fill('4xx');
-      await page.getByRole('button', { name: 'Show' }).click();
-      await page.waitForLoadState();
+      await Promise.all([
+        page.waitForURL((u) => u.searchParams.get('status') === '4xx'),
+        page.getByRole('button', { name: 'Show' }).click(),
+      ]);
       await screenshot(page, 'requests-failed');
       assert.equal(await page.locator('tbody tr').count(), 1);
       assert.match(await page.locator('tbody tr').first().textContent(), /400\s+invalid_request_error/);
