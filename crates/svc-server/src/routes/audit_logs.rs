@@ -9,7 +9,7 @@ use svc_api::{AuditLog, AuditLogList, AuditLogProject};
 use svc_core::ValidationError;
 use svc_core::audit::{AuditEntry, AuditQuery, EVENT_TYPES};
 
-use super::organization::{AdminErrors, PageParams, page, reach};
+use super::organization::{AdminErrors, PageParams, QueryPairs, page, reach};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::state::AppState;
@@ -17,24 +17,19 @@ use crate::state::AppState;
 /// The query's filters, cursors and limit, as OpenAI names them (`event_types[]`
 /// or `event_types`, `effective_at[gt]`, ...).
 pub(crate) fn query(text: Option<&str>) -> Result<AuditQuery, ApiError> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(text.unwrap_or("")).map_err(|_| ValidationError {
-            param: "query".into(),
-            message: "the query string is not valid".into(),
-        })?;
+    let pairs = QueryPairs::parse(text)?;
     let list = |name: &str| -> Vec<String> {
-        let bracketed = format!("{name}[]");
         pairs
-            .iter()
-            .filter(|(k, v)| (*k == name || *k == bracketed) && !v.is_empty())
-            .map(|(_, v)| v.clone())
+            .values(name)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
             .collect()
     };
     let bound = |op: &str| -> Result<Option<i64>, ApiError> {
         let param = format!("effective_at[{op}]");
-        match pairs.iter().rev().find(|(k, _)| *k == param) {
+        match pairs.last(&param) {
             None => Ok(None),
-            Some((_, v)) => v.trim().parse::<i64>().map(Some).map_err(|_| {
+            Some(v) => v.trim().parse::<i64>().map(Some).map_err(|_| {
                 ValidationError {
                     param: param.clone(),
                     message: format!("{param} must be a Unix time in seconds"),
@@ -59,11 +54,9 @@ pub(crate) fn query(text: Option<&str>) -> Result<AuditQuery, ApiError> {
     }
     let page = page(text)?;
     let before = pairs
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "before")
-        .map(|(_, v)| v.clone())
-        .filter(|v| !v.is_empty());
+        .last("before")
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned);
     Ok(AuditQuery {
         event_types,
         actor_ids: list("actor_ids"),

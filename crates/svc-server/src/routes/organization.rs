@@ -291,6 +291,42 @@ pub(crate) struct Page {
     pub(crate) after: Option<String>,
 }
 
+/// A list request's query string as its name-value pairs, in order.
+pub(crate) struct QueryPairs(Vec<(String, String)>);
+
+impl QueryPairs {
+    /// `text` decoded; a 400 naming `query` when it is not a query string.
+    pub(crate) fn parse(text: Option<&str>) -> Result<Self, ApiError> {
+        serde_urlencoded::from_str(text.unwrap_or(""))
+            .map(QueryPairs)
+            .map_err(|_| {
+                ValidationError {
+                    param: "query".into(),
+                    message: "the query string is not valid".into(),
+                }
+                .into()
+            })
+    }
+
+    /// The values of a list parameter, given as `name[]` or `name`, in
+    /// order, as sent.
+    pub(crate) fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        self.0.iter().filter_map(move |(k, v)| {
+            let listed = k == name || k.strip_suffix("[]") == Some(name);
+            listed.then_some(v.as_str())
+        })
+    }
+
+    /// The last value given for `name`.
+    pub(crate) fn last(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 pub(crate) fn page(query: Option<&str>) -> Result<Page, ApiError> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();

@@ -8,7 +8,7 @@ use svc_api::{RequestLog, RequestLogList};
 use svc_core::ValidationError;
 use svc_core::request_log::{RequestLogEntry, RequestLogQuery, StatusFilter};
 
-use super::organization::{AdminErrors, PageParams, page, reach};
+use super::organization::{AdminErrors, PageParams, QueryPairs, page, reach};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::state::AppState;
@@ -16,23 +16,19 @@ use crate::state::AppState;
 /// The query's filters (`key_ids[]` or `key_ids`, `statuses[]=4xx`,
 /// `start_time`, …), cursor and limit.
 pub(crate) fn query(text: Option<&str>) -> Result<RequestLogQuery, ApiError> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(text.unwrap_or("")).map_err(|_| ValidationError {
-            param: "query".into(),
-            message: "the query string is not valid".into(),
-        })?;
+    let pairs = QueryPairs::parse(text)?;
     let list = |name: &str| -> Vec<String> {
-        let bracketed = format!("{name}[]");
         pairs
-            .iter()
-            .filter(|(k, v)| (*k == name || *k == bracketed) && !v.trim().is_empty())
-            .map(|(_, v)| v.trim().to_owned())
+            .values(name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
             .collect()
     };
     let time = |name: &str| -> Result<Option<i64>, ApiError> {
-        match pairs.iter().rev().find(|(k, _)| k == name) {
+        match pairs.last(name) {
             None => Ok(None),
-            Some((_, v)) => v
+            Some(v) => v
                 .trim()
                 .parse::<i64>()
                 .map(|seconds| Some(seconds.saturating_mul(1000)))

@@ -13,7 +13,7 @@ use svc_api::{UsageCompletionsBucket, UsageCompletionsPage, UsageCompletionsResu
 use svc_core::usage::day_of;
 use svc_core::{ValidationError, now};
 
-use super::organization::{AdminErrors, Reach, reach};
+use super::organization::{AdminErrors, QueryPairs, Reach, reach};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::state::AppState;
@@ -47,21 +47,12 @@ fn invalid(param: &str, message: String) -> ApiError {
 }
 
 fn query(text: Option<&str>) -> Result<Query, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(text.unwrap_or(""))
-        .map_err(|_| invalid("query", "the query string is not valid".into()))?;
-    let last = |name: &str| {
-        pairs
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.trim().to_owned())
-    };
+    let pairs = QueryPairs::parse(text)?;
+    let last = |name: &str| pairs.last(name).map(|v| v.trim().to_owned());
     let list = |name: &str| -> Vec<String> {
-        let bracketed = format!("{name}[]");
         pairs
-            .iter()
-            .filter(|(k, v)| (*k == name || *k == bracketed) && !v.is_empty())
-            .flat_map(|(_, v)| v.split(',').map(|s| s.trim().to_owned()))
+            .values(name)
+            .flat_map(|v| v.split(',').map(|s| s.trim().to_owned()))
             .filter(|v| !v.is_empty())
             .collect()
     };
