@@ -80,6 +80,28 @@ def svc_serve(args: list[str], env: dict[str, str], timeout: float = 120):
             process.wait()
 
 
+def real_model_data(data: Path) -> str:
+    """Prepares the data directory `data` for `svc serve` on the real
+    default model (`$SVC_TEST_MODEL`, which `scripts/test.sh` fetches; the
+    test is skipped without it), as on a newcomer's first start minus the
+    download, and returns an API key made in it."""
+    model = os.environ.get("SVC_TEST_MODEL")
+    if not model:
+        pytest.skip("SVC_TEST_MODEL is not set (scripts/test.sh sets it)")
+    models = data / "models"
+    models.mkdir(parents=True)
+    (models / "SmolLM2-135M-Instruct.Q4_1.gguf").symlink_to(Path(model).resolve())
+    # svc-embed's model, pulled once by scripts/test.sh (else svc fetches it).
+    embed_model = os.environ.get("SVC_TEST_EMBED_MODEL")
+    if embed_model:
+        (models / "all-MiniLM-L6-v2.F32.gguf").symlink_to(Path(embed_model).resolve())
+    created = subprocess.run(
+        [str(svc_binary()), "keys", "create", "--name", "real", "--data-dir", str(data)],
+        capture_output=True, text=True, check=True,
+    )
+    return created.stdout.strip()
+
+
 @dataclass(frozen=True)
 class Server:
     url: str

@@ -7,6 +7,10 @@ with the caller's `traceparent`, make one trace each: front's request span
 under the caller's span, with authentication, the engine and the upstream
 attempt under it, and back's request span under front's upstream attempt
 (the `traceparent` front sent on).
+
+On the real model, the embedded engine adds what happens inside it: the
+request's wait for a slot and its prompt's prefill, and the key's lookup in
+the store shows as a span of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from conftest import Server, svc_binary, svc_serve
+from conftest import Server, real_model_data, svc_binary, svc_serve
 
 
 class Receiver:
@@ -152,6 +156,8 @@ def test_a_request_through_two_svc_is_one_trace(chain: Chain, stream: bool) -> N
     # front: request, authenticate, upstream attempt, engine (2); back: the
     # same again.
     spans = chain.receiver.trace(trace_id, 10)
+    time.sleep(1.5)  # The store's spans, if any, may come in the next export.
+    spans = chain.receiver.trace(trace_id, 10)
     assert all(ct == "application/x-protobuf" for ct in chain.receiver.content_types)
     front = _one(spans, parent_span_id=caller_span)
     assert front.name == "POST /v1/chat/completions"
@@ -171,7 +177,9 @@ def test_a_request_through_two_svc_is_one_trace(chain: Chain, stream: bool) -> N
     assert chain.front.key not in text, "no key in a span"
 
     under_front = [s for s in spans if s.parent_span_id == front.span_id]
-    names = sorted(s.name for s in under_front)
+    # The store's spans (the key looked up, its use noted) come only when
+    # its cached record is old.
+    names = sorted(s.name for s in under_front if not s.name.startswith("store: "))
     assert names == ["authenticate", "engine: decode", "engine: until the first token", "upstream attempt"], names
     attempt = _one(under_front, name="upstream attempt")
     assert attempt.kind == Span.SPAN_KIND_CLIENT
@@ -201,3 +209,42 @@ def test_a_request_without_traceparent_begins_a_trace(chain: Chain) -> None:
     assert len(roots) == 1
     assert roots[0].parent_span_id == b""
     assert roots[0].trace_id != bytes(16)
+
+
+def test_the_embedded_engine_shows_its_queue_and_prefill() -> None:
+    receiver = Receiver()
+    with tempfile.TemporaryDirectory(prefix="svc-otlp-real-") as data:
+        key = real_model_data(Path(data))
+        env = {**os.environ, "SVC_LOG": "warn"}
+        args = ["--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "1", "--context", "2048",
+                "--otlp-endpoint", receiver.url]
+        for url in svc_serve(args, env, 120):
+            trace_id, caller_span = os.urandom(16), os.urandom(8)
+            traceparent = f"00-{trace_id.hex()}-{caller_span.hex()}-01"
+            with openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120) as client:
+                reply = client.chat.completions.create(
+                    model="svc", messages=[{"role": "user", "content": "What is the capital of France?"}],
+                    temperature=0, max_tokens=8, extra_headers={"traceparent": traceparent},
+                )
+            assert reply.choices[0].message.content
+            wanted = {"authenticate", "store: find the key", "engine: until the first token",
+                      "engine: queue", "engine: prefill", "engine: decode"}
+            deadline = time.monotonic() + 15
+            while True:
+                spans = receiver.trace(trace_id, 1)
+                request = [s for s in spans if s.parent_span_id == caller_span]
+                under = {s.name: s for s in spans if request and s.parent_span_id == request[0].span_id}
+                if wanted <= set(under) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+    receiver.http.shutdown()
+    assert wanted <= set(under), sorted(under)
+    queue, prefill = under["engine: queue"], under["engine: prefill"]
+    until_first = under["engine: until the first token"]
+    # Inside the time to the first token: the wait, then the prefill.
+    assert until_first.start_time_unix_nano <= queue.start_time_unix_nano
+    assert queue.end_time_unix_nano <= prefill.start_time_unix_nano <= prefill.end_time_unix_nano
+    assert prefill.end_time_unix_nano <= until_first.end_time_unix_nano
+    attributes = _attributes(prefill)
+    assert attributes["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens
+    assert attributes["gen_ai.usage.cached_input_tokens"] >= 0

@@ -16,7 +16,6 @@ import concurrent.futures
 import math
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import anthropic
 import openai
 import pytest
 
-from conftest import Server, svc_binary, svc_serve
+from conftest import Server, real_model_data, svc_serve
 
 START_TIMEOUT_S = 120
 QUESTION = "What is the capital of France?"
@@ -32,23 +31,8 @@ QUESTION = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def real_server():
-    model = os.environ.get("SVC_TEST_MODEL")
-    if not model:
-        pytest.skip("SVC_TEST_MODEL is not set (scripts/test.sh sets it)")
-    svc = svc_binary()
     with tempfile.TemporaryDirectory(prefix="svc-real-") as data:
-        models = Path(data) / "models"
-        models.mkdir()
-        (models / "SmolLM2-135M-Instruct.Q4_1.gguf").symlink_to(Path(model).resolve())
-        # svc-embed's model, pulled once by scripts/test.sh (else svc fetches it).
-        embed_model = os.environ.get("SVC_TEST_EMBED_MODEL")
-        if embed_model:
-            (models / "all-MiniLM-L6-v2.F32.gguf").symlink_to(Path(embed_model).resolve())
-        created = subprocess.run(
-            [str(svc), "keys", "create", "--name", "sdk", "--data-dir", data],
-            capture_output=True, text=True, check=True,
-        )
-        key = created.stdout.strip()
+        key = real_model_data(Path(data))
         env = {**os.environ, "SVC_LOG": "warn"}
         args = ["--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"]
         for url in svc_serve(args, env, START_TIMEOUT_S):

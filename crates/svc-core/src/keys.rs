@@ -321,11 +321,10 @@ impl KeyService {
             Some(record) => record,
             None => {
                 let read_at = Instant::now();
-                let record = self
-                    .store
-                    .key_by_hash(&hash)
-                    .await?
-                    .ok_or(AuthError::Unknown)?;
+                let record =
+                    crate::trace::in_span("store: find the key", self.store.key_by_hash(&hash))
+                        .await?
+                        .ok_or(AuthError::Unknown)?;
                 if let Some(version) = version {
                     self.cache.put(hash, record.clone(), version, read_at);
                 }
@@ -340,7 +339,11 @@ impl KeyService {
             KeyState::Disabled => return Err(AuthError::OwnerDisabled),
         }
         if record.last_used_at.is_none_or(|t| at - t >= TOUCH_EVERY) {
-            self.store.touch_key(&record.id, at).await?;
+            crate::trace::in_span(
+                "store: note the key's use",
+                self.store.touch_key(&record.id, at),
+            )
+            .await?;
             self.cache.touched(&hash, at);
         }
         Ok(record)

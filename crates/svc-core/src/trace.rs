@@ -118,8 +118,49 @@ pub trait Observer: Send + Sync {
 /// The request being answered on this task: its span and who observes it.
 #[derive(Clone)]
 pub struct Current {
-    pub context: SpanContext,
+    /// The request's span. When the server exports no traces
+    /// (`exporting` false), the caller's span, if it sent one: passed on
+    /// unchanged, so a trace goes through a service that does not record it.
+    pub context: Option<SpanContext>,
+    /// Whether spans are recorded (an OTLP endpoint is set).
+    pub exporting: bool,
     pub observer: Arc<dyn Observer>,
+}
+
+impl std::fmt::Debug for Current {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Current")
+            .field("context", &self.context)
+            .field("exporting", &self.exporting)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Current {
+    /// Records a finished span of this request, from `start` to `end`
+    /// (when spans are recorded): for work done off the request's task,
+    /// such as an engine's thread.
+    pub fn span(
+        &self,
+        name: &str,
+        start: SystemTime,
+        end: SystemTime,
+        attributes: Vec<(String, Value)>,
+    ) {
+        let Some(context) = self.context.filter(|_| self.exporting) else {
+            return;
+        };
+        self.observer.span(Span {
+            context: context.child(),
+            parent: Some(context.span_id),
+            name: name.to_owned(),
+            kind: SpanKind::Internal,
+            start,
+            end,
+            attributes,
+            error: None,
+        });
+    }
 }
 
 tokio::task_local! {
@@ -131,28 +172,54 @@ pub async fn scope<F: std::future::Future>(current: Current, future: F) -> F::Ou
     CURRENT.scope(current, future).await
 }
 
+/// This task's request, when its spans are recorded: to hand to work done
+/// elsewhere (see [`Current::span`]).
+pub fn current() -> Option<Current> {
+    CURRENT
+        .try_with(|current| current.exporting.then(|| current.clone()))
+        .ok()
+        .flatten()
+}
+
 /// A span about to start under this task's request, if any: send its
-/// context on (`traceparent`), then [`Started::end`] it.
+/// context on (`traceparent`), then [`Started::end`] it. When spans are not
+/// recorded, its context is the caller's, passed on unchanged.
 pub fn child(name: &str, kind: SpanKind) -> Option<Started> {
     CURRENT
-        .try_with(|current| Started {
-            context: current.context.child(),
-            parent: current.context.span_id,
-            name: name.to_owned(),
-            kind,
-            start: SystemTime::now(),
-            observer: current.observer.clone(),
+        .try_with(|current| {
+            let context = current.context?;
+            Some(Started {
+                context: if current.exporting {
+                    context.child()
+                } else {
+                    context
+                },
+                parent: context.span_id,
+                name: name.to_owned(),
+                kind,
+                start: SystemTime::now(),
+                observer: current.exporting.then(|| current.observer.clone()),
+            })
         })
         .ok()
+        .flatten()
 }
 
 /// Records a finished piece of this task's request that began at `start`
 /// and ends now (authentication, say), if the request is traced.
 pub fn record(name: &str, start: SystemTime, attributes: Vec<(String, Value)>) {
-    if let Some(mut span) = child(name, SpanKind::Internal) {
-        span.start = start;
-        span.end(attributes, None);
+    if let Some(current) = current() {
+        current.span(name, start, SystemTime::now(), attributes);
     }
+}
+
+/// Runs `future` as a span named `name` of this task's request, if traced
+/// (a store query, say).
+pub async fn in_span<F: std::future::Future>(name: &str, future: F) -> F::Output {
+    let start = SystemTime::now();
+    let output = future.await;
+    record(name, start, Vec::new());
+    output
 }
 
 /// Tells this task's request which upstream endpoint answered.
@@ -167,13 +234,17 @@ pub struct Started {
     name: String,
     kind: SpanKind,
     start: SystemTime,
-    observer: Arc<dyn Observer>,
+    /// `None`: not recorded (only its context is passed on).
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl Started {
     /// Ends the span now with `attributes`, failed when `error` says why.
     pub fn end(self, attributes: Vec<(String, Value)>, error: Option<String>) {
-        self.observer.span(Span {
+        let Some(observer) = self.observer else {
+            return;
+        };
+        observer.span(Span {
             context: self.context,
             parent: Some(self.parent),
             name: self.name,
@@ -188,7 +259,77 @@ impl Started {
 
 #[cfg(test)]
 mod tests {
-    use super::SpanContext;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<Span>>);
+
+    impl Observer for Seen {
+        fn span(&self, span: Span) {
+            self.0.lock().unwrap().push(span);
+        }
+        fn upstream(&self, _: &str) {}
+    }
+
+    fn current(context: Option<SpanContext>, exporting: bool) -> (Current, Arc<Seen>) {
+        let seen = Arc::new(Seen::default());
+        let current = Current {
+            context,
+            exporting,
+            observer: seen.clone(),
+        };
+        (current, seen)
+    }
+
+    #[tokio::test]
+    async fn a_recorded_request_makes_child_spans_and_sends_them_on() {
+        let request = SpanContext::root();
+        let (traced, seen) = current(Some(request), true);
+        scope(traced, async {
+            let attempt = child("upstream attempt", SpanKind::Client).unwrap();
+            assert_eq!(attempt.context.trace_id, request.trace_id);
+            assert_ne!(attempt.context.span_id, request.span_id);
+            attempt.end(Vec::new(), None);
+            in_span("store: find the key", async {}).await;
+            let elsewhere = super::current().unwrap();
+            std::thread::spawn(move || {
+                let now = SystemTime::now();
+                elsewhere.span("engine: queue", now, now, Vec::new());
+            })
+            .join()
+            .unwrap();
+        })
+        .await;
+        let spans = seen.0.lock().unwrap();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["upstream attempt", "store: find the key", "engine: queue"]
+        );
+        assert!(spans.iter().all(|s| s.parent == Some(request.span_id)));
+    }
+
+    #[tokio::test]
+    async fn without_an_exporter_nothing_is_recorded_and_the_callers_context_goes_on() {
+        let caller = SpanContext::root();
+        let (untraced, seen) = current(Some(caller), false);
+        scope(untraced, async {
+            let attempt = child("upstream attempt", SpanKind::Client).unwrap();
+            assert_eq!(attempt.context, caller, "passed on as it came");
+            attempt.end(Vec::new(), None);
+            in_span("store: find the key", async {}).await;
+            assert!(super::current().is_none());
+        })
+        .await;
+        let (untraced, _) = current(None, false);
+        scope(untraced, async {
+            assert!(child("upstream attempt", SpanKind::Client).is_none());
+        })
+        .await;
+        assert!(seen.0.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn traceparent_is_read_and_written_as_w3c_says() {

@@ -137,6 +137,9 @@ pub(crate) struct Runner {
     specials: Arc<Specials>,
     /// Whose jobs this runner starts (see `scheduler::Job::owner`).
     owner: Option<Arc<str>>,
+    /// The trace of the request its jobs are for, when it is recorded:
+    /// the engine thread adds its queue and prefill spans.
+    trace: Option<svc_core::trace::Current>,
 }
 
 impl Runner {
@@ -156,6 +159,11 @@ impl Runner {
             owner: Some(owner),
             ..self.clone()
         }
+    }
+
+    /// This runner, its jobs part of the request traced by `trace`.
+    pub(crate) fn traced(self, trace: Option<svc_core::trace::Current>) -> Runner {
+        Runner { trace, ..self }
     }
 
     /// Holds the admission of this runner's owner's queued jobs until the
@@ -364,6 +372,10 @@ impl Runner {
                 ignore_eos: ready.ignore_eos,
                 logprobs: ready.logprobs,
                 owner: self.owner.clone(),
+                trace: self
+                    .trace
+                    .clone()
+                    .map(|trace| (trace, std::time::SystemTime::now())),
                 sink,
             },
             continuation,
@@ -556,6 +568,7 @@ impl LlamaEngine {
                 context: context_per_sequence,
                 specials,
                 owner: None,
+                trace: None,
             },
             template: Arc::new(template),
             features,
@@ -639,7 +652,8 @@ impl Engine for LlamaEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         let cancel = Cancel::default();
         let guard = cancel.on_drop();
-        let runner = self.runner.clone();
+        // The request's trace lives on this task; the jobs carry it on.
+        let runner = self.runner.clone().traced(svc_core::trace::current());
         let template = Arc::clone(&self.template);
         let features = self.features;
         let task = tokio::task::spawn_blocking(move || {

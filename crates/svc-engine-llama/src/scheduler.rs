@@ -46,6 +46,7 @@
 use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
@@ -58,6 +59,7 @@ use llama_cpp_2::{DecodeError, LlamaStateSeqFlags};
 use svc_core::engine::{
     EngineError, EngineEvent, FinishReason, Sampling, TokenLogprob, TokenUsage,
 };
+use svc_core::trace::{Current, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
@@ -92,6 +94,9 @@ pub(crate) struct Job {
     /// sequences hold at most [`Shared::per_owner`] slots at once; its
     /// further jobs wait while other owners' jobs go ahead. `None`: no cap.
     pub(crate) owner: Option<Arc<str>>,
+    /// The request's trace, when it is recorded, and when this job was
+    /// queued: the thread adds the spans of its wait and its prefill.
+    pub(crate) trace: Option<(Current, SystemTime)>,
     pub(crate) sink: Sink,
 }
 
@@ -448,6 +453,8 @@ struct Sequence {
     logprobs: Option<u8>,
     /// Log probabilities of tokens whose text is not sent yet.
     unsent: Pending,
+    /// The request's trace, when recorded, and when this was admitted.
+    trace: Option<(Current, SystemTime)>,
 }
 
 impl Sequence {
@@ -1138,6 +1145,11 @@ impl Batcher<'_, '_> {
             max_tokens: job.max_tokens,
             logprobs: job.logprobs,
             unsent: Pending::default(),
+            trace: job.trace.map(|(trace, queued)| {
+                let now = SystemTime::now();
+                trace.span("engine: queue", queued, now, Vec::new());
+                (trace, now)
+            }),
         })
     }
 
@@ -1245,6 +1257,22 @@ impl Batcher<'_, '_> {
             let Some(at) = seq.logits_at.take() else {
                 continue;
             };
+            if seq.generated == 0
+                && let Some((trace, admitted)) = &seq.trace
+            {
+                let count = |n: usize| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
+                let attributes = vec![
+                    (
+                        "gen_ai.usage.input_tokens".to_owned(),
+                        count(seq.prompt.len()),
+                    ),
+                    (
+                        "gen_ai.usage.cached_input_tokens".to_owned(),
+                        count(seq.cached),
+                    ),
+                ];
+                trace.span("engine: prefill", *admitted, SystemTime::now(), attributes);
+            }
             let token = seq.sampler.sample(ctx, at);
             let logprob = seq.logprobs.map(|top| {
                 let vocab = self.model.vocab();

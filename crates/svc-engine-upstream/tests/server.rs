@@ -35,6 +35,7 @@ async fn app_in_front_of(fake: &FakeUpstream) -> TestApp {
         created: 1_700_000_000,
         owned_by: "svc".into(),
         default_system_prompt: None,
+        fallbacks: svc_server::Fallbacks::default(),
     };
     let models = ModelRegistry::new(vec![route("up", false), route("up-thinking", true)]);
     TestApp::spawn_models(

@@ -479,8 +479,16 @@ impl Budgets {
     pub async fn used(&self, scope: &str, budget: Budget) -> (Option<i64>, i64) {
         let (window_start, resets_at) = budget.period.window(now());
         let used = match &self.redis {
-            Some(_) => self.redis_used(scope, window_start).await,
-            None => self.store.budget_used(scope, window_start).await.ok(),
+            Some(_) => {
+                svc_core::trace::in_span("redis: budget used", self.redis_used(scope, window_start))
+                    .await
+            }
+            None => svc_core::trace::in_span(
+                "store: budget used",
+                self.store.budget_used(scope, window_start),
+            )
+            .await
+            .ok(),
         };
         (used, resets_at)
     }

@@ -58,6 +58,7 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<EmbeddingRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
     let ValidEmbeddingRequest {
         model,
         base64,

@@ -3,6 +3,7 @@
 //! [`Application::build`] binds the socket and returns the bound address, so
 //! tests start the real server exactly the way `svc serve` does.
 
+pub(crate) mod batcher;
 pub(crate) mod budget;
 pub(crate) mod chat;
 pub(crate) mod completions;
@@ -39,5 +40,5 @@ pub mod fuzzing {
 
 pub use config::ServerConfig;
 pub use error::ApiError;
-pub use registry::{ModelRegistry, ModelRoute};
+pub use registry::{Fallbacks, ModelRegistry, ModelRoute};
 pub use startup::Application;

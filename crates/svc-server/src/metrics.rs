@@ -279,6 +279,12 @@ impl Metrics {
             state.request_log.pending()
         );
 
+        if let Some(tracer) = &state.tracer {
+            out.push_str("# HELP svc_trace_spans_dropped_total Spans not exported: the queue to the OTLP receiver was full, or the receiver did not take them.\n");
+            out.push_str("# TYPE svc_trace_spans_dropped_total counter\n");
+            let _ = writeln!(out, "svc_trace_spans_dropped_total {}", tracer.dropped());
+        }
+
         out.push_str("# HELP svc_engine_queued_requests Requests waiting for an engine.\n");
         out.push_str("# TYPE svc_engine_queued_requests gauge\n");
         let statuses: Vec<_> = state

@@ -6,15 +6,14 @@
 //! encoded here by hand (protobuf's wire format); nothing is sent when no
 //! endpoint is set, and the request path only pushes to a queue.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use svc_core::trace::{Span, SpanKind, Value};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use url::Url;
+
+use crate::batcher::{Batcher, Written};
 
 /// Spans waiting to be sent, at most; past it they are dropped.
 const QUEUE_CAPACITY: usize = 20_000;
@@ -26,9 +25,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// The exporter: its queue and where it sends.
 pub struct Tracer {
     url: String,
-    queue: Mutex<VecDeque<Span>>,
-    wake: Notify,
-    dropped: AtomicU64,
+    queue: Arc<Batcher<Span>>,
     client: reqwest::Client,
 }
 
@@ -43,9 +40,7 @@ impl Tracer {
         };
         Tracer {
             url,
-            queue: Mutex::default(),
-            wake: Notify::new(),
-            dropped: AtomicU64::new(0),
+            queue: Arc::new(Batcher::new(QUEUE_CAPACITY, BATCH)),
             client: reqwest::Client::builder()
                 .timeout(SEND_TIMEOUT)
                 .build()
@@ -53,74 +48,40 @@ impl Tracer {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Span>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Spans dropped: the queue was full, or the receiver refused them.
+    /// Spans dropped: the queue was full, or the receiver did not take them.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.queue.dropped()
     }
 
     /// Queues a request's spans (never waits).
     pub fn push(&self, spans: Vec<Span>) {
-        let mut queue = self.lock();
-        let room = QUEUE_CAPACITY.saturating_sub(queue.len());
-        let lost = spans.len().saturating_sub(room);
-        queue.extend(spans.into_iter().take(room));
-        let full_batch = queue.len() >= BATCH;
-        drop(queue);
-        if lost > 0 {
-            self.dropped.fetch_add(lost as u64, Ordering::Relaxed);
-        }
-        if full_batch {
-            self.wake.notify_one();
-        }
-    }
-
-    async fn send(&self) {
-        let batch: Vec<Span> = {
-            let mut queue = self.lock();
-            let n = queue.len().min(BATCH);
-            queue.drain(..n).collect()
-        };
-        if batch.is_empty() {
-            return;
-        }
-        let body = export_request(&batch);
-        let sent = self
-            .client
-            .post(&self.url)
-            .header("content-type", "application/x-protobuf")
-            .body(body)
-            .send()
-            .await;
-        let failure = match sent {
-            Ok(response) if response.status().is_success() => return,
-            Ok(response) => format!("the receiver answered {}", response.status()),
-            Err(e) => e.to_string(),
-        };
-        // Traces are best effort: a batch the receiver did not take is
-        // counted and not sent again.
-        self.dropped
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        tracing::warn!(error = %failure, spans = batch.len(), url = %self.url, "exporting traces failed");
+        self.queue.push(spans);
     }
 
     /// Sends what is queued every [`SEND_EVERY`] (or as soon as a batch is
-    /// full) until `stop`, then what is left.
-    pub async fn run(self: std::sync::Arc<Self>, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(SEND_EVERY) => {}
-                () = self.wake.notified() => {}
-                () = stop.cancelled() => break,
+    /// full) until `stop`, then what is left. Traces are best effort: a
+    /// batch the receiver did not take is counted and not sent again.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let client = self.client.clone();
+        let url = self.url.clone();
+        let send = move |batch: Vec<Span>| {
+            let sent = client
+                .post(&url)
+                .header("content-type", "application/x-protobuf")
+                .body(export_request(&batch))
+                .send();
+            let url = url.clone();
+            async move {
+                let failure = match sent.await {
+                    Ok(response) if response.status().is_success() => return Written::Done,
+                    Ok(response) => format!("the receiver answered {}", response.status()),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(error = %failure, spans = batch.len(), %url, "exporting traces failed");
+                Written::Lost(batch.len())
             }
-            self.send().await;
-        }
-        while !self.lock().is_empty() {
-            self.send().await;
-        }
+        };
+        self.queue.clone().run(SEND_EVERY, stop, send).await;
     }
 }
 

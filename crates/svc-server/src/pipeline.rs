@@ -13,7 +13,8 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use svc_core::{ChatMessage, EventStream, GenerateRequest, KeyRecord};
+use futures::StreamExt;
+use svc_core::{ChatMessage, EngineError, EventStream, GenerateRequest, KeyRecord};
 
 use crate::budget::BudgetSlot;
 use crate::error::ApiError;
@@ -65,11 +66,35 @@ pub(crate) fn arrived(request: &Request) -> Instant {
         .map_or_else(Instant::now, |a| a.0)
 }
 
+/// A generation under way: its events, and the model serving it (the one
+/// asked for, or one of its fallbacks).
+pub(crate) struct Generated {
+    pub events: EventStream,
+    pub model: String,
+}
+
+impl Generated {
+    /// The `system_fingerprint` of the serving model's engine.
+    pub(crate) fn fingerprint(&self, state: &AppState) -> Option<String> {
+        fingerprint(state, &self.model)
+    }
+}
+
+/// Says which model served a reply (`x-svc-served-model`): the one asked
+/// for, or a fallback.
+pub(crate) fn served_by(mut response: Response, model: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(model) {
+        response.headers_mut().insert("x-svc-served-model", value);
+    }
+    response
+}
+
 /// Routes a validated request to `model`'s engine: the model's reasoning
 /// flag and default system prompt apply, the gateway's overhead is
 /// recorded, the key's and its project's budgets are charged, and the
 /// events are metered into usage, budgets (and the key's token limits when
-/// `metering` says so).
+/// `metering` says so). When the model fails before its first event, its
+/// fallbacks are tried in turn (see [`generate_with`]).
 pub(crate) async fn generate(
     state: &AppState,
     key: &KeyRecord,
@@ -77,7 +102,7 @@ pub(crate) async fn generate(
     request: GenerateRequest,
     arrived: Instant,
     metering: Metering,
-) -> Result<EventStream, ApiError> {
+) -> Result<Generated, ApiError> {
     generate_with(state, key, model, request, arrived, metering, |_, _| {
         |events| events
     })
@@ -86,46 +111,147 @@ pub(crate) async fn generate(
 
 /// [`generate`], with `wrap` applied to the engine's events before they are
 /// metered (so what it changes, such as an earlier end, is what usage
-/// records). `wrap` is called with the engine and the request as the
-/// engine gets it, before generation starts; what it returns wraps the events.
+/// records). `wrap` is called with the serving engine and the request as
+/// that engine got it, before its events are read; what it returns wraps
+/// the events.
+///
+/// Fallbacks (`[models.<id>] fallbacks`): when `model` fails before its
+/// first event (its engine refuses or fails to start, or its stream's
+/// first item is an error) with a failure of the engine's (unavailable,
+/// overloaded, a bad or slow gateway, an internal error; a prompt past its
+/// context too, when the model says so), the next model in its list that
+/// the key may use is asked the same, charged and metered as itself. Once
+/// an event was read, a failure is the stream's: nothing switches.
 pub(crate) async fn generate_with<W, F>(
     state: &AppState,
     key: &KeyRecord,
     model: &str,
-    mut request: GenerateRequest,
+    request: GenerateRequest,
     arrived: Instant,
     metering: Metering,
     wrap: W,
-) -> Result<EventStream, ApiError>
+) -> Result<Generated, ApiError>
 where
     W: FnOnce(&std::sync::Arc<dyn svc_core::Engine>, &GenerateRequest) -> F,
     F: FnOnce(EventStream) -> EventStream,
 {
-    let route = routed(state, key, model, &mut request)?;
-    // One key's requests share the engine's per-client share of its slots.
-    request.client = Some(key.id.to_string());
-    let charge = state
-        .budgets
-        .charge(
-            key,
-            model,
-            &request,
-            route.engine.as_ref(),
-            &metering.budget,
-        )
-        .await?;
-    state.metrics.gateway_overhead(model, arrived.elapsed());
-    let wrap = wrap(&route.engine, &request);
-    let (choices, prompt_tokens) = (request.n, svc_core::estimate_tokens(&request));
-    let events = wrap(route.engine.generate(request).await?);
-    let bill = crate::usage::Bill {
-        key_id: key.id.clone(),
-        choices,
-        count_tokens: metering.count_tokens,
-        charge,
-        prompt_tokens,
-    };
-    Ok(crate::usage::metered(events, state, model, arrived, bill))
+    let asked = usable(state, key, model)?;
+    let fallbacks = asked.fallbacks.clone();
+    // The models to try: the one asked for, then its fallbacks the key may use.
+    let mut candidates = vec![model.to_owned()];
+    for fallback in &fallbacks.models {
+        if usable(state, key, fallback).is_ok() {
+            candidates.push(fallback.clone());
+        }
+    }
+    let count = candidates.len();
+    let mut failure = None;
+    let mut original = Some(request);
+    let mut wrap = Some(wrap);
+    for (at, candidate) in candidates.into_iter().enumerate() {
+        let last = at + 1 == count;
+        // Each candidate starts from the request as it came.
+        let mut request = match (last, &original) {
+            (false, Some(original)) => original.clone(),
+            _ => original
+                .take()
+                .ok_or_else(|| ApiError::Internal("no request".into()))?,
+        };
+        let route = routed(state, key, &candidate, &mut request)?;
+        // One key's requests share the engine's per-client share of its slots.
+        request.client = Some(key.id.to_string());
+        let charge = state
+            .budgets
+            .charge(
+                key,
+                &candidate,
+                &request,
+                route.engine.as_ref(),
+                &metering.budget,
+            )
+            .await?;
+        if failure.is_none() {
+            state
+                .metrics
+                .gateway_overhead(&candidate, arrived.elapsed());
+        }
+        let (choices, prompt_tokens) = (request.n, svc_core::estimate_tokens(&request));
+        // The engine's part begins (rendering, the queue, the prompt).
+        if let Some(row) = crate::request_log::current() {
+            row.engine_started();
+        }
+        let started = if last {
+            let wrap = wrap.take().map(|w| w(&route.engine, &request));
+            route
+                .engine
+                .generate(request)
+                .await
+                .map(|events| match wrap {
+                    Some(w) => w(events),
+                    None => events,
+                })
+        } else {
+            // With a fallback left, the first event decides.
+            match route.engine.generate(request.clone()).await {
+                Ok(events) => first_event(events).await.map(|events| match wrap.take() {
+                    Some(w) => w(&route.engine, &request)(events),
+                    None => events,
+                }),
+                Err(e) => Err(e),
+            }
+        };
+        let events = match started {
+            Ok(events) => events,
+            Err(e) if !last && falls_back(&e, fallbacks.on_context_length) => {
+                tracing::warn!(model = %candidate, error = %e, "the model failed before answering; its fallback is asked");
+                // Dropping the charge gives its estimate back.
+                drop(charge);
+                failure = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let bill = crate::usage::Bill {
+            key_id: key.id.clone(),
+            choices,
+            count_tokens: metering.count_tokens,
+            charge,
+            prompt_tokens,
+        };
+        let events = crate::usage::metered(events, state, &candidate, arrived, bill);
+        return Ok(Generated {
+            events,
+            model: candidate,
+        });
+    }
+    // The last candidate returns (it never falls back).
+    Err(failure.map_or_else(|| ApiError::ModelNotFound(model.to_owned()), ApiError::from))
+}
+
+/// The stream, once its first item came: an error then is the start's.
+async fn first_event(mut events: EventStream) -> Result<EventStream, EngineError> {
+    match events.next().await {
+        Some(Err(e)) => Err(e),
+        Some(Ok(first)) => Ok(futures::stream::once(async move { Ok(first) })
+            .chain(events)
+            .boxed()),
+        None => Ok(events),
+    }
+}
+
+/// Whether a model's failure to start sends its request to a fallback:
+/// the engine's failures do, the request's own do not (a prompt past the
+/// context only when the model's `fallback_on_context_length` says so).
+fn falls_back(error: &EngineError, on_context_length: bool) -> bool {
+    match error {
+        EngineError::Unavailable(_)
+        | EngineError::Overloaded(_)
+        | EngineError::BadGateway(_)
+        | EngineError::GatewayTimeout(_)
+        | EngineError::Internal(_) => true,
+        EngineError::ContextLengthExceeded { .. } => on_context_length,
+        EngineError::InvalidRequest { .. } => false,
+    }
 }
 
 /// `model`'s route, with what it sets applied to `request`: the model's

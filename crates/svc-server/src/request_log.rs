@@ -17,9 +17,8 @@
 //! with child spans for authentication, the engine (until the first token,
 //! then decoding) and each upstream attempt, which carries the trace on.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -33,9 +32,9 @@ use hyper::body::{Frame, SizeHint};
 use svc_core::request_log::RequestLogEntry;
 use svc_core::trace::{Observer, Span, SpanContext, SpanKind, Value as TraceValue};
 use svc_core::{ModelPrice, Store, Tokens};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::batcher::{Batcher, Written};
 use crate::otlp::Tracer;
 use crate::state::AppState;
 
@@ -57,8 +56,9 @@ pub struct Pending {
     row: Mutex<RequestLogEntry>,
     arrived: Instant,
     /// The request's span (its trace id is the caller's, when it sent a
-    /// `traceparent`), the caller's span it is part of, and when it began.
-    span: SpanContext,
+    /// `traceparent`; without an exporter, the caller's own), the caller's
+    /// span it is part of, and when it began.
+    span: Option<SpanContext>,
     parent: Option<[u8; 8]>,
     began: SystemTime,
     /// Spans of the request finished so far, and the engine's times.
@@ -84,7 +84,7 @@ impl Pending {
         f(&mut self.engine.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// The engine's reply (a stream of events) began now.
+    /// The request was handed to its engine now.
     pub fn engine_started(&self) {
         self.engine(|t| {
             t.started.get_or_insert_with(SystemTime::now);
@@ -115,12 +115,15 @@ impl Pending {
     /// The request's spans, its own (the root of this service's part)
     /// last, as they stand when the row is finished.
     fn spans(&self, row: &RequestLogEntry) -> Vec<Span> {
+        let Some(span) = self.span else {
+            return Vec::new();
+        };
         let mut spans = std::mem::take(&mut *self.spans.lock().unwrap_or_else(|e| e.into_inner()));
         let engine = std::mem::take(&mut *self.engine.lock().unwrap_or_else(|e| e.into_inner()));
         let now = SystemTime::now();
         let child = |name: &str, start: SystemTime, end: SystemTime| Span {
-            context: self.span.child(),
-            parent: Some(self.span.span_id),
+            context: span.child(),
+            parent: Some(span.span_id),
             name: name.to_owned(),
             kind: SpanKind::Internal,
             start,
@@ -163,7 +166,7 @@ impl Pending {
             text("svc.upstream", &row.upstream),
         ];
         spans.push(Span {
-            context: self.span,
+            context: span,
             parent: self.parent,
             name: row.endpoint.clone(),
             kind: SpanKind::Server,
@@ -201,6 +204,12 @@ pub fn note(f: impl FnOnce(&mut RequestLogEntry)) {
     }
 }
 
+/// Notes the model this task's request asked for, once its body is read
+/// (so a request refused past that point is logged with its model).
+pub fn note_model(model: &str) {
+    note(|row| row.model = Some(model.to_owned()));
+}
+
 /// A span of this task's request (if traced) from now until dropped.
 pub struct Timed(&'static str, SystemTime);
 
@@ -233,10 +242,7 @@ pub struct RequestLog {
     /// Whether requests are logged at all (`request_log_retention` is not
     /// zero).
     enabled: bool,
-    queue: Mutex<VecDeque<RequestLogEntry>>,
-    capacity: usize,
-    wake: Notify,
-    dropped: AtomicU64,
+    queue: Arc<Batcher<RequestLogEntry>>,
     prices: BTreeMap<String, ModelPrice>,
 }
 
@@ -252,26 +258,19 @@ impl RequestLog {
     ) -> Self {
         RequestLog {
             enabled,
-            queue: Mutex::default(),
-            capacity,
-            wake: Notify::new(),
-            dropped: AtomicU64::new(0),
+            queue: Arc::new(Batcher::new(capacity, BATCH)),
             prices,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<RequestLogEntry>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Rows dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.queue.dropped()
     }
 
     /// Rows waiting to be written.
     pub fn pending(&self) -> usize {
-        self.lock().len()
+        self.queue.pending()
     }
 
     /// Queues a finished row (never waits).
@@ -283,67 +282,29 @@ impl RequestLog {
                 completion: row.completion_tokens,
             });
         }
-        let mut queue = self.lock();
-        if queue.len() >= self.capacity {
-            drop(queue);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        queue.push_back(row);
-        let full_batch = queue.len() >= BATCH;
-        drop(queue);
-        if full_batch {
-            self.wake.notify_one();
-        }
-    }
-
-    /// Writes one batch; on failure its rows go back to the queue's front
-    /// (those that no longer fit are dropped and counted).
-    async fn write(&self, store: &dyn Store) {
-        let batch: Vec<RequestLogEntry> = {
-            let mut queue = self.lock();
-            let n = queue.len().min(BATCH);
-            queue.drain(..n).collect()
-        };
-        if batch.is_empty() {
-            return;
-        }
-        let error =
-            match tokio::time::timeout(WRITE_TIMEOUT, store.insert_request_logs(&batch)).await {
-                Ok(Ok(())) => return,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {WRITE_TIMEOUT:?}"),
-            };
-        tracing::warn!(%error, rows = batch.len(), "writing the request log failed; will retry");
-        let mut queue = self.lock();
-        for row in batch.into_iter().rev() {
-            if queue.len() >= self.capacity {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            } else {
-                queue.push_front(row);
-            }
-        }
+        self.queue.push([row]);
     }
 
     /// Writes what is queued every [`WRITE_EVERY`] (or as soon as a batch
-    /// is full) until `stop`, then what is left.
+    /// is full) until `stop`, then what is left. A failed write keeps its
+    /// rows queued for the next.
     pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(WRITE_EVERY) => {}
-                () = self.wake.notified() => {}
-                () = stop.cancelled() => break,
+        let write = move |batch: Vec<RequestLogEntry>| {
+            let store = store.clone();
+            async move {
+                let error =
+                    match tokio::time::timeout(WRITE_TIMEOUT, store.insert_request_logs(&batch))
+                        .await
+                    {
+                        Ok(Ok(())) => return Written::Done,
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => format!("no answer within {WRITE_TIMEOUT:?}"),
+                    };
+                tracing::warn!(%error, rows = batch.len(), "writing the request log failed; will retry");
+                Written::Retry(batch)
             }
-            self.write(&*store).await;
-        }
-        // At shutdown: what the database takes within the timeouts.
-        while self.pending() > 0 {
-            let before = self.pending();
-            self.write(&*store).await;
-            if self.pending() >= before {
-                break;
-            }
-        }
+        };
+        self.queue.clone().run(WRITE_EVERY, stop, write).await;
     }
 }
 
@@ -373,9 +334,13 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
         .and_then(SpanContext::parse);
-    let (span, parent) = match caller {
-        Some(caller) => (caller.child(), Some(caller.span_id)),
-        None => (SpanContext::root(), None),
+    // Without an exporter, no span of this request is made: the caller's
+    // context is passed on as it came.
+    let exporting = tracer.is_some();
+    let (span, parent) = match (exporting, caller) {
+        (true, Some(caller)) => (Some(caller.child()), Some(caller.span_id)),
+        (true, None) => (Some(SpanContext::root()), None),
+        (false, caller) => (caller, None),
     };
     let pending = Arc::new(Pending {
         row: Mutex::new(RequestLogEntry {
@@ -403,6 +368,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
     };
     let current = svc_core::trace::Current {
         context: span,
+        exporting,
         observer: pending.clone(),
     };
     let response = CURRENT
@@ -513,21 +479,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_queue_drops_and_counts_instead_of_growing() {
-        let log = RequestLog::with_capacity(true, BTreeMap::new(), 2);
-        for n in 0..5 {
-            log.push(RequestLogEntry {
-                id: format!("req_{n}"),
-                ..RequestLogEntry::default()
-            });
-        }
-        assert_eq!(log.pending(), 2);
-        assert_eq!(log.dropped(), 3);
-        let kept: Vec<String> = log.lock().iter().map(|r| r.id.clone()).collect();
-        assert_eq!(kept, ["req_0", "req_1"], "the oldest are kept");
-    }
-
-    #[test]
     fn a_row_is_priced_at_its_models_price() {
         let mut prices = BTreeMap::new();
         prices.insert(
@@ -547,6 +498,6 @@ mod tests {
             ..RequestLogEntry::default()
         });
         // 600 × 2 + 400 × 1 + 100 × 4 micro-dollars.
-        assert_eq!(log.lock()[0].cost_micros, 2_000);
+        assert_eq!(log.queue.take()[0].cost_micros, 2_000);
     }
 }

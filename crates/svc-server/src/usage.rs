@@ -58,7 +58,6 @@ pub fn metered(
     let logged = crate::request_log::current();
     if let Some(row) = &logged {
         row.note(|row| row.model = Some(model.to_owned()));
-        row.engine_started();
     }
     let mut meter = Meter {
         logged: logged.clone(),

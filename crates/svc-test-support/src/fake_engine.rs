@@ -31,6 +31,9 @@ pub enum Script {
     CallTool,
     /// Refuses every prompt as too long for a 16-token context.
     ContextTooSmall,
+    /// Refuses every request with this error before any event (as an
+    /// upstream whose endpoints all failed).
+    Refuse(EngineError),
 }
 
 /// Counters shared between a test and the engine.
@@ -195,6 +198,9 @@ fn message_tokens(message: &ChatMessage) -> u64 {
 impl Engine for FakeEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         let prompt_tokens = self.prompt_tokens(&request);
+        if let Script::Refuse(error) = &self.script {
+            return Err(error.clone());
+        }
         if let Script::ContextTooSmall = self.script {
             return Err(EngineError::ContextLengthExceeded {
                 prompt_tokens,
@@ -236,7 +242,7 @@ impl Engine for FakeEngine {
                     });
                     return;
                 }
-                Script::ContextTooSmall => unreachable!("refused above"),
+                Script::ContextTooSmall | Script::Refuse(_) => unreachable!("refused above"),
             };
             if request.reasoning {
                 yield Ok(EngineEvent::Reasoning("Thinking it over. ".into()));
@@ -319,6 +325,7 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
         created: 1_700_000_000,
         owned_by: "svc".into(),
         default_system_prompt: None,
+        fallbacks: svc_server::Fallbacks::default(),
     };
     let route = |id: &str, script: Script, reasoning: bool| {
         route_of(id, FakeEngine::new(script, probe.clone()), reasoning)
@@ -371,6 +378,7 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
             created: 1_700_000_000,
             owned_by: "svc".into(),
             default_system_prompt: None,
+            fallbacks: svc_server::Fallbacks::default(),
         },
     ])
 }

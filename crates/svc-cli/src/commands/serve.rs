@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use svc_core::Engine;
 use svc_engine_upstream::UpstreamEngine;
-use svc_server::{Application, ModelRegistry, ModelRoute};
+use svc_server::{Application, Fallbacks, ModelRegistry, ModelRoute};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
@@ -214,6 +214,14 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
             ),
             (None, None) => anyhow::bail!("no model for {id}"),
         };
+        let fallbacks = settings
+            .models
+            .get(&id)
+            .map(|m| Fallbacks {
+                models: m.fallbacks.clone(),
+                on_context_length: m.fallback_on_context_length,
+            })
+            .unwrap_or_default();
         routes.push(ModelRoute {
             id,
             engine,
@@ -221,6 +229,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
             created: MODELS_CREATED,
             owned_by: "svc".into(),
             default_system_prompt,
+            fallbacks,
         });
     }
     if let Some(path) = embed_path {
@@ -231,9 +240,12 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
             created: MODELS_CREATED,
             owned_by: "svc".into(),
             default_system_prompt: None,
+            fallbacks: Fallbacks::default(),
         });
     }
-    Ok(ModelRegistry::new(routes))
+    let registry = ModelRegistry::new(routes);
+    registry.check_fallbacks().map_err(anyhow::Error::msg)?;
+    Ok(registry)
 }
 
 /// The id of the embedding model served beside `svc` and `svc-thinking`.

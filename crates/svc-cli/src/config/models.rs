@@ -1,6 +1,7 @@
 //! `[models.<id>]` tables: a model served from a GGUF file (`path`) or by
 //! OpenAI-compatible endpoints (`upstreams`). A table is read as its serde
-//! form, a `ModelTable`: `reasoning` and two optional sections, each with
+//! form, a `ModelTable`: `reasoning`, the fallbacks (`fallbacks`,
+//! `fallback_on_context_length`) and two optional sections, each with
 //! `deny_unknown_fields`, that serde fills from the table's keys: the
 //! file's ([`FileModelConfig`], which needs `path`) and the endpoints'
 //! ([`UpstreamModelConfig`], which needs `upstreams`). Exactly one must be
@@ -23,6 +24,11 @@ pub struct ModelConfig {
     /// Whether this id asks for reasoning (as `svc-thinking` does).
     pub reasoning: bool,
     pub source: ModelSource,
+    /// Models asked in turn when this one fails before answering.
+    pub fallbacks: Vec<String>,
+    /// Whether a prompt longer than this model's context goes to the
+    /// fallbacks too.
+    pub fallback_on_context_length: bool,
 }
 
 /// What serves a model.
@@ -41,6 +47,10 @@ pub enum ModelSource {
 struct ModelTable {
     #[serde(default)]
     reasoning: bool,
+    #[serde(default)]
+    fallbacks: Vec<String>,
+    #[serde(default)]
+    fallback_on_context_length: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     file: Option<FileModelConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +69,8 @@ impl TryFrom<ModelTable> for ModelConfig {
         Ok(ModelConfig {
             reasoning: table.reasoning,
             source,
+            fallbacks: table.fallbacks,
+            fallback_on_context_length: table.fallback_on_context_length,
         })
     }
 }
@@ -71,6 +83,8 @@ impl From<ModelConfig> for ModelTable {
         };
         ModelTable {
             reasoning: model.reasoning,
+            fallbacks: model.fallbacks,
+            fallback_on_context_length: model.fallback_on_context_length,
             file,
             upstream,
         }

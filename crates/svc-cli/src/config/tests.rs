@@ -316,6 +316,7 @@ upstreams = [
     .unwrap();
     let big = &models["big"];
     assert!(big.reasoning);
+    assert!(big.fallbacks.is_empty() && !big.fallback_on_context_length);
     let ModelSource::Upstream(upstream) = &big.source else {
         panic!("{big:?}")
     };
@@ -339,6 +340,27 @@ upstreams = [
     assert_eq!(endpoints[1].weight, 1);
     assert_eq!(endpoints[1].api_key, None);
     assert!(!format!("{big:?}").contains(&path), "keys are redacted");
+}
+
+#[test]
+fn fallbacks_are_read_in_their_order() {
+    let models = resolve_models(
+        r#"
+[models.big]
+upstreams = [{ base_url = "http://gpu1:8000/v1", model = "big" }]
+fallbacks = ["small", "svc"]
+fallback_on_context_length = true
+"#,
+    )
+    .unwrap();
+    assert_eq!(models["big"].fallbacks, ["small", "svc"]);
+    assert!(models["big"].fallback_on_context_length);
+    let refused =
+        resolve_models("[models.m]\npath = \"/m.gguf\"\nfallbacks = \"svc\"\n").unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("models.m.fallbacks"),
+        "{refused:#}"
+    );
 }
 
 #[test]

@@ -260,6 +260,7 @@ async fn recording_server() -> (TestApp, Arc<Record>) {
         created: 1_700_000_000,
         owned_by: "svc".into(),
         default_system_prompt: None,
+        fallbacks: svc_server::Fallbacks::default(),
     }]);
     let app = TestApp::spawn_models(
         Database::Sqlite,

@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::{
-    Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
+    Metering, arrived, generate, json_response, limited, served_by, sse_response,
 };
 use crate::state::AppState;
 use shape::CompletionMeta;
@@ -64,10 +64,11 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
     let request = ValidChatRequest::try_from(body)?;
     let stream = request.generate.stream;
     let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
-    let events = generate(
+    let generated = generate(
         state,
         &key,
         &request.model,
@@ -76,17 +77,17 @@ async fn answer(
         metering,
     )
     .await?;
-    let fingerprint = fingerprint(state, &request.model);
-    let meta = CompletionMeta::new(request.model)
+    let meta = CompletionMeta::new(generated.model.clone())
         .with_choices(n, logprobs)
-        .with_fingerprint(fingerprint);
-    if !stream {
-        let completion = shape::collect(meta, events).await?;
-        return Ok(json_response(&completion));
-    }
-    Ok(sse_response(Body::from_stream(shape::sse(
-        meta,
-        request.include_usage,
-        events,
-    ))))
+        .with_fingerprint(generated.fingerprint(state));
+    let response = if stream {
+        sse_response(Body::from_stream(shape::sse(
+            meta,
+            request.include_usage,
+            generated.events,
+        )))
+    } else {
+        json_response(&shape::collect(meta, generated.events).await?)
+    };
+    Ok(served_by(response, &generated.model))
 }

@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::{
-    Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
+    Metering, arrived, fingerprint, generate, json_response, limited, served_by, sse_response,
 };
 use crate::state::AppState;
 
@@ -64,6 +64,7 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
     let request = ValidCompletionRequest::try_from(body)?;
     let (n, logprobs, stream) = (request.n(), request.logprobs(), request.stream());
     let prompts = request.prompts.len();
@@ -79,9 +80,12 @@ async fn answer(
     };
     // Each prompt is a generation of its own, charged and metered as one.
     // A failure to start one drops those started, which stops them.
+    // The reply names the model that served its first prompt (each prompt
+    // may fall back on its own).
     let mut streams = Vec::with_capacity(request.prompts.len());
+    let mut served = None;
     for prompt in request.prompts {
-        let events = generate(
+        let generated = generate(
             state,
             &key,
             &request.model,
@@ -91,20 +95,23 @@ async fn answer(
         )
         .await
         .map_err(on_prompt)?;
-        streams.push(events);
+        served.get_or_insert(generated.model);
+        streams.push(generated.events);
     }
-    let fingerprint = fingerprint(state, &request.model);
-    let meta =
-        shape::Meta::new(request.model, n, logprobs, prompts, echoed).with_fingerprint(fingerprint);
+    let served = served.unwrap_or(request.model);
+    let meta = shape::Meta::new(served.clone(), n, logprobs, prompts, echoed)
+        .with_fingerprint(fingerprint(state, &served));
     let merged = shape::merge(streams);
-    if !stream {
-        return Ok(json_response(&shape::collect(meta, merged).await?));
-    }
-    Ok(sse_response(Body::from_stream(shape::sse(
-        meta,
-        request.include_usage,
-        merged,
-    ))))
+    let response = if stream {
+        sse_response(Body::from_stream(shape::sse(
+            meta,
+            request.include_usage,
+            merged,
+        )))
+    } else {
+        json_response(&shape::collect(meta, merged).await?)
+    };
+    Ok(served_by(response, &served))
 }
 
 /// A prompt too long for the model's context is the prompt's fault.

@@ -27,7 +27,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Scope, in_scope, scope};
 use crate::pipeline::{
-    Metering, arrived, generate_with, json_response, limited, routed, sse_response,
+    Metering, arrived, generate_with, json_response, limited, routed, served_by, sse_response,
 };
 use crate::state::AppState;
 use error::MessagesError;
@@ -93,19 +93,20 @@ async fn answer(
 ) -> Result<Response, MessagesError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
     let request = ValidMessagesRequest::try_from(body)?;
     let stream = request.generate.stream;
     let reasoning = state
         .models
         .get(&request.model)
         .is_some_and(|r| r.reasoning);
-    let meta = MessageMeta::new(
+    let mut meta = MessageMeta::new(
         request.model.clone(),
         reasoning && request.thinking != Thinking::Disabled,
     );
     let stops = request.stop_sequences;
     let stopped_by = meta.stopped_by.clone();
-    let events = generate_with(
+    let generated = generate_with(
         state,
         &key,
         &request.model,
@@ -124,11 +125,13 @@ async fn answer(
         },
     )
     .await?;
-    if !stream {
-        let reply = shape::collect(meta, events).await?;
-        return Ok(json_response(&reply));
-    }
-    Ok(sse_response(Body::from_stream(shape::sse(meta, events))))
+    meta.model.clone_from(&generated.model);
+    let response = if stream {
+        sse_response(Body::from_stream(shape::sse(meta, generated.events)))
+    } else {
+        json_response(&shape::collect(meta, generated.events).await?)
+    };
+    Ok(served_by(response, &generated.model))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's
@@ -171,6 +174,7 @@ async fn count(
     request: Request,
 ) -> Result<Response, MessagesError> {
     let ApiJson(body) = ApiJson::<CountTokensRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
     let request = ValidCountTokensRequest::try_from(body)?;
     let mut generate = request.generate;
     let route = routed(state, &key, &request.model, &mut generate)?;

@@ -30,7 +30,9 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::pipeline::{
+    Metering, arrived, generate, json_response, limited, served_by, sse_response,
+};
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
@@ -163,6 +165,7 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
     let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
     let valid = Arc::new(ValidResponseRequest::try_from(body)?);
     let owner = owner(&key);
     let keep = valid.store.then(|| Keep {
@@ -179,7 +182,7 @@ async fn answer(
     }
     let generate_request = state.conversations.prompt(&valid, &owner).await?;
     let stream = generate_request.stream;
-    let mut events = generate(
+    let generated = generate(
         state,
         &key,
         &valid.model,
@@ -189,7 +192,10 @@ async fn answer(
     )
     .await
     .map_err(engine_error)?;
-    let mut shaper = Shaper::new(valid.response(new_id("resp"), now()), stream);
+    let (mut events, served) = (generated.events, generated.model);
+    let mut object = valid.response(new_id("resp"), now());
+    object.model.clone_from(&served);
+    let mut shaper = Shaper::new(object, stream);
     let conversations = state.conversations.clone();
     if !stream {
         loop {
@@ -213,7 +219,7 @@ async fn answer(
         if let Some(keep) = &keep {
             conversations.save(keep, &response).await?;
         }
-        return Ok(json_response(&response));
+        return Ok(served_by(json_response(&response), &served));
     }
     let request_id = crate::request_id::current();
     let body = async_stream::stream! {
@@ -252,7 +258,7 @@ async fn answer(
             }
         }
     };
-    Ok(sse_response(Body::from_stream(body)))
+    Ok(served_by(sse_response(Body::from_stream(body)), &served))
 }
 
 /// The events of a failure, built as if inside the request, so that a

@@ -50,6 +50,7 @@ mod device;
 mod embeddings;
 mod errors;
 mod failures;
+mod fallbacks;
 mod fingerprint;
 mod hardening;
 mod health;

@@ -519,6 +519,7 @@ async fn engine_failures_keep_their_status_in_anthropics_shape() {
         created: 0,
         owned_by: "svc".into(),
         default_system_prompt: None,
+        fallbacks: svc_server::Fallbacks::default(),
     };
     let probe = Arc::new(Probe::default());
     let models = ModelRegistry::new(vec![

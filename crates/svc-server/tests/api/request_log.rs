@@ -3,7 +3,8 @@
 //! a 429, an engine failure, a client that went away — with its key,
 //! model, status, tokens, cost and timings and never the prompt; listed
 //! and filtered by `GET /v1/organization/request_logs`; written off the
-//! request's path, so a hung database slows no request.
+//! request's path, so a hung database slows no request. Spans a trace
+//! receiver does not take are counted.
 
 use std::time::{Duration, Instant};
 
@@ -101,7 +102,13 @@ async fn every_api_request_leaves_one_row_with_what_it_used(database: Database) 
         .unwrap();
     assert_eq!(messages.status(), 200);
     // 4: a 400; 5: an engine failure; 6: a client that leaves mid-stream.
-    let invalid = app.chat(&key, &json!({"model": "svc"})).await;
+    let invalid = app
+        .chat(
+            &key,
+            &json!({"model": "svc", "temperature": 3,
+                "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
     assert_eq!(invalid.status(), 400);
     let failed = app
         .chat(&key, &body("fake-fail", "one two three four"))
@@ -176,6 +183,7 @@ async fn every_api_request_leaves_one_row_with_what_it_used(database: Database) 
     assert!(anthropic["completion_tokens"].as_i64().unwrap() > 0);
     let invalid = by_status(400);
     assert_eq!(invalid[0]["error_type"], "invalid_request_error");
+    assert_eq!(invalid[0]["model"], "svc", "refused once its body was read");
     let failed = by_status(500);
     assert_eq!(failed[0]["error_type"], "server_error");
     assert_eq!(failed[0]["model"], "fake-fail");
@@ -393,4 +401,47 @@ async fn the_dashboard_shows_everyone_their_own_requests_and_admins_all(database
     assert!(!others.body.contains("<tr id=\"req_"), "not Ada's");
     let everyone = admin.get("/dashboard/requests").await;
     assert!(everyone.body.contains("<tr id=\"req_"));
+}
+
+// A trace receiver that is down slows no request; the spans it did not
+// take are counted in `/metrics`.
+#[tokio::test]
+async fn spans_a_receiver_refuses_are_counted_and_slow_nothing() {
+    // A port that was open a moment ago and is closed now: refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let config = ServerConfig {
+        otlp_endpoint: Some(endpoint.parse().unwrap()),
+        ..ServerConfig::default()
+    };
+    let app = TestApp::spawn_with(Database::Sqlite, config).await;
+    let key = app.create_key().await;
+    let before = app.metrics().await;
+    assert!(
+        before.contains("svc_trace_spans_dropped_total 0"),
+        "{before}"
+    );
+    for i in 0..3 {
+        let started = Instant::now();
+        let reply = app.chat(&key, &body("svc", &format!("request {i}"))).await;
+        assert_eq!(reply.status(), 200);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = app.metrics().await;
+        let dropped: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("svc_trace_spans_dropped_total "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Each chat request is at least its own span and authenticate's.
+        if dropped >= 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
