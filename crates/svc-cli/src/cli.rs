@@ -444,6 +444,16 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "How long a request-log row (one per API request: key, model, status, tokens, cost, timings; never the prompt or the reply) is kept, such as 30d; off records none",
     ),
     flag(
+        "response_cache_ttl",
+        "DURATION",
+        "Serve the reply to a reproducible request (temperature 0 or a seed) again to the same project for this long, such as 1h; off caches nothing",
+    ),
+    flag(
+        "response_cache_bytes",
+        "BYTES",
+        "Most bytes of cached replies kept in the database (without Redis), in bytes or with a unit (256MiB); the oldest go first",
+    ),
+    flag(
         "budget_alert_percent",
         "PERCENT",
         "Share of a budget whose use is written to the audit log (once a window) and marked on the dashboard",

@@ -49,6 +49,7 @@ pub mod conversation;
 pub mod key;
 pub mod project;
 pub mod request_log;
+pub mod response_cache;
 pub mod session;
 pub mod throttle;
 pub mod trace;

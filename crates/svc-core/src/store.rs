@@ -21,6 +21,7 @@ pub use crate::error::{StoreError, UnknownValue};
 pub use crate::key::KeyStore;
 pub use crate::project::ProjectStore;
 pub use crate::request_log::RequestLogStore;
+pub use crate::response_cache::ResponseCacheStore;
 pub use crate::session::SessionStore;
 pub use crate::throttle::ThrottleStore;
 pub use crate::usage::UsageStore;
@@ -47,6 +48,7 @@ pub trait Store:
     + ResponseStore
     + AuditStore
     + RequestLogStore
+    + ResponseCacheStore
     + HealthStore
     + KeyServiceStore
     + AccountServiceStore
@@ -67,6 +69,7 @@ impl<T> Store for T where
         + ResponseStore
         + AuditStore
         + RequestLogStore
+        + ResponseCacheStore
         + HealthStore
 {
 }

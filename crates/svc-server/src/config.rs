@@ -126,6 +126,15 @@ pub struct ServerConfig {
     /// hourly sweep deletes it; `off` records none.
     #[serde(with = "svc_core::config::duration_or_off")]
     pub request_log_retention: Duration,
+    /// How long the reply to a reproducible request (greedy or seeded) is
+    /// served again to the same project for the same request; `off` (the
+    /// default) caches nothing.
+    #[serde(with = "svc_core::config::duration_or_off")]
+    pub response_cache_ttl: Duration,
+    /// The most bytes of cached replies the store keeps (without Redis;
+    /// Redis's own memory policy bounds them there).
+    #[serde(with = "svc_core::config::byte_count")]
+    pub response_cache_bytes: usize,
     /// The share of a budget (percent, 1 to 100) whose use is written to
     /// the audit log (`budget.threshold_reached`, once a window) and marked
     /// on the dashboard's budget bars.
@@ -265,6 +274,9 @@ mod project_role {
 /// Default days an audit-log entry is kept: a year.
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 365;
 
+/// `response_cache_bytes`' default: 256 MiB.
+pub const DEFAULT_RESPONSE_CACHE_BYTES: usize = 256 << 20;
+
 /// Default time a request-log row is kept: 30 days.
 pub const DEFAULT_REQUEST_LOG_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
@@ -301,6 +313,8 @@ impl Default for ServerConfig {
             response_quota_count: DEFAULT_RESPONSE_QUOTA_COUNT,
             audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
             request_log_retention: DEFAULT_REQUEST_LOG_RETENTION,
+            response_cache_ttl: Duration::ZERO,
+            response_cache_bytes: DEFAULT_RESPONSE_CACHE_BYTES,
             otlp_endpoint: None,
             budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),

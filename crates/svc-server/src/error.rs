@@ -60,6 +60,10 @@ pub enum ApiError {
     },
     #[error("the store is unavailable")]
     Unavailable,
+    /// `Cache-Control: only-if-cached`, and the response cache holds no
+    /// reply to this request (RFC 9111: 504).
+    #[error("The response cache holds no reply to this request (Cache-Control: only-if-cached).")]
+    NotCached,
     /// A resource other than a model that does not exist (or is not the
     /// caller's): `code` `not_found`.
     #[error("{message}")]
@@ -137,6 +141,7 @@ impl ApiError {
                 EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NotCached => StatusCode::GATEWAY_TIMEOUT,
             ApiError::RateLimited(_) | ApiError::QuotaExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -222,6 +227,7 @@ impl ApiError {
                 EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
             },
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
+            ApiError::NotCached => (invalid, None, Some("not_cached")),
             ApiError::Forbidden(_) => (invalid, None, Some("insufficient_permissions")),
             ApiError::RateLimited(v) => match v.exceeded {
                 Some(crate::ratelimit::Exceeded::Tokens) => {
@@ -255,7 +261,8 @@ impl ApiError {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::BodyTimeout(_)
             | ApiError::MethodNotAllowed { .. }
-            | ApiError::StorageQuotaExceeded { .. } => invalid,
+            | ApiError::StorageQuotaExceeded { .. }
+            | ApiError::NotCached => invalid,
             ApiError::ModelNotFound(_)
             | ApiError::UnknownUrl { .. }
             | ApiError::NotFound { .. } => "not_found_error",

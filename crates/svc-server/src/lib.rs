@@ -5,6 +5,7 @@
 
 pub(crate) mod batcher;
 pub(crate) mod budget;
+pub(crate) mod cache;
 pub(crate) mod chat;
 pub(crate) mod completions;
 pub mod config;

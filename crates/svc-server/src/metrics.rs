@@ -279,6 +279,25 @@ impl Metrics {
             state.request_log.pending()
         );
 
+        if state.cache.enabled() {
+            let cache = &state.cache;
+            out.push_str("# HELP svc_response_cache_requests_total Reproducible requests looked up in the response cache, by whether their reply was there.\n");
+            out.push_str("# TYPE svc_response_cache_requests_total counter\n");
+            for (result, n) in [("hit", &cache.hits), ("miss", &cache.misses)] {
+                let _ = writeln!(
+                    out,
+                    "svc_response_cache_requests_total{{result=\"{result}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
+            out.push_str("# HELP svc_response_cache_saved_tokens_total Prompt and completion tokens the replies served from the response cache took when they were made.\n");
+            out.push_str("# TYPE svc_response_cache_saved_tokens_total counter\n");
+            let _ = writeln!(
+                out,
+                "svc_response_cache_saved_tokens_total {}",
+                cache.saved_tokens.load(Ordering::Relaxed)
+            );
+        }
         if let Some(tracer) = &state.tracer {
             out.push_str("# HELP svc_trace_spans_dropped_total Spans not exported: the queue to the OTLP receiver was full, or the receiver did not take them.\n");
             out.push_str("# TYPE svc_trace_spans_dropped_total counter\n");

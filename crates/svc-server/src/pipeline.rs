@@ -71,6 +71,8 @@ pub(crate) fn arrived(request: &Request) -> Instant {
 pub(crate) struct Generated {
     pub events: EventStream,
     pub model: String,
+    /// How the events went (for the response cache).
+    pub watch: std::sync::Arc<crate::cache::Watch>,
 }
 
 impl Generated {
@@ -218,10 +220,15 @@ where
             charge,
             prompt_tokens,
         };
-        let events = crate::usage::metered(events, state, &candidate, arrived, bill);
+        let watch = std::sync::Arc::new(crate::cache::Watch::default());
+        let watching = watch.clone();
+        let events = crate::usage::metered(events, state, &candidate, arrived, bill)
+            .inspect(move |event| watching.on(event))
+            .boxed();
         return Ok(Generated {
             events,
             model: candidate,
+            watch,
         });
     }
     // The last candidate returns (it never falls back).

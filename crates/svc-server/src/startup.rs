@@ -148,7 +148,14 @@ impl Application {
             !config.request_log_retention.is_zero(),
             config.prices.clone(),
         ));
+        let cache = Arc::new(crate::cache::ResponseCache::new(
+            config.response_cache_ttl,
+            config.response_cache_bytes,
+            store.clone(),
+            limiter.redis_connection(),
+        ));
         let state = AppState {
+            cache,
             budgets,
             keys: KeyService::new(store.clone()),
             accounts: accounts.clone(),

@@ -50,4 +50,6 @@ pub struct AppState {
     pub request_log: Arc<crate::request_log::RequestLog>,
     /// Where requests' spans go, when traces are exported.
     pub tracer: Option<Arc<crate::otlp::Tracer>>,
+    /// Replies of reproducible requests, served again.
+    pub cache: Arc<crate::cache::ResponseCache>,
 }

@@ -27,6 +27,7 @@ mod keys;
 mod lists;
 mod projects;
 mod request_logs;
+mod response_cache;
 mod responses;
 mod sessions;
 pub mod testing;

@@ -13,6 +13,7 @@ use svc_core::{KeyRecord, ValidChatRequest};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
@@ -63,8 +64,28 @@ async fn answer(
     metering: Metering,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
+    let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
+    let reproducible = cache::reproducible(body.temperature, body.seed);
+    let plan = match state
+        .cache
+        .lookup(
+            state,
+            directives,
+            &key,
+            cache::Asked {
+                route: "chat",
+                model: &body.model,
+                reproducible,
+                body: &body,
+            },
+        )
+        .await?
+    {
+        Lookup::Hit(response) => return Ok(response),
+        Lookup::Miss(plan) => plan,
+    };
     let request = ValidChatRequest::try_from(body)?;
     let stream = request.generate.stream;
     let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
@@ -89,5 +110,6 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, generated.events).await?)
     };
-    Ok(served_by(response, &generated.model))
+    let response = served_by(response, &generated.model);
+    Ok(state.cache.keep(plan, response, generated.watch))
 }

@@ -9,11 +9,13 @@ pub(crate) mod shape;
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
+use futures::StreamExt;
 use svc_api::CompletionRequest;
 use svc_core::{EngineError, KeyRecord, ValidCompletionRequest};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
@@ -63,8 +65,28 @@ async fn answer(
     metering: Metering,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
+    let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
+    let reproducible = cache::reproducible(body.temperature, body.seed);
+    let plan = match state
+        .cache
+        .lookup(
+            state,
+            directives,
+            &key,
+            cache::Asked {
+                route: "completions",
+                model: &body.model,
+                reproducible,
+                body: &body,
+            },
+        )
+        .await?
+    {
+        Lookup::Hit(response) => return Ok(response),
+        Lookup::Miss(plan) => plan,
+    };
     let request = ValidCompletionRequest::try_from(body)?;
     let (n, logprobs, stream) = (request.n(), request.logprobs(), request.stream());
     let prompts = request.prompts.len();
@@ -84,6 +106,7 @@ async fn answer(
     // may fall back on its own).
     let mut streams = Vec::with_capacity(request.prompts.len());
     let mut served = None;
+    let watch = std::sync::Arc::new(cache::Watch::default());
     for prompt in request.prompts {
         let generated = generate(
             state,
@@ -96,7 +119,14 @@ async fn answer(
         .await
         .map_err(on_prompt)?;
         served.get_or_insert(generated.model);
-        streams.push(generated.events);
+        // One watch for all the prompts: any failure, every prompt's tokens.
+        let whole = watch.clone();
+        streams.push(
+            generated
+                .events
+                .inspect(move |event| whole.on(event))
+                .boxed(),
+        );
     }
     let served = served.unwrap_or(request.model);
     let meta = shape::Meta::new(served.clone(), n, logprobs, prompts, echoed)
@@ -111,7 +141,8 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, merged).await?)
     };
-    Ok(served_by(response, &served))
+    let response = served_by(response, &served);
+    Ok(state.cache.keep(plan, response, watch))
 }
 
 /// A prompt too long for the model's context is the prompt's fault.

@@ -24,6 +24,7 @@ use svc_core::{KeyRecord, KeyService};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
+use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Scope, in_scope, scope};
 use crate::pipeline::{
@@ -92,8 +93,28 @@ async fn answer(
     metering: Metering,
 ) -> Result<Response, MessagesError> {
     let arrived = arrived(&request);
+    let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
+    let reproducible = cache::reproducible(body.temperature, None);
+    let plan = match state
+        .cache
+        .lookup(
+            state,
+            directives,
+            &key,
+            cache::Asked {
+                route: "messages",
+                model: &body.model,
+                reproducible,
+                body: &body,
+            },
+        )
+        .await?
+    {
+        Lookup::Hit(response) => return Ok(response),
+        Lookup::Miss(plan) => plan,
+    };
     let request = ValidMessagesRequest::try_from(body)?;
     let stream = request.generate.stream;
     let reasoning = state
@@ -131,7 +152,8 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, generated.events).await?)
     };
-    Ok(served_by(response, &generated.model))
+    let response = served_by(response, &generated.model);
+    Ok(state.cache.keep(plan, response, generated.watch))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's

@@ -27,6 +27,7 @@ use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, ValidRespons
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
@@ -164,8 +165,33 @@ async fn answer(
     metering: Metering,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
+    let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
+    // Only a reply that stands alone is cached: not one kept for later
+    // (`store`), nor one that reads a kept conversation (another key of the
+    // project may not).
+    let stands_alone =
+        body.store == Some(false) && body.previous_response_id.is_none() && !refers_to_items(&body);
+    let reproducible = stands_alone && cache::reproducible(body.temperature, None);
+    let plan = match state
+        .cache
+        .lookup(
+            state,
+            directives,
+            &key,
+            cache::Asked {
+                route: "responses",
+                model: &body.model,
+                reproducible,
+                body: &body,
+            },
+        )
+        .await?
+    {
+        Lookup::Hit(response) => return Ok(response),
+        Lookup::Miss(plan) => plan,
+    };
     let valid = Arc::new(ValidResponseRequest::try_from(body)?);
     let owner = owner(&key);
     let keep = valid.store.then(|| Keep {
@@ -192,7 +218,7 @@ async fn answer(
     )
     .await
     .map_err(engine_error)?;
-    let (mut events, served) = (generated.events, generated.model);
+    let (mut events, served, watch) = (generated.events, generated.model, generated.watch);
     let mut object = valid.response(new_id("resp"), now());
     object.model.clone_from(&served);
     let mut shaper = Shaper::new(object, stream);
@@ -219,7 +245,8 @@ async fn answer(
         if let Some(keep) = &keep {
             conversations.save(keep, &response).await?;
         }
-        return Ok(served_by(json_response(&response), &served));
+        let response = served_by(json_response(&response), &served);
+        return Ok(state.cache.keep(plan, response, watch));
     }
     let request_id = crate::request_id::current();
     let body = async_stream::stream! {
@@ -258,7 +285,18 @@ async fn answer(
             }
         }
     };
-    Ok(served_by(sse_response(Body::from_stream(body)), &served))
+    let response = served_by(sse_response(Body::from_stream(body)), &served);
+    Ok(state.cache.keep(plan, response, watch))
+}
+
+/// Whether `request`'s input names items of kept responses.
+fn refers_to_items(request: &CreateResponseRequest) -> bool {
+    match &request.input {
+        Some(svc_api::responses::ResponseInput::Items(items)) => items
+            .iter()
+            .any(|item| item.kind.as_deref() == Some("item_reference")),
+        _ => false,
+    }
 }
 
 /// The events of a failure, built as if inside the request, so that a
