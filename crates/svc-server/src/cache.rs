@@ -9,8 +9,9 @@
 //! read (its canonical JSON), so a whole and a streamed request are two
 //! entries. Only a complete 200 reply is kept: one that failed, even after
 //! it began streaming, or whose client left, is not. Entries live in Redis
-//! when the server has one, else in the store (bounded by
-//! `response_cache_bytes`, oldest first), and expire after the TTL. A hit
+//! when the server has one, else in the store (written in batches about a
+//! second later, off the request's path; bounded by `response_cache_bytes`,
+//! oldest first), and expire after the TTL. A hit
 //! costs no engine time and no budget, says `x-svc-cache: hit`, and counts
 //! in `/metrics` with the tokens it saved. `Cache-Control: no-cache` from
 //! the caller skips the lookup (the fresh reply is kept), `no-store` skips
@@ -29,14 +30,24 @@ use bytes::{Bytes, BytesMut};
 use hyper::body::{Frame, SizeHint};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use svc_core::response_cache::CacheEntry;
 use svc_core::{KeyRecord, Store};
+use tokio_util::sync::CancellationToken;
 
+use crate::batcher::{Batcher, Written};
 use crate::error::ApiError;
 use crate::ratelimit::Redis;
 use crate::state::AppState;
 
 /// A reply larger than this is not kept.
 const MAX_ENTRY_BYTES: usize = 1 << 20;
+/// Entries waiting for the store, at most (past it, replies are not kept).
+const QUEUE_CAPACITY: usize = 10_000;
+/// Entries written in one transaction, at most.
+const BATCH: usize = 500;
+/// How long the writer waits for more entries before writing.
+const WRITE_EVERY: Duration = Duration::from_secs(1);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often, at most, the store's entries are swept (after a write).
 const SWEEP_EVERY_MS: i64 = 60_000;
 
@@ -56,6 +67,8 @@ pub struct ResponseCache {
     max_bytes: u64,
     store: Arc<dyn Store>,
     redis: Option<Arc<Redis>>,
+    /// Entries on their way to the store, written a batch at a time.
+    queue: Arc<Batcher<CacheEntry>>,
     last_sweep_ms: AtomicI64,
     pub hits: AtomicU64,
     pub misses: AtomicU64,
@@ -125,6 +138,7 @@ impl ResponseCache {
             max_bytes: u64::try_from(max_bytes).unwrap_or(u64::MAX),
             store,
             redis,
+            queue: Arc::new(Batcher::new(QUEUE_CAPACITY, BATCH)),
             last_sweep_ms: AtomicI64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -279,24 +293,53 @@ impl ResponseCache {
             }
             None => {
                 let now = now_ms();
-                let written = self
-                    .store
-                    .cache_response(&key, &value, now, now.saturating_add(ttl_ms))
-                    .await;
-                if let Err(e) = written {
-                    tracing::warn!(error = %e, "writing the response cache failed");
-                }
-                let last = self.last_sweep_ms.load(Ordering::Relaxed);
-                if now - last >= SWEEP_EVERY_MS
-                    && self
-                        .last_sweep_ms
-                        .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                    && let Err(e) = self.store.sweep_response_cache(now, self.max_bytes).await
-                {
-                    tracing::warn!(error = %e, "sweeping the response cache failed");
-                }
+                self.queue.push([CacheEntry {
+                    key,
+                    value,
+                    created_at_ms: now,
+                    expires_at_ms: now.saturating_add(ttl_ms),
+                }]);
             }
+        }
+    }
+
+    /// Writes the entries queued for the store once a second (or a batch
+    /// at a time), and sweeps it at most every [`SWEEP_EVERY_MS`], until
+    /// `stop`.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        if !self.enabled() || self.redis.is_some() {
+            return;
+        }
+        let cache = self.clone();
+        let write = move |batch: Vec<CacheEntry>| {
+            let cache = cache.clone();
+            async move {
+                let written =
+                    tokio::time::timeout(WRITE_TIMEOUT, cache.store.cache_responses(&batch)).await;
+                match written {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "writing the response cache failed"),
+                    Err(_) => tracing::warn!("writing the response cache took too long"),
+                }
+                cache.sweep().await;
+                // A reply not kept is asked of the engine again: no retry.
+                Written::Done
+            }
+        };
+        self.queue.clone().run(WRITE_EVERY, stop, write).await;
+    }
+
+    async fn sweep(&self) {
+        let now = now_ms();
+        let last = self.last_sweep_ms.load(Ordering::Relaxed);
+        if now - last >= SWEEP_EVERY_MS
+            && self
+                .last_sweep_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            && let Err(e) = self.store.sweep_response_cache(now, self.max_bytes).await
+        {
+            tracing::warn!(error = %e, "sweeping the response cache failed");
         }
     }
 

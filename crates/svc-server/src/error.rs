@@ -160,11 +160,12 @@ impl ApiError {
         let message = if self.status().is_server_error()
             && !matches!(
                 self,
-                ApiError::Engine(
-                    EngineError::Unavailable(_)
-                        | EngineError::BadGateway(_)
-                        | EngineError::GatewayTimeout(_)
-                )
+                ApiError::NotCached
+                    | ApiError::Engine(
+                        EngineError::Unavailable(_)
+                            | EngineError::BadGateway(_)
+                            | EngineError::GatewayTimeout(_)
+                    )
             ) {
             let id = request_id::current().unwrap_or_else(|| "unknown".into());
             tracing::error!(request_id = %id, cause = %self, "request failed");

@@ -79,6 +79,7 @@ pub struct Application {
     audit_retention_days: u32,
     /// Rows of the request log waiting to be written.
     request_log: Arc<crate::request_log::RequestLog>,
+    cache: Arc<crate::cache::ResponseCache>,
     /// How long request-log rows are kept (zero: none are written).
     request_log_retention: std::time::Duration,
     /// The trace exporter, with `otlp_endpoint`.
@@ -155,7 +156,7 @@ impl Application {
             limiter.redis_connection(),
         ));
         let state = AppState {
-            cache,
+            cache: cache.clone(),
             budgets,
             keys: KeyService::new(store.clone()),
             accounts: accounts.clone(),
@@ -212,6 +213,7 @@ impl Application {
             metrics_server,
             audit_retention_days: config.audit_retention_days,
             request_log,
+            cache,
             request_log_retention: config.request_log_retention,
             tracer,
             tls,
@@ -268,6 +270,7 @@ impl Application {
             stop_ledger.clone(),
         ));
         background.spawn(self.request_log.run(store.clone(), stop_ledger.clone()));
+        background.spawn(self.cache.run(stop_ledger.clone()));
         if let Some(tracer) = self.tracer {
             background.spawn(tracer.run(stop_ledger.clone()));
         }

@@ -1,9 +1,10 @@
 //! [`ResponseCacheStore`] on SQL: the `response_cache` table, one row a
-//! reply, replaced in place (`ON CONFLICT`), swept by expiry and then by
-//! age down to the size bound.
+//! reply, written a batch a transaction and replaced in place (`ON
+//! CONFLICT`), swept by expiry and then by age down to the size bound.
 
 use async_trait::async_trait;
 use sqlx::Row;
+use svc_core::response_cache::CacheEntry;
 use svc_core::store::{ResponseCacheStore, StoreError};
 
 use crate::SqlStore;
@@ -24,28 +25,25 @@ impl ResponseCacheStore for SqlStore {
             .map_err(query_error)
     }
 
-    async fn cache_response(
-        &self,
-        key: &str,
-        value: &str,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO response_cache (key, value, bytes, created_at_ms, expires_at_ms) \
-             VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value, bytes = excluded.bytes, \
-             created_at_ms = excluded.created_at_ms, expires_at_ms = excluded.expires_at_ms",
-        )
-        .bind(key)
-        .bind(value)
-        .bind(i64::try_from(value.len()).unwrap_or(i64::MAX))
-        .bind(now_ms)
-        .bind(expires_at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(query_error)?;
-        Ok(())
+    async fn cache_responses(&self, entries: &[CacheEntry]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        for entry in entries {
+            sqlx::query(
+                "INSERT INTO response_cache (key, value, bytes, created_at_ms, expires_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value, bytes = excluded.bytes, \
+                 created_at_ms = excluded.created_at_ms, expires_at_ms = excluded.expires_at_ms",
+            )
+            .bind(entry.key.as_str())
+            .bind(entry.value.as_str())
+            .bind(i64::try_from(entry.value.len()).unwrap_or(i64::MAX))
+            .bind(entry.created_at_ms)
+            .bind(entry.expires_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        }
+        tx.commit().await.map_err(query_error)
     }
 
     async fn sweep_response_cache(&self, now_ms: i64, max_bytes: u64) -> Result<u64, StoreError> {

@@ -11,7 +11,17 @@
 mod common;
 
 use common::Db;
+use svc_core::response_cache::CacheEntry;
 use svc_core::store::ResponseCacheStore;
+
+fn entry(key: &str, value: &str, created_at_ms: i64, expires_at_ms: i64) -> CacheEntry {
+    CacheEntry {
+        key: key.into(),
+        value: value.into(),
+        created_at_ms,
+        expires_at_ms,
+    }
+}
 
 on_both_backends!(
     an_entry_is_found_until_it_expires_and_replaced_in_place,
@@ -22,7 +32,7 @@ async fn an_entry_is_found_until_it_expires_and_replaced_in_place(db: &Db) {
     let store = db.store().await;
     assert_eq!(store.cached_response("k", 1_000).await.unwrap(), None);
     store
-        .cache_response("k", "first", 1_000, 2_000)
+        .cache_responses(&[entry("k", "first", 1_000, 2_000)])
         .await
         .unwrap();
     assert_eq!(
@@ -35,7 +45,7 @@ async fn an_entry_is_found_until_it_expires_and_replaced_in_place(db: &Db) {
         "expired"
     );
     store
-        .cache_response("k", "second", 3_000, 9_000)
+        .cache_responses(&[entry("k", "second", 3_000, 9_000)])
         .await
         .unwrap();
     assert_eq!(
@@ -46,14 +56,16 @@ async fn an_entry_is_found_until_it_expires_and_replaced_in_place(db: &Db) {
 
 async fn the_sweep_keeps_the_newest_within_the_bound(db: &Db) {
     let store = db.store().await;
-    // Ten bytes each, created at 1..=4; "gone" expired already.
-    for (at, key) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
-        store
-            .cache_response(key, "0123456789", at, 100)
-            .await
-            .unwrap();
-    }
-    store.cache_response("gone", "x", 5, 50).await.unwrap();
+    // Ten bytes each, created at 1..=4, in one batch; "gone" expired already.
+    let batch: Vec<CacheEntry> = [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+        .into_iter()
+        .map(|(at, key)| entry(key, "0123456789", at, 100))
+        .collect();
+    store.cache_responses(&batch).await.unwrap();
+    store
+        .cache_responses(&[entry("gone", "x", 5, 50)])
+        .await
+        .unwrap();
     let deleted = store.sweep_response_cache(60, 25).await.unwrap();
     assert_eq!(deleted, 3, "the expired one and the two oldest");
     for (key, kept) in [

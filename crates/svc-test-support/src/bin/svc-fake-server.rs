@@ -44,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
     let (mut oidc_issuer, mut oidc_client_id) = (None, None);
     let mut request_log_retention = svc_server::config::DEFAULT_REQUEST_LOG_RETENTION;
     let mut otlp_endpoint = None;
+    let mut response_cache_ttl = std::time::Duration::ZERO;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -73,12 +74,17 @@ async fn main() -> anyhow::Result<()> {
             "--no-password-sign-in" => sso.password_sign_in = false,
             "--no-request-log" => request_log_retention = std::time::Duration::ZERO,
             "--otlp-endpoint" => otlp_endpoint = Some(value("--otlp-endpoint").parse()?),
+            "--response-cache-ttl" => {
+                response_cache_ttl =
+                    std::time::Duration::from_secs(value("--response-cache-ttl").parse()?)
+            }
             other => anyhow::bail!(
                 "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
                  --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --admin-key, \
                  --device-interval SECS, --device-code-lifetime SECS, --oidc-issuer URL, \
                  --oidc-client-id ID, --oidc-client-secret SECRET, --oidc-create-accounts, \
-                 --no-password-sign-in, --no-request-log, --otlp-endpoint URL)"
+                 --no-password-sign-in, --no-request-log, --otlp-endpoint URL, \
+                 --response-cache-ttl SECS)"
             ),
         }
     }
@@ -135,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
         sso,
         request_log_retention,
         otlp_endpoint,
+        response_cache_ttl,
         ..ServerConfig::default()
     };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;
