@@ -82,3 +82,13 @@ for kind in chat stream; do
     echo "| $kind | $server | $rps | $p50 | $p99 | $errors |"
   done
 done
+# Rows the request log could not keep up with (dropped when its queue was
+# full): what the table's throughput cost in completeness.
+echo
+for server in log log+otlp; do
+  url=$(awk '/^url /{print $2}' "$out/$server.server")
+  sleep 2  # the writer's last batch
+  dropped=$(curl -s "$url/metrics" | awk '/^svc_request_log_dropped_total /{print $2}')
+  requests=$(cat "$out/$server"-*-*.txt | awk '/requests in/{n+=$1} END {print n+0}')
+  echo "$server: ${dropped:-?} of $requests request-log rows dropped"
+done
