@@ -562,20 +562,27 @@ pub const STREAM_EVENT: &str = "ChatCompletionStreamEvent";
 
 /// The schema named [`STREAM_EVENT`].
 pub fn stream_event_schema() -> RefOr<Schema> {
+    data_event_schema("ChatCompletionChunk", "A `chat.completion.chunk`")
+}
+
+/// The schema of one `data: ...` Server-Sent Event of a stream whose
+/// events are `chunk` objects (`what` says what one is), then `[DONE]`; an
+/// error after the stream began is an `ErrorResponse` event.
+pub fn data_event_schema(chunk: &str, what: &str) -> RefOr<Schema> {
     let json_data = ObjectBuilder::new()
         .schema_type(Type::String)
         .content_media_type("application/json")
         .content_schema(Some(
             OneOfBuilder::new()
-                .item(reference("ChatCompletionChunk"))
+                .item(reference(chunk))
                 .item(reference("ErrorResponse")),
         ));
     let data = AnyOfBuilder::new()
             .item(json_data)
             .item(constant("[DONE]"))
-            .description(Some(
-                "A `chat.completion.chunk`, an error (the last event when the stream fails after it began), or the terminator `[DONE]`.",
-            ));
+            .description(Some(format!(
+                "{what}, an error (the last event when the stream fails after it began), or the terminator `[DONE]`."
+            )));
     ObjectBuilder::new()
             .description(Some(
                 "One Server-Sent Event of a streamed completion (the schema describes each event, as `itemSchema` does in OpenAPI 3.2). Events are `data: ...` lines separated by blank lines; svc sets no `event`, `id` or `retry` field.",

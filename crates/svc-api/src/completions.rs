@@ -157,3 +157,17 @@ fn prompt_schema() -> Schema {
         ))
         .into()
 }
+
+/// The name of the schema of one Server-Sent Event of a streamed legacy
+/// completion.
+pub const STREAM_EVENT: &str = "CompletionStreamEvent";
+
+crate::schema::named_schema!(
+    /// One Server-Sent Event of a streamed legacy completion
+    /// ([`STREAM_EVENT`]): a `text_completion` chunk, an error, or `[DONE]`.
+    CompletionStreamEvent = STREAM_EVENT, completion_stream_event_schema
+);
+
+fn completion_stream_event_schema() -> utoipa::openapi::RefOr<Schema> {
+    crate::chat::data_event_schema("CreateCompletionResponse", "A `text_completion` chunk")
+}

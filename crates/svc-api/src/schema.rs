@@ -104,6 +104,7 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     responses(&mut out);
     add::<crate::completions::CompletionRequest>(&mut out);
     add::<crate::completions::Completion>(&mut out);
+    add::<crate::completions::CompletionStreamEvent>(&mut out);
     add::<crate::embeddings::EmbeddingRequest>(&mut out);
     add::<crate::embeddings::EmbeddingList>(&mut out);
     add::<crate::messages::MessagesRequest>(&mut out);

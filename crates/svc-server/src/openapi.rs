@@ -67,6 +67,7 @@ pub fn openapi() -> OpenApi {
     api.paths.paths.extend(metrics.paths.paths);
     for (path, mut item) in std::mem::take(&mut api.paths.paths) {
         operations(&mut item).for_each(follow_the_rules);
+        operations(&mut item).for_each(generating);
         // A catch-all (`{*model}`) is a plain parameter to OpenAPI.
         api.paths.paths.insert(path.replace("{*", "{"), item);
     }
@@ -102,6 +103,43 @@ fn follow_the_rules(operation: &mut utoipa::openapi::path::Operation) {
         }
     }
     operation.security.get_or_insert_with(Vec::new);
+}
+
+/// The operations that generate (chat, legacy completions, Responses,
+/// Messages) say which model served the reply and whether it came from the
+/// response cache, and take the caller's `Cache-Control`.
+fn generating(operation: &mut utoipa::openapi::path::Operation) {
+    const GENERATING: [&str; 4] = [
+        "createChatCompletion",
+        "createCompletion",
+        "createResponse",
+        "createMessage",
+    ];
+    if !GENERATING.contains(&operation.operation_id.as_deref().unwrap_or_default()) {
+        return;
+    }
+    if let Some(RefOr::T(ok)) = operation.responses.responses.get_mut("200") {
+        for (name, component) in [
+            ("x-svc-served-model", "ServedModel"),
+            ("x-svc-cache", "Cache"),
+        ] {
+            let reference = Ref::new(format!("#/components/headers/{component}"));
+            ok.headers.insert(name.into(), RefOr::Ref(reference));
+        }
+    }
+    let cache_control = utoipa::openapi::path::ParameterBuilder::new()
+        .name("Cache-Control")
+        .parameter_in(utoipa::openapi::path::ParameterIn::Header)
+        .required(Required::False)
+        .description(Some(
+            "The response cache (with `response_cache_ttl`, for requests with `temperature` 0 or a `seed`): `no-cache` asks the model again (its reply is kept), `no-store` neither reads nor keeps, `only-if-cached` answers from the cache or with a 504.",
+        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build();
+    operation
+        .parameters
+        .get_or_insert_with(Vec::new)
+        .push(RefOr::T(cache_control));
 }
 
 const SUMMARY: &str = "A self-hostable OpenAI-compatible chat-completion service.";
@@ -176,6 +214,14 @@ fn components() -> utoipa::openapi::Components {
         ),
         ("RetryAfter", "Seconds to wait before retrying."),
         ("WwwAuthenticate", "The authentication scheme: `Bearer`."),
+        (
+            "ServedModel",
+            "The model that served the reply: the one asked for, or one of its fallbacks when it failed before answering.",
+        ),
+        (
+            "Cache",
+            "`hit` when the reply came from the response cache (the same bytes as when it was made), `miss` when it was made now and kept; absent when the request is not cached.",
+        ),
     ] {
         let header = HeaderBuilder::new()
             .schema(Some(ObjectBuilder::new().schema_type(Type::String)))

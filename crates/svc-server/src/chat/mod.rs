@@ -44,7 +44,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
         (status = 413, response = shared::PayloadTooLarge),
         (status = 429, response = shared::TooManyRequests),
         (status = 500, response = shared::InternalServerError),
+        (status = 502, response = shared::BadGateway),
         (status = 503, response = shared::ServiceUnavailable),
+        (status = 504, response = shared::GatewayTimeout),
     ))]
 pub async fn create(
     Key(key, _): Key<scope::ModelRequest>,

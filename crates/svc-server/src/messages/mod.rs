@@ -73,6 +73,8 @@ async fn method_not_allowed(request: Request) -> MessagesError {
         (status = 429, description = "`rate_limit_error`: the key's rate limit is reached.", body = AnthropicErrorBody),
         (status = 500, description = "`api_error`: an internal error; the message quotes the request id.", body = AnthropicErrorBody),
         (status = 503, description = "`overloaded_error` (the model is unavailable) or `api_error` (the store is).", body = AnthropicErrorBody),
+        (status = 502, description = "`api_error`: the upstream engine failed before answering (and so did every fallback).", body = AnthropicErrorBody),
+        (status = 504, description = "`timeout_error`: the upstream engine did not answer in time; or `invalid_request_error`: `Cache-Control: only-if-cached` and the response cache holds no reply to this request.", body = AnthropicErrorBody),
         (status = 529, description = "`overloaded_error`: the model's queue is full.", body = AnthropicErrorBody),
     ))]
 pub async fn create(

@@ -52,5 +52,7 @@ shared! {
     PayloadTooLarge (None) => "The request body is larger than the server's limit (`code` `request_too_large`).";
     TooManyRequests (Some(("Retry-After", "RetryAfter"))) => "The model is overloaded (`type` `rate_limit_exceeded`, `code` `engine_overloaded`).";
     InternalServerError (None) => "An internal error (`type` `server_error`); the message quotes the request id.";
+    BadGateway (None) => "The upstream engine failed before answering, and so did every fallback of the model (`type` `server_error`, `code` `bad_gateway`).";
+    GatewayTimeout (None) => "The upstream engine did not answer in time (`type` `server_error`, `code` `gateway_timeout`); or `Cache-Control: only-if-cached` was sent and the response cache holds no reply to this request (`type` `invalid_request_error`, `code` `not_cached`).";
     ServiceUnavailable (Some(("Retry-After", "RetryAfter"))) => "The model or the store is unavailable (`type` `server_error`, `code` `model_unavailable` or `service_unavailable`).";
 }
