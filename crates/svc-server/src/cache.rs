@@ -101,15 +101,67 @@ impl Directives {
     }
 }
 
-/// A request as the cache sees it.
-pub(crate) struct Asked<'a, T> {
+/// A request as the cache sees it: each dialect's request says which
+/// route it is for, which model it asks, and whether it gives the same
+/// reply each time; the request itself, as read, is the rest of the key.
+pub(crate) trait Cacheable: Serialize {
     /// Its route (`chat`, `responses`, ...).
-    pub route: &'static str,
-    pub model: &'a str,
-    /// Whether it gives the same reply each time (see [`reproducible`]).
-    pub reproducible: bool,
-    /// The request as read.
-    pub body: &'a T,
+    const ROUTE: &'static str;
+    fn model(&self) -> &str;
+    /// Greedy or seeded, and nothing else makes it differ between calls.
+    fn reproducible(&self) -> bool;
+}
+
+impl Cacheable for svc_api::ChatCompletionRequest {
+    const ROUTE: &'static str = "chat";
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn reproducible(&self) -> bool {
+        reproducible(self.temperature, self.seed)
+    }
+}
+
+impl Cacheable for svc_api::CompletionRequest {
+    const ROUTE: &'static str = "completions";
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn reproducible(&self) -> bool {
+        reproducible(self.temperature, self.seed)
+    }
+}
+
+impl Cacheable for svc_api::messages::MessagesRequest {
+    const ROUTE: &'static str = "messages";
+    fn model(&self) -> &str {
+        &self.model
+    }
+    fn reproducible(&self) -> bool {
+        reproducible(self.temperature, None)
+    }
+}
+
+impl Cacheable for svc_api::responses::CreateResponseRequest {
+    const ROUTE: &'static str = "responses";
+    fn model(&self) -> &str {
+        &self.model
+    }
+    /// Only a reply that stands alone: not one kept for later (`store`),
+    /// nor one that reads a kept conversation (another key of the project
+    /// may not).
+    fn reproducible(&self) -> bool {
+        let refers_to_items = match &self.input {
+            Some(svc_api::responses::ResponseInput::Items(items)) => items
+                .iter()
+                .any(|item| item.kind.as_deref() == Some("item_reference")),
+            _ => false,
+        };
+        self.store == Some(false)
+            && self.previous_response_id.is_none()
+            && !refers_to_items
+            && reproducible(self.temperature, None)
+    }
 }
 
 /// Whether a request's reply came from the cache, or where it goes.
@@ -150,7 +202,7 @@ impl ResponseCache {
         !self.ttl.is_zero()
     }
 
-    /// Looks a request up: `asked` by `key`. A miss says where its reply is
+    /// Looks `request` up, as `key` asks it. A miss says where its reply is
     /// kept: nowhere when the cache is off, the request not reproducible,
     /// the model not one the key may use, or the caller said `no-store`.
     /// With `only-if-cached`, a miss is [`ApiError::NotCached`].
@@ -159,30 +211,25 @@ impl ResponseCache {
         state: &AppState,
         directives: Directives,
         key: &KeyRecord,
-        asked: Asked<'_, impl Serialize>,
+        request: &impl Cacheable,
     ) -> Result<Lookup, ApiError> {
-        match self.look(state, directives, key, asked).await {
+        match self.look(state, directives, key, request).await {
             Lookup::Miss(_) if directives.only_if_cached => Err(ApiError::NotCached),
             lookup => Ok(lookup),
         }
     }
 
-    async fn look(
+    async fn look<R: Cacheable>(
         &self,
         state: &AppState,
         directives: Directives,
         key: &KeyRecord,
-        asked: Asked<'_, impl Serialize>,
+        request: &R,
     ) -> Lookup {
-        let Asked {
-            route,
-            model,
-            reproducible,
-            body,
-        } = asked;
-        if !self.enabled() || !reproducible || directives.no_store {
+        if !self.enabled() || !request.reproducible() || directives.no_store {
             return Lookup::Miss(None);
         }
+        let model = request.model();
         let Ok(served) = crate::pipeline::usable(state, key, model) else {
             return Lookup::Miss(None);
         };
@@ -190,14 +237,14 @@ impl ResponseCache {
             .engine
             .fingerprint()
             .unwrap_or_else(|| format!("model {model}"));
-        let Ok(canonical) = serde_json::to_vec(body) else {
+        let Ok(canonical) = serde_json::to_vec(request) else {
             return Lookup::Miss(None);
         };
         let mut hash = Sha256::new();
         for part in [
             identity.as_bytes(),
             key.project_id.0.as_bytes(),
-            route.as_bytes(),
+            R::ROUTE.as_bytes(),
         ] {
             hash.update((part.len() as u64).to_le_bytes());
             hash.update(part);
@@ -343,15 +390,18 @@ impl ResponseCache {
         }
     }
 
-    /// `response` on its way to the client, kept under `plan` (if any)
-    /// once its last byte went out, when it is a 200 and `watch` saw no
-    /// error in the engine's events. Says `x-svc-cache: miss`.
+    /// `response` (from the model `served`, which it says) on its way to
+    /// the client, kept under `plan` (if any) once its last byte went out,
+    /// when it is a 200 and `watch` saw no error in the engine's events.
+    /// Says `x-svc-cache: miss`.
     pub(crate) fn keep(
         self: &Arc<Self>,
         plan: Option<Plan>,
-        mut response: Response,
+        response: Response,
+        served: &str,
         watch: Arc<Watch>,
     ) -> Response {
+        let mut response = crate::pipeline::served_by(response, served);
         let Some(plan) = plan else {
             return response;
         };

@@ -17,9 +17,7 @@ use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{
-    Metering, arrived, generate, json_response, limited, served_by, sse_response,
-};
+use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
 use crate::state::AppState;
 use shape::CompletionMeta;
 
@@ -69,22 +67,7 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let reproducible = cache::reproducible(body.temperature, body.seed);
-    let plan = match state
-        .cache
-        .lookup(
-            state,
-            directives,
-            &key,
-            cache::Asked {
-                route: "chat",
-                model: &body.model,
-                reproducible,
-                body: &body,
-            },
-        )
-        .await?
-    {
+    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -112,6 +95,7 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, generated.events).await?)
     };
-    let response = served_by(response, &generated.model);
-    Ok(state.cache.keep(plan, response, generated.watch))
+    Ok(state
+        .cache
+        .keep(plan, response, &generated.model, generated.watch))
 }

@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::{
-    Metering, arrived, fingerprint, generate, json_response, limited, served_by, sse_response,
+    Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
 };
 use crate::state::AppState;
 
@@ -70,22 +70,7 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let reproducible = cache::reproducible(body.temperature, body.seed);
-    let plan = match state
-        .cache
-        .lookup(
-            state,
-            directives,
-            &key,
-            cache::Asked {
-                route: "completions",
-                model: &body.model,
-                reproducible,
-                body: &body,
-            },
-        )
-        .await?
-    {
+    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -143,8 +128,7 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, merged).await?)
     };
-    let response = served_by(response, &served);
-    Ok(state.cache.keep(plan, response, watch))
+    Ok(state.cache.keep(plan, response, &served, watch))
 }
 
 /// A prompt too long for the model's context is the prompt's fault.

@@ -28,7 +28,7 @@ use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Scope, in_scope, scope};
 use crate::pipeline::{
-    Metering, arrived, generate_with, json_response, limited, routed, served_by, sse_response,
+    Metering, arrived, generate_with, json_response, limited, routed, sse_response,
 };
 use crate::state::AppState;
 use error::MessagesError;
@@ -98,22 +98,7 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let reproducible = cache::reproducible(body.temperature, None);
-    let plan = match state
-        .cache
-        .lookup(
-            state,
-            directives,
-            &key,
-            cache::Asked {
-                route: "messages",
-                model: &body.model,
-                reproducible,
-                body: &body,
-            },
-        )
-        .await?
-    {
+    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -154,8 +139,9 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, generated.events).await?)
     };
-    let response = served_by(response, &generated.model);
-    Ok(state.cache.keep(plan, response, generated.watch))
+    Ok(state
+        .cache
+        .keep(plan, response, &generated.model, generated.watch))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's

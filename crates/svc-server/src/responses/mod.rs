@@ -31,9 +31,7 @@ use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{
-    Metering, arrived, generate, json_response, limited, served_by, sse_response,
-};
+use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
@@ -170,27 +168,7 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    // Only a reply that stands alone is cached: not one kept for later
-    // (`store`), nor one that reads a kept conversation (another key of the
-    // project may not).
-    let stands_alone =
-        body.store == Some(false) && body.previous_response_id.is_none() && !refers_to_items(&body);
-    let reproducible = stands_alone && cache::reproducible(body.temperature, None);
-    let plan = match state
-        .cache
-        .lookup(
-            state,
-            directives,
-            &key,
-            cache::Asked {
-                route: "responses",
-                model: &body.model,
-                reproducible,
-                body: &body,
-            },
-        )
-        .await?
-    {
+    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -247,8 +225,8 @@ async fn answer(
         if let Some(keep) = &keep {
             conversations.save(keep, &response).await?;
         }
-        let response = served_by(json_response(&response), &served);
-        return Ok(state.cache.keep(plan, response, watch));
+        let response = json_response(&response);
+        return Ok(state.cache.keep(plan, response, &served, watch));
     }
     let request_id = crate::request_id::current();
     let body = async_stream::stream! {
@@ -287,18 +265,8 @@ async fn answer(
             }
         }
     };
-    let response = served_by(sse_response(Body::from_stream(body)), &served);
-    Ok(state.cache.keep(plan, response, watch))
-}
-
-/// Whether `request`'s input names items of kept responses.
-fn refers_to_items(request: &CreateResponseRequest) -> bool {
-    match &request.input {
-        Some(svc_api::responses::ResponseInput::Items(items)) => items
-            .iter()
-            .any(|item| item.kind.as_deref() == Some("item_reference")),
-        _ => false,
-    }
+    let response = sse_response(Body::from_stream(body));
+    Ok(state.cache.keep(plan, response, &served, watch))
 }
 
 /// The events of a failure, built as if inside the request, so that a
