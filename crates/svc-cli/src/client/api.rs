@@ -71,12 +71,37 @@ pub enum StreamEvent {
     Usage(Usage),
 }
 
+/// The certificates of `SSL_CERT_FILE`, when it is set; a file that
+/// cannot be read or holds no certificate is an error that names it.
+fn extra_roots() -> Result<Vec<reqwest::Certificate>, Failure> {
+    let Some(path) = std::env::var_os("SSL_CERT_FILE").filter(|p| !p.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let shown = std::path::Path::new(&path).display().to_string();
+    let pem =
+        std::fs::read(&path).map_err(|e| Failure::Local(format!("SSL_CERT_FILE {shown}: {e}")))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(roots) if !roots.is_empty() => Ok(roots),
+        Ok(_) => Err(Failure::Local(format!(
+            "SSL_CERT_FILE {shown}: no PEM certificate in it"
+        ))),
+        Err(e) => Err(Failure::Local(format!("SSL_CERT_FILE {shown}: {e}"))),
+    }
+}
+
 impl Api {
     /// A client for `base_url`, sending `key` as the bearer token when given.
+    /// Besides the built-in certificate authorities, those of the PEM
+    /// bundle named by `SSL_CERT_FILE` are trusted (as curl, OpenSSL and
+    /// Python read it): a server with a private CA's certificate.
     pub fn new(base_url: BaseUrl, key: Option<ApiKey>) -> Result<Self, Failure> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .user_agent(concat!("svc-cli/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT);
+        for root in extra_roots()? {
+            builder = builder.add_root_certificate(root);
+        }
+        let http = builder
             .build()
             .map_err(|e| Failure::Local(format!("cannot start the HTTP client: {e}")))?;
         Ok(Api {

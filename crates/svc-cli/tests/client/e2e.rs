@@ -382,3 +382,62 @@ async fn logout_from_a_server_that_cannot_revoke() {
     );
     assert!(!home.credentials().exists());
 }
+
+/// A server whose certificate a private CA signed is trusted once
+/// `SSL_CERT_FILE` names that CA, and not before.
+#[test]
+fn a_private_certificate_authority_is_trusted_through_ssl_cert_file() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "svc test CA");
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server_cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: String| {
+        let path = files.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (cert, key) = (
+        write("cert.pem", server_cert.pem()),
+        write("key.pem", server_key.serialize_pem()),
+    );
+    let ca_file = write("ca.pem", ca.pem());
+    let server = Server::start(&["--tls-cert", &cert, "--tls-key", &key]);
+    assert!(
+        server.base_url.starts_with("https://"),
+        "{}",
+        server.base_url
+    );
+    let home = Home::new();
+    let unknown = "sk-svc-1111111111111111111111111111111111111111";
+    let env = [
+        ("SVC_BASE_URL", server.base_url.as_str()),
+        ("SVC_API_KEY", unknown),
+    ];
+
+    // The built-in authorities do not know it: no connection.
+    let run = home.run(&["models"], &env).expect(3);
+    assert!(run.stderr().contains("cannot reach"), "{}", run.stderr());
+    // Trusted: the server answers (and refuses the unknown key).
+    let trusted = [env[0], env[1], ("SSL_CERT_FILE", ca_file.as_str())];
+    let run = home.run(&["models"], &trusted).expect(4);
+    assert!(!run.stderr().contains("cannot reach"), "{}", run.stderr());
+    // A file that is not there is said, not ignored.
+    let missing = [env[0], env[1], ("SSL_CERT_FILE", "/nonexistent/ca.pem")];
+    let run = home.run(&["models"], &missing);
+    assert_ne!(run.code(), 0);
+    assert!(
+        run.stderr().contains("SSL_CERT_FILE /nonexistent/ca.pem"),
+        "{}",
+        run.stderr()
+    );
+}

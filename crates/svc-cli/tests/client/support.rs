@@ -49,6 +49,7 @@ impl Home {
             .args(args)
             .env_remove("SVC_API_KEY")
             .env_remove("SVC_BASE_URL")
+            .env_remove("SSL_CERT_FILE")
             .env("HOME", self.path())
             .env("XDG_CONFIG_HOME", self.path().join("config"))
             .env("XDG_STATE_HOME", self.path().join("state"))
