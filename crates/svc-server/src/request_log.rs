@@ -18,17 +18,12 @@
 //! then decoding) and each upstream attempt, which carries the trace on.
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use bytes::Bytes;
-use hyper::body::{Frame, SizeHint};
 use svc_core::request_log::RequestLogEntry;
 use svc_core::trace::{Observer, Span, SpanContext, SpanKind, Value as TraceValue};
 use svc_core::{ModelPrice, Store, Tokens};
@@ -381,14 +376,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         .map(|t| t.0.to_owned());
     let (parts, body) = response.into_parts();
     // The body is sent after this returns: the row ends with its last byte.
-    Response::from_parts(
-        parts,
-        Body::new(LoggedBody {
-            inner: body,
-            finish,
-            ended: false,
-        }),
-    )
+    Response::from_parts(parts, crate::body::Watched::body(body, finish))
 }
 
 /// Hands the row to the log when dropped.
@@ -419,49 +407,14 @@ impl Drop for Finish {
     }
 }
 
-/// A response body that finishes its request's row when it ends or is
-/// dropped (a client that leaves mid-stream: 499).
-struct LoggedBody {
-    inner: Body,
-    finish: Finish,
-    ended: bool,
-}
-
-impl hyper::body::Body for LoggedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        let frame = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(None) = frame {
-            this.ended = true;
+/// Finishes the request's row when its body is done with: a body not sent
+/// whole is a client that left mid-stream (499).
+impl crate::body::Watcher for Finish {
+    fn done(&mut self, whole: bool) {
+        if !whole {
+            self.status = 499;
+            self.error_type = Some("client_disconnected".to_owned());
         }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for LoggedBody {
-    fn drop(&mut self) {
-        // hyper drops a body it sent whole without polling past its end
-        // (when its size said so); only one dropped early is abandoned.
-        if !self.ended && !hyper::body::Body::is_end_stream(&self.inner) {
-            self.finish.status = 499;
-            self.finish.error_type = Some("client_disconnected".to_owned());
-        }
-        // The stream (and the usage its end records) goes first.
-        self.inner = Body::empty();
     }
 }
 
