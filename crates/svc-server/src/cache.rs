@@ -17,17 +17,14 @@
 //! the caller skips the lookup (the fresh reply is kept), `no-store` skips
 //! both, and `only-if-cached` answers from the cache or with a 504.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use hyper::body::{Frame, SizeHint};
+use hyper::body::Frame;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use svc_core::response_cache::CacheEntry;
@@ -425,17 +422,16 @@ impl ResponseCache {
             .to_owned();
         let (parts, body) = response.into_parts();
         let tee = Tee {
-            inner: body,
             kept: Some(BytesMut::new()),
-            done: Some(Done {
+            done: Done {
                 cache: self.clone(),
                 key: plan.key,
                 content_type,
                 served_model,
                 watch,
-            }),
+            },
         };
-        Response::from_parts(parts, Body::new(tee))
+        Response::from_parts(parts, crate::body::Watched::body(body, tee))
     }
 }
 
@@ -452,21 +448,35 @@ struct Done {
     watch: Arc<Watch>,
 }
 
-/// A body that copies what it sends, and keeps it when it ended whole.
+/// A body's copy, kept once the whole body was sent, unless the
+/// generation failed.
 struct Tee {
-    inner: Body,
-    /// `None` once too large to keep.
+    /// `None` once too large to keep, or after a failed frame.
     kept: Option<BytesMut>,
-    done: Option<Done>,
+    done: Done,
 }
 
-impl Tee {
-    /// Keeps what was sent, once all of it was, unless the generation
-    /// failed.
-    fn finish(&mut self) {
-        let (Some(kept), Some(done)) = (self.kept.take(), self.done.take()) else {
+impl crate::body::Watcher for Tee {
+    fn frame(&mut self, frame: &Result<Frame<Bytes>, axum::Error>) {
+        match frame {
+            Ok(frame) => {
+                if let (Some(kept), Some(data)) = (&mut self.kept, frame.data_ref()) {
+                    if kept.len() + data.len() > MAX_ENTRY_BYTES {
+                        self.kept = None;
+                    } else {
+                        kept.extend_from_slice(data);
+                    }
+                }
+            }
+            Err(_) => self.kept = None,
+        }
+    }
+
+    fn done(&mut self, whole: bool) {
+        let Some(kept) = self.kept.take().filter(|_| whole) else {
             return;
         };
+        let done = &self.done;
         if done.watch.failed.load(Ordering::Relaxed) {
             return;
         }
@@ -474,8 +484,8 @@ impl Tee {
             return;
         };
         let entry = Entry {
-            content_type: done.content_type,
-            served_model: done.served_model,
+            content_type: done.content_type.clone(),
+            served_model: done.served_model.clone(),
             body,
             tokens: done.watch.tokens.load(Ordering::Relaxed),
         };
@@ -483,59 +493,13 @@ impl Tee {
             clippy::disallowed_methods,
             reason = "keeping a reply must not hold up its last byte; it ends with the write"
         )]
-        tokio::spawn(done.cache.write(done.key, entry));
-    }
-}
-
-impl hyper::body::Body for Tee {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        let frame = Pin::new(&mut this.inner).poll_frame(cx);
-        match &frame {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(kept), Some(data)) = (&mut this.kept, frame.data_ref()) {
-                    if kept.len() + data.len() > MAX_ENTRY_BYTES {
-                        this.kept = None;
-                    } else {
-                        kept.extend_from_slice(data);
-                    }
-                }
-            }
-            Poll::Ready(Some(Err(_))) => this.kept = None,
-            Poll::Ready(None) => this.finish(),
-            Poll::Pending => {}
-        }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for Tee {
-    fn drop(&mut self) {
-        // hyper drops a body of known size once it sent it, without polling
-        // past its end; one dropped before its end is not kept.
-        if hyper::body::Body::is_end_stream(&self.inner) {
-            self.finish();
-        }
+        tokio::spawn(done.cache.clone().write(done.key.clone(), entry));
     }
 }
 
 /// How a generation went, as its events pass: whether one was an error,
 /// and the tokens it used (what a hit of its reply saves).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Watch {
     pub failed: AtomicBool,
     pub tokens: AtomicU64,

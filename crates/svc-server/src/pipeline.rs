@@ -43,6 +43,7 @@ where
     let metering = Metering {
         count_tokens: verdict.is_some_and(|v| v.tokens.is_some()),
         budget: BudgetSlot::default(),
+        outcome: std::sync::Arc::default(),
     };
     let budget = metering.budget.clone();
     let mut response = answer(key, metering)
@@ -71,8 +72,6 @@ pub(crate) fn arrived(request: &Request) -> Instant {
 pub(crate) struct Generated {
     pub events: EventStream,
     pub model: String,
-    /// How the events went (for the response cache).
-    pub watch: std::sync::Arc<crate::cache::Watch>,
 }
 
 impl Generated {
@@ -220,15 +219,14 @@ where
             charge,
             prompt_tokens,
         };
-        let watch = std::sync::Arc::new(crate::cache::Watch::default());
-        let watching = watch.clone();
-        let events = crate::usage::metered(events, state, &candidate, arrived, bill)
-            .inspect(move |event| watching.on(event))
-            .boxed();
+        let mut events = crate::usage::metered(events, state, &candidate, arrived, bill);
+        if state.cache.enabled() {
+            let outcome = metering.outcome.clone();
+            events = events.inspect(move |event| outcome.on(event)).boxed();
+        }
         return Ok(Generated {
             events,
             model: candidate,
-            watch,
         });
     }
     // The last candidate returns (it never falls back).

@@ -21,6 +21,10 @@ use crate::ratelimit::RateLimiter;
 pub struct Metering {
     pub count_tokens: bool,
     pub budget: BudgetSlot,
+    /// How the request's generations went (any error, their tokens), for
+    /// the response cache; shared by the prompts of one request. Watched
+    /// only while the cache is on.
+    pub outcome: std::sync::Arc<crate::cache::Watch>,
 }
 use crate::state::AppState;
 

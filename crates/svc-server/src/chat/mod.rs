@@ -74,6 +74,7 @@ async fn answer(
     let request = ValidChatRequest::try_from(body)?;
     let stream = request.generate.stream;
     let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
+    let outcome = metering.outcome.clone();
     let generated = generate(
         state,
         &key,
@@ -95,7 +96,5 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, generated.events).await?)
     };
-    Ok(state
-        .cache
-        .keep(plan, response, &generated.model, generated.watch))
+    Ok(state.cache.keep(plan, response, &generated.model, outcome))
 }

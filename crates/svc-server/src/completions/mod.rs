@@ -9,7 +9,6 @@ pub(crate) mod shape;
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
-use futures::StreamExt;
 use svc_api::CompletionRequest;
 use svc_core::{EngineError, KeyRecord, ValidCompletionRequest};
 use utoipa_axum::router::OpenApiRouter;
@@ -93,7 +92,7 @@ async fn answer(
     // may fall back on its own).
     let mut streams = Vec::with_capacity(request.prompts.len());
     let mut served = None;
-    let watch = std::sync::Arc::new(cache::Watch::default());
+    let outcome = metering.outcome.clone();
     for prompt in request.prompts {
         let generated = generate(
             state,
@@ -106,14 +105,7 @@ async fn answer(
         .await
         .map_err(on_prompt)?;
         served.get_or_insert(generated.model);
-        // One watch for all the prompts: any failure, every prompt's tokens.
-        let whole = watch.clone();
-        streams.push(
-            generated
-                .events
-                .inspect(move |event| whole.on(event))
-                .boxed(),
-        );
+        streams.push(generated.events);
     }
     let served = served.unwrap_or(request.model);
     let meta = shape::Meta::new(served.clone(), n, logprobs, prompts, echoed)
@@ -128,7 +120,7 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, merged).await?)
     };
-    Ok(state.cache.keep(plan, response, &served, watch))
+    Ok(state.cache.keep(plan, response, &served, outcome))
 }
 
 /// A prompt too long for the model's context is the prompt's fault.

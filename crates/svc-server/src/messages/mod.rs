@@ -114,6 +114,7 @@ async fn answer(
     );
     let stops = request.stop_sequences;
     let stopped_by = meta.stopped_by.clone();
+    let outcome = metering.outcome.clone();
     let generated = generate_with(
         state,
         &key,
@@ -139,9 +140,7 @@ async fn answer(
     } else {
         json_response(&shape::collect(meta, generated.events).await?)
     };
-    Ok(state
-        .cache
-        .keep(plan, response, &generated.model, generated.watch))
+    Ok(state.cache.keep(plan, response, &generated.model, outcome))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's

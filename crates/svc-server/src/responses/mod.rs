@@ -188,6 +188,7 @@ async fn answer(
     }
     let generate_request = state.conversations.prompt(&valid, &owner).await?;
     let stream = generate_request.stream;
+    let outcome = metering.outcome.clone();
     let generated = generate(
         state,
         &key,
@@ -198,7 +199,7 @@ async fn answer(
     )
     .await
     .map_err(engine_error)?;
-    let (mut events, served, watch) = (generated.events, generated.model, generated.watch);
+    let (mut events, served) = (generated.events, generated.model);
     let mut object = valid.response(new_id("resp"), now());
     object.model.clone_from(&served);
     let mut shaper = Shaper::new(object, stream);
@@ -226,7 +227,7 @@ async fn answer(
             conversations.save(keep, &response).await?;
         }
         let response = json_response(&response);
-        return Ok(state.cache.keep(plan, response, &served, watch));
+        return Ok(state.cache.keep(plan, response, &served, outcome));
     }
     let request_id = crate::request_id::current();
     let body = async_stream::stream! {
@@ -266,7 +267,7 @@ async fn answer(
         }
     };
     let response = sse_response(Body::from_stream(body));
-    Ok(state.cache.keep(plan, response, &served, watch))
+    Ok(state.cache.keep(plan, response, &served, outcome))
 }
 
 /// The events of a failure, built as if inside the request, so that a
