@@ -7,6 +7,7 @@
 //! OpenAPI schema (`utoipa::ToSchema`); [`schema::components`] lists them
 //! all for the server's `/openapi.json`.
 
+pub mod batches;
 pub mod chat;
 pub mod completions;
 pub mod device;

@@ -107,6 +107,13 @@ fn every_component() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::completions::CompletionStreamEvent>(&mut out);
     add::<crate::embeddings::EmbeddingRequest>(&mut out);
     add::<crate::embeddings::EmbeddingList>(&mut out);
+    add::<crate::batches::UploadFile>(&mut out);
+    add::<crate::batches::FileObject>(&mut out);
+    add::<crate::batches::FileList>(&mut out);
+    add::<crate::batches::DeletedFile>(&mut out);
+    add::<crate::batches::CreateBatchRequest>(&mut out);
+    add::<crate::batches::Batch>(&mut out);
+    add::<crate::batches::BatchList>(&mut out);
     add::<crate::messages::MessagesRequest>(&mut out);
     add::<crate::messages::CountTokensRequest>(&mut out);
     add::<crate::messages::CountTokensResponse>(&mut out);

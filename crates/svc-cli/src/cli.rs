@@ -454,6 +454,37 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "Most bytes of cached replies kept in the database (without Redis), in bytes or with a unit (256MiB); the oldest go first",
     ),
     flag(
+        "files_dir",
+        "DIR",
+        "Where uploaded files and batches' output files are kept; replicas sharing a database must share it too",
+    )
+    .unset("files in the data directory"),
+    flag(
+        "files_max_bytes",
+        "BYTES",
+        "The largest file POST /v1/files takes, in bytes or with a unit (200MiB)",
+    ),
+    flag(
+        "files_quota_bytes",
+        "BYTES",
+        "Most bytes of files one project may keep, in bytes or with a unit (10GiB); past it an upload is refused (400)",
+    ),
+    flag(
+        "batch_concurrency",
+        "N",
+        "Batch lines this replica runs at once (its share of the engines for batches; the embedded engine also keeps half its slots for interactive requests)",
+    ),
+    flag(
+        "batch_lease",
+        "DURATION",
+        "How long a replica holds the batch lines it runs (renewed while it works); the work of a replica that died is taken up after this, such as 60s",
+    ),
+    flag(
+        "batch_retention",
+        "DURATION",
+        "How long an ended batch, its lines and its files are kept, such as 30d",
+    ),
+    flag(
         "budget_alert_percent",
         "PERCENT",
         "Share of a budget whose use is written to the audit log (once a window) and marked on the dashboard",

@@ -38,6 +38,10 @@ pub const EVENT_TYPES: &[&str] = &[
     "user.added",
     "user.updated",
     "user.deleted",
+    "file.created",
+    "file.deleted",
+    "batch.created",
+    "batch.cancelled",
 ];
 
 /// A person, as an entry names them.

@@ -136,6 +136,24 @@ pub struct ModelPrice {
     /// Per million completion tokens.
     #[serde(deserialize_with = "dollars")]
     pub output: f64,
+    /// The share taken off every price for a batch's requests (the Batch
+    /// API), from 0 to 1 (0.5: half price); `None`: none.
+    #[serde(
+        deserialize_with = "some_share",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub batch_discount: Option<f64>,
+}
+
+/// A share, from 0 to 1.
+fn some_share<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let share = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&share) {
+        return Err(serde::de::Error::custom(
+            "must be a share from 0 to 1 (0.5: half price)",
+        ));
+    }
+    Ok(Some(share))
 }
 
 /// A price: US dollars per million tokens, finite and not negative.
@@ -155,6 +173,17 @@ fn some_dollars<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D
 }
 
 impl ModelPrice {
+    /// The prices of a batch's requests: each less `batch_discount`.
+    pub fn for_batch(&self) -> ModelPrice {
+        let keep = 1.0 - self.batch_discount.unwrap_or(0.0);
+        ModelPrice {
+            input: self.input * keep,
+            cached_input: self.cached_input.map(|p| p * keep),
+            output: self.output * keep,
+            batch_discount: None,
+        }
+    }
+
     /// What `used` tokens cost, in micro-dollars, rounded up: the cached
     /// prompt tokens at `cached_input`, the other prompt tokens at `input`.
     /// Counted in whole thousandths of a micro-dollar a token (prices to
@@ -345,6 +374,14 @@ mod tests {
             None
         );
         assert!(read(serde_json::json!({"cached_input": -1.0})).is_err());
+        let batch = read(serde_json::json!({"input": 1.0, "output": 2.0, "batch_discount": 0.5}));
+        let batch = batch.unwrap().for_batch();
+        assert_eq!((batch.input, batch.output), (0.5, 1.0));
+        assert_eq!(
+            batch.cost_micros(Tokens::new(1_000_000, 1_000_000)),
+            1_500_000
+        );
+        assert!(read(serde_json::json!({"batch_discount": 1.5})).is_err());
     }
 
     #[test]

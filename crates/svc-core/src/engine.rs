@@ -41,6 +41,11 @@ pub struct GenerateRequest {
     /// capacity one client holds at once (the embedded engine's
     /// `slots_per_client`); `None` bounds only this request's `n`.
     pub client: Option<String>,
+    /// Work nobody waits on (a batch's line): an engine that queues runs
+    /// it only with capacity interactive requests leave (the embedded
+    /// engine: in at most half its slots, and never ahead of a waiting
+    /// interactive request).
+    pub background: bool,
     /// `Some` for a legacy text completion (`POST /v1/completions`): text
     /// to continue as it is, without the chat template. `messages` and
     /// `tools` are then empty, `output` is text and `reasoning` is off.
@@ -75,6 +80,7 @@ impl Default for GenerateRequest {
             logprobs: None,
             n: 1,
             client: None,
+            background: false,
             prompt: None,
         }
     }

@@ -349,6 +349,19 @@ impl KeyService {
         Ok(record)
     }
 
+    /// The key with this id, when it may still be used (not revoked,
+    /// expired, or of a disabled account): for work a key asked for earlier
+    /// that runs later (a batch's lines), refused the moment the key is.
+    pub async fn authenticate_id(&self, id: &KeyId) -> Result<KeyRecord, AuthError> {
+        let record = self.store.key_by_id(id).await?.ok_or(AuthError::Unknown)?;
+        match KeyState::of(&record, now()) {
+            KeyState::Active => Ok(record),
+            KeyState::Revoked => Err(AuthError::Revoked),
+            KeyState::Expired => Err(AuthError::Expired),
+            KeyState::Disabled => Err(AuthError::OwnerDisabled),
+        }
+    }
+
     /// Keys, newest first (an owner's only, when given).
     pub async fn list(&self, owner_id: Option<&UserId>) -> Result<Vec<KeyRecord>, StoreError> {
         self.store.list_keys(owner_id).await

@@ -44,6 +44,7 @@ pub mod validation;
 
 // Aggregates: records and their store traits.
 pub mod audit;
+pub mod batch;
 pub mod budget;
 pub mod conversation;
 pub mod key;

@@ -128,11 +128,19 @@ pub enum Permission {
     ManagementRead,
     /// Changing through the admin API: admin keys only.
     ManagementWrite,
+    /// `POST /v1/files`, `DELETE /v1/files/{id}`.
+    FilesWrite,
+    /// `GET /v1/files`, a file and its content.
+    FilesRead,
+    /// `POST /v1/batches`, cancelling one.
+    BatchWrite,
+    /// `GET /v1/batches`, a batch.
+    BatchRead,
 }
 
 impl Permission {
     /// Every permission, in a stable order.
-    pub const ALL: [Permission; 7] = [
+    pub const ALL: [Permission; 11] = [
         Permission::ModelRequest,
         Permission::ResponsesWrite,
         Permission::ResponsesRead,
@@ -140,6 +148,10 @@ impl Permission {
         Permission::UsageRead,
         Permission::ManagementRead,
         Permission::ManagementWrite,
+        Permission::FilesWrite,
+        Permission::FilesRead,
+        Permission::BatchWrite,
+        Permission::BatchRead,
     ];
 
     /// OpenAI's scope name.
@@ -152,6 +164,10 @@ impl Permission {
             Permission::UsageRead => "api.usage.read",
             Permission::ManagementRead => "api.management.read",
             Permission::ManagementWrite => "api.management.write",
+            Permission::FilesWrite => "api.files.write",
+            Permission::FilesRead => "api.files.read",
+            Permission::BatchWrite => "api.batch.write",
+            Permission::BatchRead => "api.batch.read",
         }
     }
 

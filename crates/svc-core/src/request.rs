@@ -114,6 +114,7 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 // Set where the key is known (the server's pipeline).
                 client: None,
                 prompt: None,
+                background: false,
             },
         })
     }

@@ -14,6 +14,7 @@ use crate::keys::KeyServiceStore;
 use crate::projects::ProjectServiceStore;
 
 pub use crate::audit::AuditStore;
+pub use crate::batch::BatchStore;
 pub use crate::budget::BudgetStore;
 pub use crate::conversation::ResponseStore;
 pub use crate::device::DeviceStore;
@@ -49,6 +50,7 @@ pub trait Store:
     + AuditStore
     + RequestLogStore
     + ResponseCacheStore
+    + BatchStore
     + HealthStore
     + KeyServiceStore
     + AccountServiceStore
@@ -70,6 +72,7 @@ impl<T> Store for T where
         + AuditStore
         + RequestLogStore
         + ResponseCacheStore
+        + BatchStore
         + HealthStore
 {
 }

@@ -137,6 +137,8 @@ pub(crate) struct Runner {
     specials: Arc<Specials>,
     /// Whose jobs this runner starts (see `scheduler::Job::owner`).
     owner: Option<Arc<str>>,
+    /// Whether its jobs are background work (see `scheduler::Job::background`).
+    background: bool,
     /// The trace of the request its jobs are for, when it is recorded:
     /// the engine thread adds its queue and prefill spans.
     trace: Option<svc_core::trace::Current>,
@@ -159,6 +161,11 @@ impl Runner {
             owner: Some(owner),
             ..self.clone()
         }
+    }
+
+    /// This runner, its jobs background work or not.
+    pub(crate) fn in_background(self, background: bool) -> Runner {
+        Runner { background, ..self }
     }
 
     /// This runner, its jobs part of the request traced by `trace`.
@@ -372,6 +379,7 @@ impl Runner {
                 ignore_eos: ready.ignore_eos,
                 logprobs: ready.logprobs,
                 owner: self.owner.clone(),
+                background: self.background,
                 trace: self
                     .trace
                     .clone()
@@ -568,6 +576,7 @@ impl LlamaEngine {
                 context: context_per_sequence,
                 specials,
                 owner: None,
+                background: false,
                 trace: None,
             },
             template: Arc::new(template),

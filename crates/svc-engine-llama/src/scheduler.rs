@@ -94,6 +94,9 @@ pub(crate) struct Job {
     /// sequences hold at most [`Shared::per_owner`] slots at once; its
     /// further jobs wait while other owners' jobs go ahead. `None`: no cap.
     pub(crate) owner: Option<Arc<str>>,
+    /// Work nobody waits on (a batch's line): started only when no other
+    /// waiting job may start, in at most [`Batcher::background_slots`].
+    pub(crate) background: bool,
     /// The request's trace, when it is recorded, and when this job was
     /// queued: the thread adds the spans of its wait and its prefill.
     pub(crate) trace: Option<(Current, SystemTime)>,
@@ -427,6 +430,8 @@ impl Slot {
 struct Sequence {
     /// Which sequence this is, for as long as the engine runs.
     serial: u64,
+    /// Its job's [`Job::background`].
+    background: bool,
     /// The serial of the sequence whose prompt (the same as this one's) this
     /// one waits for: once that prompt is decoded, its KV cells are copied
     /// here and this sequence samples from the same logits, so the prompt is
@@ -809,9 +814,18 @@ impl Batcher<'_, '_> {
     }
 
     /// The first waiting job that may start now: not held, and of an owner
-    /// below its share of the slots. Jobs whose client went away are
-    /// dropped on the way.
+    /// below its share of the slots; a background job only when no other
+    /// may start and fewer than [`Self::background_slots`] run. Jobs whose
+    /// client went away are dropped on the way.
     fn next_job(&mut self, queue: &mut Queue) -> Option<Job> {
+        let room_in_background = self
+            .slots
+            .iter()
+            .filter_map(|s| s.seq.as_ref())
+            .filter(|s| s.background)
+            .count()
+            < self.background_slots();
+        let mut background = None;
         let mut at = 0;
         while at < queue.waiting.len() {
             let job = &queue.waiting[at];
@@ -823,12 +837,21 @@ impl Batcher<'_, '_> {
             let may_start = job.owner.as_ref().is_none_or(|owner| {
                 !queue.held.contains(owner) && self.running(owner) < self.shared.per_owner
             });
-            if may_start {
+            if may_start && !job.background {
                 return queue.waiting.remove(at);
+            }
+            if may_start && room_in_background && background.is_none() {
+                background = Some(at);
             }
             at += 1;
         }
-        None
+        background.and_then(|at| queue.waiting.remove(at))
+    }
+
+    /// The most slots background jobs hold at once: half (at least one),
+    /// so that the others are free for interactive requests as they come.
+    fn background_slots(&self) -> usize {
+        (self.slots.len() / 2).max(1)
     }
 
     /// Slots `owner`'s sequences hold.
@@ -1135,6 +1158,7 @@ impl Batcher<'_, '_> {
             text: TextAssembler::new(&job.stop),
             sink: job.sink,
             owner: job.owner,
+            background: job.background,
             prompt: job.prompt,
             prompt_fed: 0,
             cached: 0,

@@ -214,6 +214,16 @@ impl Budgets {
         }
     }
 
+    /// `model`'s prices, less its `batch_discount` for a batch's line.
+    fn price(&self, model: &str) -> Option<ModelPrice> {
+        let price = self.prices.get(model)?;
+        Some(if crate::batches::running() {
+            price.for_batch()
+        } else {
+            *price
+        })
+    }
+
     /// The share of a budget (percent) that sets off the alert.
     pub fn alert_percent(&self) -> i64 {
         self.alert_percent
@@ -270,7 +280,7 @@ impl Budgets {
         if budgets.iter().all(|(_, b, _)| b.is_none()) {
             return Ok(None);
         }
-        let price = self.prices.get(model).copied();
+        let price = self.price(model);
         let mut charge = Charge {
             budgets: self.clone(),
             parts: Vec::new(),
@@ -339,7 +349,7 @@ impl Budgets {
     /// no tokens but must stop once a budget is spent (counting a prompt's
     /// tokens). A count that cannot be read lets it through.
     pub async fn refuse_spent(&self, key: &KeyRecord, model: &str) -> Result<(), ApiError> {
-        let price = self.prices.get(model);
+        let price = self.price(model);
         let budgets = [
             (Scope::Key, key.budget, &key.budget_holder().0),
             (Scope::Project, key.project_budget, &key.project_id.0),

@@ -135,6 +135,30 @@ pub struct ServerConfig {
     /// Redis's own memory policy bounds them there).
     #[serde(with = "svc_core::config::byte_count")]
     pub response_cache_bytes: usize,
+    /// Where uploaded files and batches' output files are kept (one file
+    /// each); `None`: `files` in the data directory (`svc serve`), or the
+    /// system's temporary directory. Replicas sharing a database must share
+    /// it too.
+    pub files_dir: Option<PathBuf>,
+    /// The largest file uploaded (`POST /v1/files`).
+    #[serde(with = "svc_core::config::byte_count")]
+    pub files_max_bytes: usize,
+    /// The most bytes of files one project keeps; an upload past it is
+    /// refused (400 naming `file`).
+    #[serde(with = "svc_core::config::byte_count")]
+    pub files_quota_bytes: usize,
+    /// Batch lines one replica runs at once (its share of the engines'
+    /// capacity for batches).
+    #[serde(with = "svc_core::config::at_least_one")]
+    pub batch_concurrency: usize,
+    /// How long a replica holds the batch lines it runs before another may
+    /// take them (it renews them while it works): how soon the work of a
+    /// replica that died is taken up.
+    #[serde(with = "svc_core::config::duration")]
+    pub batch_lease: Duration,
+    /// How long an ended batch, its lines and its files are kept.
+    #[serde(with = "svc_core::config::duration")]
+    pub batch_retention: Duration,
     /// The share of a budget (percent, 1 to 100) whose use is written to
     /// the audit log (`budget.threshold_reached`, once a window) and marked
     /// on the dashboard's budget bars.
@@ -316,6 +340,12 @@ impl Default for ServerConfig {
             response_cache_ttl: Duration::ZERO,
             response_cache_bytes: DEFAULT_RESPONSE_CACHE_BYTES,
             otlp_endpoint: None,
+            files_dir: None,
+            files_max_bytes: 200 * 1024 * 1024,
+            files_quota_bytes: 10 * 1024 * 1024 * 1024,
+            batch_concurrency: 4,
+            batch_lease: Duration::from_secs(60),
+            batch_retention: Duration::from_secs(30 * 86_400),
             budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),
             sso: SsoConfig::default(),

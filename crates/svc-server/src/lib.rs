@@ -4,6 +4,7 @@
 //! tests start the real server exactly the way `svc serve` does.
 
 pub(crate) mod batcher;
+pub(crate) mod batches;
 pub(crate) mod body;
 pub(crate) mod budget;
 pub(crate) mod cache;

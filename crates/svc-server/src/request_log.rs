@@ -440,6 +440,7 @@ mod tests {
                 input: 2.0,
                 cached_input: Some(1.0),
                 output: 4.0,
+                batch_discount: None,
             },
         );
         let log = RequestLog::new(true, prices);

@@ -84,6 +84,8 @@ pub struct Application {
     request_log_retention: std::time::Duration,
     /// The trace exporter, with `otlp_endpoint`.
     tracer: Option<Arc<crate::otlp::Tracer>>,
+    /// Runs batches' lines on this replica.
+    batches: crate::batches::Runner,
     /// TLS on `listener`, when configured (`/metrics` on its own address
     /// stays plain: it is meant for a private interface).
     tls: Option<Arc<Tls>>,
@@ -156,6 +158,7 @@ impl Application {
             limiter.redis_connection(),
         ));
         let state = AppState {
+            batches: Arc::new(crate::batches::Batches::new(&config)),
             cache: cache.clone(),
             budgets,
             keys: KeyService::new(store.clone()),
@@ -199,7 +202,9 @@ impl Application {
             }
         };
         let router = with_layers(api, &state, config.max_body_bytes);
+        let batches = crate::batches::Runner::new(state.clone(), router.clone());
         Ok(Application {
+            batches,
             listener,
             router,
             addr,
@@ -271,6 +276,9 @@ impl Application {
         ));
         background.spawn(self.request_log.run(store.clone(), stop_ledger.clone()));
         background.spawn(self.cache.run(stop_ledger.clone()));
+        // Batches stop with the listener: lines running then are left to
+        // their leases (taken up at the next start, or by another replica).
+        background.spawn(self.batches.run(shutdown.clone()));
         if let Some(tracer) = self.tracer {
             background.spawn(tracer.run(stop_ledger.clone()));
         }

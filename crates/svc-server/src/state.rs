@@ -52,4 +52,6 @@ pub struct AppState {
     pub tracer: Option<Arc<crate::otlp::Tracer>>,
     /// Replies of reproducible requests, served again.
     pub cache: Arc<crate::cache::ResponseCache>,
+    /// Files and batches: where they are kept and how batches run.
+    pub batches: Arc<crate::batches::Batches>,
 }

@@ -1220,3 +1220,96 @@ async fn legacy_completion_and_embedding_responses_match_the_document() {
     .await;
     assert_eq!(vectors["data"][1]["index"], 1);
 }
+
+#[tokio::test]
+async fn file_and_batch_responses_match_the_document() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let doc = document();
+    let line = json!({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": "svc", "messages": [user("hi")]}});
+    let boundary = "doc-boundary";
+    let form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n{line}\r\n--{boundary}--\r\n"
+    );
+    let uploaded = app
+        .client
+        .post(app.url("/v1/files"))
+        .bearer_auth(&key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    let file = check(&doc, "post", "/v1/files", uploaded).await;
+    let file_id = file["id"].as_str().unwrap();
+    let get = |path: String| app.client.get(app.url(&path)).bearer_auth(&key).send();
+    check(
+        &doc,
+        "get",
+        "/v1/files",
+        get("/v1/files".into()).await.unwrap(),
+    )
+    .await;
+    check(
+        &doc,
+        "get",
+        "/v1/files/{file_id}",
+        get(format!("/v1/files/{file_id}")).await.unwrap(),
+    )
+    .await;
+    let created = app
+        .client
+        .post(app.url("/v1/batches"))
+        .bearer_auth(&key)
+        .json(&json!({"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}))
+        .send()
+        .await
+        .unwrap();
+    let batch = check(&doc, "post", "/v1/batches", created).await;
+    let batch_id = batch["id"].as_str().unwrap();
+    check(
+        &doc,
+        "get",
+        "/v1/batches",
+        get("/v1/batches".into()).await.unwrap(),
+    )
+    .await;
+    let mut ended = Value::Null;
+    for _ in 0..300 {
+        ended = check(
+            &doc,
+            "get",
+            "/v1/batches/{batch_id}",
+            get(format!("/v1/batches/{batch_id}")).await.unwrap(),
+        )
+        .await;
+        if ended["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(ended["status"], "completed", "{ended}");
+    let cancelled = app
+        .client
+        .post(app.url(&format!("/v1/batches/{batch_id}/cancel")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    check(&doc, "post", "/v1/batches/{batch_id}/cancel", cancelled).await;
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/v1/files/{file_id}")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    check(&doc, "delete", "/v1/files/{file_id}", deleted).await;
+    let missing = get(format!("/v1/files/{file_id}")).await.unwrap();
+    check(&doc, "get", "/v1/files/{file_id}", missing).await;
+}

@@ -11,11 +11,12 @@
 //!
 //! One module per store trait: keys, projects, the audit log, users (and the first-user setup token),
 //! sessions, device authorizations, usage counters, throttles, Responses
-//! API responses. What must not be half done (the first user, a device's key) is one transaction; what
+//! API responses, files and batches. What must not be half done (the first user, a device's key) is one transaction; what
 //! replicas race on (a flash message, a redemption, a throttle hit) is
 //! decided by a single conditional statement, on both backends.
 
 mod audit;
+mod batches;
 mod budgets;
 mod changes;
 mod connect;

@@ -29,6 +29,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     fit_file_limit(&mut settings.server);
+    if settings.server.files_dir.is_none() {
+        settings.server.files_dir = Some(settings.store.data_dir()?.join("files"));
+    }
     let store = super::open_store(&settings.store).await?;
     let models = load_models(&settings).await?;
     let app = Application::build(settings.server.clone(), store, models)

@@ -53,6 +53,10 @@ fn permission_text(permission: Permission) -> &'static str {
         Permission::ResponsesRead => "read stored responses",
         Permission::ModelRead => "list the models",
         Permission::UsageRead => "read usage (an admin account's keys)",
+        Permission::FilesWrite => "upload and delete files (the Batch API)",
+        Permission::FilesRead => "list and download files",
+        Permission::BatchWrite => "create and cancel batches",
+        Permission::BatchRead => "read batches",
         // Admin keys only: not offered here.
         Permission::ManagementRead | Permission::ManagementWrite => "the admin API",
     }

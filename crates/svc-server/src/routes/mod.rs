@@ -6,7 +6,7 @@ mod health;
 mod key;
 mod models;
 mod openapi;
-mod organization;
+pub(crate) mod organization;
 pub(crate) mod request_logs;
 mod usage;
 pub(crate) mod usage_completions;
@@ -38,6 +38,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(crate::messages::routes())
         .merge(crate::completions::routes())
         .merge(crate::embeddings::routes())
+        .merge(crate::batches::routes())
         .routes(routes!(device::code))
         .routes(routes!(device::token))
         .routes(routes!(device::metadata))

@@ -39,6 +39,7 @@ macro_rules! on_both_databases {
 mod admin_escalation;
 mod audit;
 mod auth;
+mod batches;
 mod budgets;
 mod cached_tokens;
 mod chat;

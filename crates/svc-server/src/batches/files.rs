@@ -1,0 +1,434 @@
+//! `/v1/files`: a project's files. An upload (`multipart/form-data`, a
+//! `file` and `purpose: batch`) is checked line by line as it arrives and
+//! written to a temporary file beside the others; only a whole, valid
+//! file within the project's quota is renamed into place and recorded.
+
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures::TryStreamExt;
+use svc_api::batches::{DeletedFile, FileList, FileObject, UploadFile};
+use svc_core::batch::FileRecord;
+use svc_core::{KeyRecord, ValidationError, now};
+use tokio::io::AsyncWriteExt;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::lines::Checker;
+use crate::error::ApiError;
+use crate::extract::{Key, scope};
+use crate::openapi::shared;
+use crate::pipeline::json_response;
+use crate::routes::organization::QueryPairs;
+use crate::state::AppState;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(upload, list))
+        .routes(routes!(retrieve, delete))
+        .routes(routes!(content))
+}
+
+crate::openapi::parameters! {
+    /// A file of `/v1/files/{file_id}`.
+    FilePath {
+        ("file_id", Path, true, "The id of a file (`file-...`).", {"type": "string"}),
+    }
+    /// `GET /v1/files`'s query.
+    FileQuery {
+        ("purpose", Query, false, "Only files of this purpose (`batch`, `batch_output`).", {"type": "string"}),
+        ("limit", Query, false, "At most this many (1 to 10000; default 10000).", {"type": "integer", "minimum": 1, "maximum": 10000}),
+        ("after", Query, false, "The files listed after this one (a file id).", {"type": "string"}),
+        ("order", Query, false, "Only `desc`: newest first.", {"type": "string", "enum": ["desc"]}),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/files", tag = "files", operation_id = "createFile",
+    summary = "Upload a file for a batch: JSON Lines, one request a line.",
+    description = "A `multipart/form-data` body with `file` and `purpose` (`batch`). Each line must be `{\"custom_id\": ..., \"method\": \"POST\", \"url\": ..., \"body\": {...}}`, with a `url` a batch can call (`/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`, `/v1/completions`), a `body.model`, no `body.stream`, and a `custom_id` unique in the file; a wrong line is a 400 naming it (`line 3: ...`, `param` `file`), and nothing is kept. The file counts against its project's quota of file bytes (`files_quota_bytes`).",
+    security(("bearer" = ["api.files.write"])),
+    request_body(content = UploadFile, content_type = "multipart/form-data"),
+    responses(
+        (status = 200, description = "The file, kept.", body = FileObject),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn upload(
+    Key(key, _): Key<scope::FilesWrite>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let limit = state.batches.file_max_bytes;
+    let boundary = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| multer::parse_boundary(v).ok())
+        .ok_or_else(|| ApiError::InvalidBody {
+            param: None,
+            message: "Send the file as multipart/form-data, with the fields `file` and `purpose`."
+                .into(),
+        })?;
+    let constraints = multer::Constraints::new().size_limit(
+        multer::SizeLimit::new().whole_stream(u64::try_from(limit).unwrap_or(u64::MAX)),
+    );
+    let mut form = multer::Multipart::with_constraints(
+        request.into_body().into_data_stream(),
+        boundary,
+        constraints,
+    );
+    let mut purpose = None;
+    let mut received = None;
+    while let Some(field) = form.next_field().await.map_err(|e| form_error(&e, limit))? {
+        match field.name() {
+            Some("purpose") => {
+                purpose = Some(field.text().await.map_err(|e| form_error(&e, limit))?);
+            }
+            Some("file") if received.is_none() => {
+                let name = field
+                    .file_name()
+                    .map_or_else(|| "upload.jsonl".to_owned(), str::to_owned);
+                received = Some((name, receive(&state, field).await?));
+            }
+            // Other fields (OpenAI's `expires_after`, say) are read and left.
+            _ => {
+                let mut field = field;
+                while field
+                    .chunk()
+                    .await
+                    .map_err(|e| form_error(&e, limit))?
+                    .is_some()
+                {}
+            }
+        }
+    }
+    match purpose.as_deref() {
+        Some("batch") => {}
+        Some(other) => {
+            return Err(ValidationError::new(
+                "purpose",
+                format!(
+                    "purpose must be `batch` (files are kept for the Batch API), not `{other}`"
+                ),
+            )
+            .into());
+        }
+        None => return Err(ValidationError::new("purpose", "purpose is required: `batch`").into()),
+    }
+    let Some((filename, upload)) = received else {
+        return Err(ValidationError::new("file", "file is required").into());
+    };
+    let record = FileRecord {
+        id: upload.id.clone(),
+        project_id: key.project_id.clone(),
+        purpose: "batch".into(),
+        filename,
+        bytes: i64::try_from(upload.bytes).unwrap_or(i64::MAX),
+        created_at: now(),
+    };
+    let path = state
+        .batches
+        .path(&record.id)
+        .ok_or_else(|| ApiError::Internal("a file id that names no path".into()))?;
+    upload.keep(&path).await?;
+    let quota = i64::try_from(state.batches.quota_bytes).unwrap_or(i64::MAX);
+    let kept = state.store.insert_file(&record, quota).await;
+    if !matches!(kept, Ok(true)) {
+        let _ = tokio::fs::remove_file(&path).await;
+    }
+    if !kept? {
+        return Err(ValidationError::new(
+            "file",
+            format!(
+                "this file ({} bytes) would take the project's files past its quota of {} bytes; delete files first",
+                record.bytes, state.batches.quota_bytes
+            ),
+        )
+        .into());
+    }
+    audit(&state, &key, "file.created", &record.id).await;
+    Ok(json_response(&shape(&record)))
+}
+
+/// A file being received: written to a temporary path, deleted unless kept.
+struct Upload {
+    id: String,
+    temporary: PathBuf,
+    bytes: u64,
+    kept: bool,
+}
+
+impl Upload {
+    /// Moves the file to `path`.
+    async fn keep(mut self, path: &std::path::Path) -> Result<(), ApiError> {
+        tokio::fs::rename(&self.temporary, path)
+            .await
+            .map_err(|e| ApiError::Internal(format!("cannot keep the file: {e}")))?;
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
+}
+
+/// Writes the `file` field to a temporary file, checking its lines.
+async fn receive(state: &AppState, mut field: multer::Field<'_>) -> Result<Upload, ApiError> {
+    let dir = &state.batches.dir;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot make the files directory: {e}")))?;
+    let id = FileRecord::generate_id();
+    let mut upload = Upload {
+        temporary: dir.join(format!(".upload-{id}")),
+        id,
+        bytes: 0,
+        kept: false,
+    };
+    let mut out = tokio::fs::File::create(&upload.temporary)
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot write the file: {e}")))?;
+    // A line holds a request body, and its own fields beside it.
+    let mut checker = Checker::new(state.body_limit.0 + 4096);
+    let limit = state.batches.file_max_bytes;
+    let refused = |e: super::lines::LineError| ValidationError::new("file", e.to_string());
+    while let Some(chunk) = field.chunk().await.map_err(|e| form_error(&e, limit))? {
+        checker.feed(&chunk).map_err(refused)?;
+        out.write_all(&chunk)
+            .await
+            .map_err(|e| ApiError::Internal(format!("cannot write the file: {e}")))?;
+        upload.bytes += chunk.len() as u64;
+    }
+    checker.finish().map_err(refused)?;
+    out.sync_all()
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot write the file: {e}")))?;
+    Ok(upload)
+}
+
+/// A form that cannot be read: too big (413) or not a form (400).
+fn form_error(e: &multer::Error, limit: usize) -> ApiError {
+    match e {
+        multer::Error::StreamSizeExceeded { .. } | multer::Error::FieldSizeExceeded { .. } => {
+            ApiError::PayloadTooLarge { limit }
+        }
+        e => ApiError::InvalidBody {
+            param: None,
+            message: format!("The multipart/form-data body cannot be read: {e}."),
+        },
+    }
+}
+
+#[utoipa::path(get, path = "/v1/files", tag = "files", operation_id = "listFiles",
+    summary = "The project's files, newest first.",
+    security(("bearer" = ["api.files.read"])),
+    params(FileQuery),
+    responses(
+        (status = 200, description = "The files.", body = FileList),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn list(
+    Key(key, _): Key<scope::FilesRead>,
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let pairs = QueryPairs::parse(query.as_deref())?;
+    let limit = super::batch::limit(&pairs, 10_000, 10_000)?;
+    if let Some(order) = pairs.last("order").filter(|o| *o != "desc") {
+        return Err(ValidationError::new(
+            "order",
+            format!("order must be `desc` (newest first), not `{order}`"),
+        )
+        .into());
+    }
+    let mut files = state
+        .store
+        .list_files(
+            &key.project_id,
+            pairs.last("purpose").filter(|p| !p.is_empty()),
+            pairs.last("after").filter(|a| !a.is_empty()),
+            limit + 1,
+        )
+        .await?;
+    let has_more = files.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+    files.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let data: Vec<FileObject> = files.iter().map(shape).collect();
+    Ok(json_response(&FileList {
+        object: "list".into(),
+        first_id: data.first().map(|f| f.id.clone()),
+        last_id: data.last().map(|f| f.id.clone()),
+        has_more,
+        data,
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/files/{file_id}", tag = "files", operation_id = "retrieveFile",
+    summary = "A file of the project.",
+    security(("bearer" = ["api.files.read"])),
+    params(FilePath),
+    responses(
+        (status = 200, description = "The file.", body = FileObject),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, description = "No file of this project has this id (`code` `not_found`).", body = svc_api::ErrorBody),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn retrieve(
+    Key(key, _): Key<scope::FilesRead>,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let file = find(&state, &key, &id).await?;
+    Ok(json_response(&shape(&file)))
+}
+
+#[utoipa::path(delete, path = "/v1/files/{file_id}", tag = "files", operation_id = "deleteFile",
+    summary = "Delete a file of the project (a batch already created from it goes on).",
+    security(("bearer" = ["api.files.write"])),
+    params(FilePath),
+    responses(
+        (status = 200, description = "Deleted.", body = DeletedFile),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, description = "No file of this project has this id (`code` `not_found`).", body = svc_api::ErrorBody),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn delete(
+    Key(key, _): Key<scope::FilesWrite>,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let file = find(&state, &key, &id).await?;
+    if !state.store.delete_file(&key.project_id, &file.id).await? {
+        return Err(not_found(&id));
+    }
+    if let Some(path) = state.batches.path(&file.id)
+        && let Err(e) = tokio::fs::remove_file(&path).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(file = %file.id, error = %e, "cannot delete a deleted file's bytes");
+    }
+    audit(&state, &key, "file.deleted", &file.id).await;
+    Ok(json_response(&DeletedFile {
+        id: file.id,
+        object: "file".into(),
+        deleted: true,
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/files/{file_id}/content", tag = "files", operation_id = "downloadFile",
+    summary = "A file's bytes: a batch's input, output or error lines.",
+    security(("bearer" = ["api.files.read"])),
+    params(FilePath),
+    responses(
+        (status = 200, description = "The file's bytes (JSON Lines).", content_type = "application/octet-stream", body = String),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, description = "No file of this project has this id (`code` `not_found`).", body = svc_api::ErrorBody),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn content(
+    Key(key, _): Key<scope::FilesRead>,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let file = find(&state, &key, &id).await?;
+    let path = state.batches.path(&file.id).ok_or_else(|| not_found(&id))?;
+    let opened = tokio::fs::File::open(&path).await.map_err(|e| {
+        ApiError::Internal(format!(
+            "file {} is recorded but its bytes cannot be read at {} ({e}): replicas must share files_dir",
+            file.id,
+            path.display()
+        ))
+    })?;
+    let body =
+        Body::from_stream(tokio_util::io::ReaderStream::new(opened).map_err(axum::Error::new));
+    let disposition = HeaderValue::from_str(&format!(
+        "attachment; filename=\"{}\"",
+        file.filename.replace(['"', '\\', '\r', '\n'], "_")
+    ))
+    .unwrap_or_else(|_| HeaderValue::from_static("attachment"));
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The project's file `id`, or the 404 of one that does not exist.
+pub(super) async fn find(
+    state: &AppState,
+    key: &KeyRecord,
+    id: &str,
+) -> Result<FileRecord, ApiError> {
+    state
+        .store
+        .file(&key.project_id, id)
+        .await?
+        .ok_or_else(|| not_found(id))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound {
+        param: Some("file_id".into()),
+        message: format!("No file with id '{id}' exists in this project."),
+    }
+}
+
+/// A file as the API shows it.
+pub(super) fn shape(file: &FileRecord) -> FileObject {
+    FileObject {
+        id: file.id.clone(),
+        object: "file".into(),
+        bytes: file.bytes,
+        created_at: file.created_at,
+        expires_at: None,
+        filename: file.filename.clone(),
+        purpose: file.purpose.clone(),
+        status: "processed".into(),
+    }
+}
+
+/// Writes `kind` (`file.created`, `batch.cancelled`, ...) about `id` to
+/// the audit log, in the key's project; a failure is logged, not answered.
+pub(super) async fn audit(state: &AppState, key: &KeyRecord, kind: &str, id: &str) {
+    let entry = async {
+        let actor = crate::routes::organization::key_actor(state, key).await?;
+        let mut entry =
+            svc_core::audit::AuditEntry::new(kind, &actor, serde_json::json!({ "id": id }));
+        if let Some(project) = state.store.project_by_id(&key.project_id).await? {
+            entry = entry.in_project(&project);
+        }
+        svc_core::audit::record(state.store.as_ref(), entry)
+            .await
+            .map_err(ApiError::from)
+    };
+    if let Err(e) = entry.await {
+        tracing::warn!(kind, id, error = %e, "cannot write the audit log");
+    }
+}

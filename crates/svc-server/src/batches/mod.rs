@@ -1,0 +1,92 @@
+//! OpenAI's Batch API: files (`/v1/files`, in [`files`]), batches
+//! (`/v1/batches`, in [`batch`]) and the runner that answers their lines
+//! ([`runner`]).
+//!
+//! A batch's lines run through the same router as any request, as the key
+//! that created the batch (see [`caller`]): keys, scopes, model lists,
+//! budgets, usage, metrics and the request log apply unchanged. They skip
+//! the key's per-minute limits (a batch has its own pace: a few lines at a
+//! time on each replica) and go to engines as background work, which the
+//! embedded engine runs only in slots interactive requests leave free.
+
+mod batch;
+mod files;
+mod lines;
+mod runner;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use svc_core::KeyId;
+use tokio::sync::Notify;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::state::AppState;
+
+pub(crate) use runner::Runner;
+
+/// The routes of files and batches.
+pub fn routes() -> OpenApiRouter<AppState> {
+    files::routes().merge(batch::routes())
+}
+
+/// How files are kept and batches run.
+#[derive(Debug)]
+pub struct Batches {
+    /// Where files' bytes are (one file each, by id).
+    pub(crate) dir: PathBuf,
+    /// The largest file uploaded.
+    pub(crate) file_max_bytes: usize,
+    /// The most bytes of files one project keeps.
+    pub(crate) quota_bytes: u64,
+    /// Lines one replica runs at once.
+    pub(crate) concurrency: usize,
+    /// How long a replica holds lines (and a batch it finishes) before
+    /// another may take them; renewed while it works.
+    pub(crate) lease: Duration,
+    /// How long an ended batch, its lines and its files are kept.
+    pub(crate) retention: Duration,
+    /// Wakes the runner: a batch was created or cancelled.
+    pub(crate) wake: Notify,
+}
+
+impl Batches {
+    pub fn new(config: &crate::config::ServerConfig) -> Self {
+        Batches {
+            dir: config
+                .files_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("svc-files")),
+            file_max_bytes: config.files_max_bytes,
+            quota_bytes: u64::try_from(config.files_quota_bytes).unwrap_or(u64::MAX),
+            concurrency: config.batch_concurrency,
+            lease: config.batch_lease,
+            retention: config.batch_retention,
+            wake: Notify::new(),
+        }
+    }
+
+    /// Where the file `id` is (ids are checked to be `file-` and hex
+    /// before they name a path).
+    pub(crate) fn path(&self, id: &str) -> Option<PathBuf> {
+        let hex = id.strip_prefix("file-")?;
+        (!hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| self.dir.join(format!("{id}.jsonl")))
+    }
+}
+
+tokio::task_local! {
+    /// The key a batch's line runs as, while it runs.
+    static CALLER: KeyId;
+}
+
+/// The key of the batch whose line this task runs; `None` for a request
+/// that came over the network (a task-local: no client can set it).
+pub(crate) fn caller() -> Option<KeyId> {
+    CALLER.try_with(Clone::clone).ok()
+}
+
+/// Whether this task runs a batch's line.
+pub(crate) fn running() -> bool {
+    CALLER.try_with(|_| ()).is_ok()
+}

@@ -1,0 +1,592 @@
+//! The Batch API (issue 34): files uploaded as `multipart/form-data` and
+//! checked line by line; batches that answer every line once, by its
+//! `custom_id`, in an output file (2xx) and an error file; cancelling;
+//! scopes, projects, budgets and the audit log, as for any endpoint.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use svc_core::{Budget, BudgetPeriod, BudgetUnit, KeyKind, KeyScope, ModelAccess, Permission};
+use svc_server::ServerConfig;
+use svc_test_support::{Database, TestApp};
+
+use svc_store::testing::{TestSchema, postgres_url};
+
+on_both_databases!(
+    a_chat_batch_answers_every_line_once_in_its_files,
+    an_embeddings_batch_returns_vectors,
+    a_wrong_line_is_refused_by_its_number_and_nothing_is_kept,
+    a_batch_whose_lines_call_another_endpoint_is_refused,
+    a_cancelled_batch_ends_with_every_line_accounted_for,
+    files_and_batches_need_their_scopes_and_stay_in_their_project,
+    a_spent_budget_fails_the_lines_naming_it,
+);
+
+async fn app(database: Database) -> TestApp {
+    let files = tempfile::tempdir().unwrap().keep();
+    TestApp::spawn_with(
+        database,
+        ServerConfig {
+            files_dir: Some(files),
+            ..ServerConfig::default()
+        },
+    )
+    .await
+}
+
+/// A JSONL file of `n` requests to `url`, each `body(i)`.
+fn jsonl(n: usize, url: &str, body: impl Fn(usize) -> Value) -> String {
+    (0..n)
+        .map(|i| {
+            json!({"custom_id": format!("req-{i}"), "method": "POST", "url": url, "body": body(i)})
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `POST /v1/files` with `text` as the file, as the SDKs send it.
+async fn upload(app: &TestApp, key: &str, text: &str, purpose: &str) -> reqwest::Response {
+    let boundary = "svc-test-boundary-7d1f";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"input.jsonl\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n{text}\r\n--{boundary}--\r\n"
+    );
+    app.client
+        .post(app.url("/v1/files"))
+        .bearer_auth(key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn uploaded(app: &TestApp, key: &str, text: &str) -> String {
+    let response = upload(app, key, text, "batch").await;
+    assert_eq!(response.status(), 200);
+    let file: Value = response.json().await.unwrap();
+    assert_eq!(file["object"], "file");
+    assert_eq!(file["purpose"], "batch");
+    assert_eq!(file["bytes"], text.len());
+    file["id"].as_str().unwrap().to_owned()
+}
+
+async fn send(
+    app: &TestApp,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = match method {
+        "GET" => app.client.get(app.url(path)),
+        "DELETE" => app.client.delete(app.url(path)),
+        _ => app.client.post(app.url(path)),
+    }
+    .bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn create(app: &TestApp, key: &str, file: &str, endpoint: &str) -> (u16, Value) {
+    send(
+        app,
+        key,
+        "POST",
+        "/v1/batches",
+        Some(
+            json!({"input_file_id": file, "endpoint": endpoint, "completion_window": "24h",
+            "metadata": {"job": "nightly"}}),
+        ),
+    )
+    .await
+}
+
+/// Polls the batch until it ends (at most a minute).
+async fn ended(app: &TestApp, key: &str, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, batch) = send(app, key, "GET", &format!("/v1/batches/{id}"), None).await;
+        assert_eq!(status, 200, "{batch}");
+        if ["completed", "failed", "expired", "cancelled"]
+            .contains(&batch["status"].as_str().unwrap())
+        {
+            return batch;
+        }
+        assert!(Instant::now() < deadline, "the batch never ended: {batch}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A file's lines, parsed.
+async fn lines(app: &TestApp, key: &str, file: &Value) -> Vec<Value> {
+    let Some(id) = file.as_str() else {
+        return Vec::new();
+    };
+    let response = app
+        .client
+        .get(app.url(&format!("/v1/files/{id}/content")))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+async fn a_chat_batch_answers_every_line_once_in_its_files(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    // 20 lines; the one with index 7 asks for a model that does not exist.
+    let text = jsonl(20, "/v1/chat/completions", |i| {
+        let model = if i == 7 { "no-such-model" } else { "svc" };
+        json!({"model": model, "messages": [{"role": "user", "content": format!("line {i}")}]})
+    });
+    let file = uploaded(&app, &key, &text).await;
+    let (status, batch) = create(&app, &key, &file, "/v1/chat/completions").await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["object"], "batch");
+    assert_eq!(batch["status"], "in_progress");
+    assert_eq!(
+        batch["request_counts"],
+        json!({"total": 20, "completed": 0, "failed": 0})
+    );
+    assert_eq!(batch["metadata"], json!({"job": "nightly"}));
+    assert_eq!(batch["input_file_id"], file);
+    let id = batch["id"].as_str().unwrap();
+    assert!(id.starts_with("batch_"), "{id}");
+
+    let batch = ended(&app, &key, id).await;
+    assert_eq!(batch["status"], "completed", "{batch}");
+    assert_eq!(
+        batch["request_counts"],
+        json!({"total": 20, "completed": 19, "failed": 1})
+    );
+    for at in [
+        "in_progress_at",
+        "finalizing_at",
+        "completed_at",
+        "expires_at",
+    ] {
+        assert!(batch[at].is_i64(), "{at}: {batch}");
+    }
+    let output = lines(&app, &key, &batch["output_file_id"]).await;
+    let errors = lines(&app, &key, &batch["error_file_id"]).await;
+    assert_eq!((output.len(), errors.len()), (19, 1));
+    // In input order, each custom_id once, each the answer to its own line.
+    for (line, i) in output.iter().zip((0..20).filter(|i| *i != 7)) {
+        assert_eq!(line["custom_id"], format!("req-{i}"));
+        assert!(line["id"].as_str().unwrap().starts_with("batch_req_"));
+        assert_eq!(line["error"], Value::Null);
+        assert_eq!(line["response"]["status_code"], 200);
+        assert!(
+            line["response"]["request_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("req_"),
+            "{line}"
+        );
+        let body = &line["response"]["body"];
+        assert_eq!(body["object"], "chat.completion");
+        assert_eq!(
+            body["choices"][0]["message"]["content"],
+            format!("You said: line {i}")
+        );
+    }
+    assert_eq!(errors[0]["custom_id"], "req-7");
+    assert_eq!(errors[0]["response"]["status_code"], 404);
+    assert_eq!(
+        errors[0]["response"]["body"]["error"]["code"],
+        "model_not_found"
+    );
+
+    // The files are the project's, listed newest first.
+    let (status, list) = send(&app, &key, "GET", "/v1/files", None).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{list}");
+    assert!(ids.contains(&file.as_str()));
+    let (_, output_file) = send(
+        &app,
+        &key,
+        "GET",
+        &format!("/v1/files/{}", batch["output_file_id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(output_file["purpose"], "batch_output");
+    let (_, listed) = send(&app, &key, "GET", "/v1/batches?limit=1", None).await;
+    assert_eq!(listed["data"][0]["id"], id);
+    assert_eq!(listed["has_more"], false);
+
+    // Each line was a request of its own, in the metrics as any other.
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains(
+            "svc_http_requests_total{route=\"/v1/chat/completions\",method=\"POST\",status=\"200\"} 19"
+        ),
+        "{metrics}"
+    );
+
+    // Deleting the input file leaves the batch; its content is gone.
+    let (status, deleted) = send(&app, &key, "DELETE", &format!("/v1/files/{file}"), None).await;
+    assert_eq!((status, &deleted["deleted"]), (200, &json!(true)));
+    let (status, _) = send(
+        &app,
+        &key,
+        "GET",
+        &format!("/v1/files/{file}/content"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = send(&app, &key, "GET", &format!("/v1/batches/{id}"), None).await;
+    assert_eq!(status, 200);
+}
+
+async fn an_embeddings_batch_returns_vectors(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    let text = jsonl(
+        3,
+        "/v1/embeddings",
+        |i| json!({"model": "fake-embed", "input": format!("text {i}")}),
+    );
+    let file = uploaded(&app, &key, &text).await;
+    let (status, batch) = create(&app, &key, &file, "/v1/embeddings").await;
+    assert_eq!(status, 200, "{batch}");
+    let batch = ended(&app, &key, batch["id"].as_str().unwrap()).await;
+    assert_eq!(
+        batch["request_counts"],
+        json!({"total": 3, "completed": 3, "failed": 0})
+    );
+    assert_eq!(batch["error_file_id"], Value::Null);
+    for line in lines(&app, &key, &batch["output_file_id"]).await {
+        let vector = &line["response"]["body"]["data"][0]["embedding"];
+        assert!(vector.as_array().is_some_and(|v| !v.is_empty()), "{line}");
+    }
+}
+
+async fn a_wrong_line_is_refused_by_its_number_and_nothing_is_kept(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    let good = jsonl(
+        2,
+        "/v1/chat/completions",
+        |_| json!({"model": "svc", "messages": []}),
+    );
+    let cases = [
+        (format!("{good}\n{{not json"), "line 3: not a request line"),
+        (
+            format!("{good}\n{}", good.lines().next().unwrap()),
+            "line 3: custom_id `req-0` is also on line 1",
+        ),
+        (
+            good.replace("\"POST\"", "\"GET\""),
+            "line 1: method must be POST",
+        ),
+        (
+            good.replacen("\"model\":\"svc\"", "\"model\":\"svc\",\"stream\":true", 1),
+            "line 1: body.stream",
+        ),
+        (String::new(), "line 1: the file holds no request"),
+    ];
+    for (text, message) in cases {
+        let response = upload(&app, &key, &text, "batch").await;
+        assert_eq!(response.status(), 400, "{text}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["param"], "file", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(message),
+            "{body}"
+        );
+    }
+    let response = upload(&app, &key, &good, "fine-tune").await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "purpose");
+    // Not multipart at all.
+    let (status, body) = send(&app, &key, "POST", "/v1/files", Some(json!({"file": good}))).await;
+    assert_eq!(status, 400, "{body}");
+    // Nothing was kept, on the list or on disk.
+    let (_, list) = send(&app, &key, "GET", "/v1/files", None).await;
+    assert_eq!(list["data"], json!([]), "{list}");
+}
+
+async fn a_batch_whose_lines_call_another_endpoint_is_refused(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    let mut text = jsonl(
+        2,
+        "/v1/chat/completions",
+        |_| json!({"model": "svc", "messages": []}),
+    );
+    text.push('\n');
+    text.push_str(&json!({"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {"model": "fake-embed", "input": "a"}}).to_string());
+    let file = uploaded(&app, &key, &text).await;
+    let (status, body) = create(&app, &key, &file, "/v1/chat/completions").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "input_file_id");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 3:"),
+        "{body}"
+    );
+    let (status, body) = create(&app, &key, &file, "/v1/moderations").await;
+    assert_eq!(
+        (status, body["error"]["param"].as_str()),
+        (400, Some("endpoint"))
+    );
+    let (status, body) = send(&app, &key, "POST", "/v1/batches",
+        Some(json!({"input_file_id": file, "endpoint": "/v1/chat/completions", "completion_window": "1h"}))).await;
+    assert_eq!(
+        (status, body["error"]["param"].as_str()),
+        (400, Some("completion_window"))
+    );
+    let (status, body) = create(
+        &app,
+        &key,
+        "file-0123456789abcdef01234567",
+        "/v1/chat/completions",
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["param"].as_str()),
+        (404, Some("input_file_id"))
+    );
+    let (_, list) = send(&app, &key, "GET", "/v1/batches", None).await;
+    assert_eq!(list["data"], json!([]));
+}
+
+async fn a_cancelled_batch_ends_with_every_line_accounted_for(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    // fake-slow takes 50 ms a word: 40 lines at 4 at a time take seconds.
+    let text = jsonl(
+        40,
+        "/v1/chat/completions",
+        |i| json!({"model": "fake-slow", "messages": [{"role": "user", "content": format!("slow line {i}")}]}),
+    );
+    let file = uploaded(&app, &key, &text).await;
+    let (_, batch) = create(&app, &key, &file, "/v1/chat/completions").await;
+    let id = batch["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, cancelling) = send(
+        &app,
+        &key,
+        "POST",
+        &format!("/v1/batches/{id}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(cancelling["status"], "cancelling", "{cancelling}");
+    assert!(cancelling["cancelling_at"].is_i64());
+    let batch = ended(&app, &key, &id).await;
+    assert_eq!(batch["status"], "cancelled", "{batch}");
+    assert!(batch["cancelled_at"].is_i64());
+    let output = lines(&app, &key, &batch["output_file_id"]).await;
+    let errors = lines(&app, &key, &batch["error_file_id"]).await;
+    let done = batch["request_counts"]["completed"].as_u64().unwrap() as usize;
+    assert_eq!(output.len(), done);
+    assert!(done < 40, "cancelled after every line ran: {batch}");
+    // Every line once, in one file or the other.
+    let mut seen: Vec<String> = output
+        .iter()
+        .chain(&errors)
+        .map(|l| l["custom_id"].as_str().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    let mut all: Vec<String> = (0..40).map(|i| format!("req-{i}")).collect();
+    all.sort();
+    assert_eq!(seen, all);
+    assert!(
+        errors
+            .iter()
+            .all(|l| l["error"]["code"] == "batch_cancelled"),
+        "{errors:?}"
+    );
+    // Cancelling an ended batch changes nothing.
+    let (status, again) = send(
+        &app,
+        &key,
+        "POST",
+        &format!("/v1/batches/{id}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!((status, &again["status"]), (200, &json!("cancelled")));
+    // The audit log has the file, the batch and the cancel.
+    let admin = app.create_admin_key().await;
+    let (_, log) = send(
+        &app,
+        &admin,
+        "GET",
+        "/v1/organization/audit_logs?limit=50",
+        None,
+    )
+    .await;
+    let kinds: Vec<&str> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    for kind in ["file.created", "batch.created", "batch.cancelled"] {
+        assert!(kinds.contains(&kind), "{kind} not in {kinds:?}");
+    }
+}
+
+async fn files_and_batches_need_their_scopes_and_stay_in_their_project(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    let text = jsonl(
+        1,
+        "/v1/chat/completions",
+        |_| json!({"model": "svc", "messages": []}),
+    );
+    let file = uploaded(&app, &key, &text).await;
+    let (_, batch) = create(&app, &key, &file, "/v1/chat/completions").await;
+    let batch = batch["id"].as_str().unwrap().to_owned();
+
+    // A restricted key with model.request only may do neither.
+    let restricted = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                kind: KeyKind::Restricted(vec![Permission::ModelRequest]),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let response = upload(&app, &restricted, &text, "batch").await;
+    assert_eq!(response.status(), 403);
+    let (status, _) = send(
+        &app,
+        &restricted,
+        "GET",
+        &format!("/v1/batches/{batch}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+    // With the read scopes it reads, and still may not write.
+    let reader = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                kind: KeyKind::Restricted(vec![Permission::FilesRead, Permission::BatchRead]),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let (status, _) = send(&app, &reader, "GET", &format!("/v1/files/{file}"), None).await;
+    assert_eq!(status, 200);
+    let (status, _) = send(&app, &reader, "GET", &format!("/v1/batches/{batch}"), None).await;
+    assert_eq!(status, 200);
+    let (status, _) = send(
+        &app,
+        &reader,
+        "POST",
+        &format!("/v1/batches/{batch}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+
+    // Another project's key sees neither.
+    let project = app.create_project("other", ModelAccess(None)).await;
+    let other = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                project_id: Some(project.id.clone()),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    for path in [
+        format!("/v1/files/{file}"),
+        format!("/v1/files/{file}/content"),
+        format!("/v1/batches/{batch}"),
+    ] {
+        let (status, body) = send(&app, &other, "GET", &path, None).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    let (status, _) = create(&app, &other, &file, "/v1/chat/completions").await;
+    assert_eq!(status, 404);
+    let (_, list) = send(&app, &other, "GET", "/v1/files", None).await;
+    assert_eq!(list["data"], json!([]));
+    let (_, list) = send(&app, &other, "GET", "/v1/batches", None).await;
+    assert_eq!(list["data"], json!([]));
+}
+
+async fn a_spent_budget_fails_the_lines_naming_it(database: Database) {
+    let app = app(database).await;
+    let key = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                budget: Some(Budget {
+                    limit: 1,
+                    unit: BudgetUnit::Tokens,
+                    period: BudgetPeriod::Month,
+                }),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let text = jsonl(
+        6,
+        "/v1/chat/completions",
+        |i| json!({"model": "svc", "messages": [{"role": "user", "content": format!("spend {i}")}]}),
+    );
+    let file = uploaded(&app, &key, &text).await;
+    let (_, batch) = create(&app, &key, &file, "/v1/chat/completions").await;
+    let batch = ended(&app, &key, batch["id"].as_str().unwrap()).await;
+    let failed = batch["request_counts"]["failed"].as_u64().unwrap();
+    assert!(failed >= 5, "{batch}");
+    for line in lines(&app, &key, &batch["error_file_id"]).await {
+        assert_eq!(line["response"]["status_code"], 429, "{line}");
+        assert_eq!(
+            line["response"]["body"]["error"]["code"], "insufficient_quota",
+            "{line}"
+        );
+        assert!(
+            line["response"]["body"]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("budget"),
+            "{line}"
+        );
+    }
+}
