@@ -45,6 +45,10 @@ async fn main() -> anyhow::Result<()> {
     let mut request_log_retention = svc_server::config::DEFAULT_REQUEST_LOG_RETENTION;
     let mut otlp_endpoint = None;
     let mut response_cache_ttl = std::time::Duration::ZERO;
+    let defaults = ServerConfig::default();
+    let mut files_dir = None;
+    let mut batch_lease = defaults.batch_lease;
+    let mut batch_concurrency = defaults.batch_concurrency;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -78,13 +82,19 @@ async fn main() -> anyhow::Result<()> {
                 response_cache_ttl =
                     std::time::Duration::from_secs(value("--response-cache-ttl").parse()?)
             }
+            "--files-dir" => files_dir = Some(std::path::PathBuf::from(value("--files-dir"))),
+            "--batch-lease" => {
+                batch_lease = std::time::Duration::from_secs(value("--batch-lease").parse()?)
+            }
+            "--batch-concurrency" => batch_concurrency = value("--batch-concurrency").parse()?,
             other => anyhow::bail!(
                 "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
                  --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --admin-key, \
                  --device-interval SECS, --device-code-lifetime SECS, --oidc-issuer URL, \
                  --oidc-client-id ID, --oidc-client-secret SECRET, --oidc-create-accounts, \
                  --no-password-sign-in, --no-request-log, --otlp-endpoint URL, \
-                 --response-cache-ttl SECS)"
+                 --response-cache-ttl SECS, --files-dir DIR, --batch-lease SECS, \
+                 --batch-concurrency N)"
             ),
         }
     }
@@ -142,7 +152,10 @@ async fn main() -> anyhow::Result<()> {
         request_log_retention,
         otlp_endpoint,
         response_cache_ttl,
-        ..ServerConfig::default()
+        files_dir: Some(files_dir.unwrap_or_else(|| dir.path().join("files"))),
+        batch_lease,
+        batch_concurrency,
+        ..defaults
     };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;
     let mut out = std::io::stdout();
