@@ -352,7 +352,16 @@ pub async fn content(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let file = find(&state, &key, &id).await?;
-    let path = state.batches.path(&file.id).ok_or_else(|| not_found(&id))?;
+    download(&state, &file).await
+}
+
+/// The bytes of `file`, as an attachment (the API, and the dashboard's
+/// download links).
+pub(crate) async fn download(state: &AppState, file: &FileRecord) -> Result<Response, ApiError> {
+    let path = state
+        .batches
+        .path(&file.id)
+        .ok_or_else(|| not_found(&file.id))?;
     let opened = tokio::fs::File::open(&path).await.map_err(|e| {
         ApiError::Internal(format!(
             "file {} is recorded but its bytes cannot be read at {} ({e}): replicas must share files_dir",

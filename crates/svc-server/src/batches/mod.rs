@@ -9,8 +9,8 @@
 //! time on each replica) and go to engines as background work, which the
 //! embedded engine runs only in slots interactive requests leave free.
 
-mod batch;
-mod files;
+pub(crate) mod batch;
+pub(crate) mod files;
 mod lines;
 mod runner;
 

@@ -14,6 +14,7 @@
 
 mod account;
 mod audit;
+mod batches;
 mod device;
 mod keys;
 mod pages;
@@ -117,6 +118,11 @@ pub fn router() -> Router<AppState> {
         )
         .route("/dashboard/audit", get(audit::page))
         .route("/dashboard/requests", get(requests::page))
+        .route("/dashboard/batches", get(batches::page))
+        .route(
+            "/dashboard/batches/{project}/files/{file}",
+            get(batches::download),
+        )
         .route(
             "/dashboard/keys/{id}/limits",
             get(keys::limits_page).post(keys::set_limits),

@@ -44,6 +44,7 @@ const TEMPLATES: &[(&str, &str)] = &[
         "requests.html",
         include_str!("../../templates/requests.html"),
     ),
+    ("batches.html", include_str!("../../templates/batches.html")),
     ("usage.html", include_str!("../../templates/usage.html")),
     ("device.html", include_str!("../../templates/device.html")),
     (

@@ -20,6 +20,7 @@ on_both_databases!(
     a_cancelled_batch_ends_with_every_line_accounted_for,
     files_and_batches_need_their_scopes_and_stay_in_their_project,
     a_spent_budget_fails_the_lines_naming_it,
+    the_dashboard_shows_a_projects_batches_and_their_files,
 );
 
 async fn app(database: Database) -> TestApp {
@@ -589,4 +590,59 @@ async fn a_spent_budget_fails_the_lines_naming_it(database: Database) {
             "{line}"
         );
     }
+}
+
+async fn the_dashboard_shows_a_projects_batches_and_their_files(database: Database) {
+    let app = app(database).await;
+    let project = app.create_project("nightly jobs", ModelAccess(None)).await;
+    let key = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                project_id: Some(project.id.clone()),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let text = jsonl(
+        3,
+        "/v1/chat/completions",
+        |i| json!({"model": "svc", "messages": [{"role": "user", "content": format!("page {i}")}]}),
+    );
+    let file = uploaded(&app, &key, &text).await;
+    let (_, batch) = create(&app, &key, &file, "/v1/chat/completions").await;
+    let batch = ended(&app, &key, batch["id"].as_str().unwrap()).await;
+    let id = batch["id"].as_str().unwrap();
+    let output = batch["output_file_id"].as_str().unwrap();
+
+    let (owner, _) = app.signed_in("owner@example.com", true).await;
+    let page = owner
+        .get(&format!("/dashboard/batches?project={}", project.id.0))
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(id), "{}", page.body);
+    assert!(page.body.contains("nightly jobs"));
+    assert!(page.body.contains("completed"));
+    let link = format!("/dashboard/batches/{}/files/{output}", project.id.0);
+    // The link's slashes are escaped in the page (`&#x2f;`), as minijinja writes them.
+    assert!(
+        page.body.contains(&link.replace('/', "&#x2f;")),
+        "{}",
+        page.body
+    );
+    let download = owner.get(&link).await;
+    assert_eq!(download.status, 200);
+    assert_eq!(download.body.lines().count(), 3);
+    assert!(download.body.contains("You said: page 2"));
+
+    // Someone outside the project sees none of it.
+    let (stranger, _) = app.signed_in("stranger@example.com", false).await;
+    let page = stranger.get("/dashboard/batches").await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains(id));
+    let page = stranger
+        .get(&format!("/dashboard/batches?project={}", project.id.0))
+        .await;
+    assert_eq!(page.status, 404);
+    assert_eq!(stranger.get(&link).await.status, 404);
 }
