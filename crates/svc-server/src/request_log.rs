@@ -59,6 +59,8 @@ pub struct Pending {
     /// Spans of the request finished so far, and the engine's times.
     spans: Mutex<Vec<Span>>,
     engine: Mutex<EngineTimes>,
+    /// A batch's line: its cost is at the batch price.
+    batch: bool,
 }
 
 /// When the engine's reply began, gave its first token, and ended.
@@ -268,9 +270,11 @@ impl RequestLog {
         self.queue.pending()
     }
 
-    /// Queues a finished row (never waits).
-    fn push(&self, mut row: RequestLogEntry) {
+    /// Queues a finished row (never waits); a batch's line costs its
+    /// model's batch price.
+    fn push(&self, mut row: RequestLogEntry, batch: bool) {
         if let Some(price) = row.model.as_ref().and_then(|m| self.prices.get(m)) {
+            let price = if batch { price.for_batch() } else { *price };
             row.cost_micros = price.cost_micros(Tokens {
                 prompt: row.prompt_tokens,
                 cached: row.cached_tokens,
@@ -351,6 +355,7 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         began: SystemTime::now(),
         spans: Mutex::default(),
         engine: Mutex::default(),
+        batch: crate::batches::running(),
     });
     // Until the answer is made, the client leaving drops this future, and
     // the guard records the request as abandoned.
@@ -402,7 +407,7 @@ impl Drop for Finish {
             tracer.push(pending.spans(&row));
         }
         if self.log.enabled {
-            self.log.push(row);
+            self.log.push(row, pending.batch);
         }
     }
 }
@@ -440,18 +445,22 @@ mod tests {
                 input: 2.0,
                 cached_input: Some(1.0),
                 output: 4.0,
-                batch_discount: None,
+                batch_discount: Some(0.25),
             },
         );
         let log = RequestLog::new(true, prices);
-        log.push(RequestLogEntry {
+        let row = RequestLogEntry {
             model: Some("m".into()),
             prompt_tokens: 1_000,
             cached_tokens: 400,
             completion_tokens: 100,
             ..RequestLogEntry::default()
-        });
+        };
+        log.push(row.clone(), false);
         // 600 × 2 + 400 × 1 + 100 × 4 micro-dollars.
         assert_eq!(log.queue.take()[0].cost_micros, 2_000);
+        // A batch's line, a quarter off.
+        log.push(row, true);
+        assert_eq!(log.queue.take()[0].cost_micros, 1_500);
     }
 }

@@ -21,6 +21,7 @@ on_both_databases!(
     files_and_batches_need_their_scopes_and_stay_in_their_project,
     a_spent_budget_fails_the_lines_naming_it,
     the_dashboard_shows_a_projects_batches_and_their_files,
+    a_batchs_lines_are_charged_at_the_batch_discount,
 );
 
 async fn app(database: Database) -> TestApp {
@@ -645,4 +646,67 @@ async fn the_dashboard_shows_a_projects_batches_and_their_files(database: Databa
         .await;
     assert_eq!(page.status, 404);
     assert_eq!(stranger.get(&link).await.status, 404);
+}
+
+async fn a_batchs_lines_are_charged_at_the_batch_discount(database: Database) {
+    let mut config = ServerConfig {
+        files_dir: Some(tempfile::tempdir().unwrap().keep()),
+        ..ServerConfig::default()
+    };
+    config.prices.insert(
+        "svc".into(),
+        svc_core::ModelPrice {
+            input: 100.0,
+            output: 1000.0,
+            batch_discount: Some(0.5),
+            ..svc_core::ModelPrice::default()
+        },
+    );
+    let app = TestApp::spawn_with(database, config).await;
+    let admin = app.create_admin_key().await;
+    let budgeted = || async {
+        let (status, key) = send(
+            &app,
+            &admin,
+            "POST",
+            "/v1/organization/projects/proj_default/api_keys",
+            Some(json!({"name": "priced", "budget": {"usd": 100, "period": "month"}})),
+        )
+        .await;
+        assert_eq!(status, 200, "{key}");
+        (
+            key["id"].as_str().unwrap().to_owned(),
+            key["value"].as_str().unwrap().to_owned(),
+        )
+    };
+    let spent = |id: String| {
+        let admin = admin.clone();
+        let app = &app;
+        async move {
+            // Settled after each answer: read until it stops changing.
+            let path = format!("/v1/organization/projects/proj_default/api_keys/{id}");
+            let mut last = Value::Null;
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let (_, key) = send(app, &admin, "GET", &path, None).await;
+                if key["budget"]["used"] == last["budget"]["used"] {
+                    return key["budget"]["used"].as_i64().unwrap();
+                }
+                last = key;
+            }
+        }
+    };
+    let body = |i: usize| json!({"model": "svc", "max_tokens": 8, "messages": [{"role": "user", "content": format!("price me {i}")}]});
+    let (asked_id, asked) = budgeted().await;
+    for i in 0..4 {
+        assert_eq!(app.chat(&asked, &body(i)).await.status(), 200);
+    }
+    let (batched_id, batched) = budgeted().await;
+    let file = uploaded(&app, &batched, &jsonl(4, "/v1/chat/completions", body)).await;
+    let (_, batch) = create(&app, &batched, &file, "/v1/chat/completions").await;
+    let batch = ended(&app, &batched, batch["id"].as_str().unwrap()).await;
+    assert_eq!(batch["request_counts"]["completed"], 4, "{batch}");
+    let (full, discounted) = (spent(asked_id).await, spent(batched_id).await);
+    assert!(full > 0);
+    assert_eq!(discounted * 2, full, "the same requests at half price");
 }
