@@ -265,3 +265,40 @@ def test_langchain_retrieves_the_right_document(real_server: Server) -> None:
     ]:
         found = store.similarity_search(question, k=1)
         assert found[0].page_content == DOCUMENTS[expected], (question, found)
+
+
+def test_a_batch_runs_on_the_real_model_for_chat_and_embeddings(real_openai: openai.OpenAI) -> None:
+    """The Batch API with the official SDK on the embedded engine: the lines
+    run as background work, and their answers are the model's own (the
+    greedy answer to the question, vectors of svc-embed's length)."""
+    import io
+    import json
+    import time
+
+    def run(lines: list[dict], endpoint: str) -> dict:
+        text = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        uploaded = real_openai.files.create(file=("in.jsonl", io.BytesIO(text)), purpose="batch")
+        batch = real_openai.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
+        deadline = time.monotonic() + 300
+        while batch.status not in ("completed", "failed", "expired", "cancelled"):
+            assert time.monotonic() < deadline, batch
+            time.sleep(0.5)
+            batch = real_openai.batches.retrieve(batch.id)
+        assert batch.status == "completed" and batch.request_counts.failed == 0, batch
+        output = real_openai.files.content(batch.output_file_id).text
+        return {json.loads(l)["custom_id"]: json.loads(l)["response"]["body"] for l in output.splitlines()}
+
+    asked = real_openai.chat.completions.create(
+        model="svc", temperature=0, max_tokens=16, messages=[{"role": "user", "content": QUESTION}])
+    chat = run([{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "svc", "temperature": 0, "max_tokens": 16,
+                          "messages": [{"role": "user", "content": QUESTION}]}} for i in range(3)],
+               "/v1/chat/completions")
+    assert len(chat) == 3
+    for body in chat.values():
+        # Greedy: the batch's answer is the interactive one, word for word.
+        assert body["choices"][0]["message"]["content"] == asked.choices[0].message.content
+    vectors = run([{"custom_id": "e", "method": "POST", "url": "/v1/embeddings",
+                    "body": {"model": "svc-embed", "input": ["Paris is in France.", "The sea is blue."]}}],
+                  "/v1/embeddings")
+    assert [len(d["embedding"]) for d in vectors["e"]["data"]] == [384, 384]

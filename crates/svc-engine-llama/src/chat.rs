@@ -198,6 +198,8 @@ fn prepare(
         logprobs,
         n: _,
         client: _,
+        // Taken by the runner (`in_background`) before this.
+        background: _,
         prompt: _,
     } = request;
 
