@@ -84,7 +84,8 @@ pub(crate) fn generate(
     let runner = match &request.client {
         Some(client) => runner.for_owner(Arc::from(client.as_str())),
         None => runner.clone(),
-    };
+    }
+    .in_background(request.background);
     prepare(&runner, template, features, request, cancel)?.start(&runner)
 }
 
@@ -379,7 +380,7 @@ fn generate_n(
         // A name no API key has (ids have no spaces), unique to this request.
         None => Arc::from(format!("request {}", next_request_serial())),
     };
-    let runner = runner.for_owner(owner);
+    let runner = runner.for_owner(owner).in_background(request.background);
     // The choices differ only in their seed: rendered, tokenized and their
     // grammar built once (each choice gets a copy of the sampler), before
     // the hold, which covers only the queueing.

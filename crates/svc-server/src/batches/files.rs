@@ -76,8 +76,13 @@ pub async fn upload(
             message: "Send the file as multipart/form-data, with the fields `file` and `purpose`."
                 .into(),
         })?;
+    // The whole form within the file limit; the other fields small (they
+    // are read into memory).
     let constraints = multer::Constraints::new().size_limit(
-        multer::SizeLimit::new().whole_stream(u64::try_from(limit).unwrap_or(u64::MAX)),
+        multer::SizeLimit::new()
+            .whole_stream(u64::try_from(limit).unwrap_or(u64::MAX))
+            .per_field(u64::try_from(limit).unwrap_or(u64::MAX))
+            .for_field("purpose", 1024),
     );
     let mut form = multer::Multipart::with_constraints(
         request.into_body().into_data_stream(),
