@@ -37,7 +37,7 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "
 trap cleanup EXIT
 mkdir -p "$out/data/models"
 ln -s "$data"/models/* "$out/data/models/"
-key=$("$svc" keys create --name bench --data-dir "$out/data")
+key=$("$svc" keys create --name interactive --data-dir "$out/data"),$("$svc" keys create --name batch --data-dir "$out/data")
 SVC_LOG=warn "$svc" serve --data-dir "$out/data" --model "$data/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
   --bind 127.0.0.1:0 --threads "$threads" --parallel "$parallel" 2>"$out/serve.log" &
 pid=$!

@@ -16,8 +16,11 @@ Each condition lasts --asks requests; the report gives TTFT p50 and p99 per
 condition (median over rounds), how many lines ran meanwhile, and the share
 of the CPUs other processes used (worst round).
 
+The interactive client and the batch (or the flood) use keys of their own
+(`--key INTERACTIVE,BATCH`), as a person and a nightly job would.
+
 Usage: python bench/engine/batch_ttft.py --url http://127.0.0.1:PORT/v1
-         --key sk-svc-... --pid PID [--rounds 3] [--asks 30] [--json FILE]
+         --key sk-svc-...,sk-svc-... --pid PID [--rounds 3] [--asks 30] [--json FILE]
 """
 
 import argparse
@@ -43,15 +46,17 @@ async def ttft(client: httpx.AsyncClient, i: int) -> float:
     body = {"model": "svc", "max_tokens": 8, "stream": True,
             "messages": [{"role": "user", "content": f"Say hello to person {i}."}]}
     started = time.monotonic()
+    first = None
     async with client.stream("POST", "/chat/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
-            if line.startswith("data: ") and '"content":"' in line:
-                first = time.monotonic() - started
-                async for _ in response.aiter_lines():
-                    pass
-                return first
-    raise RuntimeError("no content came")
+            if first is None and line.startswith("data: {"):
+                delta = json.loads(line[6:])["choices"][0]["delta"] if '"choices":[{' in line else {}
+                if delta.get("content"):
+                    first = time.monotonic() - started
+    if first is None:
+        raise RuntimeError("no content came")
+    return first
 
 
 async def asks(client: httpx.AsyncClient, n: int) -> list[float]:
@@ -99,26 +104,29 @@ async def flood(client: httpx.AsyncClient, lines: int, tokens: int, clients: int
 
 
 async def measure(args, condition: str) -> dict:
-    headers = {"Authorization": f"Bearer {args.key}"}
+    interactive_key, batch_key = args.key.split(",")
     limits = httpx.Limits(max_connections=32)
-    async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=600, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=args.url, headers={"Authorization": f"Bearer {interactive_key}"},
+                                 timeout=600, limits=limits) as client, \
+            httpx.AsyncClient(base_url=args.url, headers={"Authorization": f"Bearer {batch_key}"},
+                              timeout=600, limits=limits) as batcher:
         wait_quiet(args.quiet_wait)
         with ForeignLoad((args.pid,)) as load:
             ran = 0
             if condition == "idle":
                 times = await asks(client, args.asks)
             elif condition == "batch":
-                batch = await start_batch(client, args.lines, args.line_tokens)
+                batch = await start_batch(batcher, args.lines, args.line_tokens)
                 await asyncio.sleep(2)  # the lines are running
-                before = await batch_done(client, batch)
+                before = await batch_done(batcher, batch)
                 times = await asks(client, args.asks)
-                ran = await batch_done(client, batch) - before
-                await client.post(f"/batches/{batch}/cancel")
-                while (await client.get(f"/batches/{batch}")).json()["status"] != "cancelled":
+                ran = await batch_done(batcher, batch) - before
+                await batcher.post(f"/batches/{batch}/cancel")
+                while (await batcher.get(f"/batches/{batch}")).json()["status"] != "cancelled":
                     await asyncio.sleep(0.5)
             else:
                 stop = asyncio.Event()
-                task = asyncio.create_task(flood(client, args.lines, args.line_tokens, 4, stop))
+                task = asyncio.create_task(flood(batcher, args.lines, args.line_tokens, 4, stop))
                 await asyncio.sleep(2)
                 times = await asks(client, args.asks)
                 stop.set()
