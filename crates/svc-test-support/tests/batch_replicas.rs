@@ -5,7 +5,6 @@
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
     reason = "test code: a failed check fails the test"
 )]
 
