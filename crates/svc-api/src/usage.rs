@@ -26,6 +26,16 @@ pub struct UsageList {
 /// One key's use on one UTC day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageDay {
+    /// Of `requests`, those answered from the response cache (they used
+    /// no tokens).
+    #[schema(minimum = 0)]
+    #[serde(default)]
+    pub cache_hits: i64,
+    /// The prompt and completion tokens those cached replies took when
+    /// they were made: what the cache saved.
+    #[schema(minimum = 0)]
+    #[serde(default)]
+    pub cache_saved_tokens: i64,
     /// Of `prompt_tokens`, those served from a reused prompt prefix.
     #[schema(minimum = 0)]
     #[serde(default)]

@@ -64,6 +64,8 @@ fn revocation_and_usage() {
             cached_tokens: 4,
             completion_tokens: 5,
             total_tokens: 15,
+            cache_hits: 0,
+            cache_saved_tokens: 0,
         }],
     };
     assert_eq!(

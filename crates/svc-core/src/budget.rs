@@ -136,6 +136,14 @@ pub struct ModelPrice {
     /// Per million completion tokens.
     #[serde(deserialize_with = "dollars")]
     pub output: f64,
+    /// Per million tokens of a reply served from the response cache (the
+    /// prompt and completion tokens it took when it was made); `None`: such
+    /// replies are free.
+    #[serde(
+        deserialize_with = "some_dollars",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cached_response: Option<f64>,
     /// The share taken off every price for a batch's requests (the Batch
     /// API), from 0 to 1 (0.5: half price); `None`: none.
     #[serde(
@@ -180,6 +188,7 @@ impl ModelPrice {
             input: self.input * keep,
             cached_input: self.cached_input.map(|p| p * keep),
             output: self.output * keep,
+            cached_response: self.cached_response,
             batch_discount: None,
         }
     }

@@ -19,6 +19,11 @@ pub struct UsageDelta {
     /// Of `prompt_tokens`, those served from a reused prefix.
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// Replies served from the response cache (their requests are counted
+    /// in `requests`; they used no tokens).
+    pub cache_hits: i64,
+    /// The prompt and completion tokens those replies took when made.
+    pub cache_saved_tokens: i64,
 }
 
 /// One key's counters for one day.
@@ -32,6 +37,11 @@ pub struct UsageRow {
     /// Of `prompt_tokens`, those served from a reused prefix.
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// Replies served from the response cache (their requests are counted
+    /// in `requests`; they used no tokens).
+    pub cache_hits: i64,
+    /// The prompt and completion tokens those replies took when made.
+    pub cache_saved_tokens: i64,
 }
 
 /// One key's counters for one day and model, with the key's project.
@@ -48,6 +58,11 @@ pub struct ModelUsageRow {
     /// Of `prompt_tokens`, those served from a reused prefix.
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// Replies served from the response cache (their requests are counted
+    /// in `requests`; they used no tokens).
+    pub cache_hits: i64,
+    /// The prompt and completion tokens those replies took when made.
+    pub cache_saved_tokens: i64,
 }
 
 /// The counters of every key (of an owner) for one day, summed.
@@ -60,6 +75,11 @@ pub struct DayTotals {
     /// Of `prompt_tokens`, those served from a reused prefix.
     pub cached_tokens: i64,
     pub completion_tokens: i64,
+    /// Replies served from the response cache (their requests are counted
+    /// in `requests`; they used no tokens).
+    pub cache_hits: i64,
+    /// The prompt and completion tokens those replies took when made.
+    pub cache_saved_tokens: i64,
 }
 
 /// The UTC day (`YYYY-MM-DD`) of a unix time.

@@ -273,6 +273,40 @@ impl Budgets {
         reply: i64,
         slot: &BudgetSlot,
     ) -> Result<Option<Charge>, ApiError> {
+        let price = self.price(model);
+        self.charge_at(key, prompt, reply, slot, price).await
+    }
+
+    /// Charges a reply served from the response cache, which took `saved`
+    /// tokens when it was made: free (`Ok(None)`) unless `model` has a
+    /// `[prices.<model>] cached_response`; then those tokens count as a
+    /// reply's at that price (in spend budgets) and as tokens (in token
+    /// budgets), and a spent budget refuses the hit as any request.
+    pub async fn charge_cache_hit(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        saved: i64,
+        slot: &BudgetSlot,
+    ) -> Result<Option<Charge>, ApiError> {
+        let Some(rate) = self.prices.get(model).and_then(|p| p.cached_response) else {
+            return Ok(None);
+        };
+        let price = ModelPrice {
+            output: rate,
+            ..ModelPrice::default()
+        };
+        self.charge_at(key, 0, saved, slot, Some(price)).await
+    }
+
+    async fn charge_at(
+        &self,
+        key: &KeyRecord,
+        prompt: i64,
+        reply: i64,
+        slot: &BudgetSlot,
+        price: Option<ModelPrice>,
+    ) -> Result<Option<Charge>, ApiError> {
         let budgets = [
             (Scope::Key, key.budget, &key.budget_holder().0),
             (Scope::Project, key.project_budget, &key.project_id.0),
@@ -280,7 +314,6 @@ impl Budgets {
         if budgets.iter().all(|(_, b, _)| b.is_none()) {
             return Ok(None);
         }
-        let price = self.price(model);
         let mut charge = Charge {
             budgets: self.clone(),
             parts: Vec::new(),

@@ -211,8 +211,23 @@ impl ResponseCache {
         request: &impl Cacheable,
     ) -> Result<Lookup, ApiError> {
         match self.look(state, directives, key, request).await {
-            Lookup::Miss(_) if directives.only_if_cached => Err(ApiError::NotCached),
-            lookup => Ok(lookup),
+            (Lookup::Miss(_), _) if directives.only_if_cached => Err(ApiError::NotCached),
+            (Lookup::Hit(response), Some((served, saved))) => {
+                // Counted in usage as a request of the model that served
+                // it, priced at its `cached_response` rate (else free).
+                let charge = state
+                    .budgets
+                    .charge_cache_hit(
+                        key,
+                        &served,
+                        i64::try_from(saved).unwrap_or(i64::MAX),
+                        &crate::budget::BudgetSlot::default(),
+                    )
+                    .await?;
+                crate::usage::record_cache_hit(state, &key.id, &served, saved, charge);
+                Ok(Lookup::Hit(response))
+            }
+            (lookup, _) => Ok(lookup),
         }
     }
 
@@ -222,20 +237,20 @@ impl ResponseCache {
         directives: Directives,
         key: &KeyRecord,
         request: &R,
-    ) -> Lookup {
+    ) -> (Lookup, Option<(String, u64)>) {
         if !self.enabled() || !request.reproducible() || directives.no_store {
-            return Lookup::Miss(None);
+            return (Lookup::Miss(None), None);
         }
         let model = request.model();
         let Ok(served) = crate::pipeline::usable(state, key, model) else {
-            return Lookup::Miss(None);
+            return (Lookup::Miss(None), None);
         };
         let identity = served
             .engine
             .fingerprint()
             .unwrap_or_else(|| format!("model {model}"));
         let Ok(canonical) = serde_json::to_vec(request) else {
-            return Lookup::Miss(None);
+            return (Lookup::Miss(None), None);
         };
         let mut hash = Sha256::new();
         for part in [
@@ -251,12 +266,12 @@ impl ResponseCache {
             key: hex::encode(hash.finalize()),
         };
         if !directives.no_cache
-            && let Some(hit) = self.get(&plan).await
+            && let Some((hit, served, saved)) = self.get(&plan).await
         {
-            return Lookup::Hit(hit);
+            return (Lookup::Hit(hit), Some((served, saved)));
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        Lookup::Miss(Some(plan))
+        (Lookup::Miss(Some(plan)), None)
     }
 
     fn redis_key(key: &str) -> String {
@@ -288,8 +303,9 @@ impl ResponseCache {
         }
     }
 
-    /// The kept reply, as it was sent, when there is one.
-    async fn get(&self, plan: &Plan) -> Option<Response> {
+    /// The kept reply, as it was sent, when there is one; the model that
+    /// served it and the tokens it took.
+    async fn get(&self, plan: &Plan) -> Option<(Response, String, u64)> {
         let entry = self
             .read(&plan.key)
             .await
@@ -309,7 +325,7 @@ impl ResponseCache {
             headers.insert("x-svc-served-model", model);
         }
         headers.insert("x-svc-cache", HeaderValue::from_static("hit"));
-        Some(response)
+        Some((response, entry.served_model, entry.tokens))
     }
 
     async fn write(self: Arc<Self>, key: String, entry: Entry) {

@@ -446,6 +446,7 @@ mod tests {
                 cached_input: Some(1.0),
                 output: 4.0,
                 batch_discount: Some(0.25),
+                cached_response: None,
             },
         );
         let log = RequestLog::new(true, prices);

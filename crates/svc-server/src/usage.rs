@@ -216,6 +216,7 @@ fn account(
         Counts {
             requests: 1,
             tokens,
+            ..Counts::default()
         },
     );
     if let Some(charge) = charge {
@@ -265,6 +266,36 @@ pub fn record_whole(
     );
 }
 
+/// Records a request answered from the response cache: one request of
+/// `model` that used no tokens and saved `saved` (what its reply took when
+/// it was made), and the settlement of the budgets' `charge` for it (at
+/// `[prices.<model>] cached_response`, when set).
+pub fn record_cache_hit(
+    state: &AppState,
+    key_id: &KeyId,
+    model: &str,
+    saved: u64,
+    charge: Option<Charge>,
+) {
+    let saved = i64::try_from(saved).unwrap_or(i64::MAX);
+    state.ledger.add(
+        key_id,
+        model,
+        now().div_euclid(SECONDS_PER_DAY),
+        Counts {
+            requests: 1,
+            cache_hits: 1,
+            cache_saved_tokens: saved,
+            ..Counts::default()
+        },
+    );
+    if let Some(charge) = charge {
+        // Charged as if the saved tokens were the reply's, at the price
+        // the charge was made with (`cached_response`).
+        charge.settle(Tokens::new(0, saved));
+    }
+}
+
 impl Drop for Meter {
     fn drop(&mut self) {
         self.record();
@@ -290,12 +321,19 @@ type DayCounts = HashMap<(KeyId, String), Counts>;
 struct Counts {
     requests: i64,
     tokens: Tokens,
+    /// Replies from the response cache, and the tokens they saved.
+    cache_hits: i64,
+    cache_saved_tokens: i64,
 }
 
 impl Counts {
     fn add(&mut self, other: Counts) {
         self.requests = self.requests.saturating_add(other.requests);
         self.tokens.add(other.tokens);
+        self.cache_hits = self.cache_hits.saturating_add(other.cache_hits);
+        self.cache_saved_tokens = self
+            .cache_saved_tokens
+            .saturating_add(other.cache_saved_tokens);
     }
 }
 
@@ -335,6 +373,8 @@ impl Ledger {
                 prompt_tokens: counts.tokens.prompt,
                 cached_tokens: counts.tokens.cached,
                 completion_tokens: counts.tokens.completion,
+                cache_hits: counts.cache_hits,
+                cache_saved_tokens: counts.cache_saved_tokens,
             };
             if let Err(e) = store.add_usage(&delta).await {
                 tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed; will retry");

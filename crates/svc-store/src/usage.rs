@@ -14,50 +14,60 @@ use crate::connect::BACKGROUND_TIMEOUT;
 use crate::error::{bounded, query_error};
 
 const ADD: &str = "INSERT INTO usage_daily \
-     (key_id, day, requests, prompt_tokens, cached_tokens, completion_tokens) \
-     VALUES ($1, $2, $3, $4, $5, $6) \
+     (key_id, day, requests, prompt_tokens, cached_tokens, completion_tokens, \
+     cache_hits, cache_saved_tokens) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
      ON CONFLICT (key_id, day) DO UPDATE SET \
+     cache_hits = usage_daily.cache_hits + excluded.cache_hits, \
+     cache_saved_tokens = usage_daily.cache_saved_tokens + excluded.cache_saved_tokens, \
      requests = usage_daily.requests + excluded.requests, \
      prompt_tokens = usage_daily.prompt_tokens + excluded.prompt_tokens, \
      cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens, \
      completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens";
 const ADD_MODEL: &str = "INSERT INTO usage_models \
-     (key_id, day, model, requests, prompt_tokens, cached_tokens, completion_tokens) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7) \
+     (key_id, day, model, requests, prompt_tokens, cached_tokens, completion_tokens, \
+     cache_hits, cache_saved_tokens) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
      ON CONFLICT (key_id, day, model) DO UPDATE SET \
+     cache_hits = usage_models.cache_hits + excluded.cache_hits, \
+     cache_saved_tokens = usage_models.cache_saved_tokens + excluded.cache_saved_tokens, \
      requests = usage_models.requests + excluded.requests, \
      prompt_tokens = usage_models.prompt_tokens + excluded.prompt_tokens, \
      cached_tokens = usage_models.cached_tokens + excluded.cached_tokens, \
      completion_tokens = usage_models.completion_tokens + excluded.completion_tokens";
 const BY_MODEL: &str = "SELECT u.key_id, k.project_id, u.day, u.model, u.requests, \
-     u.prompt_tokens, u.cached_tokens, u.completion_tokens \
-     FROM usage_models u LEFT JOIN api_keys k ON k.id = u.key_id \
+     u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.cache_hits, \
+     u.cache_saved_tokens FROM usage_models u LEFT JOIN api_keys k ON k.id = u.key_id \
      WHERE u.day >= $1 AND u.day < $2 ORDER BY u.day, u.key_id, u.model";
 const SINCE: &str = "SELECT key_id, day, requests, prompt_tokens, cached_tokens, \
-     completion_tokens FROM usage_daily WHERE day >= $1 ORDER BY day, key_id";
+     completion_tokens, cache_hits, cache_saved_tokens FROM usage_daily WHERE day >= $1 ORDER BY day, key_id";
 // Usage of a key that is no longer in `api_keys` belongs to nobody.
 const SINCE_OF_OWNER: &str = "SELECT u.key_id, u.day, u.requests, u.prompt_tokens, \
-     u.cached_tokens, u.completion_tokens \
+     u.cached_tokens, u.completion_tokens, u.cache_hits, u.cache_saved_tokens \
      FROM usage_daily u JOIN api_keys k ON k.id = u.key_id \
      WHERE k.owner_id = $1 AND u.day >= $2 ORDER BY u.day, u.key_id";
 
 const RECENT: &str = "SELECT key_id, day, requests, prompt_tokens, cached_tokens, \
-     completion_tokens FROM usage_daily WHERE day >= $1 \
+     completion_tokens, cache_hits, cache_saved_tokens FROM usage_daily WHERE day >= $1 \
      ORDER BY day DESC, key_id DESC LIMIT $2";
 const RECENT_OF_OWNER: &str = "SELECT u.key_id, u.day, u.requests, u.prompt_tokens, \
-     u.cached_tokens, u.completion_tokens \
+     u.cached_tokens, u.completion_tokens, u.cache_hits, u.cache_saved_tokens \
      FROM usage_daily u JOIN api_keys k ON k.id = u.key_id \
      WHERE k.owner_id = $1 AND u.day >= $2 ORDER BY u.day DESC, u.key_id DESC LIMIT $3";
 // PostgreSQL sums BIGINTs as NUMERIC: cast back.
 const BY_DAY: &str = "SELECT day, CAST(SUM(requests) AS BIGINT) AS requests, \
      CAST(SUM(prompt_tokens) AS BIGINT) AS prompt_tokens, \
      CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens, \
-     CAST(SUM(completion_tokens) AS BIGINT) AS completion_tokens \
+     CAST(SUM(completion_tokens) AS BIGINT) AS completion_tokens, \
+     CAST(SUM(cache_hits) AS BIGINT) AS cache_hits, \
+     CAST(SUM(cache_saved_tokens) AS BIGINT) AS cache_saved_tokens \
      FROM usage_daily WHERE day >= $1 GROUP BY day ORDER BY day";
 const BY_DAY_OF_OWNER: &str = "SELECT u.day, CAST(SUM(u.requests) AS BIGINT) AS requests, \
      CAST(SUM(u.prompt_tokens) AS BIGINT) AS prompt_tokens, \
      CAST(SUM(u.cached_tokens) AS BIGINT) AS cached_tokens, \
-     CAST(SUM(u.completion_tokens) AS BIGINT) AS completion_tokens \
+     CAST(SUM(u.completion_tokens) AS BIGINT) AS completion_tokens, \
+     CAST(SUM(u.cache_hits) AS BIGINT) AS cache_hits, \
+     CAST(SUM(u.cache_saved_tokens) AS BIGINT) AS cache_saved_tokens \
      FROM usage_daily u JOIN api_keys k ON k.id = u.key_id \
      WHERE k.owner_id = $1 AND u.day >= $2 GROUP BY u.day ORDER BY u.day";
 
@@ -69,6 +79,8 @@ fn row(row: &AnyRow) -> Result<UsageRow, sqlx::Error> {
         prompt_tokens: row.try_get("prompt_tokens")?,
         cached_tokens: row.try_get("cached_tokens")?,
         completion_tokens: row.try_get("completion_tokens")?,
+        cache_hits: row.try_get("cache_hits")?,
+        cache_saved_tokens: row.try_get("cache_saved_tokens")?,
     })
 }
 
@@ -85,6 +97,8 @@ impl UsageStore for SqlStore {
                 .bind(delta.prompt_tokens)
                 .bind(delta.cached_tokens)
                 .bind(delta.completion_tokens)
+                .bind(delta.cache_hits)
+                .bind(delta.cache_saved_tokens)
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(ADD_MODEL)
@@ -95,6 +109,8 @@ impl UsageStore for SqlStore {
                 .bind(delta.prompt_tokens)
                 .bind(delta.cached_tokens)
                 .bind(delta.completion_tokens)
+                .bind(delta.cache_hits)
+                .bind(delta.cache_saved_tokens)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await
@@ -125,6 +141,8 @@ impl UsageStore for SqlStore {
                     prompt_tokens: r.try_get("prompt_tokens")?,
                     cached_tokens: r.try_get("cached_tokens")?,
                     completion_tokens: r.try_get("completion_tokens")?,
+                    cache_hits: r.try_get("cache_hits")?,
+                    cache_saved_tokens: r.try_get("cache_saved_tokens")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -189,6 +207,8 @@ impl UsageStore for SqlStore {
                     prompt_tokens: r.try_get("prompt_tokens")?,
                     cached_tokens: r.try_get("cached_tokens")?,
                     completion_tokens: r.try_get("completion_tokens")?,
+                    cache_hits: r.try_get("cache_hits")?,
+                    cache_saved_tokens: r.try_get("cache_saved_tokens")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()

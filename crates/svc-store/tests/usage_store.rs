@@ -18,6 +18,7 @@ on_both_backends!(
     usage_since_filters_by_day_and_owner,
     usage_by_model_keeps_models_apart_with_the_keys_project,
     cached_tokens_add_up_in_every_view,
+    cache_hits_add_up_in_every_view,
     concurrent_usage_adds_are_all_counted,
     throttle_counts_hits_in_a_window,
     throttle_window_resets_and_clears,
@@ -35,6 +36,8 @@ fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) ->
         prompt_tokens: prompt,
         cached_tokens: 0,
         completion_tokens: completion,
+        cache_hits: 0,
+        cache_saved_tokens: 0,
     }
 }
 
@@ -46,6 +49,8 @@ fn usage(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) ->
         prompt_tokens: prompt,
         cached_tokens: 0,
         completion_tokens: completion,
+        cache_hits: 0,
+        cache_saved_tokens: 0,
     }
 }
 
@@ -177,6 +182,8 @@ async fn usage_since_filters_by_day_and_owner(db: &Db) {
         prompt_tokens: 2 * n,
         cached_tokens: 0,
         completion_tokens: 3 * n,
+        cache_hits: 0,
+        cache_saved_tokens: 0,
     };
     assert_eq!(
         store.usage_by_day(None, "2025-03-01").await.unwrap(),
@@ -417,5 +424,55 @@ async fn usage_by_model_keeps_models_apart_with_the_keys_project(db: &Db) {
     assert!(
         totals.contains(&usage(&record.id, "2025-03-01", 3, 16, 32)),
         "{totals:?}"
+    );
+}
+
+async fn cache_hits_add_up_in_every_view(db: &Db) {
+    let store = db.store().await;
+    let (record, hash) = new_key(None, 1);
+    store.insert_key(&record, &hash).await.unwrap();
+    let hit = |model: &str, saved: i64| UsageDelta {
+        model: model.into(),
+        cache_hits: 1,
+        cache_saved_tokens: saved,
+        ..delta(&record.id, "2025-04-01", 1, 0, 0)
+    };
+    for d in [hit("svc", 30), hit("svc", 12), hit("other", 5)] {
+        store.add_usage(&d).await.unwrap();
+    }
+    store
+        .add_usage(&delta(&record.id, "2025-04-01", 1, 7, 3))
+        .await
+        .unwrap();
+    let since = store.usage_since(None, "2025-04-01").await.unwrap();
+    assert_eq!(
+        since
+            .iter()
+            .map(|r| (r.requests, r.cache_hits, r.cache_saved_tokens))
+            .collect::<Vec<_>>(),
+        vec![(4, 3, 47)]
+    );
+    assert_eq!(
+        store.recent_usage(None, "2025-04-01", 10).await.unwrap(),
+        since
+    );
+    let days = store.usage_by_day(None, "2025-04-01").await.unwrap();
+    assert_eq!(
+        days.iter()
+            .map(|d| (d.cache_hits, d.cache_saved_tokens))
+            .collect::<Vec<_>>(),
+        vec![(3, 47)]
+    );
+    let mut by_model: Vec<_> = store
+        .usage_by_model("2025-04-01", "2025-04-02")
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.model.clone(), r.cache_hits, r.cache_saved_tokens))
+        .collect();
+    by_model.sort();
+    assert_eq!(
+        by_model,
+        vec![("other".into(), 1, 5), ("svc".into(), 2, 42)]
     );
 }

@@ -83,10 +83,19 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
                 cached_tokens => row.cached_tokens,
                 completion_tokens => row.completion_tokens,
                 total_tokens => row.prompt_tokens + row.completion_tokens,
+                cache_hits => row.cache_hits,
+                cache_saved_tokens => row.cache_saved_tokens,
             }
         })
         .collect();
     let total_requests: i64 = totals.iter().map(|d| d.requests).sum();
+    let total_hits: i64 = totals.iter().map(|d| d.cache_hits).sum();
+    let total_saved: i64 = totals.iter().map(|d| d.cache_saved_tokens).sum();
+    let hit_percent = if total_requests > 0 {
+        format!("{:.1}", total_hits as f64 * 100.0 / total_requests as f64)
+    } else {
+        "0".to_owned()
+    };
     let total_tokens: i64 = totals
         .iter()
         .map(|d| d.prompt_tokens + d.completion_tokens)
@@ -97,6 +106,7 @@ pub async fn page(State(state): State<AppState>, who: SignedIn) -> Result<Html<S
             ..layout(&who, "usage"),
             ..context! {
                 bars, table, total_requests, total_tokens,
+                total_hits, total_saved, hit_percent,
                 max_tokens,
                 chart_width => CHART_WIDTH, chart_height => CHART_HEIGHT,
                 first_day => days[0].clone(), last_day => days[days.len() - 1].clone(),

@@ -87,6 +87,8 @@ pub async fn admin(
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens,
             completion_tokens: r.completion_tokens,
+            cache_hits: r.cache_hits,
+            cache_saved_tokens: r.cache_saved_tokens,
             total_tokens: r.prompt_tokens + r.completion_tokens,
         })
         .collect();

@@ -576,6 +576,7 @@ async fn cached_prompt_tokens_cost_the_cached_input_price(db: Database) {
         cached_input,
         output: 1000.0,
         batch_discount: None,
+        cached_response: None,
     };
     config
         .prices

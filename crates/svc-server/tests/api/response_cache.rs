@@ -18,6 +18,7 @@ use svc_test_support::{Database, Probe, TestApp, fake_models};
 on_both_databases!(
     a_reproducible_request_is_answered_again_with_the_same_bytes,
     what_is_not_reproducible_or_not_whole_is_never_cached,
+    hits_are_counted_in_usage_and_priced_at_cached_response,
 );
 
 fn config(redis: bool) -> ServerConfig {
@@ -195,4 +196,122 @@ async fn what_is_not_reproducible_or_not_whole_is_never_cached(database: Databas
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(probe.started.load(Ordering::SeqCst), started + 2);
+}
+
+/// A hit is a request in usage that used no tokens, with the tokens its
+/// reply saved; it costs `[prices.<model>] cached_response` per million of
+/// those in spend budgets (`svc` here), and nothing without one
+/// (`svc-thinking`).
+async fn hits_are_counted_in_usage_and_priced_at_cached_response(database: Database) {
+    let mut config = config(false);
+    config.prices.insert(
+        "svc".into(),
+        svc_core::ModelPrice {
+            input: 100.0,
+            output: 1000.0,
+            cached_response: Some(10.0),
+            ..svc_core::ModelPrice::default()
+        },
+    );
+    config.prices.insert(
+        "svc-thinking".into(),
+        svc_core::ModelPrice {
+            input: 100.0,
+            output: 1000.0,
+            ..svc_core::ModelPrice::default()
+        },
+    );
+    let probe = Arc::new(Probe::default());
+    let app = TestApp::spawn_models(database, config, fake_models(probe.clone()), probe).await;
+    let admin = app.create_admin_key().await;
+    let admin_get = |path: String| {
+        let request = app.client.get(app.url(&path)).bearer_auth(&admin);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    for (model, rate) in [("svc", Some(10)), ("svc-thinking", None)] {
+        let created: Value = app
+            .client
+            .post(app.url("/v1/organization/projects/proj_default/api_keys"))
+            .bearer_auth(&admin)
+            .json(&json!({"name": model, "budget": {"usd": 100, "period": "month"}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let (id, key) = (
+            created["id"].as_str().unwrap(),
+            created["value"].as_str().unwrap(),
+        );
+        let body = json!({"model": model, "temperature": 0,
+            "messages": [{"role": "user", "content": fresh("count my hit")}]});
+        let (status, cache, first) = post(&app, key, "/v1/chat/completions", &body, None).await;
+        assert_eq!((status, cache.as_deref()), (200, Some("miss")));
+        let first: Value = serde_json::from_str(&first).unwrap();
+        let saved = first["usage"]["total_tokens"].as_i64().unwrap();
+        let budget_path = format!("/v1/organization/projects/proj_default/api_keys/{id}");
+        // The miss's settlement, then the hit's.
+        let settled = |before: Option<i64>| {
+            let path = budget_path.clone();
+            let get = &admin_get;
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let used = get(path.clone()).await["budget"]["used"].as_i64().unwrap();
+                    if before.is_none_or(|b| used != b) || Instant::now() > deadline {
+                        return used;
+                    }
+                }
+            }
+        };
+        let after_miss = settled(None).await;
+        hit(&app, key, "/v1/chat/completions", &body).await;
+        let after_hit = match rate {
+            Some(_) => settled(Some(after_miss)).await,
+            None => {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                admin_get(budget_path.clone()).await["budget"]["used"]
+                    .as_i64()
+                    .unwrap()
+            }
+        };
+        // At $10 per million tokens a token costs 10 micro-dollars.
+        assert_eq!(
+            after_hit - after_miss,
+            rate.map_or(0, |r| r * saved),
+            "{model}"
+        );
+        // Usage: two requests, one from the cache with the tokens it saved.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let usage = admin_get("/v1/admin/usage?days=1".into()).await;
+            let row = usage["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["key_id"] == id)
+                .cloned();
+            if let Some(row) = row.filter(|r| r["requests"] == 2) {
+                assert_eq!(row["cache_hits"], 1, "{row}");
+                assert_eq!(row["cache_saved_tokens"], saved, "{row}");
+                assert_eq!(
+                    row["prompt_tokens"], first["usage"]["prompt_tokens"],
+                    "{row}"
+                );
+                break;
+            }
+            assert!(Instant::now() < deadline, "{usage}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // The dashboard's usage page says so.
+    let (browser, _) = app.signed_in("owner@example.com", true).await;
+    let page = browser.get("/dashboard/usage").await;
+    assert!(
+        page.body.contains("answered from the response cache"),
+        "{}",
+        page.body
+    );
 }
