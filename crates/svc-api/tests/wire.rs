@@ -64,12 +64,12 @@ fn revocation_and_usage() {
             cached_tokens: 4,
             completion_tokens: 5,
             total_tokens: 15,
-            cache_hits: 0,
-            cache_saved_tokens: 0,
+            cache_hits: 1,
+            cache_saved_tokens: 20,
         }],
     };
     assert_eq!(
         text(&list),
-        r#"{"data":[{"cached_tokens":4,"completion_tokens":5,"day":"2026-01-02","key_id":"key_1","object":"usage.day","prompt_tokens":10,"requests":3,"total_tokens":15}],"object":"list","since":"2026-01-01"}"#
+        r#"{"data":[{"cache_hits":1,"cache_saved_tokens":20,"cached_tokens":4,"completion_tokens":5,"day":"2026-01-02","key_id":"key_1","object":"usage.day","prompt_tokens":10,"requests":3,"total_tokens":15}],"object":"list","since":"2026-01-01"}"#
     );
 }
