@@ -438,6 +438,56 @@ describe('dashboard', () => {
       await context.close();
     }
   });
+
+  test('batches: alice runs a batch and downloads its output from the Batches page', async () => {
+    const { context, page } = await freshPage();
+    try {
+      await signInAt(page, server, ALICE);
+      const secret = await createKey(page, 'batches', '30 days');
+      const auth = { Authorization: `Bearer ${secret}` };
+      const lines = [0, 1, 2]
+        .map((i) => JSON.stringify({ custom_id: `b${i}`, method: 'POST', url: '/v1/chat/completions',
+          body: { model: 'svc', messages: [{ role: 'user', content: `batch line ${i}` }] } }))
+        .join('\n');
+      const form = new FormData();
+      form.append('purpose', 'batch');
+      form.append('file', new Blob([lines]), 'lines.jsonl');
+      const file = await (await fetch(`${server.url}/v1/files`, { method: 'POST', headers: auth, body: form })).json();
+      assert.equal(file.object, 'file', JSON.stringify(file));
+      const created = await fetch(`${server.url}/v1/batches`, {
+        method: 'POST',
+        headers: { ...auth, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }),
+      });
+      const batch = await created.json();
+      assert.equal(created.status, 200, JSON.stringify(batch));
+      for (let attempt = 0; attempt < 100; attempt++) {
+        const now = await (await fetch(`${server.url}/v1/batches/${batch.id}`, { headers: auth })).json();
+        if (now.status === 'completed') break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+
+      await Promise.all([
+        page.waitForURL('**/dashboard/batches'),
+        page.getByRole('link', { name: 'Batches' }).click(),
+      ]);
+      await screenshot(page, 'batches');
+      const row = page.locator(`tr[id="${batch.id}"]`);
+      assert.match(await row.textContent(), /completed/);
+      assert.match(await row.textContent(), /3, 0, 3/);
+      const [download] = await Promise.all([
+        page.waitForEvent('download'),
+        row.getByRole('link', { name: 'output' }).click(),
+      ]);
+      const text = await (await import('node:fs/promises')).readFile(await download.path(), 'utf8');
+      const answers = text.trim().split('\n').map((l) => JSON.parse(l));
+      assert.deepEqual(answers.map((a) => a.custom_id), ['b0', 'b1', 'b2']);
+      assert.equal(answers[2].response.body.choices[0].message.content, 'You said: batch line 2');
+      assert.ok(!(await page.content()).includes(secret), 'no key on the page');
+    } finally {
+      await context.close();
+    }
+  });
 });
 
 /** The model ids `GET /v1/models` lists to `key`, sorted. */
