@@ -57,14 +57,16 @@ impl TestApp {
         models: ModelRegistry,
         probe: Arc<Probe>,
     ) -> TestApp {
-        let (dir, database_url) = match database {
-            Database::Sqlite => {
-                let dir = tempfile::tempdir().expect("temporary directory");
-                let url = SqlStore::data_dir_url(dir.path()).expect("sqlite url");
-                (Some(dir), url)
-            }
-            Database::Url(url) => (None, url),
+        // The app's own directory: its SQLite file and its files (the
+        // Batch API's), deleted with it.
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let database_url = match database {
+            Database::Sqlite => SqlStore::data_dir_url(dir.path()).expect("sqlite url"),
+            Database::Url(url) => url,
         };
+        if config.files_dir.is_none() {
+            config.files_dir = Some(dir.path().join("files"));
+        }
         let store = Arc::new(
             SqlStore::connect(&database_url)
                 .await
@@ -88,7 +90,7 @@ impl TestApp {
             database_url,
             shutdown,
             server: Some(server),
-            _dir: dir,
+            _dir: Some(dir),
         }
     }
 

@@ -24,16 +24,9 @@ on_both_databases!(
     a_batchs_lines_are_charged_at_the_batch_discount,
 );
 
+/// A server whose files are in its own directory (`TestApp` gives one).
 async fn app(database: Database) -> TestApp {
-    let files = tempfile::tempdir().unwrap().keep();
-    TestApp::spawn_with(
-        database,
-        ServerConfig {
-            files_dir: Some(files),
-            ..ServerConfig::default()
-        },
-    )
-    .await
+    TestApp::spawn_with(database, ServerConfig::default()).await
 }
 
 /// A JSONL file of `n` requests to `url`, each `body(i)`.
@@ -649,10 +642,7 @@ async fn the_dashboard_shows_a_projects_batches_and_their_files(database: Databa
 }
 
 async fn a_batchs_lines_are_charged_at_the_batch_discount(database: Database) {
-    let mut config = ServerConfig {
-        files_dir: Some(tempfile::tempdir().unwrap().keep()),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
     config.prices.insert(
         "svc".into(),
         svc_core::ModelPrice {

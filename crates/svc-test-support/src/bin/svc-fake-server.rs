@@ -105,10 +105,16 @@ async fn main() -> anyhow::Result<()> {
         (None, None) => None,
         _ => anyhow::bail!("--oidc-issuer and --oidc-client-id go together"),
     };
-    let dir = tempfile::tempdir()?;
-    let url = match database_url {
-        Some(url) => url,
-        None => SqlStore::data_dir_url(dir.path())?,
+    // A directory of its own only when something goes there: a server
+    // given both (a replica, which a test may kill) leaves nothing behind.
+    let dir = match (&database_url, &files_dir) {
+        (Some(_), Some(_)) => None,
+        _ => Some(tempfile::tempdir()?),
+    };
+    let url = match (database_url, &dir) {
+        (Some(url), _) => url,
+        (None, Some(dir)) => SqlStore::data_dir_url(dir.path())?,
+        (None, None) => anyhow::bail!("no directory for the database"),
     };
     let store = Arc::new(SqlStore::connect(&url).await?);
     let accounts = AccountService::new(store.clone());
@@ -152,7 +158,7 @@ async fn main() -> anyhow::Result<()> {
         request_log_retention,
         otlp_endpoint,
         response_cache_ttl,
-        files_dir: Some(files_dir.unwrap_or_else(|| dir.path().join("files"))),
+        files_dir: files_dir.or_else(|| dir.as_ref().map(|d| d.path().join("files"))),
         batch_lease,
         batch_concurrency,
         ..defaults
