@@ -76,6 +76,10 @@ const INSERT_FILE: &str = concat!(
     ") SELECT $1, $2, $3, $4, $5, $6 \
      WHERE (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE project_id = $2) + $5 <= $7"
 );
+/// PostgreSQL: holds the project's (`$1`) uploads to one at a time until
+/// the transaction ends.
+const LOCK_PROJECT_FILES: &str =
+    "SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtext('svc files ' || $1))) AS l";
 /// A batch's output and error files, which no quota bounds; written once.
 const RECORD_FILE: &str = concat!(
     "INSERT INTO files (",
@@ -274,6 +278,18 @@ fn is_error_file(file: &FileRecord) -> bool {
 #[async_trait]
 impl BatchStore for SqlStore {
     async fn insert_file(&self, file: &FileRecord, quota: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        if self.backend == Backend::Postgres {
+            // Under READ COMMITTED two uploads of one project would each
+            // see the other's bytes missing from the sum, and pass the quota
+            // together: one project's uploads are checked one at a time.
+            // (SQLite runs one writer at a time.)
+            sqlx::query(LOCK_PROJECT_FILES)
+                .bind(file.project_id.0.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
         let done = sqlx::query(INSERT_FILE)
             .bind(file.id.as_str())
             .bind(file.project_id.0.as_str())
@@ -282,9 +298,10 @@ impl BatchStore for SqlStore {
             .bind(file.bytes)
             .bind(file.created_at)
             .bind(quota)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+        tx.commit().await.map_err(query_error)?;
         Ok(done.rows_affected() == 1)
     }
 

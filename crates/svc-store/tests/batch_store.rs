@@ -23,6 +23,7 @@ use svc_core::ids::{KeyId, ProjectId};
 
 on_both_backends!(
     a_file_past_the_quota_is_refused,
+    concurrent_uploads_never_pass_the_quota_together,
     files_are_listed_newest_first_with_a_cursor_and_a_purpose,
     another_project_sees_no_file_and_no_batch,
     batches_are_listed_newest_first_with_a_cursor,
@@ -1076,4 +1077,28 @@ async fn a_large_batch_is_inserted_at_once(db: &Db) {
     );
     assert_eq!(store.batch(None, "batch_2").await.unwrap(), None);
     assert!(store.batch_answers("batch_2").await.unwrap().is_empty());
+}
+
+async fn concurrent_uploads_never_pass_the_quota_together(db: &Db) {
+    let stores = [db.store().await, db.store().await];
+    // 16 uploads of 30 bytes at once against 100: three fit, whoever wins.
+    for round in 0..5 {
+        let p = project(&format!("race{round}"));
+        let results = join_all(16, |n| {
+            let store = stores[n % 2].clone();
+            let p = p.clone();
+            async move {
+                let id = format!("file-{round}-{n}");
+                store
+                    .insert_file(&file(&p, &id, "batch", 30, 1), 100)
+                    .await
+                    .unwrap()
+            }
+        })
+        .await;
+        let kept = results.iter().filter(|k| **k).count();
+        let listed = stores[0].list_files(&p, None, None, 1_000).await.unwrap();
+        assert_eq!(listed.len(), kept);
+        assert_eq!(kept, 3, "round {round}: {results:?}");
+    }
 }
