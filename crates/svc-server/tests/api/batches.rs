@@ -22,6 +22,7 @@ on_both_databases!(
     a_spent_budget_fails_the_lines_naming_it,
     the_dashboard_shows_a_projects_batches_and_their_files,
     a_batchs_lines_are_charged_at_the_batch_discount,
+    an_upload_past_the_projects_quota_is_refused,
 );
 
 /// A server whose files are in its own directory (`TestApp` gives one).
@@ -699,4 +700,45 @@ async fn a_batchs_lines_are_charged_at_the_batch_discount(database: Database) {
     let (full, discounted) = (spent(asked_id).await, spent(batched_id).await);
     assert!(full > 0);
     assert_eq!(discounted * 2, full, "the same requests at half price");
+}
+
+async fn an_upload_past_the_projects_quota_is_refused(database: Database) {
+    let text = jsonl(
+        4,
+        "/v1/chat/completions",
+        |_| json!({"model": "svc", "messages": []}),
+    );
+    let app = TestApp::spawn_with(
+        database,
+        ServerConfig {
+            files_quota_bytes: text.len() * 2 + 10,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let key = app.create_key().await;
+    uploaded(&app, &key, &text).await;
+    uploaded(&app, &key, &text).await;
+    let response = upload(&app, &key, &text, "batch").await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "file", "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("quota"),
+        "{body}"
+    );
+    let (_, list) = send(&app, &key, "GET", "/v1/files", None).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2);
+    // Another project has its own quota.
+    let project = app.create_project("other", ModelAccess(None)).await;
+    let other = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                project_id: Some(project.id.clone()),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    uploaded(&app, &other, &text).await;
 }
