@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::json_response;
-use crate::routes::organization::QueryPairs;
+use crate::routes::organization::page;
 use crate::state::AppState;
 
 /// How long a batch may take: OpenAI's only window.
@@ -218,18 +218,12 @@ pub async fn list(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let pairs = QueryPairs::parse(query.as_deref())?;
-    let limit = limit(&pairs, 20, 100)?;
-    let mut batches = state
+    let page = page(query.as_deref())?;
+    let batches = state
         .store
-        .list_batches(
-            &key.project_id,
-            pairs.last("after").filter(|a| !a.is_empty()),
-            limit + 1,
-        )
+        .list_batches(&key.project_id, page.after.as_deref(), page.read_limit())
         .await?;
-    let has_more = batches.len() > usize::try_from(limit).unwrap_or(usize::MAX);
-    batches.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let (batches, has_more) = page.cut(batches);
     let data: Vec<Batch> = batches.iter().map(shape).collect();
     Ok(json_response(&BatchList {
         object: "list".into(),
@@ -238,22 +232,6 @@ pub async fn list(
         has_more,
         data,
     }))
-}
-
-/// `limit` from the query: 1 to `max`, `default` when absent.
-pub(super) fn limit(pairs: &QueryPairs, default: i64, max: i64) -> Result<i64, ApiError> {
-    match pairs.last("limit").filter(|l| !l.is_empty()) {
-        None => Ok(default),
-        Some(text) => text
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=max).contains(n))
-            .ok_or_else(|| {
-                ValidationError::new("limit", format!("limit must be a number from 1 to {max}"))
-                    .into()
-            }),
-    }
 }
 
 #[utoipa::path(get, path = "/v1/batches/{batch_id}", tag = "batches", operation_id = "retrieveBatch",

@@ -22,7 +22,7 @@ use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::json_response;
-use crate::routes::organization::QueryPairs;
+use crate::routes::organization::{QueryPairs, page_within};
 use crate::state::AppState;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
@@ -254,7 +254,7 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let pairs = QueryPairs::parse(query.as_deref())?;
-    let limit = super::batch::limit(&pairs, 10_000, 10_000)?;
+    let page = page_within(query.as_deref(), 10_000, 10_000)?;
     if let Some(order) = pairs.last("order").filter(|o| *o != "desc") {
         return Err(ValidationError::new(
             "order",
@@ -262,17 +262,16 @@ pub async fn list(
         )
         .into());
     }
-    let mut files = state
+    let files = state
         .store
         .list_files(
             &key.project_id,
             pairs.last("purpose").filter(|p| !p.is_empty()),
-            pairs.last("after").filter(|a| !a.is_empty()),
-            limit + 1,
+            page.after.as_deref(),
+            page.read_limit(),
         )
         .await?;
-    let has_more = files.len() > usize::try_from(limit).unwrap_or(usize::MAX);
-    files.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let (files, has_more) = page.cut(files);
     let data: Vec<FileObject> = files.iter().map(shape).collect();
     Ok(json_response(&FileList {
         object: "list".into(),

@@ -291,6 +291,23 @@ pub(crate) struct Page {
     pub(crate) after: Option<String>,
 }
 
+impl Page {
+    /// How many to read for this page: one more, to tell whether more follow.
+    pub(crate) fn read_limit(&self) -> i64 {
+        i64::try_from(self.limit)
+            .unwrap_or(i64::MAX)
+            .saturating_add(1)
+    }
+
+    /// `items` (read up to [`Page::read_limit`]) cut to the page, and
+    /// whether more follow.
+    pub(crate) fn cut<T>(&self, mut items: Vec<T>) -> (Vec<T>, bool) {
+        let has_more = items.len() > self.limit;
+        items.truncate(self.limit);
+        (items, has_more)
+    }
+}
+
 /// A list request's query string as its name-value pairs, in order.
 pub(crate) struct QueryPairs(Vec<(String, String)>);
 
@@ -328,6 +345,15 @@ impl QueryPairs {
 }
 
 pub(crate) fn page(query: Option<&str>) -> Result<Page, ApiError> {
+    page_within(query, DEFAULT_LIMIT, MAX_LIMIT)
+}
+
+/// [`page`], with a default and a most `limit` of its own.
+pub(crate) fn page_within(
+    query: Option<&str>,
+    default_limit: usize,
+    max_limit: usize,
+) -> Result<Page, ApiError> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();
     let last = |name: &str| {
@@ -338,14 +364,14 @@ pub(crate) fn page(query: Option<&str>) -> Result<Page, ApiError> {
             .map(|(_, v)| v.clone())
     };
     let limit = match last("limit") {
-        None => DEFAULT_LIMIT,
+        None => default_limit,
         Some(text) => text
             .parse::<usize>()
             .ok()
-            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .filter(|l| (1..=max_limit).contains(l))
             .ok_or_else(|| ValidationError {
                 param: "limit".into(),
-                message: format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
+                message: format!("limit must be a whole number from 1 to {max_limit}"),
             })?,
     };
     Ok(Page {
@@ -363,10 +389,7 @@ fn paginate<T>(items: Vec<T>, page: &Page, id: impl Fn(&T) -> &str) -> (Vec<T>, 
         .as_deref()
         .and_then(|after| items.iter().position(|item| id(item) == after))
         .map_or(0, |at| at + 1);
-    let mut rest: Vec<T> = items.into_iter().skip(start).collect();
-    let has_more = rest.len() > page.limit;
-    rest.truncate(page.limit);
-    (rest, has_more)
+    page.cut(items.into_iter().skip(start).collect())
 }
 
 /// A requested budget, checked.
