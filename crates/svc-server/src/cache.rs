@@ -210,24 +210,9 @@ impl ResponseCache {
         key: &KeyRecord,
         request: &impl Cacheable,
     ) -> Result<Lookup, ApiError> {
-        match self.look(state, directives, key, request).await {
-            (Lookup::Miss(_), _) if directives.only_if_cached => Err(ApiError::NotCached),
-            (Lookup::Hit(response), Some((served, saved))) => {
-                // Counted in usage as a request of the model that served
-                // it, priced at its `cached_response` rate (else free).
-                let charge = state
-                    .budgets
-                    .charge_cache_hit(
-                        key,
-                        &served,
-                        i64::try_from(saved).unwrap_or(i64::MAX),
-                        &crate::budget::BudgetSlot::default(),
-                    )
-                    .await?;
-                crate::usage::record_cache_hit(state, &key.id, &served, saved, charge);
-                Ok(Lookup::Hit(response))
-            }
-            (lookup, _) => Ok(lookup),
+        match self.look(state, directives, key, request).await? {
+            Lookup::Miss(_) if directives.only_if_cached => Err(ApiError::NotCached),
+            lookup => Ok(lookup),
         }
     }
 
@@ -237,20 +222,20 @@ impl ResponseCache {
         directives: Directives,
         key: &KeyRecord,
         request: &R,
-    ) -> (Lookup, Option<(String, u64)>) {
+    ) -> Result<Lookup, ApiError> {
         if !self.enabled() || !request.reproducible() || directives.no_store {
-            return (Lookup::Miss(None), None);
+            return Ok(Lookup::Miss(None));
         }
         let model = request.model();
         let Ok(served) = crate::pipeline::usable(state, key, model) else {
-            return (Lookup::Miss(None), None);
+            return Ok(Lookup::Miss(None));
         };
         let identity = served
             .engine
             .fingerprint()
             .unwrap_or_else(|| format!("model {model}"));
         let Ok(canonical) = serde_json::to_vec(request) else {
-            return (Lookup::Miss(None), None);
+            return Ok(Lookup::Miss(None));
         };
         let mut hash = Sha256::new();
         for part in [
@@ -268,10 +253,22 @@ impl ResponseCache {
         if !directives.no_cache
             && let Some((hit, served, saved)) = self.get(&plan).await
         {
-            return (Lookup::Hit(hit), Some((served, saved)));
+            // Counted in usage as a request of the model that served it,
+            // priced at its `cached_response` rate (else free).
+            let charge = state
+                .budgets
+                .charge_cache_hit(
+                    key,
+                    &served,
+                    i64::try_from(saved).unwrap_or(i64::MAX),
+                    &crate::budget::BudgetSlot::default(),
+                )
+                .await?;
+            crate::usage::record_cache_hit(state, &key.id, &served, saved, charge);
+            return Ok(Lookup::Hit(hit));
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        (Lookup::Miss(Some(plan)), None)
+        Ok(Lookup::Miss(Some(plan)))
     }
 
     fn redis_key(key: &str) -> String {
