@@ -78,17 +78,6 @@ impl BatchStatus {
     pub fn parse(name: &str) -> Option<Self> {
         BatchStatus::ALL.into_iter().find(|s| s.as_str() == name)
     }
-
-    /// Whether the batch has ended (nothing more will change).
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            BatchStatus::Completed
-                | BatchStatus::Failed
-                | BatchStatus::Expired
-                | BatchStatus::Cancelled
-        )
-    }
 }
 
 /// A batch.

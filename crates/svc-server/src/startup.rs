@@ -272,6 +272,7 @@ impl Application {
             store.clone(),
             self.audit_retention_days,
             self.request_log_retention,
+            self.batches.settings(),
             stop_ledger.clone(),
         ));
         background.spawn(self.request_log.run(store.clone(), stop_ledger.clone()));
@@ -323,7 +324,7 @@ impl Application {
     }
 }
 
-/// How often old audit-log entries and budget counts are deleted.
+/// How often old audit-log entries, budget counts and batches are deleted.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Budget counts are kept this long after their window started: longer
@@ -331,16 +332,19 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 const BUDGET_USAGE_KEPT_SECONDS: i64 = 32 * 86_400;
 
 /// At start and every [`SWEEP_EVERY`] until `stop`, deletes audit-log
-/// entries older than `retention_days` (0: none) and the counts of budget
-/// windows that ended. Replicas sweeping the same database at once delete
-/// the same rows; nothing else is shared.
+/// entries older than `retention_days` (0: none), the counts of budget
+/// windows that ended, and batches past their retention with their files.
+/// Replicas sweeping the same database at once delete the same rows;
+/// nothing else is shared.
 async fn sweep(
     store: Arc<dyn svc_core::Store>,
     retention_days: u32,
     request_log_retention: std::time::Duration,
+    batches: Arc<crate::batches::Batches>,
     stop: CancellationToken,
 ) {
     loop {
+        crate::batches::sweep(store.as_ref(), &batches).await;
         crate::request_log::sweep(store.as_ref(), request_log_retention).await;
         if retention_days > 0 {
             match svc_core::audit::sweep(store.as_ref(), retention_days).await {

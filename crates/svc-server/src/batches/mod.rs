@@ -23,7 +23,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::state::AppState;
 
-pub(crate) use runner::Runner;
+pub(crate) use runner::{Runner, sweep};
 
 /// The routes of files and batches.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -1,8 +1,8 @@
 //! The runner: on every replica, takes a few lines of running batches on a
 //! lease, sends each through the service's own router as the batch's key,
 //! and writes its answer once; ends the batches that are done (writing
-//! their output and error files), cancelled or expired; and deletes ended
-//! batches past their retention.
+//! their output and error files), cancelled or expired. [`sweep`] deletes
+//! ended batches past their retention, in the server's hourly sweep.
 //!
 //! A replica that stops (even with `kill -9`) leaves its lines on leases
 //! that run out; another replica, or this one started again, takes them
@@ -10,7 +10,8 @@
 //! wins ([`svc_core::batch::BatchStore::answer_line`]).
 
 use std::convert::Infallible;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -30,9 +31,6 @@ use crate::state::AppState;
 /// How often a replica looks for work when nothing wakes it (another
 /// replica's new batch, leases that ran out).
 const POLL: Duration = Duration::from_secs(1);
-
-/// How often ended batches past their retention are deleted.
-const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// The largest answer kept for one line.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
@@ -76,12 +74,7 @@ impl Runner {
         let mut running: JoinSet<()> = JoinSet::new();
         let mut renew = tokio::time::interval((batches.lease / 3).max(Duration::from_millis(100)));
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut swept = None::<Instant>;
         loop {
-            if swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
-                self.sweep().await;
-                swept = Some(Instant::now());
-            }
             self.finish_ready().await;
             let free = batches.concurrency.saturating_sub(running.len());
             if free > 0 {
@@ -202,24 +195,25 @@ impl Runner {
         })
     }
 
-    /// Deletes ended batches past their retention, and their files.
-    async fn sweep(&self) {
-        let kept = i64::try_from(self.state.batches.retention.as_secs()).unwrap_or(i64::MAX);
-        match self
-            .state
-            .store
-            .sweep_batches(now().saturating_sub(kept))
-            .await
-        {
-            Ok(files) => {
-                for id in files {
-                    if let Some(path) = self.state.batches.path(&id) {
-                        let _ = tokio::fs::remove_file(path).await;
-                    }
+    /// How files are kept and batches run, for the server's hourly sweep.
+    pub(crate) fn settings(&self) -> Arc<super::Batches> {
+        self.state.batches.clone()
+    }
+}
+
+/// Deletes ended batches past their retention, and their files (the
+/// server's hourly sweep calls it).
+pub(crate) async fn sweep(store: &dyn svc_core::Store, batches: &super::Batches) {
+    let kept = i64::try_from(batches.retention.as_secs()).unwrap_or(i64::MAX);
+    match store.sweep_batches(now().saturating_sub(kept)).await {
+        Ok(files) => {
+            for id in files {
+                if let Some(path) = batches.path(&id) {
+                    let _ = tokio::fs::remove_file(path).await;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot delete old batches"),
         }
+        Err(e) => tracing::warn!(error = %e, "cannot delete old batches"),
     }
 }
 
