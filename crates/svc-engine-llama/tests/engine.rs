@@ -215,7 +215,18 @@ async fn same_seed_same_text_even_beside_other_requests() {
     let alone = run(&f.engine, with(seeded(42))).await.text();
     assert_eq!(run(&f.engine, with(seeded(42))).await.text(), alone);
 
-    // The same request again, decoded in one batch with three others.
+    // The same request as choice 0 of two: the engine admits a request's
+    // choices together and decodes them in one batch, whatever the timing
+    // (choice 1 is seeded 43).
+    let mut two = with(seeded(42));
+    two.n = 2;
+    let choices = collect_choices(f.engine.generate(two).await.unwrap(), 2).await;
+    assert!(f.engine.stats().max_sequences_per_step >= 2);
+    assert_eq!(choices[0].0, alone);
+    assert_eq!(choices[1].0, run(&f.engine, with(seeded(43))).await.text());
+
+    // And beside three requests of other samplings, as they come (how much
+    // they overlap is up to the machine's scheduling).
     let (a, b, c, d) = tokio::join!(
         run(&f.engine, with(seeded(7))),
         run(&f.engine, with(seeded(42))),
@@ -223,7 +234,6 @@ async fn same_seed_same_text_even_beside_other_requests() {
         run(&f.engine, with(seeded(9))),
     );
     assert_eq!(b.text(), alone);
-    assert!(f.engine.stats().max_sequences_per_step >= 2);
 
     // Greedy is the script, alone or batched.
     let greedy_alone = run(&f.engine, with(greedy())).await.text();
