@@ -63,6 +63,7 @@ impl TryFrom<EmbeddingRequest> for ValidEmbeddingRequest {
                 inputs,
                 dimensions,
                 client: None,
+                background: false,
             },
         })
     }

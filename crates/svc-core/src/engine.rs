@@ -364,7 +364,7 @@ pub enum EngineError {
 pub type EventStream = BoxStream<'static, Result<EngineEvent, EngineError>>;
 
 /// A validated embeddings request: the inputs to turn into vectors.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct EmbedRequest {
     pub inputs: Vec<EmbedInput>,
     /// Length of the vectors wanted; `None` is the model's own. An engine
@@ -373,6 +373,10 @@ pub struct EmbedRequest {
     pub dimensions: Option<u32>,
     /// Who asks (the API key's id), as in [`GenerateRequest::client`].
     pub client: Option<String>,
+    /// Work nobody waits on, as in [`GenerateRequest::background`]: the
+    /// embedded embedder encodes it only in batches no interactive input
+    /// waits for.
+    pub background: bool,
 }
 
 /// One input of an embeddings request.

@@ -9,7 +9,10 @@
 //! turn, so the inputs of many clients are encoded together, and a request
 //! of 2,048 inputs never holds back another's one input for longer than a
 //! batch. A batch is the same unit of work as one chunk of a chat prompt.
-//! A request whose caller went away is dropped between batches.
+//! Background requests (a batch's lines) are encoded only in batches no
+//! interactive input waits for, so they hold an interactive request back
+//! by at most the one batch already running. A request whose caller went
+//! away is dropped between batches.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -94,6 +97,14 @@ struct Job {
     next: usize,
     vectors: Vec<Vec<f32>>,
     reply: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>,
+    /// Work nobody waits on: encoded only when no interactive input waits.
+    background: bool,
+}
+
+impl Job {
+    fn waiting(&self) -> bool {
+        self.next < self.inputs.len()
+    }
 }
 
 #[derive(Default)]
@@ -272,6 +283,7 @@ impl Engine for LlamaEmbedder {
             inputs: tokens,
             next: 0,
             reply,
+            background: request.background,
         })?;
         let vectors = vectors
             .await
@@ -389,11 +401,7 @@ fn run(
     }
     let mut batch = LlamaBatch::new(BATCH_TOKENS as usize, BATCH_SEQUENCES as i32);
     loop {
-        // Take the next input of each waiting request in turn until the
-        // batch is full; requests whose caller left are dropped.
-        let mut taken: Vec<(usize, usize)> = Vec::new();
-        let mut tokens_in = 0usize;
-        {
+        let taken = {
             let mut queue = shared.lock();
             while queue.jobs.is_empty() && !queue.closed {
                 queue = shared.ready.wait(queue).unwrap_or_else(|e| e.into_inner());
@@ -402,30 +410,16 @@ fn run(
                 return;
             }
             queue.jobs.retain(|job| !job.reply.is_closed());
+            let taken = next_batch(&mut queue.jobs);
             batch.clear();
-            let mut progress = true;
-            while progress && taken.len() < BATCH_SEQUENCES as usize {
-                progress = false;
-                for (j, job) in queue.jobs.iter_mut().enumerate() {
-                    let Some(input) = job.inputs.get(job.next) else {
-                        continue;
-                    };
-                    if tokens_in + input.len() > BATCH_TOKENS as usize
-                        || taken.len() >= BATCH_SEQUENCES as usize
-                    {
-                        continue;
-                    }
-                    let seq = i32::try_from(taken.len()).unwrap_or(0);
-                    for (pos, &token) in input.iter().enumerate() {
-                        let _ = batch.add(token, pos as i32, &[seq], true);
-                    }
-                    tokens_in += input.len();
-                    taken.push((j, job.next));
-                    job.next += 1;
-                    progress = true;
+            for (seq, &(j, i)) in taken.iter().enumerate() {
+                let seq = i32::try_from(seq).unwrap_or(0);
+                for (pos, &token) in queue.jobs[j].inputs[i].iter().enumerate() {
+                    let _ = batch.add(token, pos as i32, &[seq], true);
                 }
             }
-        }
+            taken
+        };
         if taken.is_empty() {
             continue;
         }
@@ -470,6 +464,38 @@ fn run(
     }
 }
 
+/// The inputs of the next batch, as (job, input) pairs, each job's `next`
+/// moved past them: the next input of each waiting job in turn until the
+/// batch is full. Background jobs' inputs only when no interactive input
+/// waits.
+fn next_batch(jobs: &mut VecDeque<Job>) -> Vec<(usize, usize)> {
+    let background = !jobs.iter().any(|job| !job.background && job.waiting());
+    let mut taken = Vec::new();
+    let mut tokens_in = 0usize;
+    let mut progress = true;
+    while progress && taken.len() < BATCH_SEQUENCES as usize {
+        progress = false;
+        for (j, job) in jobs.iter_mut().enumerate() {
+            if job.background != background {
+                continue;
+            }
+            let Some(input) = job.inputs.get(job.next) else {
+                continue;
+            };
+            if tokens_in + input.len() > BATCH_TOKENS as usize
+                || taken.len() >= BATCH_SEQUENCES as usize
+            {
+                continue;
+            }
+            tokens_in += input.len();
+            taken.push((j, job.next));
+            job.next += 1;
+            progress = true;
+        }
+    }
+    taken
+}
+
 /// The vector as the model's modules leave it: scaled to length 1 when
 /// `normalize`.
 fn pooled(vector: &[f32], normalize: bool) -> Vec<f32> {
@@ -507,4 +533,51 @@ fn context(model: &LlamaModel, threads: i32) -> Result<LlamaContext<'_>, String>
     model
         .new_context(backend, params)
         .map_err(|e| format!("cannot create the llama.cpp embedding context: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(inputs: usize, tokens: usize, background: bool) -> Job {
+        Job {
+            inputs: vec![vec![LlamaToken::new(1); tokens]; inputs],
+            next: 0,
+            vectors: Vec::new(),
+            reply: oneshot::channel().0,
+            background,
+        }
+    }
+
+    #[test]
+    fn inputs_are_taken_in_turn_until_the_batch_is_full() {
+        let mut jobs = VecDeque::from([job(3, 10, false), job(100, 10, false)]);
+        let taken = next_batch(&mut jobs);
+        // One of each in turn; once the first is done, the second's.
+        assert_eq!(
+            &taken[..6],
+            [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+        );
+        // 51 inputs of 10 tokens fill 512.
+        assert_eq!(taken.len(), 51);
+        assert_eq!(jobs[1].next, 48);
+    }
+
+    #[test]
+    fn background_inputs_wait_while_an_interactive_one_waits() {
+        // A batch's lines were queued first; a client's request came after.
+        let mut jobs = VecDeque::from([job(200, 4, true), job(70, 4, false)]);
+        let first = next_batch(&mut jobs);
+        assert_eq!(first.len(), BATCH_SEQUENCES as usize);
+        assert!(first.iter().all(|&(j, _)| j == 1), "{first:?}");
+        // The interactive request's last inputs, alone.
+        assert_eq!(
+            next_batch(&mut jobs),
+            (64..70).map(|i| (1, i)).collect::<Vec<_>>()
+        );
+        // Then the background work, as no interactive input waits.
+        let third = next_batch(&mut jobs);
+        assert_eq!(third.len(), BATCH_SEQUENCES as usize);
+        assert!(third.iter().all(|&(j, _)| j == 0), "{third:?}");
+    }
 }

@@ -43,6 +43,7 @@ fn texts(texts: &[&str]) -> EmbedRequest {
             .collect(),
         dimensions: None,
         client: None,
+        background: false,
     }
 }
 
@@ -120,6 +121,7 @@ async fn an_input_gets_the_same_vector_alone_in_a_batch_and_as_tokens() {
         ],
         dimensions: None,
         client: None,
+        background: false,
     };
     let got = f.embedder.embed(by_ids).await.unwrap();
     for v in &got.vectors {
@@ -166,6 +168,7 @@ async fn inputs_beyond_the_context_or_vocabulary_and_other_lengths_are_refused()
         inputs: vec![EmbedInput::Tokens(vec![5, 100_000])],
         dimensions: None,
         client: None,
+        background: false,
     };
     assert_eq!(
         invalid_param(f.embedder.embed(bad_id).await.unwrap_err()),

@@ -133,6 +133,7 @@ mod tests {
                 .collect(),
             dimensions: None,
             client: None,
+            background: false,
         }
     }
 

@@ -678,6 +678,7 @@ fn embed_request() -> EmbedRequest {
         ],
         dimensions: Some(3),
         client: None,
+        background: false,
     }
 }
 

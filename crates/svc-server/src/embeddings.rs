@@ -66,6 +66,7 @@ async fn answer(
     } = ValidEmbeddingRequest::try_from(body)?;
     let route = usable(state, &key, &model)?;
     embed.client = Some(key.id.to_string());
+    embed.background = crate::batches::running();
     let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
     let charge = state
         .budgets

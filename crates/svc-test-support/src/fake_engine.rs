@@ -39,8 +39,10 @@ pub enum Script {
 /// Counters shared between a test and the engine.
 #[derive(Debug, Default)]
 pub struct Probe {
-    /// Generations started.
+    /// Generations started (embeddings requests too, on the embedder).
     pub started: AtomicUsize,
+    /// Of those, the ones sent as background work (a batch's lines).
+    pub background: AtomicUsize,
     /// Words sent so far, over all generations.
     pub words_sent: AtomicUsize,
     /// Generations whose stream was dropped before it finished.
@@ -215,6 +217,9 @@ impl Engine for FakeEngine {
             });
         }
         self.probe.started.fetch_add(1, Ordering::SeqCst);
+        if request.background {
+            self.probe.background.fetch_add(1, Ordering::SeqCst);
+        }
         let script = self.script.clone();
         let probe = self.probe.clone();
         let reply = words(&format!("You said: {}", last_user(&request)));
@@ -421,6 +426,9 @@ impl Engine for FakeEmbedder {
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         self.probe.started.fetch_add(1, Ordering::SeqCst);
+        if request.background {
+            self.probe.background.fetch_add(1, Ordering::SeqCst);
+        }
         if let Some(d) = request
             .dimensions
             .filter(|&d| d as usize != FAKE_EMBED_DIMENSIONS)
