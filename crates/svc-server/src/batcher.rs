@@ -2,7 +2,9 @@
 //! request log (rows to the store) and the trace exporter (spans to an
 //! OTLP receiver) share. Requests only push, which never waits: past the
 //! capacity, items are dropped and counted, so a slow or hung destination
-//! costs memory up to the bound and never a request's time.
+//! costs memory up to the bound and never a request's time. The bound is a
+//! number of items, and for items of very different sizes (the response
+//! cache's replies) also their total weight.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -24,29 +26,63 @@ pub enum Written<T> {
     Lost(usize),
 }
 
-/// The queue: at most `capacity` items, handed out `batch` at a time.
+/// The queue: at most `capacity` items (of at most `max_weight` together),
+/// handed out `batch` at a time.
 pub struct Batcher<T> {
-    queue: Mutex<VecDeque<T>>,
+    queue: Mutex<Queue<T>>,
     capacity: usize,
+    max_weight: usize,
+    weigh: fn(&T) -> usize,
     batch: usize,
     wake: Notify,
     dropped: AtomicU64,
 }
 
+struct Queue<T> {
+    items: VecDeque<T>,
+    /// The items' weight together.
+    weight: usize,
+}
+
 impl<T> Batcher<T> {
     pub fn new(capacity: usize, batch: usize) -> Self {
         Batcher {
-            queue: Mutex::default(),
+            queue: Mutex::new(Queue {
+                items: VecDeque::new(),
+                weight: 0,
+            }),
             capacity,
+            max_weight: usize::MAX,
+            weigh: |_| 0,
             batch: batch.max(1),
             wake: Notify::new(),
             dropped: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, VecDeque<T>> {
+    /// This queue, holding items of at most `max_weight` together, each
+    /// weighing what `weigh` says (an item heavier than that is dropped).
+    pub fn weighed(self, max_weight: usize, weigh: fn(&T) -> usize) -> Self {
+        Batcher {
+            max_weight,
+            weigh,
+            ..self
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue<T>> {
         // Pushing and draining leave no invariant a panic could break.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `item` fits beside what `queue` holds; if so, counts it in.
+    fn admit(&self, queue: &mut Queue<T>, item: &T) -> bool {
+        let weight = queue.weight.saturating_add((self.weigh)(item));
+        let fits = queue.items.len() < self.capacity && weight <= self.max_weight;
+        if fits {
+            queue.weight = weight;
+        }
+        fits
     }
 
     /// Items dropped so far: the queue was full, or the writer gave up.
@@ -56,7 +92,7 @@ impl<T> Batcher<T> {
 
     /// Items waiting.
     pub fn pending(&self) -> usize {
-        self.lock().len()
+        self.lock().items.len()
     }
 
     fn count_dropped(&self, n: usize) {
@@ -71,13 +107,13 @@ impl<T> Batcher<T> {
         let mut queue = self.lock();
         let mut lost = 0;
         for item in items {
-            if queue.len() < self.capacity {
-                queue.push_back(item);
+            if self.admit(&mut queue, &item) {
+                queue.items.push_back(item);
             } else {
                 lost += 1;
             }
         }
-        let full_batch = queue.len() >= self.batch;
+        let full_batch = queue.items.len() >= self.batch;
         drop(queue);
         self.count_dropped(lost);
         if full_batch {
@@ -88,8 +124,11 @@ impl<T> Batcher<T> {
     /// Takes the next batch (empty when nothing waits).
     pub(crate) fn take(&self) -> Vec<T> {
         let mut queue = self.lock();
-        let n = queue.len().min(self.batch);
-        queue.drain(..n).collect()
+        let n = queue.items.len().min(self.batch);
+        let batch: Vec<T> = queue.items.drain(..n).collect();
+        let weight: usize = batch.iter().map(self.weigh).sum();
+        queue.weight = queue.weight.saturating_sub(weight);
+        batch
     }
 
     /// Puts a batch back in front, in its order, as far as it fits.
@@ -97,8 +136,8 @@ impl<T> Batcher<T> {
         let mut queue = self.lock();
         let mut lost = 0;
         for item in batch.into_iter().rev() {
-            if queue.len() < self.capacity {
-                queue.push_front(item);
+            if self.admit(&mut queue, &item) {
+                queue.items.push_front(item);
             } else {
                 lost += 1;
             }
@@ -169,6 +208,20 @@ mod tests {
         assert_eq!(batcher.pending(), 2);
         assert_eq!(batcher.dropped(), 2);
         assert_eq!(batcher.take(), [1, 2]);
+    }
+
+    #[test]
+    fn a_weighed_queue_holds_at_most_its_weight() {
+        let batcher = Batcher::new(100, 10).weighed(10, |s: &String| s.len());
+        batcher.push(["aaaa".to_owned(), "bbbb".into(), "ccc".into(), "dd".into()]);
+        // 4 + 4 fit, 3 more would pass 10, 2 more fit.
+        assert_eq!(batcher.take(), ["aaaa", "bbbb", "dd"]);
+        assert_eq!(batcher.dropped(), 1);
+        // Taken out, their weight is free again.
+        batcher.push(["x".repeat(10)]);
+        assert_eq!(batcher.pending(), 1);
+        batcher.push(["y".to_owned()]);
+        assert_eq!(batcher.dropped(), 2);
     }
 
     #[test]

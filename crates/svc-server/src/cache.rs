@@ -10,8 +10,9 @@
 //! entries. Only a complete 200 reply is kept: one that failed, even after
 //! it began streaming, or whose client left, is not. Entries live in Redis
 //! when the server has one, else in the store (written in batches about a
-//! second later, off the request's path; bounded by `response_cache_bytes`,
-//! oldest first), and expire after the TTL. A hit
+//! second later, off the request's path, with at most 64 MiB of replies
+//! waiting in memory; bounded by `response_cache_bytes`, oldest first), and
+//! expire after the TTL. A hit
 //! costs no engine time and no budget, says `x-svc-cache: hit`, and counts
 //! in `/metrics` with the tokens it saved. `Cache-Control: no-cache` from
 //! the caller skips the lookup (the fresh reply is kept), `no-store` skips
@@ -38,8 +39,10 @@ use crate::state::AppState;
 
 /// A reply larger than this is not kept.
 const MAX_ENTRY_BYTES: usize = 1 << 20;
-/// Entries waiting for the store, at most (past it, replies are not kept).
+/// Entries waiting for the store, at most, and their bytes together (past
+/// either, replies are not kept).
 const QUEUE_CAPACITY: usize = 10_000;
+const QUEUE_BYTES: usize = 64 << 20;
 /// Entries written in one transaction, at most.
 const BATCH: usize = 500;
 /// How long the writer waits for more entries before writing.
@@ -187,7 +190,10 @@ impl ResponseCache {
             max_bytes: u64::try_from(max_bytes).unwrap_or(u64::MAX),
             store,
             redis,
-            queue: Arc::new(Batcher::new(QUEUE_CAPACITY, BATCH)),
+            queue: Arc::new(
+                Batcher::new(QUEUE_CAPACITY, BATCH)
+                    .weighed(QUEUE_BYTES, |entry: &CacheEntry| entry.value.len()),
+            ),
             last_sweep_ms: AtomicI64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
