@@ -502,9 +502,11 @@ fn window_of<'a>(map: &'a mut HashMap<String, Window>, key: &str, start: i64) ->
 
 /// Requests of one kind a key may have in flight at once, and how many the
 /// server works on at once in all (the others wait their turn, first come
-/// first served): for work that costs CPU but no tokens, such as counting a
-/// prompt's tokens, which per-minute limits do not bound. One key cannot
+/// first served): for work that costs CPU or disk but no tokens, such as
+/// counting a prompt's tokens or uploading a file, which per-minute limits
+/// do not bound. One key cannot
 /// take more than its share, and the work in all stays off most cores.
+#[derive(Debug)]
 pub struct InFlight {
     /// What the requests are, for the refusal's message.
     what: &'static str,

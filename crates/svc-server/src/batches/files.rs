@@ -57,6 +57,7 @@ crate::openapi::parameters! {
         (status = 401, response = shared::Unauthorized),
         (status = 403, response = shared::Forbidden),
         (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
         (status = 500, response = shared::InternalServerError),
         (status = 503, response = shared::ServiceUnavailable),
     ))]
@@ -65,6 +66,7 @@ pub async fn upload(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let _place = state.batches.uploads.enter(&key.id).await?;
     let limit = state.batches.file_max_bytes;
     let boundary = request
         .headers()

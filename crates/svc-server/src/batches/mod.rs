@@ -21,9 +21,16 @@ use svc_core::KeyId;
 use tokio::sync::Notify;
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::ratelimit::InFlight;
 use crate::state::AppState;
 
 pub(crate) use runner::{Runner, sweep};
+
+/// Uploads one key may stream at once: each holds a connection and a
+/// temporary file of up to `files_max_bytes` until it ends.
+const UPLOADS_PER_KEY: usize = 4;
+/// Uploads written to disk at once in all (the others wait their turn).
+const UPLOADS_AT_ONCE: usize = 64;
 
 /// The routes of files and batches.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -48,6 +55,8 @@ pub struct Batches {
     pub(crate) retention: Duration,
     /// Wakes the runner: a batch was created or cancelled.
     pub(crate) wake: Notify,
+    /// Uploads in flight, per key and in all.
+    pub(crate) uploads: InFlight,
 }
 
 impl Batches {
@@ -63,6 +72,7 @@ impl Batches {
             lease: config.batch_lease,
             retention: config.batch_retention,
             wake: Notify::new(),
+            uploads: InFlight::new("file upload", UPLOADS_PER_KEY, UPLOADS_AT_ONCE),
         }
     }
 

@@ -3,6 +3,7 @@
 //! `custom_id`, in an output file (2xx) and an error file; cancelling;
 //! scopes, projects, budgets and the audit log, as for any endpoint.
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -23,6 +24,7 @@ on_both_databases!(
     the_dashboard_shows_a_projects_batches_and_their_files,
     a_batchs_lines_are_charged_at_the_batch_discount,
     an_upload_past_the_projects_quota_is_refused,
+    one_key_streams_at_most_four_uploads_at_once,
 );
 
 /// A server whose files are in its own directory (`TestApp` gives one).
@@ -177,6 +179,9 @@ async fn a_chat_batch_answers_every_line_once_in_its_files(database: Database) {
         batch["request_counts"],
         json!({"total": 20, "completed": 19, "failed": 1})
     );
+    // Every line that reached an engine went as background work.
+    assert_eq!(app.probe.started.load(SeqCst), 19);
+    assert_eq!(app.probe.background.load(SeqCst), 19);
     for at in [
         "in_progress_at",
         "finalizing_at",
@@ -248,6 +253,17 @@ async fn a_chat_batch_answers_every_line_once_in_its_files(database: Database) {
         "{metrics}"
     );
 
+    // A client's own request is not background work.
+    let reply = app
+        .chat(
+            &key,
+            &json!({"model": "svc", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(reply.status(), 200);
+    assert_eq!(app.probe.started.load(SeqCst), 20);
+    assert_eq!(app.probe.background.load(SeqCst), 19);
+
     // Deleting the input file leaves the batch; its content is gone.
     let (status, deleted) = send(&app, &key, "DELETE", &format!("/v1/files/{file}"), None).await;
     assert_eq!((status, &deleted["deleted"]), (200, &json!(true)));
@@ -281,6 +297,7 @@ async fn an_embeddings_batch_returns_vectors(database: Database) {
         json!({"total": 3, "completed": 3, "failed": 0})
     );
     assert_eq!(batch["error_file_id"], Value::Null);
+    assert_eq!(app.probe.background.load(SeqCst), 3);
     for line in lines(&app, &key, &batch["output_file_id"]).await {
         let vector = &line["response"]["body"]["data"][0]["embedding"];
         assert!(vector.as_array().is_some_and(|v| !v.is_empty()), "{line}");
@@ -741,4 +758,69 @@ async fn an_upload_past_the_projects_quota_is_refused(database: Database) {
         )
         .await;
     uploaded(&app, &other, &text).await;
+}
+
+/// Opens `POST /v1/files` as `key` and sends the start of a 1 MB file, then
+/// nothing more while the connection is kept.
+async fn stalled_upload(app: &TestApp, key: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt as _;
+    let boundary = "svc-test-boundary-stall";
+    let head = format!(
+        "POST /v1/files HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: 1000000\r\n\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n\
+         {{\"custom_id\": ",
+        app.addr
+    );
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+// Issue 34's note named it: one key could keep any number of uploads
+// streaming to disk at once, up to its connection limit.
+async fn one_key_streams_at_most_four_uploads_at_once(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    let text = jsonl(
+        1,
+        "/v1/chat/completions",
+        |_| json!({"model": "svc", "messages": []}),
+    );
+    // Four stalled uploads, then a fifth: refused. (Should the fifth come
+    // before the four are in, one of them is the one refused: try again.)
+    let mut tries = 0;
+    let (mut stalled, refused) = loop {
+        tries += 1;
+        let mut stalled = Vec::new();
+        for _ in 0..4 {
+            stalled.push(stalled_upload(&app, &key).await);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let response = upload(&app, &key, &text, "batch").await;
+        if response.status() == 429 {
+            break (stalled, response.json::<Value>().await.unwrap());
+        }
+        assert_eq!(response.status(), 200);
+        assert!(tries < 10, "a fifth upload was never refused");
+    };
+    assert_eq!(refused["error"]["code"], "rate_limit_exceeded", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("file upload"),
+        "{refused}"
+    );
+    // Another key is not held back.
+    let other = app.create_key().await;
+    uploaded(&app, &other, &text).await;
+    // A stalled upload given up frees its place.
+    stalled.pop();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while upload(&app, &key, &text, "batch").await.status() != 200 {
+        assert!(Instant::now() < deadline, "the place was never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stalled);
 }
