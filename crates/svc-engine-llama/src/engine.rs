@@ -591,6 +591,14 @@ impl LlamaEngine {
         &self.info
     }
 
+    /// Admits no request until the guard drops; those queued meanwhile
+    /// then start together (as far as slots and per-client shares allow),
+    /// whatever the machine's timing. For tests.
+    #[cfg(feature = "testing")]
+    pub fn pause_admission(&self) -> crate::scheduler::Pause {
+        self.runner.shared.pause()
+    }
+
     /// The engine's counters since it started.
     pub fn stats(&self) -> EngineStats {
         let shared = &self.runner.shared;

@@ -125,6 +125,8 @@ struct Queue {
     closed: bool,
     /// Owners whose jobs are held back (see [`Shared::hold`]), once per hold.
     held: Vec<Arc<str>>,
+    /// No job is admitted (tests: see `LlamaEngine::pause_admission`).
+    paused: bool,
 }
 
 impl Shared {
@@ -135,6 +137,7 @@ impl Shared {
                 free_slots: parallel,
                 closed: false,
                 held: Vec::new(),
+                paused: false,
             }),
             wake: Condvar::new(),
             counters: Counters::default(),
@@ -186,6 +189,16 @@ impl Shared {
     pub(crate) fn hold(self: &Arc<Self>, owner: Arc<str>) -> Hold {
         self.lock().held.push(Arc::clone(&owner));
         Hold(Arc::clone(self), owner)
+    }
+
+    /// Keeps the engine thread from admitting any job until the guard
+    /// drops; jobs queued meanwhile are then admitted in one go, as far as
+    /// slots and shares allow. For tests that need requests decoded
+    /// together whatever the machine's timing.
+    #[cfg(feature = "testing")]
+    pub(crate) fn pause(self: &Arc<Self>) -> Pause {
+        self.lock().paused = true;
+        Pause(Arc::clone(self))
     }
 
     /// Requests waiting for a slot now.
@@ -372,6 +385,18 @@ fn kv_buffer_bytes(model: &LlamaModel, cells: u32, kv_type: KvType) -> Option<us
     let per_layer =
         row(kv_heads * head_dim("key_length")?) + row(kv_heads * head_dim("value_length")?);
     Some(model.n_layer() as usize * cells as usize * per_layer)
+}
+
+/// A pause of all admission; see [`Shared::pause`].
+#[cfg(feature = "testing")]
+pub struct Pause(Arc<Shared>);
+
+#[cfg(feature = "testing")]
+impl Drop for Pause {
+    fn drop(&mut self) {
+        self.0.lock().paused = false;
+        self.0.wake.notify_all();
+    }
 }
 
 /// A hold on admission; see [`Shared::hold`].
@@ -818,6 +843,9 @@ impl Batcher<'_, '_> {
     /// may start and fewer than [`Self::background_slots`] run. Jobs whose
     /// client went away are dropped on the way.
     fn next_job(&mut self, queue: &mut Queue) -> Option<Job> {
+        if queue.paused {
+            return None;
+        }
         let room_in_background = self
             .slots
             .iter()

@@ -16,6 +16,9 @@ use std::path::Path;
 
 pub use svc_gguf::GgufWriter;
 
+/// What `LlamaEngine::pause_admission` returns: admission resumes when it drops.
+pub use crate::scheduler::Pause;
+
 /// ChatML, the template the tiny model carries.
 pub const TINY_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 

@@ -124,6 +124,25 @@ async fn run(engine: &LlamaEngine, request: GenerateRequest) -> Outcome {
     collect(engine.generate(request).await.unwrap()).await
 }
 
+/// Runs `requests` as if they came at the same instant: the engine admits
+/// none until all are queued, then as many at once as its slots and
+/// per-client shares allow. (Sent one after another, a busy machine may
+/// run each to its end before the next arrives.)
+async fn together(engine: &LlamaEngine, requests: Vec<GenerateRequest>) -> Vec<Outcome> {
+    let pause = engine.pause_admission();
+    let queued = requests.len() as u64;
+    let runs = futures::future::join_all(requests.into_iter().map(|r| run(engine, r)));
+    let resume = async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while engine.stats().waiting_requests < queued {
+            assert!(std::time::Instant::now() < deadline, "never queued");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(pause);
+    };
+    tokio::join!(runs, resume).0
+}
+
 fn prompt_tokens(engine: &LlamaEngine, user: &str) -> u64 {
     let prompt = engine
         .render_prompt(
@@ -225,15 +244,21 @@ async fn same_seed_same_text_even_beside_other_requests() {
     assert_eq!(choices[0].0, alone);
     assert_eq!(choices[1].0, run(&f.engine, with(seeded(43))).await.text());
 
-    // And beside three requests of other samplings, as they come (how much
-    // they overlap is up to the machine's scheduling).
-    let (a, b, c, d) = tokio::join!(
-        run(&f.engine, with(seeded(7))),
-        run(&f.engine, with(seeded(42))),
-        run(&f.engine, with(greedy())),
-        run(&f.engine, with(seeded(9))),
-    );
+    // And in one batch with three requests of other samplings.
+    let [a, b, c, d]: [Outcome; 4] = together(
+        &f.engine,
+        vec![
+            with(seeded(7)),
+            with(seeded(42)),
+            with(greedy()),
+            with(seeded(9)),
+        ],
+    )
+    .await
+    .try_into()
+    .unwrap();
     assert_eq!(b.text(), alone);
+    assert_eq!(f.engine.stats().max_sequences_per_step, 4);
 
     // Greedy is the script, alone or batched.
     let greedy_alone = run(&f.engine, with(greedy())).await.text();
@@ -258,7 +283,7 @@ async fn concurrent_requests_decode_in_one_batch() {
         req.max_tokens = Some(48);
         req
     };
-    let results = futures::future::join_all((0..4).map(|_| run(&f.engine, with()))).await;
+    let results = together(&f.engine, (0..4).map(|_| with()).collect()).await;
     // A finish event is sent after the slot is free again.
     let stats = f.engine.stats();
     assert_eq!(stats.active_sequences, 0);
@@ -374,7 +399,7 @@ async fn one_clients_requests_hold_at_most_their_share_of_the_slots() {
         req
     };
     // Five requests of one key: three at a time, the rest as those end.
-    let results = futures::future::join_all((0..5).map(|_| run(&f.engine, from("key_a")))).await;
+    let results = together(&f.engine, (0..5).map(|_| from("key_a")).collect()).await;
     let stats = f.engine.stats();
     assert_eq!(stats.max_sequences_per_step, 3, "{stats:?}");
     for r in &results {
@@ -382,8 +407,9 @@ async fn one_clients_requests_hold_at_most_their_share_of_the_slots() {
         assert_eq!(r.usage.completion_tokens, 48);
     }
     // Another key's request takes the slot left.
-    let both = futures::future::join_all(
-        [from("key_a"), from("key_a"), from("key_a"), from("key_b")].map(|r| run(&f.engine, r)),
+    let both = together(
+        &f.engine,
+        vec![from("key_a"), from("key_a"), from("key_a"), from("key_b")],
     )
     .await;
     assert!(both.iter().all(|r| r.usage.completion_tokens == 48));
@@ -406,8 +432,10 @@ async fn background_work_takes_only_the_slots_interactive_requests_leave() {
         req
     };
     // Six background requests of six clients: two at a time (half the slots).
-    let lines = (0..6).map(|i| run(&f.engine, ask(&format!("batch_{i}"), true, 48)));
-    let results = futures::future::join_all(lines).await;
+    let lines = (0..6)
+        .map(|i| ask(&format!("batch_{i}"), true, 48))
+        .collect();
+    let results = together(&f.engine, lines).await;
     assert!(results.iter().all(|r| r.usage.completion_tokens == 48));
     assert_eq!(f.engine.stats().max_sequences_per_step, 2);
 
