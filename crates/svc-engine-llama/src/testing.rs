@@ -19,6 +19,34 @@ pub use svc_gguf::GgufWriter;
 /// What `LlamaEngine::pause_admission` returns: admission resumes when it drops.
 pub use crate::scheduler::Pause;
 
+/// Runs `requests`, a future that sends `n` requests to `engine`, as if
+/// they all came at the same instant: the engine admits none until the
+/// `n` are queued, then as many at once as its slots and per-client shares
+/// allow. (Sent one after another, a busy machine may run each to its end
+/// before the next arrives, and nothing is decoded together.)
+///
+/// # Panics
+/// When the `n` requests are not all queued within a minute.
+pub async fn together<T>(
+    engine: &crate::LlamaEngine,
+    n: u64,
+    requests: impl std::future::Future<Output = T>,
+) -> T {
+    let pause = engine.pause_admission();
+    let resume = async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while engine.stats().waiting_requests < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the requests were never all queued"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        drop(pause);
+    };
+    tokio::join!(requests, resume).0
+}
+
 /// ChatML, the template the tiny model carries.
 pub const TINY_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 

@@ -17,7 +17,7 @@ use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
     OutputFormat, Sampling, TokenUsage, ToolChoiceSpec,
 };
-use svc_engine_llama::testing::TinyModel;
+use svc_engine_llama::testing::{self, TinyModel};
 use svc_engine_llama::{CompletionParams, Grammar, LlamaEngine, LlamaEngineOptions, RenderOptions};
 use tempfile::TempDir;
 
@@ -124,23 +124,11 @@ async fn run(engine: &LlamaEngine, request: GenerateRequest) -> Outcome {
     collect(engine.generate(request).await.unwrap()).await
 }
 
-/// Runs `requests` as if they came at the same instant: the engine admits
-/// none until all are queued, then as many at once as its slots and
-/// per-client shares allow. (Sent one after another, a busy machine may
-/// run each to its end before the next arrives.)
+/// Runs `requests` admitted together (see [`testing::together`]).
 async fn together(engine: &LlamaEngine, requests: Vec<GenerateRequest>) -> Vec<Outcome> {
-    let pause = engine.pause_admission();
-    let queued = requests.len() as u64;
+    let n = requests.len() as u64;
     let runs = futures::future::join_all(requests.into_iter().map(|r| run(engine, r)));
-    let resume = async move {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while engine.stats().waiting_requests < queued {
-            assert!(std::time::Instant::now() < deadline, "never queued");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        drop(pause);
-    };
-    tokio::join!(runs, resume).0
+    testing::together(engine, n, runs).await
 }
 
 fn prompt_tokens(engine: &LlamaEngine, user: &str) -> u64 {

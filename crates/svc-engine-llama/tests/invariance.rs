@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use futures::StreamExt as _;
 use svc_core::engine::{ChatMessage, Engine, EngineEvent, GenerateRequest, Sampling};
-use svc_engine_llama::testing::TinyModel;
+use svc_engine_llama::testing::{self, TinyModel};
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 use tempfile::TempDir;
 
@@ -130,12 +130,15 @@ async fn scenarios(batch_invariant: bool, sampling: &Sampling) -> [Reply; 3] {
     reply(&f.engine, long_prompt("the sea")).await;
     let after_long = reply(&f.engine, probe(sampling)).await;
     let f = engine(batch_invariant);
-    let (beside, ..) = tokio::join!(
-        reply(&f.engine, probe(sampling)),
-        reply(&f.engine, ask("Count.".into(), greedy(), 48)),
-        reply(&f.engine, ask("Go on.".into(), seeded(), 48)),
-        reply(&f.engine, long_prompt("mountains")),
-    );
+    let four = async {
+        tokio::join!(
+            reply(&f.engine, probe(sampling)),
+            reply(&f.engine, ask("Count.".into(), greedy(), 48)),
+            reply(&f.engine, ask("Go on.".into(), seeded(), 48)),
+            reply(&f.engine, long_prompt("mountains")),
+        )
+    };
+    let (beside, ..) = testing::together(&f.engine, 4, four).await;
     assert!(f.engine.stats().max_sequences_per_step >= 2);
     [cold, after_long, beside]
 }

@@ -20,6 +20,7 @@ use svc_core::engine::{
     ChatMessage, Engine, EngineEvent, FinishReason, GenerateRequest, OutputFormat, Sampling,
     TokenUsage, ToolChoiceSpec, ToolSpec,
 };
+use svc_engine_llama::testing;
 use svc_engine_llama::{KvType, LlamaEngine, LlamaEngineOptions};
 
 fn load(parallel: u32) -> Option<LlamaEngine> {
@@ -111,15 +112,18 @@ async fn a_seeded_reply_does_not_depend_on_the_batch() {
     let alone = run(&engine, ask("Write a haiku about the sea.", 11))
         .await
         .0;
-    let (a, b, c, d) = tokio::join!(
-        run(&engine, ask("Name three fruits.", 1)),
-        run(&engine, ask("Write a haiku about the sea.", 11)),
-        run(&engine, ask("Count to ten.", 2)),
-        run(
-            &engine,
-            ask("Tell me about the moon in one long paragraph.", 3)
-        ),
-    );
+    let four = async {
+        tokio::join!(
+            run(&engine, ask("Name three fruits.", 1)),
+            run(&engine, ask("Write a haiku about the sea.", 11)),
+            run(&engine, ask("Count to ten.", 2)),
+            run(
+                &engine,
+                ask("Tell me about the moon in one long paragraph.", 3)
+            ),
+        )
+    };
+    let (a, b, c, d) = testing::together(&engine, 4, four).await;
     assert_eq!(b.0, alone);
     assert!(engine.stats().max_sequences_per_step >= 2);
     drop((a, c, d));
