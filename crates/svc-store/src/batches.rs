@@ -172,6 +172,58 @@ const SWEEP_FILE: &str = "DELETE FROM files WHERE id = $1";
 const SWEEP_INPUT: &str = "DELETE FROM files WHERE id = $1 \
      AND NOT EXISTS (SELECT 1 FROM batches WHERE input_file_id = $1)";
 
+/// A page of a project's files or batches, newest first (by `created_at`,
+/// then `id`): at most `limit` of `table`'s rows after the one whose id is
+/// `after`.
+struct NewestFirst<'a> {
+    table: &'static str,
+    columns: &'static str,
+    project: &'a ProjectId,
+    after: Option<&'a str>,
+    limit: i64,
+}
+
+impl SqlStore {
+    /// `page`'s rows that also match `filter`'s clauses, each read by `read`.
+    async fn newest_first<T>(
+        &self,
+        mut filter: Filter,
+        page: &NewestFirst<'_>,
+        read: fn(&AnyRow) -> Result<T, sqlx::Error>,
+    ) -> Result<Vec<T>, StoreError> {
+        let NewestFirst {
+            table,
+            columns,
+            project,
+            after,
+            limit,
+        } = *page;
+        let project_place = filter.next(Value::Text(project.0.clone()));
+        filter.clauses.push(format!("project_id = {project_place}"));
+        if let Some(after) = after {
+            let place = filter.next(Value::Text(after.to_owned()));
+            filter.clauses.push(format!(
+                "(created_at, id) < (SELECT created_at, id FROM {table} \
+                 WHERE project_id = {project_place} AND id = {place})"
+            ));
+        }
+        let limit_place = filter.next(Value::Int(limit.max(0)));
+        let sql = filter.sql(
+            &format!("SELECT {columns} FROM {table}"),
+            &format!(" ORDER BY created_at DESC, id DESC LIMIT {limit_place}"),
+        );
+        let rows = filter
+            .query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(read)
+            .collect::<Result<_, _>>()
+            .map_err(query_error)
+    }
+}
+
 fn file(row: &AnyRow) -> Result<FileRecord, sqlx::Error> {
     Ok(FileRecord {
         id: row.try_get("id")?,
@@ -323,33 +375,18 @@ impl BatchStore for SqlStore {
         limit: i64,
     ) -> Result<Vec<FileRecord>, StoreError> {
         let mut filter = Filter::default();
-        let project_place = filter.next(Value::Text(project.0.clone()));
-        filter.clauses.push(format!("project_id = {project_place}"));
         if let Some(purpose) = purpose {
             let place = filter.next(Value::Text(purpose.to_owned()));
             filter.clauses.push(format!("purpose = {place}"));
         }
-        if let Some(after) = after {
-            let place = filter.next(Value::Text(after.to_owned()));
-            filter.clauses.push(format!(
-                "(created_at, id) < (SELECT created_at, id FROM files \
-                 WHERE project_id = {project_place} AND id = {place})"
-            ));
-        }
-        let limit_place = filter.next(Value::Int(limit.max(0)));
-        let sql = filter.sql(
-            concat!("SELECT ", file_columns!(), " FROM files"),
-            &format!(" ORDER BY created_at DESC, id DESC LIMIT {limit_place}"),
-        );
-        let rows = filter
-            .query(&sql)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error)?;
-        rows.iter()
-            .map(file)
-            .collect::<Result<_, _>>()
-            .map_err(query_error)
+        let page = NewestFirst {
+            table: "files",
+            columns: file_columns!(),
+            project,
+            after,
+            limit,
+        };
+        self.newest_first(filter, &page, file).await
     }
 
     async fn delete_file(&self, project: &ProjectId, id: &str) -> Result<bool, StoreError> {
@@ -424,30 +461,14 @@ impl BatchStore for SqlStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<BatchRecord>, StoreError> {
-        let mut filter = Filter::default();
-        let project_place = filter.next(Value::Text(project.0.clone()));
-        filter.clauses.push(format!("project_id = {project_place}"));
-        if let Some(after) = after {
-            let place = filter.next(Value::Text(after.to_owned()));
-            filter.clauses.push(format!(
-                "(created_at, id) < (SELECT created_at, id FROM batches \
-                 WHERE project_id = {project_place} AND id = {place})"
-            ));
-        }
-        let limit_place = filter.next(Value::Int(limit.max(0)));
-        let sql = filter.sql(
-            concat!("SELECT ", batch_columns!(), " FROM batches"),
-            &format!(" ORDER BY created_at DESC, id DESC LIMIT {limit_place}"),
-        );
-        let rows = filter
-            .query(&sql)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query_error)?;
-        rows.iter()
-            .map(batch)
-            .collect::<Result<_, _>>()
-            .map_err(query_error)
+        let page = NewestFirst {
+            table: "batches",
+            columns: batch_columns!(),
+            project,
+            after,
+            limit,
+        };
+        self.newest_first(Filter::default(), &page, batch).await
     }
 
     async fn cancel_batch(
