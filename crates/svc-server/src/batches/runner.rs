@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::CALLER;
+use crate::responses::shape::new_id;
 use crate::state::AppState;
 
 /// How often a replica looks for work when nothing wakes it (another
@@ -263,7 +264,7 @@ async fn ask(router: Router, line: &LeasedLine) -> (bool, String) {
             Ok::<_, String>((status, request_id, body))
         })
         .await;
-    let id = format!("batch_req_{}", hex::encode(rand::random::<[u8; 12]>()));
+    let id = new_id("batch_req");
     let (ok, response) = match reply {
         Ok((status, request_id, body)) => (
             status.is_success(),
@@ -307,7 +308,7 @@ fn unanswered(custom_id: &str, to: BatchStatus) -> String {
         ),
     };
     let line = BatchOutputLine {
-        id: format!("batch_req_{}", hex::encode(rand::random::<[u8; 12]>())),
+        id: new_id("batch_req"),
         custom_id: custom_id.to_owned(),
         response: None,
         error: Some(BatchLineError {
