@@ -21,7 +21,8 @@ use crate::schema::{constant, keywords, null, or_null, reference, typed};
 )]
 pub struct ChatCompletionRequest {
     /// A model id from GET /v1/models.
-    #[schema(min_length = 1, examples("svc"))]
+    #[schema(min_length = 1, max_length = 256, examples("svc"))]
+    #[serde(deserialize_with = "crate::model_id")]
     pub model: String,
     /// The conversation so far.
     #[schema(schema_with = messages_schema)]

@@ -22,7 +22,8 @@ use crate::schema::constant;
 )]
 pub struct CompletionRequest {
     /// A model id from GET /v1/models.
-    #[schema(min_length = 1, examples("svc"))]
+    #[schema(min_length = 1, max_length = 256, examples("svc"))]
+    #[serde(deserialize_with = "crate::model_id")]
     pub model: String,
     /// The text to continue, as it is (no chat template): a string, or an
     /// array of strings (each continued on its own, `n` choices apiece).

@@ -19,7 +19,8 @@ use crate::schema::{constant, null};
 )]
 pub struct EmbeddingRequest {
     /// A model id from GET /v1/models that makes embeddings (`svc-embed`).
-    #[schema(min_length = 1, examples("svc-embed"))]
+    #[schema(min_length = 1, max_length = 256, examples("svc-embed"))]
+    #[serde(deserialize_with = "crate::model_id")]
     pub model: String,
     /// The text to embed: a string, an array of strings, an array of
     /// token ids, or an array of token-id arrays (at most 2048 inputs,

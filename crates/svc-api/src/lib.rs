@@ -33,3 +33,22 @@ pub use models::*;
 pub use organization::*;
 pub use responses::{CreateResponseRequest, DeletedResponse, ResponseObject, ResponseUsage};
 pub use usage::*;
+
+/// The longest model id a request may name, in bytes. Ids are names such as
+/// `svc` or `org/model-7b-instruct:q4_k_m`; a longer one is refused while
+/// the body is read (a 400 naming `model`), before any of it is kept in the
+/// request log, an error or a trace.
+pub const MAX_MODEL_ID: usize = 256;
+
+/// Reads a request's `model`, refusing one longer than [`MAX_MODEL_ID`]
+/// (`#[serde(deserialize_with = "crate::model_id")]`).
+pub fn model_id<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let id = <String as serde::Deserialize>::deserialize(deserializer)?;
+    if id.len() > MAX_MODEL_ID {
+        return Err(serde::de::Error::custom(format!(
+            "a model id has at most {MAX_MODEL_ID} bytes; this one has {}",
+            id.len()
+        )));
+    }
+    Ok(id)
+}

@@ -20,7 +20,8 @@ use utoipa::ToSchema;
 )]
 pub struct MessagesRequest {
     /// A model id from GET /v1/models.
-    #[schema(min_length = 1, examples("svc"))]
+    #[schema(min_length = 1, max_length = 256, examples("svc"))]
+    #[serde(deserialize_with = "crate::model_id")]
     pub model: String,
     /// Cap on the reply's tokens.
     #[schema(minimum = 1, maximum = 4294967295_i64)]
@@ -70,7 +71,8 @@ pub struct MessagesRequest {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[schema(description = "Unknown fields are ignored.")]
 pub struct CountTokensRequest {
-    #[schema(min_length = 1, examples("svc"))]
+    #[schema(min_length = 1, max_length = 256, examples("svc"))]
+    #[serde(deserialize_with = "crate::model_id")]
     pub model: String,
     #[schema(min_items = 1)]
     pub messages: Vec<InputMessage>,

@@ -27,7 +27,8 @@ use crate::schema::{constant, keywords, null, reference, typed};
 )]
 pub struct CreateResponseRequest {
     /// A model id from GET /v1/models.
-    #[schema(min_length = 1, examples("svc"))]
+    #[schema(min_length = 1, max_length = 256, examples("svc"))]
+    #[serde(deserialize_with = "crate::model_id")]
     pub model: String,
     /// The new input: a string (one user message) or a list of items.
     /// Needed unless `previous_response_id` is given.

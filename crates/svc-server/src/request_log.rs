@@ -25,6 +25,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use svc_core::request_log::RequestLogEntry;
+use svc_core::store::RequestLogStore;
 use svc_core::trace::{Observer, Span, SpanContext, SpanKind, Value as TraceValue};
 use svc_core::{ModelPrice, Store, Tokens};
 use tokio_util::sync::CancellationToken;
@@ -39,7 +40,10 @@ pub const QUEUE_CAPACITY: usize = 10_000;
 const BATCH: usize = 1_000;
 /// How long the writer waits for more rows before writing what it has.
 const WRITE_EVERY: Duration = Duration::from_secs(1);
-/// A write that takes longer is given up (its rows go back in the queue).
+/// A write that takes longer is given up, and its rows with it: the
+/// database may still commit it (SQLite's worker finishes a statement whose
+/// caller left), so writing them again could keep them twice, or, for a
+/// write slow because it is large, again and again.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 tokio::task_local! {
@@ -241,6 +245,8 @@ pub struct RequestLog {
     enabled: bool,
     queue: Arc<Batcher<RequestLogEntry>>,
     prices: BTreeMap<String, ModelPrice>,
+    /// How long a write may take ([`WRITE_TIMEOUT`]).
+    write_timeout: Duration,
 }
 
 impl RequestLog {
@@ -257,6 +263,7 @@ impl RequestLog {
             enabled,
             queue: Arc::new(Batcher::new(capacity, BATCH)),
             prices,
+            write_timeout: WRITE_TIMEOUT,
         }
     }
 
@@ -285,22 +292,30 @@ impl RequestLog {
     }
 
     /// Writes what is queued every [`WRITE_EVERY`] (or as soon as a batch
-    /// is full) until `stop`, then what is left. A failed write keeps its
-    /// rows queued for the next.
-    pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
+    /// is full) until `stop`, then what is left. A write that failed keeps
+    /// its rows queued for the next (the transaction was rolled back); one
+    /// that did not answer in time loses them, counted as dropped, since it
+    /// may yet commit: a row is written at most once.
+    pub async fn run(self: Arc<Self>, store: Arc<dyn RequestLogStore>, stop: CancellationToken) {
+        let timeout = self.write_timeout;
         let write = move |batch: Vec<RequestLogEntry>| {
             let store = store.clone();
             async move {
-                let error =
-                    match tokio::time::timeout(WRITE_TIMEOUT, store.insert_request_logs(&batch))
-                        .await
-                    {
-                        Ok(Ok(())) => return Written::Done,
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => format!("no answer within {WRITE_TIMEOUT:?}"),
-                    };
-                tracing::warn!(%error, rows = batch.len(), "writing the request log failed; will retry");
-                Written::Retry(batch)
+                match tokio::time::timeout(timeout, store.insert_request_logs(&batch)).await {
+                    Ok(Ok(())) => Written::Done,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, rows = batch.len(), "writing the request log failed; will retry");
+                        Written::Retry(batch)
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            rows = batch.len(),
+                            ?timeout,
+                            "writing the request log took too long; its rows are given up, not written again (the write may still commit)"
+                        );
+                        Written::Lost(batch.len())
+                    }
+                }
             }
         };
         self.queue.clone().run(WRITE_EVERY, stop, write).await;
@@ -463,5 +478,77 @@ mod tests {
         // A batch's line, a quarter off.
         log.push(row, true);
         assert_eq!(log.queue.take()[0].cost_micros, 1_500);
+    }
+
+    /// A store whose writes commit `delay` after they begin, whether or not
+    /// their caller still waits (as SQLite's worker thread does).
+    struct Slow {
+        rows: Arc<Mutex<Vec<RequestLogEntry>>>,
+        delay: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl RequestLogStore for Slow {
+        async fn insert_request_logs(
+            &self,
+            rows: &[RequestLogEntry],
+        ) -> Result<(), svc_core::StoreError> {
+            let (kept, rows, delay) = (self.rows.clone(), rows.to_vec(), self.delay);
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "the commit outlives its caller on purpose: that is what is tested"
+            )]
+            let commit = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                kept.lock().unwrap().extend(rows);
+            });
+            let _ = commit.await;
+            Ok(())
+        }
+
+        async fn list_request_logs(
+            &self,
+            _: &svc_core::request_log::RequestLogQuery,
+        ) -> Result<Vec<RequestLogEntry>, svc_core::StoreError> {
+            Ok(Vec::new())
+        }
+
+        async fn delete_request_logs_before(&self, _: i64) -> Result<u64, svc_core::StoreError> {
+            Ok(0)
+        }
+    }
+
+    /// Issue 43: a 3.9 MB model name made every write slower than the
+    /// timeout; each was retried and committed anyway, so the same rows
+    /// were written about every 11 s until the disk filled.
+    #[tokio::test]
+    async fn a_write_slower_than_the_timeout_is_written_once() {
+        let mut log = RequestLog::new(true, BTreeMap::new());
+        log.write_timeout = Duration::from_millis(100);
+        let log = Arc::new(log);
+        let store = Slow {
+            rows: Arc::default(),
+            delay: Duration::from_millis(300),
+        };
+        let rows = store.rows.clone();
+        log.push(
+            RequestLogEntry {
+                id: "req_1".into(),
+                ..RequestLogEntry::default()
+            },
+            false,
+        );
+        let stop = CancellationToken::new();
+        let writer = log.clone().run(Arc::new(store), stop.clone());
+        // The writer tries each second, and once more when stopped.
+        let stopper = async {
+            tokio::time::sleep(Duration::from_millis(3_500)).await;
+            stop.cancel();
+        };
+        tokio::join!(writer, stopper);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(rows.lock().unwrap().len(), 1, "written once");
+        assert_eq!(log.pending(), 0);
+        assert_eq!(log.dropped(), 1, "given up, and counted");
     }
 }

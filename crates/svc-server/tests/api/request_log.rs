@@ -23,6 +23,7 @@ on_both_databases!(
     every_api_request_leaves_one_row_with_what_it_used,
     rows_older_than_the_retention_are_deleted,
     the_dashboard_shows_everyone_their_own_requests_and_admins_all,
+    a_model_id_past_its_bound_is_refused_and_never_kept,
 );
 
 /// `GET /v1/organization/request_logs?query` with `key`, as JSON.
@@ -319,6 +320,63 @@ async fn sqlx_lock(url: &str) -> sqlx::PgConnection {
 
 async fn unlock(connection: &mut sqlx::PgConnection) {
     sqlx::query("COMMIT").execute(connection).await.unwrap();
+}
+
+/// Issue 43: 100 requests naming an unknown model of 3.9 MB each put
+/// 3.69 GB of model names in the request log. A model id is bounded
+/// (`svc_api::MAX_MODEL_ID`) on every endpoint that names one, and the
+/// refusal keeps none of it.
+async fn a_model_id_past_its_bound_is_refused_and_never_kept(database: Database) {
+    let app = TestApp::spawn_with(database, ServerConfig::default()).await;
+    let admin = app.create_admin_key().await;
+    let key = app.create_key().await;
+    let long = "m".repeat(300_000);
+    let text = json!([{"role": "user", "content": "hi"}]);
+    let requests = [
+        (
+            "/v1/chat/completions",
+            json!({"model": long, "messages": text}),
+        ),
+        ("/v1/completions", json!({"model": long, "prompt": "hi"})),
+        ("/v1/embeddings", json!({"model": long, "input": "hi"})),
+        ("/v1/responses", json!({"model": long, "input": "hi"})),
+        (
+            "/v1/messages",
+            json!({"model": long, "max_tokens": 5, "messages": text}),
+        ),
+        (
+            "/v1/messages/count_tokens",
+            json!({"model": long, "messages": text}),
+        ),
+    ];
+    for (path, request) in &requests {
+        let response = app
+            .client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .json(request)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{path}");
+        let error = response.text().await.unwrap();
+        assert!(error.len() < 1_000, "{path}: the id is not echoed: {error}");
+        assert!(error.contains("at most 256 bytes"), "{path}: {error}");
+        if !path.starts_with("/v1/messages") {
+            let error: Value = serde_json::from_str(&error).unwrap();
+            assert_eq!(error["error"]["param"], "model", "{path}");
+        }
+    }
+    // At the bound, a model id is read (and this one is unknown).
+    let at_bound = app.chat(&key, &body(&"m".repeat(256), "hi")).await;
+    assert_eq!(at_bound.status(), 404);
+    let rows = rows_once(&app, &admin, requests.len() + 1).await;
+    let listed = serde_json::to_string(&rows).unwrap();
+    assert!(listed.len() < 20_000, "{} bytes listed", listed.len());
+    assert!(
+        rows.iter()
+            .all(|r| r["model"].as_str().is_none_or(|m| m.len() <= 256))
+    );
 }
 
 async fn rows_older_than_the_retention_are_deleted(database: Database) {
