@@ -256,8 +256,12 @@ impl ResponseCache {
         let plan = Plan {
             key: hex::encode(hash.finalize()),
         };
+        // A reply that a fallback made is one of the model that served it:
+        // a key that may not use that model is not given it (it asks, and
+        // its own fallbacks decide).
         if !directives.no_cache
             && let Some((hit, served, saved)) = self.get(&plan).await
+            && key.may_use(&served)
         {
             // Counted in usage as a request of the model that served it,
             // priced at its `cached_response` rate (else free).

@@ -21,6 +21,10 @@ use svc_test_support::{Database, FakeEngine, Probe, Script, TestApp, fake_models
 /// `fails-midway` fails after two words; `tiny-falls` and `tiny-stays`
 /// refuse every prompt as too long, and only the first falls back then.
 async fn app() -> (TestApp, Arc<Probe>) {
+    app_with(ServerConfig::default()).await
+}
+
+async fn app_with(config: ServerConfig) -> (TestApp, Arc<Probe>) {
     let probe = Arc::new(Probe::default());
     let mut routes: Vec<ModelRoute> = fake_models(probe.clone()).iter().cloned().collect();
     let falling = |id: &str, script: Script, on_context_length: bool| ModelRoute {
@@ -48,13 +52,7 @@ async fn app() -> (TestApp, Arc<Probe>) {
     ]);
     let models = ModelRegistry::new(routes);
     models.check_fallbacks().unwrap();
-    let app = TestApp::spawn_models(
-        Database::Sqlite,
-        ServerConfig::default(),
-        models,
-        probe.clone(),
-    )
-    .await;
+    let app = TestApp::spawn_models(Database::Sqlite, config, models, probe.clone()).await;
     (app, probe)
 }
 
@@ -220,6 +218,58 @@ async fn a_fallback_the_key_may_not_use_is_never_asked() {
     let response = app.chat(&key, &crate::body("down", "hi")).await;
     assert_eq!(response.status(), 502);
     assert_eq!(probe.started.load(Ordering::SeqCst), started);
+}
+
+/// Issue 43: a key allowed only `down` was refused the fallback's answer
+/// when it asked, then given another key's, made by `svc-thinking`, from
+/// the response cache.
+#[tokio::test]
+async fn a_cached_reply_of_a_fallback_is_not_served_to_a_key_that_may_not_use_it() {
+    let (app, _) = app_with(ServerConfig {
+        response_cache_ttl: Duration::from_secs(3600),
+        ..ServerConfig::default()
+    })
+    .await;
+    let open = app.create_key().await;
+    let only_down = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                allowed_models: ModelAccess(Some(vec!["down".into()])),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let mut body = crate::body("down", "cache me");
+    body["temperature"] = json!(0);
+    let response = app.chat(&open, &body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-svc-served-model"], "svc-thinking");
+    // Kept once its last byte went out: the open key finds it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = app
+            .client
+            .post(app.url("/v1/chat/completions"))
+            .bearer_auth(&open)
+            .header("cache-control", "only-if-cached")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never cached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let response = app.chat(&only_down, &body).await;
+    let status = response.status();
+    let cache = response.headers().get("x-svc-cache").cloned();
+    let served = response.headers().get("x-svc-served-model").cloned();
+    assert_eq!(status, 502, "{:?}", response.text().await);
+    assert_ne!(cache.as_ref().map(|v| v.as_bytes()), Some(&b"hit"[..]));
+    assert_eq!(served, None);
 }
 
 #[tokio::test]
