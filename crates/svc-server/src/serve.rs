@@ -131,7 +131,10 @@ pub async fn serve(
             let trusted_proxies = limits.trusted_proxies.clone();
             let body_timeout = limits.body_timeout;
             move |request: hyper::Request<Incoming>| {
-                guard.started();
+                // The connection is busy until this request's answer is
+                // sent (or dropped): not idle, so neither timed out nor
+                // closed to make room.
+                let busy = guard.begin();
                 let client = client_ip(peer, request.headers(), &trusted_proxies);
                 // hyper closes an HTTP/1 connection whose request body was
                 // left unread (a refused key, a body over the limit), but
@@ -156,6 +159,7 @@ pub async fn serve(
                             hyper::header::HeaderValue::from_static("close"),
                         );
                     }
+                    let response = response.map(|body| crate::body::Watched::body(body, busy));
                     Ok::<_, std::convert::Infallible>(response)
                 }
             }
@@ -164,6 +168,7 @@ pub async fn serve(
         let builder = builder.clone();
         let tls = tls.clone();
         let deadline = Instant::now() + limits.header_timeout;
+        let idle_timeout = limits.header_timeout;
         #[expect(
             clippy::disallowed_methods,
             reason = "shutdown tracks each connection through `graceful`, which it waits for below"
@@ -175,7 +180,7 @@ pub async fn serve(
                 return drive(
                     watcher.watch(connection.into_owned()),
                     &slot,
-                    deadline,
+                    idle_timeout,
                     remote,
                 )
                 .await;
@@ -201,7 +206,7 @@ pub async fn serve(
             drive(
                 watcher.watch(connection.into_owned()),
                 &slot,
-                deadline,
+                idle_timeout,
                 remote,
             )
             .await;
@@ -211,29 +216,38 @@ pub async fn serve(
     graceful.shutdown().await;
 }
 
-/// Runs one connection to its end. hyper times HTTP/1 heads itself, but
-/// not the bytes before it knows the protocol, nor HTTP/2's preface: a
-/// connection must have begun a request by `deadline`, and one that has
-/// not is closed when room is needed.
+/// Runs one connection to its end, or until it has been idle (no request
+/// under way) for `idle_timeout`: before its first request (hyper times
+/// HTTP/1 heads itself, but not the bytes before it knows the protocol,
+/// nor HTTP/2's preface) and between requests, on HTTP/1 as on HTTP/2
+/// (whose streams hyper never times). An idle connection is also closed
+/// when its place is needed for a new one.
 async fn drive<E: std::fmt::Display>(
     connection: impl Future<Output = Result<(), E>>,
     slot: &Slot,
-    deadline: Instant,
+    idle_timeout: Duration,
     remote: std::net::SocketAddr,
 ) {
     let mut connection = std::pin::pin!(connection);
-    let ended = tokio::select! {
-        ended = &mut connection => ended,
-        () = slot.evict.notified() => {
-            tracing::debug!(%remote, "connection closed before its first request, to make room");
-            return;
-        }
-        () = tokio::time::sleep_until(deadline) => {
-            if !slot.started.load(Ordering::Relaxed) {
-                tracing::debug!(%remote, "connection closed: no request within the header timeout");
-                return;
+    let ended = loop {
+        let idle_until = slot.idle_since().map(|since| since + idle_timeout);
+        tokio::select! {
+            ended = &mut connection => break ended,
+            () = slot.evict.notified() => {}
+            () = slot.activity.notified() => {}
+            () = tokio::time::sleep_until(idle_until.unwrap_or_else(Instant::now)), if idle_until.is_some() => {
+                if slot.idle_since().is_some_and(|since| since + idle_timeout <= Instant::now()) {
+                    tracing::debug!(%remote, started = slot.started.load(Ordering::Relaxed), "connection closed: idle for the header timeout");
+                    return;
+                }
             }
-            connection.await
+        }
+        // Its place was given to a new connection while it was idle: it
+        // closes as soon as it is idle again (now, unless a request began
+        // meanwhile).
+        if slot.released.load(Ordering::Relaxed) && slot.idle_since().is_some() {
+            tracing::debug!(%remote, started = slot.started.load(Ordering::Relaxed), "idle connection closed to make room");
+            return;
         }
     };
     if let Err(e) = ended {
@@ -274,8 +288,10 @@ static TOO_MANY_CONNECTIONS: LazyLock<Vec<u8>> = LazyLock::new(|| {
 ///
 /// When every place is taken, the oldest connection that has not begun a
 /// request yet (a slow client, most likely: honest ones send theirs at
-/// once) is closed to make room, so slow clients from many addresses
-/// cannot lock everyone else out for a whole header timeout.
+/// once) is closed to make room, else the one idle the longest (a
+/// keep-alive or HTTP/2 connection with no request under way), so neither
+/// slow clients nor idle connections from many addresses can lock everyone
+/// else out. Only connections with requests under way hold their places.
 struct ConnectionTable {
     max_total: usize,
     max_per_address: usize,
@@ -289,6 +305,9 @@ struct Open {
     by_address: HashMap<IpAddr, usize>,
     /// Connections without a request yet, oldest first.
     unstarted: BTreeMap<u64, Arc<Slot>>,
+    /// Connections whose requests have all been answered, idle the
+    /// longest first (by [`Slot::idle_key`]).
+    idle: BTreeMap<u64, Arc<Slot>>,
     next_id: u64,
 }
 
@@ -312,7 +331,6 @@ impl Open {
 }
 
 /// One connection's place in the table.
-#[derive(Default)]
 struct Slot {
     id: u64,
     /// Counted under this address (`None`: a trusted proxy).
@@ -323,6 +341,45 @@ struct Slot {
     released: AtomicBool,
     /// Told when the connection is closed to make room.
     evict: Notify,
+    /// Requests under way, and since when there has been none (`None`
+    /// while there is one); changed under the table's lock.
+    busy: Mutex<Busy>,
+    /// Told when the connection becomes idle or busy.
+    activity: Notify,
+}
+
+struct Busy {
+    requests: usize,
+    idle_since: Option<Instant>,
+    /// Its key in [`Open::idle`] while idle after a request.
+    idle_key: u64,
+}
+
+impl Slot {
+    fn new(id: u64, address: Option<IpAddr>) -> Self {
+        Slot {
+            id,
+            address,
+            started: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            evict: Notify::new(),
+            busy: Mutex::new(Busy {
+                requests: 0,
+                idle_since: Some(Instant::now()),
+                idle_key: 0,
+            }),
+            activity: Notify::new(),
+        }
+    }
+
+    fn busy(&self) -> std::sync::MutexGuard<'_, Busy> {
+        self.busy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Since when no request has been under way; `None` while one is.
+    fn idle_since(&self) -> Option<Instant> {
+        self.busy().idle_since
+    }
 }
 
 impl ConnectionTable {
@@ -352,10 +409,16 @@ impl ConnectionTable {
             return None;
         }
         if open.total >= self.max_total {
-            let Some((_, victim)) = open.unstarted.pop_first() else {
-                drop(open);
-                self.metrics.connection_refused();
-                return None;
+            let victim = match open.unstarted.pop_first() {
+                Some((_, victim)) => victim,
+                None => match open.idle.pop_first() {
+                    Some((_, victim)) => victim,
+                    None => {
+                        drop(open);
+                        self.metrics.connection_refused();
+                        return None;
+                    }
+                },
             };
             if open.release(&victim) {
                 self.metrics.connections_open(-1);
@@ -368,11 +431,7 @@ impl ConnectionTable {
         open.total += 1;
         let id = open.next_id;
         open.next_id += 1;
-        let slot = Arc::new(Slot {
-            id,
-            address,
-            ..Slot::default()
-        });
+        let slot = Arc::new(Slot::new(id, address));
         open.unstarted.insert(id, slot.clone());
         drop(open);
         self.metrics.connections_open(1);
@@ -407,13 +466,53 @@ impl std::ops::Deref for ConnectionGuard {
     }
 }
 
-impl Admitted {
-    /// A request began: the connection is no longer the first to close
-    /// when room is needed.
-    fn started(&self) {
-        if !self.slot.started.swap(true, Ordering::Relaxed) {
-            self.table.lock().unstarted.remove(&self.slot.id);
+impl ConnectionGuard {
+    /// A request began: the connection is busy (neither timed out nor
+    /// closed to make room) until the returned guard is dropped, with the
+    /// answer's body.
+    fn begin(&self) -> Underway {
+        {
+            let mut open = self.table.lock();
+            let mut busy = self.slot.busy();
+            if busy.requests == 0 {
+                open.unstarted.remove(&self.slot.id);
+                open.idle.remove(&busy.idle_key);
+                busy.idle_since = None;
+            }
+            busy.requests += 1;
+            self.slot.started.store(true, Ordering::Relaxed);
         }
+        self.slot.activity.notify_one();
+        Underway(self.clone())
+    }
+}
+
+/// A request under way on a connection; its end (the answer's body sent or
+/// dropped) may leave the connection idle.
+struct Underway(ConnectionGuard);
+
+impl crate::body::Watcher for Underway {
+    fn done(&mut self, _whole: bool) {}
+}
+
+impl Drop for Underway {
+    fn drop(&mut self) {
+        let slot = &self.0.slot;
+        {
+            let mut open = self.0.table.lock();
+            let mut busy = slot.busy();
+            busy.requests = busy.requests.saturating_sub(1);
+            if busy.requests == 0 {
+                busy.idle_since = Some(Instant::now());
+                if !slot.released.load(Ordering::Relaxed) {
+                    let key = open.next_id;
+                    open.next_id += 1;
+                    busy.idle_key = key;
+                    open.idle.insert(key, slot.clone());
+                }
+            }
+        }
+        slot.activity.notify_one();
     }
 }
 
@@ -422,6 +521,14 @@ impl Drop for Admitted {
         let released = {
             let mut open = self.table.lock();
             open.unstarted.remove(&self.slot.id);
+            let idle_key = self.slot.busy().idle_key;
+            if open
+                .idle
+                .get(&idle_key)
+                .is_some_and(|s| s.id == self.slot.id)
+            {
+                open.idle.remove(&idle_key);
+            }
             open.release(&self.slot)
         };
         if released {

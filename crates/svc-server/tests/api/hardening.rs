@@ -236,6 +236,30 @@ async fn health_on(stream: &mut TcpStream) {
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
 }
 
+/// A connection from 127.0.0.`host` with a request under way: a streamed
+/// reply of `fake-slow` (50 ms a word) to 60 words, its head read.
+async fn busy_from(app: &TestApp, key: &str, host: u8) -> TcpStream {
+    let mut stream = connect_from(app, host).await;
+    let words = vec!["word"; 60].join(" ");
+    let mut request = body("fake-slow", &words);
+    request["stream"] = serde_json::json!(true);
+    let request = request.to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        request.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    stream
+}
+
 #[tokio::test]
 async fn connections_past_the_total_limit_are_refused() {
     let app = spawn(ServerConfig {
@@ -243,12 +267,11 @@ async fn connections_past_the_total_limit_are_refused() {
         ..ServerConfig::default()
     })
     .await;
-    // Three clients in the middle of keep-alive sessions fill every place.
+    let key = app.create_key().await;
+    // Three clients with requests under way fill every place.
     let mut held = Vec::new();
     for host in 2..5 {
-        let mut stream = connect_from(&app, host).await;
-        health_on(&mut stream).await;
-        held.push(stream);
+        held.push(busy_from(&app, &key, host).await);
     }
     let mut refused = connect_from(&app, 5).await;
     let got = read_until_closed(&mut refused, Instant::now() + Duration::from_secs(2))
@@ -265,6 +288,79 @@ async fn connections_past_the_total_limit_are_refused() {
         }
         assert!(started.elapsed() < Duration::from_secs(2));
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An HTTP/2 connection (prior knowledge, as h2c clients open it) from
+/// 127.0.0.`host` that asked for `/health` once and is now idle, and the
+/// task driving it, which ends when the server closes it.
+async fn idle_http2_from(
+    app: &TestApp,
+    host: u8,
+) -> (
+    hyper::client::conn::http2::SendRequest<String>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stream = connect_from(app, host).await;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let request = hyper::Request::get(app.url("/health"))
+        .body(String::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    (sender, driver)
+}
+
+/// Issue 43: idle HTTP/2 connections were never closed (HTTP/1.1 ones are,
+/// after the header timeout).
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_header_timeout() {
+    let app = spawn(ServerConfig {
+        header_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    })
+    .await;
+    let (_sender, driver) = idle_http2_from(&app, 2).await;
+    tokio::time::timeout(Duration::from_secs(5), driver)
+        .await
+        .expect("the idle connection is closed")
+        .unwrap();
+}
+
+/// Issue 43: 120 idle HTTP/2 connections from 5 addresses held every place
+/// under `--max-connections 120`, and new clients were refused. An idle
+/// connection (HTTP/2 or a keep-alive HTTP/1.1 one) yields its place.
+#[tokio::test]
+async fn idle_connections_make_room_for_new_ones() {
+    let app = spawn(ServerConfig {
+        max_connections: 3,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut idle = Vec::new();
+    for host in 2..4 {
+        idle.push(idle_http2_from(&app, host).await);
+    }
+    let mut keep_alive = connect_from(&app, 4).await;
+    health_on(&mut keep_alive).await;
+    // Every place is held by an idle connection; newcomers are served.
+    health_is_answered(&app, 5).await;
+    health_is_answered(&app, 6).await;
+    // ... and the connections idle the longest were closed for them.
+    for (_, driver) in idle {
+        tokio::time::timeout(Duration::from_secs(2), driver)
+            .await
+            .expect("closed to make room")
+            .unwrap();
     }
 }
 
