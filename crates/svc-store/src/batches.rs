@@ -69,12 +69,15 @@ macro_rules! ready_to {
     };
 }
 
-/// `$1` to `$7`: a file's columns and the project's quota.
+/// `$1` to `$7`: a file's columns and the project's quota, which counts
+/// each file's name (`$4`) as well as its bytes (`$5`): names are kept too,
+/// and listed.
 const INSERT_FILE: &str = concat!(
     "INSERT INTO files (",
     file_columns!(),
     ") SELECT $1, $2, $3, $4, $5, $6 \
-     WHERE (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE project_id = $2) + $5 <= $7"
+     WHERE (SELECT COALESCE(SUM(bytes + OCTET_LENGTH(filename)), 0) FROM files \
+     WHERE project_id = $2) + $5 + OCTET_LENGTH($4) <= $7"
 );
 /// PostgreSQL: holds the project's (`$1`) uploads to one at a time until
 /// the transaction ends.
