@@ -506,20 +506,34 @@ fn window_of<'a>(map: &'a mut HashMap<String, Window>, key: &str, start: i64) ->
 /// counting a prompt's tokens or uploading a file, which per-minute limits
 /// do not bound. One key cannot
 /// take more than its share, and the work in all stays off most cores.
+///
+/// A request that works all the time it is in flight (counting tokens)
+/// holds its turn from [`InFlight::enter`] on. One that mostly waits for its
+/// client between pieces of work (an upload waits for the client's next
+/// bytes) takes a place with [`InFlight::admit`] and a turn for each piece
+/// ([`InFlightPlace::work`]), given back as the piece ends. Turns held for
+/// a whole upload let 16 keys' slow uploads hold all 64, and another
+/// project's upload waited 57.9 s, until the body timeout; taken piece by
+/// piece, a turn is never held while a client is slow. Turns are given
+/// first come first served and each request asks for one at a time, so a
+/// piece waits behind at most one piece of each other request in flight,
+/// and a key has at most `per_key` of those: places are shared fairly
+/// across keys.
 #[derive(Debug)]
 pub struct InFlight {
     /// What the requests are, for the refusal's message.
     what: &'static str,
     per_key: usize,
     running: Mutex<HashMap<KeyId, usize>>,
-    all: tokio::sync::Semaphore,
+    all: Arc<tokio::sync::Semaphore>,
 }
 
 /// A key's place among the requests in flight; given back when dropped.
 pub struct InFlightPlace<'a> {
     gate: &'a InFlight,
     key: KeyId,
-    _all: Option<tokio::sync::SemaphorePermit<'a>>,
+    /// The turn held for the whole request ([`InFlight::enter`]).
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Drop for InFlightPlace<'_> {
@@ -542,40 +556,99 @@ impl InFlight {
             what,
             per_key: per_key.max(1),
             running: Mutex::default(),
-            all: tokio::sync::Semaphore::new(all.max(1)),
+            all: Arc::new(tokio::sync::Semaphore::new(all.max(1))),
         }
     }
 
-    /// A place for one request of `key`, once it is its turn; a 429
-    /// `rate_limit_exceeded` at once when the key has its most in flight.
+    /// A place for one request of `key`, once it is its turn (held until
+    /// the place is dropped); a 429 `rate_limit_exceeded` at once when the
+    /// key has its most in flight.
     pub async fn enter(&self, key: &KeyId) -> Result<InFlightPlace<'_>, crate::error::ApiError> {
-        {
-            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-            let count = running.entry(key.clone()).or_default();
-            if *count >= self.per_key {
-                return Err(crate::error::ApiError::TooManyInFlight {
-                    what: self.what,
-                    limit: self.per_key,
-                });
-            }
-            *count += 1;
-        }
         // Made before waiting, so that a request dropped while it waits
         // gives its place back.
-        let mut place = InFlightPlace {
+        let mut place = self.admit(key)?;
+        // The semaphore is never closed.
+        place.turn = self.all.clone().acquire_owned().await.ok();
+        Ok(place)
+    }
+
+    /// A place for one request of `key` that takes its turns piece by
+    /// piece ([`InFlightPlace::work`]); a 429 `rate_limit_exceeded` when the
+    /// key has its most in flight.
+    pub fn admit(&self, key: &KeyId) -> Result<InFlightPlace<'_>, crate::error::ApiError> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let count = running.entry(key.clone()).or_default();
+        if *count >= self.per_key {
+            return Err(crate::error::ApiError::TooManyInFlight {
+                what: self.what,
+                limit: self.per_key,
+            });
+        }
+        *count += 1;
+        Ok(InFlightPlace {
             gate: self,
             key: key.clone(),
-            _all: None,
+            turn: None,
+        })
+    }
+}
+
+impl InFlightPlace<'_> {
+    /// Runs `work` on a blocking thread in a turn of its own (unless the
+    /// place holds one), given back as it ends. The turn goes with the
+    /// work, so a request dropped meanwhile does not free it early.
+    pub async fn work<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, crate::error::ApiError> {
+        let turn = match self.turn {
+            Some(_) => None,
+            // The semaphore is never closed.
+            None => self.gate.all.clone().acquire_owned().await.ok(),
         };
-        // The semaphore is never closed.
-        place._all = self.all.acquire().await.ok();
-        Ok(place)
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            work()
+        })
+        .await
+        .map_err(|e| {
+            crate::error::ApiError::Internal(format!("{} work failed: {e}", self.gate.what))
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_admitted_place_holds_a_turn_only_while_it_works() {
+        let gate = InFlight::new("file upload", 2, 1);
+        let (a, b) = (KeyId("a".into()), KeyId("b".into()));
+        let first = gate.admit(&a).unwrap();
+        let _second = gate.admit(&a).unwrap();
+        assert!(matches!(
+            gate.admit(&a),
+            Err(crate::error::ApiError::TooManyInFlight { limit: 2, .. })
+        ));
+        // One turn in all: `a`'s places, waiting between pieces, hold none.
+        let other = gate.admit(&b).unwrap();
+        assert_eq!(other.work(|| 1).await.unwrap(), 1);
+        assert_eq!(first.work(|| 2).await.unwrap(), 2);
+        // A place that entered holds its turn until it is dropped.
+        let entered = gate.enter(&b).await.unwrap();
+        let waiting = first.work(|| 3);
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), &mut waiting)
+                .await
+                .is_err()
+        );
+        drop(entered);
+        assert_eq!(waiting.await.unwrap(), 3);
+        drop(other);
+        assert!(gate.admit(&b).is_ok());
+    }
 
     #[test]
     fn a_failure_keeps_redis_alone_until_a_success() {

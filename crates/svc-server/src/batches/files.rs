@@ -2,26 +2,28 @@
 //! `file` and `purpose: batch`) is checked line by line as it arrives and
 //! written to a temporary file beside the others; only a whole, valid
 //! file within the project's quota is renamed into place and recorded.
-
-use std::path::PathBuf;
+//! The handler only forwards the body's chunks: parsing, checking and
+//! writing them is done on blocking threads ([`super::upload`]), so that a
+//! hostile body costs the async threads nothing else.
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use futures::TryStreamExt;
+use futures::{FutureExt as _, StreamExt as _, TryStreamExt};
 use svc_api::batches::{DeletedFile, FileList, FileObject, UploadFile};
 use svc_core::batch::FileRecord;
 use svc_core::{KeyRecord, ValidationError, now};
-use tokio::io::AsyncWriteExt;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::lines::Checker;
+use super::multipart;
+use super::upload::{Received, Receiver};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::json_response;
+use crate::ratelimit::InFlightPlace;
 use crate::routes::organization::{QueryPairs, page_within};
 use crate::state::AppState;
 
@@ -66,72 +68,27 @@ pub async fn upload(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let _place = state.batches.uploads.enter(&key.id).await?;
+    let place = state.batches.uploads.admit(&key.id)?;
     let limit = state.batches.file_max_bytes;
     let boundary = request
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| multer::parse_boundary(v).ok())
+        .and_then(multipart::boundary)
         .ok_or_else(|| ApiError::InvalidBody {
             param: None,
             message: "Send the file as multipart/form-data, with the fields `file` and `purpose`."
                 .into(),
         })?;
-    // The whole form within the file limit; the other fields small (they
-    // are read into memory).
-    let constraints = multer::Constraints::new().size_limit(
-        multer::SizeLimit::new()
-            .whole_stream(u64::try_from(limit).unwrap_or(u64::MAX))
-            .per_field(u64::try_from(limit).unwrap_or(u64::MAX))
-            .for_field("purpose", 1024),
+    let receiver = Receiver::new(
+        &boundary,
+        state.batches.dir.clone(),
+        // A line holds a request body, and its own fields beside it.
+        state.body_limit.0 + 4096,
+        limit,
     );
-    let mut form = multer::Multipart::with_constraints(
-        request.into_body().into_data_stream(),
-        boundary,
-        constraints,
-    );
-    let mut purpose = None;
-    let mut received = None;
-    while let Some(field) = form.next_field().await.map_err(|e| form_error(&e, limit))? {
-        match field.name() {
-            Some("purpose") => {
-                purpose = Some(field.text().await.map_err(|e| form_error(&e, limit))?);
-            }
-            Some("file") if received.is_none() => {
-                let name = field
-                    .file_name()
-                    .map_or_else(|| "upload.jsonl".to_owned(), str::to_owned);
-                received = Some((name, receive(&state, field).await?));
-            }
-            // Other fields (OpenAI's `expires_after`, say) are read and left.
-            _ => {
-                let mut field = field;
-                while field
-                    .chunk()
-                    .await
-                    .map_err(|e| form_error(&e, limit))?
-                    .is_some()
-                {}
-            }
-        }
-    }
-    match purpose.as_deref() {
-        Some("batch") => {}
-        Some(other) => {
-            return Err(ValidationError::new(
-                "purpose",
-                format!(
-                    "purpose must be `batch` (files are kept for the Batch API), not `{other}`"
-                ),
-            )
-            .into());
-        }
-        None => return Err(ValidationError::new("purpose", "purpose is required: `batch`").into()),
-    }
-    let Some((filename, upload)) = received else {
-        return Err(ValidationError::new("file", "file is required").into());
-    };
+    let Received { filename, upload } =
+        receive(&place, receiver, request.into_body(), limit).await?;
     let record = FileRecord {
         id: upload.id.clone(),
         project_id: key.project_id.clone(),
@@ -154,8 +111,10 @@ pub async fn upload(
         return Err(ValidationError::new(
             "file",
             format!(
-                "this file ({} bytes) would take the project's files past its quota of {} bytes; delete files first",
-                record.bytes, state.batches.quota_bytes
+                "this file ({} bytes, and {} of its name) would take the project's files past its quota of {} bytes; delete files first",
+                record.bytes,
+                record.filename.len(),
+                state.batches.quota_bytes
             ),
         )
         .into());
@@ -164,74 +123,74 @@ pub async fn upload(
     Ok(json_response(&shape(&record)))
 }
 
-/// A file being received: written to a temporary path, deleted unless kept.
-struct Upload {
-    id: String,
-    temporary: PathBuf,
-    bytes: u64,
-    kept: bool,
-}
+/// The most bytes of body handed to one piece of work.
+const PIECE_BYTES: usize = 256 * 1024;
 
-impl Upload {
-    /// Moves the file to `path`.
-    async fn keep(mut self, path: &std::path::Path) -> Result<(), ApiError> {
-        tokio::fs::rename(&self.temporary, path)
-            .await
-            .map_err(|e| ApiError::Internal(format!("cannot keep the file: {e}")))?;
-        self.kept = true;
-        Ok(())
-    }
-}
-
-impl Drop for Upload {
-    fn drop(&mut self) {
-        if !self.kept {
-            let _ = std::fs::remove_file(&self.temporary);
+/// Streams `body` through `receiver`: this task only forwards the body's
+/// chunks, the received ones at a time (up to [`PIECE_BYTES`]), and each
+/// batch is parsed, checked and written on a blocking thread in a turn of
+/// the uploads' (see [`crate::ratelimit::InFlight`]). A body past `limit`
+/// is a 413.
+async fn receive(
+    place: &InFlightPlace<'_>,
+    mut receiver: Receiver,
+    body: Body,
+    limit: usize,
+) -> Result<Received, ApiError> {
+    let mut body = body.into_data_stream();
+    let mut received = 0usize;
+    let mut ended = false;
+    while !ended {
+        let mut chunks = Vec::new();
+        let mut size = 0;
+        let mut next = body.next().await;
+        loop {
+            match next {
+                Some(Ok(chunk)) => {
+                    size += chunk.len();
+                    chunks.push(chunk);
+                }
+                Some(Err(e)) => {
+                    give_up(place, receiver).await;
+                    return Err(body_error(&e));
+                }
+                None => {
+                    ended = true;
+                    break;
+                }
+            }
+            if size >= PIECE_BYTES {
+                break;
+            }
+            match body.next().now_or_never() {
+                Some(chunk) => next = chunk,
+                None => break,
+            }
+        }
+        received = received.saturating_add(size);
+        if received > limit {
+            give_up(place, receiver).await;
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
+        if !chunks.is_empty() {
+            receiver = place
+                .work(move || receiver.feed(&chunks).map(|()| receiver))
+                .await??;
         }
     }
+    place.work(move || receiver.finish()).await?
 }
 
-/// Writes the `file` field to a temporary file, checking its lines.
-async fn receive(state: &AppState, mut field: multer::Field<'_>) -> Result<Upload, ApiError> {
-    let dir = &state.batches.dir;
-    tokio::fs::create_dir_all(dir)
-        .await
-        .map_err(|e| ApiError::Internal(format!("cannot make the files directory: {e}")))?;
-    let id = FileRecord::generate_id();
-    let mut upload = Upload {
-        temporary: dir.join(format!(".upload-{id}")),
-        id,
-        bytes: 0,
-        kept: false,
-    };
-    let mut out = tokio::fs::File::create(&upload.temporary)
-        .await
-        .map_err(|e| ApiError::Internal(format!("cannot write the file: {e}")))?;
-    // A line holds a request body, and its own fields beside it.
-    let mut checker = Checker::new(state.body_limit.0 + 4096);
-    let limit = state.batches.file_max_bytes;
-    let refused = |e: super::lines::LineError| ValidationError::new("file", e.to_string());
-    while let Some(chunk) = field.chunk().await.map_err(|e| form_error(&e, limit))? {
-        checker.feed(&chunk).map_err(refused)?;
-        out.write_all(&chunk)
-            .await
-            .map_err(|e| ApiError::Internal(format!("cannot write the file: {e}")))?;
-        upload.bytes += chunk.len() as u64;
-    }
-    checker.finish().map_err(refused)?;
-    out.sync_all()
-        .await
-        .map_err(|e| ApiError::Internal(format!("cannot write the file: {e}")))?;
-    Ok(upload)
+/// Drops `receiver` (its temporary file) off the async threads.
+async fn give_up(place: &InFlightPlace<'_>, receiver: Receiver) {
+    let _ = place.work(move || drop(receiver)).await;
 }
 
-/// A form that cannot be read: too big (413) or not a form (400).
-fn form_error(e: &multer::Error, limit: usize) -> ApiError {
-    match e {
-        multer::Error::StreamSizeExceeded { .. } | multer::Error::FieldSizeExceeded { .. } => {
-            ApiError::PayloadTooLarge { limit }
-        }
-        e => ApiError::InvalidBody {
+/// A body that could not be read: too slow, or cut off.
+fn body_error(e: &axum::Error) -> ApiError {
+    match crate::extract::body_timed_out(e) {
+        Some(timed_out) => ApiError::BodyTimeout(timed_out),
+        None => ApiError::InvalidBody {
             param: None,
             message: format!("The multipart/form-data body cannot be read: {e}."),
         },

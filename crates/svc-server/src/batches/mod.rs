@@ -12,7 +12,9 @@
 pub(crate) mod batch;
 pub(crate) mod files;
 mod lines;
+mod multipart;
 mod runner;
+mod upload;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,8 +31,15 @@ pub(crate) use runner::{Runner, sweep};
 /// Uploads one key may stream at once: each holds a connection and a
 /// temporary file of up to `files_max_bytes` until it ends.
 const UPLOADS_PER_KEY: usize = 4;
-/// Uploads written to disk at once in all (the others wait their turn).
-const UPLOADS_AT_ONCE: usize = 64;
+
+/// Pieces of uploads (a batch of received chunks parsed, checked and
+/// written) worked on at once in all, on blocking threads: half the cores.
+/// An upload holds a turn only while a piece of it is worked on, never
+/// while it waits for its client's next bytes, so slow uploads hold none
+/// (see [`InFlight`]).
+fn uploads_at_once() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
 
 /// The routes of files and batches.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -55,7 +64,7 @@ pub struct Batches {
     pub(crate) retention: Duration,
     /// Wakes the runner: a batch was created or cancelled.
     pub(crate) wake: Notify,
-    /// Uploads in flight, per key and in all.
+    /// Uploads in flight per key, and their pieces worked on in all.
     pub(crate) uploads: InFlight,
 }
 
@@ -72,7 +81,7 @@ impl Batches {
             lease: config.batch_lease,
             retention: config.batch_retention,
             wake: Notify::new(),
-            uploads: InFlight::new("file upload", UPLOADS_PER_KEY, UPLOADS_AT_ONCE),
+            uploads: InFlight::new("file upload", UPLOADS_PER_KEY, uploads_at_once()),
         }
     }
 

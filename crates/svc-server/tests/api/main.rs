@@ -71,6 +71,7 @@ mod sso;
 mod streaming;
 mod throttles;
 mod tls;
+mod uploads;
 
 use serde_json::{Value, json};
 use svc_core::{KeyKind, KeyLimits, KeyScope, ModelAccess, Permission};
