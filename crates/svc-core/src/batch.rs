@@ -10,6 +10,14 @@
 //! mid-line and its lease ran out) is still answered and counted once.
 //! When no line is left, one replica takes the batch itself on a lease to
 //! write its output and error files (finalizing), and the batch ends.
+//!
+//! What a project keeps counts toward its quota of file bytes, once: its
+//! files; the copy of a running batch's lines and the answers written so
+//! far. When a batch ends its answers become its output and error files,
+//! which count instead, and its lines are deleted, in one transaction. A
+//! project holds at most a bounded number of batches that have not ended.
+//! Lines are taken fairly: round-robin over the projects with pending
+//! lines, then over a project's keys, then oldest batch and line first.
 
 use async_trait::async_trait;
 
@@ -150,6 +158,37 @@ pub struct LineAnswer {
     pub output: String,
 }
 
+/// What [`BatchStore::answer_line`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The answer is written and counted.
+    Written,
+    /// Nothing: the line was answered already, or its batch is no longer
+    /// running.
+    Not,
+    /// Nothing: the answer would take the project past its quota.
+    PastQuota,
+}
+
+/// What bounds a project's batches when one is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// The most batches of a project that have not ended.
+    pub in_progress: i64,
+    /// The project's quota of bytes (files, lines' copies, answers).
+    pub quota: i64,
+}
+
+/// Why a batch was not created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchRefused {
+    /// The project has `limit` batches that have not ended.
+    InProgress { limit: i64 },
+    /// The copy of its lines (`needed` bytes) would take the project's
+    /// `used` bytes past `quota`.
+    Quota { used: i64, needed: i64, quota: i64 },
+}
+
 /// A batch's answered lines, in input order, for its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnsweredLine {
@@ -187,12 +226,17 @@ pub trait BatchStore: Send + Sync {
     /// Deletes the project's file record; false when there was none.
     async fn delete_file(&self, project: &ProjectId, id: &str) -> Result<bool, StoreError>;
 
-    /// Records a batch and its lines, all or none.
+    /// Records a batch and its lines, all or none, unless the project
+    /// would then have more than `limits.in_progress` batches that have not
+    /// ended, or the copy of the lines (their custom ids' and bodies'
+    /// bytes) would take it past `limits.quota`: the reason then, and
+    /// nothing is recorded. Two creates at once never pass together.
     async fn insert_batch(
         &self,
         batch: &BatchRecord,
         lines: &[BatchLine],
-    ) -> Result<(), StoreError>;
+        limits: &BatchLimits,
+    ) -> Result<Result<(), BatchRefused>, StoreError>;
     /// The project's batch with this id (any project when `None`).
     async fn batch(
         &self,
@@ -216,8 +260,12 @@ pub trait BatchStore: Send + Sync {
     ) -> Result<Option<BatchRecord>, StoreError>;
 
     /// Takes at most `limit` pending lines of `in_progress` batches whose
-    /// lease is free (none, or ended before `now`), oldest batch first,
-    /// for `lease`; two replicas never take the same line at once.
+    /// lease is free (none, or ended before `now`), for `lease`; two
+    /// replicas never take the same line at once. Lines are taken in
+    /// turns: each project with pending lines in turn (fewest lines on a
+    /// live lease first, then the one served least recently), within a
+    /// project each key in turn, within a key the oldest batch first, in
+    /// input order. The lines come back in batch and input order.
     async fn lease_lines(
         &self,
         lease: &Lease,
@@ -226,9 +274,18 @@ pub trait BatchStore: Send + Sync {
     ) -> Result<Vec<LeasedLine>, StoreError>;
     /// Extends the leases `lease.owner` holds on lines still pending.
     async fn renew_line_leases(&self, lease: &Lease) -> Result<(), StoreError>;
-    /// Writes a line's answer and counts it on its batch, unless it was
-    /// answered already: whether this call answered it.
-    async fn answer_line(&self, answer: &LineAnswer) -> Result<bool, StoreError>;
+    /// Writes a line's answer and counts it (and its bytes) on its batch,
+    /// unless it was answered already, or (with a `quota`) its bytes would
+    /// take the project past it: then nothing is written. `None`: kept past
+    /// the quota (the short error line that says the quota is reached).
+    async fn answer_line(
+        &self,
+        answer: &LineAnswer,
+        quota: Option<i64>,
+    ) -> Result<Answered, StoreError>;
+    /// The bytes that count toward the project's quota: its files, and the
+    /// copies of its running batches' lines and their answers so far.
+    async fn stored_bytes(&self, project: &ProjectId) -> Result<i64, StoreError>;
 
     /// Takes one batch that is ready to end, for `lease`: an `in_progress`
     /// batch with no pending line, a `cancelling` one with no line on a
@@ -241,11 +298,21 @@ pub trait BatchStore: Send + Sync {
         lease: &Lease,
         now: i64,
     ) -> Result<Option<(BatchRecord, BatchStatus)>, StoreError>;
-    /// Every line of a batch, in input order, with its answer if it has one.
-    async fn batch_answers(&self, id: &str) -> Result<Vec<AnsweredLine>, StoreError>;
+    /// A page of a batch's lines after the line `after` (from the first
+    /// when `None`), in input order, with their answers: at most `lines`,
+    /// and no more once their answers hold `bytes` (always one, however
+    /// long): a batch's answers are read a page at a time.
+    async fn answers_page(
+        &self,
+        id: &str,
+        after: Option<i64>,
+        lines: i64,
+        bytes: i64,
+    ) -> Result<Vec<AnsweredLine>, StoreError>;
     /// Ends a `finalizing` batch that `owner` holds: its status (`to`), the
-    /// time, its files (recorded with it, all or none). False when the
-    /// batch is not `owner`'s to end any more.
+    /// time, its files (recorded with it, outside the quota check: they
+    /// are its answers, which counted until now), and deletes its lines;
+    /// all or none. False when the batch is not `owner`'s to end any more.
     async fn finish_batch(
         &self,
         id: &str,

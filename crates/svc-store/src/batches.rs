@@ -1,23 +1,29 @@
 //! [`BatchStore`] on SQL: the `files`, `batches` and `batch_lines` tables
-//! (migration 0018).
+//! (migrations 0018 and 0020).
 //!
 //! What replicas race on is decided by one conditional statement each: a
-//! file's quota (an `INSERT … SELECT … WHERE` the sum still fits), a line's
-//! lease (an `UPDATE` of lines still pending and free; on PostgreSQL the
-//! lines are picked `FOR UPDATE SKIP LOCKED`, so that replicas leasing at
-//! once take different lines, and SQLite runs one writer at a time), a
-//! line's answer (an `UPDATE` of the line while it is pending, then its
-//! count on the batch, in one transaction), a batch's finalizing lease (an
-//! `UPDATE` that re-checks that the batch is still ready to end) and its
-//! end (an `UPDATE` by the lease's owner only). Every transaction starts
-//! with a write, so that SQLite takes its write lock before it reads.
+//! file's quota (an `INSERT … SELECT … WHERE` the sum still fits, then a
+//! check of the project's running batches too), a batch's creation (an
+//! `INSERT … SELECT … WHERE` the project's running batches and bytes still
+//! fit), a line's lease (an `UPDATE` of lines still pending and free; on
+//! PostgreSQL the lines are picked `FOR UPDATE SKIP LOCKED`, so that
+//! replicas leasing at once take different lines, and SQLite runs one
+//! writer at a time), a line's answer (an `UPDATE` of the line while it is
+//! pending and its bytes fit the quota, then its count on the batch, in one
+//! transaction), a batch's finalizing lease (an `UPDATE` that re-checks
+//! that the batch is still ready to end) and its end (an `UPDATE` by the
+//! lease's owner only). On PostgreSQL, whatever is checked against a
+//! project's quota first holds the project's advisory lock (READ COMMITTED
+//! would let two writers each miss the other's bytes). Every transaction
+//! starts with a write, so that SQLite takes its write lock before it
+//! reads.
 
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use svc_core::batch::{
-    AnsweredLine, BatchLine, BatchRecord, BatchStatus, BatchStore, FileRecord, Lease, LeasedLine,
-    LineAnswer,
+    Answered, AnsweredLine, BatchLimits, BatchLine, BatchRecord, BatchRefused, BatchStatus,
+    BatchStore, FileRecord, Lease, LeasedLine, LineAnswer,
 };
 use svc_core::ids::{KeyId, ProjectId};
 use svc_core::store::{StoreError, UnknownValue};
@@ -69,6 +75,36 @@ macro_rules! ready_to {
     };
 }
 
+/// The statuses of a batch that has not ended.
+macro_rules! running {
+    () => {
+        "('validating', 'in_progress', 'cancelling', 'finalizing')"
+    };
+}
+
+/// What counts toward the quota of the project `$project` (SQL for its
+/// id): its files (and their names, as [`INSERT_FILE`] counts them), and
+/// the copies of its running batches' lines and their answers so far (an
+/// ended batch's answers are its files).
+macro_rules! stored_bytes {
+    ($project:expr) => {
+        concat!(
+            "(SELECT COALESCE(SUM(bytes + OCTET_LENGTH(filename)), 0) FROM files \
+             WHERE project_id = ",
+            $project,
+            ") + (SELECT COALESCE(SUM(input_bytes + answer_bytes), 0) FROM batches \
+             WHERE project_id = ",
+            $project,
+            " AND status IN ",
+            running!(),
+            ")"
+        )
+    };
+}
+
+/// `$1`: a project's bytes toward its quota.
+const STORED: &str = concat!("SELECT CAST(", stored_bytes!("$1"), " AS BIGINT) AS used");
+
 /// `$1` to `$7`: a file's columns and the project's quota, which counts
 /// each file's name (`$4`) as well as its bytes (`$5`): names are kept too,
 /// and listed.
@@ -83,7 +119,13 @@ const INSERT_FILE: &str = concat!(
 /// the transaction ends.
 const LOCK_PROJECT_FILES: &str =
     "SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtext('svc files ' || $1))) AS l";
-/// A batch's output and error files, which no quota bounds; written once.
+/// PostgreSQL: [`LOCK_PROJECT_FILES`] of the project of batch `$1`.
+const LOCK_BATCH_PROJECT: &str = "SELECT 1 AS locked FROM (\
+     SELECT pg_advisory_xact_lock(hashtext('svc files ' || project_id)) \
+     FROM batches WHERE id = $1) AS l";
+/// A batch's output and error files, recorded when it ends without a quota
+/// check: they are its answers, which were checked and counted as they
+/// came; written once.
 const RECORD_FILE: &str = concat!(
     "INSERT INTO files (",
     file_columns!(),
@@ -96,11 +138,28 @@ const FILE: &str = concat!(
 );
 const DELETE_FILE: &str = "DELETE FROM files WHERE project_id = $1 AND id = $2";
 
+/// `$1` to `$23` a batch's columns, `$24` the bytes of its lines' copy,
+/// if the project (`$2`) has fewer than `$25` batches that have not ended
+/// and the copy fits its quota (`$26`).
 const INSERT_BATCH: &str = concat!(
     "INSERT INTO batches (",
     batch_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22, $23)"
+    ", input_bytes) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+     $16, $17, $18, $19, $20, $21, $22, $23, $24 \
+     WHERE (SELECT COUNT(*) FROM batches WHERE project_id = $2 AND status IN ",
+    running!(),
+    ") < $25 AND ",
+    stored_bytes!("$2"),
+    " + $24 <= $26"
+);
+/// Why [`INSERT_BATCH`] inserted nothing: the project's (`$1`) batches
+/// that have not ended, and its bytes.
+const PROJECT_LOAD: &str = concat!(
+    "SELECT (SELECT COUNT(*) FROM batches WHERE project_id = $1 AND status IN ",
+    running!(),
+    ") AS running, CAST(",
+    stored_bytes!("$1"),
+    " AS BIGINT) AS used"
 );
 const BATCH: &str = concat!("SELECT ", batch_columns!(), " FROM batches WHERE id = $1");
 const PROJECT_BATCH: &str = concat!(
@@ -118,6 +177,57 @@ const LINE_WIDTH: usize = 3;
 /// well under its limit).
 const LINES_PER_STATEMENT: usize = 500;
 
+/// The lines a lease chooses from (`candidates`), so that a lease reads a
+/// few lines of each batch, not all of a 50,000-line one: the lines on a
+/// lease, live or ended (a few per replica; the partial index
+/// `batch_lines_leased`), and each running batch's first `$4` lines never
+/// leased (no batch gives more than `$4`). SQLite has no `LATERAL`: a
+/// `CROSS JOIN` (which SQLite keeps in its order) reads each batch's lines
+/// up to its `$4`th.
+const CANDIDATES_SQLITE: &str = "WITH candidates AS (\
+       SELECT l.batch_id, l.idx, l.lease_until FROM batch_lines l INDEXED BY batch_lines_leased \
+       WHERE l.lease_owner IS NOT NULL AND l.state = 'pending' \
+       UNION ALL \
+       SELECT l.batch_id, l.idx, l.lease_until FROM batches b CROSS JOIN batch_lines l \
+       ON l.state = 'pending' AND l.batch_id = b.id AND l.idx <= COALESCE((\
+         SELECT x.idx FROM batch_lines x \
+         WHERE x.state = 'pending' AND x.batch_id = b.id AND x.lease_owner IS NULL \
+         ORDER BY x.idx LIMIT 1 OFFSET $4 - 1), 9223372036854775807) \
+       WHERE b.status = 'in_progress' AND l.lease_owner IS NULL)";
+/// [`CANDIDATES_SQLITE`] on PostgreSQL.
+const CANDIDATES_POSTGRES: &str = "WITH candidates AS (\
+       SELECT l.batch_id, l.idx, l.lease_until FROM batch_lines l \
+       WHERE l.lease_owner IS NOT NULL AND l.state = 'pending' \
+       UNION ALL \
+       SELECT l.batch_id, l.idx, l.lease_until FROM batches b CROSS JOIN LATERAL (\
+         SELECT x.batch_id, x.idx, x.lease_until FROM batch_lines x \
+         WHERE x.state = 'pending' AND x.batch_id = b.id AND x.lease_owner IS NULL \
+         ORDER BY x.idx LIMIT $4) AS l \
+       WHERE b.status = 'in_progress')";
+/// The candidates ranked, for [`lease_sql`]: in a project, the lines on a
+/// live lease (`free` 0) take the first turns; then each key in turn
+/// (`key_turn`: its lines by oldest batch and index; the key served least
+/// recently first on a tie); across projects, each project's first turn,
+/// then its second, … (the project served least recently first on a tie).
+/// `$3` is now. Window functions, which both databases have; PostgreSQL
+/// cannot lock rows in the same query, so the lines are locked after, in
+/// `picked`.
+const RANKED: &str = ", queued AS (\
+       SELECT c.batch_id, c.idx, b.project_id, b.key_id, \
+         CASE WHEN c.lease_until IS NULL OR c.lease_until < $3 THEN 1 ELSE 0 END AS free, \
+         MAX(b.turn) OVER (PARTITION BY b.project_id) AS project_served, \
+         MAX(b.turn) OVER (PARTITION BY b.project_id, b.key_id) AS key_served, \
+         ROW_NUMBER() OVER (PARTITION BY b.project_id, b.key_id ORDER BY \
+           CASE WHEN c.lease_until IS NULL OR c.lease_until < $3 THEN 1 ELSE 0 END, \
+           b.created_at, b.id, c.idx) AS key_turn \
+       FROM candidates c JOIN batches b ON b.id = c.batch_id \
+       WHERE b.status = 'in_progress'), \
+     ranked AS (\
+       SELECT batch_id, idx, free, project_id, project_served, \
+         ROW_NUMBER() OVER (PARTITION BY project_id \
+           ORDER BY free, key_turn, key_served, key_id) AS project_turn \
+       FROM queued)";
+
 /// The lines leased, with their batch's key, endpoint and creation (to
 /// return them oldest batch first).
 const LEASED: &str = "RETURNING batch_id, idx, custom_id, body, \
@@ -126,17 +236,39 @@ const LEASED: &str = "RETURNING batch_id, idx, custom_id, body, \
      (SELECT b.created_at FROM batches b WHERE b.id = batch_lines.batch_id) AS batch_created_at";
 const RENEW: &str = "UPDATE batch_lines SET lease_until = $2 \
      WHERE lease_owner = $1 AND state = 'pending'";
-/// `$1` the state (`ok`, `failed`), `$2` the output. Only a pending line of
-/// a batch still running (or cancelling, whose leased lines may finish) is
-/// answered: once a batch is finalizing its files are being written, and a
-/// late answer would be counted but in no file.
-const ANSWER: &str = "UPDATE batch_lines \
-     SET state = $1, output = $2, lease_owner = NULL, lease_until = NULL \
-     WHERE batch_id = $3 AND idx = $4 AND state = 'pending' \
+/// `$1` the state (`ok`, `failed`), `$2` the output, `$5` its bytes. Only
+/// a pending line of a batch still running (or cancelling, whose leased
+/// lines may finish) is answered: once a batch is finalizing its files are
+/// being written, and a late answer would be counted but in no file.
+macro_rules! answer {
+    () => {
+        "UPDATE batch_lines \
+         SET state = $1, output = $2, output_bytes = $5, lease_owner = NULL, lease_until = NULL \
+         WHERE batch_id = $3 AND idx = $4 AND state = 'pending' \
+         AND EXISTS (SELECT 1 FROM batches b \
+                     WHERE b.id = $3 AND b.status IN ('in_progress', 'cancelling'))"
+    };
+}
+/// [`answer!`], past any quota.
+const ANSWER: &str = answer!();
+/// [`answer!`], if the project's bytes and the answer's fit `$6`.
+const ANSWER_WITHIN: &str = concat!(
+    answer!(),
+    " AND ",
+    stored_bytes!("(SELECT b.project_id FROM batches b WHERE b.id = $3)"),
+    " + $5 <= $6"
+);
+/// Whether line `$2` of batch `$1` could be answered (so that an answer
+/// that was not, was past the quota).
+const ANSWERABLE: &str = "SELECT COUNT(*) AS answerable FROM batch_lines l \
+     WHERE l.batch_id = $1 AND l.idx = $2 AND l.state = 'pending' \
      AND EXISTS (SELECT 1 FROM batches b \
-                 WHERE b.id = $3 AND b.status IN ('in_progress', 'cancelling'))";
-const COUNT_OK: &str = "UPDATE batches SET completed = completed + 1 WHERE id = $1";
-const COUNT_FAILED: &str = "UPDATE batches SET failed = failed + 1 WHERE id = $1";
+                 WHERE b.id = $1 AND b.status IN ('in_progress', 'cancelling'))";
+/// `$2`: the answer's bytes.
+const COUNT_OK: &str =
+    "UPDATE batches SET completed = completed + 1, answer_bytes = answer_bytes + $2 WHERE id = $1";
+const COUNT_FAILED: &str =
+    "UPDATE batches SET failed = failed + 1, answer_bytes = answer_bytes + $2 WHERE id = $1";
 
 /// Batches ready to end (`$1` now), oldest first, at most `$2`.
 const READY: &str = concat!(
@@ -161,15 +293,24 @@ const TAKE: &str = concat!(
 /// Candidates [`READY`] reads at once: more than one, in case another
 /// replica takes the first meanwhile.
 const TAKE_CANDIDATES: i64 = 8;
+/// The sizes of at most `$3` of batch `$1`'s answers after line `$2`
+/// (lines answered before migration 0020 have no `output_bytes`).
+const ANSWER_SIZES: &str = "SELECT idx, COALESCE(output_bytes, LENGTH(output), 0) AS size \
+     FROM batch_lines WHERE batch_id = $1 AND idx > $2 ORDER BY idx LIMIT $3";
+/// Batch `$1`'s lines from after `$2` to `$3`, with their answers.
 const ANSWERS: &str = "SELECT idx, custom_id, state, output FROM batch_lines \
-     WHERE batch_id = $1 ORDER BY idx";
+     WHERE batch_id = $1 AND idx > $2 AND idx <= $3 ORDER BY idx";
+/// An ended batch's lines: its answers are its files now.
+const DELETE_LINES: &str = "DELETE FROM batch_lines WHERE batch_id = $1";
 
 /// Ended batches, with the files they name.
 const SWEEP: &str = "DELETE FROM batches \
      WHERE status IN ('completed', 'failed', 'expired', 'cancelled') \
      AND COALESCE(completed_at, failed_at, expired_at, cancelled_at) < $1 \
      RETURNING id, input_file_id, output_file_id, error_file_id";
-const SWEEP_LINES: &str = "DELETE FROM batch_lines WHERE batch_id = $1";
+/// Lines of batches that ended before migration 0020 (which deletes them
+/// when a batch ends).
+const SWEEP_LINES: &str = DELETE_LINES;
 const SWEEP_FILE: &str = "DELETE FROM files WHERE id = $1";
 /// An input file goes with the last batch that names it.
 const SWEEP_INPUT: &str = "DELETE FROM files WHERE id = $1 \
@@ -356,8 +497,22 @@ impl BatchStore for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        // The project's running batches count too (their lines' copies and
+        // answers): a file that fits beside the files but not beside them
+        // is not kept.
+        let used: i64 = sqlx::query_scalar(STORED)
+            .bind(file.project_id.0.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        if used > quota {
+            return Ok(false);
+        }
         tx.commit().await.map_err(query_error)?;
-        Ok(done.rows_affected() == 1)
+        Ok(true)
     }
 
     async fn file(&self, project: &ProjectId, id: &str) -> Result<Option<FileRecord>, StoreError> {
@@ -406,9 +561,22 @@ impl BatchStore for SqlStore {
         &self,
         batch: &BatchRecord,
         lines: &[BatchLine],
-    ) -> Result<(), StoreError> {
+        limits: &BatchLimits,
+    ) -> Result<Result<(), BatchRefused>, StoreError> {
+        let needed = lines.iter().fold(0_i64, |sum, l| {
+            sum.saturating_add(i64::try_from(l.custom_id.len() + l.body.len()).unwrap_or(i64::MAX))
+        });
         let mut tx = self.pool.begin().await.map_err(query_error)?;
-        sqlx::query(INSERT_BATCH)
+        if self.backend == Backend::Postgres {
+            // As for a file: one project's creates, uploads and answers are
+            // checked one at a time.
+            sqlx::query(LOCK_PROJECT_FILES)
+                .bind(batch.project_id.0.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
+        let done = sqlx::query(INSERT_BATCH)
             .bind(batch.id.as_str())
             .bind(batch.project_id.0.as_str())
             .bind(batch.key_id.0.as_str())
@@ -432,14 +600,38 @@ impl BatchStore for SqlStore {
             .bind(batch.expired_at)
             .bind(batch.cancelling_at)
             .bind(batch.cancelled_at)
+            .bind(needed)
+            .bind(limits.in_progress)
+            .bind(limits.quota)
             .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+        if done.rows_affected() != 1 {
+            let load = sqlx::query(PROJECT_LOAD)
+                .bind(batch.project_id.0.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            let running: i64 = load.try_get("running").map_err(query_error)?;
+            let used: i64 = load.try_get("used").map_err(query_error)?;
+            return Ok(Err(if running >= limits.in_progress {
+                BatchRefused::InProgress {
+                    limit: limits.in_progress,
+                }
+            } else {
+                BatchRefused::Quota {
+                    used,
+                    needed,
+                    quota: limits.quota,
+                }
+            }));
+        }
         match self.backend {
             Backend::Sqlite => insert_lines_as_json(&mut tx, &batch.id, lines).await?,
             Backend::Postgres => insert_lines_bound(&mut tx, &batch.id, lines).await?,
         }
-        tx.commit().await.map_err(query_error)
+        tx.commit().await.map_err(query_error)?;
+        Ok(Ok(()))
     }
 
     async fn batch(
@@ -490,35 +682,24 @@ impl BatchStore for SqlStore {
         self.batch(Some(project), id).await
     }
 
+    /// The lines are ranked ([`RANKED`]), picked, then updated if still
+    /// free; on PostgreSQL the rows picked are locked, and those another
+    /// replica holds locked are passed over (SQLite runs one write at a
+    /// time). Then the batches served are marked with a new turn, so that
+    /// the next ties go to the others.
     async fn lease_lines(
         &self,
         lease: &Lease,
         now: i64,
         limit: i64,
     ) -> Result<Vec<LeasedLine>, StoreError> {
-        // The lines are picked, then updated if still free: on PostgreSQL
-        // the rows picked are locked, and those another replica holds
-        // locked are passed over; SQLite runs one write at a time.
-        let lock = match self.backend {
-            Backend::Sqlite => "",
-            Backend::Postgres => " FOR UPDATE OF l SKIP LOCKED",
-        };
-        let sql = format!(
-            "WITH picked AS (\
-               SELECT l.batch_id, l.idx FROM batch_lines l JOIN batches b ON b.id = l.batch_id \
-               WHERE b.status = 'in_progress' AND l.state = 'pending' \
-               AND (l.lease_until IS NULL OR l.lease_until < $3) \
-               ORDER BY b.created_at, b.id, l.idx LIMIT $4{lock}) \
-             UPDATE batch_lines SET lease_owner = $1, lease_until = $2 \
-             WHERE (batch_id, idx) IN (SELECT batch_id, idx FROM picked) \
-             AND state = 'pending' AND (lease_until IS NULL OR lease_until < $3) {LEASED}"
-        );
-        let rows = sqlx::query(&sql)
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let rows = sqlx::query(&lease_sql(self.backend))
             .bind(lease.owner.as_str())
             .bind(lease.until)
             .bind(now)
             .bind(limit.max(0))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(query_error)?;
         let mut lines = rows
@@ -526,6 +707,29 @@ impl BatchStore for SqlStore {
             .map(leased)
             .collect::<Result<Vec<_>, _>>()
             .map_err(query_error)?;
+        let mut served: Vec<&str> = lines.iter().map(|(_, l)| l.batch_id.as_str()).collect();
+        served.sort_unstable();
+        served.dedup();
+        if !served.is_empty() {
+            let places: Vec<String> = (1..=served.len()).map(|i| format!("${i}")).collect();
+            // PostgreSQL: a batch row another transaction holds (a line's
+            // answer counting on it) keeps its turn rather than wait.
+            let lock = match self.backend {
+                Backend::Sqlite => "",
+                Backend::Postgres => " ORDER BY id FOR UPDATE SKIP LOCKED",
+            };
+            let sql = format!(
+                "UPDATE batches SET turn = (SELECT COALESCE(MAX(turn), 0) + 1 FROM batches) \
+                 WHERE id IN (SELECT id FROM batches WHERE id IN ({}){lock})",
+                places.join(", ")
+            );
+            let mut statement = sqlx::query(&sql);
+            for id in &served {
+                statement = statement.bind(*id);
+            }
+            statement.execute(&mut *tx).await.map_err(query_error)?;
+        }
+        tx.commit().await.map_err(query_error)?;
         lines.sort_by(|(a_at, a), (b_at, b)| {
             (a_at, &a.batch_id, a.line.index).cmp(&(b_at, &b.batch_id, b.line.index))
         });
@@ -544,33 +748,74 @@ impl BatchStore for SqlStore {
 
     /// Answers only a pending line of a batch that is `in_progress` or
     /// `cancelling`: a line of a batch already finalizing (its files being
-    /// written) or ended is not answered (false), so that its counts match
-    /// its files.
-    async fn answer_line(&self, answer: &LineAnswer) -> Result<bool, StoreError> {
+    /// written) or ended is not answered, so that its counts match its
+    /// files.
+    async fn answer_line(
+        &self,
+        answer: &LineAnswer,
+        quota: Option<i64>,
+    ) -> Result<Answered, StoreError> {
         let (state, count) = if answer.ok {
             ("ok", COUNT_OK)
         } else {
             ("failed", COUNT_FAILED)
         };
+        let bytes = i64::try_from(answer.output.len()).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await.map_err(query_error)?;
-        let done = sqlx::query(ANSWER)
-            .bind(state)
-            .bind(answer.output.as_str())
-            .bind(answer.batch_id.as_str())
-            .bind(answer.index)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error)?;
+        if self.backend == Backend::Postgres {
+            sqlx::query(LOCK_BATCH_PROJECT)
+                .bind(answer.batch_id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
+        let statement = sqlx::query(if quota.is_some() {
+            ANSWER_WITHIN
+        } else {
+            ANSWER
+        })
+        .bind(state)
+        .bind(answer.output.as_str())
+        .bind(answer.batch_id.as_str())
+        .bind(answer.index)
+        .bind(bytes);
+        let statement = match quota {
+            Some(quota) => statement.bind(quota),
+            None => statement,
+        };
+        let done = statement.execute(&mut *tx).await.map_err(query_error)?;
         if done.rows_affected() != 1 {
-            return Ok(false);
+            if quota.is_none() {
+                return Ok(Answered::Not);
+            }
+            let answerable: i64 = sqlx::query_scalar(ANSWERABLE)
+                .bind(answer.batch_id.as_str())
+                .bind(answer.index)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            return Ok(if answerable == 1 {
+                Answered::PastQuota
+            } else {
+                Answered::Not
+            });
         }
         sqlx::query(count)
             .bind(answer.batch_id.as_str())
+            .bind(bytes)
             .execute(&mut *tx)
             .await
             .map_err(query_error)?;
         tx.commit().await.map_err(query_error)?;
-        Ok(true)
+        Ok(Answered::Written)
+    }
+
+    async fn stored_bytes(&self, project: &ProjectId) -> Result<i64, StoreError> {
+        sqlx::query_scalar(STORED)
+            .bind(project.0.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error)
     }
 
     /// Of a batch past its expiry, the rules for a batch with no pending
@@ -607,13 +852,56 @@ impl BatchStore for SqlStore {
         Ok(None)
     }
 
-    async fn batch_answers(&self, id: &str) -> Result<Vec<AnsweredLine>, StoreError> {
-        self.all_by(ANSWERS, answered, &[id]).await
+    /// The sizes of the page's lines are read first (numbers only), then
+    /// the lines that fit.
+    async fn answers_page(
+        &self,
+        id: &str,
+        after: Option<i64>,
+        lines: i64,
+        bytes: i64,
+    ) -> Result<Vec<AnsweredLine>, StoreError> {
+        let after = after.unwrap_or(-1);
+        let sizes = sqlx::query(ANSWER_SIZES)
+            .bind(id)
+            .bind(after)
+            .bind(lines.max(1))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        let mut last = None;
+        let mut total = 0_i64;
+        for row in &sizes {
+            let index: i64 = row.try_get("idx").map_err(query_error)?;
+            let size: i64 = row.try_get("size").map_err(query_error)?;
+            if last.is_some() && total.saturating_add(size) > bytes {
+                break;
+            }
+            total = total.saturating_add(size);
+            last = Some(index);
+        }
+        let Some(last) = last else {
+            return Ok(Vec::new());
+        };
+        let rows = sqlx::query(ANSWERS)
+            .bind(id)
+            .bind(after)
+            .bind(last)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        rows.iter()
+            .map(answered)
+            .collect::<Result<_, _>>()
+            .map_err(query_error)
     }
 
     /// Of `files`, one whose filename ends in `_error.jsonl` becomes the
     /// batch's error file, any other its output file; all are recorded
-    /// (once: a file already recorded is left as it is), outside any quota.
+    /// (once: a file already recorded is left as it is), outside any quota
+    /// check. The batch stops counting its lines' copies and answers in the
+    /// same transaction (it has ended), so that its answers count once,
+    /// as its files: a project at its quota can still end its batches.
     async fn finish_batch(
         &self,
         id: &str,
@@ -664,6 +952,11 @@ impl BatchStore for SqlStore {
                 .await
                 .map_err(query_error)?;
         }
+        sqlx::query(DELETE_LINES)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
         tx.commit().await.map_err(query_error)?;
         Ok(true)
     }
@@ -724,6 +1017,26 @@ fn swept_parts(row: &AnyRow) -> Result<(String, String, [Option<String>; 2]), sq
             row.try_get("error_file_id")?,
         ],
     ))
+}
+
+/// Takes lines for a lease (`$1` owner, `$2` until, `$3` now, `$4` at
+/// most): the first free lines in [`RANKED`]'s turns, if still free.
+fn lease_sql(backend: Backend) -> String {
+    let (candidates, lock) = match backend {
+        Backend::Sqlite => (CANDIDATES_SQLITE, ""),
+        Backend::Postgres => (CANDIDATES_POSTGRES, " FOR UPDATE OF l SKIP LOCKED"),
+    };
+    format!(
+        "{candidates}{RANKED}, picked AS (\
+           SELECT l.batch_id, l.idx FROM batch_lines l \
+           JOIN ranked r ON r.batch_id = l.batch_id AND r.idx = l.idx \
+           WHERE r.free = 1 \
+           ORDER BY r.project_turn, r.project_served, r.project_id, r.batch_id, r.idx \
+           LIMIT $4{lock}) \
+         UPDATE batch_lines SET lease_owner = $1, lease_until = $2 \
+         WHERE (batch_id, idx) IN (SELECT batch_id, idx FROM picked) \
+         AND state = 'pending' AND (lease_until IS NULL OR lease_until < $3) {LEASED}"
+    )
 }
 
 /// PostgreSQL: multi-row `INSERT`s of [`LINES_PER_STATEMENT`] lines, every

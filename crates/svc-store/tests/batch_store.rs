@@ -17,7 +17,8 @@ use std::time::Instant;
 
 use common::{Db, join_all};
 use svc_core::batch::{
-    AnsweredLine, BatchLine, BatchRecord, BatchStatus, BatchStore, FileRecord, Lease, LineAnswer,
+    Answered, AnsweredLine, BatchLimits, BatchLine, BatchRecord, BatchRefused, BatchStatus,
+    BatchStore, FileRecord, Lease, LineAnswer,
 };
 use svc_core::ids::{KeyId, ProjectId};
 
@@ -42,6 +43,15 @@ on_both_backends!(
     answers_come_in_input_order,
     the_sweep_deletes_ended_batches_and_returns_their_files,
     a_large_batch_is_inserted_at_once,
+    answers_count_toward_the_quota_and_one_past_it_is_not_kept,
+    an_ended_batchs_answers_count_once_as_its_files,
+    answers_are_read_in_pages_bounded_in_lines_and_bytes,
+    projects_take_turns_for_lines,
+    a_projects_keys_take_turns_for_lines,
+    lines_on_a_live_lease_count_as_their_projects_turns,
+    a_project_has_a_bounded_number_of_batches_in_progress,
+    a_batchs_copy_of_its_lines_counts_toward_the_quota,
+    concurrent_creates_never_pass_the_bound_together,
 );
 
 fn project(name: &str) -> ProjectId {
@@ -115,7 +125,53 @@ async fn inserted(
     expires_at: i64,
 ) -> BatchRecord {
     let record = batch(project, id, total, created_at, expires_at);
-    store.insert_batch(&record, &lines(total)).await.unwrap();
+    store
+        .insert_batch(&record, &lines(total), &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
+    record
+}
+
+/// Limits no test batch reaches, but for those that test them.
+const UNBOUNDED: BatchLimits = BatchLimits {
+    in_progress: 1_000,
+    quota: i64::MAX / 2,
+};
+
+/// Every line of a batch with its answer, read in pages of at most 5 lines
+/// or 100 bytes of answers, as the runner reads them.
+async fn all_answers(store: &impl BatchStore, id: &str) -> Vec<AnsweredLine> {
+    let mut all: Vec<AnsweredLine> = Vec::new();
+    loop {
+        let after = all.last().map(|l| l.index);
+        let page = store.answers_page(id, after, 5, 100).await.unwrap();
+        if page.is_empty() {
+            return all;
+        }
+        assert!(page.len() <= 5);
+        all.extend(page);
+    }
+}
+
+/// A batch of `total` lines of `key`, created at `created_at`, inserted.
+async fn inserted_as(
+    store: &impl BatchStore,
+    project: &ProjectId,
+    key: &KeyId,
+    id: &str,
+    total: i64,
+    created_at: i64,
+) -> BatchRecord {
+    let record = BatchRecord {
+        key_id: key.clone(),
+        ..batch(project, id, total, created_at, 100_000)
+    };
+    store
+        .insert_batch(&record, &lines(total), &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     record
 }
 
@@ -163,18 +219,19 @@ fn batch_ids(batches: &[BatchRecord]) -> Vec<&str> {
 async fn a_file_past_the_quota_is_refused(db: &Db) {
     let store = db.store().await;
     let (a, b) = (project("a"), project("b"));
+    // A file's name counts too: "file-N.jsonl", 12 bytes.
     assert!(
         store
-            .insert_file(&file(&a, "file-1", "batch", 60, 1), 100)
+            .insert_file(&file(&a, "file-1", "batch", 60, 1), 124)
             .await
             .unwrap()
     );
     assert!(
         !store
-            .insert_file(&file(&a, "file-2", "batch", 41, 2), 100)
+            .insert_file(&file(&a, "file-2", "batch", 41, 2), 124)
             .await
             .unwrap(),
-        "60 + 41 > 100"
+        "60 + 41 and two names of 12 > 124"
     );
     assert_eq!(
         store.file(&a, "file-2").await.unwrap(),
@@ -183,20 +240,20 @@ async fn a_file_past_the_quota_is_refused(db: &Db) {
     );
     assert!(
         store
-            .insert_file(&file(&a, "file-3", "batch", 40, 3), 100)
+            .insert_file(&file(&a, "file-3", "batch", 40, 3), 124)
             .await
             .unwrap(),
-        "60 + 40 = 100 fits"
+        "60 + 40 and two names of 12 = 124 fits"
     );
     assert!(
         !store
-            .insert_file(&file(&a, "file-4", "batch", 1, 4), 100)
+            .insert_file(&file(&a, "file-4", "batch", 1, 4), 124)
             .await
             .unwrap()
     );
     assert!(
         store
-            .insert_file(&file(&b, "file-5", "batch", 100, 5), 100)
+            .insert_file(&file(&b, "file-5", "batch", 100, 5), 124)
             .await
             .unwrap(),
         "another project's files do not count"
@@ -204,7 +261,7 @@ async fn a_file_past_the_quota_is_refused(db: &Db) {
     assert!(store.delete_file(&a, "file-1").await.unwrap());
     assert!(
         store
-            .insert_file(&file(&a, "file-6", "batch", 60, 6), 100)
+            .insert_file(&file(&a, "file-6", "batch", 60, 6), 124)
             .await
             .unwrap(),
         "a deleted file no longer counts"
@@ -359,7 +416,11 @@ async fn cancelling_moves_only_a_running_batch(db: &Db) {
 
     let mut validating = batch(&p, "batch_2", 1, 2, 1_000);
     validating.status = BatchStatus::Validating;
-    store.insert_batch(&validating, &lines(1)).await.unwrap();
+    store
+        .insert_batch(&validating, &lines(1), &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     let cancelled = store.cancel_batch(&p, "batch_2", 8).await.unwrap().unwrap();
     assert_eq!(cancelled.status, BatchStatus::Cancelling);
     assert_eq!(store.cancel_batch(&p, "batch_none", 8).await.unwrap(), None);
@@ -368,8 +429,10 @@ async fn cancelling_moves_only_a_running_batch(db: &Db) {
 async fn leases_are_disjoint_and_taken_again_once_ended(db: &Db) {
     let store = db.store().await;
     let p = project("a");
-    let second = inserted(&store, &p, "batch_2", 2, 20, 1_000).await;
-    inserted(&store, &p, "batch_1", 10, 10, 1_000).await;
+    // One key's batches (another key's would take turns with them).
+    let key = KeyId("key_a".into());
+    let second = inserted_as(&store, &p, &key, "batch_2", 2, 20).await;
+    inserted_as(&store, &p, &key, "batch_1", 10, 10).await;
 
     let a = store.lease_lines(&lease("a", 200), 100, 4).await.unwrap();
     let a_ids: Vec<_> = a
@@ -384,9 +447,9 @@ async fn leases_are_disjoint_and_taken_again_once_ended(db: &Db) {
             ("batch_1", 2),
             ("batch_1", 3)
         ],
-        "the oldest batch first, in input order"
+        "the key's oldest batch first, in input order"
     );
-    assert_eq!(a[0].key_id, KeyId("key_of_batch_1".into()));
+    assert_eq!(a[0].key_id, key);
     assert_eq!(a[0].endpoint, "/v1/chat/completions");
     assert_eq!(a[2].line, lines(10)[2]);
 
@@ -415,9 +478,10 @@ async fn leases_are_disjoint_and_taken_again_once_ended(db: &Db) {
     // An answered line is not leased again, even once its lease ended.
     assert!(
         store
-            .answer_line(&answer(&second.id, 0, true))
+            .answer_line(&answer(&second.id, 0, true), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     let e = leased(&store, "e", 500, 301, 10).await;
     assert!(e.contains(&("batch_2".to_owned(), 1)));
@@ -448,7 +512,11 @@ async fn lines_of_a_batch_not_in_progress_are_not_leased(db: &Db) {
     inserted(&store, &p, "batch_1", 3, 1, 1_000).await;
     let mut validating = batch(&p, "batch_2", 3, 2, 1_000);
     validating.status = BatchStatus::Validating;
-    store.insert_batch(&validating, &lines(3)).await.unwrap();
+    store
+        .insert_batch(&validating, &lines(3), &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     store.cancel_batch(&p, "batch_1", 5).await.unwrap().unwrap();
     assert!(leased(&store, "a", 200, 100, 10).await.is_empty());
 }
@@ -471,40 +539,46 @@ async fn a_line_is_answered_and_counted_once(db: &Db) {
     inserted(&store, &p, "batch_1", 3, 1, 1_000).await;
     assert!(
         store
-            .answer_line(&answer("batch_1", 0, true))
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
             .unwrap()
-    );
-    assert!(
-        !store
-            .answer_line(&answer("batch_1", 0, true))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .answer_line(&answer("batch_1", 0, false))
-            .await
-            .unwrap()
+            == Answered::Written
     );
     assert!(
         store
-            .answer_line(&answer("batch_1", 1, false))
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
             .unwrap()
+            == Answered::Not
     );
     assert!(
-        !store
-            .answer_line(&answer("batch_1", 7, true))
+        store
+            .answer_line(&answer("batch_1", 0, false), None)
             .await
-            .unwrap(),
+            .unwrap()
+            == Answered::Not
+    );
+    assert!(
+        store
+            .answer_line(&answer("batch_1", 1, false), None)
+            .await
+            .unwrap()
+            == Answered::Written
+    );
+    assert!(
+        store
+            .answer_line(&answer("batch_1", 7, true), None)
+            .await
+            .unwrap()
+            == Answered::Not,
         "no such line"
     );
     assert!(
-        !store
-            .answer_line(&answer("batch_none", 0, true))
+        store
+            .answer_line(&answer("batch_none", 0, true), None)
             .await
             .unwrap()
+            == Answered::Not
     );
     let record = store.batch(None, "batch_1").await.unwrap().unwrap();
     assert_eq!((record.completed, record.failed), (1, 1));
@@ -518,9 +592,10 @@ async fn concurrent_answers_of_a_line_count_once(db: &Db) {
         let store = stores[n % 2].clone();
         async move {
             store
-                .answer_line(&answer("batch_1", 1, n % 3 == 0))
+                .answer_line(&answer("batch_1", 1, n % 3 == 0), None)
                 .await
                 .unwrap()
+                == Answered::Written
         }
     })
     .await;
@@ -531,7 +606,7 @@ async fn concurrent_answers_of_a_line_count_once(db: &Db) {
     );
     let record = stores[0].batch(None, "batch_1").await.unwrap().unwrap();
     assert_eq!(record.completed + record.failed, 1);
-    let answers = stores[0].batch_answers("batch_1").await.unwrap();
+    let answers = all_answers(&stores[0], "batch_1").await;
     assert_eq!(answers[0].answer, None);
     let (ok, _) = answers[1].answer.clone().unwrap();
     assert_eq!(ok, record.completed == 1, "the count is the answer's");
@@ -550,9 +625,10 @@ async fn a_batch_with_no_pending_line_is_taken_to_complete(db: &Db) {
     );
     assert!(
         store
-            .answer_line(&answer("batch_1", 0, true))
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     assert_eq!(
         store
@@ -563,9 +639,10 @@ async fn a_batch_with_no_pending_line_is_taken_to_complete(db: &Db) {
     );
     assert!(
         store
-            .answer_line(&answer("batch_1", 1, false))
+            .answer_line(&answer("batch_1", 1, false), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     let (record, to) = store
         .take_batch_to_finish(&lease("a", 200), 100)
@@ -586,10 +663,11 @@ async fn a_batch_with_no_pending_line_is_taken_to_complete(db: &Db) {
         "a's lease is live"
     );
     assert!(
-        !store
-            .answer_line(&answer("batch_1", 0, true))
+        store
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
-            .unwrap(),
+            .unwrap()
+            == Answered::Not,
         "answered already"
     );
 }
@@ -615,9 +693,10 @@ async fn a_cancelling_batch_is_taken_once_no_line_is_on_a_live_lease(db: &Db) {
     // A leased line of a cancelling batch is still answered.
     assert!(
         store
-            .answer_line(&answer("batch_1", 0, true))
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     let (record, to) = store
         .take_batch_to_finish(&lease("a", 300), 150)
@@ -629,10 +708,11 @@ async fn a_cancelling_batch_is_taken_once_no_line_is_on_a_live_lease(db: &Db) {
     assert_eq!(record.cancelling_at, Some(110));
     assert_eq!(record.completed, 1);
     assert!(
-        !store
-            .answer_line(&answer("batch_1", 1, true))
+        store
+            .answer_line(&answer("batch_1", 1, true), None)
             .await
-            .unwrap(),
+            .unwrap()
+            == Answered::Not,
         "a finalizing batch's lines are not answered"
     );
 
@@ -660,7 +740,7 @@ async fn a_cancelling_batch_is_taken_once_no_line_is_on_a_live_lease(db: &Db) {
         (record.id.as_str(), to),
         ("batch_2", BatchStatus::Cancelled)
     );
-    let answers = store.batch_answers("batch_2").await.unwrap();
+    let answers = all_answers(&store, "batch_2").await;
     assert!(
         answers.iter().all(|a| a.answer.is_none()),
         "never answered: {answers:?}"
@@ -673,9 +753,10 @@ async fn a_batch_past_its_expiry_is_taken_to_expire(db: &Db) {
     inserted(&store, &p, "batch_1", 3, 1, 500).await;
     assert!(
         store
-            .answer_line(&answer("batch_1", 0, true))
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     assert_eq!(leased(&store, "runner", 900, 100, 1).await.len(), 1);
     assert_eq!(
@@ -692,6 +773,9 @@ async fn a_batch_past_its_expiry_is_taken_to_expire(db: &Db) {
         .unwrap();
     assert_eq!(to, BatchStatus::Expired, "even with a line on a live lease");
     assert_eq!(record.status, BatchStatus::Finalizing);
+    let answers = all_answers(&store, "batch_1").await;
+    let answered: Vec<bool> = answers.iter().map(|a| a.answer.is_some()).collect();
+    assert_eq!(answered, [true, false, false], "the rest stay pending");
     assert!(
         store
             .finish_batch("batch_1", "a", to, 502, &[])
@@ -702,17 +786,19 @@ async fn a_batch_past_its_expiry_is_taken_to_expire(db: &Db) {
     assert_eq!(ended.status, BatchStatus::Expired);
     assert_eq!(ended.expired_at, Some(502));
     assert_eq!(ended.completed, 1);
-    let answers = store.batch_answers("batch_1").await.unwrap();
-    let answered: Vec<bool> = answers.iter().map(|a| a.answer.is_some()).collect();
-    assert_eq!(answered, [true, false, false], "the rest stay pending");
+    assert!(
+        all_answers(&store, "batch_1").await.is_empty(),
+        "its lines went with its end"
+    );
 
     // A batch past its expiry with every line answered completes.
     inserted(&store, &p, "batch_2", 1, 2, 500).await;
     assert!(
         store
-            .answer_line(&answer("batch_2", 0, false))
+            .answer_line(&answer("batch_2", 0, false), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     let (record, to) = store
         .take_batch_to_finish(&lease("a", 900), 600)
@@ -727,7 +813,11 @@ async fn a_batch_past_its_expiry_is_taken_to_expire(db: &Db) {
     // So does one still validating.
     let mut validating = batch(&p, "batch_3", 1, 3, 500);
     validating.status = BatchStatus::Validating;
-    store.insert_batch(&validating, &lines(1)).await.unwrap();
+    store
+        .insert_batch(&validating, &lines(1), &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     let (record, to) = store
         .take_batch_to_finish(&lease("a", 900), 600)
         .await
@@ -816,15 +906,17 @@ async fn only_the_lease_owner_finishes_a_batch_and_its_files_are_recorded(db: &D
     inserted(&store, &p, "batch_1", 2, 1, 1_000).await;
     assert!(
         store
-            .answer_line(&answer("batch_1", 0, true))
+            .answer_line(&answer("batch_1", 0, true), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     assert!(
         store
-            .answer_line(&answer("batch_1", 1, false))
+            .answer_line(&answer("batch_1", 1, false), None)
             .await
             .unwrap()
+            == Answered::Written
     );
     assert!(
         !store
@@ -898,16 +990,21 @@ async fn answers_come_in_input_order(db: &Db) {
     // Stored out of order, and past 9 (so not ordered as text).
     let mut input = lines(12);
     input.reverse();
-    store.insert_batch(&record, &input).await.unwrap();
+    store
+        .insert_batch(&record, &input, &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     for (index, ok) in [(11, true), (3, false), (10, true)] {
         assert!(
             store
-                .answer_line(&answer("batch_1", index, ok))
+                .answer_line(&answer("batch_1", index, ok), None)
                 .await
                 .unwrap()
+                == Answered::Written
         );
     }
-    let answers = store.batch_answers("batch_1").await.unwrap();
+    let answers = all_answers(&store, "batch_1").await;
     let want: Vec<AnsweredLine> = (0..12)
         .map(|i| AnsweredLine {
             index: i,
@@ -920,7 +1017,7 @@ async fn answers_come_in_input_order(db: &Db) {
         })
         .collect();
     assert_eq!(answers, want);
-    assert!(store.batch_answers("batch_none").await.unwrap().is_empty());
+    assert!(all_answers(&store, "batch_none").await.is_empty());
 }
 
 /// A batch ended at `at`, with an input, an output and an error file.
@@ -928,7 +1025,7 @@ async fn ended(store: &impl BatchStore, p: &ProjectId, id: &str, at: i64) {
     let input = file(p, &format!("file-in-{id}"), "batch", 1, at);
     assert!(store.insert_file(&input, 1_000).await.unwrap());
     inserted(store, p, id, 1, at, 100_000).await;
-    assert!(store.answer_line(&answer(id, 0, true)).await.unwrap());
+    assert!(store.answer_line(&answer(id, 0, true), None).await.unwrap() == Answered::Written);
     let (record, to) = store
         .take_batch_to_finish(&lease("a", at + 10), at)
         .await
@@ -955,7 +1052,11 @@ async fn the_sweep_deletes_ended_batches_and_returns_their_files(db: &Db) {
     // Ended long ago, its input file used by a running batch too.
     let mut shared = batch(&p, "batch_shared_old", 1, 2, 100_000);
     shared.input_file_id = "file-in-batch_running".into();
-    store.insert_batch(&shared, &lines(1)).await.unwrap();
+    store
+        .insert_batch(&shared, &lines(1), &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         store
             .insert_file(&file(&p, "file-in-batch_running", "batch", 1, 1), 1_000)
@@ -991,14 +1092,8 @@ async fn the_sweep_deletes_ended_batches_and_returns_their_files(db: &Db) {
     );
     assert_eq!(store.batch(None, "batch_old").await.unwrap(), None);
     assert_eq!(store.batch(None, "batch_shared_old").await.unwrap(), None);
-    assert!(store.batch_answers("batch_old").await.unwrap().is_empty());
-    assert!(
-        store
-            .batch_answers("batch_shared_old")
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(all_answers(&store, "batch_old").await.is_empty());
+    assert!(all_answers(&store, "batch_shared_old").await.is_empty());
     assert_eq!(
         db.scalar(
             "SELECT COUNT(*) FROM batch_lines WHERE batch_id IN ('batch_old', 'batch_shared_old')"
@@ -1018,7 +1113,7 @@ async fn the_sweep_deletes_ended_batches_and_returns_their_files(db: &Db) {
     for id in ["batch_new", "batch_running"] {
         assert!(store.batch(None, id).await.unwrap().is_some(), "{id} kept");
     }
-    assert_eq!(store.batch_answers("batch_running").await.unwrap().len(), 2);
+    assert_eq!(all_answers(&store, "batch_running").await.len(), 2);
     let kept = store.list_files(&p, None, None, 10).await.unwrap();
     assert_eq!(
         ids_of(&kept),
@@ -1046,13 +1141,17 @@ async fn a_large_batch_is_inserted_at_once(db: &Db) {
     let record = batch(&p, "batch_1", count, 1, 1_000);
     let input = lines(count);
     let started = Instant::now();
-    store.insert_batch(&record, &input).await.unwrap();
+    store
+        .insert_batch(&record, &input, &UNBOUNDED)
+        .await
+        .unwrap()
+        .unwrap();
     eprintln!(
         "{}: {count} lines inserted in {:?}",
         store.backend(),
         started.elapsed()
     );
-    let answers = store.batch_answers("batch_1").await.unwrap();
+    let answers = all_answers(&store, "batch_1").await;
     assert_eq!(answers.len() as i64, count);
     assert_eq!(
         answers[count as usize - 1].custom_id,
@@ -1071,17 +1170,18 @@ async fn a_large_batch_is_inserted_at_once(db: &Db) {
     twice.push(twice[0].clone());
     assert!(
         store
-            .insert_batch(&batch(&p, "batch_2", 4, 2, 1_000), &twice)
+            .insert_batch(&batch(&p, "batch_2", 4, 2, 1_000), &twice, &UNBOUNDED)
             .await
             .is_err()
     );
     assert_eq!(store.batch(None, "batch_2").await.unwrap(), None);
-    assert!(store.batch_answers("batch_2").await.unwrap().is_empty());
+    assert!(all_answers(&store, "batch_2").await.is_empty());
 }
 
 async fn concurrent_uploads_never_pass_the_quota_together(db: &Db) {
     let stores = [db.store().await, db.store().await];
-    // 16 uploads of 30 bytes at once against 100: three fit, whoever wins.
+    // 16 uploads of 30 bytes (and a name of 14 or 15) at once against 135:
+    // three fit, whoever wins.
     for round in 0..5 {
         let p = project(&format!("race{round}"));
         let results = join_all(16, |n| {
@@ -1090,7 +1190,7 @@ async fn concurrent_uploads_never_pass_the_quota_together(db: &Db) {
             async move {
                 let id = format!("file-{round}-{n}");
                 store
-                    .insert_file(&file(&p, &id, "batch", 30, 1), 100)
+                    .insert_file(&file(&p, &id, "batch", 30, 1), 135)
                     .await
                     .unwrap()
             }
@@ -1100,5 +1200,430 @@ async fn concurrent_uploads_never_pass_the_quota_together(db: &Db) {
         let listed = stores[0].list_files(&p, None, None, 1_000).await.unwrap();
         assert_eq!(listed.len(), kept);
         assert_eq!(kept, 3, "round {round}: {results:?}");
+    }
+}
+
+/// The bytes of `lines(count)`'s copy (custom ids and bodies).
+fn copy_bytes(count: i64) -> i64 {
+    lines(count)
+        .iter()
+        .map(|l| (l.custom_id.len() + l.body.len()) as i64)
+        .sum()
+}
+
+async fn answers_count_toward_the_quota_and_one_past_it_is_not_kept(db: &Db) {
+    let store = db.store().await;
+    let p = project("a");
+    assert!(
+        store
+            .insert_file(&file(&p, "file-in", "batch", 100, 1), 10_000)
+            .await
+            .unwrap()
+    );
+    inserted(&store, &p, "batch_1", 3, 1, 1_000).await;
+    // The file's bytes and its name's, and the batch's copy of its lines.
+    let copy = "file-in.jsonl".len() as i64 + copy_bytes(3);
+    assert_eq!(store.stored_bytes(&p).await.unwrap(), 100 + copy);
+    let big = |index: i64, len: usize| LineAnswer {
+        batch_id: "batch_1".into(),
+        index,
+        ok: true,
+        output: "x".repeat(len),
+    };
+    let quota = 100 + copy + 1_000;
+    assert_eq!(
+        store.answer_line(&big(0, 600), Some(quota)).await.unwrap(),
+        Answered::Written
+    );
+    assert_eq!(store.stored_bytes(&p).await.unwrap(), 100 + copy + 600);
+    // 600 + 401 > 1,000: nothing is written, the line stays pending.
+    assert_eq!(
+        store.answer_line(&big(1, 401), Some(quota)).await.unwrap(),
+        Answered::PastQuota
+    );
+    assert_eq!(store.stored_bytes(&p).await.unwrap(), 100 + copy + 600);
+    let record = store.batch(None, "batch_1").await.unwrap().unwrap();
+    assert_eq!((record.completed, record.failed), (1, 0), "not counted");
+    assert_eq!(all_answers(&store, "batch_1").await[1].answer, None);
+    // Its error line is kept past the quota; 400 fits.
+    let error = LineAnswer {
+        ok: false,
+        ..big(1, 50)
+    };
+    assert_eq!(
+        store.answer_line(&error, None).await.unwrap(),
+        Answered::Written
+    );
+    assert_eq!(
+        store.answer_line(&big(2, 350), Some(quota)).await.unwrap(),
+        Answered::Written
+    );
+    assert_eq!(
+        store.stored_bytes(&p).await.unwrap(),
+        100 + copy + 1_000,
+        "at the quota"
+    );
+    // An answered line is not answered again, quota or not.
+    assert_eq!(
+        store.answer_line(&big(2, 1), Some(i64::MAX)).await.unwrap(),
+        Answered::Not
+    );
+    // Uploads see the running batch's bytes: nothing more fits.
+    assert!(
+        !store
+            .insert_file(&file(&p, "file-more", "batch", 1, 2), quota)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.file(&p, "file-more").await.unwrap(), None);
+    // Another project's quota is its own.
+    assert_eq!(store.stored_bytes(&project("b")).await.unwrap(), 0);
+    eprintln!(
+        "{}: project at {} of {quota} bytes; a 401-byte answer refused",
+        store.backend(),
+        store.stored_bytes(&p).await.unwrap()
+    );
+}
+
+async fn an_ended_batchs_answers_count_once_as_its_files(db: &Db) {
+    let store = db.store().await;
+    let p = project("a");
+    inserted(&store, &p, "batch_1", 2, 1, 1_000).await;
+    for index in 0..2 {
+        let answer = LineAnswer {
+            batch_id: "batch_1".into(),
+            index,
+            ok: index == 0,
+            output: "y".repeat(300),
+        };
+        assert_eq!(
+            store.answer_line(&answer, Some(10_000)).await.unwrap(),
+            Answered::Written
+        );
+    }
+    assert_eq!(store.stored_bytes(&p).await.unwrap(), copy_bytes(2) + 600);
+    let (_, to) = store
+        .take_batch_to_finish(&lease("a", 200), 100)
+        .await
+        .unwrap()
+        .unwrap();
+    // The files the runner writes: each answer and a newline.
+    let files = [
+        FileRecord {
+            filename: "batch_1_output.jsonl".into(),
+            ..file(&p, "file-out", "batch_output", 301, 150)
+        },
+        FileRecord {
+            filename: "batch_1_error.jsonl".into(),
+            ..file(&p, "file-err", "batch_output", 301, 150)
+        },
+    ];
+    assert!(
+        store
+            .finish_batch("batch_1", "a", to, 150, &files)
+            .await
+            .unwrap()
+    );
+    let names = ("batch_1_output.jsonl".len() + "batch_1_error.jsonl".len()) as i64;
+    assert_eq!(
+        store.stored_bytes(&p).await.unwrap(),
+        602 + names,
+        "the files, not the answers and the copy besides"
+    );
+    assert!(
+        all_answers(&store, "batch_1").await.is_empty(),
+        "its lines are deleted"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM batch_lines WHERE batch_id = 'batch_1'")
+            .await,
+        0
+    );
+    // Deleting the output file frees its bytes.
+    assert!(store.delete_file(&p, "file-out").await.unwrap());
+    assert_eq!(
+        store.stored_bytes(&p).await.unwrap(),
+        301 + "batch_1_error.jsonl".len() as i64
+    );
+}
+
+async fn answers_are_read_in_pages_bounded_in_lines_and_bytes(db: &Db) {
+    let store = db.store().await;
+    let p = project("a");
+    inserted(&store, &p, "batch_1", 10, 1, 1_000).await;
+    for (index, len) in [(0, 40), (1, 40), (2, 40), (3, 500), (4, 10), (7, 10)] {
+        let answer = LineAnswer {
+            batch_id: "batch_1".into(),
+            index,
+            ok: true,
+            output: "z".repeat(len),
+        };
+        assert_eq!(
+            store.answer_line(&answer, None).await.unwrap(),
+            Answered::Written
+        );
+    }
+    let indexes = |page: &[AnsweredLine]| page.iter().map(|l| l.index).collect::<Vec<_>>();
+    let page = store.answers_page("batch_1", None, 4, 100).await.unwrap();
+    assert_eq!(indexes(&page), [0, 1], "40 + 40 fit 100, a third does not");
+    let page = store
+        .answers_page("batch_1", Some(1), 4, 100)
+        .await
+        .unwrap();
+    assert_eq!(indexes(&page), [2], "40, then 500 does not fit");
+    let page = store
+        .answers_page("batch_1", Some(2), 4, 100)
+        .await
+        .unwrap();
+    assert_eq!(indexes(&page), [3], "one line however long");
+    assert_eq!(page[0].answer, Some((true, "z".repeat(500))));
+    let page = store
+        .answers_page("batch_1", Some(3), 4, 100)
+        .await
+        .unwrap();
+    assert_eq!(indexes(&page), [4, 5, 6, 7], "at most 4 lines");
+    assert_eq!(page[1].answer, None, "pending");
+    let page = store
+        .answers_page("batch_1", Some(7), 4, 100)
+        .await
+        .unwrap();
+    assert_eq!(indexes(&page), [8, 9]);
+    assert!(
+        store
+            .answers_page("batch_1", Some(9), 4, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Leases one line at a time, answering each at once, as a runner with one
+/// place does: the (batch, index) of each, in order.
+async fn one_at_a_time(store: &impl BatchStore, count: usize) -> Vec<(String, i64)> {
+    let mut order = Vec::new();
+    for _ in 0..count {
+        let taken = store.lease_lines(&lease("r", 200), 100, 1).await.unwrap();
+        let Some(line) = taken.into_iter().next() else {
+            break;
+        };
+        assert_eq!(
+            store
+                .answer_line(&answer(&line.batch_id, line.line.index, true), None)
+                .await
+                .unwrap(),
+            Answered::Written
+        );
+        order.push((line.batch_id, line.line.index));
+    }
+    order
+}
+
+async fn projects_take_turns_for_lines(db: &Db) {
+    let store = db.store().await;
+    let (a, b, c) = (project("a"), project("b"), project("c"));
+    inserted(&store, &a, "batch_a", 20, 1, 100_000).await;
+    // The first line of a's batch is taken before b's batch exists.
+    assert_eq!(one_at_a_time(&store, 1).await, [("batch_a".to_owned(), 0)]);
+    inserted(&store, &b, "batch_b", 1, 2, 100_000).await;
+    inserted(&store, &c, "batch_c", 3, 3, 100_000).await;
+    let order = one_at_a_time(&store, 30).await;
+    let at = |id: &str, index: i64| {
+        order
+            .iter()
+            .position(|l| *l == (id.to_owned(), index))
+            .unwrap()
+    };
+    eprintln!(
+        "{}: another project's 1-line batch: its line was the {}th taken after a 20-line batch's first",
+        store.backend(),
+        at("batch_b", 0) + 1
+    );
+    assert!(
+        at("batch_b", 0) < 2,
+        "b waits for at most one line of each other project: {order:?}"
+    );
+    assert!(at("batch_c", 0) < 2, "{order:?}");
+    assert!(
+        at("batch_c", 2) < 6,
+        "c's lines take turns with a's: {order:?}"
+    );
+    assert_eq!(order.len(), 19 + 1 + 3, "every line once");
+    let distinct: HashSet<_> = order.iter().collect();
+    assert_eq!(distinct.len(), order.len());
+}
+
+async fn a_projects_keys_take_turns_for_lines(db: &Db) {
+    let store = db.store().await;
+    let p = project("a");
+    let (k1, k2) = (KeyId("key_1".into()), KeyId("key_2".into()));
+    inserted_as(&store, &p, &k1, "batch_1", 10, 1).await;
+    inserted_as(&store, &p, &k1, "batch_2", 10, 2).await;
+    inserted_as(&store, &p, &k2, "batch_3", 2, 3).await;
+    let order = one_at_a_time(&store, 6).await;
+    let batches: Vec<&str> = order.iter().map(|(b, _)| b.as_str()).collect();
+    assert_eq!(
+        batches,
+        [
+            "batch_1", "batch_3", "batch_1", "batch_3", "batch_1", "batch_1"
+        ],
+        "each key in turn; a key's oldest batch first"
+    );
+}
+
+async fn lines_on_a_live_lease_count_as_their_projects_turns(db: &Db) {
+    let store = db.store().await;
+    let (a, b) = (project("a"), project("b"));
+    inserted(&store, &a, "batch_a", 10, 1, 100_000).await;
+    // a has 3 lines running when b's batch comes.
+    assert_eq!(leased(&store, "r", 200, 100, 3).await.len(), 3);
+    inserted(&store, &b, "batch_b", 10, 2, 100_000).await;
+    let taken = leased(&store, "r", 200, 100, 4).await;
+    let of_b = taken.iter().filter(|(id, _)| id == "batch_b").count();
+    assert_eq!(
+        of_b, 4,
+        "b catches up with a's 3 running, then wins the tie (served least recently): {taken:?}"
+    );
+    // Two replicas leasing at once still never share a line.
+    let stores = [db.store().await, db.store().await];
+    let results = join_all(6, |n| {
+        let store = stores[n % 2].clone();
+        async move { leased(&store, &format!("replica-{n}"), 200, 100, 3).await }
+    })
+    .await;
+    let all: Vec<_> = results.into_iter().flatten().chain(taken).collect();
+    let distinct: HashSet<_> = all.iter().collect();
+    assert_eq!(distinct.len(), all.len(), "{all:?}");
+}
+
+async fn a_project_has_a_bounded_number_of_batches_in_progress(db: &Db) {
+    let store = db.store().await;
+    let (p, other) = (project("a"), project("b"));
+    let limits = BatchLimits {
+        in_progress: 2,
+        quota: 1_000_000,
+    };
+    for id in ["batch_1", "batch_2"] {
+        let record = batch(&p, id, 1, 1, 1_000);
+        assert_eq!(
+            store
+                .insert_batch(&record, &lines(1), &limits)
+                .await
+                .unwrap(),
+            Ok(())
+        );
+    }
+    let third = batch(&p, "batch_3", 1, 2, 1_000);
+    assert_eq!(
+        store
+            .insert_batch(&third, &lines(1), &limits)
+            .await
+            .unwrap(),
+        Err(BatchRefused::InProgress { limit: 2 })
+    );
+    assert_eq!(store.batch(None, "batch_3").await.unwrap(), None);
+    assert!(all_answers(&store, "batch_3").await.is_empty());
+    // Another project has its own.
+    let theirs = batch(&other, "batch_4", 1, 2, 1_000);
+    assert_eq!(
+        store
+            .insert_batch(&theirs, &lines(1), &limits)
+            .await
+            .unwrap(),
+        Ok(())
+    );
+    // A cancelling batch has not ended; once it has, there is room.
+    store.cancel_batch(&p, "batch_1", 5).await.unwrap().unwrap();
+    assert!(
+        store
+            .insert_batch(&third, &lines(1), &limits)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    let (record, to) = store
+        .take_batch_to_finish(&lease("a", 200), 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.id, "batch_1");
+    assert!(
+        store
+            .finish_batch("batch_1", "a", to, 100, &[])
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .insert_batch(&third, &lines(1), &limits)
+            .await
+            .unwrap(),
+        Ok(())
+    );
+}
+
+async fn a_batchs_copy_of_its_lines_counts_toward_the_quota(db: &Db) {
+    let store = db.store().await;
+    let p = project("a");
+    let copy = copy_bytes(50);
+    assert!(
+        store
+            .insert_file(&file(&p, "file-in", "batch", 987, 1), 1_000_000)
+            .await
+            .unwrap()
+    );
+    // 987 bytes and a name of 13.
+    let limits = BatchLimits {
+        in_progress: 100,
+        quota: 1_000 + 2 * copy,
+    };
+    for id in ["batch_1", "batch_2"] {
+        assert_eq!(
+            store
+                .insert_batch(&batch(&p, id, 50, 1, 1_000), &lines(50), &limits)
+                .await
+                .unwrap(),
+            Ok(())
+        );
+    }
+    assert_eq!(store.stored_bytes(&p).await.unwrap(), 1_000 + 2 * copy);
+    assert_eq!(
+        store
+            .insert_batch(&batch(&p, "batch_3", 1, 1, 1_000), &lines(1), &limits)
+            .await
+            .unwrap(),
+        Err(BatchRefused::Quota {
+            used: 1_000 + 2 * copy,
+            needed: copy_bytes(1),
+            quota: 1_000 + 2 * copy,
+        })
+    );
+    assert_eq!(store.batch(None, "batch_3").await.unwrap(), None);
+}
+
+async fn concurrent_creates_never_pass_the_bound_together(db: &Db) {
+    let stores = [db.store().await, db.store().await];
+    // 12 creates at once against a bound of 3: three pass, whoever wins.
+    for round in 0..3 {
+        let p = project(&format!("race{round}"));
+        let results = join_all(12, |n| {
+            let store = stores[n % 2].clone();
+            let p = p.clone();
+            async move {
+                let limits = BatchLimits {
+                    in_progress: 3,
+                    quota: 1_000_000,
+                };
+                let record = batch(&p, &format!("batch_{round}_{n}"), 2, 1, 1_000);
+                store
+                    .insert_batch(&record, &lines(2), &limits)
+                    .await
+                    .unwrap()
+            }
+        })
+        .await;
+        let kept = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(kept, 3, "round {round}: {results:?}");
+        let listed = stores[0].list_batches(&p, None, 100).await.unwrap();
+        assert_eq!(listed.len(), 3);
     }
 }

@@ -2,13 +2,20 @@
 //! cancel a project's batches. Creating one copies the file's lines into
 //! the store (where every replica's runner finds them) and wakes the
 //! runner.
+//!
+//! One file can back many batches, and each copies its lines: a project
+//! has at most [`BATCHES_IN_PROGRESS`] batches that have not ended, and the
+//! copy counts toward its quota while the batch runs (both decided by the
+//! store, atomically). The file is read a line at a time, and at most
+//! [`CREATES_AT_ONCE`] creates read and copy at once, so that creates hold
+//! at most that many files' lines in memory.
 
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use svc_api::batches::{Batch, BatchErrors, BatchList, CreateBatchRequest, RequestCounts};
-use svc_core::batch::{BatchLine, BatchRecord, BatchStatus};
+use svc_core::batch::{BatchLimits, BatchLine, BatchRecord, BatchRefused, BatchStatus};
 use svc_core::{ValidationError, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -24,6 +31,15 @@ use crate::state::AppState;
 /// How long a batch may take: OpenAI's only window.
 const WINDOW: &str = "24h";
 const WINDOW_SECONDS: i64 = 86_400;
+
+/// The most batches of one project that have not ended (more are refused
+/// until one ends).
+pub(crate) const BATCHES_IN_PROGRESS: i64 = 16;
+/// Creates that read a file and copy its lines at once, in all (the others
+/// wait their turn): each holds the file's lines in memory meanwhile.
+const CREATES_AT_ONCE: usize = 2;
+/// The creates reading and copying now.
+static CREATING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CREATES_AT_ONCE);
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -106,18 +122,26 @@ pub async fn create(
         .batches
         .path(&file.id)
         .ok_or_else(|| ApiError::Internal("a file id that names no path".into()))?;
-    let text = tokio::fs::read(&path).await.map_err(|e| {
-        ApiError::Internal(format!(
-            "cannot read file {} at {} ({e}): replicas must share files_dir",
-            file.id,
-            path.display()
-        ))
-    })?;
+    let _creating = CREATING
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(format!("the creates' turns are closed: {e}")))?;
     let endpoint = body.endpoint.clone();
-    let input = tokio::task::spawn_blocking(move || read_lines(&text, &endpoint))
+    let input = tokio::task::spawn_blocking(move || read_lines(&path, &endpoint))
         .await
         .map_err(|e| ApiError::Internal(format!("reading the lines stopped: {e}")))?;
-    let input = input.map_err(|e| ValidationError::new("input_file_id", e.to_string()))?;
+    let input = match input {
+        Ok(input) => input,
+        Err(Unread::Io(e)) => {
+            return Err(ApiError::Internal(format!(
+                "cannot read file {} ({e}): replicas must share files_dir",
+                file.id
+            )));
+        }
+        Err(Unread::Line(e)) => {
+            return Err(ValidationError::new("input_file_id", e.to_string()).into());
+        }
+    };
     let at = now();
     let record = BatchRecord {
         id: BatchRecord::generate_id(),
@@ -146,25 +170,70 @@ pub async fn create(
         cancelling_at: None,
         cancelled_at: None,
     };
-    state.store.insert_batch(&record, &input).await?;
+    let limits = BatchLimits {
+        in_progress: BATCHES_IN_PROGRESS,
+        quota: i64::try_from(state.batches.quota_bytes).unwrap_or(i64::MAX),
+    };
+    match state.store.insert_batch(&record, &input, &limits).await? {
+        Ok(()) => {}
+        Err(BatchRefused::InProgress { limit }) => {
+            return Err(ValidationError::new(
+                "input_file_id",
+                format!(
+                    "the project has {limit} batches in progress, the most it may have; \
+                     wait for one to end, or cancel one"
+                ),
+            )
+            .into());
+        }
+        Err(BatchRefused::Quota {
+            used,
+            needed,
+            quota,
+        }) => {
+            return Err(ValidationError::new(
+                "input_file_id",
+                format!(
+                    "this batch's copy of the file's lines ({needed} bytes) would take the \
+                     project's files and batches ({used} bytes) past its quota of {quota} \
+                     bytes; delete files first"
+                ),
+            )
+            .into());
+        }
+    }
+    drop(input);
     super::files::audit(&state, &key, "batch.created", &record.id).await;
     state.batches.wake.notify_one();
     Ok(json_response(&shape(&record)))
 }
 
-/// The file's requests, each to `endpoint`; the first line that is not,
+/// Why a file's lines were not read.
+enum Unread {
+    Io(std::io::Error),
+    Line(lines::LineError),
+}
+
+/// The requests of the file at `path`, each to `endpoint`, read a line at a
+/// time (the file is never in memory whole); the first line that is not,
 /// named.
-fn read_lines(text: &[u8], endpoint: &str) -> Result<Vec<BatchLine>, lines::LineError> {
+fn read_lines(path: &std::path::Path, endpoint: &str) -> Result<Vec<BatchLine>, Unread> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(std::fs::File::open(path).map_err(Unread::Io)?);
     let mut out = Vec::new();
-    for (at, line) in text.split(|b| *b == b'\n').enumerate() {
+    let mut line = Vec::new();
+    let mut at = 0_usize;
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).map_err(Unread::Io)? == 0 {
+            break;
+        }
+        at += 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let error = |message: String| lines::LineError {
-            line: at + 1,
-            message,
-        };
-        let request = lines::parse(line).map_err(error)?;
+        let error = |message: String| Unread::Line(lines::LineError { line: at, message });
+        let request = lines::parse(&line).map_err(error)?;
         if request.url != endpoint {
             return Err(error(format!(
                 "url `{}` is not the batch's endpoint `{endpoint}`",

@@ -8,6 +8,13 @@
 //! that run out; another replica, or this one started again, takes them
 //! then. A line answered twice that way is written once: the first answer
 //! wins ([`svc_core::batch::BatchStore::answer_line`]).
+//!
+//! Answers count toward their project's quota of file bytes as they are
+//! written: an answer that would pass it is not kept, and the line fails
+//! with an error line that names the quota (`quota_exceeded`). A batch is
+//! ended by reading its answers a page at a time ([`PAGE_LINES`],
+//! [`PAGE_BYTES`]) and writing them to its files as they come, so that
+//! ending a batch holds one page in memory, not its answers.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,8 +26,11 @@ use axum::extract::Request;
 use axum::http::{Method, header};
 use sha2::{Digest, Sha256};
 use svc_api::batches::{BatchLineError, BatchOutputLine, BatchResponse};
-use svc_core::batch::{BatchRecord, BatchStatus, FileRecord, Lease, LeasedLine, LineAnswer};
+use svc_core::batch::{
+    Answered, BatchRecord, BatchStatus, FileRecord, Lease, LeasedLine, LineAnswer,
+};
 use svc_core::{StoreError, now};
+use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -35,6 +45,12 @@ const POLL: Duration = Duration::from_secs(1);
 
 /// The largest answer kept for one line.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
+
+/// Lines read at once when a batch ends.
+const PAGE_LINES: i64 = 256;
+/// Bytes of answers read at once when a batch ends (past it, a page ends
+/// early; a page holds one line, however long).
+const PAGE_BYTES: i64 = 4 * 1024 * 1024;
 
 /// One replica's runner.
 pub(crate) struct Runner {
@@ -132,22 +148,37 @@ impl Runner {
         }
     }
 
-    /// Writes `batch`'s output and error files and ends it as `to`.
+    /// Writes `batch`'s output and error files and ends it as `to`: its
+    /// answers are read a page at a time and written as they come.
     async fn finish(&self, batch: &BatchRecord, to: BatchStatus) -> Result<(), StoreError> {
-        let lines = self.state.store.batch_answers(&batch.id).await?;
-        let (mut output, mut errors) = (Vec::new(), Vec::new());
-        for line in lines {
-            match line.answer {
-                Some((true, text)) => output.push(text),
-                Some((false, text)) => errors.push(text),
-                None => errors.push(unanswered(&line.custom_id, to)),
+        let (mut output, mut errors) = (None, None);
+        let mut after = None;
+        loop {
+            let page = self
+                .state
+                .store
+                .answers_page(&batch.id, after, PAGE_LINES, PAGE_BYTES)
+                .await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            after = Some(last.index);
+            for line in page {
+                let (file, kind, text) = match line.answer {
+                    Some((true, text)) => (&mut output, "output", text),
+                    Some((false, text)) => (&mut errors, "error", text),
+                    None => (&mut errors, "error", unanswered(&line.custom_id, to)),
+                };
+                let file = match file {
+                    Some(file) => file,
+                    None => file.insert(self.open(batch, kind).await?),
+                };
+                file.line(&text).await?;
             }
         }
         let mut files = Vec::new();
-        for (kind, lines) in [("output", output), ("error", errors)] {
-            if !lines.is_empty() {
-                files.push(self.write(batch, kind, &lines).await?);
-            }
+        for file in [output, errors].into_iter().flatten() {
+            files.push(file.close(batch).await?);
         }
         let ended = self
             .state
@@ -160,39 +191,33 @@ impl Runner {
         Ok(())
     }
 
-    /// Writes one of `batch`'s files (`kind`: `output` or `error`), under an
+    /// Starts one of `batch`'s files (`kind`: `output` or `error`), under an
     /// id made from the batch's, so a replica ending it again writes the
-    /// same file.
-    async fn write(
-        &self,
-        batch: &BatchRecord,
-        kind: &str,
-        lines: &[String],
-    ) -> Result<FileRecord, StoreError> {
+    /// same file; it is written to a temporary file of this replica's and
+    /// renamed into place when closed.
+    async fn open(&self, batch: &BatchRecord, kind: &'static str) -> Result<Writing, StoreError> {
         let digest = Sha256::digest(format!("{kind}:{}", batch.id));
         let id = format!("file-{}", &hex::encode(digest)[..24]);
-        let failed = |e: std::io::Error| StoreError::Unavailable(format!("cannot write {id}: {e}"));
         let dir = &self.state.batches.dir;
         let path = self
             .state
             .batches
             .path(&id)
             .ok_or_else(|| StoreError::Unavailable(format!("{id} names no path")))?;
-        let mut text = lines.join("\n");
-        text.push('\n');
-        tokio::fs::create_dir_all(dir).await.map_err(failed)?;
-        let temporary = dir.join(format!(".write-{id}-{}", self.owner));
-        tokio::fs::write(&temporary, text.as_bytes())
+        tokio::fs::create_dir_all(dir)
             .await
-            .map_err(failed)?;
-        tokio::fs::rename(&temporary, &path).await.map_err(failed)?;
-        Ok(FileRecord {
+            .map_err(|e| write_failed(&id, &e))?;
+        let temporary = dir.join(format!(".write-{id}-{}", self.owner));
+        let file = tokio::fs::File::create(&temporary)
+            .await
+            .map_err(|e| write_failed(&id, &e))?;
+        Ok(Writing {
             id,
-            project_id: batch.project_id.clone(),
-            purpose: "batch_output".into(),
-            filename: format!("{}_{kind}.jsonl", batch.id),
-            bytes: i64::try_from(text.len()).unwrap_or(i64::MAX),
-            created_at: now(),
+            kind,
+            temporary,
+            path,
+            file: tokio::io::BufWriter::new(file),
+            bytes: 0,
         })
     }
 
@@ -200,6 +225,55 @@ impl Runner {
     pub(crate) fn settings(&self) -> Arc<super::Batches> {
         self.state.batches.clone()
     }
+}
+
+/// One of a batch's files, being written.
+struct Writing {
+    id: String,
+    kind: &'static str,
+    temporary: std::path::PathBuf,
+    path: std::path::PathBuf,
+    file: tokio::io::BufWriter<tokio::fs::File>,
+    bytes: usize,
+}
+
+impl Writing {
+    /// Adds a line (`text` and a newline).
+    async fn line(&mut self, text: &str) -> Result<(), StoreError> {
+        let id = &self.id;
+        self.file
+            .write_all(text.as_bytes())
+            .await
+            .map_err(|e| write_failed(id, &e))?;
+        self.file
+            .write_all(b"\n")
+            .await
+            .map_err(|e| write_failed(id, &e))?;
+        self.bytes = self.bytes.saturating_add(text.len() + 1);
+        Ok(())
+    }
+
+    /// Puts the file in place: its record, to keep with the batch's end.
+    async fn close(mut self, batch: &BatchRecord) -> Result<FileRecord, StoreError> {
+        let id = self.id;
+        self.file.flush().await.map_err(|e| write_failed(&id, &e))?;
+        drop(self.file);
+        tokio::fs::rename(&self.temporary, &self.path)
+            .await
+            .map_err(|e| write_failed(&id, &e))?;
+        Ok(FileRecord {
+            id,
+            project_id: batch.project_id.clone(),
+            purpose: "batch_output".into(),
+            filename: format!("{}_{}.jsonl", batch.id, self.kind),
+            bytes: i64::try_from(self.bytes).unwrap_or(i64::MAX),
+            created_at: now(),
+        })
+    }
+}
+
+fn write_failed(id: &str, e: &std::io::Error) -> StoreError {
+    StoreError::Unavailable(format!("cannot write {id}: {e}"))
 }
 
 /// Deletes ended batches past their retention, and their files (the
@@ -218,26 +292,61 @@ pub(crate) async fn sweep(store: &dyn svc_core::Store, batches: &super::Batches)
     }
 }
 
-/// Runs one line through `router` as its batch's key and writes its answer.
+/// Runs one line through `router` as its batch's key and writes its answer,
+/// within the project's quota: an answer past it is not kept, and the line
+/// fails with an error line that names the quota instead (kept past it:
+/// it is a few hundred bytes, and every line is answered).
 async fn answer(state: AppState, router: Router, line: LeasedLine) {
     let (ok, output) = ask(router, &line).await;
-    let answer = LineAnswer {
+    let mut answer = LineAnswer {
         batch_id: line.batch_id.clone(),
         index: line.line.index,
         ok,
         output,
     };
+    let quota = i64::try_from(state.batches.quota_bytes).unwrap_or(i64::MAX);
+    let mut within = Some(quota);
     // A store that fails now may answer in a moment; else the lease runs
     // out and the line runs again.
-    for attempt in 0..3 {
-        match state.store.answer_line(&answer).await {
+    let mut attempt = 0;
+    while attempt < 3 {
+        match state.store.answer_line(&answer, within).await {
+            Ok(Answered::PastQuota) => {
+                let bytes = answer.output.len();
+                answer.ok = false;
+                answer.output = past_quota(&line.line.custom_id, bytes, quota);
+                within = None;
+            }
             Ok(_) => return,
             Err(e) if attempt == 2 => {
                 tracing::warn!(batch = %line.batch_id, line = line.line.index, error = %e, "cannot write a batch line's answer");
+                return;
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
     }
+}
+
+/// The error line of a line whose answer (`bytes`) would have taken its
+/// project past its quota.
+fn past_quota(custom_id: &str, bytes: usize, quota: i64) -> String {
+    let line = BatchOutputLine {
+        id: new_id("batch_req"),
+        custom_id: custom_id.to_owned(),
+        response: None,
+        error: Some(BatchLineError {
+            code: "quota_exceeded".into(),
+            message: format!(
+                "This request's answer ({bytes} bytes) was not kept: it would take the project's \
+                 files and batch answers past its quota of {quota} bytes (files_quota_bytes). \
+                 Delete files to make room."
+            ),
+        }),
+    };
+    serde_json::to_string(&line).unwrap_or_default()
 }
 
 /// The line's request, answered: whether with a 2xx, and its output line.
