@@ -25,6 +25,9 @@ on_both_databases!(
     a_batchs_lines_are_charged_at_the_batch_discount,
     an_upload_past_the_projects_quota_is_refused,
     one_key_streams_at_most_four_uploads_at_once,
+    an_answer_past_the_projects_quota_fails_its_line_naming_the_quota,
+    another_projects_batch_is_not_held_behind_a_large_one,
+    a_project_has_a_bounded_number_of_batches_in_progress,
 );
 
 /// A server whose files are in its own directory (`TestApp` gives one).
@@ -728,7 +731,8 @@ async fn an_upload_past_the_projects_quota_is_refused(database: Database) {
     let app = TestApp::spawn_with(
         database,
         ServerConfig {
-            files_quota_bytes: text.len() * 2 + 10,
+            // Two files and their names ("input.jsonl") fit, not three.
+            files_quota_bytes: (text.len() + "input.jsonl".len()) * 2 + 10,
             ..ServerConfig::default()
         },
     )
@@ -823,4 +827,157 @@ async fn one_key_streams_at_most_four_uploads_at_once(database: Database) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(stalled);
+}
+
+/// A key of a new project named `name`.
+async fn project_key(app: &TestApp, name: &str) -> String {
+    let project = app.create_project(name, ModelAccess(None)).await;
+    app.create_scoped_key(
+        None,
+        KeyScope {
+            project_id: Some(project.id.clone()),
+            ..KeyScope::default()
+        },
+    )
+    .await
+}
+
+async fn an_answer_past_the_projects_quota_fails_its_line_naming_the_quota(database: Database) {
+    // Six lines of 100 inputs each: an answer is about 10 kB.
+    let text = jsonl(6, "/v1/embeddings", |i| {
+        let input: Vec<String> = (0..100).map(|n| format!("line {i} input {n}")).collect();
+        json!({"model": "fake-embed", "input": input})
+    });
+    // The file (and its name), the batch's copy of its lines (about the
+    // file again), and room for about two answers.
+    let quota = 2 * text.len() + 25_000;
+    let app = TestApp::spawn_with(
+        database,
+        ServerConfig {
+            files_quota_bytes: quota,
+            batch_concurrency: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let key = app.create_key().await;
+    let file = uploaded(&app, &key, &text).await;
+    let (status, batch) = create(&app, &key, &file, "/v1/embeddings").await;
+    assert_eq!(status, 200, "{batch}");
+    let batch = ended(&app, &key, batch["id"].as_str().unwrap()).await;
+    assert_eq!(batch["status"], "completed", "{batch}");
+    let counts = &batch["request_counts"];
+    let (done, failed) = (
+        counts["completed"].as_u64().unwrap(),
+        counts["failed"].as_u64().unwrap(),
+    );
+    eprintln!("quota {quota} bytes: {done} answers kept, {failed} lines past the quota");
+    assert_eq!(done + failed, 6, "{batch}");
+    assert!((1..=3).contains(&done), "{batch}");
+    let output = lines(&app, &key, &batch["output_file_id"]).await;
+    let errors = lines(&app, &key, &batch["error_file_id"]).await;
+    assert_eq!(output.len() as u64, done);
+    for line in &output {
+        let vectors = line["response"]["body"]["data"].as_array().unwrap();
+        assert_eq!(vectors.len(), 100, "whole answers only");
+    }
+    assert_eq!(errors.len() as u64, failed);
+    for line in &errors {
+        assert_eq!(line["response"], Value::Null, "{line}");
+        assert_eq!(line["error"]["code"], "quota_exceeded", "{line}");
+        let message = line["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("quota of {quota} bytes")),
+            "{message}"
+        );
+        assert!(line["custom_id"].as_str().unwrap().starts_with("req-"));
+    }
+    // What the project keeps is within its quota: the input file, the
+    // output file and the error file (the batch's copy of its lines went
+    // with its end).
+    let (_, listed) = send(&app, &key, "GET", "/v1/files", None).await;
+    let files = listed["data"].as_array().unwrap();
+    assert_eq!(files.len(), 3, "{listed}");
+    let kept: u64 = files.iter().map(|f| f["bytes"].as_u64().unwrap()).sum();
+    assert!((kept as usize) < quota, "{kept} of {quota}");
+}
+
+async fn another_projects_batch_is_not_held_behind_a_large_one(database: Database) {
+    let app = TestApp::spawn_with(
+        database,
+        ServerConfig {
+            batch_concurrency: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let (large, small) = (
+        project_key(&app, "large").await,
+        project_key(&app, "small").await,
+    );
+    // fake-slow: "You said: slow line N" takes about 250 ms a line.
+    let body = |i: usize| json!({"model": "fake-slow", "messages": [{"role": "user", "content": format!("slow line {i}")}]});
+    let twenty = uploaded(&app, &large, &jsonl(20, "/v1/chat/completions", body)).await;
+    let one = uploaded(&app, &small, &jsonl(1, "/v1/chat/completions", body)).await;
+    let (_, first) = create(&app, &large, &twenty, "/v1/chat/completions").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let created = Instant::now();
+    let (_, second) = create(&app, &small, &one, "/v1/chat/completions").await;
+    let second = ended(&app, &small, second["id"].as_str().unwrap()).await;
+    let waited = created.elapsed();
+    let (_, first_now) = send(
+        &app,
+        &large,
+        "GET",
+        &format!("/v1/batches/{}", first["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    let before = first_now["request_counts"]["completed"].as_u64().unwrap();
+    eprintln!(
+        "another project's 1-line batch ended after {waited:?}, with {before} of the 20 lines of the earlier batch answered"
+    );
+    assert_eq!(second["status"], "completed", "{second}");
+    assert!(
+        before <= 4,
+        "the small batch waited for {before} lines of the large one"
+    );
+    let first = ended(&app, &large, first["id"].as_str().unwrap()).await;
+    assert_eq!(first["request_counts"]["completed"], 20, "{first}");
+}
+
+async fn a_project_has_a_bounded_number_of_batches_in_progress(database: Database) {
+    let app = TestApp::spawn_with(
+        database,
+        ServerConfig {
+            batch_concurrency: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let key = app.create_key().await;
+    // A line of fake-slow that takes seconds: no batch ends meanwhile.
+    let words = vec!["word"; 100].join(" ");
+    let text = jsonl(
+        1,
+        "/v1/chat/completions",
+        |_| json!({"model": "fake-slow", "messages": [{"role": "user", "content": words}]}),
+    );
+    let file = uploaded(&app, &key, &text).await;
+    for n in 0..16 {
+        let (status, batch) = create(&app, &key, &file, "/v1/chat/completions").await;
+        assert_eq!(status, 200, "batch {n}: {batch}");
+    }
+    let (status, refused) = create(&app, &key, &file, "/v1/chat/completions").await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "input_file_id", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("16 batches in progress"), "{message}");
+    let (_, list) = send(&app, &key, "GET", "/v1/batches?limit=100", None).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 16);
+    // Another project has its own bound.
+    let other = project_key(&app, "other").await;
+    let theirs = uploaded(&app, &other, &text).await;
+    let (status, batch) = create(&app, &other, &theirs, "/v1/chat/completions").await;
+    assert_eq!(status, 200, "{batch}");
 }
