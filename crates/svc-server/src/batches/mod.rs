@@ -12,7 +12,7 @@
 pub(crate) mod batch;
 pub(crate) mod files;
 mod lines;
-mod multipart;
+pub(crate) mod multipart;
 mod runner;
 mod upload;
 

@@ -145,6 +145,11 @@ impl Parser {
             match self.state {
                 State::Preamble => {
                     if let Some(found) = find(rest, &self.delimiter) {
+                        // The same bound whether the preamble came whole or
+                        // in pieces.
+                        if self.skipped + found > PREAMBLE_MAX {
+                            return Err(FormError::NoBoundary.into());
+                        }
                         *at += found + self.delimiter.len();
                         self.skipped = 0;
                         self.state = State::Delimited;
@@ -206,7 +211,9 @@ impl Parser {
                         form.part(part)?;
                         continue;
                     }
-                    if self.held.len() - *at > HEAD_MAX + 2 {
+                    // The CRLF before them, and at most three bytes of the
+                    // blank line that may yet end them.
+                    if self.held.len() - *at > 2 + HEAD_MAX + 3 {
                         return Err(FormError::EndlessHeaders.into());
                     }
                     // The end may begin in the last three bytes.
@@ -237,6 +244,68 @@ impl Parser {
             }
         }
     }
+}
+
+/// For the fuzz target: `pieces` (a body, cut as the network may cut it)
+/// parsed as a form of `boundary`: each part's name, filename and data (in
+/// the pieces the parser handed on), and whether the form ended whole.
+#[doc(hidden)]
+pub fn fuzz_form(boundary: &str, pieces: &[&[u8]]) -> (Vec<FuzzPart>, Result<(), String>) {
+    #[derive(Default)]
+    struct Collect(Vec<FuzzPart>);
+    impl Form for Collect {
+        type Error = FormError;
+        fn part(&mut self, part: Part) -> Result<(), FormError> {
+            self.0.push(FuzzPart {
+                name: part.name,
+                filename: part.filename,
+                data: Vec::new(),
+                ended: false,
+            });
+            Ok(())
+        }
+        fn data(&mut self, bytes: &[u8]) -> Result<(), FormError> {
+            assert!(!bytes.is_empty(), "data handed on in empty pieces");
+            match self.0.last_mut() {
+                Some(part) if !part.ended => part.data.extend_from_slice(bytes),
+                _ => panic!("data outside a part"),
+            }
+            Ok(())
+        }
+        fn end(&mut self) -> Result<(), FormError> {
+            match self.0.last_mut() {
+                Some(part) if !part.ended => part.ended = true,
+                _ => panic!("a part ended twice, or before it began"),
+            }
+            Ok(())
+        }
+    }
+    let mut parser = Parser::new(boundary);
+    let mut form = Collect::default();
+    for piece in pieces {
+        if let Err(e) = parser.feed(piece, &mut form) {
+            return (form.0, Err(e.to_string()));
+        }
+        // What is held stays bounded, however the body goes on.
+        let bound = PREAMBLE_MAX.max(HEAD_MAX) + parser.delimiter.len() + piece.len() + 4;
+        assert!(
+            parser.held.len() <= bound,
+            "{} bytes held",
+            parser.held.len()
+        );
+    }
+    let ended = parser.finish().map_err(|e| e.to_string());
+    (form.0, ended)
+}
+
+/// A part as [`fuzz_form`] saw it.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuzzPart {
+    pub name: Option<String>,
+    pub filename: Option<String>,
+    pub data: Vec<u8>,
+    pub ended: bool,
 }
 
 /// Where `needle` (not empty) first is whole in `haystack`. Each byte is
@@ -471,6 +540,34 @@ mod tests {
             parser.feed(padded.as_bytes(), &mut seen),
             Err(FormError::EndlessHeaders)
         );
+    }
+
+    /// The bounds do not depend on how the body is cut: a preamble or a
+    /// part's headers at the bound are read, one byte more is refused,
+    /// whole or a byte at a time (found by the `multipart` fuzz target's
+    /// invariant: a preamble past the bound was read when it came whole).
+    #[test]
+    fn the_bounds_are_the_same_whole_or_in_pieces() {
+        let form = |preamble: usize, header: usize| {
+            // The body's first line is read as if a line ended before it.
+            let preamble = "p".repeat(preamble.saturating_sub(2));
+            let value = "h".repeat(header - "X: ".len());
+            format!("{preamble}\r\n--{BOUNDARY}\r\nX: {value}\r\n\r\ndata\r\n--{BOUNDARY}--")
+                .into_bytes()
+        };
+        for (preamble, header, ok) in [
+            (PREAMBLE_MAX, 10, true),
+            (PREAMBLE_MAX + 1, 10, false),
+            (10, HEAD_MAX, true),
+            (10, HEAD_MAX + 1, false),
+        ] {
+            let body = form(preamble, header);
+            let bytes: Vec<&[u8]> = body.chunks(1).collect();
+            for pieces in [vec![&body[..]], bytes] {
+                let parsed = parse(&pieces);
+                assert_eq!(parsed.is_ok(), ok, "{preamble} {header}: {parsed:?}");
+            }
+        }
     }
 
     #[test]
