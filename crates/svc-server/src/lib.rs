@@ -37,7 +37,7 @@ pub(crate) mod usage;
 /// bodies. Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::batches::multipart::{FuzzPart, fuzz_form};
+    pub use crate::batches::multipart::{FuzzEvent, FuzzForm, fuzz_form};
     pub use crate::extract::parse_json;
     pub use crate::routes::{fuzz_code_body, fuzz_token_form};
 }

@@ -247,65 +247,71 @@ impl Parser {
 }
 
 /// For the fuzz target: `pieces` (a body, cut as the network may cut it)
-/// parsed as a form of `boundary`: each part's name, filename and data (in
-/// the pieces the parser handed on), and whether the form ended whole.
+/// parsed as a form of `boundary`: what was handed on, in order, whether
+/// the form ended whole, and the most bytes held beyond the piece being
+/// fed.
 #[doc(hidden)]
-pub fn fuzz_form(boundary: &str, pieces: &[&[u8]]) -> (Vec<FuzzPart>, Result<(), String>) {
+pub fn fuzz_form(boundary: &str, pieces: &[&[u8]]) -> FuzzForm {
     #[derive(Default)]
-    struct Collect(Vec<FuzzPart>);
+    struct Collect(Vec<FuzzEvent>);
     impl Form for Collect {
         type Error = FormError;
         fn part(&mut self, part: Part) -> Result<(), FormError> {
-            self.0.push(FuzzPart {
+            self.0.push(FuzzEvent::Part {
                 name: part.name,
                 filename: part.filename,
-                data: Vec::new(),
-                ended: false,
             });
             Ok(())
         }
         fn data(&mut self, bytes: &[u8]) -> Result<(), FormError> {
-            assert!(!bytes.is_empty(), "data handed on in empty pieces");
-            match self.0.last_mut() {
-                Some(part) if !part.ended => part.data.extend_from_slice(bytes),
-                _ => panic!("data outside a part"),
-            }
+            self.0.push(FuzzEvent::Data(bytes.to_vec()));
             Ok(())
         }
         fn end(&mut self) -> Result<(), FormError> {
-            match self.0.last_mut() {
-                Some(part) if !part.ended => part.ended = true,
-                _ => panic!("a part ended twice, or before it began"),
-            }
+            self.0.push(FuzzEvent::End);
             Ok(())
         }
     }
     let mut parser = Parser::new(boundary);
     let mut form = Collect::default();
+    let mut held = 0;
     for piece in pieces {
-        if let Err(e) = parser.feed(piece, &mut form) {
-            return (form.0, Err(e.to_string()));
+        let fed = parser.feed(piece, &mut form);
+        held = held.max(parser.held.len().saturating_sub(piece.len()));
+        if let Err(e) = fed {
+            return FuzzForm {
+                events: form.0,
+                ended: Err(e.to_string()),
+                held,
+            };
         }
-        // What is held stays bounded, however the body goes on.
-        let bound = PREAMBLE_MAX.max(HEAD_MAX) + parser.delimiter.len() + piece.len() + 4;
-        assert!(
-            parser.held.len() <= bound,
-            "{} bytes held",
-            parser.held.len()
-        );
     }
-    let ended = parser.finish().map_err(|e| e.to_string());
-    (form.0, ended)
+    FuzzForm {
+        events: form.0,
+        ended: parser.finish().map_err(|e| e.to_string()),
+        held,
+    }
 }
 
-/// A part as [`fuzz_form`] saw it.
+/// What [`fuzz_form`] saw.
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FuzzPart {
-    pub name: Option<String>,
-    pub filename: Option<String>,
-    pub data: Vec<u8>,
-    pub ended: bool,
+pub struct FuzzForm {
+    pub events: Vec<FuzzEvent>,
+    pub ended: Result<(), String>,
+    pub held: usize,
+}
+
+/// One thing the parser handed on.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FuzzEvent {
+    Part {
+        name: Option<String>,
+        filename: Option<String>,
+    },
+    Data(Vec<u8>),
+    End,
 }
 
 /// Where `needle` (not empty) first is whole in `haystack`. Each byte is
