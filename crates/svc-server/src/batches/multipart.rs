@@ -164,13 +164,17 @@ impl Parser {
                     return Ok(());
                 }
                 State::Delimited => {
-                    if rest.len() < 2 {
-                        return Ok(());
-                    }
-                    if rest.starts_with(b"--") {
-                        self.state = State::Done;
-                        *at = self.held.len();
-                        return Ok(());
+                    // `--` right after the boundary closes the form; after
+                    // padding it is no closing (as when it comes whole).
+                    if self.skipped == 0 {
+                        if rest.len() < 2 {
+                            return Ok(());
+                        }
+                        if rest.starts_with(b"--") {
+                            self.state = State::Done;
+                            *at = self.held.len();
+                            return Ok(());
+                        }
                     }
                     // Transport padding: spaces and tabs before the CRLF.
                     let padding = rest
@@ -573,6 +577,18 @@ mod tests {
                 let parsed = parse(&pieces);
                 assert_eq!(parsed.is_ok(), ok, "{preamble} {header}: {parsed:?}");
             }
+        }
+    }
+
+    /// Found by the `multipart` fuzz target: `--` after padding closed the
+    /// form when the padding came in an earlier piece, and was refused
+    /// when it came whole.
+    #[test]
+    fn dashes_after_padding_close_nothing_however_the_body_is_cut() {
+        let body = format!("--{BOUNDARY} \t--{BOUNDARY}\r\n");
+        let bytes: Vec<&[u8]> = body.as_bytes().chunks(1).collect();
+        for pieces in [vec![body.as_bytes()], bytes] {
+            assert_eq!(parse(&pieces), Err(FormError::BoundaryLine));
         }
     }
 
