@@ -766,7 +766,7 @@ async fn an_upload_past_the_projects_quota_is_refused(database: Database) {
 
 /// Opens `POST /v1/files` as `key` and sends the start of a 1 MB file, then
 /// nothing more while the connection is kept.
-async fn stalled_upload(app: &TestApp, key: &str) -> tokio::net::TcpStream {
+pub(crate) async fn stalled_upload(app: &TestApp, key: &str) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt as _;
     let boundary = "svc-test-boundary-stall";
     let head = format!(

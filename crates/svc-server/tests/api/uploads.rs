@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use svc_core::{KeyScope, ModelAccess};
 use svc_server::ServerConfig;
+use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Database, TestApp};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use svc_store::testing::{TestSchema, postgres_url};
+use crate::batches::stalled_upload;
 
 on_both_databases!(
     a_filename_past_255_bytes_is_refused_before_it_is_kept,
@@ -174,21 +175,6 @@ async fn a_files_name_counts_toward_the_quota(database: Database) {
     assert_eq!(deleted.status(), 200);
     let (status, body) = post(&app, &key, form(&"n".repeat(90), &text)).await;
     assert_eq!(status, 200, "{body}");
-}
-
-/// Opens `POST /v1/files` as `key` and sends the start of a 1 MB file, then
-/// nothing more while the connection is kept.
-async fn stalled_upload(app: &TestApp, key: &str) -> tokio::net::TcpStream {
-    let head = format!(
-        "POST /v1/files HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: 1000000\r\n\r\n\
-         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n\
-         {{\"custom_id\": ",
-        app.addr
-    );
-    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream
 }
 
 // 16 keys' slow uploads held all 64 places of uploads in all, and another
