@@ -62,7 +62,7 @@ crate::openapi::parameters! {
 
 #[utoipa::path(post, path = "/v1/batches", tag = "batches", operation_id = "createBatch",
     summary = "Create a batch: run every request of an uploaded file, at low priority, within 24 hours.",
-    description = "Each line of `input_file_id` is sent to `endpoint` (every line's `url` must be it) as the key that creates the batch: its scopes, models and budgets apply, not its per-minute limits. Lines run at low priority: the embedded engine gives them only slots that interactive requests leave free. Each line is answered once, by its `custom_id`, in the output file (2xx) or the error file; the work survives restarts and is shared by replicas.",
+    description = "Each line of `input_file_id` is sent to `endpoint` (every line's `url` must be it) as the key that creates the batch: its scopes, models and budgets apply, not its per-minute limits. Lines run at low priority: the embedded engine gives them only slots that interactive requests leave free. Each line is answered once, by its `custom_id`, in the output file (2xx) or the error file; the work survives restarts and is shared by replicas. Lines are taken in turns across projects and keys. A project has at most 16 batches in progress, and a running batch's copy of its lines and its answers count against the project's quota of file bytes (`files_quota_bytes`): a create past either is a 400 naming `input_file_id`, and an answer past the quota fails its line (`quota_exceeded`).",
     security(("bearer" = ["api.batch.write"])),
     request_body = CreateBatchRequest,
     responses(
