@@ -7,7 +7,7 @@
 //! has at most [`BATCHES_IN_PROGRESS`] batches that have not ended, and the
 //! copy counts toward its quota while the batch runs (both decided by the
 //! store, atomically). The file is read a line at a time, and at most
-//! [`CREATES_AT_ONCE`] creates read and copy at once, so that creates hold
+//! [`CREATES_AT_ONCE`](super::CREATES_AT_ONCE) creates read and copy at once, so that creates hold
 //! at most that many files' lines in memory.
 
 use std::collections::BTreeMap;
@@ -35,11 +35,6 @@ const WINDOW_SECONDS: i64 = 86_400;
 /// The most batches of one project that have not ended (more are refused
 /// until one ends).
 pub(crate) const BATCHES_IN_PROGRESS: i64 = 16;
-/// Creates that read a file and copy its lines at once, in all (the others
-/// wait their turn): each holds the file's lines in memory meanwhile.
-const CREATES_AT_ONCE: usize = 2;
-/// The creates reading and copying now.
-static CREATING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CREATES_AT_ONCE);
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -122,7 +117,9 @@ pub async fn create(
         .batches
         .path(&file.id)
         .ok_or_else(|| ApiError::Internal("a file id that names no path".into()))?;
-    let _creating = CREATING
+    let _creating = state
+        .batches
+        .creates
         .acquire()
         .await
         .map_err(|e| ApiError::Internal(format!("the creates' turns are closed: {e}")))?;

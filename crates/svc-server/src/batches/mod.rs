@@ -41,6 +41,10 @@ fn uploads_at_once() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
+/// Creates that read a file and copy its lines at once, in all (the others
+/// wait their turn): each holds the file's lines in memory meanwhile.
+const CREATES_AT_ONCE: usize = 2;
+
 /// The routes of files and batches.
 pub fn routes() -> OpenApiRouter<AppState> {
     files::routes().merge(batch::routes())
@@ -66,6 +70,8 @@ pub struct Batches {
     pub(crate) wake: Notify,
     /// Uploads in flight per key, and their pieces worked on in all.
     pub(crate) uploads: InFlight,
+    /// Turns of the creates that read a file and copy its lines.
+    pub(crate) creates: tokio::sync::Semaphore,
 }
 
 impl Batches {
@@ -82,6 +88,7 @@ impl Batches {
             retention: config.batch_retention,
             wake: Notify::new(),
             uploads: InFlight::new("file upload", UPLOADS_PER_KEY, uploads_at_once()),
+            creates: tokio::sync::Semaphore::new(CREATES_AT_ONCE),
         }
     }
 
