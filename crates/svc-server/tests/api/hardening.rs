@@ -237,10 +237,10 @@ async fn health_on(stream: &mut TcpStream) {
 }
 
 /// A connection from 127.0.0.`host` with a request under way: a streamed
-/// reply of `fake-slow` (50 ms a word) to 60 words, its head read.
+/// reply of `fake-slow` (50 ms a word) to 200 words, its head read.
 async fn busy_from(app: &TestApp, key: &str, host: u8) -> TcpStream {
     let mut stream = connect_from(app, host).await;
-    let words = vec!["word"; 60].join(" ");
+    let words = vec!["word"; 200].join(" ");
     let mut request = body("fake-slow", &words);
     request["stream"] = serde_json::json!(true);
     let request = request.to_string();
