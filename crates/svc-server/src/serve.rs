@@ -306,7 +306,7 @@ struct Open {
     /// Connections without a request yet, oldest first.
     unstarted: BTreeMap<u64, Arc<Slot>>,
     /// Connections whose requests have all been answered, idle the
-    /// longest first (by [`Slot::idle_key`]).
+    /// longest first (by [`Busy::idle_key`]).
     idle: BTreeMap<u64, Arc<Slot>>,
     next_id: u64,
 }
