@@ -303,9 +303,29 @@ pub struct ToolCallChunk {
     pub arguments: String,
 }
 
-/// Why generation ended: the API's own type, so the engines and the wire
-/// share one list of reasons.
-pub use svc_api::FinishReason;
+/// Why generation ended. The engines' word for it: each dialect says it in
+/// its own (`stop`, `length`, `tool_calls` in OpenAI's; `end_turn`,
+/// `max_tokens`, `tool_use` in Anthropic's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The reply ended, or hit a stop sequence.
+    Stop,
+    /// The token cap (or the context) was reached.
+    Length,
+    /// The model called tools.
+    ToolCalls,
+}
+
+impl FinishReason {
+    /// OpenAI's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+        }
+    }
+}
 
 /// Real token counts of one generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

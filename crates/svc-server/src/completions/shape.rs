@@ -209,7 +209,7 @@ pub async fn collect(meta: Meta, mut events: Merged) -> Result<Completion, ApiEr
             text: format!("{}{}", meta.echoed(index), b.text),
             index: index as u32,
             logprobs: meta.logprobs.then_some(b.logprobs),
-            finish_reason: Some(b.finish.unwrap_or(FinishReason::Stop)),
+            finish_reason: Some(wire(b.finish.unwrap_or(FinishReason::Stop))),
         })
         .collect();
     Ok(Completion {
@@ -252,7 +252,7 @@ pub fn sse(
                 text,
                 index: index as u32,
                 logprobs,
-                finish_reason: finish,
+                finish_reason: finish.map(wire),
             }],
             usage: None,
         }
@@ -313,6 +313,15 @@ pub fn sse(
                 }
             }
         }
+    }
+}
+
+/// A choice's `finish_reason` on the wire.
+fn wire(reason: FinishReason) -> svc_api::FinishReason {
+    match reason {
+        FinishReason::Stop => svc_api::FinishReason::Stop,
+        FinishReason::Length => svc_api::FinishReason::Length,
+        FinishReason::ToolCalls => svc_api::FinishReason::ToolCalls,
     }
 }
 
