@@ -34,7 +34,6 @@ pub mod secrets;
 // Values and validated requests.
 pub mod completions;
 pub mod config;
-pub mod embeddings;
 pub mod hashes;
 pub mod images;
 pub mod messages;
@@ -81,7 +80,6 @@ pub use device::{
     CodeLookup, DeviceClient, DeviceConfig, DeviceDecision, DeviceRecord, DeviceService,
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
-pub use embeddings::ValidEmbeddingRequest;
 pub use engine::{
     ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
     EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, IMAGE_TOKEN_ESTIMATE,

@@ -2,13 +2,16 @@
 //! model's engine with what every inference gets (the key's scope and
 //! model list, rate limits, budgets, usage, metrics), shape the vectors
 //! (numbers, or base64 of little-endian floats). Errors are OpenAI's shape.
+//! The wire request becomes a domain one in [`valid`].
+
+mod valid;
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
 use base64::Engine as _;
 use svc_api::EmbeddingRequest;
 use svc_api::embeddings::{Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector};
-use svc_core::{KeyRecord, TokenUsage, ValidEmbeddingRequest};
+use svc_core::{KeyRecord, TokenUsage};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -17,6 +20,7 @@ use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::{Metering, arrived, json_response, limited, usable};
 use crate::state::AppState;
+use valid::ValidEmbeddingRequest;
 
 /// The route.
 pub fn routes() -> OpenApiRouter<AppState> {

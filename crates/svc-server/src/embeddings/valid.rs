@@ -6,15 +6,13 @@
 
 use serde_json::Value;
 use svc_api::EmbeddingRequest;
-
-use crate::engine::{EmbedInput, EmbedRequest};
-use crate::request::ValidationError;
+use svc_core::{EmbedInput, EmbedRequest, ValidationError};
 
 /// Most inputs one request may give, as with OpenAI.
 pub const MAX_EMBEDDING_INPUTS: usize = 2048;
 /// Most bytes of text all inputs of a request may hold together (as for a
 /// chat request's messages).
-pub const MAX_EMBEDDING_BYTES: usize = crate::request::MAX_MESSAGE_BYTES;
+pub const MAX_EMBEDDING_BYTES: usize = svc_core::request::MAX_MESSAGE_BYTES;
 
 /// An embeddings request that passed every check.
 #[derive(Debug, Clone, PartialEq)]
