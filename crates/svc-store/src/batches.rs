@@ -107,13 +107,14 @@ const STORED: &str = concat!("SELECT CAST(", stored_bytes!("$1"), " AS BIGINT) A
 
 /// `$1` to `$7`: a file's columns and the project's quota, which counts
 /// each file's name (`$4`) as well as its bytes (`$5`): names are kept too,
-/// and listed.
+/// and listed. What the project keeps already (`stored_bytes!`) counts:
+/// its files, and its running batches' copies and answers.
 const INSERT_FILE: &str = concat!(
     "INSERT INTO files (",
     file_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6 \
-     WHERE (SELECT COALESCE(SUM(bytes + OCTET_LENGTH(filename)), 0) FROM files \
-     WHERE project_id = $2) + $5 + OCTET_LENGTH($4) <= $7"
+    ") SELECT $1, $2, $3, $4, $5, $6 WHERE ",
+    stored_bytes!("$2"),
+    " + $5 + OCTET_LENGTH($4) <= $7"
 );
 /// PostgreSQL: holds the project's (`$1`) uploads to one at a time until
 /// the transaction ends.
@@ -497,22 +498,8 @@ impl BatchStore for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(query_error)?;
-        if done.rows_affected() != 1 {
-            return Ok(false);
-        }
-        // The project's running batches count too (their lines' copies and
-        // answers): a file that fits beside the files but not beside them
-        // is not kept.
-        let used: i64 = sqlx::query_scalar(STORED)
-            .bind(file.project_id.0.as_str())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(query_error)?;
-        if used > quota {
-            return Ok(false);
-        }
         tx.commit().await.map_err(query_error)?;
-        Ok(true)
+        Ok(done.rows_affected() == 1)
     }
 
     async fn file(&self, project: &ProjectId, id: &str) -> Result<Option<FileRecord>, StoreError> {
