@@ -333,20 +333,15 @@ async fn answer(state: AppState, router: Router, line: LeasedLine) {
 /// The error line of a line whose answer (`bytes`) would have taken its
 /// project past its quota.
 fn past_quota(custom_id: &str, bytes: usize, quota: i64) -> String {
-    let line = BatchOutputLine {
-        id: new_id("batch_req"),
-        custom_id: custom_id.to_owned(),
-        response: None,
-        error: Some(BatchLineError {
-            code: "quota_exceeded".into(),
-            message: format!(
-                "This request's answer ({bytes} bytes) was not kept: it would take the project's \
-                 files and batch answers past its quota of {quota} bytes (files_quota_bytes). \
-                 Delete files to make room."
-            ),
-        }),
-    };
-    serde_json::to_string(&line).unwrap_or_default()
+    error_line(
+        custom_id,
+        "quota_exceeded",
+        format!(
+            "This request's answer ({bytes} bytes) was not kept: it would take the project's \
+             files and batch answers past its quota of {quota} bytes (files_quota_bytes). \
+             Delete files to make room."
+        ),
+    )
 }
 
 /// The line's request, answered: whether with a 2xx, and its output line.
@@ -416,13 +411,19 @@ fn unanswered(custom_id: &str, to: BatchStatus) -> String {
             "This request was not executed: the batch was cancelled.",
         ),
     };
+    error_line(custom_id, code, message.into())
+}
+
+/// A line of the error file for a line that has no answer of its own:
+/// OpenAI's `error` object with `code` and `message`.
+fn error_line(custom_id: &str, code: &str, message: String) -> String {
     let line = BatchOutputLine {
         id: new_id("batch_req"),
         custom_id: custom_id.to_owned(),
         response: None,
         error: Some(BatchLineError {
             code: code.into(),
-            message: message.into(),
+            message,
         }),
     };
     serde_json::to_string(&line).unwrap_or_default()
