@@ -9,89 +9,112 @@ use utoipa::openapi::schema::{
 };
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::schema::{constant, keywords, null, or_null, reference, typed};
+use crate::schema::{collect, constant, keywords, null, or_null, reference, typed};
 
-/// A chat completion request exactly as it arrives. Unknown fields are
-/// ignored; `null` is read as "not given", as OpenAI does. Its schema is
-/// [`request_schema`]: the derived one with the rules between fields.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
-#[schema(
-    as = CreateChatCompletionRequest,
-    description = "Unknown fields are ignored; `null` in an optional field means the field is not given."
-)]
-pub struct ChatCompletionRequest {
-    /// A model id from GET /v1/models.
-    #[schema(min_length = 1, max_length = 256, examples("svc"))]
-    #[serde(deserialize_with = "crate::model_id")]
-    pub model: String,
-    /// The conversation so far.
-    #[schema(schema_with = messages_schema)]
-    pub messages: Vec<Message>,
-    /// Stream the reply as Server-Sent Events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(default = false)]
-    pub stream: Option<bool>,
-    /// Only allowed when `stream` is true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline)]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 2, default = 0.7)]
-    pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 1, default = 1)]
-    pub top_p: Option<f64>,
-    /// Cap on completion tokens; `max_completion_tokens` wins when both are given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 4294967295_i64)]
-    pub max_tokens: Option<i64>,
-    /// Cap on completion tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 4294967295_i64)]
-    pub max_completion_tokens: Option<i64>,
-    /// Up to 4 non-empty sequences that end the reply.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = stop_schema)]
-    pub stop: Option<Stop>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
-    pub seed: Option<i64>,
-    /// Number of choices, each with its own `index` and `finish_reason`;
-    /// the usage counts every choice's tokens. The embedded model serves at
-    /// most its parallel sequences; upstream models serve 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 128, default = 1)]
-    pub n: Option<i64>,
-    /// Return each content token's log probability in `choices[].logprobs`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(default = false)]
-    pub logprobs: Option<bool>,
-    /// With `logprobs`, also the most likely tokens at each position (0 to 20).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 20)]
-    pub top_logprobs: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = -2, maximum = 2, default = 0)]
-    pub presence_penalty: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = -2, maximum = 2, default = 0)]
-    pub frequency_penalty: Option<f64>,
-    /// Functions the model may call; names must be distinct.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_items = 128)]
-    pub tools: Option<Vec<Tool>>,
-    /// `none`, `auto`, `required` (needs tools), or a function named among `tools`. Default: `auto` with tools, `none` without.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = tool_choice_schema)]
-    pub tool_choice: Option<ToolChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_tool_calls: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = response_format_schema)]
-    pub response_format: Option<ResponseFormat>,
-    /// An end-user id; accepted and ignored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
+crate::schema::twin_schema! {
+    /// A chat completion request exactly as it arrives. Unknown fields are
+    /// ignored; `null` is read as "not given", as OpenAI does. Its schema is
+    /// [`request_schema`]: the derived one with the rules between fields.
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    pub struct ChatCompletionRequest {
+        /// A model id from GET /v1/models.
+        #[serde(deserialize_with = "crate::model_id")]
+        #[schema(min_length = 1, max_length = 256, examples("svc"))]
+        pub model: String,
+        /// The conversation so far.
+        #[schema(schema_with = messages_schema)]
+        pub messages: Vec<Message>,
+        /// Stream the reply as Server-Sent Events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(default = false)]
+        pub stream: Option<bool>,
+        /// Only allowed when `stream` is true.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(inline)]
+        pub stream_options: Option<StreamOptions>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 2, default = 0.7)]
+        pub temperature: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 1, default = 1)]
+        pub top_p: Option<f64>,
+        /// Cap on completion tokens; `max_completion_tokens` wins when both are given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 1, maximum = 4294967295_i64)]
+        pub max_tokens: Option<i64>,
+        /// Cap on completion tokens.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 1, maximum = 4294967295_i64)]
+        pub max_completion_tokens: Option<i64>,
+        /// Up to 4 non-empty sequences that end the reply.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(schema_with = stop_schema)]
+        pub stop: Option<Stop>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = -9223372036854775808_i64, maximum = 9223372036854775807_i64)]
+        pub seed: Option<i64>,
+        /// Number of choices, each with its own `index` and `finish_reason`;
+        /// the usage counts every choice's tokens. The embedded model serves at
+        /// most its parallel sequences; upstream models serve 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 1, maximum = 128, default = 1)]
+        pub n: Option<i64>,
+        /// Return each content token's log probability in `choices[].logprobs`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(default = false)]
+        pub logprobs: Option<bool>,
+        /// With `logprobs`, also the most likely tokens at each position (0 to 20).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 20)]
+        pub top_logprobs: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = -2, maximum = 2, default = 0)]
+        pub presence_penalty: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = -2, maximum = 2, default = 0)]
+        pub frequency_penalty: Option<f64>,
+        /// Functions the model may call; names must be distinct.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(max_items = 128)]
+        pub tools: Option<Vec<Tool>>,
+        /// `none`, `auto`, `required` (needs tools), or a function named among `tools`. Default: `auto` with tools, `none` without.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(schema_with = tool_choice_schema)]
+        pub tool_choice: Option<ToolChoice>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub parallel_tool_calls: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(schema_with = response_format_schema)]
+        pub response_format: Option<ResponseFormat>,
+        /// An end-user id; accepted and ignored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub user: Option<String>,
+    }
+    #[schema(
+        as = CreateChatCompletionRequest,
+        description = "Unknown fields are ignored; `null` in an optional field means the field is not given."
+    )]
+    struct ChatCompletionRequestSchema;
+}
+
+impl PartialSchema for ChatCompletionRequest {
+    fn schema() -> RefOr<Schema> {
+        request_schema()
+    }
+}
+
+impl ToSchema for ChatCompletionRequest {
+    fn name() -> std::borrow::Cow<'static, str> {
+        ChatCompletionRequestSchema::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        ChatCompletionRequestSchema::schemas(schemas);
+        // What the fields written out (`schema_with`) refer to.
+        collect::<Message>(schemas);
+        ToolChoice::schemas(schemas);
+        ResponseFormat::schemas(schemas);
+    }
 }
 
 /// `CreateChatCompletionRequest`: the derived schema of the fields, and
@@ -99,8 +122,8 @@ pub struct ChatCompletionRequest {
 /// `stream: true`; `tool_choice` `required` or named needs tools;
 /// `top_logprobs` needs `logprobs: true`).
 pub fn request_schema() -> RefOr<Schema> {
-    let RefOr::T(Schema::Object(fields)) = ChatCompletionRequest::schema() else {
-        return ChatCompletionRequest::schema();
+    let RefOr::T(Schema::Object(fields)) = ChatCompletionRequestSchema::schema() else {
+        return ChatCompletionRequestSchema::schema();
     };
     let rules = json!([
         {
@@ -873,5 +896,6 @@ impl ToSchema for ResponseFormat {
 
 crate::schema::named_schema!(
     /// One Server-Sent Event of a streamed completion ([`STREAM_EVENT`]).
-    ChatCompletionStreamEvent = STREAM_EVENT, stream_event_schema
+    ChatCompletionStreamEvent = STREAM_EVENT, stream_event_schema;
+    refers to ChatCompletionChunk, crate::error::ErrorBody
 );

@@ -166,7 +166,8 @@ pub const STREAM_EVENT: &str = "CompletionStreamEvent";
 crate::schema::named_schema!(
     /// One Server-Sent Event of a streamed legacy completion
     /// ([`STREAM_EVENT`]): a `text_completion` chunk, an error, or `[DONE]`.
-    CompletionStreamEvent = STREAM_EVENT, completion_stream_event_schema
+    CompletionStreamEvent = STREAM_EVENT, completion_stream_event_schema;
+    refers to Completion, crate::error::ErrorBody
 );
 
 fn completion_stream_event_schema() -> utoipa::openapi::RefOr<Schema> {

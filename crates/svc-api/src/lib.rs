@@ -4,8 +4,9 @@
 //! does); range checks and the mapping into typed domain values happen in
 //! `svc-core`. Responses serialize exactly in OpenAI's shape. Every JSON
 //! body the server sends or reads is a type here, and each carries its
-//! OpenAPI schema (`utoipa::ToSchema`); [`schema::components`] lists them
-//! all for the server's `/openapi.json`.
+//! OpenAPI schema (`utoipa::ToSchema`), and names in it the schemas it
+//! refers to ([`utoipa::ToSchema::schemas`]): the server's `/openapi.json`
+//! holds those its operations name, and what they refer to ([`schema`]).
 
 pub mod batches;
 pub mod chat;

@@ -380,5 +380,6 @@ pub fn stream_event_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::
 
 crate::schema::named_schema!(
     /// One Server-Sent Event of a streamed message ([`STREAM_EVENT`]).
-    MessageStreamSseEvent = STREAM_EVENT, stream_event_schema
+    MessageStreamSseEvent = STREAM_EVENT, stream_event_schema;
+    refers to MessageStreamEvent, AnthropicErrorBody
 );

@@ -16,82 +16,103 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, Object, ObjectBuilder, Schema, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::schema::{constant, keywords, null, reference, typed};
+use crate::schema::{collect, constant, keywords, null, reference, typed};
 
-/// A Responses API request exactly as it arrives. Unknown fields are
-/// ignored; `null` is read as "not given".
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
-#[schema(
-    as = CreateResponseRequest,
-    description = "Unknown fields are ignored; `null` in an optional field means the field is not given."
-)]
-pub struct CreateResponseRequest {
-    /// A model id from GET /v1/models.
-    #[schema(min_length = 1, max_length = 256, examples("svc"))]
-    #[serde(deserialize_with = "crate::model_id")]
-    pub model: String,
-    /// The new input: a string (one user message) or a list of items.
-    /// Needed unless `previous_response_id` is given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = input_schema)]
-    pub input: Option<ResponseInput>,
-    /// A system message put first (not carried over by `previous_response_id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instructions: Option<String>,
-    /// Tools: `function` tools are offered to the model; other types
-    /// (hosted tools svc cannot run) are accepted and left out of the prompt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_items = 128)]
-    pub tools: Option<Vec<ResponseTool>>,
-    /// `none`, `auto`, `required` or `{"type":"function","name":...}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = tool_choice_schema)]
-    pub tool_choice: Option<ResponseToolChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parallel_tool_calls: Option<bool>,
-    /// Cap on output tokens (reasoning included).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 4294967295_i64)]
-    pub max_output_tokens: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 2, default = 0.7)]
-    pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 1, default = 1)]
-    pub top_p: Option<f64>,
-    /// The shape of the text output (`text.format`); `verbosity` is accepted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline)]
-    pub text: Option<TextConfig>,
-    /// Accepted (`effort`, `summary`); reasoning comes from the model id
-    /// (`svc-thinking`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(inline)]
-    pub reasoning: Option<ReasoningConfig>,
-    /// Up to 16 string pairs, returned with the response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<BTreeMap<String, String>>,
-    /// An end-user id; returned with the response.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Extra output to include; accepted (svc has none to add).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub include: Option<Vec<String>>,
-    /// Accepted and returned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_cache_key: Option<String>,
-    /// Keep the response so that `GET /v1/responses/{id}` and
-    /// `previous_response_id` find it (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(default = true)]
-    pub store: Option<bool>,
-    /// Continue the conversation of a stored response of the same account.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_response_id: Option<String>,
-    /// Stream the response as Server-Sent Events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(default = false)]
-    pub stream: Option<bool>,
+crate::schema::twin_schema! {
+    /// A Responses API request exactly as it arrives. Unknown fields are
+    /// ignored; `null` is read as "not given".
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    pub struct CreateResponseRequest {
+        /// A model id from GET /v1/models.
+        #[serde(deserialize_with = "crate::model_id")]
+        #[schema(min_length = 1, max_length = 256, examples("svc"))]
+        pub model: String,
+        /// The new input: a string (one user message) or a list of items.
+        /// Needed unless `previous_response_id` is given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(schema_with = input_schema)]
+        pub input: Option<ResponseInput>,
+        /// A system message put first (not carried over by `previous_response_id`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub instructions: Option<String>,
+        /// Tools: `function` tools are offered to the model; other types
+        /// (hosted tools svc cannot run) are accepted and left out of the prompt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(max_items = 128)]
+        pub tools: Option<Vec<ResponseTool>>,
+        /// `none`, `auto`, `required` or `{"type":"function","name":...}`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(schema_with = tool_choice_schema)]
+        pub tool_choice: Option<ResponseToolChoice>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub parallel_tool_calls: Option<bool>,
+        /// Cap on output tokens (reasoning included).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 1, maximum = 4294967295_i64)]
+        pub max_output_tokens: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 2, default = 0.7)]
+        pub temperature: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 1, default = 1)]
+        pub top_p: Option<f64>,
+        /// The shape of the text output (`text.format`); `verbosity` is accepted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(inline)]
+        pub text: Option<TextConfig>,
+        /// Accepted (`effort`, `summary`); reasoning comes from the model id
+        /// (`svc-thinking`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(inline)]
+        pub reasoning: Option<ReasoningConfig>,
+        /// Up to 16 string pairs, returned with the response.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub metadata: Option<BTreeMap<String, String>>,
+        /// An end-user id; returned with the response.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub user: Option<String>,
+        /// Extra output to include; accepted (svc has none to add).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub include: Option<Vec<String>>,
+        /// Accepted and returned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub prompt_cache_key: Option<String>,
+        /// Keep the response so that `GET /v1/responses/{id}` and
+        /// `previous_response_id` find it (default true).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(default = true)]
+        pub store: Option<bool>,
+        /// Continue the conversation of a stored response of the same account.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub previous_response_id: Option<String>,
+        /// Stream the response as Server-Sent Events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(default = false)]
+        pub stream: Option<bool>,
+    }
+    #[schema(
+        as = CreateResponseRequest,
+        description = "Unknown fields are ignored; `null` in an optional field means the field is not given."
+    )]
+    struct CreateResponseRequestSchema;
+}
+
+impl PartialSchema for CreateResponseRequest {
+    fn schema() -> RefOr<Schema> {
+        CreateResponseRequestSchema::schema()
+    }
+}
+
+impl ToSchema for CreateResponseRequest {
+    fn name() -> std::borrow::Cow<'static, str> {
+        CreateResponseRequestSchema::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        CreateResponseRequestSchema::schemas(schemas);
+        // What `input`, written out (`schema_with`), refers to.
+        ResponseInput::schemas(schemas);
+    }
 }
 
 /// `input`: one user message as a string, or a list of items.
@@ -791,8 +812,10 @@ impl PartialSchema for ResponseInput {
 
 impl ToSchema for ResponseInput {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        schemas.push((InputItem::name().into_owned(), InputItem::schema()));
-        InputItem::schemas(schemas);
+        collect::<InputItem>(schemas);
+        // What an item's `content` and `output`, written out
+        // (`schema_with`), refer to.
+        InputContent::schemas(schemas);
     }
 }
 
@@ -819,5 +842,6 @@ impl ToSchema for ResponseToolChoice {}
 crate::schema::named_schema!(
     /// One Server-Sent Event of a streamed response
     /// ([`RESPONSE_STREAM_EVENT`]).
-    ResponseStreamEvent = RESPONSE_STREAM_EVENT, stream_event_schema
+    ResponseStreamEvent = RESPONSE_STREAM_EVENT, stream_event_schema;
+    refers to ResponseObject
 );

@@ -1,7 +1,14 @@
 //! Building blocks of the wire types' OpenAPI schemas: what the
 //! `#[derive(ToSchema)]` attributes cannot say (a `const`, JSON Schema
-//! 2020-12 keywords such as `if`/`then`, `null`), and the list of every
-//! named schema the document holds ([`components`]).
+//! 2020-12 keywords such as `if`/`then`, `null`), and the macros for the
+//! types whose schema is written by hand. A leaf: it names no wire module.
+//!
+//! There is no list of schemas: the server's router collects the schemas
+//! its operations name (`#[utoipa::path]`), and through
+//! [`ToSchema::schemas`] those they refer to. A derived `ToSchema` does not
+//! see what a field written out with `schema_with` refers to, nor does a
+//! hand-written one unless it says so; those types name them in their own
+//! `schemas` (`named_schema!` with `refers to`, `twin_schema!`).
 
 use serde_json::Value;
 use utoipa::openapi::RefOr;
@@ -62,126 +69,20 @@ pub fn keywords<K: Into<String>>(
     object
 }
 
-/// Every named schema of the API, by name: those of the types the server
-/// answers with and reads, and those they refer to.
-pub fn components() -> Vec<(String, RefOr<Schema>)> {
-    let mut out = every_component();
-    // Each once, in first-seen order (a type's schema is reached once per
-    // type that refers to it).
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|(name, _)| seen.insert(name.clone()));
-    out
-}
-
-/// [`components`] with repeats.
-fn every_component() -> Vec<(String, RefOr<Schema>)> {
-    let mut out = Vec::new();
-    fn add<T: ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
-        out.push((T::name().into_owned(), <T as PartialSchema>::schema()));
-        T::schemas(out);
-    }
-    add::<crate::ErrorBody>(&mut out);
-    add::<crate::HealthStatus>(&mut out);
-    add::<crate::ReadyStatus>(&mut out);
-    add::<crate::ModelList>(&mut out);
-    // The request's schema with the rules between its fields.
-    out.push((
-        crate::ChatCompletionRequest::name().into_owned(),
-        crate::chat::request_schema(),
-    ));
-    crate::ChatCompletionRequest::schemas(&mut out);
-    add::<crate::Message>(&mut out);
-    // Fields whose schema is written out in place (a union with null)
-    // still refer to these.
-    crate::ToolChoice::schemas(&mut out);
-    crate::ResponseFormat::schemas(&mut out);
-    add::<crate::ChatCompletion>(&mut out);
-    add::<crate::ChatCompletionChunk>(&mut out);
-    out.push((
-        crate::chat::STREAM_EVENT.to_owned(),
-        crate::chat::stream_event_schema(),
-    ));
-    responses(&mut out);
-    add::<crate::completions::CompletionRequest>(&mut out);
-    add::<crate::completions::Completion>(&mut out);
-    add::<crate::completions::CompletionStreamEvent>(&mut out);
-    add::<crate::embeddings::EmbeddingRequest>(&mut out);
-    add::<crate::embeddings::EmbeddingList>(&mut out);
-    add::<crate::batches::UploadFile>(&mut out);
-    add::<crate::batches::FileObject>(&mut out);
-    add::<crate::batches::FileList>(&mut out);
-    add::<crate::batches::DeletedFile>(&mut out);
-    add::<crate::batches::CreateBatchRequest>(&mut out);
-    add::<crate::batches::Batch>(&mut out);
-    add::<crate::batches::BatchList>(&mut out);
-    add::<crate::messages::MessagesRequest>(&mut out);
-    add::<crate::messages::CountTokensRequest>(&mut out);
-    add::<crate::messages::CountTokensResponse>(&mut out);
-    add::<crate::messages::MessageReply>(&mut out);
-    add::<crate::messages::MessageStreamEvent>(&mut out);
-    add::<crate::messages::AnthropicErrorBody>(&mut out);
-    out.push((
-        crate::messages::STREAM_EVENT.to_owned(),
-        crate::messages::stream_event_schema(),
-    ));
-    add::<crate::DeviceCodeRequest>(&mut out);
-    add::<crate::DeviceCodeResponse>(&mut out);
-    add::<crate::DeviceTokenRequest>(&mut out);
-    add::<crate::OAuthDeviceTokenRequest>(&mut out);
-    add::<crate::DeviceTokenResponse>(&mut out);
-    add::<crate::OAuthTokenResponse>(&mut out);
-    add::<crate::OAuthErrorResponse>(&mut out);
-    add::<crate::AuthorizationServerMetadata>(&mut out);
-    add::<crate::KeyInfo>(&mut out);
-    add::<crate::KeyOwner>(&mut out);
-    add::<crate::RevokedKey>(&mut out);
-    add::<crate::UsageList>(&mut out);
-    add::<crate::ProjectList>(&mut out);
-    add::<crate::CreateProjectRequest>(&mut out);
-    add::<crate::ModifyProjectRequest>(&mut out);
-    add::<crate::ModifyProjectApiKeyRequest>(&mut out);
-    add::<crate::BudgetLimit>(&mut out);
-    add::<crate::UsageCompletionsPage>(&mut out);
-    add::<crate::OrganizationUserList>(&mut out);
-    add::<crate::ModifyOrganizationUserRequest>(&mut out);
-    add::<crate::BudgetStatus>(&mut out);
-    add::<crate::ProjectApiKeyList>(&mut out);
-    add::<crate::CreateProjectApiKeyRequest>(&mut out);
-    add::<crate::DeletedProjectApiKey>(&mut out);
-    add::<crate::DeletedProjectUser>(&mut out);
-    add::<crate::ProjectUserList>(&mut out);
-    add::<crate::CreateProjectUserRequest>(&mut out);
-    add::<crate::RotateProjectApiKeyRequest>(&mut out);
-    add::<crate::AuditLogList>(&mut out);
-    add::<crate::RequestLogList>(&mut out);
-    out
-}
-
-/// The Responses API's schemas (`POST /v1/responses`).
-fn responses(out: &mut Vec<(String, RefOr<Schema>)>) {
-    use crate::responses as r;
-    fn add<T: ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
-        out.push((T::name().into_owned(), <T as PartialSchema>::schema()));
-        T::schemas(out);
-    }
-    add::<r::CreateResponseRequest>(out);
-    add::<r::InputItem>(out);
-    add::<r::InputPart>(out);
-    add::<r::ResponseTool>(out);
-    add::<r::ResponseObject>(out);
-    add::<r::OutputItem>(out);
-    add::<r::DeletedResponse>(out);
-    out.push((
-        r::RESPONSE_STREAM_EVENT.to_owned(),
-        r::stream_event_schema(),
-    ));
+/// Adds `T`'s schema, under its name, and the schemas it refers to: what
+/// utoipa does for a type a `#[utoipa::path]` names, for a
+/// [`ToSchema::schemas`] written by hand.
+pub(crate) fn collect<T: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+    schemas.push((T::name().into_owned(), <T as PartialSchema>::schema()));
+    T::schemas(schemas);
 }
 
 /// A type for a schema that no Rust type carries (the server writes the
 /// frames of a stream itself), so that an operation can name it:
-/// `name` is the component's, `schema` builds it.
+/// `name` is the component's, `schema` builds it, and `refers to` lists
+/// the types of the components it refers to (collected with it).
 macro_rules! named_schema {
-    ($(#[$doc:meta])* $ty:ident = $name:expr, $schema:path) => {
+    ($(#[$doc:meta])* $ty:ident = $name:expr, $schema:path; refers to $($refers:ty),+ $(,)?) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy)]
         pub struct $ty;
@@ -194,27 +95,65 @@ macro_rules! named_schema {
             fn name() -> std::borrow::Cow<'static, str> {
                 std::borrow::Cow::Borrowed($name)
             }
+
+            fn schemas(
+                schemas: &mut Vec<(
+                    String,
+                    utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+                )>,
+            ) {
+                $($crate::schema::collect::<$refers>(schemas);)+
+            }
         }
     };
 }
 pub(crate) use named_schema;
 
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-
-    /// Two types of one name would hide one of them.
-    #[test]
-    fn a_name_repeats_only_with_the_same_schema() {
-        let mut by_name = HashMap::new();
-        for (name, schema) in every_component() {
-            let json = serde_json::to_value(&schema).unwrap_or_default();
-            if let Some(before) = by_name.insert(name.clone(), json.clone()) {
-                assert_eq!(before, json, "two schemas named {name}");
-            }
+/// A wire struct whose schema is derived from its fields but whose
+/// `ToSchema` is written by hand, beside the macro's call: to add what no
+/// attribute can say (the rules between fields), or to collect the
+/// schemas that fields written out with `schema_with` refer to (the
+/// derive collects none for them).
+///
+/// The derive runs on a twin of the struct (`struct $twin;` after it): the
+/// same fields, docs and `#[serde]` attributes, and the `#[schema]` ones,
+/// which the struct itself does not take. The twin is never built; its
+/// `ToSchema` is the derived schema for the struct's own. A field's
+/// attributes come in this order: docs, `#[serde(...)]`, `#[schema(...)]`.
+macro_rules! twin_schema {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[doc = $doc:expr])*
+                $(#[serde $serde:tt])*
+                $(#[schema $schema:tt])*
+                pub $field:ident: $ty:ty,
+            )*
         }
-        assert_eq!(by_name.len(), components().len());
-    }
+        #[schema $twin_schema:tt]
+        struct $twin:ident;
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $(
+                $(#[doc = $doc])*
+                $(#[serde $serde])*
+                pub $field: $ty,
+            )*
+        }
+
+        #[derive(serde::Deserialize, utoipa::ToSchema)]
+        #[schema $twin_schema]
+        #[expect(dead_code, reason = "the twin is never built: only its derived schema is used")]
+        struct $twin {
+            $(
+                $(#[doc = $doc])*
+                $(#[serde $serde])*
+                $(#[schema $schema])*
+                $field: $ty,
+            )*
+        }
+    };
 }
+pub(crate) use twin_schema;

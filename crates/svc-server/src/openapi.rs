@@ -62,7 +62,7 @@ pub fn openapi() -> OpenApi {
             })
             .collect(),
     );
-    api.components = Some(components());
+    api.components = Some(components(api.components.take().unwrap_or_default()));
     let (_, metrics) = crate::routes::metrics().split_for_parts();
     api.paths.paths.extend(metrics.paths.paths);
     for (path, mut item) in std::mem::take(&mut api.paths.paths) {
@@ -192,10 +192,21 @@ pub(crate) fn request_id_header() -> RefOr<Header> {
     RefOr::Ref(Ref::new("#/components/headers/RequestId"))
 }
 
-/// The schemas, security schemes, headers and responses operations share.
-fn components() -> utoipa::openapi::Components {
-    let mut components = utoipa::openapi::Components::new();
-    components.schemas = svc_api::schema::components().into_iter().collect();
+/// The schemas the router collected (those the operations name, and
+/// those these refer to), and the security schemes, headers and responses
+/// operations share.
+fn components(mut components: utoipa::openapi::Components) -> utoipa::openapi::Components {
+    // The device token poll answers with unions written as JSON
+    // (`routes::device`'s `TokenAnswer`, `TokenRefusal`), which name no
+    // type: the router cannot see the schemas they refer to.
+    fn add<T: utoipa::ToSchema>(components: &mut utoipa::openapi::Components) {
+        let mut schemas = vec![(T::name().into_owned(), T::schema())];
+        T::schemas(&mut schemas);
+        components.schemas.extend(schemas);
+    }
+    add::<svc_api::DeviceTokenResponse>(&mut components);
+    add::<svc_api::OAuthTokenResponse>(&mut components);
+    add::<svc_api::OAuthErrorResponse>(&mut components);
     let bearer = Http::builder()
         .scheme(HttpAuthScheme::Bearer)
         .bearer_format("sk-svc- followed by 40 hexadecimal characters")
