@@ -1,5 +1,5 @@
 //! `POST /v1/chat/completions` bodies: svc-server's JSON parsing, then
-//! svc-core's validation into a generation request. Neither may panic; every
+//! its validation into a generation request. Neither may panic; every
 //! error names a request field as its `param` (or none, for a body that is
 //! not JSON at all); what passes is in range.
 #![no_main]
@@ -12,11 +12,11 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 use svc_api::ChatCompletionRequest;
+use svc_core::ValidationError;
 use svc_core::engine::OutputFormat;
-use svc_core::request::{MAX_STOP_SEQUENCES, MAX_TOOLS};
-use svc_core::{ValidChatRequest, ValidationError};
+use svc_core::limits::MAX_TOOLS;
 use svc_server::ApiError;
-use svc_server::fuzzing::parse_json;
+use svc_server::fuzzing::{MAX_STOP_SEQUENCES, ValidChatRequest, parse_json};
 
 fuzz_target!(|data: &[u8]| {
     let request: ChatCompletionRequest = match parse_json(data) {

@@ -21,10 +21,10 @@ use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use svc_api::ChatCompletionRequest;
-use svc_core::ValidChatRequest;
 use svc_core::engine::{ChatMessage, EngineError, ToolCallSpec, ToolSpec};
 use svc_engine_llama::fuzzing::prepare_messages;
 use svc_engine_llama::{ChatTemplate, RenderOptions};
+use svc_server::fuzzing::ValidChatRequest;
 
 const QWEN25_LIKE: &str = r#"{%- if tools %}
 {{- '<|im_start|>system\n' }}

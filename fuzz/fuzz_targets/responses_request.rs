@@ -1,4 +1,4 @@
-//! `POST /v1/responses` bodies: svc-server's JSON parsing, then svc-core's
+//! `POST /v1/responses` bodies: svc-server's JSON parsing, then its
 //! validation into a generation request (with no earlier conversation).
 //! Neither may panic; every error names a request field as its `param` (or
 //! none, for a body that is not JSON at all); what passes is in range.
@@ -10,10 +10,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use svc_api::CreateResponseRequest;
-use svc_core::request::MAX_TOOLS;
-use svc_core::{ChatMessage, ValidResponseRequest, ValidationError};
+use svc_core::limits::MAX_TOOLS;
+use svc_core::{ChatMessage, ValidationError};
 use svc_server::ApiError;
-use svc_server::fuzzing::parse_json;
+use svc_server::fuzzing::{ValidResponseRequest, parse_json};
 
 /// The top-level fields of a Responses request (what a `param` starts with).
 const REQUEST_FIELDS: &[&str] = &[

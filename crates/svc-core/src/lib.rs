@@ -1,7 +1,10 @@
 //! svc's domain, free of HTTP and SQL: API keys and the key service,
 //! accounts and sessions, the device authorization grant, projects, usage
-//! counters, the validated chat request, and the two boundaries the server
-//! depends on: [`Engine`] (inference) and [`Store`] (persistence).
+//! counters, the generation request and the bounds every dialect puts on
+//! it, and the two boundaries the server depends on: [`Engine`]
+//! (inference) and [`Store`] (persistence). The wire formats are not
+//! svc-core's: each dialect's handler in svc-server turns its requests
+//! into these.
 //!
 //! The modules are layers. Each imports only from its own layer (a key's
 //! record names its project's types, the audit log the records of
@@ -9,9 +12,9 @@
 //! one, and no import goes round in a circle (`tests/layers.rs` keeps it
 //! so):
 //! 1. leaves, importing nothing else of svc-core: the ids, the making and
-//!    hashing of secrets, the clock, the store's errors, durations, and the
-//!    [`Engine`] boundary;
-//! 2. values and validated requests;
+//!    hashing of secrets, the clock, the store's errors, durations, a
+//!    request's limits, and the [`Engine`] boundary;
+//! 2. values and their checks;
 //! 3. aggregates: each one's records beside its narrow store trait
 //!    ([`KeyStore`](key::KeyStore) in `key`, [`UserStore`](user::UserStore)
 //!    in `user`, ...), and the audit log over them;
@@ -29,16 +32,13 @@ pub mod duration;
 pub mod engine;
 pub mod error;
 pub mod ids;
+pub mod limits;
 pub mod secrets;
 
-// Values and validated requests.
-pub mod completions;
+// Values and their checks.
 pub mod config;
 pub mod hashes;
 pub mod images;
-pub mod messages;
-pub mod request;
-pub mod responses;
 pub mod validation;
 
 // Aggregates: records and their store traits.
@@ -71,7 +71,6 @@ pub use account::{
 pub use audit::{Actor, ActorUser, AuditEntry, AuditQuery, AuditStore};
 pub use budget::{Budget, BudgetPeriod, BudgetUnit, ModelPrice, Tokens};
 pub use clock::now;
-pub use completions::ValidCompletionRequest;
 pub use conversation::{
     Conversation, ConversationLimits, ResponseStore, StorageQuota, StorageUsage, Stored,
     StoredResponse, Turn,
@@ -97,9 +96,8 @@ pub use project::{
     ProjectRecord, ProjectRole, ProjectStore,
 };
 pub use projects::{ProjectChanges, ProjectService};
-pub use request::{ValidChatRequest, ValidationError};
-pub use responses::ValidResponseRequest;
 pub use session::{SessionRecord, SessionToken};
 pub use store::Store;
 pub use usage::{UsageDelta, UsageRow, day_of};
 pub use user::{AccountChange, UserRecord};
+pub use validation::ValidationError;

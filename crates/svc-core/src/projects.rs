@@ -18,7 +18,7 @@ use crate::ids::UserId;
 use crate::project::{
     KeyKind, KeyKindError, MemberRemoval, ModelAccess, ProjectRecord, ProjectRole, ProjectStore,
 };
-use crate::request::ValidationError;
+use crate::validation::ValidationError;
 
 /// The longest project or key name.
 pub const MAX_NAME_CHARS: usize = 200;

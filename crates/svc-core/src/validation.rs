@@ -1,6 +1,7 @@
 //! [`ValidationError`]: a request field out of range or of the wrong shape,
 //! named as OpenAI names it (`param`). A leaf: every validating module
-//! (`request`, `images`, the dialects) uses it without importing another.
+//! (`images` here, the dialects' checks in svc-server) uses it without
+//! importing another.
 
 use thiserror::Error;
 

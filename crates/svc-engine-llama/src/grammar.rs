@@ -24,7 +24,7 @@ pub(crate) const MAX_GRAMMAR_BYTES: usize = 128 * 1024;
 /// a `oneOf`'s branches, nested ones multiplied): the sampler checks each
 /// against every candidate token, on the engine thread, and llama.cpp
 /// removes duplicates among them in quadratic time. 128: a forced call of
-/// one of the most tools a request may give (`svc_core::request::MAX_TOOLS`).
+/// one of the most tools a request may give (`svc_core::limits::MAX_TOOLS`).
 pub(crate) const MAX_ALTERNATIVES: usize = 128;
 
 /// Converts a JSON Schema into GBNF whose `root` matches exactly the JSON

@@ -43,7 +43,7 @@ const MARK: char = '\u{FDD0}';
 const BASE: u32 = 0xF0000;
 const MAX_SPECIALS: usize = 0xFFFE;
 /// Most control tokens in a prompt tokenized by llama.cpp in one call (see
-/// the module's documentation); a conversation of [`svc_core::request::MAX_MESSAGES`]
+/// the module's documentation); a conversation of [`svc_core::limits::MAX_MESSAGES`]
 /// messages has about three per message.
 const EXACT_PATH_SPECIALS: usize = 8192;
 

@@ -34,11 +34,14 @@ pub(crate) mod tls;
 pub(crate) mod usage;
 
 /// What the fuzz targets in `fuzz/` drive: the parsers of untrusted
-/// bodies. Not part of the API.
+/// bodies and the checks that make requests of them (which a test or two
+/// use as well). Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::batches::multipart::{FuzzEvent, FuzzForm, fuzz_form};
+    pub use crate::chat::valid::{MAX_STOP_SEQUENCES, ValidChatRequest};
     pub use crate::extract::parse_json;
+    pub use crate::responses::valid::ValidResponseRequest;
     pub use crate::routes::{fuzz_code_body, fuzz_token_form};
 }
 

@@ -1,15 +1,17 @@
 //! `POST /v1/chat/completions`, OpenAI's chat completions: validate, run
 //! through the shared pipeline ([`crate::pipeline`]), shape the events
 //! into one `chat.completion` or a stream of chunks ([`shape`]). Errors
-//! are OpenAI's shape, [`ApiError`]'s own.
+//! are OpenAI's shape, [`ApiError`]'s own. The wire request becomes a
+//! domain one in [`valid`].
 
 pub(crate) mod shape;
+pub(crate) mod valid;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
 use svc_api::ChatCompletionRequest;
-use svc_core::{KeyRecord, ValidChatRequest};
+use svc_core::KeyRecord;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -20,6 +22,7 @@ use crate::openapi::shared;
 use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
 use crate::state::AppState;
 use shape::CompletionMeta;
+use valid::ValidChatRequest;
 
 /// The dialect's routes.
 pub fn routes() -> OpenApiRouter<AppState> {

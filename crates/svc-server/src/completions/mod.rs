@@ -2,15 +2,17 @@
 //! each prompt through the shared pipeline ([`crate::pipeline`]) as a text
 //! prompt (no chat template; fill-in-the-middle with a `suffix`), shape the
 //! merged events into one `text_completion` or a stream of them
-//! ([`shape`]). Errors are OpenAI's shape, [`ApiError`]'s own.
+//! ([`shape`]). Errors are OpenAI's shape, [`ApiError`]'s own. The wire
+//! request becomes a domain one in [`valid`].
 
 pub(crate) mod shape;
+pub(crate) mod valid;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
 use svc_api::CompletionRequest;
-use svc_core::{EngineError, KeyRecord, ValidCompletionRequest};
+use svc_core::{EngineError, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -22,6 +24,7 @@ use crate::pipeline::{
     Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
 };
 use crate::state::AppState;
+use valid::ValidCompletionRequest;
 
 /// The route.
 pub fn routes() -> OpenApiRouter<AppState> {

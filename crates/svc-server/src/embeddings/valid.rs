@@ -12,7 +12,7 @@ use svc_core::{EmbedInput, EmbedRequest, ValidationError};
 pub const MAX_EMBEDDING_INPUTS: usize = 2048;
 /// Most bytes of text all inputs of a request may hold together (as for a
 /// chat request's messages).
-pub const MAX_EMBEDDING_BYTES: usize = svc_core::request::MAX_MESSAGE_BYTES;
+pub const MAX_EMBEDDING_BYTES: usize = svc_core::limits::MAX_MESSAGE_BYTES;
 
 /// An embeddings request that passed every check.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,10 +4,13 @@
 //! `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted
 //! (svc serves one version of the API). Every error, a wrong method or
 //! path under `/v1/messages` included, is in Anthropic's shape
-//! ([`error::MessagesError`]).
+//! ([`error::MessagesError`]). The wire request becomes a domain one in
+//! [`valid`]; [`stop`] finds its stop sequences in the reply.
 
 pub(crate) mod error;
 pub(crate) mod shape;
+pub(crate) mod stop;
+pub(crate) mod valid;
 
 use std::marker::PhantomData;
 
@@ -19,7 +22,6 @@ use axum::response::Response;
 use svc_api::messages::{
     AnthropicErrorBody, CountTokensRequest, CountTokensResponse, MessagesRequest,
 };
-use svc_core::messages::{Thinking, ValidCountTokensRequest, ValidMessagesRequest};
 use svc_core::{KeyRecord, KeyService};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
@@ -33,6 +35,7 @@ use crate::pipeline::{
 use crate::state::AppState;
 use error::MessagesError;
 use shape::MessageMeta;
+use valid::{Thinking, ValidCountTokensRequest, ValidMessagesRequest};
 
 /// The Messages routes: each answers a wrong method in Anthropic's shape,
 /// and so does every other path under `/v1/messages`.

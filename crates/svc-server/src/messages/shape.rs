@@ -18,10 +18,10 @@ use svc_api::messages::{
     AnthropicError, AnthropicErrorBody, BlockDelta, ContentBlock, MessageDelta, MessageReply,
     MessageStreamEvent, MessagesUsage,
 };
-use svc_core::messages::StopMatcher;
 use svc_core::{Engine, EngineEvent, EventStream, FinishReason, GenerateRequest, TokenUsage};
 
 use crate::error::ApiError;
+use crate::messages::stop::StopMatcher;
 
 /// The `signature` of the thinking blocks svc sends. Anthropic signs its
 /// thinking so that it can be sent back unchanged; svc ignores thinking

@@ -16,14 +16,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use svc_api::responses::{InputItem, ResponseObject};
-use svc_core::responses::{MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RESPONSES, conversation_items};
 use svc_core::{
     Conversation, ConversationLimits, GenerateRequest, ProjectId, StorageQuota, Store, Stored,
-    StoredResponse, Turn, ValidResponseRequest, ValidationError, now,
+    StoredResponse, Turn, ValidationError, now,
 };
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
+use crate::responses::valid::{
+    MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RESPONSES, ValidResponseRequest, conversation_items,
+};
 
 /// What a continuation may read of a stored conversation.
 const LIMITS: ConversationLimits = ConversationLimits {

@@ -8,11 +8,13 @@
 //! keys, which have none, share the owner `operator`) and counted against
 //! its project's storage quota, for `response_retention`;
 //! `previous_response_id` continues its conversation.
-//! [`conversations`] keeps conversations and reads them back; [`shape`]
-//! makes the reply and its events. Errors are OpenAI's shape.
+//! [`valid`] makes the wire request a domain one; [`conversations`] keeps
+//! conversations and reads them back; [`shape`] makes the reply and its
+//! events. Errors are OpenAI's shape.
 
 pub(crate) mod conversations;
 pub(crate) mod shape;
+pub(crate) mod valid;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use svc_api::responses::{CreateResponseRequest, DeletedResponse};
-use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, ValidResponseRequest, now};
+use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -35,6 +37,7 @@ use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_r
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
+use valid::ValidResponseRequest;
 
 /// The dialect's routes.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -285,7 +285,7 @@ async fn database_with_old_rows(db: Database) -> (String, Option<tempfile::TempD
     let response = |id: &str, said: &str| {
         let request: svc_api::responses::CreateResponseRequest =
             serde_json::from_value(json!({"model": "svc", "input": "x"})).unwrap();
-        let valid = svc_core::ValidResponseRequest::try_from(request).unwrap();
+        let valid = svc_server::fuzzing::ValidResponseRequest::try_from(request).unwrap();
         let mut response = valid.response(id.into(), now);
         response.status = "completed".into();
         response.output = vec![svc_api::responses::OutputItem::Message {

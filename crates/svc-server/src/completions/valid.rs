@@ -7,11 +7,12 @@
 
 use serde_json::Value;
 use svc_api::CompletionRequest;
+use svc_core::ValidationError;
+use svc_core::engine::{GenerateRequest, TextPrompt};
+use svc_core::limits::MAX_MESSAGE_BYTES;
 
-use crate::engine::{GenerateRequest, TextPrompt};
-use crate::request::{
-    MAX_MESSAGE_BYTES, SamplingFields, ValidationError, choices, sampling, stop_sequences,
-    stream_usage, token_cap,
+use crate::chat::valid::{
+    SamplingFields, choices, sampling, stop_sequences, stream_usage, token_cap,
 };
 
 /// Most choices one request may ask for in all (prompts times `n`), and so

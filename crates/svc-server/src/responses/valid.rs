@@ -33,14 +33,14 @@ use svc_api::responses::{
     ResponseInput, ResponseObject, ResponseTool, ResponseToolChoice, TextFormat,
 };
 
-use crate::engine::{
+use svc_core::ValidationError;
+use svc_core::engine::{
     ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
     UserPart,
 };
-use crate::request::{
-    MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS, ValidationError, ranged, token_cap,
-    tool_choice_mode, valid_function_name,
-};
+use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
+
+use crate::chat::valid::{ranged, token_cap, tool_choice_mode, valid_function_name};
 
 /// Most `metadata` pairs, as with OpenAI.
 pub const MAX_METADATA: usize = 16;
@@ -199,7 +199,7 @@ impl ValidResponseRequest {
         all.extend(messages_of(earlier, "previous_response_id")?);
         all.extend(messages(&self.input, "input")?);
         let messages = all;
-        crate::images::within_limit(&messages, "input")?;
+        svc_core::images::within_limit(&messages, "input")?;
         if !messages
             .iter()
             .any(|m| !matches!(m, ChatMessage::System(_)))
@@ -464,7 +464,7 @@ fn output_format(format: Option<TextFormat>) -> Result<OutputFormat, ValidationE
 }
 
 /// A user message: its text, or with `input_image` parts its text and
-/// images in order (each checked, see [`crate::images`]).
+/// images in order (each checked, see [`svc_core::images`]).
 fn user_message(content: &InputContent, param: &str) -> Result<ChatMessage, ValidationError> {
     let parts = match content {
         InputContent::Parts(parts) if parts.iter().any(|p| p.kind == "input_image") => parts,
@@ -485,7 +485,7 @@ fn user_message(content: &InputContent, param: &str) -> Result<ChatMessage, Vali
             };
             return Err(ValidationError::new(format!("{at}.image_url"), message));
         };
-        out.push(UserPart::Image(crate::images::image(
+        out.push(UserPart::Image(svc_core::images::image(
             url,
             part.detail.as_deref(),
             &at,
@@ -681,7 +681,7 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
             _ => {}
         }
     }
-    crate::images::within_limit(&out, param)?;
+    svc_core::images::within_limit(&out, param)?;
     Ok(out)
 }
 

@@ -1,35 +1,25 @@
 //! From the wire request to a validated [`GenerateRequest`]: every range and
 //! shape check of `POST /v1/chat/completions`, each failure naming its
-//! `param` the way OpenAI does.
+//! `param` the way OpenAI does. The checks the other OpenAI dialects share
+//! (sampling, token caps, stop sequences, tool choice) live here too, for
+//! [`crate::completions`] and [`crate::responses`] to use.
 
 use serde_json::Value;
 use svc_api::{ChatCompletionRequest, Content, Message, ResponseFormat, Stop, ToolChoice};
-
-use crate::engine::{
+use svc_core::ValidationError;
+use svc_core::engine::{
     ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
     UserPart,
 };
+use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 
 /// Most stop sequences a request may give, as with OpenAI.
 pub const MAX_STOP_SEQUENCES: usize = 4;
-/// Most tools a request may give, as with OpenAI.
-pub const MAX_TOOLS: usize = 128;
-/// Most messages a request may give. Far more than fit any context svc
-/// runs (each message costs a few tokens of markup alone); the bound keeps
-/// one request from costing seconds of template rendering.
-pub const MAX_MESSAGES: usize = 2048;
-/// Most bytes of text all messages of a request may hold together
-/// (contents, tool calls and their arguments), about 250,000 tokens of
-/// English: more than any context svc runs.
-pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
-
 /// Most choices (`n`) a request may ask for, as with OpenAI; an engine may
 /// allow fewer.
 pub const MAX_CHOICES: u32 = 128;
 /// Most alternatives per token (`top_logprobs`), as with OpenAI.
 pub const MAX_TOP_LOGPROBS: u8 = 20;
-
-pub use crate::validation::ValidationError;
 
 /// A chat request that passed every check.
 #[derive(Debug, Clone, PartialEq)]
@@ -404,7 +394,7 @@ fn text(content: Content, param: &str) -> Result<String, ValidationError> {
 }
 
 /// A user message: its text, or with `image_url` parts its text and
-/// images in order (each image checked, see [`crate::images`]).
+/// images in order (each image checked, see [`svc_core::images`]).
 fn user_message(content: Content, param: &str) -> Result<ChatMessage, ValidationError> {
     let parts = match content {
         Content::Parts(parts) if parts.iter().any(|p| p.kind == "image_url") => parts,
@@ -430,7 +420,7 @@ fn user_message(content: Content, param: &str) -> Result<ChatMessage, Validation
                         "an image_url part needs image_url.url, an https: URL or a data: URI",
                     )
                 })?;
-                out.push(UserPart::Image(crate::images::image(url, detail, &at)?));
+                out.push(UserPart::Image(svc_core::images::image(url, detail, &at)?));
             }
             "text" => out.push(UserPart::Text(part.text.ok_or_else(|| {
                 ValidationError::new(
@@ -520,7 +510,7 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
             })
         })
         .collect::<Result<_, _>>()?;
-    crate::images::within_limit(&messages, "messages")?;
+    svc_core::images::within_limit(&messages, "messages")?;
     let bytes: usize = messages.iter().map(ChatMessage::text_bytes).sum();
     if bytes > MAX_MESSAGE_BYTES {
         return Err(ValidationError::new(
@@ -711,7 +701,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.param, "messages[0].content[0].type");
-        let many: Vec<serde_json::Value> = (0..=crate::images::MAX_IMAGES)
+        let many: Vec<serde_json::Value> = (0..=svc_core::images::MAX_IMAGES)
             .map(|_| serde_json::json!({"type": "image_url", "image_url": {"url": png}}))
             .collect();
         let err = request(serde_json::json!({"messages": [{"role": "user", "content": many}]}))
