@@ -1,5 +1,6 @@
-//! The making and hashing of secrets: randomness from the operating
-//! system, and SHA-256 as the store keeps tokens and codes. A leaf: it
+//! The making, hashing and comparing of secrets: randomness from the
+//! operating system, SHA-256 as the store keeps tokens and codes, and an
+//! equality that takes the same time wherever two tokens differ. A leaf: it
 //! imports nothing else of svc-core, so keys, sessions and device codes
 //! draw on it without importing one another.
 
@@ -25,7 +26,29 @@ pub(crate) fn os_random<const N: usize>() -> [u8; N] {
     bytes
 }
 
+/// Equal in constant time (for tokens): how long it takes says nothing of
+/// where two tokens of one length differ.
+pub fn same_token(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
 /// SHA-256 of `text`, lowercase hex: how tokens and codes are stored.
 pub fn sha256_hex(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_token;
+
+    #[test]
+    fn tokens_compare_exactly() {
+        assert!(same_token("abc", "abc"));
+        assert!(!same_token("abc", "abd"));
+        assert!(!same_token("abc", "ab"));
+    }
 }

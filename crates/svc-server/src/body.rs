@@ -1,7 +1,8 @@
-//! A response body watched on its way to the client: each frame sent, and
-//! at the end whether the whole body went out. What the request log (a
-//! client that left mid-stream is 499) and the response cache (only a
-//! whole reply is kept) both need to know.
+//! Bodies on their way: a response body watched on its way to the client
+//! (each frame sent, and at the end whether the whole body went out: what
+//! the request log, where a client that left mid-stream is 499, and the
+//! response cache, which keeps only a whole reply, both need to know), and
+//! a request body that did not arrive in time ([`BodyTimedOut`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -71,4 +72,33 @@ impl<W: Watcher> Drop for Watched<W> {
         self.inner = Body::empty();
         self.watcher.done(whole);
     }
+}
+
+/// A request body that did not fully arrive in time (see
+/// [`crate::ServerConfig::body_timeout`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimedOut(pub std::time::Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "The request body did not arrive within {} seconds.",
+            self.0.as_secs_f64()
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// The [`BodyTimedOut`] somewhere in `error`'s chain of causes, if any.
+pub fn body_timed_out(error: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(timed_out) = error.downcast_ref::<BodyTimedOut>() {
+            return Some(*timed_out);
+        }
+        cause = error.source();
+    }
+    None
 }

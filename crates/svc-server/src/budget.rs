@@ -24,22 +24,15 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use svc_api::BudgetStatus;
 use svc_core::budget::{Budget, BudgetUnit, ModelPrice, Tokens};
 use svc_core::{Engine, GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
-use crate::error::ApiError;
 use crate::ratelimit::Redis;
 
 /// The completion tokens charged up front for a request without
 /// `max_tokens` (settled with the real count when it ends).
 pub const UNBOUNDED_REPLY_ESTIMATE: i64 = 1024;
-
-/// The default share of a budget (percent) whose use is written to the
-/// audit log (`budget.threshold_reached`, once a window) and marked on the
-/// dashboard's budget bars.
-pub const DEFAULT_ALERT_PERCENT: u8 = 80;
 
 // Charges `ARGV[2]` unless the count reached `ARGV[1]`; the key lives a
 // day past its window (`ARGV[3]`, unix seconds), for late settlements.
@@ -87,6 +80,11 @@ impl Scope {
     }
 }
 
+/// A spent budget, the tighter if both are: the request is refused (a 429
+/// `insufficient_quota` to the client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spent(pub BudgetState);
+
 /// A budget's state after a request was charged (or refused), for headers
 /// and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,9 +104,8 @@ impl BudgetState {
     /// `x-budget-reset-tokens` (seconds until it renews, as in
     /// `x-ratelimit-reset-*`) and `x-budget-scope`; for a spend budget
     /// `x-budget-limit-usd`, `x-budget-remaining-usd` (dollars) and
-    /// `x-budget-reset-usd`.
-    pub fn headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::new();
+    /// `x-budget-reset-usd`; as names and values.
+    pub fn headers(&self) -> Vec<(String, String)> {
         let reset = (self.resets_at - now()).max(0);
         let remaining = self.remaining.max(0);
         let [limit_name, remaining_name, reset_name, limit, remaining] = match self.unit {
@@ -129,19 +126,12 @@ impl BudgetState {
             ]
             .map(str::to_owned),
         };
-        for (name, value) in [
+        vec![
             (limit_name, limit),
             (remaining_name, remaining),
             (reset_name, format!("{reset}s")),
             ("x-budget-scope".to_owned(), self.scope.as_str().to_owned()),
-        ] {
-            if let (Ok(name), Ok(value)) =
-                (HeaderName::try_from(name), HeaderValue::try_from(value))
-            {
-                headers.insert(name, value);
-            }
-        }
-        headers
+        ]
     }
 
     /// The tighter of two states: the one with the smaller share left
@@ -217,7 +207,7 @@ impl Budgets {
     /// `model`'s prices, less its `batch_discount` for a batch's line.
     fn price(&self, model: &str) -> Option<ModelPrice> {
         let price = self.prices.get(model)?;
-        Some(if crate::batches::running() {
+        Some(if crate::scoped::in_batch() {
             price.for_batch()
         } else {
             *price
@@ -245,7 +235,7 @@ impl Budgets {
         request: &GenerateRequest,
         engine: &dyn Engine,
         slot: &BudgetSlot,
-    ) -> Result<Option<Charge>, ApiError> {
+    ) -> Result<Option<Charge>, Spent> {
         if key.budget.is_none() && key.project_budget.is_none() {
             return Ok(None);
         }
@@ -272,7 +262,7 @@ impl Budgets {
         prompt: i64,
         reply: i64,
         slot: &BudgetSlot,
-    ) -> Result<Option<Charge>, ApiError> {
+    ) -> Result<Option<Charge>, Spent> {
         let price = self.price(model);
         self.charge_at(key, prompt, reply, slot, price).await
     }
@@ -288,7 +278,7 @@ impl Budgets {
         model: &str,
         saved: i64,
         slot: &BudgetSlot,
-    ) -> Result<Option<Charge>, ApiError> {
+    ) -> Result<Option<Charge>, Spent> {
         let Some(rate) = self.prices.get(model).and_then(|p| p.cached_response) else {
             return Ok(None);
         };
@@ -306,7 +296,7 @@ impl Budgets {
         reply: i64,
         slot: &BudgetSlot,
         price: Option<ModelPrice>,
-    ) -> Result<Option<Charge>, ApiError> {
+    ) -> Result<Option<Charge>, Spent> {
         let budgets = [
             (Scope::Key, key.budget, &key.budget_holder().0),
             (Scope::Project, key.project_budget, &key.project_id.0),
@@ -352,7 +342,7 @@ impl Budgets {
             match counted {
                 Counted::Refused(used) => {
                     // Dropping `charge` gives back what was charged so far.
-                    return Err(ApiError::QuotaExceeded(state(used)));
+                    return Err(Spent(state(used)));
                 }
                 Counted::Charged(used) => {
                     let alert_at = limit.saturating_mul(self.alert_percent) / 100;
@@ -381,7 +371,7 @@ impl Budgets {
     /// applies to `model` is spent, charging nothing: for work that uses
     /// no tokens but must stop once a budget is spent (counting a prompt's
     /// tokens). A count that cannot be read lets it through.
-    pub async fn refuse_spent(&self, key: &KeyRecord, model: &str) -> Result<(), ApiError> {
+    pub async fn refuse_spent(&self, key: &KeyRecord, model: &str) -> Result<(), Spent> {
         let price = self.price(model);
         let budgets = [
             (Scope::Key, key.budget, &key.budget_holder().0),
@@ -396,7 +386,7 @@ impl Budgets {
             if let Some(used) = used
                 && used >= budget.limit
             {
-                return Err(ApiError::QuotaExceeded(BudgetState {
+                return Err(Spent(BudgetState {
                     scope,
                     unit: budget.unit,
                     limit: budget.limit,

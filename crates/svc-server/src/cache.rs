@@ -19,7 +19,7 @@
 //! both, and `only-if-cached` answers from the cache or with a 504.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -32,10 +32,11 @@ use svc_core::response_cache::CacheEntry;
 use svc_core::{KeyRecord, Store};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::Admission;
 use crate::batcher::{Batcher, Written};
 use crate::error::ApiError;
 use crate::ratelimit::Redis;
-use crate::state::AppState;
+use crate::usage::Watch;
 
 /// A reply larger than this is not kept.
 const MAX_ENTRY_BYTES: usize = 1 << 20;
@@ -211,12 +212,12 @@ impl ResponseCache {
     /// With `only-if-cached`, a miss is [`ApiError::NotCached`].
     pub(crate) async fn lookup(
         &self,
-        state: &AppState,
+        admission: &Admission,
         directives: Directives,
         key: &KeyRecord,
         request: &impl Cacheable,
     ) -> Result<Lookup, ApiError> {
-        match self.look(state, directives, key, request).await? {
+        match self.look(admission, directives, key, request).await? {
             Lookup::Miss(_) if directives.only_if_cached => Err(ApiError::NotCached),
             lookup => Ok(lookup),
         }
@@ -224,7 +225,7 @@ impl ResponseCache {
 
     async fn look<R: Cacheable>(
         &self,
-        state: &AppState,
+        admission: &Admission,
         directives: Directives,
         key: &KeyRecord,
         request: &R,
@@ -233,7 +234,7 @@ impl ResponseCache {
             return Ok(Lookup::Miss(None));
         }
         let model = request.model();
-        let Ok(served) = crate::pipeline::usable(state, key, model) else {
+        let Ok(served) = admission.usable(key, model) else {
             return Ok(Lookup::Miss(None));
         };
         let identity = served
@@ -265,16 +266,7 @@ impl ResponseCache {
         {
             // Counted in usage as a request of the model that served it,
             // priced at its `cached_response` rate (else free).
-            let charge = state
-                .budgets
-                .charge_cache_hit(
-                    key,
-                    &served,
-                    i64::try_from(saved).unwrap_or(i64::MAX),
-                    &crate::budget::BudgetSlot::default(),
-                )
-                .await?;
-            crate::usage::record_cache_hit(state, &key.id, &served, saved, charge);
+            admission.cache_hit(key, &served, saved).await?;
             return Ok(Lookup::Hit(hit));
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
@@ -421,7 +413,7 @@ impl ResponseCache {
         served: &str,
         watch: Arc<Watch>,
     ) -> Response {
-        let mut response = crate::pipeline::served_by(response, served);
+        let mut response = served_by(response, served);
         let Some(plan) = plan else {
             return response;
         };
@@ -520,27 +512,13 @@ impl crate::body::Watcher for Tee {
     }
 }
 
-/// How a generation went, as its events pass: whether one was an error,
-/// and the tokens it used (what a hit of its reply saves).
-#[derive(Debug, Default)]
-pub(crate) struct Watch {
-    pub failed: AtomicBool,
-    pub tokens: AtomicU64,
-}
-
-impl Watch {
-    pub(crate) fn on(&self, event: &Result<svc_core::EngineEvent, svc_core::EngineError>) {
-        match event {
-            Ok(svc_core::EngineEvent::Finish { usage, .. }) => {
-                self.tokens.fetch_add(
-                    usage.prompt_tokens.saturating_add(usage.completion_tokens),
-                    Ordering::Relaxed,
-                );
-            }
-            Ok(_) => {}
-            Err(_) => self.failed.store(true, Ordering::Relaxed),
-        }
+/// Says which model served a reply (`x-svc-served-model`): the one asked
+/// for, or a fallback.
+fn served_by(mut response: Response, model: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(model) {
+        response.headers_mut().insert("x-svc-served-model", value);
     }
+    response
 }
 
 /// Whether a request with these sampling settings gives the same reply

@@ -13,6 +13,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use svc_core::{DeviceConfig, KeyLimits};
 use url::Url;
 
+/// The default share of a budget (percent) whose use is written to the
+/// audit log (`budget.threshold_reached`, once a window) and marked on the
+/// dashboard's budget bars.
+pub const DEFAULT_ALERT_PERCENT: u8 = 80;
+
 /// Default cap on request bodies: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Default time a client has to send a request's headers (and, on a kept-
@@ -346,7 +351,7 @@ impl Default for ServerConfig {
             batch_concurrency: 4,
             batch_lease: Duration::from_secs(60),
             batch_retention: Duration::from_secs(30 * 86_400),
-            budget_alert_percent: crate::budget::DEFAULT_ALERT_PERCENT,
+            budget_alert_percent: DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),
             sso: SsoConfig::default(),
         }

@@ -1,7 +1,8 @@
 //! The one error type of the HTTP edge: every failure becomes a status and
 //! an OpenAI-shaped body `{"error":{"message","type","param","code"}}`.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use svc_api::{ErrorBody, ErrorObject};
 use svc_core::{AuthError, EngineError, StoreError, ValidationError};
@@ -28,7 +29,7 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     /// The body did not arrive within the body timeout.
     #[error("{0}")]
-    BodyTimeout(crate::extract::BodyTimedOut),
+    BodyTimeout(crate::body::BodyTimedOut),
     #[error("The model `{0}` does not exist or you do not have access to it.")]
     ModelNotFound(String),
     #[error("Invalid URL ({method} {path})")]
@@ -107,6 +108,23 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<crate::ratelimit::InFlightError> for ApiError {
+    fn from(err: crate::ratelimit::InFlightError) -> Self {
+        match err {
+            crate::ratelimit::InFlightError::TooMany { what, limit } => {
+                ApiError::TooManyInFlight { what, limit }
+            }
+            crate::ratelimit::InFlightError::Failed(cause) => ApiError::Internal(cause),
+        }
+    }
+}
+
+impl From<crate::budget::Spent> for ApiError {
+    fn from(crate::budget::Spent(state): crate::budget::Spent) -> Self {
+        ApiError::QuotaExceeded(state)
+    }
+}
+
 impl From<EngineError> for ApiError {
     fn from(err: EngineError) -> Self {
         ApiError::Engine(err)
@@ -114,6 +132,30 @@ impl From<EngineError> for ApiError {
 }
 
 impl ApiError {
+    /// The answer to a request for a path no route serves.
+    #[expect(
+        clippy::unused_async,
+        reason = "the router's fallback: an axum handler, so an async fn"
+    )]
+    pub(crate) async fn unknown_url(request: Request) -> ApiError {
+        ApiError::UnknownUrl {
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+        }
+    }
+
+    /// The answer to a request with a method its path does not serve.
+    #[expect(
+        clippy::unused_async,
+        reason = "the router's fallback: an axum handler, so an async fn"
+    )]
+    pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
+        ApiError::MethodNotAllowed {
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+        }
+    }
+
     /// The HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -210,23 +252,20 @@ impl ApiError {
             // Answered above.
             ApiError::OnParam { .. } => (invalid, None, None),
             ApiError::MethodNotAllowed { .. } => (invalid, None, Some("method_not_allowed")),
-            ApiError::Engine(e) => match e {
-                EngineError::ContextLengthExceeded { .. } => (
-                    invalid,
-                    Some("messages".into()),
-                    Some("context_length_exceeded"),
-                ),
-                EngineError::InvalidRequest { param, .. } => {
-                    (invalid, param.clone(), Some("invalid_value"))
-                }
-                EngineError::Overloaded(_) => {
-                    ("rate_limit_exceeded", None, Some("engine_overloaded"))
-                }
-                EngineError::Unavailable(_) => ("server_error", None, Some("model_unavailable")),
-                EngineError::BadGateway(_) => ("server_error", None, Some("bad_gateway")),
-                EngineError::GatewayTimeout(_) => ("server_error", None, Some("gateway_timeout")),
-                EngineError::Internal(_) => ("server_error", None, Some("internal_error")),
-            },
+            ApiError::Engine(e) => {
+                let (param, code) = match e {
+                    EngineError::ContextLengthExceeded { .. } => {
+                        (Some("messages".into()), "context_length_exceeded")
+                    }
+                    EngineError::InvalidRequest { param, .. } => (param.clone(), "invalid_value"),
+                    EngineError::Overloaded(_) => (None, "engine_overloaded"),
+                    EngineError::Unavailable(_) => (None, "model_unavailable"),
+                    EngineError::BadGateway(_) => (None, "bad_gateway"),
+                    EngineError::GatewayTimeout(_) => (None, "gateway_timeout"),
+                    EngineError::Internal(_) => (None, "internal_error"),
+                };
+                (crate::request_log::failure_type(e), param, Some(code))
+            }
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
             ApiError::NotCached => (invalid, None, Some("not_cached")),
             ApiError::Forbidden(_) => (invalid, None, Some("insufficient_permissions")),
@@ -314,6 +353,24 @@ pub struct Rendered {
     pub message: String,
 }
 
+/// Headers from names and values (those that are not valid header names
+/// or values are left out).
+pub(crate) fn header_map(pairs: Vec<(String, String)>) -> HeaderMap {
+    pairs
+        .into_iter()
+        .filter_map(|(name, value)| {
+            Some((
+                HeaderName::try_from(name).ok()?,
+                HeaderValue::try_from(value).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The code of an error response, in its extensions (for the metrics).
+#[derive(Debug, Clone)]
+pub struct ErrorCode(pub String);
+
 /// An error answer's `type` (`invalid_request_error`, `requests`, …), for
 /// the request log.
 #[derive(Debug, Clone)]
@@ -333,13 +390,11 @@ impl IntoResponse for ApiError {
         response.extensions_mut().insert(rendered);
         response.extensions_mut().insert(kind);
         if let Some(code) = code {
-            response
-                .extensions_mut()
-                .insert(crate::metrics::ErrorCode(code));
+            response.extensions_mut().insert(ErrorCode(code));
         }
         let headers = response.headers_mut();
         if let ApiError::QuotaExceeded(state) = &self {
-            headers.extend(state.headers());
+            headers.extend(header_map(state.headers()));
             let wait = (state.resets_at - svc_core::now()).max(1);
             if let Ok(value) = HeaderValue::try_from(wait.to_string()) {
                 headers.insert(header::RETRY_AFTER, value);
@@ -347,7 +402,7 @@ impl IntoResponse for ApiError {
             return response;
         }
         if let ApiError::RateLimited(verdict) = &self {
-            headers.extend(verdict.headers());
+            headers.extend(header_map(verdict.headers()));
             if let Ok(value) = HeaderValue::try_from(verdict.retry_after().to_string()) {
                 headers.insert(header::RETRY_AFTER, value);
             }

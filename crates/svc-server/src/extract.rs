@@ -11,8 +11,10 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use svc_core::{KeyRecord, KeyService, Permission};
 
+use crate::body::body_timed_out;
 use crate::config::Cidr;
 use crate::error::ApiError;
+use crate::scoped::ClientIp;
 
 /// What a route needs of the key presented: a type named in the handler's
 /// signature (`Key<scope::ModelRequest>`), so that no handler can take a
@@ -97,7 +99,7 @@ where
         let authenticating = crate::request_log::timed("authenticate");
         // A batch's line runs as the key that made the batch (a task-local
         // no client can set), refused once that key is.
-        let record = match crate::batches::caller() {
+        let record = match crate::scoped::batch_caller() {
             Some(id) => keys.authenticate_id(&id).await,
             None => {
                 let header = parts
@@ -252,11 +254,6 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
     }
 }
 
-/// The client's address as resolved by the accept loop, in the request's
-/// extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIp(pub IpAddr);
-
 /// The client's address of a request that came from `peer`.
 ///
 /// Only when `peer` is in `trusted` are forwarding headers read:
@@ -327,35 +324,6 @@ fn parse_node(text: &str) -> Option<IpAddr> {
     let (address, port) = text.rsplit_once(':')?;
     port.parse::<u16>().ok()?;
     address.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
-}
-
-/// A request body that did not fully arrive in time (see
-/// [`crate::ServerConfig::body_timeout`]).
-#[derive(Debug, Clone, Copy)]
-pub struct BodyTimedOut(pub std::time::Duration);
-
-impl std::fmt::Display for BodyTimedOut {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "The request body did not arrive within {} seconds.",
-            self.0.as_secs_f64()
-        )
-    }
-}
-
-impl std::error::Error for BodyTimedOut {}
-
-/// The [`BodyTimedOut`] somewhere in `error`'s chain of causes, if any.
-pub fn body_timed_out(error: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if let Some(timed_out) = error.downcast_ref::<BodyTimedOut>() {
-            return Some(*timed_out);
-        }
-        cause = error.source();
-    }
-    None
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! [`Application::build`] binds the socket and returns the bound address, so
 //! tests start the real server exactly the way `svc serve` does.
 
+pub(crate) mod admission;
 pub(crate) mod batcher;
 pub(crate) mod batches;
 pub(crate) mod body;
@@ -15,6 +16,7 @@ pub(crate) mod dashboard;
 pub(crate) mod embeddings;
 pub(crate) mod error;
 pub(crate) mod extract;
+pub(crate) mod layers;
 pub(crate) mod messages;
 pub(crate) mod metrics;
 pub mod oidc;
@@ -27,6 +29,7 @@ pub(crate) mod request_id;
 pub(crate) mod request_log;
 pub(crate) mod responses;
 pub(crate) mod routes;
+pub(crate) mod scoped;
 mod serve;
 pub(crate) mod startup;
 pub(crate) mod state;
@@ -48,4 +51,5 @@ pub mod fuzzing {
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use registry::{Fallbacks, ModelRegistry, ModelRoute};
+pub use routes::openapi::document as openapi_document;
 pub use startup::Application;

@@ -11,12 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use crate::state::AppState;
+use svc_core::EngineStatus;
 
 /// Latency buckets in seconds: fine below a millisecond (gateway
 /// overhead), coarse up to a minute (long generations).
@@ -64,11 +59,29 @@ impl Histogram {
     }
 }
 
-/// The code of an error response, put in its extensions by `ApiError`.
-#[derive(Debug, Clone)]
-pub struct ErrorCode(pub String);
+/// What `/metrics` reports of the parts that keep their own counts.
+#[derive(Debug, Default)]
+pub struct Reported {
+    /// Request-log rows dropped, and waiting to be written.
+    pub request_log_dropped: u64,
+    pub request_log_pending: usize,
+    /// The response cache's counts, when it is on.
+    pub cache: Option<CacheCounts>,
+    /// Spans not exported, when traces are.
+    pub spans_dropped: Option<u64>,
+    /// Each model's engine's status, by model id.
+    pub engines: Vec<(String, EngineStatus)>,
+}
 
-/// When the request arrived, put in its extensions by [`middleware`].
+/// The response cache's counts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheCounts {
+    pub hits: u64,
+    pub misses: u64,
+    pub saved_tokens: u64,
+}
+
+/// When the request arrived, put in its extensions by the metrics layer.
 #[derive(Debug, Clone, Copy)]
 pub struct Arrived(pub Instant);
 
@@ -85,7 +98,7 @@ struct Inner {
 #[derive(Debug, Clone, Default)]
 struct RouteStats {
     /// Requests by method and status.
-    requests: HashMap<(Method, u16), u64>,
+    requests: HashMap<(String, u16), u64>,
     latency: Histogram,
 }
 
@@ -104,7 +117,7 @@ pub struct Metrics {
     connections_open: AtomicI64,
     connections_refused: AtomicU64,
     /// What `/metrics` wants as its bearer token, if anything.
-    token: Option<crate::config::MetricsToken>,
+    pub(crate) token: Option<crate::config::MetricsToken>,
 }
 
 /// The entry of `key`, made only when missing: the hot path looks up an
@@ -165,8 +178,38 @@ impl Metrics {
         self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The text exposition of everything, engines' status included.
-    pub fn render(&self, state: &AppState) -> String {
+    /// A request arrived: it counts in `svc_http_requests_in_flight` until
+    /// the guard is dropped.
+    pub fn request_started(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// A request to `route` (its pattern, never the raw path) was
+    /// answered with `status` after `seconds`; `code` is its error code.
+    pub fn answered(
+        &self,
+        route: &str,
+        method: &str,
+        status: u16,
+        seconds: f64,
+        code: Option<String>,
+    ) {
+        self.with(|m| {
+            let stats = slot(&mut m.routes, route);
+            *stats
+                .requests
+                .entry((method.to_owned(), status))
+                .or_default() += 1;
+            stats.latency.observe(seconds);
+            if let Some(code) = code {
+                *m.errors.entry(code).or_default() += 1;
+            }
+        });
+    }
+
+    /// The text exposition of everything, with what others report.
+    pub fn render(&self, others: &Reported) -> String {
         let mut out = String::with_capacity(8192);
         let inner = self.with(|m| {
             (
@@ -269,25 +312,23 @@ impl Metrics {
         let _ = writeln!(
             out,
             "svc_request_log_dropped_total {}",
-            state.request_log.dropped()
+            others.request_log_dropped
         );
         out.push_str("# HELP svc_request_log_pending Request-log rows waiting to be written.\n");
         out.push_str("# TYPE svc_request_log_pending gauge\n");
         let _ = writeln!(
             out,
             "svc_request_log_pending {}",
-            state.request_log.pending()
+            others.request_log_pending
         );
 
-        if state.cache.enabled() {
-            let cache = &state.cache;
+        if let Some(cache) = &others.cache {
             out.push_str("# HELP svc_response_cache_requests_total Reproducible requests looked up in the response cache, by whether their reply was there.\n");
             out.push_str("# TYPE svc_response_cache_requests_total counter\n");
-            for (result, n) in [("hit", &cache.hits), ("miss", &cache.misses)] {
+            for (result, n) in [("hit", cache.hits), ("miss", cache.misses)] {
                 let _ = writeln!(
                     out,
-                    "svc_response_cache_requests_total{{result=\"{result}\"}} {}",
-                    n.load(Ordering::Relaxed)
+                    "svc_response_cache_requests_total{{result=\"{result}\"}} {n}"
                 );
             }
             out.push_str("# HELP svc_response_cache_saved_tokens_total Prompt and completion tokens the replies served from the response cache took when they were made.\n");
@@ -295,23 +336,19 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "svc_response_cache_saved_tokens_total {}",
-                cache.saved_tokens.load(Ordering::Relaxed)
+                cache.saved_tokens
             );
         }
-        if let Some(tracer) = &state.tracer {
+        if let Some(dropped) = others.spans_dropped {
             out.push_str("# HELP svc_trace_spans_dropped_total Spans not exported: the queue to the OTLP receiver was full, or the receiver did not take them.\n");
             out.push_str("# TYPE svc_trace_spans_dropped_total counter\n");
-            let _ = writeln!(out, "svc_trace_spans_dropped_total {}", tracer.dropped());
+            let _ = writeln!(out, "svc_trace_spans_dropped_total {}", dropped);
         }
 
         out.push_str("# HELP svc_engine_queued_requests Requests waiting for an engine.\n");
         out.push_str("# TYPE svc_engine_queued_requests gauge\n");
-        let statuses: Vec<_> = state
-            .models
-            .iter()
-            .map(|r| (r.id.clone(), r.engine.status()))
-            .collect();
-        for (model, s) in &statuses {
+        let statuses = &others.engines;
+        for (model, s) in statuses {
             let _ = writeln!(
                 out,
                 "svc_engine_queued_requests{{model=\"{}\"}} {}",
@@ -321,7 +358,7 @@ impl Metrics {
         }
         out.push_str("# HELP svc_engine_running_requests Requests an engine is generating.\n");
         out.push_str("# TYPE svc_engine_running_requests gauge\n");
-        for (model, s) in &statuses {
+        for (model, s) in statuses {
             let _ = writeln!(
                 out,
                 "svc_engine_running_requests{{model=\"{}\"}} {}",
@@ -397,7 +434,7 @@ impl Metrics {
         }
         out.push_str("# HELP svc_upstream_healthy Whether an upstream endpoint gets requests (1) or not (0).\n");
         out.push_str("# TYPE svc_upstream_healthy gauge\n");
-        for (model, s) in &statuses {
+        for (model, s) in statuses {
             for e in &s.endpoints {
                 let _ = writeln!(
                     out,
@@ -410,7 +447,7 @@ impl Metrics {
         }
         out.push_str("# HELP svc_upstream_outstanding_requests Requests in flight to an upstream endpoint.\n");
         out.push_str("# TYPE svc_upstream_outstanding_requests gauge\n");
-        for (model, s) in &statuses {
+        for (model, s) in statuses {
             for e in &s.endpoints {
                 let _ = writeln!(
                     out,
@@ -423,7 +460,7 @@ impl Metrics {
         }
         out.push_str("# HELP svc_upstream_routed_total Requests sent to an upstream endpoint, by why: prefix (it served the prompt's prefix before), fallback (another endpoint did but was down or busy), load (least outstanding).\n");
         out.push_str("# TYPE svc_upstream_routed_total counter\n");
-        for (model, s) in &statuses {
+        for (model, s) in statuses {
             for e in &s.endpoints {
                 for (route, n) in &e.routed {
                     let _ = writeln!(
@@ -447,110 +484,11 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Middleware: counts every request by its route pattern (never the raw
-/// path, which would make a label per key id), method and status, times
-/// it, and counts error codes.
-pub async fn middleware(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    request.extensions_mut().insert(Arrived(started));
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let method = request.method().clone();
-    let metrics = state.metrics.clone();
-    // A guard, not a pair of calls: a request whose client goes away is
-    // dropped at its await, and must leave the gauge too.
-    let in_flight = InFlight::enter(&metrics);
-    let response = next.run(request).await;
-    drop(in_flight);
-    let status = response.status().as_u16();
-    let code = response
-        .extensions()
-        .get::<ErrorCode>()
-        .map(|c| c.0.clone());
-    // The access log, inside the request's span (which names its id).
-    tracing::info!(
-        target: "svc::access",
-        status,
-        ms = started.elapsed().as_secs_f64() * 1000.0,
-        code = code.as_deref().unwrap_or(""),
-        "answered"
-    );
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    metrics.with(|m| {
-        let stats = slot(&mut m.routes, route);
-        *stats.requests.entry((method, status)).or_default() += 1;
-        stats.latency.observe(started.elapsed().as_secs_f64());
-        if let Some(code) = code {
-            *m.errors.entry(code).or_default() += 1;
-        }
-    });
-    response
-}
-
 /// Counts a request in `svc_http_requests_in_flight` while it lives.
-struct InFlight<'a>(&'a Metrics);
-
-impl<'a> InFlight<'a> {
-    fn enter(metrics: &'a Metrics) -> Self {
-        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(metrics)
-    }
-}
+pub struct InFlight<'a>(&'a Metrics);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-/// `GET /metrics`; with a metrics token configured, only for
-/// `Authorization: Bearer <token>`.
-#[utoipa::path(get, path = "/metrics", tag = "meta", operation_id = "metrics",
-    summary = "Prometheus metrics: requests, latency, time to first token, gateway overhead, tokens, errors by code, connections, engine queues, upstream health.",
-    description = "Public unless the server is started with a metrics token (then `Authorization: Bearer <token>` is required; the token is not an API key) or with a metrics address of its own (then it is served only there).",
-    responses(
-        (status = 401, response = crate::openapi::shared::Unauthorized),
-        (status = 200, description = "The text exposition format.", body = String, content_type = "text/plain"),
-    ))]
-pub async fn endpoint(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(token) = &state.metrics.token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !given.is_some_and(|given| token.matches(given)) {
-            return unauthorized();
-        }
-    }
-    let body = state.metrics.render(&state);
-    let mut response = body.into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
-}
-
-/// 401 in the API's error shape; the token given, if any, is not echoed.
-fn unauthorized() -> Response {
-    let body = svc_api::ErrorBody {
-        error: svc_api::ErrorObject {
-            message: "/metrics needs the metrics token: send Authorization: Bearer <token>.".into(),
-            kind: "invalid_request_error".into(),
-            param: None,
-            code: Some("invalid_metrics_token".into()),
-        },
-    };
-    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    response
-        .extensions_mut()
-        .insert(ErrorCode("invalid_metrics_token".into()));
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
 }

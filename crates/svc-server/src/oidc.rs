@@ -582,7 +582,7 @@ pub fn verify_id_token(
         return Err(IdTokenError::IssuedLater);
     }
     match claims["nonce"].as_str() {
-        Some(nonce) if crate::dashboard::same_token(nonce, expected.nonce) => {}
+        Some(nonce) if svc_core::secrets::same_token(nonce, expected.nonce) => {}
         _ => return Err(IdTokenError::Nonce),
     }
     identity_of(&claims)?;

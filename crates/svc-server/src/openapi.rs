@@ -1,19 +1,18 @@
 //! The OpenAPI 3.1 document served at `GET /openapi.json`. Each operation is
 //! declared on its handler (`#[utoipa::path]`, with the permission its key
-//! needs as the security requirement's scope) and collected by the router
-//! ([`crate::routes::api`]); the schemas are those of the wire types in
-//! `svc_api`. Here: the document's frame (info, tags, servers), the
-//! responses, headers and security schemes operations share, and the rules
-//! every operation follows. `tests/openapi.rs` holds a snapshot of it and
+//! needs as the security requirement's scope) and collected by the router,
+//! which builds the document (`routes::openapi`); the schemas are those of
+//! the wire types in `svc_api`. Here, below every handler: the document's
+//! frame (info, tags, servers), the responses, headers and security
+//! schemes operations share ([`shared`], [`schemas`]), and the rules every
+//! operation follows ([`framed`]). `tests/openapi.rs` holds a snapshot of it and
 //! checks it against real responses; `tests/python/test_schemathesis.py`
 //! runs schemathesis against it.
 
 pub(crate) mod schemas;
 pub(crate) mod shared;
 
-use std::sync::LazyLock;
-
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::tag::TagBuilder;
@@ -21,18 +20,9 @@ use utoipa::openapi::{
     Header, HeaderBuilder, LicenseBuilder, OpenApi, Ref, RefOr, Required, ServerBuilder,
 };
 
-/// The document as JSON, built once; `servers` holds a placeholder that
-/// `GET /openapi.json` replaces with the public URL. An error (a document
-/// that does not serialize) is the route's logged 500, never a `null`.
-pub fn document() -> Result<&'static Value, &'static str> {
-    static DOCUMENT: LazyLock<Result<Value, String>> =
-        LazyLock::new(|| serde_json::to_value(openapi()).map_err(|e| e.to_string()));
-    DOCUMENT.as_ref().map_err(String::as_str)
-}
-
-/// The whole document: the routes' operations in their frame.
-pub fn openapi() -> OpenApi {
-    let (_, mut api) = crate::routes::api().split_for_parts();
+/// The whole document: the operations of the API's routes (`api`) and of
+/// `/metrics` (`metrics`), each following the rules, in their frame.
+pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi) -> OpenApi {
     api.info.title = "svc".into();
     api.info.version = env!("CARGO_PKG_VERSION").into();
     api.info.description = Some(DESCRIPTION.into());
@@ -63,7 +53,6 @@ pub fn openapi() -> OpenApi {
             .collect(),
     );
     api.components = Some(components(api.components.take().unwrap_or_default()));
-    let (_, metrics) = crate::routes::metrics().split_for_parts();
     api.paths.paths.extend(metrics.paths.paths);
     for (path, mut item) in std::mem::take(&mut api.paths.paths) {
         operations(&mut item).for_each(follow_the_rules);

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use svc_core::{KeyId, KeyLimits, KeyRecord};
 
 /// One minute, the window of both limits.
@@ -268,9 +267,10 @@ impl Verdict {
         (reset + 999) / 1000
     }
 
-    /// OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
-    pub fn headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::new();
+    /// OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`,
+    /// as names and values.
+    pub fn headers(&self) -> Vec<(String, String)> {
+        let mut headers = Vec::new();
         for (kind, quota) in [("requests", self.requests), ("tokens", self.tokens)] {
             let Some(q) = quota else { continue };
             for (what, value) in [
@@ -278,12 +278,7 @@ impl Verdict {
                 ("remaining", q.remaining.max(0).to_string()),
                 ("reset", duration_text(q.reset_ms)),
             ] {
-                if let (Ok(name), Ok(value)) = (
-                    HeaderName::try_from(format!("x-ratelimit-{what}-{kind}")),
-                    HeaderValue::try_from(value),
-                ) {
-                    headers.insert(name, value);
-                }
+                headers.push((format!("x-ratelimit-{what}-{kind}"), value));
             }
         }
         headers
@@ -548,6 +543,16 @@ impl Drop for InFlightPlace<'_> {
     }
 }
 
+/// Why [`InFlight`] gave no place, or its work no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InFlightError {
+    /// The key already has as many requests of this kind in flight as it
+    /// may (`what` names them): a 429 `rate_limit_exceeded`.
+    TooMany { what: &'static str, limit: usize },
+    /// The work's thread failed (it panicked): a 500.
+    Failed(String),
+}
+
 impl InFlight {
     /// At most `per_key` requests of a key at once, and `all` worked on at
     /// once in all (each at least one).
@@ -563,7 +568,7 @@ impl InFlight {
     /// A place for one request of `key`, once it is its turn (held until
     /// the place is dropped); a 429 `rate_limit_exceeded` at once when the
     /// key has its most in flight.
-    pub async fn enter(&self, key: &KeyId) -> Result<InFlightPlace<'_>, crate::error::ApiError> {
+    pub async fn enter(&self, key: &KeyId) -> Result<InFlightPlace<'_>, InFlightError> {
         // Made before waiting, so that a request dropped while it waits
         // gives its place back.
         let mut place = self.admit(key)?;
@@ -575,11 +580,11 @@ impl InFlight {
     /// A place for one request of `key` that takes its turns piece by
     /// piece ([`InFlightPlace::work`]); a 429 `rate_limit_exceeded` when the
     /// key has its most in flight.
-    pub fn admit(&self, key: &KeyId) -> Result<InFlightPlace<'_>, crate::error::ApiError> {
+    pub fn admit(&self, key: &KeyId) -> Result<InFlightPlace<'_>, InFlightError> {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let count = running.entry(key.clone()).or_default();
         if *count >= self.per_key {
-            return Err(crate::error::ApiError::TooManyInFlight {
+            return Err(InFlightError::TooMany {
                 what: self.what,
                 limit: self.per_key,
             });
@@ -600,7 +605,7 @@ impl InFlightPlace<'_> {
     pub async fn work<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, crate::error::ApiError> {
+    ) -> Result<T, InFlightError> {
         let turn = match self.turn {
             Some(_) => None,
             // The semaphore is never closed.
@@ -611,9 +616,7 @@ impl InFlightPlace<'_> {
             work()
         })
         .await
-        .map_err(|e| {
-            crate::error::ApiError::Internal(format!("{} work failed: {e}", self.gate.what))
-        })
+        .map_err(|e| InFlightError::Failed(format!("{} work failed: {e}", self.gate.what)))
     }
 }
 
@@ -629,7 +632,7 @@ mod tests {
         let _second = gate.admit(&a).unwrap();
         assert!(matches!(
             gate.admit(&a),
-            Err(crate::error::ApiError::TooManyInFlight { limit: 2, .. })
+            Err(InFlightError::TooMany { limit: 2, .. })
         ));
         // One turn in all: `a`'s places, waiting between pieces, hold none.
         let other = gate.admit(&b).unwrap();

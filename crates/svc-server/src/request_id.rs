@@ -9,13 +9,9 @@ use axum::response::Response;
 /// The response header carrying the id.
 pub const HEADER: &str = "x-request-id";
 
-tokio::task_local! {
-    static CURRENT: String;
-}
-
 /// The id of the request being handled on this task, if any.
 pub fn current() -> Option<String> {
-    CURRENT.try_with(Clone::clone).ok()
+    crate::scoped::request_id()
 }
 
 fn generate() -> String {
@@ -29,11 +25,14 @@ pub async fn middleware(request: Request, next: Next) -> Response {
     let id = generate();
     let client = request
         .extensions()
-        .get::<crate::extract::ClientIp>()
+        .get::<crate::scoped::ClientIp>()
         .map(|c| tracing::field::display(c.0));
     let span = tracing::info_span!("request", id = %id, client, method = %request.method(), path = %request.uri().path());
-    let mut response =
-        tracing::Instrument::instrument(CURRENT.scope(id.clone(), next.run(request)), span).await;
+    let mut response = tracing::Instrument::instrument(
+        crate::scoped::as_request(id.clone(), next.run(request)),
+        span,
+    )
+    .await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
@@ -43,5 +42,5 @@ pub async fn middleware(request: Request, next: Next) -> Response {
 /// Runs `f` as if inside the request `id` (for work that outlives the
 /// handler, such as a stream's body).
 pub fn scope<R>(id: String, f: impl FnOnce() -> R) -> R {
-    CURRENT.sync_scope(id, f)
+    crate::scoped::in_request(id, f)
 }

@@ -1,7 +1,7 @@
 //! The request log (issue 33): one row per API request, written off the
 //! request's path.
 //!
-//! [`middleware`] opens a [`Pending`] row for each `/v1/` request and runs
+//! The request-log layer (`crate::layers`) opens a [`Pending`] row for each `/v1/` request and runs
 //! the request with it as a task-local, so the parts that learn something
 //! fill it in where they are: the key extractor (key, project, account),
 //! the pipelines (model, tokens, time to first token, through
@@ -21,18 +21,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use svc_core::request_log::RequestLogEntry;
 use svc_core::store::RequestLogStore;
 use svc_core::trace::{Observer, Span, SpanContext, SpanKind, Value as TraceValue};
-use svc_core::{ModelPrice, Store, Tokens};
+use svc_core::{EngineError, ModelPrice, Store, Tokens};
 use tokio_util::sync::CancellationToken;
 
 use crate::batcher::{Batcher, Written};
 use crate::otlp::Tracer;
-use crate::state::AppState;
 
 /// Rows waiting to be written, at most; past it they are dropped.
 pub const QUEUE_CAPACITY: usize = 10_000;
@@ -193,6 +189,21 @@ impl Observer for Pending {
     }
 }
 
+/// The `type` an engine's failure is answered with (and logged as): the
+/// request's fault, the engine's load, or the server's.
+pub fn failure_type(error: &EngineError) -> &'static str {
+    match error {
+        EngineError::ContextLengthExceeded { .. } | EngineError::InvalidRequest { .. } => {
+            "invalid_request_error"
+        }
+        EngineError::Overloaded(_) => "rate_limit_exceeded",
+        EngineError::Unavailable(_)
+        | EngineError::BadGateway(_)
+        | EngineError::GatewayTimeout(_)
+        | EngineError::Internal(_) => "server_error",
+    }
+}
+
 /// The row of the request running on this task, if it is logged.
 pub fn current() -> Option<Arc<Pending>> {
     CURRENT.try_with(Arc::clone).ok()
@@ -242,7 +253,7 @@ fn millis(elapsed: Duration) -> i64 {
 pub struct RequestLog {
     /// Whether requests are logged at all (`request_log_retention` is not
     /// zero).
-    enabled: bool,
+    pub(crate) enabled: bool,
     queue: Arc<Batcher<RequestLogEntry>>,
     prices: BTreeMap<String, ModelPrice>,
     /// How long a write may take ([`WRITE_TIMEOUT`]).
@@ -322,46 +333,21 @@ impl RequestLog {
     }
 }
 
-/// `openai`, `responses` or `anthropic`, by path.
-fn dialect(path: &str) -> &'static str {
-    if path.starts_with("/v1/messages") {
-        "anthropic"
-    } else if path.starts_with("/v1/responses") {
-        "responses"
-    } else {
-        "openai"
-    }
-}
-
-/// Middleware: logs every `/v1/` request (the API; not the dashboard,
-/// health checks or `/metrics`).
-pub async fn middleware(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let log = state.request_log.clone();
-    let tracer = state.tracer.clone();
-    let path = request.uri().path();
-    if !(log.enabled || tracer.is_some()) || !path.starts_with("/v1/") {
-        return next.run(request).await;
-    }
-    // A caller's trace is continued; else this request begins one.
-    let caller = request
-        .headers()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(SpanContext::parse);
-    // Without an exporter, no span of this request is made: the caller's
-    // context is passed on as it came.
-    let exporting = tracer.is_some();
-    let (span, parent) = match (exporting, caller) {
-        (true, Some(caller)) => (Some(caller.child()), Some(caller.span_id)),
-        (true, None) => (Some(SpanContext::root()), None),
-        (false, caller) => (caller, None),
-    };
-    let pending = Arc::new(Pending {
+/// Opens the row of a request that arrives now: `dialect` and `endpoint`
+/// as the log names them, its span (continuing `parent`, the caller's)
+/// when traces are exported.
+pub fn open(
+    dialect: &str,
+    endpoint: String,
+    span: Option<SpanContext>,
+    parent: Option<[u8; 8]>,
+) -> Arc<Pending> {
+    Arc::new(Pending {
         row: Mutex::new(RequestLogEntry {
-            id: crate::request_id::current().unwrap_or_default(),
+            id: crate::scoped::request_id().unwrap_or_default(),
             started_at_ms: chrono::Utc::now().timestamp_millis(),
-            dialect: dialect(path).to_owned(),
-            endpoint: format!("{} {path}", request.method()),
+            dialect: dialect.to_owned(),
+            endpoint,
             ..RequestLogEntry::default()
         }),
         arrived: Instant::now(),
@@ -370,42 +356,35 @@ pub async fn middleware(State(state): State<AppState>, request: Request, next: N
         began: SystemTime::now(),
         spans: Mutex::default(),
         engine: Mutex::default(),
-        batch: crate::batches::running(),
-    });
-    // Until the answer is made, the client leaving drops this future, and
-    // the guard records the request as abandoned.
-    let mut finish = Finish {
-        pending: Some(pending.clone()),
-        log,
-        tracer,
-        status: 499,
-        error_type: Some("client_disconnected".to_owned()),
-    };
+        batch: crate::scoped::in_batch(),
+    })
+}
+
+/// Runs `work` with `pending` as its request's row ([`current`]), and as
+/// the observer of its trace.
+pub async fn scope<F: std::future::Future>(
+    pending: Arc<Pending>,
+    exporting: bool,
+    work: F,
+) -> F::Output {
     let current = svc_core::trace::Current {
-        context: span,
+        context: pending.span,
         exporting,
         observer: pending.clone(),
     };
-    let response = CURRENT
-        .scope(pending, svc_core::trace::scope(current, next.run(request)))
-        .await;
-    finish.status = response.status().as_u16();
-    finish.error_type = response
-        .extensions()
-        .get::<crate::error::ErrorType>()
-        .map(|t| t.0.to_owned());
-    let (parts, body) = response.into_parts();
-    // The body is sent after this returns: the row ends with its last byte.
-    Response::from_parts(parts, crate::body::Watched::body(body, finish))
+    CURRENT
+        .scope(pending, svc_core::trace::scope(current, work))
+        .await
 }
 
-/// Hands the row to the log when dropped.
-struct Finish {
-    pending: Option<Arc<Pending>>,
-    log: Arc<RequestLog>,
-    tracer: Option<Arc<Tracer>>,
-    status: u16,
-    error_type: Option<String>,
+/// Hands the row to the log (and its spans to the tracer) when dropped,
+/// with the answer's status and error type as last set.
+pub struct Finish {
+    pub pending: Option<Arc<Pending>>,
+    pub log: Arc<RequestLog>,
+    pub tracer: Option<Arc<Tracer>>,
+    pub status: u16,
+    pub error_type: Option<String>,
 }
 
 impl Drop for Finish {
@@ -423,17 +402,6 @@ impl Drop for Finish {
         }
         if self.log.enabled {
             self.log.push(row, pending.batch);
-        }
-    }
-}
-
-/// Finishes the request's row when its body is done with: a body not sent
-/// whole is a client that left mid-stream (499).
-impl crate::body::Watcher for Finish {
-    fn done(&mut self, whole: bool) {
-        if !whole {
-            self.status = 499;
-            self.error_type = Some("client_disconnected".to_owned());
         }
     }
 }

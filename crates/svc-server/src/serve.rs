@@ -35,9 +35,11 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::body::BodyTimedOut;
 use crate::config::{Cidr, ServerConfig};
-use crate::extract::{BodyTimedOut, ClientIp, client_ip};
+use crate::extract::client_ip;
 use crate::metrics::Metrics;
+use crate::scoped::ClientIp;
 use crate::tls::Tls;
 
 /// What the accept loop holds every client to.

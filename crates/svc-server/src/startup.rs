@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ServerConfig;
-use crate::dashboard::Dashboard;
+use crate::dashboard::settings::Dashboard;
 use crate::extract::BodyLimit;
 use crate::ratelimit::RateLimiter;
 use crate::registry::ModelRegistry;
@@ -157,40 +157,48 @@ impl Application {
             store.clone(),
             limiter.redis_connection(),
         ));
+        let models = Arc::new(models);
+        let metrics = Arc::new(crate::metrics::Metrics::new(config.metrics_token.clone()));
+        let admission = Arc::new(crate::admission::Admission {
+            models: models.clone(),
+            limiter,
+            budgets,
+            ledger: Arc::default(),
+            metrics: metrics.clone(),
+            watch_outcomes: cache.enabled(),
+        });
         let state = AppState {
             batches: Arc::new(crate::batches::Batches::new(&config)),
             cache: cache.clone(),
-            budgets,
+            admission,
             keys: KeyService::new(store.clone()),
             accounts: accounts.clone(),
             devices: DeviceService::new(store.clone(), config.device),
             projects: ProjectService::new(store.clone()),
             store,
-            models: Arc::new(models),
+            models,
             public_url: public_url.clone().into(),
             dashboard: Arc::new(dashboard),
-            limiter,
             counting: Arc::new(crate::ratelimit::InFlight::new(
                 "count_tokens",
                 COUNTING_PER_KEY,
                 counting_at_once(),
             )),
-            metrics: Arc::new(crate::metrics::Metrics::new(config.metrics_token.clone())),
-            ledger: Arc::default(),
+            metrics,
             body_limit: BodyLimit(config.max_body_bytes),
             conversations,
             audit_retention_days: config.audit_retention_days,
             request_log: request_log.clone(),
             tracer: tracer.clone(),
         };
-        let ledger = (state.ledger.clone(), state.store.clone());
+        let ledger = (state.admission.ledger.clone(), state.store.clone());
         let metrics = state.metrics.clone();
         let metrics_route = || Router::from(routes::metrics());
         let mut api = routes::router();
         let metrics_server = match metrics_listener {
             Some(listener) => {
                 let router = with_layers(
-                    metrics_route().fallback(routes::unknown_url),
+                    metrics_route().fallback(crate::error::ApiError::unknown_url),
                     &state,
                     config.max_body_bytes,
                 );
@@ -373,13 +381,13 @@ async fn sweep(
 fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize) -> Router {
     routes
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::metrics::middleware,
+            state.metrics.clone(),
+            crate::layers::metrics,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::request_log::middleware,
+            (state.request_log.clone(), state.tracer.clone()),
+            crate::layers::request_log,
         ))
         .layer(middleware::from_fn(request_id::middleware))
         .with_state(state.clone())

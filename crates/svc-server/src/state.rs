@@ -5,8 +5,8 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use svc_core::{AccountService, DeviceService, KeyService, ProjectService, Store};
 
-use crate::dashboard::Dashboard;
-use crate::ratelimit::RateLimiter;
+use crate::admission::Admission;
+use crate::dashboard::settings::Dashboard;
 use crate::registry::ModelRegistry;
 
 /// What every handler may reach.
@@ -28,15 +28,12 @@ pub struct AppState {
     pub projects: ProjectService,
     /// The dashboard's address and cookie policy.
     pub dashboard: Arc<Dashboard>,
-    /// Per-key requests and tokens per minute.
-    pub limiter: RateLimiter,
+    /// What every request's work goes through: limits, budgets, routes,
+    /// usage.
+    pub admission: Arc<Admission>,
     /// Token counting (`/v1/messages/count_tokens`) in flight, per key and
     /// in all.
     pub counting: Arc<crate::ratelimit::InFlight>,
-    /// Token budgets of keys and projects.
-    pub budgets: crate::budget::Budgets,
-    /// Usage waiting to be written.
-    pub ledger: Arc<crate::usage::Ledger>,
     /// What `/metrics` reports.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The largest request body read.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -12,6 +13,7 @@ use svc_core::{
 };
 
 use crate::budget::{BudgetSlot, Charge};
+use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 
 /// How a generating request is metered: whether its tokens count toward
@@ -24,17 +26,47 @@ pub struct Metering {
     /// How the request's generations went (any error, their tokens), for
     /// the response cache; shared by the prompts of one request. Watched
     /// only while the cache is on.
-    pub outcome: std::sync::Arc<crate::cache::Watch>,
+    pub outcome: Arc<Watch>,
 }
-use crate::state::AppState;
+
+/// How a generation went, as its events pass: whether one was an error,
+/// and the tokens it used (what a hit of its reply in the response cache
+/// saves).
+#[derive(Debug, Default)]
+pub struct Watch {
+    pub failed: AtomicBool,
+    pub tokens: AtomicU64,
+}
+
+impl Watch {
+    pub fn on(&self, event: &Result<EngineEvent, svc_core::EngineError>) {
+        match event {
+            Ok(EngineEvent::Finish { usage, .. }) => {
+                self.tokens.fetch_add(
+                    usage.prompt_tokens.saturating_add(usage.completion_tokens),
+                    Ordering::Relaxed,
+                );
+            }
+            Ok(_) => {}
+            Err(_) => self.failed.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where a request's usage goes: the day's counters, the key's
+/// tokens-per-minute window (when its tokens count toward one), and the
+/// metrics.
+pub struct Meters<'a> {
+    pub ledger: &'a Arc<Ledger>,
+    pub limiter: Option<&'a RateLimiter>,
+    pub metrics: &'a Arc<Metrics>,
+}
 
 /// Whom a generation's usage goes to, and how.
 pub struct Bill {
     pub key_id: KeyId,
     /// The replies asked for (`n`): usage is theirs together.
     pub choices: u32,
-    /// Whether its tokens count toward the key's tokens-per-minute limit.
-    pub count_tokens: bool,
     /// What its budgets were charged up front, to settle.
     pub charge: Option<Charge>,
     /// Its prompt's tokens, estimated: what a request left before any
@@ -54,7 +86,7 @@ pub struct Bill {
 /// metrics.
 pub fn metered(
     events: EventStream,
-    state: &AppState,
+    meters: Meters<'_>,
     model: &str,
     arrived: Instant,
     bill: Bill,
@@ -65,8 +97,8 @@ pub fn metered(
     }
     let mut meter = Meter {
         logged: logged.clone(),
-        ledger: state.ledger.clone(),
-        limiter: bill.count_tokens.then(|| state.limiter.clone()),
+        ledger: meters.ledger.clone(),
+        limiter: meters.limiter.cloned(),
         charge: bill.charge,
         key_id: bill.key_id,
         model: model.to_owned(),
@@ -77,7 +109,7 @@ pub fn metered(
         pieces: Vec::new(),
         recorded: false,
     };
-    let metrics = state.metrics.clone();
+    let metrics = meters.metrics.clone();
     let model = model.to_owned();
     let mut first = true;
     events
@@ -96,7 +128,7 @@ pub fn metered(
                 Err(error) => {
                     if let Some(row) = &meter.logged {
                         // The answer began (200); its failure is the row's.
-                        let kind = crate::error::ApiError::from(error.clone()).kind();
+                        let kind = crate::request_log::failure_type(error);
                         row.note(|row| row.error_type = Some(kind.to_owned()));
                     }
                     meter.record();
@@ -243,21 +275,20 @@ fn account(
 /// budgets settled, its tokens toward the key's limit when `metering`
 /// counts them, and its tokens in the metrics.
 pub fn record_whole(
-    state: &AppState,
+    meters: Meters<'_>,
     key_id: &KeyId,
     model: &str,
-    metering: &Metering,
     charge: Option<Charge>,
     used: TokenUsage,
 ) {
-    state.metrics.tokens(model, &used);
+    meters.metrics.tokens(model, &used);
     let logged = crate::request_log::current();
     if let Some(row) = &logged {
         row.note(|row| row.model = Some(model.to_owned()));
     }
     account(
-        &state.ledger,
-        metering.count_tokens.then_some(&state.limiter),
+        meters.ledger,
+        meters.limiter,
         key_id,
         model,
         charge,
@@ -271,14 +302,14 @@ pub fn record_whole(
 /// it was made), and the settlement of the budgets' `charge` for it (at
 /// `[prices.<model>] cached_response`, when set).
 pub fn record_cache_hit(
-    state: &AppState,
+    ledger: &Ledger,
     key_id: &KeyId,
     model: &str,
     saved: u64,
     charge: Option<Charge>,
 ) {
     let saved = i64::try_from(saved).unwrap_or(i64::MAX);
-    state.ledger.add(
+    ledger.add(
         key_id,
         model,
         now().div_euclid(SECONDS_PER_DAY),
@@ -353,6 +384,21 @@ impl Ledger {
             .entry((key_id.clone(), model.to_owned()))
             .or_default()
             .add(counts);
+    }
+
+    /// The requests and tokens pending for `key_id` and `model`, over
+    /// every day.
+    #[cfg(test)]
+    pub(crate) fn counted(&self, key_id: &KeyId, model: &str) -> (i64, Tokens) {
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut total = Counts::default();
+        for counts in pending
+            .values()
+            .filter_map(|day| day.get(&(key_id.clone(), model.to_owned())))
+        {
+            total.add(*counts);
+        }
+        (total.requests, total.tokens)
     }
 
     /// Writes what is pending; what fails to write is kept for next time.

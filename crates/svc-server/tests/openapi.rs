@@ -1,5 +1,5 @@
 //! The OpenAPI document (generated from the wire types' schemas by
-//! `svc_server::openapi`) against the real server: it is OpenAPI 3.1, lists
+//! `svc_server::openapi_document`) against the real server: it is OpenAPI 3.1, lists
 //! exactly the routes the server has, and what the server sends validates
 //! against the document's own schemas.
 
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use svc_test_support::{TestApp, read_sse};
 
 fn document() -> Value {
-    svc_server::openapi::document().unwrap().clone()
+    svc_server::openapi_document().unwrap().clone()
 }
 
 /// Follows a local `$ref` (`#/a/b`) inside the document.

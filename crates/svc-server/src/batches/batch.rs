@@ -36,7 +36,7 @@ const WINDOW_SECONDS: i64 = 86_400;
 /// until one ends).
 pub(crate) const BATCHES_IN_PROGRESS: i64 = 16;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create, list))
         .routes(routes!(retrieve))

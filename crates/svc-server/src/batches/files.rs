@@ -27,7 +27,7 @@ use crate::ratelimit::InFlightPlace;
 use crate::routes::organization::{QueryPairs, page_within};
 use crate::state::AppState;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(upload, list))
         .routes(routes!(retrieve, delete))
@@ -188,7 +188,7 @@ async fn give_up(place: &InFlightPlace<'_>, receiver: Receiver) {
 
 /// A body that could not be read: too slow, or cut off.
 fn body_error(e: &axum::Error) -> ApiError {
-    match crate::extract::body_timed_out(e) {
+    match crate::body::body_timed_out(e) {
         Some(timed_out) => ApiError::BodyTimeout(timed_out),
         None => ApiError::InvalidBody {
             param: None,

@@ -3,7 +3,7 @@
 //! ([`runner`]).
 //!
 //! A batch's lines run through the same router as any request, as the key
-//! that created the batch (see [`caller`]): keys, scopes, model lists,
+//! that created the batch (see [`crate::scoped::batch_caller`]): keys, scopes, model lists,
 //! budgets, usage, metrics and the request log apply unchanged. They skip
 //! the key's per-minute limits (a batch has its own pace: a few lines at a
 //! time on each replica) and go to engines as background work, which the
@@ -19,12 +19,9 @@ mod upload;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use svc_core::KeyId;
 use tokio::sync::Notify;
-use utoipa_axum::router::OpenApiRouter;
 
 use crate::ratelimit::InFlight;
-use crate::state::AppState;
 
 pub(crate) use runner::{Runner, sweep};
 
@@ -44,11 +41,6 @@ fn uploads_at_once() -> usize {
 /// Creates that read a file and copy its lines at once, in all (the others
 /// wait their turn): each holds the file's lines in memory meanwhile.
 const CREATES_AT_ONCE: usize = 2;
-
-/// The routes of files and batches.
-pub fn routes() -> OpenApiRouter<AppState> {
-    files::routes().merge(batch::routes())
-}
 
 /// How files are kept and batches run.
 #[derive(Debug)]
@@ -99,20 +91,4 @@ impl Batches {
         (!hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
             .then(|| self.dir.join(format!("{id}.jsonl")))
     }
-}
-
-tokio::task_local! {
-    /// The key a batch's line runs as, while it runs.
-    static CALLER: KeyId;
-}
-
-/// The key of the batch whose line this task runs; `None` for a request
-/// that came over the network (a task-local: no client can set it).
-pub(crate) fn caller() -> Option<KeyId> {
-    CALLER.try_with(Clone::clone).ok()
-}
-
-/// Whether this task runs a batch's line.
-pub(crate) fn running() -> bool {
-    CALLER.try_with(|_| ()).is_ok()
 }

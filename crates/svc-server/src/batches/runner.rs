@@ -35,7 +35,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use super::CALLER;
 use crate::responses::shape::new_id;
 use crate::state::AppState;
 
@@ -351,23 +350,22 @@ async fn ask(router: Router, line: &LeasedLine) -> (bool, String) {
         .uri(line.endpoint.as_str())
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(line.line.body.clone()));
-    let reply = CALLER
-        .scope(line.key_id.clone(), async move {
-            let request = request.map_err(|e| e.to_string())?;
-            let Ok::<_, Infallible>(response) = router.oneshot(request).await;
-            let status = response.status();
-            let request_id = response
-                .headers()
-                .get(crate::request_id::HEADER)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let body = axum::body::to_bytes(response.into_body(), MAX_ANSWER)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((status, request_id, body))
-        })
-        .await;
+    let reply = crate::scoped::as_batch_line(line.key_id.clone(), async move {
+        let request = request.map_err(|e| e.to_string())?;
+        let Ok::<_, Infallible>(response) = router.oneshot(request).await;
+        let status = response.status();
+        let request_id = response
+            .headers()
+            .get(crate::request_id::HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = axum::body::to_bytes(response.into_body(), MAX_ANSWER)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((status, request_id, body))
+    })
+    .await;
     let id = new_id("batch_req");
     let (ok, response) = match reply {
         Ok((status, request_id, body)) => (

@@ -19,7 +19,7 @@ use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use shape::CompletionMeta;
 use valid::ValidChatRequest;
@@ -54,7 +54,7 @@ pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, metering| {
+    limited(&state.admission, key, |key, metering| {
         answer(&state, key, request, metering)
     })
     .await
@@ -70,7 +70,11 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<ChatCompletionRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
+    let plan = match state
+        .cache
+        .lookup(&state.admission, directives, &key, &body)
+        .await?
+    {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -78,18 +82,13 @@ async fn answer(
     let stream = request.generate.stream;
     let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
     let outcome = metering.outcome.clone();
-    let generated = generate(
-        state,
-        &key,
-        &request.model,
-        request.generate,
-        arrived,
-        metering,
-    )
-    .await?;
+    let generated = state
+        .admission
+        .generate(&key, &request.model, request.generate, arrived, metering)
+        .await?;
     let meta = CompletionMeta::new(generated.model.clone())
         .with_choices(n, logprobs)
-        .with_fingerprint(generated.fingerprint(state));
+        .with_fingerprint(state.admission.fingerprint(&generated.model));
     let response = if stream {
         sse_response(Body::from_stream(shape::sse(
             meta,

@@ -20,9 +20,7 @@ use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{
-    Metering, arrived, fingerprint, generate, json_response, limited, sse_response,
-};
+use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use valid::ValidCompletionRequest;
 
@@ -56,7 +54,7 @@ pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, metering| {
+    limited(&state.admission, key, |key, metering| {
         answer(&state, key, request, metering)
     })
     .await
@@ -72,7 +70,11 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
+    let plan = match state
+        .cache
+        .lookup(&state.admission, directives, &key, &body)
+        .await?
+    {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -97,22 +99,17 @@ async fn answer(
     let mut served = None;
     let outcome = metering.outcome.clone();
     for prompt in request.prompts {
-        let generated = generate(
-            state,
-            &key,
-            &request.model,
-            prompt,
-            arrived,
-            metering.clone(),
-        )
-        .await
-        .map_err(on_prompt)?;
+        let generated = state
+            .admission
+            .generate(&key, &request.model, prompt, arrived, metering.clone())
+            .await
+            .map_err(|refused| on_prompt(refused.into()))?;
         served.get_or_insert(generated.model);
         streams.push(generated.events);
     }
     let served = served.unwrap_or(request.model);
     let meta = shape::Meta::new(served.clone(), n, logprobs, prompts, echoed)
-        .with_fingerprint(fingerprint(state, &served));
+        .with_fingerprint(state.admission.fingerprint(&served));
     let merged = shape::merge(streams);
     let response = if stream {
         sse_response(Body::from_stream(shape::sse(

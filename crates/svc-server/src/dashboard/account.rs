@@ -10,12 +10,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 use serde::Deserialize;
+use svc_core::secrets::same_token;
 use svc_core::{AccountError, OpenedSession, SignInError, secrets::random_token};
 
 use super::pages::{PageError, render};
-use super::session::{
-    CSRF_COOKIE, SESSION_COOKIE, SignedIn, cookie, safe_next, same_token, set_cookie,
-};
+use super::session::{CSRF_COOKIE, SESSION_COOKIE, SignedIn, cookie, safe_next, set_cookie};
 use crate::extract::ClientAddress;
 use crate::state::AppState;
 

@@ -8,8 +8,9 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::audit::{AuditEntry, AuditQuery, EVENT_TYPES};
 
-use super::pages::{PageError, form_day, form_one, layout, render, time};
+use super::pages::{PageError, form_day, form_one, render, time};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::routes::audit_logs::entries;
 use crate::state::AppState;
 

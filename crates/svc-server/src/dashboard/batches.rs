@@ -10,8 +10,9 @@ use serde::Deserialize;
 use svc_core::ProjectRecord;
 use svc_core::batch::BatchRecord;
 
-use super::pages::{PageError, layout, render};
+use super::pages::{PageError, render};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::state::AppState;
 
 /// Batches shown.

@@ -14,8 +14,9 @@ use minijinja::context;
 use serde::Deserialize;
 use svc_core::{CodeLookup, DeviceDecision, DeviceRecord, DeviceState, UserCode, now, plain_text};
 
-use super::pages::{PageError, layout, render, time};
+use super::pages::{PageError, render, time};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::extract::ClientAddress;
 use crate::state::AppState;
 

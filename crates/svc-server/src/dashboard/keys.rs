@@ -16,9 +16,10 @@ use svc_core::{
     UserId, now,
 };
 
-use super::pages::{PageError, layout, render, time};
-use super::projects::{PERIODS, budget_bar, budget_fields, form_budget};
+use super::forms::{PERIODS, budget_bar, budget_fields, form_budget};
+use super::pages::{PageError, render, time};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::budget::Scope;
 use crate::state::AppState;
 
@@ -99,7 +100,7 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)], rotated_into: bool) -> 
         // What a restricted key may do (the other kinds say it by name).
         permissions => matches!(key.kind, svc_core::KeyKind::Restricted(_))
             .then(|| key.kind.permissions().iter().map(|p| p.as_str()).collect::<Vec<_>>()),
-        models => super::projects::models_text(&key.allowed_models),
+        models => super::forms::models_text(&key.allowed_models),
         rpm => key.limits.requests_per_minute,
         tpm => key.limits.tokens_per_minute,
         rotated_into,
@@ -266,7 +267,7 @@ impl CreateForm {
             .map_err(|_| "Choose permissions from the list.".to_owned())?;
         let scope = KeyScope {
             kind,
-            allowed_models: super::projects::form_models(&self.models)?,
+            allowed_models: super::forms::form_models(&self.models)?,
             ..KeyScope::default()
         };
         Ok((name.to_owned(), *days, scope))
@@ -458,7 +459,7 @@ async fn render_access(
     let project = state.store.project_by_id(&key.project_id).await?;
     let project_models = project
         .as_ref()
-        .map(|p| super::projects::models_text(&p.allowed_models));
+        .map(|p| super::forms::models_text(&p.allowed_models));
     render(
         "key_access.html",
         context! {
@@ -491,7 +492,7 @@ pub async fn set_access(
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
     let key = own_key(&state, &who, &id).await?;
-    let models: ModelAccess = match super::projects::form_models(&form.models) {
+    let models: ModelAccess = match super::forms::form_models(&form.models) {
         Ok(models) => models,
         Err(message) => {
             let sent = context! { models => form.models };
@@ -583,10 +584,11 @@ pub async fn set_limits(
 async fn key_budget(state: &AppState, key: &KeyRecord) -> Value {
     budget_bar(
         state
+            .admission
             .budgets
             .status(Scope::Key, &key.budget_holder().0, key.budget)
             .await,
-        state.budgets.alert_percent(),
+        state.admission.budgets.alert_percent(),
     )
 }
 

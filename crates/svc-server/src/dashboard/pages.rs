@@ -7,8 +7,6 @@ use axum::response::{Html, IntoResponse, Response};
 use minijinja::{Environment, Value, context};
 use svc_core::StoreError;
 
-use super::session::SignedIn;
-
 /// The templates, compiled once.
 static PAGES: std::sync::LazyLock<Pages> = std::sync::LazyLock::new(Pages::new);
 
@@ -97,19 +95,6 @@ impl Pages {
 impl Default for Pages {
     fn default() -> Self {
         Pages::new()
-    }
-}
-
-/// What every signed-in page's layout needs.
-pub fn layout(who: &SignedIn, nav: &str) -> Value {
-    context! {
-        user => context! {
-            email => who.user.email.clone(),
-            is_admin => who.user.is_admin,
-            sees_projects => who.sees_projects,
-        },
-        csrf => who.session.csrf_token.clone(),
-        nav => nav,
     }
 }
 

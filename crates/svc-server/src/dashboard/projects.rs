@@ -14,140 +14,19 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
-use svc_api::BudgetStatus;
 use svc_core::projects::{self, ProjectChanges};
 use svc_core::{
-    AdminReach, Budget, BudgetUnit, KeyKind, KeyOrigin, KeyScope, KeyState, ModelAccess, NewKey,
-    ProjectId, ProjectRecord, ProjectRole, ValidationError, now,
+    AdminReach, KeyKind, KeyOrigin, KeyScope, KeyState, NewKey, ProjectId, ProjectRecord,
+    ProjectRole, now,
 };
 use svc_core::{MemberRemoval, UserId};
 
-use super::pages::{PageError, layout, render, time};
+use super::forms::{PERIODS, budget_bar, budget_fields, form_budget, form_models, models_text};
+use super::pages::{PageError, render, time};
 use super::session::SignedIn;
-use crate::budget::{Scope, dollars};
+use super::session::layout;
+use crate::budget::Scope;
 use crate::state::AppState;
-
-/// The budget periods the forms offer.
-pub const PERIODS: &[&str] = &["day", "week", "month"];
-
-/// A budget as the pages show it: a bar of what this window used (`None`
-/// when there is no budget), marked high from `alert_percent`.
-pub fn budget_bar(status: Option<BudgetStatus>, alert_percent: i64) -> Value {
-    let Some(status) = status else {
-        return Value::from(());
-    };
-    let (limit, show): (i64, fn(i64) -> String) = match status.usd {
-        Some(usd) => ((usd * 1e6).round() as i64, |micros| {
-            format!("${}", dollars(micros))
-        }),
-        None => (status.tokens.unwrap_or(0), |tokens| format!("{tokens}")),
-    };
-    let percent = status
-        .used
-        .map(|used| (used.saturating_mul(100) / limit.max(1)).clamp(0, 100));
-    let unit = if status.usd.is_some() { "" } else { " tokens" };
-    context! {
-        limit,
-        high => limit.saturating_mul(alert_percent) / 100,
-        limit_text => format!("{}{unit}", show(limit)),
-        period => status.period,
-        used => status.used,
-        used_text => status.used.map(show),
-        percent,
-        resets => time(status.resets_at),
-    }
-}
-
-/// A budget as its form's fields show it: `tokens` (the amount), `unit`
-/// and `period`; empty for none.
-pub fn budget_fields(budget: Option<Budget>) -> Value {
-    let amount = budget.map(|b| match b.unit {
-        BudgetUnit::Tokens => b.limit.to_string(),
-        BudgetUnit::Usd => dollars(b.limit),
-    });
-    context! {
-        tokens => amount.unwrap_or_default(),
-        unit => budget.map_or("tokens", |b| b.unit.as_str()),
-        period => budget.map_or("month", |b| b.period.as_str()),
-    }
-}
-
-/// A budget from a form's fields: none when the amount is empty; the
-/// message to show otherwise.
-pub fn form_budget(amount: &str, unit: &str, period: &str) -> Result<Option<Budget>, String> {
-    let amount = amount.trim().replace('_', "");
-    if amount.is_empty() {
-        return Ok(None);
-    }
-    let requested = match unit {
-        "usd" => {
-            // A comma only groups thousands: "2,50" is not read as 250.
-            let digits = amount.trim_start_matches('$');
-            let whole = digits.split('.').next().unwrap_or("");
-            let grouped = {
-                let mut groups = whole.split(',');
-                let first = groups.next().unwrap_or("");
-                (1..=3).contains(&first.len()) && groups.all(|g| g.len() == 3)
-            };
-            let usd = if whole.contains(',') && !grouped {
-                None
-            } else {
-                digits.replace(',', "").parse::<f64>().ok()
-            };
-            let Some(usd) = usd else {
-                return Err(
-                    "Enter the budget as an amount of US dollars with a decimal point \
-                     (such as 25 or 2.50), or leave it empty for no budget."
-                        .into(),
-                );
-            };
-            projects::budget(None, Some(usd), period)
-        }
-        "tokens" | "" => {
-            let Ok(tokens) = amount.replace(',', "").parse::<i64>() else {
-                return Err(
-                    "Enter the budget as a whole number of tokens, or leave it empty for no budget."
-                        .into(),
-                );
-            };
-            projects::budget(Some(tokens), None, period)
-        }
-        _ => {
-            return Err(
-                "Choose what the budget counts from the list: tokens or US dollars.".into(),
-            );
-        }
-    };
-    requested.map(Some).map_err(|e| match e.param.as_str() {
-        "budget.tokens" => "A budget is at least 1 token.".to_owned(),
-        "budget.usd" => "A spend budget is more than $0 (and at most $1,000,000,000).".to_owned(),
-        _ => "Choose a period from the list: day, week or month.".to_owned(),
-    })
-}
-
-/// A model list from a form field: ids or patterns separated by commas or
-/// spaces; empty allows every model. Checked as the admin API checks one.
-pub fn form_models(text: &str) -> Result<ModelAccess, String> {
-    let list: Vec<String> = text
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|m| !m.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if list.is_empty() {
-        return Ok(ModelAccess::any());
-    }
-    projects::models(Some(list))
-        .map_err(|e: ValidationError| format!("Allowed models: {}.", e.message))
-}
-
-/// A model list as the pages show it.
-pub fn models_text(models: &ModelAccess) -> String {
-    match &models.0 {
-        None => "every model".into(),
-        Some(list) if list.is_empty() => "none".into(),
-        Some(list) => list.join(", "),
-    }
-}
 
 /// The projects `who` sees: all for an organization owner, those they own
 /// otherwise; for someone who owns none, the section does not exist.
@@ -195,6 +74,7 @@ fn organization_owner(who: &SignedIn) -> Result<(), PageError> {
 async fn project_row(state: &AppState, project: &ProjectRecord) -> Result<Value, PageError> {
     let members = state.store.list_project_members(&project.id).await?.len();
     let budget = state
+        .admission
         .budgets
         .status(Scope::Project, &project.id.0, project.budget)
         .await;
@@ -202,7 +82,7 @@ async fn project_row(state: &AppState, project: &ProjectRecord) -> Result<Value,
         id => project.id.0.clone(),
         name => project.name.clone(),
         models => models_text(&project.allowed_models),
-        budget => budget_bar(budget, state.budgets.alert_percent()),
+        budget => budget_bar(budget, state.admission.budgets.alert_percent()),
         members,
     })
 }

@@ -9,8 +9,9 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::request_log::{RequestLogEntry, RequestLogQuery, StatusFilter};
 
-use super::pages::{PageError, form_day, form_one, layout, render};
+use super::pages::{PageError, form_day, form_one, render};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::routes::request_logs::rows;
 use crate::state::AppState;
 

@@ -4,6 +4,8 @@ use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
+use minijinja::{Value, context};
+use svc_core::secrets::same_token;
 use svc_core::{Actor, ActorUser, SessionRecord, UserRecord};
 
 use super::pages::PageError;
@@ -38,13 +40,17 @@ pub fn set_cookie(name: &str, value: &str, max_age: i64, secure: bool) -> Header
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// Equal in constant time (for tokens).
-pub fn same_token(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+/// What every signed-in page's layout needs.
+pub fn layout(who: &SignedIn, nav: &str) -> Value {
+    context! {
+        user => context! {
+            email => who.user.email.clone(),
+            is_admin => who.user.is_admin,
+            sees_projects => who.sees_projects,
+        },
+        csrf => who.session.csrf_token.clone(),
+        nav => nav,
+    }
 }
 
 /// A signed-in person: pages that take it redirect to the sign-in page
@@ -188,12 +194,5 @@ mod tests {
             assert_eq!(safe_next(Some(bad)), "/dashboard/keys", "{bad}");
         }
         assert_eq!(safe_next(None), "/dashboard/keys");
-    }
-
-    #[test]
-    fn tokens_compare_exactly() {
-        assert!(same_token("abc", "abc"));
-        assert!(!same_token("abc", "abd"));
-        assert!(!same_token("abc", "ab"));
     }
 }

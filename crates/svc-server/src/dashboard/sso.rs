@@ -15,11 +15,12 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
+use svc_core::secrets::same_token;
 use svc_core::{Actor, SsoIdentity, SsoSignInError};
 
 use super::account::{LoginPage, anonymous_csrf, signed_in, with_csrf_cookie};
 use super::pages::PageError;
-use super::session::{cookie, safe_next, same_token, set_cookie};
+use super::session::{cookie, safe_next, set_cookie};
 use crate::extract::ClientAddress;
 use crate::oidc::{Flow, Oidc};
 use crate::state::AppState;

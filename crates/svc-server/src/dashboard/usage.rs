@@ -8,8 +8,9 @@ use axum::response::Html;
 use minijinja::{Value, context};
 use svc_core::{day_of, now};
 
-use super::pages::{PageError, layout, render};
+use super::pages::{PageError, render};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::state::AppState;
 
 /// Days shown.

@@ -13,8 +13,9 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::{AccountChange, UserId, UserRecord};
 
-use super::pages::{PageError, layout, render, time};
+use super::pages::{PageError, render, time};
 use super::session::SignedIn;
+use super::session::layout;
 use crate::state::AppState;
 
 /// What can be done to an account.

@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, json_response, limited, usable};
+use crate::pipeline::{Metering, arrived, json_response, limited};
 use crate::state::AppState;
 use valid::ValidEmbeddingRequest;
 
@@ -48,7 +48,7 @@ pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, metering| {
+    limited(&state.admission, key, |key, metering| {
         answer(&state, key, request, metering)
     })
     .await
@@ -68,12 +68,12 @@ async fn answer(
         base64,
         mut embed,
     } = ValidEmbeddingRequest::try_from(body)?;
-    let route = usable(state, &key, &model)?;
+    let route = state.admission.usable(&key, &model)?;
     embed.client = Some(key.id.to_string());
-    embed.background = crate::batches::running();
+    embed.background = crate::scoped::in_batch();
     let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
     let charge = state
-        .budgets
+        .admission
         .charge_tokens(
             &key,
             &model,
@@ -100,7 +100,9 @@ async fn answer(
         prompt_tokens: embeddings.prompt_tokens,
         ..TokenUsage::default()
     };
-    crate::usage::record_whole(state, &key.id, &model, &metering, charge, used);
+    state
+        .admission
+        .record_whole(&key, &model, &metering, charge, used);
     let data = embeddings
         .vectors
         .into_iter()

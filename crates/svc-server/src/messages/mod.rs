@@ -29,9 +29,7 @@ use utoipa_axum::routes;
 use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Scope, in_scope, scope};
-use crate::pipeline::{
-    Metering, arrived, generate_with, json_response, limited, routed, sse_response,
-};
+use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use error::MessagesError;
 use shape::MessageMeta;
@@ -52,11 +50,11 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 async fn unknown_url(request: Request) -> MessagesError {
-    MessagesError(crate::routes::unknown_url(request).await)
+    MessagesError(ApiError::unknown_url(request).await)
 }
 
 async fn method_not_allowed(request: Request) -> MessagesError {
-    MessagesError(crate::routes::method_not_allowed(request).await)
+    MessagesError(ApiError::method_not_allowed(request).await)
 }
 
 #[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "createMessage",
@@ -85,7 +83,7 @@ pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited::<MessagesError, _, _>(&state, key, |key, metering| {
+    limited::<MessagesError, _, _>(&state.admission, key, |key, metering| {
         answer(&state, key, request, metering)
     })
     .await
@@ -101,7 +99,11 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
+    let plan = match state
+        .cache
+        .lookup(&state.admission, directives, &key, &body)
+        .await?
+    {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -118,25 +120,27 @@ async fn answer(
     let stops = request.stop_sequences;
     let stopped_by = meta.stopped_by.clone();
     let outcome = metering.outcome.clone();
-    let generated = generate_with(
-        state,
-        &key,
-        &request.model,
-        request.generate,
-        arrived,
-        metering,
-        |engine, generate| {
-            // Only a request with stop sequences pays for the matching.
-            let with_stops = (!stops.is_empty()).then(|| (engine.clone(), generate.clone(), stops));
-            move |events| match with_stops {
-                Some((engine, generate, stops)) => {
-                    shape::stop_sequences(stops, stopped_by, engine, generate, events)
+    let generated = state
+        .admission
+        .generate_with(
+            &key,
+            &request.model,
+            request.generate,
+            arrived,
+            metering,
+            |engine, generate| {
+                // Only a request with stop sequences pays for the matching.
+                let with_stops =
+                    (!stops.is_empty()).then(|| (engine.clone(), generate.clone(), stops));
+                move |events| match with_stops {
+                    Some((engine, generate, stops)) => {
+                        shape::stop_sequences(stops, stopped_by, engine, generate, events)
+                    }
+                    None => events,
                 }
-                None => events,
-            }
-        },
-    )
-    .await?;
+            },
+        )
+        .await?;
     meta.model.clone_from(&generated.model);
     let response = if stream {
         sse_response(Body::from_stream(shape::sse(meta, generated.events)))
@@ -177,7 +181,8 @@ pub async fn count_tokens(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited::<MessagesError, _, _>(&state, key, |key, _| count(&state, key, request)).await
+    limited::<MessagesError, _, _>(&state.admission, key, |key, _| count(&state, key, request))
+        .await
 }
 
 async fn count(
@@ -189,8 +194,16 @@ async fn count(
     crate::request_log::note_model(&body.model);
     let request = ValidCountTokensRequest::try_from(body)?;
     let mut generate = request.generate;
-    let route = routed(state, &key, &request.model, &mut generate)?;
-    state.budgets.refuse_spent(&key, &request.model).await?;
+    let route = state
+        .admission
+        .routed(&key, &request.model, &mut generate)
+        .map_err(ApiError::from)?;
+    state
+        .admission
+        .budgets
+        .refuse_spent(&key, &request.model)
+        .await
+        .map_err(ApiError::from)?;
     let _place = state.counting.enter(&key.id).await?;
     let input_tokens = route.engine.count_tokens(&generate).await?;
     Ok(json_response(&CountTokensResponse { input_tokens }))

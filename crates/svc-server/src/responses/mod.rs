@@ -33,7 +33,7 @@ use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, generate, json_response, limited, sse_response};
+use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
@@ -71,7 +71,7 @@ pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Response {
-    limited(&state, key, |key, metering| {
+    limited(&state.admission, key, |key, metering| {
         answer(&state, key, request, metering)
     })
     .await
@@ -171,7 +171,11 @@ async fn answer(
     let directives = cache::Directives::of(request.headers());
     let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
-    let plan = match state.cache.lookup(state, directives, &key, &body).await? {
+    let plan = match state
+        .cache
+        .lookup(&state.admission, directives, &key, &body)
+        .await?
+    {
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
@@ -192,16 +196,11 @@ async fn answer(
     let generate_request = state.conversations.prompt(&valid, &owner).await?;
     let stream = generate_request.stream;
     let outcome = metering.outcome.clone();
-    let generated = generate(
-        state,
-        &key,
-        &valid.model,
-        generate_request,
-        arrived,
-        metering,
-    )
-    .await
-    .map_err(engine_error)?;
+    let generated = state
+        .admission
+        .generate(&key, &valid.model, generate_request, arrived, metering)
+        .await
+        .map_err(|refused| engine_error(refused.into()))?;
     let (mut events, served) = (generated.events, generated.model);
     let mut object = valid.response(new_id("resp"), now());
     object.model.clone_from(&served);

@@ -392,7 +392,7 @@ async fn read_body(request: Request, limit: BodyLimit) -> Result<Body, ApiError>
     });
     let bytes = axum::body::to_bytes(request.into_body(), limit)
         .await
-        .map_err(|e| match crate::extract::body_timed_out(&e) {
+        .map_err(|e| match crate::body::body_timed_out(&e) {
             Some(timed_out) => ApiError::BodyTimeout(timed_out),
             None => ApiError::PayloadTooLarge { limit },
         })?;

@@ -4,15 +4,15 @@ pub(crate) mod audit_logs;
 mod device;
 mod health;
 mod key;
+mod metrics;
 mod models;
-mod openapi;
+pub(crate) mod openapi;
 pub(crate) mod organization;
 pub(crate) mod request_logs;
 mod usage;
 pub(crate) mod usage_completions;
 
 use axum::Router;
-use axum::extract::Request;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -29,7 +29,7 @@ pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(health::health))
         .routes(routes!(health::ready))
-        .routes(routes!(openapi::document))
+        .routes(routes!(openapi::serve))
         .routes(routes!(models::list))
         .routes(routes!(models::retrieve))
         // The dialects, each its own folder.
@@ -38,7 +38,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(crate::messages::routes())
         .merge(crate::completions::routes())
         .merge(crate::embeddings::routes())
-        .merge(crate::batches::routes())
+        .merge(crate::batches::files::routes())
+        .merge(crate::batches::batch::routes())
         .routes(routes!(device::code))
         .routes(routes!(device::token))
         .routes(routes!(device::metadata))
@@ -74,27 +75,13 @@ pub fn api() -> OpenApiRouter<AppState> {
 /// `GET /metrics`, which the application serves beside the API or on an
 /// address of its own.
 pub fn metrics() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(crate::metrics::endpoint))
+    OpenApiRouter::new().routes(routes!(metrics::endpoint))
 }
 
 /// Every route of the service but `/metrics`: the API and the dashboard.
 pub fn router() -> Router<AppState> {
     Router::from(api())
         .merge(crate::dashboard::router())
-        .fallback(unknown_url)
-        .method_not_allowed_fallback(method_not_allowed)
-}
-
-pub(crate) async fn unknown_url(request: Request) -> ApiError {
-    ApiError::UnknownUrl {
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-    }
-}
-
-pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError::MethodNotAllowed {
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-    }
+        .fallback(ApiError::unknown_url)
+        .method_not_allowed_fallback(ApiError::method_not_allowed)
 }

@@ -217,6 +217,7 @@ async fn key_of(
 
 async fn project_body(state: &AppState, project: ProjectRecord) -> Project {
     let budget = state
+        .admission
         .budgets
         .status(Scope::Project, &project.id.0, project.budget)
         .await;
@@ -258,6 +259,7 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
         }
     };
     let budget = state
+        .admission
         .budgets
         .status(Scope::Key, &key.budget_holder().0, key.budget)
         .await;

@@ -33,7 +33,7 @@ fn scope(kind: KeyKind) -> KeyScope {
 /// what the key needs): the scope its security requirement names (the
 /// handler's `Key<scope::…>`), or `None` for any key.
 fn documented_key_routes() -> Vec<(String, String, Option<Permission>)> {
-    let doc = svc_server::openapi::document().unwrap();
+    let doc = svc_server::openapi_document().unwrap();
     let mut routes = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {

@@ -1,0 +1,826 @@
+//! The one admission path every endpoint's work goes through, whatever its
+//! dialect and whether it came over the network or from a batch: the key's
+//! rate limits ([`Admission::limit`]), the model's route (the key may use
+//! it; its reasoning flag and default system prompt), its budgets charged
+//! up front, the engine, the fallbacks when the engine fails before its
+//! first event ([`Admission::generate_with`]), and the usage metered and
+//! settled as the events pass (see [`crate::usage`]). A reply served from
+//! the response cache is charged and counted here too
+//! ([`Admission::cache_hit`]), and work answered in one piece (embeddings)
+//! is routed, charged and recorded by the same parts
+//! ([`Admission::usable`], [`Admission::charge_tokens`],
+//! [`Admission::record_whole`]).
+//!
+//! It knows nothing of HTTP: what refuses a request is a [`Refusal`],
+//! plain data that the HTTP edge (`crate::error`) turns into a status and
+//! a body in the dialect's shape, and the limits' and budgets' states are
+//! handed back for the edge to put in headers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use svc_core::{
+    ChatMessage, Engine, EngineError, EventStream, GenerateRequest, KeyRecord, TokenUsage,
+};
+
+use crate::budget::{BudgetSlot, Budgets, Charge, Spent};
+use crate::metrics::Metrics;
+use crate::ratelimit::{RateLimiter, Verdict};
+use crate::registry::{ModelRegistry, ModelRoute};
+use crate::usage::{Bill, Ledger, Metering};
+
+/// Why admission refused a request (or its engine failed before it was
+/// under way).
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    /// A per-minute limit of the key is reached.
+    RateLimited(Verdict),
+    /// A budget of the key or its project is spent.
+    Spent(Spent),
+    /// The model is not served, or not one the key may use (answered
+    /// alike, so a key cannot learn what else is served).
+    ModelNotFound(String),
+    /// The engine (the last one tried) failed to start the work.
+    Engine(EngineError),
+}
+
+impl From<Spent> for Refusal {
+    fn from(spent: Spent) -> Self {
+        Refusal::Spent(spent)
+    }
+}
+
+/// A generation under way: its events, and the model serving it (the one
+/// asked for, or one of its fallbacks).
+pub struct Generated {
+    pub events: EventStream,
+    pub model: String,
+}
+
+/// The parts admission decides with, shared by every endpoint.
+pub struct Admission {
+    /// Model ids and the engines that serve them.
+    pub models: Arc<ModelRegistry>,
+    /// Per-key requests and tokens per minute.
+    pub limiter: RateLimiter,
+    /// Token and spend budgets of keys and projects.
+    pub budgets: Budgets,
+    /// Usage waiting to be written.
+    pub ledger: Arc<Ledger>,
+    /// Gateway overhead, time to first token and tokens, by model.
+    pub metrics: Arc<Metrics>,
+    /// Whether generations' outcomes are watched (for the response cache).
+    pub watch_outcomes: bool,
+}
+
+impl Admission {
+    /// Counts a request against `key`'s per-minute limits (so failed
+    /// requests count too). `Ok(None)`: the key has none, or this is a
+    /// batch's line, which keeps the batch's own pace; `Ok(Some(verdict))`:
+    /// admitted, with the limits' state for the answer's headers.
+    pub async fn limit(&self, key: &KeyRecord) -> Result<Option<Verdict>, Refusal> {
+        if crate::scoped::in_batch() {
+            return Ok(None);
+        }
+        match self.limiter.check(key).await {
+            Some(v) if v.exceeded.is_some() => Err(Refusal::RateLimited(v)),
+            verdict => Ok(verdict),
+        }
+    }
+
+    /// `model`'s route when the key may use it (by its own list and its
+    /// project's); otherwise the model is answered as one that does not
+    /// exist, so a key cannot learn what else is served.
+    pub fn usable(&self, key: &KeyRecord, model: &str) -> Result<&ModelRoute, Refusal> {
+        self.models
+            .get(model)
+            .filter(|_| key.may_use(model))
+            .ok_or_else(|| Refusal::ModelNotFound(model.to_owned()))
+    }
+
+    /// `model`'s route, with what it sets applied to `request`: the model's
+    /// reasoning flag, and its default system prompt when the request has
+    /// none (neither for a legacy text prompt, which is continued as it
+    /// is). A model the key may not use is one that does not exist.
+    pub fn routed(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        request: &mut GenerateRequest,
+    ) -> Result<&ModelRoute, Refusal> {
+        let route = self.usable(key, model)?;
+        if request.prompt.is_some() {
+            // A text prompt is continued as it is: no system prompt, no reasoning.
+            return Ok(route);
+        }
+        request.reasoning = route.reasoning;
+        if let Some(prompt) = &route.default_system_prompt
+            && !request
+                .messages
+                .iter()
+                .any(|m| matches!(m, ChatMessage::System(_)))
+        {
+            request
+                .messages
+                .insert(0, ChatMessage::System(prompt.clone()));
+        }
+        Ok(route)
+    }
+
+    /// The `system_fingerprint` of `model`'s engine, when it has one.
+    pub fn fingerprint(&self, model: &str) -> Option<String> {
+        self.models.get(model)?.engine.fingerprint()
+    }
+
+    /// Routes a validated request to `model`'s engine and meters its
+    /// events (see [`Admission::generate_with`]).
+    pub async fn generate(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        request: GenerateRequest,
+        arrived: Instant,
+        metering: Metering,
+    ) -> Result<Generated, Refusal> {
+        self.generate_with(key, model, request, arrived, metering, |_, _| {
+            |events| events
+        })
+        .await
+    }
+
+    /// Routes a validated request to `model`'s engine: the model's
+    /// reasoning flag and default system prompt apply, the gateway's
+    /// overhead is recorded, the key's and its project's budgets are
+    /// charged, and the events are metered into usage, budgets (and the
+    /// key's token limits when `metering` says so). `wrap` is applied to
+    /// the engine's events before they are metered (so what it changes,
+    /// such as an earlier end, is what usage records); it is called with
+    /// the serving engine and the request as that engine got it, before
+    /// its events are read.
+    ///
+    /// Fallbacks (`[models.<id>] fallbacks`): when `model` fails before
+    /// its first event (its engine refuses or fails to start, or its
+    /// stream's first item is an error) with a failure of the engine's
+    /// (unavailable, overloaded, a bad or slow gateway, an internal error;
+    /// a prompt past its context too, when the model says so), the next
+    /// model in its list that the key may use is asked the same, charged
+    /// and metered as itself. Once an event was read, a failure is the
+    /// stream's: nothing switches.
+    pub async fn generate_with<W, F>(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        request: GenerateRequest,
+        arrived: Instant,
+        metering: Metering,
+        wrap: W,
+    ) -> Result<Generated, Refusal>
+    where
+        W: FnOnce(&Arc<dyn Engine>, &GenerateRequest) -> F,
+        F: FnOnce(EventStream) -> EventStream,
+    {
+        let asked = self.usable(key, model)?;
+        let fallbacks = asked.fallbacks.clone();
+        // The models to try: the one asked for, then its fallbacks the key may use.
+        let mut candidates = vec![model.to_owned()];
+        for fallback in &fallbacks.models {
+            if self.usable(key, fallback).is_ok() {
+                candidates.push(fallback.clone());
+            }
+        }
+        let count = candidates.len();
+        let mut failure = None;
+        let mut original = Some(request);
+        let mut wrap = Some(wrap);
+        for (at, candidate) in candidates.into_iter().enumerate() {
+            let last = at + 1 == count;
+            // Each candidate starts from the request as it came; the last takes it.
+            let mut request = match (last, &original) {
+                (false, Some(original)) => original.clone(),
+                _ => match original.take() {
+                    Some(request) => request,
+                    None => break,
+                },
+            };
+            let route = self.routed(key, &candidate, &mut request)?;
+            // One key's requests share the engine's per-client share of its slots.
+            request.client = Some(key.id.to_string());
+            request.background = crate::scoped::in_batch();
+            let charge = self
+                .budgets
+                .charge(
+                    key,
+                    &candidate,
+                    &request,
+                    route.engine.as_ref(),
+                    &metering.budget,
+                )
+                .await?;
+            if failure.is_none() {
+                self.metrics.gateway_overhead(&candidate, arrived.elapsed());
+            }
+            let (choices, prompt_tokens) = (request.n, svc_core::estimate_tokens(&request));
+            // The engine's part begins (rendering, the queue, the prompt).
+            if let Some(row) = crate::request_log::current() {
+                row.engine_started();
+            }
+            let started = if last {
+                let wrap = wrap.take().map(|w| w(&route.engine, &request));
+                route
+                    .engine
+                    .generate(request)
+                    .await
+                    .map(|events| match wrap {
+                        Some(w) => w(events),
+                        None => events,
+                    })
+            } else {
+                // With a fallback left, the first event decides.
+                match route.engine.generate(request.clone()).await {
+                    Ok(events) => first_event(events).await.map(|events| match wrap.take() {
+                        Some(w) => w(&route.engine, &request)(events),
+                        None => events,
+                    }),
+                    Err(e) => Err(e),
+                }
+            };
+            let events = match started {
+                Ok(events) => events,
+                Err(e) if !last && falls_back(&e, fallbacks.on_context_length) => {
+                    tracing::warn!(model = %candidate, error = %e, "the model failed before answering; its fallback is asked");
+                    // Dropping the charge gives its estimate back.
+                    drop(charge);
+                    failure = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(Refusal::Engine(e)),
+            };
+            let bill = Bill {
+                key_id: key.id.clone(),
+                choices,
+                charge,
+                prompt_tokens,
+            };
+            let mut events = crate::usage::metered(
+                events,
+                self.meters(metering.count_tokens),
+                &candidate,
+                arrived,
+                bill,
+            );
+            if self.watch_outcomes {
+                let outcome = metering.outcome.clone();
+                events = events.inspect(move |event| outcome.on(event)).boxed();
+            }
+            return Ok(Generated {
+                events,
+                model: candidate,
+            });
+        }
+        // The last candidate returns (it never falls back).
+        Err(failure.map_or_else(|| Refusal::ModelNotFound(model.to_owned()), Refusal::Engine))
+    }
+
+    /// Charges an estimate already made (`prompt` tokens in, `reply` out:
+    /// 0 for embeddings) to `key`'s budgets for `model`, putting the
+    /// tighter state in `slot`.
+    pub async fn charge_tokens(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        prompt: i64,
+        reply: i64,
+        slot: &BudgetSlot,
+    ) -> Result<Option<Charge>, Refusal> {
+        Ok(self
+            .budgets
+            .charge_tokens(key, model, prompt, reply, slot)
+            .await?)
+    }
+
+    /// Records work answered in one piece (embeddings): its usage, its
+    /// budgets settled, its tokens toward the key's limit when `metering`
+    /// counts them, and its tokens in the metrics.
+    pub fn record_whole(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        metering: &Metering,
+        charge: Option<Charge>,
+        used: TokenUsage,
+    ) {
+        crate::usage::record_whole(
+            self.meters(metering.count_tokens),
+            &key.id,
+            model,
+            charge,
+            used,
+        );
+    }
+
+    /// Admits a reply of `served` kept in the response cache, which took
+    /// `saved` tokens when it was made: charged to `key`'s budgets at the
+    /// model's `cached_response` price (free without one; a spent budget
+    /// refuses it as any request), and counted as a request that used no
+    /// tokens and saved `saved`.
+    pub async fn cache_hit(
+        &self,
+        key: &KeyRecord,
+        served: &str,
+        saved: u64,
+    ) -> Result<(), Refusal> {
+        let charge = self
+            .budgets
+            .charge_cache_hit(
+                key,
+                served,
+                i64::try_from(saved).unwrap_or(i64::MAX),
+                &BudgetSlot::default(),
+            )
+            .await?;
+        crate::usage::record_cache_hit(&self.ledger, &key.id, served, saved, charge);
+        Ok(())
+    }
+
+    /// Where a request's usage goes; its tokens count toward the key's
+    /// per-minute limit when `count_tokens`.
+    fn meters(&self, count_tokens: bool) -> crate::usage::Meters<'_> {
+        crate::usage::Meters {
+            ledger: &self.ledger,
+            limiter: count_tokens.then_some(&self.limiter),
+            metrics: &self.metrics,
+        }
+    }
+}
+
+/// The stream, once its first item came: an error then is the start's.
+async fn first_event(mut events: EventStream) -> Result<EventStream, EngineError> {
+    match events.next().await {
+        Some(Err(e)) => Err(e),
+        Some(Ok(first)) => Ok(futures::stream::once(async move { Ok(first) })
+            .chain(events)
+            .boxed()),
+        None => Ok(events),
+    }
+}
+
+/// Whether a model's failure to start sends its request to a fallback:
+/// the engine's failures do, the request's own do not (a prompt past the
+/// context only when the model's `fallback_on_context_length` says so).
+fn falls_back(error: &EngineError, on_context_length: bool) -> bool {
+    match error {
+        EngineError::Unavailable(_)
+        | EngineError::Overloaded(_)
+        | EngineError::BadGateway(_)
+        | EngineError::GatewayTimeout(_)
+        | EngineError::Internal(_) => true,
+        EngineError::ContextLengthExceeded { .. } => on_context_length,
+        EngineError::InvalidRequest { .. } => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use svc_core::{
+        Budget, BudgetPeriod, BudgetUnit, EngineEvent, FinishReason, KeyId, KeyKind, KeyLimits,
+        KeyOrigin, ModelAccess, ProjectId,
+    };
+
+    use super::*;
+    use crate::registry::Fallbacks;
+
+    /// An engine that answers each request with the next of its scripted
+    /// answers (the last one again once they run out), and keeps what it
+    /// was asked.
+    struct Scripted {
+        answers: Mutex<VecDeque<Result<Vec<EngineEvent>, EngineError>>>,
+        asked: Mutex<Vec<GenerateRequest>>,
+        prompt_tokens: u64,
+    }
+
+    impl Scripted {
+        fn new(answers: Vec<Result<Vec<EngineEvent>, EngineError>>) -> Arc<Self> {
+            Arc::new(Scripted {
+                answers: Mutex::new(answers.into()),
+                asked: Mutex::default(),
+                prompt_tokens: 30,
+            })
+        }
+
+        /// Answers every request with "hi", using `prompt_tokens` and 10.
+        fn answering() -> Arc<Self> {
+            Scripted::new(vec![Ok(reply("hi", 30, 10))])
+        }
+
+        fn failing(error: EngineError) -> Arc<Self> {
+            Scripted::new(vec![Err(error)])
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.lock().unwrap().len()
+        }
+    }
+
+    fn reply(text: &str, prompt: u64, completion: u64) -> Vec<EngineEvent> {
+        vec![
+            EngineEvent::Text(text.into()),
+            EngineEvent::Finish {
+                reason: FinishReason::Stop,
+                usage: TokenUsage {
+                    prompt_tokens: prompt,
+                    cached_tokens: 0,
+                    completion_tokens: completion,
+                },
+            },
+        ]
+    }
+
+    #[async_trait]
+    impl Engine for Scripted {
+        async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
+            self.asked.lock().unwrap().push(request);
+            let answer = {
+                let mut answers = self.answers.lock().unwrap();
+                if answers.len() > 1 {
+                    answers.pop_front()
+                } else {
+                    answers.front().cloned()
+                }
+            };
+            let events = answer.unwrap_or_else(|| Ok(Vec::new()))?;
+            Ok(futures::stream::iter(events.into_iter().map(Ok)).boxed())
+        }
+
+        async fn count_tokens(&self, _: &GenerateRequest) -> Result<u64, EngineError> {
+            Ok(self.prompt_tokens)
+        }
+
+        fn name(&self) -> &str {
+            "scripted"
+        }
+    }
+
+    fn route(id: &str, engine: Arc<Scripted>) -> ModelRoute {
+        ModelRoute {
+            id: id.into(),
+            engine,
+            reasoning: false,
+            created: 0,
+            owned_by: "test".into(),
+            default_system_prompt: None,
+            fallbacks: Fallbacks::default(),
+        }
+    }
+
+    fn key(allowed: &[&str]) -> KeyRecord {
+        KeyRecord {
+            id: KeyId("key_admission".into()),
+            name: String::new(),
+            hint: String::new(),
+            owner_id: None,
+            created_via: KeyOrigin::Cli,
+            created_at: 0,
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+            limits: KeyLimits::default(),
+            owner_disabled_at: None,
+            project_id: ProjectId::default_project(),
+            kind: KeyKind::All,
+            allowed_models: if allowed.is_empty() {
+                ModelAccess::any()
+            } else {
+                ModelAccess(Some(allowed.iter().map(|m| (*m).to_owned()).collect()))
+            },
+            project_allowed_models: ModelAccess::any(),
+            budget: None,
+            project_budget: None,
+            rotated_from: None,
+            lineage: None,
+        }
+    }
+
+    async fn admission(routes: Vec<ModelRoute>) -> Admission {
+        let store = svc_store::SqlStore::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        Admission {
+            models: Arc::new(ModelRegistry::new(routes)),
+            limiter: RateLimiter::local(KeyLimits::default()),
+            budgets: Budgets::new(Arc::new(store), None, Default::default(), 80),
+            ledger: Arc::default(),
+            metrics: Arc::new(Metrics::new(None)),
+            watch_outcomes: false,
+        }
+    }
+
+    fn asking(max_tokens: u32) -> GenerateRequest {
+        GenerateRequest {
+            messages: vec![ChatMessage::User("hello".into())],
+            max_tokens: Some(max_tokens),
+            ..GenerateRequest::default()
+        }
+    }
+
+    async fn text(generated: Generated) -> String {
+        let mut text = String::new();
+        let mut events = generated.events;
+        while let Some(event) = events.next().await {
+            if let Ok(EngineEvent::Text(t)) = event {
+                text.push_str(&t);
+            }
+        }
+        text
+    }
+
+    fn not_found(result: Result<impl Sized, Refusal>) -> Option<String> {
+        match result {
+            Err(Refusal::ModelNotFound(model)) => Some(model),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_model_the_key_may_not_use_is_one_that_does_not_exist() {
+        let engine = Scripted::answering();
+        let admission = admission(vec![
+            route("open", Scripted::answering()),
+            route("closed", engine.clone()),
+        ])
+        .await;
+        let key = key(&["open"]);
+        assert!(admission.usable(&key, "open").is_ok());
+        assert_eq!(
+            not_found(admission.usable(&key, "closed")).as_deref(),
+            Some("closed")
+        );
+        assert_eq!(
+            not_found(admission.usable(&key, "absent")).as_deref(),
+            Some("absent")
+        );
+        let refused = admission
+            .generate(
+                &key,
+                "closed",
+                asking(5),
+                Instant::now(),
+                Metering::default(),
+            )
+            .await;
+        assert_eq!(not_found(refused).as_deref(), Some("closed"));
+        assert_eq!(
+            engine.asked(),
+            0,
+            "the engine of a model the key may not use was asked"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_route_sets_the_reasoning_flag_and_the_default_system_prompt() {
+        let mut thinking = route("thinking", Scripted::answering());
+        thinking.reasoning = true;
+        thinking.default_system_prompt = Some("Be brief.".into());
+        let admission = admission(vec![thinking]).await;
+        let key = key(&[]);
+
+        let mut request = asking(5);
+        admission.routed(&key, "thinking", &mut request).unwrap();
+        assert!(request.reasoning);
+        assert_eq!(request.messages[0], ChatMessage::System("Be brief.".into()));
+        assert_eq!(request.messages.len(), 2);
+
+        // A request's own system message stands.
+        let mut request = asking(5);
+        request
+            .messages
+            .insert(0, ChatMessage::System("Be long.".into()));
+        admission.routed(&key, "thinking", &mut request).unwrap();
+        assert_eq!(request.messages[0], ChatMessage::System("Be long.".into()));
+        assert_eq!(request.messages.len(), 2);
+
+        // A text prompt is continued as it is.
+        let mut request = GenerateRequest {
+            prompt: Some(svc_core::TextPrompt {
+                text: "Once".into(),
+                suffix: None,
+            }),
+            ..GenerateRequest::default()
+        };
+        admission.routed(&key, "thinking", &mut request).unwrap();
+        assert!(!request.reasoning);
+        assert!(request.messages.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_model_that_fails_before_answering_falls_back_to_the_next_one_the_key_may_use() {
+        let (first, hidden, second) = (
+            Scripted::failing(EngineError::Unavailable("down".into())),
+            Scripted::answering(),
+            Scripted::new(vec![Ok(reply("from the fallback", 30, 10))]),
+        );
+        let mut asked = route("first", first.clone());
+        asked.fallbacks.models = vec!["hidden".into(), "second".into()];
+        let admission = admission(vec![
+            asked,
+            route("hidden", hidden.clone()),
+            route("second", second.clone()),
+        ])
+        .await;
+        let key = key(&["first", "second"]);
+        let generated = admission
+            .generate(
+                &key,
+                "first",
+                asking(5),
+                Instant::now(),
+                Metering::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(generated.model, "second");
+        assert_eq!(text(generated).await, "from the fallback");
+        assert_eq!((first.asked(), hidden.asked(), second.asked()), (1, 0, 1));
+        // The fallback got the request as it came, as one of this key's.
+        let got = second.asked.lock().unwrap()[0].clone();
+        assert_eq!(got.client.as_deref(), Some("key_admission"));
+        assert_eq!(got.max_tokens, Some(5));
+    }
+
+    #[tokio::test]
+    async fn the_requests_own_faults_do_not_fall_back() {
+        for (error, on_context_length, falls) in [
+            (
+                EngineError::InvalidRequest {
+                    param: None,
+                    message: "bad".into(),
+                },
+                true,
+                false,
+            ),
+            (
+                EngineError::ContextLengthExceeded {
+                    prompt_tokens: 9,
+                    context: 8,
+                },
+                false,
+                false,
+            ),
+            (
+                EngineError::ContextLengthExceeded {
+                    prompt_tokens: 9,
+                    context: 8,
+                },
+                true,
+                true,
+            ),
+            (EngineError::Overloaded("busy".into()), false, true),
+        ] {
+            let fallback = Scripted::answering();
+            let mut asked = route("first", Scripted::failing(error.clone()));
+            asked.fallbacks = Fallbacks {
+                models: vec!["second".into()],
+                on_context_length,
+            };
+            let admission = admission(vec![asked, route("second", fallback.clone())]).await;
+            let result = admission
+                .generate(
+                    &key(&[]),
+                    "first",
+                    asking(5),
+                    Instant::now(),
+                    Metering::default(),
+                )
+                .await;
+            match (falls, result) {
+                (true, Ok(generated)) => assert_eq!(generated.model, "second", "{error:?}"),
+                (false, Err(Refusal::Engine(e))) => assert_eq!(e, error),
+                (_, other) => panic!("{error:?}: {:?}", other.map(|g| g.model)),
+            }
+            assert_eq!(fallback.asked(), usize::from(falls), "{error:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_past_its_requests_per_minute_is_refused_but_a_batch_line_is_not_counted() {
+        let admission = admission(vec![route("m", Scripted::answering())]).await;
+        let mut key = key(&[]);
+        key.limits.requests_per_minute = Some(2);
+        for _ in 0..2 {
+            let verdict = admission.limit(&key).await.unwrap().unwrap();
+            assert!(verdict.exceeded.is_none());
+        }
+        // A batch's lines keep the batch's pace: neither refused nor counted.
+        let line = crate::scoped::as_batch_line(key.id.clone(), admission.limit(&key)).await;
+        assert!(matches!(line, Ok(None)), "{line:?}");
+        match admission.limit(&key).await {
+            Err(Refusal::RateLimited(v)) => {
+                assert_eq!(v.exceeded, Some(crate::ratelimit::Exceeded::Requests));
+            }
+            other => panic!("the third request of the minute: {other:?}"),
+        }
+        // A key without limits is not counted at all.
+        assert!(matches!(admission.limit(&self::key(&[])).await, Ok(None)));
+    }
+
+    #[tokio::test]
+    async fn budgets_are_charged_the_estimate_up_front_and_refuse_once_spent() {
+        let engine = Scripted::answering();
+        let admission = admission(vec![route("m", engine.clone())]).await;
+        let mut key = key(&[]);
+        key.budget = Some(Budget {
+            limit: 100,
+            unit: BudgetUnit::Tokens,
+            period: BudgetPeriod::Day,
+        });
+        // The estimate: the prompt as the engine counts it (30) and
+        // `max_tokens` (50) for the one reply.
+        let first = Metering::default();
+        let held = admission
+            .generate(&key, "m", asking(50), Instant::now(), first.clone())
+            .await
+            .unwrap();
+        let state = first.budget.take().unwrap();
+        assert_eq!((state.limit, state.remaining), (100, 20));
+        // A budget not yet spent admits one more, which may pass it.
+        let second = Metering::default();
+        let _also = admission
+            .generate(&key, "m", asking(50), Instant::now(), second.clone())
+            .await
+            .unwrap();
+        assert_eq!(second.budget.take().unwrap().remaining, -60);
+        // Spent: refused before the engine is asked.
+        let refused = admission
+            .generate(&key, "m", asking(50), Instant::now(), Metering::default())
+            .await;
+        match refused {
+            Err(Refusal::Spent(Spent(state))) => assert_eq!(state.remaining, -60),
+            other => panic!("past the budget: {:?}", other.map(|g| g.model)),
+        }
+        assert_eq!(engine.asked(), 2);
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_request_of_several_replies_is_counted_once_with_their_tokens_summed() {
+        let engine = Scripted::new(vec![Ok(vec![
+            EngineEvent::Text("a".into()),
+            EngineEvent::Finish {
+                reason: FinishReason::Stop,
+                usage: TokenUsage {
+                    prompt_tokens: 30,
+                    cached_tokens: 0,
+                    completion_tokens: 4,
+                },
+            },
+            EngineEvent::Choice(1),
+            EngineEvent::Text("b".into()),
+            EngineEvent::Finish {
+                reason: FinishReason::Stop,
+                usage: TokenUsage {
+                    prompt_tokens: 0,
+                    cached_tokens: 0,
+                    completion_tokens: 6,
+                },
+            },
+        ])]);
+        let admission = admission(vec![route("m", engine)]).await;
+        let key = key(&[]);
+        let mut request = asking(50);
+        request.n = 2;
+        let generated = admission
+            .generate(&key, "m", request, Instant::now(), Metering::default())
+            .await
+            .unwrap();
+        assert_eq!(text(generated).await, "ab");
+        let (requests, tokens) = admission.ledger.counted(&key.id, "m");
+        assert_eq!(requests, 1);
+        assert_eq!((tokens.prompt, tokens.completion), (30, 10));
+    }
+
+    #[tokio::test]
+    async fn a_batch_line_goes_to_the_engine_as_background_work_of_its_key() {
+        let engine = Scripted::answering();
+        let admission = admission(vec![route("m", engine.clone())]).await;
+        let key = key(&[]);
+        let asked = admission.generate(&key, "m", asking(5), Instant::now(), Metering::default());
+        text(asked.await.unwrap()).await;
+        let line = crate::scoped::as_batch_line(
+            key.id.clone(),
+            admission.generate(&key, "m", asking(5), Instant::now(), Metering::default()),
+        );
+        text(line.await.unwrap()).await;
+        let asked = engine.asked.lock().unwrap().clone();
+        let background: Vec<bool> = asked.iter().map(|r| r.background).collect();
+        assert_eq!(background, [false, true]);
+        assert!(
+            asked
+                .iter()
+                .all(|r| r.client.as_deref() == Some("key_admission"))
+        );
+    }
+}
