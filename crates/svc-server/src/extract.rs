@@ -95,25 +95,29 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
-        let keys = KeyService::from_ref(state);
-        let authenticating = crate::request_log::timed("authenticate");
-        // A batch's line runs as the key that made the batch (a task-local
-        // no client can set), refused once that key is.
-        let record = match crate::scoped::batch_caller() {
-            Some(id) => keys.authenticate_id(&id).await,
-            None => {
-                let header = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .map(|v| v.to_str().unwrap_or("\u{0}"));
-                keys.authenticate(header).await
-            }
-        };
-        drop(authenticating);
-        let record = record?;
-        crate::request_log::note_key(&record);
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .map(|v| v.to_str().unwrap_or("\u{0}"));
+        let record = authenticate(&KeyService::from_ref(state), header).await?;
         Ok(Key(in_scope::<S>(record)?, PhantomData))
     }
+}
+
+/// The key a request runs as, from its `Authorization` header (`Bearer
+/// <key>`), noted in the request log. A batch's line runs as the key that
+/// made the batch (a task-local no client can set), refused once that key
+/// is, whatever its headers say: every dialect's key extractor comes here.
+pub async fn authenticate(keys: &KeyService, header: Option<&str>) -> Result<KeyRecord, ApiError> {
+    let authenticating = crate::request_log::timed("authenticate");
+    let record = match crate::scoped::batch_caller() {
+        Some(id) => keys.authenticate_id(&id).await,
+        None => keys.authenticate(header).await,
+    };
+    drop(authenticating);
+    let record = record?;
+    crate::request_log::note_key(&record);
+    Ok(record)
 }
 
 /// A JSON body deserialized into `T`, with the failing field named as the

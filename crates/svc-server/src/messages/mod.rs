@@ -28,7 +28,7 @@ use utoipa_axum::routes;
 
 use crate::cache::{self, Lookup};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Scope, in_scope, scope};
+use crate::extract::{ApiJson, Scope, authenticate, in_scope, scope};
 use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use error::MessagesError;
@@ -227,25 +227,59 @@ where
     type Rejection = MessagesError;
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, MessagesError> {
-        let keys = KeyService::from_ref(state);
-        let authenticating = crate::request_log::timed("authenticate");
-        let record = match parts.headers.get(X_API_KEY) {
-            Some(key) => {
-                let key = key.to_str().unwrap_or("\u{0}").trim();
-                keys.authenticate(Some(&format!("Bearer {key}")))
-                    .await
-                    .map_err(ApiError::from)?
-            }
-            None => {
-                let header = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .map(|v| v.to_str().unwrap_or("\u{0}"));
-                keys.authenticate(header).await.map_err(ApiError::from)?
-            }
+        let header = match parts.headers.get(X_API_KEY) {
+            Some(key) => Some(format!("Bearer {}", key.to_str().unwrap_or("\u{0}").trim())),
+            None => parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .map(|v| v.to_str().unwrap_or("\u{0}").to_owned()),
         };
-        drop(authenticating);
-        crate::request_log::note_key(&record);
+        let record = authenticate(&KeyService::from_ref(state), header.as_deref()).await?;
         Ok(AnthropicKey(in_scope::<S>(record)?, PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::http::Request;
+    use svc_core::{Actor, KeyOrigin, KeyService, NewKey};
+
+    use super::*;
+    use crate::extract::Key;
+
+    #[tokio::test]
+    async fn a_batch_line_runs_as_the_batchs_key_in_either_dialect() {
+        let store = svc_store::SqlStore::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let keys = KeyService::new(Arc::new(store));
+        let new = NewKey {
+            name: "batch".into(),
+            owner_id: None,
+            created_via: KeyOrigin::Cli,
+            expires_in: None,
+            scope: Default::default(),
+        };
+        let (_, record) = keys.create(new, &Actor::Operator).await.unwrap();
+        // A line carries no credentials of its own: the batch's key is a
+        // task-local no client can set.
+        let parts = || Request::new(()).into_parts().0;
+        let line = crate::scoped::as_batch_line(record.id.clone(), async {
+            let openai = Key::<scope::ModelRequest>::from_request_parts(&mut parts(), &keys).await;
+            let anthropic =
+                AnthropicKey::<scope::ModelRequest>::from_request_parts(&mut parts(), &keys).await;
+            (openai.map(|k| k.0.id), anthropic.map(|k| k.0.id))
+        });
+        let (openai, anthropic) = line.await;
+        assert_eq!(openai.unwrap(), record.id);
+        assert_eq!(anthropic.unwrap(), record.id);
+        // Outside a batch the same request has no key.
+        assert!(
+            AnthropicKey::<scope::ModelRequest>::from_request_parts(&mut parts(), &keys)
+                .await
+                .is_err()
+        );
     }
 }
