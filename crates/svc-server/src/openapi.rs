@@ -185,17 +185,6 @@ pub(crate) fn request_id_header() -> RefOr<Header> {
 /// those these refer to), and the security schemes, headers and responses
 /// operations share.
 fn components(mut components: utoipa::openapi::Components) -> utoipa::openapi::Components {
-    // The device token poll answers with unions written as JSON
-    // (`routes::device`'s `TokenAnswer`, `TokenRefusal`), which name no
-    // type: the router cannot see the schemas they refer to.
-    fn add<T: utoipa::ToSchema>(components: &mut utoipa::openapi::Components) {
-        let mut schemas = vec![(T::name().into_owned(), T::schema())];
-        T::schemas(&mut schemas);
-        components.schemas.extend(schemas);
-    }
-    add::<svc_api::DeviceTokenResponse>(&mut components);
-    add::<svc_api::OAuthTokenResponse>(&mut components);
-    add::<svc_api::OAuthErrorResponse>(&mut components);
     let bearer = Http::builder()
         .scheme(HttpAuthScheme::Bearer)
         .bearer_format("sk-svc- followed by 40 hexadecimal characters")

@@ -49,9 +49,11 @@ pub(crate) fn parameter(
         .build()
 }
 
-/// Types whose schema is JSON: `name = {json};`.
+/// Types whose schema is JSON: `name = {json};`, or `name = {json} refers
+/// to T, U;` when its `$ref`s name the components of types `T` and `U`
+/// (collected with it, as utoipa does for a derived schema's fields).
 macro_rules! json_schemas {
-    ($($(#[$doc:meta])* $name:ident = $json:tt;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident = $json:tt $(refers to $($refers:ty),+)?;)*) => {$(
         $(#[$doc])*
         pub(crate) struct $name;
         impl utoipa::PartialSchema for $name {
@@ -59,7 +61,22 @@ macro_rules! json_schemas {
                 $crate::openapi::schemas::schema_of(serde_json::json!($json))
             }
         }
-        impl utoipa::ToSchema for $name {}
+        impl utoipa::ToSchema for $name {
+            fn schemas(
+                _schemas: &mut Vec<(
+                    String,
+                    utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+                )>,
+            ) {
+                $($(
+                    _schemas.push((
+                        <$refers as utoipa::ToSchema>::name().into_owned(),
+                        <$refers as utoipa::PartialSchema>::schema(),
+                    ));
+                    <$refers as utoipa::ToSchema>::schemas(_schemas);
+                )+)?
+            }
+        }
     )*};
 }
 pub(crate) use json_schemas;

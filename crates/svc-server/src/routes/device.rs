@@ -45,11 +45,13 @@ crate::openapi::json_schemas! {
     /// request).
     TokenAnswer = {"oneOf": [
         {"$ref": "#/components/schemas/DeviceTokenResponse"},
-        {"$ref": "#/components/schemas/OAuthTokenResponse"}]};
+        {"$ref": "#/components/schemas/OAuthTokenResponse"}]}
+        refers to svc_api::DeviceTokenResponse, svc_api::OAuthTokenResponse;
     /// The token poll's refusal: OpenAI's error shape or RFC 6749's.
     TokenRefusal = {"oneOf": [
         {"$ref": "#/components/schemas/ErrorResponse"},
-        {"$ref": "#/components/schemas/OAuthError"}]};
+        {"$ref": "#/components/schemas/OAuthError"}]}
+        refers to svc_api::ErrorBody, svc_api::OAuthErrorResponse;
 }
 
 #[utoipa::path(post, path = DEVICE_AUTHORIZATION_PATH, tag = "auth", operation_id = "requestDeviceCode",
