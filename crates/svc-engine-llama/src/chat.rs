@@ -34,13 +34,14 @@ use svc_core::engine::{
 };
 
 use crate::engine::{CompletionParams, Ready, Runner};
+use crate::families::{CallParser, Syntax};
 use crate::grammar;
 use crate::markup::WsTrim;
 use crate::prompt::Cancel;
 use crate::reasoning::{self, Piece, REASONING_PREFILL, THINK_CLOSE, THINK_OPEN, ThinkSplitter};
 use crate::sampler::Grammar;
 use crate::template::{ChatTemplate, RenderOptions};
-use crate::tools::{self, Parsed, ToolCallParser, ToolSupport};
+use crate::tools::{self, Parsed, ToolSupport};
 
 /// The most tokens a reasoning pass may use.
 pub(crate) const REASONING_CAP: u32 = 256;
@@ -53,6 +54,9 @@ pub(crate) struct ChatFeatures {
     pub(crate) thinks: bool,
     /// The template takes an `enable_thinking` switch.
     pub(crate) enable_thinking: bool,
+    /// The tool-call syntax the template teaches its model, when it is not
+    /// Hermes' (see [`crate::families`]).
+    pub(crate) syntax: Option<Syntax>,
 }
 
 impl ChatFeatures {
@@ -62,6 +66,7 @@ impl ChatFeatures {
             tools: ToolSupport::of(source),
             thinks: reasoning::template_thinks(source),
             enable_thinking: source.contains("enable_thinking"),
+            syntax: Syntax::of_template(source),
         }
     }
 }
@@ -243,8 +248,14 @@ fn prepare(
     let out = Output {
         think: None,
         keep_reasoning: false,
-        tools: use_tools
-            .then(|| ToolCallParser::new(tools.iter().map(|t| t.name.clone()).collect())),
+        // A grammar that forces calls writes them in Hermes' syntax.
+        tools: use_tools.then(|| {
+            CallParser::new(
+                features.syntax,
+                grammar.is_some(),
+                tools.iter().map(|t| t.name.clone()).collect(),
+            )
+        }),
         json: (grammar.is_some() && !use_tools).then(WsTrim::default),
         next_index: 0,
         logprobs: Vec::new(),
@@ -697,7 +708,7 @@ struct Output {
     /// Send the think block as `Reasoning` (else drop it).
     keep_reasoning: bool,
     /// Parses tool calls out of the content.
-    tools: Option<ToolCallParser>,
+    tools: Option<CallParser>,
     /// Trims the whitespace a JSON grammar allows around the value.
     json: Option<WsTrim>,
     next_index: u32,

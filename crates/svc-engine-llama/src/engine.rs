@@ -493,6 +493,18 @@ impl LlamaEngine {
             );
             context_per_sequence = kv_cells;
         }
+        let features = ChatFeatures::of(template.source());
+        let specials = Arc::new(Specials::of(&model));
+        if let Some(syntax) = features.syntax {
+            tracing::info!(
+                ?syntax,
+                "the chat template's tool calls are parsed in its family's syntax"
+            );
+        }
+        let shown = features
+            .syntax
+            .map(|syntax| specials.tokens_of(syntax.markers()))
+            .unwrap_or_default();
         let settings = ContextSettings {
             context_per_sequence,
             parallel: options.parallel,
@@ -503,6 +515,7 @@ impl LlamaEngine {
             threads: options.thread_count(),
             flash_attention: options.flash_attention,
             batch_invariant: options.batch_invariant,
+            shown,
         };
         let fingerprint = numerics::fingerprint(&Numerics {
             weights: &loaded_path,
@@ -567,8 +580,6 @@ impl LlamaEngine {
             fingerprint = info.fingerprint,
             "llama.cpp engine ready"
         );
-        let features = ChatFeatures::of(template.source());
-        let specials = Arc::new(Specials::of(&model));
         Ok(LlamaEngine {
             runner: Runner {
                 model,

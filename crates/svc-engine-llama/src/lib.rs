@@ -32,6 +32,7 @@ mod chat;
 pub mod cpu;
 mod embed;
 mod engine;
+mod families;
 #[doc(hidden)]
 pub mod fuzzing;
 mod grammar;

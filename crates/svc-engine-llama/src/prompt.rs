@@ -176,6 +176,16 @@ impl Specials {
     }
 
     /// Every string of `messages` escaped.
+    /// The control tokens whose text is one of `texts` (a family's tool-call
+    /// markers, which the engine shows in the reply).
+    pub(crate) fn tokens_of(&self, texts: &[&str]) -> Vec<LlamaToken> {
+        self.tokens
+            .iter()
+            .filter(|s| texts.contains(&s.text.as_str()))
+            .map(|s| s.token)
+            .collect()
+    }
+
     pub(crate) fn escape_messages(&self, messages: &[ChatMessage]) -> Vec<ChatMessage> {
         let e = |s: &str| self.escape(s).into_owned();
         messages

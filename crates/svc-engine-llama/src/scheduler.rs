@@ -243,6 +243,9 @@ pub(crate) struct ContextSettings {
     pub(crate) threads: i32,
     pub(crate) flash_attention: Option<bool>,
     pub(crate) batch_invariant: bool,
+    /// Control tokens written into the reply as their text (the model
+    /// family's tool-call markers); every other control token writes none.
+    pub(crate) shown: Vec<LlamaToken>,
 }
 
 /// Runs the engine thread: creates the context, reports the per-sequence
@@ -288,6 +291,7 @@ pub(crate) fn run(
     let cell_memory = !model.is_recurrent() && !model.is_hybrid();
     let mut batcher = Batcher {
         model: &model,
+        shown: settings.shown.clone(),
         cell_memory,
         slots: (0..settings.parallel).map(|_| Slot::default()).collect(),
         batch: LlamaBatch::new(settings.batch_size as usize, 1),
@@ -542,6 +546,8 @@ struct Undo {
 
 struct Batcher<'a, 'm> {
     model: &'m LlamaModel,
+    /// Control tokens written into replies as their text.
+    shown: Vec<LlamaToken>,
     /// Whether the model's memory is KV cells (not recurrent state): only
     /// then can a sequence be cut back to a prefix, or copied.
     cell_memory: bool,
@@ -1364,7 +1370,8 @@ impl Batcher<'_, '_> {
             return Next::Finish(FinishReason::Stop);
         }
         let mut piece = Vec::with_capacity(16);
-        vocab.token_to_piece_into(token, &mut piece, false, None);
+        let shown = self.shown.contains(&token);
+        vocab.token_to_piece_into(token, &mut piece, shown, None);
         if let Some(logprob) = logprob {
             seq.unsent.push(logprob);
         }

@@ -97,6 +97,9 @@ pub struct TinyModel {
     /// (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`); the script
     /// then also follows `<|fim_middle|>`.
     pub fim: bool,
+    /// More control tokens (a family's markers, such as `[TOOL_CALLS]`): a
+    /// script piece that is one of them is that token.
+    pub controls: Vec<String>,
 }
 
 /// The fill-in-the-middle tokens of a [`TinyModel`] with `fim`, in the
@@ -137,6 +140,7 @@ impl TinyModel {
             seed: 0x5eed,
             template: TINY_TEMPLATE.to_owned(),
             fim: false,
+            controls: Vec::new(),
         }
     }
 
@@ -152,6 +156,14 @@ impl TinyModel {
     pub fn with_template(self, template: &str) -> Self {
         TinyModel {
             template: template.to_owned(),
+            ..self
+        }
+    }
+
+    /// The same model with these control tokens (see [`TinyModel::controls`]).
+    pub fn with_controls(self, controls: &[&str]) -> Self {
+        TinyModel {
+            controls: controls.iter().map(|c| (*c).to_owned()).collect(),
             ..self
         }
     }
@@ -193,9 +205,19 @@ impl TinyModel {
             .enumerate()
             .map(|(i, t)| (t.clone(), i))
             .collect();
+        let mut controls: HashMap<&[u8], usize> = HashMap::new();
+        for control in &self.controls {
+            controls.insert(control.as_bytes(), tokens.len());
+            tokens.push(control.clone());
+            types.push(3);
+        }
         let mut merges = Vec::new();
         let mut script_ids = Vec::new();
         for piece in &self.script {
+            if let Some(&id) = controls.get(piece.as_slice()) {
+                script_ids.push(id);
+                continue;
+            }
             let text = byte_level(piece, &table);
             let chars: Vec<char> = text.chars().collect();
             let mut prefix = chars[0].to_string();

@@ -396,6 +396,48 @@ async fn tool_calls_in_the_output_become_tool_call_chunks() {
     assert!(out.text().ends_with("</tool_call>"), "{}", out.text());
 }
 
+/// A template of Mistral's family: it lists the tools and writes calls
+/// after `[TOOL_CALLS]`, a control token of the model's vocabulary.
+const MISTRAL_TEMPLATE: &str = "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{%- endif %}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if message.tool_calls %}{{ '[TOOL_CALLS]' + (message.tool_calls | tojson) }}{% else %}{{ message['content'] }}{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+#[tokio::test]
+async fn a_mistral_family_model_calls_tools_in_its_own_syntax() {
+    // `[TOOL_CALLS]` and `[ARGS]` are control tokens: the engine must
+    // write their text for the family's parser to see the call.
+    let model = TinyModel::scripted(&[
+        "Sure",
+        ".",
+        "[TOOL_CALLS]",
+        "get_weather",
+        "[ARGS]",
+        "{\"city\": ",
+        "\"Paris\"}",
+    ])
+    .with_controls(&["[TOOL_CALLS]", "[ARGS]"])
+    .with_template(MISTRAL_TEMPLATE);
+    let f = engine(&model, 1024);
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.text(), "Sure.");
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1, "{:?}", out.events);
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, "{\"city\":\"Paris\"}");
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+
+    // A function that was not offered is not a call: the section is text.
+    let mut other = req;
+    other.tools = vec![time_tool()];
+    let out = run(&f.engine, other).await;
+    assert!(out.calls().is_empty());
+    assert_eq!(
+        out.text(),
+        "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"
+    );
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+}
+
 #[tokio::test]
 async fn the_tools_and_a_tool_history_reach_a_template_without_tools() {
     let f = engine(&calling_model(), 1024);

@@ -1,0 +1,790 @@
+//! Model families' tool-call syntaxes beyond Hermes' `<tool_call>` JSON
+//! (which `crate::tools` parses, arguments streamed): how each family
+//! writes its calls, which family a chat template is, and a streaming
+//! parser that sends the text around the calls as it comes and each call
+//! once its section is complete.
+//!
+//! | family | a call, as the model writes it |
+//! |---|---|
+//! | Mistral (v0.3, Nemo, Small 3) | `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]` |
+//! | Magistral, Devstral, Mistral Small 3.2+ | `[TOOL_CALLS]f[ARGS]{...}` (one marker a call) |
+//! | Llama 3.1–3.3 | `<\|python_tag\|>{"name": "f", "parameters": {...}}` (`;` between calls) |
+//! | Qwen3-Coder | `<tool_call>\n<function=f>\n<parameter=p>\nvalue\n</parameter>\n</function>\n</tool_call>` |
+//! | DeepSeek V3, R1 | `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>` |
+//! | DeepSeek V3.1+ | `<｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}<｜tool▁call▁end｜>` in the same section |
+//! | Kimi K2 | `<\|tool_calls_section_begin\|><\|tool_call_begin\|>functions.f:0<\|tool_call_argument_begin\|>{...}<\|tool_call_end\|>...<\|tool_calls_section_end\|>` |
+//! | GLM 4.5+ | `<tool_call>f\n<arg_key>p</arg_key>\n<arg_value>v</arg_value>\n</tool_call>` |
+//! | Granite 3.x | `<\|tool_call\|>[{"name": "f", "arguments": {...}}]` |
+//! | Phi-4-mini | `<\|tool_call\|>[{"name": "f", "arguments": {...}}]<\|/tool_call\|>` |
+//!
+//! A section is held until it closes (its end marker, or the end of the
+//! output for the families whose calls run to it) and then becomes its
+//! calls, when every call in it is of a function the request offered with
+//! arguments that are a JSON object; otherwise it is sent as the text it
+//! was, so svc never reports a call the client did not offer. Text before,
+//! between and after sections is sent as it comes, less an end that may
+//! still grow into a section's marker.
+
+use serde_json::{Map, Value};
+
+use crate::markup::{partial_tag_len, trailing_ws_len};
+use crate::tools::{Parsed, ToolCallParser};
+
+/// A family's way of writing tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Syntax {
+    /// `[TOOL_CALLS]` and a JSON array of calls, or `name[ARGS]{...}`.
+    Mistral,
+    /// `<|python_tag|>` and JSON calls separated by `;`.
+    Llama3,
+    /// `<tool_call>` around `<function=…>` and its `<parameter=…>`s.
+    Qwen3Coder,
+    /// DeepSeek's `<｜tool▁calls▁begin｜>` section.
+    DeepSeek,
+    /// Kimi K2's `<|tool_calls_section_begin|>` section.
+    Kimi,
+    /// GLM's `<tool_call>` around a name and `<arg_key>`/`<arg_value>` pairs.
+    Glm,
+    /// `<|tool_call|>` and a JSON array, to the end (Granite) or to
+    /// `<|/tool_call|>` (Phi-4-mini).
+    ToolCallToken,
+}
+
+impl Syntax {
+    /// The family whose syntax `template` (a chat template's source)
+    /// teaches its model, when it is one of these.
+    pub(crate) fn of_template(template: &str) -> Option<Syntax> {
+        let has = |s: &str| template.contains(s);
+        if has("[TOOL_CALLS]") {
+            Some(Syntax::Mistral)
+        } else if has("<|python_tag|>") {
+            Some(Syntax::Llama3)
+        } else if has("<function=") && has("<parameter=") {
+            Some(Syntax::Qwen3Coder)
+        } else if has("tool▁calls▁begin") {
+            Some(Syntax::DeepSeek)
+        } else if has("<|tool_calls_section_begin|>") {
+            Some(Syntax::Kimi)
+        } else if has("<arg_key>") {
+            Some(Syntax::Glm)
+        } else if has("<|tool_call|>") {
+            Some(Syntax::ToolCallToken)
+        } else {
+            None
+        }
+    }
+
+    /// Every marker of the syntax: those that open and close sections,
+    /// and those inside calls. A model may write them as control tokens,
+    /// which the engine turns into their text only for these.
+    pub(crate) fn markers(self) -> &'static [&'static str] {
+        match self {
+            Syntax::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
+            Syntax::Llama3 => &["<|python_tag|>"],
+            Syntax::Qwen3Coder | Syntax::Glm => &["<tool_call>", "</tool_call>"],
+            Syntax::DeepSeek => &[
+                "<｜tool▁calls▁begin｜>",
+                "<｜tool▁calls▁end｜>",
+                DS_CALL,
+                DS_CALL_END,
+                DS_SEP,
+            ],
+            Syntax::Kimi => &[
+                "<|tool_calls_section_begin|>",
+                "<|tool_calls_section_end|>",
+                KIMI_CALL,
+                KIMI_CALL_END,
+                KIMI_ARGS,
+            ],
+            Syntax::ToolCallToken => &["<|tool_call|>", "<|/tool_call|>"],
+        }
+    }
+
+    /// The markers that open a section of calls.
+    fn opens(self) -> &'static [&'static str] {
+        match self {
+            Syntax::Mistral => &["[TOOL_CALLS]"],
+            Syntax::Llama3 => &["<|python_tag|>"],
+            Syntax::Qwen3Coder | Syntax::Glm => &["<tool_call>"],
+            Syntax::DeepSeek => &["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"],
+            Syntax::Kimi => &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
+            Syntax::ToolCallToken => &["<|tool_call|>"],
+        }
+    }
+
+    /// What closes a section; `None`: it runs to the end of the output.
+    fn close(self, open: &str) -> Option<&'static str> {
+        match self {
+            Syntax::Mistral | Syntax::Llama3 => None,
+            Syntax::Qwen3Coder | Syntax::Glm => Some("</tool_call>"),
+            Syntax::DeepSeek if open == "<｜tool▁call▁begin｜>" => {
+                Some("<｜tool▁call▁end｜>")
+            }
+            Syntax::DeepSeek => Some("<｜tool▁calls▁end｜>"),
+            Syntax::Kimi if open == "<|tool_call_begin|>" => Some("<|tool_call_end|>"),
+            Syntax::Kimi => Some("<|tool_calls_section_end|>"),
+            Syntax::ToolCallToken => Some("<|/tool_call|>"),
+        }
+    }
+
+    /// The calls a whole section holds (`open` is its marker, `body` what
+    /// follows it, without the closing marker), as names and argument
+    /// objects; `None` when it is not calls.
+    fn calls(self, open: &str, body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+        match self {
+            Syntax::Mistral => mistral(body),
+            Syntax::Llama3 => llama3(body),
+            Syntax::Qwen3Coder => qwen3_coder(body),
+            Syntax::DeepSeek => deepseek(open, body),
+            Syntax::Kimi => kimi(open, body),
+            Syntax::Glm => glm(body),
+            Syntax::ToolCallToken => json_calls(body.trim()),
+        }
+    }
+}
+
+/// `[{"name": …, "arguments": {…}}, …]` or one such object; `parameters`
+/// is taken for `arguments`, and arguments written as a JSON string holding
+/// an object too.
+fn json_calls(text: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    let items = match value {
+        Value::Array(items) => items,
+        one @ Value::Object(_) => vec![one],
+        _ => return None,
+    };
+    if items.is_empty() {
+        return None;
+    }
+    items.into_iter().map(json_call).collect()
+}
+
+fn json_call(item: Value) -> Option<(String, Map<String, Value>)> {
+    let Value::Object(mut call) = item else {
+        return None;
+    };
+    let Some(Value::String(name)) = call.remove("name") else {
+        return None;
+    };
+    let arguments = call
+        .remove("arguments")
+        .or_else(|| call.remove("parameters"))
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    Some((name, object(arguments)?))
+}
+
+/// Arguments as an object: one, or a JSON string holding one.
+fn object(arguments: Value) -> Option<Map<String, Value>> {
+    match arguments {
+        Value::Object(map) => Some(map),
+        Value::String(text) => match serde_json::from_str(&text).ok()? {
+            Value::Object(map) => Some(map),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Mistral: a JSON array of calls, or `name[ARGS]{…}` (with an optional
+/// `[CALL_ID]id` before `[ARGS]`), several joined by `[TOOL_CALLS]`.
+fn mistral(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    let body = body.trim();
+    if body.starts_with('[') || body.starts_with('{') {
+        return json_calls(body);
+    }
+    body.split("[TOOL_CALLS]")
+        .map(|call| {
+            let (head, args) = call.split_once("[ARGS]")?;
+            let name = head.split("[CALL_ID]").next()?.trim();
+            let args: Value = serde_json::from_str(args.trim()).ok()?;
+            Some((name.to_owned(), object(args)?))
+        })
+        .collect()
+}
+
+/// Llama 3.1: JSON calls (`parameters` for the arguments) separated by `;`.
+fn llama3(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    let body = body.trim();
+    if let Some(calls) = json_calls(body) {
+        return Some(calls);
+    }
+    // Several calls: `{…}; {…}`. A `;` inside a string would split one:
+    // then the pieces do not parse and the whole is not calls.
+    body.split(';')
+        .filter(|piece| !piece.trim().is_empty())
+        .map(|piece| json_calls(piece.trim())?.into_iter().next())
+        .collect()
+}
+
+/// Qwen3-Coder: `<function=name>` and its `<parameter=p>value</parameter>`s.
+/// A value that is JSON (a number, `true`, an object...) is taken as it;
+/// any other is a string (the model writes strings bare).
+fn qwen3_coder(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    let mut calls = Vec::new();
+    let mut rest = body.trim();
+    while !rest.is_empty() {
+        let after = rest.strip_prefix("<function=")?;
+        let (name, after) = after.split_once('>')?;
+        let (inner, after) = after.split_once("</function>")?;
+        let mut arguments = Map::new();
+        let mut params = inner.trim();
+        while !params.is_empty() {
+            let after = params.strip_prefix("<parameter=")?;
+            let (key, after) = after.split_once('>')?;
+            let (value, after) = after.split_once("</parameter>")?;
+            arguments.insert(key.trim().to_owned(), loose_value(value));
+            params = after.trim();
+        }
+        calls.push((name.trim().to_owned(), arguments));
+        rest = after.trim();
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// A value written bare: JSON when it is JSON, else the text (one leading
+/// and one trailing newline are the markup's, not the value's).
+fn loose_value(text: &str) -> Value {
+    let text = text.strip_prefix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    match serde_json::from_str::<Value>(text.trim()) {
+        Ok(value) if !text.trim().is_empty() => value,
+        _ => Value::String(text.to_owned()),
+    }
+}
+
+const DS_CALL: &str = "<｜tool▁call▁begin｜>";
+const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
+const DS_SEP: &str = "<｜tool▁sep｜>";
+
+/// DeepSeek: a section of calls, or one call (V3.1 writes them without the
+/// section). A call is `function<｜tool▁sep｜>name\n```json\n{…}\n``` `
+/// (V3, R1) or `name<｜tool▁sep｜>{…}` (V3.1).
+fn deepseek(open: &str, body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    if open == DS_CALL {
+        return Some(vec![deepseek_call(body)?]);
+    }
+    let calls: Option<Vec<_>> = body
+        .split(DS_CALL)
+        .skip(1)
+        .map(|call| deepseek_call(call.split(DS_CALL_END).next()?))
+        .collect();
+    calls.filter(|c| !c.is_empty())
+}
+
+fn deepseek_call(call: &str) -> Option<(String, Map<String, Value>)> {
+    let (head, args) = call.split_once(DS_SEP)?;
+    let (name, args) = if head.trim() == "function" {
+        // V3 and R1: the name, then the arguments in a fenced block.
+        let (name, args) = args.split_once('\n')?;
+        let args = args.trim();
+        let args = args
+            .strip_prefix("```json")
+            .or_else(|| args.strip_prefix("```"))?;
+        (name, args.trim().strip_suffix("```")?)
+    } else {
+        (head, args)
+    };
+    let args: Value = serde_json::from_str(args.trim()).ok()?;
+    Some((name.trim().to_owned(), object(args)?))
+}
+
+const KIMI_CALL: &str = "<|tool_call_begin|>";
+const KIMI_CALL_END: &str = "<|tool_call_end|>";
+const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
+
+/// Kimi K2: `functions.name:index<|tool_call_argument_begin|>{…}` each.
+fn kimi(open: &str, body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    if open == KIMI_CALL {
+        return Some(vec![kimi_call(body)?]);
+    }
+    let calls: Option<Vec<_>> = body
+        .split(KIMI_CALL)
+        .skip(1)
+        .map(|call| kimi_call(call.split(KIMI_CALL_END).next()?))
+        .collect();
+    calls.filter(|c| !c.is_empty())
+}
+
+fn kimi_call(call: &str) -> Option<(String, Map<String, Value>)> {
+    let (id, args) = call.split_once(KIMI_ARGS)?;
+    let id = id.trim();
+    let id = id.strip_prefix("functions.").unwrap_or(id);
+    let name = id.rsplit_once(':').map_or(id, |(name, _)| name);
+    let args: Value = serde_json::from_str(args.trim()).ok()?;
+    Some((name.to_owned(), object(args)?))
+}
+
+/// GLM 4.5: the name on the first line, then `<arg_key>k</arg_key>` and
+/// `<arg_value>v</arg_value>` pairs (values as Qwen3-Coder's).
+fn glm(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    let body = body.trim();
+    let (name, mut rest) = match body.find("<arg_key>") {
+        Some(at) => (&body[..at], &body[at..]),
+        None => (body, ""),
+    };
+    let name = name.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return None;
+    }
+    let mut arguments = Map::new();
+    while !rest.trim().is_empty() {
+        let after = rest.trim().strip_prefix("<arg_key>")?;
+        let (key, after) = after.split_once("</arg_key>")?;
+        let after = after.trim().strip_prefix("<arg_value>")?;
+        let (value, after) = after.split_once("</arg_value>")?;
+        arguments.insert(key.trim().to_owned(), loose_value(value));
+        rest = after;
+    }
+    Some(vec![(name.to_owned(), arguments)])
+}
+
+/// The parser's place in the output.
+#[derive(Debug, Clone)]
+enum State {
+    /// Nothing visible yet: for Llama 3, the output may be a bare JSON call.
+    Start,
+    /// Reply text, outside any section.
+    Text,
+    /// Inside a section opened by this marker.
+    Section(&'static str),
+}
+
+/// Parses streamed output of a family with one of these syntaxes into text
+/// and tool calls (see the module's documentation).
+#[derive(Debug, Clone)]
+pub(crate) struct SectionParser {
+    syntax: Syntax,
+    names: Vec<String>,
+    state: State,
+    buf: String,
+    calls: usize,
+}
+
+impl SectionParser {
+    /// A parser of `syntax` that accepts calls of the functions `names`.
+    pub(crate) fn new(syntax: Syntax, names: Vec<String>) -> Self {
+        SectionParser {
+            syntax,
+            names,
+            state: State::Start,
+            buf: String::new(),
+            calls: 0,
+        }
+    }
+
+    /// How many calls were found so far.
+    pub(crate) fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// Adds streamed text; what is certain now goes to `out`.
+    pub(crate) fn push(&mut self, text: &str, out: &mut Vec<Parsed>) {
+        self.buf.push_str(text);
+        loop {
+            match self.state {
+                State::Start => {
+                    let visible = self.buf.trim_start();
+                    if visible.is_empty() {
+                        return;
+                    }
+                    // Llama 3 writes a call as bare JSON too (its template
+                    // asks for `{"name": …, "parameters": …}` alone): held
+                    // to the end, like a section that runs to it.
+                    self.state = if self.syntax == Syntax::Llama3
+                        && (visible.starts_with('{') || visible.starts_with('['))
+                    {
+                        self.buf = visible.to_owned();
+                        State::Section("")
+                    } else {
+                        State::Text
+                    };
+                }
+                State::Text => {
+                    let first = self
+                        .syntax
+                        .opens()
+                        .iter()
+                        .filter_map(|open| self.buf.find(open).map(|at| (at, *open)))
+                        .min_by_key(|(at, _)| *at);
+                    if let Some((at, open)) = first {
+                        let before: String = self.buf.drain(..at).collect();
+                        text_out(before.trim_end(), out);
+                        self.buf.drain(..open.len());
+                        self.state = State::Section(open);
+                        continue;
+                    }
+                    let hold = self
+                        .syntax
+                        .opens()
+                        .iter()
+                        .map(|open| partial_tag_len(&self.buf, open))
+                        .max()
+                        .unwrap_or(0);
+                    // Whitespace before what may become a section is the
+                    // markup's: held until it is known.
+                    let hold = hold + trailing_ws_len(&self.buf[..self.buf.len() - hold]);
+                    let head: String = self.buf.drain(..self.buf.len() - hold).collect();
+                    text_out(&head, out);
+                    return;
+                }
+                State::Section(open) => {
+                    let Some(close) = self.syntax.close(open) else {
+                        // Runs to the end of the output.
+                        return;
+                    };
+                    let Some(at) = self.buf.find(close) else {
+                        return;
+                    };
+                    let body: String = self.buf.drain(..at).collect();
+                    self.buf.drain(..close.len());
+                    self.section(open, &body, Some(close), out);
+                    // Whitespace after a section is the markup's.
+                    let rest = self.buf.trim_start().to_owned();
+                    self.buf = rest;
+                    self.state = State::Text;
+                }
+            }
+        }
+    }
+
+    /// Ends the output: a section still open becomes its calls when it is
+    /// whole calls, and text otherwise; held text is sent.
+    pub(crate) fn finish(&mut self, out: &mut Vec<Parsed>) {
+        let rest = std::mem::take(&mut self.buf);
+        match self.state {
+            State::Start | State::Text => text_out(&rest, out),
+            State::Section(open) => self.section(open, &rest, None, out),
+        }
+        self.state = State::Text;
+    }
+
+    /// A whole section: its calls, when each is of a function offered with
+    /// an object of arguments; else the section as the text it was.
+    fn section(&mut self, open: &str, body: &str, close: Option<&str>, out: &mut Vec<Parsed>) {
+        let calls = self
+            .syntax
+            .calls(open, body)
+            .filter(|calls| calls.iter().all(|(name, _)| self.names.contains(name)));
+        match calls {
+            Some(calls) => {
+                for (name, arguments) in calls {
+                    self.calls += 1;
+                    out.push(Parsed::Call {
+                        name,
+                        arguments: Value::Object(arguments).to_string(),
+                    });
+                }
+            }
+            None => text_out(&format!("{open}{body}{}", close.unwrap_or("")), out),
+        }
+    }
+}
+
+/// The tool-call parser of a request: Hermes' (`crate::tools`, arguments
+/// streamed), which a grammar that forces calls writes whatever the
+/// family, or the family's own.
+#[derive(Debug, Clone)]
+pub(crate) enum CallParser {
+    Hermes(ToolCallParser),
+    Family(SectionParser),
+}
+
+impl CallParser {
+    /// The parser for calls of `names` by a model of `syntax` (`None`:
+    /// Hermes'); `forced`: a grammar writes the calls, in Hermes' syntax.
+    pub(crate) fn new(syntax: Option<Syntax>, forced: bool, names: Vec<String>) -> Self {
+        match syntax {
+            Some(syntax) if !forced => CallParser::Family(SectionParser::new(syntax, names)),
+            _ => CallParser::Hermes(ToolCallParser::new(names)),
+        }
+    }
+
+    pub(crate) fn push(&mut self, text: &str, out: &mut Vec<Parsed>) {
+        match self {
+            CallParser::Hermes(p) => p.push(text, out),
+            CallParser::Family(p) => p.push(text, out),
+        }
+    }
+
+    pub(crate) fn finish(&mut self, out: &mut Vec<Parsed>) {
+        match self {
+            CallParser::Hermes(p) => p.finish(out),
+            CallParser::Family(p) => p.finish(out),
+        }
+    }
+
+    pub(crate) fn calls(&self) -> usize {
+        match self {
+            CallParser::Hermes(p) => p.calls(),
+            CallParser::Family(p) => p.calls(),
+        }
+    }
+}
+
+/// Sends non-empty text.
+fn text_out(text: &str, out: &mut Vec<Parsed>) {
+    if !text.is_empty() {
+        out.push(Parsed::Text(text.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the parser makes of `output` fed at once, with text pieces
+    /// joined.
+    fn parse(syntax: Syntax, pieces: &[&str]) -> Vec<Parsed> {
+        let mut parser = SectionParser::new(syntax, vec!["get_weather".into(), "add".into()]);
+        let mut out = Vec::new();
+        for piece in pieces {
+            parser.push(piece, &mut out);
+        }
+        parser.finish(&mut out);
+        joined(out)
+    }
+
+    fn joined(events: Vec<Parsed>) -> Vec<Parsed> {
+        let mut out: Vec<Parsed> = Vec::new();
+        for event in events {
+            match (out.last_mut(), event) {
+                (Some(Parsed::Text(have)), Parsed::Text(more)) => have.push_str(&more),
+                (_, event) => out.push(event),
+            }
+        }
+        out
+    }
+
+    fn call(name: &str, arguments: &str) -> Parsed {
+        Parsed::Call {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn text(t: &str) -> Parsed {
+        Parsed::Text(t.into())
+    }
+
+    /// `output` parses to `expected` whole, cut at every char boundary
+    /// into two, and a char at a time.
+    fn check(syntax: Syntax, output: &str, expected: &[Parsed]) {
+        assert_eq!(parse(syntax, &[output]), expected, "whole: {output:?}");
+        for (at, _) in output.char_indices().skip(1) {
+            let (a, b) = output.split_at(at);
+            assert_eq!(parse(syntax, &[a, b]), expected, "cut at {at}: {output:?}");
+        }
+        let chars: Vec<String> = output.chars().map(String::from).collect();
+        let pieces: Vec<&str> = chars.iter().map(String::as_str).collect();
+        assert_eq!(
+            parse(syntax, &pieces),
+            expected,
+            "a char at a time: {output:?}"
+        );
+    }
+
+    const WEATHER: &str = r#"{"city":"Paris"}"#;
+
+    #[test]
+    fn mistral_calls_in_either_form() {
+        check(
+            Syntax::Mistral,
+            r#"Let me look.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]"#,
+            &[
+                text("Let me look."),
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+        check(
+            Syntax::Mistral,
+            r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[CALL_ID]abc123456[ARGS]{"a": 1, "b": 2}"#,
+            &[
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+    }
+
+    #[test]
+    fn llama3_python_tag_calls() {
+        check(
+            Syntax::Llama3,
+            r#"<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}"#,
+            &[call("get_weather", WEATHER)],
+        );
+        check(
+            Syntax::Llama3,
+            r#"<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "add", "parameters": {"a": 1, "b": 2}}"#,
+            &[
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+    }
+
+    #[test]
+    fn llama3_bare_json_calls() {
+        check(
+            Syntax::Llama3,
+            r#"{"name": "get_weather", "parameters": {"city": "Paris"}}"#,
+            &[call("get_weather", WEATHER)],
+        );
+        // JSON that is not a call is the reply's text.
+        check(
+            Syntax::Llama3,
+            r#"{"answer": 4}"#,
+            &[text(r#"{"answer": 4}"#)],
+        );
+    }
+
+    #[test]
+    fn qwen3_coder_xml_calls_with_text_around() {
+        check(
+            Syntax::Qwen3Coder,
+            "I'll check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n</parameter>\n</function>\n</tool_call>",
+            &[
+                text("I'll check."),
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+    }
+
+    #[test]
+    fn deepseek_v3_and_v3_1_calls() {
+        check(
+            Syntax::DeepSeek,
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{\"a\": 1, \"b\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            &[
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+        check(
+            Syntax::DeepSeek,
+            "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            &[text("Sure."), call("get_weather", WEATHER)],
+        );
+    }
+
+    #[test]
+    fn kimi_k2_calls() {
+        check(
+            Syntax::Kimi,
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>functions.add:1<|tool_call_argument_begin|>{\"a\": 1, \"b\": 2}<|tool_call_end|><|tool_calls_section_end|>",
+            &[
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+    }
+
+    #[test]
+    fn glm_calls() {
+        check(
+            Syntax::Glm,
+            "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+            &[text("Checking."), call("get_weather", WEATHER)],
+        );
+    }
+
+    #[test]
+    fn granite_and_phi4_tool_call_token() {
+        check(
+            Syntax::ToolCallToken,
+            r#"<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+            &[call("get_weather", WEATHER)],
+        );
+        check(
+            Syntax::ToolCallToken,
+            r#"<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|/tool_call|>Done."#,
+            &[call("get_weather", WEATHER), text("Done.")],
+        );
+    }
+
+    #[test]
+    fn a_call_of_a_function_not_offered_is_text() {
+        let output = r#"[TOOL_CALLS][{"name": "rm_rf", "arguments": {}}]"#;
+        check(Syntax::Mistral, output, &[text(output)]);
+        let output = "<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>";
+        check(Syntax::Qwen3Coder, output, &[text(output)]);
+    }
+
+    #[test]
+    fn text_that_only_looks_like_a_marker_is_text() {
+        check(
+            Syntax::Mistral,
+            "Use [TOOL] tags [like this].",
+            &[text("Use [TOOL] tags [like this].")],
+        );
+        check(Syntax::Kimi, "a <| b", &[text("a <| b")]);
+    }
+
+    #[test]
+    fn every_marker_a_parser_looks_for_is_one_the_engine_shows() {
+        for syntax in [
+            Syntax::Mistral,
+            Syntax::Llama3,
+            Syntax::Qwen3Coder,
+            Syntax::DeepSeek,
+            Syntax::Kimi,
+            Syntax::Glm,
+            Syntax::ToolCallToken,
+        ] {
+            for open in syntax.opens() {
+                assert!(syntax.markers().contains(open), "{syntax:?} {open}");
+                if let Some(close) = syntax.close(open) {
+                    assert!(syntax.markers().contains(&close), "{syntax:?} {close}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_grammar_that_forces_calls_is_parsed_as_hermes() {
+        let names = vec!["get_weather".to_owned()];
+        let hermes = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        for (syntax, forced) in [(None, false), (Some(Syntax::Mistral), true)] {
+            let mut parser = CallParser::new(syntax, forced, names.clone());
+            let mut out = Vec::new();
+            parser.push(hermes, &mut out);
+            parser.finish(&mut out);
+            assert_eq!(parser.calls(), 1, "{syntax:?} forced {forced}: {out:?}");
+        }
+        let mut family = CallParser::new(Some(Syntax::Mistral), false, names);
+        let mut out = Vec::new();
+        family.push(
+            r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}"#,
+            &mut out,
+        );
+        family.finish(&mut out);
+        assert_eq!(joined(out), [call("get_weather", WEATHER)]);
+    }
+
+    #[test]
+    fn templates_name_their_family() {
+        let cases = [
+            (
+                "{{ '[TOOL_CALLS]' + tool_calls | tojson }}",
+                Some(Syntax::Mistral),
+            ),
+            (
+                "{{- '<|python_tag|>' + tool_call.name }}",
+                Some(Syntax::Llama3),
+            ),
+            (
+                "<function=' ~ tool_call.name ~ '>\n<parameter=",
+                Some(Syntax::Qwen3Coder),
+            ),
+            ("{{'<｜tool▁calls▁begin｜>'}}", Some(Syntax::DeepSeek)),
+            ("<|tool_calls_section_begin|>", Some(Syntax::Kimi)),
+            ("<tool_call>{{ tc.name }}<arg_key>", Some(Syntax::Glm)),
+            ("<|tool_call|>", Some(Syntax::ToolCallToken)),
+            ("<tool_call>\n{\"name\": ...}</tool_call>", None),
+        ];
+        for (template, syntax) in cases {
+            assert_eq!(Syntax::of_template(template), syntax, "{template}");
+        }
+    }
+}
