@@ -30,6 +30,9 @@ use serde_json::{Map, Value};
 use crate::markup::{partial_tag_len, trailing_ws_len};
 use crate::tools::{Parsed, ToolCallParser};
 
+/// A call as read: the function's name and its arguments.
+type Call = (String, Map<String, Value>);
+
 /// A family's way of writing tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Syntax {
@@ -130,7 +133,7 @@ impl Syntax {
     /// The calls a whole section holds (`open` is its marker, `body` what
     /// follows it, without the closing marker), as names and argument
     /// objects; `None` when it is not calls.
-    fn calls(self, open: &str, body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+    fn calls(self, open: &str, body: &str) -> Option<Vec<Call>> {
         match self {
             Syntax::Mistral => mistral(body),
             Syntax::Llama3 => llama3(body),
@@ -146,7 +149,7 @@ impl Syntax {
 /// `[{"name": …, "arguments": {…}}, …]` or one such object; `parameters`
 /// is taken for `arguments`, and arguments written as a JSON string holding
 /// an object too.
-fn json_calls(text: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+fn json_calls(text: &str) -> Option<Vec<Call>> {
     let value: Value = serde_json::from_str(text).ok()?;
     let items = match value {
         Value::Array(items) => items,
@@ -159,7 +162,7 @@ fn json_calls(text: &str) -> Option<Vec<(String, Map<String, Value>)>> {
     items.into_iter().map(json_call).collect()
 }
 
-fn json_call(item: Value) -> Option<(String, Map<String, Value>)> {
+fn json_call(item: Value) -> Option<Call> {
     let Value::Object(mut call) = item else {
         return None;
     };
@@ -187,7 +190,7 @@ fn object(arguments: Value) -> Option<Map<String, Value>> {
 
 /// Mistral: a JSON array of calls, or `name[ARGS]{…}` (with an optional
 /// `[CALL_ID]id` before `[ARGS]`), several joined by `[TOOL_CALLS]`.
-fn mistral(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+fn mistral(body: &str) -> Option<Vec<Call>> {
     let body = body.trim();
     if body.starts_with('[') || body.starts_with('{') {
         return json_calls(body);
@@ -203,7 +206,7 @@ fn mistral(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
 }
 
 /// Llama 3.1: JSON calls (`parameters` for the arguments) separated by `;`.
-fn llama3(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+fn llama3(body: &str) -> Option<Vec<Call>> {
     let body = body.trim();
     if let Some(calls) = json_calls(body) {
         return Some(calls);
@@ -219,7 +222,7 @@ fn llama3(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
 /// Qwen3-Coder: `<function=name>` and its `<parameter=p>value</parameter>`s.
 /// A value that is JSON (a number, `true`, an object...) is taken as it;
 /// any other is a string (the model writes strings bare).
-fn qwen3_coder(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+fn qwen3_coder(body: &str) -> Option<Vec<Call>> {
     let mut calls = Vec::new();
     let mut rest = body.trim();
     while !rest.is_empty() {
@@ -259,19 +262,31 @@ const DS_SEP: &str = "<｜tool▁sep｜>";
 /// DeepSeek: a section of calls, or one call (V3.1 writes them without the
 /// section). A call is `function<｜tool▁sep｜>name\n```json\n{…}\n``` `
 /// (V3, R1) or `name<｜tool▁sep｜>{…}` (V3.1).
-fn deepseek(open: &str, body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
-    if open == DS_CALL {
-        return Some(vec![deepseek_call(body)?]);
+fn deepseek(open: &str, body: &str) -> Option<Vec<Call>> {
+    marked_calls(open, body, (DS_CALL, DS_CALL_END), deepseek_call)
+}
+
+/// The calls of a section whose calls are each between `call` markers
+/// (`open` is the section's marker: a call's own when the model wrote it
+/// without the section), each read by `one`.
+fn marked_calls(
+    open: &str,
+    body: &str,
+    (call, end): (&str, &str),
+    one: fn(&str) -> Option<Call>,
+) -> Option<Vec<Call>> {
+    if open == call {
+        return Some(vec![one(body)?]);
     }
     let calls: Option<Vec<_>> = body
-        .split(DS_CALL)
+        .split(call)
         .skip(1)
-        .map(|call| deepseek_call(call.split(DS_CALL_END).next()?))
+        .map(|text| one(text.split(end).next()?))
         .collect();
     calls.filter(|c| !c.is_empty())
 }
 
-fn deepseek_call(call: &str) -> Option<(String, Map<String, Value>)> {
+fn deepseek_call(call: &str) -> Option<Call> {
     let (head, args) = call.split_once(DS_SEP)?;
     let (name, args) = if head.trim() == "function" {
         // V3 and R1: the name, then the arguments in a fenced block.
@@ -293,19 +308,11 @@ const KIMI_CALL_END: &str = "<|tool_call_end|>";
 const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
 
 /// Kimi K2: `functions.name:index<|tool_call_argument_begin|>{…}` each.
-fn kimi(open: &str, body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
-    if open == KIMI_CALL {
-        return Some(vec![kimi_call(body)?]);
-    }
-    let calls: Option<Vec<_>> = body
-        .split(KIMI_CALL)
-        .skip(1)
-        .map(|call| kimi_call(call.split(KIMI_CALL_END).next()?))
-        .collect();
-    calls.filter(|c| !c.is_empty())
+fn kimi(open: &str, body: &str) -> Option<Vec<Call>> {
+    marked_calls(open, body, (KIMI_CALL, KIMI_CALL_END), kimi_call)
 }
 
-fn kimi_call(call: &str) -> Option<(String, Map<String, Value>)> {
+fn kimi_call(call: &str) -> Option<Call> {
     let (id, args) = call.split_once(KIMI_ARGS)?;
     let id = id.trim();
     let id = id.strip_prefix("functions.").unwrap_or(id);
@@ -316,7 +323,7 @@ fn kimi_call(call: &str) -> Option<(String, Map<String, Value>)> {
 
 /// GLM 4.5: the name on the first line, then `<arg_key>k</arg_key>` and
 /// `<arg_value>v</arg_value>` pairs (values as Qwen3-Coder's).
-fn glm(body: &str) -> Option<Vec<(String, Map<String, Value>)>> {
+fn glm(body: &str) -> Option<Vec<Call>> {
     let body = body.trim();
     let (name, mut rest) = match body.find("<arg_key>") {
         Some(at) => (&body[..at], &body[at..]),
