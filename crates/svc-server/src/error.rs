@@ -8,8 +8,6 @@ use svc_api::{ErrorBody, ErrorObject};
 use svc_core::{AuthError, EngineError, StoreError, ValidationError};
 use thiserror::Error;
 
-use crate::request_id;
-
 /// Everything a request can fail with.
 #[derive(Debug, Error)]
 pub enum ApiError {
@@ -209,7 +207,7 @@ impl ApiError {
                             | EngineError::GatewayTimeout(_)
                     )
             ) {
-            let id = request_id::current().unwrap_or_else(|| "unknown".into());
+            let id = crate::scoped::request_id().unwrap_or_else(|| "unknown".into());
             tracing::error!(request_id = %id, cause = %self, "request failed");
             format!(
                 "The server had an error while processing your request. Quote request id {id} when asking for help."

@@ -1,5 +1,6 @@
 //! Request ids: one per request, returned in `x-request-id`, attached to
-//! logs, and quoted in 5xx bodies so an operator can find the cause.
+//! logs, and quoted in 5xx bodies so an operator can find the cause. The
+//! id is `crate::scoped::request_id` while the request runs.
 
 use axum::extract::Request;
 use axum::http::HeaderValue;
@@ -8,11 +9,6 @@ use axum::response::Response;
 
 /// The response header carrying the id.
 pub const HEADER: &str = "x-request-id";
-
-/// The id of the request being handled on this task, if any.
-pub fn current() -> Option<String> {
-    crate::scoped::request_id()
-}
 
 fn generate() -> String {
     format!("req_{}", hex::encode(rand::random::<[u8; 12]>()))
@@ -37,10 +33,4 @@ pub async fn middleware(request: Request, next: Next) -> Response {
         response.headers_mut().insert(HEADER, value);
     }
     response
-}
-
-/// Runs `f` as if inside the request `id` (for work that outlives the
-/// handler, such as a stream's body).
-pub fn scope<R>(id: String, f: impl FnOnce() -> R) -> R {
-    crate::scoped::in_request(id, f)
 }

@@ -226,7 +226,7 @@ pub fn sse(
     include_usage: bool,
     mut events: EventStream,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    let request_id = crate::request_id::current();
+    let request_id = crate::scoped::request_id();
     let n = meta.n;
     let with_logprobs = meta.logprobs;
     let chunk = move |index: u32,
@@ -323,7 +323,7 @@ pub fn sse(
 /// if inside the request, so a server error quotes its id.
 pub(crate) fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
     match request_id {
-        Some(id) => crate::request_id::scope(id.to_owned(), || event(&err.body())),
+        Some(id) => crate::scoped::in_request(id.to_owned(), || event(&err.body())),
         None => event(&err.body()),
     }
 }

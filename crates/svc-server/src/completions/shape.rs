@@ -235,7 +235,7 @@ pub fn sse(
     include_usage: bool,
     mut events: Merged,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    let request_id = crate::request_id::current();
+    let request_id = crate::scoped::request_id();
     let chunk = {
         let (id, created, model) = (meta.id.clone(), meta.created, meta.model.clone());
         let fingerprint = meta.fingerprint.clone();

@@ -157,7 +157,7 @@ impl IntoResponse for PageError {
             PageError::BadRequest(m) => (StatusCode::BAD_REQUEST, "Bad request", m.clone()),
             PageError::NotFound => (StatusCode::NOT_FOUND, "Not found", self.to_string()),
             PageError::Internal(cause) => {
-                let id = crate::request_id::current().unwrap_or_default();
+                let id = crate::scoped::request_id().unwrap_or_default();
                 tracing::error!(error = %cause, "dashboard page failed");
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -401,7 +401,7 @@ pub fn sse(
     meta: MessageMeta,
     mut events: EventStream,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    let request_id = crate::request_id::current();
+    let request_id = crate::scoped::request_id();
     let mut shaper = Shaper::new(meta);
     async_stream::stream! {
         let start = shaper.start();
@@ -445,7 +445,7 @@ pub(crate) fn body(kind: &str, message: String) -> AnthropicErrorBody {
             kind: kind.to_owned(),
             message,
         },
-        request_id: crate::request_id::current(),
+        request_id: crate::scoped::request_id(),
     }
 }
 
@@ -454,7 +454,7 @@ pub(crate) fn body(kind: &str, message: String) -> AnthropicErrorBody {
 fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
     let make = || sse_event("error", &error_body(&err));
     match request_id {
-        Some(id) => crate::request_id::scope(id.to_owned(), make),
+        Some(id) => crate::scoped::in_request(id.to_owned(), make),
         None => make(),
     }
 }

@@ -231,7 +231,7 @@ async fn answer(
         let response = json_response(&response);
         return Ok(state.cache.keep(plan, response, &served, outcome));
     }
-    let request_id = crate::request_id::current();
+    let request_id = crate::scoped::request_id();
     let body = async_stream::stream! {
         for frame in shaper.start() {
             yield Ok::<_, Infallible>(frame);
@@ -276,7 +276,7 @@ async fn answer(
 /// server error quotes its id.
 fn failed(shaper: &mut Shaper, request_id: Option<&str>, error: ApiError) -> Vec<bytes::Bytes> {
     match request_id {
-        Some(id) => crate::request_id::scope(id.to_owned(), || shaper.fail(&error)),
+        Some(id) => crate::scoped::in_request(id.to_owned(), || shaper.fail(&error)),
         None => shaper.fail(&error),
     }
 }
