@@ -5,7 +5,7 @@
 //! Hand-rolled rather than a metrics crate: a few counters and histograms
 //! under short locks, rendered in the text exposition format.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -97,8 +97,8 @@ struct Inner {
 
 #[derive(Debug, Clone, Default)]
 struct RouteStats {
-    /// Requests by method and status.
-    requests: HashMap<(String, u16), u64>,
+    /// Requests by method and status, in order.
+    requests: BTreeMap<String, BTreeMap<u16, u64>>,
     latency: Histogram,
 }
 
@@ -197,10 +197,15 @@ impl Metrics {
     ) {
         self.with(|m| {
             let stats = slot(&mut m.routes, route);
-            *stats
-                .requests
-                .entry((method.to_owned(), status))
-                .or_default() += 1;
+            // A method seen before costs no allocation.
+            match stats.requests.get_mut(method) {
+                Some(by_status) => *by_status.entry(status).or_default() += 1,
+                None => {
+                    stats
+                        .requests
+                        .insert(method.to_owned(), BTreeMap::from([(status, 1)]));
+                }
+            }
             stats.latency.observe(seconds);
             if let Some(code) = code {
                 *m.errors.entry(code).or_default() += 1;
@@ -224,13 +229,13 @@ impl Metrics {
         out.push_str("# HELP svc_http_requests_total HTTP requests by route, method and status.\n");
         out.push_str("# TYPE svc_http_requests_total counter\n");
         for (route, stats) in &routes {
-            let mut requests: Vec<_> = stats.requests.iter().collect();
-            requests.sort_by_key(|((method, status), _)| (method.as_str(), *status));
-            for ((method, status), n) in requests {
-                let _ = writeln!(
-                    out,
-                    "svc_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
-                );
+            for (method, by_status) in &stats.requests {
+                for (status, n) in by_status {
+                    let _ = writeln!(
+                        out,
+                        "svc_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
+                    );
+                }
             }
         }
         out.push_str("# HELP svc_http_request_duration_seconds Time to the end of the response headers (streams: to the first byte).\n");
