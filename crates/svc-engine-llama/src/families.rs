@@ -27,7 +27,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::markup::{partial_tag_len, trailing_ws_len};
+use crate::markup::held_before_tags;
 use crate::tools::{Parsed, ToolCallParser};
 
 /// A call as read: the function's name and its arguments.
@@ -420,16 +420,9 @@ impl SectionParser {
                         self.state = State::Section(open);
                         continue;
                     }
-                    let hold = self
-                        .syntax
-                        .opens()
-                        .iter()
-                        .map(|open| partial_tag_len(&self.buf, open))
-                        .max()
-                        .unwrap_or(0);
-                    // Whitespace before what may become a section is the
-                    // markup's: held until it is known.
-                    let hold = hold + trailing_ws_len(&self.buf[..self.buf.len() - hold]);
+                    // What may become a section's marker, and the
+                    // whitespace before it, are held until it is known.
+                    let hold = held_before_tags(&self.buf, self.syntax.opens());
                     let head: String = self.buf.drain(..self.buf.len() - hold).collect();
                     text_out(&head, out);
                     return;

@@ -15,6 +15,18 @@ pub(crate) fn partial_tag_len(text: &str, tag: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Length in bytes of the end of `text` that text outside a tag must hold
+/// back: the longest start of one of `tags`, and the whitespace before it
+/// (whitespace next to a tag is the markup's, not the text's).
+pub(crate) fn held_before_tags(text: &str, tags: &[&str]) -> usize {
+    let partial = tags
+        .iter()
+        .map(|tag| partial_tag_len(text, tag))
+        .max()
+        .unwrap_or(0);
+    partial + trailing_ws_len(&text[..text.len() - partial])
+}
+
 /// Length in bytes of the whitespace at the end of `text`.
 pub(crate) fn trailing_ws_len(text: &str) -> usize {
     text.len() - text.trim_end().len()
@@ -66,6 +78,10 @@ mod tests {
         assert_eq!(partial_tag_len("<a>", "<a>"), 0);
         assert_eq!(partial_tag_len("é<", "<a>"), 1);
         assert_eq!(partial_tag_len("", "<a>"), 0);
+        assert_eq!(held_before_tags("abc \n<to", &["<tool_call>"]), 5);
+        assert_eq!(held_before_tags("abc  ", &["<a>"]), 2);
+        assert_eq!(held_before_tags("abc [TOO", &["<a>", "[TOOL_CALLS]"]), 5);
+        assert_eq!(held_before_tags("abc", &["<a>"]), 0);
     }
 
     #[test]

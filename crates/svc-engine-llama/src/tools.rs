@@ -11,7 +11,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use svc_core::engine::{ChatMessage, ToolSpec};
 
-use crate::markup::{partial_tag_len, trailing_ws_len};
+use crate::markup::{held_before_tags, partial_tag_len};
 use crate::reasoning::with_system_note;
 
 /// Opens a tool call.
@@ -224,9 +224,7 @@ impl ToolCallParser {
                         self.state = State::Call;
                         continue;
                     }
-                    let partial = partial_tag_len(&self.buf, CALL_OPEN);
-                    let head_len = self.buf.len() - partial;
-                    let keep = partial + trailing_ws_len(&self.buf[..head_len]);
+                    let keep = held_before_tags(&self.buf, &[CALL_OPEN]);
                     let rest = self.buf.split_off(self.buf.len() - keep);
                     let head = std::mem::replace(&mut self.buf, rest);
                     self.text(head, out);
