@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use svc_core::trace::SpanContext;
@@ -28,7 +29,7 @@ pub async fn metrics(
     let started = Instant::now();
     request.extensions_mut().insert(Arrived(started));
     let route = request.extensions().get::<MatchedPath>().cloned();
-    let method = request.method().clone();
+    let method = method_label(request.method());
     // A guard, not a pair of calls: a request whose client goes away is
     // dropped at its await, and must leave the gauge too.
     let in_flight = metrics.request_started();
@@ -48,14 +49,26 @@ pub async fn metrics(
         "answered"
     );
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    metrics.answered(
-        route,
-        method.as_str(),
-        status,
-        started.elapsed().as_secs_f64(),
-        code,
-    );
+    metrics.answered(route, method, status, started.elapsed().as_secs_f64(), code);
     response
+}
+
+/// The method as a metrics label: HTTP's own methods by name, and any
+/// other a client makes up as `other`, so that no client can add labels
+/// (and rows that `/metrics` keeps and prints) without bound.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
 }
 
 /// `openai`, `responses` or `anthropic`, by path.
@@ -128,6 +141,21 @@ impl Watcher for Finish {
         if !whole {
             self.status = 499;
             self.error_type = Some("client_disconnected".to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_method_a_client_makes_up_is_one_label() {
+        assert_eq!(method_label(&Method::GET), "GET");
+        assert_eq!(method_label(&Method::DELETE), "DELETE");
+        for made_up in ["FOOA", "FOOB", "X-ANYTHING"] {
+            let method = Method::from_bytes(made_up.as_bytes()).unwrap();
+            assert_eq!(method_label(&method), "other");
         }
     }
 }

@@ -16,6 +16,40 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 }
 
 #[tokio::test]
+async fn methods_a_client_makes_up_add_no_metrics_rows() {
+    let app = TestApp::spawn().await;
+    for made_up in ["FOOA", "FOOB", "FOOC"] {
+        let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();
+        let response = app
+            .client
+            .request(method, app.url("/v1/models"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405);
+    }
+    let page = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // Before: one row a made-up method, as many as a client liked.
+    assert!(!page.contains("FOO"), "{page}");
+    assert_eq!(
+        sample(
+            &page,
+            "svc_http_requests_total{route=\"/v1/models\",method=\"other\",status=\"405\"}"
+        ),
+        Some(3.0),
+        "{page}"
+    );
+}
+
+#[tokio::test]
 async fn metrics_count_requests_latency_tokens_and_errors() {
     let app = TestApp::spawn().await;
     let key = app.create_key().await;
