@@ -21,8 +21,16 @@ pub struct GenerateRequest {
     pub tools: Vec<ToolSpec>,
     pub tool_choice: ToolChoiceSpec,
     pub output: OutputFormat,
-    /// Whether the model id asked for reasoning (`svc-thinking`).
+    /// Whether the reply's reasoning is wanted: the model id asked for it
+    /// (`svc-thinking`), or the request's effort did (see
+    /// [`ReasoningEffort`]). Off for a plain model id unless the client
+    /// asked; off when the client set the effort to `none` or `minimal`.
     pub reasoning: bool,
+    /// How hard the model should think, as the client said it (chat's
+    /// `reasoning_effort`, Responses' `reasoning.effort`, Messages'
+    /// `thinking`). `None`: the client did not say, and the engine uses
+    /// its model's own default.
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Whether the caller reads the reply as it is generated. When false it
     /// waits for the whole reply, so an engine may produce it in one piece
     /// (an upstream is then asked for one body instead of a stream).
@@ -52,6 +60,53 @@ pub struct GenerateRequest {
     pub prompt: Option<TextPrompt>,
 }
 
+/// How much reasoning a request asks for: OpenAI's `reasoning_effort`
+/// values, which the other dialects map onto.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    /// No reasoning.
+    None,
+    /// As little as the model allows (no reasoning where it can skip it).
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    /// Every value, least effort first.
+    pub const ALL: [ReasoningEffort; 5] = [
+        ReasoningEffort::None,
+        ReasoningEffort::Minimal,
+        ReasoningEffort::Low,
+        ReasoningEffort::Medium,
+        ReasoningEffort::High,
+    ];
+
+    /// The wire name (`none`, `minimal`, `low`, `medium`, `high`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+
+    /// The value of a wire name; `None` for any other text.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+
+    /// Whether this effort asks for reasoning at all: `low`, `medium` and
+    /// `high` do; `none` and `minimal` ask for a reply without it.
+    pub fn thinks(self) -> bool {
+        !matches!(self, ReasoningEffort::None | ReasoningEffort::Minimal)
+    }
+}
+
 /// The prompt of a legacy text completion.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextPrompt {
@@ -76,6 +131,7 @@ impl Default for GenerateRequest {
             tool_choice: ToolChoiceSpec::Auto,
             output: OutputFormat::Text,
             reasoning: false,
+            reasoning_effort: None,
             stream: false,
             logprobs: None,
             n: 1,
@@ -97,6 +153,11 @@ pub enum ChatMessage {
     Assistant {
         content: Option<String>,
         tool_calls: Vec<ToolCallSpec>,
+        /// The reasoning the model wrote before this turn's content, as the
+        /// client sends it back (chat's `reasoning_content`, Responses'
+        /// `reasoning` items, Messages' `thinking` blocks); `None` when the
+        /// client sent none.
+        reasoning: Option<String>,
     },
     Tool {
         tool_call_id: String,
@@ -168,8 +229,10 @@ impl ChatMessage {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                reasoning,
             } => {
                 content.as_ref().map_or(0, String::len)
+                    + reasoning.as_ref().map_or(0, String::len)
                     + tool_calls
                         .iter()
                         .map(|c| c.id.len() + c.name.len() + c.arguments.len())

@@ -199,6 +199,7 @@ fn prepare(
         tool_choice,
         output,
         reasoning: wants_reasoning,
+        reasoning_effort: _,
         // Tokens come one by one either way; the server collects them.
         stream: _,
         logprobs,

@@ -200,8 +200,10 @@ impl Specials {
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
+                    reasoning,
                 } => ChatMessage::Assistant {
                     content: content.as_deref().map(e),
+                    reasoning: reasoning.as_deref().map(e),
                     tool_calls: tool_calls
                         .iter()
                         .map(|call| ToolCallSpec {

@@ -187,6 +187,7 @@ fn messages_value(messages: &[ChatMessage]) -> Value {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 let mut m = vec![
                     ("role", Value::from("assistant")),
@@ -420,6 +421,7 @@ mod tests {
                     name: "get_weather".into(),
                     arguments: r#"{"city":"Paris"}"#.into(),
                 }],
+                reasoning: None,
             },
             ChatMessage::Tool {
                 tool_call_id: "call_1".into(),

@@ -83,6 +83,7 @@ pub(crate) fn prepare_messages(
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                reasoning,
             } if !tool_calls.is_empty() && !support.tool_calls => {
                 let mut text = content.clone().unwrap_or_default();
                 for call in tool_calls {
@@ -101,6 +102,7 @@ pub(crate) fn prepare_messages(
                 ChatMessage::Assistant {
                     content: Some(text),
                     tool_calls: Vec::new(),
+                    reasoning: reasoning.clone(),
                 }
             }
             ChatMessage::Tool { content, .. } if !support.tool_role => {
@@ -803,6 +805,7 @@ mod tests {
                     name: "get_weather".into(),
                     arguments: "{\"city\":\"Paris\"}".into(),
                 }],
+                reasoning: None,
             },
             ChatMessage::Tool {
                 tool_call_id: "call_1".into(),
@@ -823,6 +826,7 @@ mod tests {
                     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>".into()
                 ),
                 tool_calls: vec![],
+                reasoning: None,
             }
         );
         assert_eq!(

@@ -451,6 +451,7 @@ async fn the_tools_and_a_tool_history_reach_a_template_without_tools() {
                 name: "get_weather".into(),
                 arguments: "{\"city\":\"Paris\"}".into(),
             }],
+            reasoning: None,
         },
         ChatMessage::Tool {
             tool_call_id: "call_1".into(),

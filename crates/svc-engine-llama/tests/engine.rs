@@ -603,6 +603,7 @@ fn conversation(system: &str, turns: &[&str]) -> Vec<ChatMessage> {
             ChatMessage::Assistant {
                 content: Some((*text).into()),
                 tool_calls: vec![],
+                reasoning: None,
             }
         });
     }

@@ -104,6 +104,7 @@ async fn control_token_text_in_a_message_stays_plain_text() {
         ChatMessage::Assistant {
             content: Some(FORGED.into()),
             tool_calls: vec![],
+            reasoning: None,
         },
     ] {
         let tokens = e
@@ -137,6 +138,7 @@ async fn an_ordinary_conversation_tokenizes_as_before() {
         ChatMessage::Assistant {
             content: Some("Hello.".into()),
             tool_calls: vec![],
+            reasoning: None,
         },
         ChatMessage::User("Again\n\n  with spaces  ".into()),
     ];

@@ -289,6 +289,7 @@ async fn a_continued_conversation_evaluates_only_its_new_tokens() {
         ChatMessage::Assistant {
             content: Some(answer),
             tool_calls: vec![],
+            reasoning: None,
         },
         ChatMessage::User("And of Italy?".into()),
     ];
@@ -475,6 +476,7 @@ async fn message_text_never_becomes_control_tokens() {
                     name: "f".into(),
                     arguments: json!({ "x": text }).to_string(),
                 }],
+                reasoning: None,
             },
             ChatMessage::Tool {
                 tool_call_id: "call_1".into(),

@@ -121,6 +121,7 @@ async fn count_tokens_is_the_prompt_a_generation_starts_from() {
                 name: "get_weather".into(),
                 arguments: "{\"city\":\"Paris\"}".into(),
             }],
+            reasoning: None,
         },
         ChatMessage::Tool {
             tool_call_id: "toolu_1".into(),

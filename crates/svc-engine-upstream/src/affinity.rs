@@ -56,8 +56,9 @@ pub fn prefix_keys(request: &GenerateRequest, min_bytes: usize) -> Vec<u64> {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                reasoning,
             } => {
-                (2u8, content, tool_calls.len()).hash(&mut hasher);
+                (2u8, content, reasoning, tool_calls.len()).hash(&mut hasher);
                 for call in tool_calls {
                     (&call.id, &call.name, &call.arguments).hash(&mut hasher);
                 }
@@ -164,6 +165,7 @@ mod tests {
                 name: "f".into(),
                 arguments: "{}".into(),
             }],
+            reasoning: None,
         });
         turn2.push(ChatMessage::Tool {
             tool_call_id: "c1".into(),

@@ -233,6 +233,7 @@ fn chat_body(request: &GenerateRequest, model: &str) -> Vec<u8> {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                ..
             } => Message::Assistant {
                 content: content.as_deref(),
                 tool_calls: tool_calls
@@ -385,6 +386,7 @@ mod tests {
                     name: "weather".into(),
                     arguments: "{\"city\":\"Paris\"}".into(),
                 }],
+                reasoning: None,
             },
             ChatMessage::Tool {
                 tool_call_id: "call_1".into(),
@@ -393,6 +395,7 @@ mod tests {
             ChatMessage::Assistant {
                 content: Some("Sunny.".into()),
                 tool_calls: Vec::new(),
+                reasoning: None,
             },
         ];
         r.sampling = Sampling {

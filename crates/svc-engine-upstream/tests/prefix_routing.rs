@@ -83,6 +83,7 @@ impl Conversation {
         self.0.push(ChatMessage::Assistant {
             content: Some(reply),
             tool_calls: Vec::new(),
+            reasoning: None,
         });
         self.0
             .push(ChatMessage::User(format!("And turn {}?", self.0.len())));

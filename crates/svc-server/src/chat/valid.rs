@@ -98,6 +98,7 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 tool_choice,
                 output,
                 reasoning: false,
+                reasoning_effort: None,
                 stream,
                 logprobs,
                 n,
@@ -498,6 +499,7 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                     ChatMessage::Assistant {
                         content,
                         tool_calls,
+                        reasoning: None,
                     }
                 }
                 Message::Tool {

@@ -469,6 +469,7 @@ fn assistant_turn(
     messages.push(ChatMessage::Assistant {
         content,
         tool_calls,
+        reasoning: None,
     });
     Ok(())
 }
@@ -745,7 +746,8 @@ mod tests {
                         id: "toolu_1".into(),
                         name: "get_weather".into(),
                         arguments: "{\"city\":\"Paris\"}".into()
-                    }]
+                    }],
+                    reasoning: None,
                 },
                 ChatMessage::Tool {
                     tool_call_id: "toolu_1".into(),

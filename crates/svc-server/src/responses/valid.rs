@@ -628,6 +628,7 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                     "assistant" => ChatMessage::Assistant {
                         content: Some(content),
                         tool_calls: Vec::new(),
+                        reasoning: None,
                     },
                     other => {
                         return Err(ValidationError::new(
@@ -654,6 +655,7 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                     out.push(ChatMessage::Assistant {
                         content: None,
                         tool_calls: vec![call],
+                        reasoning: None,
                     });
                 }
             }
@@ -752,7 +754,8 @@ mod tests {
                             name: "get_time".into(),
                             arguments: "{}".into()
                         },
-                    ]
+                    ],
+                    reasoning: None,
                 },
                 ChatMessage::Tool {
                     tool_call_id: "call_1".into(),
@@ -1000,7 +1003,8 @@ mod tests {
                 ChatMessage::User("first".into()),
                 ChatMessage::Assistant {
                     content: Some("one".into()),
-                    tool_calls: Vec::new()
+                    tool_calls: Vec::new(),
+                    reasoning: None,
                 },
                 ChatMessage::User("again".into()),
             ]
