@@ -10,8 +10,9 @@
 use std::fmt::Write as _;
 use std::io;
 
-use minijinja::value::{Kwargs, Serde, Value};
-use minijinja::{Environment, Error, ErrorKind};
+use chrono::NaiveDateTime;
+use minijinja::value::{Kwargs, Rest, Serde, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, Output, State};
 use serde::Serialize as _;
 use serde_json::{Map, Value as Json};
 use svc_core::engine::{ChatMessage, EngineError, ToolSpec};
@@ -31,6 +32,12 @@ pub const CHATML_TEMPLATE: &str = r#"{%- for message in messages %}
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// The context variable that carries the rendering's time to `strftime_now`
+/// (a name no template uses).
+const NOW_VARIABLE: &str = "__svc_now";
+/// How [`NOW_VARIABLE`] writes the time (to the nanosecond).
+const NOW_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.f";
+
 /// Extra settings for one rendering.
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
@@ -38,6 +45,9 @@ pub struct RenderOptions {
     pub add_generation_prompt: bool,
     /// More template variables (for example `enable_thinking`).
     pub extra: Map<String, Json>,
+    /// The local time `strftime_now` formats (templates write today's date
+    /// into the system prompt); `None`: the time of rendering. Tests pin it.
+    pub now: Option<NaiveDateTime>,
 }
 
 impl Default for RenderOptions {
@@ -45,6 +55,7 @@ impl Default for RenderOptions {
         RenderOptions {
             add_generation_prompt: true,
             extra: Map::new(),
+            now: None,
         }
     }
 }
@@ -114,8 +125,18 @@ impl ChatTemplate {
         tools: &[ToolSpec],
         options: &RenderOptions,
     ) -> Result<String, EngineError> {
+        // What `apply_chat_template` passes: `tools` and `documents` are
+        // always defined, `None` when there are none (templates test
+        // `tools is not none`, and some read `tools` without a test).
+        let tools = if tools.is_empty() {
+            Value::from(())
+        } else {
+            Value::from(tools.iter().map(tool_value).collect::<Vec<_>>())
+        };
         let mut ctx: Vec<(String, Value)> = vec![
             ("messages".into(), messages_value(messages)),
+            ("tools".into(), tools),
+            ("documents".into(), Value::from(())),
             (
                 "add_generation_prompt".into(),
                 Value::from(options.add_generation_prompt),
@@ -123,15 +144,16 @@ impl ChatTemplate {
             ("bos_token".into(), Value::from(self.bos_token.as_str())),
             ("eos_token".into(), Value::from(self.eos_token.as_str())),
         ];
-        if !tools.is_empty() {
-            ctx.push((
-                "tools".into(),
-                Value::from(tools.iter().map(tool_value).collect::<Vec<_>>()),
-            ));
-        }
         for (k, v) in &options.extra {
             ctx.push((k.clone(), json_value(v)));
         }
+        let now = options
+            .now
+            .unwrap_or_else(|| chrono::Local::now().naive_local());
+        ctx.push((
+            NOW_VARIABLE.into(),
+            Value::from(now.format(NOW_FORMAT).to_string()),
+        ));
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -160,6 +182,10 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.add_test("iterable", is_iterable);
+        env.add_test("sequence", is_sequence);
+        env.add_filter("string", string_filter);
+        env.set_formatter(python_formatter);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())?;
         Ok(env)
     }
@@ -187,12 +213,24 @@ fn messages_value(messages: &[ChatMessage]) -> Value {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
-                ..
+                reasoning,
             } => {
-                let mut m = vec![
-                    ("role", Value::from("assistant")),
-                    ("content", Value::from(content.clone())),
-                ];
+                // The reasoning under both names templates read, as
+                // `apply_chat_template` aliases it: `thinking` (gpt-oss)
+                // first, `reasoning_content` (Qwen3, DeepSeek, GLM) after
+                // the content.
+                let mut m = Vec::new();
+                if let Some(reasoning) = reasoning {
+                    m.push(("thinking", Value::from(reasoning.as_str())));
+                }
+                m.push(("role", Value::from("assistant")));
+                // A turn of tool calls alone has no text: an empty string, as
+                // templates that concatenate or search `content` need (Qwen3,
+                // QwQ, DeepSeek R1, Granite, Phi fail on a missing one).
+                m.push(("content", Value::from(content.as_deref().unwrap_or(""))));
+                if let Some(reasoning) = reasoning {
+                    m.push(("reasoning_content", Value::from(reasoning.as_str())));
+                }
                 if !tool_calls.is_empty() {
                     let calls: Vec<Value> = tool_calls
                         .iter()
@@ -223,7 +261,8 @@ fn messages_value(messages: &[ChatMessage]) -> Value {
                     ("tool_call_id", Value::from(tool_call_id.as_str())),
                     ("content", Value::from(content.as_str())),
                 ];
-                // Some templates (Llama 3, Mistral) print the function's name.
+                // The function's name, as Hugging Face's tool-use examples
+                // send it: Kimi K2 and Gemma 4 templates print it.
                 if let Some(name) = tool_name(messages, tool_call_id) {
                     m.push(("name", Value::from(name)));
                 }
@@ -275,60 +314,271 @@ fn raise_exception(message: String) -> Result<Value, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, message))
 }
 
-fn strftime_now(format: String) -> Result<Value, Error> {
+/// `strftime_now(format)`: the rendering's time ([`RenderOptions::now`]) in `format`.
+fn strftime_now(state: &State, format: String) -> Result<Value, Error> {
+    let now = state
+        .lookup(NOW_VARIABLE)
+        .and_then(|v| {
+            v.as_str()
+                .and_then(|s| NaiveDateTime::parse_from_str(s, NOW_FORMAT).ok())
+        })
+        .unwrap_or_else(|| chrono::Local::now().naive_local());
     let mut out = String::new();
-    write!(out, "{}", chrono::Local::now().format(&format))
+    write!(out, "{}", now.format(&format))
         .map_err(|_| Error::new(ErrorKind::InvalidOperation, "invalid strftime format"))?;
     Ok(Value::from(out))
 }
 
+/// Jinja2's `iterable`: what Python can iterate. Unlike minijinja's, `none`
+/// is not (Qwen3-Coder tests `tools is iterable` on `tools = None`).
+fn is_iterable(value: &Value) -> bool {
+    value.is_undefined()
+        || matches!(
+            value.kind(),
+            ValueKind::Seq
+                | ValueKind::Map
+                | ValueKind::Iterable
+                | ValueKind::String
+                | ValueKind::Bytes
+        )
+}
+
+/// Jinja2's `sequence`: what has a length and items (strings and mappings
+/// too, unlike minijinja's).
+fn is_sequence(value: &Value) -> bool {
+    value.is_undefined()
+        || matches!(
+            value.kind(),
+            ValueKind::Seq | ValueKind::Map | ValueKind::String | ValueKind::Bytes
+        )
+}
+
 /// `tojson` as `transformers` defines it: `json.dumps(x, ensure_ascii=False,
-/// indent=indent)`, so `", "` and `": "` between items, and no HTML escaping.
-fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent = match indent {
-        Some(indent) => Some(indent),
-        None => kwargs.get::<Option<Value>>("indent")?,
-    };
-    // Accepted for compatibility; output is always `ensure_ascii=False`, keys in given order.
-    let _: Option<Value> = kwargs.get("ensure_ascii")?;
-    let _: Option<Value> = kwargs.get("sort_keys")?;
+/// indent=None, separators=None, sort_keys=False)`, arguments in that order:
+/// `", "` and `": "` between items (`","` when indented), floats as Python
+/// writes them, no HTML escaping.
+fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let mut slots: [Option<Value>; 4] = Default::default();
+    if args.len() > slots.len() {
+        return Err(Error::new(
+            ErrorKind::TooManyArguments,
+            "tojson takes at most 4 arguments",
+        ));
+    }
+    for (slot, arg) in slots.iter_mut().zip(args.iter()) {
+        *slot = Some(arg.clone());
+    }
+    for (slot, name) in slots
+        .iter_mut()
+        .zip(["ensure_ascii", "indent", "separators", "sort_keys"])
+    {
+        if let Some(v) = kwargs.get::<Option<Value>>(name)? {
+            *slot = Some(v);
+        }
+    }
     kwargs.assert_all_used()?;
-    let indent = indent
-        .filter(|v| !v.is_none() && !v.is_undefined())
-        .map(|v| usize::try_from(v).unwrap_or(2));
+    let [ensure_ascii, indent, separators, sort_keys] =
+        slots.map(|v| v.filter(|v| !v.is_none() && !v.is_undefined()));
+    // Python's indent: a string, or a number of spaces.
+    let indent: Option<String> = indent.map(|v| match v.as_str() {
+        Some(s) => s.to_owned(),
+        None => " ".repeat(usize::try_from(v).unwrap_or(0)),
+    });
+    let (item, key) = match separators {
+        Some(pair) => {
+            let item = pair.get_item_by_index(0)?;
+            let key = pair.get_item_by_index(1)?;
+            match (item.as_str(), key.as_str()) {
+                (Some(item), Some(key)) => (item.to_owned(), key.to_owned()),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson separators must be two strings",
+                    ));
+                }
+            }
+        }
+        None if indent.is_some() => (",".to_owned(), ": ".to_owned()),
+        None => (", ".to_owned(), ": ".to_owned()),
+    };
     let mut out = Vec::new();
-    let written = match indent {
-        Some(width) => {
-            let pad = vec![b' '; width];
-            let mut ser = serde_json::Serializer::with_formatter(
-                &mut out,
-                serde_json::ser::PrettyFormatter::with_indent(&pad),
-            );
-            value.serialize(&mut ser)
-        }
-        None => {
-            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonSpaced);
-            value.serialize(&mut ser)
-        }
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        PythonJson {
+            item: item.as_bytes(),
+            key: key.as_bytes(),
+            indent: indent.as_deref().map(str::as_bytes),
+            level: 0,
+            has_value: false,
+        },
+    );
+    let written = if sort_keys.is_some_and(|v| v.is_true()) {
+        // serde_json's maps keep keys sorted.
+        serde_json::to_value(value).and_then(|v| v.serialize(&mut ser))
+    } else {
+        value.serialize(&mut ser)
     };
     written.map_err(|e| {
         Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(e)
     })?;
-    let text = String::from_utf8(out)
+    let mut text = String::from_utf8(out)
         .map_err(|e| Error::new(ErrorKind::InvalidOperation, "JSON is not UTF-8").with_source(e))?;
+    if ensure_ascii.is_some_and(|v| v.is_true()) {
+        text = ascii_escaped(&text);
+    }
     Ok(Value::from_safe_string(text))
 }
 
-/// Python's default JSON separators: `", "` and `": "`.
-struct PythonSpaced;
+/// JSON text with every character past ASCII as Python's `ensure_ascii`
+/// writes it: `\uXXXX` (lowercase), a surrogate pair past U+FFFF. Such
+/// characters only occur inside strings, so the text stays valid JSON.
+fn ascii_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        }
+    }
+    out
+}
 
-impl serde_json::ser::Formatter for PythonSpaced {
+/// A float as Python's `repr` writes it: the shortest digits that read back
+/// the same, in positional notation for exponents -4 to 15 (`250.0`,
+/// `0.0001`) and scientific outside (`1e-05`, `1.5e+16`).
+fn python_float(value: f64) -> String {
+    if value.is_nan() {
+        return "nan".to_owned();
+    }
+    if value.is_infinite() {
+        return if value < 0.0 { "-inf" } else { "inf" }.to_owned();
+    }
+    let sign = if value.is_sign_negative() { "-" } else { "" };
+    // Rust's `{:e}` writes the shortest round-trip digits: `2.505e2`, `1e-5`.
+    let scientific = format!("{:e}", value.abs());
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if (-4..16).contains(&exponent) {
+        let point = exponent + 1;
+        let text = if point <= 0 {
+            format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+        } else {
+            let point = point as usize;
+            if digits.len() > point {
+                format!("{}.{}", &digits[..point], &digits[point..])
+            } else {
+                format!("{digits}{}.0", "0".repeat(point - digits.len()))
+            }
+        };
+        format!("{sign}{text}")
+    } else {
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        format!("{sign}{mantissa}e{exp_sign}{:02}", exponent.unsigned_abs())
+    }
+}
+
+/// `{{ value }}` as Jinja2 writes it: floats as Python does, the rest as
+/// minijinja does.
+fn python_formatter(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
+    match f64_of(value) {
+        Some(f) => out.write_str(&python_float(f)).map_err(Error::from),
+        None => minijinja::escape_formatter(out, state, value),
+    }
+}
+
+/// The `string` filter: Python's `str` for floats, minijinja's otherwise.
+fn string_filter(value: &Value) -> Value {
+    match f64_of(value) {
+        Some(f) => Value::from(python_float(f)),
+        None if value.kind() == ValueKind::String => value.clone(),
+        None => Value::from(value.to_string()),
+    }
+}
+
+/// The float a value holds, if it is one (not an integer).
+fn f64_of(value: &Value) -> Option<f64> {
+    if value.kind() != ValueKind::Number || value.is_integer() {
+        return None;
+    }
+    f64::try_from(value.clone()).ok()
+}
+
+/// `json.dumps`'s layout: `item` and `key` separators, and with an indent, one
+/// item a line. Floats as Python writes them.
+struct PythonJson<'a> {
+    item: &'a [u8],
+    key: &'a [u8],
+    indent: Option<&'a [u8]>,
+    level: usize,
+    has_value: bool,
+}
+
+impl PythonJson<'_> {
+    fn open<W: ?Sized + io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            self.newline(w)?;
+        }
+        w.write_all(bracket)
+    }
+
+    fn next_item<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        if !first {
+            w.write_all(self.item)?;
+        }
+        self.newline(w)
+    }
+
+    fn newline<W: ?Sized + io::Write>(&self, w: &mut W) -> io::Result<()> {
+        if let Some(indent) = self.indent {
+            w.write_all(b"\n")?;
+            for _ in 0..self.level {
+                w.write_all(indent)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for PythonJson<'_> {
+    fn begin_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"]")
+    }
+
     fn begin_array_value<W: ?Sized + io::Write>(
         &mut self,
         w: &mut W,
         first: bool,
     ) -> io::Result<()> {
-        if first { Ok(()) } else { w.write_all(b", ") }
+        self.next_item(w, first)
+    }
+
+    fn end_array_value<W: ?Sized + io::Write>(&mut self, _w: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"{")
+    }
+
+    fn end_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"}")
     }
 
     fn begin_object_key<W: ?Sized + io::Write>(
@@ -336,11 +586,24 @@ impl serde_json::ser::Formatter for PythonSpaced {
         w: &mut W,
         first: bool,
     ) -> io::Result<()> {
-        if first { Ok(()) } else { w.write_all(b", ") }
+        self.next_item(w, first)
     }
 
     fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
-        w.write_all(b": ")
+        w.write_all(self.key)
+    }
+
+    fn end_object_value<W: ?Sized + io::Write>(&mut self, _w: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn write_f64<W: ?Sized + io::Write>(&mut self, w: &mut W, value: f64) -> io::Result<()> {
+        w.write_all(python_float(value).as_bytes())
+    }
+
+    fn write_f32<W: ?Sized + io::Write>(&mut self, w: &mut W, value: f32) -> io::Result<()> {
+        self.write_f64(w, f64::from(value))
     }
 }
 
@@ -493,12 +756,144 @@ mod tests {
                 &RenderOptions {
                     add_generation_prompt: false,
                     extra,
+                    now: None,
                 },
             )
             .unwrap();
         assert_eq!(
             out,
             "{\"a\": [1, 2.5, null, true], \"b\": \"<é>\"}|{\n  \"a\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"b\": \"<é>\"\n}|\"quote \\\" and \\n\""
+        );
+    }
+
+    fn render_extra(source: &str, extra: serde_json::Value) -> String {
+        let t = ChatTemplate::new(Some(source), "", "");
+        assert!(t.is_from_model());
+        let serde_json::Value::Object(extra) = extra else {
+            panic!("extra must be an object")
+        };
+        t.render_with(
+            &[],
+            &[],
+            &RenderOptions {
+                add_generation_prompt: false,
+                extra,
+                now: None,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn floats_are_written_as_python_writes_them() {
+        for (value, python) in [
+            (250.0, "250.0"),
+            (250.5, "250.5"),
+            (0.1, "0.1"),
+            (0.0001, "0.0001"),
+            (1e-05, "1e-05"),
+            (1.5e-07, "1.5e-07"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.2345678901234567e17, "1.2345678901234566e+17"),
+            (-2.5, "-2.5"),
+            (-0.0, "-0.0"),
+            (1e100, "1e+100"),
+        ] {
+            assert_eq!(python_float(value), python, "{value:e}");
+        }
+        let out = render_extra(
+            "{{ x }}|{{ x | string }}|{{ x | tojson }}|{{ n }}|{{ n | string }}",
+            json!({"x": 1e-05, "n": 7}),
+        );
+        assert_eq!(out, "1e-05|1e-05|1e-05|7|7");
+    }
+
+    #[test]
+    fn tojson_takes_transformers_arguments() {
+        let x = json!({"b": ["é", 1.0], "a": {}});
+        // ensure_ascii, positional or named; sort_keys on maps the template built.
+        let out = render_extra(
+            "{{ x | tojson(true) }}|{{ x | tojson(ensure_ascii=True) }}|{{ {'z': 1, 'a': [2, 3]} | tojson(sort_keys=true) }}",
+            json!({"x": x}),
+        );
+        assert_eq!(
+            out,
+            r#"{"a": {}, "b": ["\u00e9", 1.0]}|{"a": {}, "b": ["\u00e9", 1.0]}|{"a": [2, 3], "z": 1}"#
+        );
+        let out = render_extra(
+            "{{ x | tojson(separators=(',', ':')) }}|{{ x | tojson(indent='\t') }}|{{ '😀' | tojson(ensure_ascii=true) }}",
+            json!({"x": {"a": [1, 2]}}),
+        );
+        assert_eq!(
+            out,
+            "{\"a\":[1,2]}|{\n\t\"a\": [\n\t\t1,\n\t\t2\n\t]\n}|\"\\ud83d\\ude00\""
+        );
+        let t = ChatTemplate::new(Some("{{ 1 | tojson(1, 2, 3, 4, 5) }}"), "", "");
+        assert!(t.render(&[], &[]).is_err());
+    }
+
+    #[test]
+    fn iterable_and_sequence_are_jinja2s() {
+        let out = render_extra(
+            "{% for v in [none, 1, 's', [1], {'a': 1}, undefined_name] %}{{ v is iterable }}/{{ v is sequence }} {% endfor %}",
+            json!({}),
+        );
+        assert_eq!(
+            out,
+            "False/False False/False True/True True/True True/True True/True "
+        );
+    }
+
+    #[test]
+    fn tools_and_documents_are_none_without_tools() {
+        let out = render_extra(
+            "{{ tools is defined }} {{ tools is none }} {{ documents is none }}",
+            json!({}),
+        );
+        assert_eq!(out, "True True True");
+    }
+
+    #[test]
+    fn assistant_turns_carry_reasoning_and_an_empty_content() {
+        let t = ChatTemplate::new(
+            Some(
+                "{% for m in messages %}{{ m | tojson }}\n{% endfor %}{{ strftime_now('%d %b %Y') }}",
+            ),
+            "",
+            "",
+        );
+        let messages = [
+            user("Hi"),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCallSpec {
+                    id: "call_1".into(),
+                    name: "f".into(),
+                    arguments: r#"{"x":1}"#.into(),
+                }],
+                reasoning: Some("Think.".into()),
+            },
+            ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: "ok".into(),
+            },
+        ];
+        let options = RenderOptions {
+            now: NaiveDateTime::parse_from_str("2025-03-07T09:30:00", "%Y-%m-%dT%H:%M:%S").ok(),
+            ..RenderOptions::default()
+        };
+        let out = t.render_with(&messages, &[], &options).unwrap();
+        assert_eq!(
+            out,
+            concat!(
+                r#"{"role": "user", "content": "Hi"}"#,
+                "\n",
+                r#"{"thinking": "Think.", "role": "assistant", "content": "", "reasoning_content": "Think.", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}"#,
+                "\n",
+                r#"{"role": "tool", "tool_call_id": "call_1", "content": "ok", "name": "f"}"#,
+                "\n07 Mar 2025"
+            )
         );
     }
 
