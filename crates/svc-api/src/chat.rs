@@ -89,6 +89,11 @@ crate::schema::twin_schema! {
         /// An end-user id; accepted and ignored.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub user: Option<String>,
+        /// How hard a reasoning model thinks: `none`, `minimal`, `low`,
+        /// `medium` or `high` (any other value is a 400 naming it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(schema_with = reasoning_effort_schema)]
+        pub reasoning_effort: Option<String>,
     }
     #[schema(
         as = CreateChatCompletionRequest,
@@ -188,8 +193,13 @@ pub enum Message {
     Assistant {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<Content>,
+        /// The reasoning the model wrote before this reply, sent back
+        /// (DeepSeek's and vLLM's name, as svc's replies carry it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reasoning_content: Option<String>,
+        /// vLLM's newer name for `reasoning_content` (read when that is absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool_calls: Option<Vec<ToolCall>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -671,6 +681,12 @@ pub(crate) fn stop_schema() -> Schema {
         .into()
 }
 
+fn reasoning_effort_schema() -> Schema {
+    crate::schema::reasoning_effort(
+        "How hard a reasoning model (`svc-thinking`) thinks: `none` and `minimal` turn its reasoning off; `low`, `medium` and `high` tune it. A model id that does not reason (`svc`) is not made to. Upstream engines get the value as given.",
+    )
+}
+
 fn tool_choice_schema() -> Schema {
     AnyOfBuilder::new()
         .item(
@@ -706,6 +722,12 @@ fn nullable(ty: Type) -> Object {
         .build()
 }
 
+/// `object` with `description`.
+fn with_description(mut object: Object, description: &str) -> Object {
+    object.description = Some(description.to_owned());
+    object
+}
+
 /// A message of `role` with `content` and an optional `name`.
 fn message_schema(role: &str, description: Option<&str>) -> Object {
     ObjectBuilder::new()
@@ -725,7 +747,20 @@ fn assistant_message_schema() -> Object {
         ))
         .property("role", constant("assistant"))
         .property("content", or_null(reference("MessageContent"), None))
-        .property("reasoning_content", nullable(Type::String))
+        .property(
+            "reasoning_content",
+            with_description(
+                nullable(Type::String),
+                "The reasoning the model wrote before this reply, as replies carry it: templates that render earlier reasoning show it.",
+            ),
+        )
+        .property(
+            "reasoning",
+            with_description(
+                nullable(Type::String),
+                "Another name of `reasoning_content` (vLLM's), read when that is absent.",
+            ),
+        )
         .property(
             "tool_calls",
             ArrayBuilder::new()

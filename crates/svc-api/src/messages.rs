@@ -62,7 +62,10 @@ pub struct MessagesRequest {
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
     /// `{"type":"enabled","budget_tokens":N}` asks for thinking blocks
-    /// (served by reasoning models such as `svc-thinking`); `{"type":"disabled"}`.
+    /// (served by reasoning models such as `svc-thinking`), with the effort
+    /// its budget says: up to 1024 tokens `low`, up to 8192 `medium`, more
+    /// `high`; `{"type":"disabled"}` turns reasoning off (effort `none`);
+    /// `{"type":"adaptive"}` leaves the effort to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingConfig>,
 }
@@ -152,7 +155,8 @@ pub struct ContentBlockParam {
     /// `tool_result`: whether the tool failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
-    /// `thinking`: the reasoning text.
+    /// `thinking`: the reasoning text (in an assistant turn, the reasoning
+    /// of that turn, which templates that render earlier reasoning show).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
     /// `thinking`: its signature (ignored).

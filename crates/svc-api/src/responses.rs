@@ -60,8 +60,10 @@ crate::schema::twin_schema! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(inline)]
         pub text: Option<TextConfig>,
-        /// Accepted (`effort`, `summary`); reasoning comes from the model id
-        /// (`svc-thinking`).
+        /// `effort` (`none`, `minimal`, `low`, `medium` or `high`; any other
+        /// value is a 400 naming `reasoning.effort`) tunes a model that
+        /// reasons (`svc-thinking`), and `none`/`minimal` turn its reasoning
+        /// off; `summary` is accepted. Both are returned.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(inline)]
         pub reasoning: Option<ReasoningConfig>,
@@ -131,7 +133,7 @@ pub enum ResponseInput {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(
     as = ResponseInputItem,
-    description = "A message (`role` user/system/developer/assistant with `content`), a `function_call`, a `function_call_output` or a `reasoning` item, as the Responses API returns them. Reasoning items and the calls of tools svc cannot run are left out of the prompt."
+    description = "A message (`role` user/system/developer/assistant with `content`), a `function_call`, a `function_call_output` or a `reasoning` item, as the Responses API returns them. A reasoning item's text (its `reasoning_text` content, else its `summary_text` summary) is the reasoning of the assistant turn that follows it; the calls of tools svc cannot run are left out of the prompt."
 )]
 pub struct InputItem {
     /// `message` (the default when `role` is given), `function_call`,
@@ -158,6 +160,10 @@ pub struct InputItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = content_schema)]
     pub output: Option<InputContent>,
+    /// `summary_text` parts (reasoning items): the reasoning's summary, read
+    /// when the item has no `reasoning_text` content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Vec<InputPart>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 }
@@ -176,7 +182,8 @@ pub enum InputContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(as = ResponseInputPart)]
 pub struct InputPart {
-    /// `input_text`, `output_text` or `input_image` (`refusal` is read as text too).
+    /// `input_text`, `output_text` or `input_image` (`refusal` is read as
+    /// text too); in a reasoning item, `reasoning_text` or `summary_text`.
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,10 +267,11 @@ pub struct TextFormat {
     pub strict: Option<bool>,
 }
 
-/// `reasoning`: accepted and returned.
+/// `reasoning`: the effort asked for, and `summary` (accepted); returned as given.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ReasoningConfig {
     #[serde(default)]
+    #[schema(schema_with = effort_schema)]
     pub effort: Option<String>,
     #[serde(default)]
     pub summary: Option<String>,
@@ -712,6 +720,12 @@ fn object_response() -> Object {
 
 fn type_output_text() -> Object {
     constant("output_text")
+}
+
+fn effort_schema() -> utoipa::openapi::schema::Schema {
+    crate::schema::reasoning_effort(
+        "How hard a reasoning model (`svc-thinking`) thinks: `none` and `minimal` turn its reasoning off; `low`, `medium` and `high` tune it. A model id that does not reason (`svc`) is not made to. Upstream engines get the value as given.",
+    )
 }
 
 fn type_reasoning_text() -> Object {

@@ -31,6 +31,23 @@ pub fn constant(value: impl Into<Value>) -> Object {
     )
 }
 
+/// OpenAI's reasoning efforts, least first: what chat's `reasoning_effort`
+/// and Responses' `reasoning.effort` take.
+pub const REASONING_EFFORTS: [&str; 5] = ["none", "minimal", "low", "medium", "high"];
+
+/// A reasoning effort ([`REASONING_EFFORTS`]) or `null`, described.
+pub fn reasoning_effort(description: &str) -> Schema {
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(REASONING_EFFORTS)),
+        )
+        .item(null())
+        .description(Some(description))
+        .into()
+}
+
 /// `{"type": "null"}`.
 pub fn null() -> Object {
     ObjectBuilder::new().schema_type(Type::Null).build()

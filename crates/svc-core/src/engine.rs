@@ -616,3 +616,47 @@ pub struct EndpointStatus {
     /// down or busy), `load` (no prefix remembered: least outstanding).
     pub routed: Vec<(&'static str, u64)>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasoning_efforts_read_and_write_openais_names() {
+        for effort in ReasoningEffort::ALL {
+            assert_eq!(ReasoningEffort::parse(effort.as_str()), Some(effort));
+            assert_eq!(
+                serde_json::to_value(effort).unwrap(),
+                Value::from(effort.as_str())
+            );
+            assert_eq!(
+                serde_json::from_value::<ReasoningEffort>(Value::from(effort.as_str())).unwrap(),
+                effort
+            );
+        }
+        assert_eq!(ReasoningEffort::parse("High"), None);
+        assert_eq!(ReasoningEffort::parse("xhigh"), None);
+        let thinking: Vec<_> = ReasoningEffort::ALL
+            .into_iter()
+            .filter(|e| e.thinks())
+            .collect();
+        assert_eq!(
+            thinking,
+            [
+                ReasoningEffort::Low,
+                ReasoningEffort::Medium,
+                ReasoningEffort::High
+            ]
+        );
+    }
+
+    #[test]
+    fn an_assistant_turns_reasoning_counts_as_text() {
+        let turn = ChatMessage::Assistant {
+            content: Some("Hello.".into()),
+            tool_calls: Vec::new(),
+            reasoning: Some("Greet.".into()),
+        };
+        assert_eq!(turn.text_bytes(), "Hello.".len() + "Greet.".len());
+    }
+}

@@ -21,7 +21,8 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use svc_core::{
-    ChatMessage, Engine, EngineError, EventStream, GenerateRequest, KeyRecord, TokenUsage,
+    ChatMessage, Engine, EngineError, EventStream, GenerateRequest, KeyRecord, ReasoningEffort,
+    TokenUsage,
 };
 
 use crate::budget::{BudgetSlot, Budgets, Charge, Spent};
@@ -99,9 +100,10 @@ impl Admission {
             .ok_or_else(|| Refusal::ModelNotFound(model.to_owned()))
     }
 
-    /// `model`'s route, with what it sets applied to `request`: the model's
-    /// reasoning flag, and its default system prompt when the request has
-    /// none (neither for a legacy text prompt, which is continued as it
+    /// `model`'s route, with what it sets applied to `request`: whether it
+    /// reasons ([`reasons`], from the model's reasoning flag and the
+    /// request's effort), and its default system prompt when the request
+    /// has none (neither for a legacy text prompt, which is continued as it
     /// is). A model the key may not use is one that does not exist.
     pub fn routed(
         &self,
@@ -114,7 +116,7 @@ impl Admission {
             // A text prompt is continued as it is: no system prompt, no reasoning.
             return Ok(route);
         }
-        request.reasoning = route.reasoning;
+        request.reasoning = reasons(route.reasoning, request.reasoning_effort);
         if let Some(prompt) = &route.default_system_prompt
             && !request
                 .messages
@@ -380,6 +382,19 @@ fn falls_back(error: &EngineError, on_context_length: bool) -> bool {
     }
 }
 
+/// Whether a request reasons (and its reply carries the reasoning): as
+/// OpenAI's reasoning models do, the model id decides whether the model
+/// reasons (a route's `reasoning`, as `svc-thinking`'s), and the effort
+/// tunes it: `none` and `minimal` turn it off, `low`, `medium` and `high`
+/// (or no effort) leave it on. An effort never turns reasoning on for a
+/// model id that does not reason (`svc`): on a model that does not think
+/// by itself that would add a whole reasoning pass the client did not ask
+/// the model id for; the effort still reaches the engine, which passes it
+/// on to an upstream (whose model decides) and to a template that reads it.
+pub fn reasons(route_reasons: bool, effort: Option<ReasoningEffort>) -> bool {
+    route_reasons && effort.is_none_or(ReasoningEffort::thinks)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -614,6 +629,35 @@ mod tests {
         admission.routed(&key, "thinking", &mut request).unwrap();
         assert!(!request.reasoning);
         assert!(request.messages.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_effort_turns_a_reasoning_models_reasoning_off_and_never_on() {
+        let mut thinking = route("thinking", Scripted::answering());
+        thinking.reasoning = true;
+        let admission = admission(vec![thinking, route("plain", Scripted::answering())]).await;
+        let key = key(&[]);
+        for (model, effort, reasons) in [
+            ("thinking", None, true),
+            ("thinking", Some(ReasoningEffort::None), false),
+            ("thinking", Some(ReasoningEffort::Minimal), false),
+            ("thinking", Some(ReasoningEffort::Low), true),
+            ("thinking", Some(ReasoningEffort::High), true),
+            ("plain", None, false),
+            ("plain", Some(ReasoningEffort::High), false),
+            ("plain", Some(ReasoningEffort::None), false),
+        ] {
+            let mut request = GenerateRequest {
+                reasoning_effort: effort,
+                ..asking(5)
+            };
+            admission.routed(&key, model, &mut request).unwrap();
+            assert_eq!(request.reasoning, reasons, "{model} at {effort:?}");
+            assert_eq!(
+                request.reasoning_effort, effort,
+                "the effort reaches the engine"
+            );
+        }
     }
 
     #[tokio::test]

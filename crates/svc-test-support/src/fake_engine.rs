@@ -1,8 +1,8 @@
 //! A scripted engine: deterministic replies, delays, failures and tool calls
 //! on demand, with a [`Probe`] that counts what happened.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,6 +47,16 @@ pub struct Probe {
     pub words_sent: AtomicUsize,
     /// Generations whose stream was dropped before it finished.
     pub cancelled: AtomicUsize,
+    /// The request of the last generation started.
+    pub last_request: Mutex<Option<GenerateRequest>>,
+}
+
+impl Probe {
+    /// The request of the last generation started (as the engine got it:
+    /// validated and routed), if any.
+    pub fn last_request(&self) -> Option<GenerateRequest> {
+        self.last_request.lock().ok().and_then(|last| last.clone())
+    }
 }
 
 /// The scripted engine. It counts a prompt token a word plus one a
@@ -217,6 +227,9 @@ impl Engine for FakeEngine {
             });
         }
         self.probe.started.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut last) = self.probe.last_request.lock() {
+            *last = Some(request.clone());
+        }
         if request.background {
             self.probe.background.fetch_add(1, Ordering::SeqCst);
         }

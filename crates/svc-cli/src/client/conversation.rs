@@ -63,6 +63,7 @@ impl Conversation {
         self.turns.push(Message::Assistant {
             content: Some(Content::Text(reply.to_owned())),
             reasoning_content: None,
+            reasoning: None,
             tool_calls: None,
             name: None,
         });

@@ -8,8 +8,8 @@ use serde_json::Value;
 use svc_api::{ChatCompletionRequest, Content, Message, ResponseFormat, Stop, ToolChoice};
 use svc_core::ValidationError;
 use svc_core::engine::{
-    ChatMessage, GenerateRequest, OutputFormat, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
-    UserPart,
+    ChatMessage, GenerateRequest, OutputFormat, ReasoningEffort, Sampling, ToolCallSpec,
+    ToolChoiceSpec, ToolSpec, UserPart,
 };
 use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 
@@ -84,6 +84,8 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
         let tools = tools(req.tools.unwrap_or_default())?;
         let tool_choice = tool_choice(req.tool_choice, &tools)?;
         let output = output_format(req.response_format)?;
+        let reasoning_effort =
+            reasoning_effort(req.reasoning_effort.as_deref(), "reasoning_effort")?;
         let messages = messages(req.messages)?;
 
         Ok(ValidChatRequest {
@@ -97,8 +99,9 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
                 tools,
                 tool_choice,
                 output,
+                // Set by the model's route (see `Admission::routed`).
                 reasoning: false,
-                reasoning_effort: None,
+                reasoning_effort,
                 stream,
                 logprobs,
                 n,
@@ -124,6 +127,26 @@ pub(crate) fn stream_usage(
         ));
     }
     Ok(options.and_then(|o| o.include_usage).unwrap_or(false))
+}
+
+/// An OpenAI reasoning effort (`none`, `minimal`, `low`, `medium`, `high`)
+/// given at `param`; any other value is a 400 naming it.
+pub(crate) fn reasoning_effort(
+    value: Option<&str>,
+    param: &str,
+) -> Result<Option<ReasoningEffort>, ValidationError> {
+    value
+        .map(|name| {
+            ReasoningEffort::parse(name).ok_or_else(|| {
+                ValidationError::new(
+                    param,
+                    format!(
+                        "{param} must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\" (got {name:?})"
+                    ),
+                )
+            })
+        })
+        .transpose()
 }
 
 /// `n`: 1 when absent, else 1 to [`MAX_CHOICES`].
@@ -469,6 +492,8 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                 Message::Assistant {
                     content,
                     tool_calls,
+                    reasoning_content,
+                    reasoning,
                     ..
                 } => {
                     let content = content.map(|c| text(c, &param)).transpose()?;
@@ -499,7 +524,8 @@ fn messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>, ValidationError>
                     ChatMessage::Assistant {
                         content,
                         tool_calls,
-                        reasoning: None,
+                        // DeepSeek's name first, then vLLM's; an empty one is none.
+                        reasoning: reasoning_content.or(reasoning).filter(|r| !r.is_empty()),
                     }
                 }
                 Message::Tool {
@@ -597,6 +623,78 @@ mod tests {
         assert_eq!(param_of(json!({"messages": []})), "messages");
         assert_eq!(param_of(json!({"tool_choice": "required"})), "tool_choice");
         assert!(request(json!({"temperature": 2, "top_p": 0, "n": 1})).is_ok());
+    }
+
+    #[test]
+    fn reasoning_effort_reaches_the_engine_and_an_unknown_one_is_named() {
+        use serde_json::json;
+        assert_eq!(request(json!({})).unwrap().generate.reasoning_effort, None);
+        assert_eq!(
+            request(json!({"reasoning_effort": null}))
+                .unwrap()
+                .generate
+                .reasoning_effort,
+            None
+        );
+        for effort in ReasoningEffort::ALL {
+            let valid = request(json!({"reasoning_effort": effort.as_str()})).unwrap();
+            assert_eq!(valid.generate.reasoning_effort, Some(effort));
+        }
+        for bad in ["extreme", "HIGH", ""] {
+            let err = request(json!({"reasoning_effort": bad})).unwrap_err();
+            assert_eq!(err.param, "reasoning_effort");
+            assert!(err.message.contains("\"medium\""), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn an_assistant_turns_reasoning_comes_back_under_either_name() {
+        use serde_json::json;
+        let history = |assistant: Value| {
+            let valid = request(json!({"messages": [
+                {"role": "user", "content": "hi"},
+                assistant,
+                {"role": "user", "content": "again"}
+            ]}))
+            .unwrap();
+            valid.generate.messages[1].clone()
+        };
+        let reasoning_of = |message: ChatMessage| match message {
+            ChatMessage::Assistant { reasoning, .. } => reasoning,
+            other => panic!("not an assistant message: {other:?}"),
+        };
+        assert_eq!(
+            history(
+                json!({"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."})
+            ),
+            ChatMessage::Assistant {
+                content: Some("Hello.".into()),
+                tool_calls: Vec::new(),
+                reasoning: Some("Greet back.".into()),
+            }
+        );
+        assert_eq!(
+            reasoning_of(history(
+                json!({"role": "assistant", "content": "Hello.", "reasoning": "vLLM's name."})
+            )),
+            Some("vLLM's name.".into())
+        );
+        assert_eq!(
+            reasoning_of(history(json!({"role": "assistant", "content": "Hello.",
+                "reasoning_content": "first", "reasoning": "second"}))),
+            Some("first".into()),
+            "reasoning_content wins"
+        );
+        assert_eq!(
+            reasoning_of(history(
+                json!({"role": "assistant", "content": "Hello.", "reasoning_content": ""})
+            )),
+            None
+        );
+        assert_eq!(
+            reasoning_of(history(json!({"role": "assistant", "content": "Hello."}))),
+            None
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use error::MessagesError;
 use shape::MessageMeta;
-use valid::{Thinking, ValidCountTokensRequest, ValidMessagesRequest};
+use valid::{ValidCountTokensRequest, ValidMessagesRequest};
 
 /// The Messages routes: each answers a wrong method in Anthropic's shape,
 /// and so does every other path under `/v1/messages`.
@@ -59,7 +59,7 @@ async fn method_not_allowed(request: Request) -> MessagesError {
 
 #[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "createMessage",
     summary = "Create a message: the model's next reply, in Anthropic's Messages API.",
-    description = "Anthropic's `POST /v1/messages`. The key comes as `x-api-key` or a bearer token; `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted. Unknown fields are ignored. Tools whose `type` is neither absent nor `custom` (server tools such as web search) are accepted and left out of the prompt. `thinking` blocks come from reasoning models (`svc-thinking`) unless `thinking.type` is `disabled`. With `stream` true the reply is Server-Sent Events (`MessageStreamSseEvent`); an error after the stream has begun is a last `event: error`. The `message_start` event's usage is 0: the counts come in `message_delta`.",
+    description = "Anthropic's `POST /v1/messages`. The key comes as `x-api-key` or a bearer token; `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted. Unknown fields are ignored. Tools whose `type` is neither absent nor `custom` (server tools such as web search) are accepted and left out of the prompt. `thinking` blocks come from reasoning models (`svc-thinking`) unless `thinking.type` is `disabled` (reasoning off); `enabled` asks for the effort its `budget_tokens` says (up to 1024 low, up to 8192 medium, more high). An assistant turn's `thinking` blocks are its reasoning, for templates that render earlier reasoning. With `stream` true the reply is Server-Sent Events (`MessageStreamSseEvent`); an error after the stream has begun is a last `event: error`. The `message_start` event's usage is 0: the counts come in `message_delta`.",
     security(("bearer" = ["model.request"]), ("apiKey" = ["model.request"])),
     request_body = MessagesRequest,
     responses(
@@ -109,14 +109,12 @@ async fn answer(
     };
     let request = ValidMessagesRequest::try_from(body)?;
     let stream = request.generate.stream;
+    // `thinking: disabled` is effort `none`: no reasoning, no thinking blocks.
     let reasoning = state
         .models
         .get(&request.model)
-        .is_some_and(|r| r.reasoning);
-    let mut meta = MessageMeta::new(
-        request.model.clone(),
-        reasoning && request.thinking != Thinking::Disabled,
-    );
+        .is_some_and(|r| crate::admission::reasons(r.reasoning, request.generate.reasoning_effort));
+    let mut meta = MessageMeta::new(request.model.clone(), reasoning);
     let stops = request.stop_sequences;
     let stopped_by = meta.stopped_by.clone();
     let outcome = metering.outcome.clone();

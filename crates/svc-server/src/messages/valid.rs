@@ -8,9 +8,15 @@
 //! the `system` role (Claude Code sends them); a user turn's text
 //! blocks are one user message and each `tool_result` block a tool message,
 //! in order; an assistant turn's text blocks are its content and its
-//! `tool_use` blocks its tool calls (`input` serialized as the arguments).
-//! `thinking` and `redacted_thinking` blocks are accepted and left out of
-//! the prompt (svc's models do not read their own earlier reasoning).
+//! `tool_use` blocks its tool calls (`input` serialized as the arguments)
+//! and its `thinking` blocks its reasoning (joined by newlines), for
+//! templates that render earlier reasoning. `redacted_thinking` blocks
+//! (encrypted), and `thinking` blocks in user turns, are accepted and left
+//! out of the prompt.
+//!
+//! `thinking` sets the reasoning effort: `{"type":"enabled"}` by its
+//! `budget_tokens` (see [`effort_of_budget`]), `{"type":"disabled"}` effort
+//! `none`, `{"type":"adaptive"}` none said (the model's own).
 //! Images, documents and every other block type are refused. Tools whose
 //! `type` is neither absent nor `custom` (Anthropic's server tools, such
 //! as web search or code execution, which svc cannot run) are accepted
@@ -24,23 +30,52 @@ use svc_api::messages::{
 
 use svc_core::ValidationError;
 use svc_core::engine::{
-    ChatMessage, GenerateRequest, ImageInput, Sampling, ToolCallSpec, ToolChoiceSpec, ToolSpec,
-    UserPart,
+    ChatMessage, GenerateRequest, ImageInput, ReasoningEffort, Sampling, ToolCallSpec,
+    ToolChoiceSpec, ToolSpec, UserPart,
 };
 use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 
 /// Most stop sequences a Messages request may give.
 pub const MAX_STOP_SEQUENCES: usize = 16;
+/// The largest thinking budget that is effort `low` (Anthropic's least
+/// budget is 1024 tokens).
+pub const LOW_THINKING_BUDGET: i64 = 1024;
+/// The largest thinking budget that is effort `medium`; larger is `high`.
+pub const MEDIUM_THINKING_BUDGET: i64 = 8192;
 
 /// Whether the reply shows the model's reasoning as `thinking` blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Thinking {
     /// Not asked either way: a reasoning model (`svc-thinking`) shows it.
     Default,
-    /// `{"type":"enabled"}` (or `adaptive`): shown when the model reasons.
-    Enabled,
-    /// `{"type":"disabled"}`: never shown.
+    /// `{"type":"enabled"}` with the effort its budget says, or `adaptive`
+    /// (`None`: the model's own): shown when the model reasons.
+    Enabled(Option<ReasoningEffort>),
+    /// `{"type":"disabled"}`: never shown (effort `none`).
     Disabled,
+}
+
+impl Thinking {
+    /// The reasoning effort this asks for; `None` when it says none.
+    pub fn effort(self) -> Option<ReasoningEffort> {
+        match self {
+            Thinking::Default => None,
+            Thinking::Enabled(effort) => effort,
+            Thinking::Disabled => Some(ReasoningEffort::None),
+        }
+    }
+}
+
+/// The effort a thinking budget asks for: up to [`LOW_THINKING_BUDGET`]
+/// tokens `low`, up to [`MEDIUM_THINKING_BUDGET`] `medium`, more `high`.
+pub fn effort_of_budget(budget_tokens: i64) -> ReasoningEffort {
+    if budget_tokens <= LOW_THINKING_BUDGET {
+        ReasoningEffort::Low
+    } else if budget_tokens <= MEDIUM_THINKING_BUDGET {
+        ReasoningEffort::Medium
+    } else {
+        ReasoningEffort::High
+    }
 }
 
 /// A Messages request that passed every check.
@@ -99,6 +134,7 @@ impl TryFrom<MessagesRequest> for ValidMessagesRequest {
                 max_tokens: Some(max_tokens),
                 tools,
                 tool_choice,
+                reasoning_effort: thinking.effort(),
                 stream: req.stream.unwrap_or(false),
                 ..GenerateRequest::default()
             },
@@ -119,7 +155,7 @@ impl TryFrom<CountTokensRequest> for ValidCountTokensRequest {
 
     fn try_from(req: CountTokensRequest) -> Result<Self, ValidationError> {
         model(&req.model)?;
-        thinking(req.thinking.as_ref(), None)?;
+        let thinking = thinking(req.thinking.as_ref(), None)?;
         let (messages, tools, tool_choice) =
             conversation(req.system, req.messages, req.tools, req.tool_choice)?;
         Ok(ValidCountTokensRequest {
@@ -128,6 +164,7 @@ impl TryFrom<CountTokensRequest> for ValidCountTokensRequest {
                 messages,
                 tools,
                 tool_choice,
+                reasoning_effort: thinking.effort(),
                 ..GenerateRequest::default()
             },
         })
@@ -188,7 +225,7 @@ fn thinking(
     };
     match config.kind.as_str() {
         "disabled" => Ok(Thinking::Disabled),
-        "adaptive" => Ok(Thinking::Enabled),
+        "adaptive" => Ok(Thinking::Enabled(None)),
         "enabled" => {
             let budget = config.budget_tokens.ok_or_else(|| {
                 ValidationError::new(
@@ -204,11 +241,13 @@ fn thinking(
                     ),
                 ));
             }
-            Ok(Thinking::Enabled)
+            Ok(Thinking::Enabled(Some(effort_of_budget(budget))))
         }
         other => Err(ValidationError::new(
             "thinking.type",
-            format!("thinking type must be \"enabled\" or \"disabled\" (got {other:?})"),
+            format!(
+                "thinking type must be \"enabled\", \"disabled\" or \"adaptive\" (got {other:?})"
+            ),
         )),
     }
 }
@@ -423,6 +462,7 @@ fn assistant_turn(
     bytes: &mut usize,
 ) -> Result<(), ValidationError> {
     let mut text: Vec<String> = Vec::new();
+    let mut thinking: Vec<String> = Vec::new();
     let mut tool_calls = Vec::new();
     for (j, block) in blocks.into_iter().enumerate() {
         let param = format!("{param}[{j}]");
@@ -456,7 +496,15 @@ fn assistant_turn(
                     arguments,
                 });
             }
-            "thinking" | "redacted_thinking" => {}
+            "thinking" => {
+                // The turn's reasoning; the signature is not checked.
+                if let Some(t) = block.thinking.filter(|t| !t.is_empty()) {
+                    *bytes += t.len();
+                    thinking.push(t);
+                }
+            }
+            // Encrypted reasoning: nothing svc can read.
+            "redacted_thinking" => {}
             other => {
                 return Err(ValidationError::new(
                     format!("{param}.type"),
@@ -469,7 +517,7 @@ fn assistant_turn(
     messages.push(ChatMessage::Assistant {
         content,
         tool_calls,
-        reasoning: None,
+        reasoning: (!thinking.is_empty()).then(|| thinking.join("\n")),
     });
     Ok(())
 }
@@ -747,7 +795,8 @@ mod tests {
                         name: "get_weather".into(),
                         arguments: "{\"city\":\"Paris\"}".into()
                     }],
-                    reasoning: None,
+                    // The turn's thinking block.
+                    reasoning: Some("hmm".into()),
                 },
                 ChatMessage::Tool {
                     tool_call_id: "toolu_1".into(),
@@ -758,6 +807,88 @@ mod tests {
                     content: "Error: boom".into()
                 },
                 ChatMessage::User("thanks".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn thinking_is_an_effort_by_its_budget() {
+        let effort = |thinking: Value| {
+            request(json!({"max_tokens": 20000, "thinking": thinking}))
+                .unwrap()
+                .generate
+                .reasoning_effort
+        };
+        assert_eq!(request(json!({})).unwrap().generate.reasoning_effort, None);
+        for (budget, expected) in [
+            (1, ReasoningEffort::Low),
+            (LOW_THINKING_BUDGET, ReasoningEffort::Low),
+            (LOW_THINKING_BUDGET + 1, ReasoningEffort::Medium),
+            (MEDIUM_THINKING_BUDGET, ReasoningEffort::Medium),
+            (MEDIUM_THINKING_BUDGET + 1, ReasoningEffort::High),
+            (19_999, ReasoningEffort::High),
+        ] {
+            assert_eq!(
+                effort(json!({"type": "enabled", "budget_tokens": budget})),
+                Some(expected),
+                "{budget}"
+            );
+        }
+        assert_eq!(
+            effort(json!({"type": "disabled"})),
+            Some(ReasoningEffort::None)
+        );
+        assert_eq!(effort(json!({"type": "adaptive"})), None);
+        assert_eq!(
+            param_of(json!({"thinking": {"type": "on"}})),
+            "thinking.type"
+        );
+        // count_tokens reads it the same way.
+        let count: CountTokensRequest = serde_json::from_value(json!({"model": "svc",
+            "messages": [{"role": "user", "content": "hi"}],
+            "thinking": {"type": "enabled", "budget_tokens": 9000}}))
+        .unwrap();
+        assert_eq!(
+            ValidCountTokensRequest::try_from(count)
+                .unwrap()
+                .generate
+                .reasoning_effort,
+            Some(ReasoningEffort::High)
+        );
+    }
+
+    #[test]
+    fn an_assistant_turns_thinking_blocks_are_its_reasoning() {
+        let valid = request(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "First,", "signature": "x"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Hello."},
+                {"type": "thinking", "thinking": "", "signature": "x"},
+                {"type": "thinking", "thinking": "then.", "signature": "x"}
+            ]},
+            {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "More."}]},
+            {"role": "user", "content": [{"type": "thinking", "thinking": "not a turn's", "signature": "x"},
+                {"type": "text", "text": "again"}]}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            valid.generate.messages,
+            vec![
+                ChatMessage::User("hi".into()),
+                ChatMessage::Assistant {
+                    content: Some("Hello.".into()),
+                    tool_calls: Vec::new(),
+                    reasoning: Some("First,\nthen.".into()),
+                },
+                ChatMessage::Assistant {
+                    content: Some("More.".into()),
+                    tool_calls: Vec::new(),
+                    reasoning: None,
+                },
+                ChatMessage::User("again".into()),
             ]
         );
     }

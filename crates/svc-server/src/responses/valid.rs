@@ -10,10 +10,15 @@
 //! - `function_call` items become the assistant's tool calls (joined to
 //!   the assistant message before them), `function_call_output` items
 //!   tool results;
-//! - `reasoning` items are left out (the model reasons anew), and so are
-//!   the items of the tools svc cannot run (`web_search_call`,
-//!   `local_shell_call`, `custom_tool_call`, ...: every other type);
-//!   `item_reference` is refused (svc does not look items up by id);
+//! - a `reasoning` item's text (its `reasoning_text` content, else its
+//!   `summary_text` summary) is the reasoning of the assistant turn that
+//!   follows it (the next assistant message or function call), for
+//!   templates that render earlier reasoning; one that no assistant turn
+//!   follows (a user message or a tool's output comes first) is left out;
+//! - the items of the tools svc cannot run (`web_search_call`,
+//!   `local_shell_call`, `custom_tool_call`, ...: every other type) are
+//!   left out; `item_reference` is refused (svc does not look items up by id);
+//! - `reasoning.effort` is the request's reasoning effort;
 //! - every input item counts against the bytes a request's input may hold
 //!   ([`MAX_MESSAGE_BYTES`] of JSON), those left out of the prompt too,
 //!   and a stored response keeps only what the prompt reads
@@ -40,7 +45,9 @@ use svc_core::engine::{
 };
 use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 
-use crate::chat::valid::{ranged, token_cap, tool_choice_mode, valid_function_name};
+use crate::chat::valid::{
+    ranged, reasoning_effort, token_cap, tool_choice_mode, valid_function_name,
+};
 
 /// Most `metadata` pairs, as with OpenAI.
 pub const MAX_METADATA: usize = 16;
@@ -123,6 +130,10 @@ impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
             Some(f) => serde_json::to_value(f).unwrap_or(Value::Null),
         };
         let output = output_format(format)?;
+        let reasoning_effort = reasoning_effort(
+            req.reasoning.as_ref().and_then(|r| r.effort.as_deref()),
+            "reasoning.effort",
+        )?;
         let metadata = req.metadata.unwrap_or_default();
         if metadata.len() > MAX_METADATA {
             return Err(ValidationError::new(
@@ -166,6 +177,7 @@ impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
                 tools,
                 tool_choice,
                 output,
+                reasoning_effort,
                 stream: req.stream.unwrap_or(false),
                 ..GenerateRequest::default()
             },
@@ -235,20 +247,21 @@ impl ValidResponseRequest {
 
     /// The new input items as a stored response keeps them for its
     /// conversation: those the prompt reads (messages, function calls and
-    /// their outputs), each with only the fields the prompt reads.
-    /// Reasoning items, the items of hosted tools, ids and statuses are
-    /// left out: nothing reads them back (svc lists no input items), so
-    /// keeping them would only cost space.
+    /// their outputs, the reasoning of an assistant turn), each with only
+    /// the fields the prompt reads (a reasoning item as its text). The
+    /// reasoning no assistant turn follows, the items of hosted tools, ids
+    /// and statuses are left out: nothing reads them back (svc lists no
+    /// input items), so keeping them would only cost space.
     pub fn conversation_input(&self) -> Vec<InputItem> {
         self.input
             .iter()
-            .filter_map(|item| {
-                let kind = match (&item.kind, &item.role) {
-                    (Some(kind), _) => kind.as_str(),
-                    (None, Some(_)) => "message",
-                    (None, None) => return None,
-                };
+            .enumerate()
+            .filter_map(|(i, item)| {
+                let kind = item_kind(item)?;
                 let kept = match kind {
+                    "reasoning" if reasoning_reaches_a_turn(&self.input[i + 1..]) => {
+                        reasoning_item(reasoning_text(item)?)
+                    }
                     "message" => InputItem {
                         role: item.role.clone(),
                         content: item.content.clone(),
@@ -337,10 +350,85 @@ pub fn conversation_items(earlier: Vec<InputItem>, output: &[OutputItem]) -> Vec
                 arguments: Some(arguments.clone()),
                 ..InputItem::default()
             }),
-            OutputItem::Reasoning { .. } => {}
+            OutputItem::Reasoning { content, .. } => {
+                let text: String = content.iter().map(|p| p.text.as_str()).collect();
+                if !text.is_empty() {
+                    items.push(reasoning_item(text));
+                }
+            }
         }
     }
     items
+}
+
+/// A reasoning item as a conversation keeps it: its text as `reasoning_text`.
+fn reasoning_item(text: String) -> InputItem {
+    InputItem {
+        kind: Some("reasoning".into()),
+        content: Some(InputContent::Parts(vec![InputPart {
+            kind: "reasoning_text".into(),
+            text: Some(text),
+            refusal: None,
+            image_url: None,
+            detail: None,
+            file_id: None,
+        }])),
+        ..InputItem::default()
+    }
+}
+
+/// An item's `type`: `message` when only a `role` is given; `None` without either.
+fn item_kind(item: &InputItem) -> Option<&str> {
+    match (&item.kind, &item.role) {
+        (Some(kind), _) => Some(kind.as_str()),
+        (None, Some(_)) => Some("message"),
+        (None, None) => None,
+    }
+}
+
+/// The text of a reasoning item: its `reasoning_text` content (or a string
+/// content), else its `summary_text` summary, paragraphs apart; `None` when
+/// it has neither (only encrypted content, which svc cannot read). Parts
+/// of other types are skipped.
+fn reasoning_text(item: &InputItem) -> Option<String> {
+    let of = |parts: &[InputPart], kind: &str, between: &str| {
+        parts
+            .iter()
+            .filter(|p| p.kind == kind)
+            .filter_map(|p| p.text.as_deref())
+            .collect::<Vec<_>>()
+            .join(between)
+    };
+    let content = match &item.content {
+        Some(InputContent::Text(text)) => text.clone(),
+        Some(InputContent::Parts(parts)) => of(parts, "reasoning_text", ""),
+        None => String::new(),
+    };
+    if !content.is_empty() {
+        return Some(content);
+    }
+    let summary = of(
+        item.summary.as_deref().unwrap_or_default(),
+        "summary_text",
+        "\n\n",
+    );
+    (!summary.is_empty()).then_some(summary)
+}
+
+/// Whether a reasoning item followed by `rest` is the reasoning of an
+/// assistant turn: an assistant message or a function call comes before
+/// any other message or a tool's output (other reasoning, and the items
+/// left out of the prompt, may come between). As [`messages`] reads it.
+fn reasoning_reaches_a_turn(rest: &[InputItem]) -> bool {
+    for item in rest {
+        match item_kind(item) {
+            Some("message") => return item.role.as_deref() == Some("assistant"),
+            Some("function_call") => return true,
+            Some("function_call_output") => return false,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Messages of stored items: they passed [`messages`] when they came, so a
@@ -597,17 +685,15 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
         ));
     }
     let mut out: Vec<ChatMessage> = Vec::new();
+    // The reasoning of the assistant turn to come.
+    let mut reasoning: Option<String> = None;
     for (i, item) in items.iter().enumerate() {
         let at = |field: &str| format!("{param}[{i}].{field}");
-        let kind = match (&item.kind, &item.role) {
-            (Some(kind), _) => kind.as_str(),
-            (None, Some(_)) => "message",
-            (None, None) => {
-                return Err(ValidationError::new(
-                    at("type"),
-                    "an input item needs a type (or a role, for a message)",
-                ));
-            }
+        let Some(kind) = item_kind(item) else {
+            return Err(ValidationError::new(
+                at("type"),
+                "an input item needs a type (or a role, for a message)",
+            ));
         };
         match kind {
             "message" => {
@@ -620,15 +706,20 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                 };
                 if role == "user" {
                     out.push(user_message(content, &at("content"))?);
+                    // Reasoning no assistant turn followed is not read.
+                    reasoning = None;
                     continue;
                 }
                 let content = text(content, &at("content"))?;
                 out.push(match role {
-                    "system" | "developer" => ChatMessage::System(content),
+                    "system" | "developer" => {
+                        reasoning = None;
+                        ChatMessage::System(content)
+                    }
                     "assistant" => ChatMessage::Assistant {
                         content: Some(content),
                         tool_calls: Vec::new(),
-                        reasoning: None,
+                        reasoning: reasoning.take(),
                     },
                     other => {
                         return Err(ValidationError::new(
@@ -648,14 +739,23 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                         ValidationError::new(at("arguments"), "a function call needs arguments")
                     })?,
                 };
-                // Calls of one turn join the assistant message before them.
-                if let Some(ChatMessage::Assistant { tool_calls, .. }) = out.last_mut() {
+                // Calls of one turn join the assistant message before them
+                // (and so does reasoning between them).
+                if let Some(ChatMessage::Assistant {
+                    tool_calls,
+                    reasoning: before,
+                    ..
+                }) = out.last_mut()
+                {
                     tool_calls.push(call);
+                    if let Some(more) = reasoning.take() {
+                        *before = Some(join_reasoning(before.take(), more));
+                    }
                 } else {
                     out.push(ChatMessage::Assistant {
                         content: None,
                         tool_calls: vec![call],
-                        reasoning: None,
+                        reasoning: reasoning.take(),
                     });
                 }
             }
@@ -671,6 +771,12 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                     tool_call_id: call_id.to_owned(),
                     content: text(output, &at("output"))?,
                 });
+                reasoning = None;
+            }
+            "reasoning" => {
+                if let Some(text) = reasoning_text(item) {
+                    reasoning = Some(join_reasoning(reasoning.take(), text));
+                }
             }
             "item_reference" => {
                 return Err(ValidationError::new(
@@ -678,13 +784,20 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                     "item_reference is not supported: send the items themselves, or previous_response_id",
                 ));
             }
-            // Reasoning is the model's own, made anew each turn; the items
-            // of tools svc cannot run have nothing it can render.
+            // The items of tools svc cannot run have nothing it can render.
             _ => {}
         }
     }
     svc_core::images::within_limit(&out, param)?;
     Ok(out)
+}
+
+/// Reasoning `more` after what came `before` of the same turn, a line apart.
+fn join_reasoning(before: Option<String>, more: String) -> String {
+    match before {
+        Some(before) if !before.is_empty() => format!("{before}\n{more}"),
+        _ => more,
+    }
 }
 
 #[cfg(test)]
@@ -755,7 +868,8 @@ mod tests {
                             arguments: "{}".into()
                         },
                     ],
-                    reasoning: None,
+                    // The reasoning item before the assistant message.
+                    reasoning: Some("hm".into()),
                 },
                 ChatMessage::Tool {
                     tool_call_id: "call_1".into(),
@@ -912,6 +1026,95 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_items_are_the_reasoning_of_the_assistant_turn_that_follows() {
+        let reasoning = |input: Value| -> Vec<Option<String>> {
+            request(json!({ "input": input }))
+                .unwrap()
+                .assemble(&[])
+                .unwrap()
+                .messages
+                .into_iter()
+                .filter_map(|m| match m {
+                    ChatMessage::Assistant { reasoning, .. } => Some(reasoning),
+                    _ => None,
+                })
+                .collect()
+        };
+        let summary = |text: &str| {
+            json!({"type": "reasoning", "encrypted_content": "x",
+            "summary": [{"type": "summary_text", "text": text}]})
+        };
+        let content = |text: &str| {
+            json!({"type": "reasoning", "summary": [{"type": "summary_text", "text": "short"}],
+            "content": [{"type": "reasoning_text", "text": text}]})
+        };
+        let assistant = json!({"role": "assistant", "content": "ok"});
+        let call = json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"});
+        let user = json!({"role": "user", "content": "hi"});
+        // Content wins over the summary; a summary alone is read.
+        assert_eq!(
+            reasoning(json!([user, content("long"), assistant])),
+            [Some("long".into())]
+        );
+        assert_eq!(
+            reasoning(json!([user, summary("short"), assistant])),
+            [Some("short".into())]
+        );
+        // Several summary parts are paragraphs; several items lines.
+        assert_eq!(
+            reasoning(json!([user, {"type": "reasoning", "summary": [
+                {"type": "summary_text", "text": "a"}, {"type": "summary_text", "text": "b"}]},
+                content("c"), call])),
+            [Some("a\n\nb\nc".into())]
+        );
+        // Encrypted only: nothing to read.
+        assert_eq!(
+            reasoning(
+                json!([user, {"type": "reasoning", "summary": [], "encrypted_content": "x"}, assistant])
+            ),
+            [None]
+        );
+        // Reasoning between a message and its calls joins that turn; hosted
+        // tools' items between do not part them.
+        assert_eq!(
+            reasoning(json!([user, content("a"), assistant, content("b"),
+                {"type": "web_search_call", "id": "ws"}, call])),
+            [Some("a\nb".into())]
+        );
+        // Reasoning that no assistant turn follows is left out.
+        assert_eq!(
+            reasoning(json!([user, assistant, content("lost"), user, assistant])),
+            [None, None]
+        );
+        assert_eq!(
+            reasoning(json!([user, call, content("lost"),
+                {"type": "function_call_output", "call_id": "c", "output": "x"}, assistant])),
+            [None, None]
+        );
+    }
+
+    #[test]
+    fn reasoning_effort_is_read_and_an_unknown_one_named() {
+        assert_eq!(request(json!({})).unwrap().generate.reasoning_effort, None);
+        assert_eq!(
+            request(json!({"reasoning": {"summary": "auto"}}))
+                .unwrap()
+                .generate
+                .reasoning_effort,
+            None
+        );
+        for effort in svc_core::ReasoningEffort::ALL {
+            let valid = request(json!({"reasoning": {"effort": effort.as_str()}})).unwrap();
+            assert_eq!(valid.generate.reasoning_effort, Some(effort));
+            assert_eq!(valid.assemble(&[]).unwrap().reasoning_effort, Some(effort));
+        }
+        assert_eq!(
+            param_of(json!({"reasoning": {"effort": "xhigh"}})),
+            "reasoning.effort"
+        );
+    }
+
+    #[test]
     fn a_conversation_keeps_what_the_prompt_reads() {
         let valid = request(json!({"input": [
             {"role": "developer", "content": "sys", "id": "msg_0", "status": "completed"},
@@ -921,6 +1124,7 @@ mod tests {
             {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}", "status": "completed"},
             {"type": "web_search_call", "id": "ws_1", "status": "completed"},
             {"type": "function_call_output", "id": "fco_1", "call_id": "call_1", "output": "sunny"},
+            {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "no turn follows"}]},
             {"role": "user", "content": "and?"}
         ]}))
         .unwrap();
@@ -929,6 +1133,7 @@ mod tests {
             serde_json::to_value(&kept).unwrap(),
             json!([
                 {"type": "message", "role": "developer", "content": "sys"},
+                {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "hm"}]},
                 {"type": "message", "role": "assistant",
                  "content": [{"type": "output_text", "text": "Let me look."}]},
                 {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
@@ -984,7 +1189,7 @@ mod tests {
                 OutputItem::Reasoning {
                     id: "rs_0".into(),
                     summary: Vec::new(),
-                    content: Vec::new(),
+                    content: vec![svc_api::responses::ReasoningText::new("hm".into())],
                     status: "completed".into(),
                 },
                 OutputItem::Message {
@@ -1004,7 +1209,8 @@ mod tests {
                 ChatMessage::Assistant {
                     content: Some("one".into()),
                     tool_calls: Vec::new(),
-                    reasoning: None,
+                    // The response's own reasoning, carried to the next turn.
+                    reasoning: Some("hm".into()),
                 },
                 ChatMessage::User("again".into()),
             ]

@@ -63,6 +63,7 @@ mod org_usage;
 mod org_users;
 mod projects;
 mod ratelimit;
+mod reasoning;
 mod request_log;
 mod response_cache;
 mod response_storage;
