@@ -53,12 +53,13 @@ pub fn prefix_keys(request: &GenerateRequest, min_bytes: usize) -> Vec<u64> {
                     }
                 }
             }
+            // The reasoning is not sent upstream, so it is not part of the prefix.
             ChatMessage::Assistant {
                 content,
                 tool_calls,
-                reasoning,
+                reasoning: _,
             } => {
-                (2u8, content, reasoning, tool_calls.len()).hash(&mut hasher);
+                (2u8, content, tool_calls.len()).hash(&mut hasher);
                 for call in tool_calls {
                     (&call.id, &call.name, &call.arguments).hash(&mut hasher);
                 }

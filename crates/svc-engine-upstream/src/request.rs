@@ -4,10 +4,20 @@
 //! Only fields every OpenAI-compatible server knows are sent, and optional
 //! ones only when they differ from the default, so strict servers (vLLM
 //! refuses `tool_choice` without tools, for one) accept the body.
+//!
+//! The request's reasoning effort goes as `reasoning_effort` (OpenAI's,
+//! vLLM's and Ollama's name), only when the client gave one. The reasoning
+//! of earlier assistant turns is not sent: OpenAI refuses unknown message
+//! fields, and servers disagree on the field's name (`reasoning_content`,
+//! `reasoning`) and on whether it may be sent back at all, so the
+//! upstream's own template sees the turns without it.
 
 use serde::Serialize;
 use serde_json::Value;
-use svc_core::{ChatMessage, GenerateRequest, OutputFormat, TextPrompt, ToolChoiceSpec, UserPart};
+use svc_core::{
+    ChatMessage, GenerateRequest, OutputFormat, ReasoningEffort, TextPrompt, ToolChoiceSpec,
+    UserPart,
+};
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -42,6 +52,10 @@ struct Body<'a> {
     logprobs: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_logprobs: Option<u8>,
+    /// Only when the client gave one (models that do not reason refuse it
+    /// at OpenAI).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
 }
 
 fn is_zero(x: &f32) -> bool {
@@ -230,10 +244,11 @@ fn chat_body(request: &GenerateRequest, model: &str) -> Vec<u8> {
             ChatMessage::UserParts(list) => Message::User {
                 content: UserContent::Parts(parts(list)),
             },
+            // The turn's reasoning is not sent (see the module's doc).
             ChatMessage::Assistant {
                 content,
                 tool_calls,
-                ..
+                reasoning: _,
             } => Message::Assistant {
                 content: content.as_deref(),
                 tool_calls: tool_calls
@@ -311,6 +326,7 @@ fn chat_body(request: &GenerateRequest, model: &str) -> Vec<u8> {
         // as svc's own (see `translate`).
         logprobs: request.logprobs.is_some(),
         top_logprobs: request.logprobs.filter(|&k| k > 0),
+        reasoning_effort: request.reasoning_effort.map(ReasoningEffort::as_str),
     };
     // Our own types with string keys: serializing cannot fail.
     serde_json::to_vec(&body).unwrap_or_default()
@@ -450,6 +466,30 @@ mod tests {
                     "json_schema": {"name": "w", "schema": {"type": "object"}}},
             })
         );
+    }
+
+    #[test]
+    fn the_effort_is_sent_when_given_and_earlier_reasoning_is_not() {
+        let mut r = request();
+        r.messages = vec![
+            ChatMessage::User("Hi".into()),
+            ChatMessage::Assistant {
+                content: Some("Hello.".into()),
+                tool_calls: Vec::new(),
+                reasoning: Some("Greet back.".into()),
+            },
+            ChatMessage::User("Again".into()),
+        ];
+        let body = json_of(&r, "m");
+        assert!(body.get("reasoning_effort").is_none(), "{body}");
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": "Hello."})
+        );
+        for effort in ReasoningEffort::ALL {
+            r.reasoning_effort = Some(effort);
+            assert_eq!(json_of(&r, "m")["reasoning_effort"], json!(effort.as_str()));
+        }
     }
 
     #[test]
