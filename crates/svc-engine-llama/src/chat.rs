@@ -30,15 +30,17 @@ use llama_cpp_2::sampling::LlamaSampler;
 use serde_json::{Value, json};
 use svc_core::engine::{
     ChatMessage, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, TokenLogprob, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
+    OutputFormat, ReasoningEffort, TokenLogprob, TokenUsage, ToolCallChunk, ToolChoiceSpec,
+    ToolSpec,
 };
 
 use crate::engine::{CompletionParams, Ready, Runner};
-use crate::families::{CallParser, Syntax};
+use crate::families::{CallParser, Syntax, ToolFormat};
 use crate::grammar;
+use crate::harmony::{HarmonyParser, Said};
 use crate::markup::WsTrim;
 use crate::prompt::Cancel;
-use crate::reasoning::{self, Piece, REASONING_PREFILL, THINK_CLOSE, THINK_OPEN, ThinkSplitter};
+use crate::reasoning::{self, Piece, REASONING_PREFILL, ReasoningFormat, ThinkSplitter};
 use crate::sampler::Grammar;
 use crate::template::{ChatTemplate, RenderOptions};
 use crate::tools::{self, Parsed, ToolSupport};
@@ -50,8 +52,8 @@ pub(crate) const REASONING_CAP: u32 = 256;
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ChatFeatures {
     pub(crate) tools: ToolSupport,
-    /// The template writes `<think>` blocks or takes `enable_thinking`.
-    pub(crate) thinks: bool,
+    /// How the model marks its own reasoning, if it writes any.
+    pub(crate) reasoning: ReasoningFormat,
     /// The template takes an `enable_thinking` switch.
     pub(crate) enable_thinking: bool,
     /// The tool-call syntax the template teaches its model, when it is not
@@ -60,15 +62,64 @@ pub(crate) struct ChatFeatures {
 }
 
 impl ChatFeatures {
-    /// The features of the template `source`.
-    pub(crate) fn of(source: &str) -> Self {
+    /// The features of the template `source`, with the formats a
+    /// setting names instead of those it teaches.
+    pub(crate) fn of(
+        source: &str,
+        tool_format: Option<ToolFormat>,
+        reasoning_format: Option<ReasoningFormat>,
+    ) -> Self {
+        let reasoning = reasoning_format.unwrap_or_else(|| ReasoningFormat::of_template(source));
+        let syntax = match tool_format {
+            Some(format) => format.syntax(),
+            // Harmony's calls are messages of their own (`crate::harmony`).
+            None if reasoning == ReasoningFormat::Harmony => None,
+            None => Syntax::of_template(source),
+        };
         ChatFeatures {
             tools: ToolSupport::of(source),
-            thinks: reasoning::template_thinks(source),
+            reasoning,
             enable_thinking: source.contains("enable_thinking"),
-            syntax: Syntax::of_template(source),
+            syntax,
         }
     }
+
+    /// The control tokens' texts the engine must show in the reply: the
+    /// markup of the model's tool calls and of its reasoning.
+    pub(crate) fn markers(&self) -> Vec<&'static str> {
+        let mut markers = self.reasoning.markers().to_vec();
+        if let Some(syntax) = self.syntax {
+            markers.extend(syntax.markers());
+        }
+        markers
+    }
+}
+
+/// The template variables of a request: the family's switches for
+/// reasoning. Qwen3's `enable_thinking` follows whether the request wants
+/// reasoning; gpt-oss's `reasoning_effort` is the client's (`low`,
+/// `medium` or `high`; `none` and `minimal` are `low`, its least), left to
+/// the template's default (`medium`) when the client said none.
+pub(crate) fn render_options(features: ChatFeatures, request: &GenerateRequest) -> RenderOptions {
+    let mut options = RenderOptions::default();
+    if features.enable_thinking {
+        options
+            .extra
+            .insert("enable_thinking".into(), Value::Bool(request.reasoning));
+    }
+    if features.reasoning == ReasoningFormat::Harmony
+        && let Some(effort) = request.reasoning_effort
+    {
+        let effort = match effort {
+            ReasoningEffort::None | ReasoningEffort::Minimal | ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        };
+        options
+            .extra
+            .insert("reasoning_effort".into(), Value::from(effort));
+    }
+    options
 }
 
 /// Starts the generation of `request`: fails before anything streams when
@@ -190,6 +241,7 @@ fn prepare(
             then: None,
         });
     }
+    let options = render_options(features, &request);
     let GenerateRequest {
         messages,
         sampling,
@@ -199,6 +251,7 @@ fn prepare(
         tool_choice,
         output,
         reasoning: wants_reasoning,
+        // In the template's variables (`render_options`).
         reasoning_effort: _,
         // Tokens come one by one either way; the server collects them.
         stream: _,
@@ -240,12 +293,6 @@ fn prepare(
     };
     cancel.check()?;
 
-    let mut options = RenderOptions::default();
-    if features.enable_thinking {
-        options
-            .extra
-            .insert("enable_thinking".into(), Value::Bool(wants_reasoning));
-    }
     let out = Output {
         think: None,
         keep_reasoning: false,
@@ -276,13 +323,19 @@ fn prepare(
         Ok::<_, EngineError>(prompt)
     };
 
-    if features.thinks {
+    let format = features.reasoning;
+    if format.thinks() {
         let mut prompt = render(&messages)?;
-        let opened = reasoning::prompt_opens_think(&prompt);
+        let opened = format.prompt_opens(&prompt);
         if answer.grammar.is_none() {
-            // One pass; the think block is split off (and dropped for `svc`).
+            // One pass; the reasoning is split off (and dropped for `svc`).
+            let names = if use_tools {
+                tools.iter().map(|t| t.name.clone()).collect()
+            } else {
+                Vec::new()
+            };
             let out = Output {
-                think: Some(ThinkSplitter::new(opened)),
+                think: Some(Split::new(format, opened, names)),
                 keep_reasoning: wants_reasoning,
                 ..out
             };
@@ -291,11 +344,11 @@ fn prepare(
             return Ok(Plan::chat(first, None, out, max_tokens));
         }
         if wants_reasoning {
-            // The grammar would forbid `<think>`: let the model think
-            // freely first, then continue after `</think>` under the grammar.
+            // The grammar would forbid the reasoning's markup: let the
+            // model think freely first, then continue after the reasoning
+            // ends, under the grammar.
             if !opened {
-                prompt.push_str(THINK_OPEN);
-                prompt.push('\n');
+                prompt.push_str(&format.open());
             }
             let tokens = runner.tokenize_prompt(&prompt, cancel)?;
             let cap = reasoning_cap(runner, tokens.len(), max_tokens);
@@ -303,7 +356,7 @@ fn prepare(
                 let think = CompletionParams {
                     sampling,
                     max_tokens: Some(cap),
-                    stop: vec![THINK_CLOSE.to_owned()],
+                    stop: vec![format.stop().to_owned()],
                     grammar: None,
                     ignore_eos: false,
                     logprobs: None,
@@ -312,14 +365,15 @@ fn prepare(
                 cancel.check()?;
                 let second = Second::AfterThink {
                     prefix: prompt,
+                    to_answer: format.to_answer(),
                     params: answer,
                 };
                 return Ok(Plan::chat(first, Some(second), out, max_tokens));
             }
-            // No room to think: answer at once, with the block closed.
-            prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
-        } else if opened {
-            prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
+            // No room to think: answer at once, the reasoning closed.
+            prompt.push_str(&format.to_answer());
+        } else {
+            prompt.push_str(&format.skip(opened));
         }
         let first = ready_prompt(runner, &prompt, answer, built.take(), cancel)
             .map_err(naming(grammar_param))?;
@@ -561,9 +615,12 @@ enum Second {
         options: RenderOptions,
         params: CompletionParams,
     },
-    /// A thinking model's answer under a grammar: its prompt and think block, closed.
+    /// A thinking model's answer under a grammar: its prompt and
+    /// reasoning, then `to_answer` (what closes the reasoning and opens
+    /// the answer).
     AfterThink {
         prefix: String,
+        to_answer: String,
         params: CompletionParams,
     },
 }
@@ -604,8 +661,12 @@ impl Second {
                 let messages = reasoning::answer_pass_messages(&messages, &reasoning);
                 Ok((template.render_with(&messages, &tools, &options)?, params))
             }
-            Second::AfterThink { prefix, params } => Ok((
-                format!("{prefix}{}\n{THINK_CLOSE}\n\n", reasoning.trim_end()),
+            Second::AfterThink {
+                prefix,
+                to_answer,
+                params,
+            } => Ok((
+                format!("{prefix}{}{to_answer}", reasoning.trim_end()),
                 params,
             )),
         }
@@ -701,11 +762,32 @@ fn drive(
     })
 }
 
+/// Splits a thinking model's reasoning off its output.
+#[derive(Clone)]
+enum Split {
+    /// A block between tags (`<think>…</think>`, `[THINK]…[/THINK]`, ...).
+    Tags(ThinkSplitter),
+    /// gpt-oss's channels, which carry its calls too.
+    Harmony(HarmonyParser),
+}
+
+impl Split {
+    /// The splitter of `format` (which thinks) for output after a prompt
+    /// that `opened` the reasoning or not; `names`: the functions whose
+    /// calls harmony may report.
+    fn new(format: ReasoningFormat, opened: bool, names: Vec<String>) -> Self {
+        match format.tags() {
+            Some(tags) => Split::Tags(ThinkSplitter::with_tags(tags, opened)),
+            None => Split::Harmony(HarmonyParser::new(names)),
+        }
+    }
+}
+
 /// Turns the text of the (last) pass into events.
 #[derive(Clone)]
 struct Output {
-    /// Splits a thinking model's `<think>` block off.
-    think: Option<ThinkSplitter>,
+    /// Splits a thinking model's reasoning off.
+    think: Option<Split>,
     /// Send the think block as `Reasoning` (else drop it).
     keep_reasoning: bool,
     /// Parses tool calls out of the content.
@@ -721,10 +803,15 @@ impl Output {
     fn push(&mut self, text: &str) -> Vec<EngineEvent> {
         let mut events = Vec::new();
         match self.think.as_mut() {
-            Some(think) => {
+            Some(Split::Tags(think)) => {
                 let mut pieces = Vec::new();
                 think.push(text, &mut pieces);
                 self.pieces(pieces, &mut events);
+            }
+            Some(Split::Harmony(harmony)) => {
+                let mut said = Vec::new();
+                harmony.push(text, &mut said);
+                self.said(said, &mut events);
             }
             None => self.content(text, &mut events),
         }
@@ -751,10 +838,18 @@ impl Output {
 
     fn finish(&mut self) -> Vec<EngineEvent> {
         let mut events = Vec::new();
-        if let Some(think) = self.think.as_mut() {
-            let mut pieces = Vec::new();
-            think.finish(&mut pieces);
-            self.pieces(pieces, &mut events);
+        match self.think.as_mut() {
+            Some(Split::Tags(think)) => {
+                let mut pieces = Vec::new();
+                think.finish(&mut pieces);
+                self.pieces(pieces, &mut events);
+            }
+            Some(Split::Harmony(harmony)) => {
+                let mut said = Vec::new();
+                harmony.finish(&mut said);
+                self.said(said, &mut events);
+            }
+            None => {}
         }
         if let Some(tools) = self.tools.as_mut() {
             let mut parsed = Vec::new();
@@ -770,11 +865,21 @@ impl Output {
     /// The finish reason to report: `tool_calls` when the reply ended by
     /// itself after calling tools.
     fn reason(&self, reason: FinishReason) -> FinishReason {
-        let called = self.tools.as_ref().is_some_and(|t| t.calls() > 0);
+        let called = self.next_index > 0;
         if called && reason == FinishReason::Stop {
             FinishReason::ToolCalls
         } else {
             reason
+        }
+    }
+
+    /// What harmony's parser found: pieces, and calls it read itself.
+    fn said(&mut self, said: Vec<Said>, events: &mut Vec<EngineEvent>) {
+        for item in said {
+            match item {
+                Said::Piece(piece) => self.pieces(vec![piece], events),
+                Said::Call(parsed) => self.parsed(vec![parsed], events),
+            }
         }
     }
 
@@ -845,5 +950,158 @@ impl Output {
             name: None,
             arguments,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effort_reaches_a_harmony_template_and_thinking_qwen3s() {
+        let harmony = ChatFeatures::of("<|channel|>analysis<|message|>", None, None);
+        let qwen3 = ChatFeatures::of("{% if enable_thinking %}<think>{% endif %}", None, None);
+        let effort = |features, effort, reasoning| {
+            let request = GenerateRequest {
+                reasoning_effort: effort,
+                reasoning,
+                ..GenerateRequest::default()
+            };
+            render_options(features, &request).extra
+        };
+        for (said, sent) in [
+            (ReasoningEffort::None, "low"),
+            (ReasoningEffort::Minimal, "low"),
+            (ReasoningEffort::Low, "low"),
+            (ReasoningEffort::Medium, "medium"),
+            (ReasoningEffort::High, "high"),
+        ] {
+            let extra = effort(harmony, Some(said), true);
+            assert_eq!(extra.get("reasoning_effort"), Some(&Value::from(sent)));
+        }
+        // Unsaid: the template's own default.
+        assert!(effort(harmony, None, false).is_empty());
+        let extra = effort(qwen3, Some(ReasoningEffort::High), true);
+        assert_eq!(extra.get("enable_thinking"), Some(&Value::Bool(true)));
+        assert_eq!(extra.get("reasoning_effort"), None);
+        let extra = effort(qwen3, Some(ReasoningEffort::None), false);
+        assert_eq!(extra.get("enable_thinking"), Some(&Value::Bool(false)));
+    }
+
+    /// The families of the real templates in `tests/templates` (as their
+    /// GGUFs ship them): each is read in its own formats.
+    #[test]
+    fn real_templates_are_read_in_their_familys_formats() {
+        use ReasoningFormat as R;
+        let cases: &[(&str, Option<Syntax>, ReasoningFormat)] = &[
+            (
+                "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+                Some(Syntax::CommandR),
+                R::CommandR,
+            ),
+            ("GLM-4.6", Some(Syntax::Glm), R::Think),
+            ("HuggingFaceTB-SmolLM3-3B", None, R::Think),
+            ("Kimi-K2-Instruct", Some(Syntax::Kimi), R::Plain),
+            ("moonshotai-Kimi-K2", Some(Syntax::Kimi), R::Plain),
+            (
+                "Mistral-Small-3.2-24B-Instruct-2506",
+                Some(Syntax::Mistral),
+                R::Plain,
+            ),
+            (
+                "mistralai-Mistral-Nemo-Instruct-2407",
+                Some(Syntax::Mistral),
+                R::Plain,
+            ),
+            (
+                "unsloth-mistral-Devstral-Small-2507",
+                Some(Syntax::Mistral),
+                R::Plain,
+            ),
+            (
+                "mistralai-Ministral-3-14B-Reasoning-2512",
+                Some(Syntax::Mistral),
+                R::Mistral,
+            ),
+            (
+                "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+                None,
+                R::Plain,
+            ),
+            ("Qwen-Qwen2.5-7B-Instruct", None, R::Plain),
+            ("Qwen-QwQ-32B", None, R::Think),
+            ("Qwen-Qwen3-0.6B", None, R::Think),
+            ("Qwen3-Coder", Some(Syntax::Qwen3Coder), R::Plain),
+            (
+                "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+                Some(Syntax::DeepSeek),
+                R::Think,
+            ),
+            (
+                "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                Some(Syntax::DeepSeek),
+                R::Think,
+            ),
+            (
+                "deepseek-ai-DeepSeek-V3.1",
+                Some(Syntax::DeepSeek),
+                R::Think,
+            ),
+            ("google-gemma-2-2b-it", None, R::Plain),
+            (
+                "ibm-granite-granite-3.3-2B-Instruct",
+                Some(Syntax::ToolCallToken),
+                R::Think,
+            ),
+            (
+                "meta-llama-Llama-3.1-8B-Instruct",
+                Some(Syntax::Llama3),
+                R::Plain,
+            ),
+            // Its bare `{"name": …, "parameters": …}` calls are read by
+            // Hermes' parser, which takes a bare call too.
+            ("meta-llama-Llama-3.2-3B-Instruct", None, R::Plain),
+            ("microsoft-Phi-3.5-mini-instruct", None, R::Plain),
+            ("openai-gpt-oss-120b", None, R::Harmony),
+        ];
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/templates");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "jinja") {
+                seen += 1;
+                let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+                let case = cases.iter().find(|c| c.0 == name);
+                let (_, syntax, reasoning) = case.unwrap_or_else(|| panic!("no case for {name}"));
+                let source = std::fs::read_to_string(&path).unwrap();
+                let features = ChatFeatures::of(&source, None, None);
+                assert_eq!(
+                    (features.syntax, features.reasoning),
+                    (*syntax, *reasoning),
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(seen, cases.len());
+    }
+
+    #[test]
+    fn settings_override_what_the_template_teaches() {
+        let mistral = "[TOOL_CALLS][THINK]";
+        let detected = ChatFeatures::of(mistral, None, None);
+        assert_eq!(detected.syntax, Some(Syntax::Mistral));
+        assert_eq!(detected.reasoning, ReasoningFormat::Mistral);
+        assert!(detected.markers().contains(&"[THINK]"));
+        let set = ChatFeatures::of(
+            mistral,
+            Some(ToolFormat::Hermes),
+            Some(ReasoningFormat::Plain),
+        );
+        assert_eq!(set.syntax, None);
+        assert_eq!(set.reasoning, ReasoningFormat::Plain);
+        assert!(set.markers().is_empty());
+        // Harmony carries its own calls, whatever else the template holds.
+        let harmony = ChatFeatures::of("<|channel|><|message|><|tool_call|>", None, None);
+        assert_eq!(harmony.syntax, None);
     }
 }

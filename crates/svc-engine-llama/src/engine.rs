@@ -493,18 +493,20 @@ impl LlamaEngine {
             );
             context_per_sequence = kv_cells;
         }
-        let features = ChatFeatures::of(template.source());
+        let features = ChatFeatures::of(
+            template.source(),
+            options.tool_format,
+            options.reasoning_format,
+        );
         let specials = Arc::new(Specials::of(&model));
-        if let Some(syntax) = features.syntax {
-            tracing::info!(
-                ?syntax,
-                "the chat template's tool calls are parsed in its family's syntax"
-            );
-        }
-        let shown = features
-            .syntax
-            .map(|syntax| specials.tokens_of(syntax.markers()))
-            .unwrap_or_default();
+        tracing::info!(
+            tool_calls = features.syntax.map_or("hermes", |s| s.name()),
+            tool_format_set = options.tool_format.is_some(),
+            reasoning = features.reasoning.name(),
+            reasoning_format_set = options.reasoning_format.is_some(),
+            "the model's tool calls and reasoning are parsed in these formats"
+        );
+        let shown = specials.tokens_of(&features.markers());
         let settings = ContextSettings {
             context_per_sequence,
             parallel: options.parallel,
@@ -767,13 +769,7 @@ fn prompt_tokens(
     } else {
         Vec::new()
     };
-    let mut options = RenderOptions::default();
-    if features.enable_thinking {
-        options.extra.insert(
-            "enable_thinking".into(),
-            serde_json::Value::Bool(request.reasoning),
-        );
-    }
+    let options = chat::render_options(features, request);
     let prompt = template.render_with(&messages, &tools, &options)?;
     let tokens = runner.tokenize_prompt(&prompt, &Cancel::default())?;
     Ok(tokens.len() as u64)

@@ -9,6 +9,7 @@
 //! | Mistral (v0.3, Nemo, Small 3) | `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]` |
 //! | Magistral, Devstral, Mistral Small 3.2+ | `[TOOL_CALLS]f[ARGS]{...}` (one marker a call) |
 //! | Llama 3.1–3.3 | `<\|python_tag\|>{"name": "f", "parameters": {...}}` (`;` between calls) |
+//! | Llama 4, pythonic (Llama 3.2 with vLLM's template) | `[f(city="Paris"), g(a=1)]`, or `<\|python_start\|>` and that or JSON calls |
 //! | Qwen3-Coder | `<tool_call>\n<function=f>\n<parameter=p>\nvalue\n</parameter>\n</function>\n</tool_call>` |
 //! | DeepSeek V3, R1 | `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>` |
 //! | DeepSeek V3.1+ | `<｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}<｜tool▁call▁end｜>` in the same section |
@@ -16,6 +17,7 @@
 //! | GLM 4.5+ | `<tool_call>f\n<arg_key>p</arg_key>\n<arg_value>v</arg_value>\n</tool_call>` |
 //! | Granite 3.x | `<\|tool_call\|>[{"name": "f", "arguments": {...}}]` |
 //! | Phi-4-mini | `<\|tool_call\|>[{"name": "f", "arguments": {...}}]<\|/tool_call\|>` |
+//! | Command R7B | `<\|START_ACTION\|>[{"tool_call_id": "0", "tool_name": "f", "parameters": {...}}]<\|END_ACTION\|>` |
 //!
 //! A section is held until it closes (its end marker, or the end of the
 //! output for the families whose calls run to it) and then becomes its
@@ -33,6 +35,79 @@ use crate::tools::{Parsed, ToolCallParser};
 /// A call as read: the function's name and its arguments.
 type Call = (String, Map<String, Value>);
 
+/// How a model writes its tool calls, as a setting (`tool_format`) that
+/// overrides what its chat template says (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// `<tool_call>{"name": …, "arguments": …}</tool_call>` (Qwen2.5, Hermes, SmolLM2).
+    Hermes,
+    Mistral,
+    Llama3,
+    Pythonic,
+    Qwen3Coder,
+    DeepSeek,
+    Kimi,
+    Glm,
+    Granite,
+    Phi4,
+    CommandR,
+}
+
+impl ToolFormat {
+    /// Every format, for settings and their documentation.
+    pub const ALL: [ToolFormat; 11] = [
+        ToolFormat::Hermes,
+        ToolFormat::Mistral,
+        ToolFormat::Llama3,
+        ToolFormat::Pythonic,
+        ToolFormat::Qwen3Coder,
+        ToolFormat::DeepSeek,
+        ToolFormat::Kimi,
+        ToolFormat::Glm,
+        ToolFormat::Granite,
+        ToolFormat::Phi4,
+        ToolFormat::CommandR,
+    ];
+
+    /// Its name in settings.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolFormat::Hermes => "hermes",
+            ToolFormat::Mistral => "mistral",
+            ToolFormat::Llama3 => "llama3",
+            ToolFormat::Pythonic => "pythonic",
+            ToolFormat::Qwen3Coder => "qwen3-coder",
+            ToolFormat::DeepSeek => "deepseek",
+            ToolFormat::Kimi => "kimi",
+            ToolFormat::Glm => "glm",
+            ToolFormat::Granite => "granite",
+            ToolFormat::Phi4 => "phi4",
+            ToolFormat::CommandR => "command-r",
+        }
+    }
+
+    /// The format named `name` (see [`Self::name`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Its syntax; `None` for Hermes' (parsed by `crate::tools`).
+    pub(crate) fn syntax(self) -> Option<Syntax> {
+        match self {
+            ToolFormat::Hermes => None,
+            ToolFormat::Mistral => Some(Syntax::Mistral),
+            ToolFormat::Llama3 => Some(Syntax::Llama3),
+            ToolFormat::Pythonic => Some(Syntax::Pythonic),
+            ToolFormat::Qwen3Coder => Some(Syntax::Qwen3Coder),
+            ToolFormat::DeepSeek => Some(Syntax::DeepSeek),
+            ToolFormat::Kimi => Some(Syntax::Kimi),
+            ToolFormat::Glm => Some(Syntax::Glm),
+            ToolFormat::Granite | ToolFormat::Phi4 => Some(Syntax::ToolCallToken),
+            ToolFormat::CommandR => Some(Syntax::CommandR),
+        }
+    }
+}
+
 /// A family's way of writing tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Syntax {
@@ -40,6 +115,9 @@ pub(crate) enum Syntax {
     Mistral,
     /// `<|python_tag|>` and JSON calls separated by `;`.
     Llama3,
+    /// A Python list of calls, `[f(a=1), g(b="x")]` (or Llama 4's JSON
+    /// calls), alone or after `<|python_start|>`.
+    Pythonic,
     /// `<tool_call>` around `<function=…>` and its `<parameter=…>`s.
     Qwen3Coder,
     /// DeepSeek's `<｜tool▁calls▁begin｜>` section.
@@ -51,9 +129,27 @@ pub(crate) enum Syntax {
     /// `<|tool_call|>` and a JSON array, to the end (Granite) or to
     /// `<|/tool_call|>` (Phi-4-mini).
     ToolCallToken,
+    /// Command R7B's `<|START_ACTION|>` and a JSON array (`tool_name`,
+    /// `parameters`) to `<|END_ACTION|>`.
+    CommandR,
 }
 
 impl Syntax {
+    /// Its name in the log (a [`ToolFormat`]'s, where it has one).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Syntax::Mistral => "mistral",
+            Syntax::Llama3 => "llama3",
+            Syntax::Pythonic => "pythonic",
+            Syntax::Qwen3Coder => "qwen3-coder",
+            Syntax::DeepSeek => "deepseek",
+            Syntax::Kimi => "kimi",
+            Syntax::Glm => "glm",
+            Syntax::ToolCallToken => "granite/phi4",
+            Syntax::CommandR => "command-r",
+        }
+    }
+
     /// The family whose syntax `template` (a chat template's source)
     /// teaches its model, when it is one of these.
     pub(crate) fn of_template(template: &str) -> Option<Syntax> {
@@ -62,6 +158,8 @@ impl Syntax {
             Some(Syntax::Mistral)
         } else if has("<|python_tag|>") {
             Some(Syntax::Llama3)
+        } else if has("<|python_start|>") {
+            Some(Syntax::Pythonic)
         } else if has("<function=") && has("<parameter=") {
             Some(Syntax::Qwen3Coder)
         } else if has("tool▁calls▁begin") {
@@ -72,6 +170,8 @@ impl Syntax {
             Some(Syntax::Glm)
         } else if has("<|tool_call|>") {
             Some(Syntax::ToolCallToken)
+        } else if has("<|START_ACTION|>") {
+            Some(Syntax::CommandR)
         } else {
             None
         }
@@ -84,6 +184,7 @@ impl Syntax {
         match self {
             Syntax::Mistral => &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"],
             Syntax::Llama3 => &["<|python_tag|>"],
+            Syntax::Pythonic => &[PY_START, PY_END],
             Syntax::Qwen3Coder | Syntax::Glm => &["<tool_call>", "</tool_call>"],
             Syntax::DeepSeek => &[
                 "<｜tool▁calls▁begin｜>",
@@ -100,6 +201,7 @@ impl Syntax {
                 KIMI_ARGS,
             ],
             Syntax::ToolCallToken => &["<|tool_call|>", "<|/tool_call|>"],
+            Syntax::CommandR => &["<|START_ACTION|>", "<|END_ACTION|>"],
         }
     }
 
@@ -108,17 +210,19 @@ impl Syntax {
         match self {
             Syntax::Mistral => &["[TOOL_CALLS]"],
             Syntax::Llama3 => &["<|python_tag|>"],
+            Syntax::Pythonic => &[PY_START],
             Syntax::Qwen3Coder | Syntax::Glm => &["<tool_call>"],
             Syntax::DeepSeek => &["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"],
             Syntax::Kimi => &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
             Syntax::ToolCallToken => &["<|tool_call|>"],
+            Syntax::CommandR => &["<|START_ACTION|>"],
         }
     }
 
     /// What closes a section; `None`: it runs to the end of the output.
     fn close(self, open: &str) -> Option<&'static str> {
         match self {
-            Syntax::Mistral | Syntax::Llama3 => None,
+            Syntax::Mistral | Syntax::Llama3 | Syntax::Pythonic => None,
             Syntax::Qwen3Coder | Syntax::Glm => Some("</tool_call>"),
             Syntax::DeepSeek if open == "<｜tool▁call▁begin｜>" => {
                 Some("<｜tool▁call▁end｜>")
@@ -127,6 +231,7 @@ impl Syntax {
             Syntax::Kimi if open == "<|tool_call_begin|>" => Some("<|tool_call_end|>"),
             Syntax::Kimi => Some("<|tool_calls_section_end|>"),
             Syntax::ToolCallToken => Some("<|/tool_call|>"),
+            Syntax::CommandR => Some("<|END_ACTION|>"),
         }
     }
 
@@ -137,18 +242,19 @@ impl Syntax {
         match self {
             Syntax::Mistral => mistral(body),
             Syntax::Llama3 => llama3(body),
+            Syntax::Pythonic => pythonic(&body.replace(PY_END, " ")),
             Syntax::Qwen3Coder => qwen3_coder(body),
             Syntax::DeepSeek => deepseek(open, body),
             Syntax::Kimi => kimi(open, body),
             Syntax::Glm => glm(body),
-            Syntax::ToolCallToken => json_calls(body.trim()),
+            Syntax::ToolCallToken | Syntax::CommandR => json_calls(body.trim()),
         }
     }
 }
 
 /// `[{"name": …, "arguments": {…}}, …]` or one such object; `parameters`
-/// is taken for `arguments`, and arguments written as a JSON string holding
-/// an object too.
+/// is taken for `arguments` and `tool_name` for `name` (Command R), and
+/// arguments written as a JSON string holding an object too.
 fn json_calls(text: &str) -> Option<Vec<Call>> {
     let value: Value = serde_json::from_str(text).ok()?;
     let items = match value {
@@ -166,7 +272,7 @@ fn json_call(item: Value) -> Option<Call> {
     let Value::Object(mut call) = item else {
         return None;
     };
-    let Some(Value::String(name)) = call.remove("name") else {
+    let Some(Value::String(name)) = call.remove("name").or_else(|| call.remove("tool_name")) else {
         return None;
     };
     let arguments = call
@@ -252,6 +358,191 @@ fn loose_value(text: &str) -> Value {
     match serde_json::from_str::<Value>(text.trim()) {
         Ok(value) if !text.trim().is_empty() => value,
         _ => Value::String(text.to_owned()),
+    }
+}
+
+const PY_START: &str = "<|python_start|>";
+const PY_END: &str = "<|python_end|>";
+
+/// Pythonic calls: `[f(a=1, b="x"), g()]`, arguments as Python literals
+/// (strings in either quotes, numbers, `True`/`False`/`None`, lists,
+/// tuples and dicts); or, as Llama 4's own template writes them, JSON
+/// calls (see [`llama3`]).
+fn pythonic(body: &str) -> Option<Vec<Call>> {
+    let body = body.trim();
+    if !body.starts_with('[') {
+        return llama3(body);
+    }
+    let mut py = Py { rest: body };
+    py.expect('[')?;
+    let mut calls = Vec::new();
+    loop {
+        if py.eat(']') {
+            break;
+        }
+        let name = py.name()?;
+        py.expect('(')?;
+        let mut arguments = Map::new();
+        loop {
+            if py.eat(')') {
+                break;
+            }
+            let key = py.name()?;
+            py.expect('=')?;
+            arguments.insert(key.to_owned(), py.value(0)?);
+            if !py.eat(',') {
+                py.expect(')')?;
+                break;
+            }
+        }
+        calls.push((name.to_owned(), arguments));
+        if !py.eat(',') {
+            py.expect(']')?;
+            break;
+        }
+    }
+    (py.rest.trim().is_empty() && !calls.is_empty()).then_some(calls)
+}
+
+/// The most nested lists and dicts a pythonic value may have.
+const PY_MAX_DEPTH: usize = 32;
+
+/// A reader of Python literals.
+struct Py<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Py<'a> {
+    /// Skips whitespace, then takes `c` when it comes next.
+    fn eat(&mut self, c: char) -> bool {
+        self.rest = self.rest.trim_start();
+        match self.rest.strip_prefix(c) {
+            Some(rest) => {
+                self.rest = rest;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn expect(&mut self, c: char) -> Option<()> {
+        self.eat(c).then_some(())
+    }
+
+    /// A name (a function's may be dotted).
+    fn name(&mut self) -> Option<&'a str> {
+        self.rest = self.rest.trim_start();
+        let end = self
+            .rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.' || c == '-'))
+            .unwrap_or(self.rest.len());
+        let (name, rest) = self.rest.split_at(end);
+        self.rest = rest;
+        (!name.is_empty()).then_some(name)
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > PY_MAX_DEPTH {
+            return None;
+        }
+        self.rest = self.rest.trim_start();
+        let first = self.rest.chars().next()?;
+        match first {
+            '"' | '\'' => self.string(first).map(Value::String),
+            '[' | '(' => {
+                let close = if first == '[' { ']' } else { ')' };
+                self.rest = &self.rest[1..];
+                let mut items = Vec::new();
+                loop {
+                    if self.eat(close) {
+                        break;
+                    }
+                    items.push(self.value(depth + 1)?);
+                    if !self.eat(',') {
+                        self.expect(close)?;
+                        break;
+                    }
+                }
+                Some(Value::Array(items))
+            }
+            '{' => {
+                self.rest = &self.rest[1..];
+                let mut map = Map::new();
+                loop {
+                    if self.eat('}') {
+                        break;
+                    }
+                    self.rest = self.rest.trim_start();
+                    let quote = self.rest.chars().next()?;
+                    if quote != '"' && quote != '\'' {
+                        return None;
+                    }
+                    let key = self.string(quote)?;
+                    self.expect(':')?;
+                    map.insert(key, self.value(depth + 1)?);
+                    if !self.eat(',') {
+                        self.expect('}')?;
+                        break;
+                    }
+                }
+                Some(Value::Object(map))
+            }
+            _ => {
+                let end = self
+                    .rest
+                    .find(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '-' | '+' | '_')))
+                    .unwrap_or(self.rest.len());
+                let (word, rest) = self.rest.split_at(end);
+                self.rest = rest;
+                match word {
+                    "True" => Some(Value::Bool(true)),
+                    "False" => Some(Value::Bool(false)),
+                    "None" => Some(Value::Null),
+                    number => {
+                        let number = number.replace('_', "");
+                        if let Ok(n) = number.parse::<i64>() {
+                            return Some(Value::from(n));
+                        }
+                        let n = number.parse::<f64>().ok()?;
+                        serde_json::Number::from_f64(n).map(Value::Number)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A string in `quote`s, its escapes read.
+    fn string(&mut self, quote: char) -> Option<String> {
+        let mut out = String::new();
+        let mut chars = self.rest.char_indices().skip(1);
+        while let Some((at, c)) = chars.next() {
+            match c {
+                c if c == quote => {
+                    self.rest = &self.rest[at + c.len_utf8()..];
+                    return Some(out);
+                }
+                '\\' => {
+                    let (_, escaped) = chars.next()?;
+                    match escaped {
+                        'n' => out.push('\n'),
+                        't' => out.push('\t'),
+                        'r' => out.push('\r'),
+                        '0' => out.push('\0'),
+                        'u' => {
+                            let hex: String = (0..4)
+                                .filter_map(|_| chars.next())
+                                .map(|(_, c)| c)
+                                .collect();
+                            let code = u32::from_str_radix(&hex, 16).ok()?;
+                            out.push(char::from_u32(code)?);
+                        }
+                        other => out.push(other),
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        None
     }
 }
 
@@ -380,6 +671,7 @@ impl SectionParser {
     }
 
     /// How many calls were found so far.
+    #[cfg(test)]
     pub(crate) fn calls(&self) -> usize {
         self.calls
     }
@@ -395,11 +687,15 @@ impl SectionParser {
                         return;
                     }
                     // Llama 3 writes a call as bare JSON too (its template
-                    // asks for `{"name": …, "parameters": …}` alone): held
-                    // to the end, like a section that runs to it.
-                    self.state = if self.syntax == Syntax::Llama3
-                        && (visible.starts_with('{') || visible.starts_with('['))
-                    {
+                    // asks for `{"name": …, "parameters": …}` alone), and a
+                    // pythonic model its list: held to the end, like a
+                    // section that runs to it.
+                    let bare = match self.syntax {
+                        Syntax::Llama3 => visible.starts_with('{') || visible.starts_with('['),
+                        Syntax::Pythonic => visible.starts_with('['),
+                        _ => false,
+                    };
+                    self.state = if bare {
                         self.buf = visible.to_owned();
                         State::Section("")
                     } else {
@@ -513,6 +809,7 @@ impl CallParser {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn calls(&self) -> usize {
         match self {
             CallParser::Hermes(p) => p.calls(),
@@ -639,6 +936,51 @@ mod tests {
     }
 
     #[test]
+    fn pythonic_calls() {
+        check(
+            Syntax::Pythonic,
+            r#"[get_weather(city="Paris"), add(a=1, b=2)]"#,
+            &[
+                call("get_weather", WEATHER),
+                call("add", r#"{"a":1,"b":2}"#),
+            ],
+        );
+        // Llama 4: after `<|python_start|>`, with Python's literals.
+        check(
+            Syntax::Pythonic,
+            "Let me check.<|python_start|>[add(a=-1.5, b=[1, 'x\\'y', {'k': None}], c=True)]<|python_end|>",
+            &[
+                text("Let me check."),
+                call("add", r#"{"a":-1.5,"b":[1,"x'y",{"k":null}],"c":true}"#),
+            ],
+        );
+        // Or its JSON calls.
+        check(
+            Syntax::Pythonic,
+            r#"<|python_start|><|python_end|>{"name": "get_weather", "parameters": {"city": "Paris"}}"#,
+            &[call("get_weather", WEATHER)],
+        );
+        // A list that is not calls is text.
+        check(Syntax::Pythonic, "[1, 2, 3]", &[text("[1, 2, 3]")]);
+        check(
+            Syntax::Pythonic,
+            "[get_weather(city=)]",
+            &[text("[get_weather(city=)]")],
+        );
+        // Nesting is bounded.
+        let deep = format!("[add(a={}{})]", "[".repeat(100), "]".repeat(100));
+        check(Syntax::Pythonic, &deep, &[text(&deep)]);
+    }
+
+    #[test]
+    fn tool_formats_have_names() {
+        for format in ToolFormat::ALL {
+            assert_eq!(ToolFormat::parse(format.name()), Some(format));
+        }
+        assert_eq!(ToolFormat::parse("nope"), None);
+    }
+
+    #[test]
     fn qwen3_coder_xml_calls_with_text_around() {
         check(
             Syntax::Qwen3Coder,
@@ -704,6 +1046,15 @@ mod tests {
     }
 
     #[test]
+    fn command_r_actions() {
+        check(
+            Syntax::CommandR,
+            "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n]<|END_ACTION|>",
+            &[call("get_weather", WEATHER)],
+        );
+    }
+
+    #[test]
     fn a_call_of_a_function_not_offered_is_text() {
         let output = r#"[TOOL_CALLS][{"name": "rm_rf", "arguments": {}}]"#;
         check(Syntax::Mistral, output, &[text(output)]);
@@ -726,11 +1077,13 @@ mod tests {
         for syntax in [
             Syntax::Mistral,
             Syntax::Llama3,
+            Syntax::Pythonic,
             Syntax::Qwen3Coder,
             Syntax::DeepSeek,
             Syntax::Kimi,
             Syntax::Glm,
             Syntax::ToolCallToken,
+            Syntax::CommandR,
         ] {
             for open in syntax.opens() {
                 assert!(syntax.markers().contains(open), "{syntax:?} {open}");
@@ -777,6 +1130,7 @@ mod tests {
                 "<function=' ~ tool_call.name ~ '>\n<parameter=",
                 Some(Syntax::Qwen3Coder),
             ),
+            ("{{- '<|python_start|>' }}", Some(Syntax::Pythonic)),
             ("{{'<｜tool▁calls▁begin｜>'}}", Some(Syntax::DeepSeek)),
             ("<|tool_calls_section_begin|>", Some(Syntax::Kimi)),
             ("<tool_call>{{ tc.name }}<arg_key>", Some(Syntax::Glm)),

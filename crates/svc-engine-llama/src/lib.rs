@@ -36,6 +36,7 @@ mod families;
 #[doc(hidden)]
 pub mod fuzzing;
 mod grammar;
+mod harmony;
 mod logprobs;
 mod markup;
 mod numerics;
@@ -55,7 +56,9 @@ mod tools;
 
 pub use embed::{BATCH_TOKENS, EmbedderInfo, LlamaEmbedder, is_embedding_model};
 pub use engine::{CompletionParams, LlamaEngine, LoadError, ModelInfo};
+pub use families::ToolFormat;
 pub use options::{DEFAULT_PREFIX_CACHE_BYTES, KvType, LlamaEngineOptions};
+pub use reasoning::ReasoningFormat;
 pub use sampler::Grammar;
 pub use stats::EngineStats;
 pub use template::{ChatTemplate, RenderOptions};

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::{ReasoningFormat, ToolFormat};
+
 /// Host memory for saved prefixes by default: 512 MiB, about 23,000
 /// tokens of SmolLM2-135M's f16 KV.
 pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 512 << 20;
@@ -91,6 +93,12 @@ pub struct LlamaEngineOptions {
     /// text under any load (see `numerics`). Costs some speed where
     /// llama.cpp's faster attention kernels would apply (BENCHMARKS.md).
     pub batch_invariant: bool,
+    /// How the model writes tool calls; `None`: as its chat template
+    /// says (see `families`).
+    pub tool_format: Option<ToolFormat>,
+    /// How the model marks its reasoning; `None`: as its chat template
+    /// says (see `reasoning`).
+    pub reasoning_format: Option<ReasoningFormat>,
 }
 
 impl LlamaEngineOptions {
@@ -110,6 +118,8 @@ impl LlamaEngineOptions {
             flash_attention: None,
             repack: false,
             batch_invariant: true,
+            tool_format: None,
+            reasoning_format: None,
         }
     }
 

@@ -1,31 +1,165 @@
-//! Reasoning: splitting a thinking model's `<think>…</think>` block from its
-//! answer, and the prompts of the explicit reasoning pass svc runs for models
-//! that do not think on their own.
+//! Reasoning: how each family of thinking models marks its reasoning
+//! ([`ReasoningFormat`]), splitting a `<think>…</think>`-style block from the
+//! answer, and the prompts of the explicit reasoning pass svc runs for
+//! models that do not think on their own.
 //!
 //! [`ThinkSplitter`] works on streamed text: it holds back what could still
-//! be part of a tag, so neither `<think>` nor `</think>` ever reaches the
-//! client, wherever the model's tokens split them.
+//! be part of a tag, so neither the opening nor the closing tag ever reaches
+//! the client, wherever the model's tokens split them. gpt-oss's channels
+//! are parsed by `crate::harmony`.
 
 use svc_core::engine::ChatMessage;
 
+use crate::harmony;
 use crate::markup::{WsTrim, partial_tag_len};
+
+/// How a model marks its own reasoning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReasoningFormat {
+    /// It writes none: svc runs an explicit reasoning pass when asked.
+    #[default]
+    Plain,
+    /// A leading `<think>…</think>` block (Qwen3, QwQ, DeepSeek R1 and
+    /// V3.1, GLM 4.5+, Kimi K2 Thinking, Granite 3.3, Phi-4 reasoning).
+    Think,
+    /// A leading `[THINK]…[/THINK]` block (Magistral; control tokens).
+    Mistral,
+    /// A leading `<seed:think>…</seed:think>` block (Seed-OSS).
+    Seed,
+    /// A leading `<|START_THINKING|>…<|END_THINKING|>` block (Command R7B, A).
+    CommandR,
+    /// gpt-oss's harmony channels: `analysis` is the reasoning, `final`
+    /// the answer (see `crate::harmony`).
+    Harmony,
+}
+
+impl ReasoningFormat {
+    /// Every format, for settings and their documentation.
+    pub const ALL: [ReasoningFormat; 6] = [
+        ReasoningFormat::Plain,
+        ReasoningFormat::Think,
+        ReasoningFormat::Mistral,
+        ReasoningFormat::Seed,
+        ReasoningFormat::CommandR,
+        ReasoningFormat::Harmony,
+    ];
+
+    /// Its name in settings (`reasoning_format`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningFormat::Plain => "none",
+            ReasoningFormat::Think => "think",
+            ReasoningFormat::Mistral => "mistral",
+            ReasoningFormat::Seed => "seed",
+            ReasoningFormat::CommandR => "command-r",
+            ReasoningFormat::Harmony => "harmony",
+        }
+    }
+
+    /// The format named `name` (see [`Self::name`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// The format a chat template (its source) teaches its model.
+    pub(crate) fn of_template(source: &str) -> Self {
+        let has = |s: &str| source.contains(s);
+        if has("<|channel|>") && has("<|message|>") {
+            ReasoningFormat::Harmony
+        } else if has("[THINK]") {
+            ReasoningFormat::Mistral
+        } else if has("<seed:think>") {
+            ReasoningFormat::Seed
+        } else if has(COMMAND_R.0) {
+            ReasoningFormat::CommandR
+        } else if has(THINK_OPEN) || has("enable_thinking") {
+            ReasoningFormat::Think
+        } else {
+            ReasoningFormat::Plain
+        }
+    }
+
+    /// Whether the model writes reasoning of its own.
+    pub(crate) fn thinks(self) -> bool {
+        self != ReasoningFormat::Plain
+    }
+
+    /// The tags around a block of reasoning, for the block formats.
+    pub(crate) fn tags(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            ReasoningFormat::Think => Some((THINK_OPEN, THINK_CLOSE)),
+            ReasoningFormat::Mistral => Some(("[THINK]", "[/THINK]")),
+            ReasoningFormat::Seed => Some(("<seed:think>", "</seed:think>")),
+            ReasoningFormat::CommandR => Some(COMMAND_R),
+            ReasoningFormat::Plain | ReasoningFormat::Harmony => None,
+        }
+    }
+
+    /// The markup the model writes, which may be control tokens whose
+    /// text the engine must show for the parsers to see them.
+    pub(crate) fn markers(self) -> &'static [&'static str] {
+        match self {
+            ReasoningFormat::Plain => &[],
+            ReasoningFormat::Think => &[THINK_OPEN, THINK_CLOSE],
+            ReasoningFormat::Mistral => &["[THINK]", "[/THINK]"],
+            ReasoningFormat::Seed => &["<seed:think>", "</seed:think>"],
+            ReasoningFormat::CommandR => &[COMMAND_R.0, COMMAND_R.1],
+            ReasoningFormat::Harmony => harmony::MARKERS,
+        }
+    }
+
+    /// Whether a rendered prompt already opened the reasoning for the
+    /// model (DeepSeek-R1 distills end their generation prompt with
+    /// `<think>\n`).
+    pub(crate) fn prompt_opens(self, prompt: &str) -> bool {
+        match self.tags() {
+            Some((open, _)) => prompt.trim_end().ends_with(open),
+            None => false,
+        }
+    }
+
+    /// What svc appends to a prompt to open the reasoning itself.
+    pub(crate) fn open(self) -> String {
+        match self.tags() {
+            Some((open, _)) => format!("{open}\n"),
+            None => harmony::OPEN_ANALYSIS.to_owned(),
+        }
+    }
+
+    /// Where the model's reasoning ends: the stop of a reasoning pass.
+    pub(crate) fn stop(self) -> &'static str {
+        match self.tags() {
+            Some((_, close)) => close,
+            None => harmony::END_MESSAGE,
+        }
+    }
+
+    /// What svc appends after the reasoning (open) to start the answer.
+    pub(crate) fn to_answer(self) -> String {
+        match self.tags() {
+            Some((_, close)) => format!("\n{close}\n\n"),
+            None => harmony::TO_FINAL.to_owned(),
+        }
+    }
+
+    /// What svc appends to a prompt (that `opened` the reasoning or not)
+    /// for the model to answer at once, without reasoning.
+    pub(crate) fn skip(self, opened: bool) -> String {
+        match self {
+            ReasoningFormat::Harmony => harmony::OPEN_FINAL.to_owned(),
+            _ if opened => self.to_answer(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Command R's tags around its reasoning.
+const COMMAND_R: (&str, &str) = ("<|START_THINKING|>", "<|END_THINKING|>");
 
 /// Opens a thinking model's reasoning.
 pub(crate) const THINK_OPEN: &str = "<think>";
 /// Closes it.
 pub(crate) const THINK_CLOSE: &str = "</think>";
-
-/// Whether a chat template is a thinking model's: it writes `<think>` blocks
-/// or takes an `enable_thinking` switch (Qwen3, DeepSeek-R1 distills, ...).
-pub(crate) fn template_thinks(source: &str) -> bool {
-    source.contains(THINK_OPEN) || source.contains("enable_thinking")
-}
-
-/// Whether a rendered prompt already opened a think block for the model
-/// (DeepSeek-R1 distills end their generation prompt with `<think>\n`).
-pub(crate) fn prompt_opens_think(prompt: &str) -> bool {
-    prompt.trim_end().ends_with(THINK_OPEN)
-}
 
 /// One piece of split output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,11 +179,13 @@ enum State {
 }
 
 /// Splits streamed model output into reasoning (inside a leading
-/// `<think>…</think>` block, trimmed) and content (after it, without the
-/// whitespace that follows `</think>`). Output without a think block is all
-/// content, unchanged.
+/// `<think>…</think>` block or another format's tags, trimmed) and content
+/// (after it, without the whitespace that follows the closing tag). Output
+/// without a block is all content, unchanged.
 #[derive(Debug, Clone)]
 pub(crate) struct ThinkSplitter {
+    open: &'static str,
+    close: &'static str,
     state: State,
     buf: String,
     reasoning: WsTrim,
@@ -58,10 +194,17 @@ pub(crate) struct ThinkSplitter {
 }
 
 impl ThinkSplitter {
-    /// A splitter for output that starts outside a think block, or inside one
-    /// when the prompt already `opened` it.
+    /// A splitter of `<think>` blocks for output that starts outside one,
+    /// or inside one when the prompt already `opened` it.
     pub(crate) fn new(opened: bool) -> Self {
+        Self::with_tags((THINK_OPEN, THINK_CLOSE), opened)
+    }
+
+    /// A splitter of blocks between `open` and `close` (see [`Self::new`]).
+    pub(crate) fn with_tags((open, close): (&'static str, &'static str), opened: bool) -> Self {
         ThinkSplitter {
+            open,
+            close,
             state: if opened { State::Think } else { State::Start },
             buf: String::new(),
             reasoning: WsTrim::default(),
@@ -76,27 +219,27 @@ impl ThinkSplitter {
             match self.state {
                 State::Start => {
                     let visible = self.buf.trim_start();
-                    if let Some(rest) = visible.strip_prefix(THINK_OPEN) {
+                    if let Some(rest) = visible.strip_prefix(self.open) {
                         self.buf = rest.to_owned();
                         self.state = State::Think;
                         continue;
                     }
-                    if visible.is_empty() || THINK_OPEN.starts_with(visible) {
+                    if visible.is_empty() || self.open.starts_with(visible) {
                         return;
                     }
                     self.state = State::Content;
                 }
                 State::Think => {
-                    if let Some(at) = self.buf.find(THINK_CLOSE) {
+                    if let Some(at) = self.buf.find(self.close) {
                         let reasoning = self.reasoning.push(&self.buf[..at]);
                         self.reasoning.finish();
                         emit(out, Piece::Reasoning(reasoning));
-                        self.buf.drain(..at + THINK_CLOSE.len());
+                        self.buf.drain(..at + self.close.len());
                         self.state = State::Content;
                         self.skip_ws = true;
                         continue;
                     }
-                    let keep = partial_tag_len(&self.buf, THINK_CLOSE);
+                    let keep = partial_tag_len(&self.buf, self.close);
                     let rest = self.buf.split_off(self.buf.len() - keep);
                     let head = std::mem::replace(&mut self.buf, rest);
                     emit(out, Piece::Reasoning(self.reasoning.push(&head)));
@@ -315,15 +458,51 @@ mod tests {
 
     #[test]
     fn templates_and_prompts_that_think() {
-        assert!(template_thinks(
-            "{% if enable_thinking is defined %}x{% endif %}"
-        ));
-        assert!(template_thinks("{{ '<think>\\n' }}"));
-        assert!(!template_thinks("{{ messages }}"));
-        assert!(prompt_opens_think("<｜Assistant｜><think>\n"));
-        assert!(!prompt_opens_think(
-            "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-        ));
+        let of = ReasoningFormat::of_template;
+        assert_eq!(
+            of("{% if enable_thinking is defined %}x{% endif %}"),
+            ReasoningFormat::Think
+        );
+        assert_eq!(of("{{ '<think>\\n' }}"), ReasoningFormat::Think);
+        assert_eq!(of("{{ '[THINK]' + thinking }}"), ReasoningFormat::Mistral);
+        assert_eq!(of("<seed:think>"), ReasoningFormat::Seed);
+        assert_eq!(
+            of("<|start|>assistant<|channel|>analysis<|message|>"),
+            ReasoningFormat::Harmony
+        );
+        assert_eq!(of("{{ messages }}"), ReasoningFormat::Plain);
+        let think = ReasoningFormat::Think;
+        assert!(think.prompt_opens("<｜Assistant｜><think>\n"));
+        assert!(!think.prompt_opens("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(!ReasoningFormat::Harmony.prompt_opens("<|start|>assistant"));
+        for format in ReasoningFormat::ALL {
+            assert_eq!(ReasoningFormat::parse(format.name()), Some(format));
+        }
+    }
+
+    #[test]
+    fn other_tags_split_like_think() {
+        let tags = ReasoningFormat::Mistral.tags().unwrap();
+        let text = "[THINK]Let me see.[/THINK]\n\nParis.";
+        for (at, _) in text.char_indices() {
+            let mut s = ThinkSplitter::with_tags(tags, false);
+            let mut out = Vec::new();
+            s.push(&text[..at], &mut out);
+            s.push(&text[at..], &mut out);
+            s.finish(&mut out);
+            let (mut r, mut c) = (String::new(), String::new());
+            for p in out {
+                match p {
+                    Piece::Reasoning(t) => r.push_str(&t),
+                    Piece::Content(t) => c.push_str(&t),
+                }
+            }
+            assert_eq!(
+                (r.as_str(), c.as_str()),
+                ("Let me see.", "Paris."),
+                "cut at {at}"
+            );
+        }
     }
 
     #[test]

@@ -198,6 +198,7 @@ impl ToolCallParser {
     }
 
     /// How many calls were found so far.
+    #[cfg(test)]
     pub(crate) fn calls(&self) -> usize {
         self.calls
     }

@@ -20,7 +20,7 @@ use svc_core::engine::{
     ToolSpec,
 };
 use svc_engine_llama::testing::{TINY_TEMPLATE, TinyModel};
-use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+use svc_engine_llama::{LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat};
 use tempfile::TempDir;
 
 const HELLO: &str = "Hello, world! é 😀 end.";
@@ -31,6 +31,15 @@ struct Fixture {
 }
 
 fn engine(model: &TinyModel, context: u32) -> Fixture {
+    engine_with(model, context, |_| {})
+}
+
+/// [`engine`] with settings of the test's own.
+fn engine_with(
+    model: &TinyModel,
+    context: u32,
+    settings: impl FnOnce(&mut LlamaEngineOptions),
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     model.write(&path).unwrap();
@@ -42,6 +51,7 @@ fn engine(model: &TinyModel, context: u32) -> Fixture {
     options.queue_capacity = 4;
     options.context_per_sequence = context;
     options.threads = Some(2);
+    settings(&mut options);
     let engine = LlamaEngine::load(&options).unwrap();
     Fixture { engine, _dir: dir }
 }
@@ -436,6 +446,168 @@ async fn a_mistral_family_model_calls_tools_in_its_own_syntax() {
         "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"
     );
     assert_eq!(out.reason, Some(FinishReason::Stop));
+}
+
+/// A template of gpt-oss's family: messages in harmony's channels, the
+/// generation prompt `<|start|>assistant` (and a newline, after which the
+/// tiny model's script starts), the effort in the system message.
+const HARMONY_TEMPLATE: &str = "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>{% for message in messages %}<|start|>{{ message['role'] }}{% if message['role'] == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ message['content'] }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant\n{% endif %}";
+
+/// Harmony's control tokens. With `<|return|>` and `<|call|>` in the
+/// vocabulary, llama.cpp no longer takes `<|end|>` for the end of the
+/// generation, as with gpt-oss's own.
+const HARMONY_CONTROLS: &[&str] = &[
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|constrain|>",
+    "<|return|>",
+    "<|call|>",
+];
+
+#[tokio::test]
+async fn a_gpt_oss_family_model_reasons_and_calls_in_harmony() {
+    // Its channels' markers are control tokens: the engine shows them to
+    // the parser, and none reaches the client. (The tiny model's next
+    // token depends on its last only, so a marker's second use in a
+    // script is written as text, which the parser reads the same.)
+    let calling = TinyModel::scripted(&[
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "Need the ",
+        "weather.",
+        "<|end|>",
+        "<|start|>",
+        "assistant<|channel|>commentary to=functions.get_weather ",
+        "<|constrain|>",
+        "json<|message|>",
+        "{\"city\": ",
+        "\"Paris\"}",
+    ])
+    .with_controls(HARMONY_CONTROLS)
+    .with_template(HARMONY_TEMPLATE);
+    let f = engine(&calling, 1024);
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    req.reasoning = true;
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reasoning(), "Need the weather.", "{:?}", out.events);
+    assert_eq!(out.text(), "");
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1, "{:?}", out.events);
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, "{\"city\": \"Paris\"}");
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+    // Its arguments streamed: more than one chunk after the call's first.
+    let chunks = out
+        .events
+        .iter()
+        .filter(|e| matches!(e, EngineEvent::ToolCall(c) if c.id.is_none()))
+        .count();
+    assert!(chunks >= 2, "{:?}", out.events);
+
+    // Without reasoning asked for, the analysis channel is dropped.
+    req.reasoning = false;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reasoning(), "");
+    assert_eq!(out.calls().len(), 1);
+
+    let answering = TinyModel::scripted(&[
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "Greeting.",
+        "<|end|>",
+        "<|start|>",
+        "assistant<|channel|>final<|message|>",
+        "Hello",
+        "!",
+    ])
+    .with_controls(HARMONY_CONTROLS)
+    .with_template(HARMONY_TEMPLATE);
+    let f = engine(&answering, 1024);
+    let mut req = request("Hi");
+    req.reasoning = true;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reasoning(), "Greeting.");
+    assert_eq!(out.text(), "Hello!");
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+}
+
+#[tokio::test]
+async fn a_harmony_reply_under_a_grammar_skips_to_the_final_channel() {
+    // A JSON reply: svc opens the final channel itself, so the grammar's
+    // JSON is the whole answer (random weights: the grammar decides).
+    let model = TinyModel::hello()
+        .with_controls(HARMONY_CONTROLS)
+        .with_template(HARMONY_TEMPLATE);
+    let f = engine(&model, 1024);
+    let mut req = request("JSON please");
+    req.output = OutputFormat::JsonSchema {
+        name: "city".into(),
+        schema: city_schema(),
+    };
+    let out = run(&f.engine, req).await;
+    let value: Value = serde_json::from_str(&out.text()).unwrap();
+    assert!(valid(&city_schema(), &value), "{value}");
+    assert_eq!(out.reasoning(), "");
+}
+
+#[tokio::test]
+async fn a_magistral_model_thinks_in_think_control_tokens() {
+    let model = TinyModel::scripted(&["[THINK]", "Two and two.", "[/THINK]", "\n\n", "Four."])
+        .with_controls(&["[THINK]", "[/THINK]"])
+        .with_template(
+            "{%- if false %}[THINK]{% endif %}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        );
+    let f = engine(&model, 1024);
+    let mut req = request("2+2?");
+    req.reasoning = true;
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reasoning(), "Two and two.");
+    assert_eq!(out.text(), "Four.");
+    req.reasoning = false;
+    let out = run(&f.engine, req).await;
+    assert_eq!(out.reasoning(), "");
+    assert_eq!(out.text(), "Four.");
+}
+
+#[tokio::test]
+async fn settings_name_the_formats_a_template_does_not() {
+    // A plain ChatML template teaches neither; the settings say pythonic
+    // calls and `<think>` blocks.
+    let model = TinyModel::scripted(&[
+        "<think>",
+        "Use the tool.",
+        "</think>",
+        "[get_weather(",
+        "city=\"Paris\")]",
+    ]);
+    let f = engine_with(&model, 1024, |options| {
+        options.tool_format = Some(ToolFormat::Pythonic);
+        options.reasoning_format = Some(ReasoningFormat::Think);
+    });
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    req.reasoning = true;
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.reasoning(), "Use the tool.");
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1, "{:?}", out.events);
+    assert_eq!(calls[0].2, "{\"city\":\"Paris\"}");
+
+    // Without them, the same output is text: the template's Hermes
+    // calls and no reasoning of the model's own.
+    let f = engine(&model, 1024);
+    req.reasoning = false;
+    let out = run(&f.engine, req).await;
+    assert!(out.calls().is_empty());
+    assert_eq!(
+        out.text(),
+        "<think>Use the tool.</think>[get_weather(city=\"Paris\")]"
+    );
 }
 
 #[tokio::test]
