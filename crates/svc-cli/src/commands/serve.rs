@@ -200,19 +200,15 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
                 errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
-            (
-                Some(ModelSource::File(FileModelConfig {
-                    path,
-                    context,
-                    parallel,
-                })),
-                _,
-            ) => (
-                embedded.load(path.clone(), *context, *parallel).await?,
+            (Some(ModelSource::File(file)), _) => (
+                embedded
+                    .load(file)
+                    .await
+                    .with_context(|| format!("models.{id}"))?,
                 None,
             ),
             (None, Some((path, prompt))) => (
-                embedded.load(path.clone(), None, None).await?,
+                embedded.load(&FileModelConfig::at(path.clone())).await?,
                 prompt.clone(),
             ),
             (None, None) => anyhow::bail!("no model for {id}"),
@@ -238,7 +234,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     if let Some(path) = embed_path {
         routes.push(ModelRoute {
             id: EMBED_ID.to_owned(),
-            engine: embedded.load(path, None, None).await?,
+            engine: embedded.load(&FileModelConfig::at(path)).await?,
             reasoning: false,
             created: MODELS_CREATED,
             owned_by: "svc".into(),

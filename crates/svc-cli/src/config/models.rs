@@ -103,6 +103,29 @@ pub struct FileModelConfig {
     /// Sequences decoded together; the engine's `parallel` when absent.
     #[serde(default, deserialize_with = "parallel")]
     pub parallel: Option<u32>,
+    /// How the model writes tool calls (`hermes`, `mistral`, `llama3`,
+    /// `pythonic`, ...); what its chat template teaches when absent.
+    /// Checked when the model loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_format: Option<String>,
+    /// How the model marks its reasoning (`think`, `mistral`, `seed`,
+    /// `harmony`, or `none`); what its chat template teaches when absent.
+    /// Checked when the model loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_format: Option<String>,
+}
+
+impl FileModelConfig {
+    /// The GGUF at `path` with the engine's settings.
+    pub fn at(path: PathBuf) -> Self {
+        FileModelConfig {
+            path,
+            context: None,
+            parallel: None,
+            tool_format: None,
+            reasoning_format: None,
+        }
+    }
 }
 
 fn context<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {

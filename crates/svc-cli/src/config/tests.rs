@@ -274,7 +274,9 @@ fn invalid_values_are_refused_naming_the_key() {
 #[test]
 fn model_tables_are_read() {
     let s = config(
-        "parallel = 2\n[models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n",
+        "parallel = 2\n[models.qwen]\npath = \"/m/qwen.gguf\"\nreasoning = true\n\
+         [models.oss]\npath = \"/m/oss.gguf\"\ntool_format = \"pythonic\"\n\
+         reasoning_format = \"harmony\"\n",
         &[],
     )
     .unwrap();
@@ -284,12 +286,13 @@ fn model_tables_are_read() {
     assert!(qwen.reasoning);
     assert_eq!(
         qwen.source,
-        ModelSource::File(FileModelConfig {
-            path: PathBuf::from("/m/qwen.gguf"),
-            context: None,
-            parallel: None
-        })
+        ModelSource::File(FileModelConfig::at(PathBuf::from("/m/qwen.gguf")))
     );
+    let ModelSource::File(oss) = &s.models["oss"].source else {
+        panic!("{:?}", s.models["oss"]);
+    };
+    assert_eq!(oss.tool_format.as_deref(), Some("pythonic"));
+    assert_eq!(oss.reasoning_format.as_deref(), Some("harmony"));
     assert!(config("parallel = 2\n", &[flag("parallel", "0")]).is_err());
 }
 

@@ -7,14 +7,28 @@
 
 #[cfg(feature = "embedded")]
 mod engines {
+    /// The format `name` names (read by `parse`), or an error naming the
+    /// key and the formats there are.
+    fn named<T, const N: usize>(
+        name: &str,
+        key: &str,
+        parse: fn(&str) -> Option<T>,
+        names: [&str; N],
+    ) -> anyhow::Result<T> {
+        parse(name)
+            .ok_or_else(|| anyhow::anyhow!("{key}: {name:?} is not one of {}", names.join(", ")))
+    }
+
     use std::path::PathBuf;
     use std::sync::Arc;
 
     use anyhow::Context;
     use svc_core::Engine;
-    use svc_engine_llama::{LlamaEmbedder, LlamaEngine, LlamaEngineOptions};
+    use svc_engine_llama::{
+        LlamaEmbedder, LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat,
+    };
 
-    use crate::config::{EngineConfig, KvType};
+    use crate::config::{EngineConfig, FileModelConfig, KvType};
     use crate::output::errln;
 
     /// The embedded engines of one `svc serve`: ids on the same file with
@@ -35,20 +49,39 @@ mod engines {
             })
         }
 
-        /// The engine for the GGUF at `path`: one already loaded with the
+        /// The engine for the GGUF `file`: one already loaded with the
         /// same options, or a new one; an embedding model's embedder.
-        pub async fn load(
-            &mut self,
-            path: PathBuf,
-            context: Option<u32>,
-            parallel: Option<u32>,
-        ) -> anyhow::Result<Arc<dyn Engine>> {
-            if svc_engine_llama::is_embedding_model(&path) {
-                return self.load_embedder(path).await;
+        pub async fn load(&mut self, file: &FileModelConfig) -> anyhow::Result<Arc<dyn Engine>> {
+            if svc_engine_llama::is_embedding_model(&file.path) {
+                return self.load_embedder(file.path.clone()).await;
             }
-            let mut options = LlamaEngineOptions::new(path);
-            options.context_per_sequence = context.unwrap_or(self.settings.context);
-            options.parallel = parallel.unwrap_or(self.settings.parallel);
+            let mut options = LlamaEngineOptions::new(&file.path);
+            options.context_per_sequence = file.context.unwrap_or(self.settings.context);
+            options.parallel = file.parallel.unwrap_or(self.settings.parallel);
+            options.tool_format = file
+                .tool_format
+                .as_deref()
+                .map(|name| {
+                    named(
+                        name,
+                        "tool_format",
+                        ToolFormat::parse,
+                        ToolFormat::ALL.map(ToolFormat::name),
+                    )
+                })
+                .transpose()?;
+            options.reasoning_format = file
+                .reasoning_format
+                .as_deref()
+                .map(|name| {
+                    named(
+                        name,
+                        "reasoning_format",
+                        ReasoningFormat::parse,
+                        ReasoningFormat::ALL.map(ReasoningFormat::name),
+                    )
+                })
+                .transpose()?;
             options.threads = self.settings.threads;
             options.queue_capacity = self.settings.queue;
             options.slots_per_client = self.settings.slots_per_client;
@@ -106,16 +139,33 @@ mod engines {
             Ok(engine)
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_format_setting_is_one_of_the_formats() {
+            let names = ToolFormat::ALL.map(ToolFormat::name);
+            let pythonic = named("pythonic", "tool_format", ToolFormat::parse, names);
+            assert_eq!(pythonic.ok(), Some(ToolFormat::Pythonic));
+            let wrong = named("json", "tool_format", ToolFormat::parse, names);
+            let message = wrong.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(message.starts_with("tool_format: \"json\" is not one of hermes, mistral"));
+            let names = ReasoningFormat::ALL.map(ReasoningFormat::name);
+            let none = named("none", "reasoning_format", ReasoningFormat::parse, names);
+            assert_eq!(none.ok(), Some(ReasoningFormat::Plain));
+        }
+    }
 }
 
 #[cfg(not(feature = "embedded"))]
 mod engines {
-    use std::path::PathBuf;
     use std::sync::Arc;
 
     use svc_core::Engine;
 
-    use crate::config::EngineConfig;
+    use crate::config::{EngineConfig, FileModelConfig};
 
     /// Without the embedded engine there are none.
     pub struct EmbeddedEngines<'a> {
@@ -144,16 +194,11 @@ mod engines {
             clippy::unused_async,
             reason = "the embedded build's load awaits; callers are the same for both"
         )]
-        pub async fn load(
-            &mut self,
-            path: PathBuf,
-            _context: Option<u32>,
-            _parallel: Option<u32>,
-        ) -> anyhow::Result<Arc<dyn Engine>> {
+        pub async fn load(&mut self, file: &FileModelConfig) -> anyhow::Result<Arc<dyn Engine>> {
             anyhow::bail!(
                 "cannot serve {}: this svc was built without the embedded engine; rebuild with \
                  default features or configure upstreams",
-                path.display()
+                file.path.display()
             )
         }
     }
