@@ -37,7 +37,7 @@ use crate::prompt::{Cancel, Specials};
 use crate::sampler::Grammar;
 use crate::scheduler::{self, ContextSettings, Job, Shared};
 use crate::stats::EngineStats;
-use crate::template::{ChatTemplate, RenderOptions};
+use crate::template::{ChatTemplate, Fallback, RenderOptions};
 
 /// The longest a grammar may take to build (llama.cpp parses it and
 /// expands its first parse stacks); past it the request is refused.
@@ -470,7 +470,13 @@ impl LlamaEngine {
             let source = model.meta_val_str("tokenizer.chat_template").ok();
             let bos = special_text(&model, model.vocab().bos());
             let eos = special_text(&model, model.vocab().eos());
-            ChatTemplate::new(source.as_deref(), &bos, &eos)
+            // Without one, the turn format its vocabulary's markers say.
+            let fallback = Fallback::of_vocab(|text| {
+                model.vocab().tokenize(text.as_bytes(), false, true).len() == 1
+            });
+            // An empty template is none.
+            let source = source.filter(|s| !s.trim().is_empty());
+            ChatTemplate::or_else(source.as_deref(), fallback, &bos, &eos)
         };
 
         let trained_context = model.n_ctx_train();

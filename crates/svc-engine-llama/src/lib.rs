@@ -61,5 +61,5 @@ pub use options::{DEFAULT_PREFIX_CACHE_BYTES, KvType, LlamaEngineOptions};
 pub use reasoning::ReasoningFormat;
 pub use sampler::Grammar;
 pub use stats::EngineStats;
-pub use template::{ChatTemplate, RenderOptions};
+pub use template::{ChatTemplate, Fallback, RenderOptions};
 pub use text::{Release, TextAssembler};

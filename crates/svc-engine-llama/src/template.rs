@@ -30,6 +30,160 @@ pub const CHATML_TEMPLATE: &str = r#"{%- for message in messages %}
 {%- endfor %}
 {%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"#;
 
+/// How a model that carries no chat template is prompted: the turn format
+/// its vocabulary's markers say (`<|start_header_id|>` is Llama 3's,
+/// `<start_of_turn>` Gemma's, ...), ChatML when none. Calls in the
+/// history are written in Hermes' `<tool_call>` syntax, which the tools'
+/// system block asks for (these templates do not render `tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    ChatMl,
+    Llama3,
+    Gemma,
+    Mistral,
+    Phi3,
+}
+
+impl Fallback {
+    /// The format of a vocabulary: `has(text)` says whether one of its
+    /// tokens is `text`.
+    pub fn of_vocab(has: impl Fn(&str) -> bool) -> Self {
+        if has("<|im_start|>") && has("<|im_end|>") {
+            Fallback::ChatMl
+        } else if has("<|start_header_id|>") && has("<|eot_id|>") {
+            Fallback::Llama3
+        } else if has("<start_of_turn>") && has("<end_of_turn>") {
+            Fallback::Gemma
+        } else if has("<|user|>") && has("<|assistant|>") && has("<|end|>") {
+            Fallback::Phi3
+        } else if has("[INST]") && has("[/INST]") {
+            Fallback::Mistral
+        } else {
+            Fallback::ChatMl
+        }
+    }
+
+    /// Its name in the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fallback::ChatMl => "chatml",
+            Fallback::Llama3 => "llama3",
+            Fallback::Gemma => "gemma",
+            Fallback::Mistral => "mistral",
+            Fallback::Phi3 => "phi3",
+        }
+    }
+
+    /// The template's source.
+    pub fn source(self) -> &'static str {
+        match self {
+            Fallback::ChatMl => CHATML_TEMPLATE,
+            Fallback::Llama3 => LLAMA3_TEMPLATE,
+            Fallback::Gemma => GEMMA_TEMPLATE,
+            Fallback::Mistral => MISTRAL_TEMPLATE,
+            Fallback::Phi3 => PHI3_TEMPLATE,
+        }
+    }
+}
+
+const LLAMA3_TEMPLATE: &str = concat!(
+    r#"{{- bos_token }}
+{%- for message in messages %}
+{{- '<|start_header_id|>' + ('ipython' if message.role == 'tool' else message.role) + '<|end_header_id|>
+
+' }}"#,
+    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
+{%- if message.tool_calls %}
+{%- for call in message.tool_calls %}
+{{- '
+<tool_call>
+' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
+</tool_call>' }}
+{%- endfor %}
+{%- endif %}"#,
+    r#"{{- '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>
+
+' }}{% endif %}"#
+);
+
+/// Gemma has no system role: the system text opens the next user turn.
+const GEMMA_TEMPLATE: &str = concat!(
+    r#"{{- bos_token }}
+{%- set ns = namespace(system='') %}
+{%- for message in messages %}
+{%- if message.role == 'system' %}{%- set ns.system = ns.system + message.content + '
+
+' %}
+{%- else %}
+{{- '<start_of_turn>' + ('model' if message.role == 'assistant' else 'user') + '
+' + ns.system }}
+{%- set ns.system = '' %}"#,
+    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
+{%- if message.tool_calls %}
+{%- for call in message.tool_calls %}
+{{- '
+<tool_call>
+' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
+</tool_call>' }}
+{%- endfor %}
+{%- endif %}"#,
+    r#"{{- '<end_of_turn>
+' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<start_of_turn>model
+' }}{% endif %}"#
+);
+
+/// Mistral's `[INST]` turns: the system text opens the next one.
+const MISTRAL_TEMPLATE: &str = concat!(
+    r#"{{- bos_token }}
+{%- set ns = namespace(system='') %}
+{%- for message in messages %}
+{%- if message.role == 'system' %}{%- set ns.system = ns.system + message.content + '
+
+' %}
+{%- elif message.role == 'assistant' %}
+{{- ' ' }}"#,
+    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
+{%- if message.tool_calls %}
+{%- for call in message.tool_calls %}
+{{- '
+<tool_call>
+' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
+</tool_call>' }}
+{%- endfor %}
+{%- endif %}"#,
+    r#"{{- eos_token }}
+{%- else %}
+{{- '[INST] ' + ns.system + (message.content | trim) + ' [/INST]' }}
+{%- set ns.system = '' %}
+{%- endif %}
+{%- endfor %}"#
+);
+
+const PHI3_TEMPLATE: &str = concat!(
+    r#"{%- for message in messages %}
+{{- '<|' + ('user' if message.role == 'tool' else message.role) + '|>
+' }}"#,
+    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
+{%- if message.tool_calls %}
+{%- for call in message.tool_calls %}
+{{- '
+<tool_call>
+' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
+</tool_call>' }}
+{%- endfor %}
+{%- endif %}"#,
+    r#"{{- '<|end|>
+' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|assistant|>
+' }}{% endif %}"#
+);
+
 const TEMPLATE_NAME: &str = "chat";
 
 /// The context variable that carries the rendering's time to `strftime_now`
@@ -73,6 +227,17 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// Compiles `source`; a missing template or one minijinja cannot compile falls back to ChatML.
     pub fn new(source: Option<&str>, bos_token: &str, eos_token: &str) -> Self {
+        Self::or_else(source, Fallback::ChatMl, bos_token, eos_token)
+    }
+
+    /// Compiles `source`; a missing template or one minijinja cannot
+    /// compile falls back to `fallback` (the log says which).
+    pub fn or_else(
+        source: Option<&str>,
+        fallback: Fallback,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Self {
         if let Some(source) = source {
             match Self::compile(source) {
                 Ok(env) => {
@@ -85,14 +250,23 @@ impl ChatTemplate {
                     };
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot compile the model's chat template; using ChatML");
+                    tracing::warn!(
+                        error = %e,
+                        format = fallback.name(),
+                        "cannot compile the model's chat template; using its vocabulary's turn format"
+                    );
                 }
             }
+        } else {
+            tracing::info!(
+                format = fallback.name(),
+                "the model carries no chat template; using its vocabulary's turn format"
+            );
         }
-        let env = Self::compile(CHATML_TEMPLATE).unwrap_or_else(|_| Environment::new());
+        let env = Self::compile(fallback.source()).unwrap_or_else(|_| Environment::new());
         ChatTemplate {
             env,
-            source: CHATML_TEMPLATE.to_owned(),
+            source: fallback.source().to_owned(),
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
             from_model: false,
@@ -905,5 +1079,74 @@ mod tests {
             "",
         );
         assert_eq!(t.render(&[user("  hi ")], &[]).unwrap(), "HI4");
+    }
+
+    #[test]
+    fn a_model_without_a_template_is_prompted_in_its_vocabularys_format() {
+        let vocab = |tokens: &'static [&'static str]| move |t: &str| tokens.contains(&t);
+        let cases = [
+            (&["<|im_start|>", "<|im_end|>"][..], Fallback::ChatMl),
+            (&["<|start_header_id|>", "<|eot_id|>"][..], Fallback::Llama3),
+            (&["<start_of_turn>", "<end_of_turn>"][..], Fallback::Gemma),
+            (
+                &["<|user|>", "<|assistant|>", "<|end|>"][..],
+                Fallback::Phi3,
+            ),
+            (&["[INST]", "[/INST]"][..], Fallback::Mistral),
+            (&["<s>"][..], Fallback::ChatMl),
+        ];
+        for (tokens, expected) in cases {
+            assert_eq!(Fallback::of_vocab(vocab(tokens)), expected, "{tokens:?}");
+        }
+        let messages = [
+            ChatMessage::System("Be brief.".into()),
+            ChatMessage::User("Weather in Paris?".into()),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCallSpec {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    arguments: r#"{"city":"Paris"}"#.into(),
+                }],
+                reasoning: None,
+            },
+            ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: "18°C".into(),
+            },
+        ];
+        let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let expected = [
+            (
+                Fallback::Llama3,
+                format!(
+                    "<B><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n\n{call}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n18°C<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+                ),
+            ),
+            (
+                Fallback::Gemma,
+                format!(
+                    "<B><start_of_turn>user\nBe brief.\n\nWeather in Paris?<end_of_turn>\n<start_of_turn>model\n\n{call}<end_of_turn>\n<start_of_turn>user\n18°C<end_of_turn>\n<start_of_turn>model\n"
+                ),
+            ),
+            (
+                Fallback::Mistral,
+                format!(
+                    "<B>[INST] Be brief.\n\nWeather in Paris? [/INST] \n{call}<E>[INST] 18°C [/INST]"
+                ),
+            ),
+            (
+                Fallback::Phi3,
+                format!(
+                    "<|system|>\nBe brief.<|end|>\n<|user|>\nWeather in Paris?<|end|>\n<|assistant|>\n\n{call}<|end|>\n<|user|>\n18°C<|end|>\n<|assistant|>\n"
+                ),
+            ),
+        ];
+        for (fallback, expected) in expected {
+            let template = ChatTemplate::or_else(None, fallback, "<B>", "<E>");
+            assert!(!template.is_from_model());
+            let prompt = template.render(&messages, &[]).unwrap();
+            assert_eq!(prompt, expected, "{fallback:?}");
+        }
     }
 }
