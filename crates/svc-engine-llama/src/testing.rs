@@ -50,6 +50,25 @@ pub async fn together<T>(
 /// ChatML, the template the tiny model carries.
 pub const TINY_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// A template of gpt-oss's family (harmony): messages in channels, the
+/// effort in the system message, and a generation prompt of
+/// `<|start|>assistant` and a newline (after which a [`TinyModel`]'s
+/// script starts).
+pub const HARMONY_TEMPLATE: &str = "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>{% for message in messages %}<|start|>{{ message['role'] }}{% if message['role'] == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ message['content'] }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant\n{% endif %}";
+
+/// Harmony's control tokens. With `<|return|>` and `<|call|>` in the
+/// vocabulary, llama.cpp no longer takes `<|end|>` for the end of the
+/// generation, as with gpt-oss's own.
+pub const HARMONY_CONTROLS: &[&str] = &[
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|constrain|>",
+    "<|return|>",
+    "<|call|>",
+];
+
 /// GPT-2's byte-to-character table of byte-level BPE.
 pub fn byte_to_char() -> [char; 256] {
     let mut table = ['\0'; 256];
@@ -150,6 +169,30 @@ impl TinyModel {
             script: pieces.iter().map(|p| p.as_bytes().to_vec()).collect(),
             ..TinyModel::hello()
         }
+    }
+
+    /// A model of gpt-oss's family: it reasons "Need the weather." in the
+    /// analysis channel, then calls `get_weather` with
+    /// `{"city": "Paris"}` on the commentary channel, its markers control
+    /// tokens. (Its next token depends on its last only, so a marker's
+    /// second use is written as text, which a parser reads the same.)
+    pub fn harmony_calling() -> Self {
+        TinyModel::scripted(&[
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "Need the ",
+            "weather.",
+            "<|end|>",
+            "<|start|>",
+            "assistant<|channel|>commentary to=functions.get_weather ",
+            "<|constrain|>",
+            "json<|message|>",
+            "{\"city\": ",
+            "\"Paris\"}",
+        ])
+        .with_controls(HARMONY_CONTROLS)
+        .with_template(HARMONY_TEMPLATE)
     }
 
     /// The same model with another chat template.

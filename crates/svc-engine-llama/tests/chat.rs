@@ -19,7 +19,7 @@ use svc_core::engine::{
     OutputFormat, Sampling, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec,
     ToolSpec,
 };
-use svc_engine_llama::testing::{TINY_TEMPLATE, TinyModel};
+use svc_engine_llama::testing::{HARMONY_CONTROLS, HARMONY_TEMPLATE, TINY_TEMPLATE, TinyModel};
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat};
 use tempfile::TempDir;
 
@@ -448,46 +448,11 @@ async fn a_mistral_family_model_calls_tools_in_its_own_syntax() {
     assert_eq!(out.reason, Some(FinishReason::Stop));
 }
 
-/// A template of gpt-oss's family: messages in harmony's channels, the
-/// generation prompt `<|start|>assistant` (and a newline, after which the
-/// tiny model's script starts), the effort in the system message.
-const HARMONY_TEMPLATE: &str = "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>{% for message in messages %}<|start|>{{ message['role'] }}{% if message['role'] == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ message['content'] }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant\n{% endif %}";
-
-/// Harmony's control tokens. With `<|return|>` and `<|call|>` in the
-/// vocabulary, llama.cpp no longer takes `<|end|>` for the end of the
-/// generation, as with gpt-oss's own.
-const HARMONY_CONTROLS: &[&str] = &[
-    "<|start|>",
-    "<|channel|>",
-    "<|message|>",
-    "<|end|>",
-    "<|constrain|>",
-    "<|return|>",
-    "<|call|>",
-];
-
 #[tokio::test]
 async fn a_gpt_oss_family_model_reasons_and_calls_in_harmony() {
     // Its channels' markers are control tokens: the engine shows them to
-    // the parser, and none reaches the client. (The tiny model's next
-    // token depends on its last only, so a marker's second use in a
-    // script is written as text, which the parser reads the same.)
-    let calling = TinyModel::scripted(&[
-        "<|channel|>",
-        "analysis",
-        "<|message|>",
-        "Need the ",
-        "weather.",
-        "<|end|>",
-        "<|start|>",
-        "assistant<|channel|>commentary to=functions.get_weather ",
-        "<|constrain|>",
-        "json<|message|>",
-        "{\"city\": ",
-        "\"Paris\"}",
-    ])
-    .with_controls(HARMONY_CONTROLS)
-    .with_template(HARMONY_TEMPLATE);
+    // the parser, and none reaches the client.
+    let calling = TinyModel::harmony_calling();
     let f = engine(&calling, 1024);
     let mut req = request("Weather in Paris?");
     req.tools = vec![weather_tool(json!({"type": "string"}))];

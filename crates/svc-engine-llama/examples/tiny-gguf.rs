@@ -1,0 +1,35 @@
+//! Writes a tiny GGUF of a model family (see `svc_engine_llama::testing`)
+//! for tests that run `svc serve` from another language:
+//!
+//! ```text
+//! cargo run -p svc-engine-llama --example tiny-gguf -- OUT.gguf harmony
+//! ```
+//!
+//! `harmony`: gpt-oss's family; it reasons in the analysis channel and
+//! calls `get_weather` for Paris (`TinyModel::harmony_calling`).
+
+use std::process::ExitCode;
+
+use svc_engine_llama::testing::TinyModel;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [out, family] = args.as_slice() else {
+        eprintln!("usage: tiny-gguf OUT.gguf harmony");
+        return ExitCode::from(2);
+    };
+    let model = match family.as_str() {
+        "harmony" => TinyModel::harmony_calling(),
+        other => {
+            eprintln!("tiny-gguf: no family {other:?} (harmony)");
+            return ExitCode::from(2);
+        }
+    };
+    match model.write(std::path::Path::new(out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tiny-gguf: cannot write {out}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
