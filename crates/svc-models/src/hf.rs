@@ -383,6 +383,7 @@ mod tests {
         }
         assert_eq!(ModelRef::parse(None).unwrap(), ModelRef::Default);
         assert_eq!(ModelRef::parse(Some("default")).unwrap(), ModelRef::Default);
+        assert_eq!(ModelRef::parse(Some("gemma3")).unwrap(), ModelRef::Gemma3);
     }
 
     #[test]

