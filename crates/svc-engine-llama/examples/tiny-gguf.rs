@@ -8,6 +8,8 @@
 //! `harmony`: gpt-oss's family; it reasons in the analysis channel and
 //! calls `get_weather` for Paris (`TinyModel::harmony_calling`).
 
+#![expect(clippy::print_stderr, reason = "a tool says what went wrong")]
+
 use std::process::ExitCode;
 
 use svc_engine_llama::testing::TinyModel;

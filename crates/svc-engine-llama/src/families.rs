@@ -29,8 +29,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::markup::held_before_tags;
-use crate::tools::{Parsed, ToolCallParser};
+use crate::markup::{held_before_tags, partial_tag_len};
+use crate::tools::{ArgsScan, Parsed, ToolCallParser};
 
 /// A call as read: the function's name and its arguments.
 type Call = (String, Map<String, Value>);
@@ -636,6 +636,136 @@ fn glm(body: &str) -> Option<Vec<Call>> {
     Some(vec![(name.to_owned(), arguments)])
 }
 
+/// How a streamed call starts (see [`Syntax::head`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// A call of an offered function, its JSON arguments' object starting
+    /// at `args_at`.
+    Call { name: String, args_at: usize },
+    /// Not known yet.
+    More,
+    /// Not a call whose arguments can stream: the section is read whole.
+    No,
+}
+
+/// The longest name-and-separator a streamed call's head may have before
+/// its arguments; a longer one is read whole.
+const MAX_HEAD: usize = 256;
+
+impl Syntax {
+    /// The marker before each call, for the families whose calls'
+    /// arguments stream (a name, then a JSON object, then the call's end).
+    fn call_marker(self) -> Option<&'static str> {
+        match self {
+            Syntax::Mistral => Some("[TOOL_CALLS]"),
+            Syntax::Kimi => Some(KIMI_CALL),
+            Syntax::DeepSeek => Some(DS_CALL),
+            _ => None,
+        }
+    }
+
+    /// What ends a streamed call, after its arguments.
+    fn call_end(self) -> Option<&'static str> {
+        match self {
+            Syntax::Kimi => Some(KIMI_CALL_END),
+            Syntax::DeepSeek => Some(DS_CALL_END),
+            _ => None,
+        }
+    }
+
+    /// Where a call of an offered function begins its arguments in `buf`
+    /// (what follows the section's marker `open`, or the previous call in
+    /// it): `name[ARGS]{` (Mistral), `functions.name:0<|tool_call_argument_begin|>{`
+    /// (Kimi), `name<｜tool▁sep｜>{` or `function<｜tool▁sep｜>name\n```json\n{`
+    /// (DeepSeek), each after the call's marker where the section has one
+    /// around its calls.
+    fn head(self, open: &str, buf: &str, names: &[String]) -> Head {
+        let Some(marker) = self.call_marker() else {
+            return Head::No;
+        };
+        let mut at = buf.len() - buf.trim_start().len();
+        if buf[at..].starts_with(marker) {
+            at += marker.len();
+        } else if open != marker {
+            // A section around calls: each starts with its marker.
+            return if marker.starts_with(&buf[at..]) {
+                Head::More
+            } else {
+                Head::No
+            };
+        }
+        let rest = &buf[at..];
+        let unfinished = |rest: &str| {
+            if rest.len() > MAX_HEAD {
+                Head::No
+            } else {
+                Head::More
+            }
+        };
+        let (name, args) = match self {
+            Syntax::Mistral => {
+                if rest.starts_with('[') || rest.starts_with('{') {
+                    // The JSON array of calls: read whole.
+                    return Head::No;
+                }
+                let Some(i) = rest.find("[ARGS]") else {
+                    return unfinished(rest);
+                };
+                let name = rest[..i].split("[CALL_ID]").next().unwrap_or("").trim();
+                (name, at + i + "[ARGS]".len())
+            }
+            Syntax::Kimi => {
+                let Some(i) = rest.find(KIMI_ARGS) else {
+                    return unfinished(rest);
+                };
+                let id = rest[..i].trim();
+                let id = id.strip_prefix("functions.").unwrap_or(id);
+                let name = id.rsplit_once(':').map_or(id, |(name, _)| name);
+                (name, at + i + KIMI_ARGS.len())
+            }
+            Syntax::DeepSeek => {
+                let Some(i) = rest.find(DS_SEP) else {
+                    return unfinished(rest);
+                };
+                let head = rest[..i].trim();
+                let after = at + i + DS_SEP.len();
+                if head != "function" {
+                    (head, after)
+                } else {
+                    // V3 and R1: the name on its line, then a fenced block.
+                    let line = &buf[after..];
+                    let Some(nl) = line.find('\n') else {
+                        return unfinished(line);
+                    };
+                    let fence = line[nl + 1..].trim_start();
+                    let fence_at = buf.len() - fence.len();
+                    let Some(block) = fence.strip_prefix("```json") else {
+                        return if "```json".starts_with(fence) {
+                            Head::More
+                        } else {
+                            Head::No
+                        };
+                    };
+                    (line[..nl].trim(), fence_at + (fence.len() - block.len()))
+                }
+            }
+            _ => return Head::No,
+        };
+        if !names.iter().any(|n| n == name) {
+            return Head::No;
+        }
+        let args_at = buf.len() - buf[args..].trim_start().len();
+        match buf[args_at..].chars().next() {
+            None => Head::More,
+            Some('{') => Head::Call {
+                name: name.to_owned(),
+                args_at,
+            },
+            Some(_) => Head::No,
+        }
+    }
+}
+
 /// The parser's place in the output.
 #[derive(Debug, Clone)]
 enum State {
@@ -645,6 +775,10 @@ enum State {
     Text,
     /// Inside a section opened by this marker.
     Section(&'static str),
+    /// Streaming the arguments of a call, in a section opened by this marker.
+    Args(&'static str, ArgsScan),
+    /// After a streamed call's arguments, in a section opened by this marker.
+    Tail(&'static str),
 }
 
 /// Parses streamed output of a family with one of these syntaxes into text
@@ -724,6 +858,21 @@ impl SectionParser {
                     return;
                 }
                 State::Section(open) => {
+                    let closed = self
+                        .syntax
+                        .close(open)
+                        .is_some_and(|close| self.buf.contains(close));
+                    match self.syntax.head(open, &self.buf, &self.names) {
+                        Head::Call { name, args_at } => {
+                            self.buf.drain(..args_at);
+                            self.calls += 1;
+                            out.push(Parsed::CallStart { name });
+                            self.state = State::Args(open, ArgsScan::default());
+                            continue;
+                        }
+                        Head::More if !closed => return,
+                        Head::More | Head::No => {}
+                    }
                     let Some(close) = self.syntax.close(open) else {
                         // Runs to the end of the output.
                         return;
@@ -739,6 +888,68 @@ impl SectionParser {
                     self.buf = rest;
                     self.state = State::Text;
                 }
+                State::Args(open, mut scan) => {
+                    // A marker (or its start) ends what may stream now.
+                    let markers = self.syntax.markers();
+                    let marker_at = markers.iter().filter_map(|m| self.buf.find(m)).min();
+                    let upto = marker_at.unwrap_or_else(|| {
+                        let hold = markers
+                            .iter()
+                            .map(|m| partial_tag_len(&self.buf, m))
+                            .max()
+                            .unwrap_or(0);
+                        self.buf.len() - hold
+                    });
+                    if let Some(end) = scan.feed(&self.buf[..upto]) {
+                        let args: String = self.buf.drain(..end).collect();
+                        out.push(Parsed::Args(args));
+                        self.state = State::Tail(open);
+                        continue;
+                    }
+                    let args: String = self.buf.drain(..upto).collect();
+                    if !args.is_empty() {
+                        out.push(Parsed::Args(args));
+                    }
+                    if marker_at.is_none() {
+                        self.state = State::Args(open, scan);
+                        return;
+                    }
+                    // A marker before the object closed: the call stands as written.
+                    self.state = State::Tail(open);
+                }
+                State::Tail(open) => {
+                    let visible = self.buf.trim_start();
+                    if visible.is_empty() {
+                        self.buf.clear();
+                        return;
+                    }
+                    // The call's end (DeepSeek V3's fence before it).
+                    let ends = [self.syntax.call_end(), Some("```")];
+                    if let Some(end) = ends.into_iter().flatten().find(|e| visible.starts_with(e)) {
+                        self.buf = visible[end.len()..].to_owned();
+                        continue;
+                    }
+                    // The next call of the section, or the section's end.
+                    let next = self.syntax.call_marker();
+                    let close = self.syntax.close(open);
+                    if next.is_some_and(|m| visible.starts_with(m)) {
+                        self.buf = visible.to_owned();
+                        self.state = State::Section(open);
+                        continue;
+                    }
+                    if let Some(close) = close.filter(|c| visible.starts_with(c)) {
+                        self.buf = visible[close.len()..].trim_start().to_owned();
+                        self.state = State::Text;
+                        continue;
+                    }
+                    let markup = [self.syntax.call_end(), Some("```"), next, close];
+                    if markup.into_iter().flatten().any(|m| m.starts_with(visible)) {
+                        return;
+                    }
+                    // Anything else is the reply's text.
+                    self.buf = visible.to_owned();
+                    self.state = State::Text;
+                }
             }
         }
     }
@@ -750,6 +961,20 @@ impl SectionParser {
         match self.state {
             State::Start | State::Text => text_out(&rest, out),
             State::Section(open) => self.section(open, &rest, None, out),
+            // The arguments end with the output, as written.
+            State::Args(..) => {
+                if !rest.is_empty() {
+                    out.push(Parsed::Args(rest));
+                }
+            }
+            State::Tail(_) => {
+                // Markup cut short is dropped; anything else is text.
+                let visible = rest.trim();
+                let markup = self.syntax.markers().iter().chain(&["```"]);
+                if !markup.clone().any(|m| m.starts_with(visible)) {
+                    text_out(visible, out);
+                }
+            }
         }
         self.state = State::Text;
     }
@@ -841,11 +1066,20 @@ mod tests {
         joined(out)
     }
 
+    /// Text pieces joined, and a streamed call (its start and the pieces
+    /// of its arguments) as one call.
     fn joined(events: Vec<Parsed>) -> Vec<Parsed> {
         let mut out: Vec<Parsed> = Vec::new();
         for event in events {
             match (out.last_mut(), event) {
                 (Some(Parsed::Text(have)), Parsed::Text(more)) => have.push_str(&more),
+                (_, Parsed::CallStart { name }) => out.push(Parsed::Call {
+                    name,
+                    arguments: String::new(),
+                }),
+                (Some(Parsed::Call { arguments, .. }), Parsed::Args(more)) => {
+                    arguments.push_str(&more)
+                }
                 (_, event) => out.push(event),
             }
         }
@@ -881,6 +1115,8 @@ mod tests {
     }
 
     const WEATHER: &str = r#"{"city":"Paris"}"#;
+    /// Streamed arguments, as the model wrote them.
+    const WEATHER_AS_WRITTEN: &str = r#"{"city": "Paris"}"#;
 
     #[test]
     fn mistral_calls_in_either_form() {
@@ -896,9 +1132,10 @@ mod tests {
         check(
             Syntax::Mistral,
             r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[CALL_ID]abc123456[ARGS]{"a": 1, "b": 2}"#,
+            // Streamed: the arguments as the model wrote them.
             &[
-                call("get_weather", WEATHER),
-                call("add", r#"{"a":1,"b":2}"#),
+                call("get_weather", WEATHER_AS_WRITTEN),
+                call("add", r#"{"a": 1, "b": 2}"#),
             ],
         );
     }
@@ -999,14 +1236,14 @@ mod tests {
             Syntax::DeepSeek,
             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{\"a\": 1, \"b\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
             &[
-                call("get_weather", WEATHER),
-                call("add", r#"{"a":1,"b":2}"#),
+                call("get_weather", WEATHER_AS_WRITTEN),
+                call("add", r#"{"a": 1, "b": 2}"#),
             ],
         );
         check(
             Syntax::DeepSeek,
             "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-            &[text("Sure."), call("get_weather", WEATHER)],
+            &[text("Sure."), call("get_weather", WEATHER_AS_WRITTEN)],
         );
     }
 
@@ -1016,9 +1253,67 @@ mod tests {
             Syntax::Kimi,
             "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>functions.add:1<|tool_call_argument_begin|>{\"a\": 1, \"b\": 2}<|tool_call_end|><|tool_calls_section_end|>",
             &[
-                call("get_weather", WEATHER),
-                call("add", r#"{"a":1,"b":2}"#),
+                call("get_weather", WEATHER_AS_WRITTEN),
+                call("add", r#"{"a": 1, "b": 2}"#),
             ],
+        );
+    }
+
+    #[test]
+    fn arguments_stream_in_the_families_that_write_a_name_then_json() {
+        for (syntax, start) in [
+            (Syntax::Mistral, "[TOOL_CALLS]get_weather[ARGS]"),
+            (
+                Syntax::Kimi,
+                "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>",
+            ),
+            (
+                Syntax::DeepSeek,
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>",
+            ),
+            (
+                Syntax::DeepSeek,
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n",
+            ),
+        ] {
+            let mut parser = SectionParser::new(syntax, vec!["get_weather".into()]);
+            let mut out = Vec::new();
+            parser.push("Sure.", &mut out);
+            parser.push(start, &mut out);
+            parser.push("{\"city\": \"Pa", &mut out);
+            assert_eq!(
+                out,
+                [
+                    text("Sure."),
+                    Parsed::CallStart {
+                        name: "get_weather".into()
+                    },
+                    Parsed::Args("{\"city\": \"Pa".into())
+                ],
+                "{syntax:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_streamed_call_beside_one_not_offered() {
+        // The first call streams; the second, of a function not offered,
+        // is the rest of the section as text, after the section's marker.
+        check(
+            Syntax::Kimi,
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>functions.rm:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+            &[
+                call("get_weather", WEATHER_AS_WRITTEN),
+                text(
+                    "<|tool_calls_section_begin|><|tool_call_begin|>functions.rm:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+                ),
+            ],
+        );
+        // Arguments that are no object are read whole, as text.
+        check(
+            Syntax::Mistral,
+            "[TOOL_CALLS]get_weather[ARGS]Paris",
+            &[text("[TOOL_CALLS]get_weather[ARGS]Paris")],
         );
     }
 
@@ -1112,7 +1407,7 @@ mod tests {
             &mut out,
         );
         family.finish(&mut out);
-        assert_eq!(joined(out), [call("get_weather", WEATHER)]);
+        assert_eq!(joined(out), [call("get_weather", WEATHER_AS_WRITTEN)]);
     }
 
     #[test]

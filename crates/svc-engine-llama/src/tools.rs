@@ -507,7 +507,7 @@ fn head(text: &str, names: &[String]) -> Head {
 
 /// Finds where a streamed JSON object ends: braces counted outside strings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct ArgsScan {
+pub(crate) struct ArgsScan {
     depth: u32,
     in_string: bool,
     escaped: bool,
@@ -516,7 +516,7 @@ struct ArgsScan {
 impl ArgsScan {
     /// Reads `text` (the next bytes of the object); the byte offset just
     /// after its closing brace when it closes in `text`.
-    fn feed(&mut self, text: &str) -> Option<usize> {
+    pub(crate) fn feed(&mut self, text: &str) -> Option<usize> {
         for (i, c) in text.bytes().enumerate() {
             if self.in_string {
                 match c {
