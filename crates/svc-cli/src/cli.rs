@@ -582,6 +582,17 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "BOOL",
         "The same logits for a request whatever runs beside it or ran before, so a greedy or seeded request gives the same text under any load (false: llama.cpp's faster attention kernels, whose last bits depend on the batch)",
     ),
+    flag(
+        "models_memory",
+        "BYTES",
+        "Memory the models loaded on demand ([models.<id>] preload = false) share, such as 16GiB; the least recently used idle one is unloaded to make room",
+    )
+    .unset("no limit"),
+    flag(
+        "load_timeout",
+        "DURATION",
+        "How long a request for a model loaded on demand waits for its load before 503 with Retry-After",
+    ),
 ];
 
 /// What key `key` means when no layer sets it and its default is "none".

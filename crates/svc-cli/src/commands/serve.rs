@@ -2,6 +2,7 @@
 //! Ctrl-C, then let in-flight requests finish.
 
 mod embedded;
+mod resident;
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use crate::output::{errln, outln};
 use crate::progress::StderrProgress;
 
 use self::embedded::EmbeddedEngines;
+use self::resident::ResidentPool;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let file = FileLayer::load(args.config.as_deref())?;
@@ -140,7 +142,8 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
 /// the default model, `svc-embed` on the embedding model, plus every
 /// `[models.<id>]` table (a GGUF file or upstream endpoints). Ids on the
-/// same file share one engine; the default models are only fetched when
+/// same file share one engine; a file with `preload = false` is loaded on
+/// demand (see [`resident`]); the default models are only fetched when
 /// an id still uses them (the embedding model when the chat model is the
 /// default too, or `embedding_model` names one).
 async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
@@ -189,6 +192,12 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         }
         _ => None,
     };
+    let pool = ResidentPool::new(
+        engine.models_memory.map(|bytes| bytes as u64),
+        engine.load_timeout,
+    );
+    // Tables with the same settings share one model of the pool.
+    let mut on_demand: Vec<(&FileModelConfig, Arc<dyn Engine>)> = Vec::new();
     let mut routes = Vec::new();
     for (id, reasoning, source) in wanted {
         let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
@@ -199,6 +208,28 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
                 let urls: Vec<&str> = endpoints.iter().map(|e| e.base_url.as_str()).collect();
                 errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
+            }
+            (Some(ModelSource::File(file)), _) if !file.preload => {
+                let engine = match on_demand.iter().find(|(f, _)| *f == file) {
+                    Some((_, engine)) => engine.clone(),
+                    None => {
+                        let loader = embedded
+                            .on_demand(file)
+                            .with_context(|| format!("models.{id}"))?;
+                        let engine = pool.add(resident::Model {
+                            id: id.clone(),
+                            file: file.path.display().to_string(),
+                            estimate: std::fs::metadata(&file.path).map_or(0, |m| m.len()),
+                            keep_alive: file.keep_alive,
+                            name: "llama".into(),
+                            loader,
+                        });
+                        on_demand.push((file, engine.clone()));
+                        engine
+                    }
+                };
+                errln!("  {id}: {} (loaded on demand)", file.path.display());
+                (engine, None)
             }
             (Some(ModelSource::File(file)), _) => (
                 embedded

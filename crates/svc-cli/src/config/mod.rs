@@ -21,6 +21,7 @@ pub mod reference;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -31,7 +32,9 @@ use svc_store::SQLITE_FILE_NAME;
 use svc_store::SqlStore;
 
 pub use layers::{Given, Layers, Raw, Shape, Source};
-pub use models::{FileModelConfig, ModelConfig, ModelSource, UpstreamConfig, UpstreamModelConfig};
+pub use models::{
+    FileModelConfig, KeepAlive, ModelConfig, ModelSource, UpstreamConfig, UpstreamModelConfig,
+};
 
 /// Where the state lives: the `data_dir` and `database_url` keys.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -147,6 +150,14 @@ pub struct EngineConfig {
     /// Batch-invariant numerics in the embedded engine: a greedy or seeded
     /// request gives the same text whatever runs beside it (on by default).
     pub batch_invariant: bool,
+    /// Memory (bytes) the models loaded on demand share: before one loads,
+    /// the least recently used idle ones are unloaded until it fits.
+    /// `None`: no limit.
+    #[serde(deserialize_with = "models_memory")]
+    pub models_memory: Option<usize>,
+    /// How long a request for a model loaded on demand waits for its load.
+    #[serde(with = "svc_core::config::duration")]
+    pub load_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -164,8 +175,17 @@ impl Default for EngineConfig {
             prefix_cache: DEFAULT_PREFIX_CACHE,
             repack: true,
             batch_invariant: true,
+            models_memory: None,
+            load_timeout: DEFAULT_LOAD_TIMEOUT,
         }
     }
+}
+
+/// Default wait for a model loaded on demand: 2 minutes.
+pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn models_memory<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    svc_core::config::byte_count::deserialize(d).map(Some)
 }
 
 /// Default host memory for saved prompt prefixes: 512 MiB.

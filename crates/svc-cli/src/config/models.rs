@@ -113,6 +113,59 @@ pub struct FileModelConfig {
     /// Checked when the model loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_format: Option<String>,
+    /// Load the model at start and keep it (true, the default); false
+    /// loads it when first asked, within `models_memory`, and unloads it
+    /// after `keep_alive`.
+    #[serde(default = "preload")]
+    pub preload: bool,
+    /// How long a model loaded on demand stays loaded after its last
+    /// request ends: a duration (`5m`), `forever` (never unloaded, nor
+    /// evicted to make room: the default) or `0` (unloaded when idle).
+    #[serde(default, with = "keep_alive")]
+    pub keep_alive: KeepAlive,
+}
+
+fn preload() -> bool {
+    true
+}
+
+/// How long an idle model loaded on demand stays loaded (Ollama's
+/// `keep_alive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeepAlive {
+    /// Pinned: never unloaded, never evicted.
+    #[default]
+    Forever,
+    /// Unloaded this long after its last request ends (zero: at once).
+    For(std::time::Duration),
+}
+
+/// `forever`, `0` or a duration (`30s`, `5m`, `1h`).
+mod keep_alive {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::KeepAlive;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KeepAlive, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.trim() {
+            "forever" => Ok(KeepAlive::Forever),
+            "0" => Ok(KeepAlive::For(Duration::ZERO)),
+            other => svc_core::config::parse_duration(other)
+                .map(KeepAlive::For)
+                .map_err(|e| serde::de::Error::custom(format!("{e}, or forever, or 0"))),
+        }
+    }
+
+    pub fn serialize<S: Serializer>(value: &KeepAlive, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            KeepAlive::Forever => s.serialize_str("forever"),
+            KeepAlive::For(d) if d.is_zero() => s.serialize_str("0"),
+            KeepAlive::For(d) => s.serialize_str(&svc_core::config::format_duration(*d)),
+        }
+    }
 }
 
 impl FileModelConfig {
@@ -124,6 +177,8 @@ impl FileModelConfig {
             parallel: None,
             tool_format: None,
             reasoning_format: None,
+            preload: true,
+            keep_alive: KeepAlive::Forever,
         }
     }
 }
@@ -235,6 +290,15 @@ impl ModelConfig {
                 anyhow::anyhow!("models.{id}: {e}")
             }
         })?;
+        if let ModelSource::File(file) = &model.source
+            && file.preload
+            && file.keep_alive != KeepAlive::Forever
+        {
+            bail!(
+                "models.{id}.keep_alive: a model loaded at start stays loaded; set \
+                 preload = false to load it on demand and unload it when idle"
+            );
+        }
         if let ModelSource::Upstream(upstream) = &mut model.source {
             upstream.endpoints = upstream
                 .upstreams

@@ -296,6 +296,71 @@ fn model_tables_are_read() {
     assert!(config("parallel = 2\n", &[flag("parallel", "0")]).is_err());
 }
 
+#[test]
+fn models_loaded_on_demand_are_read() {
+    let s = config(
+        "models_memory = \"12GiB\"\nload_timeout = \"30s\"\n\
+         [models.a]\npath = \"/m/a.gguf\"\npreload = false\nkeep_alive = \"5m\"\n\
+         [models.b]\npath = \"/m/b.gguf\"\npreload = false\nkeep_alive = \"0\"\n\
+         [models.c]\npath = \"/m/c.gguf\"\npreload = false\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(s.engine.models_memory, Some(12 << 30));
+    assert_eq!(s.engine.load_timeout, Duration::from_secs(30));
+    let keep = |id: &str| match &s.models[id].source {
+        ModelSource::File(file) => (file.preload, file.keep_alive),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(keep("a"), (false, KeepAlive::For(Duration::from_secs(300))));
+    assert_eq!(keep("b"), (false, KeepAlive::For(Duration::ZERO)));
+    assert_eq!(keep("c"), (false, KeepAlive::Forever));
+    // Defaults: everything loaded at start and kept; no budget.
+    let s = config("[models.d]\npath = \"/m/d.gguf\"\n", &[]).unwrap();
+    assert_eq!(s.engine.models_memory, None);
+    assert_eq!(s.engine.load_timeout, DEFAULT_LOAD_TIMEOUT);
+    let ModelSource::File(d) = &s.models["d"].source else {
+        panic!("{:?}", s.models["d"]);
+    };
+    assert!(d.preload);
+    assert_eq!(d.keep_alive, KeepAlive::Forever);
+    let s = config(
+        "",
+        &[flag("models_memory", "512MiB"), env("load_timeout", "2m")],
+    )
+    .unwrap();
+    assert_eq!(s.engine.models_memory, Some(512 << 20));
+    assert_eq!(s.engine.load_timeout, Duration::from_secs(120));
+    // Refused, naming the key.
+    for (toml, says) in [
+        (
+            "[models.m]\npath = \"/m.gguf\"\nkeep_alive = \"5m\"\n",
+            "models.m.keep_alive: a model loaded at start stays loaded",
+        ),
+        (
+            "[models.m]\npath = \"/m.gguf\"\npreload = false\nkeep_alive = \"soon\"\n",
+            "models.m.keep_alive",
+        ),
+        ("models_memory = \"lots\"\n", "models_memory"),
+        ("load_timeout = \"0\"\n", "load_timeout"),
+    ] {
+        let err = format!("{:#}", config(toml, &[]).unwrap_err());
+        assert!(err.contains(says), "{toml}: {err}");
+    }
+    // --print-config writes them so that they read back the same.
+    let (c, layers, path) = load(
+        "models_memory = 1000000\nload_timeout = \"45s\"\n\
+         [models.a]\npath = \"/m/a.gguf\"\npreload = false\nkeep_alive = \"90s\"\n\
+         [models.b]\npath = \"/m/b.gguf\"\npreload = false\nkeep_alive = \"0\"\n",
+        &[],
+    )
+    .unwrap();
+    let shown = print::render(&c, &layers, &Source::File(path), |_| None).unwrap();
+    let again = config(&shown, &[]).unwrap();
+    assert_eq!(again.engine, c.engine);
+    assert_eq!(again.models, c.models);
+}
+
 fn resolve_models(toml: &str) -> anyhow::Result<BTreeMap<String, ModelConfig>> {
     Ok(config(toml, &[])?.models)
 }

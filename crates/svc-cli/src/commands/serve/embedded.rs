@@ -28,8 +28,56 @@ mod engines {
         LlamaEmbedder, LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat,
     };
 
+    use super::super::resident::{Loaded, Loader};
     use crate::config::{EngineConfig, FileModelConfig, KvType};
     use crate::output::errln;
+
+    /// The engine's options for the GGUF `file`; a wrong format name is
+    /// an error naming its key.
+    fn options(
+        settings: &EngineConfig,
+        file: &FileModelConfig,
+    ) -> anyhow::Result<LlamaEngineOptions> {
+        let mut options = LlamaEngineOptions::new(&file.path);
+        options.context_per_sequence = file.context.unwrap_or(settings.context);
+        options.parallel = file.parallel.unwrap_or(settings.parallel);
+        options.tool_format = file
+            .tool_format
+            .as_deref()
+            .map(|name| {
+                named(
+                    name,
+                    "tool_format",
+                    ToolFormat::parse,
+                    ToolFormat::ALL.map(ToolFormat::name),
+                )
+            })
+            .transpose()?;
+        options.reasoning_format = file
+            .reasoning_format
+            .as_deref()
+            .map(|name| {
+                named(
+                    name,
+                    "reasoning_format",
+                    ReasoningFormat::parse,
+                    ReasoningFormat::ALL.map(ReasoningFormat::name),
+                )
+            })
+            .transpose()?;
+        options.threads = settings.threads;
+        options.queue_capacity = settings.queue;
+        options.slots_per_client = settings.slots_per_client;
+        options.kv_cache = settings.kv_cache;
+        options.kv_type = match settings.kv_type {
+            KvType::F16 => svc_engine_llama::KvType::F16,
+            KvType::Q8_0 => svc_engine_llama::KvType::Q8_0,
+        };
+        options.prefix_cache_bytes = settings.prefix_cache;
+        options.repack = settings.repack;
+        options.batch_invariant = settings.batch_invariant;
+        Ok(options)
+    }
 
     /// The embedded engines of one `svc serve`: ids on the same file with
     /// the same options share one engine.
@@ -55,44 +103,7 @@ mod engines {
             if svc_engine_llama::is_embedding_model(&file.path) {
                 return self.load_embedder(file.path.clone()).await;
             }
-            let mut options = LlamaEngineOptions::new(&file.path);
-            options.context_per_sequence = file.context.unwrap_or(self.settings.context);
-            options.parallel = file.parallel.unwrap_or(self.settings.parallel);
-            options.tool_format = file
-                .tool_format
-                .as_deref()
-                .map(|name| {
-                    named(
-                        name,
-                        "tool_format",
-                        ToolFormat::parse,
-                        ToolFormat::ALL.map(ToolFormat::name),
-                    )
-                })
-                .transpose()?;
-            options.reasoning_format = file
-                .reasoning_format
-                .as_deref()
-                .map(|name| {
-                    named(
-                        name,
-                        "reasoning_format",
-                        ReasoningFormat::parse,
-                        ReasoningFormat::ALL.map(ReasoningFormat::name),
-                    )
-                })
-                .transpose()?;
-            options.threads = self.settings.threads;
-            options.queue_capacity = self.settings.queue;
-            options.slots_per_client = self.settings.slots_per_client;
-            options.kv_cache = self.settings.kv_cache;
-            options.kv_type = match self.settings.kv_type {
-                KvType::F16 => svc_engine_llama::KvType::F16,
-                KvType::Q8_0 => svc_engine_llama::KvType::Q8_0,
-            };
-            options.prefix_cache_bytes = self.settings.prefix_cache;
-            options.repack = self.settings.repack;
-            options.batch_invariant = self.settings.batch_invariant;
+            let options = options(self.settings, file)?;
             if let Some((_, engine)) = self.loaded.iter().find(|(o, _)| *o == options) {
                 return Ok(engine.clone());
             }
@@ -140,6 +151,37 @@ mod engines {
         }
     }
 
+    impl EmbeddedEngines<'_> {
+        /// The loader of the GGUF `file` loaded on demand (see
+        /// `resident`): each call loads it anew on a blocking thread (an
+        /// embedding model's embedder, else the chat engine), its size
+        /// being the file's. The format names are checked now.
+        pub fn on_demand(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
+            let options = options(self.settings, file)?;
+            let threads = self.settings.threads;
+            Ok(Arc::new(move || {
+                let options = options.clone();
+                Box::pin(async move {
+                    let path = options.model_path.clone();
+                    let bytes = std::fs::metadata(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?
+                        .len();
+                    let engine =
+                        tokio::task::spawn_blocking(move || -> anyhow::Result<Arc<dyn Engine>> {
+                            if svc_engine_llama::is_embedding_model(&path) {
+                                Ok(Arc::new(LlamaEmbedder::load(&path, threads)?))
+                            } else {
+                                Ok(Arc::new(LlamaEngine::load(&options)?))
+                            }
+                        })
+                        .await
+                        .context("the model loader stopped")??;
+                    Ok(Loaded { engine, bytes })
+                })
+            }))
+        }
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -165,6 +207,7 @@ mod engines {
 
     use svc_core::Engine;
 
+    use super::super::resident::Loader;
     use crate::config::{EngineConfig, FileModelConfig};
 
     /// Without the embedded engine there are none.
@@ -198,6 +241,16 @@ mod engines {
             anyhow::bail!(
                 "cannot serve {}: this svc was built without the embedded engine; rebuild with \
                  default features or configure upstreams",
+                file.path.display()
+            )
+        }
+    }
+
+    impl EmbeddedEngines<'_> {
+        /// Never reached: [`new`](Self::new) refused every id this would load.
+        pub fn on_demand(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
+            anyhow::bail!(
+                "cannot serve {}: this svc was built without the embedded engine",
                 file.path.display()
             )
         }

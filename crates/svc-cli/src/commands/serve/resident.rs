@@ -1,0 +1,634 @@
+//! Models loaded on demand (`[models.<id>] preload = false`): a pool of
+//! resident models and, for each model, an [`Engine`] that loads it when
+//! first asked and forwards to it.
+//!
+//! - A load runs in a task of its own (the GGUF loader on a blocking
+//!   thread), so the other models keep serving; the requests that ask
+//!   during a load wait for that one load, up to `load_timeout`, then get
+//!   [`EngineError::Unavailable`] (503 with `Retry-After`).
+//! - A failed load answers every waiting request with an error naming the
+//!   file and the cause; the next request tries again.
+//! - Each request holds an in-flight guard (a stream until it ends or is
+//!   dropped): no model is unloaded while one is running. After the last
+//!   one ends the model stays `keep_alive` (`forever` pins it).
+//! - `models_memory` bounds the bytes of all resident models of the pool:
+//!   before a load, the least recently used idle, unpinned models are
+//!   unloaded until the new one fits; when the busy and pinned ones leave
+//!   no room, the load waits for room up to `load_timeout`, then fails
+//!   with the same 503.
+
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
+use svc_core::engine::{
+    EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
+};
+use tokio::sync::{Notify, watch};
+
+use crate::config::KeepAlive;
+
+/// A model just loaded: its engine and the memory it takes.
+pub struct Loaded {
+    pub engine: Arc<dyn Engine>,
+    pub bytes: u64,
+}
+
+/// Loads a model; called for each load (the first request after start or
+/// after an unload, or after a failed load).
+pub type Loader = Arc<dyn Fn() -> BoxFuture<'static, anyhow::Result<Loaded>> + Send + Sync>;
+
+/// A model of the pool.
+pub struct Model {
+    /// The model id, for logs and errors.
+    pub id: String,
+    /// What it is loaded from (the GGUF's path), for logs and errors.
+    pub file: String,
+    /// The bytes it is expected to take (a GGUF's file size), reserved in
+    /// `models_memory` before it loads.
+    pub estimate: u64,
+    pub keep_alive: KeepAlive,
+    /// [`Engine::name`] of the model's engine.
+    pub name: String,
+    pub loader: Loader,
+}
+
+/// How long a model stays loaded when nobody used it after its load
+/// (every request waiting for the load timed out), at least.
+const UNUSED_AFTER_LOAD: Duration = Duration::from_secs(5);
+
+/// The resident models loaded on demand, and the memory they share.
+#[derive(Clone)]
+pub struct ResidentPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `models_memory`: `None` is no limit.
+    memory: Option<u64>,
+    load_timeout: Duration,
+    state: Mutex<State>,
+    /// Woken when room may have been made or a load ended: a request
+    /// ended, a model was unloaded or loaded.
+    changed: Notify,
+}
+
+struct State {
+    slots: Vec<Slot>,
+    /// Ticks of use, for least recently used.
+    clock: u64,
+}
+
+struct Slot {
+    model: Model,
+    phase: Phase,
+    /// Requests using the loaded engine now.
+    in_flight: u64,
+    /// The clock at the last use.
+    last_used: u64,
+    /// When the idle model is to be unloaded; `None` while it is used (or
+    /// pinned, or not loaded).
+    idle_until: Option<tokio::time::Instant>,
+    /// Whether a task waits for `idle_until`.
+    timer: bool,
+    /// Wakes that task when `idle_until` changes.
+    wake: Arc<Notify>,
+    /// The last loaded engine's fingerprint: the model's identity in the
+    /// response cache also while it is unloaded.
+    fingerprint: Option<String>,
+}
+
+type LoadResult = Option<Result<(), EngineError>>;
+
+enum Phase {
+    Unloaded,
+    /// A load is under way; `done` says how it ended. `reserved`: bytes
+    /// held in the budget for it once room was made (`None` before).
+    Loading {
+        done: watch::Receiver<LoadResult>,
+        reserved: Option<u64>,
+    },
+    Loaded {
+        engine: Arc<dyn Engine>,
+        bytes: u64,
+    },
+}
+
+impl Slot {
+    /// Bytes it holds of the budget.
+    fn resident(&self) -> u64 {
+        match self.phase {
+            Phase::Unloaded => 0,
+            Phase::Loading { reserved, .. } => reserved.unwrap_or(0),
+            Phase::Loaded { bytes, .. } => bytes,
+        }
+    }
+
+    /// Unloads it at `until` unless used before; whether a timer task
+    /// must be started for that (else the running one is woken).
+    fn idle_until(&mut self, until: tokio::time::Instant) -> bool {
+        self.idle_until = Some(until);
+        if self.timer {
+            self.wake.notify_one();
+            false
+        } else {
+            self.timer = true;
+            true
+        }
+    }
+
+    /// Whether it may be unloaded to make room: loaded, unused, not pinned.
+    fn evictable(&self) -> bool {
+        matches!(self.phase, Phase::Loaded { .. })
+            && self.in_flight == 0
+            && self.model.keep_alive != KeepAlive::Forever
+    }
+}
+
+impl ResidentPool {
+    /// A pool sharing `memory` bytes (`None`: no limit), whose requests
+    /// wait up to `load_timeout` for a load.
+    pub fn new(memory: Option<u64>, load_timeout: Duration) -> Self {
+        ResidentPool {
+            inner: Arc::new(Inner {
+                memory,
+                load_timeout,
+                state: Mutex::new(State {
+                    slots: Vec::new(),
+                    clock: 0,
+                }),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    /// Adds `model`, not loaded; its engine loads it when first asked.
+    pub fn add(&self, model: Model) -> Arc<dyn Engine> {
+        let name = model.name.clone();
+        let mut state = self.inner.lock();
+        state.slots.push(Slot {
+            model,
+            phase: Phase::Unloaded,
+            in_flight: 0,
+            last_used: 0,
+            idle_until: None,
+            timer: false,
+            wake: Arc::new(Notify::new()),
+            fingerprint: None,
+        });
+        Arc::new(OnDemand {
+            inner: self.inner.clone(),
+            index: state.slots.len() - 1,
+            name,
+        })
+    }
+
+    /// Whether model `id` is loaded now, and its bytes.
+    #[cfg(test)]
+    fn resident(&self, id: &str) -> Option<u64> {
+        let state = self.inner.lock();
+        state
+            .slots
+            .iter()
+            .find(|s| s.model.id == id)
+            .and_then(|s| match s.phase {
+                Phase::Loaded { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Loads model `index` (its phase is `Loading`), and says how it ended
+    /// to the requests waiting on `done`.
+    async fn load(self: Arc<Self>, index: usize, done: watch::Sender<LoadResult>) {
+        let result = match AssertUnwindSafe(self.try_load(index)).catch_unwind().await {
+            Ok(result) => result,
+            Err(_) => {
+                let mut state = self.lock();
+                let slot = &mut state.slots[index];
+                slot.phase = Phase::Unloaded;
+                tracing::error!(model = %slot.model.id, file = %slot.model.file, "the model's loader panicked");
+                Err(EngineError::Unavailable(format!(
+                    "model {} could not be loaded from {}: its loader failed",
+                    slot.model.id, slot.model.file
+                )))
+            }
+        };
+        done.send_replace(Some(result));
+        self.changed.notify_waiters();
+    }
+
+    async fn try_load(self: &Arc<Self>, index: usize) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let (id, file, loader) = {
+            let state = self.lock();
+            let model = &state.slots[index].model;
+            (model.id.clone(), model.file.clone(), model.loader.clone())
+        };
+        let deadline = tokio::time::Instant::now() + self.load_timeout;
+        if let Err(e) = self.make_room(index, deadline).await {
+            self.lock().slots[index].phase = Phase::Unloaded;
+            tracing::warn!(model = %id, file = %file, error = %e, "model not loaded");
+            return Err(e);
+        }
+        match loader().await {
+            Ok(Loaded { engine, bytes }) => {
+                let seconds = started.elapsed().as_secs_f64();
+                tracing::info!(model = %id, file = %file, seconds, bytes, "model loaded");
+                let fingerprint = engine.fingerprint();
+                let timer = {
+                    let mut state = self.lock();
+                    state.clock += 1;
+                    let clock = state.clock;
+                    let slot = &mut state.slots[index];
+                    slot.phase = Phase::Loaded { engine, bytes };
+                    // The next load's estimate: what this one took.
+                    slot.model.estimate = bytes;
+                    slot.last_used = clock;
+                    slot.fingerprint = fingerprint;
+                    match slot.model.keep_alive {
+                        KeepAlive::Forever => false,
+                        KeepAlive::For(keep) => slot
+                            .idle_until(tokio::time::Instant::now() + keep.max(UNUSED_AFTER_LOAD)),
+                    }
+                };
+                if timer {
+                    self.start_idle_timer(index);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.lock().slots[index].phase = Phase::Unloaded;
+                tracing::error!(model = %id, file = %file, error = %format!("{e:#}"), "model failed to load");
+                Err(EngineError::Unavailable(format!(
+                    "model {id} could not be loaded from {file}: {e:#}"
+                )))
+            }
+        }
+    }
+
+    /// Reserves model `index`'s estimate in the budget, unloading least
+    /// recently used idle models when that makes it fit, else waiting for
+    /// room until `deadline`.
+    async fn make_room(
+        self: &Arc<Self>,
+        index: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), EngineError> {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (evicted, fits, refusal) = {
+                let mut state = self.lock();
+                let state = &mut *state;
+                let slot = &state.slots[index];
+                let need = slot.model.estimate;
+                let id = slot.model.id.clone();
+                let Some(budget) = self.memory else {
+                    reserve(&mut state.slots[index], need);
+                    return Ok(());
+                };
+                if need > budget {
+                    return Err(EngineError::Unavailable(format!(
+                        "model {id} ({}) needs about {need} bytes, more than models_memory ({budget} bytes)",
+                        slot.model.file
+                    )));
+                }
+                let mut used: u64 = state
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != index)
+                    .map(|(_, s)| s.resident())
+                    .sum();
+                let mut idle: Vec<usize> = (0..state.slots.len())
+                    .filter(|&i| i != index && state.slots[i].evictable())
+                    .collect();
+                let freeable: u64 = idle.iter().map(|&i| state.slots[i].resident()).sum();
+                let mut evicted = Vec::new();
+                if used + need > budget && used - freeable + need <= budget {
+                    idle.sort_by_key(|&i| state.slots[i].last_used);
+                    for i in idle {
+                        if used + need <= budget {
+                            break;
+                        }
+                        let victim = &mut state.slots[i];
+                        if let Phase::Loaded { engine, bytes } =
+                            std::mem::replace(&mut victim.phase, Phase::Unloaded)
+                        {
+                            used -= bytes;
+                            victim.idle_until = None;
+                            tracing::info!(
+                                model = %victim.model.id,
+                                file = %victim.model.file,
+                                bytes,
+                                reason = "evicted",
+                                "model unloaded to make room for {id}"
+                            );
+                            evicted.push(engine);
+                        }
+                    }
+                }
+                let fits = used + need <= budget;
+                if fits {
+                    reserve(&mut state.slots[index], need);
+                }
+                let refusal = format!(
+                    "model {id} is waiting for room: it needs about {need} bytes of models_memory \
+                     ({budget} bytes), which models in use or kept forever hold; try again shortly"
+                );
+                (evicted, fits, refusal)
+            };
+            if !evicted.is_empty() {
+                drop_engines(evicted).await;
+                self.changed.notify_waiters();
+            }
+            if fits {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(EngineError::Unavailable(refusal));
+            }
+        }
+    }
+
+    /// A request on model `index` ended.
+    fn release(self: &Arc<Self>, index: usize) {
+        let timer = {
+            let mut state = self.lock();
+            state.clock += 1;
+            let clock = state.clock;
+            let slot = &mut state.slots[index];
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+            slot.last_used = clock;
+            match slot.model.keep_alive {
+                KeepAlive::For(keep) if slot.in_flight == 0 => {
+                    slot.idle_until(tokio::time::Instant::now() + keep)
+                }
+                _ => false,
+            }
+        };
+        self.changed.notify_waiters();
+        if timer {
+            self.start_idle_timer(index);
+        }
+    }
+
+    /// Starts the task that unloads model `index` once `idle_until` passes
+    /// with nobody using it (its `timer` is set).
+    fn start_idle_timer(self: &Arc<Self>, index: usize) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.lock().slots[index].timer = false;
+            return;
+        };
+        let inner = self.clone();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the idle timer only unloads a model; it ends when the model is used again or unloaded, and with the runtime"
+        )]
+        runtime.spawn(async move { inner.unload_when_idle(index).await });
+    }
+
+    async fn unload_when_idle(self: Arc<Self>, index: usize) {
+        loop {
+            let engine = match self.idle_step(index) {
+                Idle::Wait(until, wake) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => {}
+                        () = wake.notified() => {}
+                    }
+                    continue;
+                }
+                Idle::Unload(engine) => engine,
+                Idle::Stop => return,
+            };
+            drop_engines(vec![engine]).await;
+            self.changed.notify_waiters();
+            return;
+        }
+    }
+
+    /// What the idle timer of model `index` does now.
+    fn idle_step(&self, index: usize) -> Idle {
+        let mut state = self.lock();
+        let slot = &mut state.slots[index];
+        match slot.idle_until {
+            Some(until) if until > tokio::time::Instant::now() => {
+                return Idle::Wait(until, slot.wake.clone());
+            }
+            Some(_) if slot.in_flight == 0 => {}
+            _ => {
+                slot.timer = false;
+                return Idle::Stop;
+            }
+        }
+        slot.idle_until = None;
+        slot.timer = false;
+        match std::mem::replace(&mut slot.phase, Phase::Unloaded) {
+            Phase::Loaded { engine, bytes } => {
+                tracing::info!(
+                    model = %slot.model.id,
+                    file = %slot.model.file,
+                    bytes,
+                    reason = "idle",
+                    "model unloaded"
+                );
+                Idle::Unload(engine)
+            }
+            other => {
+                slot.phase = other;
+                Idle::Stop
+            }
+        }
+    }
+}
+
+/// The idle timer's next step.
+enum Idle {
+    Wait(tokio::time::Instant, Arc<Notify>),
+    Unload(Arc<dyn Engine>),
+    Stop,
+}
+
+/// Holds `need` bytes of the budget for a load.
+fn reserve(slot: &mut Slot, need: u64) {
+    if let Phase::Loading { reserved, .. } = &mut slot.phase {
+        *reserved = Some(need);
+    }
+}
+
+/// Frees unloaded engines on a blocking thread (a model's memory may take
+/// a while to give back).
+async fn drop_engines(engines: Vec<Arc<dyn Engine>>) {
+    let _ = tokio::task::spawn_blocking(move || drop(engines)).await;
+}
+
+/// The engine of one model of the pool.
+struct OnDemand {
+    inner: Arc<Inner>,
+    index: usize,
+    name: String,
+}
+
+/// One request's hold on a loaded model: it is not unloaded until the
+/// guard is dropped.
+struct InFlight {
+    inner: Arc<Inner>,
+    index: usize,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.inner.release(self.index);
+    }
+}
+
+impl OnDemand {
+    /// The loaded engine, with a hold on it: loads the model first when it
+    /// is not loaded (or waits for the load under way), up to
+    /// `load_timeout`.
+    async fn acquire(&self) -> Result<(Arc<dyn Engine>, InFlight), EngineError> {
+        let deadline = tokio::time::Instant::now() + self.inner.load_timeout;
+        loop {
+            let (mut done, id, file) = {
+                let mut state = self.inner.lock();
+                state.clock += 1;
+                let clock = state.clock;
+                let slot = &mut state.slots[self.index];
+                let done = match &slot.phase {
+                    Phase::Loaded { engine, .. } => {
+                        let engine = engine.clone();
+                        slot.in_flight += 1;
+                        slot.last_used = clock;
+                        slot.idle_until = None;
+                        let guard = InFlight {
+                            inner: self.inner.clone(),
+                            index: self.index,
+                        };
+                        return Ok((engine, guard));
+                    }
+                    Phase::Loading { done, .. } => done.clone(),
+                    Phase::Unloaded => {
+                        let (tx, rx) = watch::channel(None);
+                        slot.phase = Phase::Loading {
+                            done: rx.clone(),
+                            reserved: None,
+                        };
+                        #[expect(
+                            clippy::disallowed_methods,
+                            reason = "a load must end (and say how to every waiting request) even when the request that started it goes away; it ends with the loader"
+                        )]
+                        tokio::spawn(self.inner.clone().load(self.index, tx));
+                        rx
+                    }
+                };
+                (done, slot.model.id.clone(), slot.model.file.clone())
+            };
+            match tokio::time::timeout_at(deadline, done.wait_for(Option::is_some)).await {
+                Err(_) => return Err(self.still_loading(&id, &file)),
+                Ok(Err(_)) => {
+                    return Err(EngineError::Unavailable(format!(
+                        "model {id}: its load from {file} stopped"
+                    )));
+                }
+                Ok(Ok(result)) => {
+                    if let Some(Err(e)) = &*result {
+                        return Err(e.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl OnDemand {
+    /// The answer to a request that waited `load_timeout` for the load:
+    /// whether the model is still waiting for room or loading.
+    fn still_loading(&self, id: &str, file: &str) -> EngineError {
+        let waits_for_room = matches!(
+            self.inner.lock().slots[self.index].phase,
+            Phase::Loading { reserved: None, .. }
+        );
+        let timeout = self.inner.load_timeout;
+        EngineError::Unavailable(match self.inner.memory {
+            Some(budget) if waits_for_room => format!(
+                "model {id} is waiting for room in models_memory ({budget} bytes), which models \
+                 in use or kept forever hold; try again shortly"
+            ),
+            _ => format!(
+                "model {id} is still loading from {file} after {timeout:?}; try again shortly"
+            ),
+        })
+    }
+}
+
+#[async_trait]
+impl Engine for OnDemand {
+    async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
+        let (engine, guard) = self.acquire().await?;
+        let events = engine.generate(request).await?;
+        Ok(Guarded {
+            events,
+            guard: Some(guard),
+        }
+        .boxed())
+    }
+
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        let (engine, _guard) = self.acquire().await?;
+        engine.embed(request).await
+    }
+
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        let (engine, _guard) = self.acquire().await?;
+        engine.count_tokens(request).await
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        self.inner.lock().slots[self.index].fingerprint.clone()
+    }
+
+    fn status(&self) -> EngineStatus {
+        let engine = match &self.inner.lock().slots[self.index].phase {
+            Phase::Loaded { engine, .. } => engine.clone(),
+            _ => return EngineStatus::default(),
+        };
+        engine.status()
+    }
+}
+
+/// A stream that holds its model until it ends or is dropped.
+struct Guarded {
+    events: EventStream,
+    guard: Option<InFlight>,
+}
+
+impl Stream for Guarded {
+    type Item = <EventStream as Stream>::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let item = std::task::ready!(self.events.poll_next_unpin(cx));
+        if item.is_none() {
+            self.guard = None;
+        }
+        Poll::Ready(item)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,367 @@
+//! The pool with scripted engines: no model file is read.
+
+#![expect(
+    clippy::disallowed_methods,
+    reason = "test code: the requests that wait run as tasks, which end with the test"
+)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::StreamExt;
+use svc_core::engine::{EngineEvent, FinishReason, TokenUsage};
+use tokio::sync::Semaphore;
+
+use super::*;
+
+/// Answers its id, in `pieces` pieces 10 ms apart; counts its drops (an
+/// unload).
+struct Fake {
+    id: String,
+    pieces: usize,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.dropped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl Engine for Fake {
+    async fn generate(&self, _: GenerateRequest) -> Result<EventStream, EngineError> {
+        let id = self.id.clone();
+        let pieces = self.pieces;
+        Ok(async_stream::stream! {
+            for _ in 0..pieces {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                yield Ok(EngineEvent::Text(id.clone()));
+            }
+            yield Ok(EngineEvent::Finish { reason: FinishReason::Stop, usage: TokenUsage::default() });
+        }
+        .boxed())
+    }
+
+    fn name(&self) -> &str {
+        "fake"
+    }
+}
+
+/// What a model's loader did.
+#[derive(Default)]
+struct Counts {
+    loads: AtomicUsize,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl Counts {
+    fn loads(&self) -> usize {
+        self.loads.load(Ordering::SeqCst)
+    }
+    fn unloads(&self) -> usize {
+        self.dropped.load(Ordering::SeqCst)
+    }
+}
+
+/// How a scripted load goes.
+#[derive(Clone)]
+enum Script {
+    /// At once.
+    Quick,
+    /// On a blocking thread, once the gate gives a permit.
+    Gated(Arc<Semaphore>),
+    /// Fails, saying why.
+    Fails(&'static str),
+    /// Panics.
+    Panics,
+}
+
+fn add(
+    pool: &ResidentPool,
+    id: &str,
+    bytes: u64,
+    keep_alive: KeepAlive,
+    script: Script,
+) -> (Arc<dyn Engine>, Arc<Counts>) {
+    let counts = Arc::new(Counts::default());
+    let (name, seen) = (id.to_owned(), counts.clone());
+    let loader: Loader = Arc::new(move || {
+        seen.loads.fetch_add(1, Ordering::SeqCst);
+        let engine: Arc<dyn Engine> = Arc::new(Fake {
+            id: name.clone(),
+            pieces: 3,
+            dropped: seen.dropped.clone(),
+        });
+        let script = script.clone();
+        Box::pin(async move {
+            match script {
+                Script::Quick => {}
+                Script::Gated(gate) => {
+                    tokio::task::spawn_blocking(move || {
+                        let permit =
+                            tokio::runtime::Handle::current().block_on(gate.acquire_owned());
+                        drop(permit);
+                    })
+                    .await?;
+                }
+                Script::Fails(why) => anyhow::bail!("{why}"),
+                Script::Panics => panic!("the loader broke"),
+            }
+            Ok(Loaded { engine, bytes })
+        })
+    });
+    let engine = pool.add(Model {
+        id: id.to_owned(),
+        file: format!("models/{id}.gguf"),
+        estimate: bytes,
+        keep_alive,
+        name: "fake".into(),
+        loader,
+    });
+    (engine, counts)
+}
+
+const HOUR: KeepAlive = KeepAlive::For(Duration::from_secs(3600));
+
+/// The whole reply's text.
+async fn reply(engine: &Arc<dyn Engine>) -> Result<String, EngineError> {
+    let mut events = engine.generate(GenerateRequest::default()).await?;
+    let mut text = String::new();
+    while let Some(event) = events.next().await {
+        if let EngineEvent::Text(piece) = event? {
+            text.push_str(&piece);
+        }
+    }
+    Ok(text)
+}
+
+/// Waits (up to 2 s) until `done` holds.
+async fn until(done: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(done(), "not reached within 2 s");
+}
+
+#[tokio::test]
+async fn three_models_in_room_for_two_evict_the_least_recently_used_idle_one_never_the_pinned() {
+    let pool = ResidentPool::new(Some(200), Duration::from_secs(5));
+    let (pinned, p) = add(&pool, "pinned", 100, KeepAlive::Forever, Script::Quick);
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+    assert_eq!(reply(&pinned).await.unwrap(), "pinnedpinnedpinned");
+    assert_eq!(reply(&a).await.unwrap(), "aaa");
+    // `pinned` was used least recently, but only `a` may go.
+    assert_eq!(reply(&b).await.unwrap(), "bbb");
+    until(|| ca.unloads() == 1).await;
+    assert_eq!(pool.resident("a"), None);
+    assert_eq!(pool.resident("b"), Some(100));
+    assert_eq!(reply(&a).await.unwrap(), "aaa");
+    until(|| cb.unloads() == 1).await;
+    assert_eq!(pool.resident("pinned"), Some(100));
+    assert_eq!((p.loads(), p.unloads()), (1, 0));
+    assert_eq!((ca.loads(), cb.loads()), (2, 1));
+
+    // Without a pinned model: the least recently used of the idle ones.
+    let pool = ResidentPool::new(Some(200), Duration::from_secs(5));
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+    let (c, cc) = add(&pool, "c", 100, HOUR, Script::Quick);
+    reply(&a).await.unwrap();
+    reply(&b).await.unwrap();
+    reply(&a).await.unwrap();
+    reply(&c).await.unwrap();
+    until(|| cb.unloads() == 1).await;
+    assert_eq!((ca.unloads(), cc.unloads()), (0, 0));
+    assert_eq!(pool.resident("a"), Some(100));
+    assert_eq!(pool.resident("c"), Some(100));
+}
+
+#[tokio::test]
+async fn requests_during_a_load_wait_for_that_one_load_then_answer() {
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let gate = Arc::new(Semaphore::new(0));
+    let (m, counts) = add(&pool, "m", 100, HOUR, Script::Gated(gate.clone()));
+    let waiting: Vec<_> = (0..5)
+        .map(|_| {
+            let m = m.clone();
+            tokio::spawn(async move { reply(&m).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(counts.loads(), 1);
+    assert!(waiting.iter().all(|w| !w.is_finished()));
+    gate.add_permits(1);
+    for w in waiting {
+        assert_eq!(w.await.unwrap().unwrap(), "mmm");
+    }
+    assert_eq!(counts.loads(), 1);
+    // Loaded: the next request does not load again.
+    assert_eq!(reply(&m).await.unwrap(), "mmm");
+    assert_eq!(counts.loads(), 1);
+}
+
+#[tokio::test]
+async fn another_models_stream_keeps_flowing_during_a_slow_load() {
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let gate = Arc::new(Semaphore::new(0));
+    let (fast, _) = add(&pool, "fast", 100, HOUR, Script::Quick);
+    let (slow, _) = add(&pool, "slow", 100, HOUR, Script::Gated(gate.clone()));
+    reply(&fast).await.unwrap();
+    let loading = {
+        let slow = slow.clone();
+        tokio::spawn(async move { reply(&slow).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The whole stream, while the other model's load holds its thread.
+    let streamed = tokio::time::timeout(Duration::from_secs(2), reply(&fast)).await;
+    assert_eq!(streamed.unwrap().unwrap(), "fastfastfast");
+    assert!(!loading.is_finished());
+    gate.add_permits(1);
+    assert_eq!(loading.await.unwrap().unwrap(), "slowslowslow");
+}
+
+#[tokio::test]
+async fn an_unload_waits_for_the_requests_running_on_the_model() {
+    // keep_alive = 0: unloaded when the last request ends, not before.
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let (m, counts) = add(
+        &pool,
+        "m",
+        100,
+        KeepAlive::For(Duration::ZERO),
+        Script::Quick,
+    );
+    let mut first = m.generate(GenerateRequest::default()).await.unwrap();
+    let second = m.generate(GenerateRequest::default()).await.unwrap();
+    first.next().await.unwrap().unwrap();
+    drop(second);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(counts.unloads(), 0);
+    assert_eq!(pool.resident("m"), Some(100));
+    // Read to its end (not dropped): the end releases the model.
+    while first.next().await.is_some() {}
+    until(|| counts.unloads() == 1).await;
+    assert_eq!(pool.resident("m"), None);
+    drop(first);
+
+    // Eviction: the only other model is busy, so the new one waits.
+    let pool = ResidentPool::new(Some(100), Duration::from_secs(5));
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
+    let (b, _) = add(&pool, "b", 100, HOUR, Script::Quick);
+    let mut running = a.generate(GenerateRequest::default()).await.unwrap();
+    let waiting = tokio::spawn(async move { reply(&b).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    assert_eq!(ca.unloads(), 0);
+    // The running request still streams, then ends.
+    assert!(matches!(
+        running.next().await,
+        Some(Ok(EngineEvent::Text(t))) if t == "a"
+    ));
+    drop(running);
+    assert_eq!(waiting.await.unwrap().unwrap(), "bbb");
+    assert_eq!(ca.unloads(), 1);
+    assert_eq!(pool.resident("a"), None);
+}
+
+#[tokio::test]
+async fn keep_alive_unloads_an_idle_model_and_the_next_request_loads_it_again() {
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let keep = KeepAlive::For(Duration::from_millis(300));
+    let (m, counts) = add(&pool, "m", 100, keep, Script::Quick);
+    let (pinned, p) = add(&pool, "pinned", 100, KeepAlive::Forever, Script::Quick);
+    reply(&m).await.unwrap();
+    reply(&pinned).await.unwrap();
+    // Used again within keep_alive: the idle time starts over.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    reply(&m).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(counts.unloads(), 0);
+    until(|| counts.unloads() == 1).await;
+    assert_eq!(reply(&m).await.unwrap(), "mmm");
+    assert_eq!(counts.loads(), 2);
+    assert_eq!((p.loads(), p.unloads()), (1, 0));
+}
+
+#[tokio::test]
+async fn a_model_that_fails_to_load_names_its_file_and_the_others_keep_serving() {
+    let pool = ResidentPool::new(Some(1000), Duration::from_secs(5));
+    let (broken, counts) = add(
+        &pool,
+        "broken",
+        100,
+        HOUR,
+        Script::Fails("not a GGUF file (bad magic)"),
+    );
+    let (good, _) = add(&pool, "good", 100, HOUR, Script::Quick);
+    let Err(EngineError::Unavailable(message)) = reply(&broken).await else {
+        panic!("the broken model answered");
+    };
+    assert!(message.contains("models/broken.gguf"), "{message}");
+    assert!(message.contains("not a GGUF file (bad magic)"), "{message}");
+    assert_eq!(reply(&good).await.unwrap(), "goodgoodgood");
+    // Its reservation was given back, and a later request tries again.
+    assert_eq!(pool.resident("broken"), None);
+    assert!(reply(&broken).await.is_err());
+    assert_eq!(counts.loads(), 2);
+    // A loader that panics fails its load alone, and is tried again.
+    let (panics, counts) = add(&pool, "panics", 100, HOUR, Script::Panics);
+    for _ in 0..2 {
+        let Err(EngineError::Unavailable(message)) = reply(&panics).await else {
+            panic!("the panicking model answered");
+        };
+        assert!(message.contains("models/panics.gguf"), "{message}");
+    }
+    assert_eq!(counts.loads(), 2);
+    assert_eq!(reply(&good).await.unwrap(), "goodgoodgood");
+}
+
+#[tokio::test]
+async fn past_load_timeout_a_request_gets_unavailable() {
+    let pool = ResidentPool::new(Some(100), Duration::from_millis(100));
+    let gate = Arc::new(Semaphore::new(0));
+    let (slow, counts) = add(&pool, "slow", 100, HOUR, Script::Gated(gate.clone()));
+    let refused = reply(&slow).await.unwrap_err();
+    let EngineError::Unavailable(message) = &refused else {
+        panic!("{refused:?}");
+    };
+    assert!(message.contains("still loading"), "{message}");
+    // What the client gets: 503, Retry-After, and the message.
+    let response =
+        axum::response::IntoResponse::into_response(svc_server::ApiError::Engine(refused.clone()));
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["message"], refused.to_string());
+    assert_eq!(body["error"]["code"], "model_unavailable");
+    // The load goes on; once done, the next request is answered by it.
+    gate.add_permits(1);
+    until(|| pool.resident("slow").is_some()).await;
+    assert_eq!(reply(&slow).await.unwrap(), "slowslowslow");
+    assert_eq!(counts.loads(), 1);
+
+    // No room while the resident model is busy: the same error.
+    let (other, other_counts) = add(&pool, "other", 100, HOUR, Script::Quick);
+    let running = slow.generate(GenerateRequest::default()).await.unwrap();
+    let Err(EngineError::Unavailable(message)) = reply(&other).await else {
+        panic!("loaded beside a busy model past the budget");
+    };
+    assert!(message.contains("models_memory"), "{message}");
+    assert_eq!(other_counts.loads(), 0);
+    drop(running);
+    assert_eq!(reply(&other).await.unwrap(), "otherotherother");
+
+    // A model larger than the whole budget is refused at once.
+    let (huge, _) = add(&pool, "huge", 1000, HOUR, Script::Quick);
+    let Err(EngineError::Unavailable(message)) = reply(&huge).await else {
+        panic!("loaded past the budget");
+    };
+    assert!(message.contains("more than models_memory"), "{message}");
+}

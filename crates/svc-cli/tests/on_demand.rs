@@ -1,0 +1,129 @@
+//! Models loaded on demand (`[models.<id>] preload = false`), through a
+//! real `svc serve` on tiny generated GGUFs: the model loads on its first
+//! request and answers it; a broken file answers 503 naming itself while
+//! the other models keep answering. The pool's rules (one load, waiting,
+//! eviction, keep_alive) are tested with scripted engines in
+//! `commands::serve::resident`.
+
+// Serves models from GGUF files: needs the embedded engine.
+#![cfg(feature = "embedded")]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed check fails the test"
+)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use svc_engine_llama::testing::TinyModel;
+use svc_test_support::ServeProcess;
+
+const SVC: &str = env!("CARGO_BIN_EXE_svc");
+
+fn create_key(data_dir: &str) -> String {
+    let output = Command::new(SVC)
+        .args(["keys", "create", "--name", "t", "--data-dir", data_dir])
+        .env("SVC_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, lazy, broken) = (
+        dir.path().join("tiny.gguf"),
+        dir.path().join("lazy.gguf"),
+        dir.path().join("broken.gguf"),
+    );
+    TinyModel::hello().write(&model).unwrap();
+    TinyModel::hello().write(&lazy).unwrap();
+    std::fs::write(&broken, b"not a GGUF file at all").unwrap();
+    let config = dir.path().join("svc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "load_timeout = \"30s\"\n\
+             [models.lazy]\npath = {lazy:?}\npreload = false\nkeep_alive = \"0\"\n\
+             [models.broken]\npath = {broken:?}\npreload = false\n"
+        ),
+    )
+    .unwrap();
+    let data_dir = dir.path().join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let data_dir = data_dir.to_str().unwrap();
+    let key = create_key(data_dir);
+    let serve = ServeProcess::start(
+        SVC,
+        &[
+            "--data-dir",
+            data_dir,
+            "--bind",
+            "127.0.0.1:0",
+            "--model",
+            model.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(30),
+    );
+    let log = serve.log().join("\n");
+    assert!(
+        log.contains("lazy: ") && log.contains("(loaded on demand)"),
+        "{log}"
+    );
+    let base = serve.base_url.clone();
+    let client = reqwest::Client::new();
+    let listed: Value = client
+        .get(format!("{base}/v1/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"lazy") && ids.contains(&"broken"), "{ids:?}");
+
+    let chat = |model: &str| {
+        client
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth(&key)
+            .json(&json!({"model": model, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    // Loaded by its first request (and, kept 0, again after it ends).
+    for _ in 0..2 {
+        let reply = chat("lazy").await.unwrap();
+        assert_eq!(reply.status(), 200);
+        let reply: Value = reply.json().await.unwrap();
+        assert!(reply["choices"][0]["message"]["content"].is_string());
+    }
+    let refused = chat("broken").await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let error: Value = refused.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not be loaded from") && message.contains("broken.gguf"),
+        "{message}"
+    );
+    assert_eq!(chat("svc").await.unwrap().status(), 200);
+    assert_eq!(chat("lazy").await.unwrap().status(), 200);
+    let log = serve.log().join("\n");
+    assert!(
+        log.contains("model failed to load") && log.contains("broken.gguf"),
+        "{log}"
+    );
+}
