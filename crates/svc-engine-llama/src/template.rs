@@ -86,26 +86,27 @@ impl Fallback {
     }
 }
 
+/// A message's text and its calls in Hermes' syntax, as every fallback
+/// writes them.
+macro_rules! fallback_body {
+    () => {
+        r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
+{%- if message.tool_calls %}
+{%- for call in message.tool_calls %}
+{{- '\n<tool_call>\n' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '\n</tool_call>' }}
+{%- endfor %}
+{%- endif %}"#
+    };
+}
+
 const LLAMA3_TEMPLATE: &str = concat!(
     r#"{{- bos_token }}
 {%- for message in messages %}
-{{- '<|start_header_id|>' + ('ipython' if message.role == 'tool' else message.role) + '<|end_header_id|>
-
-' }}"#,
-    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
-{%- if message.tool_calls %}
-{%- for call in message.tool_calls %}
-{{- '
-<tool_call>
-' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
-</tool_call>' }}
-{%- endfor %}
-{%- endif %}"#,
+{{- '<|start_header_id|>' + ('ipython' if message.role == 'tool' else message.role) + '<|end_header_id|>\n\n' }}"#,
+    fallback_body!(),
     r#"{{- '<|eot_id|>' }}
 {%- endfor %}
-{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>
-
-' }}{% endif %}"#
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"#
 );
 
 /// Gemma has no system role: the system text opens the next user turn.
@@ -113,28 +114,15 @@ const GEMMA_TEMPLATE: &str = concat!(
     r#"{{- bos_token }}
 {%- set ns = namespace(system='') %}
 {%- for message in messages %}
-{%- if message.role == 'system' %}{%- set ns.system = ns.system + message.content + '
-
-' %}
+{%- if message.role == 'system' %}{%- set ns.system = ns.system + message.content + '\n\n' %}
 {%- else %}
-{{- '<start_of_turn>' + ('model' if message.role == 'assistant' else 'user') + '
-' + ns.system }}
+{{- '<start_of_turn>' + ('model' if message.role == 'assistant' else 'user') + '\n' + ns.system }}
 {%- set ns.system = '' %}"#,
-    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
-{%- if message.tool_calls %}
-{%- for call in message.tool_calls %}
-{{- '
-<tool_call>
-' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
-</tool_call>' }}
-{%- endfor %}
-{%- endif %}"#,
-    r#"{{- '<end_of_turn>
-' }}
+    fallback_body!(),
+    r#"{{- '<end_of_turn>\n' }}
 {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}{{- '<start_of_turn>model
-' }}{% endif %}"#
+{%- if add_generation_prompt %}{{- '<start_of_turn>model\n' }}{% endif %}"#
 );
 
 /// Mistral's `[INST]` turns: the system text opens the next one.
@@ -142,20 +130,10 @@ const MISTRAL_TEMPLATE: &str = concat!(
     r#"{{- bos_token }}
 {%- set ns = namespace(system='') %}
 {%- for message in messages %}
-{%- if message.role == 'system' %}{%- set ns.system = ns.system + message.content + '
-
-' %}
+{%- if message.role == 'system' %}{%- set ns.system = ns.system + message.content + '\n\n' %}
 {%- elif message.role == 'assistant' %}
 {{- ' ' }}"#,
-    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
-{%- if message.tool_calls %}
-{%- for call in message.tool_calls %}
-{{- '
-<tool_call>
-' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
-</tool_call>' }}
-{%- endfor %}
-{%- endif %}"#,
+    fallback_body!(),
     r#"{{- eos_token }}
 {%- else %}
 {{- '[INST] ' + ns.system + (message.content | trim) + ' [/INST]' }}
@@ -166,22 +144,11 @@ const MISTRAL_TEMPLATE: &str = concat!(
 
 const PHI3_TEMPLATE: &str = concat!(
     r#"{%- for message in messages %}
-{{- '<|' + ('user' if message.role == 'tool' else message.role) + '|>
-' }}"#,
-    r#"{%- if message.content %}{{ message.content | trim }}{% endif %}
-{%- if message.tool_calls %}
-{%- for call in message.tool_calls %}
-{{- '
-<tool_call>
-' + ({"name": call.function.name, "arguments": call.function.arguments} | tojson) + '
-</tool_call>' }}
+{{- '<|' + ('user' if message.role == 'tool' else message.role) + '|>\n' }}"#,
+    fallback_body!(),
+    r#"{{- '<|end|>\n' }}
 {%- endfor %}
-{%- endif %}"#,
-    r#"{{- '<|end|>
-' }}
-{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|assistant|>
-' }}{% endif %}"#
+{%- if add_generation_prompt %}{{- '<|assistant|>\n' }}{% endif %}"#
 );
 
 const TEMPLATE_NAME: &str = "chat";
@@ -827,6 +794,27 @@ mod tests {
         ChatMessage::User(s.into())
     }
 
+    /// A system message, `question`, a call of `get_weather` for Paris and its result.
+    fn weather_history(question: &str) -> [ChatMessage; 4] {
+        [
+            ChatMessage::System("Be brief.".into()),
+            user(question),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCallSpec {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    arguments: r#"{"city":"Paris"}"#.into(),
+                }],
+                reasoning: None,
+            },
+            ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: "18°C".into(),
+            },
+        ]
+    }
+
     #[test]
     fn smollm2_template_renders_like_transformers() {
         let t = ChatTemplate::new(Some(SMOLLM2), "<|im_start|>", "<|im_end|>");
@@ -848,23 +836,7 @@ mod tests {
             description: Some("Weather in a city".into()),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
         }];
-        let messages = [
-            ChatMessage::System("Be brief.".into()),
-            user("  Weather in Paris?  "),
-            ChatMessage::Assistant {
-                content: None,
-                tool_calls: vec![ToolCallSpec {
-                    id: "call_1".into(),
-                    name: "get_weather".into(),
-                    arguments: r#"{"city":"Paris"}"#.into(),
-                }],
-                reasoning: None,
-            },
-            ChatMessage::Tool {
-                tool_call_id: "call_1".into(),
-                content: "18°C".into(),
-            },
-        ];
+        let messages = weather_history("  Weather in Paris?  ");
         let out = t.render(&messages, &tools).unwrap();
         let expected = concat!(
             "<|im_start|>system\nBe brief.\n\n# Tools\n\n<tools>\n",
@@ -1098,23 +1070,7 @@ mod tests {
         for (tokens, expected) in cases {
             assert_eq!(Fallback::of_vocab(vocab(tokens)), expected, "{tokens:?}");
         }
-        let messages = [
-            ChatMessage::System("Be brief.".into()),
-            ChatMessage::User("Weather in Paris?".into()),
-            ChatMessage::Assistant {
-                content: None,
-                tool_calls: vec![ToolCallSpec {
-                    id: "call_1".into(),
-                    name: "get_weather".into(),
-                    arguments: r#"{"city":"Paris"}"#.into(),
-                }],
-                reasoning: None,
-            },
-            ChatMessage::Tool {
-                tool_call_id: "call_1".into(),
-                content: "18°C".into(),
-            },
-        ];
+        let messages = weather_history("Weather in Paris?");
         let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         let expected = [
             (
