@@ -92,9 +92,12 @@ fn conversation(u: &mut Unstructured<'_>) -> ArbResult<(Vec<ChatMessage>, Vec<To
                 } else {
                     None
                 };
+                // Reasoning sent back with the turn: templates render it too.
+                let reasoning = if u.arbitrary()? { Some(text(u)?) } else { None };
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
+                    reasoning,
                 }
             }
             _ => ChatMessage::Tool {

@@ -694,29 +694,25 @@ impl Syntax {
                 Head::No
             };
         }
-        let rest = &buf[at..];
-        let unfinished = |rest: &str| {
-            if rest.len() > MAX_HEAD {
-                Head::No
-            } else {
-                Head::More
-            }
-        };
         let (name, args) = match self {
             Syntax::Mistral => {
+                let rest = &buf[at..];
                 if rest.starts_with('[') || rest.starts_with('{') {
                     // The JSON array of calls: read whole.
                     return Head::No;
                 }
-                let Some(i) = rest.find("[ARGS]") else {
-                    return unfinished(rest);
+                let i = match self.up_to(rest, "[ARGS]") {
+                    Ok(i) => i,
+                    Err(head) => return head,
                 };
                 let name = rest[..i].split("[CALL_ID]").next().unwrap_or("").trim();
                 (name, at + i + "[ARGS]".len())
             }
             Syntax::Kimi => {
-                let Some(i) = rest.find(KIMI_ARGS) else {
-                    return unfinished(rest);
+                let rest = &buf[at..];
+                let i = match self.up_to(rest, KIMI_ARGS) {
+                    Ok(i) => i,
+                    Err(head) => return head,
                 };
                 let id = rest[..i].trim();
                 let id = id.strip_prefix("functions.").unwrap_or(id);
@@ -724,8 +720,10 @@ impl Syntax {
                 (name, at + i + KIMI_ARGS.len())
             }
             Syntax::DeepSeek => {
-                let Some(i) = rest.find(DS_SEP) else {
-                    return unfinished(rest);
+                let rest = &buf[at..];
+                let i = match self.up_to(rest, DS_SEP) {
+                    Ok(i) => i,
+                    Err(head) => return head,
                 };
                 let head = rest[..i].trim();
                 let after = at + i + DS_SEP.len();
@@ -734,8 +732,9 @@ impl Syntax {
                 } else {
                     // V3 and R1: the name on its line, then a fenced block.
                     let line = &buf[after..];
-                    let Some(nl) = line.find('\n') else {
-                        return unfinished(line);
+                    let nl = match self.up_to(line, "\n") {
+                        Ok(nl) => nl,
+                        Err(head) => return head,
                     };
                     let fence = line[nl + 1..].trim_start();
                     let fence_at = buf.len() - fence.len();
@@ -755,13 +754,36 @@ impl Syntax {
             return Head::No;
         }
         let args_at = buf.len() - buf[args..].trim_start().len();
-        match buf[args_at..].chars().next() {
+        match buf[args..].trim_start().chars().next() {
             None => Head::More,
             Some('{') => Head::Call {
                 name: name.to_owned(),
                 args_at,
             },
             Some(_) => Head::No,
+        }
+    }
+
+    /// Where `separator` starts in `text`, when it comes before any other
+    /// of the syntax's markers and within [`MAX_HEAD`] bytes; otherwise
+    /// whether it may still come (`More`) or not (`No`). What it says
+    /// depends only on text that is already final, so a head is read the
+    /// same however the output is cut.
+    fn up_to(self, text: &str, separator: &str) -> Result<usize, Head> {
+        let first_marker = self
+            .markers()
+            .iter()
+            // Mistral's optional call id stands in a head.
+            .filter(|m| **m != separator && **m != "[CALL_ID]")
+            .filter_map(|m| text.find(m))
+            .min();
+        match text.find(separator) {
+            Some(i) if i <= MAX_HEAD && first_marker.is_none_or(|m| i < m) => Ok(i),
+            Some(_) => Err(Head::No),
+            None if first_marker.is_some() => Err(Head::No),
+            // A separator that starts within the bound has ended by here.
+            None if text.len() > MAX_HEAD + separator.len() => Err(Head::No),
+            None => Err(Head::More),
         }
     }
 }
@@ -790,6 +812,8 @@ pub(crate) struct SectionParser {
     state: State,
     buf: String,
     calls: usize,
+    /// The whitespace that follows a section is still to be dropped.
+    skip_ws: bool,
 }
 
 impl SectionParser {
@@ -801,6 +825,7 @@ impl SectionParser {
             state: State::Start,
             buf: String::new(),
             calls: 0,
+            skip_ws: false,
         }
     }
 
@@ -837,6 +862,16 @@ impl SectionParser {
                     };
                 }
                 State::Text => {
+                    if self.skip_ws {
+                        // Until the first visible character, however late it comes.
+                        let visible = self.buf.trim_start();
+                        if visible.is_empty() {
+                            self.buf.clear();
+                            return;
+                        }
+                        self.buf = visible.to_owned();
+                        self.skip_ws = false;
+                    }
                     let first = self
                         .syntax
                         .opens()
@@ -884,8 +919,7 @@ impl SectionParser {
                     self.buf.drain(..close.len());
                     self.section(open, &body, Some(close), out);
                     // Whitespace after a section is the markup's.
-                    let rest = self.buf.trim_start().to_owned();
-                    self.buf = rest;
+                    self.skip_ws = true;
                     self.state = State::Text;
                 }
                 State::Args(open, mut scan) => {
@@ -932,13 +966,17 @@ impl SectionParser {
                     // The next call of the section, or the section's end.
                     let next = self.syntax.call_marker();
                     let close = self.syntax.close(open);
-                    if next.is_some_and(|m| visible.starts_with(m)) {
-                        self.buf = visible.to_owned();
+                    if let Some(marker) = next.filter(|m| visible.starts_with(m)) {
+                        // A call marker that opens sections of its own
+                        // (Mistral's) is this next section's opening.
+                        let from = if marker == open { marker.len() } else { 0 };
+                        self.buf = visible[from..].to_owned();
                         self.state = State::Section(open);
                         continue;
                     }
                     if let Some(close) = close.filter(|c| visible.starts_with(c)) {
-                        self.buf = visible[close.len()..].trim_start().to_owned();
+                        self.buf = visible[close.len()..].to_owned();
+                        self.skip_ws = true;
                         self.state = State::Text;
                         continue;
                     }
@@ -959,7 +997,9 @@ impl SectionParser {
     pub(crate) fn finish(&mut self, out: &mut Vec<Parsed>) {
         let rest = std::mem::take(&mut self.buf);
         match self.state {
-            State::Start | State::Text => text_out(&rest, out),
+            State::Start => text_out(&rest, out),
+            State::Text if self.skip_ws => text_out(rest.trim_start(), out),
+            State::Text => text_out(&rest, out),
             State::Section(open) => self.section(open, &rest, None, out),
             // The arguments end with the output, as written.
             State::Args(..) => {
@@ -1296,6 +1336,24 @@ mod tests {
     }
 
     #[test]
+    fn the_whitespace_after_a_section_is_dropped_however_late_it_comes() {
+        // Found by the model_families fuzz target: the space after the
+        // section's end stayed when the end came last in a token.
+        check(
+            Syntax::Kimi,
+            "<|tool_calls_section_begin|>x<|tool_calls_section_end|> 1",
+            &[text(
+                "<|tool_calls_section_begin|>x<|tool_calls_section_end|>1",
+            )],
+        );
+        check(
+            Syntax::Glm,
+            "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>  \n Done.",
+            &[call("get_weather", WEATHER), text("Done.")],
+        );
+    }
+
+    #[test]
     fn a_streamed_call_beside_one_not_offered() {
         // The first call streams; the second, of a function not offered,
         // is the rest of the section as text, after the section's marker.
@@ -1308,6 +1366,23 @@ mod tests {
                     "<|tool_calls_section_begin|><|tool_call_begin|>functions.rm:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
                 ),
             ],
+        );
+        // A second call whose head cannot stream is read whole.
+        check(
+            Syntax::Mistral,
+            r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]"x""#,
+            &[
+                call("get_weather", WEATHER_AS_WRITTEN),
+                text(r#"[TOOL_CALLS]add[ARGS]"x""#),
+            ],
+        );
+        // A marker inside a head ends it: not a call.
+        check(
+            Syntax::Kimi,
+            "<|tool_call_begin|>functions.get<|tool_call_end|>_weather:0<|tool_call_argument_begin|>{}",
+            &[text(
+                "<|tool_call_begin|>functions.get<|tool_call_end|>_weather:0<|tool_call_argument_begin|>{}",
+            )],
         );
         // Arguments that are no object are read whole, as text.
         check(

@@ -78,3 +78,81 @@ pub fn prepare_messages(
 ) -> Vec<ChatMessage> {
     crate::tools::prepare_messages(messages, tools, ToolSupport::of(source))
 }
+
+/// What a model family's parser sent on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FamilyOutput {
+    Text(String),
+    Reasoning(String),
+    /// A call (a streamed one's start and arguments joined).
+    Call {
+        name: String,
+        arguments: String,
+    },
+}
+
+/// Streams `pieces` through the parser of the tool-call format named
+/// `format` (a `ToolFormat` name: `mistral`, `pythonic`, ...; or
+/// `harmony`, gpt-oss's channels, which carry reasoning too) that accepts
+/// calls of `names`, then ends the output; `None` for a name it does not
+/// know or for `hermes` (see [`parse_tool_calls`]). Consecutive pieces of
+/// one kind come back joined.
+pub fn parse_family(format: &str, names: &[String], pieces: &[&str]) -> Option<Vec<FamilyOutput>> {
+    let mut out: Vec<FamilyOutput> = Vec::new();
+    let mut parsed = Vec::new();
+    if format == "harmony" {
+        let mut parser = crate::harmony::HarmonyParser::new(names.to_vec());
+        let mut said = Vec::new();
+        for piece in pieces {
+            parser.push(piece, &mut said);
+        }
+        parser.finish(&mut said);
+        for item in said {
+            match item {
+                crate::harmony::Said::Piece(Piece::Reasoning(t)) => {
+                    join(&mut out, FamilyOutput::Reasoning(t));
+                }
+                crate::harmony::Said::Piece(Piece::Content(t)) => parsed.push(Parsed::Text(t)),
+                crate::harmony::Said::Call(p) => parsed.push(p),
+            }
+            for p in parsed.drain(..) {
+                push_parsed(&mut out, p);
+            }
+        }
+        return Some(out);
+    }
+    let syntax = crate::families::ToolFormat::parse(format)?.syntax()?;
+    let mut parser = crate::families::SectionParser::new(syntax, names.to_vec());
+    for piece in pieces {
+        parser.push(piece, &mut parsed);
+    }
+    parser.finish(&mut parsed);
+    for p in parsed {
+        push_parsed(&mut out, p);
+    }
+    Some(out)
+}
+
+fn push_parsed(out: &mut Vec<FamilyOutput>, parsed: Parsed) {
+    match parsed {
+        Parsed::Text(t) => join(out, FamilyOutput::Text(t)),
+        Parsed::Call { name, arguments } => out.push(FamilyOutput::Call { name, arguments }),
+        Parsed::CallStart { name } => out.push(FamilyOutput::Call {
+            name,
+            arguments: String::new(),
+        }),
+        Parsed::Args(more) => {
+            if let Some(FamilyOutput::Call { arguments, .. }) = out.last_mut() {
+                arguments.push_str(&more);
+            }
+        }
+    }
+}
+
+fn join(out: &mut Vec<FamilyOutput>, item: FamilyOutput) {
+    match (out.last_mut(), item) {
+        (Some(FamilyOutput::Text(a)), FamilyOutput::Text(b))
+        | (Some(FamilyOutput::Reasoning(a)), FamilyOutput::Reasoning(b)) => a.push_str(&b),
+        (_, item) => out.push(item),
+    }
+}

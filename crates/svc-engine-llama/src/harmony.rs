@@ -317,7 +317,9 @@ fn is_header(text: &str) -> bool {
 /// `<|message|>`.
 fn could_be_header(text: &str) -> bool {
     let visible = text.trim_start();
-    is_header(text)
+    // A start of `<|message|>` at the end is not the header's.
+    let header = &text[..text.len() - partial_tag_len(text, MESSAGE)];
+    is_header(header)
         || HEADER_STARTS
             .iter()
             .chain(&[MESSAGE])
@@ -487,6 +489,12 @@ mod tests {
         // one, the start of a marker before `<|message|>` is not.
         check(&[], "<|message|>Hi", &[text("Hi")]);
         check(&[], "<|<|message|>", &[text("<|<|message|>")]);
+        // And a header of the longest length, its end cut anywhere (the
+        // start of `<|message|>` does not count against it).
+        let long = format!("<|channel|>final{}", " ".repeat(MAX_HEADER - 16));
+        check(&[], &format!("{long}<|message|>Hi"), &[text("Hi")]);
+        let longer = format!("{long} <|message|>Hi");
+        check(&[], &longer, &[text(&longer)]);
     }
 
     #[test]
