@@ -664,6 +664,12 @@ impl Syntax {
         }
     }
 
+    /// The fence that closes a streamed call's arguments before its end
+    /// (DeepSeek V3's and R1's fenced block).
+    fn fence(self) -> Option<&'static str> {
+        (self == Syntax::DeepSeek).then_some("```")
+    }
+
     /// What ends a streamed call, after its arguments.
     fn call_end(self) -> Option<&'static str> {
         match self {
@@ -958,7 +964,7 @@ impl SectionParser {
                         return;
                     }
                     // The call's end (DeepSeek V3's fence before it).
-                    let ends = [self.syntax.call_end(), Some("```")];
+                    let ends = [self.syntax.call_end(), self.syntax.fence()];
                     if let Some(end) = ends.into_iter().flatten().find(|e| visible.starts_with(e)) {
                         self.buf = visible[end.len()..].to_owned();
                         continue;
@@ -980,7 +986,7 @@ impl SectionParser {
                         self.state = State::Text;
                         continue;
                     }
-                    let markup = [self.syntax.call_end(), Some("```"), next, close];
+                    let markup = [self.syntax.call_end(), self.syntax.fence(), next, close];
                     if markup.into_iter().flatten().any(|m| m.starts_with(visible)) {
                         return;
                     }
@@ -1010,8 +1016,9 @@ impl SectionParser {
             State::Tail(_) => {
                 // Markup cut short is dropped; anything else is text.
                 let visible = rest.trim();
-                let markup = self.syntax.markers().iter().chain(&["```"]);
-                if !markup.clone().any(|m| m.starts_with(visible)) {
+                let fence = self.syntax.fence();
+                let mut markup = self.syntax.markers().iter().copied().chain(fence);
+                if !markup.any(|m| m.starts_with(visible)) {
                     text_out(visible, out);
                 }
             }
@@ -1383,6 +1390,13 @@ mod tests {
             &[text(
                 "<|tool_call_begin|>functions.get<|tool_call_end|>_weather:0<|tool_call_argument_begin|>{}",
             )],
+        );
+        // Only DeepSeek's calls end with a fence: after Mistral's call, a
+        // fence is the reply's.
+        check(
+            Syntax::Mistral,
+            "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}\n```py\nx```",
+            &[call("get_weather", WEATHER_AS_WRITTEN), text("```py\nx```")],
         );
         // Arguments that are no object are read whole, as text.
         check(
