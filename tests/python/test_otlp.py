@@ -199,10 +199,15 @@ def test_a_request_through_two_svc_is_one_trace(chain: Chain, stream: bool) -> N
 def test_a_request_without_traceparent_begins_a_trace(chain: Chain) -> None:
     before = len(chain.receiver.spans)
     with openai.OpenAI(base_url=chain.front.base_url, api_key=chain.front.key, max_retries=0) as client:
-        client.models.list()
+        request_id = client.models.with_raw_response.list().headers["x-request-id"]
+    # Found by its request id: front's health checks of back (GET /models
+    # every 5 s, no caller's trace) begin traces of their own at back.
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        roots = [s for _, s in chain.receiver.spans[before:] if s.name == "GET /v1/models"]
+        roots = [
+            s for _, s in chain.receiver.spans[before:]
+            if s.name == "GET /v1/models" and _attributes(s).get("svc.request_id") == request_id
+        ]
         if roots:
             break
         time.sleep(0.1)
