@@ -376,31 +376,19 @@ fn pythonic(body: &str) -> Option<Vec<Call>> {
     let mut py = Py { rest: body };
     py.expect('[')?;
     let mut calls = Vec::new();
-    loop {
-        if py.eat(']') {
-            break;
-        }
+    py.items(']', |py| {
         let name = py.name()?;
         py.expect('(')?;
         let mut arguments = Map::new();
-        loop {
-            if py.eat(')') {
-                break;
-            }
+        py.items(')', |py| {
             let key = py.name()?;
             py.expect('=')?;
             arguments.insert(key.to_owned(), py.value(0)?);
-            if !py.eat(',') {
-                py.expect(')')?;
-                break;
-            }
-        }
+            Some(())
+        })?;
         calls.push((name.to_owned(), arguments));
-        if !py.eat(',') {
-            py.expect(']')?;
-            break;
-        }
-    }
+        Some(())
+    })?;
     (py.rest.trim().is_empty() && !calls.is_empty()).then_some(calls)
 }
 
@@ -441,6 +429,20 @@ impl<'a> Py<'a> {
         (!name.is_empty()).then_some(name)
     }
 
+    /// Reads items (each by `item`) separated by commas, a trailing one
+    /// allowed, up to and with `close`.
+    fn items(&mut self, close: char, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        loop {
+            if self.eat(close) {
+                return Some(());
+            }
+            item(self)?;
+            if !self.eat(',') {
+                return self.expect(close);
+            }
+        }
+    }
+
     fn value(&mut self, depth: usize) -> Option<Value> {
         if depth > PY_MAX_DEPTH {
             return None;
@@ -453,38 +455,26 @@ impl<'a> Py<'a> {
                 let close = if first == '[' { ']' } else { ')' };
                 self.rest = &self.rest[1..];
                 let mut items = Vec::new();
-                loop {
-                    if self.eat(close) {
-                        break;
-                    }
-                    items.push(self.value(depth + 1)?);
-                    if !self.eat(',') {
-                        self.expect(close)?;
-                        break;
-                    }
-                }
+                self.items(close, |py| {
+                    items.push(py.value(depth + 1)?);
+                    Some(())
+                })?;
                 Some(Value::Array(items))
             }
             '{' => {
                 self.rest = &self.rest[1..];
                 let mut map = Map::new();
-                loop {
-                    if self.eat('}') {
-                        break;
-                    }
-                    self.rest = self.rest.trim_start();
-                    let quote = self.rest.chars().next()?;
+                self.items('}', |py| {
+                    py.rest = py.rest.trim_start();
+                    let quote = py.rest.chars().next()?;
                     if quote != '"' && quote != '\'' {
                         return None;
                     }
-                    let key = self.string(quote)?;
-                    self.expect(':')?;
-                    map.insert(key, self.value(depth + 1)?);
-                    if !self.eat(',') {
-                        self.expect('}')?;
-                        break;
-                    }
-                }
+                    let key = py.string(quote)?;
+                    py.expect(':')?;
+                    map.insert(key, py.value(depth + 1)?);
+                    Some(())
+                })?;
                 Some(Value::Object(map))
             }
             _ => {
