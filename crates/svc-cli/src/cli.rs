@@ -585,9 +585,9 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag(
         "models_memory",
         "BYTES",
-        "Memory the models loaded on demand ([models.<id>] preload = false) share, such as 16GiB; the least recently used idle one is unloaded to make room",
+        "Memory the local models share (the default models and every [models.<id>] GGUF), such as 16GiB; before a model loads, the least recently used idle one not kept forever is unloaded to make room",
     )
-    .unset("no limit"),
+    .unset("90% of the memory available at start"),
     flag(
         "load_timeout",
         "DURATION",

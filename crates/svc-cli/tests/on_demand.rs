@@ -1,9 +1,10 @@
-//! Models loaded on demand (`[models.<id>] preload = false`), through a
-//! real `svc serve` on tiny generated GGUFs: the model loads on its first
-//! request and answers it; a broken file answers 503 naming itself while
-//! the other models keep answering. The pool's rules (one load, waiting,
-//! eviction, keep_alive) are tested with scripted engines in
-//! `commands::serve::resident`.
+//! Models loaded on demand (a `[models.<id>]` table's GGUF, unless
+//! `preload = true`), through a real `svc serve` on tiny generated GGUFs:
+//! the model loads on its first request and answers it; a broken file
+//! answers 503 naming itself while the other models keep answering; a
+//! preloaded broken file stops `svc serve`. The pool's rules (one load,
+//! waiting, eviction, keep_alive, unloads asked for) are tested with
+//! scripted engines in `commands::serve::resident`.
 
 // Serves models from GGUF files: needs the embedded engine.
 #![cfg(feature = "embedded")]
@@ -34,21 +35,24 @@ fn create_key(data_dir: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let (model, lazy, broken) = (
+    let (model, lazy, early, broken) = (
         dir.path().join("tiny.gguf"),
         dir.path().join("lazy.gguf"),
+        dir.path().join("early.gguf"),
         dir.path().join("broken.gguf"),
     );
     TinyModel::hello().write(&model).unwrap();
     TinyModel::hello().write(&lazy).unwrap();
+    TinyModel::hello().write(&early).unwrap();
     std::fs::write(&broken, b"not a GGUF file at all").unwrap();
     let config = dir.path().join("svc.toml");
     std::fs::write(
         &config,
         format!(
             "load_timeout = \"30s\"\n\
-             [models.lazy]\npath = {lazy:?}\npreload = false\nkeep_alive = \"0\"\n\
-             [models.broken]\npath = {broken:?}\npreload = false\n"
+             [models.lazy]\npath = {lazy:?}\nkeep_alive = \"0\"\n\
+             [models.early]\npath = {early:?}\npreload = true\n\
+             [models.broken]\npath = {broken:?}\n"
         ),
     )
     .unwrap();
@@ -72,10 +76,18 @@ async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
         Duration::from_secs(30),
     );
     let log = serve.log().join("\n");
+    // On demand is the default; a preloaded one says what it holds; the
+    // budget is the machine's when none is set.
     assert!(
-        log.contains("lazy: ") && log.contains("(loaded on demand)"),
+        log.contains("lazy: ") && log.contains("lazy.gguf (loaded on demand)"),
         "{log}"
     );
+    assert!(log.contains("broken.gguf (loaded on demand)"), "{log}");
+    assert!(
+        log.contains("early: ") && log.contains("MiB in memory)"),
+        "{log}"
+    );
+    assert!(log.contains("models memory: "), "{log}");
     let base = serve.base_url.clone();
     let client = reqwest::Client::new();
     let listed: Value = client
@@ -125,5 +137,51 @@ async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
     assert!(
         log.contains("model failed to load") && log.contains("broken.gguf"),
         "{log}"
+    );
+}
+
+#[test]
+fn a_preloaded_model_that_fails_to_load_stops_svc_serve_naming_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, broken) = (dir.path().join("tiny.gguf"), dir.path().join("broken.gguf"));
+    TinyModel::hello().write(&model).unwrap();
+    std::fs::write(&broken, b"not a GGUF file at all").unwrap();
+    let config = dir.path().join("svc.toml");
+    std::fs::write(
+        &config,
+        format!("[models.broken]\npath = {broken:?}\npreload = true\n"),
+    )
+    .unwrap();
+    let data_dir = dir.path().join("data");
+    let mut serve = Command::new(SVC)
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .arg("--model")
+        .arg(&model)
+        .arg("--config")
+        .arg(&config)
+        .env("SVC_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = serve.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            serve.kill().unwrap();
+            serve.wait().unwrap();
+            panic!("svc serve kept running with a preloaded model that cannot load");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = serve.wait_with_output().unwrap();
+    assert!(!status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("could not be loaded from") && stderr.contains("broken.gguf"),
+        "{stderr}"
     );
 }

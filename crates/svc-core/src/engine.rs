@@ -525,6 +525,81 @@ pub trait Engine: Send + Sync + 'static {
     fn status(&self) -> EngineStatus {
         EngineStatus::default()
     }
+
+    /// The model's residence, for an engine whose model is loaded and
+    /// unloaded while the server runs (a local model): the admin API loads
+    /// and unloads it through this. `None`: always there (an upstream).
+    fn residence(&self) -> Option<&dyn Residence> {
+        None
+    }
+}
+
+/// A local model that is loaded and unloaded while the server runs.
+#[async_trait]
+pub trait Residence: Send + Sync {
+    /// Loads the model now (or waits for the load under way), up to the
+    /// load timeout; an error says why it is not loaded.
+    async fn load(&self) -> Result<(), EngineError>;
+
+    /// Unloads the model: now when no request uses it, else as soon as the
+    /// last running request ends (a running request is never cut).
+    fn unload(&self) -> Unload;
+
+    /// Where the model stands now.
+    fn residency(&self) -> Residency;
+}
+
+/// What [`Residence::unload`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unload {
+    /// It was not loaded (nor loading).
+    NotLoaded,
+    /// It is unloaded now.
+    Unloaded,
+    /// Requests are running on it: it is unloaded when the last one ends.
+    WhenIdle,
+}
+
+/// Whether a local model is loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResidencyState {
+    #[default]
+    Unloaded,
+    Loading,
+    Loaded,
+}
+
+impl ResidencyState {
+    /// `unloaded`, `loading`, `loaded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResidencyState::Unloaded => "unloaded",
+            ResidencyState::Loading => "loading",
+            ResidencyState::Loaded => "loaded",
+        }
+    }
+}
+
+/// Where a local model stands, and what happened to it since start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Residency {
+    pub state: ResidencyState,
+    /// Host memory it holds now (weights, KV cells, saved prefixes); 0
+    /// when unloaded.
+    pub memory_bytes: u64,
+    /// How long it stays loaded once idle; `None`: forever (pinned, never
+    /// unloaded to make room).
+    pub keep_alive: Option<std::time::Duration>,
+    /// Loads that ended with the model loaded.
+    pub loads: u64,
+    /// Loads that failed.
+    pub load_failures: u64,
+    /// Seconds all loads took, together.
+    pub load_seconds: f64,
+    /// Unloads to make room for another model.
+    pub evictions: u64,
+    /// Unloads after `keep_alive` idle, or asked for through the admin API.
+    pub unloads: u64,
 }
 
 /// A token per 4 bytes of the messages' text (contents, tool call ids,
@@ -579,6 +654,11 @@ pub struct EngineStatus {
     pub endpoints: Vec<EndpointStatus>,
     /// The prompt prefix cache, for engines that keep one.
     pub prefix_cache: Option<PrefixCacheStatus>,
+    /// Host memory the engine's model holds now (weights, KV cells, saved
+    /// prefixes), for engines that run one.
+    pub memory_bytes: Option<u64>,
+    /// A model loaded on demand: whether it is loaded, and its loads.
+    pub residency: Option<Residency>,
 }
 
 /// What an engine's prompt prefix cache did since it started, and holds now.

@@ -82,9 +82,9 @@ pub use device::{
 pub use engine::{
     ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
     EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, IMAGE_TOKEN_ESTIMATE,
-    ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort, Sampling, TextPrompt,
-    TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob,
-    UserPart, estimate_tokens, refuse_images,
+    ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort, Residence, Residency,
+    ResidencyState, Sampling, TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
+    ToolChoiceSpec, ToolSpec, TopLogprob, Unload, UserPart, estimate_tokens, refuse_images,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

@@ -72,6 +72,8 @@ pub struct EmbedderInfo {
     /// Whether vectors are scaled to length 1 (the model's `Normalize`).
     pub normalize: bool,
     pub vocab_size: u32,
+    /// Host memory the model's weights take.
+    pub memory_bytes: u64,
 }
 
 /// An in-process llama.cpp embedding engine.
@@ -176,6 +178,7 @@ impl LlamaEmbedder {
             max_input_tokens,
             normalize,
             vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
+            memory_bytes: model.size(),
         };
         let threads = threads.map_or_else(
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -310,6 +313,7 @@ impl Engine for LlamaEmbedder {
         let queue = self.shared.lock();
         EngineStatus {
             queued: queue.jobs.len() as u64,
+            memory_bytes: Some(self.info.memory_bytes),
             ..EngineStatus::default()
         }
     }

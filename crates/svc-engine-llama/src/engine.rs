@@ -92,6 +92,9 @@ pub struct ModelInfo {
     /// `system_fingerprint`: changes only when the weights, the engine build
     /// or the numeric settings do (see `numerics::fingerprint`).
     pub fingerprint: String,
+    /// Host memory the weights and the KV cells take (saved prefixes come
+    /// on top, up to `prefix_cache_bytes`).
+    pub memory_bytes: u64,
 }
 
 /// A raw completion: a prompt that is already text, and how to continue it.
@@ -574,6 +577,7 @@ impl LlamaEngine {
             vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
             chat_template_from_model: template.is_from_model(),
             fingerprint,
+            memory_bytes: model.size() + kv_bytes(&model, kv_cells, options.kv_type),
         };
         tracing::info!(
             path = %info.path.display(),
@@ -747,7 +751,37 @@ impl Engine for LlamaEngine {
                 host_restores: stats.host_cache_restores,
                 host_evictions: stats.host_cache_evictions,
             }),
+            memory_bytes: Some(self.info.memory_bytes + stats.host_cache_bytes),
+            residency: None,
         }
+    }
+}
+
+/// The bytes `cells` KV cells of `model` take: keys and values of every
+/// layer, each head as long as the GGUF's `attention.key_length` and
+/// `value_length` say (else the embedding over the heads). llama.cpp
+/// rounds the cells up to 256; a sliding-window layer may keep fewer, so
+/// this is at most a little over.
+fn kv_bytes(model: &LlamaModel, cells: u32, kv_type: KvType) -> u64 {
+    let arch = model
+        .meta_val_str("general.architecture")
+        .unwrap_or_default();
+    let length = |key: &str| {
+        model
+            .meta_val_str(&format!("{arch}.attention.{key}"))
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let heads = u64::from(model.n_head().max(1));
+    let per_head = u64::try_from(model.n_embd()).unwrap_or(0) / heads;
+    let width = u64::from(model.n_head_kv())
+        * (length("key_length").unwrap_or(per_head) + length("value_length").unwrap_or(per_head));
+    let cells = u64::from(cells).div_ceil(256) * 256;
+    let elements = u64::from(model.n_layer()) * cells * width;
+    match kv_type {
+        KvType::F16 => elements * 2,
+        // 32 values in 34 bytes.
+        KvType::Q8_0 => elements.div_ceil(32) * 34,
     }
 }
 

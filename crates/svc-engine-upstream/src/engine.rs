@@ -494,7 +494,7 @@ impl Engine for UpstreamEngine {
             queued: 0,
             running: endpoints.iter().map(|e| e.outstanding).sum(),
             endpoints,
-            prefix_cache: None,
+            ..EngineStatus::default()
         }
     }
 }

@@ -141,9 +141,10 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
 /// the default model, `svc-embed` on the embedding model, plus every
-/// `[models.<id>]` table (a GGUF file or upstream endpoints). Ids on the
-/// same file share one engine; a file with `preload = false` is loaded on
-/// demand (see [`resident`]); the default models are only fetched when
+/// `[models.<id>]` table (a GGUF file or upstream endpoints). Every GGUF
+/// is a model of one pool (see [`resident`]): the default models are
+/// loaded at start and kept, a table's file when first asked unless
+/// `preload`; ids on the same file share one. The default models are only fetched when
 /// an id still uses them (the embedding model when the chat model is the
 /// default too, or `embedding_model` names one).
 async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
@@ -163,7 +164,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         .filter(|w| !matches!(w.2, Some(ModelSource::Upstream(_))))
         .map(|w| w.0.as_str())
         .collect();
-    let mut embedded = EmbeddedEngines::new(engine, &local)?;
+    let embedded = EmbeddedEngines::new(engine, &local)?;
     let default = if wanted.iter().any(|w| w.2.is_none()) {
         Some(match &engine.model {
             Some(path) => (path.clone(), None),
@@ -192,12 +193,23 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         }
         _ => None,
     };
-    let pool = ResidentPool::new(
-        engine.models_memory.map(|bytes| bytes as u64),
-        engine.load_timeout,
-    );
-    // Tables with the same settings share one model of the pool.
-    let mut on_demand: Vec<(&FileModelConfig, Arc<dyn Engine>)> = Vec::new();
+    let memory = match engine.models_memory {
+        Some(bytes) => Some(bytes as u64),
+        None => spare_memory(),
+    };
+    match (memory, engine.models_memory) {
+        (Some(bytes), Some(_)) => errln!("  models memory: {}", mebibytes(bytes)),
+        (Some(bytes), None) => errln!(
+            "  models memory: {} (90% of what the machine had available; set models_memory to change)",
+            mebibytes(bytes)
+        ),
+        (None, _) => errln!("  models memory: no limit (the machine's free memory is unknown)"),
+    }
+    let mut local = LocalModels {
+        pool: ResidentPool::new(memory, engine.load_timeout),
+        embedded,
+        models: Vec::new(),
+    };
     let mut routes = Vec::new();
     for (id, reasoning, source) in wanted {
         let (engine, default_system_prompt): (Arc<dyn Engine>, _) = match (source, &default) {
@@ -209,37 +221,9 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
                 errln!("  {id}: upstream {}", urls.join(", "));
                 (Arc::new(upstream), None)
             }
-            (Some(ModelSource::File(file)), _) if !file.preload => {
-                let engine = match on_demand.iter().find(|(f, _)| *f == file) {
-                    Some((_, engine)) => engine.clone(),
-                    None => {
-                        let loader = embedded
-                            .on_demand(file)
-                            .with_context(|| format!("models.{id}"))?;
-                        let engine = pool.add(resident::Model {
-                            id: id.clone(),
-                            file: file.path.display().to_string(),
-                            estimate: std::fs::metadata(&file.path).map_or(0, |m| m.len()),
-                            keep_alive: file.keep_alive,
-                            name: "llama".into(),
-                            loader,
-                        });
-                        on_demand.push((file, engine.clone()));
-                        engine
-                    }
-                };
-                errln!("  {id}: {} (loaded on demand)", file.path.display());
-                (engine, None)
-            }
-            (Some(ModelSource::File(file)), _) => (
-                embedded
-                    .load(file)
-                    .await
-                    .with_context(|| format!("models.{id}"))?,
-                None,
-            ),
+            (Some(ModelSource::File(file)), _) => (local.model(&id, file).await?, None),
             (None, Some((path, prompt))) => (
-                embedded.load(&FileModelConfig::at(path.clone())).await?,
+                local.model(&id, &FileModelConfig::at(path.clone())).await?,
                 prompt.clone(),
             ),
             (None, None) => anyhow::bail!("no model for {id}"),
@@ -265,7 +249,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     if let Some(path) = embed_path {
         routes.push(ModelRoute {
             id: EMBED_ID.to_owned(),
-            engine: embedded.load(&FileModelConfig::at(path)).await?,
+            engine: local.model(EMBED_ID, &FileModelConfig::at(path)).await?,
             reasoning: false,
             created: MODELS_CREATED,
             owned_by: "svc".into(),
@@ -276,6 +260,111 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
     let registry = ModelRegistry::new(routes);
     registry.check_fallbacks().map_err(anyhow::Error::msg)?;
     Ok(registry)
+}
+
+/// The local models of the pool, each loaded at start (`preload`) or when
+/// first asked; ids on the same file with the same settings share one.
+struct LocalModels<'a> {
+    pool: ResidentPool,
+    embedded: EmbeddedEngines<'a>,
+    models: Vec<(FileModelConfig, Arc<dyn Engine>)>,
+}
+
+impl LocalModels<'_> {
+    /// The engine of `id` on `file`: the one of an id before it on the same
+    /// file, or a new model of the pool, loaded now when preloaded (a
+    /// failed load stops `svc serve`).
+    async fn model(&mut self, id: &str, file: &FileModelConfig) -> anyhow::Result<Arc<dyn Engine>> {
+        // The same engine: the same file and engine settings (how long it
+        // stays is the first id's).
+        let engine_of = |f: &FileModelConfig| FileModelConfig {
+            preload: false,
+            keep_alive: None,
+            ..f.clone()
+        };
+        let shared = self
+            .models
+            .iter()
+            .find(|(f, _)| engine_of(f) == engine_of(file))
+            .map(|(_, engine)| engine.clone());
+        if let Some(engine) = shared {
+            if file.preload {
+                self.preload(id, file, &engine).await?;
+            }
+            return Ok(engine);
+        }
+        let loader = self
+            .embedded
+            .loader(file)
+            .with_context(|| format!("models.{id}"))?;
+        let engine = self.pool.add(resident::Model {
+            id: id.to_owned(),
+            file: file.path.display().to_string(),
+            estimate: std::fs::metadata(&file.path).map_or(0, |m| m.len()),
+            keep_alive: file.keep_alive(),
+            name: "llama".into(),
+            loader,
+        });
+        if file.preload {
+            self.preload(id, file, &engine).await?;
+        } else {
+            errln!("  {id}: {} (loaded on demand)", file.path.display());
+        }
+        self.models.push((file.clone(), engine.clone()));
+        Ok(engine)
+    }
+
+    /// Loads `id`'s model now (a failed load stops `svc serve`).
+    async fn preload(
+        &self,
+        id: &str,
+        file: &FileModelConfig,
+        engine: &Arc<dyn Engine>,
+    ) -> anyhow::Result<()> {
+        let Some(residence) = engine.residence() else {
+            return Ok(());
+        };
+        let path = file.path.display();
+        if residence.residency().state != svc_core::ResidencyState::Loaded {
+            errln!("loading {path} ...");
+            residence.load().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        let bytes = residence.residency().memory_bytes;
+        errln!("  {id}: {path} ({} in memory)", mebibytes(bytes));
+        Ok(())
+    }
+}
+
+/// What the machine can spare for models now: 90% of the memory available
+/// (Linux's `MemAvailable`), or of what the cgroup's `memory.max` leaves
+/// when that is less; `None` where neither can be read.
+fn spare_memory() -> Option<u64> {
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| meminfo_available(&text));
+    let cgroup = (|| {
+        let max = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok()?;
+        let max: u64 = max.trim().parse().ok()?;
+        let current = std::fs::read_to_string("/sys/fs/cgroup/memory.current").ok()?;
+        Some(max.saturating_sub(current.trim().parse().ok()?))
+    })();
+    let spare = match (available, cgroup) {
+        (Some(a), Some(c)) => a.min(c),
+        (a, c) => a.or(c)?,
+    };
+    Some(spare / 10 * 9)
+}
+
+/// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
+fn meminfo_available(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `bytes` in MiB, for people.
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// The id of the embedding model served beside `svc` and `svc-thinking`.

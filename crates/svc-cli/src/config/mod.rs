@@ -33,7 +33,8 @@ use svc_store::SqlStore;
 
 pub use layers::{Given, Layers, Raw, Shape, Source};
 pub use models::{
-    FileModelConfig, KeepAlive, ModelConfig, ModelSource, UpstreamConfig, UpstreamModelConfig,
+    DEFAULT_KEEP_ALIVE, FileModelConfig, KeepAlive, ModelConfig, ModelSource, UpstreamConfig,
+    UpstreamModelConfig,
 };
 
 /// Where the state lives: the `data_dir` and `database_url` keys.
@@ -150,9 +151,10 @@ pub struct EngineConfig {
     /// Batch-invariant numerics in the embedded engine: a greedy or seeded
     /// request gives the same text whatever runs beside it (on by default).
     pub batch_invariant: bool,
-    /// Memory (bytes) the models loaded on demand share: before one loads,
-    /// the least recently used idle ones are unloaded until it fits.
-    /// `None`: no limit.
+    /// Memory (bytes) the local models share (the default ones and every
+    /// `[models.<id>]` GGUF): before one loads, the least recently used
+    /// idle ones are unloaded until it fits. `None`: what the machine can
+    /// spare when `svc serve` starts (see `serve::spare_memory`).
     #[serde(deserialize_with = "models_memory")]
     pub models_memory: Option<usize>,
     /// How long a request for a model loaded on demand waits for its load.

@@ -113,21 +113,21 @@ pub struct FileModelConfig {
     /// Checked when the model loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_format: Option<String>,
-    /// Load the model at start and keep it (true, the default); false
-    /// loads it when first asked, within `models_memory`, and unloads it
-    /// after `keep_alive`.
-    #[serde(default = "preload")]
+    /// Load the model at start (true), or when first asked (false, the
+    /// default), within `models_memory`.
+    #[serde(default)]
     pub preload: bool,
-    /// How long a model loaded on demand stays loaded after its last
-    /// request ends: a duration (`5m`), `forever` (never unloaded, nor
-    /// evicted to make room: the default) or `0` (unloaded when idle).
-    #[serde(default, with = "keep_alive")]
-    pub keep_alive: KeepAlive,
+    /// How long the model stays loaded after its last request ends: a
+    /// duration (`5m`, the default when not preloaded), `forever` (never
+    /// unloaded, nor evicted to make room: the default when preloaded) or
+    /// `0` (unloaded when idle).
+    #[serde(default, with = "keep_alive", skip_serializing_if = "Option::is_none")]
+    pub keep_alive: Option<KeepAlive>,
 }
 
-fn preload() -> bool {
-    true
-}
+/// `keep_alive` of a model loaded on demand when the table gives none:
+/// Ollama's 5 minutes.
+pub const DEFAULT_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How long an idle model loaded on demand stays loaded (Ollama's
 /// `keep_alive`).
@@ -148,22 +148,23 @@ mod keep_alive {
 
     use super::KeepAlive;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KeepAlive, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<KeepAlive>, D::Error> {
         let text = String::deserialize(d)?;
         match text.trim() {
-            "forever" => Ok(KeepAlive::Forever),
-            "0" => Ok(KeepAlive::For(Duration::ZERO)),
+            "forever" => Ok(Some(KeepAlive::Forever)),
+            "0" => Ok(Some(KeepAlive::For(Duration::ZERO))),
             other => svc_core::config::parse_duration(other)
-                .map(KeepAlive::For)
+                .map(|d| Some(KeepAlive::For(d)))
                 .map_err(|e| serde::de::Error::custom(format!("{e}, or forever, or 0"))),
         }
     }
 
-    pub fn serialize<S: Serializer>(value: &KeepAlive, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(value: &Option<KeepAlive>, s: S) -> Result<S::Ok, S::Error> {
         match value {
-            KeepAlive::Forever => s.serialize_str("forever"),
-            KeepAlive::For(d) if d.is_zero() => s.serialize_str("0"),
-            KeepAlive::For(d) => s.serialize_str(&svc_core::config::format_duration(*d)),
+            None => s.serialize_none(),
+            Some(KeepAlive::Forever) => s.serialize_str("forever"),
+            Some(KeepAlive::For(d)) if d.is_zero() => s.serialize_str("0"),
+            Some(KeepAlive::For(d)) => s.serialize_str(&svc_core::config::format_duration(*d)),
         }
     }
 }
@@ -178,8 +179,18 @@ impl FileModelConfig {
             tool_format: None,
             reasoning_format: None,
             preload: true,
-            keep_alive: KeepAlive::Forever,
+            keep_alive: None,
         }
+    }
+
+    /// Its `keep_alive`, or the default: forever when preloaded, else
+    /// [`DEFAULT_KEEP_ALIVE`].
+    pub fn keep_alive(&self) -> KeepAlive {
+        self.keep_alive.unwrap_or(if self.preload {
+            KeepAlive::Forever
+        } else {
+            KeepAlive::For(DEFAULT_KEEP_ALIVE)
+        })
     }
 }
 
@@ -290,14 +301,10 @@ impl ModelConfig {
                 anyhow::anyhow!("models.{id}: {e}")
             }
         })?;
-        if let ModelSource::File(file) = &model.source
-            && file.preload
-            && file.keep_alive != KeepAlive::Forever
-        {
-            bail!(
-                "models.{id}.keep_alive: a model loaded at start stays loaded; set \
-                 preload = false to load it on demand and unload it when idle"
-            );
+        // Its keep_alive as it will run (the default depends on preload),
+        // so that --print-config shows it.
+        if let ModelSource::File(file) = &mut model.source {
+            file.keep_alive = Some(file.keep_alive());
         }
         if let ModelSource::Upstream(upstream) = &mut model.source {
             upstream.endpoints = upstream

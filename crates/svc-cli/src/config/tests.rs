@@ -284,9 +284,14 @@ fn model_tables_are_read() {
     assert_eq!(s.engine.context, DEFAULT_CONTEXT);
     let qwen = &s.models["qwen"];
     assert!(qwen.reasoning);
+    // Loaded on demand, kept 5 minutes: the defaults of a table.
     assert_eq!(
         qwen.source,
-        ModelSource::File(FileModelConfig::at(PathBuf::from("/m/qwen.gguf")))
+        ModelSource::File(FileModelConfig {
+            preload: false,
+            keep_alive: Some(KeepAlive::For(DEFAULT_KEEP_ALIVE)),
+            ..FileModelConfig::at(PathBuf::from("/m/qwen.gguf"))
+        })
     );
     let ModelSource::File(oss) = &s.models["oss"].source else {
         panic!("{:?}", s.models["oss"]);
@@ -302,28 +307,33 @@ fn models_loaded_on_demand_are_read() {
         "models_memory = \"12GiB\"\nload_timeout = \"30s\"\n\
          [models.a]\npath = \"/m/a.gguf\"\npreload = false\nkeep_alive = \"5m\"\n\
          [models.b]\npath = \"/m/b.gguf\"\npreload = false\nkeep_alive = \"0\"\n\
-         [models.c]\npath = \"/m/c.gguf\"\npreload = false\n",
+         [models.c]\npath = \"/m/c.gguf\"\n\
+         [models.e]\npath = \"/m/e.gguf\"\npreload = true\nkeep_alive = \"1h\"\n",
         &[],
     )
     .unwrap();
     assert_eq!(s.engine.models_memory, Some(12 << 30));
     assert_eq!(s.engine.load_timeout, Duration::from_secs(30));
     let keep = |id: &str| match &s.models[id].source {
-        ModelSource::File(file) => (file.preload, file.keep_alive),
+        ModelSource::File(file) => (file.preload, file.keep_alive()),
         other => panic!("{other:?}"),
     };
     assert_eq!(keep("a"), (false, KeepAlive::For(Duration::from_secs(300))));
     assert_eq!(keep("b"), (false, KeepAlive::For(Duration::ZERO)));
-    assert_eq!(keep("c"), (false, KeepAlive::Forever));
-    // Defaults: everything loaded at start and kept; no budget.
-    let s = config("[models.d]\npath = \"/m/d.gguf\"\n", &[]).unwrap();
+    // On demand, kept Ollama's 5 minutes, unless said otherwise.
+    assert_eq!(keep("c"), (false, KeepAlive::For(DEFAULT_KEEP_ALIVE)));
+    // Loaded at start, then unloaded an hour after it was last used.
+    assert_eq!(keep("e"), (true, KeepAlive::For(Duration::from_secs(3600))));
+    // Defaults: no budget set (svc serve sizes it from the machine).
+    let s = config("[models.d]\npath = \"/m/d.gguf\"\npreload = true\n", &[]).unwrap();
     assert_eq!(s.engine.models_memory, None);
     assert_eq!(s.engine.load_timeout, DEFAULT_LOAD_TIMEOUT);
     let ModelSource::File(d) = &s.models["d"].source else {
         panic!("{:?}", s.models["d"]);
     };
+    // Preloaded: kept forever unless said otherwise.
     assert!(d.preload);
-    assert_eq!(d.keep_alive, KeepAlive::Forever);
+    assert_eq!(d.keep_alive(), KeepAlive::Forever);
     let s = config(
         "",
         &[flag("models_memory", "512MiB"), env("load_timeout", "2m")],
@@ -333,10 +343,6 @@ fn models_loaded_on_demand_are_read() {
     assert_eq!(s.engine.load_timeout, Duration::from_secs(120));
     // Refused, naming the key.
     for (toml, says) in [
-        (
-            "[models.m]\npath = \"/m.gguf\"\nkeep_alive = \"5m\"\n",
-            "models.m.keep_alive: a model loaded at start stays loaded",
-        ),
         (
             "[models.m]\npath = \"/m.gguf\"\npreload = false\nkeep_alive = \"soon\"\n",
             "models.m.keep_alive",

@@ -19,7 +19,6 @@ mod engines {
             .ok_or_else(|| anyhow::anyhow!("{key}: {name:?} is not one of {}", names.join(", ")))
     }
 
-    use std::path::PathBuf;
     use std::sync::Arc;
 
     use anyhow::Context;
@@ -30,7 +29,6 @@ mod engines {
 
     use super::super::resident::{Loaded, Loader};
     use crate::config::{EngineConfig, FileModelConfig, KvType};
-    use crate::output::errln;
 
     /// The engine's options for the GGUF `file`; a wrong format name is
     /// an error naming its key.
@@ -79,103 +77,52 @@ mod engines {
         Ok(options)
     }
 
-    /// The embedded engines of one `svc serve`: ids on the same file with
-    /// the same options share one engine.
+    /// The embedded engine of one `svc serve`: the loaders of its local
+    /// models.
     pub struct EmbeddedEngines<'a> {
         settings: &'a EngineConfig,
-        loaded: Vec<(LlamaEngineOptions, Arc<dyn Engine>)>,
-        embedders: Vec<(PathBuf, Arc<dyn Engine>)>,
     }
 
     impl<'a> EmbeddedEngines<'a> {
         /// Engines for the model ids `_local`, served from GGUF files.
         pub fn new(settings: &'a EngineConfig, _local: &[&str]) -> anyhow::Result<Self> {
-            Ok(EmbeddedEngines {
-                settings,
-                loaded: Vec::new(),
-                embedders: Vec::new(),
-            })
+            Ok(EmbeddedEngines { settings })
         }
 
-        /// The engine for the GGUF `file`: one already loaded with the
-        /// same options, or a new one; an embedding model's embedder.
-        pub async fn load(&mut self, file: &FileModelConfig) -> anyhow::Result<Arc<dyn Engine>> {
-            if svc_engine_llama::is_embedding_model(&file.path) {
-                return self.load_embedder(file.path.clone()).await;
-            }
-            let options = options(self.settings, file)?;
-            if let Some((_, engine)) = self.loaded.iter().find(|(o, _)| *o == options) {
-                return Ok(engine.clone());
-            }
-            errln!("loading {} ...", options.model_path.display());
-            let load = options.clone();
-            let engine = tokio::task::spawn_blocking(move || LlamaEngine::load(&load))
-                .await
-                .context("the model loader stopped")??;
-            let info = engine.info();
-            errln!(
-                "  {}: context {} tokens, {} sequences sharing {} {} KV cells",
-                info.name.as_deref().unwrap_or("model"),
-                info.context_per_sequence,
-                info.parallel,
-                info.kv_cache,
-                info.kv_type.name()
-            );
-            let engine: Arc<dyn Engine> = Arc::new(engine);
-            self.loaded.push((options, engine.clone()));
-            Ok(engine)
-        }
-
-        /// The embedding model at `path` (see `LlamaEmbedder`): one already
-        /// loaded from the same file, or a new one.
-        async fn load_embedder(&mut self, path: PathBuf) -> anyhow::Result<Arc<dyn Engine>> {
-            if let Some((_, engine)) = self.embedders.iter().find(|(p, _)| *p == path) {
-                return Ok(engine.clone());
-            }
-            errln!("loading {} ...", path.display());
-            let threads = self.settings.threads;
-            let load = path.clone();
-            let embedder = tokio::task::spawn_blocking(move || LlamaEmbedder::load(&load, threads))
-                .await
-                .context("the model loader stopped")??;
-            let info = embedder.info();
-            errln!(
-                "  {}: embeddings of {} dimensions, inputs of up to {} tokens",
-                info.name.as_deref().unwrap_or("model"),
-                info.dimensions,
-                info.max_input_tokens
-            );
-            let engine: Arc<dyn Engine> = Arc::new(embedder);
-            self.embedders.push((path, engine.clone()));
-            Ok(engine)
-        }
-    }
-
-    impl EmbeddedEngines<'_> {
-        /// The loader of the GGUF `file` loaded on demand (see
-        /// `resident`): each call loads it anew on a blocking thread (an
-        /// embedding model's embedder, else the chat engine), its size
-        /// being the file's. The format names are checked now.
-        pub fn on_demand(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
+        /// The loader of the GGUF `file` (see `resident`): each call loads
+        /// it anew on a blocking thread (an embedding model's embedder,
+        /// else the chat engine), its size being what the engine says it
+        /// holds. The format names are checked now.
+        pub fn loader(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
             let options = options(self.settings, file)?;
             let threads = self.settings.threads;
             Ok(Arc::new(move || {
                 let options = options.clone();
                 Box::pin(async move {
                     let path = options.model_path.clone();
-                    let bytes = std::fs::metadata(&path)
+                    let size = std::fs::metadata(&path)
                         .with_context(|| format!("cannot read {}", path.display()))?
                         .len();
                     let engine =
                         tokio::task::spawn_blocking(move || -> anyhow::Result<Arc<dyn Engine>> {
                             if svc_engine_llama::is_embedding_model(&path) {
-                                Ok(Arc::new(LlamaEmbedder::load(&path, threads)?))
+                                let embedder = LlamaEmbedder::load(&path, threads)?;
+                                let info = embedder.info();
+                                tracing::info!(
+                                    path = %path.display(),
+                                    name = info.name.as_deref().unwrap_or("model"),
+                                    dimensions = info.dimensions,
+                                    max_input_tokens = info.max_input_tokens,
+                                    "embedding model ready"
+                                );
+                                Ok(Arc::new(embedder))
                             } else {
                                 Ok(Arc::new(LlamaEngine::load(&options)?))
                             }
                         })
                         .await
                         .context("the model loader stopped")??;
+                    let bytes = engine.status().memory_bytes.unwrap_or(size);
                     Ok(Loaded { engine, bytes })
                 })
             }))
@@ -203,10 +150,6 @@ mod engines {
 
 #[cfg(not(feature = "embedded"))]
 mod engines {
-    use std::sync::Arc;
-
-    use svc_core::Engine;
-
     use super::super::resident::Loader;
     use crate::config::{EngineConfig, FileModelConfig};
 
@@ -231,24 +174,11 @@ mod engines {
                 _settings: settings,
             })
         }
-
-        /// Never reached: [`new`](Self::new) refused every id this would load.
-        #[expect(
-            clippy::unused_async,
-            reason = "the embedded build's load awaits; callers are the same for both"
-        )]
-        pub async fn load(&mut self, file: &FileModelConfig) -> anyhow::Result<Arc<dyn Engine>> {
-            anyhow::bail!(
-                "cannot serve {}: this svc was built without the embedded engine; rebuild with \
-                 default features or configure upstreams",
-                file.path.display()
-            )
-        }
     }
 
     impl EmbeddedEngines<'_> {
         /// Never reached: [`new`](Self::new) refused every id this would load.
-        pub fn on_demand(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
+        pub fn loader(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
             anyhow::bail!(
                 "cannot serve {}: this svc was built without the embedded engine",
                 file.path.display()

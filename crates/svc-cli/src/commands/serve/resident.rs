@@ -1,6 +1,6 @@
-//! Models loaded on demand (`[models.<id>] preload = false`): a pool of
-//! resident models and, for each model, an [`Engine`] that loads it when
-//! first asked and forwards to it.
+//! The local models (GGUF files): a pool of resident models and, for each
+//! model, an [`Engine`] that loads it when first asked (or at start, for a
+//! preloaded one) and forwards to it.
 //!
 //! - A load runs in a task of its own (the GGUF loader on a blocking
 //!   thread), so the other models keep serving; the requests that ask
@@ -15,7 +15,13 @@
 //!   before a load, the least recently used idle, unpinned models are
 //!   unloaded until the new one fits; when the busy and pinned ones leave
 //!   no room, the load waits for room up to `load_timeout`, then fails
-//!   with the same 503.
+//!   with the same 503 (at once when only models kept forever hold the
+//!   room: nothing would free it).
+//! - The admin API loads a model and unloads it ([`Residence`]): an
+//!   unload of a model in use waits for its running requests to end.
+//! - A loaded model's bytes are what its engine says it holds now
+//!   (weights, KV cells, saved prefixes); before its first load, the
+//!   file's size stands for them.
 
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -28,6 +34,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use svc_core::engine::{
     EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
+    Residence, Residency, ResidencyState, Unload,
 };
 use tokio::sync::{Notify, watch};
 
@@ -101,6 +108,21 @@ struct Slot {
     /// The last loaded engine's fingerprint: the model's identity in the
     /// response cache also while it is unloaded.
     fingerprint: Option<String>,
+    /// The admin API asked to unload it while requests ran: it is
+    /// unloaded when the last one ends.
+    unload_when_idle: bool,
+    /// What happened to it since start.
+    counts: Counts,
+}
+
+/// A model's loads and unloads since start.
+#[derive(Default)]
+struct Counts {
+    loads: u64,
+    load_failures: u64,
+    load_seconds: f64,
+    evictions: u64,
+    unloads: u64,
 }
 
 type LoadResult = Option<Result<(), EngineError>>;
@@ -120,12 +142,67 @@ enum Phase {
 }
 
 impl Slot {
-    /// Bytes it holds of the budget.
+    /// Bytes it holds of the budget: what a loaded engine says it holds
+    /// now (its saved prefixes grow), else what it took when loaded.
     fn resident(&self) -> u64 {
-        match self.phase {
+        match &self.phase {
             Phase::Unloaded => 0,
             Phase::Loading { reserved, .. } => reserved.unwrap_or(0),
-            Phase::Loaded { bytes, .. } => bytes,
+            Phase::Loaded { engine, bytes } => engine.status().memory_bytes.unwrap_or(*bytes),
+        }
+    }
+
+    /// Unloads it now (it is loaded and unused): the engine to drop.
+    fn unload(&mut self, reason: &str) -> Option<Arc<dyn Engine>> {
+        let resident = self.resident();
+        match std::mem::replace(&mut self.phase, Phase::Unloaded) {
+            Phase::Loaded { engine, .. } => {
+                self.idle_until = None;
+                self.unload_when_idle = false;
+                if reason == "evicted" {
+                    self.counts.evictions += 1;
+                } else {
+                    self.counts.unloads += 1;
+                }
+                tracing::info!(
+                    model = %self.model.id,
+                    file = %self.model.file,
+                    bytes = resident,
+                    reason,
+                    "model unloaded"
+                );
+                Some(engine)
+            }
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// Whether it keeps what it holds of the budget whatever happens:
+    /// kept forever, and not to be unloaded by the admin API.
+    fn pinned(&self) -> bool {
+        self.model.keep_alive == KeepAlive::Forever && !self.unload_when_idle
+    }
+
+    fn residency(&self) -> Residency {
+        Residency {
+            state: match self.phase {
+                Phase::Unloaded => ResidencyState::Unloaded,
+                Phase::Loading { .. } => ResidencyState::Loading,
+                Phase::Loaded { .. } => ResidencyState::Loaded,
+            },
+            memory_bytes: self.resident(),
+            keep_alive: match self.model.keep_alive {
+                KeepAlive::Forever => None,
+                KeepAlive::For(keep) => Some(keep),
+            },
+            loads: self.counts.loads,
+            load_failures: self.counts.load_failures,
+            load_seconds: self.counts.load_seconds,
+            evictions: self.counts.evictions,
+            unloads: self.counts.unloads,
         }
     }
 
@@ -144,9 +221,7 @@ impl Slot {
 
     /// Whether it may be unloaded to make room: loaded, unused, not pinned.
     fn evictable(&self) -> bool {
-        matches!(self.phase, Phase::Loaded { .. })
-            && self.in_flight == 0
-            && self.model.keep_alive != KeepAlive::Forever
+        matches!(self.phase, Phase::Loaded { .. }) && self.in_flight == 0 && !self.pinned()
     }
 }
 
@@ -180,6 +255,8 @@ impl ResidentPool {
             timer: false,
             wake: Arc::new(Notify::new()),
             fingerprint: None,
+            unload_when_idle: false,
+            counts: Counts::default(),
         });
         Arc::new(OnDemand {
             inner: self.inner.clone(),
@@ -217,6 +294,8 @@ impl Inner {
                 let mut state = self.lock();
                 let slot = &mut state.slots[index];
                 slot.phase = Phase::Unloaded;
+                slot.counts.load_failures += 1;
+                slot.unload_when_idle = false;
                 tracing::error!(model = %slot.model.id, file = %slot.model.file, "the model's loader panicked");
                 Err(EngineError::Unavailable(format!(
                     "model {} could not be loaded from {}: its loader failed",
@@ -237,7 +316,12 @@ impl Inner {
         };
         let deadline = tokio::time::Instant::now() + self.load_timeout;
         if let Err(e) = self.make_room(index, deadline).await {
-            self.lock().slots[index].phase = Phase::Unloaded;
+            let mut state = self.lock();
+            let slot = &mut state.slots[index];
+            slot.phase = Phase::Unloaded;
+            slot.counts.load_failures += 1;
+            slot.unload_when_idle = false;
+            drop(state);
             tracing::warn!(model = %id, file = %file, error = %e, "model not loaded");
             return Err(e);
         }
@@ -256,10 +340,14 @@ impl Inner {
                     slot.model.estimate = bytes;
                     slot.last_used = clock;
                     slot.fingerprint = fingerprint;
+                    slot.counts.loads += 1;
+                    slot.counts.load_seconds += seconds;
+                    let now = tokio::time::Instant::now();
                     match slot.model.keep_alive {
+                        // The admin API asked for an unload during the load.
+                        _ if slot.unload_when_idle => slot.idle_until(now),
                         KeepAlive::Forever => false,
-                        KeepAlive::For(keep) => slot
-                            .idle_until(tokio::time::Instant::now() + keep.max(UNUSED_AFTER_LOAD)),
+                        KeepAlive::For(keep) => slot.idle_until(now + keep.max(UNUSED_AFTER_LOAD)),
                     }
                 };
                 if timer {
@@ -268,7 +356,13 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                self.lock().slots[index].phase = Phase::Unloaded;
+                let mut state = self.lock();
+                let slot = &mut state.slots[index];
+                slot.phase = Phase::Unloaded;
+                slot.counts.load_failures += 1;
+                slot.unload_when_idle = false;
+                slot.counts.load_seconds += started.elapsed().as_secs_f64();
+                drop(state);
                 tracing::error!(model = %id, file = %file, error = %format!("{e:#}"), "model failed to load");
                 Err(EngineError::Unavailable(format!(
                     "model {id} could not be loaded from {file}: {e:#}"
@@ -305,13 +399,26 @@ impl Inner {
                         slot.model.file
                     )));
                 }
-                let mut used: u64 = state
-                    .slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != index)
-                    .map(|(_, s)| s.resident())
-                    .sum();
+                let others = || {
+                    state
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != index)
+                        .map(|(_, s)| s)
+                };
+                let mut used: u64 = others().map(Slot::resident).sum();
+                // What models kept forever hold is never given back: when
+                // the rest would not make room, waiting is no use.
+                let pinned: u64 = others().filter(|s| s.pinned()).map(Slot::resident).sum();
+                if pinned + need > budget {
+                    return Err(EngineError::Unavailable(format!(
+                        "model {id} ({}) needs about {need} bytes, but models kept forever \
+                         (keep_alive = \"forever\", or loaded at start) hold {pinned} of \
+                         models_memory ({budget} bytes)",
+                        slot.model.file
+                    )));
+                }
                 let mut idle: Vec<usize> = (0..state.slots.len())
                     .filter(|&i| i != index && state.slots[i].evictable())
                     .collect();
@@ -324,18 +431,10 @@ impl Inner {
                             break;
                         }
                         let victim = &mut state.slots[i];
-                        if let Phase::Loaded { engine, bytes } =
-                            std::mem::replace(&mut victim.phase, Phase::Unloaded)
-                        {
+                        let bytes = victim.resident();
+                        if let Some(engine) = victim.unload("evicted") {
                             used -= bytes;
-                            victim.idle_until = None;
-                            tracing::info!(
-                                model = %victim.model.id,
-                                file = %victim.model.file,
-                                bytes,
-                                reason = "evicted",
-                                "model unloaded to make room for {id}"
-                            );
+                            tracing::info!(model = %victim.model.id, "unloaded to make room for {id}");
                             evicted.push(engine);
                         }
                     }
@@ -372,11 +471,12 @@ impl Inner {
             let slot = &mut state.slots[index];
             slot.in_flight = slot.in_flight.saturating_sub(1);
             slot.last_used = clock;
+            let now = tokio::time::Instant::now();
             match slot.model.keep_alive {
-                KeepAlive::For(keep) if slot.in_flight == 0 => {
-                    slot.idle_until(tokio::time::Instant::now() + keep)
-                }
-                _ => false,
+                _ if slot.in_flight > 0 => false,
+                _ if slot.unload_when_idle => slot.idle_until(now),
+                KeepAlive::For(keep) => slot.idle_until(now + keep),
+                KeepAlive::Forever => false,
             }
         };
         self.changed.notify_waiters();
@@ -435,21 +535,14 @@ impl Inner {
         }
         slot.idle_until = None;
         slot.timer = false;
-        match std::mem::replace(&mut slot.phase, Phase::Unloaded) {
-            Phase::Loaded { engine, bytes } => {
-                tracing::info!(
-                    model = %slot.model.id,
-                    file = %slot.model.file,
-                    bytes,
-                    reason = "idle",
-                    "model unloaded"
-                );
-                Idle::Unload(engine)
-            }
-            other => {
-                slot.phase = other;
-                Idle::Stop
-            }
+        let reason = if slot.unload_when_idle {
+            "asked"
+        } else {
+            "idle"
+        };
+        match slot.unload(reason) {
+            Some(engine) => Idle::Unload(engine),
+            None => Idle::Stop,
         }
     }
 }
@@ -604,11 +697,62 @@ impl Engine for OnDemand {
     }
 
     fn status(&self) -> EngineStatus {
-        let engine = match &self.inner.lock().slots[self.index].phase {
-            Phase::Loaded { engine, .. } => engine.clone(),
-            _ => return EngineStatus::default(),
+        let (engine, residency) = {
+            let state = self.inner.lock();
+            let slot = &state.slots[self.index];
+            let engine = match &slot.phase {
+                Phase::Loaded { engine, .. } => Some(engine.clone()),
+                _ => None,
+            };
+            (engine, slot.residency())
         };
-        engine.status()
+        EngineStatus {
+            residency: Some(residency),
+            ..engine.map(|e| e.status()).unwrap_or_default()
+        }
+    }
+
+    fn residence(&self) -> Option<&dyn Residence> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Residence for OnDemand {
+    async fn load(&self) -> Result<(), EngineError> {
+        let (_engine, _guard) = self.acquire().await?;
+        Ok(())
+    }
+
+    fn unload(&self) -> Unload {
+        let (engine, unload) = {
+            let mut state = self.inner.lock();
+            let slot = &mut state.slots[self.index];
+            match slot.phase {
+                Phase::Unloaded => (None, Unload::NotLoaded),
+                Phase::Loaded { .. } if slot.in_flight == 0 => {
+                    (slot.unload("asked"), Unload::Unloaded)
+                }
+                // Running requests end first; a load under way ends first.
+                Phase::Loaded { .. } | Phase::Loading { .. } => {
+                    slot.unload_when_idle = true;
+                    (None, Unload::WhenIdle)
+                }
+            }
+        };
+        if let Some(engine) = engine {
+            // Its memory is given back on a blocking thread.
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(engine))),
+                Err(_) => drop(engine),
+            }
+            self.inner.changed.notify_waiters();
+        }
+        unload
+    }
+
+    fn residency(&self) -> Residency {
+        self.inner.lock().slots[self.index].residency()
     }
 }
 

@@ -5,7 +5,7 @@
     reason = "test code: the requests that wait run as tasks, which end with the test"
 )]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use svc_core::engine::{EngineEvent, FinishReason, TokenUsage};
@@ -14,11 +14,12 @@ use tokio::sync::Semaphore;
 use super::*;
 
 /// Answers its id, in `pieces` pieces 10 ms apart; counts its drops (an
-/// unload).
+/// unload); says it holds `memory` bytes (when not 0).
 struct Fake {
     id: String,
     pieces: usize,
     dropped: Arc<AtomicUsize>,
+    memory: Arc<AtomicU64>,
 }
 
 impl Drop for Fake {
@@ -45,6 +46,14 @@ impl Engine for Fake {
     fn name(&self) -> &str {
         "fake"
     }
+
+    fn status(&self) -> EngineStatus {
+        let bytes = self.memory.load(Ordering::SeqCst);
+        EngineStatus {
+            memory_bytes: (bytes > 0).then_some(bytes),
+            ..EngineStatus::default()
+        }
+    }
 }
 
 /// What a model's loader did.
@@ -52,6 +61,8 @@ impl Engine for Fake {
 struct Counts {
     loads: AtomicUsize,
     dropped: Arc<AtomicUsize>,
+    /// What its engines say they hold (0: nothing said).
+    memory: Arc<AtomicU64>,
 }
 
 impl Counts {
@@ -91,6 +102,7 @@ fn add(
             id: name.clone(),
             pieces: 3,
             dropped: seen.dropped.clone(),
+            memory: seen.memory.clone(),
         });
         let script = script.clone();
         Box::pin(async move {
@@ -364,4 +376,96 @@ async fn past_load_timeout_a_request_gets_unavailable() {
         panic!("loaded past the budget");
     };
     assert!(message.contains("more than models_memory"), "{message}");
+}
+
+/// The whole text of `events`.
+async fn text_of(mut events: EventStream) -> String {
+    let mut text = String::new();
+    while let Some(event) = events.next().await {
+        if let Ok(EngineEvent::Text(piece)) = event {
+            text.push_str(&piece);
+        }
+    }
+    text
+}
+
+#[tokio::test]
+async fn an_unload_asked_for_waits_for_the_running_requests_and_the_counts_say_what_happened() {
+    let pool = ResidentPool::new(Some(200), Duration::from_secs(5));
+    let (m, counts) = add(&pool, "m", 100, KeepAlive::Forever, Script::Quick);
+    let residence = m.residence().unwrap();
+    assert_eq!(residence.unload(), Unload::NotLoaded);
+    assert_eq!(residence.residency(), Residency::default());
+    residence.load().await.unwrap();
+    let loaded = residence.residency();
+    assert_eq!(loaded.state, ResidencyState::Loaded);
+    assert_eq!(
+        (loaded.memory_bytes, loaded.loads, loaded.keep_alive),
+        (100, 1, None)
+    );
+    // In use: unloaded when the last request ends, which is not cut; a
+    // request that comes meanwhile is served.
+    let running = m.generate(GenerateRequest::default()).await.unwrap();
+    assert_eq!(residence.unload(), Unload::WhenIdle);
+    assert_eq!(reply(&m).await.unwrap(), "mmm");
+    assert_eq!(counts.unloads(), 0);
+    assert_eq!(text_of(running).await, "mmm");
+    until(|| counts.unloads() == 1).await;
+    let unloaded = m.status().residency.unwrap();
+    assert_eq!(unloaded.state, ResidencyState::Unloaded);
+    assert_eq!(
+        (unloaded.memory_bytes, unloaded.loads, unloaded.unloads),
+        (0, 1, 1)
+    );
+    // Asked again, a model kept forever loads again (and stays).
+    assert_eq!(reply(&m).await.unwrap(), "mmm");
+    // Idle: unloaded at once.
+    assert_eq!(residence.unload(), Unload::Unloaded);
+    until(|| counts.unloads() == 2).await;
+    let again = residence.residency();
+    assert_eq!((again.loads, again.unloads, again.evictions), (2, 2, 0));
+    assert!(again.load_seconds >= 0.0);
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_fit_beside_the_models_kept_forever_is_refused_at_once() {
+    let pool = ResidentPool::new(Some(150), Duration::from_secs(60));
+    let (pinned, _) = add(&pool, "pinned", 100, KeepAlive::Forever, Script::Quick);
+    let (other, oc) = add(&pool, "other", 100, HOUR, Script::Quick);
+    reply(&pinned).await.unwrap();
+    // Not after load_timeout (a minute): nothing would make room.
+    let asked = Instant::now();
+    let Err(EngineError::Unavailable(message)) = reply(&other).await else {
+        panic!("loaded beside a model kept forever past the budget");
+    };
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    assert!(message.contains("kept forever"), "{message}");
+    assert_eq!(oc.loads(), 0);
+    let failed = other.status().residency.unwrap();
+    assert_eq!((failed.loads, failed.load_failures), (0, 1));
+    // Unloaded through the admin API, the pinned model makes room.
+    assert_eq!(pinned.residence().unwrap().unload(), Unload::Unloaded);
+    assert_eq!(reply(&other).await.unwrap(), "otherotherother");
+    // Asked again, the pinned model evicts the idle one.
+    assert_eq!(reply(&pinned).await.unwrap(), "pinnedpinnedpinned");
+    until(|| oc.unloads() == 1).await;
+    let evicted = other.status().residency.unwrap();
+    assert_eq!((evicted.evictions, evicted.unloads), (1, 0));
+}
+
+#[tokio::test]
+async fn a_loaded_model_takes_of_the_budget_what_its_engine_says_it_holds() {
+    let pool = ResidentPool::new(Some(300), Duration::from_secs(5));
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+    let (c, _) = add(&pool, "c", 100, HOUR, Script::Quick);
+    reply(&a).await.unwrap();
+    reply(&b).await.unwrap();
+    // `a`'s saved prefixes grew: by its file's size all three would fit.
+    ca.memory.store(250, Ordering::SeqCst);
+    assert_eq!(a.residence().unwrap().residency().memory_bytes, 250);
+    assert_eq!(reply(&c).await.unwrap(), "ccc");
+    until(|| ca.unloads() == 1).await;
+    assert_eq!(cb.unloads(), 0);
+    assert_eq!(pool.resident("b"), Some(100));
 }
