@@ -66,7 +66,8 @@ pub struct Model {
 }
 
 /// How long a model stays loaded when nobody used it after its load
-/// (every request waiting for the load timed out), at least.
+/// (every request waiting for the load timed out), or after a prompt's
+/// count (its generation comes next), at least.
 const UNUSED_AFTER_LOAD: Duration = Duration::from_secs(5);
 
 /// The resident models loaded on demand, and the memory they share.
@@ -462,8 +463,9 @@ impl Inner {
         }
     }
 
-    /// A request on model `index` ended.
-    fn release(self: &Arc<Self>, index: usize) {
+    /// A request on model `index` ended; the model stays at least
+    /// `linger` (unless an unload was asked for).
+    fn release(self: &Arc<Self>, index: usize, linger: Duration) {
         let timer = {
             let mut state = self.lock();
             state.clock += 1;
@@ -475,7 +477,7 @@ impl Inner {
             match slot.model.keep_alive {
                 _ if slot.in_flight > 0 => false,
                 _ if slot.unload_when_idle => slot.idle_until(now),
-                KeepAlive::For(keep) => slot.idle_until(now + keep),
+                KeepAlive::For(keep) => slot.idle_until(now + keep.max(linger)),
                 KeepAlive::Forever => false,
             }
         };
@@ -579,11 +581,23 @@ struct OnDemand {
 struct InFlight {
     inner: Arc<Inner>,
     index: usize,
+    /// The least the model then stays idle, whatever its `keep_alive`.
+    linger: Duration,
+}
+
+impl InFlight {
+    /// A hold after which the model stays at least [`UNUSED_AFTER_LOAD`]:
+    /// a prompt's count is followed by its generation, which must not
+    /// load the model again (with `keep_alive = 0`, it would).
+    fn lingering(mut self) -> Self {
+        self.linger = UNUSED_AFTER_LOAD;
+        self
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.inner.release(self.index);
+        self.inner.release(self.index, self.linger);
     }
 }
 
@@ -608,6 +622,7 @@ impl OnDemand {
                         let guard = InFlight {
                             inner: self.inner.clone(),
                             index: self.index,
+                            linger: Duration::ZERO,
                         };
                         return Ok((engine, guard));
                     }
@@ -684,7 +699,8 @@ impl Engine for OnDemand {
     }
 
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
-        let (engine, _guard) = self.acquire().await?;
+        let (engine, guard) = self.acquire().await?;
+        let _guard = guard.lingering();
         engine.count_tokens(request).await
     }
 

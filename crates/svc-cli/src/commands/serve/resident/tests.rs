@@ -469,3 +469,22 @@ async fn a_loaded_model_takes_of_the_budget_what_its_engine_says_it_holds() {
     assert_eq!(cb.unloads(), 0);
     assert_eq!(pool.resident("b"), Some(100));
 }
+
+#[tokio::test]
+async fn a_prompts_count_then_its_generation_load_the_model_once_even_kept_0() {
+    // What a request with a budget does: count the prompt, then generate.
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let (m, counts) = add(
+        &pool,
+        "m",
+        100,
+        KeepAlive::For(Duration::ZERO),
+        Script::Quick,
+    );
+    m.count_tokens(&GenerateRequest::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(reply(&m).await.unwrap(), "mmm");
+    assert_eq!(counts.loads(), 1);
+    // After the generation, keep_alive = 0 holds: unloaded at once.
+    until(|| counts.unloads() == 1).await;
+}
