@@ -437,6 +437,7 @@ impl Metrics {
                 }
             }
         }
+        models(&mut out, statuses);
         out.push_str("# HELP svc_upstream_healthy Whether an upstream endpoint gets requests (1) or not (0).\n");
         out.push_str("# TYPE svc_upstream_healthy gauge\n");
         for (model, s) in statuses {
@@ -478,6 +479,97 @@ impl Metrics {
             }
         }
         out
+    }
+}
+
+/// A counter's value, read from a model's residency.
+type Count = fn(&svc_core::Residency) -> String;
+
+/// What every `svc_model_*` series' help says of its ids.
+const SHARED: &str =
+    "By model id as configured: ids on one file are one model, each id showing its numbers.";
+
+/// The local models' residency (loaded or not, loads, unloads) and the
+/// memory they hold, by model id as configured: ids on the same file are
+/// one model, and each shows its numbers (summing over ids counts it once
+/// per id).
+fn models(out: &mut String, statuses: &[(String, EngineStatus)]) {
+    let resident: Vec<_> = statuses
+        .iter()
+        .filter_map(|(model, s)| s.residency.as_ref().map(|r| (model, r)))
+        .collect();
+    let memory: Vec<_> = statuses
+        .iter()
+        .filter_map(|(model, s)| {
+            let bytes = match &s.residency {
+                Some(r) => r.memory_bytes,
+                None => s.memory_bytes?,
+            };
+            Some((model, bytes))
+        })
+        .collect();
+    if !resident.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP svc_model_loaded Whether a local model is loaded (1) or not (0; also while it loads). {SHARED}\n# TYPE svc_model_loaded gauge"
+        );
+        for (model, r) in &resident {
+            let loaded = u8::from(r.state == svc_core::ResidencyState::Loaded);
+            let _ = writeln!(
+                out,
+                "svc_model_loaded{{model=\"{}\"}} {loaded}",
+                escape(model)
+            );
+        }
+    }
+    if !memory.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP svc_model_memory_bytes Host memory a local model holds now (weights, KV cells, saved prompt prefixes); 0 when unloaded. {SHARED}\n# TYPE svc_model_memory_bytes gauge"
+        );
+        for (model, bytes) in &memory {
+            let _ = writeln!(
+                out,
+                "svc_model_memory_bytes{{model=\"{}\"}} {bytes}",
+                escape(model)
+            );
+        }
+    }
+    if resident.is_empty() {
+        return;
+    }
+    let counters: [(&str, &str, Count); 5] = [
+        (
+            "svc_model_loads_total",
+            "Loads of a local model that ended with it loaded (at start, on demand, or asked for).",
+            |r| r.loads.to_string(),
+        ),
+        (
+            "svc_model_load_failures_total",
+            "Loads of a local model that failed (its file, memory, or the load timeout).",
+            |r| r.load_failures.to_string(),
+        ),
+        (
+            "svc_model_load_seconds_total",
+            "Seconds the loads of a local model took, together.",
+            |r| r.load_seconds.to_string(),
+        ),
+        (
+            "svc_model_evictions_total",
+            "Unloads of a local model to make room for another within the memory budget.",
+            |r| r.evictions.to_string(),
+        ),
+        (
+            "svc_model_unloads_total",
+            "Unloads of a local model after its keep_alive idle, or asked for (admin API, dashboard); evictions not counted.",
+            |r| r.unloads.to_string(),
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help} {SHARED}\n# TYPE {name} counter");
+        for (model, r) in &resident {
+            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(r));
+        }
     }
 }
 

@@ -151,7 +151,10 @@ const TAGS: [(&str, &str); 9] = [
         "messages",
         "Anthropic's Messages API, on the same keys, models and limits. Its errors are `{\"type\":\"error\",\"error\":{\"type\",\"message\"},\"request_id\"}`.",
     ),
-    ("models", "The models this server serves."),
+    (
+        "models",
+        "The models this server serves; each local one with its residency. Loading and unloading a local model (`/v1/admin/models/...`) is the admin API's, for an organization owner's or the operator's admin key.",
+    ),
     ("meta", "Health, readiness and this document."),
     (
         "auth",

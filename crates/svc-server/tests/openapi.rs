@@ -1328,3 +1328,159 @@ async fn file_and_batch_responses_match_the_document() {
     let missing = get(format!("/v1/files/{file_id}")).await.unwrap();
     check(&doc, "get", "/v1/files/{file_id}", missing).await;
 }
+
+/// A local model's residence for [`model_residency_and_admin_answers_match_the_document`]:
+/// loads fail while `fail` is set.
+#[derive(Default)]
+struct FakeResidence {
+    residency: std::sync::Mutex<svc_core::Residency>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl svc_core::Residence for FakeResidence {
+    async fn load(&self) -> Result<(), svc_core::EngineError> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(svc_core::EngineError::Unavailable("no room".into()));
+        }
+        let mut r = self.residency.lock().unwrap();
+        r.state = svc_core::ResidencyState::Loaded;
+        r.memory_bytes = 1 << 20;
+        Ok(())
+    }
+
+    fn unload(&self) -> svc_core::Unload {
+        let mut r = self.residency.lock().unwrap();
+        r.state = svc_core::ResidencyState::Unloaded;
+        r.memory_bytes = 0;
+        svc_core::Unload::Unloaded
+    }
+
+    fn residency(&self) -> svc_core::Residency {
+        self.residency.lock().unwrap().clone()
+    }
+}
+
+struct FakeLocal(std::sync::Arc<FakeResidence>);
+
+#[async_trait::async_trait]
+impl svc_core::Engine for FakeLocal {
+    async fn generate(
+        &self,
+        _: svc_core::GenerateRequest,
+    ) -> Result<svc_core::EventStream, svc_core::EngineError> {
+        Err(svc_core::EngineError::Unavailable("not generating".into()))
+    }
+
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn residence(&self) -> Option<&dyn svc_core::Residence> {
+        Some(self.0.as_ref())
+    }
+}
+
+#[tokio::test]
+async fn model_residency_and_admin_answers_match_the_document() {
+    use std::sync::Arc;
+    let probe = Arc::new(svc_test_support::Probe::default());
+    let mut routes: Vec<svc_server::ModelRoute> = svc_test_support::fake_models(probe.clone())
+        .iter()
+        .cloned()
+        .collect();
+    let residence = Arc::new(FakeResidence::default());
+    residence.residency.lock().unwrap().keep_alive = Some(std::time::Duration::from_secs(300));
+    let pinned = Arc::new(FakeResidence::default());
+    for (id, residence) in [("org/local", &residence), ("pinned", &pinned)] {
+        routes.push(svc_server::ModelRoute {
+            id: id.into(),
+            engine: Arc::new(FakeLocal(residence.clone())),
+            reasoning: false,
+            created: 1,
+            owned_by: "svc".into(),
+            default_system_prompt: None,
+            fallbacks: svc_server::Fallbacks::default(),
+        });
+    }
+    let app = TestApp::spawn_models(
+        svc_test_support::Database::Sqlite,
+        svc_server::ServerConfig::default(),
+        svc_server::ModelRegistry::new(routes),
+        probe,
+    )
+    .await;
+    let key = app.create_key().await;
+    let admin = app.create_admin_key().await;
+    let doc = document();
+    let get = |path: &str| app.client.get(app.url(path)).bearer_auth(&key).send();
+    let post = |path: &str, key: &str, body: Value| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let (load, unload) = ("/v1/admin/models/load", "/v1/admin/models/unload");
+
+    let list = check(&doc, "get", "/v1/models", get("/v1/models").await.unwrap()).await;
+    let local = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "org/local")
+        .unwrap();
+    assert_eq!(local["residency"]["keep_alive_seconds"], 300);
+    let pinned_model = check(
+        &doc,
+        "get",
+        "/v1/models/{model}",
+        get("/v1/models/pinned").await.unwrap(),
+    )
+    .await;
+    assert_eq!(pinned_model["residency"]["pinned"], true);
+
+    let body = json!({"model": "org/local"});
+    let loaded = check(
+        &doc,
+        "post",
+        load,
+        post(load, &admin, body.clone()).await.unwrap(),
+    )
+    .await;
+    assert_eq!(loaded["residency"]["state"], "loaded");
+    let unloaded = check(
+        &doc,
+        "post",
+        unload,
+        post(unload, &admin, body.clone()).await.unwrap(),
+    )
+    .await;
+    assert_eq!(unloaded["unload"], "unloaded");
+    // A model with extra fields, with a value outside the enum, would not pass.
+    let schema = response_schema(&doc, "post", unload, 200, "application/json");
+    let mut wrong = unloaded.clone();
+    wrong["unload"] = json!("later");
+    assert!(!validator(&doc, &schema).is_valid(&wrong));
+
+    residence
+        .fail
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    for (path, key, body, status) in [
+        (load, admin.as_str(), body.clone(), 503),
+        (load, admin.as_str(), json!({"model": "svc"}), 400),
+        (unload, admin.as_str(), json!({}), 400),
+        (unload, admin.as_str(), json!({"model": "nope"}), 404),
+        (load, key.as_str(), body.clone(), 403),
+        (
+            unload,
+            "sk-svc-0000000000000000000000000000000000000000",
+            body.clone(),
+            401,
+        ),
+    ] {
+        let response = post(path, key, body).await.unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        check(&doc, "post", path, response).await;
+    }
+}

@@ -1,6 +1,7 @@
 //! The web dashboard: server-rendered pages (no JavaScript needed) for
 //! signing in (with a password, or through an OpenID Connect provider),
-//! API keys (with rotation and budgets), usage, approving
+//! API keys (with rotation and budgets), usage, the models (loaded or not;
+//! organization owners load and unload them), approving
 //! device logins, projects and their members (for organization and project
 //! owners), and (for admins) disabling, enabling and deleting accounts,
 //! setting their organization role, and
@@ -18,6 +19,7 @@ mod batches;
 mod device;
 mod forms;
 mod keys;
+mod models;
 mod pages;
 mod projects;
 mod requests;
@@ -105,6 +107,12 @@ pub fn router() -> Router<AppState> {
         .route(
             "/dashboard/projects/{id}/members/{user_id}/remove",
             axum::routing::post(projects::remove_member),
+        )
+        .route("/dashboard/models", get(models::page))
+        .route("/dashboard/models/load", axum::routing::post(models::load))
+        .route(
+            "/dashboard/models/unload",
+            axum::routing::post(models::unload),
         )
         .route("/dashboard/usage", get(usage::page))
         .route("/dashboard/users", get(users::list))

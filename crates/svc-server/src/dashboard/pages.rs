@@ -51,6 +51,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
     ("message.html", include_str!("../../templates/message.html")),
     ("users.html", include_str!("../../templates/users.html")),
+    ("models.html", include_str!("../../templates/models.html")),
     ("budget.html", include_str!("../../templates/budget.html")),
     (
         "projects.html",

@@ -5,7 +5,7 @@ mod device;
 mod health;
 mod key;
 mod metrics;
-mod models;
+pub(crate) mod models;
 pub(crate) mod openapi;
 pub(crate) mod organization;
 pub(crate) mod request_logs;
@@ -32,6 +32,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi::serve))
         .routes(routes!(models::list))
         .routes(routes!(models::retrieve))
+        .routes(routes!(models::load))
+        .routes(routes!(models::unload))
         // The dialects, each its own folder.
         .merge(crate::chat::routes())
         .merge(crate::responses::routes())

@@ -50,6 +50,7 @@ async fn pages_need_sign_in() {
         "/dashboard/usage",
         "/dashboard/device",
         "/dashboard/keys/new",
+        "/dashboard/models",
     ] {
         let page = browser.get(path).await;
         assert_eq!(page.status, 303, "{path}");
@@ -458,7 +459,12 @@ async fn usage_is_counted_per_key_and_shown() {
 async fn every_page_renders() {
     let app = TestApp::spawn().await;
     let (browser, _) = app.signed_in("alice@example.com", true).await;
-    for path in ["/dashboard/keys", "/dashboard/usage", "/dashboard/device"] {
+    for path in [
+        "/dashboard/keys",
+        "/dashboard/usage",
+        "/dashboard/device",
+        "/dashboard/models",
+    ] {
         let page = browser.get(path).await;
         assert_eq!(page.status, 200, "{path}: {}", page.body);
         assert!(page.body.contains("alice@example.com"), "{path}");

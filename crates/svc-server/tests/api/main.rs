@@ -57,6 +57,7 @@ mod hardening;
 mod health;
 mod images;
 mod messages;
+mod models;
 mod offboarding;
 mod operations;
 mod org_usage;
