@@ -42,6 +42,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "file.deleted",
     "batch.created",
     "batch.cancelled",
+    "model.loaded",
+    "model.unloaded",
 ];
 
 /// A person, as an entry names them.

@@ -281,9 +281,11 @@ async fn owners_admin_key(
 }
 
 /// The entries of the audit log of `kind`, newest first, as the admin API
-/// lists them.
+/// lists them filtered by their type (a type the filter did not know was
+/// refused with 400).
 async fn audited(app: &TestApp, admin: &str, kind: &str) -> Vec<Value> {
-    let list = get(app, admin, "/v1/organization/audit_logs?limit=100").await;
+    let url = format!("/v1/organization/audit_logs?limit=100&event_types[]={kind}");
+    let list = get(app, admin, &url).await;
     list["data"]
         .as_array()
         .unwrap()
