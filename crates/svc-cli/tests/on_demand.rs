@@ -22,9 +22,10 @@ use svc_test_support::ServeProcess;
 
 const SVC: &str = env!("CARGO_BIN_EXE_svc");
 
-fn create_key(data_dir: &str) -> String {
+fn create_key(data_dir: &str, kind: &str) -> String {
     let output = Command::new(SVC)
-        .args(["keys", "create", "--name", "t", "--data-dir", data_dir])
+        .args(["keys", "create", "--name", "t", "--kind", kind])
+        .args(["--data-dir", data_dir])
         .env("SVC_LOG", "warn")
         .output()
         .unwrap();
@@ -59,7 +60,8 @@ async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
     let data_dir = dir.path().join("data");
     std::fs::create_dir_all(&data_dir).unwrap();
     let data_dir = data_dir.to_str().unwrap();
-    let key = create_key(data_dir);
+    let key = create_key(data_dir, "all");
+    let admin = create_key(data_dir, "admin");
     let serve = ServeProcess::start(
         SVC,
         &[
@@ -138,6 +140,60 @@ async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
         log.contains("model failed to load") && log.contains("broken.gguf"),
         "{log}"
     );
+
+    // The preloaded model, as the list shows it, unloaded by the admin API
+    // and loaded again by its next request; /metrics counts both loads.
+    let model = |id: &'static str| {
+        let (client, base, key) = (client.clone(), base.clone(), key.clone());
+        async move {
+            let reply = client
+                .get(format!("{base}/v1/models/{id}"))
+                .bearer_auth(&key)
+                .send()
+                .await
+                .unwrap();
+            reply.json::<Value>().await.unwrap()["residency"].clone()
+        }
+    };
+    let early = model("early").await;
+    assert_eq!(early["state"], "loaded", "{early}");
+    assert_eq!(early["pinned"], true, "{early}");
+    assert!(early["memory_bytes"].as_u64().unwrap() > 0, "{early}");
+    assert_eq!(model("broken").await["state"], "unloaded");
+    let unload = client
+        .post(format!("{base}/v1/admin/models/unload"))
+        .bearer_auth(&admin)
+        .json(&json!({"model": "early"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unload.status(), 200);
+    let unload: Value = unload.json().await.unwrap();
+    assert_eq!(unload["unload"], "unloaded", "{unload}");
+    let early = model("early").await;
+    assert_eq!(early["state"], "unloaded", "{early}");
+    assert_eq!(early["memory_bytes"], 0, "{early}");
+    assert_eq!(chat("early").await.unwrap().status(), 200);
+    assert_eq!(model("early").await["state"], "loaded");
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "svc_model_loads_total{model=\"early\"} 2",
+        "svc_model_unloads_total{model=\"early\"} 1",
+        "svc_model_load_failures_total{model=\"broken\"} 1",
+        "svc_model_loaded{model=\"early\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} not in\n{metrics}"
+        );
+    }
 }
 
 #[test]
