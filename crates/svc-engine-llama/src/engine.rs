@@ -31,6 +31,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
+use crate::memory::KvShape;
 use crate::numerics::{self, Numerics};
 use crate::options::{KvType, LlamaEngineOptions};
 use crate::prompt::{Cancel, Specials};
@@ -577,7 +578,7 @@ impl LlamaEngine {
             vocab_size: u32::try_from(model.n_vocab()).unwrap_or(0),
             chat_template_from_model: template.is_from_model(),
             fingerprint,
-            memory_bytes: model.size() + kv_bytes(&model, kv_cells, options.kv_type),
+            memory_bytes: model.size() + KvShape::of_model(&model).bytes(kv_cells, options.kv_type),
         };
         tracing::info!(
             path = %info.path.display(),
@@ -754,34 +755,6 @@ impl Engine for LlamaEngine {
             memory_bytes: Some(self.info.memory_bytes + stats.host_cache_bytes),
             residency: None,
         }
-    }
-}
-
-/// The bytes `cells` KV cells of `model` take: keys and values of every
-/// layer, each head as long as the GGUF's `attention.key_length` and
-/// `value_length` say (else the embedding over the heads). llama.cpp
-/// rounds the cells up to 256; a sliding-window layer may keep fewer, so
-/// this is at most a little over.
-fn kv_bytes(model: &LlamaModel, cells: u32, kv_type: KvType) -> u64 {
-    let arch = model
-        .meta_val_str("general.architecture")
-        .unwrap_or_default();
-    let length = |key: &str| {
-        model
-            .meta_val_str(&format!("{arch}.attention.{key}"))
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    let heads = u64::from(model.n_head().max(1));
-    let per_head = u64::try_from(model.n_embd()).unwrap_or(0) / heads;
-    let width = u64::from(model.n_head_kv())
-        * (length("key_length").unwrap_or(per_head) + length("value_length").unwrap_or(per_head));
-    let cells = u64::from(cells).div_ceil(256) * 256;
-    let elements = u64::from(model.n_layer()) * cells * width;
-    match kv_type {
-        KvType::F16 => elements * 2,
-        // 32 values in 34 bytes.
-        KvType::Q8_0 => elements.div_ceil(32) * 34,
     }
 }
 

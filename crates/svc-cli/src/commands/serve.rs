@@ -300,7 +300,11 @@ impl LocalModels<'_> {
         let engine = self.pool.add(resident::Model {
             id: id.to_owned(),
             file: file.path.display().to_string(),
-            estimate: std::fs::metadata(&file.path).map_or(0, |m| m.len()),
+            estimate: self
+                .embedded
+                .estimate(file)
+                .or_else(|| std::fs::metadata(&file.path).ok().map(|m| m.len()))
+                .unwrap_or(0),
             keep_alive: file.keep_alive(),
             name: "llama".into(),
             loader,

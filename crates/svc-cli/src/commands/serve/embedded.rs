@@ -89,6 +89,16 @@ mod engines {
             Ok(EmbeddedEngines { settings })
         }
 
+        /// About the memory the model of `file` will take once loaded:
+        /// its weights and KV cells as the engine will make them (an
+        /// embedding model's, its file's size).
+        pub fn estimate(&self, file: &FileModelConfig) -> Option<u64> {
+            if svc_engine_llama::is_embedding_model(&file.path) {
+                return std::fs::metadata(&file.path).ok().map(|m| m.len());
+            }
+            svc_engine_llama::memory_estimate(&options(self.settings, file).ok()?)
+        }
+
         /// The loader of the GGUF `file` (see `resident`): each call loads
         /// it anew on a blocking thread (an embedding model's embedder,
         /// else the chat engine), its size being what the engine says it
@@ -177,6 +187,11 @@ mod engines {
     }
 
     impl EmbeddedEngines<'_> {
+        /// Never reached: [`new`](Self::new) refused every id this would load.
+        pub fn estimate(&self, _file: &FileModelConfig) -> Option<u64> {
+            None
+        }
+
         /// Never reached: [`new`](Self::new) refused every id this would load.
         pub fn loader(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
             anyhow::bail!(

@@ -20,8 +20,8 @@
 //! - The admin API loads a model and unloads it ([`Residence`]): an
 //!   unload of a model in use waits for its running requests to end.
 //! - A loaded model's bytes are what its engine says it holds now
-//!   (weights, KV cells, saved prefixes); before its first load, the
-//!   file's size stands for them.
+//!   (weights, KV cells, saved prefixes); before its first load, what
+//!   its GGUF's header says it will take.
 
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -56,8 +56,8 @@ pub struct Model {
     pub id: String,
     /// What it is loaded from (the GGUF's path), for logs and errors.
     pub file: String,
-    /// The bytes it is expected to take (a GGUF's file size), reserved in
-    /// `models_memory` before it loads.
+    /// The bytes it is expected to take (read off the GGUF's header, else
+    /// its file's size), reserved in `models_memory` before it loads.
     pub estimate: u64,
     pub keep_alive: KeepAlive,
     /// [`Engine::name`] of the model's engine.
@@ -310,10 +310,15 @@ impl Inner {
 
     async fn try_load(self: &Arc<Self>, index: usize) -> Result<(), EngineError> {
         let started = Instant::now();
-        let (id, file, loader) = {
+        let (id, file, loader, estimate) = {
             let state = self.lock();
             let model = &state.slots[index].model;
-            (model.id.clone(), model.file.clone(), model.loader.clone())
+            (
+                model.id.clone(),
+                model.file.clone(),
+                model.loader.clone(),
+                model.estimate,
+            )
         };
         let deadline = tokio::time::Instant::now() + self.load_timeout;
         if let Err(e) = self.make_room(index, deadline).await {
@@ -329,7 +334,14 @@ impl Inner {
         match loader().await {
             Ok(Loaded { engine, bytes }) => {
                 let seconds = started.elapsed().as_secs_f64();
-                tracing::info!(model = %id, file = %file, seconds, bytes, "model loaded");
+                tracing::info!(
+                    model = %id,
+                    file = %file,
+                    seconds,
+                    bytes,
+                    estimate,
+                    "model loaded"
+                );
                 let fingerprint = engine.fingerprint();
                 let timer = {
                     let mut state = self.lock();
