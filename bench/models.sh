@@ -23,8 +23,10 @@
 # log line: weights plus the KV cells it reserves, the same number that
 # GET /v1/models/<id> reports as residency.memory_bytes where that exists);
 # models_memory is then the largest two together plus half the smallest
-# margin by which a third would not fit. Before its first load svc counts a
-# model as its file's size, so that margin is taken against the file size.
+# margin by which a third would not fit. Before its first load svc reserves
+# what the GGUF's header says the model will take (the log line's
+# `estimate`; an svc before 1f410e4 counted the file's size, and has no
+# `estimate`), so that margin is taken against that.
 # The calibration run also warms the page cache for both servers' loads.
 #
 # Same files for both: svc's Q4_1 repack (a Q8_0 copy made beside the file)
@@ -437,7 +439,7 @@ class Server:
 def calibrate() -> dict:
     say("calibration: svc without models_memory, each model once")
     srv = Server("svc", "calibrate", os.path.join(a.work, "svc-calibrate.toml"))
-    out = {"loaded": {}, "rss_delta": {}, "residency": {}}
+    out = {"loaded": {}, "estimate": {}, "rss_delta": {}, "residency": {}}
     try:
         rss = tree_rss(srv.pid)
         for mid, path in zip(IDS, FILES):
@@ -453,6 +455,8 @@ def calibrate() -> dict:
             if not m:
                 raise SystemExit(f"no `model loaded ... bytes` line for {path} in svc's log:\n{srv.tail()}")
             out["loaded"][mid] = m[-1]
+            e = [int(b) for b in re.findall(rf"model loaded.*?{re.escape(path)}.*?estimate=(\d+)", srv.text())]
+            out["estimate"][mid] = e[-1] if e else sizes[mid]
             info = srv.get_json(f"/v1/models/{mid}") or {}
             res = info.get("residency") or {}
             if "memory_bytes" in res:
@@ -473,12 +477,13 @@ else:
     L = calib["loaded"]
     pairs = [L[x] + L[y] for i, x in enumerate(IDS) for y in IDS[i + 1:]]
     maxpair = max(pairs)
-    # a third model's first load is counted as its file's size
-    margin = min(sum(L[o] for o in IDS if o != z) + sizes[z] - maxpair for z in IDS)
+    # a third model's first load reserves its estimate
+    E = calib["estimate"]
+    margin = min(sum(L[o] for o in IDS if o != z) + E[z] - maxpair for z in IDS)
     budget = maxpair + max(0, margin // 2)
     if margin <= 0:
         note = ("**Warning:** with these sizes a third model's first load fits beside two loaded ones "
-                "(svc counts an unloaded model as its file's size): the cold phase may hold three. ")
+                "(svc counts an unloaded model as its estimate): the cold phase may hold three. ")
     note += (f"`models_memory = {budget}` ({budget / MIB:.0f} MiB): the largest two loaded models "
              f"({maxpair / MIB:.0f} MiB) plus half of the {margin / MIB:.0f} MiB by which a third would not fit.")
 say(f"models_memory = {budget}")
