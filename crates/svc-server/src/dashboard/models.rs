@@ -64,7 +64,7 @@ fn model_row(route: &ModelRoute) -> Value {
             state => r.state.as_str(),
             memory => bytes_text(r.memory_bytes),
             keep_alive => match r.keep_alive {
-                None => "pinned (always loaded)".to_owned(),
+                None => "forever (never unloaded to make room)".to_owned(),
                 Some(d) => seconds_text(d.as_secs()),
             },
         },

@@ -581,7 +581,7 @@ async fn the_dashboard_shows_the_models_and_lets_organization_owners_load_them()
         "<span class=\"state loaded\">loaded</span>",
         "3.0 GiB",
         "5 min",
-        "pinned (always loaded)",
+        "forever (never unloaded to make room)",
         "served by an upstream",
         "action=\"/dashboard/models/load\"",
         "action=\"/dashboard/models/unload\"",
