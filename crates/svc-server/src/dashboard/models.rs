@@ -12,7 +12,7 @@
 
 use axum::Form;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
@@ -164,7 +164,7 @@ pub async fn load(
     manager(&who)?;
     match load_model(&state, &form.model, &who.actor()).await {
         Ok(_) => Ok(done(&form.model, "loaded")),
-        Err(e) => refused(&state, &who, &e).await,
+        Err(e) => refused(&state, &who, e).await,
     }
 }
 
@@ -182,7 +182,7 @@ pub async fn unload(
             &form.model,
             crate::routes::models::unload_text(unload),
         )),
-        Err(e) => refused(&state, &who, &e).await,
+        Err(e) => refused(&state, &who, e).await,
     }
 }
 
@@ -202,22 +202,18 @@ fn done(model: &str, what: &str) -> Response {
     Redirect::to(&format!("/dashboard/models?{query}")).into_response()
 }
 
-/// The page again, with the status and message of `error` (a model that
-/// does not exist, an upstream's, one that cannot be loaded now).
-async fn refused(
-    state: &AppState,
-    who: &SignedIn,
-    error: &ApiError,
-) -> Result<Response, PageError> {
+/// The page again, with the message of `error` (a model that does not
+/// exist, an upstream's, one that cannot be loaded now), and the status
+/// and `Retry-After` the API would answer it with.
+async fn refused(state: &AppState, who: &SignedIn, error: ApiError) -> Result<Response, PageError> {
     let message = error.body().error.message;
     let page = render_page(state, who, None, Some(message)).await?;
-    let status = error.status();
-    let mut response = (status, page).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        response.headers_mut().insert(
-            axum::http::header::RETRY_AFTER,
-            axum::http::HeaderValue::from_static("1"),
-        );
+    let api = error.into_response();
+    let mut response = (api.status(), page).into_response();
+    if let Some(wait) = api.headers().get(header::RETRY_AFTER) {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, wait.clone());
     }
     Ok(response)
 }

@@ -126,6 +126,27 @@ struct Counts {
     unloads: u64,
 }
 
+/// Why a model is unloaded.
+#[derive(Clone, Copy)]
+enum Why {
+    /// To make room for another.
+    Evicted,
+    /// Idle past its `keep_alive`.
+    Idle,
+    /// The admin API asked.
+    Asked,
+}
+
+impl Why {
+    fn as_str(self) -> &'static str {
+        match self {
+            Why::Evicted => "evicted",
+            Why::Idle => "idle",
+            Why::Asked => "asked",
+        }
+    }
+}
+
 type LoadResult = Option<Result<(), EngineError>>;
 
 enum Phase {
@@ -147,29 +168,37 @@ impl Slot {
     /// now (its saved prefixes grow), else what it took when loaded.
     fn resident(&self) -> u64 {
         match &self.phase {
+            Phase::Loaded { engine, .. } => engine.status().memory_bytes.unwrap_or(self.held()),
+            _ => self.held(),
+        }
+    }
+
+    /// Bytes it took when loaded, or reserved for its load, without
+    /// asking the engine.
+    fn held(&self) -> u64 {
+        match &self.phase {
             Phase::Unloaded => 0,
             Phase::Loading { reserved, .. } => reserved.unwrap_or(0),
-            Phase::Loaded { engine, bytes } => engine.status().memory_bytes.unwrap_or(*bytes),
+            Phase::Loaded { bytes, .. } => *bytes,
         }
     }
 
     /// Unloads it now (it is loaded and unused): the engine to drop.
-    fn unload(&mut self, reason: &str) -> Option<Arc<dyn Engine>> {
+    fn unload(&mut self, why: Why) -> Option<Arc<dyn Engine>> {
         let resident = self.resident();
         match std::mem::replace(&mut self.phase, Phase::Unloaded) {
             Phase::Loaded { engine, .. } => {
                 self.idle_until = None;
                 self.unload_when_idle = false;
-                if reason == "evicted" {
-                    self.counts.evictions += 1;
-                } else {
-                    self.counts.unloads += 1;
+                match why {
+                    Why::Evicted => self.counts.evictions += 1,
+                    Why::Idle | Why::Asked => self.counts.unloads += 1,
                 }
                 tracing::info!(
                     model = %self.model.id,
                     file = %self.model.file,
                     bytes = resident,
-                    reason,
+                    reason = why.as_str(),
                     "model unloaded"
                 );
                 Some(engine)
@@ -189,12 +218,21 @@ impl Slot {
 
     fn residency(&self) -> Residency {
         Residency {
+            memory_bytes: self.resident(),
+            ..self.counted()
+        }
+    }
+
+    /// Its residency with the memory it held when loaded (or reserved),
+    /// without asking the engine.
+    fn counted(&self) -> Residency {
+        Residency {
             state: match self.phase {
                 Phase::Unloaded => ResidencyState::Unloaded,
                 Phase::Loading { .. } => ResidencyState::Loading,
                 Phase::Loaded { .. } => ResidencyState::Loaded,
             },
-            memory_bytes: self.resident(),
+            memory_bytes: self.held(),
             keep_alive: match self.model.keep_alive {
                 KeepAlive::Forever => None,
                 KeepAlive::For(keep) => Some(keep),
@@ -445,7 +483,7 @@ impl Inner {
                         }
                         let victim = &mut state.slots[i];
                         let bytes = victim.resident();
-                        if let Some(engine) = victim.unload("evicted") {
+                        if let Some(engine) = victim.unload(Why::Evicted) {
                             used -= bytes;
                             tracing::info!(model = %victim.model.id, "unloaded to make room for {id}");
                             evicted.push(engine);
@@ -549,12 +587,12 @@ impl Inner {
         }
         slot.idle_until = None;
         slot.timer = false;
-        let reason = if slot.unload_when_idle {
-            "asked"
+        let why = if slot.unload_when_idle {
+            Why::Asked
         } else {
-            "idle"
+            Why::Idle
         };
-        match slot.unload(reason) {
+        match slot.unload(why) {
             Some(engine) => Idle::Unload(engine),
             None => Idle::Stop,
         }
@@ -725,18 +763,23 @@ impl Engine for OnDemand {
     }
 
     fn status(&self) -> EngineStatus {
-        let (engine, residency) = {
+        let (engine, mut residency) = {
             let state = self.inner.lock();
             let slot = &state.slots[self.index];
             let engine = match &slot.phase {
                 Phase::Loaded { engine, .. } => Some(engine.clone()),
                 _ => None,
             };
-            (engine, slot.residency())
+            (engine, slot.counted())
         };
+        let status = engine.map(|e| e.status()).unwrap_or_default();
+        // What the loaded engine says it holds now (else what it took).
+        if let Some(bytes) = status.memory_bytes {
+            residency.memory_bytes = bytes;
+        }
         EngineStatus {
             residency: Some(residency),
-            ..engine.map(|e| e.status()).unwrap_or_default()
+            ..status
         }
     }
 
@@ -759,7 +802,7 @@ impl Residence for OnDemand {
             match slot.phase {
                 Phase::Unloaded => (None, Unload::NotLoaded),
                 Phase::Loaded { .. } if slot.in_flight == 0 => {
-                    (slot.unload("asked"), Unload::Unloaded)
+                    (slot.unload(Why::Asked), Unload::Unloaded)
                 }
                 // Running requests end first; a load under way ends first.
                 Phase::Loaded { .. } | Phase::Loading { .. } => {
