@@ -5,6 +5,9 @@
 # in its environment) is still alive, or when the run's temporary directory
 # RUN_TMPDIR still holds anything a test left (pytest keeps its last
 # `pytest-of-*` base directories on purpose: those are not counted).
+# scripts/test.sh gives each step a folder `phase-NAME` there: what is
+# inside one is counted (and printed with what it holds, so a report says
+# which step left what), the folder itself is not.
 # Watchdogs end their processes just after the test binaries exit, so both
 # are given up to 10 seconds to go.
 set -uo pipefail
@@ -26,7 +29,8 @@ alive() {
 }
 
 left() {
-    find "$tmp" -mindepth 1 -maxdepth 1 ! -name 'pytest-of-*' 2>/dev/null
+    find "$tmp" -mindepth 1 -maxdepth 1 ! -name 'pytest-of-*' ! -name 'phase-*' 2>/dev/null
+    find "$tmp" -mindepth 2 -maxdepth 2 -path "$tmp/phase-*/*" ! -name 'pytest-of-*' 2>/dev/null
 }
 
 for _ in $(seq 100); do
@@ -42,6 +46,10 @@ fi
 if [[ -n "$(left)" ]]; then
     echo "leftovers: the tests left these in their temporary directory $tmp:" >&2
     left >&2
+    echo "leftovers: what they hold (type, modified, path):" >&2
+    left | while read -r path; do
+        find "$path" -maxdepth 3 -printf '%y %TY-%Tm-%Td %TT %p\n' 2>/dev/null | head -20
+    done >&2
     status=1
 fi
 exit "$status"

@@ -52,29 +52,38 @@ fi
 
 # Every process the tests start must end with them, and every temporary
 # directory be removed: the run marks its processes (SVC_TEST_RUN) and keeps
-# its temporary files in a directory of its own, checked at the end.
+# its temporary files in a directory of its own, checked at the end. Each
+# step has a folder of its own there (phase-NAME), so what is left says
+# which step left it.
 SVC_TEST_RUN="$$-$(date +%s%N)"
 export SVC_TEST_RUN
 run_tmp="$(mktemp -d "${TMPDIR:-/tmp}/svc-test-run.XXXXXX")"
 trap 'rm -rf "$run_tmp"' EXIT
-export TMPDIR="$run_tmp"
 
-cargo test --workspace --locked
+# step NAME COMMAND...: runs COMMAND with TMPDIR in NAME's folder.
+step() {
+  local name="$1"
+  shift
+  mkdir -p "$run_tmp/phase-$name"
+  TMPDIR="$run_tmp/phase-$name" "$@"
+}
+
+step rust cargo test --workspace --locked
 # The gateway-only build: svc-cli without the embedded engine (its tests
 # that need the engine are compiled out).
-cargo test -p svc-cli --no-default-features --locked
-bash scripts/check-fresh-machine.sh
+step gateway cargo test -p svc-cli --no-default-features --locked
+step fresh-machine bash scripts/check-fresh-machine.sh
 # The container image and the Kubernetes manifests: a full build in an
 # image, so only when asked (SVC_TEST_IMAGE=1); the manifests always.
 if [ "${SVC_TEST_IMAGE:-0}" = 1 ]; then
-  bash scripts/check-image.sh
+  step image bash scripts/check-image.sh
 else
-  bash scripts/check-image.sh --manifests-only
+  step image bash scripts/check-image.sh --manifests-only
 fi
-bash tests/python/run.sh
-bash tests/browser/run.sh
-bash tests/sdk-node/run.sh
-bash tests/agents/run.sh
-bash scripts/fuzz.sh
-bash scripts/docs.sh
+step python bash tests/python/run.sh
+step browser bash tests/browser/run.sh
+step sdk-node bash tests/sdk-node/run.sh
+step agents bash tests/agents/run.sh
+step fuzz bash scripts/fuzz.sh
+step docs bash scripts/docs.sh
 bash scripts/leftovers.sh "$SVC_TEST_RUN" "$run_tmp"

@@ -167,8 +167,10 @@ impl Application {
             metrics: metrics.clone(),
             watch_outcomes: cache.enabled(),
         });
+        let batches = Arc::new(crate::batches::Batches::new(&config));
+        batches.make_dir()?;
         let state = AppState {
-            batches: Arc::new(crate::batches::Batches::new(&config)),
+            batches,
             cache: cache.clone(),
             admission,
             keys: KeyService::new(store.clone()),

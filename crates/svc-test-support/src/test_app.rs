@@ -233,5 +233,21 @@ impl TestApp {
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        // The server may still be writing there as it stops (a usage row, a
+        // new SQLite connection's files): a file made while the directory
+        // is being removed fails the removal, and TempDir's own drop would
+        // leave the directory behind without a word. So remove it here,
+        // again while it keeps gaining files.
+        if let Some(dir) = self._dir.take() {
+            let path = dir.path().to_owned();
+            for _ in 0..50 {
+                match std::fs::remove_dir_all(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    _ => break,
+                }
+            }
+        }
     }
 }

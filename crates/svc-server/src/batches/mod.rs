@@ -84,11 +84,29 @@ impl Batches {
         }
     }
 
+    /// Makes the files' folder at start, with the folders above it.
+    pub(crate) fn make_dir(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("files_dir {}: {e}", self.dir.display()))
+        })
+    }
+
     /// Where the file `id` is (ids are checked to be `file-` and hex
     /// before they name a path).
     pub(crate) fn path(&self, id: &str) -> Option<PathBuf> {
         let hex = id.strip_prefix("file-")?;
         (!hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
             .then(|| self.dir.join(format!("{id}.jsonl")))
+    }
+}
+
+/// Makes the files' folder `dir` again if it is gone, but never the folders
+/// above it (those [`Batches::make_dir`] made at start): a data directory
+/// deleted under a running server (a test's, as it stops) is not made again
+/// by a write that was under way.
+pub(crate) fn remake_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
     }
 }

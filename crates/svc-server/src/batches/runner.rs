@@ -203,9 +203,7 @@ impl Runner {
             .batches
             .path(&id)
             .ok_or_else(|| StoreError::Unavailable(format!("{id} names no path")))?;
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| write_failed(&id, &e))?;
+        super::remake_dir(dir).map_err(|e| write_failed(&id, &e))?;
         let temporary = dir.join(format!(".write-{id}-{}", self.owner));
         let file = tokio::fs::File::create(&temporary)
             .await

@@ -195,7 +195,7 @@ impl Form for Fields {
 impl Fields {
     /// A temporary file for the upload.
     fn create(&self, filename: String) -> Result<Writing, ApiError> {
-        std::fs::create_dir_all(&self.dir)
+        super::remake_dir(&self.dir)
             .map_err(|e| ApiError::Internal(format!("cannot make the files directory: {e}")))?;
         let id = FileRecord::generate_id();
         let upload = Upload {

@@ -131,6 +131,37 @@ async fn a_filename_past_255_bytes_is_refused_before_it_is_kept(database: Databa
     assert_eq!(body["bytes"], text.len());
 }
 
+// An upload under way when a server's data directory was deleted (a test's
+// TempDir, removed as its server stopped) made the directory again with
+// create_dir_all, and so left it behind for good.
+#[tokio::test]
+async fn an_upload_never_makes_a_deleted_data_directory_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let files_dir = data.join("files");
+    let app = TestApp::spawn_with(
+        Database::Sqlite,
+        ServerConfig {
+            files_dir: Some(files_dir.clone()),
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    // Made at start, with the folders above it.
+    assert!(files_dir.is_dir());
+    let key = app.create_key().await;
+    // Its files' folder alone is made again when it is gone...
+    std::fs::remove_dir(&files_dir).unwrap();
+    let (status, body) = post(&app, &key, form("a.jsonl", &jsonl(1, 10))).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(files_dir.is_dir());
+    // ...but not the data directory above it.
+    std::fs::remove_dir_all(&data).unwrap();
+    let (status, body) = post(&app, &key, form("b.jsonl", &jsonl(1, 10))).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(!data.exists(), "the upload made {} again", data.display());
+}
+
 // The quota counted only the file's bytes: a project kept any number of
 // names of any length beside them.
 async fn a_files_name_counts_toward_the_quota(database: Database) {
