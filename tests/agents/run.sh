@@ -3,12 +3,14 @@
 # Responses API) and Claude Code (`claude -p`, Anthropic Messages API), both
 # from npm at pinned versions, each run against a `svc serve` that routes its
 # model to a scripted chat-completions upstream (their prompts are longer
-# than the default model's context).
+# than the default model's context), and Codex CLI again on svc's own engine
+# with a tiny GGUF of Devstral's family.
 # Usage: tests/agents/run.sh [node --test args...]
 #
 # Installs the npm packages when node_modules is missing or older than
-# package-lock.json, builds `svc` and `svc-fake-upstream` with cargo unless
-# SVC_BIN / SVC_FAKE_UPSTREAM name binaries, and runs every *.test.mjs
+# package-lock.json, builds `svc`, `svc-fake-upstream` and the engine's
+# `tiny-gguf` example with cargo unless SVC_BIN / SVC_FAKE_UPSTREAM /
+# SVC_TINY_GGUF name binaries, and runs every *.test.mjs
 # here. The exit code is the test runner's.
 set -euo pipefail
 
@@ -35,7 +37,11 @@ if [[ -z "${SVC_FAKE_UPSTREAM:-}" ]]; then
     (cd "$ROOT" && cargo build --locked -q -p svc-test-support --bin svc-fake-upstream)
     SVC_FAKE_UPSTREAM="$TARGET/debug/svc-fake-upstream"
 fi
-export SVC_BIN SVC_FAKE_UPSTREAM
+if [[ -z "${SVC_TINY_GGUF:-}" ]]; then
+    (cd "$ROOT" && cargo build --locked -q -p svc-engine-llama --example tiny-gguf)
+    SVC_TINY_GGUF="$TARGET/debug/examples/tiny-gguf"
+fi
+export SVC_BIN SVC_FAKE_UPSTREAM SVC_TINY_GGUF
 
 shopt -s nullglob
 tests=("$HERE"/*.test.mjs)

@@ -56,6 +56,25 @@ pub const TINY_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' 
 /// script starts).
 pub const HARMONY_TEMPLATE: &str = "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>{% for message in messages %}<|start|>{{ message['role'] }}{% if message['role'] == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ message['content'] }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant\n{% endif %}";
 
+/// Devstral Small 2507's chat template, as its GGUFs ship it.
+pub const DEVSTRAL_TEMPLATE: &str =
+    include_str!("../tests/templates/unsloth-mistral-Devstral-Small-2507.jinja");
+
+/// Mistral's control tokens (Tekken's, those Devstral's template writes).
+pub const MISTRAL_CONTROLS: &[&str] = &[
+    "[INST]",
+    "[/INST]",
+    "[SYSTEM_PROMPT]",
+    "[/SYSTEM_PROMPT]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+];
+
 /// Harmony's control tokens. With `<|return|>` and `<|call|>` in the
 /// vocabulary, llama.cpp no longer takes `<|end|>` for the end of the
 /// generation, as with gpt-oss's own.
@@ -119,6 +138,17 @@ pub struct TinyModel {
     /// More control tokens (a family's markers, such as `[TOOL_CALLS]`): a
     /// script piece that is one of them is that token.
     pub controls: Vec<String>,
+    /// The token the script follows: the newline that ends an assistant
+    /// header (ChatML's, harmony's here), or a control token.
+    pub follows: String,
+    /// More scripts, each after a control token of its own, so that what
+    /// the prompt ends with chooses the reply (a
+    /// Mistral-family prompt ends `[/INST]` after the user's turn and
+    /// `[/TOOL_RESULTS]` after a tool's result). No piece may be in two
+    /// scripts: a token has one successor.
+    pub branches: Vec<(String, Vec<Vec<u8>>)>,
+    /// The context the GGUF says the model was trained for.
+    pub context_length: u32,
 }
 
 /// The fill-in-the-middle tokens of a [`TinyModel`] with `fim`, in the
@@ -160,6 +190,9 @@ impl TinyModel {
             template: TINY_TEMPLATE.to_owned(),
             fim: false,
             controls: Vec::new(),
+            follows: "\n".to_owned(),
+            branches: Vec::new(),
+            context_length: 4096,
         }
     }
 
@@ -193,6 +226,37 @@ impl TinyModel {
         ])
         .with_controls(HARMONY_CONTROLS)
         .with_template(HARMONY_TEMPLATE)
+    }
+
+    /// A model of Devstral's family, with Devstral's template as its GGUF
+    /// ships it (Unsloth's, which llama.cpp keeps) and Mistral's control
+    /// tokens, for an agent such as Codex CLI: after the user's turn
+    /// (`[/INST]`) it calls `exec_command` with `{"cmd": "echo
+    /// svc-codex-ok"}`, and after the tool's result (`[/TOOL_RESULTS]`) it
+    /// answers "Ran it: svc-codex-ok." Its context is 128k tokens, as
+    /// Devstral's is: an agent's instructions are long, and this
+    /// vocabulary spends a token on most bytes.
+    pub fn devstral_agent() -> Self {
+        TinyModel {
+            branches: vec![(
+                "[/TOOL_RESULTS]".to_owned(),
+                ["Ran it: ", "svc-codex-ok", "."]
+                    .iter()
+                    .map(|p| p.as_bytes().to_vec())
+                    .collect(),
+            )],
+            follows: "[/INST]".to_owned(),
+            context_length: 131_072,
+            ..TinyModel::scripted(&[
+                "[TOOL_CALLS]",
+                "exec_command",
+                "[ARGS]",
+                "{\"cmd\": ",
+                "\"echo svc-codex-ok\"}",
+            ])
+            .with_controls(MISTRAL_CONTROLS)
+            .with_template(DEVSTRAL_TEMPLATE)
+        }
     }
 
     /// The same model with another chat template.
@@ -255,27 +319,38 @@ impl TinyModel {
             types.push(3);
         }
         let mut merges = Vec::new();
-        let mut script_ids = Vec::new();
-        for piece in &self.script {
-            if let Some(&id) = controls.get(piece.as_slice()) {
-                script_ids.push(id);
-                continue;
-            }
-            let text = byte_level(piece, &table);
-            let chars: Vec<char> = text.chars().collect();
-            let mut prefix = chars[0].to_string();
-            for c in &chars[1..] {
-                let next = format!("{prefix}{c}");
-                if !ids.contains_key(&next) {
-                    merges.push(format!("{prefix} {c}"));
-                    ids.insert(next.clone(), tokens.len());
-                    tokens.push(next.clone());
-                    types.push(1);
+        // A script's pieces as token ids, each piece one token: a control
+        // token, or the byte-level text with the merges that make it one.
+        let mut pieces_ids = |script: &[Vec<u8>]| -> Vec<usize> {
+            let mut script_ids = Vec::new();
+            for piece in script {
+                if let Some(&id) = controls.get(piece.as_slice()) {
+                    script_ids.push(id);
+                    continue;
                 }
-                prefix = next;
+                let text = byte_level(piece, &table);
+                let chars: Vec<char> = text.chars().collect();
+                let mut prefix = chars[0].to_string();
+                for c in &chars[1..] {
+                    let next = format!("{prefix}{c}");
+                    if !ids.contains_key(&next) {
+                        merges.push(format!("{prefix} {c}"));
+                        ids.insert(next.clone(), tokens.len());
+                        tokens.push(next.clone());
+                        types.push(1);
+                    }
+                    prefix = next;
+                }
+                script_ids.push(ids[&text]);
             }
-            script_ids.push(ids[&text]);
-        }
+            script_ids
+        };
+        let script_ids = pieces_ids(&self.script);
+        let branch_ids: Vec<Vec<usize>> = self
+            .branches
+            .iter()
+            .map(|(_, script)| pieces_ids(script))
+            .collect();
         let fim_ids: Vec<usize> = if self.fim {
             FIM_TOKENS
                 .iter()
@@ -290,24 +365,34 @@ impl TinyModel {
         };
         let n_vocab = tokens.len();
 
-        // Successors: the assistant header's "\n", then the script, then the ending.
-        let newline = ids[&table[b'\n' as usize].to_string()];
+        // Successors: the token each script follows, then the script, then
+        // the ending.
+        let token = |text: &str| match controls.get(text.as_bytes()) {
+            Some(&id) => id,
+            None => ids[&byte_level(text.as_bytes(), &table)],
+        };
         let mut successor: Vec<(usize, usize)> = Vec::new();
-        let mut prev = newline;
-        for &id in &script_ids {
-            successor.push((prev, id));
-            prev = id;
+        let mut chain = |start: usize, script_ids: &[usize]| {
+            let mut prev = start;
+            for &id in script_ids {
+                successor.push((prev, id));
+                prev = id;
+            }
+            successor.push((
+                prev,
+                match self.ending {
+                    Ending::EndOfTurn => EOT_ID,
+                    Ending::Loop => script_ids[0],
+                },
+            ));
+        };
+        chain(token(&self.follows), &script_ids);
+        for ((start, _), script_ids) in self.branches.iter().zip(&branch_ids) {
+            chain(token(start), script_ids);
         }
         if let Some(&middle) = fim_ids.last() {
             successor.push((middle, script_ids[0]));
         }
-        successor.push((
-            prev,
-            match self.ending {
-                Ending::EndOfTurn => EOT_ID,
-                Ending::Loop => script_ids[0],
-            },
-        ));
 
         let mut rng = SplitMix(self.seed);
         let embd: Vec<f32> = (0..n_vocab * N_EMBD)
@@ -324,7 +409,7 @@ impl TinyModel {
         let mut w = GgufWriter::new();
         w.metadata("general.architecture", "llama")
             .metadata("general.name", "svc tiny test model")
-            .metadata("llama.context_length", 4096u32)
+            .metadata("llama.context_length", self.context_length)
             .metadata("llama.embedding_length", N_EMBD as u32)
             .metadata("llama.block_count", N_LAYER as u32)
             .metadata("llama.feed_forward_length", N_FF as u32)

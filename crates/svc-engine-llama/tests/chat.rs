@@ -503,6 +503,54 @@ async fn a_gpt_oss_family_model_reasons_and_calls_in_harmony() {
 }
 
 #[tokio::test]
+async fn a_devstral_model_calls_after_the_users_turn_and_answers_after_the_result() {
+    // Devstral's own template: a prompt ends `[/INST]` after the user's
+    // turn and `[/TOOL_RESULTS]` after a tool's result, and the tiny model
+    // calls after the one and answers after the other (as Codex CLI needs).
+    let model = TinyModel::devstral_agent();
+    // Devstral's default system message is long, in bytes as in tokens here.
+    let f = engine(&model, 16384);
+    let exec = ToolSpec {
+        name: "exec_command".into(),
+        description: Some("Runs a command".into()),
+        parameters: json!({
+            "type": "object",
+            "properties": {"cmd": {"type": "string"}},
+            "required": ["cmd"]
+        }),
+    };
+    let mut req = request("Run it.");
+    req.tools = vec![exec];
+    let out = run(&f.engine, req.clone()).await;
+    assert_eq!(out.text(), "", "{:?}", out.events);
+    let calls = out.calls();
+    assert_eq!(calls.len(), 1, "{:?}", out.events);
+    assert_eq!(calls[0].1, "exec_command");
+    assert_eq!(calls[0].2, "{\"cmd\": \"echo svc-codex-ok\"}");
+    assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+
+    req.messages.extend([
+        ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![ToolCallSpec {
+                id: calls[0].0.clone(),
+                name: "exec_command".into(),
+                arguments: calls[0].2.clone(),
+            }],
+            reasoning: None,
+        },
+        ChatMessage::Tool {
+            tool_call_id: calls[0].0.clone(),
+            content: "svc-codex-ok\n".into(),
+        },
+    ]);
+    let out = run(&f.engine, req).await;
+    assert!(out.calls().is_empty(), "{:?}", out.events);
+    assert_eq!(out.text(), "Ran it: svc-codex-ok.");
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+}
+
+#[tokio::test]
 async fn a_harmony_reply_under_a_grammar_skips_to_the_final_channel() {
     // A JSON reply: svc opens the final channel itself, so the grammar's
     // JSON is the whole answer (random weights: the grammar decides).
