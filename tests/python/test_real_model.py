@@ -196,6 +196,45 @@ def test_legacy_completions_continue_the_prompt_for_real(real_openai: openai.Ope
     assert refused.value.body["param"] == "suffix"
 
 
+def test_a_prompt_is_scored_as_evaluation_tools_ask(real_openai: openai.OpenAI) -> None:
+    """lm-evaluation-harness's loglikelihood request: `echo`, `logprobs: 1`,
+    `max_tokens: 0`; the continuation's score is the sum of its tokens'."""
+
+    def score(text: str):
+        reply = real_openai.completions.create(
+            model="svc", prompt=text, echo=True, logprobs=1, max_tokens=0, temperature=0,
+        )
+        choice = reply.choices[0]
+        assert choice.text == text
+        assert choice.finish_reason == "length"
+        assert reply.usage.completion_tokens == 0
+        return choice.logprobs
+
+    paris = score(PROMPT + " Paris")
+    # Every token of the prompt, in order; the first has no score.
+    assert "".join(paris.tokens) == PROMPT + " Paris"
+    assert paris.token_logprobs[0] is None and paris.top_logprobs[0] is None
+    assert paris.text_offset[0] == 0 and paris.text_offset == sorted(paris.text_offset)
+    for token, logprob, top in zip(paris.tokens[1:], paris.token_logprobs[1:], paris.top_logprobs[1:]):
+        assert logprob <= 0
+        assert top[token] == pytest.approx(logprob, abs=1e-4)
+        assert 1 <= len(top) <= 2
+    banana = score(PROMPT + " banana")
+    prompt_tokens = len(score(PROMPT).tokens)
+    # The same prompt tokens score the same, whatever follows them.
+    assert paris.token_logprobs[:prompt_tokens] == banana.token_logprobs[:prompt_tokens]
+    # And the model knows its capitals.
+    assert sum(paris.token_logprobs[prompt_tokens:]) > sum(banana.token_logprobs[prompt_tokens:])
+
+    # Streamed, the echoed prompt's chunk carries the scores.
+    chunks = list(real_openai.completions.create(
+        model="svc", prompt=PROMPT, echo=True, logprobs=1, max_tokens=0, stream=True,
+    ))
+    first = chunks[0].choices[0]
+    assert first.text == PROMPT
+    assert first.logprobs.tokens == score(PROMPT).tokens
+
+
 def test_langchain_llm_completes_through_the_legacy_api(real_server: Server) -> None:
     from langchain_openai import OpenAI
 

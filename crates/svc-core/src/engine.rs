@@ -116,6 +116,13 @@ pub struct TextPrompt {
     /// model has no fill-in-the-middle tokens refuses it with
     /// `InvalidRequest` naming `suffix`.
     pub suffix: Option<String>,
+    /// Score the prompt itself (`echo` with `logprobs`): its tokens' log
+    /// probabilities, each given the tokens before it, come first as
+    /// [`EngineEvent::PromptLogprobs`] with `logprobs`' alternatives, and
+    /// `max_tokens` may then be 0 (the prompt scored, nothing generated).
+    /// An engine that cannot refuses it with `InvalidRequest` naming
+    /// `logprobs`.
+    pub score: bool,
 }
 
 impl Default for GenerateRequest {
@@ -325,6 +332,9 @@ pub enum EngineEvent {
     /// that holds its first byte; tokens that make no reply text (reasoning,
     /// tool calls, a stop sequence, the end of turn) are not reported.
     Logprobs(Vec<TokenLogprob>),
+    /// The prompt's own tokens, scored (a text prompt's `score`): sent once,
+    /// before the reply's first event.
+    PromptLogprobs(Vec<PromptLogprob>),
     /// The events that follow, up to the next `Choice`, belong to reply
     /// `index` of a request with `n > 1`; before the first, to reply 0.
     Choice(u32),
@@ -345,6 +355,21 @@ pub struct TokenLogprob {
     pub logprob: f32,
     /// The token's UTF-8 bytes (a token may hold part of a character).
     pub bytes: Vec<u8>,
+    /// The most likely tokens at this position, most likely first.
+    pub top: Vec<TopLogprob>,
+}
+
+/// One token of a scored prompt: its log probability given the tokens
+/// before it, with the most likely alternatives there. The prompt's first
+/// token has none (`logprob` is `None`, `top` empty), as in OpenAI's
+/// `echo`; a BOS token the model adds is not listed (it is not the
+/// prompt's text).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptLogprob {
+    pub token: String,
+    /// The token's UTF-8 bytes (a token may hold part of a character).
+    pub bytes: Vec<u8>,
+    pub logprob: Option<f32>,
     /// The most likely tokens at this position, most likely first.
     pub top: Vec<TopLogprob>,
 }

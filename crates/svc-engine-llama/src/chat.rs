@@ -235,6 +235,7 @@ fn prepare(
             grammar: None,
             ignore_eos: false,
             logprobs: request.logprobs,
+            score_prompt: prompt.score,
         };
         return Ok(Plan {
             first: runner.ready(tokens, params)?,
@@ -316,6 +317,7 @@ fn prepare(
         grammar,
         ignore_eos: false,
         logprobs,
+        score_prompt: false,
     };
     let render = |messages: &[ChatMessage]| {
         let prompt = template.render_with(messages, &template_tools, &options)?;
@@ -360,6 +362,7 @@ fn prepare(
                     grammar: None,
                     ignore_eos: false,
                     logprobs: None,
+                    score_prompt: false,
                 };
                 let first = runner.ready(tokens, think)?;
                 cancel.check()?;
@@ -393,6 +396,7 @@ fn prepare(
                 grammar: None,
                 ignore_eos: false,
                 logprobs: None,
+                score_prompt: false,
             };
             let first = runner.ready(tokens, think)?;
             cancel.check()?;

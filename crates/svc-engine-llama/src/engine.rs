@@ -117,6 +117,9 @@ pub struct CompletionParams {
     /// Report each token's log probability and this many (at most 20) most
     /// likely alternatives, as `Logprobs` events before the text they make.
     pub logprobs: Option<u8>,
+    /// Score the prompt's own tokens first (with `logprobs`' alternatives),
+    /// as one `PromptLogprobs` event; `max_tokens` may then be 0.
+    pub score_prompt: bool,
 }
 
 /// An in-process llama.cpp engine with continuous batching.
@@ -344,7 +347,9 @@ impl Runner {
         }
         let room = context - prompt_tokens;
         let max_tokens = params.max_tokens.map_or(room, |m| m.min(room));
-        if max_tokens == 0 {
+        // A scored prompt may ask for nothing more (lm-evaluation-harness's
+        // loglikelihood requests do).
+        if max_tokens == 0 && !(params.score_prompt && params.max_tokens == Some(0)) {
             return Err(EngineError::InvalidRequest {
                 param: Some("max_tokens".into()),
                 message: "max_tokens must be at least 1".into(),
@@ -363,6 +368,7 @@ impl Runner {
             stop: params.stop,
             ignore_eos: params.ignore_eos,
             logprobs: params.logprobs,
+            score_prompt: params.score_prompt,
         })
     }
 
@@ -382,6 +388,7 @@ impl Runner {
                 stop: ready.stop,
                 ignore_eos: ready.ignore_eos,
                 logprobs: ready.logprobs,
+                score_prompt: ready.score_prompt,
                 owner: self.owner.clone(),
                 background: self.background,
                 trace: self
@@ -409,6 +416,7 @@ pub(crate) struct Ready {
     stop: Vec<String>,
     ignore_eos: bool,
     logprobs: Option<u8>,
+    score_prompt: bool,
 }
 
 impl Ready {

@@ -57,7 +57,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{DecodeError, LlamaStateSeqFlags};
 use svc_core::engine::{
-    EngineError, EngineEvent, FinishReason, Sampling, TokenLogprob, TokenUsage,
+    EngineError, EngineEvent, FinishReason, PromptLogprob, Sampling, TokenLogprob, TokenUsage,
 };
 use svc_core::trace::{Current, Value};
 use tokio::sync::mpsc::UnboundedSender;
@@ -90,6 +90,9 @@ pub(crate) struct Job {
     pub(crate) ignore_eos: bool,
     /// Report each token's log probability and this many alternatives.
     pub(crate) logprobs: Option<u8>,
+    /// Score the prompt's own tokens (with `logprobs`' alternatives) before
+    /// the reply: every prompt token is decoded for it, none reused.
+    pub(crate) score_prompt: bool,
     /// Who asks (an API key, or the choices of one request): one owner's
     /// sequences hold at most [`Shared::per_owner`] slots at once; its
     /// further jobs wait while other owners' jobs go ahead. `None`: no cap.
@@ -487,6 +490,8 @@ struct Sequence {
     logprobs: Option<u8>,
     /// Log probabilities of tokens whose text is not sent yet.
     unsent: Pending,
+    /// The prompt's scores, while it is scored and not yet sent.
+    score: Option<Scoring>,
     /// The request's trace, when recorded, and when this was admitted.
     trace: Option<(Current, SystemTime)>,
 }
@@ -523,6 +528,31 @@ impl Sequence {
             usage: self.usage(),
         }));
     }
+}
+
+/// Most prompt tokens of a scored prompt one step decodes: each keeps a row
+/// of logits (a row is the vocabulary's size in floats, 192 KiB for
+/// SmolLM2's), and llama.cpp keeps the largest output buffer a step asked
+/// for. The scores do not depend on it (the steps are batch-invariant).
+const SCORED_PER_STEP: usize = 64;
+
+/// A prompt being scored (see [`Job::score_prompt`]).
+struct Scoring {
+    /// Its tokens' log probabilities so far, in order.
+    tokens: Vec<PromptLogprob>,
+    /// Prompt tokens of the current batch, each as (index in the prompt,
+    /// index in the batch): the logits there score the prompt's next token.
+    at: Vec<(usize, i32)>,
+}
+
+/// A prompt token's text as the prompt held it: a control token written
+/// out, as the prompt's text has it.
+fn prompt_piece(model: &LlamaModel, token: LlamaToken) -> Vec<u8> {
+    let mut piece = Vec::with_capacity(16);
+    model
+        .vocab()
+        .token_to_piece_into(token, &mut piece, true, None);
+    piece
 }
 
 /// What happened to a sequence after one sampled token.
@@ -904,9 +934,14 @@ impl Batcher<'_, '_> {
         let Some(mut seq) = self.start(job) else {
             return;
         };
-        seq.follows = self.leader_for(&seq.prompt);
-        let (slot, reused) = if seq.follows.is_some() {
-            // It gets a copy of its leader's cells once they are decoded.
+        seq.follows = if seq.score.is_some() {
+            None
+        } else {
+            self.leader_for(&seq.prompt)
+        };
+        let (slot, reused) = if seq.follows.is_some() || seq.score.is_some() {
+            // A follower gets a copy of its leader's cells once they are
+            // decoded; a scored prompt decodes every token for its logits.
             (self.take_slot(ctx, None), 0)
         } else {
             self.reuse(ctx, &seq.prompt)
@@ -1107,6 +1142,7 @@ impl Batcher<'_, '_> {
             .filter_map(|s| s.seq.as_ref())
             .find(|s| {
                 s.follows.is_none()
+                    && s.score.is_none()
                     && s.generated == 0
                     && s.prompt_fed < s.prompt.len()
                     && s.prompt == prompt
@@ -1186,6 +1222,27 @@ impl Batcher<'_, '_> {
         };
         let serial = self.next_serial;
         self.next_serial += 1;
+        let score = job.score_prompt.then(|| {
+            // The prompt's first token has no score; a BOS token the model
+            // adds is not the prompt's text, and is not listed.
+            let vocab = self.model.vocab();
+            let tokens = match job.prompt.first() {
+                Some(&first) if first != vocab.bos() => {
+                    let bytes = prompt_piece(self.model, first);
+                    vec![PromptLogprob {
+                        token: String::from_utf8_lossy(&bytes).into_owned(),
+                        bytes,
+                        logprob: None,
+                        top: Vec::new(),
+                    }]
+                }
+                _ => Vec::new(),
+            };
+            Scoring {
+                tokens,
+                at: Vec::new(),
+            }
+        });
         Some(Sequence {
             serial,
             follows: None,
@@ -1203,6 +1260,7 @@ impl Batcher<'_, '_> {
             max_tokens: job.max_tokens,
             logprobs: job.logprobs,
             unsent: Pending::default(),
+            score,
             trace: job.trace.map(|(trace, queued)| {
                 let now = SystemTime::now();
                 trace.span("engine: queue", queued, now, Vec::new());
@@ -1256,7 +1314,11 @@ impl Batcher<'_, '_> {
             let room = self
                 .batch_size
                 .saturating_sub(usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX));
-            let left = seq.prompt.len() - seq.prompt_fed;
+            let mut left = seq.prompt.len() - seq.prompt_fed;
+            if seq.score.is_some() {
+                // Each scored token keeps a row of logits for the step.
+                left = left.min(SCORED_PER_STEP);
+            }
             if left == 0 || room == 0 {
                 continue;
             }
@@ -1268,7 +1330,8 @@ impl Batcher<'_, '_> {
             });
             let last = seq.prompt.len() - 1;
             for j in seq.prompt_fed..seq.prompt_fed + left.min(room) {
-                let wants_logits = j == last;
+                let scored = seq.score.as_mut().filter(|_| j < last);
+                let wants_logits = j == last || scored.is_some();
                 let token = seq.prompt[j];
                 if self
                     .batch
@@ -1277,8 +1340,12 @@ impl Batcher<'_, '_> {
                 {
                     break;
                 }
-                if wants_logits {
-                    seq.logits_at = Some(self.batch.n_tokens() - 1);
+                let at = self.batch.n_tokens() - 1;
+                if let Some(score) = scored {
+                    score.at.push((j, at));
+                }
+                if j == last {
+                    seq.logits_at = Some(at);
                 }
                 slot.tokens.push(token);
                 seq.prompt_fed += 1;
@@ -1297,6 +1364,9 @@ impl Batcher<'_, '_> {
             if let Some(seq) = slot.seq.as_mut() {
                 seq.prompt_fed = undo.prompt_fed;
                 seq.logits_at = None;
+                if let Some(score) = seq.score.as_mut() {
+                    score.at.clear();
+                }
                 if undo.pending.is_some() {
                     seq.pending = undo.pending;
                 }
@@ -1308,6 +1378,7 @@ impl Batcher<'_, '_> {
     /// Samples one token for every sequence whose logits this step computed.
     fn sample(&mut self, ctx: &mut LlamaContext<'_>) {
         self.share_prompts(ctx);
+        self.score_prompts(ctx);
         for i in 0..self.slots.len() {
             let Some(seq) = self.slots[i].seq.as_mut() else {
                 continue;
@@ -1315,6 +1386,13 @@ impl Batcher<'_, '_> {
             let Some(at) = seq.logits_at.take() else {
                 continue;
             };
+            if seq.max_tokens == 0 {
+                // A scored prompt that asked for nothing more.
+                if let Some(mut seq) = self.release(i) {
+                    seq.finish(FinishReason::Length);
+                }
+                continue;
+            }
             if seq.generated == 0
                 && let Some((trace, admitted)) = &seq.trace
             {
@@ -1355,6 +1433,43 @@ impl Batcher<'_, '_> {
                     self.release(i);
                     self.shared.counters.cancelled();
                 }
+            }
+        }
+    }
+
+    /// Scores the prompt tokens this step decoded for a scored prompt (the
+    /// logits after token `j` give token `j + 1`'s log probability), and
+    /// sends a prompt's scores once its last token is decoded.
+    fn score_prompts(&mut self, ctx: &LlamaContext<'_>) {
+        let model = self.model;
+        for slot in &mut self.slots {
+            let Some(seq) = slot.seq.as_mut() else {
+                continue;
+            };
+            let Some(score) = seq.score.as_mut() else {
+                continue;
+            };
+            let top = seq.logprobs.unwrap_or(0);
+            for (j, at) in score.at.drain(..) {
+                let Some(&next) = seq.prompt.get(j + 1) else {
+                    continue;
+                };
+                let scored =
+                    logprobs::token_logprob(ctx.get_logits_ith(at), next.0 as usize, top, |id| {
+                        prompt_piece(model, LlamaToken(i32::try_from(id).unwrap_or(0)))
+                    });
+                score.tokens.push(PromptLogprob {
+                    token: scored.token,
+                    bytes: scored.bytes,
+                    logprob: Some(scored.logprob),
+                    top: scored.top,
+                });
+            }
+            if seq.prompt_fed == seq.prompt.len()
+                && let Some(score) = seq.score.take()
+            {
+                // A client gone is seen at the next token, as ever.
+                let _ = seq.sink.send(Ok(EngineEvent::PromptLogprobs(score.tokens)));
             }
         }
     }

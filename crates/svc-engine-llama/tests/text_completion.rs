@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use svc_core::engine::{
-    Engine, EngineError, EngineEvent, FinishReason, GenerateRequest, Sampling, TextPrompt,
-    TokenUsage,
+    Engine, EngineError, EngineEvent, FinishReason, GenerateRequest, PromptLogprob, Sampling,
+    TextPrompt, TokenUsage,
 };
 use svc_engine_llama::testing::TinyModel;
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
@@ -28,6 +28,10 @@ struct Fixture {
 }
 
 fn engine(model: &TinyModel) -> Fixture {
+    engine_with(model, |_| {})
+}
+
+fn engine_with(model: &TinyModel, set: impl FnOnce(&mut LlamaEngineOptions)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     model.write(&path).unwrap();
@@ -35,6 +39,7 @@ fn engine(model: &TinyModel) -> Fixture {
     options.threads = Some(2);
     options.parallel = 2;
     options.context_per_sequence = 256;
+    set(&mut options);
     let engine = LlamaEngine::load(&options).unwrap();
     Fixture { engine, _dir: dir }
 }
@@ -44,6 +49,7 @@ fn text(prompt: &str, suffix: Option<&str>) -> GenerateRequest {
         prompt: Some(TextPrompt {
             text: prompt.into(),
             suffix: suffix.map(str::to_owned),
+            score: false,
         }),
         sampling: Sampling {
             temperature: 0.0,
@@ -170,4 +176,105 @@ async fn several_choices_of_a_text_prompt_each_finish() {
     }
     assert_eq!(finished, 2);
     assert_eq!(texts, [HELLO, HELLO]);
+}
+
+/// A scored prompt's events: its scores, the generated text, the finish and usage.
+async fn scored(
+    engine: &LlamaEngine,
+    prompt: &str,
+    max_tokens: u32,
+) -> (Vec<PromptLogprob>, String, FinishReason, TokenUsage) {
+    let mut request = text(prompt, None);
+    request.prompt.as_mut().unwrap().score = true;
+    request.logprobs = Some(2);
+    request.max_tokens = Some(max_tokens);
+    let mut stream = engine.generate(request).await.unwrap();
+    let (mut scores, mut out) = (None, String::new());
+    while let Some(event) = stream.next().await {
+        match event.unwrap() {
+            EngineEvent::PromptLogprobs(tokens) => {
+                assert!(
+                    scores.is_none() && out.is_empty(),
+                    "scores after the reply began"
+                );
+                scores = Some(tokens);
+            }
+            EngineEvent::Logprobs(_) => {}
+            EngineEvent::Text(t) => out.push_str(&t),
+            EngineEvent::Finish { reason, usage } => {
+                return (scores.expect("the prompt's scores"), out, reason, usage);
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    panic!("stream ended without a finish event");
+}
+
+// lm-evaluation-harness's loglikelihood requests: `echo` with `logprobs`
+// and `max_tokens` 0. svc answered 400: it did not score prompts.
+#[tokio::test]
+async fn a_scored_prompt_gives_each_token_its_log_probability_however_it_is_chunked() {
+    let f = engine(&TinyModel::hello());
+    // The tiny model's script follows a newline: "Hel" then "lo" then ",".
+    let prompt = "x\nHello, there";
+    let (scores, out, reason, usage) = scored(&f.engine, prompt, 0).await;
+    assert_eq!(out, "");
+    assert_eq!(reason, FinishReason::Length);
+    assert_eq!(usage.completion_tokens, 0);
+    // Every token of the prompt, in order, its bytes the prompt's.
+    assert_eq!(scores.len() as u64, usage.prompt_tokens);
+    let bytes: Vec<u8> = scores.iter().flat_map(|t| t.bytes.clone()).collect();
+    assert_eq!(bytes, prompt.as_bytes());
+    // The first has no score; the others a log probability and two alternatives.
+    assert_eq!(scores[0].logprob, None);
+    assert!(scores[0].top.is_empty());
+    for t in &scores[1..] {
+        let logprob = t.logprob.unwrap();
+        assert!(logprob <= 0.0, "{t:?}");
+        assert_eq!(t.top.len(), 2, "{t:?}");
+        assert!(t.top[0].logprob >= logprob, "{t:?}");
+    }
+    // Where the script goes on, the prompt's token is the model's first choice.
+    let at = |token: &str| scores.iter().position(|t| t.token == token).unwrap();
+    for token in ["Hel", "lo", ","] {
+        let t = &scores[at(token)];
+        assert_eq!(t.top[0].token, token, "{t:?}");
+        assert_eq!(t.top[0].logprob, t.logprob.unwrap(), "{t:?}");
+    }
+
+    // The same scores, bit for bit, when the prompt goes token by token or
+    // in chunks of 3 or 5 tokens.
+    for size in [1, 3, 5] {
+        let small = engine_with(&TinyModel::hello(), |o| o.batch_size = size);
+        let (chunked, ..) = scored(&small.engine, prompt, 0).await;
+        assert_eq!(chunked, scores, "chunks of {size}");
+    }
+    // And when it is scored beside another prompt's generation, after it.
+    let (beside, (again, ..)) = tokio::join!(
+        run(&f.engine, text("y\n", None)),
+        scored(&f.engine, prompt, 0)
+    );
+    assert_eq!(again, scores);
+    assert_eq!(beside.0, HELLO);
+
+    // With max_tokens, the reply follows the scores; the prompt ends in the
+    // newline the script follows.
+    let (scores, out, reason, usage) = scored(&f.engine, "x\n", 32).await;
+    assert_eq!(scores.len(), 2);
+    assert_eq!(out, HELLO);
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(usage.completion_tokens, 13);
+}
+
+#[tokio::test]
+async fn max_tokens_zero_is_refused_unless_the_prompt_is_scored() {
+    let f = engine(&TinyModel::hello());
+    let request = GenerateRequest {
+        max_tokens: Some(0),
+        ..text("x", None)
+    };
+    let Err(EngineError::InvalidRequest { param, .. }) = f.engine.generate(request).await else {
+        panic!("max_tokens 0 was accepted for a prompt not scored");
+    };
+    assert_eq!(param.as_deref(), Some("max_tokens"));
 }

@@ -754,6 +754,7 @@ fn text_request(prompt: &str, suffix: Option<&str>, stream: bool) -> GenerateReq
         prompt: Some(TextPrompt {
             text: prompt.into(),
             suffix: suffix.map(str::to_owned),
+            score: false,
         }),
         max_tokens: Some(16),
         stream,

@@ -623,6 +623,7 @@ mod tests {
             prompt: Some(svc_core::TextPrompt {
                 text: "Once".into(),
                 suffix: None,
+                score: false,
             }),
             ..GenerateRequest::default()
         };

@@ -137,7 +137,7 @@ pub fn metered(
                 Ok(EngineEvent::Text(_) | EngineEvent::Reasoning(_) | EngineEvent::ToolCall(_)) => {
                     meter.piece();
                 }
-                Ok(EngineEvent::Logprobs(_)) => {}
+                Ok(EngineEvent::Logprobs(_) | EngineEvent::PromptLogprobs(_)) => {}
             }
         })
         .boxed()

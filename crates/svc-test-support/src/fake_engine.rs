@@ -23,6 +23,7 @@ pub enum Script {
     /// alternatives the word itself then `alt1`, `alt2`, ... at `-1`, `-2`, ...
     /// A text prompt is echoed as a user message would be; a `suffix` is
     /// refused (naming it), as by a model without fill-in-the-middle tokens,
+    /// and a prompt to score too (naming `logprobs`),
     /// and so is an image (naming its part), as by a model without vision.
     Echo { delay: Duration },
     /// Sends `words` words of the echo, then fails.
@@ -220,6 +221,12 @@ impl Engine for FakeEngine {
             });
         }
         svc_core::refuse_images(&request)?;
+        if request.prompt.as_ref().is_some_and(|p| p.score) {
+            return Err(EngineError::InvalidRequest {
+                param: Some("logprobs".into()),
+                message: "this model does not score prompts".into(),
+            });
+        }
         if request.prompt.as_ref().is_some_and(|p| p.suffix.is_some()) {
             return Err(EngineError::InvalidRequest {
                 param: Some("suffix".into()),

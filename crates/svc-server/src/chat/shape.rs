@@ -166,7 +166,8 @@ pub async fn collect(
                 }
                 used.add(usage);
             }
-            EngineEvent::Choice(_) => {}
+            // Only a text prompt is scored.
+            EngineEvent::Choice(_) | EngineEvent::PromptLogprobs(_) => {}
         }
     }
     let choices = choices
@@ -283,6 +284,8 @@ pub fn sse(
                     current = index;
                     continue;
                 }
+                // Only a text prompt is scored.
+                Some(Ok(EngineEvent::PromptLogprobs(_))) => continue,
                 Some(Ok(EngineEvent::Finish { reason, usage: more })) => {
                     // Log probabilities no text took (none from svc's engines) go with the finish.
                     let rest = tokens

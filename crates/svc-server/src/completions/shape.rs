@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use svc_api::completions::{Completion, CompletionChoice, CompletionLogprobs};
-use svc_core::engine::TokenLogprob;
+use svc_core::engine::{PromptLogprob, TokenLogprob};
 use svc_core::{EngineError, EngineEvent, EventStream, FinishReason, TokenUsage};
 
 use crate::chat::shape::{DONE, error_event, event, usage};
@@ -63,6 +63,12 @@ impl Meta {
         self.prompts * self.n as usize
     }
 
+    /// Whether the prompts are scored (`echo` with `logprobs`): each
+    /// choice's echoed prompt then comes with its tokens' log probabilities.
+    fn scored(&self) -> bool {
+        self.logprobs && !self.echoed.is_empty()
+    }
+
     /// The echoed prompt of choice `index` ("" without `echo`).
     fn echoed(&self, index: usize) -> &str {
         self.echoed
@@ -99,6 +105,29 @@ struct Building {
 }
 
 impl Building {
+    /// Adds the scored prompt's tokens to the legacy lists (before any
+    /// generated token's), their offsets counted from the prompt's start;
+    /// its first token has no log probability (`null`), as with OpenAI.
+    fn add_prompt(&mut self, tokens: Vec<PromptLogprob>) -> CompletionLogprobs {
+        let mut added = CompletionLogprobs::default();
+        let mut offset = 0u32;
+        for t in tokens {
+            let top = t.logprob.map(|logprob| {
+                let mut top: BTreeMap<String, f32> =
+                    t.top.into_iter().map(|a| (a.token, a.logprob)).collect();
+                top.entry(t.token.clone()).or_insert(logprob);
+                top
+            });
+            added.tokens.push(t.token);
+            added.token_logprobs.push(t.logprob);
+            added.top_logprobs.push(top);
+            added.text_offset.push(offset);
+            offset = offset.saturating_add(chars(&t.bytes));
+        }
+        self.extend(&added);
+        added
+    }
+
     /// Adds `tokens` (which precede the text they make) to the legacy lists.
     fn add_tokens(&mut self, tokens: Vec<TokenLogprob>) -> CompletionLogprobs {
         let mut added = CompletionLogprobs::default();
@@ -110,18 +139,26 @@ impl Building {
             added.token_logprobs.push(Some(t.logprob));
             added.top_logprobs.push(Some(top));
             added.text_offset.push(self.offset);
-            // A character per byte that does not continue one.
-            let chars = t.bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count();
-            self.offset = self.offset.saturating_add(chars as u32);
+            self.offset = self.offset.saturating_add(chars(&t.bytes));
         }
+        self.extend(&added);
+        added
+    }
+
+    /// Appends `added` to the choice's lists.
+    fn extend(&mut self, added: &CompletionLogprobs) {
         let all = &mut self.logprobs;
         all.tokens.extend(added.tokens.iter().cloned());
         all.token_logprobs
             .extend(added.token_logprobs.iter().copied());
         all.top_logprobs.extend(added.top_logprobs.iter().cloned());
         all.text_offset.extend(added.text_offset.iter().copied());
-        added
     }
+}
+
+/// Characters a token's bytes start: one per byte that does not continue one.
+fn chars(bytes: &[u8]) -> u32 {
+    bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count() as u32
 }
 
 /// Which choice each prompt's events are about now, and the choices' state.
@@ -190,6 +227,9 @@ pub async fn collect(meta: Meta, mut events: Merged) -> Result<Completion, ApiEr
             EngineEvent::Text(text) => choices.built[index].text.push_str(&text),
             EngineEvent::Logprobs(tokens) => {
                 choices.built[index].add_tokens(tokens);
+            }
+            EngineEvent::PromptLogprobs(tokens) => {
+                choices.built[index].add_prompt(tokens);
             }
             EngineEvent::Finish { reason, usage } => {
                 if choices.built[index].finish.replace(reason).is_none() {
@@ -260,7 +300,8 @@ pub fn sse(
     async_stream::stream! {
         let mut choices = Choices::new(&meta);
         let total = meta.choices();
-        if !meta.echoed.is_empty() {
+        // A scored prompt's echo waits for its scores.
+        if !meta.echoed.is_empty() && !meta.scored() {
             for index in 0..total {
                 yield Ok(event(&chunk(index, meta.echoed(index).to_owned(), None, None)));
             }
@@ -285,6 +326,11 @@ pub fn sse(
                     }
                 }
                 Ok(EngineEvent::Logprobs(tokens)) => choices.held[index].extend(tokens),
+                Ok(EngineEvent::PromptLogprobs(tokens)) => {
+                    let logprobs = choices.built[index].add_prompt(tokens);
+                    let echoed = meta.echoed(index).to_owned();
+                    yield Ok(event(&chunk(index, echoed, Some(logprobs), None)));
+                }
                 Ok(EngineEvent::Text(text)) => {
                     let held = std::mem::take(&mut choices.held[index]);
                     let logprobs = meta.logprobs.then(|| choices.built[index].add_tokens(held));
@@ -387,5 +433,80 @@ mod tests {
         assert_eq!(texts, ["P0 b", "P0 a", "P1 c", "P1 d"]);
         assert_eq!(done.usage.unwrap().prompt_tokens, 8);
         assert!(done.id.starts_with("cmpl-"));
+    }
+
+    /// A scored prompt "hé!" (three tokens) then the token " a".
+    fn scored_events() -> EventStream {
+        let prompt = |text: &str, logprob: Option<f32>| PromptLogprob {
+            token: text.into(),
+            bytes: text.as_bytes().to_vec(),
+            logprob,
+            top: logprob.map_or_else(Vec::new, |_| token("x", 0.0).top),
+        };
+        futures::stream::iter(vec![
+            Ok(EngineEvent::PromptLogprobs(vec![
+                prompt("h", None),
+                prompt("é", Some(-0.25)),
+                prompt("!", Some(-2.0)),
+            ])),
+            Ok(EngineEvent::Logprobs(vec![token(" a", -1.0)])),
+            Ok(EngineEvent::Text(" a".into())),
+            Ok(EngineEvent::Finish {
+                reason: FinishReason::Length,
+                usage: TokenUsage::default(),
+            }),
+        ])
+        .boxed()
+    }
+
+    #[tokio::test]
+    async fn a_scored_prompts_tokens_come_first_with_offsets_from_its_start() {
+        let meta = Meta::new("m".into(), 1, true, 1, vec!["hé!".into()]);
+        let done = collect(meta, merge(vec![scored_events()])).await.unwrap();
+        let choice = &done.choices[0];
+        assert_eq!(choice.text, "hé! a");
+        let logprobs = choice.logprobs.as_ref().unwrap();
+        assert_eq!(logprobs.tokens, ["h", "é", "!", " a"]);
+        // The first token has no score, as with OpenAI.
+        assert_eq!(
+            logprobs.token_logprobs,
+            [None, Some(-0.25), Some(-2.0), Some(-1.0)]
+        );
+        assert_eq!(logprobs.top_logprobs[0], None);
+        assert_eq!(
+            logprobs.top_logprobs[1].as_ref().unwrap().get("é"),
+            Some(&-0.25)
+        );
+        // Characters from the prompt's start, the reply's after it.
+        assert_eq!(logprobs.text_offset, [0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_scored_prompts_echo_is_streamed_with_its_scores() {
+        let meta = Meta::new("m".into(), 1, true, 1, vec!["hé!".into()]);
+        let frames: Vec<Bytes> = sse(meta, false, merge(vec![scored_events()]))
+            .map(|frame| frame.unwrap())
+            .collect()
+            .await;
+        let first = std::str::from_utf8(&frames[0]).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(first.strip_prefix("data: ").unwrap().trim()).unwrap();
+        let choice = &body["choices"][0];
+        assert_eq!(choice["text"], "hé!");
+        assert_eq!(
+            choice["logprobs"]["tokens"],
+            serde_json::json!(["h", "é", "!"])
+        );
+        assert_eq!(
+            choice["logprobs"]["token_logprobs"][0],
+            serde_json::Value::Null
+        );
+        assert_eq!(
+            choice["logprobs"]["text_offset"],
+            serde_json::json!([0, 1, 2])
+        );
+        let second = std::str::from_utf8(&frames[1]).unwrap();
+        assert!(second.contains("\" a\""), "{second}");
+        assert!(second.contains("\"text_offset\":[3]"), "{second}");
     }
 }

@@ -96,12 +96,10 @@ impl TryFrom<CompletionRequest> for ValidCompletionRequest {
                     })?,
             ),
         };
-        if echo && logprobs.is_some() {
-            return Err(ValidationError::new(
-                "logprobs",
-                "logprobs with echo (the prompt's log probabilities) is not available; ask for one or the other",
-            ));
-        }
+        // Both: the prompt's own tokens are scored too (what evaluation
+        // tools such as lm-evaluation-harness ask), and nothing need be
+        // generated (`max_tokens` 0).
+        let score = echo && logprobs.is_some();
         let sampling = sampling(SamplingFields {
             temperature: req.temperature,
             top_p: req.top_p,
@@ -111,6 +109,7 @@ impl TryFrom<CompletionRequest> for ValidCompletionRequest {
         })?;
         let max_tokens = match req.max_tokens {
             None => DEFAULT_MAX_TOKENS,
+            Some(0) if score => 0,
             Some(m) => token_cap(m, "max_tokens")?,
         };
         let stop = stop_sequences(req.stop)?;
@@ -148,6 +147,7 @@ impl TryFrom<CompletionRequest> for ValidCompletionRequest {
                 prompt: Some(TextPrompt {
                     text,
                     suffix: req.suffix.clone(),
+                    score,
                 }),
                 ..template.clone()
             })
@@ -228,7 +228,8 @@ mod tests {
             p.prompt,
             Some(TextPrompt {
                 text: "Once upon".into(),
-                suffix: None
+                suffix: None,
+                score: false,
             })
         );
         assert!(!r.echo && !r.include_usage && !r.stream() && !r.logprobs());
@@ -269,7 +270,19 @@ mod tests {
         );
         assert_eq!(param_of(json!({"logprobs": 6})), "logprobs");
         assert_eq!(param_of(json!({"logprobs": -1})), "logprobs");
-        assert_eq!(param_of(json!({"logprobs": 1, "echo": true})), "logprobs");
+        // With echo the prompt is scored, and may be all that is asked.
+        let scored = request(json!({"logprobs": 1, "echo": true, "max_tokens": 0})).unwrap();
+        let prompt = scored.prompts[0].prompt.as_ref().unwrap();
+        assert!(prompt.score);
+        assert_eq!(scored.prompts[0].max_tokens, Some(0));
+        assert_eq!(
+            param_of(json!({"echo": true, "max_tokens": 0})),
+            "max_tokens"
+        );
+        assert_eq!(
+            param_of(json!({"logprobs": 1, "max_tokens": 0})),
+            "max_tokens"
+        );
         assert_eq!(param_of(json!({"max_tokens": 0})), "max_tokens");
         assert_eq!(param_of(json!({"temperature": 3})), "temperature");
         assert_eq!(param_of(json!({"n": 0})), "n");

@@ -259,7 +259,7 @@ impl Shaper {
                 }
             }
             // Not asked for: Messages requests have n = 1 and no logprobs.
-            EngineEvent::Logprobs(_) | EngineEvent::Choice(_) => {}
+            EngineEvent::Logprobs(_) | EngineEvent::PromptLogprobs(_) | EngineEvent::Choice(_) => {}
             EngineEvent::Finish { reason, usage } => {
                 self.close(&mut out);
                 if !std::mem::replace(&mut self.pinged, true) {

@@ -142,7 +142,7 @@ impl Shaper {
             EngineEvent::Text(delta) => self.text(&delta),
             EngineEvent::ToolCall(chunk) => self.tool_call(chunk),
             // Not asked for: Responses requests have n = 1 and no logprobs.
-            EngineEvent::Logprobs(_) | EngineEvent::Choice(_) => {}
+            EngineEvent::Logprobs(_) | EngineEvent::PromptLogprobs(_) | EngineEvent::Choice(_) => {}
             EngineEvent::Finish { reason, usage } => return self.finish(reason, usage),
         }
         self.frames.take()
