@@ -226,6 +226,11 @@ def test_a_prompt_is_scored_as_evaluation_tools_ask(real_openai: openai.OpenAI) 
     # And the model knows its capitals.
     assert sum(paris.token_logprobs[prompt_tokens:]) > sum(banana.token_logprobs[prompt_tokens:])
 
+    # SmolLM2's BOS token is <|im_start|>, which it does not add: written in
+    # the prompt, it is the prompt's first token, and listed.
+    chat = "<|im_start|>user\nHi<|im_end|>"
+    assert "".join(score(chat).tokens) == chat
+
     # Streamed, the echoed prompt's chunk carries the scores.
     chunks = list(real_openai.completions.create(
         model="svc", prompt=PROMPT, echo=True, logprobs=1, max_tokens=0, stream=True,

@@ -1224,10 +1224,13 @@ impl Batcher<'_, '_> {
         self.next_serial += 1;
         let score = job.score_prompt.then(|| {
             // The prompt's first token has no score; a BOS token the model
-            // adds is not the prompt's text, and is not listed.
+            // adds is not the prompt's text, and is not listed (a model
+            // that adds none may have its BOS in the text: SmolLM2's is
+            // `<|im_start|>`).
             let vocab = self.model.vocab();
+            let added_bos = |first: LlamaToken| vocab.should_add_bos() && first == vocab.bos();
             let tokens = match job.prompt.first() {
-                Some(&first) if first != vocab.bos() => {
+                Some(&first) if !added_bos(first) => {
                     let bytes = prompt_piece(self.model, first);
                     vec![PromptLogprob {
                         token: String::from_utf8_lossy(&bytes).into_owned(),
