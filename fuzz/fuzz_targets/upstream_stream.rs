@@ -73,6 +73,13 @@ fn check(events: &[EngineEvent], keep_reasoning: bool) {
             EngineEvent::Choice(index) => {
                 panic!("a choice event ({index}) from one upstream reply")
             }
+            // An upstream is never asked to score a prompt (refused before).
+            EngineEvent::PromptLogprobs(tokens) => {
+                panic!(
+                    "prompt scores ({} tokens) from an upstream reply",
+                    tokens.len()
+                )
+            }
         }
     }
 }

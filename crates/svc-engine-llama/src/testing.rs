@@ -47,6 +47,58 @@ pub async fn together<T>(
     tokio::join!(requests, resume).0
 }
 
+/// What plain llama.cpp computes for `tokens` of the GGUF at `path`: each
+/// token's log probability given those before it (the first has none),
+/// from one decode of them all, in micro-batches of `ubatch` tokens, in a
+/// context of llama.cpp's defaults (its own kernels, not the engine's
+/// batch-invariant ones): the reference a scored prompt is checked against.
+///
+/// # Errors
+/// When the model cannot be loaded or the tokens decoded.
+pub fn llama_cpp_prompt_logprobs(
+    path: &Path,
+    tokens: &[llama_cpp_2::token::LlamaToken],
+    ubatch: u32,
+) -> Result<Vec<f32>, String> {
+    use llama_cpp_2::context::params::LlamaContextParams;
+    use llama_cpp_2::llama_batch::LlamaBatch;
+    use llama_cpp_2::model::LlamaModel;
+    use llama_cpp_2::model::params::LlamaModelParams;
+
+    let backend = crate::backend::backend()?;
+    let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
+        .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+    let n = u32::try_from(tokens.len()).map_err(|e| e.to_string())?;
+    let params = LlamaContextParams::default()
+        .with_n_ctx(std::num::NonZeroU32::new(n.max(1)))
+        .with_n_batch(n.max(1))
+        .with_n_ubatch(ubatch.clamp(1, n.max(1)));
+    let mut ctx = model
+        .new_context(backend, params)
+        .map_err(|e| format!("cannot create the context: {e}"))?;
+    let mut batch = LlamaBatch::new(tokens.len().max(1), 1);
+    for (i, &token) in tokens.iter().enumerate() {
+        let position = i32::try_from(i).map_err(|e| e.to_string())?;
+        batch
+            .add(token, position, &[0], true)
+            .map_err(|e| e.to_string())?;
+    }
+    ctx.decode(&mut batch).map_err(|e| e.to_string())?;
+    tokens
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, next)| {
+            let at = i32::try_from(i - 1).map_err(|e| e.to_string())?;
+            let id = usize::try_from(next.0).map_err(|e| e.to_string())?;
+            Ok(
+                crate::logprobs::token_logprob(ctx.get_logits_ith(at), id, 0, |_| Vec::new())
+                    .logprob,
+            )
+        })
+        .collect()
+}
+
 /// ChatML, the template the tiny model carries.
 pub const TINY_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
