@@ -3,7 +3,8 @@
 # tests on SQLite and PostgreSQL, Redis-shared rate limits, the engine on
 # tiny generated GGUFs and on the real default model and a third-party
 # GGUF end to end), the conformance suite that drives the server with the
-# official `openai` and `anthropic` Python SDKs, schemathesis and oauthlib,
+# official `openai` and `anthropic` Python SDKs, schemathesis, oauthlib and
+# lm-evaluation-harness,
 # the `openai` Node SDK and the Vercel AI SDK (tests/sdk-node), the
 # dashboard and device flow in headless Chromium, and the real Codex CLI and
 # Claude Code (tests/agents).
