@@ -594,7 +594,7 @@ async fn events_n(engine: &LlamaEngine, request: GenerateRequest) -> Vec<EngineE
 }
 
 #[tokio::test]
-async fn a_scored_prompt_matches_what_llama_cpp_computes() {
+async fn a_scored_prompt_does_not_depend_on_its_chunks_and_matches_llama_cpp() {
     let Some(engine) = load(2) else {
         return;
     };
@@ -606,25 +606,19 @@ async fn a_scored_prompt_matches_what_llama_cpp_computes() {
                 draw visitors from all over the world, and its cafés, bridges and gardens \
                 fill the books and films of a century. The city was the seat of kings, then \
                 of the republic, and its avenues were laid out in the nineteenth century.";
-    let request = GenerateRequest {
-        prompt: Some(TextPrompt {
-            text: text.into(),
-            suffix: None,
-            score: true,
-        }),
-        logprobs: Some(0),
-        max_tokens: Some(0),
-        sampling: greedy(),
-        ..GenerateRequest::default()
-    };
-    let scores = events(&engine, request)
-        .await
-        .into_iter()
-        .find_map(|e| match e {
-            EngineEvent::PromptLogprobs(scores) => Some(scores),
-            _ => None,
-        })
-        .expect("the prompt's scores");
+    let scores = scored(&engine, text).await;
+    // The same bits when the engine takes the prompt 5 tokens a step.
+    let path = std::env::var_os("SVC_TEST_MODEL").unwrap();
+    let mut options = LlamaEngineOptions::new(path);
+    options.context_per_sequence = 1024;
+    options.batch_size = 5;
+    let small = LlamaEngine::load(&options).unwrap();
+    assert_eq!(scored(&small, text).await, scores);
+    drop(small);
+    // And beside another sequence's generation.
+    let beside = request(helpful("Name three colours."), greedy(), 24);
+    let (_, again) = tokio::join!(run(&engine, beside), scored(&engine, text));
+    assert_eq!(again, scores);
     let tokens = engine.tokenize(text);
     assert_eq!(scores.len(), tokens.len());
     let path = &engine.info().loaded_path;
@@ -655,4 +649,27 @@ async fn a_scored_prompt_matches_what_llama_cpp_computes() {
         "{} tokens scored; largest difference from llama.cpp: {per_query:e} (micro-batches of 32), {tiled:e} (one of 512)",
         tokens.len() - 1
     );
+}
+
+/// `text` scored by `engine` (echo with logprobs, nothing generated).
+async fn scored(engine: &LlamaEngine, text: &str) -> Vec<svc_core::engine::PromptLogprob> {
+    let request = GenerateRequest {
+        prompt: Some(TextPrompt {
+            text: text.into(),
+            suffix: None,
+            score: true,
+        }),
+        logprobs: Some(0),
+        max_tokens: Some(0),
+        sampling: greedy(),
+        ..GenerateRequest::default()
+    };
+    events(engine, request)
+        .await
+        .into_iter()
+        .find_map(|e| match e {
+            EngineEvent::PromptLogprobs(scores) => Some(scores),
+            _ => None,
+        })
+        .expect("the prompt's scores")
 }
