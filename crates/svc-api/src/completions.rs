@@ -34,9 +34,10 @@ pub struct CompletionRequest {
     /// fill-in-the-middle tokens (else 400 naming `suffix`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suffix: Option<String>,
-    /// Cap on completion tokens.
+    /// Cap on completion tokens: at least 1, or 0 with `echo` and
+    /// `logprobs` (the prompt scored, nothing generated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 4294967295_i64, default = 16)]
+    #[schema(minimum = 0, maximum = 4294967295_i64, default = 16)]
     pub max_tokens: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 2, default = 0.7)]
@@ -62,7 +63,8 @@ pub struct CompletionRequest {
     #[schema(inline)]
     pub stream_options: Option<StreamOptions>,
     /// Return each generated token's log probability and this many (0 to 5)
-    /// most likely tokens at its position.
+    /// most likely tokens at its position; with `echo`, the prompt's tokens'
+    /// too (the prompt scored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 5)]
     pub logprobs: Option<i64>,
@@ -121,7 +123,8 @@ pub struct CompletionChoice {
     pub text: String,
     #[schema(minimum = 0)]
     pub index: u32,
-    /// With `logprobs`: the generated tokens and their log probabilities.
+    /// With `logprobs`: the generated tokens and their log probabilities
+    /// (with `echo`, the prompt's tokens first).
     pub logprobs: Option<CompletionLogprobs>,
     /// `null` in a streamed chunk before the choice's last.
     pub finish_reason: Option<FinishReason>,
@@ -131,6 +134,7 @@ pub struct CompletionChoice {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
+    /// `null` for a scored prompt's first token, which has nothing before it.
     pub token_logprobs: Vec<Option<f32>>,
     /// For each token, the most likely tokens at its position (the chosen
     /// one included) and their log probabilities.
