@@ -102,6 +102,18 @@ def real_model_data(data: Path) -> str:
     return created.stdout.strip()
 
 
+def real_model_serve(prefix: str):
+    """`svc serve` on the real default model in a fresh data directory
+    (see `real_model_data`), 2 slots of 2048 tokens; yields its `Server`
+    and stops it (a generator for fixtures)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as data:
+        key = real_model_data(Path(data))
+        env = {**os.environ, "SVC_LOG": "warn"}
+        args = ["--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"]
+        for url in svc_serve(args, env, 120):
+            yield Server(url=url, key=key)
+
+
 @dataclass(frozen=True)
 class Server:
     url: str

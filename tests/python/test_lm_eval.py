@@ -20,13 +20,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import openai
 import pytest
 
-from conftest import Server, real_model_data, svc_serve
+from conftest import Server, real_model_serve
 
 CAPITALS = [
     {"question": "The capital of France is", "choices": ["Paris", "banana", "Tuesday"], "gold": 0},
@@ -41,12 +40,7 @@ ARITHMETIC = [
 
 @pytest.fixture(scope="module")
 def eval_server():
-    with tempfile.TemporaryDirectory(prefix="svc-lm-eval-") as data:
-        key = real_model_data(Path(data))
-        env = {**os.environ, "SVC_LOG": "warn"}
-        args = ["--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"]
-        for url in svc_serve(args, env, 120):
-            yield Server(url=url, key=key)
+    yield from real_model_serve("svc-lm-eval-")
 
 
 def smollm2_tokenizer(model: Path, out: Path) -> None:

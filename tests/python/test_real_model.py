@@ -14,29 +14,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import os
 import re
-import tempfile
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
-from conftest import Server, real_model_data, svc_serve
+from conftest import Server, real_model_serve
 
-START_TIMEOUT_S = 120
 QUESTION = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
 def real_server():
-    with tempfile.TemporaryDirectory(prefix="svc-real-") as data:
-        key = real_model_data(Path(data))
-        env = {**os.environ, "SVC_LOG": "warn"}
-        args = ["--bind", "127.0.0.1:0", "--data-dir", data, "--parallel", "2", "--context", "2048"]
-        for url in svc_serve(args, env, START_TIMEOUT_S):
-            yield Server(url=url, key=key)
+    yield from real_model_serve("svc-real-")
 
 
 @pytest.fixture(scope="module")
