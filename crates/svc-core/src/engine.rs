@@ -668,6 +668,18 @@ pub fn refuse_images(request: &GenerateRequest) -> Result<(), EngineError> {
     }
 }
 
+/// A text prompt to score (`echo` with `logprobs`), refused by an engine
+/// that cannot: `InvalidRequest` naming `logprobs`.
+pub fn refuse_prompt_scoring(request: &GenerateRequest) -> Result<(), EngineError> {
+    if request.prompt.as_ref().is_some_and(|p| p.score) {
+        return Err(EngineError::InvalidRequest {
+            param: Some("logprobs".into()),
+            message: "this model does not score prompts (logprobs with echo asks for the prompt's own log probabilities); ask for one or the other".into(),
+        });
+    }
+    Ok(())
+}
+
 /// An engine's load and health at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStatus {

@@ -85,6 +85,7 @@ pub use engine::{
     ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort, Residence, Residency,
     ResidencyState, Sampling, TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
     ToolChoiceSpec, ToolSpec, TopLogprob, Unload, UserPart, estimate_tokens, refuse_images,
+    refuse_prompt_scoring,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

@@ -370,12 +370,8 @@ impl Engine for UpstreamEngine {
                 message: "n must be 1 on this model (it is served by an upstream)".into(),
             });
         }
-        if request.prompt.as_ref().is_some_and(|p| p.score) {
-            return Err(EngineError::InvalidRequest {
-                param: Some("logprobs".into()),
-                message: "logprobs with echo (the prompt's own log probabilities) is not available on this model (it is served by an upstream); ask for one or the other".into(),
-            });
-        }
+        // An upstream is not asked to echo and score the prompt.
+        svc_core::refuse_prompt_scoring(&request)?;
         let prompt_estimate = svc_core::estimate_tokens(&request);
         let keys = self.pool.prefix_keys(&request);
         let mut tried = vec![false; self.pool.endpoints.len()];

@@ -820,6 +820,19 @@ async fn text_completions_go_to_the_completions_path_with_the_suffix() {
 }
 
 #[tokio::test]
+async fn a_prompt_to_score_is_refused_naming_logprobs_before_the_upstream_is_asked() {
+    let fake = FakeUpstream::start().await;
+    let engine = engine_first_preferred(&[&fake], options());
+    let mut request = text_request("The capital of France is", None, false);
+    request.prompt.as_mut().unwrap().score = true;
+    let Err(EngineError::InvalidRequest { param, .. }) = engine.generate(request).await else {
+        panic!("an upstream model took a prompt to score");
+    };
+    assert_eq!(param.as_deref(), Some("logprobs"));
+    assert_eq!(fake.completions_requests(), 0);
+}
+
+#[tokio::test]
 async fn text_completions_are_retried_elsewhere_before_the_first_event() {
     let (down, up) = (FakeUpstream::start().await, FakeUpstream::start().await);
     down.set_behavior(Behavior::Status(503, "loading".into()));

@@ -221,12 +221,7 @@ impl Engine for FakeEngine {
             });
         }
         svc_core::refuse_images(&request)?;
-        if request.prompt.as_ref().is_some_and(|p| p.score) {
-            return Err(EngineError::InvalidRequest {
-                param: Some("logprobs".into()),
-                message: "this model does not score prompts".into(),
-            });
-        }
+        svc_core::refuse_prompt_scoring(&request)?;
         if request.prompt.as_ref().is_some_and(|p| p.suffix.is_some()) {
             return Err(EngineError::InvalidRequest {
                 param: Some("suffix".into()),
