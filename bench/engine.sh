@@ -126,7 +126,7 @@ if [ -z "${BENCH_SKIP_HTTP:-}" ]; then
   [ -n "${BENCH_CONTEXT:-}" ] && ctx_args=(--context "$BENCH_CONTEXT")
   log "starting svc serve --parallel $parallel --threads $threads ${ctx_args[*]}"
   "$work/svc" serve --data-dir "$data" --model "$model" --bind 127.0.0.1:0 \
-    --parallel "$parallel" --slots-per-client "$parallel" --threads "$threads" "${ctx_args[@]}" >"$work/serve.out" 2>"$work/serve.log" &
+    --parallel "$parallel" --threads "$threads" "${ctx_args[@]}" >"$work/serve.out" 2>"$work/serve.log" &
   server=$!
   url=
   for _ in $(seq 600); do

@@ -144,10 +144,10 @@ done
 data=$work/data
 mkdir -p "$data"
 key=$("$work/svc" keys create --data-dir "$data" --name bench)
-# One key sends every stream, as one client of llama-server does: its
-# share of the slots is all of them (svc's default is half per key).
+# One key sends every stream, as one client of llama-server does; svc's
+# defaults give a key alone every slot.
 svc_args=(--data-dir "$data" --model "$model" --bind 127.0.0.1:0 --parallel "$parallel"
-  --slots-per-client "$parallel" --context "$context" --threads "$threads")
+  --context "$context" --threads "$threads")
 # shellcheck disable=SC2206
 svc_args+=(${BENCH_SVC_ARGS:-})
 log "starting svc serve ${svc_args[*]}"

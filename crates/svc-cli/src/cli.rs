@@ -553,7 +553,7 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag(
         "slots_per_client",
         "N",
-        "The most slots one API key's requests (or one request's n choices) hold at once; more wait while other keys' requests start (parallel for a single-tenant service)",
+        "The most slots one API key's requests (or one request's n choices) hold while another key's request waits; a key alone takes every slot",
     )
     .unset("half of parallel"),
     flag(

@@ -149,7 +149,8 @@ fn create_key(data_dir: &str, name: &str) -> String {
 
 // Issue 29, finding 4: a request with `n` equal to the engine's slots held
 // every slot for its whole generation; another key waited for all of it.
-// One key's requests together hold at most half the slots.
+// One key's requests take every slot while alone, and give back all but
+// half of them (suspending the newest) as soon as another key asks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn n_equal_to_the_slots_leaves_room_for_another_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -213,8 +214,8 @@ async fn n_equal_to_the_slots_leaves_room_for_another_key() {
         });
         (task, accepted, generating)
     };
-    // The n = 4 request takes this key's two slots and is generating; the
-    // n = 2 request waits behind it. A fixed sleep here let the tiny model
+    // The n = 4 request takes every slot (the key is alone) and is
+    // generating; the n = 2 request waits behind it. A fixed sleep here let the tiny model
     // finish both before the other key asked (CI, stop 39).
     let (first, first_accepted, first_generating) = stream(4, 2);
     first_accepted.await.unwrap();

@@ -68,10 +68,12 @@ pub struct LlamaEngineOptions {
     /// Requests that may wait for a free sequence; one more is refused as overloaded.
     pub queue_capacity: usize,
     /// The most slots one client (an API key, see
-    /// `GenerateRequest::client`) or one request's `n` choices hold at once;
-    /// their further sequences wait, choice by choice, while other clients'
-    /// requests start. `None`: half of `parallel` (at least 1), so that no
-    /// one client can keep every other waiting for a whole generation.
+    /// `GenerateRequest::client`) or one request's `n` choices hold while
+    /// another client's request waits: a client alone takes every slot; when
+    /// another's request comes, the first's further sequences wait and its
+    /// newest beyond this share are suspended to make room (see the
+    /// scheduler). `None`: half of `parallel` (at least 1), so that no one
+    /// client can keep every other waiting for a whole generation.
     pub slots_per_client: Option<u32>,
     /// Most tokens in one decode step; long prompts are fed in chunks of this size.
     pub batch_size: u32,

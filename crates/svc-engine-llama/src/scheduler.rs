@@ -35,10 +35,19 @@
 //! logits, each with its own sampler.
 //!
 //! **Shares.** A job may name its owner (an API key, or the choices of one
-//! request): one owner's sequences hold at most `per_owner` slots at once
-//! (half of them by default), and its further jobs wait in the queue while
-//! other owners' jobs are admitted past them, so that no one client keeps
-//! every other waiting for a whole generation.
+//! request). An owner alone takes every free slot; its share, `per_owner`
+//! slots (half of them by default), binds only while another owner's job
+//! waits that its own share would let start: then the first owner's further
+//! jobs wait while the other's are admitted past them, and when no slot is
+//! free, the newest sequence of an owner holding more than its share is
+//! suspended within the step to make room. A suspended sequence keeps
+//! everything it had (its sampler, its text so far, its pending token) and
+//! its KV cells, where they lie, under a spare sequence id (copied to host
+//! memory only when the pool needs the room); it resumes from them, nothing
+//! decoded again and the same bits, as soon as its owner may take a slot
+//! again, before its owner's queued jobs. So no one client keeps every
+//! other waiting for a whole generation, and no slot idles while anyone has
+//! work for it.
 //!
 //! This module must not block on a consumer: events go out on unbounded
 //! channels, so a slow client never stalls the other sequences.
@@ -93,9 +102,10 @@ pub(crate) struct Job {
     /// Score the prompt's own tokens (with `logprobs`' alternatives) before
     /// the reply: every prompt token is decoded for it, none reused.
     pub(crate) score_prompt: bool,
-    /// Who asks (an API key, or the choices of one request): one owner's
-    /// sequences hold at most [`Shared::per_owner`] slots at once; its
-    /// further jobs wait while other owners' jobs go ahead. `None`: no cap.
+    /// Who asks (an API key, or the choices of one request): while another
+    /// owner's work waits, one owner's sequences hold at most
+    /// [`Shared::per_owner`] slots, its further jobs waiting while the
+    /// other's go ahead (see the module's docs). `None`: no cap.
     pub(crate) owner: Option<Arc<str>>,
     /// Work nobody waits on (a batch's line): started only when no other
     /// waiting job may start, in at most [`Batcher::background_slots`].
@@ -114,8 +124,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     queue_capacity: usize,
     parallel: u32,
-    /// The most slots one owner's sequences hold at once (see [`Job::owner`]);
-    /// 1 to `parallel`, as `LlamaEngineOptions::client_slots` gives it.
+    /// The most slots one owner's sequences hold while another owner's work
+    /// waits (see [`Job::owner`]); 1 to `parallel`, as `LlamaEngineOptions::client_slots` gives it.
     per_owner: usize,
 }
 
@@ -312,6 +322,7 @@ pub(crate) fn run(
         idle_cells: IDLE_CELLS.min(context_per_sequence as usize),
         parked: 0,
         holes: false,
+        suspended: VecDeque::new(),
     };
     batcher.run(&mut ctx);
 }
@@ -602,12 +613,35 @@ struct Batcher<'a, 'm> {
     /// bottom of the pool (see [`Batcher::settle`]): the pool may have
     /// free cells below cells in use.
     holes: bool,
+    /// Sequences that gave their slot to another owner's job, oldest first
+    /// (see [`Batcher::preempt`]).
+    suspended: VecDeque<Suspended>,
+}
+
+/// A sequence that gave its slot to another owner's job (see
+/// [`Batcher::preempt`]), until a slot is free for it again.
+struct Suspended {
+    seq: Sequence,
+    /// The tokens its cells held, at positions `0..tokens.len()`.
+    tokens: Vec<LlamaToken>,
+    cells: Held,
+}
+
+/// Where a suspended sequence's KV cells are.
+enum Held {
+    /// In the pool, where they were, under this spare sequence id (one of
+    /// `parallel..PARK`), so that their order in the pool is kept; and a
+    /// copy in host memory, for when the pool needs the room (llama.cpp
+    /// copies out only the ids below `parallel`).
+    Pool(i32, SeqState),
+    /// In host memory only (no spare id, or the pool needed the room).
+    Host(SeqState),
 }
 
 impl Batcher<'_, '_> {
     fn run(&mut self, ctx: &mut LlamaContext<'_>) {
         loop {
-            self.drop_cancelled();
+            self.drop_cancelled(ctx);
             if !self.admit(ctx) {
                 return;
             }
@@ -630,9 +664,10 @@ impl Batcher<'_, '_> {
     }
 
     /// Decodes the batch. When the KV pool has no room for it, frees the
-    /// cells of idle slots (least recently used first) and tries again;
-    /// when running sequences alone fill the pool, ends the newest of them
-    /// and decodes the rest.
+    /// cells of idle slots (least recently used first), then copies those
+    /// of suspended sequences to host memory, and tries again; when running
+    /// sequences alone fill the pool, ends the newest of them and decodes
+    /// the rest.
     fn decode(
         &mut self,
         ctx: &mut LlamaContext<'_>,
@@ -649,7 +684,7 @@ impl Batcher<'_, '_> {
                     if self.unpark(ctx) {
                         continue;
                     }
-                    if self.evict_idle(ctx) {
+                    if self.evict_idle(ctx) || self.spill_suspended(ctx) {
                         self.unpark(ctx);
                         continue;
                     }
@@ -825,7 +860,7 @@ impl Batcher<'_, '_> {
 
     /// Ends sequences whose consumer dropped the stream. Their cells stay:
     /// they hold a valid prefix of the prompt (and reply).
-    fn drop_cancelled(&mut self) {
+    fn drop_cancelled(&mut self, ctx: &mut LlamaContext<'_>) {
         for i in 0..self.slots.len() {
             if self.slots[i]
                 .seq
@@ -835,6 +870,12 @@ impl Batcher<'_, '_> {
                 self.release(i);
                 self.shared.counters.cancelled();
             }
+        }
+        while let Some(at) = self.suspended.iter().position(|s| s.seq.sink.is_closed()) {
+            if let Some(gone) = self.suspended.remove(at) {
+                self.drop_held(ctx, &gone);
+            }
+            self.shared.counters.cancelled();
         }
     }
 
@@ -851,13 +892,26 @@ impl Batcher<'_, '_> {
                     }
                     self.release(i);
                 }
+                for suspended in self.suspended.drain(..) {
+                    let _ = suspended.seq.sink.send(Err(stopped()));
+                }
                 return false;
             }
-            while self.slots.iter().any(Slot::is_free) {
-                let Some(job) = self.next_job(&mut queue) else {
+            let mut resumable = true;
+            loop {
+                while self.slots.iter().any(Slot::is_free) {
+                    if resumable && let Some(at) = self.next_suspended(&queue) {
+                        resumable = self.resume(ctx, at);
+                        continue;
+                    }
+                    let Some(job) = self.next_job(&mut queue) else {
+                        break;
+                    };
+                    self.place(ctx, job);
+                }
+                if self.slots.iter().any(Slot::is_free) || !self.preempt(ctx, &queue) {
                     break;
-                };
-                self.place(ctx, job);
+                }
             }
             let free = self.slots.iter().filter(|s| s.is_free()).count();
             queue.free_slots = free;
@@ -898,9 +952,7 @@ impl Batcher<'_, '_> {
                 self.shared.counters.cancelled();
                 continue;
             }
-            let may_start = job.owner.as_ref().is_none_or(|owner| {
-                !queue.held.contains(owner) && self.running(owner) < self.shared.per_owner
-            });
+            let may_start = self.may_take(queue, job.owner.as_ref());
             if may_start && !job.background {
                 return queue.waiting.remove(at);
             }
@@ -910,6 +962,240 @@ impl Batcher<'_, '_> {
             at += 1;
         }
         background.and_then(|at| queue.waiting.remove(at))
+    }
+
+    /// Whether a sequence of `owner` may take a free slot now: one of no
+    /// owner always; else when the owner is not held and holds less than
+    /// its share, or more while no other owner's work waits that could start
+    /// within its own share (a client alone takes every slot). Beyond the
+    /// share only where sequences can be suspended (KV cells, not
+    /// recurrent state): another owner's job must be able to take a slot back.
+    fn may_take(&self, queue: &Queue, owner: Option<&Arc<str>>) -> bool {
+        let Some(owner) = owner else {
+            return true;
+        };
+        !queue.held.contains(owner)
+            && (self.running(owner) < self.shared.per_owner
+                || (self.cell_memory && !self.others_wait(queue, owner)))
+    }
+
+    /// Whether a sequence or interactive job of another owner than `owner`
+    /// waits that may start within its share.
+    fn others_wait(&self, queue: &Queue, owner: &Arc<str>) -> bool {
+        self.claimants(queue)
+            .any(|claimant| claimant.is_none_or(|other| other != owner))
+    }
+
+    /// The owners (`None`: no owner) of the waiting work that may take a
+    /// slot within its share: suspended sequences first, then queued
+    /// interactive jobs, in order.
+    fn claimants<'q>(&'q self, queue: &'q Queue) -> impl Iterator<Item = Option<&'q Arc<str>>> {
+        let suspended = self
+            .suspended
+            .iter()
+            .map(|s| (s.seq.background, s.seq.owner.as_ref()));
+        let queued = queue
+            .waiting
+            .iter()
+            .filter(|job| !job.sink.is_closed())
+            .map(|job| (job.background, job.owner.as_ref()));
+        suspended
+            .chain(queued)
+            .filter(|(background, _)| !background)
+            .map(|(_, owner)| owner)
+            .filter(|owner| {
+                owner.is_none_or(|owner| {
+                    !queue.held.contains(owner) && self.running(owner) < self.shared.per_owner
+                })
+            })
+    }
+
+    /// The first suspended sequence that may take a free slot now.
+    fn next_suspended(&self, queue: &Queue) -> Option<usize> {
+        if queue.paused {
+            return None;
+        }
+        self.suspended
+            .iter()
+            .position(|s| self.may_take(queue, s.seq.owner.as_ref()))
+    }
+
+    /// When no slot is free and waiting work may start within its owner's
+    /// share, suspends the newest sequence of the owner furthest beyond its
+    /// share (another owner than the waiting work's), so that the waiting
+    /// work starts this step. Its cells stay where they lie, under a spare
+    /// sequence id, with a copy in host memory for when the pool needs the
+    /// room (see [`Held`]). False when nothing was suspended. Not for sequences that others wait on or copy (a
+    /// prompt's leader and followers), a scored prompt, or background work.
+    fn preempt(&mut self, ctx: &mut LlamaContext<'_>, queue: &Queue) -> bool {
+        if !self.cell_memory || queue.paused {
+            return false;
+        }
+        let Some(claimant) = self.claimants(queue).next().map(|o| o.cloned()) else {
+            return false;
+        };
+        let per_owner = self.shared.per_owner;
+        let followed = |serial: u64| {
+            self.slots
+                .iter()
+                .filter_map(|s| s.seq.as_ref())
+                .any(|s| s.follows == Some(serial))
+        };
+        let victim = (0..self.slots.len())
+            .filter_map(|i| {
+                let seq = self.slots[i].seq.as_ref()?;
+                let owner = seq.owner.as_ref()?;
+                let over = self.running(owner).checked_sub(per_owner + 1)?;
+                let movable = !seq.background
+                    && seq.follows.is_none()
+                    && seq.score.is_none()
+                    && !followed(seq.serial)
+                    && claimant.as_ref() != Some(owner);
+                movable.then_some((i, over, seq.serial))
+            })
+            .max_by_key(|&(_, over, serial)| (over, serial));
+        let Some((i, _, _)) = victim else {
+            return false;
+        };
+        let Some(cells) = self.hold_cells(ctx, i) else {
+            return false;
+        };
+        // Not `release`: the queue is locked here (`admit` counts the free slots).
+        let Some(seq) = self.slots[i].seq.take() else {
+            return false;
+        };
+        self.clock += 1;
+        self.slots[i].used_at = self.clock;
+        let tokens = std::mem::take(&mut self.slots[i].tokens);
+        self.suspended.push_back(Suspended { seq, tokens, cells });
+        self.shared.counters.suspended();
+        true
+    }
+
+    /// Takes slot `i`'s cells from it for a suspended sequence: moved, in
+    /// place, to a spare sequence id, else copied to host memory and given
+    /// up (see [`Batcher::park`]). `None` when neither worked.
+    fn hold_cells(&mut self, ctx: &mut LlamaContext<'_>, i: usize) -> Option<Held> {
+        let spare = (seq_id(self.slots.len())..PARK).find(|id| {
+            !self
+                .suspended
+                .iter()
+                .any(|s| matches!(s.cells, Held::Pool(held, _) if held == *id))
+        });
+        let state = match ctx.state_seq_get(seq_id(i), LlamaStateSeqFlags::empty()) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot copy a sequence's state to suspend it");
+                return None;
+            }
+        };
+        if let Some(spare) = spare {
+            match ctx.kv_cache_seq_cp(seq_id(i), spare, None, None) {
+                // The cells stay in use (by the spare id): no hole.
+                Ok(()) if free_cells(ctx, i, 0) => return Some(Held::Pool(spare, state)),
+                Ok(()) => {
+                    let _ = ctx.clear_kv_cache_seq(u32::try_from(spare).ok(), None, None);
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot move a suspended sequence's cells"),
+            }
+        }
+        self.park(ctx, i, 0);
+        Some(Held::Host(state))
+    }
+
+    /// Gives up the cells of the most recently suspended sequence still
+    /// holding cells in the pool (see [`Batcher::park`]), which then
+    /// resumes from its copy in host memory: room for a step. False when
+    /// none holds any.
+    fn spill_suspended(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
+        let Some(at) = self
+            .suspended
+            .iter()
+            .rposition(|s| matches!(s.cells, Held::Pool(..)))
+        else {
+            return false;
+        };
+        let Some(Suspended { seq, tokens, cells }) = self.suspended.remove(at) else {
+            return false;
+        };
+        let cells = match cells {
+            Held::Pool(id, state) => {
+                self.park_held(ctx, id, tokens.len());
+                self.shared.counters.spilled();
+                Held::Host(state)
+            }
+            host @ Held::Host(_) => host,
+        };
+        self.suspended.insert(at, Suspended { seq, tokens, cells });
+        true
+    }
+
+    /// Gives up the cells a suspended sequence holds, if in the pool.
+    fn drop_held(&mut self, ctx: &mut LlamaContext<'_>, suspended: &Suspended) {
+        if let Held::Pool(id, _) = suspended.cells {
+            self.park_held(ctx, id, suspended.tokens.len());
+        }
+    }
+
+    /// Gives up the `cells` cells of spare id `id` to [`PARK`] (see [`Batcher::park`]).
+    fn park_held(&mut self, ctx: &mut LlamaContext<'_>, id: i32, cells: usize) {
+        if cells > 0 && ctx.kv_cache_seq_cp(id, PARK, None, None).is_ok() {
+            self.parked += cells;
+        }
+        let _ = ctx.clear_kv_cache_seq(u32::try_from(id).ok(), None, None);
+        self.holes = true;
+        if self.parked > PARKED_CELLS {
+            self.unpark(ctx);
+        }
+    }
+
+    /// Puts suspended sequence `at` back into a free slot, with its cells.
+    /// False (and it stays suspended) when they were copied out and the
+    /// pool has no room for them even without the idle slots' cells.
+    fn resume(&mut self, ctx: &mut LlamaContext<'_>, at: usize) -> bool {
+        let Some(suspended) = self.suspended.remove(at) else {
+            return false;
+        };
+        let slot = self.take_slot(ctx, None);
+        let put = match &suspended.cells {
+            Held::Pool(id, _) => ctx
+                .kv_cache_seq_cp(*id, seq_id(slot), None, None)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    ctx.clear_kv_cache_seq(u32::try_from(*id).ok(), None, None)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }),
+            Held::Host(state) => {
+                let mut put = ctx.state_seq_set(state, seq_id(slot));
+                while put.is_err() && (self.unpark(ctx) || self.evict_idle(ctx)) {
+                    put = ctx.state_seq_set(state, seq_id(slot));
+                }
+                put.map(|_| ()).map_err(|e| e.to_string())
+            }
+        };
+        if let Err(e) = put {
+            free_cells(ctx, slot, 0);
+            if self.slots.iter().all(Slot::is_free) {
+                // An empty pool would have taken it: it never will.
+                tracing::error!(error = %e, "cannot restore a suspended sequence");
+                self.drop_held(ctx, &suspended);
+                let _ = suspended.seq.sink.send(Err(EngineError::Internal(
+                    "cannot restore the sequence's state".into(),
+                )));
+                return true;
+            }
+            tracing::debug!(error = %e, "no room to resume a suspended sequence yet");
+            self.suspended.insert(at, suspended);
+            return false;
+        }
+        self.shared.counters.resumed();
+        self.clock += 1;
+        let slot = &mut self.slots[slot];
+        slot.tokens = suspended.tokens;
+        slot.seq = Some(suspended.seq);
+        slot.used_at = self.clock;
+        true
     }
 
     /// The most slots background jobs hold at once: half (at least one),
@@ -1517,6 +1803,17 @@ impl Batcher<'_, '_> {
                     .send(Err(EngineError::Internal(message.to_owned())));
             }
             self.slots[i].tokens.clear();
+        }
+        // Suspended sequences whose cells are in the pool lose them too.
+        let (lost, kept) = std::mem::take(&mut self.suspended)
+            .into_iter()
+            .partition(|s| matches!(s.cells, Held::Pool(..)));
+        self.suspended = kept;
+        for suspended in Vec::from(lost) {
+            let _ = suspended
+                .seq
+                .sink
+                .send(Err(EngineError::Internal(message.to_owned())));
         }
         ctx.clear_kv_cache();
         self.parked = 0;

@@ -50,6 +50,14 @@ pub struct EngineStats {
     /// Grammars parsed into a sampler (a request with a grammar parses it
     /// once, whatever its `n`; its choices get copies).
     pub grammars_parsed: u64,
+    /// Sequences suspended to give their slot to another client's request
+    /// (their owner held more than its share of the slots).
+    pub suspended: u64,
+    /// Suspended sequences put back into a slot, with their cells.
+    pub resumed: u64,
+    /// Suspended sequences whose cells were copied to host memory and
+    /// given up because the pool needed the room.
+    pub spilled: u64,
     /// Sequences decoding now.
     pub active_sequences: u64,
     /// Requests waiting for a free sequence now.
@@ -76,6 +84,9 @@ pub(crate) struct Counters {
     kv_settles: AtomicU64,
     kv_pool_bytes: AtomicU64,
     kv_released_bytes: AtomicU64,
+    suspended: AtomicU64,
+    resumed: AtomicU64,
+    spilled: AtomicU64,
     active_sequences: AtomicU64,
 }
 
@@ -141,6 +152,18 @@ impl Counters {
         self.grammars_parsed.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn suspended(&self) {
+        self.suspended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn resumed(&self) {
+        self.resumed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn spilled(&self) {
+        self.spilled.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_active(&self, n: u64) {
         self.active_sequences.store(n, Ordering::Relaxed);
     }
@@ -165,6 +188,9 @@ impl Counters {
             kv_settles: self.kv_settles.load(Ordering::Relaxed),
             kv_pool_bytes: self.kv_pool_bytes.load(Ordering::Relaxed),
             kv_released_bytes: self.kv_released_bytes.load(Ordering::Relaxed),
+            suspended: self.suspended.load(Ordering::Relaxed),
+            resumed: self.resumed.load(Ordering::Relaxed),
+            spilled: self.spilled.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),
             waiting_requests,
         }

@@ -16,8 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-use futures::StreamExt as _;
-use svc_core::engine::{ChatMessage, Engine, EngineEvent, GenerateRequest, Sampling};
+use futures::{Stream, StreamExt as _};
+use svc_core::engine::{ChatMessage, Engine, EngineError, EngineEvent, GenerateRequest, Sampling};
 use svc_engine_llama::testing::{self, TinyModel};
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 use tempfile::TempDir;
@@ -55,7 +55,10 @@ struct Reply {
 }
 
 async fn reply(engine: &LlamaEngine, request: GenerateRequest) -> Reply {
-    let mut stream = engine.generate(request).await.unwrap();
+    read(engine.generate(request).await.unwrap()).await
+}
+
+async fn read(mut stream: impl Stream<Item = Result<EngineEvent, EngineError>> + Unpin) -> Reply {
     let mut out = Reply {
         text: String::new(),
         bits: Vec::new(),
@@ -150,6 +153,75 @@ async fn a_reply_is_the_same_bits_whatever_ran_before_or_beside_it() {
         assert_eq!(cold.bits.len(), 32, "{cold:?}");
         assert_eq!(after_long, cold, "after a long prompt, {sampling:?}");
         assert_eq!(beside, cold, "beside other streams, {sampling:?}");
+    }
+}
+
+// Issue 46: a client alone takes every slot; when another client's request
+// comes and none is free, the first client's newest sequence is suspended
+// (its cells copied to host memory) and later resumed from that copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_reply_is_the_same_bits_as_one_never_suspended() {
+    let with_slots = |parallel| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny_q4_1(&dir, "tiny-q4_1.gguf", TinyModel::looping());
+        let mut options = LlamaEngineOptions::new(&path);
+        options.parallel = parallel;
+        // Room for both probes, the suspended one's cells parked beside them.
+        options.context_per_sequence = 2048;
+        options.threads = Some(2);
+        Fixture {
+            engine: LlamaEngine::load(&options).unwrap(),
+            _dir: dir,
+        }
+    };
+    for sampling in [greedy(), seeded()] {
+        let long = |client: &str| GenerateRequest {
+            client: Some(client.into()),
+            ..ask(
+                format!("Say something about {}", "shells and sand ".repeat(38)),
+                sampling.clone(),
+                160,
+            )
+        };
+        let cold = reply(&with_slots(1).engine, long("key_a")).await;
+        assert_eq!(cold.bits.len(), 160, "{cold:?}");
+
+        // Two slots, one each by default; key_a alone holds both.
+        let f = with_slots(2);
+        let (first, second) = tokio::join!(f.engine.generate(long("key_a")), async {
+            f.engine.generate(long("key_a")).await
+        });
+        let mut first = first.unwrap().peekable();
+        let mut second = second.unwrap().peekable();
+        let (a, b) = tokio::join!(
+            std::pin::Pin::new(&mut first).peek(),
+            std::pin::Pin::new(&mut second).peek()
+        );
+        assert!(a.is_some() && b.is_some());
+        assert_eq!(f.engine.stats().active_sequences, 2);
+
+        // key_b's request takes a slot back at once and is answered while
+        // key_a's go on.
+        let other = GenerateRequest {
+            client: Some("key_b".into()),
+            ..ask("Count.".into(), greedy(), 8)
+        };
+        let timed = |stream| async move {
+            let out = read(stream).await;
+            (out, std::time::Instant::now())
+        };
+        let (first, second, other) = tokio::join!(
+            timed(first),
+            timed(second),
+            timed(f.engine.generate(other).await.unwrap().peekable())
+        );
+        let stats = f.engine.stats();
+        assert!(stats.suspended >= 1 && stats.resumed >= 1, "{stats:?}");
+        assert_eq!(stats.max_sequences_per_step, 2, "{stats:?}");
+        assert_eq!(other.0.bits.len(), 8);
+        assert!(other.1 < first.1 && other.1 < second.1);
+        assert_eq!(first.0, cold, "{sampling:?}");
+        assert_eq!(second.0, cold, "{sampling:?}");
     }
 }
 

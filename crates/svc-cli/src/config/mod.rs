@@ -129,8 +129,9 @@ pub struct EngineConfig {
     /// Requests that may wait for a free slot before 429.
     pub queue: usize,
     /// The most slots one API key's requests (or one request's `n`
-    /// choices) hold at once; more wait for one of them to end while other
-    /// keys' requests start. `None` is half of `parallel`.
+    /// choices) hold while another key's request waits (a key alone takes
+    /// every slot, and gives back the rest when another asks). `None` is
+    /// half of `parallel`.
     #[serde(deserialize_with = "slots")]
     pub slots_per_client: Option<u32>,
     /// KV cells (tokens) of the one pool all sequences share; `None` is
