@@ -32,7 +32,7 @@
 #   measurement)  BENCH_QUIET_BUDGET=600 (seconds of such waiting in all;
 #   then it measures without waiting or retrying)  BENCH_MAX_FOREIGN=0.10 and BENCH_RETRIES=1 (a measurement
 #   is redone when others used more than that share of the CPUs)
-#   BENCH_ONLY=single,c4,c16,conv1,conv8,stall
+#   BENCH_ONLY=single,pp,c4,c16,conv1,conv8,stall
 #   BENCH_QUICK=1: one round, 4 conversations instead of 8, no retries,
 #   shorter waits (a few minutes instead of ~10-15)
 #   BENCH_SVC_ARGS: more `svc serve` flags (e.g. the engine's new options)
@@ -174,7 +174,7 @@ Model \`$(basename "$model")\` ($(stat -c %s "$model") bytes), $threads threads,
 - llama-server: built from ${ls_from%%;*}; \`llama-server ${ls_args[*]:2}\` (defaults otherwise: prompt cache, \`--cache-ram\` 8192 MiB)${ls_settings:+; log: $ls_settings}
 EOF
 )
-only=${BENCH_ONLY:-single,c4,c16,conv1,conv8,stall}
+only=${BENCH_ONLY:-single,pp,c4,c16,conv1,conv8,stall}
 log "measuring: $only, $rounds rounds"
 "$py" bench/engine/vs_server.py --svc-url "$svc_url" --svc-key "$key" --svc-pid "$svc_pid" \
   --ls-url "$ls_url" --ls-pid "$ls_pid" --rounds "$rounds" --conv8-rounds "$conv8_rounds" \

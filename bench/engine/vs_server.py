@@ -237,6 +237,18 @@ async def m_concurrent(srv: Server, a, tag: str, c: int) -> dict:
             "ttft_p99": pct(ttfts, 99), "tokens_per_stream": statistics.median(r["tokens"] for r in rs)}
 
 
+async def m_prompt(srv: Server, a, text: Text, tag: str) -> dict:
+    """One request of a fresh ~2,000-token prompt and a 1-token reply:
+    prompt tokens per second of its TTFT (nothing of it cached)."""
+    # sized first, so that sizing it does not run during the measurement
+    body = await text.make(f"pp-{tag}", a.pp_tokens)
+    wait_quiet(a.quiet_wait)
+    with ForeignLoad((srv.pid,)) as load:
+        r = await srv.stream([{"role": "user", "content": f"({tag}) Summarize this log: {body}"}], 1)
+    return {"pp_tps": r["prompt_tokens"] / max(r["ttft"], 1e-9), "pp_ttft": r["ttft"],
+            "pp_prompt_tokens": r["prompt_tokens"], "foreign": load.share}
+
+
 async def conversations(srv: Server, a, text: Text, tag: str, n: int) -> dict:
     # user texts first, so that sizing them does not run during the measurement
     users = [[await text.make(f"{tag}-c{c}-t{t}", a.turn_tokens) for t in range(a.turns)] for c in range(n)]
@@ -353,7 +365,8 @@ async def main() -> None:
     ap.add_argument("--reply-tokens", type=int, default=48)
     ap.add_argument("--long-tokens", type=int, default=1400)
     ap.add_argument("--stall-stream-tokens", type=int, default=1024)
-    ap.add_argument("--only", default="single,c4,c16,conv1,conv8,stall")
+    ap.add_argument("--pp-tokens", type=int, default=2000)
+    ap.add_argument("--only", default="single,pp,c4,c16,conv1,conv8,stall")
     ap.add_argument("--quiet-wait", type=float, default=60.0)
     ap.add_argument("--max-foreign", type=float, default=0.10)
     ap.add_argument("--retries", type=int, default=1)
@@ -399,6 +412,11 @@ async def main() -> None:
                 r = await timed(s, a, lambda at: m_single(s, a, f"{tag}-a{at}"))
                 record("single", s.name, r)
                 print(f"  single: {r['decode_tps']:.1f} tokens/s, short TTFT {1000 * r['short_ttft']:.0f} ms",
+                      file=sys.stderr)
+            if "pp" in only:
+                r = await timed(s, a, self_timed(lambda at: m_prompt(s, a, text, f"{tag}-pp-a{at}")))
+                record("pp", s.name, r)
+                print(f"  prompt processing: {r['pp_tps']:.0f} tokens/s ({r['pp_prompt_tokens']} tokens)",
                       file=sys.stderr)
             for c in (4, 16):
                 if f"c{c}" in only:
@@ -467,6 +485,8 @@ def report(out: dict, header: str) -> str:
 
     row("single stream: decode tokens/s", "single", "decode_tps", tps, "")
     row("single stream: TTFT, short prompt (median of 5)", "single", "short_ttft", ms, "≤ 1.0×", 1000)
+    row(f"prompt processing tokens/s, {out['args'].get('pp_tokens', 2000):,}-token prompt", "pp", "pp_tps",
+        lambda x: f"{x:.0f}", "≥ 1.0×")
     row("4 streams: aggregate tokens/s", "c4", "tps", tps, "")
     row("4 streams: TTFT p50", "c4", "ttft_p50", ms, "", 1000)
     row("4 streams: TTFT p99", "c4", "ttft_p99", ms, "", 1000)
@@ -490,6 +510,7 @@ def report(out: dict, header: str) -> str:
     for key, field, label in (("single", "tokens_per_stream", "completion tokens, single stream"),
                               ("c16", "tokens_per_stream", "completion tokens per stream at 16"),
                               ("single", "short_prompt_tokens", "prompt tokens, short prompt"),
+                              ("pp", "pp_prompt_tokens", "prompt tokens, prompt-processing row"),
                               ("conv1", "prompt_tokens", "prompt tokens at turn 7"),
                               ("stall", "long_prompt_tokens", "prompt tokens, long prompt")):
         m = med(key, field)
