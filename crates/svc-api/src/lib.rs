@@ -19,6 +19,7 @@ pub mod keys;
 pub mod messages;
 pub mod models;
 pub mod organization;
+pub mod rerank;
 pub mod responses;
 pub mod schema;
 pub mod usage;
@@ -32,6 +33,7 @@ pub use health::*;
 pub use keys::*;
 pub use models::*;
 pub use organization::*;
+pub use rerank::{RerankRequest, RerankResponse};
 pub use responses::{CreateResponseRequest, DeletedResponse, ResponseObject, ResponseUsage};
 pub use usage::*;
 

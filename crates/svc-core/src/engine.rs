@@ -513,6 +513,40 @@ pub struct Embeddings {
     pub prompt_tokens: u64,
 }
 
+/// A validated rerank request: documents to score against a query.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RerankRequest {
+    pub query: String,
+    /// The documents' texts, in the request's order.
+    pub documents: Vec<String>,
+    /// Who asks (the API key's id), as in [`GenerateRequest::client`].
+    pub client: Option<String>,
+    /// Work nobody waits on, as in [`GenerateRequest::background`].
+    pub background: bool,
+}
+
+impl RerankRequest {
+    /// A token per 4 bytes of the query, counted once per document, and of
+    /// each document, rounded up: what a cross-encoder reads.
+    pub fn estimate_tokens(&self) -> u64 {
+        let query = self.query.len().div_ceil(4) as u64;
+        self.documents
+            .iter()
+            .map(|d| query + d.len().div_ceil(4) as u64)
+            .sum()
+    }
+}
+
+/// The scores of a rerank request: one per document, in the request's
+/// order (the server sorts them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Reranked {
+    /// Each document's relevance to the query; higher is more relevant.
+    pub scores: Vec<f32>,
+    /// Tokens read, as the model counted them (query and document pairs).
+    pub prompt_tokens: u64,
+}
+
 /// Anything that turns a validated request into a stream of events.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
@@ -526,6 +560,17 @@ pub trait Engine: Send + Sync + 'static {
         Err(EngineError::InvalidRequest {
             param: Some("model".to_owned()),
             message: "this model does not create embeddings".to_owned(),
+        })
+    }
+
+    /// The relevance of each of `request`'s documents to its query. An
+    /// engine whose model does not rerank refuses with `InvalidRequest`
+    /// naming `model`.
+    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
+        let _ = request;
+        Err(EngineError::InvalidRequest {
+            param: Some("model".to_owned()),
+            message: "this model does not rerank documents".to_owned(),
         })
     }
 

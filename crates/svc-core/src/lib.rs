@@ -82,10 +82,10 @@ pub use device::{
 pub use engine::{
     ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
     EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, IMAGE_TOKEN_ESTIMATE,
-    ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort, Residence, Residency,
-    ResidencyState, Sampling, TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec,
-    ToolChoiceSpec, ToolSpec, TopLogprob, Unload, UserPart, estimate_tokens, refuse_images,
-    refuse_prompt_scoring,
+    ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort, RerankRequest, Reranked,
+    Residence, Residency, ResidencyState, Sampling, TextPrompt, TokenLogprob, TokenUsage,
+    ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, Unload, UserPart,
+    estimate_tokens, refuse_images, refuse_prompt_scoring,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

@@ -20,7 +20,7 @@ use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use svc_core::trace::{SpanKind, Value};
 use svc_core::{
     EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus,
-    EventStream, GenerateRequest,
+    EventStream, GenerateRequest, RerankRequest, Reranked,
 };
 use tokio::time::{Instant, timeout, timeout_at};
 
@@ -32,6 +32,7 @@ use crate::pool::{Endpoint, Lease, Pool, Route};
 use crate::proxy::Proxies;
 use crate::reader::StreamReader;
 use crate::request;
+use crate::rerank;
 use crate::translate::{Step, Translator};
 
 /// An engine whose model runs elsewhere, behind OpenAI-compatible APIs.
@@ -224,20 +225,24 @@ impl UpstreamEngine {
         }
     }
 
-    /// One embeddings request at the endpoint of `lease`, read whole
-    /// within the whole-reply timeout.
-    async fn embed_once(
+    /// One request of work answered in one piece (embeddings, rerank) at
+    /// the endpoint of `lease`: `body` (given the endpoint's model name)
+    /// posted to `path` of it, the reply read whole within the whole-reply
+    /// timeout and read by `parse`.
+    async fn whole_once<T>(
         &self,
         lease: &Lease,
-        request: &EmbedRequest,
-    ) -> Result<Embeddings, Failure> {
+        path: fn(&Endpoint) -> &hyper::Uri,
+        body: &impl Fn(&str) -> Vec<u8>,
+        parse: &impl Fn(&[u8]) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
         let endpoint = lease.endpoint();
         let wait = self.options.whole_timeout;
         let deadline = Instant::now() + wait;
         let late = || Failure::Timeout(format!("no whole reply within {wait:?}"));
-        let body = Bytes::from(embeddings::body(request, &endpoint.model));
+        let body = Bytes::from(body(&endpoint.model));
         let post = || {
-            let mut post = endpoint.request(Method::POST, &endpoint.embeddings_path, body.clone());
+            let mut post = endpoint.request(Method::POST, path(endpoint), body.clone());
             let headers = post.headers_mut();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
@@ -258,7 +263,51 @@ impl UpstreamEngine {
             let text = String::from_utf8_lossy(&bytes);
             return Err(error::from_status(exchange.status.as_u16(), &text));
         }
-        embeddings::parse(&bytes, request)
+        parse(&bytes)
+    }
+
+    /// Work answered in one piece (see [`Self::whole_once`]), tried at one
+    /// endpoint after another while the failure is worth retrying; `what`
+    /// names it in the log.
+    async fn whole<T>(
+        &self,
+        what: &str,
+        path: fn(&Endpoint) -> &hyper::Uri,
+        body: impl Fn(&str) -> Vec<u8>,
+        parse: impl Fn(&[u8]) -> Result<T, Failure>,
+    ) -> Result<T, EngineError> {
+        let mut tried = vec![false; self.pool.endpoints.len()];
+        let mut worst: Option<Failure> = None;
+        for attempt in 1..=self.options.max_attempts {
+            let Some(mut lease) = self.pool.pick(&mut tried, &[]) else {
+                break;
+            };
+            match self.whole_once(&lease, path, &body, &parse).await {
+                Ok(answer) => {
+                    lease.success();
+                    return Ok(answer);
+                }
+                Err(failure) => {
+                    lease.failure(&failure);
+                    if !failure.retryable() {
+                        return Err(failure.to_engine_error());
+                    }
+                    tracing::warn!(
+                        upstream = %lease.endpoint().base_url,
+                        attempt,
+                        detail = ?failure,
+                        "upstream {what} attempt failed"
+                    );
+                    if worst
+                        .as_ref()
+                        .is_none_or(|w| failure.severity() >= w.severity())
+                    {
+                        worst = Some(failure);
+                    }
+                }
+            }
+        }
+        Err(error::exhausted(worst.as_ref()))
     }
 }
 
@@ -434,38 +483,23 @@ impl Engine for UpstreamEngine {
     }
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
-        let mut tried = vec![false; self.pool.endpoints.len()];
-        let mut worst: Option<Failure> = None;
-        for attempt in 1..=self.options.max_attempts {
-            let Some(mut lease) = self.pool.pick(&mut tried, &[]) else {
-                break;
-            };
-            match self.embed_once(&lease, &request).await {
-                Ok(embeddings) => {
-                    lease.success();
-                    return Ok(embeddings);
-                }
-                Err(failure) => {
-                    lease.failure(&failure);
-                    if !failure.retryable() {
-                        return Err(failure.to_engine_error());
-                    }
-                    tracing::warn!(
-                        upstream = %lease.endpoint().base_url,
-                        attempt,
-                        detail = ?failure,
-                        "upstream embeddings attempt failed"
-                    );
-                    if worst
-                        .as_ref()
-                        .is_none_or(|w| failure.severity() >= w.severity())
-                    {
-                        worst = Some(failure);
-                    }
-                }
-            }
-        }
-        Err(error::exhausted(worst.as_ref()))
+        self.whole(
+            "embeddings",
+            |endpoint| &endpoint.embeddings_path,
+            |model| embeddings::body(&request, model),
+            |bytes| embeddings::parse(bytes, &request),
+        )
+        .await
+    }
+
+    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
+        self.whole(
+            "rerank",
+            |endpoint| &endpoint.rerank_path,
+            |model| rerank::body(&request, model),
+            |bytes| rerank::parse(bytes, &request),
+        )
+        .await
     }
 
     // `count_tokens` is the trait's estimate (`svc_core::estimate_tokens`,

@@ -21,6 +21,7 @@ mod pool;
 mod proxy;
 mod reader;
 mod request;
+mod rerank;
 mod sse;
 mod translate;
 

@@ -60,6 +60,9 @@ pub struct Endpoint {
     /// The legacy text completions path (`completions`).
     pub completions_path: Uri,
     pub embeddings_path: Uri,
+    /// `rerank` under the base URL (`/v1/rerank` for a `/v1` base, as
+    /// vLLM, llama-server and Jina serve it).
+    pub rerank_path: Uri,
     pub models_path: Uri,
     /// `Bearer <key>`, marked sensitive so it is never logged.
     pub auth: Option<HeaderValue>,
@@ -130,6 +133,7 @@ impl Endpoint {
             chat_path: join("chat/completions")?,
             completions_path: join("completions")?,
             embeddings_path: join("embeddings")?,
+            rerank_path: join("rerank")?,
             models_path: join("models")?,
             origin: Arc::new(origin),
             base_url,

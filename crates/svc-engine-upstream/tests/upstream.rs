@@ -15,11 +15,13 @@ use futures::StreamExt;
 use serde_json::json;
 use svc_core::{
     ChatMessage, EmbedInput, EmbedRequest, Engine, EngineError, EngineEvent, EventStream,
-    FinishReason, GenerateRequest, OutputFormat, Sampling, TextPrompt, TokenUsage, ToolCallChunk,
-    ToolChoiceSpec, ToolSpec,
+    FinishReason, GenerateRequest, OutputFormat, RerankRequest, Sampling, TextPrompt, TokenUsage,
+    ToolCallChunk, ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamKey, UpstreamOptions};
-use svc_test_support::{Behavior, FakeToolCall, FakeUpstream, Reply, fake_upstream_vector};
+use svc_test_support::{
+    Behavior, FakeToolCall, FakeUpstream, Reply, fake_relevance, fake_upstream_vector,
+};
 
 /// Small timeouts so failing paths stay fast; health checks effectively off.
 fn options() -> UpstreamOptions {
@@ -747,6 +749,67 @@ async fn embeddings_are_retried_elsewhere_and_a_refusal_is_not() {
         ),
         "{failed:?}"
     );
+}
+
+fn rerank_request() -> RerankRequest {
+    RerankRequest {
+        query: "where do pandas live".into(),
+        documents: vec![
+            "bamboo grows where it rains".into(),
+            "pandas live where bamboo grows".into(),
+            "stocks fell".into(),
+        ],
+        client: None,
+        background: false,
+    }
+}
+
+// Issue 47: an upstream that reranks (vLLM, llama-server --rerank, any
+// Jina/Cohere-shaped endpoint) is asked for every document's score, under
+// its own model name, and its results come back in the documents' order.
+#[tokio::test]
+async fn rerank_passes_through_in_the_documents_order() {
+    let fake = FakeUpstream::start().await;
+    fake.require_key("sk-up");
+    let mut with_key = endpoint(&fake, 1);
+    with_key.api_key = Some(UpstreamKey::new("sk-up"));
+    let engine = UpstreamEngine::new(vec![with_key], options()).unwrap();
+    let request = rerank_request();
+    let got = engine.rerank(request.clone()).await.unwrap();
+    let expected: Vec<f32> = request
+        .documents
+        .iter()
+        .map(|d| fake_relevance(&request.query, d))
+        .collect();
+    assert_eq!(got.scores, expected);
+    assert!(got.scores[1] > got.scores[0] && got.scores[0] > got.scores[2]);
+    // The fake counts a document's words plus 3.
+    assert_eq!(got.prompt_tokens, 5 + 3 + 5 + 3 + 2 + 3);
+    assert_eq!(
+        fake.last_request().unwrap(),
+        json!({"model": "their-model", "query": "where do pandas live",
+            "documents": ["bamboo grows where it rains", "pandas live where bamboo grows", "stocks fell"],
+            "top_n": 3, "return_documents": false})
+    );
+    assert_eq!(fake.rerank_requests(), 1);
+
+    // A failing endpoint is tried again elsewhere, a refusal is not.
+    let (down, up) = (FakeUpstream::start().await, FakeUpstream::start().await);
+    down.set_behavior(Behavior::Status(503, "loading".into()));
+    let engine = engine_first_preferred(&[&down, &up], options());
+    assert_eq!(
+        engine.rerank(rerank_request()).await.unwrap().scores,
+        expected
+    );
+    assert_eq!((down.rerank_requests(), up.rerank_requests()), (1, 1));
+    up.set_behavior(Behavior::Status(400, "no such model".into()));
+    down.set_behavior(Behavior::Status(400, "no such model".into()));
+    let refused = engine.rerank(rerank_request()).await.unwrap_err();
+    assert!(
+        matches!(refused, EngineError::InvalidRequest { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(down.rerank_requests() + up.rerank_requests(), 3);
 }
 
 fn text_request(prompt: &str, suffix: Option<&str>, stream: bool) -> GenerateRequest {

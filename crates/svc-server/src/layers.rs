@@ -82,16 +82,18 @@ fn dialect(path: &str) -> &'static str {
     }
 }
 
-/// Middleware: logs every `/v1/` request (the API; not the dashboard,
-/// health checks or `/metrics`) to `log`, and exports its spans to
-/// `tracer` when traces are exported.
+/// Middleware: logs every API request (`/v1/`, and rerank's aliases
+/// `/rerank` and `/v2/rerank`; not the dashboard, health checks or
+/// `/metrics`) to `log`, and exports its spans to `tracer` when traces
+/// are exported.
 pub async fn request_log(
     State((log, tracer)): State<(Arc<RequestLog>, Option<Arc<Tracer>>)>,
     request: Request,
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    if !(log.enabled || tracer.is_some()) || !path.starts_with("/v1/") {
+    let api = path.starts_with("/v1/") || path == "/rerank" || path == "/v2/rerank";
+    if !(log.enabled || tracer.is_some()) || !api {
         return next.run(request).await;
     }
     // A caller's trace is continued; else this request begins one.

@@ -27,6 +27,7 @@ pub(crate) mod ratelimit;
 pub(crate) mod registry;
 pub(crate) mod request_id;
 pub(crate) mod request_log;
+pub(crate) mod rerank;
 pub(crate) mod responses;
 pub(crate) mod routes;
 pub(crate) mod scoped;

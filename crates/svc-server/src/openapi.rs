@@ -133,7 +133,7 @@ fn generating(operation: &mut utoipa::openapi::path::Operation) {
 
 const SUMMARY: &str = "A self-hostable OpenAI-compatible chat-completion service.";
 const DESCRIPTION: &str = "Chat completions in the shape of OpenAI's chat-completions interface: client libraries written for it work unchanged once their base URL is `{base_url}/v1` and their API key is an svc key.\n\nEvery error is answered with the body `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}` (`param` and `code` are always present, possibly null). Every response carries an `x-request-id` header; a 5xx body quotes it.";
-const TAGS: [(&str, &str); 9] = [
+const TAGS: [(&str, &str); 10] = [
     ("chat", "Chat completions."),
     (
         "completions",
@@ -142,6 +142,10 @@ const TAGS: [(&str, &str); 9] = [
     (
         "embeddings",
         "Embeddings: vectors for texts, from a model that makes them (`svc-embed`) or an upstream.",
+    ),
+    (
+        "rerank",
+        "Reranking: each document's relevance to a query, from a reranking model (a cross-encoder), most relevant first.",
     ),
     (
         "responses",

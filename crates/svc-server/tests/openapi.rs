@@ -112,8 +112,9 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
     // INSTA_UPDATE=always).
     insta::assert_json_snapshot!("openapi", doc);
 
-    // Bearer auth on /v1/*, naming the one permission the handler's key
-    // needs (none: any key); none elsewhere.
+    // Bearer auth on /v1/* (and rerank's aliases, /rerank and /v2/rerank,
+    // the paths vLLM's and Cohere's clients use), naming the one
+    // permission the handler's key needs (none: any key); none elsewhere.
     let scheme = &doc["components"]["securitySchemes"]["bearer"];
     assert_eq!(scheme["type"], "http");
     assert_eq!(scheme["scheme"], "bearer");
@@ -122,7 +123,8 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
             let route = format!("{} {path}", method.to_uppercase());
             let security = operation["security"].as_array().expect("explicit security");
             // The device flow is how a client without a key gets one.
-            if path.starts_with("/v1/") && !path.starts_with("/v1/auth/device/") {
+            let keyed = path.starts_with("/v1/") || path == "/rerank" || path == "/v2/rerank";
+            if keyed && !path.starts_with("/v1/auth/device/") {
                 let scopes = &security[0]["bearer"];
                 assert!(
                     scopes.as_array().is_some_and(|s| s.len() <= 1),

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use svc_core::engine::{TokenLogprob, TopLogprob};
 use svc_core::{
     ChatMessage, EmbedInput, EmbedRequest, Embeddings, Engine, EngineError, EngineEvent,
-    EventStream, FinishReason, GenerateRequest, TokenUsage, ToolCallChunk,
+    EventStream, FinishReason, GenerateRequest, RerankRequest, Reranked, TokenUsage, ToolCallChunk,
 };
 use svc_server::{ModelRegistry, ModelRoute};
 
@@ -336,7 +336,7 @@ impl Engine for FakeEngine {
 /// embedded engine: it echoes at once, reports the tokens of the messages
 /// before the last as cached ([`FakeEngine::with_prefix_cache`]) and its
 /// numerics as [`FAKE_FINGERPRINT`]; `fake-embed` makes embeddings
-/// ([`FakeEmbedder`]).
+/// ([`FakeEmbedder`]); `fake-rerank` reranks ([`FakeReranker`]).
 pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
     let route_of = |id: &str, engine: FakeEngine, reasoning: bool| ModelRoute {
         id: id.into(),
@@ -400,7 +400,84 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
             default_system_prompt: None,
             fallbacks: svc_server::Fallbacks::default(),
         },
+        ModelRoute {
+            id: "fake-rerank".into(),
+            engine: Arc::new(FakeReranker {
+                probe: probe.clone(),
+            }),
+            reasoning: false,
+            created: 1_700_000_000,
+            owned_by: "svc".into(),
+            default_system_prompt: None,
+            fallbacks: svc_server::Fallbacks::default(),
+        },
     ])
+}
+
+/// A scripted reranking model: a document's score is the share of the
+/// query's words (lowercase, without punctuation) it holds
+/// ([`fake_relevance`]); the tokens it reads are the query's and the
+/// document's words plus 3 per document (`[CLS]` and two `[SEP]`). A
+/// document of more than [`FAKE_EMBED_MAX_WORDS`] words is refused as too
+/// long, naming `documents[i]`.
+pub struct FakeReranker {
+    probe: Arc<Probe>,
+}
+
+/// The lowercase words of `text`, without punctuation.
+fn plain_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// `fake-rerank`'s score of `document` for `query`: the share of the
+/// query's distinct words the document holds, 0 to 1.
+pub fn fake_relevance(query: &str, document: &str) -> f32 {
+    let mut wanted = plain_words(query);
+    wanted.sort();
+    wanted.dedup();
+    let held = plain_words(document);
+    let found = wanted.iter().filter(|w| held.contains(w)).count();
+    found as f32 / wanted.len().max(1) as f32
+}
+
+#[async_trait]
+impl Engine for FakeReranker {
+    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
+        Err(EngineError::InvalidRequest {
+            param: Some("model".into()),
+            message: "this model reranks documents, not text; use POST /v1/rerank".into(),
+        })
+    }
+
+    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
+        self.probe.started.fetch_add(1, Ordering::SeqCst);
+        if request.background {
+            self.probe.background.fetch_add(1, Ordering::SeqCst);
+        }
+        let query = plain_words(&request.query).len() as u64;
+        let mut out = Reranked::default();
+        for (i, document) in request.documents.iter().enumerate() {
+            let n = plain_words(document).len();
+            if n > FAKE_EMBED_MAX_WORDS {
+                return Err(EngineError::InvalidRequest {
+                    param: Some(format!("documents[{i}]")),
+                    message: format!(
+                        "documents[{i}] has {n} words; at most {FAKE_EMBED_MAX_WORDS} fit"
+                    ),
+                });
+            }
+            out.prompt_tokens += query + n as u64 + 3;
+            out.scores.push(fake_relevance(&request.query, document));
+        }
+        Ok(out)
+    }
+
+    fn name(&self) -> &str {
+        "fake-rerank"
+    }
 }
 
 /// A scripted embedding model: each input's vector is [`fake_vector`] of

@@ -2,7 +2,7 @@
 //! misbehaves on demand, for testing what svc does in front of one.
 //!
 //! It speaks `POST /v1/chat/completions` (streamed like vLLM, or whole),
-//! `POST /v1/completions`, `POST /v1/embeddings` and `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
+//! `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/rerank` and `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
 //! one for every request, or queued for the next ones. Connections are
 //! served by hyper directly so a handler can close its own connection
 //! (before or in the middle of a response), and [`FakeUpstream::kill`]
@@ -98,6 +98,7 @@ struct Shared {
     connections: AtomicUsize,
     chat_requests: AtomicUsize,
     embeddings_requests: AtomicUsize,
+    rerank_requests: AtomicUsize,
     completions_requests: AtomicUsize,
     models_requests: AtomicUsize,
     completed: AtomicUsize,
@@ -135,6 +136,7 @@ impl FakeUpstream {
             connections: AtomicUsize::new(0),
             chat_requests: AtomicUsize::new(0),
             embeddings_requests: AtomicUsize::new(0),
+            rerank_requests: AtomicUsize::new(0),
             completions_requests: AtomicUsize::new(0),
             models_requests: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
@@ -144,6 +146,7 @@ impl FakeUpstream {
         let router = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
+            .route("/v1/rerank", post(rerank))
             .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
             .with_state(shared.clone());
@@ -196,6 +199,11 @@ impl FakeUpstream {
     /// `POST /v1/completions` requests received.
     pub fn completions_requests(&self) -> usize {
         self.shared.completions_requests.load(Ordering::SeqCst)
+    }
+
+    /// `POST /v1/rerank` requests received.
+    pub fn rerank_requests(&self) -> usize {
+        self.shared.rerank_requests.load(Ordering::SeqCst)
     }
 
     /// `POST /v1/embeddings` requests received.
@@ -428,6 +436,49 @@ async fn embeddings(
         "data": data,
         "model": request["model"],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response()
+}
+
+/// A Jina/Cohere-shaped rerank, as vLLM and llama-server answer it, under
+/// the same behaviors as chat: each document scored by
+/// `svc_test_support::fake_relevance` (listed from the last document to
+/// the first, as an upstream may), the first `top_n`, with usage.
+async fn rerank(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<Connection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.rerank_requests.fetch_add(1, Ordering::SeqCst);
+    let (request, _) = match received(&shared, &connection, &headers, &body).await {
+        Ok(received) => received,
+        Err(refused) => return refused,
+    };
+    let query = request["query"].as_str().unwrap_or_default();
+    let documents = request["documents"].as_array().cloned().unwrap_or_default();
+    let top_n = request["top_n"]
+        .as_u64()
+        .map_or(documents.len(), |n| n as usize);
+    let results: Vec<Value> = documents
+        .iter()
+        .enumerate()
+        .rev()
+        .take(top_n)
+        .map(|(i, document)| {
+            let text = document.as_str().unwrap_or_default();
+            json!({"index": i, "relevance_score": crate::fake_relevance(query, text)})
+        })
+        .collect();
+    let tokens: usize = documents
+        .iter()
+        .map(|d| d.as_str().unwrap_or_default().split_whitespace().count() + 3)
+        .sum();
+    Json(json!({
+        "id": "rerank-fake",
+        "model": request["model"],
+        "results": results,
+        "usage": {"total_tokens": tokens},
     }))
     .into_response()
 }

@@ -23,7 +23,8 @@ pub mod watchdog;
 pub use browser::{Browser, Page};
 pub use fake_engine::{
     FAKE_EMBED_DIMENSIONS, FAKE_EMBED_MAX_WORDS, FAKE_FINGERPRINT, FAKE_TEMPLATE_TOKENS,
-    FakeEmbedder, FakeEngine, Probe, Script, fake_models, fake_vector,
+    FakeEmbedder, FakeEngine, FakeReranker, Probe, Script, fake_models, fake_relevance,
+    fake_vector,
 };
 pub use fake_upstream::{Behavior, FakeToolCall, FakeUpstream, Reply, fake_upstream_vector};
 pub use process::ServeProcess;

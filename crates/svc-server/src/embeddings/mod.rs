@@ -11,14 +11,14 @@ use axum::response::Response;
 use base64::Engine as _;
 use svc_api::EmbeddingRequest;
 use svc_api::embeddings::{Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector};
-use svc_core::{KeyRecord, TokenUsage};
+use svc_core::KeyRecord;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, json_response, limited};
+use crate::pipeline::{Metering, arrived, json_response, limited, whole};
 use crate::state::AppState;
 use valid::ValidEmbeddingRequest;
 
@@ -72,37 +72,18 @@ async fn answer(
     embed.client = Some(key.id.to_string());
     embed.background = crate::scoped::in_batch();
     let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
-    let charge = state
-        .admission
-        .charge_tokens(
-            &key,
-            &model,
-            i64::try_from(estimate).unwrap_or(i64::MAX),
-            0,
-            &metering.budget,
-        )
-        .await?;
-    state.metrics.gateway_overhead(&model, arrived.elapsed());
-    // A refusal or failure gives the charge back (dropping it) and records
-    // nothing: no vector was made.
-    let embeddings = route.engine.embed(embed).await.map_err(|e| match e {
-        svc_core::EngineError::InvalidRequest { param, message }
-            if param.as_deref() == Some("model") =>
-        {
-            ApiError::Validation(svc_core::ValidationError::new(
-                "model",
-                format!("The model `{model}` does not create embeddings ({message})."),
-            ))
-        }
-        e => ApiError::Engine(e),
-    })?;
-    let used = TokenUsage {
-        prompt_tokens: embeddings.prompt_tokens,
-        ..TokenUsage::default()
-    };
-    state
-        .admission
-        .record_whole(&key, &model, &metering, charge, used);
+    let (embeddings, used) = whole(
+        &state.admission,
+        &state.metrics,
+        &key,
+        &model,
+        &metering,
+        (arrived, estimate),
+        "create embeddings",
+        route.engine.embed(embed),
+        |embeddings| embeddings.prompt_tokens,
+    )
+    .await?;
     let data = embeddings
         .vectors
         .into_iter()

@@ -66,6 +66,7 @@ mod projects;
 mod ratelimit;
 mod reasoning;
 mod request_log;
+mod rerank;
 mod response_cache;
 mod response_storage;
 mod responses;

@@ -34,7 +34,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use svc_core::engine::{
     EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
-    Residence, Residency, ResidencyState, Unload,
+    RerankRequest, Reranked, Residence, Residency, ResidencyState, Unload,
 };
 use tokio::sync::{Notify, watch};
 
@@ -746,6 +746,11 @@ impl Engine for OnDemand {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         let (engine, _guard) = self.acquire().await?;
         engine.embed(request).await
+    }
+
+    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
+        let (engine, _guard) = self.acquire().await?;
+        engine.rerank(request).await
     }
 
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
