@@ -62,8 +62,8 @@ pub struct DeletedFile {
 pub struct CreateBatchRequest {
     /// A file uploaded with `purpose: batch`: one request a line.
     pub input_file_id: String,
-    /// `/v1/chat/completions`, `/v1/responses`, `/v1/embeddings` or
-    /// `/v1/completions`: every line's `url`.
+    /// `/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`,
+    /// `/v1/completions` or `/v1/rerank`: every line's `url`.
     pub endpoint: String,
     /// Always `24h`.
     pub completion_window: String,

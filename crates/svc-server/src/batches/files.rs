@@ -50,7 +50,7 @@ crate::openapi::parameters! {
 
 #[utoipa::path(post, path = "/v1/files", tag = "files", operation_id = "createFile",
     summary = "Upload a file for a batch: JSON Lines, one request a line.",
-    description = "A `multipart/form-data` body with `file` and `purpose` (`batch`). Each line must be `{\"custom_id\": ..., \"method\": \"POST\", \"url\": ..., \"body\": {...}}`, with a `url` a batch can call (`/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`, `/v1/completions`), a `body.model`, no `body.stream`, and a `custom_id` unique in the file; a wrong line is a 400 naming it (`line 3: ...`, `param` `file`), and nothing is kept. The file and its name (at most 255 bytes) count against its project's quota of file bytes (`files_quota_bytes`), with its running batches and their answers.",
+    description = "A `multipart/form-data` body with `file` and `purpose` (`batch`). Each line must be `{\"custom_id\": ..., \"method\": \"POST\", \"url\": ..., \"body\": {...}}`, with a `url` a batch can call (`/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`, `/v1/completions`, `/v1/rerank`), a `body.model`, no `body.stream`, and a `custom_id` unique in the file; a wrong line is a 400 naming it (`line 3: ...`, `param` `file`), and nothing is kept. The file and its name (at most 255 bytes) count against its project's quota of file bytes (`files_quota_bytes`), with its running batches and their answers.",
     security(("bearer" = ["api.files.write"])),
     request_body(content = UploadFile, content_type = "multipart/form-data"),
     responses(

@@ -8,11 +8,12 @@ use std::collections::HashMap;
 use svc_api::batches::BatchInputLine;
 
 /// The endpoints a batch may call.
-pub(crate) const ENDPOINTS: [&str; 4] = [
+pub(crate) const ENDPOINTS: [&str; 5] = [
     "/v1/chat/completions",
     "/v1/responses",
     "/v1/embeddings",
     "/v1/completions",
+    "/v1/rerank",
 ];
 
 /// The most requests one batch file holds (OpenAI's limit).

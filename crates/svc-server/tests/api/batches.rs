@@ -16,6 +16,7 @@ use svc_store::testing::{TestSchema, postgres_url};
 on_both_databases!(
     a_chat_batch_answers_every_line_once_in_its_files,
     an_embeddings_batch_returns_vectors,
+    a_rerank_batch_returns_ranked_documents,
     a_wrong_line_is_refused_by_its_number_and_nothing_is_kept,
     a_batch_whose_lines_call_another_endpoint_is_refused,
     a_cancelled_batch_ends_with_every_line_accounted_for,
@@ -304,6 +305,29 @@ async fn an_embeddings_batch_returns_vectors(database: Database) {
     for line in lines(&app, &key, &batch["output_file_id"]).await {
         let vector = &line["response"]["body"]["data"][0]["embedding"];
         assert!(vector.as_array().is_some_and(|v| !v.is_empty()), "{line}");
+    }
+}
+
+async fn a_rerank_batch_returns_ranked_documents(database: Database) {
+    let app = app(database).await;
+    let key = app.create_key().await;
+    let text = jsonl(2, "/v1/rerank", |i| {
+        json!({"model": "fake-rerank", "query": format!("word {i}"),
+            "documents": ["nothing here", format!("the word {i} is here")]})
+    });
+    let file = uploaded(&app, &key, &text).await;
+    let (status, batch) = create(&app, &key, &file, "/v1/rerank").await;
+    assert_eq!(status, 200, "{batch}");
+    let batch = ended(&app, &key, batch["id"].as_str().unwrap()).await;
+    assert_eq!(
+        batch["request_counts"],
+        json!({"total": 2, "completed": 2, "failed": 0})
+    );
+    assert_eq!(app.probe.background.load(SeqCst), 2);
+    for line in lines(&app, &key, &batch["output_file_id"]).await {
+        let results = &line["response"]["body"]["results"];
+        assert_eq!(results[0]["index"], 1, "{line}");
+        assert_eq!(results[0]["relevance_score"], 1.0, "{line}");
     }
 }
 
