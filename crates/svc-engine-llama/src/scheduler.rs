@@ -899,15 +899,19 @@ impl Batcher<'_, '_> {
             }
             let mut resumable = true;
             loop {
+                // Suspended interactive work first, then queued jobs (a
+                // background one only when no other may start), then
+                // suspended background work.
                 while self.slots.iter().any(Slot::is_free) {
-                    if resumable && let Some(at) = self.next_suspended(&queue) {
+                    if resumable && let Some(at) = self.next_suspended(&queue, false) {
                         resumable = self.resume(ctx, at);
-                        continue;
-                    }
-                    let Some(job) = self.next_job(&mut queue) else {
+                    } else if let Some(job) = self.next_job(&mut queue) {
+                        self.place(ctx, job);
+                    } else if resumable && let Some(at) = self.next_suspended(&queue, true) {
+                        resumable = self.resume(ctx, at);
+                    } else {
                         break;
-                    };
-                    self.place(ctx, job);
+                    }
                 }
                 if self.slots.iter().any(Slot::is_free) || !self.preempt(ctx, &queue) {
                     break;
@@ -936,13 +940,7 @@ impl Batcher<'_, '_> {
         if queue.paused {
             return None;
         }
-        let room_in_background = self
-            .slots
-            .iter()
-            .filter_map(|s| s.seq.as_ref())
-            .filter(|s| s.background)
-            .count()
-            < self.background_slots();
+        let room_in_background = self.room_in_background();
         let mut background = None;
         let mut at = 0;
         while at < queue.waiting.len() {
@@ -1010,23 +1008,36 @@ impl Batcher<'_, '_> {
             })
     }
 
-    /// The first suspended sequence that may take a free slot now.
-    fn next_suspended(&self, queue: &Queue) -> Option<usize> {
-        if queue.paused {
+    /// Whether fewer than [`Self::background_slots`] background sequences run.
+    fn room_in_background(&self) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.seq.as_ref())
+            .filter(|s| s.background)
+            .count()
+            < self.background_slots()
+    }
+
+    /// The first suspended sequence that may take a free slot now: of
+    /// interactive work, or (`background`) of background work, within the
+    /// background's slots, as for a queued job.
+    fn next_suspended(&self, queue: &Queue, background: bool) -> Option<usize> {
+        if queue.paused || (background && !self.room_in_background()) {
             return None;
         }
-        self.suspended
-            .iter()
-            .position(|s| self.may_take(queue, s.seq.owner.as_ref()))
+        self.suspended.iter().position(|s| {
+            s.seq.background == background && self.may_take(queue, s.seq.owner.as_ref())
+        })
     }
 
     /// When no slot is free and waiting work may start within its owner's
     /// share, suspends the newest sequence of the owner furthest beyond its
     /// share (another owner than the waiting work's), so that the waiting
-    /// work starts this step. Its cells stay where they lie, under a spare
-    /// sequence id, with a copy in host memory for when the pool needs the
-    /// room (see [`Held`]). False when nothing was suspended. Not for sequences that others wait on or copy (a
-    /// prompt's leader and followers), a scored prompt, or background work.
+    /// work starts this step, that owner's background work first. Its cells
+    /// stay where they lie, under a spare sequence id, with a copy in host
+    /// memory for when the pool needs the room (see [`Held`]). False when
+    /// nothing was suspended. Not for sequences that others wait on or copy
+    /// (a prompt's leader and followers), or a scored prompt.
     fn preempt(&mut self, ctx: &mut LlamaContext<'_>, queue: &Queue) -> bool {
         if !self.cell_memory || queue.paused {
             return false;
@@ -1046,15 +1057,14 @@ impl Batcher<'_, '_> {
                 let seq = self.slots[i].seq.as_ref()?;
                 let owner = seq.owner.as_ref()?;
                 let over = self.running(owner).checked_sub(per_owner + 1)?;
-                let movable = !seq.background
-                    && seq.follows.is_none()
+                let movable = seq.follows.is_none()
                     && seq.score.is_none()
                     && !followed(seq.serial)
                     && claimant.as_ref() != Some(owner);
-                movable.then_some((i, over, seq.serial))
+                movable.then_some((i, (over, seq.background, seq.serial)))
             })
-            .max_by_key(|&(_, over, serial)| (over, serial));
-        let Some((i, _, _)) = victim else {
+            .max_by_key(|&(_, order)| order);
+        let Some((i, _)) = victim else {
             return false;
         };
         let Some(cells) = self.hold_cells(ctx, i) else {

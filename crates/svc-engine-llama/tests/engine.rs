@@ -441,6 +441,63 @@ async fn a_client_alone_takes_every_slot_and_gives_back_its_share_when_another_a
     assert_eq!(f.engine.stats().resumed, 1);
 }
 
+// Issue 46: when another key's request needs a slot, the key beyond its
+// share gives up its background work (a batch's line) before a sequence
+// somebody waits on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_work_is_suspended_before_interactive_work() {
+    let f = engine_with(&TinyModel::looping(), |o| {
+        o.parallel = 4;
+        o.queue_capacity = 8;
+        o.context_per_sequence = 1024;
+    });
+    let ask = |client: &str, background: bool, tokens: u32| {
+        let mut req = request("Go", greedy());
+        req.max_tokens = Some(tokens);
+        req.client = Some(client.into());
+        req.background = background;
+        req
+    };
+    // key_a alone: two interactive requests and two lines of a batch (the
+    // background's half of the slots), all four admitted in one step.
+    let starts = futures::future::join_all(
+        [false, false, true, true]
+            .map(|background| f.engine.generate(ask("key_a", background, 600))),
+    );
+    let mut streams: Vec<EventStream> = testing::together(&f.engine, 4, starts)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for stream in &mut streams {
+        assert!(matches!(
+            stream.next().await,
+            Some(Ok(EngineEvent::Text(_)))
+        ));
+    }
+    assert_eq!(f.engine.stats().active_sequences, 4);
+    let other = run(&f.engine, ask("key_b", false, 8)).await;
+    assert_eq!(other.usage.completion_tokens, 8);
+    assert_eq!(f.engine.stats().suspended, 1);
+    // The suspended one missed the other's steps: it has the fewest tokens.
+    let mut counts = Vec::new();
+    for stream in &mut streams {
+        let mut n = 0;
+        while let Some(Some(event)) = futures::FutureExt::now_or_never(stream.next()) {
+            if matches!(event, Ok(EngineEvent::Text(_))) {
+                n += 1;
+            }
+        }
+        counts.push(n);
+    }
+    let fewest = (0..4).min_by_key(|&i| counts[i]).unwrap();
+    assert!(fewest >= 2, "an interactive one was suspended: {counts:?}");
+    assert!(counts[0].min(counts[1]) >= counts[fewest] + 5, "{counts:?}");
+    for stream in streams {
+        assert_eq!(collect(stream).await.usage.completion_tokens, 600);
+    }
+}
+
 // Issue 46: a suspended sequence's cells stay in the pool until it needs
 // the room; then they go to host memory, and it resumes from there.
 #[tokio::test]
