@@ -335,7 +335,8 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             "fake-tiny",
             "fake-cached",
             "fake-template",
-            "fake-embed"
+            "fake-embed",
+            "fake-rerank"
         ]
     );
     assert_eq!(app.chat(&key, &body("fake-slow", "hi")).await.status(), 200);
@@ -352,7 +353,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .json()
         .await
         .unwrap();
-    assert_eq!(list["data"].as_array().unwrap().len(), 9);
+    assert_eq!(list["data"].as_array().unwrap().len(), 10);
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.
