@@ -224,22 +224,27 @@ fn enum_schema(values: usize) -> serde_json::Value {
 
 /// Starts a looping generation on `engine` (its first token out) and
 /// returns a future that reads it for `watch`, giving the longest wait
-/// between two of its tokens.
+/// between two of its tokens. A generation that fills its context before
+/// `watch` is over is followed by another (the wait for the next one's
+/// first token counts, as another sequence's prompt would).
 async fn longest_wait_between_tokens(
     engine: &LlamaEngine,
     watch: Duration,
-) -> impl Future<Output = Duration> {
-    let mut running = engine
-        .generate(request(vec![ChatMessage::User("Go on".into())]))
-        .await
-        .unwrap();
+) -> impl Future<Output = Duration> + '_ {
+    let start = || engine.generate(request(vec![ChatMessage::User("Go on".into())]));
+    let mut running = start().await.unwrap();
     assert!(running.next().await.is_some());
     async move {
         let mut longest = Duration::ZERO;
         let mut last = Instant::now();
         let until = Instant::now() + watch;
         while Instant::now() < until {
-            running.next().await.unwrap().unwrap();
+            match running.next().await {
+                Some(event) => {
+                    event.unwrap();
+                }
+                None => running = start().await.unwrap(),
+            }
             longest = longest.max(last.elapsed());
             last = Instant::now();
         }
