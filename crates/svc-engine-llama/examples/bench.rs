@@ -6,7 +6,7 @@
 //! cargo run --release -p svc-engine-llama --example bench -- MODEL.gguf \
 //!     [--threads N] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
 //!     [--stream-rounds 3] [--flash-attn on|off|auto] [--repack | --no-repack] [--kv-type f16|q8_0]
-//!     [--choices N]
+//!     [--choices N] [--no-invariance]
 //! ```
 //! `MODEL.gguf` defaults to `$SVC_TEST_MODEL`. `--repack` loads a Q4_1
 //! model from the engine's Q8_0 copy of it (`LlamaEngineOptions::repack`);
@@ -44,6 +44,7 @@ struct Args {
     repack: Option<bool>,
     kv_type: KvType,
     choices: Option<u32>,
+    batch_invariant: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -59,6 +60,7 @@ fn parse_args() -> anyhow::Result<Args> {
         repack: None,
         kv_type: KvType::F16,
         choices: None,
+        batch_invariant: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -72,6 +74,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--choices" => args.choices = Some(value()?.parse()?),
             "--repack" => args.repack = Some(true),
             "--no-repack" => args.repack = Some(false),
+            "--no-invariance" => args.batch_invariant = false,
             "--kv-type" => {
                 let name = value()?;
                 args.kv_type = KvType::parse(&name)
@@ -165,6 +168,7 @@ fn load_with(
     options.threads = args.threads;
     options.flash_attention = args.flash_attention;
     options.kv_type = args.kv_type;
+    options.batch_invariant = args.batch_invariant;
     if let Some(repack) = args.repack {
         options.repack = repack;
     }
