@@ -580,7 +580,7 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag(
         "batch_invariant",
         "BOOL",
-        "The same logits for a request whatever runs beside it or ran before, so a greedy or seeded request gives the same text under any load (false: llama.cpp's faster attention kernels, whose last bits depend on the batch)",
+        "The same logits for a request whatever runs beside it or ran before, so a greedy or seeded request gives the same text under any load (svc's own attention kernel; false: llama.cpp's split and tiled kernels, whose last bits depend on the batch)",
     ),
     flag(
         "models_memory",

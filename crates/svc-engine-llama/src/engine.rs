@@ -32,7 +32,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
 use crate::memory::KvShape;
-use crate::numerics::{self, Numerics};
+use crate::numerics::{self, Kernels, Numerics};
 use crate::options::{KvType, LlamaEngineOptions};
 use crate::prompt::{Cancel, Specials};
 use crate::sampler::Grammar;
@@ -525,6 +525,12 @@ impl LlamaEngine {
             "the model's tool calls and reasoning are parsed in these formats"
         );
         let shown = specials.tokens_of(&features.markers());
+        let kernels = Kernels::for_model(
+            &loaded_path,
+            options.batch_invariant,
+            options.flash_attention,
+        );
+        tracing::info!(kernels = kernels.name(), "the CPU's kernels for this model");
         let settings = ContextSettings {
             context_per_sequence,
             parallel: options.parallel,
@@ -534,12 +540,12 @@ impl LlamaEngine {
             batch_size: options.batch_size.max(options.parallel),
             threads: options.thread_count(),
             flash_attention: options.flash_attention,
-            batch_invariant: options.batch_invariant,
+            kernels,
             shown,
         };
         let fingerprint = numerics::fingerprint(&Numerics {
             weights: &loaded_path,
-            batch_invariant: options.batch_invariant,
+            kernels,
             kv_type: options.kv_type.name(),
             flash_attention: options.flash_attention,
         })

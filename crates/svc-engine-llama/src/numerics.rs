@@ -8,28 +8,36 @@
 //! a vector kernel that visits a query's cells one by one, in pool order.
 //! Each sums in its own order, so the same token's attention differs in the
 //! last bits with what else is in the batch, and a greedy or seeded reply
-//! can change after a long prompt (issue 32). ggml's CPU backend has a
-//! switch, `ggml_backend_cpu_set_use_ref`, that always takes the vector
-//! kernel (and skips operator fusion). The engine keeps each sequence's
-//! cells in position order (see the scheduler), so with that switch a
-//! query's attention is the same sum in the same order every time.
+//! can change after a long prompt (issue 32). svc brings its own kernel
+//! (`kernel/attention.cpp`, compiled by this crate's build script against
+//! the llama.cpp it links): one order of sums for every query however it
+//! is batched, tiled over the query's own visible cells so that where they
+//! lie in the pool changes nothing (the engine keeps each sequence's cells
+//! in position order, see the scheduler), with the K and V rows of a tile
+//! shared by the queries of a prompt chunk and by the query heads of a KV
+//! head. The CPU backend of each invariant context runs it for every
+//! flash-attention node ([`Kernels`]).
 //!
-//! The matrix products of the default model are already invariant on x86:
-//! a Q8_0 row (the copy `svc serve` loads) times a token goes through
+//! The matrix products of the default model are invariant on x86 as they
+//! are: a Q8_0 row (the copy `svc serve` loads) times a token goes through
 //! llamafile's tiles for two tokens or more and through ggml's dot product
 //! for one, and both compute one block after another with the same fused
-//! multiply-adds and the same horizontal sum; Q4_1 rows always take the dot
-//! product. Weights that ggml repacks for this CPU (Q4_0, Q4_K, IQ4_NL) or
-//! keeps in F16 or F32 are not: their batched kernels sum in another order,
-//! and for such models only the attention is made invariant.
+//! multiply-adds and the same horizontal sum; Q4_1 and the K-quants other
+//! than Q4_K always take the dot product. F32, F16 and BF16 rows (and the
+//! other types llamafile takes) do not: for those models the context also
+//! gets ggml's reference kernels (`ggml_backend_cpu_set_use_ref`: the dot
+//! product for every batch, no operator fusion), slower for prompts.
+//! Weights that ggml repacks for this CPU (Q4_0, Q4_K, IQ4_NL, MXFP4) take
+//! the repacked kernels either way, and for such models only the attention
+//! is invariant.
 //!
 //! llama.cpp makes the context's CPU backend itself and offers no way to
 //! reach it, so the CPU device's `init_backend` entry is wrapped once, when
 //! the backend starts: each CPU backend made while the calling thread has
-//! asked for reference kernels ([`with_reference_kernels`]) gets the switch.
-//! The wrap checks the device table's layout first (its name and type
-//! entries give what ggml's own accessors give, and the entry it replaces
-//! makes a CPU backend) and is not installed when any of that fails.
+//! asked for invariant kernels ([`with_kernels`]) gets them. The wrap
+//! checks the device table's layout first (its name and type entries give
+//! what ggml's own accessors give, and the entry it replaces makes a CPU
+//! backend) and is not installed when any of that fails.
 
 #![expect(
     unsafe_code,
@@ -38,6 +46,7 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_void};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use llama_cpp_sys_2 as sys;
@@ -57,9 +66,84 @@ static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 /// The CPU device's own `init_backend`, set before the wrap replaces it.
 static ORIGINAL: OnceLock<InitBackend> = OnceLock::new();
 
+unsafe extern "C" {
+    /// Makes a CPU backend run svc's attention kernel for its
+    /// flash-attention nodes (`kernel/attention.cpp`); false where this
+    /// build has no kernel or `backend` is not a CPU backend.
+    fn svc_attention_adopt(backend: sys::ggml_backend_t) -> bool;
+    /// Flash-attention nodes given to svc's kernel so far (by every engine).
+    fn svc_attention_nodes() -> u64;
+}
+
+/// Flash-attention nodes svc's kernel has been given to compute so far, by
+/// every engine of the process.
+#[cfg(feature = "testing")]
+pub(crate) fn attention_kernel_nodes() -> u64 {
+    // SAFETY: reads an atomic counter.
+    unsafe { svc_attention_nodes() }
+}
+
+/// The kernels of a context's CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernels {
+    /// llama.cpp's own, whatever they sum in which order (batch
+    /// invariance off).
+    Fastest,
+    /// svc's attention kernel, llama.cpp's other kernels: for weights
+    /// whose matrix products sum alike for one token and for many.
+    Attention,
+    /// svc's attention kernel and ggml's reference kernels for the rest.
+    Reference,
+}
+
+impl Kernels {
+    /// The kernels that keep a model's numerics batch-invariant (or the
+    /// fastest when `batch_invariant` is off), from the types of the
+    /// matrices in `weights` (the file llama.cpp loads). With flash
+    /// attention off, the attention is matrix products too.
+    pub(crate) fn for_model(
+        weights: &Path,
+        batch_invariant: bool,
+        flash_attention: Option<bool>,
+    ) -> Kernels {
+        if !batch_invariant {
+            return Kernels::Fastest;
+        }
+        if flash_attention == Some(false) {
+            return Kernels::Reference;
+        }
+        match svc_gguf::GgufHeader::read(weights) {
+            Ok(header)
+                if header
+                    .tensors
+                    .iter()
+                    .filter(|t| t.dims.iter().filter(|&&d| d > 1).count() >= 2)
+                    .all(|t| !BATCHED_OTHERWISE.contains(&t.ggml_type)) =>
+            {
+                Kernels::Attention
+            }
+            _ => Kernels::Reference,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kernels::Fastest => "llama.cpp",
+            Kernels::Attention => "svc attention",
+            Kernels::Reference => "svc attention, reference matrix products",
+        }
+    }
+}
+
+/// ggml types whose rows llamafile's tiles multiply for two tokens or
+/// more, summing in another order than ggml's dot product does for one
+/// (Q8_0, which llamafile also takes, sums alike): F32, F16, Q4_0, Q5_0,
+/// IQ4_NL, BF16.
+const BATCHED_OTHERWISE: [u32; 6] = [0, 1, 2, 6, 20, 30];
+
 thread_local! {
-    /// Whether CPU backends made on this thread get reference kernels.
-    static REFERENCE: Cell<bool> = const { Cell::new(false) };
+    /// The kernels CPU backends made on this thread get.
+    static KERNELS: Cell<Kernels> = const { Cell::new(Kernels::Fastest) };
 }
 
 /// Installs the wrap (once per process; called when the llama.cpp backend
@@ -73,15 +157,15 @@ pub(crate) fn install() -> Result<(), String> {
 }
 
 /// Runs `make` (which creates a llama.cpp context) with the context's CPU
-/// backend using reference kernels when `on`. Fails when `on` and the wrap
+/// backend using `kernels`. Fails when they are invariant ones and the wrap
 /// is not installed.
-pub(crate) fn with_reference_kernels<T>(on: bool, make: impl FnOnce() -> T) -> Result<T, String> {
-    if on {
+pub(crate) fn with_kernels<T>(kernels: Kernels, make: impl FnOnce() -> T) -> Result<T, String> {
+    if kernels != Kernels::Fastest {
         install().map_err(|e| format!("batch-invariant numerics are unavailable: {e}"))?;
     }
-    REFERENCE.with(|r| r.set(on));
+    KERNELS.with(|k| k.set(kernels));
     let made = make();
-    REFERENCE.with(|r| r.set(false));
+    KERNELS.with(|k| k.set(Kernels::Fastest));
     Ok(made)
 }
 
@@ -94,8 +178,16 @@ unsafe extern "C" fn init_backend(
     };
     // SAFETY: the device's own entry, called as ggml would.
     let backend = unsafe { original(dev, params) };
-    if !backend.is_null() && REFERENCE.with(Cell::get) {
-        // SAFETY: a CPU backend this entry just made.
+    let kernels = KERNELS.with(Cell::get);
+    if backend.is_null() || kernels == Kernels::Fastest {
+        return backend;
+    }
+    // SAFETY: a CPU backend this entry just made, not yet computing.
+    let adopted = unsafe { svc_attention_adopt(backend) };
+    if kernels == Kernels::Reference || !adopted {
+        // Without svc's kernel (a build without SIMD), ggml's reference
+        // attention is invariant too, if slower.
+        // SAFETY: as above.
         unsafe { sys::ggml_backend_cpu_set_use_ref(backend, true) };
     }
     backend
@@ -147,7 +239,7 @@ unsafe fn wrap_cpu_device() -> Result<(), String> {
 pub(crate) struct Numerics<'a> {
     /// The file llama.cpp loaded (the Q8_0 copy when repacked).
     pub(crate) weights: &'a std::path::Path,
-    pub(crate) batch_invariant: bool,
+    pub(crate) kernels: Kernels,
     pub(crate) kv_type: &'a str,
     pub(crate) flash_attention: Option<bool>,
 }
@@ -166,13 +258,19 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
     hash.update(build().as_bytes());
     hash.update(
         format!(
-            "; batch_invariant {}; kv {}; flash_attention {:?}",
-            numerics.batch_invariant, numerics.kv_type, numerics.flash_attention
+            "; kernels {}; kv {}; flash_attention {:?}",
+            numerics.kernels.name(),
+            numerics.kv_type,
+            numerics.flash_attention
         )
         .as_bytes(),
     );
     Ok(format!("fp_{}", hex::encode(&hash.finalize()[..6])))
 }
+
+/// svc's attention kernel's numerics, by name: a new name whenever a change
+/// to `kernel/attention.cpp` changes any bit it computes.
+const ATTENTION_KERNEL: &str = "svc-1 (tiles of 64 visible cells)";
 
 /// The engine build in words: svc's engine version, ggml's version and
 /// commit, llama.cpp's compiled CPU features and the [`devices`]. Made once
@@ -186,7 +284,7 @@ fn build() -> &'static str {
         // thread (`get_or_init` runs this once, others wait).
         unsafe {
             format!(
-                "svc-engine-llama {}; ggml {} {}; {}; devices: {}",
+                "svc-engine-llama {}; attention kernel {ATTENTION_KERNEL}; ggml {} {}; {}; devices: {}",
                 env!("CARGO_PKG_VERSION"),
                 text(sys::ggml_version()),
                 text(sys::ggml_commit()),
@@ -230,5 +328,47 @@ unsafe fn text(p: *const c_char) -> String {
     } else {
         // SAFETY: as the caller promises.
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Kernels;
+    use svc_gguf::GgufWriter;
+
+    /// A file with a 1-D norm and one 64 x 4 matrix, as F32 or in Q4_1.
+    fn weights(dir: &tempfile::TempDir, q4_1: bool) -> std::path::PathBuf {
+        let mut file = GgufWriter::new();
+        file.metadata("general.architecture", "llama")
+            .tensor("norm.weight", &[64], vec![1.0; 64])
+            .tensor("blk.0.ffn_up.weight", &[64, 4], vec![0.5; 256]);
+        let file = if q4_1 {
+            file.with_q4_1_matrices()
+        } else {
+            file
+        };
+        let path = dir.path().join(if q4_1 { "q4_1.gguf" } else { "f32.gguf" });
+        file.write(&path).expect("writes the file");
+        path
+    }
+
+    #[test]
+    fn the_kernels_follow_the_matrices_types_and_the_settings() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (f32, q4_1) = (weights(&dir, false), weights(&dir, true));
+        // Q4_1 matrices take one dot product for one token and for many.
+        assert_eq!(Kernels::for_model(&q4_1, true, None), Kernels::Attention);
+        // F32 matrices take llamafile's tiles for several tokens: ggml's
+        // reference products keep them invariant.
+        assert_eq!(Kernels::for_model(&f32, true, None), Kernels::Reference);
+        // Without flash attention the attention is matrix products too.
+        assert_eq!(
+            Kernels::for_model(&q4_1, true, Some(false)),
+            Kernels::Reference
+        );
+        assert_eq!(Kernels::for_model(&q4_1, false, None), Kernels::Fastest);
+        // A file that cannot be read gets the safe choice.
+        let missing = dir.path().join("missing.gguf");
+        assert_eq!(Kernels::for_model(&missing, true, None), Kernels::Reference);
     }
 }

@@ -73,7 +73,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
 use crate::logprobs::{self, Pending};
-use crate::numerics;
+use crate::numerics::{self, Kernels};
 use crate::options::KvType;
 use crate::prefix::{self, HostCache};
 use crate::resident;
@@ -255,7 +255,8 @@ pub(crate) struct ContextSettings {
     pub(crate) batch_size: u32,
     pub(crate) threads: i32,
     pub(crate) flash_attention: Option<bool>,
-    pub(crate) batch_invariant: bool,
+    /// The CPU backend's kernels (batch-invariant ones unless invariance is off).
+    pub(crate) kernels: Kernels,
     /// Control tokens written into the reply as their text (the model
     /// family's tool-call markers); every other control token writes none.
     pub(crate) shown: Vec<LlamaToken>,
@@ -365,7 +366,7 @@ fn new_context<'m>(
             llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
         }),
     };
-    numerics::with_reference_kernels(settings.batch_invariant, || {
+    numerics::with_kernels(settings.kernels, || {
         model
             .new_context(backend, params)
             .map_err(|e| format!("cannot create the llama.cpp context: {e}"))

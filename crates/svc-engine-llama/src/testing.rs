@@ -47,11 +47,19 @@ pub async fn together<T>(
     tokio::join!(requests, resume).0
 }
 
+/// Flash-attention nodes svc's attention kernel (`kernel/attention.cpp`)
+/// has computed so far, counted over every engine of the process: it grows
+/// while an engine with batch-invariant numerics decodes.
+pub fn attention_kernel_nodes() -> u64 {
+    crate::numerics::attention_kernel_nodes()
+}
+
 /// What plain llama.cpp computes for `tokens` of the GGUF at `path`: each
 /// token's log probability given those before it (the first has none),
 /// from one decode of them all, in micro-batches of `ubatch` tokens, in a
 /// context of llama.cpp's defaults (its own kernels, not the engine's
-/// batch-invariant ones): the reference a scored prompt is checked against.
+/// batch-invariant ones) but for the KV cache's type: the reference a
+/// scored prompt is checked against.
 ///
 /// # Errors
 /// When the model cannot be loaded or the tokens decoded.
@@ -59,6 +67,7 @@ pub fn llama_cpp_prompt_logprobs(
     path: &Path,
     tokens: &[llama_cpp_2::token::LlamaToken],
     ubatch: u32,
+    kv_type: crate::KvType,
 ) -> Result<Vec<f32>, String> {
     use llama_cpp_2::context::params::LlamaContextParams;
     use llama_cpp_2::llama_batch::LlamaBatch;
@@ -73,6 +82,16 @@ pub fn llama_cpp_prompt_logprobs(
         .with_n_ctx(std::num::NonZeroU32::new(n.max(1)))
         .with_n_batch(n.max(1))
         .with_n_ubatch(ubatch.clamp(1, n.max(1)));
+    let params = match kv_type {
+        crate::KvType::F16 => params,
+        crate::KvType::Q8_0 => {
+            use llama_cpp_2::context::params::KvCacheType;
+            params
+                .with_type_k(KvCacheType::Q8_0)
+                .with_type_v(KvCacheType::Q8_0)
+                .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED)
+        }
+    };
     let mut ctx = model
         .new_context(backend, params)
         .map_err(|e| format!("cannot create the context: {e}"))?;

@@ -35,13 +35,17 @@ fn tiny_q4_1(dir: &TempDir, name: &str, model: TinyModel) -> PathBuf {
 }
 
 fn engine(batch_invariant: bool) -> Fixture {
+    engine_with(|o| o.batch_invariant = batch_invariant)
+}
+
+fn engine_with(set: impl FnOnce(&mut LlamaEngineOptions)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_q4_1(&dir, "tiny-q4_1.gguf", TinyModel::looping());
     let mut options = LlamaEngineOptions::new(&path);
     options.parallel = 4;
     options.context_per_sequence = 1024;
     options.threads = Some(2);
-    options.batch_invariant = batch_invariant;
+    set(&mut options);
     let engine = LlamaEngine::load(&options).unwrap();
     Fixture { engine, _dir: dir }
 }
@@ -154,6 +158,40 @@ async fn a_reply_is_the_same_bits_whatever_ran_before_or_beside_it() {
         assert_eq!(after_long, cold, "after a long prompt, {sampling:?}");
         assert_eq!(beside, cold, "beside other streams, {sampling:?}");
     }
+}
+
+// Issue 46: svc's attention kernel computes a prompt's attention in one
+// order whatever the chunks the engine cuts it into, so the reply after it
+// is the same bits when the prompt went in as one chunk, token by token,
+// 7, 64 or 100 tokens a step, and on an engine whose pool holds other
+// sequences' cells below and among its own.
+#[tokio::test]
+async fn a_prompt_cut_into_any_chunks_gives_the_same_bits() {
+    let before = testing::attention_kernel_nodes();
+    let chunks = |size| {
+        engine_with(|o| {
+            o.parallel = 1;
+            o.batch_size = size;
+        })
+    };
+    let whole = reply(&chunks(512).engine, probe(&greedy())).await;
+    assert_eq!(whole.bits.len(), 32, "{whole:?}");
+    for size in [1, 7, 64, 100] {
+        let chunked = reply(&chunks(size).engine, probe(&greedy())).await;
+        assert_eq!(chunked, whole, "{size} prompt tokens a step");
+    }
+    // Another layout: a long prompt's cells first, then the probe's prompt
+    // arriving while two other sequences take their cells beside its own.
+    let f = engine(true);
+    reply(&f.engine, long_prompt("the sea")).await;
+    let (elsewhere, ..) = tokio::join!(
+        reply(&f.engine, probe(&greedy())),
+        reply(&f.engine, ask("Count.".into(), seeded(), 40)),
+        reply(&f.engine, long_prompt("rivers")),
+    );
+    assert_eq!(elsewhere, whole, "cells elsewhere in the pool");
+    // The engine ran svc's kernel, not one of ggml's.
+    assert!(testing::attention_kernel_nodes() > before);
 }
 
 // Issue 46: a client alone takes every slot; when another client's request

@@ -24,18 +24,23 @@ use svc_engine_llama::testing;
 use svc_engine_llama::{KvType, LlamaEngine, LlamaEngineOptions};
 
 fn load(parallel: u32) -> Option<LlamaEngine> {
+    load_with(|o| o.parallel = parallel)
+}
+
+/// The engine of `SVC_TEST_MODEL` with the test settings, then `set`.
+fn load_with(set: impl FnOnce(&mut LlamaEngineOptions)) -> Option<LlamaEngine> {
     let Some(path) = std::env::var_os("SVC_TEST_MODEL") else {
         eprintln!("skipped: set SVC_TEST_MODEL to a GGUF (SmolLM2-135M-Instruct Q4_1) to run it");
         return None;
     };
     let mut options = LlamaEngineOptions::new(path);
-    options.parallel = parallel;
     options.context_per_sequence = 1024;
     options.repack = std::env::var_os("SVC_TEST_REPACK").is_some_and(|v| v == "1");
     // SVC_TEST_KV_TYPE=q8_0 runs these tests on a quantized KV cache.
     if let Ok(name) = std::env::var("SVC_TEST_KV_TYPE") {
         options.kv_type = KvType::parse(&name).expect("SVC_TEST_KV_TYPE: f16 or q8_0");
     }
+    set(&mut options);
     let engine = LlamaEngine::load(&options).unwrap();
     eprintln!("loaded {}", engine.info().loaded_path.display());
     Some(engine)
@@ -155,8 +160,9 @@ async fn reply_bits(engine: &LlamaEngine, mut request: GenerateRequest) -> (Stri
 /// "...awe-inspiring, shimmering expanse..." after another, as llama.cpp's
 /// attention summed in another order with the batch. With batch-invariant
 /// numerics (the default), every token's log probabilities are the same
-/// bits cold, after a reasoning request and a long prompt, and beside four
-/// other streams.
+/// bits cold, with the prompt cut into chunks of other sizes, after a
+/// reasoning request and a long prompt (its cells elsewhere in the pool),
+/// and beside four other streams.
 #[tokio::test]
 async fn a_reply_does_not_depend_on_what_ran_before_or_beside_it() {
     // A system prompt of about 600 tokens: alone, llama.cpp would split the
@@ -185,6 +191,22 @@ async fn a_reply_does_not_depend_on_what_ran_before_or_beside_it() {
         let Some(cold) = load(4) else { return };
         let alone = reply_bits(&cold, probe.clone()).await;
         drop(cold);
+        if probe.sampling.seed.is_none() {
+            // Issue 46: the same bits when the engine takes the prompt token
+            // by token or 7 or 100 tokens a step (the cold engine takes 512).
+            for size in [1, 7, 100] {
+                let chunked = load_with(|o| {
+                    o.parallel = 1;
+                    o.batch_size = size;
+                })
+                .unwrap();
+                assert_eq!(
+                    reply_bits(&chunked, probe.clone()).await,
+                    alone,
+                    "{size} prompt tokens a step"
+                );
+            }
+        }
 
         let engine = load(4).unwrap();
         let mut thinking = request(helpful("Is 91 a prime number?"), greedy(), 64);
@@ -599,22 +621,23 @@ async fn a_scored_prompt_does_not_depend_on_its_chunks_and_matches_llama_cpp() {
         return;
     };
     // Over 64 tokens, so that llama.cpp's own run in one micro-batch takes
-    // its batched kernels (its tiled attention from 64 queries up) where
-    // the engine takes the per-query ones.
+    // its tiled attention kernel (from 64 queries up).
     let text = "The capital of France is Paris. It lies on the Seine, and about two million \
                 people live there. Its museums, the Louvre and the Musée d'Orsay among them, \
                 draw visitors from all over the world, and its cafés, bridges and gardens \
                 fill the books and films of a century. The city was the seat of kings, then \
                 of the republic, and its avenues were laid out in the nineteenth century.";
     let scores = scored(&engine, text).await;
-    // The same bits when the engine takes the prompt 5 tokens a step.
-    let path = std::env::var_os("SVC_TEST_MODEL").unwrap();
-    let mut options = LlamaEngineOptions::new(path);
-    options.context_per_sequence = 1024;
-    options.batch_size = 5;
-    let small = LlamaEngine::load(&options).unwrap();
-    assert_eq!(scored(&small, text).await, scores);
-    drop(small);
+    // The same bits when the engine takes the prompt token by token, or 5
+    // or 17 tokens a step (it takes a scored prompt 64 tokens a step).
+    for size in [1, 5, 17] {
+        let small = load_with(|o| {
+            o.parallel = 1;
+            o.batch_size = size;
+        })
+        .unwrap();
+        assert_eq!(scored(&small, text).await, scores, "{size} tokens a step");
+    }
     // And beside another sequence's generation.
     let beside = request(helpful("Name three colours."), greedy(), 24);
     let (_, again) = tokio::join!(run(&engine, beside), scored(&engine, text));
@@ -622,8 +645,12 @@ async fn a_scored_prompt_does_not_depend_on_its_chunks_and_matches_llama_cpp() {
     let tokens = engine.tokenize(text);
     assert_eq!(scores.len(), tokens.len());
     let path = &engine.info().loaded_path;
+    let kv_type = std::env::var("SVC_TEST_KV_TYPE")
+        .ok()
+        .and_then(|name| KvType::parse(&name))
+        .unwrap_or(KvType::F16);
     let largest = |ubatch: u32| {
-        let reference = testing::llama_cpp_prompt_logprobs(path, &tokens, ubatch).unwrap();
+        let reference = testing::llama_cpp_prompt_logprobs(path, &tokens, ubatch, kv_type).unwrap();
         assert_eq!(reference.len(), tokens.len() - 1);
         scores[1..]
             .iter()
@@ -632,21 +659,25 @@ async fn a_scored_prompt_does_not_depend_on_its_chunks_and_matches_llama_cpp() {
             .fold(0.0f32, f32::max)
     };
     // The first token has no score; each other is what llama.cpp computes
-    // with micro-batches of fewer than 64 tokens, where it takes the same
-    // per-query attention kernel the engine always takes (measured: the
-    // same bits).
+    // for the whole prompt with its default micro-batch (512 tokens), where
+    // it takes its tiled attention kernel, which accumulates in f32 as the
+    // engine's kernel does (measured: the same bits).
     assert_eq!(scores[0].logprob, None);
+    let whole = largest(512);
+    if kv_type == KvType::F16 {
+        assert!(whole <= 1e-4, "{whole:e} from llama.cpp's own run");
+    }
+    // (With a Q8_0 cache llama.cpp rounds each query to Q8_0 for its dot
+    // products with the keys and the engine does not; measured: the
+    // engine's scores are nearer those of an F16 cache, by 0.057 on average
+    // against llama.cpp's 0.079.)
+    // In micro-batches of fewer than 64 tokens llama.cpp takes its
+    // per-query kernel, which accumulates the weighted values in half
+    // precision: its scores move with the micro-batch's size (measured here:
+    // up to 0.25 in one token's log probability); the engine's do not.
     let per_query = largest(32);
-    assert!(
-        per_query <= 1e-4,
-        "{per_query:e} from llama.cpp's per-query kernel"
-    );
-    // From 64 tokens a micro-batch up, llama.cpp takes its batched kernels
-    // and its scores move with the micro-batch's size (measured here: up to
-    // 0.25 in one token's log probability); the engine's do not.
-    let tiled = largest(512);
     eprintln!(
-        "{} tokens scored; largest difference from llama.cpp: {per_query:e} (micro-batches of 32), {tiled:e} (one of 512)",
+        "{} tokens scored; largest difference from llama.cpp: {whole:e} (one micro-batch of 512), {per_query:e} (micro-batches of 32)",
         tokens.len() - 1
     );
 }
