@@ -71,6 +71,10 @@ unsafe extern "C" {
     /// flash-attention nodes (`kernel/attention.cpp`); false where this
     /// build has no kernel or `backend` is not a CPU backend.
     fn svc_attention_adopt(backend: sys::ggml_backend_t) -> bool;
+}
+
+#[cfg(feature = "testing")]
+unsafe extern "C" {
     /// Flash-attention nodes given to svc's kernel so far (by every engine).
     fn svc_attention_nodes() -> u64;
 }
