@@ -54,7 +54,6 @@
 #include <vector>
 
 #include <atomic>
-#include <mutex>
 
 #if defined(GGML_SIMD) && !defined(__ARM_FEATURE_SVE) && !defined(__riscv_v_intrinsic)
 #define SVC_ATTENTION 1
