@@ -704,3 +704,55 @@ async fn scored(engine: &LlamaEngine, text: &str) -> Vec<svc_core::engine::Promp
         })
         .expect("the prompt's scores")
 }
+
+/// Issue 46, on a model of another family: Gemma 3 270M (Q4_K_M, the
+/// third-party GGUF `svc pull gemma3` fetches; `SVC_TEST_THIRD_PARTY_MODEL`),
+/// whose sliding-window layers hide a different first stretch of cells from
+/// every token. Its greedy text is the same when the prompt goes in as one
+/// chunk, token by token, 7 or 100 tokens a step, and beside two other
+/// streams, and svc's kernel computes its attention. (The log-probability
+/// bits are not the same: llama.cpp repacks Q4_K matrices for this CPU and
+/// its batched products round differently from one token's. Built with
+/// GGML_CPU_REPACK=OFF, measured: the bits are the same too.)
+#[tokio::test]
+async fn a_sliding_window_model_says_the_same_however_its_prompt_is_cut() {
+    let Some(path) = std::env::var_os("SVC_TEST_THIRD_PARTY_MODEL") else {
+        eprintln!("skipped: set SVC_TEST_THIRD_PARTY_MODEL to Gemma 3 270M's GGUF to run it");
+        return;
+    };
+    let load = |batch_size: u32, parallel: u32| {
+        let mut options = LlamaEngineOptions::new(&path);
+        options.parallel = parallel;
+        options.batch_size = batch_size;
+        options.context_per_sequence = 2048;
+        LlamaEngine::load(&options).unwrap()
+    };
+    // Over 512 tokens, the window of its sliding layers.
+    let notes = format!(
+        "Notes: {} Question: what is the capital of France?",
+        "The tide rises and falls with the moon. ".repeat(70)
+    );
+    let probe = || request(vec![ChatMessage::User(notes.clone())], greedy(), 24);
+    let before = testing::attention_kernel_nodes();
+    let (alone, _) = reply_bits(&load(512, 4), probe()).await;
+    assert!(!alone.is_empty());
+    assert!(testing::attention_kernel_nodes() > before);
+    for size in [1, 7, 100] {
+        let (chunked, _) = reply_bits(&load(size, 1), probe()).await;
+        assert_eq!(chunked, alone, "{size} prompt tokens a step");
+    }
+    let engine = load(512, 4);
+    let story = format!(
+        "Story: {}",
+        "A ship sails north past the cliffs. ".repeat(60)
+    );
+    let ((beside, _), ..) = tokio::join!(
+        reply_bits(&engine, probe()),
+        run(
+            &engine,
+            request(vec![ChatMessage::User(story)], greedy(), 24)
+        ),
+        run(&engine, request(helpful("Count to ten."), greedy(), 24)),
+    );
+    assert_eq!(beside, alone, "beside two other streams");
+}
