@@ -241,7 +241,7 @@ struct Op {
             for (; c + 8 <= cnt; c += 8) {
                 const ggml_fp16_t * src[8];
                 for (int r = 0; r < 8; ++r) {
-                    src[r] = (const ggml_fp16_t *) ((const char *) k->data + cells[c + r] * k->nb[1] + ik2 * k->nb[2] + ik3 * k->nb[3]);
+                    src[r] = (const ggml_fp16_t *) cell_row(k, cells[c + r], ik2, ik3);
                 }
                 for (int64_t d = 0; d < DK; d += 8) {
                     __m256 x[8];
@@ -277,7 +277,7 @@ struct Op {
         }
 #endif
         for (; c < cnt; ++c) {
-            const char * kd = (const char *) k->data + cells[c] * k->nb[1] + ik2 * k->nb[2] + ik3 * k->nb[3];
+            const char * kd = cell_row(k, cells[c], ik2, ik3);
             kr.read(kd, row, DK);
             for (int64_t d = 0; d < DK; ++d) {
                 kt[d * TILE + c] = row[d];
@@ -290,6 +290,11 @@ struct Op {
         }
     }
 
+    // A cell's row of head (i2, i3) in a K or V tensor.
+    static const char * cell_row(const ggml_tensor * t, int32_t cell, int64_t i2, int64_t i3) {
+        return (const char *) t->data + cell * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+    }
+
     static bool is_prefix(const std::vector<int32_t> & a, const std::vector<int32_t> & b) {
         return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
     }
@@ -299,14 +304,21 @@ struct Op {
         Scratch & sc = scratch;
         const int64_t hg = heads_per_group;
         const int64_t max_tokens = std::max<int64_t>(1, ROWS / hg);
+        const int64_t h0 = group * hg;
+        // Whether sc.list already holds token t's cells (the token that
+        // ended the previous block).
+        bool carried = false;
         int64_t t = t0;
         while (t < t1) {
             // A block: consecutive tokens whose visible cells are prefixes
             // of one list (the tokens of one sequence, in order).
-            const int64_t h0 = group * hg;
-            visible(mask_row(t, h0, iq3), sc.list);
+            if (!carried) {
+                visible(mask_row(t, h0, iq3), sc.list);
+            }
+            carried = false;
             sc.len.assign(1, (int64_t) sc.list.size());
             int64_t tb = t + 1;
+            bool ended = false;
             while (tb < t1 && tb - t < max_tokens) {
                 visible(mask_row(tb, h0, iq3), sc.next);
                 const int64_t n = (int64_t) sc.next.size();
@@ -315,12 +327,18 @@ struct Op {
                 } else if (is_prefix(sc.list, sc.next)) {
                     std::swap(sc.list, sc.next);
                 } else {
+                    ended = true;
                     break;
                 }
                 sc.len.push_back(n);
                 ++tb;
             }
             block(iq3, h0, t, tb);
+            if (ended) {
+                // Token tb starts the next block with the cells just read.
+                std::swap(sc.list, sc.next);
+                carried = true;
+            }
             t = tb;
         }
     }
@@ -421,7 +439,7 @@ struct Op {
 #if SVC_AVX2
             if (v_raw) {
                 for (int64_t c = 0; c < TILE; ++c) {
-                    sc.vrows[c] = c < cnt ? (const void *) ((const char *) v->data + cells[s0 + c] * v->nb[1] + iv2 * v->nb[2] + iv3 * v->nb[3]) : zero;
+                    sc.vrows[c] = c < cnt ? (const void *) cell_row(v, cells[s0 + c], iv2, iv3) : zero;
                 }
                 for (int64_t r = 0; r < nq; ++r) {
                     weighted_f16(sc.kq.data() + r * TILE, sc.vrows.data(), DV, sc.vkq.data() + r * DV);
@@ -430,7 +448,7 @@ struct Op {
             }
 #endif
             for (int64_t c = 0; c < cnt; ++c) {
-                const char * vd = (const char *) v->data + cells[s0 + c] * v->nb[1] + iv2 * v->nb[2] + iv3 * v->nb[3];
+                const char * vd = cell_row(v, cells[s0 + c], iv2, iv3);
                 vr.read(vd, sc.vbuf.data() + c * DV, DV);
             }
             if (cnt < TILE) {
