@@ -8,6 +8,7 @@
 //! refers to ([`utoipa::ToSchema::schemas`]): the server's `/openapi.json`
 //! holds those its operations name, and what they refer to ([`schema`]).
 
+pub mod audio;
 pub mod batches;
 pub mod chat;
 pub mod completions;

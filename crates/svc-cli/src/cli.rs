@@ -465,6 +465,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "The largest file POST /v1/files takes, in bytes or with a unit (200MiB)",
     ),
     flag(
+        "audio_max_bytes",
+        "BYTES",
+        "The largest audio file POST /v1/audio/transcriptions and /translations take, in bytes or with a unit (256MiB); written to files_dir as it arrives",
+    ),
+    flag(
         "files_quota_bytes",
         "BYTES",
         "Most bytes of files one project may keep, in bytes or with a unit (10GiB); past it an upload is refused (400)",

@@ -82,7 +82,10 @@ impl BudgetUnit {
     }
 }
 
-/// The tokens a request used (or is estimated to use), as budgets count them.
+/// The tokens a request used (or is estimated to use), as budgets count
+/// them, and the seconds of audio or characters of speech an audio model's
+/// work is counted in instead (spend budgets price them; token budgets
+/// count tokens only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Tokens {
     pub prompt: i64,
@@ -90,6 +93,10 @@ pub struct Tokens {
     /// [`ModelPrice::cached_input`] where the model has one).
     pub cached: i64,
     pub completion: i64,
+    /// Seconds of audio transcribed (priced at [`ModelPrice::audio_minute`]).
+    pub audio_seconds: i64,
+    /// Characters spoken (priced at [`ModelPrice::characters`]).
+    pub characters: i64,
 }
 
 impl Tokens {
@@ -97,9 +104,15 @@ impl Tokens {
     pub fn new(prompt: i64, completion: i64) -> Self {
         Tokens {
             prompt,
-            cached: 0,
             completion,
+            ..Tokens::default()
         }
+    }
+
+    /// An estimate of `prompt` tokens in and nothing out (embeddings,
+    /// rerank).
+    pub fn prompt_only(prompt: u64) -> Self {
+        Tokens::new(i64::try_from(prompt).unwrap_or(i64::MAX), 0)
     }
 
     /// Adds `more`, saturating.
@@ -107,6 +120,8 @@ impl Tokens {
         self.prompt = self.prompt.saturating_add(more.prompt);
         self.cached = self.cached.saturating_add(more.cached);
         self.completion = self.completion.saturating_add(more.completion);
+        self.audio_seconds = self.audio_seconds.saturating_add(more.audio_seconds);
+        self.characters = self.characters.saturating_add(more.characters);
     }
 }
 
@@ -151,6 +166,17 @@ pub struct ModelPrice {
         skip_serializing_if = "Option::is_none"
     )]
     pub batch_discount: Option<f64>,
+    /// Per minute of audio transcribed or translated (as providers list
+    /// speech-to-text), counted by the second.
+    #[serde(deserialize_with = "dollars", skip_serializing_if = "is_zero")]
+    pub audio_minute: f64,
+    /// Per million characters of text spoken (speech synthesis).
+    #[serde(deserialize_with = "dollars", skip_serializing_if = "is_zero")]
+    pub characters: f64,
+}
+
+fn is_zero(price: &f64) -> bool {
+    *price == 0.0
 }
 
 /// A share, from 0 to 1.
@@ -190,11 +216,14 @@ impl ModelPrice {
             output: self.output * keep,
             cached_response: self.cached_response,
             batch_discount: None,
+            audio_minute: self.audio_minute * keep,
+            characters: self.characters * keep,
         }
     }
 
     /// What `used` tokens cost, in micro-dollars, rounded up: the cached
-    /// prompt tokens at `cached_input`, the other prompt tokens at `input`.
+    /// prompt tokens at `cached_input`, the other prompt tokens at `input`,
+    /// and seconds of audio and characters of speech at theirs.
     /// Counted in whole thousandths of a micro-dollar a token (prices to
     /// $0.001 per million tokens), so that no float rounding adds a
     /// micro-dollar.
@@ -204,7 +233,11 @@ impl ModelPrice {
         let cached = used.cached.clamp(0, used.prompt.max(0));
         let nanos = i128::from(used.prompt - cached) * per_token(self.input)
             + i128::from(cached) * per_token(self.cached_input.unwrap_or(self.input))
-            + i128::from(used.completion) * per_token(self.output);
+            + i128::from(used.completion) * per_token(self.output)
+            + i128::from(used.characters) * per_token(self.characters)
+            // A minute's price in thousandths of a micro-dollar; a second's
+            // is a sixtieth of it, rounded up.
+            + (i128::from(used.audio_seconds) * per_token(self.audio_minute * 1e6) + 59) / 60;
         i64::try_from((nanos + 999).div_euclid(1000)).unwrap_or(i64::MAX)
     }
 }
@@ -325,6 +358,51 @@ mod tests {
         assert_eq!(BudgetPeriod::Day.window(start).0, start);
         assert_eq!(BudgetPeriod::Day.window(next - 1).1, next);
         assert_eq!(BudgetPeriod::Day.window(next).0, next);
+    }
+
+    #[test]
+    fn audio_is_priced_by_the_second_and_speech_by_the_character() {
+        let whisper = ModelPrice {
+            audio_minute: 0.006,
+            ..ModelPrice::default()
+        };
+        let ninety_seconds = Tokens {
+            audio_seconds: 90,
+            ..Tokens::default()
+        };
+        // 1.5 minutes at $0.006 a minute: $0.009.
+        assert_eq!(whisper.cost_micros(ninety_seconds), 9_000);
+        let one = Tokens {
+            audio_seconds: 1,
+            ..Tokens::default()
+        };
+        assert_eq!(
+            whisper.cost_micros(one),
+            100,
+            "$0.006 a minute is $0.0001 a second"
+        );
+        let tts = ModelPrice {
+            characters: 15.0,
+            ..ModelPrice::default()
+        };
+        let spoken = Tokens {
+            characters: 1_000,
+            ..Tokens::default()
+        };
+        // 1,000 characters at $15 a million: $0.015.
+        assert_eq!(tts.cost_micros(spoken), 15_000);
+        assert_eq!(
+            BudgetUnit::Tokens.amount(spoken, Some(tts)),
+            0,
+            "not tokens"
+        );
+        let read: ModelPrice =
+            serde_json::from_value(serde_json::json!({"audio_minute": 0.006, "characters": 15}))
+                .unwrap();
+        assert_eq!((read.audio_minute, read.characters), (0.006, 15.0));
+        assert!(
+            serde_json::from_value::<ModelPrice>(serde_json::json!({"audio_minute": -1})).is_err()
+        );
     }
 
     #[test]

@@ -415,7 +415,8 @@ impl FinishReason {
     }
 }
 
-/// Real token counts of one generation.
+/// Real token counts of one generation, and what an audio model's work
+/// is counted in instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TokenUsage {
     pub prompt_tokens: u64,
@@ -424,9 +425,21 @@ pub struct TokenUsage {
     /// upstream, what it reports as cached).
     pub cached_tokens: u64,
     pub completion_tokens: u64,
+    /// Seconds of audio transcribed or translated, rounded up.
+    pub audio_seconds: u64,
+    /// Characters of text spoken (speech synthesis).
+    pub characters: u64,
 }
 
 impl TokenUsage {
+    /// `prompt_tokens` read, nothing generated (embeddings, rerank).
+    pub fn prompt_only(prompt_tokens: u64) -> Self {
+        TokenUsage {
+            prompt_tokens,
+            ..TokenUsage::default()
+        }
+    }
+
     /// Adds `more` (another pass's or reply's counts), saturating.
     pub fn add(&mut self, more: TokenUsage) {
         self.prompt_tokens = self.prompt_tokens.saturating_add(more.prompt_tokens);
@@ -434,6 +447,8 @@ impl TokenUsage {
         self.completion_tokens = self
             .completion_tokens
             .saturating_add(more.completion_tokens);
+        self.audio_seconds = self.audio_seconds.saturating_add(more.audio_seconds);
+        self.characters = self.characters.saturating_add(more.characters);
     }
 
     /// Prompt tokens that were computed (not cached).
@@ -547,6 +562,81 @@ pub struct Reranked {
     pub prompt_tokens: u64,
 }
 
+/// An uploaded audio file, kept on disk while a request needs it (never
+/// whole in memory): the server writes it, an engine reads it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AudioFile {
+    pub path: std::path::PathBuf,
+    /// The client's name for it (its extension tells most servers the
+    /// format).
+    pub filename: String,
+    /// The part's `Content-Type`, when the client sent one.
+    pub content_type: Option<String>,
+    pub bytes: u64,
+    /// Its length, when the server could read it from the file's header
+    /// (WAV); else the engine's answer says it.
+    pub seconds: Option<f64>,
+}
+
+/// A validated transcription (or translation into English) request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TranscribeRequest {
+    pub audio: AudioFile,
+    /// Into English (`/v1/audio/translations`) rather than in the spoken
+    /// language.
+    pub translate: bool,
+    /// The form's other fields, checked, as the client sent them
+    /// (`language`, `prompt`, `response_format`, `temperature`,
+    /// `timestamp_granularities[]`, ...), in order; `model` is not among
+    /// them (an engine names its own).
+    pub fields: Vec<(String, String)>,
+    /// `response_format`: `json` (the default), `text`, `srt`,
+    /// `verbose_json` or `vtt`.
+    pub response_format: String,
+    /// Who asks (the API key's id), as in [`GenerateRequest::client`].
+    pub client: Option<String>,
+}
+
+/// A transcription as the model wrote it, in the format asked for.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Transcript {
+    pub body: bytes::Bytes,
+    pub content_type: String,
+    /// Seconds of audio it covers, when the model said (`usage.seconds`,
+    /// `duration`, or the last cue of subtitles).
+    pub seconds: Option<f64>,
+}
+
+/// A validated speech synthesis request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpeechRequest {
+    /// The text to speak.
+    pub input: String,
+    pub voice: String,
+    /// `mp3` (the default), `opus`, `aac`, `flac`, `wav` or `pcm`.
+    pub response_format: String,
+    pub speed: Option<f64>,
+    pub instructions: Option<String>,
+    /// `audio` (bytes as they come) or `sse` (events of base64 chunks).
+    pub stream_format: Option<String>,
+    /// Who asks (the API key's id), as in [`GenerateRequest::client`].
+    pub client: Option<String>,
+}
+
+/// Speech being synthesized: its media type, and its bytes as they come.
+pub struct Speech {
+    pub content_type: String,
+    pub audio: BoxStream<'static, Result<bytes::Bytes, EngineError>>,
+}
+
+impl std::fmt::Debug for Speech {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Speech")
+            .field("content_type", &self.content_type)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Anything that turns a validated request into a stream of events.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
@@ -571,6 +661,26 @@ pub trait Engine: Send + Sync + 'static {
         Err(EngineError::InvalidRequest {
             param: Some("model".to_owned()),
             message: "this model does not rerank documents".to_owned(),
+        })
+    }
+
+    /// The text of `request`'s audio. An engine whose model does not
+    /// transcribe refuses with `InvalidRequest` naming `model`.
+    async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
+        let _ = request;
+        Err(EngineError::InvalidRequest {
+            param: Some("model".to_owned()),
+            message: "this model does not transcribe audio".to_owned(),
+        })
+    }
+
+    /// `request`'s text spoken. An engine whose model does not speak
+    /// refuses with `InvalidRequest` naming `model`.
+    async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
+        let _ = request;
+        Err(EngineError::InvalidRequest {
+            param: Some("model".to_owned()),
+            message: "this model does not synthesize speech".to_owned(),
         })
     }
 

@@ -80,12 +80,13 @@ pub use device::{
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
 pub use engine::{
-    ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError,
-    EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest, IMAGE_TOKEN_ESTIMATE,
-    ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort, RerankRequest, Reranked,
-    Residence, Residency, ResidencyState, Sampling, TextPrompt, TokenLogprob, TokenUsage,
-    ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, Unload, UserPart,
-    estimate_tokens, refuse_images, refuse_prompt_scoring,
+    AudioFile, ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine,
+    EngineError, EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest,
+    IMAGE_TOKEN_ESTIMATE, ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort,
+    RerankRequest, Reranked, Residence, Residency, ResidencyState, Sampling, Speech, SpeechRequest,
+    TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec,
+    TopLogprob, TranscribeRequest, Transcript, Unload, UserPart, estimate_tokens, refuse_images,
+    refuse_prompt_scoring,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

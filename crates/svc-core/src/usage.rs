@@ -24,6 +24,10 @@ pub struct UsageDelta {
     pub cache_hits: i64,
     /// The prompt and completion tokens those replies took when made.
     pub cache_saved_tokens: i64,
+    /// Seconds of audio transcribed or translated (counted per model only).
+    pub audio_seconds: i64,
+    /// Characters of text spoken (counted per model only).
+    pub characters: i64,
 }
 
 /// One key's counters for one day.
@@ -63,6 +67,10 @@ pub struct ModelUsageRow {
     pub cache_hits: i64,
     /// The prompt and completion tokens those replies took when made.
     pub cache_saved_tokens: i64,
+    /// Seconds of audio transcribed or translated.
+    pub audio_seconds: i64,
+    /// Characters of text spoken.
+    pub characters: i64,
 }
 
 /// The counters of every key (of an owner) for one day, summed.

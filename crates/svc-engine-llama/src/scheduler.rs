@@ -528,6 +528,7 @@ impl Sequence {
             prompt_tokens: self.prompt.len() as u64,
             cached_tokens: self.cached as u64,
             completion_tokens: u64::from(self.generated),
+            ..TokenUsage::default()
         }
     }
 

@@ -164,6 +164,7 @@ async fn greedy_reply_streams_whole_characters_and_counts_real_tokens() {
             cached_tokens: 0,
             // 12 scripted tokens and the end-of-turn token.
             completion_tokens: 13,
+            ..TokenUsage::default()
         }
     );
     assert_eq!(f.engine.name(), "llama");

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
-use hyper::body::{Body as _, Incoming};
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
 use hyper::header::{HeaderMap, HeaderValue, PROXY_AUTHORIZATION};
 use hyper::{Request, StatusCode, Uri};
@@ -243,7 +243,7 @@ impl Origin {
     /// per attempt, so the common case copies nothing.
     pub async fn send(
         self: &Arc<Self>,
-        build: impl Fn() -> Request<Full<Bytes>>,
+        build: impl Fn() -> Request<Payload>,
         connect_timeout: Duration,
     ) -> Result<Exchange, Error> {
         let mut fresh_only = false;
@@ -284,7 +284,7 @@ impl Origin {
 
     /// `request` as this origin's connections take it: a plain request to
     /// a proxy names the whole URL and carries the proxy's credentials.
-    fn addressed(&self, mut request: Request<Full<Bytes>>) -> Result<Request<Full<Bytes>>, Error> {
+    fn addressed(&self, mut request: Request<Payload>) -> Result<Request<Payload>, Error> {
         if let (None, Some(proxy)) = (&self.tls, &self.proxy) {
             let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
             let absolute = format!("http://{}{path}", self.target);
@@ -361,6 +361,65 @@ fn client_config(roots: rustls::RootCertStore) -> Option<Arc<rustls::ClientConfi
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Some(Arc::new(config))
+}
+
+/// A request's body: bytes at hand (every JSON request), or a stream of
+/// them (an upload read from disk as it is sent, never whole in memory).
+pub enum Payload {
+    Bytes(Full<Bytes>),
+    Stream(
+        Pin<Box<dyn futures::Stream<Item = std::io::Result<Bytes>> + Send>>,
+        u64,
+    ),
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::Bytes(Full::default())
+    }
+}
+
+impl From<Bytes> for Payload {
+    fn from(bytes: Bytes) -> Self {
+        Payload::Bytes(Full::new(bytes))
+    }
+}
+
+impl hyper::body::Body for Payload {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.get_mut() {
+            Payload::Bytes(full) => match Pin::new(full).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                Poll::Ready(Some(Err(never))) => match never {},
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+            Payload::Stream(stream, _) => stream
+                .as_mut()
+                .poll_next(cx)
+                .map(|next| next.map(|piece| piece.map(Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Payload::Bytes(full) => full.is_end_stream(),
+            Payload::Stream(..) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Payload::Bytes(full) => full.size_hint(),
+            Payload::Stream(_, length) => SizeHint::with_exact(*length),
+        }
+    }
 }
 
 /// One request's response: its head, and its body to read while the
@@ -453,8 +512,8 @@ fn poll_data(
 /// One HTTP/1.1 connection: the handle requests are sent through, and the
 /// connection itself, polled by whoever holds it.
 struct Conn {
-    send: http1::SendRequest<Full<Bytes>>,
-    conn: http1::Connection<TokioIo<Stream>, Full<Bytes>>,
+    send: http1::SendRequest<Payload>,
+    conn: http1::Connection<TokioIo<Stream>, Payload>,
     /// The connection future finished (closed or failed); never poll it
     /// again.
     ended: bool,
@@ -635,10 +694,10 @@ mod tests {
         (uri.parse().unwrap(), connections)
     }
 
-    fn get(origin: &Origin) -> Request<Full<Bytes>> {
+    fn get(origin: &Origin) -> Request<Payload> {
         Request::get("/")
             .header(hyper::header::HOST, origin.authority.clone())
-            .body(Full::default())
+            .body(Payload::default())
             .unwrap()
     }
 

@@ -15,16 +15,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use hyper::Method;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request};
 use svc_core::trace::{SpanKind, Value};
 use svc_core::{
     EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus,
-    EventStream, GenerateRequest, RerankRequest, Reranked,
+    EventStream, GenerateRequest, RerankRequest, Reranked, Speech, SpeechRequest,
+    TranscribeRequest, Transcript,
 };
 use tokio::time::{Instant, timeout, timeout_at};
 
-use crate::client::{self, Exchange};
+use crate::audio;
+use crate::client::{self, Exchange, Payload};
 use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::embeddings;
 use crate::error::{self, Failure};
@@ -225,30 +227,23 @@ impl UpstreamEngine {
         }
     }
 
-    /// One request of work answered in one piece (embeddings, rerank) at
-    /// the endpoint of `lease`: `body` (given the endpoint's model name)
-    /// posted to `path` of it, the reply read whole within the whole-reply
-    /// timeout and read by `parse`.
+    /// One request of work answered in one piece (embeddings, rerank, a
+    /// transcript) at the endpoint of `lease`: the request `post` makes
+    /// for it, the reply read whole within the whole-reply timeout and
+    /// read by `parse` (given its content type).
     async fn whole_once<T>(
         &self,
         lease: &Lease,
-        path: fn(&Endpoint) -> &hyper::Uri,
-        body: &impl Fn(&str) -> Vec<u8>,
-        parse: &impl Fn(&[u8]) -> Result<T, Failure>,
+        post: &impl Fn(&Endpoint) -> Request<Payload>,
+        parse: &impl Fn(Option<&str>, &[u8]) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         let endpoint = lease.endpoint();
         let wait = self.options.whole_timeout;
         let deadline = Instant::now() + wait;
         let late = || Failure::Timeout(format!("no whole reply within {wait:?}"));
-        let body = Bytes::from(body(&endpoint.model));
-        let post = || {
-            let mut post = endpoint.request(Method::POST, path(endpoint), body.clone());
-            let headers = post.headers_mut();
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-            post
-        };
-        let send = endpoint.origin.send(post, self.options.connect_timeout);
+        let send = endpoint
+            .origin
+            .send(|| post(endpoint), self.options.connect_timeout);
         let mut exchange = match timeout_at(deadline, send).await {
             Err(_) => return Err(late()),
             Ok(Err(e)) => return Err(sending_failed(e)),
@@ -263,30 +258,45 @@ impl UpstreamEngine {
             let text = String::from_utf8_lossy(&bytes);
             return Err(error::from_status(exchange.status.as_u16(), &text));
         }
-        parse(&bytes)
+        parse(content_type(&exchange.headers), &bytes)
     }
 
     /// Work answered in one piece (see [`Self::whole_once`]), tried at one
-    /// endpoint after another while the failure is worth retrying; `what`
-    /// names it in the log.
+    /// endpoint after another while the failure is worth retrying.
     async fn whole<T>(
         &self,
         what: &str,
-        path: fn(&Endpoint) -> &hyper::Uri,
-        body: impl Fn(&str) -> Vec<u8>,
-        parse: impl Fn(&[u8]) -> Result<T, Failure>,
+        post: impl Fn(&Endpoint) -> Request<Payload>,
+        parse: impl Fn(Option<&str>, &[u8]) -> Result<T, Failure>,
     ) -> Result<T, EngineError> {
+        let (post, parse) = (&post, &parse);
+        let (answer, mut lease) = self
+            .attempts(what, |lease| async move {
+                let outcome = self.whole_once(&lease, post, parse).await;
+                (lease, outcome)
+            })
+            .await?;
+        lease.success();
+        Ok(answer)
+    }
+
+    /// `once` at one endpoint after another while its failure is worth
+    /// retrying, up to the attempts allowed; `what` names the work in the
+    /// log. The answer comes with its endpoint's lease, to settle.
+    async fn attempts<T, F, Fut>(&self, what: &str, once: F) -> Result<(T, Lease), EngineError>
+    where
+        F: Fn(Lease) -> Fut,
+        Fut: std::future::Future<Output = (Lease, Result<T, Failure>)>,
+    {
         let mut tried = vec![false; self.pool.endpoints.len()];
         let mut worst: Option<Failure> = None;
         for attempt in 1..=self.options.max_attempts {
-            let Some(mut lease) = self.pool.pick(&mut tried, &[]) else {
+            let Some(lease) = self.pool.pick(&mut tried, &[]) else {
                 break;
             };
-            match self.whole_once(&lease, path, &body, &parse).await {
-                Ok(answer) => {
-                    lease.success();
-                    return Ok(answer);
-                }
+            let (mut lease, outcome) = once(lease).await;
+            match outcome {
+                Ok(answer) => return Ok((answer, lease)),
                 Err(failure) => {
                     lease.failure(&failure);
                     if !failure.retryable() {
@@ -309,6 +319,70 @@ impl UpstreamEngine {
         }
         Err(error::exhausted(worst.as_ref()))
     }
+}
+
+impl UpstreamEngine {
+    /// One attempt at speaking `request` at the endpoint of `lease`, up to
+    /// the audio's first bytes (so that a failure before them is tried
+    /// elsewhere): the reply's media type, the exchange, and those bytes.
+    async fn speak_once(
+        &self,
+        lease: &Lease,
+        request: &SpeechRequest,
+    ) -> Result<(String, Exchange, Bytes), Failure> {
+        let endpoint = lease.endpoint();
+        let wait = self.options.first_byte_timeout;
+        let deadline = Instant::now() + wait;
+        let late = || Failure::Timeout(format!("no first byte within {wait:?}"));
+        let body = audio::speech_body(request, &endpoint.model);
+        let post = || {
+            let mut post = json_post(endpoint, &endpoint.speech_path, body.clone());
+            post.headers_mut()
+                .insert(ACCEPT, HeaderValue::from_static("*/*"));
+            post
+        };
+        let send = endpoint.origin.send(post, self.options.connect_timeout);
+        let mut exchange = match timeout_at(deadline, send).await {
+            Err(_) => return Err(late()),
+            Ok(Err(e)) => return Err(sending_failed(e)),
+            Ok(Ok(exchange)) => exchange,
+        };
+        if !exchange.status.is_success() {
+            let bytes = timeout_at(deadline, exchange.bytes())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(error::from_status(exchange.status.as_u16(), &text));
+        }
+        let first = match timeout_at(deadline, exchange.chunk()).await {
+            Err(_) => return Err(late()),
+            Ok(Err(e)) => return Err(body_failed(e)),
+            Ok(Ok(None)) => {
+                return Err(Failure::BadResponse("the speech has no audio".to_owned()));
+            }
+            Ok(Ok(Some(first))) => first,
+        };
+        let content_type = audio::passable(content_type(&exchange.headers))
+            .unwrap_or_else(|| audio::speech_type(request))
+            .to_owned();
+        Ok((content_type, exchange, first))
+    }
+}
+
+/// A JSON `body` posted to `path` of `endpoint`, a JSON reply expected.
+fn json_post(endpoint: &Endpoint, path: &hyper::Uri, body: Bytes) -> Request<Payload> {
+    let mut post = endpoint.request(Method::POST, path, body);
+    let headers = post.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+    post
+}
+
+/// A reply's media type, when it named one.
+fn content_type(headers: &hyper::HeaderMap) -> Option<&str> {
+    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
 }
 
 /// An upstream response body being read as an event stream.
@@ -485,9 +559,11 @@ impl Engine for UpstreamEngine {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         self.whole(
             "embeddings",
-            |endpoint| &endpoint.embeddings_path,
-            |model| embeddings::body(&request, model),
-            |bytes| embeddings::parse(bytes, &request),
+            |endpoint| {
+                let body = embeddings::body(&request, &endpoint.model);
+                json_post(endpoint, &endpoint.embeddings_path, body.into())
+            },
+            |_, bytes| embeddings::parse(bytes, &request),
         )
         .await
     }
@@ -495,11 +571,83 @@ impl Engine for UpstreamEngine {
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
         self.whole(
             "rerank",
-            |endpoint| &endpoint.rerank_path,
-            |model| rerank::body(&request, model),
-            |bytes| rerank::parse(bytes, &request),
+            |endpoint| {
+                let body = rerank::body(&request, &endpoint.model);
+                json_post(endpoint, &endpoint.rerank_path, body.into())
+            },
+            |_, bytes| rerank::parse(bytes, &request),
         )
         .await
+    }
+
+    async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
+        let what = if request.translate {
+            "translation"
+        } else {
+            "transcription"
+        };
+        self.whole(
+            what,
+            |endpoint| {
+                let (body, form_type) = audio::form(&request, &endpoint.model);
+                let path = if request.translate {
+                    &endpoint.translations_path
+                } else {
+                    &endpoint.transcriptions_path
+                };
+                let mut post = endpoint.request(Method::POST, path, body);
+                let headers = post.headers_mut();
+                if let Ok(form_type) = HeaderValue::from_str(&form_type) {
+                    headers.insert(CONTENT_TYPE, form_type);
+                }
+                headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+                post
+            },
+            |content_type, bytes| audio::transcript(bytes, content_type, &request.response_format),
+        )
+        .await
+    }
+
+    async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
+        let request = &request;
+        let (started, lease) = self
+            .attempts("speech", |lease| async move {
+                let outcome = self.speak_once(&lease, request).await;
+                (lease, outcome)
+            })
+            .await?;
+        let (content_type, exchange, first) = started;
+        let idle_timeout = self.options.idle_timeout;
+        let audio = Box::pin(async_stream::stream! {
+            let mut lease = lease;
+            let mut exchange = exchange;
+            yield Ok(first);
+            loop {
+                match timeout(idle_timeout, exchange.chunk()).await {
+                    Ok(Ok(Some(piece))) => yield Ok(piece),
+                    Ok(Ok(None)) => {
+                        lease.success();
+                        return;
+                    }
+                    Ok(Err(e)) => {
+                        let failure = body_failed(e);
+                        lease.failure(&failure);
+                        yield Err(failure.to_engine_error());
+                        return;
+                    }
+                    Err(_) => {
+                        let failure = idle(idle_timeout);
+                        lease.failure(&failure);
+                        yield Err(failure.to_engine_error());
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Speech {
+            content_type,
+            audio,
+        })
     }
 
     // `count_tokens` is the trait's estimate (`svc_core::estimate_tokens`,

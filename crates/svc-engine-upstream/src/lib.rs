@@ -12,6 +12,7 @@
 //! responses are the server's.
 
 mod affinity;
+mod audio;
 mod client;
 mod config;
 mod embeddings;

@@ -16,13 +16,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
 use hyper::{Method, Request, Uri};
 
 use crate::affinity::{self, Table};
-use crate::client::Origin;
+use crate::client::{Origin, Payload};
 use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
 use crate::error::Failure;
 use crate::proxy::Proxies;
@@ -63,6 +61,10 @@ pub struct Endpoint {
     /// `rerank` under the base URL (`/v1/rerank` for a `/v1` base, as
     /// vLLM, llama-server and Jina serve it).
     pub rerank_path: Uri,
+    /// `audio/transcriptions`, `audio/translations` and `audio/speech`.
+    pub transcriptions_path: Uri,
+    pub translations_path: Uri,
+    pub speech_path: Uri,
     pub models_path: Uri,
     /// `Bearer <key>`, marked sensitive so it is never logged.
     pub auth: Option<HeaderValue>,
@@ -134,6 +136,9 @@ impl Endpoint {
             completions_path: join("completions")?,
             embeddings_path: join("embeddings")?,
             rerank_path: join("rerank")?,
+            transcriptions_path: join("audio/transcriptions")?,
+            translations_path: join("audio/translations")?,
+            speech_path: join("audio/speech")?,
             models_path: join("models")?,
             origin: Arc::new(origin),
             base_url,
@@ -151,8 +156,13 @@ impl Endpoint {
     }
 
     /// A request to `path` here, with the `Host` and the endpoint's key.
-    pub fn request(&self, method: Method, path: &Uri, body: Bytes) -> Request<Full<Bytes>> {
-        let mut request = Request::new(Full::new(body));
+    pub fn request(
+        &self,
+        method: Method,
+        path: &Uri,
+        body: impl Into<Payload>,
+    ) -> Request<Payload> {
+        let mut request = Request::new(body.into());
         *request.method_mut() = method;
         *request.uri_mut() = path.clone();
         let headers = request.headers_mut();

@@ -322,6 +322,7 @@ impl Translator {
             prompt_tokens: self.prompt_estimate,
             cached_tokens: 0,
             completion_tokens: tokens_for_chars(self.output_bytes),
+            ..TokenUsage::default()
         });
         out.push(EngineEvent::Finish { reason, usage });
         Ok(Step::Done)
@@ -338,6 +339,7 @@ impl Translator {
                 // Never more than the prompt: budgets price the rest.
                 cached_tokens: cached.unwrap_or(0).min(prompt_tokens),
                 completion_tokens: usage.completion_tokens.unwrap_or(0),
+                ..TokenUsage::default()
             });
         }
         // One choice is asked for; anything else is not ours.
@@ -504,6 +506,7 @@ mod tests {
                 prompt_tokens: prompt,
                 cached_tokens: 0,
                 completion_tokens: completion,
+                ..TokenUsage::default()
             },
         }
     }

@@ -183,7 +183,8 @@ async fn text_and_usage_come_from_the_upstream_and_the_request_is_translated() {
                 prompt_tokens: 4,
                 // The fake's count: the messages before the last.
                 cached_tokens: 2,
-                completion_tokens: 3
+                completion_tokens: 3,
+                ..TokenUsage::default()
             }
         ))
     );
@@ -239,7 +240,8 @@ async fn a_whole_request_gets_one_whole_reply_from_the_upstream() {
             TokenUsage {
                 prompt_tokens: 3,
                 cached_tokens: 2,
-                completion_tokens: 7
+                completion_tokens: 7,
+                ..TokenUsage::default()
             }
         ))
     );

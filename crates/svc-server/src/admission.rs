@@ -22,7 +22,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use svc_core::{
     ChatMessage, Engine, EngineError, EventStream, GenerateRequest, KeyRecord, ReasoningEffort,
-    TokenUsage,
+    TokenUsage, Tokens,
 };
 
 use crate::budget::{BudgetSlot, Budgets, Charge, Spent};
@@ -301,6 +301,21 @@ impl Admission {
             .await?)
     }
 
+    /// Charges `key`'s budgets an estimate of any kind (seconds of audio,
+    /// characters of speech) up front, as [`Admission::charge_tokens`].
+    pub async fn charge_usage(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        estimate: Tokens,
+        slot: &BudgetSlot,
+    ) -> Result<Option<Charge>, Refusal> {
+        Ok(self
+            .budgets
+            .charge_usage(key, model, estimate, slot)
+            .await?)
+    }
+
     /// Records work answered in one piece (embeddings): its usage, its
     /// budgets settled, its tokens toward the key's limit when `metering`
     /// counts them, and its tokens in the metrics.
@@ -450,6 +465,7 @@ mod tests {
                     prompt_tokens: prompt,
                     cached_tokens: 0,
                     completion_tokens: completion,
+                    ..TokenUsage::default()
                 },
             },
         ]
@@ -820,6 +836,7 @@ mod tests {
                     prompt_tokens: 30,
                     cached_tokens: 0,
                     completion_tokens: 4,
+                    ..TokenUsage::default()
                 },
             },
             EngineEvent::Choice(1),
@@ -830,6 +847,7 @@ mod tests {
                     prompt_tokens: 0,
                     cached_tokens: 0,
                     completion_tokens: 6,
+                    ..TokenUsage::default()
                 },
             },
         ])]);

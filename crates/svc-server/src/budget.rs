@@ -263,8 +263,21 @@ impl Budgets {
         reply: i64,
         slot: &BudgetSlot,
     ) -> Result<Option<Charge>, Spent> {
+        self.charge_usage(key, model, Tokens::new(prompt, reply), slot)
+            .await
+    }
+
+    /// [`Budgets::charge`] for an estimate of any kind (an audio model's
+    /// seconds or characters among it).
+    pub async fn charge_usage(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        estimate: Tokens,
+        slot: &BudgetSlot,
+    ) -> Result<Option<Charge>, Spent> {
         let price = self.price(model);
-        self.charge_at(key, prompt, reply, slot, price).await
+        self.charge_at(key, estimate, slot, price).await
     }
 
     /// Charges a reply served from the response cache, which took `saved`
@@ -286,14 +299,14 @@ impl Budgets {
             output: rate,
             ..ModelPrice::default()
         };
-        self.charge_at(key, 0, saved, slot, Some(price)).await
+        self.charge_at(key, Tokens::new(0, saved), slot, Some(price))
+            .await
     }
 
     async fn charge_at(
         &self,
         key: &KeyRecord,
-        prompt: i64,
-        reply: i64,
+        estimate: Tokens,
         slot: &BudgetSlot,
         price: Option<ModelPrice>,
     ) -> Result<Option<Charge>, Spent> {
@@ -327,7 +340,7 @@ impl Budgets {
                 continue;
             }
             let id = scope.counter(holder, unit);
-            let estimate = unit.amount(Tokens::new(prompt, reply), price).max(1);
+            let estimate = unit.amount(estimate, price).max(1);
             let (window_start, resets_at) = period.window(at);
             let counted = self
                 .add(&id, window_start, resets_at, limit, estimate)

@@ -148,6 +148,11 @@ pub struct ServerConfig {
     /// The largest file uploaded (`POST /v1/files`).
     #[serde(with = "svc_core::config::byte_count")]
     pub files_max_bytes: usize,
+    /// The largest audio file transcribed or translated
+    /// (`POST /v1/audio/transcriptions`, `/v1/audio/translations`): it is
+    /// written to `files_dir` while it arrives, never held in memory.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub audio_max_bytes: usize,
     /// The most bytes of files one project keeps; an upload past it is
     /// refused (400 naming `file`).
     #[serde(with = "svc_core::config::byte_count")]
@@ -347,6 +352,7 @@ impl Default for ServerConfig {
             otlp_endpoint: None,
             files_dir: None,
             files_max_bytes: 200 * 1024 * 1024,
+            audio_max_bytes: 256 * 1024 * 1024,
             files_quota_bytes: 10 * 1024 * 1024 * 1024,
             batch_concurrency: 4,
             batch_lease: Duration::from_secs(60),

@@ -4,6 +4,7 @@
 //! tests start the real server exactly the way `svc serve` does.
 
 pub(crate) mod admission;
+pub(crate) mod audio;
 pub(crate) mod batcher;
 pub(crate) mod batches;
 pub(crate) mod body;
@@ -19,6 +20,7 @@ pub(crate) mod extract;
 pub(crate) mod layers;
 pub(crate) mod messages;
 pub(crate) mod metrics;
+pub(crate) mod multipart;
 pub mod oidc;
 pub mod openapi;
 pub(crate) mod otlp;
@@ -35,6 +37,7 @@ mod serve;
 pub(crate) mod startup;
 pub(crate) mod state;
 pub(crate) mod tls;
+pub(crate) mod upload;
 pub(crate) mod usage;
 
 /// What the fuzz targets in `fuzz/` drive: the parsers of untrusted
@@ -42,9 +45,9 @@ pub(crate) mod usage;
 /// use as well). Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::batches::multipart::{FuzzEvent, FuzzForm, fuzz_form};
     pub use crate::chat::valid::{MAX_STOP_SEQUENCES, ValidChatRequest};
     pub use crate::extract::parse_json;
+    pub use crate::multipart::{FuzzEvent, FuzzForm, fuzz_form};
     pub use crate::responses::valid::ValidResponseRequest;
     pub use crate::routes::{fuzz_code_body, fuzz_token_form};
 }

@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use svc_core::{EngineError, KeyRecord, TokenUsage, ValidationError};
+use svc_core::{EngineError, KeyRecord, TokenUsage, Tokens, ValidationError};
 
 use crate::admission::{Admission, Refusal};
 use crate::budget::BudgetSlot;
@@ -34,11 +34,11 @@ impl From<Refusal> for ApiError {
     }
 }
 
-/// Work answered in one piece on `model` (embeddings, rerank), admitted
-/// as every endpoint's work is: the key's budgets charged `estimate`
-/// prompt tokens up front, the gateway's overhead counted since `arrived`,
-/// then `work`, whose prompt tokens (`tokens` of its answer) are recorded
-/// as usage and settle the charge. A refusal or failure gives the charge
+/// Work answered in one piece on `model` (embeddings, rerank, a
+/// transcript), admitted as every endpoint's work is: the key's budgets
+/// charged `estimate` up front, the gateway's overhead counted since
+/// `arrived`, then `work`, whose usage (`used` of its answer) is recorded
+/// and settles the charge. A refusal or failure gives the charge
 /// back (dropping it) and records nothing. An engine's refusal naming
 /// `model` says the model cannot `what` ("create embeddings").
 #[expect(
@@ -51,19 +51,13 @@ pub(crate) async fn whole<T>(
     key: &KeyRecord,
     model: &str,
     metering: &Metering,
-    (arrived, estimate): (Instant, u64),
+    (arrived, estimate): (Instant, Tokens),
     what: &str,
     work: impl Future<Output = Result<T, EngineError>>,
-    tokens: impl FnOnce(&T) -> u64,
+    used: impl FnOnce(&T) -> TokenUsage,
 ) -> Result<(T, TokenUsage), ApiError> {
     let charge = admission
-        .charge_tokens(
-            key,
-            model,
-            i64::try_from(estimate).unwrap_or(i64::MAX),
-            0,
-            &metering.budget,
-        )
+        .charge_usage(key, model, estimate, &metering.budget)
         .await?;
     metrics.gateway_overhead(model, arrived.elapsed());
     let answer = work.await.map_err(|e| match e {
@@ -75,10 +69,7 @@ pub(crate) async fn whole<T>(
         }
         e => ApiError::Engine(e),
     })?;
-    let used = TokenUsage {
-        prompt_tokens: tokens(&answer),
-        ..TokenUsage::default()
-    };
+    let used = used(&answer);
     admission.record_whole(key, model, metering, charge, used);
     Ok((answer, used))
 }

@@ -59,6 +59,9 @@ pub struct Pending {
     /// Spans of the request finished so far, and the engine's times.
     spans: Mutex<Vec<Span>>,
     engine: Mutex<EngineTimes>,
+    /// An audio model's seconds and characters (the row keeps tokens
+    /// only), for the row's cost.
+    audio: Mutex<Tokens>,
     /// A batch's line: its cost is at the batch price.
     batch: bool,
 }
@@ -106,6 +109,11 @@ impl Pending {
             row.cached_tokens = row.cached_tokens.saturating_add(tokens.cached);
             row.completion_tokens = row.completion_tokens.saturating_add(tokens.completion);
         });
+        if tokens.audio_seconds != 0 || tokens.characters != 0 {
+            let mut audio = self.audio.lock().unwrap_or_else(|e| e.into_inner());
+            audio.audio_seconds = audio.audio_seconds.saturating_add(tokens.audio_seconds);
+            audio.characters = audio.characters.saturating_add(tokens.characters);
+        }
         self.engine(|t| t.ended = Some(SystemTime::now()));
     }
 
@@ -290,13 +298,14 @@ impl RequestLog {
 
     /// Queues a finished row (never waits); a batch's line costs its
     /// model's batch price.
-    fn push(&self, mut row: RequestLogEntry, batch: bool) {
+    fn push(&self, mut row: RequestLogEntry, batch: bool, audio: Tokens) {
         if let Some(price) = row.model.as_ref().and_then(|m| self.prices.get(m)) {
             let price = if batch { price.for_batch() } else { *price };
             row.cost_micros = price.cost_micros(Tokens {
                 prompt: row.prompt_tokens,
                 cached: row.cached_tokens,
                 completion: row.completion_tokens,
+                ..audio
             });
         }
         self.queue.push([row]);
@@ -356,6 +365,7 @@ pub fn open(
         began: SystemTime::now(),
         spans: Mutex::default(),
         engine: Mutex::default(),
+        audio: Mutex::default(),
         batch: crate::scoped::in_batch(),
     })
 }
@@ -401,7 +411,8 @@ impl Drop for Finish {
             tracer.push(pending.spans(&row));
         }
         if self.log.enabled {
-            self.log.push(row, pending.batch);
+            let audio = *pending.audio.lock().unwrap_or_else(|e| e.into_inner());
+            self.log.push(row, pending.batch, audio);
         }
     }
 }
@@ -430,6 +441,7 @@ mod tests {
                 output: 4.0,
                 batch_discount: Some(0.25),
                 cached_response: None,
+                ..ModelPrice::default()
             },
         );
         let log = RequestLog::new(true, prices);
@@ -440,11 +452,11 @@ mod tests {
             completion_tokens: 100,
             ..RequestLogEntry::default()
         };
-        log.push(row.clone(), false);
+        log.push(row.clone(), false, Tokens::default());
         // 600 × 2 + 400 × 1 + 100 × 4 micro-dollars.
         assert_eq!(log.queue.take()[0].cost_micros, 2_000);
         // A batch's line, a quarter off.
-        log.push(row, true);
+        log.push(row, true, Tokens::default());
         assert_eq!(log.queue.take()[0].cost_micros, 1_500);
     }
 
@@ -505,6 +517,7 @@ mod tests {
                 ..RequestLogEntry::default()
             },
             false,
+            Tokens::default(),
         );
         let stop = CancellationToken::new();
         let writer = log.clone().run(Arc::new(store), stop.clone());

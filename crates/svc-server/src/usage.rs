@@ -237,6 +237,8 @@ fn account(
         prompt: count(used.prompt_tokens),
         cached: count(used.cached_tokens),
         completion: count(used.completion_tokens),
+        audio_seconds: count(used.audio_seconds),
+        characters: count(used.characters),
     };
     if let Some(row) = logged {
         row.tokens(tokens);
@@ -421,6 +423,8 @@ impl Ledger {
                 completion_tokens: counts.tokens.completion,
                 cache_hits: counts.cache_hits,
                 cache_saved_tokens: counts.cache_saved_tokens,
+                audio_seconds: counts.tokens.audio_seconds,
+                characters: counts.tokens.characters,
             };
             if let Err(e) = store.add_usage(&delta).await {
                 tracing::warn!(error = %e, key = %delta.key_id, "recording usage failed; will retry");

@@ -26,9 +26,11 @@ const ADD: &str = "INSERT INTO usage_daily \
      completion_tokens = usage_daily.completion_tokens + excluded.completion_tokens";
 const ADD_MODEL: &str = "INSERT INTO usage_models \
      (key_id, day, model, requests, prompt_tokens, cached_tokens, completion_tokens, \
-     cache_hits, cache_saved_tokens) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     cache_hits, cache_saved_tokens, audio_seconds, characters) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
      ON CONFLICT (key_id, day, model) DO UPDATE SET \
+     audio_seconds = usage_models.audio_seconds + excluded.audio_seconds, \
+     characters = usage_models.characters + excluded.characters, \
      cache_hits = usage_models.cache_hits + excluded.cache_hits, \
      cache_saved_tokens = usage_models.cache_saved_tokens + excluded.cache_saved_tokens, \
      requests = usage_models.requests + excluded.requests, \
@@ -37,7 +39,8 @@ const ADD_MODEL: &str = "INSERT INTO usage_models \
      completion_tokens = usage_models.completion_tokens + excluded.completion_tokens";
 const BY_MODEL: &str = "SELECT u.key_id, k.project_id, u.day, u.model, u.requests, \
      u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.cache_hits, \
-     u.cache_saved_tokens FROM usage_models u LEFT JOIN api_keys k ON k.id = u.key_id \
+     u.cache_saved_tokens, u.audio_seconds, u.characters \
+     FROM usage_models u LEFT JOIN api_keys k ON k.id = u.key_id \
      WHERE u.day >= $1 AND u.day < $2 ORDER BY u.day, u.key_id, u.model";
 const SINCE: &str = "SELECT key_id, day, requests, prompt_tokens, cached_tokens, \
      completion_tokens, cache_hits, cache_saved_tokens FROM usage_daily WHERE day >= $1 ORDER BY day, key_id";
@@ -111,6 +114,8 @@ impl UsageStore for SqlStore {
                 .bind(delta.completion_tokens)
                 .bind(delta.cache_hits)
                 .bind(delta.cache_saved_tokens)
+                .bind(delta.audio_seconds)
+                .bind(delta.characters)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await
@@ -143,6 +148,8 @@ impl UsageStore for SqlStore {
                     completion_tokens: r.try_get("completion_tokens")?,
                     cache_hits: r.try_get("cache_hits")?,
                     cache_saved_tokens: r.try_get("cache_saved_tokens")?,
+                    audio_seconds: r.try_get("audio_seconds")?,
+                    characters: r.try_get("characters")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()

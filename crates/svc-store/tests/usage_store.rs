@@ -38,6 +38,8 @@ fn delta(key: &KeyId, day: &str, requests: i64, prompt: i64, completion: i64) ->
         completion_tokens: completion,
         cache_hits: 0,
         cache_saved_tokens: 0,
+        audio_seconds: 0,
+        characters: 0,
     }
 }
 

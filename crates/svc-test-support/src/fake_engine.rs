@@ -125,6 +125,7 @@ impl FakeEngine {
             prompt_tokens: self.prompt_tokens(request),
             cached_tokens: cached,
             completion_tokens,
+            ..TokenUsage::default()
         }
     }
 }

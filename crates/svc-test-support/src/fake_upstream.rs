@@ -2,7 +2,9 @@
 //! misbehaves on demand, for testing what svc does in front of one.
 //!
 //! It speaks `POST /v1/chat/completions` (streamed like vLLM, or whole),
-//! `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/rerank` and `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
+//! `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/rerank`,
+//! `POST /v1/audio/transcriptions`, `/v1/audio/translations`,
+//! `/v1/audio/speech` and `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
 //! one for every request, or queued for the next ones. Connections are
 //! served by hyper directly so a handler can close its own connection
 //! (before or in the middle of a response), and [`FakeUpstream::kill`]
@@ -104,6 +106,8 @@ struct Shared {
     completed: AtomicUsize,
     cancelled: AtomicUsize,
     last_request: Mutex<Option<Value>>,
+    /// What the last audio upload held (see [`FakeUpstream::last_audio`]).
+    last_audio: Mutex<Option<Value>>,
 }
 
 /// The connection a request came on; cancelling it closes the connection.
@@ -142,6 +146,7 @@ impl FakeUpstream {
             completed: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
             last_request: Mutex::new(None),
+            last_audio: Mutex::new(None),
         });
         let router = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -149,6 +154,9 @@ impl FakeUpstream {
             .route("/v1/rerank", post(rerank))
             .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
+            .route("/v1/audio/transcriptions", post(transcriptions))
+            .route("/v1/audio/translations", post(translations))
+            .route("/v1/audio/speech", post(speech))
             .with_state(shared.clone());
         let stop = CancellationToken::new();
         let accept = tokio::spawn(accept_loop(listener, router, shared.clone(), stop.clone()));
@@ -199,6 +207,15 @@ impl FakeUpstream {
     /// `POST /v1/completions` requests received.
     pub fn completions_requests(&self) -> usize {
         self.shared.completions_requests.load(Ordering::SeqCst)
+    }
+
+    /// What the last transcription or translation received: `path`,
+    /// `content_type` (the form's), `fields` (name to value, the file
+    /// left out), and `file` (`filename`, `content_type`, `bytes`, and
+    /// `sum`, the wrapping sum of its bytes, when the body was at most
+    /// 32 MiB).
+    pub fn last_audio(&self) -> Option<Value> {
+        self.shared.last_audio.lock().unwrap().clone()
     }
 
     /// `POST /v1/rerank` requests received.
@@ -769,4 +786,182 @@ async fn chat(
         header::HeaderValue::from_static("text/event-stream"),
     );
     response
+}
+
+/// Bodies up to this size are kept whole (the file's bytes are summed);
+/// of a larger one only its start (the fields, which come first) is kept.
+const AUDIO_KEPT: usize = 32 * 1024 * 1024;
+
+async fn transcriptions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    audio_text(&shared, &headers, body, "/v1/audio/transcriptions").await
+}
+
+async fn translations(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    audio_text(&shared, &headers, body, "/v1/audio/translations").await
+}
+
+/// A Whisper-shaped transcription of a `multipart/form-data` upload, read
+/// as it arrives: the text says what was heard (`<bytes> bytes of
+/// <filename>`, `translated:` before it for a translation), the audio
+/// lasts a second per 32,000 bytes (16 kHz 16-bit PCM), in the
+/// `response_format` asked for (`usage.seconds` in `json`, `duration` in
+/// `verbose_json`, a cue ending then in `srt` and `vtt`).
+async fn audio_text(shared: &Shared, headers: &HeaderMap, body: Body, path: &str) -> Response {
+    if !authorized(shared, headers) {
+        return error_body(401, "Incorrect API key provided");
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let Some(boundary) = content_type
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("boundary="))
+        .map(|b| b.trim_matches('"').to_owned())
+    else {
+        return error_body(400, "not multipart/form-data");
+    };
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        let Ok(chunk) = chunk else {
+            return error_body(400, "the body broke");
+        };
+        total += chunk.len();
+        if kept.len() < AUDIO_KEPT {
+            kept.extend_from_slice(&chunk[..chunk.len().min(AUDIO_KEPT - kept.len())]);
+        }
+    }
+    let whole = total == kept.len();
+    let delimiter = format!("--{boundary}");
+    let mut fields = serde_json::Map::new();
+    let mut file = json!(null);
+    let mut at = 0;
+    while let Some(found) = find(&kept[at..], delimiter.as_bytes()) {
+        let start = at + found + delimiter.len();
+        if kept[start..].starts_with(b"--") {
+            break;
+        }
+        let Some(head_end) = find(&kept[start..], b"\r\n\r\n") else {
+            break;
+        };
+        let head = String::from_utf8_lossy(&kept[start..start + head_end]).to_string();
+        let data = start + head_end + 4;
+        let next = find(&kept[data..], format!("\r\n{delimiter}").as_bytes()).map(|n| data + n);
+        let param = |key: &str| {
+            head.split(';')
+                .find_map(|p| p.trim().strip_prefix(&format!("{key}=\"")))
+                .and_then(|v| v.split('"').next())
+                .map(str::to_owned)
+        };
+        let name = param("name").unwrap_or_default();
+        if name == "file" {
+            let bytes = match next {
+                Some(end) => end - data,
+                // Past what was kept: the rest less the closing delimiter.
+                None => total - data - format!("\r\n{delimiter}--\r\n").len(),
+            };
+            let part_type = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Type: "))
+                .map(str::to_owned);
+            let mut description =
+                json!({"filename": param("filename"), "content_type": part_type, "bytes": bytes});
+            if whole && let Some(end) = next {
+                let sum = kept[data..end]
+                    .iter()
+                    .fold(0u64, |sum, b| sum.wrapping_add(u64::from(*b)));
+                description["sum"] = json!(sum);
+            }
+            file = description;
+        } else if let Some(end) = next {
+            fields.insert(name, json!(String::from_utf8_lossy(&kept[data..end])));
+        }
+        match next {
+            Some(end) => at = end + 2,
+            None => break,
+        }
+    }
+    let bytes = file["bytes"].as_u64().unwrap_or(0);
+    let filename = file["filename"].as_str().unwrap_or("?").to_owned();
+    *shared.last_audio.lock().unwrap() = Some(json!({
+        "path": path, "content_type": content_type, "fields": fields, "file": file,
+    }));
+    let seconds = bytes.div_ceil(32_000);
+    let translated = if path.ends_with("translations") {
+        "translated: "
+    } else {
+        ""
+    };
+    let text = format!("{translated}{bytes} bytes of {filename}");
+    let format = fields
+        .get("response_format")
+        .and_then(Value::as_str)
+        .unwrap_or("json");
+    let cue = |comma: char| {
+        format!(
+            "00:00:00{comma}000 --> {:02}:{:02}:{:02}{comma}000",
+            seconds / 3600,
+            seconds / 60 % 60,
+            seconds % 60
+        )
+    };
+    match format {
+        "text" => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{text}\n")).into_response(),
+        "srt" => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("1\n{}\n{text}\n\n", cue(','))).into_response(),
+        "vtt" => ([(header::CONTENT_TYPE, "text/vtt; charset=utf-8")], format!("WEBVTT\n\n{}\n{text}\n\n", cue('.'))).into_response(),
+        "verbose_json" => Json(json!({"task": "transcribe", "language": "english", "duration": seconds, "text": text, "segments": []})).into_response(),
+        _ => Json(json!({"text": text, "usage": {"type": "duration", "seconds": seconds}})).into_response(),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Speech as an upstream streams it: the `input`'s bytes three times, a
+/// piece every 50 ms, after a four-byte tag of the format (`fmt:` and
+/// its first letter), typed as OpenAI types each format.
+async fn speech(
+    State(shared): State<Arc<Shared>>,
+    Extension(connection): Extension<Connection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (request, _) = match received(&shared, &connection, &headers, &body).await {
+        Ok(received) => received,
+        Err(refused) => return refused,
+    };
+    let input = request["input"].as_str().unwrap_or_default().to_owned();
+    let format = request["response_format"]
+        .as_str()
+        .unwrap_or("mp3")
+        .to_owned();
+    let media = match format.as_str() {
+        "wav" => "audio/wav",
+        "opus" => "audio/ogg",
+        "flac" => "audio/flac",
+        "aac" => "audio/aac",
+        "pcm" => "audio/pcm",
+        _ => "audio/mpeg",
+    };
+    let tag = format!("fmt{}", &format[..1]);
+    let pieces = async_stream::stream! {
+        yield Ok::<_, Infallible>(Bytes::from(tag));
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            yield Ok(Bytes::from(input.clone()));
+        }
+    };
+    ([(header::CONTENT_TYPE, media)], Body::from_stream(pieces)).into_response()
 }

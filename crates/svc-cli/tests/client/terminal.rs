@@ -241,7 +241,7 @@ impl Engine for Recorder {
             guard.1 = true;
             yield Ok(EngineEvent::Finish {
                 reason: FinishReason::Stop,
-                usage: TokenUsage { prompt_tokens: 1, cached_tokens: 0, completion_tokens: 1 },
+                usage: TokenUsage { prompt_tokens: 1, completion_tokens: 1, ..TokenUsage::default() },
             });
         }))
     }

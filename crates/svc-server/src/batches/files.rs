@@ -10,22 +10,22 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use futures::{FutureExt as _, StreamExt as _, TryStreamExt};
+use futures::TryStreamExt;
 use svc_api::batches::{DeletedFile, FileList, FileObject, UploadFile};
 use svc_core::batch::FileRecord;
 use svc_core::{KeyRecord, ValidationError, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::multipart;
 use super::upload::{Received, Receiver};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
+use crate::multipart;
 use crate::openapi::shared;
 use crate::pipeline::json_response;
-use crate::ratelimit::InFlightPlace;
 use crate::routes::organization::{QueryPairs, page_within};
 use crate::state::AppState;
+use crate::upload::receive;
 
 pub(crate) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -121,80 +121,6 @@ pub async fn upload(
     }
     audit(&state, &key, "file.created", &record.id).await;
     Ok(json_response(&shape(&record)))
-}
-
-/// The most bytes of body handed to one piece of work.
-const PIECE_BYTES: usize = 256 * 1024;
-
-/// Streams `body` through `receiver`: this task only forwards the body's
-/// chunks, the received ones at a time (up to [`PIECE_BYTES`]), and each
-/// batch is parsed, checked and written on a blocking thread in a turn of
-/// the uploads' (see [`crate::ratelimit::InFlight`]). A body past `limit`
-/// is a 413.
-async fn receive(
-    place: &InFlightPlace<'_>,
-    mut receiver: Receiver,
-    body: Body,
-    limit: usize,
-) -> Result<Received, ApiError> {
-    let mut body = body.into_data_stream();
-    let mut received = 0usize;
-    let mut ended = false;
-    while !ended {
-        let mut chunks = Vec::new();
-        let mut size = 0;
-        let mut next = body.next().await;
-        loop {
-            match next {
-                Some(Ok(chunk)) => {
-                    size += chunk.len();
-                    chunks.push(chunk);
-                }
-                Some(Err(e)) => {
-                    give_up(place, receiver).await;
-                    return Err(body_error(&e));
-                }
-                None => {
-                    ended = true;
-                    break;
-                }
-            }
-            if size >= PIECE_BYTES {
-                break;
-            }
-            match body.next().now_or_never() {
-                Some(chunk) => next = chunk,
-                None => break,
-            }
-        }
-        received = received.saturating_add(size);
-        if received > limit {
-            give_up(place, receiver).await;
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        if !chunks.is_empty() {
-            receiver = place
-                .work(move || receiver.feed(&chunks).map(|()| receiver))
-                .await??;
-        }
-    }
-    place.work(move || receiver.finish()).await?
-}
-
-/// Drops `receiver` (its temporary file) off the async threads.
-async fn give_up(place: &InFlightPlace<'_>, receiver: Receiver) {
-    let _ = place.work(move || drop(receiver)).await;
-}
-
-/// A body that could not be read: too slow, or cut off.
-fn body_error(e: &axum::Error) -> ApiError {
-    match crate::body::body_timed_out(e) {
-        Some(timed_out) => ApiError::BodyTimeout(timed_out),
-        None => ApiError::InvalidBody {
-            param: None,
-            message: format!("The multipart/form-data body cannot be read: {e}."),
-        },
-    }
 }
 
 #[utoipa::path(get, path = "/v1/files", tag = "files", operation_id = "listFiles",

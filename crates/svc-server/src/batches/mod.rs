@@ -12,9 +12,8 @@
 pub(crate) mod batch;
 pub(crate) mod files;
 mod lines;
-pub(crate) mod multipart;
 mod runner;
-mod upload;
+pub(crate) mod upload;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +48,9 @@ pub struct Batches {
     pub(crate) dir: PathBuf,
     /// The largest file uploaded.
     pub(crate) file_max_bytes: usize,
+    /// The largest audio file transcribed (written beside the files while
+    /// it is needed).
+    pub(crate) audio_max_bytes: usize,
     /// The most bytes of files one project keeps.
     pub(crate) quota_bytes: u64,
     /// Lines one replica runs at once.
@@ -74,6 +76,7 @@ impl Batches {
                 .clone()
                 .unwrap_or_else(|| std::env::temp_dir().join("svc-files")),
             file_max_bytes: config.files_max_bytes,
+            audio_max_bytes: config.audio_max_bytes,
             quota_bytes: u64::try_from(config.files_quota_bytes).unwrap_or(u64::MAX),
             concurrency: config.batch_concurrency,
             lease: config.batch_lease,

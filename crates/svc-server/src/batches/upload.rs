@@ -1,5 +1,5 @@
 //! The blocking half of `POST /v1/files`: a form's bytes, parsed
-//! ([`multipart`](super::multipart)), the `file`'s lines checked
+//! ([`multipart`](crate::multipart)), the `file`'s lines checked
 //! ([`Checker`]) and written with `std::fs` to a temporary file beside the
 //! others. It runs on blocking threads, a batch of the body's chunks at a
 //! time (see [`crate::ratelimit::InFlightPlace::work`]); it must not block
@@ -12,22 +12,14 @@ use svc_core::ValidationError;
 use svc_core::batch::FileRecord;
 
 use super::lines::{Checker, LineError};
-use super::multipart::{Form, FormError, Parser, Part};
 use crate::error::ApiError;
+use crate::multipart::{Form, Parser, Part};
+use crate::upload::Receiving;
 
 /// The longest filename kept, in bytes (as most file systems allow).
 pub(crate) const MAX_FILENAME: usize = 255;
 /// The longest `purpose` (any other field is passed over unread).
 const MAX_PURPOSE: usize = 1024;
-
-impl From<FormError> for ApiError {
-    fn from(e: FormError) -> Self {
-        ApiError::InvalidBody {
-            param: None,
-            message: format!("The multipart/form-data body cannot be read: {e}."),
-        }
-    }
-}
 
 /// A form being received.
 #[derive(Debug)]
@@ -59,17 +51,20 @@ impl Receiver {
             },
         }
     }
+}
 
-    /// Takes the body's next chunks.
-    pub(super) fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), ApiError> {
+impl Receiving for Receiver {
+    type Received = Received;
+
+    fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), ApiError> {
         for chunk in chunks {
             self.parser.feed(chunk, &mut self.fields)?;
         }
         Ok(())
     }
 
-    /// The body ended: the file, when the form is whole and right.
-    pub(super) fn finish(self) -> Result<Received, ApiError> {
+    /// The file, when the form is whole and right.
+    fn finish(self) -> Result<Received, ApiError> {
         self.parser.finish()?;
         let Fields { purpose, file, .. } = self.fields;
         match purpose.as_deref() {

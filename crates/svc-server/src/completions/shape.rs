@@ -420,6 +420,7 @@ mod tests {
                         prompt_tokens: 2,
                         cached_tokens: 0,
                         completion_tokens: 1,
+                        ..TokenUsage::default()
                     },
                 }),
             ])

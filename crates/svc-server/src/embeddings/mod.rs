@@ -78,10 +78,10 @@ async fn answer(
         &key,
         &model,
         &metering,
-        (arrived, estimate),
+        (arrived, svc_core::Tokens::prompt_only(estimate)),
         "create embeddings",
         route.engine.embed(embed),
-        |embeddings| embeddings.prompt_tokens,
+        |embeddings| svc_core::TokenUsage::prompt_only(embeddings.prompt_tokens),
     )
     .await?;
     let data = embeddings

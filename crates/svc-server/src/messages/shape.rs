@@ -92,7 +92,7 @@ pub fn stop_sequences(
                         let prompt_tokens = engine.count_tokens(&request).await.unwrap_or(0);
                         yield Ok(EngineEvent::Finish {
                             reason: FinishReason::Stop,
-                            usage: TokenUsage { prompt_tokens, completion_tokens: pieces, cached_tokens: 0 },
+                            usage: TokenUsage { prompt_tokens, completion_tokens: pieces, ..TokenUsage::default() },
                         });
                         return;
                     }

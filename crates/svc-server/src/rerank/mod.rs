@@ -130,7 +130,7 @@ async fn answer(
         &key,
         &model,
         &metering,
-        (arrived, estimate),
+        (arrived, svc_core::Tokens::prompt_only(estimate)),
         "rerank documents",
         async {
             let reranked = route.engine.rerank(rerank).await?;
@@ -143,7 +143,7 @@ async fn answer(
                 )))
             }
         },
-        |reranked| reranked.prompt_tokens,
+        |reranked| svc_core::TokenUsage::prompt_only(reranked.prompt_tokens),
     )
     .await?;
     Ok(json_response(&RerankResponse {

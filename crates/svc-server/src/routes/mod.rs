@@ -41,6 +41,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(crate::completions::routes())
         .merge(crate::embeddings::routes())
         .merge(crate::rerank::routes())
+        .merge(crate::audio::routes())
         .merge(crate::batches::files::routes())
         .merge(crate::batches::batch::routes())
         .routes(routes!(device::code))

@@ -575,8 +575,7 @@ async fn cached_prompt_tokens_cost_the_cached_input_price(db: Database) {
         input: 100.0,
         cached_input,
         output: 1000.0,
-        batch_discount: None,
-        cached_response: None,
+        ..svc_core::ModelPrice::default()
     };
     config
         .prices

@@ -67,8 +67,7 @@ async fn every_api_request_leaves_one_row_with_what_it_used(database: Database) 
             input: 1.0,
             cached_input: None,
             output: 2.0,
-            batch_discount: None,
-            cached_response: None,
+            ..ModelPrice::default()
         },
     );
     let config = ServerConfig {

@@ -42,6 +42,8 @@ pub(crate) struct Part {
     pub name: Option<String>,
     /// The file's name (`filename="..."`), for a file.
     pub filename: Option<String>,
+    /// The part's `Content-Type`, as sent (trimmed).
+    pub content_type: Option<String>,
 }
 
 /// What is done with a form's parts as they arrive.
@@ -338,7 +340,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// A part's headers (`Name: value` lines), of which only
-/// `Content-Disposition` means anything here.
+/// `Content-Disposition` and `Content-Type` mean anything here.
 fn parse_headers(block: &[u8]) -> Result<Part, FormError> {
     let block = std::str::from_utf8(block).map_err(|_| FormError::Headers)?;
     let mut part = Part::default();
@@ -347,6 +349,10 @@ fn parse_headers(block: &[u8]) -> Result<Part, FormError> {
     }
     for line in block.split("\r\n") {
         let (name, value) = line.split_once(':').ok_or(FormError::Headers)?;
+        if name.trim().eq_ignore_ascii_case("content-type") {
+            part.content_type = Some(value.trim().to_owned());
+            continue;
+        }
         if !name.trim().eq_ignore_ascii_case("content-disposition") {
             continue;
         }

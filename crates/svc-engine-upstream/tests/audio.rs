@@ -1,0 +1,326 @@
+//! End to end: `/v1/audio/*` on the real svc server, a model routed to an
+//! upstream engine in front of the fake upstream, which says what it
+//! received. The upload reaches the upstream as the client sent it (under
+//! the endpoint's model name), the answer comes back as the upstream wrote
+//! it, and usage counts seconds of audio and characters of speech.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed check fails the test, output goes to its log, and its tasks end with it"
+)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use svc_core::Engine;
+use svc_core::usage::UsageStore as _;
+use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamOptions};
+use svc_server::{ModelRegistry, ModelRoute, ServerConfig};
+use svc_test_support::{Database, FakeUpstream, Probe, TestApp};
+
+async fn app_in_front_of(fake: &FakeUpstream, config: ServerConfig) -> TestApp {
+    let options = UpstreamOptions {
+        first_byte_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(2),
+        ..UpstreamOptions::default()
+    };
+    let engine = UpstreamEngine::new(
+        vec![EndpointConfig::new(&fake.base_url, "their-whisper")],
+        options,
+    )
+    .unwrap();
+    let engine: Arc<dyn Engine> = Arc::new(engine);
+    let models = ModelRegistry::new(vec![ModelRoute {
+        id: "up".into(),
+        engine,
+        reasoning: false,
+        created: 1_700_000_000,
+        owned_by: "svc".into(),
+        default_system_prompt: None,
+        fallbacks: svc_server::Fallbacks::default(),
+    }]);
+    TestApp::spawn_models(Database::Sqlite, config, models, Arc::new(Probe::default())).await
+}
+
+/// A PCM WAV file of `seconds` at 16 kHz, 16-bit mono, its samples a ramp.
+fn wav(seconds: u32) -> Vec<u8> {
+    let data = 32_000 * seconds;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    for field in [16u32, 1 | (1 << 16), 16_000, 32_000, 2 | (16 << 16)] {
+        out.extend_from_slice(&field.to_le_bytes());
+    }
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data.to_le_bytes());
+    out.extend((0..data).map(|i| (i % 251) as u8));
+    out
+}
+
+const BOUNDARY: &str = "test-boundary-7";
+
+/// A `multipart/form-data` body of `fields` and then the file.
+fn form(fields: &[(&str, &str)], file: Option<(&str, &str, &[u8])>) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend_from_slice(
+            format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    if let Some((filename, content_type, bytes)) = file {
+        body.extend_from_slice(
+            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\nContent-Type: {content_type}\r\n\r\n")
+                .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    body
+}
+
+async fn upload(app: &TestApp, path: &str, key: &str, body: Vec<u8>) -> reqwest::Response {
+    app.client
+        .post(app.url(path))
+        .bearer_auth(key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn sum(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0u64, |sum, b| sum.wrapping_add(u64::from(*b)))
+}
+
+/// The seconds and characters recorded for model `up`, once the ledger
+/// has written them (it does every second).
+async fn audio_usage(app: &TestApp, seconds: i64, characters: i64) {
+    let mut seen = (0, 0);
+    for _ in 0..50 {
+        let rows = app
+            .store
+            .usage_by_model("2000-01-01", "9999-12-31")
+            .await
+            .unwrap();
+        seen = rows
+            .iter()
+            .filter(|r| r.model == "up")
+            .fold((0, 0), |(s, c), r| (s + r.audio_seconds, c + r.characters));
+        if seen == (seconds, characters) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("usage of `up`: {seen:?} seconds and characters, not ({seconds}, {characters})");
+}
+
+#[tokio::test]
+async fn an_upload_reaches_the_upstream_as_sent_and_its_seconds_are_counted() {
+    let fake = FakeUpstream::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let app = app_in_front_of(&fake, files_in(&files)).await;
+    let key = app.create_key().await;
+    let audio = wav(3);
+
+    let body = form(
+        &[("model", "up"), ("language", "de"), ("prompt", "Grüße")],
+        Some(("meeting.wav", "audio/wav", &audio)),
+    );
+    let response = upload(&app, "/v1/audio/transcriptions", &key, body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["text"],
+        format!("{} bytes of meeting.wav", audio.len())
+    );
+    let received = fake.last_audio().unwrap();
+    assert_eq!(received["path"], "/v1/audio/transcriptions");
+    assert_eq!(
+        received["fields"],
+        json!({"model": "their-whisper", "language": "de", "prompt": "Grüße"}),
+        "the endpoint's model name, the client's fields"
+    );
+    assert_eq!(
+        received["file"],
+        json!({"filename": "meeting.wav", "content_type": "audio/wav",
+               "bytes": audio.len(), "sum": sum(&audio)})
+    );
+
+    // The upstream's own count (json's usage.seconds: 96,044 bytes at
+    // 32,000 a second, rounded up) is what counts: 4 seconds.
+    audio_usage(&app, 4, 0).await;
+
+    // Subtitles come back as the upstream wrote them; text says no length,
+    // so the WAV header's (3 s) counts.
+    let body = form(
+        &[("model", "up"), ("response_format", "srt")],
+        Some(("a.wav", "audio/wav", &audio)),
+    );
+    let response = upload(&app, "/v1/audio/transcriptions", &key, body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/plain; charset=utf-8"
+    );
+    let srt = response.text().await.unwrap();
+    assert!(
+        srt.starts_with("1\n00:00:00,000 --> 00:00:04,000\n"),
+        "{srt}"
+    );
+    audio_usage(&app, 8, 0).await;
+    let body = form(
+        &[("model", "up"), ("response_format", "text")],
+        Some(("a.wav", "audio/wav", &audio)),
+    );
+    let response = upload(&app, "/v1/audio/translations", &key, body).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert_eq!(
+        text,
+        format!("translated: {} bytes of a.wav\n", audio.len())
+    );
+    assert_eq!(fake.last_audio().unwrap()["path"], "/v1/audio/translations");
+    audio_usage(&app, 11, 0).await;
+
+    assert!(
+        left_in(&files).is_empty(),
+        "the uploads are removed once answered"
+    );
+}
+
+/// The config of an app whose files (and uploads, while needed) are in
+/// `dir`.
+fn files_in(dir: &tempfile::TempDir) -> ServerConfig {
+    ServerConfig {
+        files_dir: Some(dir.path().to_owned()),
+        ..ServerConfig::default()
+    }
+}
+
+/// What is in `dir` (uploads being written are `.audio-` files).
+fn left_in(dir: &tempfile::TempDir) -> Vec<String> {
+    std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_wrong_upload_is_a_400_or_413_naming_what_is_wrong_and_reaches_nobody() {
+    let fake = FakeUpstream::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        audio_max_bytes: 100_000,
+        ..files_in(&files)
+    };
+    let app = app_in_front_of(&fake, config).await;
+    let key = app.create_key().await;
+    let audio = wav(1);
+    for (fields, file, param) in [
+        (&[("language", "de")][..], true, "model"),
+        (&[("model", "up")], false, "file"),
+        (
+            &[("model", "up"), ("response_format", "xml")],
+            true,
+            "response_format",
+        ),
+        (
+            &[("model", "up"), ("temperature", "1.5")],
+            true,
+            "temperature",
+        ),
+        (&[("model", "up"), ("stream", "true")], true, "stream"),
+    ] {
+        let body = form(fields, file.then_some(("a.wav", "audio/wav", &audio[..])));
+        let response = upload(&app, "/v1/audio/transcriptions", &key, body).await;
+        assert_eq!(response.status(), 400, "{fields:?}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["param"], param, "{error}");
+        assert_eq!(error["error"]["type"], "invalid_request_error");
+    }
+    let response = upload(
+        &app,
+        "/v1/audio/transcriptions",
+        &key,
+        form(&[("model", "nope")], Some(("a.wav", "audio/wav", &audio))),
+    )
+    .await;
+    assert_eq!(response.status(), 404);
+    let big = wav(4);
+    let response = upload(
+        &app,
+        "/v1/audio/transcriptions",
+        &key,
+        form(&[("model", "up")], Some(("a.wav", "audio/wav", &big))),
+    )
+    .await;
+    assert_eq!(response.status(), 413);
+    let response = app
+        .client
+        .post(app.url("/v1/audio/transcriptions"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "up"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert!(fake.last_audio().is_none(), "nothing reached the upstream");
+    assert!(left_in(&files).is_empty(), "nothing is left on disk");
+}
+
+#[tokio::test]
+async fn speech_streams_back_as_the_upstream_makes_it_and_counts_characters() {
+    let fake = FakeUpstream::start().await;
+    let app = app_in_front_of(&fake, ServerConfig::default()).await;
+    let key = app.create_key().await;
+    let speak = |body: Value| {
+        app.client
+            .post(app.url("/v1/audio/speech"))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+    };
+    let response = speak(
+        json!({"model": "up", "input": "Grüß dich", "voice": "alloy",
+        "response_format": "wav", "speed": 1.25}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "audio/wav");
+    let sent = fake.last_request().unwrap();
+    assert_eq!(
+        sent,
+        json!({"model": "their-whisper", "input": "Grüß dich", "voice": "alloy",
+               "response_format": "wav", "speed": 1.25})
+    );
+    let mut pieces = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(piece) = futures::StreamExt::next(&mut stream).await {
+        pieces.push(piece.unwrap());
+    }
+    assert!(pieces.len() >= 2, "streamed as it came: {pieces:?}");
+    let audio: Vec<u8> = pieces.concat();
+    assert_eq!(audio, "fmtwGrüß dichGrüß dichGrüß dich".as_bytes());
+    audio_usage(&app, 0, 9).await;
+
+    let response = speak(json!({"model": "up", "input": "", "voice": "alloy"}))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["param"], "input");
+}

@@ -1,0 +1,313 @@
+//! The blocking half of an audio upload: the form's parts parsed
+//! ([`crate::multipart`]), its `file` written to a temporary file beside the
+//! Batch API's files, and its other fields kept (each short, a few of
+//! them). It runs on blocking threads, a batch of the body's chunks at a
+//! time ([`crate::upload::receive`]).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use svc_core::{AudioFile, ValidationError};
+
+use crate::batches::upload::MAX_FILENAME;
+use crate::error::ApiError;
+use crate::multipart::{Form, Parser, Part};
+use crate::upload::Receiving;
+
+/// The most bytes of one field other than the file (a `prompt` is the
+/// longest OpenAI takes: 224 tokens).
+pub(super) const MAX_FIELD: usize = 16 * 1024;
+/// The most fields other than the file.
+const MAX_FIELDS: usize = 32;
+/// What a form holds beside its file, at most: its fields and the parts'
+/// headers and boundaries.
+pub(super) const FORM_OVERHEAD: usize = MAX_FIELDS * (MAX_FIELD + 512) + 64 * 1024;
+
+/// An audio form being received.
+#[derive(Debug)]
+pub(super) struct Receiver {
+    parser: Parser,
+    parts: Parts,
+}
+
+/// A form received whole: its file (removed when this is dropped) and its
+/// other fields in order.
+#[derive(Debug)]
+pub(super) struct Received {
+    pub file: Option<Kept>,
+    pub fields: Vec<(String, String)>,
+}
+
+impl Receiver {
+    /// A form of `boundary` whose file is written in `dir`; `limit` is the
+    /// largest file (for a 413).
+    pub(super) fn new(boundary: &str, dir: PathBuf, limit: usize) -> Self {
+        Receiver {
+            parser: Parser::new(boundary),
+            parts: Parts {
+                dir,
+                limit,
+                current: Current::Between,
+                fields: Vec::new(),
+                file: None,
+            },
+        }
+    }
+}
+
+impl Receiving for Receiver {
+    type Received = Received;
+
+    fn feed(&mut self, chunks: &[bytes::Bytes]) -> Result<(), ApiError> {
+        for chunk in chunks {
+            self.parser.feed(chunk, &mut self.parts)?;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Received, ApiError> {
+        self.parser.finish()?;
+        let Parts { fields, file, .. } = self.parts;
+        let file = match file {
+            Some(mut kept) => {
+                kept.audio.seconds = wav_seconds(&kept.audio.path);
+                Some(kept)
+            }
+            None => None,
+        };
+        Ok(Received { file, fields })
+    }
+}
+
+#[derive(Debug)]
+struct Parts {
+    dir: PathBuf,
+    limit: usize,
+    current: Current,
+    fields: Vec<(String, String)>,
+    file: Option<Kept>,
+}
+
+#[derive(Debug)]
+enum Current {
+    Between,
+    Field(String, Vec<u8>),
+    File(Box<Writing>),
+    /// A second file, or a field past the count.
+    Skipped,
+}
+
+#[derive(Debug)]
+struct Writing {
+    /// Before `kept`, so that a file given up is closed before it is
+    /// removed.
+    out: std::io::BufWriter<std::fs::File>,
+    kept: Kept,
+}
+
+/// The uploaded file on disk, removed when dropped.
+#[derive(Debug)]
+pub(super) struct Kept {
+    pub audio: AudioFile,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.audio.path);
+    }
+}
+
+impl Form for Parts {
+    type Error = ApiError;
+
+    fn part(&mut self, part: Part) -> Result<(), ApiError> {
+        self.current = match part.name {
+            Some(name) if name == "file" && self.file.is_none() => {
+                let filename = part.filename.unwrap_or_else(|| "audio".to_owned());
+                if filename.len() > MAX_FILENAME {
+                    return Err(ValidationError::new(
+                        "file",
+                        format!(
+                            "the filename is {} bytes long; a filename has at most {MAX_FILENAME} bytes",
+                            filename.len()
+                        ),
+                    )
+                    .into());
+                }
+                Current::File(Box::new(self.create(filename, part.content_type)?))
+            }
+            Some(name) if name != "file" && self.fields.len() < MAX_FIELDS => {
+                if name.len() > 256 {
+                    return Err(ApiError::InvalidBody {
+                        param: None,
+                        message: "a form field's name has at most 256 bytes".into(),
+                    });
+                }
+                Current::Field(name, Vec::new())
+            }
+            _ => Current::Skipped,
+        };
+        Ok(())
+    }
+
+    fn data(&mut self, bytes: &[u8]) -> Result<(), ApiError> {
+        match &mut self.current {
+            Current::Field(name, value) => {
+                if value.len() + bytes.len() > MAX_FIELD {
+                    return Err(ValidationError::new(
+                        name.clone(),
+                        format!("{name} has at most {MAX_FIELD} bytes"),
+                    )
+                    .into());
+                }
+                value.extend_from_slice(bytes);
+            }
+            Current::File(writing) => {
+                writing.kept.audio.bytes += bytes.len() as u64;
+                if writing.kept.audio.bytes > self.limit as u64 {
+                    return Err(ApiError::PayloadTooLarge { limit: self.limit });
+                }
+                writing.out.write_all(bytes).map_err(cannot_write)?;
+            }
+            Current::Between | Current::Skipped => {}
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), ApiError> {
+        match std::mem::replace(&mut self.current, Current::Between) {
+            Current::Field(name, value) => {
+                let value = String::from_utf8(value).map_err(|_| {
+                    ValidationError::new(name.clone(), format!("{name} must be UTF-8 text"))
+                })?;
+                self.fields.push((name, value));
+            }
+            Current::File(writing) => {
+                let Writing { out, kept } = *writing;
+                out.into_inner().map_err(|e| cannot_write(e.into_error()))?;
+                self.file = Some(kept);
+            }
+            Current::Between | Current::Skipped => {}
+        }
+        Ok(())
+    }
+}
+
+impl Parts {
+    fn create(&self, filename: String, content_type: Option<String>) -> Result<Writing, ApiError> {
+        crate::batches::remake_dir(&self.dir)
+            .map_err(|e| ApiError::Internal(format!("cannot make the files directory: {e}")))?;
+        let path = self.dir.join(format!(
+            ".audio-{}",
+            hex::encode(rand::random::<[u8; 12]>())
+        ));
+        let out = std::fs::File::create(&path).map_err(cannot_write)?;
+        Ok(Writing {
+            out: std::io::BufWriter::with_capacity(64 * 1024, out),
+            kept: Kept {
+                audio: AudioFile {
+                    path,
+                    filename,
+                    content_type,
+                    bytes: 0,
+                    seconds: None,
+                },
+            },
+        })
+    }
+}
+
+fn cannot_write(e: std::io::Error) -> ApiError {
+    ApiError::Internal(format!("cannot write the audio file: {e}"))
+}
+
+/// How long the WAV file at `path` plays, from its header (`RIFF`/`WAVE`,
+/// the `fmt ` chunk's byte rate, the `data` chunk's length, capped at what
+/// the file holds); `None` for anything else.
+pub(super) fn wav_seconds(path: &Path) -> Option<f64> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let length = file.metadata().ok()?.len();
+    let mut head = [0u8; 12];
+    file.read_exact(&mut head).ok()?;
+    if &head[0..4] != b"RIFF" || &head[8..12] != b"WAVE" {
+        return None;
+    }
+    let mut at = 12u64;
+    let mut byte_rate = None;
+    // A few chunks (`LIST`, `fact`) may come before `data`.
+    for _ in 0..16 {
+        let mut chunk = [0u8; 8];
+        file.read_exact(&mut chunk).ok()?;
+        let size = u64::from(u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]));
+        let body = at + 8;
+        match &chunk[0..4] {
+            b"fmt " => {
+                let mut fmt = [0u8; 12];
+                file.read_exact(&mut fmt).ok()?;
+                byte_rate = Some(u32::from_le_bytes([fmt[8], fmt[9], fmt[10], fmt[11]]));
+            }
+            b"data" => {
+                let rate = f64::from(byte_rate.filter(|r| *r > 0)?);
+                // A stream's header may say 0 or all ones: the file says.
+                let data = size.min(length.saturating_sub(body));
+                let data = if size == 0 || size == u64::from(u32::MAX) {
+                    length.saturating_sub(body)
+                } else {
+                    data
+                };
+                return Some(data as f64 / rate);
+            }
+            _ => {}
+        }
+        at = body + size + (size & 1);
+        file.seek(SeekFrom::Start(at)).ok()?;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PCM WAV file of `seconds` at 16 kHz, 16-bit mono, with a `LIST`
+    /// chunk before its data.
+    pub(crate) fn wav(seconds: u32) -> Vec<u8> {
+        let rate = 16_000u32;
+        let data = rate * 2 * seconds;
+        let list = b"INFOISFT\x04\x00\x00\x00svc\x00";
+        let mut out = Vec::new();
+        out.extend_from_slice(b"RIFF");
+        out.extend_from_slice(&(4 + 24 + 8 + list.len() as u32 + 8 + data).to_le_bytes());
+        out.extend_from_slice(b"WAVEfmt ");
+        out.extend_from_slice(&16u32.to_le_bytes());
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&rate.to_le_bytes());
+        out.extend_from_slice(&(rate * 2).to_le_bytes());
+        out.extend_from_slice(&2u16.to_le_bytes());
+        out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(b"LIST");
+        out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+        out.extend_from_slice(list);
+        out.extend_from_slice(b"data");
+        out.extend_from_slice(&data.to_le_bytes());
+        out.resize(out.len() + data as usize, 0);
+        out
+    }
+
+    #[test]
+    fn a_wav_files_length_is_read_from_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.wav");
+        std::fs::write(&path, wav(3)).unwrap();
+        assert_eq!(wav_seconds(&path), Some(3.0));
+        // Cut short: what the file holds.
+        let mut cut = wav(4);
+        cut.truncate(cut.len() - 16_000 * 2);
+        std::fs::write(&path, cut).unwrap();
+        assert_eq!(wav_seconds(&path), Some(3.0));
+        std::fs::write(&path, b"ID3\x03\x00 an mp3").unwrap();
+        assert_eq!(wav_seconds(&path), None);
+    }
+}

@@ -1,0 +1,256 @@
+//! `/v1/audio/*`: speech to text and text to speech, served by models
+//! that do it (an upstream's Whisper or TTS model), with what every
+//! inference gets (the key's scope and model list, rate limits, budgets,
+//! usage, metrics, the request log). Errors are OpenAI's shape.
+//!
+//! - `POST /v1/audio/transcriptions` and `/v1/audio/translations` take a
+//!   `multipart/form-data` upload: its file is written to disk as it
+//!   arrives ([`form`]), never whole in memory, bounded by
+//!   `audio_max_bytes`, and streamed from there to the engine's upstream.
+//!   Usage is the seconds of audio: the upstream's count, or the file's
+//!   own (a WAV header), or failing both one second per 16,000 bytes.
+//! - `POST /v1/audio/speech` takes JSON and streams the audio back as it
+//!   comes. Usage is the characters of its `input`.
+
+mod form;
+mod valid;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures::TryStreamExt as _;
+use svc_core::{KeyRecord, TokenUsage, Tokens};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Key, scope};
+use crate::openapi::shared;
+use crate::pipeline::{Metering, arrived, limited, whole};
+use crate::state::AppState;
+use crate::upload::receive;
+use form::{Received, Receiver};
+
+/// Bytes of audio counted as a second when neither the file nor the model
+/// says how long it is: MP3 at 128 kbit/s.
+const BYTES_PER_SECOND: u64 = 16_000;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(transcriptions))
+        .routes(routes!(translations))
+        .routes(routes!(speech))
+}
+
+#[utoipa::path(post, path = "/v1/audio/transcriptions", tag = "audio", operation_id = "createTranscription",
+    summary = "Transcribe audio into text in its own language.",
+    description = "A `multipart/form-data` body: `file` (at most `audio_max_bytes`, 256 MiB by default; a larger one is a 413) and `model`, and the model's other fields (`language`, `prompt`, `response_format`, `temperature`, `timestamp_granularities[]`, ...), each at most 16 KiB, passed to the model. Served by a model that transcribes (an upstream's, through its own `/audio/transcriptions`); another model answers 400 naming `model`. The answer is the model's, in the `response_format` asked for (`json`, `text`, `srt`, `verbose_json` or `vtt`). `stream` must be false. Usage counts seconds of audio (priced by `[prices.<model>] audio_minute`).",
+    security(("bearer" = ["model.request"])),
+    request_body(content = svc_api::audio::TranscriptionForm, content_type = "multipart/form-data"),
+    responses(
+        (status = 200, description = "The transcript, in the format asked for.", content((svc_api::audio::Transcription = "application/json"), (String = "text/plain"))),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn transcriptions(
+    Key(key, _): Key<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited(&state.admission, key, |key, metering| {
+        transcribe(&state, key, request, metering, false)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/audio/translations", tag = "audio", operation_id = "createTranslation",
+    summary = "Translate audio into English text.",
+    description = "As POST /v1/audio/transcriptions (the same form, limits and answer), into English; served through the upstream's own `/audio/translations`.",
+    security(("bearer" = ["model.request"])),
+    request_body(content = svc_api::audio::TranscriptionForm, content_type = "multipart/form-data"),
+    responses(
+        (status = 200, description = "The English text, in the format asked for.", content((svc_api::audio::Transcription = "application/json"), (String = "text/plain"))),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn translations(
+    Key(key, _): Key<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited(&state.admission, key, |key, metering| {
+        transcribe(&state, key, request, metering, true)
+    })
+    .await
+}
+
+async fn transcribe(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    metering: Metering,
+    translate: bool,
+) -> Result<Response, ApiError> {
+    let arrived = arrived(&request);
+    let place = state.batches.uploads.admit(&key.id)?;
+    let boundary = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::multipart::boundary)
+        .ok_or_else(|| ApiError::InvalidBody {
+            param: None,
+            message: "Send the audio as multipart/form-data, with the fields `file` and `model`."
+                .into(),
+        })?;
+    let limit = state.batches.audio_max_bytes;
+    let receiver = Receiver::new(&boundary, state.batches.dir.clone(), limit);
+    let Received { file, fields } = receive(
+        &place,
+        receiver,
+        request.into_body(),
+        limit.saturating_add(form::FORM_OVERHEAD),
+    )
+    .await?;
+    drop(place);
+    let valid::Transcription {
+        model,
+        mut transcribe,
+    } = valid::transcription(fields, translate)?;
+    crate::request_log::note_model(&model);
+    let file = file.ok_or_else(|| svc_core::ValidationError::new("file", "file is required"))?;
+    let route = state.admission.usable(&key, &model)?;
+    transcribe.audio = file.audio.clone();
+    transcribe.client = Some(key.id.to_string());
+    let measured = transcribe.audio.seconds;
+    let estimate = seconds(
+        measured.unwrap_or_else(|| transcribe.audio.bytes.div_ceil(BYTES_PER_SECOND) as f64),
+    );
+    let (transcript, _) = whole(
+        &state.admission,
+        &state.metrics,
+        &key,
+        &model,
+        &metering,
+        (
+            arrived,
+            Tokens {
+                audio_seconds: i64::try_from(estimate).unwrap_or(i64::MAX),
+                ..Tokens::default()
+            },
+        ),
+        if translate {
+            "translate audio"
+        } else {
+            "transcribe audio"
+        },
+        route.engine.transcribe(transcribe),
+        |transcript| TokenUsage {
+            audio_seconds: transcript.seconds.or(measured).map_or(estimate, seconds),
+            ..TokenUsage::default()
+        },
+    )
+    .await?;
+    // The file is removed once it is no longer needed (here, not after
+    // the client has read the answer).
+    drop(file);
+    let mut response = transcript.body.into_response();
+    if let Ok(value) = HeaderValue::from_str(&transcript.content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    Ok(response)
+}
+
+/// Whole seconds, rounded up, at least 1 (a request's audio is not free).
+fn seconds(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds.ceil() as u64).max(1)
+    } else {
+        1
+    }
+}
+
+#[utoipa::path(post, path = "/v1/audio/speech", tag = "audio", operation_id = "createSpeech",
+    summary = "Speak text: the audio, streamed as it is made.",
+    description = "Served by a model that speaks (an upstream's, through its own `/audio/speech`); another model answers 400 naming `model`. `input` is 1 to 4,096 characters, `voice` a name or `{\"id\": ...}`, `response_format` `mp3` (default), `opus`, `aac`, `flac`, `wav` or `pcm`, `speed` 0.25 to 4, `stream_format` `audio` (default) or `sse`; a wrong one is a 400 naming it. The audio is sent as it comes. Usage counts the characters of `input` (priced by `[prices.<model>] characters`).",
+    security(("bearer" = ["model.request"])),
+    request_body = svc_api::audio::SpeechRequest,
+    responses(
+        (status = 200, description = "The audio, in the format asked for (`text/event-stream` for `stream_format` `sse`).", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, response = shared::BadRequest),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 404, response = shared::NotFound),
+        (status = 413, response = shared::PayloadTooLarge),
+        (status = 429, response = shared::TooManyRequests),
+        (status = 500, response = shared::InternalServerError),
+        (status = 503, response = shared::ServiceUnavailable),
+    ))]
+pub async fn speech(
+    Key(key, _): Key<scope::ModelRequest>,
+    State(state): State<AppState>,
+    request: Request,
+) -> Response {
+    limited(&state.admission, key, |key, metering| {
+        speak(&state, key, request, metering)
+    })
+    .await
+}
+
+async fn speak(
+    state: &AppState,
+    key: KeyRecord,
+    request: Request,
+    metering: Metering,
+) -> Result<Response, ApiError> {
+    let arrived = arrived(&request);
+    let ApiJson(body) =
+        ApiJson::<svc_api::audio::SpeechRequest>::from_request(request, state).await?;
+    crate::request_log::note_model(&body.model);
+    let valid::Speech { model, mut speak } = valid::speech(body)?;
+    let route = state.admission.usable(&key, &model)?;
+    speak.client = Some(key.id.to_string());
+    let characters = speak.input.chars().count() as u64;
+    let (speech, _) = whole(
+        &state.admission,
+        &state.metrics,
+        &key,
+        &model,
+        &metering,
+        (
+            arrived,
+            Tokens {
+                characters: i64::try_from(characters).unwrap_or(i64::MAX),
+                ..Tokens::default()
+            },
+        ),
+        "synthesize speech",
+        route.engine.speak(speak),
+        |_| TokenUsage {
+            characters,
+            ..TokenUsage::default()
+        },
+    )
+    .await?;
+    let audio = speech
+        .audio
+        .map_err(|e| std::io::Error::other(e.to_string()));
+    let mut response = Body::from_stream(audio).into_response();
+    if let Ok(value) = HeaderValue::from_str(&speech.content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    Ok(response)
+}
