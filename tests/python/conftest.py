@@ -43,15 +43,23 @@ def svc_binary() -> Path:
     return _built("svc", "SVC_BIN")
 
 
-def svc_serve(args: list[str], env: dict[str, str], timeout: float = 120):
+def fake_upstream_binary() -> Path:
+    """The scripted upstream as a process (or `$SVC_FAKE_UPSTREAM`)."""
+    return _built("svc-fake-upstream", "SVC_FAKE_UPSTREAM")
+
+
+def svc_serve(args: list[str], env: dict[str, str], timeout: float = 120, started: list | None = None):
     """Runs `svc serve ARGS`, yields the URL it says it serves on, and
-    stops it (a generator for fixtures)."""
+    stops it (a generator for fixtures). The process is appended to
+    `started` when given (for its pid)."""
     svc = svc_binary()
     assert svc.is_file(), f"{svc} does not exist: build it with `cargo build -p svc-cli --bin svc` or set SVC_BIN"
     process = subprocess.Popen(
         [str(svc), "serve", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
     )
+    if started is not None:
+        started.append(process)
     url: list[str] = []
     seen: list[str] = []
 

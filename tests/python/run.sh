@@ -26,6 +26,9 @@ if [[ -z "${SVC_FAKE_SERVER:-}" ]]; then
     cargo build --quiet -p svc-test-support --bin svc-fake-server
 fi
 # test_tls.py runs `svc serve`, and test_real_model.py too on $SVC_TEST_MODEL.
+if [[ -z "${SVC_FAKE_UPSTREAM:-}" ]]; then
+    cargo build --quiet -p svc-test-support --bin svc-fake-upstream
+fi
 if [[ -z "${SVC_BIN:-}" ]]; then
     cargo build --quiet --locked -p svc-cli --bin svc
 fi

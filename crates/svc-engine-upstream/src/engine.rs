@@ -319,9 +319,7 @@ impl UpstreamEngine {
         }
         Err(error::exhausted(worst.as_ref()))
     }
-}
 
-impl UpstreamEngine {
     /// One attempt at speaking `request` at the endpoint of `lease`, up to
     /// the audio's first bytes (so that a failure before them is tried
     /// elsewhere): the reply's media type, the exchange, and those bytes.

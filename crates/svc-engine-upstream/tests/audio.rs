@@ -123,7 +123,7 @@ async fn audio_usage(app: &TestApp, seconds: i64, characters: i64) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("usage of `up`: {seen:?} seconds and characters, not ({seconds}, {characters})");
+    assert_eq!(seen, (seconds, characters), "seconds and characters of `up`");
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! It speaks `POST /v1/chat/completions` (streamed like vLLM, or whole),
 //! `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/rerank`,
 //! `POST /v1/audio/transcriptions`, `/v1/audio/translations`,
-//! `/v1/audio/speech` and `GET /v1/models`. What it does with a chat request is a [`Behavior`]:
+//! `/v1/audio/speech` and `GET /v1/models` (and `GET /v1/fake/received`:
+//! what it last received, for tests in another process). What it does with a chat request is a [`Behavior`]:
 //! one for every request, or queued for the next ones. Connections are
 //! served by hyper directly so a handler can close its own connection
 //! (before or in the middle of a response), and [`FakeUpstream::kill`]
@@ -157,6 +158,7 @@ impl FakeUpstream {
             .route("/v1/audio/transcriptions", post(transcriptions))
             .route("/v1/audio/translations", post(translations))
             .route("/v1/audio/speech", post(speech))
+            .route("/v1/fake/received", get(fake_received))
             .with_state(shared.clone());
         let stop = CancellationToken::new();
         let accept = tokio::spawn(accept_loop(listener, router, shared.clone(), stop.clone()));
@@ -786,6 +788,14 @@ async fn chat(
         header::HeaderValue::from_static("text/event-stream"),
     );
     response
+}
+
+/// What the fake last received, for a test in another process:
+/// `{"request": <the last JSON body>, "audio": <see last_audio>}`.
+async fn fake_received(State(shared): State<Arc<Shared>>) -> Response {
+    let request = shared.last_request.lock().unwrap().clone();
+    let audio = shared.last_audio.lock().unwrap().clone();
+    Json(json!({"request": request, "audio": audio})).into_response()
 }
 
 /// Bodies up to this size are kept whole (the file's bytes are summed);

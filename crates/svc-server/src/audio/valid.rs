@@ -55,21 +55,20 @@ pub(super) fn transcription(
                 }
                 response_format.clone_from(&value);
             }
-            "temperature" => {
-                if !value.parse::<f64>().is_ok_and(|t| (0.0..=1.0).contains(&t)) {
-                    return Err(ValidationError::new(
-                        "temperature",
-                        format!("temperature must be a number from 0 to 1, not `{value}`"),
-                    ));
-                }
+            // A right one goes to the model with the rest (below).
+            "temperature" if !value.parse::<f64>().is_ok_and(|t| (0.0..=1.0).contains(&t)) => {
+                return Err(ValidationError::new(
+                    "temperature",
+                    format!("temperature must be a number from 0 to 1, not `{value}`"),
+                ));
             }
-            "timestamp_granularities[]" | "timestamp_granularities" => {
-                if !matches!(value.as_str(), "word" | "segment") {
-                    return Err(ValidationError::new(
-                        "timestamp_granularities",
-                        format!("timestamp_granularities are `word` or `segment`, not `{value}`"),
-                    ));
-                }
+            "timestamp_granularities[]" | "timestamp_granularities"
+                if !matches!(value.as_str(), "word" | "segment") =>
+            {
+                return Err(ValidationError::new(
+                    "timestamp_granularities",
+                    format!("timestamp_granularities are `word` or `segment`, not `{value}`"),
+                ));
             }
             "stream" => {
                 if value != "false" {
