@@ -123,7 +123,11 @@ async fn audio_usage(app: &TestApp, seconds: i64, characters: i64) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen, (seconds, characters), "seconds and characters of `up`");
+    assert_eq!(
+        seen,
+        (seconds, characters),
+        "seconds and characters of `up`"
+    );
 }
 
 #[tokio::test]
@@ -323,4 +327,74 @@ async fn speech_streams_back_as_the_upstream_makes_it_and_counts_characters() {
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
     assert_eq!(error["error"]["param"], "input");
+}
+
+#[tokio::test]
+async fn a_spend_budget_is_charged_the_seconds_at_the_models_price() {
+    let fake = FakeUpstream::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let mut config = files_in(&files);
+    // 10 cents a second: the upstream's 4 seconds cost $0.40.
+    config.prices.insert(
+        "up".into(),
+        svc_core::ModelPrice {
+            audio_minute: 6.0,
+            ..svc_core::ModelPrice::default()
+        },
+    );
+    let app = app_in_front_of(&fake, config).await;
+    let admin = app.create_admin_key().await;
+    let created: Value = app
+        .client
+        .post(app.url("/v1/organization/projects/proj_default/api_keys"))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "audio", "budget": {"usd": 0.5, "period": "day"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = created["value"].as_str().unwrap();
+    let audio = wav(3);
+    let transcribe = || {
+        upload(
+            &app,
+            "/v1/audio/transcriptions",
+            key,
+            form(&[("model", "up")], Some(("a.wav", "audio/wav", &audio))),
+        )
+    };
+    let first = transcribe().await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["x-budget-limit-usd"], "0.5");
+    // Charged its header's 3 seconds ($0.30) up front.
+    assert_eq!(first.headers()["x-budget-remaining-usd"], "0.2");
+    // Settled to the upstream's 4 ($0.40); the next one's $0.30 passes the
+    // budget (as a request that crosses it does), and then it is spent.
+    let second = transcribe().await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(second.headers()["x-budget-remaining-usd"], "0");
+    let third = transcribe().await;
+    assert_eq!(third.status(), 429);
+    let error: Value = third.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "insufficient_quota", "{error}");
+    audio_usage(&app, 8, 0).await;
+    let budget: Value = app
+        .client
+        .get(app.url(&format!(
+            "/v1/organization/projects/proj_default/api_keys/{}",
+            created["id"].as_str().unwrap()
+        )))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        budget["budget"]["used"], 800_000,
+        "two times 4 seconds at 10 cents: {budget}"
+    );
 }
