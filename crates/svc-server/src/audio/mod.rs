@@ -50,14 +50,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     request_body(content = svc_api::audio::TranscriptionForm, content_type = "multipart/form-data"),
     responses(
         (status = 200, description = "The transcript, in the format asked for.", content((svc_api::audio::Transcription = "application/json"), (String = "text/plain"))),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn transcriptions(
     Key(key, _): Key<scope::ModelRequest>,
@@ -77,14 +70,7 @@ pub async fn transcriptions(
     request_body(content = svc_api::audio::TranscriptionForm, content_type = "multipart/form-data"),
     responses(
         (status = 200, description = "The English text, in the format asked for.", content((svc_api::audio::Transcription = "application/json"), (String = "text/plain"))),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn translations(
     Key(key, _): Key<scope::ModelRequest>,
@@ -125,7 +111,33 @@ async fn transcribe(
         limit.saturating_add(form::FORM_OVERHEAD),
     )
     .await?;
-    drop(place);
+    // The upload's place (one of the key's uploads in flight) is held while
+    // its file is on disk; the file is removed off the async threads once
+    // the model has answered, whatever the answer.
+    let answer = send(
+        state,
+        key,
+        fields,
+        file.as_ref(),
+        arrived,
+        metering,
+        translate,
+    )
+    .await;
+    let _ = place.work(move || drop(file)).await;
+    answer
+}
+
+/// The received form's transcript, from the model it names.
+async fn send(
+    state: &AppState,
+    key: KeyRecord,
+    fields: Vec<(String, String)>,
+    file: Option<&form::Kept>,
+    arrived: std::time::Instant,
+    metering: Metering,
+    translate: bool,
+) -> Result<Response, ApiError> {
     let valid::Transcription {
         model,
         mut transcribe,
@@ -164,9 +176,6 @@ async fn transcribe(
         },
     )
     .await?;
-    // The file is removed once it is no longer needed (here, not after
-    // the client has read the answer).
-    drop(file);
     let mut response = transcript.body.into_response();
     if let Ok(value) = HeaderValue::from_str(&transcript.content_type) {
         response.headers_mut().insert(header::CONTENT_TYPE, value);
@@ -190,14 +199,7 @@ fn seconds(seconds: f64) -> u64 {
     request_body = svc_api::audio::SpeechRequest,
     responses(
         (status = 200, description = "The audio, in the format asked for (`text/event-stream` for `stream_format` `sse`).", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn speech(
     Key(key, _): Key<scope::ModelRequest>,

@@ -38,16 +38,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         (status = 200, description = "The completion: whole, or streamed when `stream` is true.",
             content((svc_api::Completion = "application/json"),
                 (svc_api::completions::CompletionStreamEvent = "text/event-stream"))),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 502, response = shared::BadGateway),
-        (status = 503, response = shared::ServiceUnavailable),
-        (status = 504, response = shared::GatewayTimeout),
+        shared::InferenceErrors,
     ))]
 pub async fn create(
     Key(key, _): Key<scope::ModelRequest>,

@@ -34,14 +34,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     request_body = EmbeddingRequest,
     responses(
         (status = 200, description = "One vector per input, in order.", body = EmbeddingList),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn create(
     Key(key, _): Key<scope::ModelRequest>,

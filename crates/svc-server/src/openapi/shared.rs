@@ -56,3 +56,29 @@ shared! {
     GatewayTimeout (None) => "The upstream engine did not answer in time (`type` `server_error`, `code` `gateway_timeout`); or `Cache-Control: only-if-cached` was sent and the response cache holds no reply to this request (`type` `invalid_request_error`, `code` `not_cached`).";
     ServiceUnavailable (Some(("Retry-After", "RetryAfter"))) => "The model or the store is unavailable (`type` `server_error`, `code` `model_unavailable` or `service_unavailable`).";
 }
+
+/// The errors of every route that runs a model in OpenAI's dialect (chat,
+/// legacy completions, embeddings, rerank, audio), as `responses(...)`
+/// takes them after the route's own 200: the shared responses above, each
+/// by reference, 400 to 504.
+pub(crate) struct InferenceErrors;
+
+impl utoipa::IntoResponses for InferenceErrors {
+    fn responses() -> std::collections::BTreeMap<String, RefOr<Response>> {
+        [
+            ("400", "BadRequest"),
+            ("401", "Unauthorized"),
+            ("403", "Forbidden"),
+            ("404", "NotFound"),
+            ("413", "PayloadTooLarge"),
+            ("429", "TooManyRequests"),
+            ("500", "InternalServerError"),
+            ("502", "BadGateway"),
+            ("503", "ServiceUnavailable"),
+            ("504", "GatewayTimeout"),
+        ]
+        .into_iter()
+        .map(|(status, name)| (status.to_owned(), RefOr::Ref(Ref::from_response_name(name))))
+        .collect()
+    }
+}

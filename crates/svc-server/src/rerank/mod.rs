@@ -37,14 +37,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     request_body = svc_api::RerankRequest,
     responses(
         (status = 200, description = "The documents by relevance, highest first.", body = RerankResponse),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn create(
     Key(key, _): Key<scope::ModelRequest>,
@@ -63,14 +56,7 @@ pub async fn create(
     request_body = svc_api::RerankRequest,
     responses(
         (status = 200, description = "The documents by relevance, highest first.", body = RerankResponse),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn create_unversioned(
     key: Key<scope::ModelRequest>,
@@ -86,14 +72,7 @@ pub async fn create_unversioned(
     request_body = svc_api::RerankRequest,
     responses(
         (status = 200, description = "The documents by relevance, highest first.", body = RerankResponse),
-        (status = 400, response = shared::BadRequest),
-        (status = 401, response = shared::Unauthorized),
-        (status = 403, response = shared::Forbidden),
-        (status = 404, response = shared::NotFound),
-        (status = 413, response = shared::PayloadTooLarge),
-        (status = 429, response = shared::TooManyRequests),
-        (status = 500, response = shared::InternalServerError),
-        (status = 503, response = shared::ServiceUnavailable),
+        shared::InferenceErrors,
     ))]
 pub async fn create_v2(
     key: Key<scope::ModelRequest>,
