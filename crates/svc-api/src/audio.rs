@@ -87,3 +87,8 @@ pub struct SpeechRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_format: Option<String>,
 }
+
+/// Speech's bytes, in the format asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = SpeechAudio, value_type = String, format = Binary)]
+pub struct SpeechAudio(pub Vec<u8>);

@@ -107,6 +107,9 @@ struct Tokens {
     prompt: u64,
     cached_prompt: u64,
     completion: u64,
+    /// Audio models' work: seconds transcribed, characters spoken.
+    audio_seconds: u64,
+    characters: u64,
 }
 
 /// The server's metrics.
@@ -165,6 +168,8 @@ impl Metrics {
             tokens.prompt += used.prompt_tokens;
             tokens.cached_prompt += used.cached_tokens;
             tokens.completion += used.completion_tokens;
+            tokens.audio_seconds += used.audio_seconds;
+            tokens.characters += used.characters;
         });
     }
 
@@ -283,6 +288,19 @@ impl Metrics {
                     "svc_tokens_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
                     escape(model)
                 );
+            }
+        }
+        out.push_str("# HELP svc_audio_total Audio models' work: seconds of audio transcribed or translated, characters of text spoken.\n");
+        out.push_str("# TYPE svc_audio_total counter\n");
+        for (model, t) in &tokens {
+            for (kind, n) in [("characters", t.characters), ("seconds", t.audio_seconds)] {
+                if t.characters + t.audio_seconds > 0 {
+                    let _ = writeln!(
+                        out,
+                        "svc_audio_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                        escape(model)
+                    );
+                }
             }
         }
         out.push_str("# HELP svc_errors_total Error responses by code.\n");

@@ -337,7 +337,8 @@ impl Engine for FakeEngine {
 /// embedded engine: it echoes at once, reports the tokens of the messages
 /// before the last as cached ([`FakeEngine::with_prefix_cache`]) and its
 /// numerics as [`FAKE_FINGERPRINT`]; `fake-embed` makes embeddings
-/// ([`FakeEmbedder`]); `fake-rerank` reranks ([`FakeReranker`]).
+/// ([`FakeEmbedder`]); `fake-rerank` reranks ([`FakeReranker`]);
+/// `fake-speech` transcribes and speaks ([`FakeSpeech`]).
 pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
     let route_of = |id: &str, engine: FakeEngine, reasoning: bool| ModelRoute {
         id: id.into(),
@@ -412,7 +413,66 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
             default_system_prompt: None,
             fallbacks: svc_server::Fallbacks::default(),
         },
+        ModelRoute {
+            id: "fake-speech".into(),
+            engine: Arc::new(FakeSpeech),
+            reasoning: false,
+            created: 1_700_000_000,
+            owned_by: "svc".into(),
+            default_system_prompt: None,
+            fallbacks: svc_server::Fallbacks::default(),
+        },
     ])
+}
+
+/// A scripted audio model: a transcript says what it heard (`<bytes> bytes
+/// of <filename>`, as JSON `{"text": ...}` whatever the format) and that
+/// the audio lasted a second per 32,000 bytes, rounded up; speech is the
+/// input's bytes, in two pieces, as `audio/mpeg`.
+pub struct FakeSpeech;
+
+#[async_trait]
+impl Engine for FakeSpeech {
+    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
+        Err(EngineError::InvalidRequest {
+            param: Some("model".into()),
+            message: "this model transcribes and speaks, it does not chat".into(),
+        })
+    }
+
+    async fn transcribe(
+        &self,
+        request: svc_core::TranscribeRequest,
+    ) -> Result<svc_core::Transcript, EngineError> {
+        let heard = std::fs::metadata(&request.audio.path)
+            .map_err(|e| EngineError::Internal(format!("the upload is gone: {e}")))?
+            .len();
+        let text = format!("{heard} bytes of {}", request.audio.filename);
+        Ok(svc_core::Transcript {
+            body: serde_json::to_vec(&serde_json::json!({"text": text}))
+                .unwrap_or_default()
+                .into(),
+            content_type: "application/json".into(),
+            seconds: Some(heard.div_ceil(32_000) as f64),
+        })
+    }
+
+    async fn speak(
+        &self,
+        request: svc_core::SpeechRequest,
+    ) -> Result<svc_core::Speech, EngineError> {
+        let input = bytes::Bytes::from(request.input.into_bytes());
+        let half = input.len() / 2;
+        let pieces = vec![Ok(input.slice(..half)), Ok(input.slice(half..))];
+        Ok(svc_core::Speech {
+            content_type: "audio/mpeg".into(),
+            audio: Box::pin(futures::stream::iter(pieces)),
+        })
+    }
+
+    fn name(&self) -> &str {
+        "fake-speech"
+    }
 }
 
 /// A scripted reranking model: a document's score is the share of the

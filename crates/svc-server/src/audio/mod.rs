@@ -198,7 +198,11 @@ fn seconds(seconds: f64) -> u64 {
     security(("bearer" = ["model.request"])),
     request_body = svc_api::audio::SpeechRequest,
     responses(
-        (status = 200, description = "The audio, in the format asked for (`text/event-stream` for `stream_format` `sse`).", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "The audio, in the format asked for (`text/event-stream` for `stream_format` `sse`), typed as the model typed it.",
+            content((svc_api::audio::SpeechAudio = "audio/mpeg"), (svc_api::audio::SpeechAudio = "audio/ogg"),
+                (svc_api::audio::SpeechAudio = "audio/aac"), (svc_api::audio::SpeechAudio = "audio/flac"),
+                (svc_api::audio::SpeechAudio = "audio/wav"), (svc_api::audio::SpeechAudio = "audio/pcm"),
+                (String = "text/event-stream"))),
         shared::InferenceErrors,
     ))]
 pub async fn speech(

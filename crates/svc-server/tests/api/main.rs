@@ -37,6 +37,7 @@ macro_rules! on_both_databases {
 }
 
 mod admin_escalation;
+mod audio;
 mod audit;
 mod auth;
 mod batches;

@@ -336,7 +336,8 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             "fake-cached",
             "fake-template",
             "fake-embed",
-            "fake-rerank"
+            "fake-rerank",
+            "fake-speech"
         ]
     );
     assert_eq!(app.chat(&key, &body("fake-slow", "hi")).await.status(), 200);
@@ -353,7 +354,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .json()
         .await
         .unwrap();
-    assert_eq!(list["data"].as_array().unwrap().len(), 10);
+    assert_eq!(list["data"].as_array().unwrap().len(), 11);
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.

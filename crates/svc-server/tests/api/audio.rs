@@ -1,0 +1,184 @@
+//! `/v1/audio/*` on the scripted audio model (`fake-speech`): what every
+//! inference gets (the key's scope and model list, rate limits, usage,
+//! metrics, the request log), a model that does not do audio refused
+//! naming `model`, and the Batch API refusing audio lines (an upload is not
+//! JSON). The upstream path, byte for byte, is
+//! `svc-engine-upstream/tests/audio.rs`.
+
+use serde_json::{Value, json};
+use svc_test_support::TestApp;
+
+use crate::expect_error;
+
+fn speech(model: &str) -> Value {
+    json!({"model": model, "input": "Hello there", "voice": "alloy"})
+}
+
+const BOUNDARY: &str = "audio-test-boundary";
+
+async fn transcribe(app: &TestApp, key: &str, model: &str, audio: &[u8]) -> reqwest::Response {
+    let mut body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\n\
+         Content-Type: audio/mpeg\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(audio);
+    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    app.client
+        .post(app.url("/v1/audio/transcriptions"))
+        .bearer_auth(key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_key_needs_model_request_and_the_model_on_its_list() {
+    crate::needs_model_request_and_the_model_on_the_list(
+        "/v1/audio/speech",
+        &speech("fake-speech"),
+        "svc",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn speech_counts_toward_rate_limits_usage_and_metrics() {
+    crate::counts_toward_limits_usage_and_metrics(
+        "/v1/audio/speech",
+        &speech("fake-speech"),
+        "fake-speech",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn transcripts_and_speech_are_counted_in_seconds_and_characters() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let heard = transcribe(&app, &key, "fake-speech", &[7u8; 40_000]).await;
+    assert_eq!(heard.status(), 200);
+    let text: Value = heard.json().await.unwrap();
+    assert_eq!(text["text"], "40000 bytes of a.mp3");
+    let spoken = app
+        .client
+        .post(app.url("/v1/audio/speech"))
+        .bearer_auth(&key)
+        .json(&speech("fake-speech"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoken.status(), 200);
+    assert_eq!(spoken.headers()["content-type"], "audio/mpeg");
+    assert_eq!(spoken.bytes().await.unwrap(), "Hello there".as_bytes());
+    let metrics = app.metrics().await;
+    // 40,000 bytes at 32,000 a second, rounded up; 11 characters.
+    for line in [
+        "svc_audio_total{model=\"fake-speech\",kind=\"seconds\"} 2",
+        "svc_audio_total{model=\"fake-speech\",kind=\"characters\"} 11",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    // Each request leaves a request log row naming the model.
+    let admin = app.create_admin_key().await;
+    let mut rows = Value::Null;
+    for _ in 0..50 {
+        rows = app
+            .client
+            .get(app.url("/v1/organization/request_logs?models[]=fake-speech"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if rows["data"].as_array().is_some_and(|r| r.len() == 2) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut endpoints: Vec<&str> = rows["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["endpoint"].as_str().unwrap())
+        .collect();
+    endpoints.sort_unstable();
+    assert_eq!(
+        endpoints,
+        ["POST /v1/audio/speech", "POST /v1/audio/transcriptions"],
+        "{rows}"
+    );
+}
+
+#[tokio::test]
+async fn a_model_without_audio_is_refused_naming_model() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let refused = transcribe(&app, &key, "svc", b"ID3 audio").await;
+    let message = expect_error(
+        refused,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("model"),
+    )
+    .await;
+    assert!(message.contains("cannot transcribe audio"), "{message}");
+    let refused = app
+        .client
+        .post(app.url("/v1/audio/speech"))
+        .bearer_auth(&key)
+        .json(&speech("svc"))
+        .send()
+        .await
+        .unwrap();
+    expect_error(
+        refused,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("model"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_batch_line_for_audio_is_refused() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let line = json!({"custom_id": "a", "method": "POST", "url": "/v1/audio/speech",
+        "body": speech("fake-speech")});
+    let body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n{line}\r\n--{BOUNDARY}--\r\n"
+    );
+    let refused = app
+        .client
+        .post(app.url("/v1/files"))
+        .bearer_auth(&key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let message = expect_error(
+        refused,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("file"),
+    )
+    .await;
+    assert!(message.contains("/v1/audio/speech"), "{message}");
+}
