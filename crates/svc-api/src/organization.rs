@@ -506,6 +506,75 @@ pub struct UsageCompletionsResult {
     pub batch: Option<bool>,
 }
 
+/// The page, bucket and result of one of OpenAI's audio usage endpoints:
+/// the same as the completions endpoint's, with the result counting
+/// `$unit` where that counts tokens.
+macro_rules! audio_usage {
+    ($page:ident, $bucket:ident, $result:ident, $object:literal, $unit:ident, $unit_doc:literal) => {
+        #[doc = concat!("`GET /v1/organization/usage/", $object, "`: one page of day buckets.")]
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+        pub struct $page {
+            /// Always `page`.
+            #[schema(schema_with = object_page)]
+            pub object: String,
+            pub data: Vec<$bucket>,
+            pub has_more: bool,
+            /// Pass it as `page` for the next buckets; null on the last page.
+            #[schema(required = true)]
+            pub next_page: Option<String>,
+        }
+
+        /// One day's usage: `bucket`.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+        pub struct $bucket {
+            /// Always `bucket`.
+            #[schema(schema_with = object_bucket)]
+            pub object: String,
+            /// Unix time, 00:00 UTC of the day.
+            pub start_time: i64,
+            /// Unix time, 00:00 UTC of the next day.
+            pub end_time: i64,
+            pub results: Vec<$result>,
+        }
+
+        #[doc = concat!("The usage of one group in a bucket: `organization.usage.", $object, ".result`. A field the query did not group by is null.")]
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+        pub struct $result {
+            #[doc = concat!("Always `organization.usage.", $object, ".result`.")]
+            pub object: String,
+            #[doc = $unit_doc]
+            pub $unit: i64,
+            pub num_model_requests: i64,
+            #[schema(required = true)]
+            pub project_id: Option<String>,
+            /// Always null: svc groups by key, not by account.
+            #[schema(required = true)]
+            pub user_id: Option<String>,
+            #[schema(required = true)]
+            pub api_key_id: Option<String>,
+            #[schema(required = true)]
+            pub model: Option<String>,
+        }
+    };
+}
+
+audio_usage!(
+    UsageAudioSpeechesPage,
+    UsageAudioSpeechesBucket,
+    UsageAudioSpeechesResult,
+    "audio_speeches",
+    characters,
+    "Characters of text spoken."
+);
+audio_usage!(
+    UsageAudioTranscriptionsPage,
+    UsageAudioTranscriptionsBucket,
+    UsageAudioTranscriptionsResult,
+    "audio_transcriptions",
+    seconds,
+    "Seconds of audio transcribed or translated."
+);
+
 fn object_page() -> Object {
     constant("page")
 }

@@ -10,7 +10,7 @@ pub(crate) mod openapi;
 pub(crate) mod organization;
 pub(crate) mod request_logs;
 mod usage;
-pub(crate) mod usage_completions;
+pub(crate) mod usage_buckets;
 
 use axum::Router;
 use utoipa_axum::router::OpenApiRouter;
@@ -73,7 +73,9 @@ pub fn api() -> OpenApiRouter<AppState> {
             organization::get_organization_user,
             organization::modify_organization_user
         ))
-        .routes(routes!(usage_completions::list))
+        .routes(routes!(usage_buckets::completions))
+        .routes(routes!(usage_buckets::audio_speeches))
+        .routes(routes!(usage_buckets::audio_transcriptions))
 }
 
 /// `GET /metrics`, which the application serves beside the API or on an

@@ -85,8 +85,47 @@ async fn transcripts_and_speech_are_counted_in_seconds_and_characters() {
     ] {
         assert!(metrics.contains(line), "{line} in {metrics}");
     }
-    // Each request leaves a request log row naming the model.
+    // OpenAI's usage API has them by day, each at its own endpoint, and
+    // not among the completions. Usage is kept by key, day and model, so a
+    // model that both transcribes and speaks (this one) has its requests
+    // counted at both.
     let admin = app.create_admin_key().await;
+    let today = svc_core::now() - svc_core::now().rem_euclid(86_400);
+    let usage = |endpoint: &'static str| {
+        let request = app
+            .client
+            .get(app.url(&format!(
+                "/v1/organization/usage/{endpoint}?start_time={today}&group_by[]=model"
+            )))
+            .bearer_auth(&admin)
+            .send();
+        async move {
+            let page: Value = request.await.unwrap().json().await.unwrap();
+            page["data"][0]["results"].clone()
+        }
+    };
+    let mut transcribed = Value::Null;
+    for _ in 0..50 {
+        transcribed = usage("audio_transcriptions").await;
+        if transcribed.as_array().is_some_and(|r| !r.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        transcribed,
+        json!([{"object": "organization.usage.audio_transcriptions.result", "seconds": 2,
+            "num_model_requests": 2, "project_id": null, "user_id": null,
+            "api_key_id": null, "model": "fake-speech"}])
+    );
+    assert_eq!(
+        usage("audio_speeches").await,
+        json!([{"object": "organization.usage.audio_speeches.result", "characters": 11,
+            "num_model_requests": 2, "project_id": null, "user_id": null,
+            "api_key_id": null, "model": "fake-speech"}])
+    );
+    assert_eq!(usage("completions").await, json!([]));
+    // Each request leaves a request log row naming the model.
     let mut rows = Value::Null;
     for _ in 0..50 {
         rows = app
