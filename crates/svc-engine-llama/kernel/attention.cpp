@@ -200,15 +200,20 @@ struct Op {
     }
 
     // The cells a query sees, in pool order.
-    void visible(const ggml_fp16_t * mp, std::vector<int32_t> & out) const {
+    // Also says whether every visible cell's mask value is zero (either
+    // sign), as llama.cpp's causal and sliding-window masks are (ALiBi's
+    // are not): then adding it changes no score.
+    bool visible(const ggml_fp16_t * mp, std::vector<int32_t> & out) const {
         out.clear();
         int64_t i = 0;
         if (mp == nullptr) {
             for (; i < n_kv; ++i) {
                 out.push_back((int32_t) i);
             }
-            return;
+            return true;
         }
+        bool zero = true;
+        const auto is_zero = [](ggml_fp16_t m) { return (m & 0x7FFF) == 0; };
 #if defined(__AVX2__)
         // 16 cells at a time, skipping runs of hidden ones (other sequences').
         const __m256i hidden = _mm256_set1_epi16((short) HIDDEN);
@@ -220,6 +225,7 @@ struct Op {
             for (int64_t j = i; j < i + 16; ++j) {
                 if (mp[j] != HIDDEN) {
                     out.push_back((int32_t) j);
+                    zero = zero && is_zero(mp[j]);
                 }
             }
         }
@@ -227,8 +233,10 @@ struct Op {
         for (; i < n_kv; ++i) {
             if (mp[i] != HIDDEN) {
                 out.push_back((int32_t) i);
+                zero = zero && is_zero(mp[i]);
             }
         }
+        return zero;
     }
 
     // kt[d][c] = K[cells[c]][d] for the tile's `cnt` cells, zero beyond.
@@ -308,19 +316,19 @@ struct Op {
         // Whether sc.list already holds token t's cells (the token that
         // ended the previous block).
         bool carried = false;
+        // Whether the carried token's mask values are all zero.
+        bool carried_zero = true;
         int64_t t = t0;
         while (t < t1) {
             // A block: consecutive tokens whose visible cells are prefixes
             // of one list (the tokens of one sequence, in order).
-            if (!carried) {
-                visible(mask_row(t, h0, iq3), sc.list);
-            }
+            bool zero = carried ? carried_zero : visible(mask_row(t, h0, iq3), sc.list);
             carried = false;
             sc.len.assign(1, (int64_t) sc.list.size());
             int64_t tb = t + 1;
             bool ended = false;
             while (tb < t1 && tb - t < max_tokens) {
-                visible(mask_row(tb, h0, iq3), sc.next);
+                const bool next_zero = visible(mask_row(tb, h0, iq3), sc.next);
                 const int64_t n = (int64_t) sc.next.size();
                 if (is_prefix(sc.next, sc.list)) {
                     // within the block's list
@@ -328,12 +336,14 @@ struct Op {
                     std::swap(sc.list, sc.next);
                 } else {
                     ended = true;
+                    carried_zero = next_zero;
                     break;
                 }
+                zero = zero && next_zero;
                 sc.len.push_back(n);
                 ++tb;
             }
-            block(iq3, h0, t, tb);
+            block(iq3, h0, t, tb, zero);
             if (ended) {
                 // Token tb starts the next block with the cells just read.
                 std::swap(sc.list, sc.next);
@@ -343,8 +353,12 @@ struct Op {
         }
     }
 
-    void block(int64_t iq3, int64_t h0, int64_t t, int64_t tb) const {
+    // `zero_mask`: every mask value the block's queries see is zero.
+    void block(int64_t iq3, int64_t h0, int64_t t, int64_t tb, bool zero_mask) const {
         Scratch & sc = scratch;
+        // Scores that are only scaled: the scalar loop's products, the same
+        // bits (a zero mask value adds nothing), eight at a time.
+        const bool plain = zero_mask && softcap == 0.0f && max_bias <= 0.0f;
         const int64_t hg = heads_per_group;
         const int64_t nq = (tb - t) * hg;
         const std::vector<int32_t> & cells = sc.list;
@@ -400,17 +414,21 @@ struct Op {
                         std::fill(kq, kq + TILE, 0.0f);
                         continue;
                     }
-                    const float sl = slope(h0 + j);
-                    const ggml_fp16_t * mp = mask_row(t + i, h0 + j, iq3);
-                    for (int64_t c = 0; c < seen; ++c) {
-                        float x = kq[c] * scale;
-                        if (softcap != 0.0f) {
-                            x = softcap * tanhf(x);
+                    if (plain) {
+                        ggml_vec_scale_f32((int) seen, kq, scale);
+                    } else {
+                        const float sl = slope(h0 + j);
+                        const ggml_fp16_t * mp = mask_row(t + i, h0 + j, iq3);
+                        for (int64_t c = 0; c < seen; ++c) {
+                            float x = kq[c] * scale;
+                            if (softcap != 0.0f) {
+                                x = softcap * tanhf(x);
+                            }
+                            if (mp != nullptr) {
+                                x += sl * GGML_CPU_FP16_TO_FP32(mp[cells[s0 + c]]);
+                            }
+                            kq[c] = x;
                         }
-                        if (mp != nullptr) {
-                            x += sl * GGML_CPU_FP16_TO_FP32(mp[cells[s0 + c]]);
-                        }
-                        kq[c] = x;
                     }
                     std::fill(kq + seen, kq + TILE, -INFINITY);
 
