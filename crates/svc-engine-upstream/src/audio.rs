@@ -99,9 +99,10 @@ fn is_token_text(value: &str) -> bool {
 /// The upstream's transcript of a request for `format`, with the seconds it
 /// says the audio lasts: JSON's `usage.seconds` or `duration`, or the end
 /// of the last cue of subtitles. A JSON format whose body is not JSON is
-/// the endpoint's fault (502, tried elsewhere).
+/// the endpoint's fault (502, tried elsewhere). The body is kept, not
+/// copied.
 pub(crate) fn transcript(
-    body: &[u8],
+    body: &Bytes,
     content_type: Option<&str>,
     format: &str,
 ) -> Result<Transcript, Failure> {
@@ -126,7 +127,7 @@ pub(crate) fn transcript(
         .filter(|t| is_token_text(t))
         .map_or_else(|| default_type(format).to_owned(), str::to_owned);
     Ok(Transcript {
-        body: Bytes::copy_from_slice(body),
+        body: body.clone(),
         content_type,
         seconds,
     })
@@ -279,28 +280,45 @@ mod tests {
     #[test]
     fn the_seconds_come_from_usage_duration_or_the_last_cue() {
         let json = br#"{"text":"hi","usage":{"type":"duration","seconds":7}}"#;
-        assert_eq!(transcript(json, None, "json").unwrap().seconds, Some(7.0));
+        assert_eq!(
+            transcript(&Bytes::from_static(json), None, "json")
+                .unwrap()
+                .seconds,
+            Some(7.0)
+        );
         let verbose = br#"{"text":"hi","duration":12.5,"segments":[]}"#;
-        let t = transcript(verbose, Some("application/json"), "verbose_json").unwrap();
+        let t = transcript(
+            &Bytes::from_static(verbose),
+            Some("application/json"),
+            "verbose_json",
+        )
+        .unwrap();
         assert_eq!(t.seconds, Some(12.5));
         let srt =
             "1\n00:00:00,000 --> 00:00:02,500\nhi\n\n2\n00:01:02,000 --> 00:01:04,250\nthere\n";
-        let t = transcript(srt.as_bytes(), None, "srt").unwrap();
+        let t = transcript(&Bytes::from_static(srt.as_bytes()), None, "srt").unwrap();
         assert_eq!(t.seconds, Some(64.25));
         assert_eq!(t.content_type, "text/plain; charset=utf-8");
         let vtt = "WEBVTT\n\n00:01.000 --> 00:03.500\nhi\n";
         assert_eq!(
-            transcript(vtt.as_bytes(), None, "vtt").unwrap().seconds,
+            transcript(&Bytes::from_static(vtt.as_bytes()), None, "vtt")
+                .unwrap()
+                .seconds,
             Some(3.5)
         );
-        assert_eq!(transcript(b"hi\n", None, "text").unwrap().seconds, None);
+        assert_eq!(
+            transcript(&Bytes::from_static(b"hi\n"), None, "text")
+                .unwrap()
+                .seconds,
+            None
+        );
     }
 
     #[test]
     fn a_json_transcript_that_is_not_one_is_the_upstreams_fault() {
         for body in [&b"<html>"[..], br#"{"error":"x"}"#] {
             assert!(matches!(
-                transcript(body, None, "json"),
+                transcript(&Bytes::from_static(body), None, "json"),
                 Err(Failure::BadResponse(_))
             ));
         }

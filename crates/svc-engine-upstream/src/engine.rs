@@ -167,29 +167,10 @@ impl UpstreamEngine {
             }
             post
         };
-        let send = endpoint.origin.send(post, self.options.connect_timeout);
-        let mut exchange = match timeout_at(deadline, send).await {
-            Err(_) => return Err(late()),
-            Ok(Err(e)) => return Err(sending_failed(e)),
-            Ok(Ok(exchange)) => exchange,
-        };
-        let status = exchange.status;
-        if !status.is_success() {
-            // The error body is read within what is left of the deadline.
-            let bytes = timeout_at(deadline, exchange.bytes())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let text = String::from_utf8_lossy(&bytes);
-            return Err(error::from_status(status.as_u16(), &text));
-        }
+        let mut exchange = self.answered(endpoint, post, deadline, late).await?;
         let mut first = Vec::new();
-        let is_json = exchange
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
+        let is_json =
+            content_type(&exchange.headers).is_some_and(|v| v.starts_with("application/json"));
         if is_json {
             let bytes = match timeout_at(deadline, exchange.bytes()).await {
                 Err(_) => return Err(late()),
@@ -227,6 +208,36 @@ impl UpstreamEngine {
         }
     }
 
+    /// Sends the request `post` makes to `endpoint` and reads its answer's
+    /// head before `deadline` (else the failure `late` makes). A status
+    /// other than 2xx is the endpoint's failure, with the error body read
+    /// within what is left of the deadline.
+    async fn answered(
+        &self,
+        endpoint: &Endpoint,
+        post: impl Fn() -> Request<Payload>,
+        deadline: Instant,
+        late: impl FnOnce() -> Failure,
+    ) -> Result<Exchange, Failure> {
+        let send = endpoint.origin.send(post, self.options.connect_timeout);
+        let mut exchange = match timeout_at(deadline, send).await {
+            Err(_) => return Err(late()),
+            Ok(Err(e)) => return Err(sending_failed(e)),
+            Ok(Ok(exchange)) => exchange,
+        };
+        let status = exchange.status;
+        if !status.is_success() {
+            let bytes = timeout_at(deadline, exchange.bytes())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(error::from_status(status.as_u16(), &text));
+        }
+        Ok(exchange)
+    }
+
     /// One request of work answered in one piece (embeddings, rerank, a
     /// transcript) at the endpoint of `lease`: the request `post` makes
     /// for it, the reply read whole within the whole-reply timeout and
@@ -235,7 +246,7 @@ impl UpstreamEngine {
         &self,
         lease: &Lease,
         post: &impl Fn(&Endpoint) -> Request<Payload>,
-        parse: &impl Fn(Option<&str>, &[u8]) -> Result<T, Failure>,
+        parse: &impl Fn(Option<&str>, &Bytes) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         let endpoint = lease.endpoint();
         let wait = self.options.whole_timeout;
@@ -267,7 +278,7 @@ impl UpstreamEngine {
         &self,
         what: &str,
         post: impl Fn(&Endpoint) -> Request<Payload>,
-        parse: impl Fn(Option<&str>, &[u8]) -> Result<T, Failure>,
+        parse: impl Fn(Option<&str>, &Bytes) -> Result<T, Failure>,
     ) -> Result<T, EngineError> {
         let (post, parse) = (&post, &parse);
         let (answer, mut lease) = self
@@ -339,21 +350,7 @@ impl UpstreamEngine {
                 .insert(ACCEPT, HeaderValue::from_static("*/*"));
             post
         };
-        let send = endpoint.origin.send(post, self.options.connect_timeout);
-        let mut exchange = match timeout_at(deadline, send).await {
-            Err(_) => return Err(late()),
-            Ok(Err(e)) => return Err(sending_failed(e)),
-            Ok(Ok(exchange)) => exchange,
-        };
-        if !exchange.status.is_success() {
-            let bytes = timeout_at(deadline, exchange.bytes())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let text = String::from_utf8_lossy(&bytes);
-            return Err(error::from_status(exchange.status.as_u16(), &text));
-        }
+        let mut exchange = self.answered(endpoint, post, deadline, late).await?;
         let first = match timeout_at(deadline, exchange.chunk()).await {
             Err(_) => return Err(late()),
             Ok(Err(e)) => return Err(body_failed(e)),

@@ -292,15 +292,17 @@ impl Metrics {
         }
         out.push_str("# HELP svc_audio_total Audio models' work: seconds of audio transcribed or translated, characters of text spoken.\n");
         out.push_str("# TYPE svc_audio_total counter\n");
-        for (model, t) in &tokens {
+        // Only models that did audio work: the others would show zeros.
+        for (model, t) in tokens
+            .iter()
+            .filter(|(_, t)| t.characters + t.audio_seconds > 0)
+        {
             for (kind, n) in [("characters", t.characters), ("seconds", t.audio_seconds)] {
-                if t.characters + t.audio_seconds > 0 {
-                    let _ = writeln!(
-                        out,
-                        "svc_audio_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
-                        escape(model)
-                    );
-                }
+                let _ = writeln!(
+                    out,
+                    "svc_audio_total{{model=\"{}\",kind=\"{kind}\"}} {n}",
+                    escape(model)
+                );
             }
         }
         out.push_str("# HELP svc_errors_total Error responses by code.\n");

@@ -68,13 +68,10 @@ impl Receiving for Receiver {
     fn finish(self) -> Result<Received, ApiError> {
         self.parser.finish()?;
         let Parts { fields, file, .. } = self.parts;
-        let file = match file {
-            Some(mut kept) => {
-                kept.audio.seconds = wav_seconds(&kept.audio.path);
-                Some(kept)
-            }
-            None => None,
-        };
+        let file = file.map(|mut kept| {
+            kept.audio.seconds = wav_seconds(&kept.audio.path);
+            kept
+        });
         Ok(Received { file, fields })
     }
 }
