@@ -575,7 +575,7 @@ pub const SERVE_FLAGS: &[Flag] = &[
     flag(
         "prefix_cache",
         "BYTES",
-        "Host memory for prompt prefixes whose slot was taken, restored when a request starts the same way; 0 keeps none",
+        "Host memory for prompt prefixes whose slot was taken, restored when a request starts the same way, and for copies of suspended sequences; 0 keeps none",
     ),
     flag(
         "repack",

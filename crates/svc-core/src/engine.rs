@@ -860,9 +860,11 @@ pub struct PrefixCacheStatus {
     pub evaluated_tokens: u64,
     /// Prompt tokens not evaluated because their KV cells were reused.
     pub reused_tokens: u64,
-    /// Bytes of host memory holding saved prefixes now.
+    /// Bytes of host memory holding saved prefixes now, with the copies of
+    /// suspended sequences (the same budget).
     pub host_bytes: u64,
-    /// The most host memory saved prefixes may take.
+    /// The most host memory saved prefixes and suspended sequences' copies
+    /// may take together.
     pub host_limit_bytes: u64,
     /// Saved prefixes held now.
     pub host_entries: u64,

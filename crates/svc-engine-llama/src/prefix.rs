@@ -6,6 +6,10 @@
 //! to host memory up to a byte limit and given back (moved out) when a
 //! request matches one better than any slot. Least recently used states go
 //! first; a state is never kept beside a longer one it is a prefix of.
+//!
+//! The same byte limit also covers the copies of suspended sequences (see
+//! `scheduler`), which the scheduler holds itself: it sets their bytes aside
+//! here ([`HostCache::reserve`]), and cached prefixes make room for them.
 
 use llama_cpp_2::token::LlamaToken;
 
@@ -22,7 +26,10 @@ pub(crate) const MIN_HOST_TOKENS: usize = 32;
 #[derive(Debug)]
 pub(crate) struct HostCache<S> {
     limit: usize,
+    /// Bytes of the states held here.
     bytes: usize,
+    /// Bytes set aside for copies held elsewhere (see [`HostCache::reserve`]).
+    reserved: usize,
     entries: Vec<Entry<S>>,
     clock: u64,
 }
@@ -41,6 +48,7 @@ impl<S> HostCache<S> {
         HostCache {
             limit,
             bytes: 0,
+            reserved: 0,
             entries: Vec::new(),
             clock: 0,
         }
@@ -51,9 +59,27 @@ impl<S> HostCache<S> {
         self.limit > 0
     }
 
-    /// Bytes held now.
+    /// Bytes held now: the states kept here and the bytes set aside.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes + self.reserved
+    }
+
+    /// Sets `bytes` aside for a copy held elsewhere until [`HostCache::release`],
+    /// dropping least recently used states until it fits. Returns how many
+    /// were dropped, or `None` (nothing set aside, nothing dropped) when it
+    /// does not fit beside what is set aside already.
+    pub(crate) fn reserve(&mut self, bytes: usize) -> Option<usize> {
+        if self.reserved + bytes > self.limit {
+            return None;
+        }
+        let dropped = self.make_room(bytes);
+        self.reserved += bytes;
+        Some(dropped)
+    }
+
+    /// Gives back `bytes` set aside by [`HostCache::reserve`].
+    pub(crate) fn release(&mut self, bytes: usize) {
+        self.reserved = self.reserved.saturating_sub(bytes);
     }
 
     /// States held now.
@@ -111,10 +137,9 @@ impl<S> HostCache<S> {
         state: S,
         bytes: usize,
     ) -> Option<usize> {
-        if bytes > self.limit {
+        if self.reserved + bytes > self.limit {
             return None;
         }
-        let mut dropped = 0;
         let mut i = 0;
         while i < self.entries.len() {
             let e = &self.entries[i];
@@ -125,15 +150,7 @@ impl<S> HostCache<S> {
                 i += 1;
             }
         }
-        while self.bytes + bytes > self.limit {
-            let Some(oldest) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used_at)
-            else {
-                break;
-            };
-            self.bytes -= self.entries[oldest].bytes;
-            self.entries.swap_remove(oldest);
-            dropped += 1;
-        }
+        let dropped = self.make_room(bytes);
         self.clock += 1;
         self.bytes += bytes;
         self.entries.push(Entry {
@@ -143,6 +160,21 @@ impl<S> HostCache<S> {
             used_at: self.clock,
         });
         Some(dropped)
+    }
+
+    /// Drops least recently used states until `bytes` more fit; returns how many.
+    fn make_room(&mut self, bytes: usize) -> usize {
+        let mut dropped = 0;
+        while self.bytes + self.reserved + bytes > self.limit {
+            let Some(oldest) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used_at)
+            else {
+                break;
+            };
+            self.bytes -= self.entries[oldest].bytes;
+            self.entries.swap_remove(oldest);
+            dropped += 1;
+        }
+        dropped
     }
 }
 
@@ -201,6 +233,27 @@ mod tests {
         assert_eq!((tokens, state), (toks(&[1, 2, 3, 4]), "long"));
         assert_eq!(cache.bytes(), 10);
         assert_eq!(cache.best(&toks(&[8])), None);
+    }
+
+    #[test]
+    fn bytes_set_aside_share_the_limit_and_push_cached_states_out() {
+        let mut cache = HostCache::new(100);
+        cache.insert(toks(&[1]), "a", 40);
+        cache.insert(toks(&[2]), "b", 40);
+        // Room for 50 only once the least recently kept state goes.
+        assert_eq!(cache.reserve(50), Some(1));
+        assert_eq!(cache.bytes(), 90);
+        assert!(!cache.covers(&toks(&[1])) && cache.covers(&toks(&[2])));
+        // Cached states give way; what is set aside does not.
+        assert_eq!(cache.reserve(60), None);
+        assert_eq!(cache.bytes(), 90);
+        assert_eq!(cache.insert(toks(&[3]), "c", 51), None);
+        assert_eq!(cache.insert(toks(&[3]), "c", 50), Some(1));
+        assert_eq!((cache.len(), cache.bytes()), (1, 100));
+        cache.release(50);
+        assert_eq!(cache.bytes(), 50);
+        assert_eq!(cache.reserve(50), Some(0));
+        assert_eq!(HostCache::<()>::new(0).reserve(1), None);
     }
 
     #[test]

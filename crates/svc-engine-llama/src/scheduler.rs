@@ -42,10 +42,14 @@
 //! free, the newest sequence of an owner holding more than its share is
 //! suspended within the step to make room. A suspended sequence keeps
 //! everything it had (its sampler, its text so far, its pending token) and
-//! its KV cells, where they lie, under a spare sequence id (copied to host
-//! memory only when the pool needs the room); it resumes from them, nothing
-//! decoded again and the same bits, as soon as its owner may take a slot
-//! again, before its owner's queued jobs. So no one client keeps every
+//! its KV cells, where they lie, under a spare sequence id, with a copy in
+//! host memory when the host budget (`prefix_cache_bytes`, shared with the
+//! saved prefixes, which make room for it) has room for one. When the pool
+//! needs the room, its cells go: it then resumes from the copy, or, with
+//! none, by decoding its tokens again (the same cells, bit for bit: every
+//! step is batch-invariant). It resumes as soon as its owner may take a
+//! slot again, before its owner's queued jobs, with the same bits as if it
+//! had never stopped. So no one client keeps every
 //! other waiting for a whole generation, and no slot idles while anyone has
 //! work for it.
 //!
@@ -492,6 +496,11 @@ struct Sequence {
     cached: usize,
     /// A sampled token not yet given to the model.
     pending: Option<LlamaToken>,
+    /// Tokens whose cells were given up while it was suspended without a
+    /// copy (see [`Held::Dropped`]), decoded again (no logits) before
+    /// anything else; `refill_fed` of them are.
+    refill: Vec<LlamaToken>,
+    refill_fed: usize,
     /// Index in the current batch whose logits are this sequence's.
     logits_at: Option<i32>,
     sampler: Sampler,
@@ -584,6 +593,7 @@ struct Undo {
     slot: usize,
     tokens: usize,
     prompt_fed: usize,
+    refill_fed: usize,
     pending: Option<LlamaToken>,
 }
 
@@ -633,11 +643,23 @@ struct Suspended {
 enum Held {
     /// In the pool, where they were, under this spare sequence id (one of
     /// `parallel..PARK`), so that their order in the pool is kept; and a
-    /// copy in host memory, for when the pool needs the room (llama.cpp
-    /// copies out only the ids below `parallel`).
-    Pool(i32, SeqState),
+    /// copy in host memory when the host budget had room for it, for when
+    /// the pool needs the room (llama.cpp copies out only the ids below
+    /// `parallel`, so the copy is taken at once or never).
+    Pool(i32, Option<Copied>),
     /// In host memory only (no spare id, or the pool needed the room).
-    Host(SeqState),
+    Host(Copied),
+    /// Nowhere: the pool needed the room and no copy fit the host budget.
+    /// The sequence decodes its tokens again when it resumes.
+    Dropped,
+}
+
+/// A suspended sequence's cells copied to host memory, and their size, set
+/// aside in the host cache's budget until the copy goes
+/// ([`Batcher::let_go`]).
+struct Copied {
+    state: SeqState,
+    bytes: usize,
 }
 
 impl Batcher<'_, '_> {
@@ -875,7 +897,7 @@ impl Batcher<'_, '_> {
         }
         while let Some(at) = self.suspended.iter().position(|s| s.seq.sink.is_closed()) {
             if let Some(gone) = self.suspended.remove(at) {
-                self.drop_held(ctx, &gone);
+                self.let_go(ctx, gone.tokens.len(), gone.cells);
             }
             self.shared.counters.cancelled();
         }
@@ -894,8 +916,9 @@ impl Batcher<'_, '_> {
                     }
                     self.release(i);
                 }
-                for suspended in self.suspended.drain(..) {
+                for suspended in std::mem::take(&mut self.suspended) {
                     let _ = suspended.seq.sink.send(Err(stopped()));
+                    self.let_go(ctx, suspended.tokens.len(), suspended.cells);
                 }
                 return false;
             }
@@ -1069,9 +1092,7 @@ impl Batcher<'_, '_> {
         let Some((i, _)) = victim else {
             return false;
         };
-        let Some(cells) = self.hold_cells(ctx, i) else {
-            return false;
-        };
+        let cells = self.hold_cells(ctx, i);
         // Not `release`: the queue is locked here (`admit` counts the free slots).
         let Some(seq) = self.slots[i].seq.take() else {
             return false;
@@ -1085,26 +1106,21 @@ impl Batcher<'_, '_> {
     }
 
     /// Takes slot `i`'s cells from it for a suspended sequence: moved, in
-    /// place, to a spare sequence id, else copied to host memory and given
-    /// up (see [`Batcher::park`]). `None` when neither worked.
-    fn hold_cells(&mut self, ctx: &mut LlamaContext<'_>, i: usize) -> Option<Held> {
+    /// place, to a spare sequence id (with a copy in host memory when the
+    /// budget has room), else copied to host memory, else given up to be
+    /// decoded again (see [`Held`]).
+    fn hold_cells(&mut self, ctx: &mut LlamaContext<'_>, i: usize) -> Held {
         let spare = (seq_id(self.slots.len())..PARK).find(|id| {
             !self
                 .suspended
                 .iter()
                 .any(|s| matches!(s.cells, Held::Pool(held, _) if held == *id))
         });
-        let state = match ctx.state_seq_get(seq_id(i), LlamaStateSeqFlags::empty()) {
-            Ok(state) => state,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot copy a sequence's state to suspend it");
-                return None;
-            }
-        };
+        let copied = self.copy_out(ctx, i);
         if let Some(spare) = spare {
             match ctx.kv_cache_seq_cp(seq_id(i), spare, None, None) {
                 // The cells stay in use (by the spare id): no hole.
-                Ok(()) if free_cells(ctx, i, 0) => return Some(Held::Pool(spare, state)),
+                Ok(()) if free_cells(ctx, i, 0) => return Held::Pool(spare, copied),
                 Ok(()) => {
                     let _ = ctx.clear_kv_cache_seq(u32::try_from(spare).ok(), None, None);
                 }
@@ -1112,13 +1128,53 @@ impl Batcher<'_, '_> {
             }
         }
         self.park(ctx, i, 0);
-        Some(Held::Host(state))
+        copied.map_or(Held::Dropped, Held::Host)
+    }
+
+    /// A copy of slot `i`'s cells in host memory, its bytes set aside in
+    /// the host cache's budget (cached prefixes make room); `None` when it
+    /// does not fit there (or cannot be taken).
+    fn copy_out(&mut self, ctx: &mut LlamaContext<'_>, i: usize) -> Option<Copied> {
+        if self.slots[i].tokens.is_empty() {
+            return None;
+        }
+        let flags = LlamaStateSeqFlags::empty();
+        let bytes = ctx.state_seq_get_size_ext(seq_id(i), flags);
+        let dropped = self.host.reserve(bytes)?;
+        self.shared.counters.host_evicted(dropped as u64);
+        let copied = match ctx.state_seq_get(seq_id(i), flags) {
+            Ok(state) => Some(Copied { state, bytes }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot copy a suspended sequence's cells");
+                self.host.release(bytes);
+                None
+            }
+        };
+        self.host_gauges();
+        copied
+    }
+
+    /// Gives up what a suspended sequence holds: its cells in the pool, if
+    /// there, and its copy's share of the host budget.
+    fn let_go(&mut self, ctx: &mut LlamaContext<'_>, cells: usize, held: Held) {
+        let copied = match held {
+            Held::Pool(id, copied) => {
+                self.park_held(ctx, id, cells);
+                copied
+            }
+            Held::Host(copied) => Some(copied),
+            Held::Dropped => None,
+        };
+        if let Some(copied) = copied {
+            self.host.release(copied.bytes);
+            self.host_gauges();
+        }
     }
 
     /// Gives up the cells of the most recently suspended sequence still
     /// holding cells in the pool (see [`Batcher::park`]), which then
-    /// resumes from its copy in host memory: room for a step. False when
-    /// none holds any.
+    /// resumes from its copy in host memory, or without one by decoding
+    /// its tokens again: room for a step. False when none holds any.
     fn spill_suspended(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
         let Some(at) = self
             .suspended
@@ -1131,22 +1187,15 @@ impl Batcher<'_, '_> {
             return false;
         };
         let cells = match cells {
-            Held::Pool(id, state) => {
+            Held::Pool(id, copied) => {
                 self.park_held(ctx, id, tokens.len());
                 self.shared.counters.spilled();
-                Held::Host(state)
+                copied.map_or(Held::Dropped, Held::Host)
             }
-            host @ Held::Host(_) => host,
+            elsewhere => elsewhere,
         };
         self.suspended.insert(at, Suspended { seq, tokens, cells });
         true
-    }
-
-    /// Gives up the cells a suspended sequence holds, if in the pool.
-    fn drop_held(&mut self, ctx: &mut LlamaContext<'_>, suspended: &Suspended) {
-        if let Held::Pool(id, _) = suspended.cells {
-            self.park_held(ctx, id, suspended.tokens.len());
-        }
     }
 
     /// Gives up the `cells` cells of spare id `id` to [`PARK`] (see [`Batcher::park`]).
@@ -1161,13 +1210,18 @@ impl Batcher<'_, '_> {
         }
     }
 
-    /// Puts suspended sequence `at` back into a free slot, with its cells.
-    /// False (and it stays suspended) when they were copied out and the
-    /// pool has no room for them even without the idle slots' cells.
+    /// Puts suspended sequence `at` back into a free slot, with its cells
+    /// (decoded again where they were given up without a copy). False
+    /// (and it stays suspended) when they were copied out and the pool has
+    /// no room for them even without the idle slots' cells.
     fn resume(&mut self, ctx: &mut LlamaContext<'_>, at: usize) -> bool {
-        let Some(suspended) = self.suspended.remove(at) else {
+        let Some(mut suspended) = self.suspended.remove(at) else {
             return false;
         };
+        if matches!(suspended.cells, Held::Dropped) {
+            self.recompute(ctx, suspended);
+            return true;
+        }
         let slot = self.take_slot(ctx, None);
         let put = match &suspended.cells {
             Held::Pool(id, _) => ctx
@@ -1178,36 +1232,64 @@ impl Batcher<'_, '_> {
                         .map(|_| ())
                         .map_err(|e| e.to_string())
                 }),
-            Held::Host(state) => {
-                let mut put = ctx.state_seq_set(state, seq_id(slot));
+            Held::Host(copied) => {
+                let mut put = ctx.state_seq_set(&copied.state, seq_id(slot));
                 while put.is_err() && (self.unpark(ctx) || self.evict_idle(ctx)) {
-                    put = ctx.state_seq_set(state, seq_id(slot));
+                    put = ctx.state_seq_set(&copied.state, seq_id(slot));
                 }
                 put.map(|_| ()).map_err(|e| e.to_string())
             }
+            Held::Dropped => Ok(()),
         };
         if let Err(e) = put {
             free_cells(ctx, slot, 0);
             if self.slots.iter().all(Slot::is_free) {
-                // An empty pool would have taken it: it never will.
-                tracing::error!(error = %e, "cannot restore a suspended sequence");
-                self.drop_held(ctx, &suspended);
-                let _ = suspended.seq.sink.send(Err(EngineError::Internal(
-                    "cannot restore the sequence's state".into(),
-                )));
+                // An empty pool would have taken it: decode it again.
+                tracing::warn!(error = %e, "cannot restore a suspended sequence; decoding it again");
+                let cells = std::mem::replace(&mut suspended.cells, Held::Dropped);
+                self.let_go(ctx, suspended.tokens.len(), cells);
+                self.recompute(ctx, suspended);
                 return true;
             }
             tracing::debug!(error = %e, "no room to resume a suspended sequence yet");
             self.suspended.insert(at, suspended);
             return false;
         }
+        let Suspended { seq, tokens, cells } = suspended;
+        // Its cells are back in the slot: only the copy's budget goes.
+        let cells = match cells {
+            Held::Pool(_, copied) => copied.map_or(Held::Dropped, Held::Host),
+            elsewhere => elsewhere,
+        };
+        self.let_go(ctx, 0, cells);
         self.shared.counters.resumed();
         self.clock += 1;
         let slot = &mut self.slots[slot];
-        slot.tokens = suspended.tokens;
-        slot.seq = Some(suspended.seq);
+        slot.tokens = tokens;
+        slot.seq = Some(seq);
         slot.used_at = self.clock;
         true
+    }
+
+    /// Puts a suspended sequence whose cells were given up back into a free
+    /// slot: the longest prefix of its tokens at hand (see
+    /// [`Batcher::reuse`]), the rest decoded again before its next token.
+    fn recompute(&mut self, ctx: &mut LlamaContext<'_>, suspended: Suspended) {
+        let Suspended {
+            mut seq, tokens, ..
+        } = suspended;
+        let (slot, n) = self.reuse(ctx, &tokens);
+        // What an earlier resume had not decoded again yet follows.
+        let mut refill = tokens[n..].to_vec();
+        refill.extend_from_slice(&seq.refill[seq.refill_fed..]);
+        seq.refill = refill;
+        seq.refill_fed = 0;
+        self.shared.counters.resumed();
+        self.shared.counters.recomputed();
+        self.clock += 1;
+        let slot = &mut self.slots[slot];
+        slot.seq = Some(seq);
+        slot.used_at = self.clock;
     }
 
     /// The most slots background jobs hold at once: half (at least one),
@@ -1555,6 +1637,8 @@ impl Batcher<'_, '_> {
             prompt_fed: 0,
             cached: 0,
             pending: None,
+            refill: Vec::new(),
+            refill_fed: 0,
             logits_at: None,
             sampler,
             generated: 0,
@@ -1583,6 +1667,9 @@ impl Batcher<'_, '_> {
                 continue;
             };
             seq.logits_at = None;
+            if seq.refill_fed < seq.refill.len() {
+                continue;
+            }
             let Some(token) = seq.pending.take() else {
                 continue;
             };
@@ -1598,6 +1685,7 @@ impl Batcher<'_, '_> {
                 slot: i,
                 tokens: slot.tokens.len(),
                 prompt_fed: seq.prompt_fed,
+                refill_fed: seq.refill_fed,
                 pending: Some(token),
             });
             slot.tokens.push(token);
@@ -1615,6 +1703,34 @@ impl Batcher<'_, '_> {
             let room = self
                 .batch_size
                 .saturating_sub(usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX));
+            if seq.refill_fed < seq.refill.len() {
+                // Cells given up while suspended, decoded again first.
+                if room == 0 {
+                    continue;
+                }
+                self.undo.push(Undo {
+                    slot: i,
+                    tokens: slot.tokens.len(),
+                    prompt_fed: seq.prompt_fed,
+                    refill_fed: seq.refill_fed,
+                    pending: None,
+                });
+                let end = seq.refill.len().min(seq.refill_fed + room);
+                for &token in &seq.refill[seq.refill_fed..end] {
+                    if self
+                        .batch
+                        .add(token, position(&slot.tokens), &[seq_id(i)], false)
+                        .is_err()
+                    {
+                        break;
+                    }
+                    slot.tokens.push(token);
+                    seq.refill_fed += 1;
+                    prompt_tokens += 1;
+                }
+                sequences += 1;
+                continue;
+            }
             let mut left = seq.prompt.len() - seq.prompt_fed;
             if seq.score.is_some() {
                 // Each scored token keeps a row of logits for the step.
@@ -1627,6 +1743,7 @@ impl Batcher<'_, '_> {
                 slot: i,
                 tokens: slot.tokens.len(),
                 prompt_fed: seq.prompt_fed,
+                refill_fed: seq.refill_fed,
                 pending: None,
             });
             let last = seq.prompt.len() - 1;
@@ -1664,6 +1781,7 @@ impl Batcher<'_, '_> {
             slot.tokens.truncate(undo.tokens);
             if let Some(seq) = slot.seq.as_mut() {
                 seq.prompt_fed = undo.prompt_fed;
+                seq.refill_fed = undo.refill_fed;
                 seq.logits_at = None;
                 if let Some(score) = seq.score.as_mut() {
                     score.at.clear();
@@ -1816,16 +1934,12 @@ impl Batcher<'_, '_> {
             }
             self.slots[i].tokens.clear();
         }
-        // Suspended sequences whose cells are in the pool lose them too.
-        let (lost, kept) = std::mem::take(&mut self.suspended)
-            .into_iter()
-            .partition(|s| matches!(s.cells, Held::Pool(..)));
-        self.suspended = kept;
-        for suspended in Vec::from(lost) {
-            let _ = suspended
-                .seq
-                .sink
-                .send(Err(EngineError::Internal(message.to_owned())));
+        // Suspended sequences whose cells are in the pool lose them too:
+        // they resume from their copy, or decode their tokens again.
+        for suspended in &mut self.suspended {
+            if let Held::Pool(_, copied) = std::mem::replace(&mut suspended.cells, Held::Dropped) {
+                suspended.cells = copied.map_or(Held::Dropped, Held::Host);
+            }
         }
         ctx.clear_kv_cache();
         self.parked = 0;

@@ -28,7 +28,8 @@ pub struct EngineStats {
     pub host_cache_restores: u64,
     /// States dropped from the host cache to make room for newer ones.
     pub host_cache_evictions: u64,
-    /// Bytes held in the host cache now (never above its limit).
+    /// Bytes held in the host cache now, with the copies of suspended
+    /// sequences (together never above its limit).
     pub host_cache_bytes: u64,
     /// States held in the host cache now.
     pub host_cache_entries: u64,
@@ -53,11 +54,16 @@ pub struct EngineStats {
     /// Sequences suspended to give their slot to another client's request
     /// (their owner held more than its share of the slots).
     pub suspended: u64,
-    /// Suspended sequences put back into a slot, with their cells.
+    /// Suspended sequences put back into a slot, with their cells (moved
+    /// back, copied back, or decoded again).
     pub resumed: u64,
-    /// Suspended sequences whose cells were copied to host memory and
-    /// given up because the pool needed the room.
+    /// Suspended sequences whose cells in the pool were given up because
+    /// the pool needed the room (they resume from their copy in host
+    /// memory, or decode their tokens again).
     pub spilled: u64,
+    /// Suspended sequences that resumed by decoding their tokens again:
+    /// their cells were given up and no copy fit the host budget.
+    pub recomputed: u64,
     /// Sequences decoding now.
     pub active_sequences: u64,
     /// Requests waiting for a free sequence now.
@@ -87,6 +93,7 @@ pub(crate) struct Counters {
     suspended: AtomicU64,
     resumed: AtomicU64,
     spilled: AtomicU64,
+    recomputed: AtomicU64,
     active_sequences: AtomicU64,
 }
 
@@ -164,6 +171,15 @@ impl Counters {
         self.spilled.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn recomputed(&self) {
+        self.recomputed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn host_evicted(&self, evicted: u64) {
+        self.host_cache_evictions
+            .fetch_add(evicted, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_active(&self, n: u64) {
         self.active_sequences.store(n, Ordering::Relaxed);
     }
@@ -191,6 +207,7 @@ impl Counters {
             suspended: self.suspended.load(Ordering::Relaxed),
             resumed: self.resumed.load(Ordering::Relaxed),
             spilled: self.spilled.load(Ordering::Relaxed),
+            recomputed: self.recomputed.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),
             waiting_requests,
         }

@@ -18,7 +18,9 @@ use svc_core::engine::{
     OutputFormat, Sampling, TokenUsage, ToolChoiceSpec,
 };
 use svc_engine_llama::testing::{self, TinyModel};
-use svc_engine_llama::{CompletionParams, Grammar, LlamaEngine, LlamaEngineOptions, RenderOptions};
+use svc_engine_llama::{
+    CompletionParams, EngineStats, Grammar, LlamaEngine, LlamaEngineOptions, RenderOptions,
+};
 use tempfile::TempDir;
 
 const HELLO: &str = "Hello, world! é 😀 end.";
@@ -542,6 +544,102 @@ async fn a_suspended_sequence_gives_its_cells_to_a_full_pool_and_resumes_from_ho
     assert_eq!(stats.resumed, stats.suspended, "{stats:?}");
     assert_eq!(stats.kv_full, 0, "{stats:?}");
     assert_eq!(collect(short).await.usage.completion_tokens, 150);
+}
+
+// Issue 46: suspended sequences' copies share the host cache's budget.
+// With no room for a copy, a suspended sequence whose cells the pool needs
+// gives them up and decodes its tokens again when it resumes: the same
+// text, nothing held in host memory, nobody ended.
+#[tokio::test]
+async fn a_suspended_sequence_without_room_for_a_copy_decodes_its_tokens_again() {
+    let f = engine_with(&TinyModel::looping(), |o| {
+        o.parallel = 2;
+        o.queue_capacity = 4;
+        o.context_per_sequence = 512;
+        o.kv_cache = Some(512);
+        o.prefix_cache_bytes = 0;
+    });
+    let ask = |client: &str, user: &str, tokens: u32| {
+        let mut req = request(user, greedy());
+        req.max_tokens = Some(tokens);
+        req.client = Some(client.into());
+        req
+    };
+    let (long_a, long_b) = ("sand and shells ".repeat(16), "waves and tides ".repeat(16));
+    let alone = run(&f.engine, ask("key_c", &long_a, 40)).await.text();
+
+    let mut short = f.engine.generate(ask("key_a", "Go", 150)).await.unwrap();
+    let Some(Ok(EngineEvent::Text(_))) = short.next().await else {
+        panic!("no first token");
+    };
+    let mut long = f.engine.generate(ask("key_a", &long_a, 40)).await.unwrap();
+    let Some(Ok(EngineEvent::Text(head))) = long.next().await else {
+        panic!("no first token");
+    };
+    let other = run(&f.engine, ask("key_b", &long_b, 8)).await;
+    assert_eq!(other.usage.completion_tokens, 8);
+    let long = collect(long).await;
+    assert_eq!(head + &long.text(), alone);
+    let stats = f.engine.stats();
+    assert!(stats.spilled >= 1 && stats.recomputed >= 1, "{stats:?}");
+    assert_eq!(stats.resumed, stats.suspended, "{stats:?}");
+    assert_eq!((stats.kv_full, stats.host_cache_bytes), (0, 0), "{stats:?}");
+    assert_eq!(collect(short).await.usage.completion_tokens, 150);
+}
+
+// The copies are counted in the host cache's bytes (and so in the
+// model's memory) and never take it past its limit: a copy that does not
+// fit is not taken.
+#[tokio::test]
+async fn a_suspended_sequence_copy_never_takes_the_host_cache_past_its_limit() {
+    // The engine's counters while key_a's second sequence is suspended for
+    // key_b's, and once all three have ended.
+    async fn suspend_one(limit: usize) -> (EngineStats, EngineStats) {
+        let f = engine_with(&TinyModel::looping(), |o| {
+            o.parallel = 2;
+            o.queue_capacity = 4;
+            o.context_per_sequence = 512;
+            o.prefix_cache_bytes = limit;
+        });
+        let ask = |client: &str, user: &str, tokens: u32| {
+            let mut req = request(user, greedy());
+            req.max_tokens = Some(tokens);
+            req.client = Some(client.into());
+            req
+        };
+        let mut started = Vec::new();
+        for (client, user, tokens) in [
+            ("key_a", "Go".to_owned(), 150),
+            ("key_a", "sand and shells ".repeat(16), 100),
+            ("key_b", "waves and tides ".repeat(16), 60),
+        ] {
+            let mut stream = f.engine.generate(ask(client, &user, tokens)).await.unwrap();
+            let Some(Ok(EngineEvent::Text(_))) = stream.next().await else {
+                panic!("no first token");
+            };
+            started.push(stream);
+        }
+        let during = f.engine.stats();
+        for stream in started {
+            collect(stream).await;
+        }
+        (during, f.engine.stats())
+    }
+    let (during, after) = suspend_one(1 << 20).await;
+    assert_eq!(during.suspended, 1, "{during:?}");
+    // Nothing else is saved yet: these bytes are the copy's.
+    assert_eq!(during.host_cache_entries, 0, "{during:?}");
+    assert!(during.host_cache_bytes > 0, "{during:?}");
+    assert!(during.host_cache_bytes <= 1 << 20, "{during:?}");
+    assert_eq!(after.resumed, 1, "{after:?}");
+    assert!(after.host_cache_bytes <= 1 << 20, "{after:?}");
+
+    let copy = usize::try_from(during.host_cache_bytes).unwrap();
+    let (during, after) = suspend_one(copy - 1).await;
+    assert_eq!(during.suspended, 1, "{during:?}");
+    assert_eq!(during.host_cache_bytes, 0, "{during:?}");
+    assert_eq!(after.resumed, 1, "{after:?}");
+    assert!(after.host_cache_bytes < copy as u64, "{after:?}");
 }
 
 #[tokio::test]

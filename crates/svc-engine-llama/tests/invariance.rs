@@ -263,6 +263,48 @@ async fn a_suspended_reply_is_the_same_bits_as_one_never_suspended() {
     }
 }
 
+// A suspended sequence whose cells the pool needed, with no room in the
+// host budget for a copy, decodes its tokens again when it resumes: its
+// cells are the same bits, and so is the rest of its reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_suspended_and_decoded_again_is_the_same_bits() {
+    let small = || {
+        engine_with(|o| {
+            o.parallel = 2;
+            o.context_per_sequence = 512;
+            o.kv_cache = Some(512);
+            o.prefix_cache_bytes = 0;
+        })
+    };
+    let ask_as = |client: &str, user: String, tokens: u32| GenerateRequest {
+        client: Some(client.into()),
+        ..ask(user, greedy(), tokens)
+    };
+    let long_a = || ask_as("key_a", "sand and shells ".repeat(16), 40);
+    let cold = reply(&small().engine, long_a()).await;
+    assert_eq!(cold.bits.len(), 40, "{cold:?}");
+
+    let f = small();
+    let mut short = f
+        .engine
+        .generate(ask_as("key_a", "Go".into(), 150))
+        .await
+        .unwrap()
+        .peekable();
+    assert!(std::pin::Pin::new(&mut short).peek().await.is_some());
+    let mut long = f.engine.generate(long_a()).await.unwrap().peekable();
+    assert!(std::pin::Pin::new(&mut long).peek().await.is_some());
+    // key_b's prompt and the suspended one's cells do not both fit beside
+    // the running one: the suspended one gives its cells up.
+    let other = reply(&f.engine, ask_as("key_b", "waves and tides ".repeat(16), 8)).await;
+    assert_eq!(other.bits.len(), 8);
+    let long = read(long).await;
+    let stats = f.engine.stats();
+    assert!(stats.recomputed >= 1, "{stats:?}");
+    assert_eq!(long, cold);
+    read(short).await;
+}
+
 /// What the option buys: without it the same request decoded beside other
 /// streams gets other log probabilities than alone (its text may or may
 /// not change with them).

@@ -413,12 +413,12 @@ impl Metrics {
             let gauges = [
                 (
                     "svc_engine_prefix_cache_bytes",
-                    "Host memory held by saved prompt prefixes.",
+                    "Host memory held by saved prompt prefixes and suspended sequences' copies.",
                     "gauge",
                 ),
                 (
                     "svc_engine_prefix_cache_limit_bytes",
-                    "The most host memory saved prompt prefixes may take.",
+                    "The most host memory saved prompt prefixes and suspended sequences' copies may take together.",
                     "gauge",
                 ),
                 (
