@@ -470,6 +470,11 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "The largest audio file POST /v1/audio/transcriptions and /translations take, in bytes or with a unit (256MiB); written to files_dir as it arrives",
     ),
     flag(
+        "uploads_disk_bytes",
+        "BYTES",
+        "Most bytes the uploads in progress (files and audio, all keys together) hold in files_dir while they arrive, in bytes or with a unit (4GiB); past it an upload is refused (503, retry shortly)",
+    ),
+    flag(
         "files_quota_bytes",
         "BYTES",
         "Most bytes of files one project may keep, in bytes or with a unit (10GiB); past it an upload is refused (400)",

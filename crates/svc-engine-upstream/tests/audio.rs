@@ -285,6 +285,46 @@ async fn a_wrong_upload_is_a_400_or_413_naming_what_is_wrong_and_reaches_nobody(
     assert!(left_in(&files).is_empty(), "nothing is left on disk");
 }
 
+// What the uploads in progress hold on disk is bounded server-wide
+// (`uploads_disk_bytes`), whatever the keys: an upload past it is a 503
+// (retry shortly) with nothing left behind, and its room is given back.
+#[tokio::test]
+async fn uploads_past_the_servers_room_on_disk_are_a_503_and_leave_nothing() {
+    let fake = FakeUpstream::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        uploads_disk_bytes: 100_000,
+        ..files_in(&files)
+    };
+    let app = app_in_front_of(&fake, config).await;
+    let key = app.create_key().await;
+    let send = |audio: Vec<u8>| {
+        upload(
+            &app,
+            "/v1/audio/transcriptions",
+            &key,
+            form(&[("model", "up")], Some(("a.wav", "audio/wav", &audio))),
+        )
+    };
+    for round in 0..2 {
+        let response = send(wav(4)).await;
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "upload_space_full", "{error}");
+        assert_eq!(error["error"]["type"], "server_error", "{error}");
+        if round == 0 {
+            assert!(fake.last_audio().is_none(), "nothing reached the upstream");
+        }
+        assert!(left_in(&files).is_empty(), "nothing is left on disk");
+        // The room the refused upload took is given back, and so is the
+        // room of one answered.
+        let response = send(wav(2)).await;
+        assert_eq!(response.status(), 200);
+        assert!(left_in(&files).is_empty());
+    }
+}
+
 #[tokio::test]
 async fn speech_streams_back_as_the_upstream_makes_it_and_counts_characters() {
     let fake = FakeUpstream::start().await;

@@ -153,6 +153,11 @@ pub struct ServerConfig {
     /// written to `files_dir` while it arrives, never held in memory.
     #[serde(with = "svc_core::config::byte_count")]
     pub audio_max_bytes: usize,
+    /// The most bytes the uploads in progress (files and audio, all keys
+    /// together) hold on disk in `files_dir` while they arrive; an upload
+    /// past it is refused with a 503 (retry shortly).
+    #[serde(with = "svc_core::config::byte_count")]
+    pub uploads_disk_bytes: usize,
     /// The most bytes of files one project keeps; an upload past it is
     /// refused (400 naming `file`).
     #[serde(with = "svc_core::config::byte_count")]
@@ -353,6 +358,7 @@ impl Default for ServerConfig {
             files_dir: None,
             files_max_bytes: 200 * 1024 * 1024,
             audio_max_bytes: 256 * 1024 * 1024,
+            uploads_disk_bytes: 4 * 1024 * 1024 * 1024,
             files_quota_bytes: 10 * 1024 * 1024 * 1024,
             batch_concurrency: 4,
             batch_lease: Duration::from_secs(60),

@@ -59,6 +59,12 @@ pub enum ApiError {
     },
     #[error("the store is unavailable")]
     Unavailable,
+    /// The uploads in progress, all keys together, hold as many bytes on
+    /// disk as they may (`uploads_disk_bytes`): 503, retry shortly.
+    #[error(
+        "The uploads in progress fill the server's room for them ({limit} bytes); retry shortly."
+    )]
+    UploadSpaceFull { limit: usize },
     /// `Cache-Control: only-if-cached`, and the response cache holds no
     /// reply to this request (RFC 9111: 504).
     #[error("The response cache holds no reply to this request (Cache-Control: only-if-cached).")]
@@ -180,7 +186,9 @@ impl ApiError {
                 EngineError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
                 EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::UploadSpaceFull { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::NotCached => StatusCode::GATEWAY_TIMEOUT,
             ApiError::RateLimited(_) | ApiError::QuotaExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -201,6 +209,7 @@ impl ApiError {
             && !matches!(
                 self,
                 ApiError::NotCached
+                    | ApiError::UploadSpaceFull { .. }
                     | ApiError::Engine(
                         EngineError::Unavailable(_)
                             | EngineError::BadGateway(_)
@@ -265,6 +274,7 @@ impl ApiError {
                 (crate::request_log::failure_type(e), param, Some(code))
             }
             ApiError::Unavailable => ("server_error", None, Some("service_unavailable")),
+            ApiError::UploadSpaceFull { .. } => ("server_error", None, Some("upload_space_full")),
             ApiError::NotCached => (invalid, None, Some("not_cached")),
             ApiError::Forbidden(_) => (invalid, None, Some("insufficient_permissions")),
             ApiError::RateLimited(v) => match v.exceeded {
@@ -317,6 +327,7 @@ impl ApiError {
                 EngineError::GatewayTimeout(_) => "timeout_error",
                 EngineError::BadGateway(_) | EngineError::Internal(_) => "api_error",
             },
+            ApiError::UploadSpaceFull { .. } => "overloaded_error",
             ApiError::Unavailable | ApiError::Internal(_) => "api_error",
         }
     }

@@ -5,6 +5,9 @@
 //! nothing else and no upload is ever whole in memory. `POST /v1/files`
 //! and the audio uploads receive their forms this way.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use axum::body::Body;
 use futures::{FutureExt as _, StreamExt as _};
 
@@ -104,5 +107,95 @@ fn body_error(e: &axum::Error) -> ApiError {
             param: None,
             message: format!("The multipart/form-data body cannot be read: {e}."),
         },
+    }
+}
+
+/// The bytes that uploads in progress (files and audio) hold on disk, all
+/// keys together, bounded by `uploads_disk_bytes`. Each key has at most a
+/// few uploads in flight, each bounded by its route's largest file; this
+/// bounds their sum, so that many keys uploading at once cannot fill the
+/// disk. An upload past it is refused with a 503 (retry shortly), its part
+/// written so far removed.
+#[derive(Debug, Clone)]
+pub(crate) struct Spool(Arc<SpoolBytes>);
+
+#[derive(Debug)]
+struct SpoolBytes {
+    held: AtomicUsize,
+    limit: usize,
+}
+
+impl Spool {
+    pub(crate) fn new(limit: usize) -> Self {
+        Spool(Arc::new(SpoolBytes {
+            held: AtomicUsize::new(0),
+            limit,
+        }))
+    }
+
+    /// A new upload's share, empty until it writes.
+    pub(crate) fn share(&self) -> Spooled {
+        Spooled {
+            spool: self.clone(),
+            bytes: 0,
+        }
+    }
+
+    /// Bytes held now, all uploads together.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.0.held.load(Ordering::Relaxed)
+    }
+}
+
+/// What one upload holds of the [`Spool`]; given back when dropped (when
+/// its file is removed, or kept as a file of its project).
+#[derive(Debug)]
+pub(crate) struct Spooled {
+    spool: Spool,
+    bytes: usize,
+}
+
+impl Spooled {
+    /// Counts `n` more bytes about to be written; an error, nothing
+    /// counted, when they would take the uploads past the limit.
+    pub(crate) fn grow(&mut self, n: usize) -> Result<(), ApiError> {
+        let SpoolBytes { held, limit } = &*self.spool.0;
+        held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+            now.checked_add(n).filter(|after| after <= limit)
+        })
+        .map_err(|_| ApiError::UploadSpaceFull { limit: *limit })?;
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for Spooled {
+    fn drop(&mut self) {
+        self.spool.0.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uploads_share_the_spool_and_give_it_back_when_done() {
+        let spool = Spool::new(100);
+        let mut a = spool.share();
+        let mut b = spool.share();
+        assert!(a.grow(60).is_ok());
+        assert!(b.grow(40).is_ok());
+        assert!(matches!(
+            b.grow(1),
+            Err(ApiError::UploadSpaceFull { limit: 100 })
+        ));
+        assert_eq!(spool.held(), 100);
+        drop(a);
+        assert_eq!(spool.held(), 40);
+        assert!(b.grow(60).is_ok());
+        drop(b);
+        assert_eq!(spool.held(), 0);
     }
 }

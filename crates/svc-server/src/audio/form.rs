@@ -12,7 +12,7 @@ use svc_core::{AudioFile, ValidationError};
 use crate::batches::upload::MAX_FILENAME;
 use crate::error::ApiError;
 use crate::multipart::{Form, Parser, Part};
-use crate::upload::Receiving;
+use crate::upload::{Receiving, Spool, Spooled};
 
 /// The most bytes of one field other than the file (a `prompt` is the
 /// longest OpenAI takes: 224 tokens).
@@ -39,13 +39,15 @@ pub(super) struct Received {
 }
 
 impl Receiver {
-    /// A form of `boundary` whose file is written in `dir`; `limit` is the
-    /// largest file (for a 413).
-    pub(super) fn new(boundary: &str, dir: PathBuf, limit: usize) -> Self {
+    /// A form of `boundary` whose file is written in `dir`, its bytes
+    /// counted in `spool` while it is there; `limit` is the largest file
+    /// (for a 413).
+    pub(super) fn new(boundary: &str, dir: PathBuf, spool: Spool, limit: usize) -> Self {
         Receiver {
             parser: Parser::new(boundary),
             parts: Parts {
                 dir,
+                spool,
                 limit,
                 current: Current::Between,
                 fields: Vec::new(),
@@ -79,6 +81,7 @@ impl Receiving for Receiver {
 #[derive(Debug)]
 struct Parts {
     dir: PathBuf,
+    spool: Spool,
     limit: usize,
     current: Current,
     fields: Vec<(String, String)>,
@@ -106,6 +109,9 @@ struct Writing {
 #[derive(Debug)]
 pub(super) struct Kept {
     pub audio: AudioFile,
+    /// Its bytes' share of the uploads' room on disk, given back once it
+    /// is removed.
+    spooled: Spooled,
 }
 
 impl Drop for Kept {
@@ -164,6 +170,7 @@ impl Form for Parts {
                 if writing.kept.audio.bytes > self.limit as u64 {
                     return Err(ApiError::PayloadTooLarge { limit: self.limit });
                 }
+                writing.kept.spooled.grow(bytes.len())?;
                 writing.out.write_all(bytes).map_err(cannot_write)?;
             }
             Current::Between | Current::Skipped => {}
@@ -209,6 +216,7 @@ impl Parts {
                     bytes: 0,
                     seconds: None,
                 },
+                spooled: self.spool.share(),
             },
         })
     }

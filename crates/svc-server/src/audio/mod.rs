@@ -103,7 +103,12 @@ async fn transcribe(
                 .into(),
         })?;
     let limit = state.batches.audio_max_bytes;
-    let receiver = Receiver::new(&boundary, state.batches.dir.clone(), limit);
+    let receiver = Receiver::new(
+        &boundary,
+        state.batches.dir.clone(),
+        state.batches.spool.clone(),
+        limit,
+    );
     let Received { file, fields } = receive(
         &place,
         receiver,

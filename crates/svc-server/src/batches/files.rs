@@ -83,6 +83,7 @@ pub async fn upload(
     let receiver = Receiver::new(
         &boundary,
         state.batches.dir.clone(),
+        state.batches.spool.clone(),
         // A line holds a request body, and its own fields beside it.
         state.body_limit.0 + 4096,
         limit,

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::ratelimit::InFlight;
+use crate::upload::Spool;
 
 pub(crate) use runner::{Runner, sweep};
 
@@ -64,6 +65,8 @@ pub struct Batches {
     pub(crate) wake: Notify,
     /// Uploads in flight per key, and their pieces worked on in all.
     pub(crate) uploads: InFlight,
+    /// The bytes uploads in progress hold on disk, all keys together.
+    pub(crate) spool: Spool,
     /// Turns of the creates that read a file and copy its lines.
     pub(crate) creates: tokio::sync::Semaphore,
 }
@@ -83,6 +86,7 @@ impl Batches {
             retention: config.batch_retention,
             wake: Notify::new(),
             uploads: InFlight::new("file upload", UPLOADS_PER_KEY, uploads_at_once()),
+            spool: Spool::new(config.uploads_disk_bytes),
             creates: tokio::sync::Semaphore::new(CREATES_AT_ONCE),
         }
     }

@@ -14,7 +14,7 @@ use svc_core::batch::FileRecord;
 use super::lines::{Checker, LineError};
 use crate::error::ApiError;
 use crate::multipart::{Form, Parser, Part};
-use crate::upload::Receiving;
+use crate::upload::{Receiving, Spool, Spooled};
 
 /// The longest filename kept, in bytes (as most file systems allow).
 pub(crate) const MAX_FILENAME: usize = 255;
@@ -36,13 +36,21 @@ pub(super) struct Received {
 }
 
 impl Receiver {
-    /// A form of `boundary` whose file is written in `dir`, its lines at
-    /// most `max_line` bytes; `file_limit` is the largest file (for a 413).
-    pub(super) fn new(boundary: &str, dir: PathBuf, max_line: usize, file_limit: usize) -> Self {
+    /// A form of `boundary` whose file is written in `dir`, its bytes
+    /// counted in `spool` while it arrives, its lines at most `max_line`
+    /// bytes; `file_limit` is the largest file (for a 413).
+    pub(super) fn new(
+        boundary: &str,
+        dir: PathBuf,
+        spool: Spool,
+        max_line: usize,
+        file_limit: usize,
+    ) -> Self {
         Receiver {
             parser: Parser::new(boundary),
             fields: Fields {
                 dir,
+                spool,
                 max_line,
                 file_limit,
                 current: Current::Between,
@@ -90,6 +98,7 @@ impl Receiving for Receiver {
 #[derive(Debug)]
 struct Fields {
     dir: PathBuf,
+    spool: Spool,
     max_line: usize,
     file_limit: usize,
     current: Current,
@@ -156,6 +165,7 @@ impl Form for Fields {
             }
             Current::File(writing) => {
                 writing.checker.feed(bytes).map_err(|e| refused(&e))?;
+                writing.upload.spooled.grow(bytes.len())?;
                 writing.out.write_all(bytes).map_err(cannot_write)?;
                 writing.upload.bytes += bytes.len() as u64;
             }
@@ -198,6 +208,7 @@ impl Fields {
             id,
             bytes: 0,
             kept: false,
+            spooled: self.spool.share(),
         };
         let out = std::fs::File::create(&upload.temporary).map_err(cannot_write)?;
         Ok(Writing {
@@ -225,6 +236,9 @@ pub(super) struct Upload {
     temporary: PathBuf,
     pub bytes: u64,
     kept: bool,
+    /// Its bytes' share of the uploads' room on disk, given back once it
+    /// is removed or kept.
+    spooled: Spooled,
 }
 
 impl Upload {

@@ -20,6 +20,7 @@ on_both_databases!(
     a_filename_past_255_bytes_is_refused_before_it_is_kept,
     a_files_name_counts_toward_the_quota,
     slow_uploads_of_many_keys_do_not_hold_back_another_projects,
+    the_uploads_of_all_keys_share_a_bounded_room_on_disk,
 );
 
 const BOUNDARY: &str = "svc-upload-boundary-43";
@@ -248,6 +249,85 @@ async fn slow_uploads_of_many_keys_do_not_hold_back_another_projects(database: D
     assert_eq!(status, 200, "{body}");
     eprintln!("another project's upload beside 64 stalled ones took {took:?}");
     drop(stalled);
+}
+
+// Issue 47's note: each key's uploads were bounded (4 at once, each by
+// the largest file), but not their sum: many keys uploading at once could
+// fill the files directory. Now all uploads in progress share
+// `uploads_disk_bytes`.
+async fn the_uploads_of_all_keys_share_a_bounded_room_on_disk(database: Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(
+        database,
+        ServerConfig {
+            files_dir: Some(dir.path().to_owned()),
+            uploads_disk_bytes: 150 * 1024,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    // One key's upload sends 100,000 bytes, and stalls.
+    let first = app.create_key().await;
+    let head = format!(
+        "POST /v1/files HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {first}\r\n\
+         Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: 1000000\r\n\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n\
+         {{\"custom_id\": \"{}",
+        app.addr,
+        "x".repeat(100_000)
+    );
+    let mut stalled = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    let on_disk_bytes = || -> u64 {
+        std::fs::read_dir(dir.path())
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().metadata().map_or(0, |m| m.len()))
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Written through a 64 KiB buffer: once a buffer's worth is on disk,
+    // at least that much is counted (bytes are counted before written).
+    while on_disk_bytes() < 60_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the upload never reached the disk"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another project's key: its 100 KB file does not fit beside it.
+    let project = app.create_project("other", ModelAccess(None)).await;
+    let other = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                project_id: Some(project.id.clone()),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let text = jsonl(1, 100_000);
+    let (status, body) = post(&app, &other, form("b.jsonl", &text)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "upload_space_full", "{body}");
+    assert_eq!(files(&app, &other).await, Vec::<Value>::new());
+    // A smaller one fits; once the first is given up, so does the 100 KB one.
+    let (status, body) = post(&app, &other, form("c.jsonl", &jsonl(1, 10))).await;
+    assert_eq!(status, 200, "{body}");
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = post(&app, &other, form("b.jsonl", &text)).await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(Instant::now() < deadline, "the room was never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(files(&app, &other).await.len(), 2);
 }
 
 /// The CPU time this process (the server, and the test's client) has
