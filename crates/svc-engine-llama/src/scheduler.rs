@@ -597,6 +597,20 @@ struct Undo {
     pending: Option<LlamaToken>,
 }
 
+impl Undo {
+    /// What slot `i` (holding `tokens` cells, running `seq`) is before the
+    /// step adds to it, and the token the step takes from `pending`.
+    fn of(i: usize, tokens: usize, seq: &Sequence, pending: Option<LlamaToken>) -> Self {
+        Undo {
+            slot: i,
+            tokens,
+            prompt_fed: seq.prompt_fed,
+            refill_fed: seq.refill_fed,
+            pending,
+        }
+    }
+}
+
 struct Batcher<'a, 'm> {
     model: &'m LlamaModel,
     /// Control tokens written into replies as their text.
@@ -1681,13 +1695,8 @@ impl Batcher<'_, '_> {
                 seq.pending = Some(token);
                 continue;
             }
-            self.undo.push(Undo {
-                slot: i,
-                tokens: slot.tokens.len(),
-                prompt_fed: seq.prompt_fed,
-                refill_fed: seq.refill_fed,
-                pending: Some(token),
-            });
+            self.undo
+                .push(Undo::of(i, slot.tokens.len(), seq, Some(token)));
             slot.tokens.push(token);
             seq.logits_at = Some(self.batch.n_tokens() - 1);
             sequences += 1;
@@ -1708,13 +1717,7 @@ impl Batcher<'_, '_> {
                 if room == 0 {
                     continue;
                 }
-                self.undo.push(Undo {
-                    slot: i,
-                    tokens: slot.tokens.len(),
-                    prompt_fed: seq.prompt_fed,
-                    refill_fed: seq.refill_fed,
-                    pending: None,
-                });
+                self.undo.push(Undo::of(i, slot.tokens.len(), seq, None));
                 let end = seq.refill.len().min(seq.refill_fed + room);
                 for &token in &seq.refill[seq.refill_fed..end] {
                     if self
@@ -1739,13 +1742,7 @@ impl Batcher<'_, '_> {
             if left == 0 || room == 0 {
                 continue;
             }
-            self.undo.push(Undo {
-                slot: i,
-                tokens: slot.tokens.len(),
-                prompt_fed: seq.prompt_fed,
-                refill_fed: seq.refill_fed,
-                pending: None,
-            });
+            self.undo.push(Undo::of(i, slot.tokens.len(), seq, None));
             let last = seq.prompt.len() - 1;
             for j in seq.prompt_fed..seq.prompt_fed + left.min(room) {
                 let scored = seq.score.as_mut().filter(|_| j < last);

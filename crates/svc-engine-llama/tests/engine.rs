@@ -502,14 +502,32 @@ async fn background_work_is_suspended_before_interactive_work() {
 }
 
 // Issue 46: a suspended sequence's cells stay in the pool until it needs
-// the room; then they go to host memory, and it resumes from there.
+// the room; then they go, and it resumes from its copy in host memory, or
+// (with no room for a copy in the host budget) by decoding its tokens
+// again. Either way: the same text as alone, nobody ended.
 #[tokio::test]
 async fn a_suspended_sequence_gives_its_cells_to_a_full_pool_and_resumes_from_host_memory() {
+    let stats = suspend_in_a_full_pool(64 << 20).await;
+    assert_eq!(stats.recomputed, 0, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_suspended_sequence_without_room_for_a_copy_decodes_its_tokens_again() {
+    let stats = suspend_in_a_full_pool(0).await;
+    assert!(stats.recomputed >= 1, "{stats:?}");
+    assert_eq!(stats.host_cache_bytes, 0, "{stats:?}");
+}
+
+/// Suspends a sequence for another key's request in a pool with no room
+/// for both, its host budget `prefix_cache_bytes`; checks its reply, and
+/// returns the engine's counters.
+async fn suspend_in_a_full_pool(prefix_cache_bytes: usize) -> EngineStats {
     let f = engine_with(&TinyModel::looping(), |o| {
         o.parallel = 2;
         o.queue_capacity = 4;
         o.context_per_sequence = 512;
         o.kv_cache = Some(512);
+        o.prefix_cache_bytes = prefix_cache_bytes;
     });
     let ask = |client: &str, user: &str, tokens: u32| {
         let mut req = request(user, greedy());
@@ -544,47 +562,7 @@ async fn a_suspended_sequence_gives_its_cells_to_a_full_pool_and_resumes_from_ho
     assert_eq!(stats.resumed, stats.suspended, "{stats:?}");
     assert_eq!(stats.kv_full, 0, "{stats:?}");
     assert_eq!(collect(short).await.usage.completion_tokens, 150);
-}
-
-// Issue 46: suspended sequences' copies share the host cache's budget.
-// With no room for a copy, a suspended sequence whose cells the pool needs
-// gives them up and decodes its tokens again when it resumes: the same
-// text, nothing held in host memory, nobody ended.
-#[tokio::test]
-async fn a_suspended_sequence_without_room_for_a_copy_decodes_its_tokens_again() {
-    let f = engine_with(&TinyModel::looping(), |o| {
-        o.parallel = 2;
-        o.queue_capacity = 4;
-        o.context_per_sequence = 512;
-        o.kv_cache = Some(512);
-        o.prefix_cache_bytes = 0;
-    });
-    let ask = |client: &str, user: &str, tokens: u32| {
-        let mut req = request(user, greedy());
-        req.max_tokens = Some(tokens);
-        req.client = Some(client.into());
-        req
-    };
-    let (long_a, long_b) = ("sand and shells ".repeat(16), "waves and tides ".repeat(16));
-    let alone = run(&f.engine, ask("key_c", &long_a, 40)).await.text();
-
-    let mut short = f.engine.generate(ask("key_a", "Go", 150)).await.unwrap();
-    let Some(Ok(EngineEvent::Text(_))) = short.next().await else {
-        panic!("no first token");
-    };
-    let mut long = f.engine.generate(ask("key_a", &long_a, 40)).await.unwrap();
-    let Some(Ok(EngineEvent::Text(head))) = long.next().await else {
-        panic!("no first token");
-    };
-    let other = run(&f.engine, ask("key_b", &long_b, 8)).await;
-    assert_eq!(other.usage.completion_tokens, 8);
-    let long = collect(long).await;
-    assert_eq!(head + &long.text(), alone);
-    let stats = f.engine.stats();
-    assert!(stats.spilled >= 1 && stats.recomputed >= 1, "{stats:?}");
-    assert_eq!(stats.resumed, stats.suspended, "{stats:?}");
-    assert_eq!((stats.kv_full, stats.host_cache_bytes), (0, 0), "{stats:?}");
-    assert_eq!(collect(short).await.usage.completion_tokens, 150);
+    stats
 }
 
 // The copies are counted in the host cache's bytes (and so in the
@@ -635,7 +613,9 @@ async fn a_suspended_sequence_copy_never_takes_the_host_cache_past_its_limit() {
     assert!(after.host_cache_bytes <= 1 << 20, "{after:?}");
 
     let copy = usize::try_from(during.host_cache_bytes).unwrap();
-    let (during, after) = suspend_one(copy - 1).await;
+    // Half of it (the copy's size varies by the few tokens the sequence
+    // has generated when key_b's request comes) does not fit.
+    let (during, after) = suspend_one(copy / 2).await;
     assert_eq!(during.suspended, 1, "{during:?}");
     assert_eq!(during.host_cache_bytes, 0, "{during:?}");
     assert_eq!(after.resumed, 1, "{after:?}");

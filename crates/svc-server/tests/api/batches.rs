@@ -854,7 +854,7 @@ async fn one_key_streams_at_most_four_uploads_at_once(database: Database) {
 }
 
 /// A key of a new project named `name`.
-async fn project_key(app: &TestApp, name: &str) -> String {
+pub(crate) async fn project_key(app: &TestApp, name: &str) -> String {
     let project = app.create_project(name, ModelAccess(None)).await;
     app.create_scoped_key(
         None,

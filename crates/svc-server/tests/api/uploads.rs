@@ -8,13 +8,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use svc_core::{KeyScope, ModelAccess};
 use svc_server::ServerConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Database, TestApp};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::batches::stalled_upload;
+use crate::batches::{project_key, stalled_upload};
 
 on_both_databases!(
     a_filename_past_255_bytes_is_refused_before_it_is_kept,
@@ -228,16 +227,7 @@ async fn slow_uploads_of_many_keys_do_not_hold_back_another_projects(database: D
     let (status, body) = post(&app, &keys[0], form("a.jsonl", &text)).await;
     assert_eq!(status, 429, "{body}");
     // Another project's upload goes through at once.
-    let project = app.create_project("other", ModelAccess(None)).await;
-    let other = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                project_id: Some(project.id.clone()),
-                ..KeyScope::default()
-            },
-        )
-        .await;
+    let other = project_key(&app, "other").await;
     let started = Instant::now();
     let answered = tokio::time::timeout(
         Duration::from_secs(10),
@@ -298,16 +288,7 @@ async fn the_uploads_of_all_keys_share_a_bounded_room_on_disk(database: Database
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Another project's key: its 100 KB file does not fit beside it.
-    let project = app.create_project("other", ModelAccess(None)).await;
-    let other = app
-        .create_scoped_key(
-            None,
-            KeyScope {
-                project_id: Some(project.id.clone()),
-                ..KeyScope::default()
-            },
-        )
-        .await;
+    let other = project_key(&app, "other").await;
     let text = jsonl(1, 100_000);
     let (status, body) = post(&app, &other, form("b.jsonl", &text)).await;
     assert_eq!(status, 503, "{body}");
