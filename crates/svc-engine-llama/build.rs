@@ -83,7 +83,7 @@ fn main() {
     }
 }
 
-/// Compiles `kernel/attention.cpp` with ggml's CPU backend's include
+/// Compiles svc's kernels (`kernel/attention.cpp`, `kernel/product.cpp`) with ggml's CPU backend's include
 /// directories (from the llama.cpp sources llama-cpp-sys-2 built) and
 /// `flags`, into a static library linked before llama.cpp's.
 fn compile_kernel(flags: &[&str]) -> Result<(), String> {
@@ -94,6 +94,7 @@ fn compile_kernel(flags: &[&str]) -> Result<(), String> {
         .cpp(true)
         .std("c++17")
         .file("kernel/attention.cpp")
+        .file("kernel/product.cpp")
         .include(ggml.join("include"))
         .include(ggml.join("src"))
         .include(ggml.join("src/ggml-cpu"))
@@ -105,8 +106,8 @@ fn compile_kernel(flags: &[&str]) -> Result<(), String> {
         build.flag(flag);
     }
     build
-        .try_compile("svc_attention")
-        .map_err(|e| format!("cannot compile kernel/attention.cpp: {e}"))
+        .try_compile("svc_kernels")
+        .map_err(|e| format!("cannot compile svc's kernels (kernel/): {e}"))
 }
 
 /// The llama.cpp source tree llama-cpp-sys-2 configured: CMake's cache in

@@ -8,11 +8,13 @@
 // kernel for every flash-attention node instead: just before the backend
 // computes a graph, each such node becomes a custom operation (ggml's
 // GGML_OP_CUSTOM, which the CPU backend runs on all its threads) calling
-// this kernel with the node's own sources and settings. llama.cpp's sources
-// are not changed; what this file relies on (the backend's table of entry
-// points, the custom operation's parameters, simd_gemm) comes from the
-// headers of the llama.cpp it is compiled against, so a llama.cpp that moves
-// them fails this file's build rather than running it wrongly.
+// this kernel with the node's own sources and settings (and each matrix
+// product of Q4_1 weights runs product.cpp's kernel, the same way).
+// llama.cpp's sources are not changed; what this file relies on (the
+// backend's table of entry points, the custom operation's parameters,
+// simd_gemm) comes from the headers of the llama.cpp it is compiled
+// against, so a llama.cpp that moves them fails this file's build rather
+// than running it wrongly.
 //
 // The numerics, which are the same for every query however it is batched:
 // a query's visible cells (those its mask row does not hide) are taken in
@@ -38,6 +40,8 @@
 // decoding) reads the values straight from an F16 cache with the same
 // fused multiply-adds. Which queries share a block changes only the speed,
 // never a bit of the result.
+
+#include "svc-kernels.h"
 
 #include "ggml-backend-impl.h"
 #include "ggml-cpu-impl.h"
@@ -569,6 +573,18 @@ using GraphCompute = ggml_status (*)(ggml_backend_t, ggml_cgraph *);
 std::atomic<GraphCompute> original{nullptr};
 // Flash-attention nodes given to this kernel so far, for tests.
 std::atomic<uint64_t> rewritten{0};
+// Matrix products given to product.cpp's kernel so far, for tests.
+std::atomic<uint64_t> products{0};
+
+// Turns a matrix product into a custom operation that runs `svc_product`.
+void rewrite_product(ggml_tensor * node) {
+    ggml_custom_op_params custom = {};
+    custom.fun = svc_product;
+    custom.n_tasks = GGML_N_TASKS_MAX;
+    custom.userdata = nullptr;
+    std::memcpy(node->op_params, &custom, sizeof(custom));
+    node->op = GGML_OP_CUSTOM;
+}
 
 ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
 #if SVC_ATTENTION
@@ -579,6 +595,9 @@ ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
         if (node->op == GGML_OP_FLASH_ATTN_EXT && supported(node)) {
             rewrite(node);
             rewritten.fetch_add(1, std::memory_order_relaxed);
+        } else if (node->op == GGML_OP_MUL_MAT && svc_product_supported(node)) {
+            rewrite_product(node);
+            products.fetch_add(1, std::memory_order_relaxed);
         }
     }
 #endif
@@ -613,6 +632,11 @@ bool svc_attention_adopt(ggml_backend_t backend) {
     (void) backend;
     return false;
 #endif
+}
+
+// How many matrix products product.cpp's kernel has been given to compute.
+uint64_t svc_product_nodes(void) {
+    return products.load(std::memory_order_relaxed);
 }
 
 // How many flash-attention nodes this kernel has been given to compute.

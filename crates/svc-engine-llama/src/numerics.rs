@@ -19,14 +19,20 @@
 //! flash-attention node ([`Kernels`]).
 //!
 //! The matrix products of the default model are invariant on x86 as they
-//! are: a Q8_0 row (the copy `svc serve` loads) times a token goes through
-//! llamafile's tiles for two tokens or more and through ggml's dot product
-//! for one, and both compute one block after another with the same fused
-//! multiply-adds and the same horizontal sum; Q4_1 and the K-quants other
-//! than Q4_K always take the dot product. F32, F16 and BF16 rows (and the
-//! other types llamafile takes) do not: for those models the context also
-//! gets ggml's reference kernels (`ggml_backend_cpu_set_use_ref`: the dot
-//! product for every batch, no operator fusion), slower for prompts.
+//! are: a Q4_1 row (the default model's) times a token always takes ggml's
+//! dot product, block after block, whatever the batch; a Q8_0 row (the
+//! copy `--repack` serves) goes through llamafile's tiles for two tokens or
+//! more and through ggml's dot product for one, and both compute one block
+//! after another with the same fused multiply-adds and the same horizontal
+//! sum; the K-quants other than Q4_K always take the dot product. For Q4_1
+//! rows an invariant context's backend takes svc's own product instead
+//! (`kernel/product.cpp`): the same bits as ggml's dot product, with each
+//! row unpacked once for a tile of tokens (ggml unpacks it again for every
+//! token), so that prompt chunks and many streams go faster. F32, F16 and
+//! BF16 rows (and the other types llamafile takes) do not sum alike: for
+//! those models the context also gets ggml's reference kernels
+//! (`ggml_backend_cpu_set_use_ref`: the dot product for every batch, no
+//! operator fusion), slower for prompts.
 //! Weights that ggml repacks for this CPU (Q4_0, Q4_K, IQ4_NL, MXFP4) take
 //! the repacked kernels either way, and for such models only the attention
 //! is invariant.
@@ -73,18 +79,28 @@ unsafe extern "C" {
     fn svc_attention_adopt(backend: sys::ggml_backend_t) -> bool;
 }
 
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 unsafe extern "C" {
     /// Flash-attention nodes given to svc's kernel so far (by every engine).
     fn svc_attention_nodes() -> u64;
+    /// Matrix products given to svc's Q4_1 kernel so far (by every engine).
+    fn svc_product_nodes() -> u64;
 }
 
 /// Flash-attention nodes svc's kernel has been given to compute so far, by
 /// every engine of the process.
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn attention_kernel_nodes() -> u64 {
     // SAFETY: reads an atomic counter.
     unsafe { svc_attention_nodes() }
+}
+
+/// Matrix products svc's Q4_1 kernel (`kernel/product.cpp`) has been given
+/// to compute so far, by every engine of the process.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn product_kernel_nodes() -> u64 {
+    // SAFETY: reads an atomic counter.
+    unsafe { svc_product_nodes() }
 }
 
 /// The kernels of a context's CPU backend.
@@ -276,6 +292,10 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
 /// to `kernel/attention.cpp` changes any bit it computes.
 const ATTENTION_KERNEL: &str = "svc-1 (tiles of 64 visible cells)";
 
+/// svc's Q4_1 matrix product's numerics, by name: a new name whenever a
+/// change to `kernel/product.cpp` changes any bit it computes.
+const PRODUCT_KERNEL: &str = "svc-1 (ggml's Q4_1 dot product)";
+
 /// The engine build in words: svc's engine version, ggml's version and
 /// commit, llama.cpp's compiled CPU features and the [`devices`]. Made once
 /// per process: `llama_print_system_info` writes a static buffer, so two
@@ -288,7 +308,7 @@ fn build() -> &'static str {
         // thread (`get_or_init` runs this once, others wait).
         unsafe {
             format!(
-                "svc-engine-llama {}; attention kernel {ATTENTION_KERNEL}; ggml {} {}; {}; devices: {}",
+                "svc-engine-llama {}; attention kernel {ATTENTION_KERNEL}; product kernel {PRODUCT_KERNEL}; ggml {} {}; {}; devices: {}",
                 env!("CARGO_PKG_VERSION"),
                 text(sys::ggml_version()),
                 text(sys::ggml_commit()),
@@ -337,7 +357,7 @@ unsafe fn text(p: *const c_char) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Kernels;
+    use super::{Kernels, svc_attention_adopt, sys};
     use svc_gguf::GgufWriter;
 
     /// A file with a 1-D norm and one 64 x 4 matrix, as F32 or in Q4_1.
@@ -374,5 +394,99 @@ mod tests {
         // A file that cannot be read gets the safe choice.
         let missing = dir.path().join("missing.gguf");
         assert_eq!(Kernels::for_model(&missing, true, None), Kernels::Reference);
+    }
+
+    /// `w` (Q4_1, `k` x `rows`, from `weights`) times `tokens` (F32,
+    /// `k` x n) on a CPU backend of two threads, adopted by svc's kernels
+    /// or not: the product's bits.
+    fn product(weights: &[f32], k: i64, rows: i64, tokens: &[f32], adopted: bool) -> Vec<f32> {
+        let n = tokens.len() as i64 / k;
+        // SAFETY: a ggml context of this test's own, its tensors filled
+        // within their sizes, computed on a CPU backend of its own.
+        unsafe {
+            let ctx = sys::ggml_init(sys::ggml_init_params {
+                mem_size: 64 << 20,
+                mem_buffer: std::ptr::null_mut(),
+                no_alloc: false,
+            });
+            assert!(!ctx.is_null(), "a ggml context");
+            let w = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_Q4_1, k, rows);
+            sys::ggml_quantize_chunk(
+                sys::GGML_TYPE_Q4_1,
+                weights.as_ptr(),
+                (*w).data,
+                0,
+                rows,
+                k,
+                std::ptr::null(),
+            );
+            let b = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, k, n);
+            std::ptr::copy_nonoverlapping(tokens.as_ptr(), (*b).data.cast::<f32>(), tokens.len());
+            let out = sys::ggml_mul_mat(ctx, w, b);
+            let graph = sys::ggml_new_graph(ctx);
+            sys::ggml_build_forward_expand(graph, out);
+            let backend = sys::ggml_backend_cpu_init();
+            sys::ggml_backend_cpu_set_n_threads(backend, 2);
+            if adopted {
+                assert!(svc_attention_adopt(backend), "the backend is adopted");
+            }
+            let status = sys::ggml_backend_graph_compute(backend, graph);
+            assert_eq!(status, sys::GGML_STATUS_SUCCESS);
+            let result =
+                std::slice::from_raw_parts((*out).data.cast::<f32>(), (rows * n) as usize).to_vec();
+            sys::ggml_backend_free(backend);
+            sys::ggml_free(ctx);
+            result
+        }
+    }
+
+    /// Values in [-1, 1) from a fixed sequence.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_q4_1_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
+        let (k, rows) = (256_i64, 69_i64);
+        let weights = values((k * rows) as usize, 7);
+        let all = values((k * 150) as usize, 11);
+        let alone: Vec<Vec<f32>> = (0..150)
+            .map(|j| {
+                let token = &all[(j * k) as usize..((j + 1) * k) as usize];
+                product(&weights, k, rows, token, false)
+            })
+            .collect();
+        for n in [1_i64, 2, 3, 5, 16, 17, 64, 150] {
+            let tokens = &all[..(n * k) as usize];
+            let before = super::product_kernel_nodes();
+            let ours = product(&weights, k, rows, tokens, true);
+            assert!(
+                super::product_kernel_nodes() > before,
+                "svc's kernel computed the product of {n} tokens"
+            );
+            let ggml = product(&weights, k, rows, tokens, false);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&ours),
+                bits(&ggml),
+                "{n} tokens: svc's kernel against ggml's"
+            );
+            for (j, one) in alone.iter().take(n as usize).enumerate() {
+                let column = &ours[j * rows as usize..(j + 1) * rows as usize];
+                assert_eq!(
+                    bits(column),
+                    bits(one),
+                    "token {j} of {n} against itself alone"
+                );
+            }
+        }
     }
 }

@@ -54,6 +54,13 @@ pub fn attention_kernel_nodes() -> u64 {
     crate::numerics::attention_kernel_nodes()
 }
 
+/// Matrix products svc's Q4_1 kernel (`kernel/product.cpp`) has computed so
+/// far, counted over every engine of the process: it grows while an engine
+/// with batch-invariant numerics runs a model with Q4_1 matrices.
+pub fn product_kernel_nodes() -> u64 {
+    crate::numerics::product_kernel_nodes()
+}
+
 /// What plain llama.cpp computes for `tokens` of the GGUF at `path`: each
 /// token's log probability given those before it (the first has none),
 /// from one decode of them all, in micro-batches of `ubatch` tokens, in a

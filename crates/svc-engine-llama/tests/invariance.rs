@@ -168,6 +168,7 @@ async fn a_reply_is_the_same_bits_whatever_ran_before_or_beside_it() {
 #[tokio::test]
 async fn a_prompt_cut_into_any_chunks_gives_the_same_bits() {
     let before = testing::attention_kernel_nodes();
+    let products_before = testing::product_kernel_nodes();
     let chunks = |size| {
         engine_with(|o| {
             o.parallel = 1;
@@ -190,8 +191,10 @@ async fn a_prompt_cut_into_any_chunks_gives_the_same_bits() {
         reply(&f.engine, long_prompt("rivers")),
     );
     assert_eq!(elsewhere, whole, "cells elsewhere in the pool");
-    // The engine ran svc's kernel, not one of ggml's.
+    // The engine ran svc's kernels, not ggml's: the attention, and the
+    // matrix products of the model's Q4_1 rows.
     assert!(testing::attention_kernel_nodes() > before);
+    assert!(testing::product_kernel_nodes() > products_before);
 }
 
 // Issue 46: a client alone takes every slot; when another client's request

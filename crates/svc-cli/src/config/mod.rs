@@ -146,8 +146,9 @@ pub struct EngineConfig {
     #[serde(with = "byte_count_or_zero")]
     pub prefix_cache: usize,
     /// Serve a model whose weights are mostly Q4_1 from a Q8_0 copy made
-    /// once beside it (faster prompts and batched decoding, same greedy
-    /// answers; on by default, see BENCHMARKS.md).
+    /// once beside it (faster prompts, slower decoding of one stream,
+    /// 1.5 times the file; off by default: svc's own Q4_1 product batches
+    /// the file's rows as they are, see BENCHMARKS.md).
     pub repack: bool,
     /// Batch-invariant numerics in the embedded engine: a greedy or seeded
     /// request gives the same text whatever runs beside it (on by default).
@@ -176,7 +177,7 @@ impl Default for EngineConfig {
             kv_cache: None,
             kv_type: KvType::F16,
             prefix_cache: DEFAULT_PREFIX_CACHE,
-            repack: true,
+            repack: false,
             batch_invariant: true,
             models_memory: None,
             load_timeout: DEFAULT_LOAD_TIMEOUT,

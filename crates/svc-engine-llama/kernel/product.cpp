@@ -1,0 +1,299 @@
+// svc's matrix product of Q4_1 weights for ggml's CPU backend
+// (GGML_OP_MUL_MAT of a Q4_1 matrix by F32 activations).
+//
+// ggml multiplies Q4_1 rows one dot product at a time (there is no batched
+// Q4_1 kernel on x86, in llamafile's tiles or in the CPU repack): for each
+// row and each token it unpacks the row's 4-bit values again and sums the
+// blocks in order. That is batch-invariant, and for one token it is as fast
+// as the memory allows, but a prompt chunk or many streams unpack every row
+// once per token. This kernel computes each output element with exactly the
+// arithmetic of ggml's dot product (`ggml_vec_dot_q4_1_q8_1` for AVX2: the
+// activations quantized to Q8_1 by ggml's own `quantize_row_q8_1`, one
+// 8-lane fused multiply-add per block in block order, the offsets' products
+// summed in block order, the same horizontal sum at the end), so the result
+// is the same bits as ggml's for any batch, but a tile of rows and tokens
+// shares the work: each row's values are unpacked once per block for
+// several tokens, each token's block is loaded once for two rows.
+//
+// The backend svc adopts (attention.cpp) turns each such node into a custom
+// operation running `svc_product` just before the graph is computed.
+
+#include "svc-kernels.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpu-impl.h"
+#include "ggml-impl.h"
+#include "quants.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define SVC_PRODUCT 1
+#else
+#define SVC_PRODUCT 0
+#endif
+
+#if SVC_PRODUCT
+
+namespace {
+
+// ggml's block layouts (ggml-common.h), checked against ggml's sizes.
+struct Q4_1 {
+    uint16_t d;  // scale, f16
+    uint16_t m;  // offset, f16
+    uint8_t qs[16];
+};
+struct Q8_1 {
+    uint16_t d;  // scale, f16
+    uint16_t s;  // d * sum(qs), f16
+    int8_t qs[32];
+};
+static_assert(sizeof(Q4_1) == 20, "Q4_1 block");
+static_assert(sizeof(Q8_1) == 36, "Q8_1 block");
+
+constexpr int64_t QK = 32;
+// Tokens quantized and multiplied together by one thread: speed only.
+constexpr int64_t CHUNK = 64;
+
+inline float half(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+// ggml's bytes_from_nibbles_32: 16 bytes of 4-bit values, low halves first.
+inline __m256i nibbles(const uint8_t * qs) {
+    const __m128i tmp = _mm_loadu_si128((const __m128i *) qs);
+    const __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
+    return _mm256_and_si256(_mm256_set1_epi8(0xF), bytes);
+}
+
+// ggml's mul_sum_us8_pairs_float: eight sums of four products each, as
+// floats. (Every variant ggml has gives the same integers: the 4-bit values
+// times 8-bit ones cannot saturate 16 bits.)
+inline __m256 products(const __m256i x, const __m256i y) {
+    const __m256i dot = _mm256_maddubs_epi16(x, y);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
+}
+
+// ggml's hsum_float_8.
+inline float hsum(const __m256 x) {
+    __m128 res = _mm256_extractf128_ps(x, 1);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    return _mm_cvtss_f32(res);
+}
+
+// The tokens of a chunk, quantized: their Q8_1 blocks, token after token,
+// and each block's two scales as floats, block after block (the scales of
+// block ib of tokens c..c+3 side by side), padded so that four can always
+// be loaded.
+struct Tokens {
+    const Q8_1 * q;      // token j's blocks at q + j * blocks
+    const float * d;     // block ib of token j: d[ib * CHUNK + j]
+    const float * s;     // likewise, d * sum(qs)
+    int64_t blocks;
+};
+
+// Lane c of `v` in all eight lanes.
+template <int c>
+inline __m256 lane(const __m128 v) {
+    return _mm256_broadcastss_ps(_mm_permute_ps(v, _MM_SHUFFLE(c, c, c, c)));
+}
+
+// R rows times C tokens (from c0), every element summed as ggml's dot
+// product sums it: per block, the 8-lane fused multiply-add of the scales'
+// product (one rounding, as ggml's) by the block's products, and the
+// offsets' product added to their sum (a product of two halves is exact
+// in a float, so ggml's compiler's choice of fused or not changes nothing).
+template <int R, int C>
+void tile(const Q4_1 * const * rows, const Tokens & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 4, "at most four tokens");
+    __m256 acc[R][C];
+    __m128 summs[R];
+    for (int r = 0; r < R; ++r) {
+        summs[r] = _mm_setzero_ps();
+        for (int c = 0; c < C; ++c) {
+            acc[r][c] = _mm256_setzero_ps();
+        }
+    }
+    const Q8_1 * cols[C];
+    for (int c = 0; c < C; ++c) {
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const __m128 yd = _mm_loadu_ps(t.d + ib * CHUNK + c0);
+        const __m128 ys = _mm_loadu_ps(t.s + ib * CHUNK + c0);
+        __m256i qx[R];
+        __m128 d[R];
+        for (int r = 0; r < R; ++r) {
+            const Q4_1 & x = rows[r][ib];
+            qx[r] = nibbles(x.qs);
+            summs[r] = _mm_fmadd_ps(_mm_set1_ps(half(x.m)), ys, summs[r]);
+            d[r] = _mm_mul_ps(_mm_set1_ps(half(x.d)), yd);
+        }
+        for (int c = 0; c < C; ++c) {
+            const __m256i qy = _mm256_loadu_si256((const __m256i *) cols[c][ib].qs);
+            for (int r = 0; r < R; ++r) {
+                __m256 dc;
+                switch (c) {
+                    case 0: dc = lane<0>(d[r]); break;
+                    case 1: dc = lane<1>(d[r]); break;
+                    case 2: dc = lane<2>(d[r]); break;
+                    default: dc = lane<3>(d[r]); break;
+                }
+                acc[r][c] = _mm256_fmadd_ps(dc, products(qx[r], qy), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        float offsets[4];
+        _mm_storeu_ps(offsets, summs[r]);
+        for (int c = 0; c < C; ++c) {
+            out[c][r] = hsum(acc[r][c]) + offsets[c];
+        }
+    }
+}
+
+// Rows [r0, r1) of `w` times the `n` quantized tokens `t`, into the
+// tokens' output rows `out` (element i of token c at out[c][i]).
+void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens & t, int64_t n, float * const * out) {
+    const char * base = (const char *) w->data;
+    constexpr int R = 2;
+    constexpr int C = 4;
+    float * outs[C];
+    const Q4_1 * rows[R];
+    for (int64_t c0 = 0; c0 < n; c0 += C) {
+        const int64_t cn = std::min<int64_t>(C, n - c0);
+        int64_t r = r0;
+        for (; r + R <= r1; r += R) {
+            for (int i = 0; i < R; ++i) {
+                rows[i] = (const Q4_1 *) (base + (r + i) * w->nb[1]);
+            }
+            for (int64_t c = 0; c < cn; ++c) {
+                outs[c] = out[c0 + c] + r;
+            }
+            switch (cn) {
+                case 4: tile<R, 4>(rows, t, c0, outs); break;
+                case 3: tile<R, 3>(rows, t, c0, outs); break;
+                case 2: tile<R, 2>(rows, t, c0, outs); break;
+                default: tile<R, 1>(rows, t, c0, outs); break;
+            }
+        }
+        for (; r < r1; ++r) {
+            rows[0] = (const Q4_1 *) (base + r * w->nb[1]);
+            for (int64_t c = 0; c < cn; ++c) {
+                outs[c] = out[c0 + c] + r;
+            }
+            switch (cn) {
+                case 4: tile<1, 4>(rows, t, c0, outs); break;
+                case 3: tile<1, 3>(rows, t, c0, outs); break;
+                case 2: tile<1, 2>(rows, t, c0, outs); break;
+                default: tile<1, 1>(rows, t, c0, outs); break;
+            }
+        }
+    }
+}
+
+// Each of ggml's threads keeps its quantized tokens here between nodes.
+thread_local std::vector<Q8_1> quantized;
+thread_local std::vector<float> scales;
+thread_local std::vector<float *> outputs;
+
+// Token j of `b` (ggml's src1, columns flattened over dims 1-3) and its row of `dst`.
+inline const float * token(const ggml_tensor * b, int64_t j) {
+    const int64_t i1 = j % b->ne[1];
+    const int64_t i2 = (j / b->ne[1]) % b->ne[2];
+    const int64_t i3 = j / (b->ne[1] * b->ne[2]);
+    return (const float *) ((const char *) b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3]);
+}
+
+inline float * output(const ggml_tensor * dst, int64_t j) {
+    const int64_t i1 = j % dst->ne[1];
+    const int64_t i2 = (j / dst->ne[1]) % dst->ne[2];
+    const int64_t i3 = j / (dst->ne[1] * dst->ne[2]);
+    return (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+}
+
+// Quantizes the tokens of `b` (as ggml does for its dot product) and
+// multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
+    const int64_t k = w->ne[0];
+    const int64_t blocks = k / QK;
+    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
+    const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
+    if ((int64_t) quantized.size() < chunk * blocks) {
+        quantized.resize(chunk * blocks);
+    }
+    // d and s of every block, CHUNK tokens wide, and four floats to spare.
+    if ((int64_t) scales.size() < 2 * blocks * CHUNK + 4) {
+        scales.resize(2 * blocks * CHUNK + 4);
+    }
+    const Tokens t = {quantized.data(), scales.data(), scales.data() + blocks * CHUNK, blocks};
+    if ((int64_t) outputs.size() < chunk) {
+        outputs.resize(chunk);
+    }
+    for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
+        const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
+        for (int64_t j = 0; j < n; ++j) {
+            Q8_1 * q = quantized.data() + j * blocks;
+            quantize_row_q8_1(token(b, j0 + j), q, k);
+            for (int64_t ib = 0; ib < blocks; ++ib) {
+                scales[ib * CHUNK + j] = half(q[ib].d);
+                scales[(blocks + ib) * CHUNK + j] = half(q[ib].s);
+            }
+            outputs[j] = output(dst, j0 + j);
+        }
+        rows_by_tokens(w, r0, r1, t, n, outputs.data());
+    }
+}
+
+}  // namespace
+
+void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) userdata;
+    const ggml_tensor * w = dst->src[0];
+    // Each thread takes its own rows (an even number) for every token, and
+    // quantizes every token itself (a row's share of the work is one
+    // token's quantization per row multiplied): the rows are read once from
+    // memory, by one thread. How the work is cut changes only the speed.
+    const int64_t rows = w->ne[1];
+    const int64_t per = ((rows + nth - 1) / nth + 1) & ~(int64_t) 1;
+    const int64_t r0 = std::min(rows, per * ith);
+    const int64_t r1 = std::min(rows, r0 + per);
+    if (r0 < r1) {
+        run(w, dst->src[1], dst, r0, r1);
+    }
+}
+
+bool svc_product_supported(const ggml_tensor * node) {
+    const ggml_tensor * w = node->src[0];
+    const ggml_tensor * b = node->src[1];
+    return node->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_1 && b->type == GGML_TYPE_F32 &&
+           node->type == GGML_TYPE_F32 && w->ne[0] % QK == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+           w->nb[0] == sizeof(Q4_1) && w->nb[1] == (size_t) (w->ne[0] / QK) * sizeof(Q4_1) &&
+           w->extra == nullptr && (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer)) &&
+           b->nb[0] == sizeof(float) && node->nb[0] == sizeof(float) && b->ne[0] == w->ne[0] &&
+           node->ne[0] == w->ne[1] && node->ne[1] == b->ne[1] && node->ne[2] == b->ne[2] &&
+           node->ne[3] == b->ne[3] && ggml_type_size(GGML_TYPE_Q4_1) == sizeof(Q4_1) &&
+           ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1);
+}
+
+#else
+
+void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) dst;
+    (void) ith;
+    (void) nth;
+    (void) userdata;
+}
+
+bool svc_product_supported(const ggml_tensor * node) {
+    (void) node;
+    return false;
+}
+
+#endif  // SVC_PRODUCT
