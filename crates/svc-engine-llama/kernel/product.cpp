@@ -98,10 +98,12 @@ struct Tokens {
     int64_t blocks;
 };
 
-// Lane c of `v` in all eight lanes.
-template <int c>
-inline __m256 lane(const __m128 v) {
-    return _mm256_broadcastss_ps(_mm_permute_ps(v, _MM_SHUFFLE(c, c, c, c)));
+// A Q4_1 block's scale and offset as floats (lanes 0 and 1), converted
+// together.
+inline __m128 scale_and_offset(const Q4_1 & x) {
+    int32_t dm;
+    std::memcpy(&dm, &x.d, sizeof(dm));
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
 }
 
 // R rows times C tokens (from c0), every element summed as ggml's dot
@@ -121,30 +123,28 @@ void tile(const Q4_1 * const * rows, const Tokens & t, int64_t c0, float * const
         }
     }
     const Q8_1 * cols[C];
+    __m256i index[C];
     for (int c = 0; c < C; ++c) {
         cols[c] = t.q + (c0 + c) * t.blocks;
+        index[c] = _mm256_set1_epi32(c);
     }
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const __m128 yd = _mm_loadu_ps(t.d + ib * CHUNK + c0);
         const __m128 ys = _mm_loadu_ps(t.s + ib * CHUNK + c0);
         __m256i qx[R];
-        __m128 d[R];
+        // The scales' products for the C tokens, in the low four lanes.
+        __m256 d[R];
         for (int r = 0; r < R; ++r) {
             const Q4_1 & x = rows[r][ib];
             qx[r] = nibbles(x.qs);
-            summs[r] = _mm_fmadd_ps(_mm_set1_ps(half(x.m)), ys, summs[r]);
-            d[r] = _mm_mul_ps(_mm_set1_ps(half(x.d)), yd);
+            const __m128 dm = scale_and_offset(x);
+            summs[r] = _mm_fmadd_ps(_mm_permute_ps(dm, _MM_SHUFFLE(1, 1, 1, 1)), ys, summs[r]);
+            d[r] = _mm256_castps128_ps256(_mm_mul_ps(_mm_permute_ps(dm, _MM_SHUFFLE(0, 0, 0, 0)), yd));
         }
         for (int c = 0; c < C; ++c) {
             const __m256i qy = _mm256_loadu_si256((const __m256i *) cols[c][ib].qs);
             for (int r = 0; r < R; ++r) {
-                __m256 dc;
-                switch (c) {
-                    case 0: dc = lane<0>(d[r]); break;
-                    case 1: dc = lane<1>(d[r]); break;
-                    case 2: dc = lane<2>(d[r]); break;
-                    default: dc = lane<3>(d[r]); break;
-                }
+                const __m256 dc = _mm256_permutevar8x32_ps(d[r], index[c]);
                 acc[r][c] = _mm256_fmadd_ps(dc, products(qx[r], qy), acc[r][c]);
             }
         }
