@@ -146,9 +146,9 @@ pub struct EngineConfig {
     #[serde(with = "byte_count_or_zero")]
     pub prefix_cache: usize,
     /// Serve a model whose weights are mostly Q4_1 from a Q8_0 copy made
-    /// once beside it (faster prompts, slower decoding of one stream,
-    /// 1.5 times the file; off by default: svc's own Q4_1 product batches
-    /// the file's rows as they are, see BENCHMARKS.md).
+    /// once beside it (prompts within 5%, one or a few streams decoded
+    /// slower, 1.5 times the file; off by default: svc's own Q4_1 product
+    /// batches the file's rows as they are, see BENCHMARKS.md).
     pub repack: bool,
     /// Batch-invariant numerics in the embedded engine: a greedy or seeded
     /// request gives the same text whatever runs beside it (on by default).
