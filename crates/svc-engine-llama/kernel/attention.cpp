@@ -553,17 +553,23 @@ bool supported(const ggml_tensor * node) {
            (sinks == nullptr || sinks->type == GGML_TYPE_F32);
 }
 
+// Turns `node` into a custom operation that runs `fun` on all the
+// backend's threads, with the node's own sources.
+void make_custom(ggml_tensor * node, ggml_custom_op_t fun) {
+    ggml_custom_op_params custom = {};
+    custom.fun = fun;
+    custom.n_tasks = GGML_N_TASKS_MAX;
+    custom.userdata = nullptr;
+    std::memcpy(node->op_params, &custom, sizeof(custom));
+    node->op = GGML_OP_CUSTOM;
+}
+
 // Turns a flash-attention node into a custom operation that runs `attention`.
 void rewrite(ggml_tensor * node) {
     float settings[3];
     std::memcpy(settings, node->op_params, sizeof(settings));
     std::memcpy(node->op_params + SETTINGS, settings, sizeof(settings));
-    ggml_custom_op_params custom = {};
-    custom.fun = attention;
-    custom.n_tasks = GGML_N_TASKS_MAX;
-    custom.userdata = nullptr;
-    std::memcpy(node->op_params, &custom, sizeof(custom));
-    node->op = GGML_OP_CUSTOM;
+    make_custom(node, attention);
 }
 
 #endif  // SVC_ATTENTION
@@ -576,16 +582,6 @@ std::atomic<uint64_t> rewritten{0};
 // Matrix products given to product.cpp's kernel so far, for tests.
 std::atomic<uint64_t> products{0};
 
-// Turns a matrix product into a custom operation that runs `svc_product`.
-void rewrite_product(ggml_tensor * node) {
-    ggml_custom_op_params custom = {};
-    custom.fun = svc_product;
-    custom.n_tasks = GGML_N_TASKS_MAX;
-    custom.userdata = nullptr;
-    std::memcpy(node->op_params, &custom, sizeof(custom));
-    node->op = GGML_OP_CUSTOM;
-}
-
 ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
 #if SVC_ATTENTION
     // Nodes already rewritten (llama.cpp reuses a graph from one step to the
@@ -596,7 +592,7 @@ ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
             rewrite(node);
             rewritten.fetch_add(1, std::memory_order_relaxed);
         } else if (node->op == GGML_OP_MUL_MAT && svc_product_supported(node)) {
-            rewrite_product(node);
+            make_custom(node, svc_product);
             products.fetch_add(1, std::memory_order_relaxed);
         }
     }
