@@ -89,7 +89,7 @@ inline float hsum(const __m256 x) {
 
 // The tokens of a chunk, quantized: their Q8_1 blocks, token after token,
 // and each block's two scales as floats, block after block (the scales of
-// block ib of tokens c..c+3 side by side), padded so that four can always
+// block ib of tokens c..c+7 side by side), padded so that eight can always
 // be loaded.
 struct Tokens {
     const Q8_1 * q;      // token j's blocks at q + j * blocks
@@ -111,90 +111,96 @@ inline __m128 scale_and_offset(const Q4_1 & x) {
 // product (one rounding, as ggml's) by the block's products, and the
 // offsets' product added to their sum (a product of two halves is exact
 // in a float, so ggml's compiler's choice of fused or not changes nothing).
+// The C tokens' scale products and offset sums are lanes of one vector.
 template <int R, int C>
 void tile(const Q4_1 * const * rows, const Tokens & t, int64_t c0, float * const * out) {
-    static_assert(C >= 1 && C <= 4, "at most four tokens");
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
     __m256 acc[R][C];
-    __m128 summs[R];
+    __m256 summs[R];
     for (int r = 0; r < R; ++r) {
-        summs[r] = _mm_setzero_ps();
+        summs[r] = _mm256_setzero_ps();
         for (int c = 0; c < C; ++c) {
             acc[r][c] = _mm256_setzero_ps();
         }
     }
     const Q8_1 * cols[C];
-    __m256i index[C];
     for (int c = 0; c < C; ++c) {
         cols[c] = t.q + (c0 + c) * t.blocks;
-        index[c] = _mm256_set1_epi32(c);
     }
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
-        const __m128 yd = _mm_loadu_ps(t.d + ib * CHUNK + c0);
-        const __m128 ys = _mm_loadu_ps(t.s + ib * CHUNK + c0);
+        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
+        const __m256 ys = _mm256_loadu_ps(t.s + ib * CHUNK + c0);
         __m256i qx[R];
-        // The scales' products for the C tokens, in the low four lanes.
         __m256 d[R];
         for (int r = 0; r < R; ++r) {
             const Q4_1 & x = rows[r][ib];
             qx[r] = nibbles(x.qs);
             const __m128 dm = scale_and_offset(x);
-            summs[r] = _mm_fmadd_ps(_mm_permute_ps(dm, _MM_SHUFFLE(1, 1, 1, 1)), ys, summs[r]);
-            d[r] = _mm256_castps128_ps256(_mm_mul_ps(_mm_permute_ps(dm, _MM_SHUFFLE(0, 0, 0, 0)), yd));
+            summs[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)), ys, summs[r]);
+            d[r] = _mm256_mul_ps(_mm256_broadcastss_ps(dm), yd);
         }
         for (int c = 0; c < C; ++c) {
             const __m256i qy = _mm256_loadu_si256((const __m256i *) cols[c][ib].qs);
+            const __m256i index = _mm256_set1_epi32(c);
             for (int r = 0; r < R; ++r) {
-                const __m256 dc = _mm256_permutevar8x32_ps(d[r], index[c]);
+                const __m256 dc = _mm256_permutevar8x32_ps(d[r], index);
                 acc[r][c] = _mm256_fmadd_ps(dc, products(qx[r], qy), acc[r][c]);
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        float offsets[4];
-        _mm_storeu_ps(offsets, summs[r]);
+        float offsets[8];
+        _mm256_storeu_ps(offsets, summs[r]);
         for (int c = 0; c < C; ++c) {
             out[c][r] = hsum(acc[r][c]) + offsets[c];
         }
     }
 }
 
-// Rows [r0, r1) of `w` times the `n` quantized tokens `t`, into the
-// tokens' output rows `out` (element i of token c at out[c][i]).
-void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens & t, int64_t n, float * const * out) {
+// Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, into the tokens'
+// output rows `out` (element i of token c at out[c][i]): tiles of R rows,
+// then the rows left one at a time.
+template <int R, int C>
+void strip(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens & t, int64_t c0, float * const * out) {
     const char * base = (const char *) w->data;
-    constexpr int R = 2;
-    constexpr int C = 4;
-    float * outs[C];
     const Q4_1 * rows[R];
-    for (int64_t c0 = 0; c0 < n; c0 += C) {
-        const int64_t cn = std::min<int64_t>(C, n - c0);
-        int64_t r = r0;
-        for (; r + R <= r1; r += R) {
-            for (int i = 0; i < R; ++i) {
-                rows[i] = (const Q4_1 *) (base + (r + i) * w->nb[1]);
-            }
-            for (int64_t c = 0; c < cn; ++c) {
-                outs[c] = out[c0 + c] + r;
-            }
-            switch (cn) {
-                case 4: tile<R, 4>(rows, t, c0, outs); break;
-                case 3: tile<R, 3>(rows, t, c0, outs); break;
-                case 2: tile<R, 2>(rows, t, c0, outs); break;
-                default: tile<R, 1>(rows, t, c0, outs); break;
-            }
+    float * outs[C];
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) {
+        for (int i = 0; i < R; ++i) {
+            rows[i] = (const Q4_1 *) (base + (r + i) * w->nb[1]);
         }
-        for (; r < r1; ++r) {
-            rows[0] = (const Q4_1 *) (base + r * w->nb[1]);
-            for (int64_t c = 0; c < cn; ++c) {
-                outs[c] = out[c0 + c] + r;
-            }
-            switch (cn) {
-                case 4: tile<1, 4>(rows, t, c0, outs); break;
-                case 3: tile<1, 3>(rows, t, c0, outs); break;
-                case 2: tile<1, 2>(rows, t, c0, outs); break;
-                default: tile<1, 1>(rows, t, c0, outs); break;
-            }
+        for (int c = 0; c < C; ++c) {
+            outs[c] = out[c0 + c] + r;
         }
+        tile<R, C>(rows, t, c0, outs);
+    }
+    for (; r < r1; ++r) {
+        rows[0] = (const Q4_1 *) (base + r * w->nb[1]);
+        for (int c = 0; c < C; ++c) {
+            outs[c] = out[c0 + c] + r;
+        }
+        tile<1, C>(rows, t, c0, outs);
+    }
+}
+
+// Rows [r0, r1) of `w` times the `n` quantized tokens `t`: strips of eight
+// tokens by one row (each row block unpacked once for eight tokens), and
+// the last few tokens by two rows (each token block loaded once for two).
+void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens & t, int64_t n, float * const * out) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= n; c0 += 8) {
+        strip<1, 8>(w, r0, r1, t, c0, out);
+    }
+    switch (n - c0) {
+        case 7: strip<1, 7>(w, r0, r1, t, c0, out); break;
+        case 6: strip<1, 6>(w, r0, r1, t, c0, out); break;
+        case 5: strip<1, 5>(w, r0, r1, t, c0, out); break;
+        case 4: strip<2, 4>(w, r0, r1, t, c0, out); break;
+        case 3: strip<2, 3>(w, r0, r1, t, c0, out); break;
+        case 2: strip<2, 2>(w, r0, r1, t, c0, out); break;
+        case 1: strip<2, 1>(w, r0, r1, t, c0, out); break;
+        default: break;
     }
 }
 
@@ -228,9 +234,9 @@ void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_
     if ((int64_t) quantized.size() < chunk * blocks) {
         quantized.resize(chunk * blocks);
     }
-    // d and s of every block, CHUNK tokens wide, and four floats to spare.
-    if ((int64_t) scales.size() < 2 * blocks * CHUNK + 4) {
-        scales.resize(2 * blocks * CHUNK + 4);
+    // d and s of every block, CHUNK tokens wide, and eight floats to spare.
+    if ((int64_t) scales.size() < 2 * blocks * CHUNK + 8) {
+        scales.resize(2 * blocks * CHUNK + 8);
     }
     const Tokens t = {quantized.data(), scales.data(), scales.data() + blocks * CHUNK, blocks};
     if ((int64_t) outputs.size() < chunk) {

@@ -464,7 +464,7 @@ mod tests {
                 product(&weights, k, rows, token, false)
             })
             .collect();
-        for n in [1_i64, 2, 3, 5, 16, 17, 64, 150] {
+        for n in [1_i64, 2, 3, 4, 5, 6, 7, 8, 16, 17, 64, 150] {
             let tokens = &all[..(n * k) as usize];
             let before = super::product_kernel_nodes();
             let ours = product(&weights, k, rows, tokens, true);
