@@ -12,8 +12,9 @@
 // 8-lane fused multiply-add per block in block order, the offsets' products
 // summed in block order, the same horizontal sum at the end), so the result
 // is the same bits as ggml's for any batch, but a tile of rows and tokens
-// shares the work: each row's values are unpacked once per block for
-// several tokens, each token's block is loaded once for two rows.
+// shares the work: each row's values are unpacked once per block for eight
+// tokens (or, for the last few tokens, each token's block is loaded once
+// for two rows).
 //
 // The backend svc adopts (attention.cpp) turns each such node into a custom
 // operation running `svc_product` just before the graph is computed.
