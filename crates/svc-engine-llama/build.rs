@@ -83,9 +83,10 @@ fn main() {
     }
 }
 
-/// Compiles svc's kernels (`kernel/attention.cpp`, `kernel/product.cpp`) with ggml's CPU backend's include
-/// directories (from the llama.cpp sources llama-cpp-sys-2 built) and
-/// `flags`, into a static library linked before llama.cpp's.
+/// Compiles svc's kernels (`kernel/attention.cpp`, `kernel/product.cpp`)
+/// with ggml's CPU backend's include directories (from the llama.cpp
+/// sources llama-cpp-sys-2 built) and `flags`, into a static library linked
+/// before llama.cpp's.
 fn compile_kernel(flags: &[&str]) -> Result<(), String> {
     println!("cargo:rerun-if-changed=kernel");
     let ggml = llama_cpp_sources()?.join("ggml");

@@ -210,19 +210,13 @@ thread_local std::vector<Q8_1> quantized;
 thread_local std::vector<float> scales;
 thread_local std::vector<float *> outputs;
 
-// Token j of `b` (ggml's src1, columns flattened over dims 1-3) and its row of `dst`.
-inline const float * token(const ggml_tensor * b, int64_t j) {
-    const int64_t i1 = j % b->ne[1];
-    const int64_t i2 = (j / b->ne[1]) % b->ne[2];
-    const int64_t i3 = j / (b->ne[1] * b->ne[2]);
-    return (const float *) ((const char *) b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3]);
-}
-
-inline float * output(const ggml_tensor * dst, int64_t j) {
-    const int64_t i1 = j % dst->ne[1];
-    const int64_t i2 = (j / dst->ne[1]) % dst->ne[2];
-    const int64_t i3 = j / (dst->ne[1] * dst->ne[2]);
-    return (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+// Row j of `t` (ggml's src1 or dst) counting over dims 1 to 3: token j's
+// activations in src1, its products in dst.
+inline char * row(const ggml_tensor * t, int64_t j) {
+    const int64_t i1 = j % t->ne[1];
+    const int64_t i2 = (j / t->ne[1]) % t->ne[2];
+    const int64_t i3 = j / (t->ne[1] * t->ne[2]);
+    return (char *) t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
 }
 
 // Quantizes the tokens of `b` (as ggml does for its dot product) and
@@ -247,12 +241,12 @@ void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_
         const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
         for (int64_t j = 0; j < n; ++j) {
             Q8_1 * q = quantized.data() + j * blocks;
-            quantize_row_q8_1(token(b, j0 + j), q, k);
+            quantize_row_q8_1((const float *) row(b, j0 + j), q, k);
             for (int64_t ib = 0; ib < blocks; ++ib) {
                 scales[ib * CHUNK + j] = half(q[ib].d);
                 scales[(blocks + ib) * CHUNK + j] = half(q[ib].s);
             }
-            outputs[j] = output(dst, j0 + j);
+            outputs[j] = (float *) row(dst, j0 + j);
         }
         rows_by_tokens(w, r0, r1, t, n, outputs.data());
     }
