@@ -637,6 +637,15 @@ impl LlamaEngine {
         self.runner.shared.pause()
     }
 
+    /// Stops the engine after the next step in which a sequence produces
+    /// its first token, until the guard drops: nothing is admitted or
+    /// decoded meanwhile, so a request queued then is seen before that
+    /// sequence's second token, whatever the machine's timing. For tests.
+    #[cfg(feature = "testing")]
+    pub fn freeze_at_first_token(&self) -> crate::scheduler::Freeze {
+        self.runner.shared.freeze_at_first_token()
+    }
+
     /// The engine's counters since it started.
     pub fn stats(&self) -> EngineStats {
         let shared = &self.runner.shared;

@@ -131,6 +131,10 @@ pub(crate) struct Shared {
     /// The most slots one owner's sequences hold while another owner's work
     /// waits (see [`Job::owner`]); 1 to `parallel`, as `LlamaEngineOptions::client_slots` gives it.
     per_owner: usize,
+    /// Sequences admitted now stop the engine at their first token (tests:
+    /// see `LlamaEngine::freeze_at_first_token`).
+    #[cfg(feature = "testing")]
+    freeze_armed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -144,6 +148,14 @@ struct Queue {
     held: Vec<Arc<str>>,
     /// No job is admitted (tests: see `LlamaEngine::pause_admission`).
     paused: bool,
+    /// The engine thread stops after a step in which a sequence produced
+    /// its first token, until this is false again (tests: see
+    /// `LlamaEngine::freeze_at_first_token`).
+    #[cfg(feature = "testing")]
+    freeze: bool,
+    /// The engine thread is stopped for `freeze`.
+    #[cfg(feature = "testing")]
+    frozen: bool,
 }
 
 impl Shared {
@@ -155,12 +167,18 @@ impl Shared {
                 closed: false,
                 held: Vec::new(),
                 paused: false,
+                #[cfg(feature = "testing")]
+                freeze: false,
+                #[cfg(feature = "testing")]
+                frozen: false,
             }),
             wake: Condvar::new(),
             counters: Counters::default(),
             queue_capacity,
             parallel: u32::try_from(parallel).unwrap_or(u32::MAX),
             per_owner,
+            #[cfg(feature = "testing")]
+            freeze_armed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -216,6 +234,49 @@ impl Shared {
     pub(crate) fn pause(self: &Arc<Self>) -> Pause {
         self.lock().paused = true;
         Pause(Arc::clone(self))
+    }
+
+    /// Stops the engine thread after the step in which a sequence admitted
+    /// from now on produces its first token, and keeps it stopped (no
+    /// admission, no decoding) until the guard drops: what a test does
+    /// meanwhile (queue another request) happens, whatever the machine's
+    /// timing, before that sequence's next token.
+    #[cfg(feature = "testing")]
+    pub(crate) fn freeze_at_first_token(self: &Arc<Self>) -> Freeze {
+        self.lock().freeze = true;
+        self.freeze_armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Freeze(Arc::clone(self))
+    }
+
+    /// Whether a sequence admitted now stops the engine at its first token
+    /// (see [`Self::freeze_at_first_token`]).
+    fn freezes_at_first_token(&self) -> bool {
+        #[cfg(feature = "testing")]
+        let armed = self.freeze_armed.load(std::sync::atomic::Ordering::SeqCst);
+        #[cfg(not(feature = "testing"))]
+        let armed = false;
+        armed
+    }
+
+    /// Where the engine thread waits out a [`Freeze`]; `first_token`:
+    /// whether the step just ended gave the first token of a sequence that
+    /// stops it.
+    fn freeze_point(&self, first_token: bool) {
+        #[cfg(feature = "testing")]
+        if first_token {
+            let mut queue = self.lock();
+            while queue.freeze && !queue.closed {
+                queue.frozen = true;
+                queue = self
+                    .wake
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            queue.frozen = false;
+        }
+        #[cfg(not(feature = "testing"))]
+        let _ = first_token;
     }
 
     /// Requests waiting for a slot now.
@@ -422,6 +483,41 @@ impl Drop for Pause {
     }
 }
 
+/// A freeze of the engine thread; see [`Shared::freeze_at_first_token`].
+#[cfg(feature = "testing")]
+pub struct Freeze(Arc<Shared>);
+
+#[cfg(feature = "testing")]
+impl Freeze {
+    /// Waits until the engine thread has stopped (after a sequence's first
+    /// token; a chat stream may not show that token's text before the
+    /// next ones).
+    ///
+    /// # Panics
+    /// When it has not stopped within a minute.
+    pub async fn stopped(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.0.lock().frozen {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the engine never stopped"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+impl Drop for Freeze {
+    fn drop(&mut self) {
+        self.0
+            .freeze_armed
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.0.lock().freeze = false;
+        self.0.wake.notify_all();
+    }
+}
+
 /// A hold on admission; see [`Shared::hold`].
 pub(crate) struct Hold(Arc<Shared>, Arc<str>);
 
@@ -488,6 +584,9 @@ struct Sequence {
     sink: Sink,
     /// Who asked (see [`Job::owner`]).
     owner: Option<Arc<str>>,
+    /// Whether its first token stops the engine (tests: see
+    /// [`Shared::freeze_at_first_token`]).
+    freezes: bool,
     prompt: Vec<LlamaToken>,
     /// Prompt tokens whose KV cells the slot holds (reused or decoded).
     prompt_fed: usize,
@@ -689,7 +788,8 @@ impl Batcher<'_, '_> {
             }
             match self.decode(ctx, sequences, prompt_tokens) {
                 Ok(()) => {
-                    self.sample(ctx);
+                    let first_token = self.sample(ctx);
+                    self.shared.freeze_point(first_token);
                     self.shed_idle(ctx);
                     self.settle(ctx);
                 }
@@ -1646,6 +1746,7 @@ impl Batcher<'_, '_> {
             text: TextAssembler::new(&job.stop),
             sink: job.sink,
             owner: job.owner,
+            freezes: self.shared.freezes_at_first_token(),
             background: job.background,
             prompt: job.prompt,
             prompt_fed: 0,
@@ -1791,10 +1892,13 @@ impl Batcher<'_, '_> {
         self.batch.clear();
     }
 
-    /// Samples one token for every sequence whose logits this step computed.
-    fn sample(&mut self, ctx: &mut LlamaContext<'_>) {
+    /// Samples one token for every sequence whose logits this step
+    /// computed. True when one of them was the first of a sequence that
+    /// stops the engine (see [`Shared::freeze_at_first_token`]).
+    fn sample(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
         self.share_prompts(ctx);
         self.score_prompts(ctx);
+        let mut first_token = false;
         for i in 0..self.slots.len() {
             let Some(seq) = self.slots[i].seq.as_mut() else {
                 continue;
@@ -1836,6 +1940,7 @@ impl Batcher<'_, '_> {
                 })
             });
             self.shared.counters.generated();
+            first_token |= seq.generated == 0 && seq.freezes;
             match self.on_token(i, token, logprob) {
                 Next::Continue => {}
                 Next::Finish(reason) => {
@@ -1851,6 +1956,7 @@ impl Batcher<'_, '_> {
                 }
             }
         }
+        first_token
     }
 
     /// Scores the prompt tokens this step decoded for a scored prompt (the

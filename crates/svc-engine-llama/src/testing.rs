@@ -19,6 +19,10 @@ pub use svc_gguf::GgufWriter;
 /// What `LlamaEngine::pause_admission` returns: admission resumes when it drops.
 pub use crate::scheduler::Pause;
 
+/// What `LlamaEngine::freeze_at_first_token` returns: the engine goes on
+/// when it drops.
+pub use crate::scheduler::Freeze;
+
 /// Runs `requests`, a future that sends `n` requests to `engine`, as if
 /// they all came at the same instant: the engine admits none until the
 /// `n` are queued, then as many at once as its slots and per-client shares

@@ -556,11 +556,20 @@ async fn suspend_in_a_full_pool(prefix_cache_bytes: usize) -> EngineStats {
     let Some(Ok(EngineEvent::Text(_))) = short.next().await else {
         panic!("no first token");
     };
+    // The engine stops at the long one's first token until key_b's request
+    // is queued: on a busy machine its 40 tokens could otherwise all be
+    // decoded before key_b's request comes, and nothing would be suspended.
+    let freeze = f.engine.freeze_at_first_token();
     let mut long = f.engine.generate(ask("key_a", &long_a, 40)).await.unwrap();
+    freeze.stopped().await;
+    let other = f.engine.generate(ask("key_b", &long_b, 8)).await.unwrap();
+    let stats = f.engine.stats();
+    assert_eq!(stats.waiting_requests, 1, "{stats:?}");
+    drop(freeze);
     let Some(Ok(EngineEvent::Text(head))) = long.next().await else {
         panic!("no first token");
     };
-    let other = run(&f.engine, ask("key_b", &long_b, 8)).await;
+    let other = collect(other).await;
     assert_eq!(other.usage.completion_tokens, 8);
     let long = collect(long).await;
     assert_eq!(head + &long.text(), alone);
