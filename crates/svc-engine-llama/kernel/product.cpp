@@ -1,20 +1,21 @@
-// svc's matrix product of Q4_1 weights for ggml's CPU backend
-// (GGML_OP_MUL_MAT of a Q4_1 matrix by F32 activations).
+// svc's matrix products of Q4_1 and Q4_K weights for ggml's CPU backend
+// (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32 activations).
 //
 // ggml multiplies Q4_1 rows one dot product at a time (there is no batched
 // Q4_1 kernel on x86, in llamafile's tiles or in the CPU repack): for each
 // row and each token it unpacks the row's 4-bit values again and sums the
 // blocks in order. That is batch-invariant, and for one token it is as fast
 // as the memory allows, but a prompt chunk or many streams unpack every row
-// once per token. This kernel computes each output element with exactly the
-// arithmetic of ggml's dot product (`ggml_vec_dot_q4_1_q8_1` for AVX2: the
-// activations quantized to Q8_1 by ggml's own `quantize_row_q8_1`, one
-// 8-lane fused multiply-add per block in block order, the offsets' products
-// summed in block order, the same horizontal sum at the end), so the result
-// is the same bits as ggml's for any batch, but a tile of rows and tokens
-// shares the work: each row's values are unpacked once per block for eight
-// tokens (or, for the last few tokens, each token's block is loaded once
-// for two rows).
+// once per token. Q4_K rows are the same when they are not repacked, and an
+// invariant engine keeps them so (llama.cpp's repacked kernels sum four
+// tokens in another order than one: see numerics.rs). This file computes
+// each output element with exactly the arithmetic of ggml's dot product
+// (`ggml_vec_dot_q4_1_q8_1` and `ggml_vec_dot_q4_K_q8_K` for AVX2, the
+// activations quantized by ggml's own `quantize_row_q8_1` and
+// `quantize_row_q8_K`), so the result is the same bits as ggml's for any
+// batch, but a strip of tokens shares the work: each row's values are
+// unpacked once per block for eight tokens (for Q4_1's last few tokens,
+// each token's block is loaded once for two rows instead).
 //
 // The backend svc adopts (attention.cpp) turns each such node into a custom
 // operation running `svc_product` just before the graph is computed.
@@ -98,6 +99,8 @@ struct Tokens {
     const float * s;     // likewise, d * sum(qs)
     int64_t blocks;
 };
+
+// Q4_1: blocks of 32 values, each with an f16 scale and offset.
 
 // A Q4_1 block's scale and offset as floats (lanes 0 and 1), converted
 // together.
@@ -252,6 +255,205 @@ void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_
     }
 }
 
+// Q4_K: super-blocks of 256 values in eight sub-blocks of 32, each with a
+// 6-bit scale and a 6-bit min, and the super-block's f16 scale of each.
+// ggml's dot product (`ggml_vec_dot_q4_K_q8_K` for AVX2) takes activations
+// quantized to Q8_K by `quantize_row_q8_K` and, per super-block, sums the
+// scaled products in eight int32 lanes (exact: any order of the integer
+// additions gives the same lanes), adds them with one 8-lane fused
+// multiply-add of the two scales' product, and the mins' products (the
+// token's pair sums of 16 against the row's mins, four int32 lanes) with
+// one 4-lane fused multiply-add of minus the token's scale times the row's
+// min scale; at the end, the 8-lane sum ggml's hsum_float_8 gives plus the
+// 4 lanes summed as (0 + 2) + (1 + 3). This computes the same, a row's
+// super-block unpacked once for a strip of tokens.
+
+struct Q4_K {
+    uint16_t d;     // scale of the scales, f16
+    uint16_t dmin;  // scale of the mins, f16
+    uint8_t scales[12];
+    uint8_t qs[128];
+};
+struct Q8_K {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];  // sums of 16 values each
+};
+static_assert(sizeof(Q4_K) == 144, "Q4_K block");
+static_assert(sizeof(Q8_K) == 292, "Q8_K block");
+
+static_assert(QK_K == 256, "ggml's super-block");
+
+// The tokens of a chunk, quantized: their Q8_K blocks, token after token;
+// each block's scale (block ib of tokens c..c+7 side by side, padded so
+// that eight can always be loaded), and its eight pair sums of 16 values.
+struct TokensK {
+    const Q8_K * q;         // token j's blocks at q + j * blocks
+    const float * d;        // block ib of token j: d[ib * CHUNK + j]
+    const int16_t * sums;   // likewise, 8 each: ggml's hadd of the block's bsums
+    int64_t blocks;
+};
+
+// A Q4_K block's eight scales (bytes 0-7) and eight mins (bytes 8-15), as
+// ggml unpacks their 6-bit fields.
+inline void scales_and_mins(const uint8_t * packed, uint8_t out[16]) {
+    constexpr uint32_t kmask1 = 0x3f3f3f3f;
+    constexpr uint32_t kmask2 = 0x0f0f0f0f;
+    constexpr uint32_t kmask3 = 0x03030303;
+    uint32_t utmp[4];
+    std::memcpy(utmp, packed, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    std::memcpy(out, utmp, 16);
+}
+
+// One row times C tokens (from c0), every element summed as ggml's dot
+// product sums it (see above). The C tokens' scale products are lanes of
+// one vector, each token's picked by one permute.
+template <int C>
+void tile_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 acc[C];
+    __m128 acc_m[C];
+    const Q8_K * cols[C];
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        acc_m[c] = _mm_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const Q4_K & b = x[ib];
+        alignas(16) uint8_t sm[16];
+        scales_and_mins(b.scales, sm);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *) (sm + 8)));
+        // ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each.
+        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
+        const __m256 d = _mm256_mul_ps(yd, _mm256_set1_ps(half(b.d)));
+        const __m256 dmin = _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(half(b.dmin)));
+        __m256i sumi[C];
+        for (int c = 0; c < C; ++c) {
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; ++j) {
+            const __m256i scale_l = _mm256_set1_epi16(sm[2 * j]);
+            const __m256i scale_h = _mm256_set1_epi16(sm[2 * j + 1]);
+            const __m256i q4bits = _mm256_loadu_si256((const __m256i *) (b.qs + 32 * j));
+            const __m256i q4l = _mm256_and_si256(q4bits, m4);
+            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+            for (int c = 0; c < C; ++c) {
+                const int8_t * q8 = cols[c][ib].qs + 64 * j;
+                const __m256i q8l = _mm256_loadu_si256((const __m256i *) q8);
+                const __m256i q8h = _mm256_loadu_si256((const __m256i *) (q8 + 32));
+                const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+                const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p16l, p16h));
+            }
+        }
+        for (int c = 0; c < C; ++c) {
+            const __m256i index = _mm256_set1_epi32(c);
+            const __m256 dc = _mm256_permutevar8x32_ps(d, index);
+            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            const __m128i sums = _mm_loadu_si128((const __m128i *) (t.sums + 8 * (ib * CHUNK + c0 + c)));
+            const __m128i prod = _mm_madd_epi16(mins, sums);
+            const __m128 dminc = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dmin, index));
+            acc_m[c] = _mm_fmadd_ps(dminc, _mm_cvtepi32_ps(prod), acc_m[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        __m128 m = acc_m[c];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[c][0] = hsum(acc[c]) + _mm_cvtss_f32(m);
+    }
+}
+
+// Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, one row at a time.
+template <int C>
+void strip_k(const ggml_tensor * w, int64_t r0, int64_t r1, const TokensK & t, int64_t c0, float * const * out) {
+    const char * base = (const char *) w->data;
+    float * outs[C];
+    for (int64_t r = r0; r < r1; ++r) {
+        for (int c = 0; c < C; ++c) {
+            outs[c] = out[c0 + c] + r;
+        }
+        tile_k<C>((const Q4_K *) (base + r * w->nb[1]), t, c0, outs);
+    }
+}
+
+// Rows [r0, r1) of `w` times the `n` quantized tokens `t`: strips of eight
+// tokens, then the few left.
+void rows_by_tokens_k(const ggml_tensor * w, int64_t r0, int64_t r1, const TokensK & t, int64_t n, float * const * out) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= n; c0 += 8) {
+        strip_k<8>(w, r0, r1, t, c0, out);
+    }
+    switch (n - c0) {
+        case 7: strip_k<7>(w, r0, r1, t, c0, out); break;
+        case 6: strip_k<6>(w, r0, r1, t, c0, out); break;
+        case 5: strip_k<5>(w, r0, r1, t, c0, out); break;
+        case 4: strip_k<4>(w, r0, r1, t, c0, out); break;
+        case 3: strip_k<3>(w, r0, r1, t, c0, out); break;
+        case 2: strip_k<2>(w, r0, r1, t, c0, out); break;
+        case 1: strip_k<1>(w, r0, r1, t, c0, out); break;
+        default: break;
+    }
+}
+
+thread_local std::vector<Q8_K> quantized_k;
+thread_local std::vector<int16_t> sums_k;
+
+// Quantizes the tokens of `b` (as ggml does for its Q4_K dot product) and
+// multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
+    const int64_t k = w->ne[0];
+    const int64_t blocks = k / QK_K;
+    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
+    const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
+    if ((int64_t) quantized_k.size() < chunk * blocks) {
+        quantized_k.resize(chunk * blocks);
+    }
+    if ((int64_t) scales.size() < blocks * CHUNK + 8) {
+        scales.resize(blocks * CHUNK + 8);
+    }
+    if ((int64_t) sums_k.size() < 8 * blocks * CHUNK) {
+        sums_k.resize(8 * blocks * CHUNK);
+    }
+    if ((int64_t) outputs.size() < chunk) {
+        outputs.resize(chunk);
+    }
+    const TokensK t = {quantized_k.data(), scales.data(), sums_k.data(), blocks};
+    for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
+        const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
+        for (int64_t j = 0; j < n; ++j) {
+            Q8_K * q = quantized_k.data() + j * blocks;
+            quantize_row_q8_K((const float *) row(b, j0 + j), q, k);
+            for (int64_t ib = 0; ib < blocks; ++ib) {
+                scales[ib * CHUNK + j] = q[ib].d;
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *) q[ib].bsums);
+                _mm_storeu_si128((__m128i *) (sums_k.data() + 8 * (ib * CHUNK + j)),
+                                 _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1)));
+            }
+            outputs[j] = (float *) row(dst, j0 + j);
+        }
+        rows_by_tokens_k(w, r0, r1, t, n, outputs.data());
+    }
+}
+
+// Whether `w`'s blocks of `Block` (`qk` values each) lie as ggml lays out a
+// plain 2-D matrix of `type` in host memory, its rows a whole number of blocks.
+template <class Block>
+bool plain_matrix(const ggml_tensor * w, ggml_type type, int64_t qk) {
+    return w->type == type && w->ne[0] % qk == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+           w->nb[0] == sizeof(Block) && w->nb[1] == (size_t) (w->ne[0] / qk) * sizeof(Block) &&
+           w->extra == nullptr && (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer)) &&
+           ggml_type_size(type) == sizeof(Block);
+}
+
 }  // namespace
 
 void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -265,7 +467,12 @@ void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const int64_t per = ((rows + nth - 1) / nth + 1) & ~(int64_t) 1;
     const int64_t r0 = std::min(rows, per * ith);
     const int64_t r1 = std::min(rows, r0 + per);
-    if (r0 < r1) {
+    if (r0 >= r1) {
+        return;
+    }
+    if (w->type == GGML_TYPE_Q4_K) {
+        run_k(w, dst->src[1], dst, r0, r1);
+    } else {
         run(w, dst->src[1], dst, r0, r1);
     }
 }
@@ -273,14 +480,14 @@ void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
 bool svc_product_supported(const ggml_tensor * node) {
     const ggml_tensor * w = node->src[0];
     const ggml_tensor * b = node->src[1];
-    return node->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_1 && b->type == GGML_TYPE_F32 &&
-           node->type == GGML_TYPE_F32 && w->ne[0] % QK == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
-           w->nb[0] == sizeof(Q4_1) && w->nb[1] == (size_t) (w->ne[0] / QK) * sizeof(Q4_1) &&
-           w->extra == nullptr && (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer)) &&
-           b->nb[0] == sizeof(float) && node->nb[0] == sizeof(float) && b->ne[0] == w->ne[0] &&
-           node->ne[0] == w->ne[1] && node->ne[1] == b->ne[1] && node->ne[2] == b->ne[2] &&
-           node->ne[3] == b->ne[3] && ggml_type_size(GGML_TYPE_Q4_1) == sizeof(Q4_1) &&
-           ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1);
+    const bool weights = (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
+                          ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1)) ||
+                         (plain_matrix<Q4_K>(w, GGML_TYPE_Q4_K, QK_K) &&
+                          ggml_type_size(GGML_TYPE_Q8_K) == sizeof(Q8_K));
+    return node->op == GGML_OP_MUL_MAT && weights && b->type == GGML_TYPE_F32 &&
+           node->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && node->nb[0] == sizeof(float) &&
+           b->ne[0] == w->ne[0] && node->ne[0] == w->ne[1] && node->ne[1] == b->ne[1] &&
+           node->ne[2] == b->ne[2] && node->ne[3] == b->ne[3];
 }
 
 #else

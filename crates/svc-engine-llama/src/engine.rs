@@ -471,11 +471,22 @@ impl LlamaEngine {
         } else {
             options.model_path.clone()
         };
-        let model = LlamaModel::load_from_file(backend, &loaded_path, &LlamaModelParams::default())
-            .map_err(|e| LoadError::Model {
-                path: loaded_path.clone(),
-                reason: e.to_string(),
-            })?;
+        let kernels = Kernels::for_model(
+            &loaded_path,
+            options.batch_invariant,
+            options.flash_attention,
+        );
+        // Invariant kernels need the rows as the file has them: llama.cpp
+        // repacks some types for this CPU, and its repacked products round
+        // differently for one token than for four.
+        let model = numerics::with_plain_weights(kernels != Kernels::Fastest, || {
+            LlamaModel::load_from_file(backend, &loaded_path, &LlamaModelParams::default())
+        })
+        .map_err(LoadError::Unsupported)?
+        .map_err(|e| LoadError::Model {
+            path: loaded_path.clone(),
+            reason: e.to_string(),
+        })?;
         let model = Arc::new(model);
 
         let template = {
@@ -525,11 +536,6 @@ impl LlamaEngine {
             "the model's tool calls and reasoning are parsed in these formats"
         );
         let shown = specials.tokens_of(&features.markers());
-        let kernels = Kernels::for_model(
-            &loaded_path,
-            options.batch_invariant,
-            options.flash_attention,
-        );
         tracing::info!(kernels = kernels.name(), "the CPU's kernels for this model");
         let settings = ContextSettings {
             context_per_sequence,

@@ -18,24 +18,23 @@
 //! head. The CPU backend of each invariant context runs it for every
 //! flash-attention node ([`Kernels`]).
 //!
-//! The matrix products of the default model are invariant on x86 as they
-//! are: a Q4_1 row (the default model's) times a token always takes ggml's
-//! dot product, block after block, whatever the batch; a Q8_0 row (the
-//! copy `--repack` serves) goes through llamafile's tiles for two tokens or
-//! more and through ggml's dot product for one, and both compute one block
-//! after another with the same fused multiply-adds and the same horizontal
-//! sum; the K-quants other than Q4_K always take the dot product. For Q4_1
-//! rows an invariant context's backend takes svc's own product instead
-//! (`kernel/product.cpp`): the same bits as ggml's dot product, with each
-//! row unpacked once for a tile of tokens (ggml unpacks it again for every
-//! token), so that prompt chunks and many streams go faster. F32, F16 and
-//! BF16 rows (and the other types llamafile takes) do not sum alike: for
-//! those models the context also gets ggml's reference kernels
-//! (`ggml_backend_cpu_set_use_ref`: the dot product for every batch, no
-//! operator fusion), slower for prompts.
-//! Weights that ggml repacks for this CPU (Q4_0, Q4_K, IQ4_NL, MXFP4) take
-//! the repacked kernels either way, and for such models only the attention
-//! is invariant.
+//! The matrix products need the same care. On x86, ggml multiplies a row
+//! by one token with its dot product, block after block; for several
+//! tokens it may take other kernels that sum in other orders: llamafile's
+//! tiles from two tokens (F32, F16, BF16, Q4_0, Q5_0, IQ4_NL; Q8_0 too, but
+//! those sum as the dot product does: the same fused multiply-adds block
+//! after block and the same horizontal sum), its tiled K-quant kernel from
+//! eight (Q2_K to Q6_K and the i-quants), and for the rows it repacks at
+//! load time for this CPU (Q4_0, Q4_K, IQ4_NL and MXFP4 on AVX2) the
+//! repacked kernels from four. So an invariant engine loads its model with
+//! every row as the file stores it ([`with_plain_weights`]); Q4_1 and Q4_K
+//! rows (the default model's, and most of a Q4_K_M file's) take svc's own
+//! product (`kernel/product.cpp`: the same bits as ggml's dot product,
+//! each row unpacked once for a strip of tokens, where ggml unpacks it
+//! again for every token); Q8_0, Q5_1 and MXFP4 rows the dot product (or
+//! tiles that sum alike); and a model with rows of any other type also
+//! gets ggml's reference kernels (`ggml_backend_cpu_set_use_ref`: the dot
+//! product for every batch, no operator fusion), slower for prompts.
 //!
 //! llama.cpp makes the context's CPU backend itself and offers no way to
 //! reach it, so the CPU device's `init_backend` entry is wrapped once, when
@@ -43,7 +42,11 @@
 //! asked for invariant kernels ([`with_kernels`]) gets them. The wrap
 //! checks the device table's layout first (its name and type entries give
 //! what ggml's own accessors give, and the entry it replaces makes a CPU
-//! backend) and is not installed when any of that fails.
+//! backend) and is not installed when any of that fails. The CPU
+//! registry's `get_proc_address` entry is wrapped the same way (checked by
+//! its name, device-count and own entries), so that a model loaded while
+//! the calling thread asked for plain weights finds no repacking buffer
+//! type.
 
 #![expect(
     unsafe_code,
@@ -67,10 +70,26 @@ const GET_NAME: usize = 0;
 const GET_TYPE: usize = 3;
 const INIT_BACKEND: usize = 5;
 
-/// Whether the wrap is installed, or why not.
+type GetProcAddress = unsafe extern "C" fn(sys::ggml_backend_reg_t, *const c_char) -> *mut c_void;
+type RegName = unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *const c_char;
+type RegDeviceCount = unsafe extern "C" fn(sys::ggml_backend_reg_t) -> usize;
+
+/// Entries of ggml's `ggml_backend_reg_i`, in declaration order; the table
+/// follows the registry's `int api_version`, at a pointer's alignment.
+const REG_GET_NAME: usize = 0;
+const REG_DEVICE_COUNT: usize = 1;
+const REG_GET_PROC_ADDRESS: usize = 3;
+
+/// The function llama.cpp asks the CPU registry for when it lists the
+/// buffer types a model's weights may go to besides plain host memory.
+const EXTRA_BUFTS: &CStr = c"ggml_backend_dev_get_extra_bufts";
+
+/// Whether the wraps are installed, or why not.
 static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 /// The CPU device's own `init_backend`, set before the wrap replaces it.
 static ORIGINAL: OnceLock<InitBackend> = OnceLock::new();
+/// The CPU registry's own `get_proc_address`, set before the wrap replaces it.
+static ORIGINAL_PROC_ADDRESS: OnceLock<GetProcAddress> = OnceLock::new();
 
 unsafe extern "C" {
     /// Makes a CPU backend run svc's attention kernel for its
@@ -83,7 +102,7 @@ unsafe extern "C" {
 unsafe extern "C" {
     /// Flash-attention nodes given to svc's kernel so far (by every engine).
     fn svc_attention_nodes() -> u64;
-    /// Matrix products given to svc's Q4_1 kernel so far (by every engine).
+    /// Matrix products given to svc's product kernel so far (by every engine).
     fn svc_product_nodes() -> u64;
 }
 
@@ -95,8 +114,8 @@ pub(crate) fn attention_kernel_nodes() -> u64 {
     unsafe { svc_attention_nodes() }
 }
 
-/// Matrix products svc's Q4_1 kernel (`kernel/product.cpp`) has been given
-/// to compute so far, by every engine of the process.
+/// Matrix products svc's product kernel (`kernel/product.cpp`) has been
+/// given to compute so far, by every engine of the process.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn product_kernel_nodes() -> u64 {
     // SAFETY: reads an atomic counter.
@@ -149,31 +168,103 @@ impl Kernels {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kernels::Fastest => "llama.cpp",
-            Kernels::Attention => "svc attention",
-            Kernels::Reference => "svc attention, reference matrix products",
+            Kernels::Attention => "svc attention, rows as stored",
+            Kernels::Reference => "svc attention, rows as stored, reference matrix products",
         }
     }
 }
 
-/// ggml types whose rows llamafile's tiles multiply for two tokens or
-/// more, summing in another order than ggml's dot product does for one
-/// (Q8_0, which llamafile also takes, sums alike): F32, F16, Q4_0, Q5_0,
-/// IQ4_NL, BF16.
-const BATCHED_OTHERWISE: [u32; 6] = [0, 1, 2, 6, 20, 30];
+/// ggml types whose rows ggml multiplies for several tokens in another
+/// order than its dot product does for one: F32, F16, BF16, Q4_0, Q5_0 and
+/// IQ4_NL, which llamafile's tiles take from two tokens (Q8_0, which they
+/// also take, sums alike), and the K-quants and i-quants its tiled kernel
+/// takes from eight (`ggml-cpu/tiled`), but for Q4_K, whose rows svc's own
+/// product takes (`kernel/product.cpp`).
+const BATCHED_OTHERWISE: [sys::ggml_type; 18] = [
+    sys::GGML_TYPE_F32,
+    sys::GGML_TYPE_F16,
+    sys::GGML_TYPE_BF16,
+    sys::GGML_TYPE_Q4_0,
+    sys::GGML_TYPE_Q5_0,
+    sys::GGML_TYPE_IQ4_NL,
+    sys::GGML_TYPE_Q2_K,
+    sys::GGML_TYPE_Q3_K,
+    sys::GGML_TYPE_Q5_K,
+    sys::GGML_TYPE_Q6_K,
+    sys::GGML_TYPE_IQ4_XS,
+    sys::GGML_TYPE_IQ2_XXS,
+    sys::GGML_TYPE_IQ2_XS,
+    sys::GGML_TYPE_IQ2_S,
+    sys::GGML_TYPE_IQ3_XXS,
+    sys::GGML_TYPE_IQ3_S,
+    sys::GGML_TYPE_IQ1_S,
+    sys::GGML_TYPE_IQ1_M,
+];
 
 thread_local! {
     /// The kernels CPU backends made on this thread get.
     static KERNELS: Cell<Kernels> = const { Cell::new(Kernels::Fastest) };
+    /// Whether models loaded on this thread keep their rows as the file has
+    /// them (see [`with_plain_weights`]).
+    static PLAIN_WEIGHTS: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Installs the wrap (once per process; called when the llama.cpp backend
-/// starts, before any context exists). The error says why it could not be.
+/// Installs the wraps (once per process; called when the llama.cpp backend
+/// starts, before any model or context exists). The error says why they
+/// could not be.
 pub(crate) fn install() -> Result<(), String> {
     INSTALLED
-        // SAFETY: called before any context is made (from `backend()`'s
-        // initialisation), so nothing reads the entry while it is written.
-        .get_or_init(|| unsafe { wrap_cpu_device() })
+        // SAFETY: called before any model or context is made (from
+        // `backend()`'s initialisation), so nothing reads the entries while
+        // they are written.
+        .get_or_init(|| unsafe { wrap_cpu_device().and_then(|()| wrap_cpu_registry()) })
         .clone()
+}
+
+/// Runs `load` (which loads a llama.cpp model) with the model's weights
+/// kept in plain host memory, as the file lays them out, when `plain`:
+/// llama.cpp otherwise repacks the rows of some types (Q4_0, Q4_K, IQ4_NL,
+/// MXFP4 on AVX2) into interleaved copies for its batched kernels, whose
+/// sums for four tokens or more round differently from one token's. Kept
+/// plain, those rows take ggml's dot product for every batch (Q4_K, MXFP4)
+/// or ggml's reference kernels ([`Kernels::Reference`]: Q4_0, IQ4_NL).
+/// Fails when `plain` and the wrap is not installed.
+pub(crate) fn with_plain_weights<T>(plain: bool, load: impl FnOnce() -> T) -> Result<T, String> {
+    if plain {
+        install().map_err(|e| format!("batch-invariant numerics are unavailable: {e}"))?;
+    }
+    PLAIN_WEIGHTS.with(|p| p.set(plain));
+    let loaded = load();
+    PLAIN_WEIGHTS.with(|p| p.set(false));
+    Ok(loaded)
+}
+
+unsafe extern "C" fn get_proc_address(
+    reg: sys::ggml_backend_reg_t,
+    name: *const c_char,
+) -> *mut c_void {
+    let Some(original) = ORIGINAL_PROC_ADDRESS.get() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: ggml passes a NUL-terminated name.
+    if PLAIN_WEIGHTS.with(Cell::get)
+        && !name.is_null()
+        && unsafe { CStr::from_ptr(name) } == EXTRA_BUFTS
+    {
+        return no_extra_bufts as *mut c_void;
+    }
+    // SAFETY: the registry's own entry, called as ggml would.
+    unsafe { original(reg, name) }
+}
+
+/// `ggml_backend_dev_get_extra_bufts` for a model kept plain: an empty,
+/// null-terminated list.
+unsafe extern "C" fn no_extra_bufts(
+    _dev: sys::ggml_backend_dev_t,
+) -> *mut sys::ggml_backend_buffer_type_t {
+    /// The list's terminator; llama.cpp only reads it.
+    static NONE: [usize; 1] = [0];
+    NONE.as_ptr().cast_mut().cast()
 }
 
 /// Runs `make` (which creates a llama.cpp context) with the context's CPU
@@ -254,6 +345,52 @@ unsafe fn wrap_cpu_device() -> Result<(), String> {
     }
 }
 
+/// # Safety
+/// No other thread may load a model meanwhile.
+unsafe fn wrap_cpu_registry() -> Result<(), String> {
+    unsafe {
+        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        if dev.is_null() {
+            return Err("llama.cpp has no CPU device".into());
+        }
+        let reg = sys::ggml_backend_dev_backend_reg(dev);
+        if reg.is_null() {
+            return Err("llama.cpp's CPU device has no registry".into());
+        }
+        // `struct ggml_backend_reg` is an `int api_version`, then its table
+        // of entries at a pointer's alignment.
+        let table = reg
+            .cast::<u8>()
+            .add(std::mem::size_of::<*const c_void>())
+            .cast::<Option<unsafe extern "C" fn()>>();
+        let entry = |i: usize| *table.add(i);
+        let (Some(get_name), Some(device_count), Some(proc_address)) = (
+            entry(REG_GET_NAME),
+            entry(REG_DEVICE_COUNT),
+            entry(REG_GET_PROC_ADDRESS),
+        ) else {
+            return Err("the CPU registry's table has empty entries".into());
+        };
+        let get_name = std::mem::transmute::<unsafe extern "C" fn(), RegName>(get_name);
+        let device_count =
+            std::mem::transmute::<unsafe extern "C" fn(), RegDeviceCount>(device_count);
+        let original = std::mem::transmute::<unsafe extern "C" fn(), GetProcAddress>(proc_address);
+        if text(get_name(reg)) != text(sys::ggml_backend_reg_name(reg))
+            || device_count(reg) != sys::ggml_backend_reg_dev_count(reg)
+            || original(reg, EXTRA_BUFTS.as_ptr())
+                != sys::ggml_backend_reg_get_proc_address(reg, EXTRA_BUFTS.as_ptr())
+        {
+            return Err("the CPU registry's table is not laid out as this build expects".into());
+        }
+        let _ = ORIGINAL_PROC_ADDRESS.set(original);
+        table
+            .add(REG_GET_PROC_ADDRESS)
+            .cast::<*const c_void>()
+            .write(get_proc_address as *const c_void);
+        Ok(())
+    }
+}
+
 /// What decides a reply's numbers besides the request, for
 /// `system_fingerprint`.
 pub(crate) struct Numerics<'a> {
@@ -292,9 +429,9 @@ pub(crate) fn fingerprint(numerics: &Numerics<'_>) -> std::io::Result<String> {
 /// to `kernel/attention.cpp` changes any bit it computes.
 const ATTENTION_KERNEL: &str = "svc-1 (tiles of 64 visible cells)";
 
-/// svc's Q4_1 matrix product's numerics, by name: a new name whenever a
-/// change to `kernel/product.cpp` changes any bit it computes.
-const PRODUCT_KERNEL: &str = "svc-1 (ggml's Q4_1 dot product)";
+/// svc's matrix products' numerics, by name: a new name whenever a change
+/// to `kernel/product.cpp` changes any bit it computes.
+const PRODUCT_KERNEL: &str = "svc-2 (ggml's Q4_1 and Q4_K dot products)";
 
 /// The engine build in words: svc's engine version, ggml's version and
 /// commit, llama.cpp's compiled CPU features and the [`devices`]. Made once
@@ -396,10 +533,17 @@ mod tests {
         assert_eq!(Kernels::for_model(&missing, true, None), Kernels::Reference);
     }
 
-    /// `w` (Q4_1, `k` x `rows`, from `weights`) times `tokens` (F32,
-    /// `k` x n) on a CPU backend of two threads, adopted by svc's kernels
-    /// or not: the product's bits.
-    fn product(weights: &[f32], k: i64, rows: i64, tokens: &[f32], adopted: bool) -> Vec<f32> {
+    /// `w` (`k` x `rows` from `weights`, quantized to `ty`) times `tokens`
+    /// (F32, `k` x n) on a CPU backend of two threads, adopted by svc's
+    /// kernels or taking ggml's reference kernels: the product's bits.
+    fn product(
+        ty: sys::ggml_type,
+        weights: &[f32],
+        k: i64,
+        rows: i64,
+        tokens: &[f32],
+        adopted: bool,
+    ) -> Vec<f32> {
         let n = tokens.len() as i64 / k;
         // SAFETY: a ggml context of this test's own, its tensors filled
         // within their sizes, computed on a CPU backend of its own.
@@ -410,9 +554,9 @@ mod tests {
                 no_alloc: false,
             });
             assert!(!ctx.is_null(), "a ggml context");
-            let w = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_Q4_1, k, rows);
+            let w = sys::ggml_new_tensor_2d(ctx, ty, k, rows);
             sys::ggml_quantize_chunk(
-                sys::GGML_TYPE_Q4_1,
+                ty,
                 weights.as_ptr(),
                 (*w).data,
                 0,
@@ -429,6 +573,10 @@ mod tests {
             sys::ggml_backend_cpu_set_n_threads(backend, 2);
             if adopted {
                 assert!(svc_attention_adopt(backend), "the backend is adopted");
+            } else {
+                // ggml's dot product for every batch (its tiled K-quant
+                // kernel takes eight tokens or more otherwise).
+                sys::ggml_backend_cpu_set_use_ref(backend, true);
             }
             let status = sys::ggml_backend_graph_compute(backend, graph);
             assert_eq!(status, sys::GGML_STATUS_SUCCESS);
@@ -455,24 +603,37 @@ mod tests {
 
     #[test]
     fn the_q4_1_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
-        let (k, rows) = (256_i64, 69_i64);
+        same_bits_as_ggml(sys::GGML_TYPE_Q4_1, 256);
+    }
+
+    #[test]
+    fn the_q4_k_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_Q4_K, 512);
+    }
+
+    /// A `k` x 69 matrix of `ty` (an odd number of rows: a tile's
+    /// remainder) times 1 to 150 tokens: svc's kernel gives ggml's bits
+    /// (its dot product's, on weights not repacked), and each token's
+    /// column the same bits as that token alone.
+    fn same_bits_as_ggml(ty: sys::ggml_type, k: i64) {
+        let rows = 69_i64;
         let weights = values((k * rows) as usize, 7);
         let all = values((k * 150) as usize, 11);
         let alone: Vec<Vec<f32>> = (0..150)
             .map(|j| {
                 let token = &all[(j * k) as usize..((j + 1) * k) as usize];
-                product(&weights, k, rows, token, false)
+                product(ty, &weights, k, rows, token, false)
             })
             .collect();
         for n in [1_i64, 2, 3, 4, 5, 6, 7, 8, 16, 17, 64, 150] {
             let tokens = &all[..(n * k) as usize];
             let before = super::product_kernel_nodes();
-            let ours = product(&weights, k, rows, tokens, true);
+            let ours = product(ty, &weights, k, rows, tokens, true);
             assert!(
                 super::product_kernel_nodes() > before,
                 "svc's kernel computed the product of {n} tokens"
             );
-            let ggml = product(&weights, k, rows, tokens, false);
+            let ggml = product(ty, &weights, k, rows, tokens, false);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&ours),

@@ -58,9 +58,10 @@ pub fn attention_kernel_nodes() -> u64 {
     crate::numerics::attention_kernel_nodes()
 }
 
-/// Matrix products svc's Q4_1 kernel (`kernel/product.cpp`) has computed so
-/// far, counted over every engine of the process: it grows while an engine
-/// with batch-invariant numerics runs a model with Q4_1 matrices.
+/// Matrix products svc's product kernel (`kernel/product.cpp`) has computed
+/// so far, counted over every engine of the process: it grows while an
+/// engine with batch-invariant numerics runs a model with Q4_1 or Q4_K
+/// matrices.
 pub fn product_kernel_nodes() -> u64 {
     crate::numerics::product_kernel_nodes()
 }
