@@ -1,4 +1,4 @@
-// svc's matrix products of Q4_1 and Q4_K weights for ggml's CPU backend
+// svc's matrix products of Q4_1, Q4_K and Q6_K weights for ggml's CPU backend
 // (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32 activations).
 //
 // ggml multiplies Q4_1 rows one dot product at a time (there is no batched
@@ -6,16 +6,18 @@
 // row and each token it unpacks the row's 4-bit values again and sums the
 // blocks in order. That is batch-invariant, and for one token it is as fast
 // as the memory allows, but a prompt chunk or many streams unpack every row
-// once per token. Q4_K rows are the same when they are not repacked, and an
-// invariant engine keeps them so (llama.cpp's repacked kernels sum four
-// tokens in another order than one: see numerics.rs). This file computes
+// once per token. For Q4_K and Q6_K rows (not repacked: an invariant
+// engine keeps them as stored) ggml has faster kernels for several tokens,
+// its CPU repack and its tiled K-quant product, but they sum in another
+// order than one token's dot product (see numerics.rs). This file computes
 // each output element with exactly the arithmetic of ggml's dot product
-// (`ggml_vec_dot_q4_1_q8_1` and `ggml_vec_dot_q4_K_q8_K` for AVX2, the
-// activations quantized by ggml's own `quantize_row_q8_1` and
-// `quantize_row_q8_K`), so the result is the same bits as ggml's for any
-// batch, but a strip of tokens shares the work: each row's values are
-// unpacked once per block for eight tokens (for Q4_1's last few tokens,
-// each token's block is loaded once for two rows instead).
+// (`ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q4_K_q8_K` and
+// `ggml_vec_dot_q6_K_q8_K` for AVX2, the activations quantized by ggml's
+// own `quantize_row_q8_1` and `quantize_row_q8_K`), so the result is the
+// same bits as ggml's for any batch, but a strip of tokens shares the work:
+// each row's values are unpacked once per block for eight tokens (for
+// Q4_1's last few tokens, each token's block is loaded once for two rows
+// instead).
 //
 // The backend svc adopts (attention.cpp) turns each such node into a custom
 // operation running `svc_product` just before the graph is computed.
@@ -310,11 +312,11 @@ inline void scales_and_mins(const uint8_t * packed, uint8_t out[16]) {
     std::memcpy(out, utmp, 16);
 }
 
-// One row times C tokens (from c0), every element summed as ggml's dot
-// product sums it (see above). The C tokens' scale products are lanes of
-// one vector, each token's picked by one permute.
+// One Q4_K row times C tokens (from c0), every element summed as ggml's
+// dot product sums it (see above). The C tokens' scale products are lanes
+// of one vector, each token's picked by one permute.
 template <int C>
-void tile_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -372,34 +374,134 @@ void tile_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) 
     }
 }
 
-// Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, one row at a time.
+// Q6_K: super-blocks of 256 values in sixteen sub-blocks of 16, each with
+// an 8-bit signed scale, and the super-block's f16 scale; a value is 6 bits
+// (4 in `ql`, 2 in `qh`) less 32. ggml's dot product
+// (`ggml_vec_dot_q6_K_q8_K` for AVX2) sums the scaled products of the
+// unsigned 6-bit values in eight int32 lanes, takes off 32 times the
+// token's sums of 16 against the scales (lane by lane, exact), and adds the
+// lanes with one 8-lane fused multiply-add of the two scales' product; at
+// the end, ggml's hsum_float_8.
+
+struct Q6_K {
+    uint8_t ql[128];  // low 4 bits
+    uint8_t qh[64];   // high 2 bits
+    int8_t scales[16];
+    uint16_t d;  // f16
+};
+static_assert(sizeof(Q6_K) == 210, "Q6_K block");
+
+// The 16 int16 lanes of ggml's scale vector for the 32 values at `i`
+// (ggml's get_scale_shuffle(i), widened): sub-block 2i's scale for the
+// first 16, 2i + 1's for the next.
+inline __m256i scale_pair(const int8_t * scales, int i) {
+    return _mm256_set_m128i(_mm_set1_epi16(scales[2 * i + 1]), _mm_set1_epi16(scales[2 * i]));
+}
+
+// One Q6_K row times C tokens (from c0), every element summed as ggml's dot
+// product sums it (see above).
 template <int C>
+void tile_q6_k(const Q6_K * x, const TokensK & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256 acc[C];
+    const Q8_K * cols[C];
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const Q6_K & b = x[ib];
+        // ggml: d = y.d * x.d, one rounding.
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(t.d + ib * CHUNK + c0), _mm256_set1_ps(half(b.d)));
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) b.scales));
+        __m256i sumi[C];
+        for (int c = 0; c < C; ++c) {
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 2; ++j) {
+            const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *) (b.ql + 64 * j));
+            const __m256i q4bits2 = _mm256_loadu_si256((const __m256i *) (b.ql + 64 * j + 32));
+            const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *) (b.qh + 32 * j));
+            // ggml's four vectors of 6-bit values of this half.
+            const __m256i q6[4] = {
+                _mm256_or_si256(_mm256_and_si256(q4bits1, m15), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(q4bits2, m15),
+                                _mm256_slli_epi16(_mm256_and_si256(q4bitsH, _mm256_set1_epi8(12)), 2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m15),
+                                _mm256_and_si256(q4bitsH, _mm256_set1_epi8(48))),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m15),
+                                _mm256_srli_epi16(_mm256_and_si256(q4bitsH, _mm256_set1_epi8(-64)), 2)),
+            };
+            for (int q = 0; q < 4; ++q) {
+                const __m256i scale = scale_pair(b.scales, 4 * j + q);
+                for (int c = 0; c < C; ++c) {
+                    const __m256i q8 = _mm256_loadu_si256((const __m256i *) (cols[c][ib].qs + 128 * j + 32 * q));
+                    const __m256i p16 = _mm256_madd_epi16(scale, _mm256_maddubs_epi16(q6[q], q8));
+                    sumi[c] = _mm256_add_epi32(sumi[c], p16);
+                }
+            }
+        }
+        for (int c = 0; c < C; ++c) {
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) cols[c][ib].bsums);
+            const __m256i q8sclsub = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+            const __m256i s = _mm256_sub_epi32(sumi[c], q8sclsub);
+            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(s), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        out[c][0] = hsum(acc[c]);
+    }
+}
+
+// The K-quant rows svc multiplies: their block and their tile.
+struct Q4KRows {
+    using Block = Q4_K;
+    template <int C>
+    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
+        tile_q4_k<C>(x, t, c0, out);
+    }
+};
+struct Q6KRows {
+    using Block = Q6_K;
+    template <int C>
+    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
+        tile_q6_k<C>(x, t, c0, out);
+    }
+};
+
+// Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, one row at a time.
+template <class Rows, int C>
 void strip_k(const ggml_tensor * w, int64_t r0, int64_t r1, const TokensK & t, int64_t c0, float * const * out) {
+    using Block = typename Rows::Block;
     const char * base = (const char *) w->data;
     float * outs[C];
     for (int64_t r = r0; r < r1; ++r) {
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
         }
-        tile_k<C>((const Q4_K *) (base + r * w->nb[1]), t, c0, outs);
+        Rows::template tile<C>((const Block *) (base + r * w->nb[1]), t, c0, outs);
     }
 }
 
 // Rows [r0, r1) of `w` times the `n` quantized tokens `t`: strips of eight
 // tokens, then the few left.
+template <class Rows>
 void rows_by_tokens_k(const ggml_tensor * w, int64_t r0, int64_t r1, const TokensK & t, int64_t n, float * const * out) {
     int64_t c0 = 0;
     for (; c0 + 8 <= n; c0 += 8) {
-        strip_k<8>(w, r0, r1, t, c0, out);
+        strip_k<Rows, 8>(w, r0, r1, t, c0, out);
     }
     switch (n - c0) {
-        case 7: strip_k<7>(w, r0, r1, t, c0, out); break;
-        case 6: strip_k<6>(w, r0, r1, t, c0, out); break;
-        case 5: strip_k<5>(w, r0, r1, t, c0, out); break;
-        case 4: strip_k<4>(w, r0, r1, t, c0, out); break;
-        case 3: strip_k<3>(w, r0, r1, t, c0, out); break;
-        case 2: strip_k<2>(w, r0, r1, t, c0, out); break;
-        case 1: strip_k<1>(w, r0, r1, t, c0, out); break;
+        case 7: strip_k<Rows, 7>(w, r0, r1, t, c0, out); break;
+        case 6: strip_k<Rows, 6>(w, r0, r1, t, c0, out); break;
+        case 5: strip_k<Rows, 5>(w, r0, r1, t, c0, out); break;
+        case 4: strip_k<Rows, 4>(w, r0, r1, t, c0, out); break;
+        case 3: strip_k<Rows, 3>(w, r0, r1, t, c0, out); break;
+        case 2: strip_k<Rows, 2>(w, r0, r1, t, c0, out); break;
+        case 1: strip_k<Rows, 1>(w, r0, r1, t, c0, out); break;
         default: break;
     }
 }
@@ -407,8 +509,9 @@ void rows_by_tokens_k(const ggml_tensor * w, int64_t r0, int64_t r1, const Token
 thread_local std::vector<Q8_K> quantized_k;
 thread_local std::vector<int16_t> sums_k;
 
-// Quantizes the tokens of `b` (as ggml does for its Q4_K dot product) and
-// multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+// Quantizes the tokens of `b` (as ggml does for its K-quant dot products)
+// and multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+template <class Rows>
 void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
     const int64_t k = w->ne[0];
     const int64_t blocks = k / QK_K;
@@ -440,7 +543,7 @@ void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int6
             }
             outputs[j] = (float *) row(dst, j0 + j);
         }
-        rows_by_tokens_k(w, r0, r1, t, n, outputs.data());
+        rows_by_tokens_k<Rows>(w, r0, r1, t, n, outputs.data());
     }
 }
 
@@ -470,10 +573,10 @@ void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
     if (r0 >= r1) {
         return;
     }
-    if (w->type == GGML_TYPE_Q4_K) {
-        run_k(w, dst->src[1], dst, r0, r1);
-    } else {
-        run(w, dst->src[1], dst, r0, r1);
+    switch (w->type) {
+        case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, dst->src[1], dst, r0, r1); break;
+        case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, dst->src[1], dst, r0, r1); break;
+        default: run(w, dst->src[1], dst, r0, r1); break;
     }
 }
 
@@ -482,7 +585,8 @@ bool svc_product_supported(const ggml_tensor * node) {
     const ggml_tensor * b = node->src[1];
     const bool weights = (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
                           ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1)) ||
-                         (plain_matrix<Q4_K>(w, GGML_TYPE_Q4_K, QK_K) &&
+                         ((plain_matrix<Q4_K>(w, GGML_TYPE_Q4_K, QK_K) ||
+                           plain_matrix<Q6_K>(w, GGML_TYPE_Q6_K, QK_K)) &&
                           ggml_type_size(GGML_TYPE_Q8_K) == sizeof(Q8_K));
     return node->op == GGML_OP_MUL_MAT && weights && b->type == GGML_TYPE_F32 &&
            node->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && node->nb[0] == sizeof(float) &&

@@ -5,7 +5,7 @@
 #include "ggml.h"
 
 // Whether `node` is a matrix product that product.cpp computes as ggml
-// would (Q4_1 or Q4_K weights, not repacked, by F32 activations).
+// would (Q4_1, Q4_K or Q6_K weights, not repacked, by F32 activations).
 bool svc_product_supported(const ggml_tensor * node);
 
 // The custom operation computing such a node (ggml_custom_op_t).

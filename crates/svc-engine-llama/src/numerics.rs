@@ -27,8 +27,8 @@
 //! eight (Q2_K to Q6_K and the i-quants), and for the rows it repacks at
 //! load time for this CPU (Q4_0, Q4_K, IQ4_NL and MXFP4 on AVX2) the
 //! repacked kernels from four. So an invariant engine loads its model with
-//! every row as the file stores it ([`with_plain_weights`]); Q4_1 and Q4_K
-//! rows (the default model's, and most of a Q4_K_M file's) take svc's own
+//! every row as the file stores it ([`with_plain_weights`]); Q4_1, Q4_K
+//! and Q6_K rows (the default model's, and a Q4_K_M file's) take svc's own
 //! product (`kernel/product.cpp`: the same bits as ggml's dot product,
 //! each row unpacked once for a strip of tokens, where ggml unpacks it
 //! again for every token); Q8_0, Q5_1 and MXFP4 rows the dot product (or
@@ -178,9 +178,9 @@ impl Kernels {
 /// order than its dot product does for one: F32, F16, BF16, Q4_0, Q5_0 and
 /// IQ4_NL, which llamafile's tiles take from two tokens (Q8_0, which they
 /// also take, sums alike), and the K-quants and i-quants its tiled kernel
-/// takes from eight (`ggml-cpu/tiled`), but for Q4_K, whose rows svc's own
-/// product takes (`kernel/product.cpp`).
-const BATCHED_OTHERWISE: [sys::ggml_type; 18] = [
+/// takes from eight (`ggml-cpu/tiled`), but for Q4_K and Q6_K, whose rows
+/// svc's own product takes (`kernel/product.cpp`).
+const BATCHED_OTHERWISE: [sys::ggml_type; 17] = [
     sys::GGML_TYPE_F32,
     sys::GGML_TYPE_F16,
     sys::GGML_TYPE_BF16,
@@ -190,7 +190,6 @@ const BATCHED_OTHERWISE: [sys::ggml_type; 18] = [
     sys::GGML_TYPE_Q2_K,
     sys::GGML_TYPE_Q3_K,
     sys::GGML_TYPE_Q5_K,
-    sys::GGML_TYPE_Q6_K,
     sys::GGML_TYPE_IQ4_XS,
     sys::GGML_TYPE_IQ2_XXS,
     sys::GGML_TYPE_IQ2_XS,
@@ -226,8 +225,9 @@ pub(crate) fn install() -> Result<(), String> {
 /// llama.cpp otherwise repacks the rows of some types (Q4_0, Q4_K, IQ4_NL,
 /// MXFP4 on AVX2) into interleaved copies for its batched kernels, whose
 /// sums for four tokens or more round differently from one token's. Kept
-/// plain, those rows take ggml's dot product for every batch (Q4_K, MXFP4)
-/// or ggml's reference kernels ([`Kernels::Reference`]: Q4_0, IQ4_NL).
+/// plain, Q4_K rows take svc's product, MXFP4 rows ggml's dot product for
+/// every batch, and Q4_0 and IQ4_NL rows ggml's reference kernels
+/// ([`Kernels::Reference`]).
 /// Fails when `plain` and the wrap is not installed.
 pub(crate) fn with_plain_weights<T>(plain: bool, load: impl FnOnce() -> T) -> Result<T, String> {
     if plain {
@@ -431,7 +431,7 @@ const ATTENTION_KERNEL: &str = "svc-1 (tiles of 64 visible cells)";
 
 /// svc's matrix products' numerics, by name: a new name whenever a change
 /// to `kernel/product.cpp` changes any bit it computes.
-const PRODUCT_KERNEL: &str = "svc-2 (ggml's Q4_1 and Q4_K dot products)";
+const PRODUCT_KERNEL: &str = "svc-2 (ggml's Q4_1, Q4_K and Q6_K dot products)";
 
 /// The engine build in words: svc's engine version, ggml's version and
 /// commit, llama.cpp's compiled CPU features and the [`devices`]. Made once
@@ -609,6 +609,11 @@ mod tests {
     #[test]
     fn the_q4_k_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_Q4_K, 512);
+    }
+
+    #[test]
+    fn the_q6_k_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_Q6_K, 512);
     }
 
     /// A `k` x 69 matrix of `ty` (an odd number of rows: a tile's

@@ -60,7 +60,7 @@ pub fn attention_kernel_nodes() -> u64 {
 
 /// Matrix products svc's product kernel (`kernel/product.cpp`) has computed
 /// so far, counted over every engine of the process: it grows while an
-/// engine with batch-invariant numerics runs a model with Q4_1 or Q4_K
+/// engine with batch-invariant numerics runs a model with Q4_1, Q4_K or Q6_K
 /// matrices.
 pub fn product_kernel_nodes() -> u64 {
     crate::numerics::product_kernel_nodes()
