@@ -25,6 +25,7 @@
 #include "svc-kernels.h"
 
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
 #include "ggml-impl.h"
 #include "quants.h"
@@ -547,6 +548,89 @@ void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int6
     }
 }
 
+// Any other type ggml multiplies for several tokens with a kernel that sums
+// in another order than its dot product does for one: llamafile's tiles
+// (F32, F16, BF16, Q4_0, Q5_0, IQ4_NL, from two tokens) and its tiled
+// K-quant product (the K-quants svc's product does not take, and the
+// i-quants, from eight). For those, every element is ggml's own dot product
+// (the function and activation type of its CPU type traits), token after
+// token: what ggml computes for one token, and for any batch with its
+// reference kernels, without giving up the rest of the fast path (operator
+// fusion, llamafile's tiles for Q8_0 rows, which sum alike).
+
+bool summed_otherwise(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_F32:
+        case GGML_TYPE_F16:
+        case GGML_TYPE_BF16:
+        case GGML_TYPE_Q4_0:
+        case GGML_TYPE_Q5_0:
+        case GGML_TYPE_IQ4_NL:
+        case GGML_TYPE_Q2_K:
+        case GGML_TYPE_Q3_K:
+        case GGML_TYPE_Q5_K:
+        case GGML_TYPE_IQ4_XS:
+        case GGML_TYPE_IQ2_XXS:
+        case GGML_TYPE_IQ2_XS:
+        case GGML_TYPE_IQ2_S:
+        case GGML_TYPE_IQ3_XXS:
+        case GGML_TYPE_IQ3_S:
+        case GGML_TYPE_IQ1_S:
+        case GGML_TYPE_IQ1_M:
+            return true;
+        default:
+            return false;
+    }
+}
+
+thread_local std::vector<uint8_t> converted;
+thread_local std::vector<const void *> activations;
+
+// Rows [r0, r1) of `w` times every token of `b`, by ggml's dot product: the
+// tokens converted to the dot product's activation type (or read as they
+// are, when that is F32), CHUNK at a time, each row by every token of a
+// chunk while it is in cache.
+void run_dot(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(w->type);
+    const ggml_type act = traits->vec_dot_type;
+    const ggml_from_float_t from_float = ggml_get_type_traits_cpu(act)->from_float;
+    const int64_t k = w->ne[0];
+    const size_t act_row = ggml_row_size(act, k);
+    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
+    const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
+    const bool as_is = act == GGML_TYPE_F32;
+    if (!as_is && converted.size() < (size_t) chunk * act_row) {
+        converted.resize((size_t) chunk * act_row);
+    }
+    if ((int64_t) outputs.size() < chunk) {
+        outputs.resize(chunk);
+    }
+    if ((int64_t) activations.size() < chunk) {
+        activations.resize(chunk);
+    }
+    const void ** acts = activations.data();
+    const char * base = (const char *) w->data;
+    for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
+        const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
+        for (int64_t j = 0; j < n; ++j) {
+            const float * x = (const float *) row(b, j0 + j);
+            if (as_is) {
+                acts[j] = x;
+            } else {
+                from_float(x, converted.data() + j * act_row, k);
+                acts[j] = converted.data() + j * act_row;
+            }
+            outputs[j] = (float *) row(dst, j0 + j);
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+            const void * wr = base + r * w->nb[1];
+            for (int64_t j = 0; j < n; ++j) {
+                traits->vec_dot((int) k, outputs[j] + r, 0, wr, 0, acts[j], 0, 1);
+            }
+        }
+    }
+}
+
 // Whether `w`'s blocks of `Block` (`qk` values each) lie as ggml lays out a
 // plain 2-D matrix of `type` in host memory, its rows a whole number of blocks.
 template <class Block>
@@ -576,14 +660,27 @@ void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
     switch (w->type) {
         case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, dst->src[1], dst, r0, r1); break;
         case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, dst->src[1], dst, r0, r1); break;
-        default: run(w, dst->src[1], dst, r0, r1); break;
+        case GGML_TYPE_Q4_1: run(w, dst->src[1], dst, r0, r1); break;
+        default: run_dot(w, dst->src[1], dst, r0, r1); break;
     }
+}
+
+bool svc_product_available(void) {
+    return true;
 }
 
 bool svc_product_supported(const ggml_tensor * node) {
     const ggml_tensor * w = node->src[0];
     const ggml_tensor * b = node->src[1];
-    const bool weights = (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(w->type);
+    const bool dot = summed_otherwise(w->type) && traits->vec_dot != nullptr && traits->nrows == 1 &&
+                     (traits->vec_dot_type == GGML_TYPE_F32 ||
+                      ggml_get_type_traits_cpu(traits->vec_dot_type)->from_float != nullptr) &&
+                     w->ne[0] % ggml_blck_size(w->type) == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+                     w->nb[0] == ggml_type_size(w->type) &&
+                     w->nb[1] == ggml_row_size(w->type, w->ne[0]) && w->extra == nullptr &&
+                     (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer));
+    const bool weights = dot || (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
                           ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1)) ||
                          ((plain_matrix<Q4_K>(w, GGML_TYPE_Q4_K, QK_K) ||
                            plain_matrix<Q6_K>(w, GGML_TYPE_Q6_K, QK_K)) &&
@@ -601,6 +698,10 @@ void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) ith;
     (void) nth;
     (void) userdata;
+}
+
+bool svc_product_available(void) {
+    return false;
 }
 
 bool svc_product_supported(const ggml_tensor * node) {

@@ -27,14 +27,19 @@
 //! eight (Q2_K to Q6_K and the i-quants), and for the rows it repacks at
 //! load time for this CPU (Q4_0, Q4_K, IQ4_NL and MXFP4 on AVX2) the
 //! repacked kernels from four. So an invariant engine loads its model with
-//! every row as the file stores it ([`with_plain_weights`]); Q4_1, Q4_K
-//! and Q6_K rows (the default model's, and a Q4_K_M file's) take svc's own
-//! product (`kernel/product.cpp`: the same bits as ggml's dot product,
-//! each row unpacked once for a strip of tokens, where ggml unpacks it
-//! again for every token); Q8_0, Q5_1 and MXFP4 rows the dot product (or
-//! tiles that sum alike); and a model with rows of any other type also
-//! gets ggml's reference kernels (`ggml_backend_cpu_set_use_ref`: the dot
-//! product for every batch, no operator fusion), slower for prompts.
+//! every row as the file stores it ([`with_plain_weights`]), and its
+//! backend gives every matrix of a type summed otherwise, and of Q4_1, to
+//! svc's own product (`kernel/product.cpp`): the same bits as ggml's dot
+//! product for every token, for Q4_1, Q4_K and Q6_K rows (the default
+//! model's, and a Q4_K_M file's) with each row unpacked once for a strip of
+//! tokens (ggml unpacks it again for every token), for the other types by
+//! calling ggml's dot product token after token. Q8_0, Q5_1 and MXFP4 rows
+//! keep ggml's kernels, which sum alike. ggml's reference kernels
+//! (`ggml_backend_cpu_set_use_ref`: the dot product for every batch, no
+//! operator fusion; slower for prompts) remain for what svc's product does
+//! not take: a mixture of experts' K-quant or i-quant matrices (MUL_MAT_ID,
+//! which the tiled kernel also takes), the attention's products when flash
+//! attention is off, and a build without AVX2, FMA and F16C.
 //!
 //! llama.cpp makes the context's CPU backend itself and offers no way to
 //! reach it, so the CPU device's `init_backend` entry is wrapped once, when
@@ -96,6 +101,9 @@ unsafe extern "C" {
     /// flash-attention nodes (`kernel/attention.cpp`); false where this
     /// build has no kernel or `backend` is not a CPU backend.
     fn svc_attention_adopt(backend: sys::ggml_backend_t) -> bool;
+    /// Whether this build has svc's matrix products (`kernel/product.cpp`:
+    /// AVX2, FMA and F16C).
+    fn svc_product_available() -> bool;
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -151,16 +159,23 @@ impl Kernels {
         if flash_attention == Some(false) {
             return Kernels::Reference;
         }
-        match svc_gguf::GgufHeader::read(weights) {
-            Ok(header)
-                if header
-                    .tensors
-                    .iter()
-                    .filter(|t| t.dims.iter().filter(|&&d| d > 1).count() >= 2)
-                    .all(|t| !BATCHED_OTHERWISE.contains(&t.ggml_type)) =>
-            {
-                Kernels::Attention
+        // SAFETY: reads a constant of svc's kernels.
+        let products = unsafe { svc_product_available() };
+        let kept = |t: &svc_gguf::TensorInfo| {
+            if t.dims.iter().filter(|&&d| d > 1).count() < 2 {
+                return true;
             }
+            let experts = t.dims.get(2).is_some_and(|&n| n > 1);
+            if experts {
+                // A mixture of experts' matrices (MUL_MAT_ID): no svc kernel.
+                !TILED.contains(&t.ggml_type)
+                    && (products || !SUMMED_OTHERWISE.contains(&t.ggml_type))
+            } else {
+                products || !SUMMED_OTHERWISE.contains(&t.ggml_type)
+            }
+        };
+        match svc_gguf::GgufHeader::read(weights) {
+            Ok(header) if header.tensors.iter().all(kept) => Kernels::Attention,
             _ => Kernels::Reference,
         }
     }
@@ -174,13 +189,14 @@ impl Kernels {
     }
 }
 
-/// ggml types whose rows ggml multiplies for several tokens in another
+/// ggml types whose matrices ggml multiplies by several tokens in another
 /// order than its dot product does for one: F32, F16, BF16, Q4_0, Q5_0 and
 /// IQ4_NL, which llamafile's tiles take from two tokens (Q8_0, which they
-/// also take, sums alike), and the K-quants and i-quants its tiled kernel
-/// takes from eight (`ggml-cpu/tiled`), but for Q4_K and Q6_K, whose rows
-/// svc's own product takes (`kernel/product.cpp`).
-const BATCHED_OTHERWISE: [sys::ggml_type; 17] = [
+/// also take, sums alike), and the K-quants and i-quants of its tiled
+/// kernel ([`TILED`], from eight). svc's product (`kernel/product.cpp`)
+/// takes all of these, with ggml's one-token bits; a build without it
+/// takes ggml's reference kernels for them.
+const SUMMED_OTHERWISE: [sys::ggml_type; 19] = [
     sys::GGML_TYPE_F32,
     sys::GGML_TYPE_F16,
     sys::GGML_TYPE_BF16,
@@ -189,7 +205,29 @@ const BATCHED_OTHERWISE: [sys::ggml_type; 17] = [
     sys::GGML_TYPE_IQ4_NL,
     sys::GGML_TYPE_Q2_K,
     sys::GGML_TYPE_Q3_K,
+    sys::GGML_TYPE_Q4_K,
     sys::GGML_TYPE_Q5_K,
+    sys::GGML_TYPE_Q6_K,
+    sys::GGML_TYPE_IQ4_XS,
+    sys::GGML_TYPE_IQ2_XXS,
+    sys::GGML_TYPE_IQ2_XS,
+    sys::GGML_TYPE_IQ2_S,
+    sys::GGML_TYPE_IQ3_XXS,
+    sys::GGML_TYPE_IQ3_S,
+    sys::GGML_TYPE_IQ1_S,
+    sys::GGML_TYPE_IQ1_M,
+];
+
+/// The types of ggml's tiled K-quant kernel (`ggml-cpu/tiled`), which also
+/// multiplies the experts of a mixture-of-experts model (MUL_MAT_ID) from
+/// eight tokens an expert; svc's product does not take those nodes, so
+/// such a model takes ggml's reference kernels.
+const TILED: [sys::ggml_type; 13] = [
+    sys::GGML_TYPE_Q2_K,
+    sys::GGML_TYPE_Q3_K,
+    sys::GGML_TYPE_Q4_K,
+    sys::GGML_TYPE_Q5_K,
+    sys::GGML_TYPE_Q6_K,
     sys::GGML_TYPE_IQ4_XS,
     sys::GGML_TYPE_IQ2_XXS,
     sys::GGML_TYPE_IQ2_XS,
@@ -225,9 +263,8 @@ pub(crate) fn install() -> Result<(), String> {
 /// llama.cpp otherwise repacks the rows of some types (Q4_0, Q4_K, IQ4_NL,
 /// MXFP4 on AVX2) into interleaved copies for its batched kernels, whose
 /// sums for four tokens or more round differently from one token's. Kept
-/// plain, Q4_K rows take svc's product, MXFP4 rows ggml's dot product for
-/// every batch, and Q4_0 and IQ4_NL rows ggml's reference kernels
-/// ([`Kernels::Reference`]).
+/// plain, Q4_0, Q4_K and IQ4_NL rows take svc's product, MXFP4 rows ggml's
+/// dot product for every batch.
 /// Fails when `plain` and the wrap is not installed.
 pub(crate) fn with_plain_weights<T>(plain: bool, load: impl FnOnce() -> T) -> Result<T, String> {
     if plain {
@@ -431,7 +468,7 @@ const ATTENTION_KERNEL: &str = "svc-1 (tiles of 64 visible cells)";
 
 /// svc's matrix products' numerics, by name: a new name whenever a change
 /// to `kernel/product.cpp` changes any bit it computes.
-const PRODUCT_KERNEL: &str = "svc-2 (ggml's Q4_1, Q4_K and Q6_K dot products)";
+const PRODUCT_KERNEL: &str = "svc-2 (ggml's Q4_1, Q4_K and Q6_K dot products; ggml's dot product for the types summed otherwise)";
 
 /// The engine build in words: svc's engine version, ggml's version and
 /// commit, llama.cpp's compiled CPU features and the [`devices`]. Made once
@@ -517,11 +554,11 @@ mod tests {
     fn the_kernels_follow_the_matrices_types_and_the_settings() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let (f32, q4_1) = (weights(&dir, false), weights(&dir, true));
-        // Q4_1 matrices take one dot product for one token and for many.
+        // Q4_1 matrices take one dot product for one token and for many;
+        // F32 ones llamafile's tiles for several tokens, but svc's product
+        // takes them instead (ggml's dot product for every token).
         assert_eq!(Kernels::for_model(&q4_1, true, None), Kernels::Attention);
-        // F32 matrices take llamafile's tiles for several tokens: ggml's
-        // reference products keep them invariant.
-        assert_eq!(Kernels::for_model(&f32, true, None), Kernels::Reference);
+        assert_eq!(Kernels::for_model(&f32, true, None), Kernels::Attention);
         // Without flash attention the attention is matrix products too.
         assert_eq!(
             Kernels::for_model(&q4_1, true, Some(false)),
@@ -531,6 +568,48 @@ mod tests {
         // A file that cannot be read gets the safe choice.
         let missing = dir.path().join("missing.gguf");
         assert_eq!(Kernels::for_model(&missing, true, None), Kernels::Reference);
+
+        // A Q4_K_M file's matrices (Q4_K, Q6_K, Q8_0) take svc's product
+        // or sum alike, and so do the K-quants ggml's tiled kernel takes
+        // from eight tokens (Q5_K); but a mixture of experts' matrices of
+        // those types (MUL_MAT_ID) take that kernel, not svc's.
+        let k_quants = |name: &str, types: &[(u32, usize)], experts: u64| {
+            let mut file = GgufWriter::new();
+            file.metadata("general.architecture", "llama").tensor(
+                "norm.weight",
+                &[256],
+                vec![1.0; 256],
+            );
+            // (type, bytes of a block of 256 values): four rows of one
+            // block for each expert.
+            for (i, &(ty, block)) in types.iter().enumerate() {
+                file.raw_tensor(
+                    &format!("blk.{i}.ffn_up_exps.weight"),
+                    &[256, 4, experts],
+                    ty,
+                    vec![0; block * 4 * experts as usize],
+                );
+            }
+            let path = dir.path().join(name);
+            file.write(&path).expect("writes the file");
+            path
+        };
+        let q4_k_m = k_quants(
+            "q4_k_m.gguf",
+            &[
+                (sys::GGML_TYPE_Q4_K, 144),
+                (sys::GGML_TYPE_Q6_K, 210),
+                (sys::GGML_TYPE_Q8_0, 8 * 34),
+            ],
+            1,
+        );
+        assert_eq!(Kernels::for_model(&q4_k_m, true, None), Kernels::Attention);
+        let q5_k = k_quants("q5_k.gguf", &[(sys::GGML_TYPE_Q5_K, 176)], 1);
+        assert_eq!(Kernels::for_model(&q5_k, true, None), Kernels::Attention);
+        let moe = k_quants("moe.gguf", &[(sys::GGML_TYPE_Q4_K, 144)], 8);
+        assert_eq!(Kernels::for_model(&moe, true, None), Kernels::Reference);
+        let moe = k_quants("moe_q8_0.gguf", &[(sys::GGML_TYPE_Q8_0, 8 * 34)], 8);
+        assert_eq!(Kernels::for_model(&moe, true, None), Kernels::Attention);
     }
 
     /// `w` (`k` x `rows` from `weights`, quantized to `ty`) times `tokens`
@@ -614,6 +693,16 @@ mod tests {
     #[test]
     fn the_q6_k_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_Q6_K, 512);
+    }
+
+    /// Types ggml multiplies for several tokens with llamafile's tiles (F16,
+    /// Q5_0) or its tiled K-quant kernel (Q5_K): svc's product gives its
+    /// dot product's bits instead.
+    #[test]
+    fn types_summed_otherwise_get_ggmls_dot_product_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_F16, 256);
+        same_bits_as_ggml(sys::GGML_TYPE_Q5_0, 256);
+        same_bits_as_ggml(sys::GGML_TYPE_Q5_K, 512);
     }
 
     /// A `k` x 69 matrix of `ty` (an odd number of rows: a tile's
