@@ -168,10 +168,9 @@ impl Kernels {
             let experts = t.dims.get(2).is_some_and(|&n| n > 1);
             if experts {
                 // A mixture of experts' matrices (MUL_MAT_ID): no svc kernel.
-                !TILED.contains(&t.ggml_type)
-                    && (products || !SUMMED_OTHERWISE.contains(&t.ggml_type))
+                !TILED.contains(&t.ggml_type) && (products || !summed_otherwise(t.ggml_type))
             } else {
-                products || !SUMMED_OTHERWISE.contains(&t.ggml_type)
+                products || !summed_otherwise(t.ggml_type)
             }
         };
         match svc_gguf::GgufHeader::read(weights) {
@@ -189,39 +188,25 @@ impl Kernels {
     }
 }
 
-/// ggml types whose matrices ggml multiplies by several tokens in another
-/// order than its dot product does for one: F32, F16, BF16, Q4_0, Q5_0 and
-/// IQ4_NL, which llamafile's tiles take from two tokens (Q8_0, which they
-/// also take, sums alike), and the K-quants and i-quants of its tiled
-/// kernel ([`TILED`], from eight). svc's product (`kernel/product.cpp`)
-/// takes all of these, with ggml's one-token bits; a build without it
-/// takes ggml's reference kernels for them.
-const SUMMED_OTHERWISE: [sys::ggml_type; 19] = [
+/// ggml types whose matrices llamafile's tiles multiply from two tokens in
+/// another order than ggml's dot product does for one (Q8_0, which they
+/// also take, sums alike).
+const TILES: [sys::ggml_type; 6] = [
     sys::GGML_TYPE_F32,
     sys::GGML_TYPE_F16,
     sys::GGML_TYPE_BF16,
     sys::GGML_TYPE_Q4_0,
     sys::GGML_TYPE_Q5_0,
     sys::GGML_TYPE_IQ4_NL,
-    sys::GGML_TYPE_Q2_K,
-    sys::GGML_TYPE_Q3_K,
-    sys::GGML_TYPE_Q4_K,
-    sys::GGML_TYPE_Q5_K,
-    sys::GGML_TYPE_Q6_K,
-    sys::GGML_TYPE_IQ4_XS,
-    sys::GGML_TYPE_IQ2_XXS,
-    sys::GGML_TYPE_IQ2_XS,
-    sys::GGML_TYPE_IQ2_S,
-    sys::GGML_TYPE_IQ3_XXS,
-    sys::GGML_TYPE_IQ3_S,
-    sys::GGML_TYPE_IQ1_S,
-    sys::GGML_TYPE_IQ1_M,
 ];
 
-/// The types of ggml's tiled K-quant kernel (`ggml-cpu/tiled`), which also
-/// multiplies the experts of a mixture-of-experts model (MUL_MAT_ID) from
-/// eight tokens an expert; svc's product does not take those nodes, so
-/// such a model takes ggml's reference kernels.
+/// The types of ggml's tiled K-quant kernel (`ggml-cpu/tiled`), which
+/// multiplies their matrices from eight tokens in another order than the
+/// dot product, and the experts of a mixture-of-experts model (MUL_MAT_ID)
+/// from eight tokens an expert. svc's product (`kernel/product.cpp`) takes
+/// the matrices of these types and of [`TILES`] with ggml's one-token bits
+/// (a build without it takes ggml's reference kernels for them), but not
+/// MUL_MAT_ID nodes: such a model takes ggml's reference kernels.
 const TILED: [sys::ggml_type; 13] = [
     sys::GGML_TYPE_Q2_K,
     sys::GGML_TYPE_Q3_K,
@@ -237,6 +222,12 @@ const TILED: [sys::ggml_type; 13] = [
     sys::GGML_TYPE_IQ1_S,
     sys::GGML_TYPE_IQ1_M,
 ];
+
+/// Whether ggml multiplies matrices of type `ty` by several tokens in
+/// another order than its dot product does for one.
+fn summed_otherwise(ty: sys::ggml_type) -> bool {
+    TILES.contains(&ty) || TILED.contains(&ty)
+}
 
 thread_local! {
     /// The kernels CPU backends made on this thread get.
