@@ -148,12 +148,8 @@ struct Queue {
     held: Vec<Arc<str>>,
     /// No job is admitted (tests: see `LlamaEngine::pause_admission`).
     paused: bool,
-    /// The engine thread stops after a step in which a sequence produced
-    /// its first token, until this is false again (tests: see
+    /// The engine thread is stopped for a [`Freeze`] (tests: see
     /// `LlamaEngine::freeze_at_first_token`).
-    #[cfg(feature = "testing")]
-    freeze: bool,
-    /// The engine thread is stopped for `freeze`.
     #[cfg(feature = "testing")]
     frozen: bool,
 }
@@ -167,8 +163,6 @@ impl Shared {
                 closed: false,
                 held: Vec::new(),
                 paused: false,
-                #[cfg(feature = "testing")]
-                freeze: false,
                 #[cfg(feature = "testing")]
                 frozen: false,
             }),
@@ -243,7 +237,6 @@ impl Shared {
     /// timing, before that sequence's next token.
     #[cfg(feature = "testing")]
     pub(crate) fn freeze_at_first_token(self: &Arc<Self>) -> Freeze {
-        self.lock().freeze = true;
         self.freeze_armed
             .store(true, std::sync::atomic::Ordering::SeqCst);
         Freeze(Arc::clone(self))
@@ -266,7 +259,9 @@ impl Shared {
         #[cfg(feature = "testing")]
         if first_token {
             let mut queue = self.lock();
-            while queue.freeze && !queue.closed {
+            // Checked under the lock, which the freeze's drop takes before
+            // it wakes this thread: no wake-up is missed.
+            while self.freezes_at_first_token() && !queue.closed {
                 queue.frozen = true;
                 queue = self
                     .wake
@@ -513,7 +508,7 @@ impl Drop for Freeze {
         self.0
             .freeze_armed
             .store(false, std::sync::atomic::Ordering::SeqCst);
-        self.0.lock().freeze = false;
+        drop(self.0.lock());
         self.0.wake.notify_all();
     }
 }
