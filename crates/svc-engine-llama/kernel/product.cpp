@@ -1,23 +1,27 @@
-// svc's matrix products of Q4_1, Q4_K and Q6_K weights for ggml's CPU backend
-// (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32 activations).
+// svc's matrix products of Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights for
+// ggml's CPU backend (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32
+// activations), and ggml's dot product for the other types its faster
+// kernels sum otherwise.
 //
 // ggml multiplies Q4_1 rows one dot product at a time (there is no batched
 // Q4_1 kernel on x86, in llamafile's tiles or in the CPU repack): for each
 // row and each token it unpacks the row's 4-bit values again and sums the
 // blocks in order. That is batch-invariant, and for one token it is as fast
 // as the memory allows, but a prompt chunk or many streams unpack every row
-// once per token. For Q4_K and Q6_K rows (not repacked: an invariant
-// engine keeps them as stored) ggml has faster kernels for several tokens,
-// its CPU repack and its tiled K-quant product, but they sum in another
-// order than one token's dot product (see numerics.rs). This file computes
-// each output element with exactly the arithmetic of ggml's dot product
-// (`ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q4_K_q8_K` and
-// `ggml_vec_dot_q6_K_q8_K` for AVX2, the activations quantized by ggml's
-// own `quantize_row_q8_1` and `quantize_row_q8_K`), so the result is the
-// same bits as ggml's for any batch, but a strip of tokens shares the work:
-// each row's values are unpacked once per block for eight tokens (for
-// Q4_1's last few tokens, each token's block is loaded once for two rows
-// instead).
+// once per token. For Q4_0, Q5_0, Q4_K and Q6_K rows (not repacked: an
+// invariant engine keeps them as stored) ggml has faster kernels for
+// several tokens (llamafile's tiles, its CPU repack, its tiled K-quant
+// product), but they sum in another order than one token's dot product
+// (see numerics.rs). This file computes each output element with exactly
+// the arithmetic of ggml's dot product (`ggml_vec_dot_q4_1_q8_1`,
+// `ggml_vec_dot_q4_0_q8_0`, `ggml_vec_dot_q5_0_q8_0`,
+// `ggml_vec_dot_q4_K_q8_K` and `ggml_vec_dot_q6_K_q8_K` for AVX2, the
+// activations quantized by ggml's own `quantize_row_q8_1`,
+// `quantize_row_q8_0` and `quantize_row_q8_K`), so the result is the same
+// bits as ggml's for any batch, but a strip of tokens shares the work: each
+// row's values are unpacked once per block for eight tokens (for the last
+// few tokens of 32-value blocks, each token's block is loaded once for two
+// rows instead).
 //
 // The backend svc adopts (attention.cpp) turns each such node into a custom
 // operation running `svc_product` just before the graph is computed.
@@ -47,17 +51,33 @@
 namespace {
 
 // ggml's block layouts (ggml-common.h), checked against ggml's sizes.
+struct Q4_0 {
+    uint16_t d;  // scale, f16
+    uint8_t qs[16];
+};
 struct Q4_1 {
     uint16_t d;  // scale, f16
     uint16_t m;  // offset, f16
     uint8_t qs[16];
+};
+struct Q5_0 {
+    uint16_t d;  // scale, f16
+    uint8_t qh[4];  // the fifth bits
+    uint8_t qs[16];
+};
+struct Q8_0 {
+    uint16_t d;  // scale, f16
+    int8_t qs[32];
 };
 struct Q8_1 {
     uint16_t d;  // scale, f16
     uint16_t s;  // d * sum(qs), f16
     int8_t qs[32];
 };
+static_assert(sizeof(Q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(Q4_1) == 20, "Q4_1 block");
+static_assert(sizeof(Q5_0) == 22, "Q5_0 block");
+static_assert(sizeof(Q8_0) == 34, "Q8_0 block");
 static_assert(sizeof(Q8_1) == 36, "Q8_1 block");
 
 constexpr int64_t QK = 32;
@@ -75,9 +95,20 @@ inline __m256i nibbles(const uint8_t * qs) {
     return _mm256_and_si256(_mm256_set1_epi8(0xF), bytes);
 }
 
+// ggml's bytes_from_bits_32: byte i is all ones where bit i of the four
+// bytes at `x` is set, zero where it is not.
+inline __m256i bits(const uint8_t * x) {
+    uint32_t x32;
+    std::memcpy(&x32, x, sizeof(x32));
+    const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int) x32), shuffle);
+    const __m256i mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, mask), _mm256_set1_epi64x(-1));
+}
+
 // ggml's mul_sum_us8_pairs_float: eight sums of four products each, as
-// floats. (Every variant ggml has gives the same integers: the 4-bit values
-// times 8-bit ones cannot saturate 16 bits.)
+// floats. (Every variant ggml has gives the same integers: the 4- and
+// 5-bit values times 8-bit ones cannot saturate 16 bits.)
 inline __m256 products(const __m256i x, const __m256i y) {
     const __m256i dot = _mm256_maddubs_epi16(x, y);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
@@ -92,18 +123,58 @@ inline float hsum(const __m256 x) {
     return _mm_cvtss_f32(res);
 }
 
-// The tokens of a chunk, quantized: their Q8_1 blocks, token after token,
-// and each block's two scales as floats, block after block (the scales of
-// block ib of tokens c..c+7 side by side), padded so that eight can always
-// be loaded.
-struct Tokens {
-    const Q8_1 * q;      // token j's blocks at q + j * blocks
-    const float * d;     // block ib of token j: d[ib * CHUNK + j]
-    const float * s;     // likewise, d * sum(qs)
-    int64_t blocks;
+// Blocks of 32 values with an f16 scale, multiplied by tokens quantized to
+// 8 bits in blocks of 32 (ggml's `ggml_vec_dot_q4_1_q8_1`,
+// `ggml_vec_dot_q4_0_q8_0` and `ggml_vec_dot_q5_0_q8_0` for AVX2): per
+// block, eight lanes of four products each (exact integers), converted to
+// floats and added to eight float lanes with one fused multiply-add of the
+// two scales' product (rounded once, as ggml's scalar product is); at the
+// end, the eight lanes as ggml's hsum_float_8 adds them. Q4_1 blocks also
+// have an offset: ggml adds the offset times the token block's scaled sum
+// to a sum of its own, by fused multiply-add, and that sum to the lanes'.
+//
+// Each row type says its blocks, its tokens' blocks, how ggml quantizes
+// the tokens and how it unpacks a block's values (as unsigned bytes when
+// the row has an offset, as signed bytes when not).
+
+struct Q41Rows {
+    using Block = Q4_1;
+    using Act = Q8_1;
+    static constexpr bool offset = true;
+    static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_1(x, q, k); }
+    static __m256i values(const Block & x) { return nibbles(x.qs); }
+};
+struct Q40Rows {
+    using Block = Q4_0;
+    using Act = Q8_0;
+    static constexpr bool offset = false;
+    static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_0(x, q, k); }
+    // ggml: the 4-bit values less 8.
+    static __m256i values(const Block & x) { return _mm256_sub_epi8(nibbles(x.qs), _mm256_set1_epi8(8)); }
+};
+struct Q50Rows {
+    using Block = Q5_0;
+    using Act = Q8_0;
+    static constexpr bool offset = false;
+    static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_0(x, q, k); }
+    // ggml: the 4-bit values, less 16 where the fifth bit is clear.
+    static __m256i values(const Block & x) {
+        const __m256i high = _mm256_andnot_si256(bits(x.qh), _mm256_set1_epi8((char) 0xF0));
+        return _mm256_or_si256(nibbles(x.qs), high);
+    }
 };
 
-// Q4_1: blocks of 32 values, each with an f16 scale and offset.
+// The tokens of a chunk, quantized: their blocks, token after token, and
+// each block's scale (and, for Q8_1, its scaled sum) as floats, block after
+// block (the scales of block ib of tokens c..c+7 side by side), padded so
+// that eight can always be loaded.
+template <class Act>
+struct Tokens {
+    const Act * q;       // token j's blocks at q + j * blocks
+    const float * d;     // block ib of token j: d[ib * CHUNK + j]
+    const float * s;     // likewise, d * sum(qs) (Q8_1 only)
+    int64_t blocks;
+};
 
 // A Q4_1 block's scale and offset as floats (lanes 0 and 1), converted
 // together.
@@ -114,14 +185,15 @@ inline __m128 scale_and_offset(const Q4_1 & x) {
 }
 
 // R rows times C tokens (from c0), every element summed as ggml's dot
-// product sums it: per block, the 8-lane fused multiply-add of the scales'
-// product (one rounding, as ggml's) by the block's products, and the
-// offsets' product added to their sum (a product of two halves is exact
-// in a float, so ggml's compiler's choice of fused or not changes nothing).
-// The C tokens' scale products and offset sums are lanes of one vector.
-template <int R, int C>
-void tile(const Q4_1 * const * rows, const Tokens & t, int64_t c0, float * const * out) {
+// product sums it (see above); the C tokens' scale products (and offset
+// sums) are lanes of one vector. Signed values are multiplied as ggml's
+// mul_sum_i8_pairs_float does, by their magnitudes (taken once per row
+// block) and the token's values with their signs.
+template <class Rows, int R, int C>
+void tile(const typename Rows::Block * const * rows, const Tokens<typename Rows::Act> & t, int64_t c0,
+          float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    using Act = typename Rows::Act;
     __m256 acc[R][C];
     __m256 summs[R];
     for (int r = 0; r < R; ++r) {
@@ -130,36 +202,50 @@ void tile(const Q4_1 * const * rows, const Tokens & t, int64_t c0, float * const
             acc[r][c] = _mm256_setzero_ps();
         }
     }
-    const Q8_1 * cols[C];
+    const Act * cols[C];
     for (int c = 0; c < C; ++c) {
         cols[c] = t.q + (c0 + c) * t.blocks;
     }
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
-        const __m256 ys = _mm256_loadu_ps(t.s + ib * CHUNK + c0);
         __m256i qx[R];
+        __m256i ax[R];
         __m256 d[R];
         for (int r = 0; r < R; ++r) {
-            const Q4_1 & x = rows[r][ib];
-            qx[r] = nibbles(x.qs);
-            const __m128 dm = scale_and_offset(x);
-            summs[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)), ys, summs[r]);
-            d[r] = _mm256_mul_ps(_mm256_broadcastss_ps(dm), yd);
+            const auto & x = rows[r][ib];
+            qx[r] = Rows::values(x);
+            if constexpr (Rows::offset) {
+                const __m128 dm = scale_and_offset(x);
+                const __m256 ys = _mm256_loadu_ps(t.s + ib * CHUNK + c0);
+                summs[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)), ys, summs[r]);
+                d[r] = _mm256_mul_ps(_mm256_broadcastss_ps(dm), yd);
+                ax[r] = qx[r];
+            } else {
+                d[r] = _mm256_mul_ps(_mm256_set1_ps(half(x.d)), yd);
+                ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+            }
         }
         for (int c = 0; c < C; ++c) {
             const __m256i qy = _mm256_loadu_si256((const __m256i *) cols[c][ib].qs);
             const __m256i index = _mm256_set1_epi32(c);
             for (int r = 0; r < R; ++r) {
                 const __m256 dc = _mm256_permutevar8x32_ps(d[r], index);
-                acc[r][c] = _mm256_fmadd_ps(dc, products(qx[r], qy), acc[r][c]);
+                const __m256i y = Rows::offset ? qy : _mm256_sign_epi8(qy, qx[r]);
+                acc[r][c] = _mm256_fmadd_ps(dc, products(ax[r], y), acc[r][c]);
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        float offsets[8];
-        _mm256_storeu_ps(offsets, summs[r]);
-        for (int c = 0; c < C; ++c) {
-            out[c][r] = hsum(acc[r][c]) + offsets[c];
+        if constexpr (Rows::offset) {
+            float offsets[8];
+            _mm256_storeu_ps(offsets, summs[r]);
+            for (int c = 0; c < C; ++c) {
+                out[c][r] = hsum(acc[r][c]) + offsets[c];
+            }
+        } else {
+            for (int c = 0; c < C; ++c) {
+                out[c][r] = hsum(acc[r][c]);
+            }
         }
     }
 }
@@ -167,54 +253,70 @@ void tile(const Q4_1 * const * rows, const Tokens & t, int64_t c0, float * const
 // Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, into the tokens'
 // output rows `out` (element i of token c at out[c][i]): tiles of R rows,
 // then the rows left one at a time.
-template <int R, int C>
-void strip(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens & t, int64_t c0, float * const * out) {
+template <class Rows, int R, int C>
+void strip(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<typename Rows::Act> & t, int64_t c0,
+           float * const * out) {
+    using Block = typename Rows::Block;
     const char * base = (const char *) w->data;
-    const Q4_1 * rows[R];
+    const Block * rows[R];
     float * outs[C];
     int64_t r = r0;
     for (; r + R <= r1; r += R) {
         for (int i = 0; i < R; ++i) {
-            rows[i] = (const Q4_1 *) (base + (r + i) * w->nb[1]);
+            rows[i] = (const Block *) (base + (r + i) * w->nb[1]);
         }
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
         }
-        tile<R, C>(rows, t, c0, outs);
+        tile<Rows, R, C>(rows, t, c0, outs);
     }
     for (; r < r1; ++r) {
-        rows[0] = (const Q4_1 *) (base + r * w->nb[1]);
+        rows[0] = (const Block *) (base + r * w->nb[1]);
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
         }
-        tile<1, C>(rows, t, c0, outs);
+        tile<Rows, 1, C>(rows, t, c0, outs);
     }
 }
 
 // Rows [r0, r1) of `w` times the `n` quantized tokens `t`: strips of eight
 // tokens by one row (each row block unpacked once for eight tokens), and
 // the last few tokens by two rows (each token block loaded once for two).
-void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens & t, int64_t n, float * const * out) {
+template <class Rows>
+void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<typename Rows::Act> & t, int64_t n,
+                    float * const * out) {
     int64_t c0 = 0;
     for (; c0 + 8 <= n; c0 += 8) {
-        strip<1, 8>(w, r0, r1, t, c0, out);
+        strip<Rows, 1, 8>(w, r0, r1, t, c0, out);
     }
     switch (n - c0) {
-        case 7: strip<1, 7>(w, r0, r1, t, c0, out); break;
-        case 6: strip<1, 6>(w, r0, r1, t, c0, out); break;
-        case 5: strip<1, 5>(w, r0, r1, t, c0, out); break;
-        case 4: strip<2, 4>(w, r0, r1, t, c0, out); break;
-        case 3: strip<2, 3>(w, r0, r1, t, c0, out); break;
-        case 2: strip<2, 2>(w, r0, r1, t, c0, out); break;
-        case 1: strip<2, 1>(w, r0, r1, t, c0, out); break;
+        case 7: strip<Rows, 1, 7>(w, r0, r1, t, c0, out); break;
+        case 6: strip<Rows, 1, 6>(w, r0, r1, t, c0, out); break;
+        case 5: strip<Rows, 1, 5>(w, r0, r1, t, c0, out); break;
+        case 4: strip<Rows, 2, 4>(w, r0, r1, t, c0, out); break;
+        case 3: strip<Rows, 2, 3>(w, r0, r1, t, c0, out); break;
+        case 2: strip<Rows, 2, 2>(w, r0, r1, t, c0, out); break;
+        case 1: strip<Rows, 2, 1>(w, r0, r1, t, c0, out); break;
         default: break;
     }
 }
 
 // Each of ggml's threads keeps its quantized tokens here between nodes.
-thread_local std::vector<Q8_1> quantized;
+thread_local std::vector<Q8_0> quantized_0;
+thread_local std::vector<Q8_1> quantized_1;
 thread_local std::vector<float> scales;
 thread_local std::vector<float *> outputs;
+
+template <class Act>
+std::vector<Act> & quantized();
+template <>
+std::vector<Q8_0> & quantized<Q8_0>() {
+    return quantized_0;
+}
+template <>
+std::vector<Q8_1> & quantized<Q8_1>() {
+    return quantized_1;
+}
 
 // Row j of `t` (ggml's src1 or dst) counting over dims 1 to 3: token j's
 // activations in src1, its products in dst.
@@ -227,34 +329,39 @@ inline char * row(const ggml_tensor * t, int64_t j) {
 
 // Quantizes the tokens of `b` (as ggml does for its dot product) and
 // multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+template <class Rows>
 void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
+    using Act = typename Rows::Act;
     const int64_t k = w->ne[0];
     const int64_t blocks = k / QK;
     const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
-    if ((int64_t) quantized.size() < chunk * blocks) {
-        quantized.resize(chunk * blocks);
+    std::vector<Act> & q8 = quantized<Act>();
+    if ((int64_t) q8.size() < chunk * blocks) {
+        q8.resize(chunk * blocks);
     }
-    // d and s of every block, CHUNK tokens wide, and eight floats to spare.
+    // d (and s) of every block, CHUNK tokens wide, and eight floats to spare.
     if ((int64_t) scales.size() < 2 * blocks * CHUNK + 8) {
         scales.resize(2 * blocks * CHUNK + 8);
     }
-    const Tokens t = {quantized.data(), scales.data(), scales.data() + blocks * CHUNK, blocks};
+    const Tokens<Act> t = {q8.data(), scales.data(), scales.data() + blocks * CHUNK, blocks};
     if ((int64_t) outputs.size() < chunk) {
         outputs.resize(chunk);
     }
     for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
         const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
         for (int64_t j = 0; j < n; ++j) {
-            Q8_1 * q = quantized.data() + j * blocks;
-            quantize_row_q8_1((const float *) row(b, j0 + j), q, k);
+            Act * q = q8.data() + j * blocks;
+            Rows::quantize((const float *) row(b, j0 + j), q, k);
             for (int64_t ib = 0; ib < blocks; ++ib) {
                 scales[ib * CHUNK + j] = half(q[ib].d);
-                scales[(blocks + ib) * CHUNK + j] = half(q[ib].s);
+                if constexpr (Rows::offset) {
+                    scales[(blocks + ib) * CHUNK + j] = half(q[ib].s);
+                }
             }
             outputs[j] = (float *) row(dst, j0 + j);
         }
-        rows_by_tokens(w, r0, r1, t, n, outputs.data());
+        rows_by_tokens<Rows>(w, r0, r1, t, n, outputs.data());
     }
 }
 
@@ -552,7 +659,7 @@ void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int6
 // in another order than its dot product does for one: llamafile's tiles
 // (F32, F16, BF16, Q4_0, Q5_0, IQ4_NL, from two tokens) and its tiled
 // K-quant product (the K-quants svc's product does not take, and the
-// i-quants, from eight). For those, every element is ggml's own dot product
+// i-quants, from eight). For those (but Q4_0 and Q5_0, above), every element is ggml's own dot product
 // (the function and activation type of its CPU type traits), token after
 // token: what ggml computes for one token, and for any batch with its
 // reference kernels, without giving up the rest of the fast path (operator
@@ -660,7 +767,9 @@ void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
     switch (w->type) {
         case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, dst->src[1], dst, r0, r1); break;
         case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, dst->src[1], dst, r0, r1); break;
-        case GGML_TYPE_Q4_1: run(w, dst->src[1], dst, r0, r1); break;
+        case GGML_TYPE_Q4_1: run<Q41Rows>(w, dst->src[1], dst, r0, r1); break;
+        case GGML_TYPE_Q4_0: run<Q40Rows>(w, dst->src[1], dst, r0, r1); break;
+        case GGML_TYPE_Q5_0: run<Q50Rows>(w, dst->src[1], dst, r0, r1); break;
         default: run_dot(w, dst->src[1], dst, r0, r1); break;
     }
 }
@@ -680,7 +789,12 @@ bool svc_product_supported(const ggml_tensor * node) {
                      w->nb[0] == ggml_type_size(w->type) &&
                      w->nb[1] == ggml_row_size(w->type, w->ne[0]) && w->extra == nullptr &&
                      (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer));
-    const bool weights = dot || (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
+    // Q4_0 and Q5_0 are summed otherwise too, but take this file's
+    // kernel: their blocks must be as this file lays them out.
+    const bool q8_0 = (plain_matrix<Q4_0>(w, GGML_TYPE_Q4_0, QK) || plain_matrix<Q5_0>(w, GGML_TYPE_Q5_0, QK)) &&
+                      ggml_type_size(GGML_TYPE_Q8_0) == sizeof(Q8_0);
+    const bool weights = q8_0 || (dot && w->type != GGML_TYPE_Q4_0 && w->type != GGML_TYPE_Q5_0) ||
+                         (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
                           ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1)) ||
                          ((plain_matrix<Q4_K>(w, GGML_TYPE_Q4_K, QK_K) ||
                            plain_matrix<Q6_K>(w, GGML_TYPE_Q6_K, QK_K)) &&

@@ -30,8 +30,9 @@
 //! every row as the file stores it ([`with_plain_weights`]), and its
 //! backend gives every matrix of a type summed otherwise, and of Q4_1, to
 //! svc's own product (`kernel/product.cpp`): the same bits as ggml's dot
-//! product for every token, for Q4_1, Q4_K and Q6_K rows (the default
-//! model's, and a Q4_K_M file's) with each row unpacked once for a strip of
+//! product for every token, for Q4_0, Q4_1, Q5_0, Q4_K and Q6_K rows (the
+//! default model's, a Q4_0 file's, and a Q4_K_M file's, whose smaller
+//! matrices are often Q5_0) with each row unpacked once for a strip of
 //! tokens (ggml unpacks it again for every token), for the other types by
 //! calling ggml's dot product token after token. Q8_0, Q5_1 and MXFP4 rows
 //! keep ggml's kernels, which sum alike. ggml's reference kernels
@@ -686,13 +687,21 @@ mod tests {
         same_bits_as_ggml(sys::GGML_TYPE_Q6_K, 512);
     }
 
+    /// Q4_0 and Q5_0, which ggml multiplies for several tokens with
+    /// llamafile's tiles (and repacks Q4_0 for them otherwise).
+    #[test]
+    fn the_q4_0_and_q5_0_kernels_give_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_Q4_0, 256);
+        same_bits_as_ggml(sys::GGML_TYPE_Q5_0, 256);
+    }
+
     /// Types ggml multiplies for several tokens with llamafile's tiles (F16,
-    /// Q5_0) or its tiled K-quant kernel (Q5_K): svc's product gives its
+    /// IQ4_NL) or its tiled K-quant kernel (Q5_K): svc's product gives its
     /// dot product's bits instead.
     #[test]
     fn types_summed_otherwise_get_ggmls_dot_product_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_F16, 256);
-        same_bits_as_ggml(sys::GGML_TYPE_Q5_0, 256);
+        same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 256);
         same_bits_as_ggml(sys::GGML_TYPE_Q5_K, 512);
     }
 
