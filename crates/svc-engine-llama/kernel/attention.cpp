@@ -9,7 +9,8 @@
 // computes a graph, each such node becomes a custom operation (ggml's
 // GGML_OP_CUSTOM, which the CPU backend runs on all its threads) calling
 // this kernel with the node's own sources and settings (and each matrix
-// product of Q4_1 weights runs product.cpp's kernel, the same way).
+// product product.cpp takes, MUL_MAT or MUL_MAT_ID, runs its kernel, the
+// same way).
 // llama.cpp's sources are not changed; what this file relies on (the
 // backend's table of entry points, the custom operation's parameters,
 // simd_gemm) comes from the headers of the llama.cpp it is compiled
@@ -591,7 +592,7 @@ ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
         if (node->op == GGML_OP_FLASH_ATTN_EXT && supported(node)) {
             rewrite(node);
             rewritten.fetch_add(1, std::memory_order_relaxed);
-        } else if (node->op == GGML_OP_MUL_MAT && svc_product_supported(node)) {
+        } else if ((node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) && svc_product_supported(node)) {
             make_custom(node, svc_product);
             products.fetch_add(1, std::memory_order_relaxed);
         }

@@ -23,6 +23,13 @@
 // few tokens of 32-value blocks, each token's block is loaded once for two
 // rows instead).
 //
+// A mixture of experts' product (GGML_OP_MUL_MAT_ID: each token by the few
+// experts' matrices its router picks) is the same thing expert by expert:
+// each expert's matrix by the tokens routed to it. ggml sums each of those
+// elements with its dot product too, except that its tiled K-quant kernel
+// takes an expert's tokens from eight on; here every type summed otherwise
+// takes this file's kernels, in a mixture as in a plain matrix.
+//
 // The backend svc adopts (attention.cpp) turns each such node into a custom
 // operation running `svc_product` just before the graph is computed.
 
@@ -122,6 +129,15 @@ inline float hsum(const __m256 x) {
     res = _mm_add_ss(res, _mm_movehdup_ps(res));
     return _mm_cvtss_f32(res);
 }
+
+// A matrix of weights: rows of `k` values of `type`, row r at
+// data + r * stride (a plain 2-D matrix, or one expert of a mixture's 3-D one).
+struct Matrix {
+    const char * data;
+    size_t stride;
+    int64_t k;
+    ggml_type type;
+};
 
 // Blocks of 32 values with an f16 scale, multiplied by tokens quantized to
 // 8 bits in blocks of 32 (ggml's `ggml_vec_dot_q4_1_q8_1`,
@@ -254,16 +270,16 @@ void tile(const typename Rows::Block * const * rows, const Tokens<typename Rows:
 // output rows `out` (element i of token c at out[c][i]): tiles of R rows,
 // then the rows left one at a time.
 template <class Rows, int R, int C>
-void strip(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<typename Rows::Act> & t, int64_t c0,
+void strip(const Matrix & w, int64_t r0, int64_t r1, const Tokens<typename Rows::Act> & t, int64_t c0,
            float * const * out) {
     using Block = typename Rows::Block;
-    const char * base = (const char *) w->data;
+    const char * base = w.data;
     const Block * rows[R];
     float * outs[C];
     int64_t r = r0;
     for (; r + R <= r1; r += R) {
         for (int i = 0; i < R; ++i) {
-            rows[i] = (const Block *) (base + (r + i) * w->nb[1]);
+            rows[i] = (const Block *) (base + (r + i) * w.stride);
         }
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
@@ -271,7 +287,7 @@ void strip(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<typename 
         tile<Rows, R, C>(rows, t, c0, outs);
     }
     for (; r < r1; ++r) {
-        rows[0] = (const Block *) (base + r * w->nb[1]);
+        rows[0] = (const Block *) (base + r * w.stride);
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
         }
@@ -283,7 +299,7 @@ void strip(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<typename 
 // tokens by one row (each row block unpacked once for eight tokens), and
 // the last few tokens by two rows (each token block loaded once for two).
 template <class Rows>
-void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<typename Rows::Act> & t, int64_t n,
+void rows_by_tokens(const Matrix & w, int64_t r0, int64_t r1, const Tokens<typename Rows::Act> & t, int64_t n,
                     float * const * out) {
     int64_t c0 = 0;
     for (; c0 + 8 <= n; c0 += 8) {
@@ -305,7 +321,6 @@ void rows_by_tokens(const ggml_tensor * w, int64_t r0, int64_t r1, const Tokens<
 thread_local std::vector<Q8_0> quantized_0;
 thread_local std::vector<Q8_1> quantized_1;
 thread_local std::vector<float> scales;
-thread_local std::vector<float *> outputs;
 
 template <class Act>
 std::vector<Act> & quantized();
@@ -318,23 +333,14 @@ std::vector<Q8_1> & quantized<Q8_1>() {
     return quantized_1;
 }
 
-// Row j of `t` (ggml's src1 or dst) counting over dims 1 to 3: token j's
-// activations in src1, its products in dst.
-inline char * row(const ggml_tensor * t, int64_t j) {
-    const int64_t i1 = j % t->ne[1];
-    const int64_t i2 = (j / t->ne[1]) % t->ne[2];
-    const int64_t i3 = j / (t->ne[1] * t->ne[2]);
-    return (char *) t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
-}
-
-// Quantizes the tokens of `b` (as ggml does for its dot product) and
-// multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+// Quantizes the `tokens` activations `in` (as ggml does for its dot
+// product) and multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a
+// time, token j's products going to out[j] (element r at out[j][r]).
 template <class Rows>
-void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
+void run(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
     using Act = typename Rows::Act;
-    const int64_t k = w->ne[0];
+    const int64_t k = w.k;
     const int64_t blocks = k / QK;
-    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
     std::vector<Act> & q8 = quantized<Act>();
     if ((int64_t) q8.size() < chunk * blocks) {
@@ -345,23 +351,19 @@ void run(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_
         scales.resize(2 * blocks * CHUNK + 8);
     }
     const Tokens<Act> t = {q8.data(), scales.data(), scales.data() + blocks * CHUNK, blocks};
-    if ((int64_t) outputs.size() < chunk) {
-        outputs.resize(chunk);
-    }
     for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
         const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
         for (int64_t j = 0; j < n; ++j) {
             Act * q = q8.data() + j * blocks;
-            Rows::quantize((const float *) row(b, j0 + j), q, k);
+            Rows::quantize(in[j0 + j], q, k);
             for (int64_t ib = 0; ib < blocks; ++ib) {
                 scales[ib * CHUNK + j] = half(q[ib].d);
                 if constexpr (Rows::offset) {
                     scales[(blocks + ib) * CHUNK + j] = half(q[ib].s);
                 }
             }
-            outputs[j] = (float *) row(dst, j0 + j);
         }
-        rows_by_tokens<Rows>(w, r0, r1, t, n, outputs.data());
+        rows_by_tokens<Rows>(w, r0, r1, t, n, out + j0);
     }
 }
 
@@ -582,22 +584,22 @@ struct Q6KRows {
 
 // Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, one row at a time.
 template <class Rows, int C>
-void strip_k(const ggml_tensor * w, int64_t r0, int64_t r1, const TokensK & t, int64_t c0, float * const * out) {
+void strip_k(const Matrix & w, int64_t r0, int64_t r1, const TokensK & t, int64_t c0, float * const * out) {
     using Block = typename Rows::Block;
-    const char * base = (const char *) w->data;
+    const char * base = w.data;
     float * outs[C];
     for (int64_t r = r0; r < r1; ++r) {
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
         }
-        Rows::template tile<C>((const Block *) (base + r * w->nb[1]), t, c0, outs);
+        Rows::template tile<C>((const Block *) (base + r * w.stride), t, c0, outs);
     }
 }
 
 // Rows [r0, r1) of `w` times the `n` quantized tokens `t`: strips of eight
 // tokens, then the few left.
 template <class Rows>
-void rows_by_tokens_k(const ggml_tensor * w, int64_t r0, int64_t r1, const TokensK & t, int64_t n, float * const * out) {
+void rows_by_tokens_k(const Matrix & w, int64_t r0, int64_t r1, const TokensK & t, int64_t n, float * const * out) {
     int64_t c0 = 0;
     for (; c0 + 8 <= n; c0 += 8) {
         strip_k<Rows, 8>(w, r0, r1, t, c0, out);
@@ -617,13 +619,13 @@ void rows_by_tokens_k(const ggml_tensor * w, int64_t r0, int64_t r1, const Token
 thread_local std::vector<Q8_K> quantized_k;
 thread_local std::vector<int16_t> sums_k;
 
-// Quantizes the tokens of `b` (as ggml does for its K-quant dot products)
-// and multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a time.
+// Quantizes the `tokens` activations `in` (as ggml does for its K-quant
+// dot products) and multiplies rows [r0, r1) of `w` by them, CHUNK tokens
+// at a time, token j's products going to out[j].
 template <class Rows>
-void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
-    const int64_t k = w->ne[0];
+void run_k(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
+    const int64_t k = w.k;
     const int64_t blocks = k / QK_K;
-    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
     if ((int64_t) quantized_k.size() < chunk * blocks) {
         quantized_k.resize(chunk * blocks);
@@ -634,24 +636,20 @@ void run_k(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int6
     if ((int64_t) sums_k.size() < 8 * blocks * CHUNK) {
         sums_k.resize(8 * blocks * CHUNK);
     }
-    if ((int64_t) outputs.size() < chunk) {
-        outputs.resize(chunk);
-    }
     const TokensK t = {quantized_k.data(), scales.data(), sums_k.data(), blocks};
     for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
         const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
         for (int64_t j = 0; j < n; ++j) {
             Q8_K * q = quantized_k.data() + j * blocks;
-            quantize_row_q8_K((const float *) row(b, j0 + j), q, k);
+            quantize_row_q8_K(in[j0 + j], q, k);
             for (int64_t ib = 0; ib < blocks; ++ib) {
                 scales[ib * CHUNK + j] = q[ib].d;
                 const __m256i bsums = _mm256_loadu_si256((const __m256i *) q[ib].bsums);
                 _mm_storeu_si128((__m128i *) (sums_k.data() + 8 * (ib * CHUNK + j)),
                                  _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1)));
             }
-            outputs[j] = (float *) row(dst, j0 + j);
         }
-        rows_by_tokens_k<Rows>(w, r0, r1, t, n, outputs.data());
+        rows_by_tokens_k<Rows>(w, r0, r1, t, n, out + j0);
     }
 }
 
@@ -693,84 +691,192 @@ bool summed_otherwise(ggml_type type) {
 thread_local std::vector<uint8_t> converted;
 thread_local std::vector<const void *> activations;
 
-// Rows [r0, r1) of `w` times every token of `b`, by ggml's dot product: the
-// tokens converted to the dot product's activation type (or read as they
-// are, when that is F32), CHUNK at a time, each row by every token of a
-// chunk while it is in cache.
-void run_dot(const ggml_tensor * w, const ggml_tensor * b, ggml_tensor * dst, int64_t r0, int64_t r1) {
-    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(w->type);
+// Rows [r0, r1) of `w` times the `tokens` activations `in`, by ggml's dot
+// product, into out[j]: the tokens converted to the dot product's
+// activation type (or read as they are, when that is F32), CHUNK at a
+// time, each row by every token of a chunk while it is in cache.
+void run_dot(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(w.type);
     const ggml_type act = traits->vec_dot_type;
     const ggml_from_float_t from_float = ggml_get_type_traits_cpu(act)->from_float;
-    const int64_t k = w->ne[0];
+    const int64_t k = w.k;
     const size_t act_row = ggml_row_size(act, k);
-    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
     const bool as_is = act == GGML_TYPE_F32;
     if (!as_is && converted.size() < (size_t) chunk * act_row) {
         converted.resize((size_t) chunk * act_row);
     }
-    if ((int64_t) outputs.size() < chunk) {
-        outputs.resize(chunk);
-    }
     if ((int64_t) activations.size() < chunk) {
         activations.resize(chunk);
     }
     const void ** acts = activations.data();
-    const char * base = (const char *) w->data;
     for (int64_t j0 = 0; j0 < tokens; j0 += CHUNK) {
         const int64_t n = std::min<int64_t>(CHUNK, tokens - j0);
         for (int64_t j = 0; j < n; ++j) {
-            const float * x = (const float *) row(b, j0 + j);
+            const float * x = in[j0 + j];
             if (as_is) {
                 acts[j] = x;
             } else {
                 from_float(x, converted.data() + j * act_row, k);
                 acts[j] = converted.data() + j * act_row;
             }
-            outputs[j] = (float *) row(dst, j0 + j);
         }
         for (int64_t r = r0; r < r1; ++r) {
-            const void * wr = base + r * w->nb[1];
+            const void * wr = w.data + r * w.stride;
             for (int64_t j = 0; j < n; ++j) {
-                traits->vec_dot((int) k, outputs[j] + r, 0, wr, 0, acts[j], 0, 1);
+                traits->vec_dot((int) k, out[j0 + j] + r, 0, wr, 0, acts[j], 0, 1);
             }
         }
     }
 }
 
-// Whether `w`'s blocks of `Block` (`qk` values each) lie as ggml lays out a
-// plain 2-D matrix of `type` in host memory, its rows a whole number of blocks.
-template <class Block>
-bool plain_matrix(const ggml_tensor * w, ggml_type type, int64_t qk) {
-    return w->type == type && w->ne[0] % qk == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
-           w->nb[0] == sizeof(Block) && w->nb[1] == (size_t) (w->ne[0] / qk) * sizeof(Block) &&
-           w->extra == nullptr && (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer)) &&
-           ggml_type_size(type) == sizeof(Block);
+// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, Q4_K and
+// Q6_K with this file's kernels (when ggml lays out their blocks as this
+// file does), the other types summed otherwise by ggml's dot product.
+bool takes(ggml_type type) {
+    const auto blocks = [](ggml_type t, size_t size, int64_t qk) {
+        return ggml_type_size(t) == size && ggml_blck_size(t) == qk;
+    };
+    switch (type) {
+        case GGML_TYPE_Q4_0: return blocks(type, sizeof(Q4_0), QK) && blocks(GGML_TYPE_Q8_0, sizeof(Q8_0), QK);
+        case GGML_TYPE_Q5_0: return blocks(type, sizeof(Q5_0), QK) && blocks(GGML_TYPE_Q8_0, sizeof(Q8_0), QK);
+        case GGML_TYPE_Q4_1: return blocks(type, sizeof(Q4_1), QK) && blocks(GGML_TYPE_Q8_1, sizeof(Q8_1), QK);
+        case GGML_TYPE_Q4_K: return blocks(type, sizeof(Q4_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
+        case GGML_TYPE_Q6_K: return blocks(type, sizeof(Q6_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
+        default: {
+            const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
+            return summed_otherwise(type) && traits->vec_dot != nullptr && traits->nrows == 1 &&
+                   (traits->vec_dot_type == GGML_TYPE_F32 ||
+                    ggml_get_type_traits_cpu(traits->vec_dot_type)->from_float != nullptr);
+        }
+    }
+}
+
+// Whether `w`'s rows lie as ggml lays out a matrix of its type (or, with
+// `experts`, a mixture's matrices one after another) in host memory, each
+// row a whole number of blocks.
+bool plain(const ggml_tensor * w, bool experts) {
+    return w->ne[0] % ggml_blck_size(w->type) == 0 && (experts || w->ne[2] == 1) && w->ne[3] == 1 &&
+           w->nb[0] == ggml_type_size(w->type) && w->nb[1] == ggml_row_size(w->type, w->ne[0]) &&
+           w->extra == nullptr && (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer));
+}
+
+// Rows [r0, r1) of `w` times `tokens` activations, by the kernel of w's type.
+void multiply(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
+    switch (w.type) {
+        case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q4_1: run<Q41Rows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q4_0: run<Q40Rows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q5_0: run<Q50Rows>(w, r0, r1, tokens, in, out); break;
+        default: run_dot(w, r0, r1, tokens, in, out); break;
+    }
+}
+
+// Each thread's list of the tokens a node multiplies: their activations,
+// where their products go, and (for a mixture) where each expert's start.
+thread_local std::vector<const float *> ins;
+thread_local std::vector<float *> outs;
+thread_local std::vector<int64_t> firsts;
+thread_local std::vector<int64_t> ends;
+
+// Row j of `t` (ggml's src1 or dst) counting over dims 1 to 3: token j's
+// activations in src1, its products in dst.
+inline char * row(const ggml_tensor * t, int64_t j) {
+    const int64_t i1 = j % t->ne[1];
+    const int64_t i2 = (j / t->ne[1]) % t->ne[2];
+    const int64_t i3 = j / (t->ne[1] * t->ne[2]);
+    return (char *) t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+// GGML_OP_MUL_MAT: rows [r0, r1) of src0 by every token of src1.
+void product(ggml_tensor * dst, int64_t r0, int64_t r1) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * b = dst->src[1];
+    const int64_t tokens = b->ne[1] * b->ne[2] * b->ne[3];
+    ins.resize(tokens);
+    outs.resize(tokens);
+    for (int64_t j = 0; j < tokens; ++j) {
+        ins[j] = (const float *) row(b, j);
+        outs[j] = (float *) row(dst, j);
+    }
+    const Matrix m = {(const char *) w->data, w->nb[1], w->ne[0], w->type};
+    multiply(m, r0, r1, tokens, ins.data(), outs.data());
+}
+
+// GGML_OP_MUL_MAT_ID: rows [r0, r1) of each expert's matrix in src0 by the
+// tokens src2 routes to it, as ggml maps them: token t's e-th expert
+// ids[e, t] takes src1's row (e mod ne[1], t), its products going to dst's
+// row (e, t). (ggml stops on an expert id out of range; this leaves that
+// row as it is.)
+void product_id(ggml_tensor * dst, int64_t r0, int64_t r1) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * b = dst->src[1];
+    const ggml_tensor * ids = dst->src[2];
+    const int64_t experts = w->ne[2];
+    const int64_t used = ids->ne[0];
+    const int64_t tokens = ids->ne[1];
+    const auto expert = [&](int64_t e, int64_t t) {
+        int32_t x;
+        std::memcpy(&x, (const char *) ids->data + e * ids->nb[0] + t * ids->nb[1], sizeof(x));
+        return (int64_t) x;
+    };
+    // Each expert's tokens together, in token order: counted, then placed.
+    firsts.assign(experts + 1, 0);
+    for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t e = 0; e < used; ++e) {
+            const int64_t x = expert(e, t);
+            if (x >= 0 && x < experts) {
+                ++firsts[x + 1];
+            }
+        }
+    }
+    for (int64_t x = 0; x < experts; ++x) {
+        firsts[x + 1] += firsts[x];
+    }
+    ends.assign(firsts.begin(), firsts.end() - 1);
+    ins.resize(firsts[experts]);
+    outs.resize(firsts[experts]);
+    for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t e = 0; e < used; ++e) {
+            const int64_t x = expert(e, t);
+            if (x >= 0 && x < experts) {
+                const int64_t at = ends[x]++;
+                ins[at] = (const float *) ((const char *) b->data + (e % b->ne[1]) * b->nb[1] + t * b->nb[2]);
+                outs[at] = (float *) ((char *) dst->data + e * dst->nb[1] + t * dst->nb[2]);
+            }
+        }
+    }
+    for (int64_t x = 0; x < experts; ++x) {
+        const int64_t n = firsts[x + 1] - firsts[x];
+        if (n > 0) {
+            const Matrix m = {(const char *) w->data + x * w->nb[2], w->nb[1], w->ne[0], w->type};
+            multiply(m, r0, r1, n, ins.data() + firsts[x], outs.data() + firsts[x]);
+        }
+    }
 }
 
 }  // namespace
 
 void svc_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) userdata;
-    const ggml_tensor * w = dst->src[0];
-    // Each thread takes its own rows (an even number) for every token, and
-    // quantizes every token itself (a row's share of the work is one
-    // token's quantization per row multiplied): the rows are read once from
-    // memory, by one thread. How the work is cut changes only the speed.
-    const int64_t rows = w->ne[1];
+    // Each thread takes its own rows (an even number; of every expert's
+    // matrix, for a mixture) for every token, and quantizes every token
+    // itself (a row's share of the work is one token's quantization per
+    // row multiplied): the rows are read once from memory, by one thread.
+    // How the work is cut changes only the speed.
+    const int64_t rows = dst->src[0]->ne[1];
     const int64_t per = ((rows + nth - 1) / nth + 1) & ~(int64_t) 1;
     const int64_t r0 = std::min(rows, per * ith);
     const int64_t r1 = std::min(rows, r0 + per);
     if (r0 >= r1) {
         return;
     }
-    switch (w->type) {
-        case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, dst->src[1], dst, r0, r1); break;
-        case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, dst->src[1], dst, r0, r1); break;
-        case GGML_TYPE_Q4_1: run<Q41Rows>(w, dst->src[1], dst, r0, r1); break;
-        case GGML_TYPE_Q4_0: run<Q40Rows>(w, dst->src[1], dst, r0, r1); break;
-        case GGML_TYPE_Q5_0: run<Q50Rows>(w, dst->src[1], dst, r0, r1); break;
-        default: run_dot(w, dst->src[1], dst, r0, r1); break;
+    // Only a MUL_MAT_ID node has the experts' ids.
+    if (dst->src[2] != nullptr) {
+        product_id(dst, r0, r1);
+    } else {
+        product(dst, r0, r1);
     }
 }
 
@@ -781,28 +887,20 @@ bool svc_product_available(void) {
 bool svc_product_supported(const ggml_tensor * node) {
     const ggml_tensor * w = node->src[0];
     const ggml_tensor * b = node->src[1];
-    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(w->type);
-    const bool dot = summed_otherwise(w->type) && traits->vec_dot != nullptr && traits->nrows == 1 &&
-                     (traits->vec_dot_type == GGML_TYPE_F32 ||
-                      ggml_get_type_traits_cpu(traits->vec_dot_type)->from_float != nullptr) &&
-                     w->ne[0] % ggml_blck_size(w->type) == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
-                     w->nb[0] == ggml_type_size(w->type) &&
-                     w->nb[1] == ggml_row_size(w->type, w->ne[0]) && w->extra == nullptr &&
-                     (w->buffer == nullptr || ggml_backend_buffer_is_host(w->buffer));
-    // Q4_0 and Q5_0 are summed otherwise too, but take this file's
-    // kernel: their blocks must be as this file lays them out.
-    const bool q8_0 = (plain_matrix<Q4_0>(w, GGML_TYPE_Q4_0, QK) || plain_matrix<Q5_0>(w, GGML_TYPE_Q5_0, QK)) &&
-                      ggml_type_size(GGML_TYPE_Q8_0) == sizeof(Q8_0);
-    const bool weights = q8_0 || (dot && w->type != GGML_TYPE_Q4_0 && w->type != GGML_TYPE_Q5_0) ||
-                         (plain_matrix<Q4_1>(w, GGML_TYPE_Q4_1, QK) &&
-                          ggml_type_size(GGML_TYPE_Q8_1) == sizeof(Q8_1)) ||
-                         ((plain_matrix<Q4_K>(w, GGML_TYPE_Q4_K, QK_K) ||
-                           plain_matrix<Q6_K>(w, GGML_TYPE_Q6_K, QK_K)) &&
-                          ggml_type_size(GGML_TYPE_Q8_K) == sizeof(Q8_K));
-    return node->op == GGML_OP_MUL_MAT && weights && b->type == GGML_TYPE_F32 &&
-           node->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && node->nb[0] == sizeof(float) &&
-           b->ne[0] == w->ne[0] && node->ne[0] == w->ne[1] && node->ne[1] == b->ne[1] &&
-           node->ne[2] == b->ne[2] && node->ne[3] == b->ne[3];
+    const bool activations = b->type == GGML_TYPE_F32 && node->type == GGML_TYPE_F32 &&
+                             b->nb[0] == sizeof(float) && node->nb[0] == sizeof(float) && b->ne[0] == w->ne[0] &&
+                             node->ne[0] == w->ne[1] && takes(w->type);
+    if (node->op == GGML_OP_MUL_MAT) {
+        return activations && plain(w, false) && node->ne[1] == b->ne[1] && node->ne[2] == b->ne[2] &&
+               node->ne[3] == b->ne[3];
+    }
+    if (node->op == GGML_OP_MUL_MAT_ID) {
+        const ggml_tensor * ids = node->src[2];
+        return activations && plain(w, true) && ids != nullptr && ids->type == GGML_TYPE_I32 && ids->ne[2] == 1 &&
+               ids->ne[3] == 1 && b->ne[1] >= 1 && b->ne[2] == ids->ne[1] && b->ne[3] == 1 &&
+               node->ne[1] == ids->ne[0] && node->ne[2] == ids->ne[1] && node->ne[3] == 1;
+    }
+    return false;
 }
 
 #else

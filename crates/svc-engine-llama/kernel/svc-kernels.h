@@ -4,10 +4,10 @@
 
 #include "ggml.h"
 
-// Whether `node` is a matrix product that product.cpp computes with the
-// bits of ggml's one-token dot product for every token (weights of a type
-// ggml multiplies otherwise for several tokens, or Q4_1; not repacked; by
-// F32 activations).
+// Whether `node` is a matrix product (MUL_MAT, or a mixture of experts'
+// MUL_MAT_ID) that product.cpp computes with the bits of ggml's one-token
+// dot product for every token (weights of a type ggml multiplies otherwise
+// for several tokens, or Q4_1; not repacked; by F32 activations).
 bool svc_product_supported(const ggml_tensor * node);
 
 // Whether this build has product.cpp's kernels (AVX2, FMA and F16C): for

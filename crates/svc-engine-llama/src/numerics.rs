@@ -34,13 +34,14 @@
 //! default model's, a Q4_0 file's, and a Q4_K_M file's, whose smaller
 //! matrices are often Q5_0) with each row unpacked once for a strip of
 //! tokens (ggml unpacks it again for every token), for the other types by
-//! calling ggml's dot product token after token. Q8_0, Q5_1 and MXFP4 rows
-//! keep ggml's kernels, which sum alike. ggml's reference kernels
-//! (`ggml_backend_cpu_set_use_ref`: the dot product for every batch, no
-//! operator fusion; slower for prompts) remain for what svc's product does
-//! not take: a mixture of experts' K-quant or i-quant matrices (MUL_MAT_ID,
-//! which the tiled kernel also takes), the attention's products when flash
-//! attention is off, and a build without AVX2, FMA and F16C.
+//! calling ggml's dot product token after token; a mixture of experts'
+//! matrices (MUL_MAT_ID, whose K-quant and i-quant experts the tiled kernel
+//! also takes) likewise, each expert by the tokens routed to it. Q8_0, Q5_1
+//! and MXFP4 rows keep ggml's kernels, which sum alike. ggml's reference
+//! kernels (`ggml_backend_cpu_set_use_ref`: the dot product for every
+//! batch, no operator fusion; slower for prompts) remain for the
+//! attention's products when flash attention is off, and for a build
+//! without AVX2, FMA and F16C.
 //!
 //! llama.cpp makes the context's CPU backend itself and offers no way to
 //! reach it, so the CPU device's `init_backend` entry is wrapped once, when
@@ -162,17 +163,12 @@ impl Kernels {
         }
         // SAFETY: reads a constant of svc's kernels.
         let products = unsafe { svc_product_available() };
+        // Every matrix (a mixture of experts' too) sums alike for one token
+        // and for many, or takes svc's product.
         let kept = |t: &svc_gguf::TensorInfo| {
-            if t.dims.iter().filter(|&&d| d > 1).count() < 2 {
-                return true;
-            }
-            let experts = t.dims.get(2).is_some_and(|&n| n > 1);
-            if experts {
-                // A mixture of experts' matrices (MUL_MAT_ID): no svc kernel.
-                !TILED.contains(&t.ggml_type) && (products || !summed_otherwise(t.ggml_type))
-            } else {
-                products || !summed_otherwise(t.ggml_type)
-            }
+            t.dims.iter().filter(|&&d| d > 1).count() < 2
+                || products
+                || !summed_otherwise(t.ggml_type)
         };
         match svc_gguf::GgufHeader::read(weights) {
             Ok(header) if header.tensors.iter().all(kept) => Kernels::Attention,
@@ -205,9 +201,9 @@ const TILES: [sys::ggml_type; 6] = [
 /// multiplies their matrices from eight tokens in another order than the
 /// dot product, and the experts of a mixture-of-experts model (MUL_MAT_ID)
 /// from eight tokens an expert. svc's product (`kernel/product.cpp`) takes
-/// the matrices of these types and of [`TILES`] with ggml's one-token bits
-/// (a build without it takes ggml's reference kernels for them), but not
-/// MUL_MAT_ID nodes: such a model takes ggml's reference kernels.
+/// the matrices of these types and of [`TILES`], plain (MUL_MAT) or a
+/// mixture's (MUL_MAT_ID), with ggml's one-token bits (a build without it
+/// takes ggml's reference kernels for them).
 const TILED: [sys::ggml_type; 13] = [
     sys::GGML_TYPE_Q2_K,
     sys::GGML_TYPE_Q3_K,
@@ -563,8 +559,7 @@ mod tests {
 
         // A Q4_K_M file's matrices (Q4_K, Q6_K, Q8_0) take svc's product
         // or sum alike, and so do the K-quants ggml's tiled kernel takes
-        // from eight tokens (Q5_K); but a mixture of experts' matrices of
-        // those types (MUL_MAT_ID) take that kernel, not svc's.
+        // from eight tokens (Q5_K).
         let k_quants = |name: &str, types: &[(u32, usize)], experts: u64| {
             let mut file = GgufWriter::new();
             file.metadata("general.architecture", "llama").tensor(
@@ -598,8 +593,9 @@ mod tests {
         assert_eq!(Kernels::for_model(&q4_k_m, true, None), Kernels::Attention);
         let q5_k = k_quants("q5_k.gguf", &[(sys::GGML_TYPE_Q5_K, 176)], 1);
         assert_eq!(Kernels::for_model(&q5_k, true, None), Kernels::Attention);
+        // A mixture's K-quant experts: svc's product takes MUL_MAT_ID too.
         let moe = k_quants("moe.gguf", &[(sys::GGML_TYPE_Q4_K, 144)], 8);
-        assert_eq!(Kernels::for_model(&moe, true, None), Kernels::Reference);
+        assert_eq!(Kernels::for_model(&moe, true, None), Kernels::Attention);
         let moe = k_quants("moe_q8_0.gguf", &[(sys::GGML_TYPE_Q8_0, 8 * 34)], 8);
         assert_eq!(Kernels::for_model(&moe, true, None), Kernels::Attention);
     }
@@ -616,15 +612,8 @@ mod tests {
         adopted: bool,
     ) -> Vec<f32> {
         let n = tokens.len() as i64 / k;
-        // SAFETY: a ggml context of this test's own, its tensors filled
-        // within their sizes, computed on a CPU backend of its own.
-        unsafe {
-            let ctx = sys::ggml_init(sys::ggml_init_params {
-                mem_size: 64 << 20,
-                mem_buffer: std::ptr::null_mut(),
-                no_alloc: false,
-            });
-            assert!(!ctx.is_null(), "a ggml context");
+        // SAFETY: tensors of `compute`'s context, filled within their sizes.
+        compute(adopted, |ctx| unsafe {
             let w = sys::ggml_new_tensor_2d(ctx, ty, k, rows);
             sys::ggml_quantize_chunk(
                 ty,
@@ -637,7 +626,61 @@ mod tests {
             );
             let b = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, k, n);
             std::ptr::copy_nonoverlapping(tokens.as_ptr(), (*b).data.cast::<f32>(), tokens.len());
-            let out = sys::ggml_mul_mat(ctx, w, b);
+            sys::ggml_mul_mat(ctx, w, b)
+        })
+    }
+
+    /// A mixture of `experts` matrices (`k` x `rows` each, from `weights`,
+    /// quantized to `ty`) by `tokens` (F32, `k` x `per_token` x n: one row
+    /// for every expert a token uses, or one for all), each token by the
+    /// experts `ids` names (`used` a token), as ggml_mul_mat_id computes
+    /// it: the products' bits (`rows` x `used` x n).
+    fn product_id(
+        ty: sys::ggml_type,
+        weights: &[f32],
+        (k, rows, experts): (i64, i64, i64),
+        (tokens, per_token): (&[f32], i64),
+        (ids, used): (&[i32], i64),
+        adopted: bool,
+    ) -> Vec<f32> {
+        let n = ids.len() as i64 / used;
+        // SAFETY: tensors of `compute`'s context, filled within their sizes.
+        compute(adopted, |ctx| unsafe {
+            let w = sys::ggml_new_tensor_3d(ctx, ty, k, rows, experts);
+            sys::ggml_quantize_chunk(
+                ty,
+                weights.as_ptr(),
+                (*w).data,
+                0,
+                rows * experts,
+                k,
+                std::ptr::null(),
+            );
+            let b = sys::ggml_new_tensor_3d(ctx, sys::GGML_TYPE_F32, k, per_token, n);
+            std::ptr::copy_nonoverlapping(tokens.as_ptr(), (*b).data.cast::<f32>(), tokens.len());
+            let i = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_I32, used, n);
+            std::ptr::copy_nonoverlapping(ids.as_ptr(), (*i).data.cast::<i32>(), ids.len());
+            sys::ggml_mul_mat_id(ctx, w, b, i)
+        })
+    }
+
+    /// The F32 tensor `build` makes in a ggml context of this test's own,
+    /// computed on a CPU backend of two threads, adopted by svc's kernels
+    /// or taking ggml's reference kernels.
+    fn compute(
+        adopted: bool,
+        build: impl FnOnce(*mut sys::ggml_context) -> *mut sys::ggml_tensor,
+    ) -> Vec<f32> {
+        // SAFETY: a ggml context of this test's own, computed on a CPU
+        // backend of its own; the result read within its size.
+        unsafe {
+            let ctx = sys::ggml_init(sys::ggml_init_params {
+                mem_size: 64 << 20,
+                mem_buffer: std::ptr::null_mut(),
+                no_alloc: false,
+            });
+            assert!(!ctx.is_null(), "a ggml context");
+            let out = build(ctx);
             let graph = sys::ggml_new_graph(ctx);
             sys::ggml_build_forward_expand(graph, out);
             let backend = sys::ggml_backend_cpu_init();
@@ -651,8 +694,11 @@ mod tests {
             }
             let status = sys::ggml_backend_graph_compute(backend, graph);
             assert_eq!(status, sys::GGML_STATUS_SUCCESS);
-            let result =
-                std::slice::from_raw_parts((*out).data.cast::<f32>(), (rows * n) as usize).to_vec();
+            let result = std::slice::from_raw_parts(
+                (*out).data.cast::<f32>(),
+                sys::ggml_nelements(out) as usize,
+            )
+            .to_vec();
             sys::ggml_backend_free(backend);
             sys::ggml_free(ctx);
             result
@@ -741,6 +787,71 @@ mod tests {
                     bits(one),
                     "token {j} of {n} against itself alone"
                 );
+            }
+        }
+    }
+
+    /// A mixture of experts' product (MUL_MAT_ID), whose K-quant experts
+    /// ggml's tiled kernel takes from eight tokens an expert: svc's product
+    /// gives the bits of ggml's dot product for 1 to 40 tokens, each
+    /// token's rows the same as that token's alone, with one activation row
+    /// for all of a token's experts (as a feed-forward's gate and up) or
+    /// one for each (as its down).
+    #[test]
+    fn a_mixture_of_experts_gets_ggmls_dot_product_for_any_number_of_tokens() {
+        let (rows, experts, used) = (37_i64, 6_i64, 2_i64);
+        for (ty, k) in [
+            (sys::GGML_TYPE_Q4_K, 512_i64),
+            (sys::GGML_TYPE_Q5_0, 256),
+            (sys::GGML_TYPE_Q5_K, 512),
+        ] {
+            let weights = values((k * rows * experts) as usize, 5);
+            // Each token's two experts, distinct, from a fixed sequence:
+            // some experts get many tokens (eight or more: the tiled
+            // kernel's), some few.
+            let all_ids: Vec<i32> = (0..40_i32)
+                .flat_map(|t| {
+                    let first = (t * 7 + t / 3) % experts as i32;
+                    let second = (first + 1 + t % 2 * 3) % experts as i32;
+                    [first, second]
+                })
+                .collect();
+            for per_token in [1, used] {
+                let row = (k * per_token) as usize;
+                let all = values(row * 40, 13);
+                let one = |j: usize, n: usize, adopted: bool| {
+                    product_id(
+                        ty,
+                        &weights,
+                        (k, rows, experts),
+                        (&all[j * row..(j + n) * row], per_token),
+                        (&all_ids[j * used as usize..(j + n) * used as usize], used),
+                        adopted,
+                    )
+                };
+                let out = (rows * used) as usize;
+                for n in [1_usize, 3, 8, 17, 40] {
+                    let before = super::product_kernel_nodes();
+                    let ours = one(0, n, true);
+                    assert!(
+                        super::product_kernel_nodes() > before,
+                        "svc's kernel computed the mixture's product of {n} tokens"
+                    );
+                    let ggml = one(0, n, false);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&ours),
+                        bits(&ggml),
+                        "type {ty}, {per_token} rows a token, {n} tokens: svc's kernel against ggml's"
+                    );
+                    for j in [0, n / 2, n - 1] {
+                        assert_eq!(
+                            bits(&ours[j * out..(j + 1) * out]),
+                            bits(&one(j, 1, false)),
+                            "type {ty}: token {j} of {n} against itself alone"
+                        );
+                    }
+                }
             }
         }
     }
