@@ -580,8 +580,10 @@ using GraphCompute = ggml_status (*)(ggml_backend_t, ggml_cgraph *);
 std::atomic<GraphCompute> original{nullptr};
 // Flash-attention nodes given to this kernel so far, for tests.
 std::atomic<uint64_t> rewritten{0};
-// Matrix products given to product.cpp's kernel so far, for tests.
+// Matrix products given to product.cpp's kernel so far, and how many of
+// them a mixture of experts' (MUL_MAT_ID), for tests.
 std::atomic<uint64_t> products{0};
+std::atomic<uint64_t> mixtures{0};
 
 ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
 #if SVC_ATTENTION
@@ -593,8 +595,8 @@ ggml_status compute(ggml_backend_t backend, ggml_cgraph * graph) {
             rewrite(node);
             rewritten.fetch_add(1, std::memory_order_relaxed);
         } else if ((node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) && svc_product_supported(node)) {
+            (node->op == GGML_OP_MUL_MAT_ID ? mixtures : products).fetch_add(1, std::memory_order_relaxed);
             make_custom(node, svc_product);
-            products.fetch_add(1, std::memory_order_relaxed);
         }
     }
 #endif
@@ -631,9 +633,15 @@ bool svc_attention_adopt(ggml_backend_t backend) {
 #endif
 }
 
-// How many matrix products product.cpp's kernel has been given to compute.
+// How many matrix products product.cpp's kernel has been given to compute
+// (MUL_MAT nodes, and a mixture's MUL_MAT_ID ones).
 uint64_t svc_product_nodes(void) {
-    return products.load(std::memory_order_relaxed);
+    return products.load(std::memory_order_relaxed) + mixtures.load(std::memory_order_relaxed);
+}
+
+// How many of them were a mixture of experts' (MUL_MAT_ID).
+uint64_t svc_mixture_nodes(void) {
+    return mixtures.load(std::memory_order_relaxed);
 }
 
 // How many flash-attention nodes this kernel has been given to compute.

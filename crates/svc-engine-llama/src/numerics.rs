@@ -114,6 +114,8 @@ unsafe extern "C" {
     fn svc_attention_nodes() -> u64;
     /// Matrix products given to svc's product kernel so far (by every engine).
     fn svc_product_nodes() -> u64;
+    /// How many of them were a mixture of experts' (MUL_MAT_ID).
+    fn svc_mixture_nodes() -> u64;
 }
 
 /// Flash-attention nodes svc's kernel has been given to compute so far, by
@@ -128,8 +130,15 @@ pub(crate) fn attention_kernel_nodes() -> u64 {
 /// given to compute so far, by every engine of the process.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn product_kernel_nodes() -> u64 {
-    // SAFETY: reads an atomic counter.
+    // SAFETY: reads atomic counters.
     unsafe { svc_product_nodes() }
+}
+
+/// How many of those were a mixture of experts' products (MUL_MAT_ID).
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn mixture_kernel_nodes() -> u64 {
+    // SAFETY: reads an atomic counter.
+    unsafe { svc_mixture_nodes() }
 }
 
 /// The kernels of a context's CPU backend.
@@ -831,10 +840,10 @@ mod tests {
                 };
                 let out = (rows * used) as usize;
                 for n in [1_usize, 3, 8, 17, 40] {
-                    let before = super::product_kernel_nodes();
+                    let before = super::mixture_kernel_nodes();
                     let ours = one(0, n, true);
                     assert!(
-                        super::product_kernel_nodes() > before,
+                        super::mixture_kernel_nodes() > before,
                         "svc's kernel computed the mixture's product of {n} tokens"
                     );
                     let ggml = one(0, n, false);

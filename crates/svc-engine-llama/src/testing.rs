@@ -60,10 +60,15 @@ pub fn attention_kernel_nodes() -> u64 {
 
 /// Matrix products svc's product kernel (`kernel/product.cpp`) has computed
 /// so far, counted over every engine of the process: it grows while an
-/// engine with batch-invariant numerics runs a model with Q4_1, Q4_K or Q6_K
-/// matrices.
+/// engine with batch-invariant numerics runs a model with Q4_0, Q4_1, Q5_0,
+/// Q4_K or Q6_K matrices (or others ggml sums otherwise for several tokens).
 pub fn product_kernel_nodes() -> u64 {
     crate::numerics::product_kernel_nodes()
+}
+
+/// How many of those were a mixture of experts' products (MUL_MAT_ID).
+pub fn mixture_kernel_nodes() -> u64 {
+    crate::numerics::mixture_kernel_nodes()
 }
 
 /// What plain llama.cpp computes for `tokens` of the GGUF at `path`: each
@@ -232,6 +237,10 @@ pub struct TinyModel {
     pub branches: Vec<(String, Vec<Vec<u8>>)>,
     /// The context the GGUF says the model was trained for.
     pub context_length: u32,
+    /// A mixture of experts' feed-forward (as Mixtral's, in the llama
+    /// architecture): how many experts a layer has and how many each token
+    /// uses; `None` for one feed-forward a layer.
+    pub experts: Option<(u32, u32)>,
 }
 
 /// The fill-in-the-middle tokens of a [`TinyModel`] with `fim`, in the
@@ -276,6 +285,7 @@ impl TinyModel {
             follows: "\n".to_owned(),
             branches: Vec::new(),
             context_length: 4096,
+            experts: None,
         }
     }
 
@@ -354,6 +364,15 @@ impl TinyModel {
     pub fn with_controls(self, controls: &[&str]) -> Self {
         TinyModel {
             controls: controls.iter().map(|c| (*c).to_owned()).collect(),
+            ..self
+        }
+    }
+
+    /// The same model with a mixture of `count` experts a layer, `used` of
+    /// them a token (see [`TinyModel::experts`]).
+    pub fn with_experts(self, count: u32, used: u32) -> Self {
+        TinyModel {
+            experts: Some((count, used)),
             ..self
         }
     }
@@ -511,6 +530,10 @@ impl TinyModel {
             .metadata("tokenizer.ggml.eos_token_id", EOT_ID as u32)
             .metadata("tokenizer.ggml.add_bos_token", false)
             .metadata("tokenizer.chat_template", self.template.clone());
+        if let Some((count, used)) = self.experts {
+            w.metadata("llama.expert_count", count)
+                .metadata("llama.expert_used_count", used);
+        }
         if let [pre, suf, mid] = fim_ids[..] {
             w.metadata("tokenizer.ggml.fim_pre_token_id", pre as u32)
                 .metadata("tokenizer.ggml.fim_suf_token_id", suf as u32)
@@ -533,9 +556,17 @@ impl TinyModel {
             w.tensor(&name("attn_v"), &[e, kv], random(e * kv));
             w.tensor(&name("attn_output"), &[e, e], random(e * e));
             w.tensor(&name("ffn_norm"), &[e], vec![1.0; N_EMBD]);
-            w.tensor(&name("ffn_gate"), &[e, ff], random(e * ff));
-            w.tensor(&name("ffn_up"), &[e, ff], random(e * ff));
-            w.tensor(&name("ffn_down"), &[ff, e], random(ff * e));
+            if let Some((count, _)) = self.experts {
+                let n = u64::from(count);
+                w.tensor(&name("ffn_gate_inp"), &[e, n], random(e * n));
+                w.tensor(&name("ffn_gate_exps"), &[e, ff, n], random(e * ff * n));
+                w.tensor(&name("ffn_up_exps"), &[e, ff, n], random(e * ff * n));
+                w.tensor(&name("ffn_down_exps"), &[ff, e, n], random(ff * e * n));
+            } else {
+                w.tensor(&name("ffn_gate"), &[e, ff], random(e * ff));
+                w.tensor(&name("ffn_up"), &[e, ff], random(e * ff));
+                w.tensor(&name("ffn_down"), &[ff, e], random(ff * e));
+            }
         }
         w
     }

@@ -39,8 +39,12 @@ fn engine(batch_invariant: bool) -> Fixture {
 }
 
 fn engine_with(set: impl FnOnce(&mut LlamaEngineOptions)) -> Fixture {
+    engine_of(TinyModel::looping(), set)
+}
+
+fn engine_of(model: TinyModel, set: impl FnOnce(&mut LlamaEngineOptions)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny_q4_1(&dir, "tiny-q4_1.gguf", TinyModel::looping());
+    let path = tiny_q4_1(&dir, "tiny-q4_1.gguf", model);
     let mut options = LlamaEngineOptions::new(&path);
     options.parallel = 4;
     options.context_per_sequence = 1024;
@@ -195,6 +199,42 @@ async fn a_prompt_cut_into_any_chunks_gives_the_same_bits() {
     // matrix products of the model's Q4_1 rows.
     assert!(testing::attention_kernel_nodes() > before);
     assert!(testing::product_kernel_nodes() > products_before);
+}
+
+// Issue 46: a mixture of experts (each token's feed-forward by 2 of its
+// layer's 4 experts: ggml's MUL_MAT_ID) takes svc's product too, each
+// expert by the tokens routed to it, so its reply is the same bits with its
+// prompt cut into any chunks and beside other streams.
+#[tokio::test]
+async fn a_mixture_of_experts_gives_the_same_bits_however_it_is_batched() {
+    let moe = || TinyModel::looping().with_experts(4, 2);
+    let before = testing::mixture_kernel_nodes();
+    let chunks = |size| {
+        engine_of(moe(), |o| {
+            o.parallel = 1;
+            o.batch_size = size;
+        })
+    };
+    let whole = reply(&chunks(512).engine, probe(&greedy())).await;
+    assert_eq!(whole.bits.len(), 32, "{whole:?}");
+    assert!(
+        testing::mixture_kernel_nodes() > before,
+        "svc's product computed the experts' products"
+    );
+    for size in [1, 7, 100] {
+        let chunked = reply(&chunks(size).engine, probe(&greedy())).await;
+        assert_eq!(chunked, whole, "{size} prompt tokens a step");
+    }
+    let f = engine_of(moe(), |_| {});
+    let three = async {
+        tokio::join!(
+            reply(&f.engine, probe(&greedy())),
+            reply(&f.engine, ask("Count.".into(), seeded(), 40)),
+            reply(&f.engine, long_prompt("rivers")),
+        )
+    };
+    let (beside, ..) = testing::together(&f.engine, 3, three).await;
+    assert_eq!(beside, whole, "beside other streams");
 }
 
 // Issue 46: a client alone takes every slot; when another client's request
