@@ -1,4 +1,4 @@
-// svc's matrix products of Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights for
+// svc's matrix products of Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K weights for
 // ggml's CPU backend (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32
 // activations), and ggml's dot product for the other types its faster
 // kernels sum otherwise.
@@ -8,16 +8,17 @@
 // row and each token it unpacks the row's 4-bit values again and sums the
 // blocks in order. That is batch-invariant, and for one token it is as fast
 // as the memory allows, but a prompt chunk or many streams unpack every row
-// once per token. For Q4_0, Q5_0, Q4_K and Q6_K rows (not repacked: an
+// once per token. For Q4_0, Q5_0, Q4_K, Q5_K and Q6_K rows (not repacked: an
 // invariant engine keeps them as stored) ggml has faster kernels for
 // several tokens (llamafile's tiles, its CPU repack, its tiled K-quant
 // product), but they sum in another order than one token's dot product
 // (see numerics.rs). This file computes each output element with exactly
 // the arithmetic of ggml's dot product (`ggml_vec_dot_q4_1_q8_1`,
 // `ggml_vec_dot_q4_0_q8_0`, `ggml_vec_dot_q5_0_q8_0`,
-// `ggml_vec_dot_q4_K_q8_K` and `ggml_vec_dot_q6_K_q8_K` for AVX2, the
-// activations quantized by ggml's own `quantize_row_q8_1`,
-// `quantize_row_q8_0` and `quantize_row_q8_K`), so the result is the same
+// `ggml_vec_dot_q4_K_q8_K`, `ggml_vec_dot_q5_K_q8_K` and
+// `ggml_vec_dot_q6_K_q8_K` for AVX2, the activations quantized by ggml's
+// own `quantize_row_q8_1`, `quantize_row_q8_0` and `quantize_row_q8_K`),
+// so the result is the same
 // bits as ggml's for any batch, but a strip of tokens shares the work: each
 // row's values are unpacked once per block for eight tokens (for the last
 // few tokens of 32-value blocks, each token's block is loaded once for two
@@ -484,6 +485,96 @@ void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * ou
     }
 }
 
+// Q5_K: Q4_K's super-blocks with a fifth bit for every value (bit j of
+// qh's byte i for value i of the j-th 32 values). ggml's dot product
+// (`ggml_vec_dot_q5_K_q8_K` for AVX2) sums the scaled products as for Q4_K
+// (exact int32 lanes, one 8-lane fused multiply-add of the two scales'
+// product a super-block), but the mins' products as one integer a
+// super-block, added to a scalar sum by one fused multiply-add of minus
+// the token's scale times the row's min scale (ggml's C compiles
+// `summs += dmin * sum` so, checked by this file's tests); at the end,
+// hsum_float_8 of the lanes plus that sum.
+
+struct Q5_K {
+    uint16_t d;     // scale of the scales, f16
+    uint16_t dmin;  // scale of the mins, f16
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+};
+static_assert(sizeof(Q5_K) == 176, "Q5_K block");
+
+// One Q5_K row times C tokens (from c0), every element summed as ggml's
+// dot product sums it (see above).
+template <int C>
+void tile_q5_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 acc[C];
+    __m256 summs = _mm256_setzero_ps();
+    const Q8_K * cols[C];
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const Q5_K & b = x[ib];
+        alignas(16) uint8_t sm[16];
+        scales_and_mins(b.scales, sm);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *) (sm + 8)));
+        // ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each.
+        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
+        const __m256 d = _mm256_mul_ps(yd, _mm256_set1_ps(half(b.d)));
+        const __m256 dmin = _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(half(b.dmin)));
+        // Each token's mins product, one integer (exact), in its lane.
+        alignas(32) int32_t min_sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int c = 0; c < C; ++c) {
+            const __m128i sums = _mm_loadu_si128((const __m128i *) (t.sums + 8 * (ib * CHUNK + c0 + c)));
+            const __m128i prod = _mm_madd_epi16(mins, sums);
+            const __m128i h = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
+            min_sums[c] = _mm_cvtsi128_si32(h);
+        }
+        summs = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *) min_sums)), summs);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *) b.qh);
+        __m256i sumi[C];
+        for (int c = 0; c < C; ++c) {
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; ++j) {
+            const __m256i scale_l = _mm256_set1_epi16(sm[2 * j]);
+            const __m256i scale_h = _mm256_set1_epi16(sm[2 * j + 1]);
+            const __m256i q5bits = _mm256_loadu_si256((const __m256i *) (b.qs + 32 * j));
+            // ggml: the fifth bits 2j and 2j + 1 of each byte, times 16.
+            const __m256i mask_l = _mm256_set1_epi8((char) (1 << (2 * j)));
+            const __m256i mask_h = _mm256_set1_epi8((char) (1 << (2 * j + 1)));
+            const __m256i q5l = _mm256_add_epi8(
+                _mm256_and_si256(q5bits, m4),
+                _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, mask_l), 2 * j), 4));
+            const __m256i q5h = _mm256_add_epi8(
+                _mm256_and_si256(_mm256_srli_epi16(q5bits, 4), m4),
+                _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, mask_h), 2 * j + 1), 4));
+            for (int c = 0; c < C; ++c) {
+                const int8_t * q8 = cols[c][ib].qs + 64 * j;
+                const __m256i q8l = _mm256_loadu_si256((const __m256i *) q8);
+                const __m256i q8h = _mm256_loadu_si256((const __m256i *) (q8 + 32));
+                const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q5l, q8l));
+                const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q5h, q8h));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p16l, p16h));
+            }
+        }
+        for (int c = 0; c < C; ++c) {
+            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    alignas(32) float offsets[8];
+    _mm256_store_ps(offsets, summs);
+    for (int c = 0; c < C; ++c) {
+        out[c][0] = hsum(acc[c]) + offsets[c];
+    }
+}
+
 // Q6_K: super-blocks of 256 values in sixteen sub-blocks of 16, each with
 // an 8-bit signed scale, and the super-block's f16 scale; a value is 6 bits
 // (4 in `ql`, 2 in `qh`) less 32. ggml's dot product
@@ -572,6 +663,13 @@ struct Q4KRows {
     template <int C>
     static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
         tile_q4_k<C>(x, t, c0, out);
+    }
+};
+struct Q5KRows {
+    using Block = Q5_K;
+    template <int C>
+    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
+        tile_q5_k<C>(x, t, c0, out);
     }
 };
 struct Q6KRows {
@@ -730,7 +828,7 @@ void run_dot(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const flo
     }
 }
 
-// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, Q4_K and
+// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and
 // Q6_K with this file's kernels (when ggml lays out their blocks as this
 // file does), the other types summed otherwise by ggml's dot product.
 bool takes(ggml_type type) {
@@ -742,6 +840,7 @@ bool takes(ggml_type type) {
         case GGML_TYPE_Q5_0: return blocks(type, sizeof(Q5_0), QK) && blocks(GGML_TYPE_Q8_0, sizeof(Q8_0), QK);
         case GGML_TYPE_Q4_1: return blocks(type, sizeof(Q4_1), QK) && blocks(GGML_TYPE_Q8_1, sizeof(Q8_1), QK);
         case GGML_TYPE_Q4_K: return blocks(type, sizeof(Q4_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
+        case GGML_TYPE_Q5_K: return blocks(type, sizeof(Q5_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         case GGML_TYPE_Q6_K: return blocks(type, sizeof(Q6_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         default: {
             const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
@@ -765,6 +864,7 @@ bool plain(const ggml_tensor * w, bool experts) {
 void multiply(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
     switch (w.type) {
         case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q5_K: run_k<Q5KRows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q4_1: run<Q41Rows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q4_0: run<Q40Rows>(w, r0, r1, tokens, in, out); break;

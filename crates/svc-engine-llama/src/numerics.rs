@@ -30,9 +30,9 @@
 //! every row as the file stores it ([`with_plain_weights`]), and its
 //! backend gives every matrix of a type summed otherwise, and of Q4_1, to
 //! svc's own product (`kernel/product.cpp`): the same bits as ggml's dot
-//! product for every token, for Q4_0, Q4_1, Q5_0, Q4_K and Q6_K rows (the
-//! default model's, a Q4_0 file's, and a Q4_K_M file's, whose smaller
-//! matrices are often Q5_0) with each row unpacked once for a strip of
+//! product for every token, for Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K rows
+//! (the default model's, a Q4_0 file's, and Q4_K_M and Q5_K_M files',
+//! whose smaller matrices are often Q5_0) with each row unpacked once for a strip of
 //! tokens (ggml unpacks it again for every token), for the other types by
 //! calling ggml's dot product token after token; a mixture of experts'
 //! matrices (MUL_MAT_ID, whose K-quant and i-quant experts the tiled kernel
@@ -738,6 +738,11 @@ mod tests {
     }
 
     #[test]
+    fn the_q5_k_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_Q5_K, 512);
+    }
+
+    #[test]
     fn the_q6_k_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_Q6_K, 512);
     }
@@ -751,13 +756,13 @@ mod tests {
     }
 
     /// Types ggml multiplies for several tokens with llamafile's tiles (F16,
-    /// IQ4_NL) or its tiled K-quant kernel (Q5_K): svc's product gives its
+    /// IQ4_NL) or its tiled K-quant kernel (Q3_K): svc's product gives its
     /// dot product's bits instead.
     #[test]
     fn types_summed_otherwise_get_ggmls_dot_product_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_F16, 256);
         same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 256);
-        same_bits_as_ggml(sys::GGML_TYPE_Q5_K, 512);
+        same_bits_as_ggml(sys::GGML_TYPE_Q3_K, 512);
     }
 
     /// A `k` x 69 matrix of `ty` (an odd number of rows: a tile's
@@ -812,7 +817,7 @@ mod tests {
         for (ty, k) in [
             (sys::GGML_TYPE_Q4_K, 512_i64),
             (sys::GGML_TYPE_Q5_0, 256),
-            (sys::GGML_TYPE_Q5_K, 512),
+            (sys::GGML_TYPE_Q3_K, 512),
         ] {
             let weights = values((k * rows * experts) as usize, 5);
             // Each token's two experts, distinct, from a fixed sequence:
