@@ -423,6 +423,26 @@ inline void scales_and_mins(const uint8_t * packed, uint8_t out[16]) {
     std::memcpy(out, utmp, 16);
 }
 
+// What Q4_K's and Q5_K's dot products take of a super-block for tokens c0
+// to c0 + 7 of `t`: its eight scales (bytes 0-7 of `sm`) and mins (bytes
+// 8-15, and widened in `mins`), and the tokens' scale times its two f16
+// scales (ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each).
+struct SuperBlock {
+    alignas(16) uint8_t sm[16];
+    __m128i mins;
+    __m256 d;
+    __m256 dmin;
+
+    template <class Block>
+    SuperBlock(const Block & b, const TokensK & t, int64_t ib, int64_t c0) {
+        scales_and_mins(b.scales, sm);
+        mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *) (sm + 8)));
+        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
+        d = _mm256_mul_ps(yd, _mm256_set1_ps(half(b.d)));
+        dmin = _mm256_mul_ps(_mm256_xor_ps(yd, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(half(b.dmin)));
+    }
+};
+
 // One Q4_K row times C tokens (from c0), every element summed as ggml's
 // dot product sums it (see above). The C tokens' scale products are lanes
 // of one vector, each token's picked by one permute.
@@ -430,7 +450,6 @@ template <int C>
 void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 acc[C];
     __m128 acc_m[C];
     const Q8_K * cols[C];
@@ -441,13 +460,8 @@ void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * ou
     }
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const Q4_K & b = x[ib];
-        alignas(16) uint8_t sm[16];
-        scales_and_mins(b.scales, sm);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *) (sm + 8)));
-        // ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each.
-        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
-        const __m256 d = _mm256_mul_ps(yd, _mm256_set1_ps(half(b.d)));
-        const __m256 dmin = _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(half(b.dmin)));
+        const SuperBlock k(b, t, ib, c0);
+        const uint8_t * sm = k.sm;
         __m256i sumi[C];
         for (int c = 0; c < C; ++c) {
             sumi[c] = _mm256_setzero_si256();
@@ -469,11 +483,11 @@ void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * ou
         }
         for (int c = 0; c < C; ++c) {
             const __m256i index = _mm256_set1_epi32(c);
-            const __m256 dc = _mm256_permutevar8x32_ps(d, index);
+            const __m256 dc = _mm256_permutevar8x32_ps(k.d, index);
             acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
             const __m128i sums = _mm_loadu_si128((const __m128i *) (t.sums + 8 * (ib * CHUNK + c0 + c)));
-            const __m128i prod = _mm_madd_epi16(mins, sums);
-            const __m128 dminc = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dmin, index));
+            const __m128i prod = _mm_madd_epi16(k.mins, sums);
+            const __m128 dminc = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(k.dmin, index));
             acc_m[c] = _mm_fmadd_ps(dminc, _mm_cvtepi32_ps(prod), acc_m[c]);
         }
     }
@@ -510,7 +524,6 @@ template <int C>
 void tile_q5_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 acc[C];
     __m256 summs = _mm256_setzero_ps();
     const Q8_K * cols[C];
@@ -520,22 +533,17 @@ void tile_q5_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * ou
     }
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const Q5_K & b = x[ib];
-        alignas(16) uint8_t sm[16];
-        scales_and_mins(b.scales, sm);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *) (sm + 8)));
-        // ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each.
-        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
-        const __m256 d = _mm256_mul_ps(yd, _mm256_set1_ps(half(b.d)));
-        const __m256 dmin = _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(half(b.dmin)));
+        const SuperBlock k(b, t, ib, c0);
+        const uint8_t * sm = k.sm;
         // Each token's mins product, one integer (exact), in its lane.
         alignas(32) int32_t min_sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int c = 0; c < C; ++c) {
             const __m128i sums = _mm_loadu_si128((const __m128i *) (t.sums + 8 * (ib * CHUNK + c0 + c)));
-            const __m128i prod = _mm_madd_epi16(mins, sums);
+            const __m128i prod = _mm_madd_epi16(k.mins, sums);
             const __m128i h = _mm_hadd_epi32(_mm_hadd_epi32(prod, _mm_setzero_si128()), _mm_setzero_si128());
             min_sums[c] = _mm_cvtsi128_si32(h);
         }
-        summs = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *) min_sums)), summs);
+        summs = _mm256_fmadd_ps(k.dmin, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *) min_sums)), summs);
         const __m256i hbits = _mm256_loadu_si256((const __m256i *) b.qh);
         __m256i sumi[C];
         for (int c = 0; c < C; ++c) {
@@ -564,7 +572,7 @@ void tile_q5_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * ou
             }
         }
         for (int c = 0; c < C; ++c) {
-            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+            const __m256 dc = _mm256_permutevar8x32_ps(k.d, _mm256_set1_epi32(c));
             acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
         }
     }
