@@ -443,6 +443,17 @@ struct SuperBlock {
     }
 };
 
+// ggml's Q4_K and Q5_K sums of 64 values, two sub-blocks of 32 unsigned
+// values (`low`, `high`) by a token's 64 at `q8`: each sub-block's products
+// in pairs, times its scale, as eight int32 lanes (exact).
+inline __m256i scaled_products(__m256i scale_l, __m256i low, __m256i scale_h, __m256i high, const int8_t * q8) {
+    const __m256i q8l = _mm256_loadu_si256((const __m256i *) q8);
+    const __m256i q8h = _mm256_loadu_si256((const __m256i *) (q8 + 32));
+    const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(low, q8l));
+    const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(high, q8h));
+    return _mm256_add_epi32(p16l, p16h);
+}
+
 // One Q4_K row times C tokens (from c0), every element summed as ggml's
 // dot product sums it (see above). The C tokens' scale products are lanes
 // of one vector, each token's picked by one permute.
@@ -473,12 +484,8 @@ void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * ou
             const __m256i q4l = _mm256_and_si256(q4bits, m4);
             const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
             for (int c = 0; c < C; ++c) {
-                const int8_t * q8 = cols[c][ib].qs + 64 * j;
-                const __m256i q8l = _mm256_loadu_si256((const __m256i *) q8);
-                const __m256i q8h = _mm256_loadu_si256((const __m256i *) (q8 + 32));
-                const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
-                const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p16l, p16h));
+                const __m256i p = scaled_products(scale_l, q4l, scale_h, q4h, cols[c][ib].qs + 64 * j);
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
             }
         }
         for (int c = 0; c < C; ++c) {
@@ -563,12 +570,8 @@ void tile_q5_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * ou
                 _mm256_and_si256(_mm256_srli_epi16(q5bits, 4), m4),
                 _mm256_slli_epi16(_mm256_srli_epi16(_mm256_and_si256(hbits, mask_h), 2 * j + 1), 4));
             for (int c = 0; c < C; ++c) {
-                const int8_t * q8 = cols[c][ib].qs + 64 * j;
-                const __m256i q8l = _mm256_loadu_si256((const __m256i *) q8);
-                const __m256i q8h = _mm256_loadu_si256((const __m256i *) (q8 + 32));
-                const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q5l, q8l));
-                const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q5h, q8h));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p16l, p16h));
+                const __m256i p = scaled_products(scale_l, q5l, scale_h, q5h, cols[c][ib].qs + 64 * j);
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
             }
         }
         for (int c = 0; c < C; ++c) {
