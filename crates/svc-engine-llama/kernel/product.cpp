@@ -318,21 +318,11 @@ void rows_by_tokens(const Matrix & w, int64_t r0, int64_t r1, const Tokens<typen
     }
 }
 
-// Each of ggml's threads keeps its quantized tokens here between nodes.
-thread_local std::vector<Q8_0> quantized_0;
-thread_local std::vector<Q8_1> quantized_1;
-thread_local std::vector<float> scales;
-
+// Each of ggml's threads keeps its quantized tokens here between nodes
+// (one buffer per activation block type).
 template <class Act>
-std::vector<Act> & quantized();
-template <>
-std::vector<Q8_0> & quantized<Q8_0>() {
-    return quantized_0;
-}
-template <>
-std::vector<Q8_1> & quantized<Q8_1>() {
-    return quantized_1;
-}
+thread_local std::vector<Act> quantized;
+thread_local std::vector<float> scales;
 
 // Quantizes the `tokens` activations `in` (as ggml does for its dot
 // product) and multiplies rows [r0, r1) of `w` by them, CHUNK tokens at a
@@ -343,7 +333,7 @@ void run(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float *
     const int64_t k = w.k;
     const int64_t blocks = k / QK;
     const int64_t chunk = std::min<int64_t>(CHUNK, tokens);
-    std::vector<Act> & q8 = quantized<Act>();
+    std::vector<Act> & q8 = quantized<Act>;
     if ((int64_t) q8.size() < chunk * blocks) {
         q8.resize(chunk * blocks);
     }
