@@ -1,5 +1,5 @@
-// svc's matrix products of Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K weights for
-// ggml's CPU backend (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32
+// svc's matrix products of Q4_0, Q4_1, Q5_0, IQ4_NL and Q2_K to Q6_K weights
+// for ggml's CPU backend (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32
 // activations), and ggml's dot product for the other types its faster
 // kernels sum otherwise.
 //
@@ -8,14 +8,14 @@
 // row and each token it unpacks the row's 4-bit values again and sums the
 // blocks in order. That is batch-invariant, and for one token it is as fast
 // as the memory allows, but a prompt chunk or many streams unpack every row
-// once per token. For Q4_0, Q5_0, Q4_K, Q5_K and Q6_K rows (not repacked: an
-// invariant engine keeps them as stored) ggml has faster kernels for
+// once per token. For the other types here (not repacked: an invariant
+// engine keeps them as stored) ggml has faster kernels for
 // several tokens (llamafile's tiles, its CPU repack, its tiled K-quant
 // product), but they sum in another order than one token's dot product
 // (see numerics.rs). This file computes each output element with exactly
 // the arithmetic of ggml's dot product (`ggml_vec_dot_q4_1_q8_1`,
 // `ggml_vec_dot_q4_0_q8_0`, `ggml_vec_dot_q5_0_q8_0`,
-// `ggml_vec_dot_q4_K_q8_K`, `ggml_vec_dot_q5_K_q8_K` and
+// `ggml_vec_dot_iq4_nl_q8_0` and `ggml_vec_dot_q2_K_q8_K` to
 // `ggml_vec_dot_q6_K_q8_K` for AVX2, the activations quantized by ggml's
 // own `quantize_row_q8_1`, `quantize_row_q8_0` and `quantize_row_q8_K`),
 // so the result is the same
@@ -73,6 +73,10 @@ struct Q5_0 {
     uint8_t qh[4];  // the fifth bits
     uint8_t qs[16];
 };
+struct IQ4_NL {
+    uint16_t d;  // scale, f16
+    uint8_t qs[16];  // indices into ggml's 16 non-linear values
+};
 struct Q8_0 {
     uint16_t d;  // scale, f16
     int8_t qs[32];
@@ -85,6 +89,7 @@ struct Q8_1 {
 static_assert(sizeof(Q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(Q4_1) == 20, "Q4_1 block");
 static_assert(sizeof(Q5_0) == 22, "Q5_0 block");
+static_assert(sizeof(IQ4_NL) == 18, "IQ4_NL block");
 static_assert(sizeof(Q8_0) == 34, "Q8_0 block");
 static_assert(sizeof(Q8_1) == 36, "Q8_1 block");
 
@@ -149,15 +154,21 @@ struct Matrix {
 // end, the eight lanes as ggml's hsum_float_8 adds them. Q4_1 blocks also
 // have an offset: ggml adds the offset times the token block's scaled sum
 // to a sum of its own, by fused multiply-add, and that sum to the lanes'.
+// IQ4_NL (`ggml_vec_dot_iq4_nl_q8_0`) keeps two sets of eight lanes, the
+// even blocks' and the odd blocks', and adds them before hsum_float_8 (an
+// odd last block it adds in scalar code: svc's product leaves rows of an
+// odd number of blocks to ggml's dot product).
 //
 // Each row type says its blocks, its tokens' blocks, how ggml quantizes
-// the tokens and how it unpacks a block's values (as unsigned bytes when
-// the row has an offset, as signed bytes when not).
+// the tokens, how it unpacks a block's values (as unsigned bytes when
+// the row has an offset, as signed bytes when not) and whether it sums
+// the blocks in two alternating sets of lanes.
 
 struct Q41Rows {
     using Block = Q4_1;
     using Act = Q8_1;
     static constexpr bool offset = true;
+    static constexpr bool pairs = false;
     static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_1(x, q, k); }
     static __m256i values(const Block & x) { return nibbles(x.qs); }
 };
@@ -165,6 +176,7 @@ struct Q40Rows {
     using Block = Q4_0;
     using Act = Q8_0;
     static constexpr bool offset = false;
+    static constexpr bool pairs = false;
     static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_0(x, q, k); }
     // ggml: the 4-bit values less 8.
     static __m256i values(const Block & x) { return _mm256_sub_epi8(nibbles(x.qs), _mm256_set1_epi8(8)); }
@@ -173,11 +185,27 @@ struct Q50Rows {
     using Block = Q5_0;
     using Act = Q8_0;
     static constexpr bool offset = false;
+    static constexpr bool pairs = false;
     static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_0(x, q, k); }
     // ggml: the 4-bit values, less 16 where the fifth bit is clear.
     static __m256i values(const Block & x) {
         const __m256i high = _mm256_andnot_si256(bits(x.qh), _mm256_set1_epi8((char) 0xF0));
         return _mm256_or_si256(nibbles(x.qs), high);
+    }
+};
+struct IQ4NLRows {
+    using Block = IQ4_NL;
+    using Act = Q8_0;
+    static constexpr bool offset = false;
+    static constexpr bool pairs = true;
+    static void quantize(const float * x, Act * q, int64_t k) { quantize_row_q8_0(x, q, k); }
+    // IQ4_NL's 16 values (ggml-common.h's kvalues_iq4nl).
+    static constexpr int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+    // ggml: each 4-bit index's value, low halves first.
+    static __m256i values(const Block & x) {
+        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) levels));
+        return _mm256_shuffle_epi8(table, nibbles(x.qs));
     }
 };
 
@@ -211,19 +239,22 @@ void tile(const typename Rows::Block * const * rows, const Tokens<typename Rows:
           float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     using Act = typename Rows::Act;
-    __m256 acc[R][C];
+    using Lanes = __m256[R][C];
+    Lanes acc;
+    Lanes odd;  // the odd blocks' lanes, for rows that sum in pairs
     __m256 summs[R];
     for (int r = 0; r < R; ++r) {
         summs[r] = _mm256_setzero_ps();
         for (int c = 0; c < C; ++c) {
             acc[r][c] = _mm256_setzero_ps();
+            odd[r][c] = _mm256_setzero_ps();
         }
     }
     const Act * cols[C];
     for (int c = 0; c < C; ++c) {
         cols[c] = t.q + (c0 + c) * t.blocks;
     }
-    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+    const auto block = [&](int64_t ib, Lanes & lanes) {
         const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
         __m256i qx[R];
         __m256i ax[R];
@@ -248,8 +279,24 @@ void tile(const typename Rows::Block * const * rows, const Tokens<typename Rows:
             for (int r = 0; r < R; ++r) {
                 const __m256 dc = _mm256_permutevar8x32_ps(d[r], index);
                 const __m256i y = Rows::offset ? qy : _mm256_sign_epi8(qy, qx[r]);
-                acc[r][c] = _mm256_fmadd_ps(dc, products(ax[r], y), acc[r][c]);
+                lanes[r][c] = _mm256_fmadd_ps(dc, products(ax[r], y), lanes[r][c]);
             }
+        }
+    };
+    if constexpr (Rows::pairs) {
+        // An even number of blocks (see multiply).
+        for (int64_t ib = 0; ib + 1 < t.blocks; ib += 2) {
+            block(ib, acc);
+            block(ib + 1, odd);
+        }
+        for (int r = 0; r < R; ++r) {
+            for (int c = 0; c < C; ++c) {
+                acc[r][c] = _mm256_add_ps(acc[r][c], odd[r][c]);
+            }
+        }
+    } else {
+        for (int64_t ib = 0; ib < t.blocks; ++ib) {
+            block(ib, acc);
         }
     }
     for (int r = 0; r < R; ++r) {
@@ -658,6 +705,182 @@ void tile_q6_k(const Q6_K * x, const TokensK & t, int64_t c0, float * const * ou
     }
 }
 
+// Q2_K and Q3_K: super-blocks of 256 values in sixteen sub-blocks of 16,
+// 2 bits a value (Q3_K: a third in `hmask`), each sub-block with a 4-bit
+// scale and a 4-bit min (Q2_K) or a 6-bit signed scale (Q3_K). ggml's dot
+// products (`ggml_vec_dot_q2_K_q8_K`, `ggml_vec_dot_q3_K_q8_K` for AVX2)
+// sum the scaled products in eight int32 lanes (exact) and add them with
+// one 8-lane fused multiply-add of the two scales' product a super-block;
+// Q2_K first adds its mins' products (the token's sums of 16 against the
+// mins, eight int32 lanes) with one of minus the token's scale times the
+// row's min scale. At the end, ggml's hsum_float_8.
+
+struct Q2_K {
+    uint8_t scales[16];  // scale (low 4 bits) and min (high 4 bits) of each sub-block
+    uint8_t qs[64];
+    uint16_t d;     // scale of the scales, f16
+    uint16_t dmin;  // scale of the mins, f16
+};
+struct Q3_K {
+    uint8_t hmask[32];  // the third bits
+    uint8_t qs[64];     // the low two bits
+    uint8_t scales[12];  // sixteen 6-bit scales
+    uint16_t d;  // f16
+};
+static_assert(sizeof(Q2_K) == 84, "Q2_K block");
+static_assert(sizeof(Q3_K) == 110, "Q3_K block");
+
+// What ggml's Q2_K and Q3_K dot products take of 32 values of a row for a
+// token: the 32 unsigned 2-bit values, what ggml subtracts from their
+// products (Q3_K: 4 where the third bit is clear), and the scales of
+// their two sub-blocks as 16 int16 lanes each (ggml's
+// get_scale_shuffle_q3k).
+struct LowBits {
+    __m256i values;
+    __m256i minus;
+    __m256i scales;
+};
+
+// A token's 32 values at `q8` by such 32 of a row: pair products, less the
+// subtracted part's (Q3_K), times the scales, as eight int32 lanes.
+template <bool Minus>
+inline __m256i scaled_low_bits(const LowBits & x, const int8_t * q8) {
+    const __m256i y = _mm256_loadu_si256((const __m256i *) q8);
+    __m256i p16 = _mm256_maddubs_epi16(x.values, y);
+    if constexpr (Minus) {
+        p16 = _mm256_sub_epi16(p16, _mm256_maddubs_epi16(x.minus, y));
+    }
+    return _mm256_madd_epi16(x.scales, p16);
+}
+
+// One Q2_K or Q3_K row times C tokens (from c0), every element summed as
+// ggml's dot product sums it (see above): a super-block's values and
+// scales unpacked once (`unpack`, 128 values at a time), then multiplied
+// by each token's.
+template <int C, bool Minus, class Unpack>
+inline void low_bits_super_block(const Q8_K * const * cols, int64_t ib, Unpack unpack, __m256i (&sumi)[C]) {
+    for (int c = 0; c < C; ++c) {
+        sumi[c] = _mm256_setzero_si256();
+    }
+    for (int j = 0; j < 2; ++j) {
+        LowBits x[4];
+        unpack(j, x);
+        for (int q = 0; q < 4; ++q) {
+            for (int c = 0; c < C; ++c) {
+                const __m256i p = scaled_low_bits<Minus>(x[q], cols[c][ib].qs + 128 * j + 32 * q);
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
+            }
+        }
+    }
+}
+
+template <int C>
+void tile_q2_k(const Q2_K * x, const TokensK & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 acc[C];
+    const Q8_K * cols[C];
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const Q2_K & b = x[ib];
+        // ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each.
+        const __m256 yd = _mm256_loadu_ps(t.d + ib * CHUNK + c0);
+        const __m256 d = _mm256_mul_ps(yd, _mm256_set1_ps(half(b.d)));
+        const __m256 dmin = _mm256_mul_ps(_mm256_xor_ps(yd, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(half(b.dmin)));
+        const __m128i packed = _mm_loadu_si128((const __m128i *) b.scales);
+        const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        alignas(32) int16_t scales[16];
+        _mm256_store_si256((__m256i *) scales, _mm256_cvtepi8_epi16(_mm_and_si128(packed, m4)));
+        for (int c = 0; c < C; ++c) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *) cols[c][ib].bsums);
+            const __m256i prod = _mm256_madd_epi16(mins, bsums);
+            const __m256 dminc = _mm256_permutevar8x32_ps(dmin, _mm256_set1_epi32(c));
+            acc[c] = _mm256_fmadd_ps(dminc, _mm256_cvtepi32_ps(prod), acc[c]);
+        }
+        __m256i sumi[C];
+        low_bits_super_block<C, false>(
+            cols, ib,
+            [&](int j, LowBits (&v)[4]) {
+                const __m256i q2bits = _mm256_loadu_si256((const __m256i *) (b.qs + 32 * j));
+                for (int q = 0; q < 4; ++q) {
+                    v[q].values = _mm256_and_si256(_mm256_srli_epi16(q2bits, 2 * q), m3);
+                    v[q].scales = _mm256_set_m128i(_mm_set1_epi16(scales[8 * j + 2 * q + 1]),
+                                                   _mm_set1_epi16(scales[8 * j + 2 * q]));
+                }
+            },
+            sumi);
+        for (int c = 0; c < C; ++c) {
+            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        out[c][0] = hsum(acc[c]);
+    }
+}
+
+// A Q3_K block's sixteen scales as ggml unpacks their 6-bit fields, less 32.
+inline void q3_k_scales(const uint8_t * packed, int16_t out[16]) {
+    constexpr uint32_t kmask1 = 0x03030303;
+    constexpr uint32_t kmask2 = 0x0f0f0f0f;
+    uint32_t aux[3];
+    std::memcpy(aux, packed, 12);
+    const __m128i scales = _mm_sub_epi8(_mm_set_epi32(((aux[1] >> 4) & kmask2) | (((aux[2] >> 6) & kmask1) << 4),
+                                                      ((aux[0] >> 4) & kmask2) | (((aux[2] >> 4) & kmask1) << 4),
+                                                      (aux[1] & kmask2) | (((aux[2] >> 2) & kmask1) << 4),
+                                                      (aux[0] & kmask2) | (((aux[2] >> 0) & kmask1) << 4)),
+                                       _mm_set1_epi8(32));
+    _mm256_storeu_si256((__m256i *) out, _mm256_cvtepi8_epi16(scales));
+}
+
+template <int C>
+void tile_q3_k(const Q3_K * x, const TokensK & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i mone = _mm256_set1_epi8(1);
+    __m256 acc[C];
+    const Q8_K * cols[C];
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const Q3_K & b = x[ib];
+        // ggml: d = y.d * x.d, one rounding.
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(t.d + ib * CHUNK + c0), _mm256_set1_ps(half(b.d)));
+        alignas(32) int16_t scales[16];
+        q3_k_scales(b.scales, scales);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *) b.hmask);
+        __m256i sumi[C];
+        low_bits_super_block<C, true>(
+            cols, ib,
+            [&](int j, LowBits (&v)[4]) {
+                const __m256i q3bits = _mm256_loadu_si256((const __m256i *) (b.qs + 32 * j));
+                for (int q = 0; q < 4; ++q) {
+                    const int bit = 4 * j + q;
+                    v[q].values = _mm256_and_si256(_mm256_srli_epi16(q3bits, 2 * q), m3);
+                    // ggml: 4 where bit `bit` of hmask's byte is clear.
+                    v[q].minus = _mm256_slli_epi16(
+                        _mm256_srli_epi16(_mm256_andnot_si256(hbits, _mm256_slli_epi16(mone, bit)), bit), 2);
+                    v[q].scales = _mm256_set_m128i(_mm_set1_epi16(scales[8 * j + 2 * q + 1]),
+                                                   _mm_set1_epi16(scales[8 * j + 2 * q]));
+                }
+            },
+            sumi);
+        for (int c = 0; c < C; ++c) {
+            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        out[c][0] = hsum(acc[c]);
+    }
+}
+
 // The K-quant rows svc multiplies: their block and their tile.
 struct Q4KRows {
     using Block = Q4_K;
@@ -678,6 +901,20 @@ struct Q6KRows {
     template <int C>
     static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
         tile_q6_k<C>(x, t, c0, out);
+    }
+};
+struct Q2KRows {
+    using Block = Q2_K;
+    template <int C>
+    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
+        tile_q2_k<C>(x, t, c0, out);
+    }
+};
+struct Q3KRows {
+    using Block = Q3_K;
+    template <int C>
+    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
+        tile_q3_k<C>(x, t, c0, out);
     }
 };
 
@@ -755,8 +992,8 @@ void run_k(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float
 // Any other type ggml multiplies for several tokens with a kernel that sums
 // in another order than its dot product does for one: llamafile's tiles
 // (F32, F16, BF16, Q4_0, Q5_0, IQ4_NL, from two tokens) and its tiled
-// K-quant product (the K-quants svc's product does not take, and the
-// i-quants, from eight). For those (but Q4_0 and Q5_0, above), every element is ggml's own dot product
+// K-quant product (K-quants and i-quants, from eight). For those that svc's kernels
+// above do not take, every element is ggml's own dot product
 // (the function and activation type of its CPU type traits), token after
 // token: what ggml computes for one token, and for any batch with its
 // reference kernels, without giving up the rest of the fast path (operator
@@ -829,9 +1066,9 @@ void run_dot(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const flo
     }
 }
 
-// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and
-// Q6_K with this file's kernels (when ggml lays out their blocks as this
-// file does), the other types summed otherwise by ggml's dot product.
+// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, IQ4_NL and
+// Q2_K to Q6_K with this file's kernels (when ggml lays out their blocks as
+// this file does), the other types summed otherwise by ggml's dot product.
 bool takes(ggml_type type) {
     const auto blocks = [](ggml_type t, size_t size, int64_t qk) {
         return ggml_type_size(t) == size && ggml_blck_size(t) == qk;
@@ -843,6 +1080,9 @@ bool takes(ggml_type type) {
         case GGML_TYPE_Q4_K: return blocks(type, sizeof(Q4_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         case GGML_TYPE_Q5_K: return blocks(type, sizeof(Q5_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         case GGML_TYPE_Q6_K: return blocks(type, sizeof(Q6_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
+        case GGML_TYPE_Q2_K: return blocks(type, sizeof(Q2_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
+        case GGML_TYPE_Q3_K: return blocks(type, sizeof(Q3_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
+        case GGML_TYPE_IQ4_NL: return blocks(type, sizeof(IQ4_NL), QK) && blocks(GGML_TYPE_Q8_0, sizeof(Q8_0), QK);
         default: {
             const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
             return summed_otherwise(type) && traits->vec_dot != nullptr && traits->nrows == 1 &&
@@ -870,6 +1110,16 @@ void multiply(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const fl
         case GGML_TYPE_Q4_1: run<Q41Rows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q4_0: run<Q40Rows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q5_0: run<Q50Rows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q2_K: run_k<Q2KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q3_K: run_k<Q3KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_IQ4_NL:
+            // ggml adds an odd last block in scalar code.
+            if (w.k / QK % 2 == 0) {
+                run<IQ4NLRows>(w, r0, r1, tokens, in, out);
+            } else {
+                run_dot(w, r0, r1, tokens, in, out);
+            }
+            break;
         default: run_dot(w, r0, r1, tokens, in, out); break;
     }
 }

@@ -30,10 +30,11 @@
 //! every row as the file stores it ([`with_plain_weights`]), and its
 //! backend gives every matrix of a type summed otherwise, and of Q4_1, to
 //! svc's own product (`kernel/product.cpp`): the same bits as ggml's dot
-//! product for every token, for Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K rows
-//! (the default model's, a Q4_0 file's, and Q4_K_M and Q5_K_M files',
-//! whose smaller matrices are often Q5_0) with each row unpacked once for a strip of
-//! tokens (ggml unpacks it again for every token), for the other types by
+//! product for every token, for Q4_0, Q4_1, Q5_0, IQ4_NL and Q2_K to Q6_K
+//! rows (the default model's, a Q4_0 or IQ4_NL file's, and the K-quant
+//! files', whose smaller matrices are often Q4_0 or Q5_0) with each row
+//! unpacked once for a strip of tokens (ggml unpacks it again for every
+//! token; IQ4_NL rows of an odd number of blocks excepted), for the other types by
 //! calling ggml's dot product token after token; a mixture of experts'
 //! matrices (MUL_MAT_ID, whose K-quant and i-quant experts the tiled kernel
 //! also takes) likewise, each expert by the tokens routed to it. Q8_0, Q5_1
@@ -755,14 +756,31 @@ mod tests {
         same_bits_as_ggml(sys::GGML_TYPE_Q5_0, 256);
     }
 
+    /// Q2_K and Q3_K, the bulk of Q2_K and Q3_K_M files, which ggml's tiled
+    /// K-quant kernel takes from eight tokens.
+    #[test]
+    fn the_q2_k_and_q3_k_kernels_give_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_Q2_K, 512);
+        same_bits_as_ggml(sys::GGML_TYPE_Q3_K, 512);
+    }
+
+    /// IQ4_NL (an IQ4_NL file's rows, and what llama.cpp's quantizer puts
+    /// in place of the i-quants in rows that are not whole super-blocks, as
+    /// a small model's are), which ggml multiplies with llamafile's tiles
+    /// from two tokens; its dot product sums even and odd blocks apart.
+    #[test]
+    fn the_iq4_nl_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 256);
+    }
+
     /// Types ggml multiplies for several tokens with llamafile's tiles (F16,
-    /// IQ4_NL) or its tiled K-quant kernel (Q3_K): svc's product gives its
-    /// dot product's bits instead.
+    /// IQ4_NL rows of an odd number of blocks) or its tiled K-quant kernel
+    /// (IQ4_XS): svc's product gives its dot product's bits instead.
     #[test]
     fn types_summed_otherwise_get_ggmls_dot_product_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_F16, 256);
-        same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 256);
-        same_bits_as_ggml(sys::GGML_TYPE_Q3_K, 512);
+        same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 224);
+        same_bits_as_ggml(sys::GGML_TYPE_IQ4_XS, 256);
     }
 
     /// A `k` x 69 matrix of `ty` (an odd number of rows: a tile's
