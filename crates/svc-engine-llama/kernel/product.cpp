@@ -1,5 +1,5 @@
-// svc's matrix products of Q4_0, Q4_1, Q5_0, IQ4_NL and Q2_K to Q6_K weights
-// for ggml's CPU backend (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32
+// svc's matrix products of Q4_0, Q4_1, Q5_0, IQ4_NL, IQ4_XS and Q2_K to Q6_K
+// weights for ggml's CPU backend (GGML_OP_MUL_MAT of such a matrix, not repacked, by F32
 // activations), and ggml's dot product for the other types its faster
 // kernels sum otherwise.
 //
@@ -15,8 +15,8 @@
 // (see numerics.rs). This file computes each output element with exactly
 // the arithmetic of ggml's dot product (`ggml_vec_dot_q4_1_q8_1`,
 // `ggml_vec_dot_q4_0_q8_0`, `ggml_vec_dot_q5_0_q8_0`,
-// `ggml_vec_dot_iq4_nl_q8_0` and `ggml_vec_dot_q2_K_q8_K` to
-// `ggml_vec_dot_q6_K_q8_K` for AVX2, the activations quantized by ggml's
+// `ggml_vec_dot_iq4_nl_q8_0`, `ggml_vec_dot_iq4_xs_q8_K` and
+// `ggml_vec_dot_q2_K_q8_K` to `ggml_vec_dot_q6_K_q8_K` for AVX2, the activations quantized by ggml's
 // own `quantize_row_q8_1`, `quantize_row_q8_0` and `quantize_row_q8_K`),
 // so the result is the same
 // bits as ggml's for any batch, but a strip of tokens shares the work: each
@@ -881,6 +881,64 @@ void tile_q3_k(const Q3_K * x, const TokensK & t, int64_t c0, float * const * ou
     }
 }
 
+// IQ4_XS: super-blocks of 256 values in eight sub-blocks of 32, each value
+// an index into IQ4_NL's 16 values, each sub-block with a 6-bit scale (4
+// bits in `scales_l`, 2 in `scales_h`) less 32, and the super-block's f16
+// scale. ggml's dot product (`ggml_vec_dot_iq4_xs_q8_K` for AVX2) sums the
+// scaled products in eight int32 lanes (exact) and adds them with one
+// 8-lane fused multiply-add of the two scales' product a super-block; at
+// the end, ggml's hsum_float_8.
+
+struct IQ4_XS {
+    uint16_t d;  // f16
+    uint16_t scales_h;
+    uint8_t scales_l[4];
+    uint8_t qs[128];
+};
+static_assert(sizeof(IQ4_XS) == 136, "IQ4_XS block");
+
+template <int C>
+void tile_iq4_xs(const IQ4_XS * x, const TokensK & t, int64_t c0, float * const * out) {
+    static_assert(C >= 1 && C <= 8, "at most eight tokens");
+    __m256 acc[C];
+    const Q8_K * cols[C];
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+    for (int64_t ib = 0; ib < t.blocks; ++ib) {
+        const IQ4_XS & b = x[ib];
+        // ggml: d = x.d * y.d, one rounding.
+        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(half(b.d)), _mm256_loadu_ps(t.d + ib * CHUNK + c0));
+        __m256i sumi[C];
+        for (int c = 0; c < C; ++c) {
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int s = 0; s < 8; ++s) {
+            // Sub-block s: 16 bytes of indices, low halves first; its scale.
+            const __m256i qx = _mm256_shuffle_epi8(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) IQ4NLRows::levels)),
+                nibbles(b.qs + 16 * s));
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            const int low = (b.scales_l[s / 2] >> (4 * (s % 2))) & 0xf;
+            const int high = (b.scales_h >> (2 * s)) & 3;
+            const __m256i scale = _mm256_set1_epi16((int16_t) ((low | (high << 4)) - 32));
+            for (int c = 0; c < C; ++c) {
+                const __m256i q8 = _mm256_loadu_si256((const __m256i *) (cols[c][ib].qs + 32 * s));
+                const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(q8, qx));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p16, scale));
+            }
+        }
+        for (int c = 0; c < C; ++c) {
+            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        out[c][0] = hsum(acc[c]);
+    }
+}
+
 // The K-quant rows svc multiplies: their block and their tile.
 struct Q4KRows {
     using Block = Q4_K;
@@ -915,6 +973,13 @@ struct Q3KRows {
     template <int C>
     static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
         tile_q3_k<C>(x, t, c0, out);
+    }
+};
+struct IQ4XSRows {
+    using Block = IQ4_XS;
+    template <int C>
+    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
+        tile_iq4_xs<C>(x, t, c0, out);
     }
 };
 
@@ -992,8 +1057,8 @@ void run_k(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float
 // Any other type ggml multiplies for several tokens with a kernel that sums
 // in another order than its dot product does for one: llamafile's tiles
 // (F32, F16, BF16, Q4_0, Q5_0, IQ4_NL, from two tokens) and its tiled
-// K-quant product (K-quants and i-quants, from eight). For those that svc's kernels
-// above do not take, every element is ggml's own dot product
+// K-quant product (K-quants and i-quants, from eight). For those that
+// svc's kernels above do not take, every element is ggml's own dot product
 // (the function and activation type of its CPU type traits), token after
 // token: what ggml computes for one token, and for any batch with its
 // reference kernels, without giving up the rest of the fast path (operator
@@ -1066,8 +1131,8 @@ void run_dot(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const flo
     }
 }
 
-// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, IQ4_NL and
-// Q2_K to Q6_K with this file's kernels (when ggml lays out their blocks as
+// Whether svc's product takes rows of `type`: Q4_0, Q4_1, Q5_0, IQ4_NL,
+// IQ4_XS and Q2_K to Q6_K with this file's kernels (when ggml lays out their blocks as
 // this file does), the other types summed otherwise by ggml's dot product.
 bool takes(ggml_type type) {
     const auto blocks = [](ggml_type t, size_t size, int64_t qk) {
@@ -1083,6 +1148,7 @@ bool takes(ggml_type type) {
         case GGML_TYPE_Q2_K: return blocks(type, sizeof(Q2_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         case GGML_TYPE_Q3_K: return blocks(type, sizeof(Q3_K), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         case GGML_TYPE_IQ4_NL: return blocks(type, sizeof(IQ4_NL), QK) && blocks(GGML_TYPE_Q8_0, sizeof(Q8_0), QK);
+        case GGML_TYPE_IQ4_XS: return blocks(type, sizeof(IQ4_XS), QK_K) && blocks(GGML_TYPE_Q8_K, sizeof(Q8_K), QK_K);
         default: {
             const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
             return summed_otherwise(type) && traits->vec_dot != nullptr && traits->nrows == 1 &&
@@ -1112,6 +1178,7 @@ void multiply(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const fl
         case GGML_TYPE_Q5_0: run<Q50Rows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q2_K: run_k<Q2KRows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q3_K: run_k<Q3KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_IQ4_XS: run_k<IQ4XSRows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_IQ4_NL:
             // ggml adds an odd last block in scalar code.
             if (w.k / QK % 2 == 0) {

@@ -30,9 +30,9 @@
 //! every row as the file stores it ([`with_plain_weights`]), and its
 //! backend gives every matrix of a type summed otherwise, and of Q4_1, to
 //! svc's own product (`kernel/product.cpp`): the same bits as ggml's dot
-//! product for every token, for Q4_0, Q4_1, Q5_0, IQ4_NL and Q2_K to Q6_K
-//! rows (the default model's, a Q4_0 or IQ4_NL file's, and the K-quant
-//! files', whose smaller matrices are often Q4_0 or Q5_0) with each row
+//! product for every token, for Q4_0, Q4_1, Q5_0, IQ4_NL, IQ4_XS and Q2_K
+//! to Q6_K rows (the default model's, a Q4_0, IQ4_NL or IQ4_XS file's, and
+//! the K-quant files', whose smaller matrices are often Q4_0 or Q5_0) with each row
 //! unpacked once for a strip of tokens (ggml unpacks it again for every
 //! token; IQ4_NL rows of an odd number of blocks excepted), for the other types by
 //! calling ggml's dot product token after token; a mixture of experts'
@@ -773,14 +773,21 @@ mod tests {
         same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 256);
     }
 
+    /// IQ4_XS, whose rows ggml's tiled K-quant kernel takes from eight
+    /// tokens.
+    #[test]
+    fn the_iq4_xs_kernel_gives_ggmls_bits_for_any_number_of_tokens() {
+        same_bits_as_ggml(sys::GGML_TYPE_IQ4_XS, 512);
+    }
+
     /// Types ggml multiplies for several tokens with llamafile's tiles (F16,
     /// IQ4_NL rows of an odd number of blocks) or its tiled K-quant kernel
-    /// (IQ4_XS): svc's product gives its dot product's bits instead.
+    /// (IQ3_S): svc's product gives its dot product's bits instead.
     #[test]
     fn types_summed_otherwise_get_ggmls_dot_product_for_any_number_of_tokens() {
         same_bits_as_ggml(sys::GGML_TYPE_F16, 256);
         same_bits_as_ggml(sys::GGML_TYPE_IQ4_NL, 224);
-        same_bits_as_ggml(sys::GGML_TYPE_IQ4_XS, 256);
+        same_bits_as_ggml(sys::GGML_TYPE_IQ3_S, 256);
     }
 
     /// A `k` x 69 matrix of `ty` (an odd number of rows: a tile's
