@@ -444,6 +444,26 @@ struct TokensK {
     int64_t blocks;
 };
 
+// Each of C tokens' int32 lanes of a super-block added to its float lanes
+// as ggml adds them: acc = fma(d, float(sumi), acc), d the token's lane of
+// `d` (the two scales' product).
+template <int C>
+inline void add_lanes(__m256 (&acc)[C], const __m256 d, const __m256i (&sumi)[C]) {
+    for (int c = 0; c < C; ++c) {
+        const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
+        acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+    }
+}
+
+// Each of C tokens' float lanes summed as ggml's hsum_float_8 sums them,
+// into its output.
+template <int C>
+inline void store_sums(float * const * out, const __m256 (&acc)[C]) {
+    for (int c = 0; c < C; ++c) {
+        out[c][0] = hsum(acc[c]);
+    }
+}
+
 // A Q4_K block's eight scales (bytes 0-7) and eight mins (bytes 8-15), as
 // ggml unpacks their 6-bit fields.
 inline void scales_and_mins(const uint8_t * packed, uint8_t out[16]) {
@@ -813,14 +833,9 @@ void tile_q2_k(const Q2_K * x, const TokensK & t, int64_t c0, float * const * ou
                 }
             },
             sumi);
-        for (int c = 0; c < C; ++c) {
-            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
-            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-        }
+        add_lanes<C>(acc, d, sumi);
     }
-    for (int c = 0; c < C; ++c) {
-        out[c][0] = hsum(acc[c]);
-    }
+    store_sums<C>(out, acc);
 }
 
 // A Q3_K block's sixteen scales as ggml unpacks their 6-bit fields, less 32.
@@ -871,14 +886,9 @@ void tile_q3_k(const Q3_K * x, const TokensK & t, int64_t c0, float * const * ou
                 }
             },
             sumi);
-        for (int c = 0; c < C; ++c) {
-            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
-            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-        }
+        add_lanes<C>(acc, d, sumi);
     }
-    for (int c = 0; c < C; ++c) {
-        out[c][0] = hsum(acc[c]);
-    }
+    store_sums<C>(out, acc);
 }
 
 // IQ4_XS: super-blocks of 256 values in eight sub-blocks of 32, each value
@@ -929,14 +939,9 @@ void tile_iq4_xs(const IQ4_XS * x, const TokensK & t, int64_t c0, float * const 
                 sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p16, scale));
             }
         }
-        for (int c = 0; c < C; ++c) {
-            const __m256 dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c));
-            acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-        }
+        add_lanes<C>(acc, d, sumi);
     }
-    for (int c = 0; c < C; ++c) {
-        out[c][0] = hsum(acc[c]);
-    }
+    store_sums<C>(out, acc);
 }
 
 // The K-quant rows svc multiplies: their block and their tile.
