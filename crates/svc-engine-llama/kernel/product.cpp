@@ -444,6 +444,15 @@ struct TokensK {
     int64_t blocks;
 };
 
+// Tokens c0 to c0 + C of `t`: their blocks, and their float lanes, zero.
+template <int C>
+inline void start_tokens(const TokensK & t, int64_t c0, __m256 (&acc)[C], const Q8_K * (&cols)[C]) {
+    for (int c = 0; c < C; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        cols[c] = t.q + (c0 + c) * t.blocks;
+    }
+}
+
 // Each of C tokens' int32 lanes of a super-block added to its float lanes
 // as ggml adds them: acc = fma(d, float(sumi), acc), d the token's lane of
 // `d` (the two scales' product).
@@ -515,7 +524,7 @@ inline __m256i scaled_products(__m256i scale_l, __m256i low, __m256i scale_h, __
 // dot product sums it (see above). The C tokens' scale products are lanes
 // of one vector, each token's picked by one permute.
 template <int C>
-void tile_q4_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_k(const Q4_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc[C];
@@ -585,7 +594,7 @@ static_assert(sizeof(Q5_K) == 176, "Q5_K block");
 // One Q5_K row times C tokens (from c0), every element summed as ggml's
 // dot product sums it (see above).
 template <int C>
-void tile_q5_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_k(const Q5_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc[C];
@@ -670,16 +679,13 @@ inline __m256i scale_pair(const int8_t * scales, int i) {
 // One Q6_K row times C tokens (from c0), every element summed as ggml's dot
 // product sums it (see above).
 template <int C>
-void tile_q6_k(const Q6_K * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_k(const Q6_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i m15 = _mm256_set1_epi8(15);
     __m256 acc[C];
     const Q8_K * cols[C];
-    for (int c = 0; c < C; ++c) {
-        acc[c] = _mm256_setzero_ps();
-        cols[c] = t.q + (c0 + c) * t.blocks;
-    }
+    start_tokens<C>(t, c0, acc, cols);
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const Q6_K & b = x[ib];
         // ggml: d = y.d * x.d, one rounding.
@@ -773,10 +779,9 @@ inline __m256i scaled_low_bits(const LowBits & x, const int8_t * q8) {
     return _mm256_madd_epi16(x.scales, p16);
 }
 
-// One Q2_K or Q3_K row times C tokens (from c0), every element summed as
-// ggml's dot product sums it (see above): a super-block's values and
-// scales unpacked once (`unpack`, 128 values at a time), then multiplied
-// by each token's.
+// A Q2_K or Q3_K super-block by C tokens, as ggml's dot product sums it
+// into int32 lanes: its values and scales unpacked once (`unpack`, 128
+// values at a time), then multiplied by each token's.
 template <int C, bool Minus, class Unpack>
 inline void low_bits_super_block(const Q8_K * const * cols, int64_t ib, Unpack unpack, __m256i (&sumi)[C]) {
     for (int c = 0; c < C; ++c) {
@@ -794,17 +799,16 @@ inline void low_bits_super_block(const Q8_K * const * cols, int64_t ib, Unpack u
     }
 }
 
+// One Q2_K row times C tokens (from c0), every element summed as ggml's
+// dot product sums it (see above).
 template <int C>
-void tile_q2_k(const Q2_K * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_k(const Q2_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0xF);
     __m256 acc[C];
     const Q8_K * cols[C];
-    for (int c = 0; c < C; ++c) {
-        acc[c] = _mm256_setzero_ps();
-        cols[c] = t.q + (c0 + c) * t.blocks;
-    }
+    start_tokens<C>(t, c0, acc, cols);
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const Q2_K & b = x[ib];
         // ggml: d = y.d * x.d and dmin = -y.d * x.dmin, one rounding each.
@@ -852,17 +856,16 @@ inline void q3_k_scales(const uint8_t * packed, int16_t out[16]) {
     _mm256_storeu_si256((__m256i *) out, _mm256_cvtepi8_epi16(scales));
 }
 
+// One Q3_K row times C tokens (from c0), every element summed as ggml's
+// dot product sums it (see above).
 template <int C>
-void tile_q3_k(const Q3_K * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_k(const Q3_K * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i mone = _mm256_set1_epi8(1);
     __m256 acc[C];
     const Q8_K * cols[C];
-    for (int c = 0; c < C; ++c) {
-        acc[c] = _mm256_setzero_ps();
-        cols[c] = t.q + (c0 + c) * t.blocks;
-    }
+    start_tokens<C>(t, c0, acc, cols);
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const Q3_K & b = x[ib];
         // ggml: d = y.d * x.d, one rounding.
@@ -907,15 +910,14 @@ struct IQ4_XS {
 };
 static_assert(sizeof(IQ4_XS) == 136, "IQ4_XS block");
 
+// One IQ4_XS row times C tokens (from c0), every element summed as ggml's
+// dot product sums it (see above).
 template <int C>
-void tile_iq4_xs(const IQ4_XS * x, const TokensK & t, int64_t c0, float * const * out) {
+void tile_k(const IQ4_XS * x, const TokensK & t, int64_t c0, float * const * out) {
     static_assert(C >= 1 && C <= 8, "at most eight tokens");
     __m256 acc[C];
     const Q8_K * cols[C];
-    for (int c = 0; c < C; ++c) {
-        acc[c] = _mm256_setzero_ps();
-        cols[c] = t.q + (c0 + c) * t.blocks;
-    }
+    start_tokens<C>(t, c0, acc, cols);
     for (int64_t ib = 0; ib < t.blocks; ++ib) {
         const IQ4_XS & b = x[ib];
         // ggml: d = x.d * y.d, one rounding.
@@ -944,80 +946,36 @@ void tile_iq4_xs(const IQ4_XS * x, const TokensK & t, int64_t c0, float * const 
     store_sums<C>(out, acc);
 }
 
-// The K-quant rows svc multiplies: their block and their tile.
-struct Q4KRows {
-    using Block = Q4_K;
-    template <int C>
-    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
-        tile_q4_k<C>(x, t, c0, out);
-    }
-};
-struct Q5KRows {
-    using Block = Q5_K;
-    template <int C>
-    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
-        tile_q5_k<C>(x, t, c0, out);
-    }
-};
-struct Q6KRows {
-    using Block = Q6_K;
-    template <int C>
-    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
-        tile_q6_k<C>(x, t, c0, out);
-    }
-};
-struct Q2KRows {
-    using Block = Q2_K;
-    template <int C>
-    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
-        tile_q2_k<C>(x, t, c0, out);
-    }
-};
-struct Q3KRows {
-    using Block = Q3_K;
-    template <int C>
-    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
-        tile_q3_k<C>(x, t, c0, out);
-    }
-};
-struct IQ4XSRows {
-    using Block = IQ4_XS;
-    template <int C>
-    static void tile(const Block * x, const TokensK & t, int64_t c0, float * const * out) {
-        tile_iq4_xs<C>(x, t, c0, out);
-    }
-};
-
-// Rows [r0, r1) of `w` times tokens c0 to c0 + C of `t`, one row at a time.
-template <class Rows, int C>
+// Rows [r0, r1) of `w` (of Block's type) times tokens c0 to c0 + C of `t`,
+// one row at a time, by Block's tile_k.
+template <class Block, int C>
 void strip_k(const Matrix & w, int64_t r0, int64_t r1, const TokensK & t, int64_t c0, float * const * out) {
-    using Block = typename Rows::Block;
     const char * base = w.data;
     float * outs[C];
     for (int64_t r = r0; r < r1; ++r) {
         for (int c = 0; c < C; ++c) {
             outs[c] = out[c0 + c] + r;
         }
-        Rows::template tile<C>((const Block *) (base + r * w.stride), t, c0, outs);
+        tile_k<C>((const Block *) (base + r * w.stride), t, c0, outs);
     }
 }
 
 // Rows [r0, r1) of `w` times the `n` quantized tokens `t`: strips of eight
 // tokens, then the few left.
-template <class Rows>
+template <class Block>
 void rows_by_tokens_k(const Matrix & w, int64_t r0, int64_t r1, const TokensK & t, int64_t n, float * const * out) {
     int64_t c0 = 0;
     for (; c0 + 8 <= n; c0 += 8) {
-        strip_k<Rows, 8>(w, r0, r1, t, c0, out);
+        strip_k<Block, 8>(w, r0, r1, t, c0, out);
     }
     switch (n - c0) {
-        case 7: strip_k<Rows, 7>(w, r0, r1, t, c0, out); break;
-        case 6: strip_k<Rows, 6>(w, r0, r1, t, c0, out); break;
-        case 5: strip_k<Rows, 5>(w, r0, r1, t, c0, out); break;
-        case 4: strip_k<Rows, 4>(w, r0, r1, t, c0, out); break;
-        case 3: strip_k<Rows, 3>(w, r0, r1, t, c0, out); break;
-        case 2: strip_k<Rows, 2>(w, r0, r1, t, c0, out); break;
-        case 1: strip_k<Rows, 1>(w, r0, r1, t, c0, out); break;
+        case 7: strip_k<Block, 7>(w, r0, r1, t, c0, out); break;
+        case 6: strip_k<Block, 6>(w, r0, r1, t, c0, out); break;
+        case 5: strip_k<Block, 5>(w, r0, r1, t, c0, out); break;
+        case 4: strip_k<Block, 4>(w, r0, r1, t, c0, out); break;
+        case 3: strip_k<Block, 3>(w, r0, r1, t, c0, out); break;
+        case 2: strip_k<Block, 2>(w, r0, r1, t, c0, out); break;
+        case 1: strip_k<Block, 1>(w, r0, r1, t, c0, out); break;
         default: break;
     }
 }
@@ -1028,7 +986,7 @@ thread_local std::vector<int16_t> sums_k;
 // Quantizes the `tokens` activations `in` (as ggml does for its K-quant
 // dot products) and multiplies rows [r0, r1) of `w` by them, CHUNK tokens
 // at a time, token j's products going to out[j].
-template <class Rows>
+template <class Block>
 void run_k(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
     const int64_t k = w.k;
     const int64_t blocks = k / QK_K;
@@ -1055,7 +1013,7 @@ void run_k(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float
                                  _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1)));
             }
         }
-        rows_by_tokens_k<Rows>(w, r0, r1, t, n, out + j0);
+        rows_by_tokens_k<Block>(w, r0, r1, t, n, out + j0);
     }
 }
 
@@ -1175,15 +1133,15 @@ bool plain(const ggml_tensor * w, bool experts) {
 // Rows [r0, r1) of `w` times `tokens` activations, by the kernel of w's type.
 void multiply(const Matrix & w, int64_t r0, int64_t r1, int64_t tokens, const float * const * in, float * const * out) {
     switch (w.type) {
-        case GGML_TYPE_Q4_K: run_k<Q4KRows>(w, r0, r1, tokens, in, out); break;
-        case GGML_TYPE_Q5_K: run_k<Q5KRows>(w, r0, r1, tokens, in, out); break;
-        case GGML_TYPE_Q6_K: run_k<Q6KRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q4_K: run_k<Q4_K>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q5_K: run_k<Q5_K>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q6_K: run_k<Q6_K>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q4_1: run<Q41Rows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q4_0: run<Q40Rows>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_Q5_0: run<Q50Rows>(w, r0, r1, tokens, in, out); break;
-        case GGML_TYPE_Q2_K: run_k<Q2KRows>(w, r0, r1, tokens, in, out); break;
-        case GGML_TYPE_Q3_K: run_k<Q3KRows>(w, r0, r1, tokens, in, out); break;
-        case GGML_TYPE_IQ4_XS: run_k<IQ4XSRows>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q2_K: run_k<Q2_K>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_Q3_K: run_k<Q3_K>(w, r0, r1, tokens, in, out); break;
+        case GGML_TYPE_IQ4_XS: run_k<IQ4_XS>(w, r0, r1, tokens, in, out); break;
         case GGML_TYPE_IQ4_NL:
             // ggml adds an odd last block in scalar code.
             if (w.k / QK % 2 == 0) {
