@@ -311,9 +311,10 @@ async fn an_upstreams_cached_tokens_are_passed_on_in_every_dialect() {
 }
 
 // Issue 61: a rerank reply is read whole; past its limit the client gets a
-// 502 that names the limit (not the upstream's words).
+// 502 that names the limit (not the upstream's words), and an upstream
+// that reports 0 tokens used is charged svc's estimate.
 #[tokio::test]
-async fn rerank_replies_are_bounded() {
+async fn rerank_replies_are_bounded_and_charged_at_least_the_estimate() {
     let fake = FakeUpstream::start().await;
     let app = app_in_front_of(&fake).await;
     let key = app.create_key().await;
@@ -342,4 +343,21 @@ async fn rerank_replies_are_bounded() {
     );
     assert!(!message.contains("xxx"), "{message}");
     assert!(fake.padding_sent() < 48 << 20);
+
+    fake.push_behavior(Behavior::ReportTokens(0));
+    let response = rerank().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    // A token per 4 bytes of the query for each document, and of each
+    // document: (6 + 10) + (6 + 3).
+    let estimate: usize = documents
+        .iter()
+        .map(|d| query.len().div_ceil(4) + d.len().div_ceil(4))
+        .sum();
+    assert_eq!(estimate, 25);
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": estimate, "total_tokens": estimate}),
+        "{body}"
+    );
 }

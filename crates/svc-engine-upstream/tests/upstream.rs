@@ -702,7 +702,9 @@ async fn embeddings_pass_through_in_the_inputs_order() {
             fake_upstream_vector(&json!([7, 8]))
         ]
     );
-    assert_eq!(got.prompt_tokens, 5);
+    // The fake counts 3 words and 2 ids (5), under svc's estimate: 4
+    // tokens of 13 bytes, and 2 ids.
+    assert_eq!(got.prompt_tokens, 6);
     assert_eq!(
         fake.last_request().unwrap(),
         json!({"model": "their-model", "input": ["one two three", [7, 8]], "encoding_format": "float", "dimensions": 3})
@@ -786,8 +788,10 @@ async fn rerank_passes_through_in_the_documents_order() {
         .collect();
     assert_eq!(got.scores, expected);
     assert!(got.scores[1] > got.scores[0] && got.scores[0] > got.scores[2]);
-    // The fake counts a document's words plus 3.
-    assert_eq!(got.prompt_tokens, 5 + 3 + 5 + 3 + 2 + 3);
+    // The fake counts a document's words plus 3 (24), under svc's
+    // estimate: the query's 5 tokens for each document, and the
+    // documents' 7, 8 and 3.
+    assert_eq!(got.prompt_tokens, 5 * 3 + 7 + 8 + 3);
     assert_eq!(
         fake.last_request().unwrap(),
         json!({"model": "their-model", "query": "where do pandas live",
@@ -914,6 +918,34 @@ async fn text_completions_are_retried_elsewhere_before_the_first_event() {
         (down.completions_requests(), up.completions_requests()),
         (1, 1)
     );
+}
+
+// Issue 61: an upstream's usage is charged only where it is above svc's
+// estimate; one reporting 0 tokens was charged 0.
+#[tokio::test]
+async fn an_upstream_reporting_fewer_tokens_than_the_estimate_is_charged_the_estimate() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let rerank = rerank_request();
+    let embed = embed_request();
+    for (reported, rerank_charged, embed_charged) in [
+        (0, rerank.estimate_tokens(), 6),
+        (1, rerank.estimate_tokens(), 6),
+        (10_000, 10_000, 10_000),
+    ] {
+        fake.push_behavior(Behavior::ReportTokens(reported));
+        let got = engine.rerank(rerank.clone()).await.unwrap();
+        assert_eq!(
+            got.prompt_tokens, rerank_charged,
+            "rerank, {reported} reported"
+        );
+        fake.push_behavior(Behavior::ReportTokens(reported));
+        let got = engine.embed(embed.clone()).await.unwrap();
+        assert_eq!(
+            got.prompt_tokens, embed_charged,
+            "embeddings, {reported} reported"
+        );
+    }
 }
 
 /// What a connection may take in beyond what its reader read: the

@@ -59,6 +59,9 @@ pub enum Behavior {
     /// [`FakeUpstream::padding_sent`]). For a whole reply: a streamed chat
     /// is answered normally.
     Padded { status: u16, bytes: u64 },
+    /// Answers normally, but embeddings and rerank replies report this
+    /// many tokens used, whatever the request held.
+    ReportTokens(u64),
 }
 
 /// A tool call the fake makes, its arguments sent in pieces.
@@ -440,6 +443,14 @@ fn answer(shared: &Arc<Shared>, reply: Value, behavior: &Behavior) -> Response {
     }
 }
 
+/// The tokens a reply reports: `counted`, unless `behavior` says another.
+fn reported(counted: usize, behavior: &Behavior) -> u64 {
+    match behavior {
+        Behavior::ReportTokens(tokens) => *tokens,
+        _ => counted as u64,
+    }
+}
+
 /// Counts a stream as completed or cancelled, once.
 struct StreamGuard {
     shared: Arc<Shared>,
@@ -546,6 +557,7 @@ async fn embeddings(
         .iter()
         .map(|i| fake_upstream_vector(i)[0] as usize)
         .sum();
+    let tokens = reported(tokens, &behavior);
     let reply = json!({
         "object": "list",
         "data": data,
@@ -593,7 +605,7 @@ async fn rerank(
         "id": "rerank-fake",
         "model": request["model"],
         "results": results,
-        "usage": {"total_tokens": tokens},
+        "usage": {"total_tokens": reported(tokens, &behavior)},
     });
     answer(&shared, reply, &behavior)
 }
