@@ -454,22 +454,65 @@ impl Exchange {
         }
     }
 
-    /// The whole body.
-    pub async fn bytes(&mut self) -> Result<Bytes, Error> {
-        let mut all = BytesMut::new();
-        while let Some(chunk) = self.chunk().await? {
+    /// The whole body, when it is at most `limit` bytes. A longer one is
+    /// refused as soon as that is known, and never read past the limit:
+    /// at once when its `Content-Length` says so, else when the bytes
+    /// read pass it (what a sender declares is not trusted to hold); its
+    /// connection is then closed, the rest unread.
+    pub async fn bytes(&mut self, limit: usize) -> Result<Bytes, BodyError> {
+        let declared = self.body.size_hint().lower();
+        if declared > limit as u64 {
+            self.close();
+            return Err(BodyError::TooLarge);
+        }
+        // Room for all of a declared length (within the limit) at once.
+        let mut all = BytesMut::with_capacity(usize::try_from(declared).unwrap_or(limit));
+        while let Some(chunk) = self.chunk().await.map_err(BodyError::Broke)? {
+            if chunk.len() > limit - all.len() {
+                self.close();
+                return Err(BodyError::TooLarge);
+            }
             all.extend_from_slice(&chunk);
         }
         Ok(all.freeze())
     }
 
+    /// The body's first `limit` bytes at most (an error body, for its
+    /// message): what arrived before its end, or before it broke. Of a
+    /// longer body the rest is never read: its connection is closed.
+    pub async fn prefix(&mut self, limit: usize) -> Bytes {
+        let mut kept = BytesMut::new();
+        while let Ok(Some(chunk)) = self.chunk().await {
+            let room = limit - kept.len();
+            if chunk.len() > room {
+                kept.extend_from_slice(&chunk[..room]);
+                self.close();
+                break;
+            }
+            kept.extend_from_slice(&chunk);
+        }
+        kept.freeze()
+    }
+
+    /// Closes the connection, leaving the rest of the body unread.
+    fn close(&mut self) {
+        self.conn = None;
+    }
+
     /// Reads what is left of a body the caller no longer needs, so the
     /// connection can be reused: at once when it is already here (the
-    /// usual case), else in a task of its own for a few seconds.
+    /// usual case), else in a task of its own for a few seconds. Past
+    /// [`DRAIN_LIMIT`] bytes the connection is closed instead.
     pub fn finish(mut self) {
+        let mut drained = 0;
         loop {
             match futures::FutureExt::now_or_never(self.chunk()) {
-                Some(Ok(Some(_))) => {}
+                Some(Ok(Some(chunk))) => {
+                    drained += chunk.len();
+                    if drained > DRAIN_LIMIT {
+                        return;
+                    }
+                }
                 Some(Ok(None) | Err(_)) => return,
                 None => break,
             }
@@ -481,12 +524,32 @@ impl Exchange {
             )]
             runtime.spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                    while let Ok(Some(_)) = self.chunk().await {}
+                    while let Ok(Some(chunk)) = self.chunk().await {
+                        drained += chunk.len();
+                        if drained > DRAIN_LIMIT {
+                            return;
+                        }
+                    }
                 })
                 .await;
             });
         }
     }
+}
+
+/// The most of a finished body's rest read for its connection's reuse
+/// (after a stream's last event there is normally only `[DONE]` and the
+/// chunked terminator): more is not worth reading.
+const DRAIN_LIMIT: usize = 64 << 10;
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The connection broke or the peer spoke bad HTTP.
+    Broke(Error),
+    /// The body is longer than the limit it was read within; its
+    /// connection was closed.
+    TooLarge,
 }
 
 fn poll_data(
@@ -703,7 +766,12 @@ mod tests {
 
     async fn fetch(origin: &Arc<Origin>) -> Result<(StatusCode, Bytes), Error> {
         let mut exchange = origin.send(|| get(origin), Duration::from_secs(5)).await?;
-        Ok((exchange.status, exchange.bytes().await?))
+        let body = match exchange.bytes(1 << 20).await {
+            Ok(body) => body,
+            Err(BodyError::Broke(e)) => return Err(e),
+            Err(BodyError::TooLarge) => panic!("a test body over 1 MiB"),
+        };
+        Ok((exchange.status, body))
     }
 
     /// A fetch from a [`closing_server`], which answers 200 `ok`.
@@ -743,6 +811,120 @@ mod tests {
         drop(listener);
         let origin = Arc::new(Origin::new(&uri.parse().unwrap(), &Proxies::default()).unwrap());
         assert!(matches!(fetch(&origin).await, Err(Error::Connect(_))));
+    }
+
+    /// A server that answers one request with `head` (a status line and
+    /// headers) and then, unless `body` is false, a chunked body of `x`es
+    /// with no end, written until the connection closes. The bytes of body
+    /// it wrote come back once it stopped (the connection closed).
+    async fn endless_server(
+        head: &'static str,
+        body: bool,
+    ) -> (Uri, tokio::sync::oneshot::Receiver<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        let (done, written) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            read_head(&mut socket).await.unwrap();
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let mut wrote = 0;
+            if body {
+                let piece = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                while socket.write_all(piece.as_bytes()).await.is_ok() {
+                    wrote += 0x10000;
+                }
+            } else {
+                // Nothing more, until the client closes.
+                let _ = socket.read(&mut [0u8; 1]).await;
+            }
+            let _ = done.send(wrote);
+        });
+        (uri.parse().unwrap(), written)
+    }
+
+    const ENDLESS: &str = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+
+    /// What the client's connection may have taken in beyond what it read:
+    /// the sockets' buffers on both sides and hyper's read buffer.
+    const IN_FLIGHT: usize = 32 << 20;
+
+    async fn exchange(uri: &Uri) -> Exchange {
+        let origin = Arc::new(Origin::new(uri, &Proxies::default()).unwrap());
+        origin
+            .send(|| get(&origin), Duration::from_secs(5))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_past_the_limit_is_refused_before_any_body() {
+        // The body never comes: only its declared length can refuse it.
+        let (uri, closed) = endless_server(
+            "HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\n\r\n",
+            false,
+        )
+        .await;
+        let mut exchange = exchange(&uri).await;
+        let read = tokio::time::timeout(Duration::from_secs(30), exchange.bytes(1 << 20)).await;
+        assert!(matches!(read, Ok(Err(BodyError::TooLarge))));
+        drop(exchange);
+        // The connection was closed.
+        tokio::time::timeout(Duration::from_secs(30), closed)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_read_no_further_and_its_connection_closed() {
+        let (uri, written) = endless_server(ENDLESS, true).await;
+        let mut exchange = exchange(&uri).await;
+        let limit = 1 << 20;
+        let read = tokio::time::timeout(Duration::from_secs(60), exchange.bytes(limit)).await;
+        assert!(matches!(read, Ok(Err(BodyError::TooLarge))));
+        let written = tokio::time::timeout(Duration::from_secs(30), written)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(written < limit + IN_FLIGHT, "{written}");
+        drop(exchange);
+    }
+
+    #[tokio::test]
+    async fn of_an_endless_error_body_only_its_start_is_read() {
+        let (uri, written) = endless_server(ENDLESS, true).await;
+        let mut exchange = exchange(&uri).await;
+        let start = tokio::time::timeout(Duration::from_secs(60), exchange.prefix(1000))
+            .await
+            .unwrap();
+        assert_eq!(&start[..], &[b'x'; 1000][..]);
+        let written = tokio::time::timeout(Duration::from_secs(30), written)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(written < IN_FLIGHT, "{written}");
+        drop(exchange);
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_is_read_whole_and_its_connection_kept() {
+        let (uri, connections) = closing_server(3, false).await;
+        let origin = Arc::new(Origin::new(&uri, &Proxies::default()).unwrap());
+        for _ in 0..3 {
+            let mut exchange = origin
+                .send(|| get(&origin), Duration::from_secs(5))
+                .await
+                .unwrap();
+            // `ok`: exactly the limit.
+            assert_eq!(&exchange.bytes(2).await.unwrap()[..], b"ok");
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+        let mut exchange = origin
+            .send(|| get(&origin), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(matches!(exchange.bytes(1).await, Err(BodyError::TooLarge)));
     }
 
     /// An HTTP proxy: `CONNECT` tunnels and plain requests in absolute

@@ -1,6 +1,6 @@
 //! What an [`UpstreamEngine`](crate::UpstreamEngine) is built from: its
-//! endpoints and the timeouts, health-check and breaker settings shared by
-//! all of them. [`UpstreamOptions`]' serde form is the keys a configuration file
+//! endpoints and the timeouts, body limits, health-check and breaker
+//! settings shared by all of them. [`UpstreamOptions`]' serde form is the keys a configuration file
 //! may set; reading the file is the caller's business.
 
 use std::fmt;
@@ -63,11 +63,12 @@ impl EndpointConfig {
     }
 }
 
-/// Timeouts, health checks, breaker and retry settings.
+/// Timeouts, body limits, health checks, breaker and retry settings.
 ///
 /// Its serde form is the keys a configuration file may set (durations as
-/// `5s` or `500ms`), each defaulting to [`UpstreamOptions::default`]; the
-/// health-check, breaker and attempt settings are not among them.
+/// `5s` or `500ms`, sizes as bytes or `16MiB`), each defaulting to
+/// [`UpstreamOptions::default`]; the health-check timeout, breaker and
+/// attempt settings are not among them.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpstreamOptions {
@@ -113,6 +114,59 @@ pub struct UpstreamOptions {
     /// remembered endpoint may have than the least loaded one before a
     /// request goes by least outstanding instead.
     pub affinity_slack: usize,
+    /// The largest whole (non-streamed) chat or text completion reply.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub chat_reply_limit: usize,
+    /// The largest embeddings reply.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub embeddings_reply_limit: usize,
+    /// The largest rerank reply.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub rerank_reply_limit: usize,
+    /// The largest transcription or translation reply.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub transcript_reply_limit: usize,
+    /// How much of an error reply (a status other than 2xx) is read, for
+    /// its message and the log; the rest is left unread.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub error_body_limit: usize,
+    /// How much of a health check's `GET /models` reply is read (its
+    /// status is the verdict); the rest is left unread.
+    #[serde(with = "svc_core::config::byte_count")]
+    pub health_body_limit: usize,
+}
+
+/// A kind of reply read whole, each within a limit of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    Chat,
+    Embeddings,
+    Rerank,
+    Transcript,
+}
+
+impl Reply {
+    /// The replies as a message names them, and the key of their limit.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Reply::Chat => ("whole chat replies", "chat_reply_limit"),
+            Reply::Embeddings => ("embeddings replies", "embeddings_reply_limit"),
+            Reply::Rerank => ("rerank replies", "rerank_reply_limit"),
+            Reply::Transcript => ("transcripts", "transcript_reply_limit"),
+        }
+    }
+}
+
+impl UpstreamOptions {
+    /// The limit on a reply of kind `reply`, in bytes.
+    pub fn reply_limit(&self, reply: Reply) -> usize {
+        match reply {
+            Reply::Chat => self.chat_reply_limit,
+            Reply::Embeddings => self.embeddings_reply_limit,
+            Reply::Rerank => self.rerank_reply_limit,
+            Reply::Transcript => self.transcript_reply_limit,
+        }
+    }
 }
 
 impl Default for UpstreamOptions {
@@ -138,6 +192,23 @@ impl Default for UpstreamOptions {
             // About 256 tokens: more than a short shared system prompt.
             affinity_min_bytes: 1024,
             affinity_slack: 4,
+            // Replies are read whole before they are parsed, so each kind
+            // is held to what a legitimate one can reach: a chat reply with
+            // top logprobs for every token of a long answer is tens of
+            // megabytes; 2,048 embeddings of 1,024 floats as JSON (up to
+            // 20 bytes a float) are about 40 MB, of 3,072 floats about
+            // 125 MB; rerank asks for scores only (some 50 bytes a
+            // document); a verbose transcript of hours of audio with word
+            // timestamps a few megabytes.
+            chat_reply_limit: 64 << 20,
+            embeddings_reply_limit: 128 << 20,
+            rerank_reply_limit: 16 << 20,
+            transcript_reply_limit: 16 << 20,
+            // Only the first 1,000 characters of a message are passed on
+            // or logged.
+            error_body_limit: 64 << 10,
+            // A `/models` list of a few hundred models with their metadata.
+            health_body_limit: 1 << 20,
         }
     }
 }
@@ -161,6 +232,8 @@ pub enum ConfigError {
     Proxy(String),
     #[error("upstream timeouts and intervals must be positive")]
     Timeout,
+    #[error("upstream body limits must be at least 1 byte")]
+    Limit,
     #[error("the upstream engine must be started inside a Tokio runtime")]
     NoRuntime,
 }

@@ -2,7 +2,8 @@
 //! OpenAI embeddings request under the endpoint's own model name (vectors
 //! asked for as floats; the server encodes them for its client), and the
 //! upstream's list read back into [`Embeddings`], checked: one vector per
-//! input, in the inputs' order whatever order the upstream listed them in.
+//! input, in the inputs' order whatever order the upstream listed them in;
+//! its usage counted as the larger of its report and svc's estimate.
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -97,10 +98,15 @@ pub(crate) fn parse(bytes: &[u8], request: &EmbedRequest) -> Result<Embeddings, 
     {
         return Err(bad(format!("vectors of another length than the {d} asked")));
     }
+    // As for rerank: the upstream's count only where it is above svc's
+    // estimate, so that an upstream reporting less (or 0) does not set
+    // what the request is charged.
+    let estimate: u64 = request.inputs.iter().map(EmbedInput::estimate_tokens).sum();
     let prompt_tokens = list
         .usage
         .and_then(|u| u.prompt_tokens)
-        .unwrap_or_else(|| request.inputs.iter().map(EmbedInput::estimate_tokens).sum());
+        .unwrap_or(0)
+        .max(estimate);
     Ok(Embeddings {
         vectors,
         prompt_tokens,
@@ -158,6 +164,28 @@ mod tests {
         .unwrap();
         assert_eq!(got.vectors, [vec![1.0], vec![2.0]]);
         assert_eq!(got.prompt_tokens, 7);
+    }
+
+    #[test]
+    fn usage_is_never_below_the_estimate() {
+        let request = EmbedRequest {
+            inputs: vec![
+                EmbedInput::Text("x".repeat(400)),
+                EmbedInput::Tokens(vec![7; 50]),
+            ],
+            ..request(0)
+        };
+        let data = r#"[{"index":0,"embedding":[1.0]},{"index":1,"embedding":[2.0]}]"#;
+        for (usage, charged) in [
+            (r#"{"prompt_tokens":0}"#, 150),
+            (r#"{"prompt_tokens":3}"#, 150),
+            ("null", 150),
+            (r#"{"prompt_tokens":700}"#, 700),
+        ] {
+            let body = format!(r#"{{"data":{data},"usage":{usage}}}"#);
+            let got = parse(body.as_bytes(), &request).unwrap();
+            assert_eq!(got.prompt_tokens, charged, "{usage}");
+        }
     }
 
     #[test]

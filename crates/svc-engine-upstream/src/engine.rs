@@ -26,8 +26,8 @@ use svc_core::{
 use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::audio;
-use crate::client::{self, Exchange, Payload};
-use crate::config::{ConfigError, EndpointConfig, UpstreamOptions};
+use crate::client::{self, BodyError, Exchange, Payload};
+use crate::config::{ConfigError, EndpointConfig, Reply, UpstreamOptions};
 use crate::embeddings;
 use crate::error::{self, Failure};
 use crate::pool::{Endpoint, Lease, Pool, Route};
@@ -81,6 +81,17 @@ impl UpstreamEngine {
         ];
         if durations.contains(&Duration::ZERO) || options.max_attempts == 0 {
             return Err(ConfigError::Timeout);
+        }
+        let limits = [
+            options.chat_reply_limit,
+            options.embeddings_reply_limit,
+            options.rerank_reply_limit,
+            options.transcript_reply_limit,
+            options.error_body_limit,
+            options.health_body_limit,
+        ];
+        if limits.contains(&0) {
+            return Err(ConfigError::Limit);
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
         let proxies = Proxies::from_env()?;
@@ -172,9 +183,10 @@ impl UpstreamEngine {
         let is_json =
             content_type(&exchange.headers).is_some_and(|v| v.starts_with("application/json"));
         if is_json {
-            let bytes = match timeout_at(deadline, exchange.bytes()).await {
+            let limit = self.options.reply_limit(Reply::Chat);
+            let bytes = match timeout_at(deadline, exchange.bytes(limit)).await {
                 Err(_) => return Err(late()),
-                Ok(Err(e)) => return Err(body_failed(e)),
+                Ok(Err(e)) => return Err(whole_failed(e, Reply::Chat, limit)),
                 Ok(Ok(bytes)) => bytes,
             };
             translator.whole(&bytes, &mut first)?;
@@ -210,8 +222,8 @@ impl UpstreamEngine {
 
     /// Sends the request `post` makes to `endpoint` and reads its answer's
     /// head before `deadline` (else the failure `late` makes). A status
-    /// other than 2xx is the endpoint's failure, with the error body read
-    /// within what is left of the deadline.
+    /// other than 2xx is the endpoint's failure, with the start of the
+    /// error body read within what is left of the deadline.
     async fn answered(
         &self,
         endpoint: &Endpoint,
@@ -220,31 +232,38 @@ impl UpstreamEngine {
         late: impl FnOnce() -> Failure,
     ) -> Result<Exchange, Failure> {
         let send = endpoint.origin.send(post, self.options.connect_timeout);
-        let mut exchange = match timeout_at(deadline, send).await {
+        let exchange = match timeout_at(deadline, send).await {
             Err(_) => return Err(late()),
             Ok(Err(e)) => return Err(sending_failed(e)),
             Ok(Ok(exchange)) => exchange,
         };
-        let status = exchange.status;
-        if !status.is_success() {
-            let bytes = timeout_at(deadline, exchange.bytes())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let text = String::from_utf8_lossy(&bytes);
-            return Err(error::from_status(status.as_u16(), &text));
+        if !exchange.status.is_success() {
+            return Err(self.refused(exchange, deadline).await);
         }
         Ok(exchange)
     }
 
+    /// The failure an answer of a status other than 2xx is: read from the
+    /// start of its body ([`UpstreamOptions::error_body_limit`], before
+    /// `deadline`), the rest left unread.
+    async fn refused(&self, mut exchange: Exchange, deadline: Instant) -> Failure {
+        let limit = self.options.error_body_limit;
+        let bytes = timeout_at(deadline, exchange.prefix(limit))
+            .await
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        error::from_status(exchange.status.as_u16(), &text)
+    }
+
     /// One request of work answered in one piece (embeddings, rerank, a
     /// transcript) at the endpoint of `lease`: the request `post` makes
-    /// for it, the reply read whole within the whole-reply timeout and
-    /// read by `parse` (given its content type).
+    /// for it, the reply (of kind `reply`) read whole within the
+    /// whole-reply timeout and its limit, and read by `parse` (given its
+    /// content type).
     async fn whole_once<T>(
         &self,
         lease: &Lease,
+        reply: Reply,
         post: &impl Fn(&Endpoint) -> Request<Payload>,
         parse: &impl Fn(Option<&str>, &Bytes) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
@@ -260,15 +279,15 @@ impl UpstreamEngine {
             Ok(Err(e)) => return Err(sending_failed(e)),
             Ok(Ok(exchange)) => exchange,
         };
-        let bytes = match timeout_at(deadline, exchange.bytes()).await {
+        if !exchange.status.is_success() {
+            return Err(self.refused(exchange, deadline).await);
+        }
+        let limit = self.options.reply_limit(reply);
+        let bytes = match timeout_at(deadline, exchange.bytes(limit)).await {
             Err(_) => return Err(late()),
-            Ok(Err(e)) => return Err(body_failed(e)),
+            Ok(Err(e)) => return Err(whole_failed(e, reply, limit)),
             Ok(Ok(bytes)) => bytes,
         };
-        if !exchange.status.is_success() {
-            let text = String::from_utf8_lossy(&bytes);
-            return Err(error::from_status(exchange.status.as_u16(), &text));
-        }
         parse(content_type(&exchange.headers), &bytes)
     }
 
@@ -277,13 +296,14 @@ impl UpstreamEngine {
     async fn whole<T>(
         &self,
         what: &str,
+        reply: Reply,
         post: impl Fn(&Endpoint) -> Request<Payload>,
         parse: impl Fn(Option<&str>, &Bytes) -> Result<T, Failure>,
     ) -> Result<T, EngineError> {
         let (post, parse) = (&post, &parse);
         let (answer, mut lease) = self
             .attempts(what, |lease| async move {
-                let outcome = self.whole_once(&lease, post, parse).await;
+                let outcome = self.whole_once(&lease, reply, post, parse).await;
                 (lease, outcome)
             })
             .await?;
@@ -473,6 +493,17 @@ fn body_failed(e: client::Error) -> Failure {
     Failure::BadResponse(format!("the upstream body broke: {e}"))
 }
 
+/// Why a reply of kind `reply` was not read whole within `limit` bytes.
+fn whole_failed(e: BodyError, reply: Reply, limit: usize) -> Failure {
+    match e {
+        BodyError::Broke(e) => body_failed(e),
+        BodyError::TooLarge => {
+            let (what, key) = reply.names();
+            Failure::TooLarge { what, key, limit }
+        }
+    }
+}
+
 fn idle(limit: Duration) -> Failure {
     Failure::Timeout(format!("no upstream data for {limit:?}"))
 }
@@ -554,6 +585,7 @@ impl Engine for UpstreamEngine {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         self.whole(
             "embeddings",
+            Reply::Embeddings,
             |endpoint| {
                 let body = embeddings::body(&request, &endpoint.model);
                 json_post(endpoint, &endpoint.embeddings_path, body.into())
@@ -566,6 +598,7 @@ impl Engine for UpstreamEngine {
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
         self.whole(
             "rerank",
+            Reply::Rerank,
             |endpoint| {
                 let body = rerank::body(&request, &endpoint.model);
                 json_post(endpoint, &endpoint.rerank_path, body.into())
@@ -583,6 +616,7 @@ impl Engine for UpstreamEngine {
         };
         self.whole(
             what,
+            Reply::Transcript,
             |endpoint| {
                 let (body, form_type) = audio::form(&request, &endpoint.model);
                 let path = if request.translate {
@@ -705,8 +739,10 @@ async fn check(endpoint: &Endpoint, options: &UpstreamOptions) -> Result<(), Str
             .send(get, options.connect_timeout)
             .await
             .map_err(|e| e.to_string())?;
-        // Read the (small) body so the connection goes back to the pool.
-        let _ = exchange.bytes().await;
+        // The status is the verdict. The body is read (so the connection
+        // goes back to the pool) only up to its limit: a longer one's
+        // connection is closed instead.
+        let _ = exchange.prefix(options.health_body_limit).await;
         if exchange.status.is_success() {
             Ok(())
         } else {

@@ -2,8 +2,9 @@
 //!
 //! The detail of a failure (the endpoint, the upstream's words) is logged,
 //! never returned: the client only learns which kind of failure it was.
-//! The one exception is a request the upstream refused (a 400): its
-//! message is about the client's own request and is passed on.
+//! The exceptions: a request the upstream refused (a 400), whose message
+//! is about the client's own request and is passed on, and a reply past
+//! its size limit, whose message names svc's own limit and its key.
 
 use serde_json::Value;
 use svc_core::EngineError;
@@ -23,13 +24,23 @@ pub enum Failure {
     /// The upstream refused the request itself: not the endpoint's fault,
     /// and another endpoint would refuse it too.
     Rejected(EngineError),
+    /// A reply read whole passed its limit (`limit` bytes, set by the
+    /// option `key`, on `what` replies) and was left unread there. Not
+    /// retried: another endpoint of the model would most likely send the
+    /// same reply to the same request, and it cannot count against an
+    /// endpoint's breaker when a client's request can cause it.
+    TooLarge {
+        what: &'static str,
+        key: &'static str,
+        limit: usize,
+    },
 }
 
 impl Failure {
     /// Whether another endpoint may be tried (when nothing was yielded
     /// yet), and whether it counts against this endpoint's breaker.
     pub fn retryable(&self) -> bool {
-        !matches!(self, Failure::Rejected(_))
+        !matches!(self, Failure::Rejected(_) | Failure::TooLarge { .. })
     }
 
     /// What the caller is told after this failure (the last or worst one).
@@ -48,6 +59,10 @@ impl Failure {
                 EngineError::BadGateway("the upstream endpoint sent a bad response".into())
             }
             Failure::Rejected(e) => e.clone(),
+            Failure::TooLarge { what, key, limit } => EngineError::BadGateway(format!(
+                "the upstream's reply passed the {} limit for {what} ({key})",
+                size(*limit)
+            )),
         }
     }
 
@@ -59,10 +74,20 @@ impl Failure {
             Failure::Unreachable(_) => 0,
             Failure::Overloaded(_) => 1,
             Failure::Timeout(_) => 2,
-            Failure::BadResponse(_) => 3,
+            Failure::BadResponse(_) | Failure::TooLarge { .. } => 3,
             Failure::Rejected(_) => 4,
         }
     }
+}
+
+/// `bytes` as a person writes it: `64 MiB`, `512 KiB`, else in bytes.
+fn size(bytes: usize) -> String {
+    for (unit, name) in [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// What the caller is told when no endpoint served the request.
@@ -337,6 +362,26 @@ mod tests {
                 "{status}"
             );
         }
+    }
+
+    #[test]
+    fn a_reply_past_its_limit_names_the_limit_and_is_not_retried() {
+        let failure = Failure::TooLarge {
+            what: "rerank replies",
+            key: "rerank_reply_limit",
+            limit: 16 << 20,
+        };
+        assert!(!failure.retryable());
+        assert_eq!(
+            failure.to_engine_error(),
+            EngineError::BadGateway(
+                "the upstream's reply passed the 16 MiB limit for rerank replies (rerank_reply_limit)"
+                    .into()
+            )
+        );
+        assert_eq!(size(1000), "1000 bytes");
+        assert_eq!(size(3 << 10), "3 KiB");
+        assert_eq!(size((1 << 20) + 1), "1048577 bytes");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! and Cohere-compatible endpoints take) under the endpoint's own model
 //! name, every document's score asked for and no text back; and the
 //! upstream's results read back into [`Reranked`], checked: one score per
-//! document, whatever order the upstream listed them in.
+//! document, whatever order the upstream listed them in; its usage counted
+//! as the larger of its report and svc's estimate.
 
 use serde::{Deserialize, Serialize};
 use svc_core::{RerankRequest, Reranked};
@@ -81,10 +82,14 @@ pub(crate) fn parse(bytes: &[u8], request: &RerankRequest) -> Result<Reranked, F
             scores.len()
         )));
     }
+    // The upstream's count is taken only where it is above svc's own
+    // estimate: an upstream that reports less (or 0) would otherwise set
+    // what the request is charged.
     let prompt_tokens = results
         .usage
         .and_then(|u| u.prompt_tokens.or(u.total_tokens))
-        .unwrap_or_else(|| request.estimate_tokens());
+        .unwrap_or(0)
+        .max(request.estimate_tokens());
     Ok(Reranked {
         scores,
         prompt_tokens,
@@ -111,6 +116,28 @@ mod tests {
         let reranked = parse(body, &request(2)).unwrap();
         assert_eq!(reranked.scores, [-2.5, 0.9]);
         assert_eq!(reranked.prompt_tokens, 12);
+    }
+
+    #[test]
+    fn usage_is_never_below_the_estimate() {
+        let request = RerankRequest {
+            query: "a query of 20 bytes.".into(),
+            documents: vec!["d".repeat(400); 3],
+            ..RerankRequest::default()
+        };
+        // (5 + 100) tokens a document.
+        assert_eq!(request.estimate_tokens(), 315);
+        let results = r#"[{"index":0,"relevance_score":1},{"index":1,"relevance_score":1},{"index":2,"relevance_score":1}]"#;
+        for (usage, charged) in [
+            (r#"{"total_tokens":0}"#, 315),
+            (r#"{"prompt_tokens":12,"total_tokens":12}"#, 315),
+            ("null", 315),
+            (r#"{"prompt_tokens":900}"#, 900),
+        ] {
+            let body = format!(r#"{{"results":{results},"usage":{usage}}}"#);
+            let reranked = parse(body.as_bytes(), &request).unwrap();
+            assert_eq!(reranked.prompt_tokens, charged, "{usage}");
+        }
     }
 
     #[test]

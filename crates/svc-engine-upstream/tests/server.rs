@@ -309,3 +309,55 @@ async fn an_upstreams_cached_tokens_are_passed_on_in_every_dialect() {
     assert_eq!(message["usage"]["cache_read_input_tokens"], 5, "{message}");
     assert_eq!(message["usage"]["input_tokens"], 1, "{message}");
 }
+
+// Issue 61: a rerank reply is read whole; past its limit the client gets a
+// 502 that names the limit (not the upstream's words), and an upstream
+// that reports 0 tokens used is charged svc's estimate.
+#[tokio::test]
+async fn rerank_replies_are_bounded_and_charged_at_least_the_estimate() {
+    let fake = FakeUpstream::start().await;
+    let app = app_in_front_of(&fake).await;
+    let key = app.create_key().await;
+    let query = "Where do pandas live?";
+    let documents = ["Pandas live in the mountains of China.", "Stocks fell."];
+    let rerank = || {
+        app.client
+            .post(app.url("/v1/rerank"))
+            .bearer_auth(&key)
+            .json(&json!({"model": "up", "query": query, "documents": documents}))
+            .send()
+    };
+
+    fake.push_behavior(Behavior::Padded {
+        status: 200,
+        bytes: 48 << 20,
+    });
+    let response = rerank().await.unwrap();
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "bad_gateway", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("passed the 16 MiB limit for rerank replies (rerank_reply_limit)"),
+        "{message}"
+    );
+    assert!(!message.contains("xxx"), "{message}");
+    assert!(fake.padding_sent() < 48 << 20);
+
+    fake.push_behavior(Behavior::ReportTokens(0));
+    let response = rerank().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    // A token per 4 bytes of the query for each document, and of each
+    // document: (6 + 10) + (6 + 3).
+    let estimate: usize = documents
+        .iter()
+        .map(|d| query.len().div_ceil(4) + d.len().div_ceil(4))
+        .sum();
+    assert_eq!(estimate, 25);
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": estimate, "total_tokens": estimate}),
+        "{body}"
+    );
+}

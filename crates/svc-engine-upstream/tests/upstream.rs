@@ -39,6 +39,7 @@ fn options() -> UpstreamOptions {
         affinity_entries: 4096,
         affinity_min_bytes: 1024,
         affinity_slack: 4,
+        ..UpstreamOptions::default()
     }
 }
 
@@ -701,7 +702,9 @@ async fn embeddings_pass_through_in_the_inputs_order() {
             fake_upstream_vector(&json!([7, 8]))
         ]
     );
-    assert_eq!(got.prompt_tokens, 5);
+    // The fake counts 3 words and 2 ids (5), under svc's estimate: 4
+    // tokens of 13 bytes, and 2 ids.
+    assert_eq!(got.prompt_tokens, 6);
     assert_eq!(
         fake.last_request().unwrap(),
         json!({"model": "their-model", "input": ["one two three", [7, 8]], "encoding_format": "float", "dimensions": 3})
@@ -785,8 +788,10 @@ async fn rerank_passes_through_in_the_documents_order() {
         .collect();
     assert_eq!(got.scores, expected);
     assert!(got.scores[1] > got.scores[0] && got.scores[0] > got.scores[2]);
-    // The fake counts a document's words plus 3.
-    assert_eq!(got.prompt_tokens, 5 + 3 + 5 + 3 + 2 + 3);
+    // The fake counts a document's words plus 3 (24), under svc's
+    // estimate: the query's 5 tokens for each document, and the
+    // documents' 7, 8 and 3.
+    assert_eq!(got.prompt_tokens, 5 * 3 + 7 + 8 + 3);
     assert_eq!(
         fake.last_request().unwrap(),
         json!({"model": "their-model", "query": "where do pandas live",
@@ -913,4 +918,177 @@ async fn text_completions_are_retried_elsewhere_before_the_first_event() {
         (down.completions_requests(), up.completions_requests()),
         (1, 1)
     );
+}
+
+// Issue 61: an upstream's usage is charged only where it is above svc's
+// estimate; one reporting 0 tokens was charged 0.
+#[tokio::test]
+async fn an_upstream_reporting_fewer_tokens_than_the_estimate_is_charged_the_estimate() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], options()).unwrap();
+    let rerank = rerank_request();
+    let embed = embed_request();
+    for (reported, rerank_charged, embed_charged) in [
+        (0, rerank.estimate_tokens(), 6),
+        (1, rerank.estimate_tokens(), 6),
+        (10_000, 10_000, 10_000),
+    ] {
+        fake.push_behavior(Behavior::ReportTokens(reported));
+        let got = engine.rerank(rerank.clone()).await.unwrap();
+        assert_eq!(
+            got.prompt_tokens, rerank_charged,
+            "rerank, {reported} reported"
+        );
+        fake.push_behavior(Behavior::ReportTokens(reported));
+        let got = engine.embed(embed.clone()).await.unwrap();
+        assert_eq!(
+            got.prompt_tokens, embed_charged,
+            "embeddings, {reported} reported"
+        );
+    }
+}
+
+/// What a connection may take in beyond what its reader read: the
+/// sockets' buffers on both sides and the client's read buffer.
+const IN_FLIGHT: u64 = 32 << 20;
+
+/// [`options`] with time to read tens of megabytes in a debug build.
+fn patient() -> UpstreamOptions {
+    UpstreamOptions {
+        whole_timeout: Duration::from_secs(60),
+        first_byte_timeout: Duration::from_secs(60),
+        health_timeout: Duration::from_secs(30),
+        ..options()
+    }
+}
+
+// Issue 61: a reply read whole was read to its end however long it was (a
+// 256 MB rerank reply took svc from 169 MB to 875 MB). Past its kind's
+// limit it is refused with a 502 naming the limit, and read no further.
+#[tokio::test]
+async fn a_reply_past_its_limit_is_a_502_naming_the_limit_and_read_no_further() {
+    let (fake, other) = (FakeUpstream::start().await, FakeUpstream::start().await);
+    let engine = engine_first_preferred(&[&fake, &other], patient());
+    fake.push_behavior(Behavior::Padded {
+        status: 200,
+        bytes: 48 << 20,
+    });
+    let refused = engine.rerank(rerank_request()).await.unwrap_err();
+    assert_eq!(
+        refused,
+        EngineError::BadGateway(
+            "the upstream's reply passed the 16 MiB limit for rerank replies (rerank_reply_limit)"
+                .into()
+        )
+    );
+    eventually("the connection is closed", || fake.padded_cut() == 1).await;
+    let sent = fake.padding_sent();
+    assert!(sent < (16 << 20) + IN_FLIGHT, "{sent} bytes sent");
+    // Another endpoint would be sent the same request, and answer as long.
+    assert_eq!(other.rerank_requests(), 0);
+    assert_eq!(engine.endpoints()[0].breaker, "closed");
+    // A reply within the limit is read as before.
+    fake.push_behavior(Behavior::Padded {
+        status: 200,
+        bytes: 8 << 20,
+    });
+    assert_eq!(
+        engine.rerank(rerank_request()).await.unwrap().scores.len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn each_kind_of_reply_has_its_own_limit() {
+    let fake = FakeUpstream::start().await;
+    let limited = UpstreamOptions {
+        chat_reply_limit: 300 << 10,
+        embeddings_reply_limit: 200 << 10,
+        ..patient()
+    };
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], limited).unwrap();
+    let padded = Behavior::Padded {
+        status: 200,
+        bytes: 250 << 10,
+    };
+    fake.push_behavior(padded.clone());
+    let refused = engine.embed(embed_request()).await.unwrap_err();
+    assert_eq!(
+        refused,
+        EngineError::BadGateway(
+            "the upstream's reply passed the 200 KiB limit for embeddings replies (embeddings_reply_limit)"
+                .into()
+        )
+    );
+    fake.push_behavior(padded);
+    let mut whole = request("hi");
+    whole.stream = false;
+    let (events, error) = drain(engine.generate(whole.clone()).await.unwrap()).await;
+    assert_eq!((text(&events).as_str(), error), ("Echo: hi", None));
+    fake.push_behavior(Behavior::Padded {
+        status: 200,
+        bytes: 400 << 10,
+    });
+    let Err(refused) = engine.generate(whole).await else {
+        panic!("a chat reply past its limit was read");
+    };
+    assert_eq!(
+        refused,
+        EngineError::BadGateway(
+            "the upstream's reply passed the 300 KiB limit for whole chat replies (chat_reply_limit)"
+                .into()
+        )
+    );
+    let zero = UpstreamOptions {
+        rerank_reply_limit: 0,
+        ..options()
+    };
+    assert!(UpstreamEngine::new(vec![endpoint(&fake, 1)], zero).is_err());
+}
+
+// Issue 61: an error reply was read whole, however long, for a message of
+// which 1,000 characters are kept.
+#[tokio::test]
+async fn of_an_error_reply_only_its_start_is_read() {
+    let fake = FakeUpstream::start().await;
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], patient()).unwrap();
+    fake.push_behavior(Behavior::Padded {
+        status: 500,
+        bytes: 64 << 20,
+    });
+    let failed = engine.rerank(rerank_request()).await.unwrap_err();
+    assert_eq!(failed, bad_response());
+    eventually("the connection is closed", || fake.padded_cut() == 1).await;
+    let sent = fake.padding_sent();
+    assert!(sent < (64 << 10) + IN_FLIGHT, "{sent} bytes sent");
+    // A refusal's message is the start of what the upstream said.
+    fake.push_behavior(Behavior::Padded {
+        status: 400,
+        bytes: 64 << 20,
+    });
+    let Err(EngineError::InvalidRequest { message, .. }) = engine.generate(request("hi")).await
+    else {
+        panic!("a 400 is a refusal");
+    };
+    assert!(
+        message.starts_with(r#"{"pad":"xxx"#) && message.len() < 1_100,
+        "{message}"
+    );
+    eventually("the connection is closed", || fake.padded_cut() == 2).await;
+    let sent = fake.padding_sent() - sent;
+    assert!(sent < (64 << 10) + IN_FLIGHT, "{sent} bytes sent");
+}
+
+// Issue 61: a 256 MB `GET /models` body took svc to 852 MB with no client
+// request at all.
+#[tokio::test]
+async fn a_health_check_reads_no_more_than_its_limit() {
+    let fake = FakeUpstream::start().await;
+    fake.set_models_padding(64 << 20);
+    let engine = UpstreamEngine::new(vec![endpoint(&fake, 1)], patient()).unwrap();
+    eventually("the check closed the connection", || fake.padded_cut() == 1).await;
+    let sent = fake.padding_sent();
+    assert!(sent < (1 << 20) + IN_FLIGHT, "{sent} bytes sent");
+    // The status is the verdict.
+    assert!(engine.endpoints()[0].healthy);
 }

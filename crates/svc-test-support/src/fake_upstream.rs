@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,6 +52,16 @@ pub enum Behavior {
     Hang,
     /// Streams the role chunk and `n` pieces, then sends nothing more.
     HangAfter(usize),
+    /// Answers `status` with what it would have sent (the normal reply for
+    /// a 200, an error body otherwise) padded to `bytes` bytes by a
+    /// `"pad"` string of `x`es, streamed with no length declared, the
+    /// padding 64 KiB a piece as the reader takes it (counted by
+    /// [`FakeUpstream::padding_sent`]). For a whole reply: a streamed chat
+    /// is answered normally.
+    Padded { status: u16, bytes: u64 },
+    /// Answers normally, but embeddings and rerank replies report this
+    /// many tokens used, whatever the request held.
+    ReportTokens(u64),
 }
 
 /// A tool call the fake makes, its arguments sent in pieces.
@@ -98,6 +108,12 @@ struct Shared {
     reply: Mutex<Reply>,
     api_key: Mutex<Option<String>>,
     models_status: AtomicU16,
+    /// Bytes `GET /v1/models` pads its list to, 0 for none.
+    models_padding: AtomicU64,
+    /// Padding bytes handed to connections by every padded body.
+    padding_sent: AtomicU64,
+    /// Padded bodies whose connection closed before their end.
+    padded_cut: AtomicUsize,
     connections: AtomicUsize,
     chat_requests: AtomicUsize,
     embeddings_requests: AtomicUsize,
@@ -138,6 +154,9 @@ impl FakeUpstream {
             reply: Mutex::new(Reply::default()),
             api_key: Mutex::new(None),
             models_status: AtomicU16::new(200),
+            models_padding: AtomicU64::new(0),
+            padding_sent: AtomicU64::new(0),
+            padded_cut: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             chat_requests: AtomicUsize::new(0),
             embeddings_requests: AtomicUsize::new(0),
@@ -194,6 +213,24 @@ impl FakeUpstream {
     /// The status `GET /v1/models` answers (200 unless set).
     pub fn set_models_status(&self, status: u16) {
         self.shared.models_status.store(status, Ordering::SeqCst);
+    }
+
+    /// Pads `GET /v1/models`'s list to `bytes` bytes as
+    /// [`Behavior::Padded`] does (0: no padding).
+    pub fn set_models_padding(&self, bytes: u64) {
+        self.shared.models_padding.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Bytes of padding that padded bodies handed to their connections
+    /// so far (a piece at a time, as the connection took them: at most a
+    /// socket's buffers more than the reader read).
+    pub fn padding_sent(&self) -> u64 {
+        self.shared.padding_sent.load(Ordering::SeqCst)
+    }
+
+    /// Padded bodies whose reader closed the connection before their end.
+    pub fn padded_cut(&self) -> usize {
+        self.shared.padded_cut.load(Ordering::SeqCst)
     }
 
     /// TCP connections accepted.
@@ -305,16 +342,7 @@ async fn accept_loop(
 
 fn error_body(status: u16, message: &str) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let kind = if status.is_client_error() {
-        "invalid_request_error"
-    } else {
-        "server_error"
-    };
-    (
-        status,
-        Json(json!({"error": {"message": message, "type": kind, "param": null, "code": status.as_u16()}})),
-    )
-        .into_response()
+    (status, Json(error_json(status, message))).into_response()
 }
 
 fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
@@ -329,6 +357,66 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
     }
 }
 
+/// The OpenAI-shaped error object of `status` with `message`.
+fn error_json(status: StatusCode, message: &str) -> Value {
+    let kind = if status.is_client_error() {
+        "invalid_request_error"
+    } else {
+        "server_error"
+    };
+    json!({"error": {"message": message, "type": kind, "param": null, "code": status.as_u16()}})
+}
+
+/// Counts a padded body dropped before its end (its connection closed).
+struct PaddingGuard {
+    shared: Arc<Shared>,
+    ended: bool,
+}
+
+impl Drop for PaddingGuard {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.shared.padded_cut.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Padding, handed out a slice at a time.
+static PAD: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+
+/// `status` with `reply` (a JSON object) padded to `bytes` bytes: a
+/// `"pad"` string first, then the reply's own fields, streamed with no
+/// `Content-Length`, the padding counted as each piece is taken.
+fn padded(shared: &Arc<Shared>, status: u16, reply: &Value, bytes: u64) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let head = "{\"pad\":\"";
+    let rest = reply.to_string();
+    let tail = match rest.strip_prefix('{') {
+        Some("}") | None => "\"}".to_owned(),
+        Some(fields) => format!("\",{fields}"),
+    };
+    let mut left = bytes.saturating_sub((head.len() + tail.len()) as u64);
+    let shared = shared.clone();
+    let stream = async_stream::stream! {
+        let mut cut = PaddingGuard { shared, ended: false };
+        yield Ok::<_, Infallible>(Bytes::from_static(head.as_bytes()));
+        while left > 0 {
+            let piece = left.min(PAD.len() as u64) as usize;
+            cut.shared.padding_sent.fetch_add(piece as u64, Ordering::SeqCst);
+            left -= piece as u64;
+            yield Ok(Bytes::from_static(&PAD[..piece]));
+        }
+        yield Ok(Bytes::from(tail));
+        cut.ended = true;
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     shared.models_requests.fetch_add(1, Ordering::SeqCst);
     if !authorized(&shared, &headers) {
@@ -338,10 +426,29 @@ async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
     if status != 200 {
         return error_body(status, "not ready");
     }
-    Json(json!({"object": "list", "data": [
+    let list = json!({"object": "list", "data": [
         {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
-    ]}))
-    .into_response()
+    ]});
+    match shared.models_padding.load(Ordering::SeqCst) {
+        0 => Json(list).into_response(),
+        bytes => padded(&shared, 200, &list, bytes),
+    }
+}
+
+/// A normal reply as `behavior` sends it: padded, or as it is.
+fn answer(shared: &Arc<Shared>, reply: Value, behavior: &Behavior) -> Response {
+    match behavior {
+        Behavior::Padded { status, bytes } => padded(shared, *status, &reply, *bytes),
+        _ => Json(reply).into_response(),
+    }
+}
+
+/// The tokens a reply reports: `counted`, unless `behavior` says another.
+fn reported(counted: usize, behavior: &Behavior) -> u64 {
+    match behavior {
+        Behavior::ReportTokens(tokens) => *tokens,
+        _ => counted as u64,
+    }
 }
 
 /// Counts a stream as completed or cancelled, once.
@@ -432,7 +539,7 @@ async fn embeddings(
     body: Bytes,
 ) -> Response {
     shared.embeddings_requests.fetch_add(1, Ordering::SeqCst);
-    let (request, _) = match received(&shared, &connection, &headers, &body).await {
+    let (request, behavior) = match received(&shared, &connection, &headers, &body).await {
         Ok(received) => received,
         Err(refused) => return refused,
     };
@@ -450,13 +557,14 @@ async fn embeddings(
         .iter()
         .map(|i| fake_upstream_vector(i)[0] as usize)
         .sum();
-    Json(json!({
+    let tokens = reported(tokens, &behavior);
+    let reply = json!({
         "object": "list",
         "data": data,
         "model": request["model"],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }))
-    .into_response()
+    });
+    answer(&shared, reply, &behavior)
 }
 
 /// A Jina/Cohere-shaped rerank, as vLLM and llama-server answer it, under
@@ -470,7 +578,7 @@ async fn rerank(
     body: Bytes,
 ) -> Response {
     shared.rerank_requests.fetch_add(1, Ordering::SeqCst);
-    let (request, _) = match received(&shared, &connection, &headers, &body).await {
+    let (request, behavior) = match received(&shared, &connection, &headers, &body).await {
         Ok(received) => received,
         Err(refused) => return refused,
     };
@@ -493,13 +601,13 @@ async fn rerank(
         .iter()
         .map(|d| d.as_str().unwrap_or_default().split_whitespace().count() + 3)
         .sum();
-    Json(json!({
+    let reply = json!({
         "id": "rerank-fake",
         "model": request["model"],
         "results": results,
-        "usage": {"total_tokens": tokens},
-    }))
-    .into_response()
+        "usage": {"total_tokens": reported(tokens, &behavior)},
+    });
+    answer(&shared, reply, &behavior)
 }
 
 /// What every endpoint of the fake does first: checks the key, reads the
@@ -507,7 +615,7 @@ async fn rerank(
 /// on the ones that decide before any reply (a delay, a status, a closed
 /// connection, a hang). `Err` is the answer instead of a reply.
 async fn received(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     connection: &Connection,
     headers: &HeaderMap,
     body: &[u8],
@@ -533,6 +641,11 @@ async fn received(
             std::future::pending::<()>().await;
         }
         Behavior::Hang => std::future::pending::<()>().await,
+        Behavior::Padded { status, bytes } if *status != 200 => {
+            let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let error = error_json(code, "a padded error");
+            return Err(padded(shared, *status, &error, *bytes));
+        }
         _ => {}
     }
     Ok((request, behavior))
@@ -694,12 +807,12 @@ async fn chat(
                 .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.concat()}}))
                 .collect();
         }
-        return Json(json!({
+        let reply = json!({
             "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage,
-        }))
-        .into_response();
+        });
+        return answer(&shared, reply, &behavior);
     }
 
     let frame = |choices: Value, usage: Value| {

@@ -381,6 +381,8 @@ reasoning = true
 idle_timeout = "500ms"
 first_byte_timeout = "2m"
 affinity_entries = 0
+rerank_reply_limit = "4MiB"
+error_body_limit = 2048
 upstreams = [
   { base_url = "http://gpu1:8000/v1", model = "org/Big", api_key_env = "PATH", weight = 3 },
   { base_url = "https://gpu2.example/v1/", model = "big" },
@@ -398,6 +400,12 @@ upstreams = [
     assert_eq!(options.idle_timeout, Duration::from_millis(500));
     assert_eq!(options.first_byte_timeout, Duration::from_secs(120));
     assert_eq!(options.affinity_entries, 0);
+    assert_eq!(options.rerank_reply_limit, 4 << 20);
+    assert_eq!(options.error_body_limit, 2048);
+    assert_eq!(
+        options.embeddings_reply_limit,
+        UpstreamOptions::default().embeddings_reply_limit
+    );
     assert_eq!(
         options.affinity_min_bytes,
         UpstreamOptions::default().affinity_min_bytes
@@ -465,6 +473,10 @@ fn bad_model_tables_are_refused_by_name() {
         (
             "[models.m]\nidle_timeout = \"soon\"\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
             "models.m.idle_timeout",
+        ),
+        (
+            "[models.m]\nrerank_reply_limit = 0\nupstreams = [{ base_url = \"http://h/v1\", model = \"x\" }]\n",
+            "models.m.rerank_reply_limit",
         ),
         // One kind's key beside the other's names it and what it needs.
         (
