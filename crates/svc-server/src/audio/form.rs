@@ -1,14 +1,16 @@
 //! The blocking half of an audio upload: the form's parts parsed
 //! ([`crate::multipart`]), its `file` written to a temporary file beside the
-//! Batch API's files, and its other fields kept (each short, a few of
-//! them). It runs on blocking threads, a batch of the body's chunks at a
-//! time ([`crate::upload::receive`]).
+//! Batch API's files and measured once whole ([`super::length`]), and its
+//! other fields kept (each short, a few of them). It runs on blocking
+//! threads, a batch of the body's chunks at a time
+//! ([`crate::upload::receive`]).
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use svc_core::{AudioFile, ValidationError};
 
+use super::length::{Length, measure};
 use crate::batches::upload::MAX_FILENAME;
 use crate::error::ApiError;
 use crate::multipart::{Form, Parser, Part};
@@ -70,10 +72,15 @@ impl Receiving for Receiver {
     fn finish(self) -> Result<Received, ApiError> {
         self.parser.finish()?;
         let Parts { fields, file, .. } = self.parts;
-        let file = file.map(|mut kept| {
-            kept.audio.seconds = wav_seconds(&kept.audio.path);
-            kept
-        });
+        let file = file
+            .map(|mut kept| {
+                kept.length = measure(&kept.audio.path)?;
+                if let Length::Decoded(seconds) = kept.length {
+                    kept.audio.seconds = Some(seconds);
+                }
+                Ok::<_, ValidationError>(kept)
+            })
+            .transpose()?;
         Ok(Received { file, fields })
     }
 }
@@ -109,6 +116,8 @@ struct Writing {
 #[derive(Debug)]
 pub(super) struct Kept {
     pub audio: AudioFile,
+    /// How long it plays (measured once it is whole).
+    pub length: Length,
     /// Its bytes' share of the uploads' room on disk, given back once it
     /// is removed.
     spooled: Spooled,
@@ -216,6 +225,7 @@ impl Parts {
                     bytes: 0,
                     seconds: None,
                 },
+                length: Length::Bound(0.0),
                 spooled: self.spool.share(),
             },
         })
@@ -224,95 +234,4 @@ impl Parts {
 
 fn cannot_write(e: std::io::Error) -> ApiError {
     ApiError::Internal(format!("cannot write the audio file: {e}"))
-}
-
-/// How long the WAV file at `path` plays, from its header (`RIFF`/`WAVE`,
-/// the `fmt ` chunk's byte rate, the `data` chunk's length, capped at what
-/// the file holds); `None` for anything else.
-pub(super) fn wav_seconds(path: &Path) -> Option<f64> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let mut file = std::fs::File::open(path).ok()?;
-    let length = file.metadata().ok()?.len();
-    let mut head = [0u8; 12];
-    file.read_exact(&mut head).ok()?;
-    if &head[0..4] != b"RIFF" || &head[8..12] != b"WAVE" {
-        return None;
-    }
-    let mut at = 12u64;
-    let mut byte_rate = None;
-    // A few chunks (`LIST`, `fact`) may come before `data`.
-    for _ in 0..16 {
-        let mut chunk = [0u8; 8];
-        file.read_exact(&mut chunk).ok()?;
-        let size = u64::from(u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]));
-        let body = at + 8;
-        match &chunk[0..4] {
-            b"fmt " => {
-                let mut fmt = [0u8; 12];
-                file.read_exact(&mut fmt).ok()?;
-                byte_rate = Some(u32::from_le_bytes([fmt[8], fmt[9], fmt[10], fmt[11]]));
-            }
-            b"data" => {
-                let rate = f64::from(byte_rate.filter(|r| *r > 0)?);
-                // A stream's header may say 0 or all ones: the file says.
-                let data = size.min(length.saturating_sub(body));
-                let data = if size == 0 || size == u64::from(u32::MAX) {
-                    length.saturating_sub(body)
-                } else {
-                    data
-                };
-                return Some(data as f64 / rate);
-            }
-            _ => {}
-        }
-        at = body + size + (size & 1);
-        file.seek(SeekFrom::Start(at)).ok()?;
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A PCM WAV file of `seconds` at 16 kHz, 16-bit mono, with a `LIST`
-    /// chunk before its data.
-    pub(crate) fn wav(seconds: u32) -> Vec<u8> {
-        let rate = 16_000u32;
-        let data = rate * 2 * seconds;
-        let list = b"INFOISFT\x04\x00\x00\x00svc\x00";
-        let mut out = Vec::new();
-        out.extend_from_slice(b"RIFF");
-        out.extend_from_slice(&(4 + 24 + 8 + list.len() as u32 + 8 + data).to_le_bytes());
-        out.extend_from_slice(b"WAVEfmt ");
-        out.extend_from_slice(&16u32.to_le_bytes());
-        out.extend_from_slice(&1u16.to_le_bytes());
-        out.extend_from_slice(&1u16.to_le_bytes());
-        out.extend_from_slice(&rate.to_le_bytes());
-        out.extend_from_slice(&(rate * 2).to_le_bytes());
-        out.extend_from_slice(&2u16.to_le_bytes());
-        out.extend_from_slice(&16u16.to_le_bytes());
-        out.extend_from_slice(b"LIST");
-        out.extend_from_slice(&(list.len() as u32).to_le_bytes());
-        out.extend_from_slice(list);
-        out.extend_from_slice(b"data");
-        out.extend_from_slice(&data.to_le_bytes());
-        out.resize(out.len() + data as usize, 0);
-        out
-    }
-
-    #[test]
-    fn a_wav_files_length_is_read_from_its_header() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.wav");
-        std::fs::write(&path, wav(3)).unwrap();
-        assert_eq!(wav_seconds(&path), Some(3.0));
-        // Cut short: what the file holds.
-        let mut cut = wav(4);
-        cut.truncate(cut.len() - 16_000 * 2);
-        std::fs::write(&path, cut).unwrap();
-        assert_eq!(wav_seconds(&path), Some(3.0));
-        std::fs::write(&path, b"ID3\x03\x00 an mp3").unwrap();
-        assert_eq!(wav_seconds(&path), None);
-    }
 }

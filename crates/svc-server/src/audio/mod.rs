@@ -7,12 +7,15 @@
 //!   `multipart/form-data` upload: its file is written to disk as it
 //!   arrives ([`form`]), never whole in memory, bounded by
 //!   `audio_max_bytes`, and streamed from there to the engine's upstream.
-//!   Usage is the seconds of audio: the upstream's count, or the file's
-//!   own (a WAV header), or failing both one second per 16,000 bytes.
+//!   Usage is the seconds of audio
+//!   as a decoder gets them from the file ([`length`]), or the upstream's
+//!   count where larger; a file not measured is charged its bound up
+//!   front and settled at the upstream's count, or the bound without one.
 //! - `POST /v1/audio/speech` takes JSON and streams the audio back as it
 //!   comes. Usage is the characters of its `input`.
 
 mod form;
+mod length;
 mod valid;
 
 use axum::body::Body;
@@ -31,10 +34,6 @@ use crate::pipeline::{Metering, arrived, limited, whole};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
-
-/// Bytes of audio counted as a second when neither the file nor the model
-/// says how long it is: MP3 at 128 kbit/s.
-const BYTES_PER_SECOND: u64 = 16_000;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -152,10 +151,8 @@ async fn send(
     let route = state.admission.usable(&key, &model)?;
     transcribe.audio = file.audio.clone();
     transcribe.client = Some(key.id.to_string());
-    let measured = transcribe.audio.seconds;
-    let estimate = seconds(
-        measured.unwrap_or_else(|| transcribe.audio.bytes.div_ceil(BYTES_PER_SECOND) as f64),
-    );
+    let length = file.length;
+    let estimate = seconds(length.seconds());
     let (transcript, _) = whole(
         &state.admission,
         &state.metrics,
@@ -176,7 +173,7 @@ async fn send(
         },
         route.engine.transcribe(transcribe),
         |transcript| TokenUsage {
-            audio_seconds: transcript.seconds.or(measured).map_or(estimate, seconds),
+            audio_seconds: seconds(length.billed(transcript.seconds)),
             ..TokenUsage::default()
         },
     )

@@ -17,8 +17,21 @@ fn speech(model: &str) -> Value {
 const BOUNDARY: &str = "audio-test-boundary";
 
 async fn transcribe(app: &TestApp, key: &str, model: &str, audio: &[u8]) -> reqwest::Response {
+    transcribe_as(app, key, model, "json", audio).await
+}
+
+/// A transcript of `audio` asked for in `format` (the scripted model says
+/// how long the audio was, a second per 32,000 bytes, except in `text`).
+async fn transcribe_as(
+    app: &TestApp,
+    key: &str,
+    model: &str,
+    format: &str,
+    audio: &[u8],
+) -> reqwest::Response {
     let mut body = format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"response_format\"\r\n\r\n{format}\r\n\
          --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\n\
          Content-Type: audio/mpeg\r\n\r\n"
     )
@@ -220,4 +233,95 @@ async fn a_batch_line_for_audio_is_refused() {
     )
     .await;
     assert!(message.contains("/v1/audio/speech"), "{message}");
+}
+
+/// A 16-bit PCM WAV file of `seconds` at `rate` Hz and `channels`
+/// channels; `byte_rate` as its header says it (`None`: the true one).
+fn wav(rate: u32, channels: u16, seconds: u32, byte_rate: Option<u32>) -> Vec<u8> {
+    let align = channels * 2;
+    let data = rate * u32::from(align) * seconds;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&channels.to_le_bytes());
+    out.extend_from_slice(&rate.to_le_bytes());
+    out.extend_from_slice(&byte_rate.unwrap_or(rate * u32::from(align)).to_le_bytes());
+    out.extend_from_slice(&align.to_le_bytes());
+    out.extend_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data.to_le_bytes());
+    out.resize(out.len() + data as usize, 0);
+    out
+}
+
+/// The seconds of audio `/metrics` counts for `fake-speech`.
+async fn seconds_counted(app: &TestApp) -> u64 {
+    let metrics = app.metrics().await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("svc_audio_total{model=\"fake-speech\",kind=\"seconds\"} "))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+// Issue 61: the bill was `data / byte_rate` from the WAV header when the
+// model said no length, so `byte_rate = 0xFFFFFFFF` made 8 MiB, 262 s of
+// audio cost a second. The header's fields must agree, and the audio is
+// its frames at its sample rate.
+#[tokio::test]
+async fn a_wav_header_that_lies_about_its_length_is_refused_naming_file() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let lying = wav(16_000, 1, 10, Some(u32::MAX));
+    let refused = transcribe_as(&app, &key, "fake-speech", "text", &lying).await;
+    let message = expect_error(
+        refused,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        Some("file"),
+    )
+    .await;
+    assert!(message.contains("byte_rate"), "{message}");
+    assert_eq!(seconds_counted(&app).await, 0);
+    // The same audio with a true header: its ten seconds.
+    let honest = wav(16_000, 1, 10, None);
+    let heard = transcribe_as(&app, &key, "fake-speech", "text", &honest).await;
+    assert_eq!(heard.status(), 200);
+    assert_eq!(seconds_counted(&app).await, 10);
+}
+
+// Issue 61: a file whose length is not read here was counted at 16,000
+// bytes a second, 8 to 20 times too little for low-bitrate Opus.
+#[tokio::test]
+async fn a_file_not_measured_is_charged_its_bound_when_the_model_says_no_length() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    let heard = transcribe_as(&app, &key, "fake-speech", "text", &[7u8; 40_000]).await;
+    assert_eq!(heard.status(), 200);
+    // 40,000 bytes at 500 a second (4 kbit/s).
+    assert_eq!(seconds_counted(&app).await, 80);
+    // Where the model counts the audio, its count stands.
+    let heard = transcribe_as(&app, &key, "fake-speech", "json", &[7u8; 40_000]).await;
+    assert_eq!(heard.status(), 200);
+    assert_eq!(seconds_counted(&app).await, 82);
+}
+
+#[tokio::test]
+async fn the_larger_of_the_measured_length_and_the_models_count_is_charged() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key().await;
+    // Four seconds at 8 kHz: 64,044 bytes, which the model counts as 3 s.
+    let slow = wav(8_000, 1, 4, None);
+    let heard = transcribe_as(&app, &key, "fake-speech", "json", &slow).await;
+    assert_eq!(heard.status(), 200);
+    assert_eq!(seconds_counted(&app).await, 4);
+    // A second at 48 kHz stereo: 192,044 bytes, which the model counts as
+    // 7 s.
+    let rich = wav(48_000, 2, 1, None);
+    let heard = transcribe_as(&app, &key, "fake-speech", "json", &rich).await;
+    assert_eq!(heard.status(), 200);
+    assert_eq!(seconds_counted(&app).await, 11);
 }
