@@ -1,8 +1,11 @@
 //! The blocking half of an audio upload: the form's parts parsed
 //! ([`crate::multipart`]), its `file` written to a temporary file beside the
 //! Batch API's files and measured once whole ([`super::length`]), and its
-//! other fields kept (each short, a few of them). It runs on blocking
-//! threads, a batch of the body's chunks at a time
+//! other fields kept (each short, a few of them). Its `model` is checked
+//! ([`UploadGate::model`]) as soon as its field ends: before the file is
+//! written when the form names it first, as OpenAI's Python library
+//! does, and the upload given up at once when it names it after. It runs
+//! on blocking threads, a batch of the body's chunks at a time
 //! ([`crate::upload::receive`]).
 
 use std::io::Write as _;
@@ -11,6 +14,7 @@ use std::path::PathBuf;
 use svc_core::{AudioFile, ValidationError};
 
 use super::length::{Length, measure};
+use crate::admission::UploadGate;
 use crate::batches::upload::MAX_FILENAME;
 use crate::error::ApiError;
 use crate::multipart::{Form, Parser, Part};
@@ -43,11 +47,18 @@ pub(super) struct Received {
 impl Receiver {
     /// A form of `boundary` whose file is written in `dir`, its bytes
     /// counted in `spool` while it is there; `limit` is the largest file
-    /// (for a 413).
-    pub(super) fn new(boundary: &str, dir: PathBuf, spool: Spool, limit: usize) -> Self {
+    /// (for a 413); its `model` is checked by `gate`.
+    pub(super) fn new(
+        boundary: &str,
+        dir: PathBuf,
+        spool: Spool,
+        limit: usize,
+        gate: UploadGate,
+    ) -> Self {
         Receiver {
             parser: Parser::new(boundary),
             parts: Parts {
+                gate,
                 dir,
                 spool,
                 limit,
@@ -87,6 +98,7 @@ impl Receiving for Receiver {
 
 #[derive(Debug)]
 struct Parts {
+    gate: UploadGate,
     dir: PathBuf,
     spool: Spool,
     limit: usize,
@@ -193,6 +205,10 @@ impl Form for Parts {
                 let value = String::from_utf8(value).map_err(|_| {
                     ValidationError::new(name.clone(), format!("{name} must be UTF-8 text"))
                 })?;
+                if name == "model" {
+                    super::valid::model_id(&value)?;
+                    self.gate.model(&value)?;
+                }
                 self.fields.push((name, value));
             }
             Current::File(writing) => {

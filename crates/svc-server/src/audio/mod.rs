@@ -7,7 +7,9 @@
 //!   `multipart/form-data` upload: its file is written to disk as it
 //!   arrives ([`form`]), never whole in memory, bounded by
 //!   `audio_max_bytes`, and streamed from there to the engine's upstream.
-//!   Usage is the seconds of audio
+//!   Nothing is written for a key that could not be served: its rate
+//!   limits and spent budgets refuse it before the body is read, and the
+//!   form's `model` as soon as its field is. Usage is the seconds of audio
 //!   as a decoder gets them from the file ([`length`]), or the upstream's
 //!   count where larger; a file not measured is charged its bound up
 //!   front and settled at the upstream's count, or the bound without one.
@@ -90,6 +92,10 @@ async fn transcribe(
     translate: bool,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
+    // Before a byte of the body is read (the rate limits were counted by
+    // `limited`): a spent budget refuses the upload, and the gate checks
+    // the form's model as soon as its field is read.
+    let gate = state.admission.admit_upload(&key).await?;
     let place = state.batches.uploads.admit(&key.id)?;
     let boundary = request
         .headers()
@@ -107,6 +113,7 @@ async fn transcribe(
         state.batches.dir.clone(),
         state.batches.spool.clone(),
         limit,
+        gate,
     );
     let Received { file, fields } = receive(
         &place,

@@ -5,8 +5,14 @@
 //! JSON). The upstream path, byte for byte, is
 //! `svc-engine-upstream/tests/audio.rs`.
 
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
+use svc_core::budget::{Budget, BudgetPeriod, BudgetUnit};
+use svc_core::{KeyLimits, KeyScope, ModelAccess};
+use svc_server::ServerConfig;
 use svc_test_support::TestApp;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::expect_error;
 
@@ -324,4 +330,168 @@ async fn the_larger_of_the_measured_length_and_the_models_count_is_charged() {
     let heard = transcribe_as(&app, &key, "fake-speech", "json", &rich).await;
     assert_eq!(heard.status(), 200);
     assert_eq!(seconds_counted(&app).await, 11);
+}
+
+/// Opens `POST /v1/audio/transcriptions` declaring an 8 MiB form, sends
+/// its `model` field and the first 64 KiB of its file, and stalls there.
+async fn stalled_transcription(app: &TestApp, key: &str, model: &str) -> tokio::net::TcpStream {
+    let mut head = format!(
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: 8388608\r\n\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\n\
+         Content-Type: audio/mpeg\r\n\r\n",
+        app.addr
+    )
+    .into_bytes();
+    head.resize(head.len() + 64 * 1024, 7);
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(&head).await.unwrap();
+    stream
+}
+
+/// The status and body of the answer on `stream`, if one comes within 20
+/// seconds (the body is never sent whole).
+pub(crate) async fn answer(stream: &mut tokio::net::TcpStream) -> Option<(u16, Value)> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let read = async {
+        loop {
+            let text = String::from_utf8_lossy(&got).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+                    return (status, serde_json::from_str(body).unwrap());
+                }
+            }
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed without an answer: {text}");
+            got.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .ok()
+}
+
+/// The audio files being received in `dir`.
+fn spooled(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".audio-"))
+            })
+            .count()
+    })
+}
+
+// Issue 61: an upload refused for its model (404) or its budget (429) was
+// written to disk whole first (8.4 MB each). Now the key's limits and
+// budgets are checked before the body is read, and the model as soon as
+// its field is: this one stalls after 64 KiB of its file, and is answered
+// all the same, with nothing written.
+#[tokio::test]
+async fn an_upload_the_key_cannot_make_is_refused_before_its_file_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(
+        svc_test_support::Database::Sqlite,
+        ServerConfig {
+            files_dir: Some(dir.path().to_owned()),
+            rate_limits: KeyLimits {
+                requests_per_minute: Some(2),
+                tokens_per_minute: None,
+            },
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let other_models = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                allowed_models: ModelAccess(Some(vec!["svc".into()])),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let mut stream = stalled_transcription(&app, &other_models, "fake-speech").await;
+    let (status, body) = answer(&mut stream)
+        .await
+        .expect("a model the key may not use is refused before the file is whole");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (404, &json!("model_not_found")),
+        "{body}"
+    );
+    assert_eq!(spooled(dir.path()), 0);
+    // A key whose budget a chat spent.
+    let spent = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                budget: Some(Budget {
+                    limit: 1,
+                    unit: BudgetUnit::Tokens,
+                    period: BudgetPeriod::Day,
+                }),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    assert_eq!(
+        app.chat(&spent, &crate::body("svc", "hello"))
+            .await
+            .status(),
+        200
+    );
+    let mut stream = stalled_transcription(&app, &spent, "fake-speech").await;
+    let (status, body) = answer(&mut stream)
+        .await
+        .expect("a spent budget is refused before the body is read");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (429, &json!("insufficient_quota")),
+        "{body}"
+    );
+    assert_eq!(spooled(dir.path()), 0);
+    // A key past its requests a minute.
+    let hasty = app.create_key().await;
+    for _ in 0..2 {
+        assert_eq!(
+            app.chat(&hasty, &crate::body("svc", "hello"))
+                .await
+                .status(),
+            200
+        );
+    }
+    let mut stream = stalled_transcription(&app, &hasty, "fake-speech").await;
+    let (status, body) = answer(&mut stream)
+        .await
+        .expect("a key past its rate limit is refused before the body is read");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (429, &json!("rate_limit_exceeded")),
+        "{body}"
+    );
+    assert_eq!(spooled(dir.path()), 0);
+    // A key that may make it: its file is written as it comes.
+    let allowed = app.create_key().await;
+    let _stream = stalled_transcription(&app, &allowed, "fake-speech").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while spooled(dir.path()) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the upload never reached the disk"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
