@@ -23,7 +23,7 @@
 //!   than too little.
 
 use std::fs::File;
-use std::io::{Read as _, Seek as _, SeekFrom};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use svc_core::ValidationError;
@@ -100,6 +100,19 @@ pub(super) fn measure(path: &Path) -> Result<Length, ValidationError> {
     })
 }
 
+/// The seconds a WAV file of `bytes` plays (see [`measure`]): `None` for
+/// a file that is not WAV, or a codec not measured; `Err` with the
+/// refusal's message. For the fuzz target.
+#[doc(hidden)]
+pub fn fuzz_wav_seconds(bytes: &[u8]) -> Option<Result<f64, String>> {
+    let mut reader = std::io::Cursor::new(bytes);
+    match wav(&mut reader, bytes.len() as u64) {
+        Ok(Wav::Seconds(seconds)) => Some(Ok(seconds)),
+        Ok(Wav::Not | Wav::OtherCodec) => None,
+        Err(e) => Some(Err(e.message)),
+    }
+}
+
 /// What a file's RIFF header says.
 enum Wav {
     /// Not a WAV file.
@@ -131,7 +144,7 @@ fn refused(message: String) -> ValidationError {
 }
 
 /// Reads a RIFF (or RF64) WAVE file's chunks up to its `data`.
-fn wav(file: &mut File, length: u64) -> Result<Wav, ValidationError> {
+fn wav(file: &mut (impl Read + Seek), length: u64) -> Result<Wav, ValidationError> {
     let mut head = [0u8; 12];
     if file.read_exact(&mut head).is_err()
         || !matches!(&head[0..4], b"RIFF" | b"RF64")
@@ -222,7 +235,7 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 }
 
 /// Reads a `fmt ` chunk of `size` bytes (the reader at its body).
-fn read_format(file: &mut File, size: u64) -> Result<Format, ValidationError> {
+fn read_format(file: &mut impl Read, size: u64) -> Result<Format, ValidationError> {
     if size < 16 {
         return Err(refused(format!(
             "the WAV file's `fmt ` chunk has {size} bytes; it has at least 16"

@@ -36,6 +36,7 @@ use crate::pipeline::{Metering, arrived, limited, whole};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
+pub use length::fuzz_wav_seconds;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
