@@ -85,7 +85,7 @@ impl Receiving for Receiver {
         let Parts { fields, file, .. } = self.parts;
         let file = file
             .map(|mut kept| {
-                kept.length = measure(&kept.audio.path)?;
+                kept.length = measure(&kept.audio.path, kept.audio.bytes)?;
                 if let Length::Decoded(seconds) = kept.length {
                     kept.audio.seconds = Some(seconds);
                 }
