@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes what parses untrusted input with cargo-fuzz (libFuzzer): the chat
 # and Responses requests' parsing and validation, the device flow's bodies,
-# the file upload's multipart/form-data parser,
+# the file upload's multipart/form-data parser, the audio upload's WAV reader,
 # the upstream engine's event-stream decoder and chunk translator, and the embedded
 # engine's chat templates, tool-call parser, think splitter and text
 # assembler (targets in fuzz/fuzz_targets/, seed corpora in fuzz/corpus/).

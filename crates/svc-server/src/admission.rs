@@ -52,6 +52,41 @@ impl From<Spent> for Refusal {
     }
 }
 
+/// An upload admitted for its key ([`Admission::admit_upload`]), waiting
+/// for the model its form names.
+pub struct UploadGate {
+    models: Arc<ModelRegistry>,
+    budgets: Budgets,
+    key: KeyRecord,
+    /// A spend budget found spent: it refuses a model with a price.
+    spent_spend: Option<Spent>,
+}
+
+impl UploadGate {
+    /// Refuses `model` as the admission of the work would, before the
+    /// upload's file is written (or while it is): a model the key may not
+    /// use is one that does not exist ([`Admission::usable`]), and a spent
+    /// spend budget refuses a model with a price.
+    pub fn model(&self, model: &str) -> Result<(), Refusal> {
+        if self.models.get(model).is_none() || !self.key.may_use(model) {
+            return Err(Refusal::ModelNotFound(model.to_owned()));
+        }
+        match self.spent_spend {
+            Some(spent) if self.budgets.priced(model) => Err(Refusal::Spent(spent)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for UploadGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UploadGate")
+            .field("key", &self.key.id)
+            .field("spent_spend", &self.spent_spend)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A generation under way: its events, and the model serving it (the one
 /// asked for, or one of its fallbacks).
 pub struct Generated {
@@ -98,6 +133,21 @@ impl Admission {
             .get(model)
             .filter(|_| key.may_use(model))
             .ok_or_else(|| Refusal::ModelNotFound(model.to_owned()))
+    }
+
+    /// Admits an upload before a byte of it is kept: what holds whatever
+    /// the model (the key's rate limits are counted before, by the route) —
+    /// a spent budget of tokens refuses it here. The model, which a form
+    /// names in a field of its own, perhaps after its file, is checked by
+    /// the [`UploadGate`] as soon as that field is read.
+    pub async fn admit_upload(&self, key: &KeyRecord) -> Result<UploadGate, Refusal> {
+        let spent_spend = self.budgets.refuse_spent_before_model(key).await?;
+        Ok(UploadGate {
+            models: self.models.clone(),
+            budgets: self.budgets.clone(),
+            key: key.clone(),
+            spent_spend,
+        })
     }
 
     /// `model`'s route, with what it sets applied to `request`: whether it

@@ -385,21 +385,51 @@ impl Budgets {
     /// no tokens but must stop once a budget is spent (counting a prompt's
     /// tokens). A count that cannot be read lets it through.
     pub async fn refuse_spent(&self, key: &KeyRecord, model: &str) -> Result<(), Spent> {
-        let price = self.price(model);
+        let priced = self.priced(model);
+        match self
+            .spent(key)
+            .await
+            .into_iter()
+            .find(|spent| spent.0.unit != BudgetUnit::Usd || priced)
+        {
+            Some(spent) => Err(spent),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Budgets::refuse_spent`] before the request has named its model
+    /// (an upload's form may name it after its file): refuses when a
+    /// budget that holds every model (of tokens) is spent, and hands back
+    /// a spent spend budget, which refuses only a model with a price
+    /// ([`Budgets::priced`]), for when the model is known.
+    pub async fn refuse_spent_before_model(&self, key: &KeyRecord) -> Result<Option<Spent>, Spent> {
+        let spent = self.spent(key).await;
+        if let Some(tokens) = spent.iter().find(|s| s.0.unit != BudgetUnit::Usd) {
+            return Err(*tokens);
+        }
+        Ok(spent.into_iter().next())
+    }
+
+    /// Whether `model` has a price, so that spend budgets hold it.
+    pub fn priced(&self, model: &str) -> bool {
+        self.price(model).is_some()
+    }
+
+    /// The budgets of `key` (its own, then its project's) whose current
+    /// window is spent; one whose count cannot be read is not.
+    async fn spent(&self, key: &KeyRecord) -> Vec<Spent> {
         let budgets = [
             (Scope::Key, key.budget, &key.budget_holder().0),
             (Scope::Project, key.project_budget, &key.project_id.0),
         ];
+        let mut spent = Vec::new();
         for (scope, budget, holder) in budgets {
             let Some(budget) = budget else { continue };
-            if budget.unit == BudgetUnit::Usd && price.is_none() {
-                continue;
-            }
             let (used, resets_at) = self.used(&scope.counter(holder, budget.unit), budget).await;
             if let Some(used) = used
                 && used >= budget.limit
             {
-                return Err(Spent(BudgetState {
+                spent.push(Spent(BudgetState {
                     scope,
                     unit: budget.unit,
                     limit: budget.limit,
@@ -408,7 +438,7 @@ impl Budgets {
                 }));
             }
         }
-        Ok(())
+        spent
     }
 
     /// Adds `tokens` to `scope`'s count unless it reached `limit`.

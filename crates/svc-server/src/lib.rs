@@ -45,6 +45,7 @@ pub(crate) mod usage;
 /// use as well). Not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::audio::fuzz_wav_seconds;
     pub use crate::chat::valid::{MAX_STOP_SEQUENCES, ValidChatRequest};
     pub use crate::extract::parse_json;
     pub use crate::multipart::{FuzzEvent, FuzzForm, fuzz_form};

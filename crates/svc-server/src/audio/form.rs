@@ -1,14 +1,20 @@
 //! The blocking half of an audio upload: the form's parts parsed
 //! ([`crate::multipart`]), its `file` written to a temporary file beside the
-//! Batch API's files, and its other fields kept (each short, a few of
-//! them). It runs on blocking threads, a batch of the body's chunks at a
-//! time ([`crate::upload::receive`]).
+//! Batch API's files and measured once whole ([`super::length`]), and its
+//! other fields kept (each short, a few of them). Its `model` is checked
+//! ([`UploadGate::model`]) as soon as its field ends: before the file is
+//! written when the form names it first, as OpenAI's Python library
+//! does, and the upload given up at once when it names it after. It runs
+//! on blocking threads, a batch of the body's chunks at a time
+//! ([`crate::upload::receive`]).
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use svc_core::{AudioFile, ValidationError};
 
+use super::length::{Length, measure};
+use crate::admission::UploadGate;
 use crate::batches::upload::MAX_FILENAME;
 use crate::error::ApiError;
 use crate::multipart::{Form, Parser, Part};
@@ -41,11 +47,18 @@ pub(super) struct Received {
 impl Receiver {
     /// A form of `boundary` whose file is written in `dir`, its bytes
     /// counted in `spool` while it is there; `limit` is the largest file
-    /// (for a 413).
-    pub(super) fn new(boundary: &str, dir: PathBuf, spool: Spool, limit: usize) -> Self {
+    /// (for a 413); its `model` is checked by `gate`.
+    pub(super) fn new(
+        boundary: &str,
+        dir: PathBuf,
+        spool: Spool,
+        limit: usize,
+        gate: UploadGate,
+    ) -> Self {
         Receiver {
             parser: Parser::new(boundary),
             parts: Parts {
+                gate,
                 dir,
                 spool,
                 limit,
@@ -70,16 +83,22 @@ impl Receiving for Receiver {
     fn finish(self) -> Result<Received, ApiError> {
         self.parser.finish()?;
         let Parts { fields, file, .. } = self.parts;
-        let file = file.map(|mut kept| {
-            kept.audio.seconds = wav_seconds(&kept.audio.path);
-            kept
-        });
+        let file = file
+            .map(|mut kept| {
+                kept.length = measure(&kept.audio.path, kept.audio.bytes)?;
+                if let Length::Decoded(seconds) = kept.length {
+                    kept.audio.seconds = Some(seconds);
+                }
+                Ok::<_, ValidationError>(kept)
+            })
+            .transpose()?;
         Ok(Received { file, fields })
     }
 }
 
 #[derive(Debug)]
 struct Parts {
+    gate: UploadGate,
     dir: PathBuf,
     spool: Spool,
     limit: usize,
@@ -109,6 +128,8 @@ struct Writing {
 #[derive(Debug)]
 pub(super) struct Kept {
     pub audio: AudioFile,
+    /// How long it plays (measured once it is whole).
+    pub length: Length,
     /// Its bytes' share of the uploads' room on disk, given back once it
     /// is removed.
     spooled: Spooled,
@@ -184,6 +205,10 @@ impl Form for Parts {
                 let value = String::from_utf8(value).map_err(|_| {
                     ValidationError::new(name.clone(), format!("{name} must be UTF-8 text"))
                 })?;
+                if name == "model" {
+                    super::valid::model_id(&value)?;
+                    self.gate.model(&value)?;
+                }
                 self.fields.push((name, value));
             }
             Current::File(writing) => {
@@ -216,6 +241,7 @@ impl Parts {
                     bytes: 0,
                     seconds: None,
                 },
+                length: Length::Bound(0.0),
                 spooled: self.spool.share(),
             },
         })
@@ -224,95 +250,4 @@ impl Parts {
 
 fn cannot_write(e: std::io::Error) -> ApiError {
     ApiError::Internal(format!("cannot write the audio file: {e}"))
-}
-
-/// How long the WAV file at `path` plays, from its header (`RIFF`/`WAVE`,
-/// the `fmt ` chunk's byte rate, the `data` chunk's length, capped at what
-/// the file holds); `None` for anything else.
-pub(super) fn wav_seconds(path: &Path) -> Option<f64> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let mut file = std::fs::File::open(path).ok()?;
-    let length = file.metadata().ok()?.len();
-    let mut head = [0u8; 12];
-    file.read_exact(&mut head).ok()?;
-    if &head[0..4] != b"RIFF" || &head[8..12] != b"WAVE" {
-        return None;
-    }
-    let mut at = 12u64;
-    let mut byte_rate = None;
-    // A few chunks (`LIST`, `fact`) may come before `data`.
-    for _ in 0..16 {
-        let mut chunk = [0u8; 8];
-        file.read_exact(&mut chunk).ok()?;
-        let size = u64::from(u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]));
-        let body = at + 8;
-        match &chunk[0..4] {
-            b"fmt " => {
-                let mut fmt = [0u8; 12];
-                file.read_exact(&mut fmt).ok()?;
-                byte_rate = Some(u32::from_le_bytes([fmt[8], fmt[9], fmt[10], fmt[11]]));
-            }
-            b"data" => {
-                let rate = f64::from(byte_rate.filter(|r| *r > 0)?);
-                // A stream's header may say 0 or all ones: the file says.
-                let data = size.min(length.saturating_sub(body));
-                let data = if size == 0 || size == u64::from(u32::MAX) {
-                    length.saturating_sub(body)
-                } else {
-                    data
-                };
-                return Some(data as f64 / rate);
-            }
-            _ => {}
-        }
-        at = body + size + (size & 1);
-        file.seek(SeekFrom::Start(at)).ok()?;
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A PCM WAV file of `seconds` at 16 kHz, 16-bit mono, with a `LIST`
-    /// chunk before its data.
-    pub(crate) fn wav(seconds: u32) -> Vec<u8> {
-        let rate = 16_000u32;
-        let data = rate * 2 * seconds;
-        let list = b"INFOISFT\x04\x00\x00\x00svc\x00";
-        let mut out = Vec::new();
-        out.extend_from_slice(b"RIFF");
-        out.extend_from_slice(&(4 + 24 + 8 + list.len() as u32 + 8 + data).to_le_bytes());
-        out.extend_from_slice(b"WAVEfmt ");
-        out.extend_from_slice(&16u32.to_le_bytes());
-        out.extend_from_slice(&1u16.to_le_bytes());
-        out.extend_from_slice(&1u16.to_le_bytes());
-        out.extend_from_slice(&rate.to_le_bytes());
-        out.extend_from_slice(&(rate * 2).to_le_bytes());
-        out.extend_from_slice(&2u16.to_le_bytes());
-        out.extend_from_slice(&16u16.to_le_bytes());
-        out.extend_from_slice(b"LIST");
-        out.extend_from_slice(&(list.len() as u32).to_le_bytes());
-        out.extend_from_slice(list);
-        out.extend_from_slice(b"data");
-        out.extend_from_slice(&data.to_le_bytes());
-        out.resize(out.len() + data as usize, 0);
-        out
-    }
-
-    #[test]
-    fn a_wav_files_length_is_read_from_its_header() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.wav");
-        std::fs::write(&path, wav(3)).unwrap();
-        assert_eq!(wav_seconds(&path), Some(3.0));
-        // Cut short: what the file holds.
-        let mut cut = wav(4);
-        cut.truncate(cut.len() - 16_000 * 2);
-        std::fs::write(&path, cut).unwrap();
-        assert_eq!(wav_seconds(&path), Some(3.0));
-        std::fs::write(&path, b"ID3\x03\x00 an mp3").unwrap();
-        assert_eq!(wav_seconds(&path), None);
-    }
 }

@@ -7,12 +7,17 @@
 //!   `multipart/form-data` upload: its file is written to disk as it
 //!   arrives ([`form`]), never whole in memory, bounded by
 //!   `audio_max_bytes`, and streamed from there to the engine's upstream.
-//!   Usage is the seconds of audio: the upstream's count, or the file's
-//!   own (a WAV header), or failing both one second per 16,000 bytes.
+//!   Nothing is written for a key that could not be served: its rate
+//!   limits and spent budgets refuse it before the body is read, and the
+//!   form's `model` as soon as its field is. Usage is the seconds of audio
+//!   as a decoder gets them from the file ([`length`]), or the upstream's
+//!   count where larger; a file not measured is charged its bound up
+//!   front and settled at the upstream's count, or the bound without one.
 //! - `POST /v1/audio/speech` takes JSON and streams the audio back as it
 //!   comes. Usage is the characters of its `input`.
 
 mod form;
+mod length;
 mod valid;
 
 use axum::body::Body;
@@ -31,10 +36,7 @@ use crate::pipeline::{Metering, arrived, limited, whole};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
-
-/// Bytes of audio counted as a second when neither the file nor the model
-/// says how long it is: MP3 at 128 kbit/s.
-const BYTES_PER_SECOND: u64 = 16_000;
+pub use length::fuzz_wav_seconds;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -91,6 +93,10 @@ async fn transcribe(
     translate: bool,
 ) -> Result<Response, ApiError> {
     let arrived = arrived(&request);
+    // Before a byte of the body is read (the rate limits were counted by
+    // `limited`): a spent budget refuses the upload, and the gate checks
+    // the form's model as soon as its field is read.
+    let gate = state.admission.admit_upload(&key).await?;
     let place = state.batches.uploads.admit(&key.id)?;
     let boundary = request
         .headers()
@@ -108,6 +114,7 @@ async fn transcribe(
         state.batches.dir.clone(),
         state.batches.spool.clone(),
         limit,
+        gate,
     );
     let Received { file, fields } = receive(
         &place,
@@ -152,10 +159,8 @@ async fn send(
     let route = state.admission.usable(&key, &model)?;
     transcribe.audio = file.audio.clone();
     transcribe.client = Some(key.id.to_string());
-    let measured = transcribe.audio.seconds;
-    let estimate = seconds(
-        measured.unwrap_or_else(|| transcribe.audio.bytes.div_ceil(BYTES_PER_SECOND) as f64),
-    );
+    let length = file.length;
+    let estimate = seconds(length.seconds());
     let (transcript, _) = whole(
         &state.admission,
         &state.metrics,
@@ -176,7 +181,7 @@ async fn send(
         },
         route.engine.transcribe(transcribe),
         |transcript| TokenUsage {
-            audio_seconds: transcript.seconds.or(measured).map_or(estimate, seconds),
+            audio_seconds: seconds(length.billed(transcript.seconds)),
             ..TokenUsage::default()
         },
     )

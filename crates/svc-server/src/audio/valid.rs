@@ -31,15 +31,7 @@ pub(super) fn transcription(
     for (name, value) in fields {
         match name.as_str() {
             "model" => {
-                if value.is_empty() || value.len() > svc_api::MAX_MODEL_ID {
-                    return Err(ValidationError::new(
-                        "model",
-                        format!(
-                            "model must be a model id of 1 to {} bytes",
-                            svc_api::MAX_MODEL_ID
-                        ),
-                    ));
-                }
+                model_id(&value)?;
                 model = Some(value);
                 continue;
             }
@@ -94,6 +86,21 @@ pub(super) fn transcription(
             ..TranscribeRequest::default()
         },
     })
+}
+
+/// Checks the form's `model` field: a model id of 1 to
+/// [`svc_api::MAX_MODEL_ID`] bytes.
+pub(super) fn model_id(value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() || value.len() > svc_api::MAX_MODEL_ID {
+        return Err(ValidationError::new(
+            "model",
+            format!(
+                "model must be a model id of 1 to {} bytes",
+                svc_api::MAX_MODEL_ID
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A speech request, checked.

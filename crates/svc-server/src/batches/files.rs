@@ -17,7 +17,7 @@ use svc_core::{KeyRecord, ValidationError, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::upload::{Received, Receiver};
+use super::upload::{Received, Receiver, past_quota};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::multipart;
@@ -68,6 +68,15 @@ pub async fn upload(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    // Before a byte of the body is read: a project whose files already
+    // fill its quota is refused, and another's upload is given up as soon
+    // as its file would take it past (the insert below decides, uploads at
+    // once included).
+    let quota = i64::try_from(state.batches.quota_bytes).unwrap_or(i64::MAX);
+    let stored = state.store.stored_bytes(&key.project_id).await?;
+    if stored >= quota {
+        return Err(past_quota(None, quota));
+    }
     let place = state.batches.uploads.admit(&key.id)?;
     let limit = state.batches.file_max_bytes;
     let boundary = request
@@ -87,6 +96,7 @@ pub async fn upload(
         // A line holds a request body, and its own fields beside it.
         state.body_limit.0 + 4096,
         limit,
+        (quota, stored),
     );
     let Received { filename, upload } =
         receive(&place, receiver, request.into_body(), limit).await?;
@@ -103,22 +113,15 @@ pub async fn upload(
         .path(&record.id)
         .ok_or_else(|| ApiError::Internal("a file id that names no path".into()))?;
     upload.keep(&path).await?;
-    let quota = i64::try_from(state.batches.quota_bytes).unwrap_or(i64::MAX);
     let kept = state.store.insert_file(&record, quota).await;
     if !matches!(kept, Ok(true)) {
         let _ = tokio::fs::remove_file(&path).await;
     }
     if !kept? {
-        return Err(ValidationError::new(
-            "file",
-            format!(
-                "this file ({} bytes, and {} of its name) would take the project's files past its quota of {} bytes; delete files first",
-                record.bytes,
-                record.filename.len(),
-                state.batches.quota_bytes
-            ),
-        )
-        .into());
+        return Err(past_quota(
+            Some((record.bytes, record.filename.len())),
+            quota,
+        ));
     }
     audit(&state, &key, "file.created", &record.id).await;
     Ok(json_response(&shape(&record)))

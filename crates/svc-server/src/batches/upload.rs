@@ -38,13 +38,16 @@ pub(super) struct Received {
 impl Receiver {
     /// A form of `boundary` whose file is written in `dir`, its bytes
     /// counted in `spool` while it arrives, its lines at most `max_line`
-    /// bytes; `file_limit` is the largest file (for a 413).
+    /// bytes; `file_limit` is the largest file (for a 413). Its project
+    /// has `stored` bytes of its `quota`: a file (with its name) past what
+    /// is left is refused as it arrives.
     pub(super) fn new(
         boundary: &str,
         dir: PathBuf,
         spool: Spool,
         max_line: usize,
         file_limit: usize,
+        (quota, stored): (i64, i64),
     ) -> Self {
         Receiver {
             parser: Parser::new(boundary),
@@ -53,6 +56,8 @@ impl Receiver {
                 spool,
                 max_line,
                 file_limit,
+                quota,
+                room: u64::try_from(quota.saturating_sub(stored)).unwrap_or(0),
                 current: Current::Between,
                 purpose: None,
                 file: None,
@@ -101,6 +106,9 @@ struct Fields {
     spool: Spool,
     max_line: usize,
     file_limit: usize,
+    /// The project's quota of bytes, and what it has left.
+    quota: i64,
+    room: u64,
     current: Current,
     purpose: Option<String>,
     file: Option<Received>,
@@ -164,6 +172,11 @@ impl Form for Fields {
                 purpose.extend_from_slice(bytes);
             }
             Current::File(writing) => {
+                let taken =
+                    writing.upload.bytes + bytes.len() as u64 + writing.filename.len() as u64;
+                if taken > self.room {
+                    return Err(past_quota(None, self.quota));
+                }
                 writing.checker.feed(bytes).map_err(|e| refused(&e))?;
                 writing.upload.spooled.grow(bytes.len())?;
                 writing.out.write_all(bytes).map_err(cannot_write)?;
@@ -219,6 +232,20 @@ impl Fields {
             checker: Checker::new(self.max_line),
         })
     }
+}
+
+/// The 400 naming `file` for an upload past its project's `quota`: of a
+/// file of so many bytes and bytes of name, when it is known.
+pub(super) fn past_quota(file: Option<(i64, usize)>, quota: i64) -> ApiError {
+    let file = match file {
+        Some((bytes, name)) => format!("this file ({bytes} bytes, and {name} of its name)"),
+        None => "this file".to_owned(),
+    };
+    ValidationError::new(
+        "file",
+        format!("{file} would take the project's files past its quota of {quota} bytes; delete files first"),
+    )
+    .into()
 }
 
 fn refused(e: &LineError) -> ApiError {

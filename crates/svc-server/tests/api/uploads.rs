@@ -20,6 +20,7 @@ on_both_databases!(
     a_files_name_counts_toward_the_quota,
     slow_uploads_of_many_keys_do_not_hold_back_another_projects,
     the_uploads_of_all_keys_share_a_bounded_room_on_disk,
+    an_upload_past_the_projects_quota_is_refused_before_it_is_written,
 );
 
 const BOUNDARY: &str = "svc-upload-boundary-43";
@@ -518,4 +519,70 @@ async fn a_form_that_never_reaches_a_boundary_or_ends_its_headers_is_refused_ear
     let left = on_disk(dir.path());
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(!left[0].starts_with(".upload"), "{left:?}");
+}
+
+// Issue 61: an upload was written to disk whole before its project's quota
+// refused it. Now a project whose files fill its quota is refused before
+// the body is read, and an upload is given up as soon as its file passes
+// what the quota has left.
+async fn an_upload_past_the_projects_quota_is_refused_before_it_is_written(database: Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let quota = 50_000;
+    let app = TestApp::spawn_with(
+        database,
+        ServerConfig {
+            files_dir: Some(dir.path().to_owned()),
+            files_quota_bytes: quota,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let key = project_key(&app, "full").await;
+    let uploading = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(".upload-")
+            })
+            .count()
+    };
+    let first = jsonl(1, 40_000);
+    let (status, body) = post(&app, &key, form("a.jsonl", &first)).await;
+    assert_eq!(status, 200, "{body}");
+    // About 10 kB are left: an upload that stalls after 64 KiB of its file
+    // is answered all the same.
+    let mut stream = stalled_upload(&app, &key).await;
+    stream.write_all(&[b'x'; 64 * 1024]).await.unwrap();
+    let (status, body) = crate::audio::answer(&mut stream)
+        .await
+        .expect("an upload past the quota is refused before it is whole");
+    assert_eq!(
+        (status, &body["error"]["param"]),
+        (400, &json!("file")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("quota of 50000 bytes"), "{message}");
+    assert_eq!(uploading(), 0);
+    // A file that fills the quota to the byte, with its name; then an
+    // upload is refused before a byte of it is written.
+    let base = jsonl(1, 0).len();
+    let rest = quota - (first.len() + "a.jsonl".len()) - "b.jsonl".len();
+    let (status, body) = post(&app, &key, form("b.jsonl", &jsonl(1, rest - base))).await;
+    assert_eq!(status, 200, "{body}");
+    let mut stream = stalled_upload(&app, &key).await;
+    let (status, body) = crate::audio::answer(&mut stream)
+        .await
+        .expect("a full project's upload is refused before its body is read");
+    assert_eq!(
+        (status, &body["error"]["param"]),
+        (400, &json!("file")),
+        "{body}"
+    );
+    assert_eq!(uploading(), 0);
+    assert_eq!(files(&app, &key).await.len(), 2);
 }
