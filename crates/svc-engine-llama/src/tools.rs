@@ -174,7 +174,8 @@ enum State {
 ///   text).
 /// - Output that starts with `{` or `[` is held to the end and becomes calls
 ///   when it is, as a whole, a call or an array of calls (Llama 3 style), and
-///   text otherwise.
+///   text otherwise; but it is text at once for a model whose `<tool_call>`
+///   is a token (see [`ToolCallParser::without_bare_calls`]).
 /// - Whitespace next to a call block is dropped; other text before, between
 ///   and after calls is sent as text.
 #[derive(Debug, Clone)]
@@ -185,6 +186,8 @@ pub(crate) struct ToolCallParser {
     /// Whitespace at the start of the next text is to be skipped (after a call).
     skip_ws: bool,
     calls: usize,
+    /// Output that starts with `{` or `[` may be a bare call.
+    bare: bool,
 }
 
 impl ToolCallParser {
@@ -196,6 +199,16 @@ impl ToolCallParser {
             buf: String::new(),
             skip_ws: false,
             calls: 0,
+            bare: true,
+        }
+    }
+
+    /// The same parser taking calls in `<tool_call>` blocks only: output
+    /// that starts with `{` or `[` is text.
+    pub(crate) fn without_bare_calls(self) -> Self {
+        ToolCallParser {
+            bare: false,
+            ..self
         }
     }
 
@@ -215,7 +228,8 @@ impl ToolCallParser {
                     if visible.is_empty() {
                         return;
                     }
-                    self.state = if visible.starts_with('{') || visible.starts_with('[') {
+                    let bare = visible.starts_with('{') || visible.starts_with('[');
+                    self.state = if bare && self.bare {
                         State::Bare
                     } else {
                         State::Text
