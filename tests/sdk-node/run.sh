@@ -5,7 +5,9 @@
 #
 # Installs the pinned npm packages when node_modules is missing or older than
 # package-lock.json, builds svc-fake-server with cargo unless SVC_FAKE_SERVER
-# names a binary, and runs every *.test.mjs here. Any server a test leaves
+# names a binary (and `svc`, when SVC_TEST_MODEL names the default model's
+# GGUF for real-model.test.mjs, unless SVC_BIN names one), and runs every
+# *.test.mjs here. Any server a test leaves
 # running is killed on exit. The exit code is the test runner's.
 set -euo pipefail
 
@@ -27,6 +29,14 @@ if [[ -z "${SVC_FAKE_SERVER:-}" ]]; then
     [[ "$TARGET" = /* ]] || TARGET="$ROOT/$TARGET"
     (cd "$ROOT" && cargo build --locked -q -p svc-test-support --bin svc-fake-server)
     SVC_FAKE_SERVER="$TARGET/debug/svc-fake-server"
+fi
+# real-model.test.mjs serves the default model ($SVC_TEST_MODEL) with `svc`.
+if [[ -n "${SVC_TEST_MODEL:-}" && -z "${SVC_BIN:-}" ]]; then
+    TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+    [[ "$TARGET" = /* ]] || TARGET="$ROOT/$TARGET"
+    (cd "$ROOT" && cargo build --locked -q -p svc-cli --bin svc)
+    SVC_BIN="$TARGET/debug/svc"
+    export SVC_BIN
 fi
 if [[ ! -x "$SVC_FAKE_SERVER" ]]; then
     echo "run.sh: $SVC_FAKE_SERVER is not an executable svc-fake-server" >&2

@@ -9,7 +9,10 @@
 //!   either the JSON reply or tool calls.
 //! - Tools go into the prompt through the model's template when it renders
 //!   `tools`, else as a Hermes-style system block (see `tools`); the output
-//!   is parsed into OpenAI's indexed tool-call chunks.
+//!   is parsed into OpenAI's indexed tool-call chunks. A marker that is a
+//!   token of the vocabulary counts only as that token (see
+//!   `markup::MarkerGuard`): the engine marks the tokens, the guard hides
+//!   the same text spelled plainly from the parsers.
 //! - Reasoning: a thinking model's `<think>` block is split into `Reasoning`
 //!   events (or dropped, for `svc`); other models get an explicit reasoning
 //!   pass, then an answer pass that sees that reasoning (see `reasoning`).
@@ -23,6 +26,7 @@
 //! cancels whichever pass is running. Failures of a second pass arrive as an
 //! error item in the stream.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
@@ -38,7 +42,7 @@ use crate::engine::{CompletionParams, Ready, Runner};
 use crate::families::{CallParser, Syntax, ToolFormat};
 use crate::grammar;
 use crate::harmony::{HarmonyParser, Said};
-use crate::markup::WsTrim;
+use crate::markup::{MarkerGuard, WsTrim, unmark};
 use crate::prompt::Cancel;
 use crate::reasoning::{self, Piece, REASONING_PREFILL, ReasoningFormat, ThinkSplitter};
 use crate::sampler::Grammar;
@@ -88,10 +92,16 @@ impl ChatFeatures {
     /// markup of the model's tool calls and of its reasoning.
     pub(crate) fn markers(&self) -> Vec<&'static str> {
         let mut markers = self.reasoning.markers().to_vec();
-        if let Some(syntax) = self.syntax {
-            markers.extend(syntax.markers());
-        }
+        markers.extend(self.call_markers());
         markers
+    }
+
+    /// The markup of the model's tool calls: its family's, or Hermes'.
+    pub(crate) fn call_markers(&self) -> Vec<&'static str> {
+        match self.syntax {
+            Some(syntax) => syntax.markers().to_vec(),
+            None => vec![tools::CALL_OPEN, tools::CALL_CLOSE],
+        }
     }
 }
 
@@ -236,6 +246,7 @@ fn prepare(
             ignore_eos: false,
             logprobs: request.logprobs,
             score_prompt: prompt.score,
+            mark_markers: false,
         };
         return Ok(Plan {
             first: runner.ready(tokens, params)?,
@@ -285,23 +296,40 @@ fn prepare(
     cancel.check()?;
     let offered: &[ToolSpec] = if use_tools { &tools } else { &[] };
     let specials = runner.specials();
-    let messages =
-        specials.escape_messages(&tools::prepare_messages(&messages, offered, features.tools));
+    // Escaped before svc writes its own markup into the history (calls and
+    // results the template cannot show, the tools' system block): that
+    // markup is the model's tokens, the client's text around it plain.
+    let offered = specials.escape_tools(offered);
+    let messages = tools::prepare_messages(
+        &specials.escape_messages(&messages),
+        &offered,
+        features.tools,
+    );
     let template_tools: Vec<ToolSpec> = if features.tools.tools {
-        specials.escape_tools(offered)
+        offered
     } else {
         Vec::new()
     };
     cancel.check()?;
 
+    // The tool-call markers that are tokens of the vocabulary count only as
+    // those tokens, so a marker the client's text coaxed the model into
+    // spelling is text. Under a grammar the grammar writes the markers.
+    let guarded = if use_tools && grammar.is_none() {
+        specials.guarded()
+    } else {
+        Vec::new()
+    };
     let out = Output {
         think: None,
         keep_reasoning: false,
+        guard: (!guarded.is_empty()).then(|| MarkerGuard::new(&guarded)),
         // A grammar that forces calls writes them in Hermes' syntax.
         tools: use_tools.then(|| {
             CallParser::new(
                 features.syntax,
                 grammar.is_some(),
+                !guarded.is_empty(),
                 tools.iter().map(|t| t.name.clone()).collect(),
             )
         }),
@@ -318,6 +346,7 @@ fn prepare(
         ignore_eos: false,
         logprobs,
         score_prompt: false,
+        mark_markers: !guarded.is_empty(),
     };
     let render = |messages: &[ChatMessage]| {
         let prompt = template.render_with(messages, &template_tools, &options)?;
@@ -363,6 +392,7 @@ fn prepare(
                     ignore_eos: false,
                     logprobs: None,
                     score_prompt: false,
+                    mark_markers: false,
                 };
                 let first = runner.ready(tokens, think)?;
                 cancel.check()?;
@@ -397,6 +427,7 @@ fn prepare(
                 ignore_eos: false,
                 logprobs: None,
                 score_prompt: false,
+                mark_markers: false,
             };
             let first = runner.ready(tokens, think)?;
             cancel.check()?;
@@ -794,6 +825,9 @@ struct Output {
     think: Option<Split>,
     /// Send the think block as `Reasoning` (else drop it).
     keep_reasoning: bool,
+    /// Reads the marks of the tool-call marker tokens, when the pass
+    /// writes them (see [`MarkerGuard`]).
+    guard: Option<MarkerGuard>,
     /// Parses tool calls out of the content.
     tools: Option<CallParser>,
     /// Trims the whitespace a JSON grammar allows around the value.
@@ -805,6 +839,20 @@ struct Output {
 
 impl Output {
     fn push(&mut self, text: &str) -> Vec<EngineEvent> {
+        let guarded;
+        let text = match self.guard.as_mut() {
+            Some(guard) => {
+                guarded = guard.push(text);
+                guarded.as_str()
+            }
+            None => text,
+        };
+        let events = self.read(text);
+        self.unmarked(events)
+    }
+
+    /// What the parsers make of `text`.
+    fn read(&mut self, text: &str) -> Vec<EngineEvent> {
         let mut events = Vec::new();
         match self.think.as_mut() {
             Some(Split::Tags(think)) => {
@@ -841,7 +889,10 @@ impl Output {
     }
 
     fn finish(&mut self) -> Vec<EngineEvent> {
-        let mut events = Vec::new();
+        let mut events = match self.guard.as_mut().map(MarkerGuard::finish) {
+            Some(rest) if !rest.is_empty() => self.read(&rest),
+            _ => Vec::new(),
+        };
         match self.think.as_mut() {
             Some(Split::Tags(think)) => {
                 let mut pieces = Vec::new();
@@ -863,7 +914,34 @@ impl Output {
         if let Some(json) = self.json.as_mut() {
             json.finish();
         }
-        self.with_logprobs(events)
+        let events = self.with_logprobs(events);
+        self.unmarked(events)
+    }
+
+    /// `events` with the guard's marks taken out of their text: the
+    /// model's text as it wrote it.
+    fn unmarked(&self, mut events: Vec<EngineEvent>) -> Vec<EngineEvent> {
+        if self.guard.is_none() {
+            return events;
+        }
+        let clean = |text: &mut String| {
+            if let Cow::Owned(clean) = unmark(text) {
+                *text = clean;
+            }
+        };
+        for event in &mut events {
+            match event {
+                EngineEvent::Text(text) | EngineEvent::Reasoning(text) => clean(text),
+                EngineEvent::ToolCall(chunk) => {
+                    clean(&mut chunk.arguments);
+                    if let Some(name) = chunk.name.as_mut() {
+                        clean(name);
+                    }
+                }
+                _ => {}
+            }
+        }
+        events
     }
 
     /// The finish reason to report: `tool_calls` when the reply ended by
@@ -1103,7 +1181,7 @@ mod tests {
         );
         assert_eq!(set.syntax, None);
         assert_eq!(set.reasoning, ReasoningFormat::Plain);
-        assert!(set.markers().is_empty());
+        assert_eq!(set.markers(), [tools::CALL_OPEN, tools::CALL_CLOSE]);
         // Harmony carries its own calls, whatever else the template holds.
         let harmony = ChatFeatures::of("<|channel|><|message|><|tool_call|>", None, None);
         assert_eq!(harmony.syntax, None);

@@ -120,6 +120,10 @@ pub struct CompletionParams {
     /// Score the prompt's own tokens first (with `logprobs`' alternatives),
     /// as one `PromptLogprobs` event; `max_tokens` may then be 0.
     pub score_prompt: bool,
+    /// Mark the text of each tool-call marker the model writes as its
+    /// token (U+FDD1 before it), so the chat layer can tell it from the
+    /// same text spelled plainly; the chat layer takes the marks out.
+    pub mark_markers: bool,
 }
 
 /// An in-process llama.cpp engine with continuous batching.
@@ -369,6 +373,7 @@ impl Runner {
             ignore_eos: params.ignore_eos,
             logprobs: params.logprobs,
             score_prompt: params.score_prompt,
+            mark_markers: params.mark_markers,
         })
     }
 
@@ -389,6 +394,7 @@ impl Runner {
                 ignore_eos: ready.ignore_eos,
                 logprobs: ready.logprobs,
                 score_prompt: ready.score_prompt,
+                mark_markers: ready.mark_markers,
                 owner: self.owner.clone(),
                 background: self.background,
                 trace: self
@@ -417,6 +423,7 @@ pub(crate) struct Ready {
     ignore_eos: bool,
     logprobs: Option<u8>,
     score_prompt: bool,
+    mark_markers: bool,
 }
 
 impl Ready {
@@ -527,13 +534,18 @@ impl LlamaEngine {
             options.tool_format,
             options.reasoning_format,
         );
-        let specials = Arc::new(Specials::of(&model));
+        let specials = Arc::new(Specials::of(
+            &model,
+            &features.markers(),
+            &features.call_markers(),
+        ));
         tracing::info!(
             tool_calls = features.syntax.map_or("hermes", |s| s.name()),
             tool_format_set = options.tool_format.is_some(),
             reasoning = features.reasoning.name(),
             reasoning_format_set = options.reasoning_format.is_some(),
-            "the model's tool calls and reasoning are parsed in these formats"
+            tokens_only = ?specials.guarded(),
+            "the model's tool calls and reasoning are parsed in these formats (the tool-call markers that are tokens count only as those tokens)"
         );
         let shown = specials.tokens_of(&features.markers());
         tracing::info!(kernels = kernels.name(), "the CPU's kernels for this model");
@@ -548,6 +560,7 @@ impl LlamaEngine {
             flash_attention: options.flash_attention,
             kernels,
             shown,
+            marked: specials.guarded_tokens(),
         };
         let fingerprint = numerics::fingerprint(&Numerics {
             weights: &loaded_path,
@@ -801,13 +814,15 @@ fn prompt_tokens(
     let use_tools = !request.tools.is_empty() && request.tool_choice != ToolChoiceSpec::None;
     let offered: &[ToolSpec] = if use_tools { &request.tools } else { &[] };
     let specials = runner.specials();
-    let messages = specials.escape_messages(&crate::tools::prepare_messages(
-        &request.messages,
-        offered,
+    // As `chat::generate` prepares them (the client's text escaped first).
+    let offered = specials.escape_tools(offered);
+    let messages = crate::tools::prepare_messages(
+        &specials.escape_messages(&request.messages),
+        &offered,
         features.tools,
-    ));
+    );
     let tools: Vec<ToolSpec> = if features.tools.tools {
-        specials.escape_tools(offered)
+        offered
     } else {
         Vec::new()
     };

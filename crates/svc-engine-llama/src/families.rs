@@ -25,7 +25,9 @@
 //! arguments that are a JSON object; otherwise it is sent as the text it
 //! was, so svc never reports a call the client did not offer. Text before,
 //! between and after sections is sent as it comes, less an end that may
-//! still grow into a section's marker.
+//! still grow into a section's marker. Where the vocabulary has a token for
+//! a marker, only the token counts (`crate::markup::MarkerGuard` hides the
+//! same text spelled plainly from these parsers).
 
 use serde_json::{Map, Value};
 
@@ -1049,10 +1051,19 @@ pub(crate) enum CallParser {
 
 impl CallParser {
     /// The parser for calls of `names` by a model of `syntax` (`None`:
-    /// Hermes'); `forced`: a grammar writes the calls, in Hermes' syntax.
-    pub(crate) fn new(syntax: Option<Syntax>, forced: bool, names: Vec<String>) -> Self {
+    /// Hermes'); `forced`: a grammar writes the calls, in Hermes' syntax;
+    /// `marked`: the markers are tokens of the model's vocabulary, which
+    /// only count as those tokens (`crate::markup::MarkerGuard`), so a
+    /// Hermes model writes no call without them either (no bare JSON call).
+    pub(crate) fn new(
+        syntax: Option<Syntax>,
+        forced: bool,
+        marked: bool,
+        names: Vec<String>,
+    ) -> Self {
         match syntax {
             Some(syntax) if !forced => CallParser::Family(SectionParser::new(syntax, names)),
+            _ if marked => CallParser::Hermes(ToolCallParser::new(names).without_bare_calls()),
             _ => CallParser::Hermes(ToolCallParser::new(names)),
         }
     }
@@ -1090,6 +1101,8 @@ fn text_out(text: &str, out: &mut Vec<Parsed>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::markup::{MarkerGuard, unmark};
+    use crate::text::TOKEN_MARK;
 
     /// What the parser makes of `output` fed at once, with text pieces
     /// joined.
@@ -1473,13 +1486,13 @@ mod tests {
         let names = vec!["get_weather".to_owned()];
         let hermes = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         for (syntax, forced) in [(None, false), (Some(Syntax::Mistral), true)] {
-            let mut parser = CallParser::new(syntax, forced, names.clone());
+            let mut parser = CallParser::new(syntax, forced, false, names.clone());
             let mut out = Vec::new();
             parser.push(hermes, &mut out);
             parser.finish(&mut out);
             assert_eq!(parser.calls(), 1, "{syntax:?} forced {forced}: {out:?}");
         }
-        let mut family = CallParser::new(Some(Syntax::Mistral), false, names);
+        let mut family = CallParser::new(Some(Syntax::Mistral), false, false, names);
         let mut out = Vec::new();
         family.push(
             r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}"#,
@@ -1487,6 +1500,138 @@ mod tests {
         );
         family.finish(&mut out);
         assert_eq!(joined(out), [call("get_weather", WEATHER_AS_WRITTEN)]);
+    }
+
+    /// `output` with a [`TOKEN_MARK`] before each of `syntax`'s markers:
+    /// as the engine writes it when the model wrote them as their tokens.
+    fn as_tokens(syntax: Syntax, output: &str) -> String {
+        let mut markers = syntax.markers().to_vec();
+        markers.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        let mut out = String::new();
+        let mut rest = output;
+        while let Some(c) = rest.chars().next() {
+            match markers.iter().find(|m| rest.starts_with(**m)) {
+                Some(marker) => {
+                    out.push(TOKEN_MARK);
+                    out.push_str(marker);
+                    rest = &rest[marker.len()..];
+                }
+                None => {
+                    out.push(c);
+                    rest = &rest[c.len_utf8()..];
+                }
+            }
+        }
+        out
+    }
+
+    /// What the guard of `syntax`'s markers and its parser make of
+    /// `pieces`, the guard's marks taken out.
+    fn guarded(syntax: Syntax, pieces: &[&str]) -> Vec<Parsed> {
+        let markers: Vec<String> = syntax.markers().iter().map(|m| (*m).to_owned()).collect();
+        let mut guard = MarkerGuard::new(&markers);
+        let mut parser = SectionParser::new(syntax, vec!["get_weather".into(), "add".into()]);
+        let mut out = Vec::new();
+        for piece in pieces {
+            parser.push(&guard.push(piece), &mut out);
+        }
+        parser.push(&guard.finish(), &mut out);
+        parser.finish(&mut out);
+        joined(out)
+            .into_iter()
+            .map(|p| match p {
+                Parsed::Text(t) => Parsed::Text(unmark(&t).into_owned()),
+                Parsed::Call { name, arguments } => Parsed::Call {
+                    name,
+                    arguments: unmark(&arguments).into_owned(),
+                },
+                other => other,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_marker_spelled_in_plain_text_is_text_where_the_vocabulary_has_its_token() {
+        // A client's prompt can coax a model into echoing a call's markup
+        // in plain tokens: where the markers are tokens, only a call whose
+        // markers came as those tokens is a call.
+        let cases = [
+            (
+                Syntax::Mistral,
+                r#"[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}"#,
+            ),
+            (
+                Syntax::Mistral,
+                r#"[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+            ),
+            (
+                Syntax::Llama3,
+                r#"<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}"#,
+            ),
+            (
+                Syntax::Pythonic,
+                r#"<|python_start|>[get_weather(city="Paris")]<|python_end|>"#,
+            ),
+            (
+                Syntax::Qwen3Coder,
+                "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+            ),
+            (
+                Syntax::DeepSeek,
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            ),
+            (
+                Syntax::Kimi,
+                "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
+            ),
+            (
+                Syntax::Glm,
+                "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+            ),
+            (
+                Syntax::ToolCallToken,
+                r#"<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|/tool_call|>"#,
+            ),
+            (
+                Syntax::CommandR,
+                r#"<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}]<|END_ACTION|>"#,
+            ),
+        ];
+        for (syntax, call) in cases {
+            // Some sections run to the end of the output.
+            let output = match syntax.close(syntax.opens()[0]) {
+                Some(_) => format!("Sure. {call} Done."),
+                None => format!("Sure. {call}"),
+            };
+            // Written as the markers' tokens: the call, as without a guard.
+            let tokens = as_tokens(syntax, &output);
+            let read = guarded(syntax, &[&tokens]);
+            assert_eq!(read, parse(syntax, &[&output]), "{syntax:?}");
+            assert!(
+                read.iter().any(|p| matches!(p, Parsed::Call { .. })),
+                "{syntax:?}: {read:?}"
+            );
+            // Spelled: the text it was, however it is cut.
+            assert_eq!(guarded(syntax, &[&output]), [text(&output)], "{syntax:?}");
+            for (at, _) in output.char_indices() {
+                let (a, b) = output.split_at(at);
+                assert_eq!(
+                    guarded(syntax, &[a, b]),
+                    [text(&output)],
+                    "{syntax:?} cut at {at}"
+                );
+            }
+            // The markers that open calls spelled, the others tokens: no call.
+            let mut mixed = tokens.clone();
+            for open in syntax.opens() {
+                mixed = mixed.replace(&format!("{TOKEN_MARK}{open}"), open);
+            }
+            let read = guarded(syntax, &[&mixed]);
+            assert!(
+                read.iter().all(|p| matches!(p, Parsed::Text(_))),
+                "{syntax:?}: {read:?}"
+            );
+        }
     }
 
     #[test]

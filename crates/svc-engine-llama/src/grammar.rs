@@ -44,7 +44,7 @@ fn schema_text_to_gbnf(schema: &str) -> Result<String, String> {
     let gbnf = llama_cpp_2::json_schema_to_grammar(schema).map_err(|e| {
         format!("the schema cannot be turned into a decoding grammar (llama.cpp's converter refused it: {e})")
     })?;
-    let gbnf = compact_space(&gbnf);
+    let gbnf = portable(&compact_space(&gbnf));
     check_size(&gbnf)?;
     Ok(gbnf)
 }
@@ -373,15 +373,44 @@ fn compact_space(gbnf: &str) -> String {
         + "\n"
 }
 
+/// Edits of rules llama.cpp's converter writes, so that every text a
+/// grammar allows is JSON that every parser reads, and reads the same:
+/// serde_json (and so svc's Messages API, which parses a call's arguments
+/// into `input`) refuses what JavaScript's parser takes.
+const PORTABLE: [(&str, &str); 2] = [
+    // A string's `\u` escape: any four hex digits, surrogates (`\uD800` to
+    // `\uDFFF`) too, which alone are no character. Without them, a
+    // character beyond the first plane is written as itself.
+    (
+        r#""u" [0-9a-fA-F]{4}"#,
+        r#""u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2})"#,
+    ),
+    // A number's exponent: up to 16 digits, so `1e999`, beyond a double
+    // (JavaScript's Infinity). Two digits keep every number finite.
+    ("([eE] [-+]? integral-part)?", "([eE] [-+]? [0-9]{1,2})?"),
+];
+
+/// `gbnf` with the [`PORTABLE`] edits.
+fn portable(gbnf: &str) -> String {
+    PORTABLE.iter().fold(gbnf.to_owned(), |gbnf, (rule, edit)| {
+        gbnf.replace(rule, edit)
+    })
+}
+
 /// The schema of one call of `tool`: `{"name": <its name>, "arguments": <its parameters>}`,
 /// written by hand so that `name` comes first (serde_json may sort keys).
+/// Parameters that name no type (none, or `{}`) are an object's: a call's
+/// arguments are an object, and the parser reads no others as a call.
 pub(crate) fn call_schema(tool: &ToolSpec) -> String {
     let name = Value::String(tool.name.clone());
-    let parameters = if tool.parameters.is_null() {
-        Value::Object(serde_json::Map::new())
-    } else {
-        tool.parameters.clone()
+    let mut parameters = match &tool.parameters {
+        Value::Object(schema) => schema.clone(),
+        _ => serde_json::Map::new(),
     };
+    if !parameters.contains_key("type") {
+        parameters.insert("type".into(), Value::from("object"));
+    }
+    let parameters = Value::Object(parameters);
     format!(
         r#"{{"type":"object","properties":{{"name":{{"const":{name}}},"arguments":{parameters}}},"required":["name","arguments"]}}"#
     )
@@ -489,6 +518,419 @@ fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-' || c == '_'
 }
 
+/// Random texts of a GBNF grammar, for tests that hold what reads a
+/// grammar's output (the tool-call parser) to every text the grammar allows.
+/// Characters come from a small alphabet of the troublesome ones (braces,
+/// quotes, backslashes, tags, markers, wide characters), and now and then
+/// a whole "wish" (`</tool_call>`, `}}`, ...) is written a character at a
+/// time wherever the grammar lets each of them in.
+#[cfg(test)]
+pub(crate) mod sample {
+    use std::collections::HashMap;
+
+    #[derive(Debug, Clone)]
+    enum Element {
+        Literal(Vec<char>),
+        /// A character class: whether it is negated, and its ranges.
+        Class(bool, Vec<(char, char)>),
+        Any,
+        Rule(String),
+        Group(Vec<Vec<Item>>),
+    }
+
+    #[derive(Debug, Clone)]
+    struct Item {
+        element: Element,
+        min: u32,
+        max: Option<u32>,
+    }
+
+    /// A parsed grammar.
+    #[derive(Debug)]
+    pub(crate) struct Gbnf {
+        rules: HashMap<String, Vec<Vec<Item>>>,
+        /// The fewest rule expansions down to terminals.
+        height: HashMap<String, u32>,
+    }
+
+    /// Characters a class may give.
+    const ALPHABET: &[char] = &[
+        'a', 'O', 's', 'l', 'o', ' ', '}', '{', ']', '[', '<', '>', '/', '_', '|', ':', ',', '.',
+        '0', '1', '9', '-', '+', 'e', 'E', 'é', '😀', '\u{FFFD}', '\u{FDD0}', '"', '\\', 'n', 'u',
+        'T', 'C', 'L', 'S', 'A', 'D', 'd', 'F', 'f', '8', '7', '\n', '\t', '\u{7F}', '\u{1F}',
+    ];
+
+    /// What the sampler tries to write inside strings.
+    const WISHES: &[&str] = &[
+        "</tool_call>",
+        "<tool_call>",
+        "}}",
+        "\"}",
+        "\"}}\n</tool_call>",
+        "}]",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "<|python_tag|>",
+        "\\",
+        "é😀",
+        "\"name\": \"x\", \"arguments\": {",
+    ];
+
+    /// How deep the sampler expands before it takes the shortest ways out.
+    const DEEP: u32 = 24;
+
+    impl Gbnf {
+        /// Parses `gbnf` (the subset llama.cpp's converter and svc write).
+        pub(crate) fn parse(gbnf: &str) -> Self {
+            let mut p = Parser {
+                chars: gbnf.chars().collect(),
+                at: 0,
+            };
+            let mut rules = HashMap::new();
+            loop {
+                p.space(true);
+                if p.peek().is_none() {
+                    break;
+                }
+                let name = p.name();
+                p.space(false);
+                assert!(p.eat("::="), "no ::= after {name:?} at {}", p.at);
+                let alternatives = p.alternatives(false);
+                rules.insert(name, alternatives);
+            }
+            let mut g = Gbnf {
+                rules,
+                height: HashMap::new(),
+            };
+            // Heights by fixpoint: a rule's is one more than its lowest alternative's.
+            loop {
+                let lower: Vec<(String, u32)> = g
+                    .rules
+                    .iter()
+                    .filter_map(|(name, alternatives)| {
+                        let h = g.lowest(alternatives)?.1 + 1;
+                        let old = g.height.get(name);
+                        old.is_none_or(|&old| h < old).then(|| (name.clone(), h))
+                    })
+                    .collect();
+                if lower.is_empty() {
+                    break;
+                }
+                g.height.extend(lower);
+            }
+            for name in g.rules.keys() {
+                assert!(g.height.contains_key(name), "{name} never ends");
+            }
+            g
+        }
+
+        /// The alternative with the fewest expansions, and their number.
+        fn lowest(&self, alternatives: &[Vec<Item>]) -> Option<(usize, u32)> {
+            alternatives
+                .iter()
+                .enumerate()
+                .filter_map(|(i, seq)| {
+                    seq.iter()
+                        .filter(|item| item.min > 0)
+                        .map(|item| self.element_height(&item.element))
+                        .try_fold(0, |h, e| e.map(|e| h.max(e)))
+                        .map(|h| (i, h))
+                })
+                .min_by_key(|&(_, h)| h)
+        }
+
+        fn element_height(&self, element: &Element) -> Option<u32> {
+            match element {
+                Element::Literal(_) | Element::Class(..) | Element::Any => Some(0),
+                Element::Rule(name) => self.height.get(name).copied(),
+                Element::Group(inner) => self.lowest(inner).map(|(_, h)| h + 1),
+            }
+        }
+
+        /// A random text of rule `root`, the same for the same `seed`.
+        pub(crate) fn generate(&self, root: &str, seed: u64) -> String {
+            let mut g = Gen {
+                gbnf: self,
+                rng: seed,
+                out: String::new(),
+                wish: Vec::new(),
+                depth: 0,
+            };
+            g.rule(root);
+            g.out
+        }
+    }
+
+    struct Gen<'g> {
+        gbnf: &'g Gbnf,
+        rng: u64,
+        out: String,
+        /// The rest of the wish being written, last character first.
+        wish: Vec<char>,
+        depth: u32,
+    }
+
+    impl Gen<'_> {
+        /// SplitMix64.
+        fn next(&mut self) -> u64 {
+            self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.rng;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        fn rule(&mut self, name: &str) {
+            let gbnf = self.gbnf;
+            let alternatives = gbnf
+                .rules
+                .get(name)
+                .unwrap_or_else(|| panic!("no rule {name}"));
+            self.alternatives(alternatives);
+        }
+
+        fn alternatives(&mut self, alternatives: &[Vec<Item>]) {
+            self.depth += 1;
+            let pick = if self.depth > DEEP {
+                self.gbnf.lowest(alternatives).map_or(0, |(i, _)| i)
+            } else {
+                self.below(alternatives.len())
+            };
+            for item in &alternatives[pick] {
+                let mut count = item.min;
+                let max = item.max.unwrap_or(u32::MAX);
+                if self.depth <= DEEP {
+                    let most = max.min(item.min + 12);
+                    while count < most && (!self.wish.is_empty() || self.below(3) != 0) {
+                        count += 1;
+                    }
+                }
+                for _ in 0..count {
+                    self.element(&item.element);
+                }
+            }
+            self.depth -= 1;
+        }
+
+        fn element(&mut self, element: &Element) {
+            match element {
+                Element::Literal(chars) => self.out.extend(chars),
+                Element::Class(negated, ranges) => {
+                    let c = self.class(*negated, ranges);
+                    self.out.push(c);
+                }
+                Element::Any => {
+                    let c = self.class(true, &[]);
+                    self.out.push(c);
+                }
+                Element::Rule(name) => self.rule(name),
+                Element::Group(inner) => self.alternatives(inner),
+            }
+        }
+
+        fn class(&mut self, negated: bool, ranges: &[(char, char)]) -> char {
+            let admits = |c: char| ranges.iter().any(|&(a, b)| a <= c && c <= b) != negated;
+            if self.wish.is_empty() && self.below(4) == 0 {
+                let wish = WISHES[self.below(WISHES.len())];
+                self.wish = wish.chars().rev().collect();
+            }
+            if let Some(&c) = self.wish.last()
+                && admits(c)
+            {
+                self.wish.pop();
+                return c;
+            }
+            if negated {
+                let allowed: Vec<char> = ALPHABET.iter().copied().filter(|&c| admits(c)).collect();
+                assert!(
+                    !allowed.is_empty(),
+                    "a class that admits none of the alphabet"
+                );
+                return allowed[self.below(allowed.len())];
+            }
+            loop {
+                let (a, b) = ranges[self.below(ranges.len())];
+                let span = (b as u32 - a as u32 + 1) as usize;
+                if let Some(c) = char::from_u32(a as u32 + self.below(span) as u32) {
+                    return c;
+                }
+            }
+        }
+    }
+
+    struct Parser {
+        chars: Vec<char>,
+        at: usize,
+    }
+
+    impl Parser {
+        fn peek(&self) -> Option<char> {
+            self.chars.get(self.at).copied()
+        }
+
+        fn eat(&mut self, s: &str) -> bool {
+            let s: Vec<char> = s.chars().collect();
+            if self.chars[self.at..].starts_with(&s) {
+                self.at += s.len();
+                true
+            } else {
+                false
+            }
+        }
+
+        fn space(&mut self, newlines: bool) {
+            while let Some(c) = self.peek() {
+                match c {
+                    ' ' | '\t' => self.at += 1,
+                    '\r' | '\n' if newlines => self.at += 1,
+                    '#' => {
+                        while self.peek().is_some_and(|c| c != '\n') {
+                            self.at += 1;
+                        }
+                    }
+                    _ => return,
+                }
+            }
+        }
+
+        fn name(&mut self) -> String {
+            let start = self.at;
+            while self.peek().is_some_and(super::is_word_char) {
+                self.at += 1;
+            }
+            assert!(self.at > start, "no name at {start}");
+            self.chars[start..self.at].iter().collect()
+        }
+
+        fn alternatives(&mut self, nested: bool) -> Vec<Vec<Item>> {
+            let mut alternatives = vec![self.sequence(nested)];
+            while self.peek() == Some('|') {
+                self.at += 1;
+                self.space(true);
+                alternatives.push(self.sequence(nested));
+            }
+            alternatives
+        }
+
+        fn sequence(&mut self, nested: bool) -> Vec<Item> {
+            let mut items: Vec<Item> = Vec::new();
+            loop {
+                self.space(nested);
+                let Some(c) = self.peek() else {
+                    return items;
+                };
+                let element = match c {
+                    '"' => {
+                        self.at += 1;
+                        let mut chars = Vec::new();
+                        while self.peek() != Some('"') {
+                            chars.push(self.char());
+                        }
+                        self.at += 1;
+                        Element::Literal(chars)
+                    }
+                    '[' => {
+                        self.at += 1;
+                        let negated = self.eat("^");
+                        let mut ranges = Vec::new();
+                        while self.peek() != Some(']') {
+                            let a = self.char();
+                            let b = if self.peek() == Some('-')
+                                && self.chars.get(self.at + 1) != Some(&']')
+                            {
+                                self.at += 1;
+                                self.char()
+                            } else {
+                                a
+                            };
+                            ranges.push((a, b));
+                        }
+                        self.at += 1;
+                        Element::Class(negated, ranges)
+                    }
+                    '.' => {
+                        self.at += 1;
+                        Element::Any
+                    }
+                    '(' => {
+                        self.at += 1;
+                        self.space(true);
+                        let inner = self.alternatives(true);
+                        self.space(true);
+                        assert!(self.eat(")"), "unclosed group at {}", self.at);
+                        Element::Group(inner)
+                    }
+                    '*' | '+' | '?' | '{' => {
+                        let last = items.last_mut().expect("a repetition follows an element");
+                        (last.min, last.max) = self.repetition();
+                        continue;
+                    }
+                    c if super::is_word_char(c) => Element::Rule(self.name()),
+                    _ => return items,
+                };
+                items.push(Item {
+                    element,
+                    min: 1,
+                    max: Some(1),
+                });
+            }
+        }
+
+        fn repetition(&mut self) -> (u32, Option<u32>) {
+            let c = self.peek();
+            self.at += 1;
+            match c {
+                Some('*') => (0, None),
+                Some('+') => (1, None),
+                Some('?') => (0, Some(1)),
+                _ => {
+                    let start = self.at;
+                    while self.peek() != Some('}') {
+                        self.at += 1;
+                    }
+                    let inside: String = self.chars[start..self.at].iter().collect();
+                    self.at += 1;
+                    let number = |s: &str| s.trim().parse::<u32>().expect("a count");
+                    match inside.split_once(',') {
+                        None => (number(&inside), Some(number(&inside))),
+                        Some((min, max)) if max.trim().is_empty() => (number(min), None),
+                        Some((min, max)) => (number(min), Some(number(max))),
+                    }
+                }
+            }
+        }
+
+        /// One character of a literal or class, its escape read.
+        fn char(&mut self) -> char {
+            let c = self.chars[self.at];
+            self.at += 1;
+            if c != '\\' {
+                return c;
+            }
+            let e = self.chars[self.at];
+            self.at += 1;
+            let hex = |p: &mut Self, n: usize| {
+                let s: String = p.chars[p.at..p.at + n].iter().collect();
+                p.at += n;
+                char::from_u32(u32::from_str_radix(&s, 16).expect("hex")).expect("a char")
+            };
+            match e {
+                'x' => hex(self, 2),
+                'u' => hex(self, 4),
+                'U' => hex(self, 8),
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                other => other,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,6 +971,19 @@ mod tests {
         assert_eq!(gbnf.matches("space ::=").count(), 1, "{gbnf}");
         assert!(from_schema(&json!({"type": "no-such-type"})).is_err());
         assert!(from_schema(&json!({"$ref": "https://example.com/schema.json"})).is_err());
+    }
+
+    #[test]
+    fn strings_and_numbers_are_json_every_parser_reads() {
+        let gbnf = from_schema(&json!({
+            "type": "object",
+            "properties": {"s": {"type": "string"}, "x": {"type": "number"}},
+            "required": ["s", "x"]
+        }))
+        .unwrap();
+        for (rule, edit) in PORTABLE {
+            assert!(!gbnf.contains(rule) && gbnf.contains(edit), "{gbnf}");
+        }
     }
 
     #[test]

@@ -11,7 +11,11 @@
 //! which no template markup contains and which templates copy as they
 //! are. [`Specials::tokenize`] then splits the rendered text at the
 //! template's control tokens, puts the placeholders back as the text they
-//! stand for, and tokenizes that text with special-token parsing off.
+//! stand for, and tokenizes that text with special-token parsing off. The
+//! family's markers that are user-defined tokens (Qwen's `<tool_call>`,
+//! gpt-oss's `<|channel|>`, which llama.cpp reads as their tokens even with
+//! special-token parsing off) are escaped too, and put back spelled in two
+//! parts, so a client's text never becomes a marker the model then echoes.
 //!
 //! A prompt without placeholders (no message contained such text) and with
 //! at most [`EXACT_PATH_SPECIALS`] control tokens is tokenized exactly as
@@ -47,12 +51,17 @@ const MAX_SPECIALS: usize = 0xFFFE;
 /// messages has about three per message.
 const EXACT_PATH_SPECIALS: usize = 8192;
 
-/// The model's control tokens (and its unknown token): the texts that only
+/// The model's control tokens (and its unknown token), and the user-defined
+/// tokens whose text is one of its family's markers: the texts that only
 /// the template may turn into tokens.
 #[derive(Debug)]
 pub(crate) struct Specials {
     /// Text, token and whether it eats whitespace on its left / right (llama.cpp's LSTRIP/RSTRIP).
     tokens: Vec<Special>,
+    /// The tool-call markers that are tokens of the vocabulary, and those
+    /// tokens: a marker counts only when the model wrote it as its token
+    /// (see `crate::markup::MarkerGuard`).
+    guarded: Vec<(String, LlamaToken)>,
     /// Indexes into `tokens` by their first two bytes, longest text first.
     by_prefix: HashMap<[u8; 2], Vec<usize>>,
     /// Indexes of one-byte texts.
@@ -67,25 +76,38 @@ struct Special {
     token: LlamaToken,
     lstrip: bool,
     rstrip: bool,
+    /// A user-defined token, which llama.cpp reads its text as even with
+    /// special-token parsing off: its text from a client is tokenized in
+    /// two parts (see [`Specials::spelled`]).
+    user_defined: bool,
 }
 
 impl Specials {
-    /// The control and unknown tokens of `model`'s vocabulary: the ones
-    /// llama.cpp leaves as plain text when special parsing is off.
-    pub(crate) fn of(model: &LlamaModel) -> Self {
+    /// The control and unknown tokens of `model`'s vocabulary (the ones
+    /// llama.cpp leaves as plain text when special parsing is off), and its
+    /// user-defined tokens whose text is one of `markers` (the family's
+    /// markup: Qwen's `<tool_call>` and `<think>`, gpt-oss's channel
+    /// markers, which llama.cpp makes user-defined). Of these, the tokens
+    /// whose text is one of `call_markers` (the tool-call syntax's) are the
+    /// [guarded](Specials::guarded) ones.
+    pub(crate) fn of(model: &LlamaModel, markers: &[&str], call_markers: &[&str]) -> Self {
         let vocab = model.vocab();
         let mut tokens = Vec::new();
         for id in 0..model.n_vocab() {
             let token = LlamaToken(id);
             let attr = vocab.attr(token);
-            if !attr.contains(LlamaTokenAttr::Control) && !attr.contains(LlamaTokenAttr::Unknown) {
+            let control =
+                attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::Unknown);
+            let user_defined = attr.contains(LlamaTokenAttr::UserDefined);
+            if !control && !user_defined {
                 continue;
             }
             let piece = vocab.token_to_piece(token, true, None);
             let Ok(text) = String::from_utf8(piece) else {
                 continue;
             };
-            if text.is_empty() {
+            let marker = markers.contains(&text.as_str()) || call_markers.contains(&text.as_str());
+            if text.is_empty() || (!control && !marker) {
                 continue;
             }
             tokens.push(Special {
@@ -93,9 +115,30 @@ impl Specials {
                 token,
                 lstrip: attr.contains(LlamaTokenAttr::LStrip),
                 rstrip: attr.contains(LlamaTokenAttr::RStrip),
+                user_defined: !control,
             });
         }
-        Self::new(tokens)
+        let mut specials = Self::new(tokens);
+        specials.guarded = specials
+            .tokens
+            .iter()
+            .filter(|s| call_markers.contains(&s.text.as_str()))
+            .map(|s| (s.text.clone(), s.token))
+            .collect();
+        specials
+    }
+
+    /// The tool-call markers that are tokens of the vocabulary (which the
+    /// model writes as those tokens, and a client's text never becomes).
+    pub(crate) fn guarded(&self) -> Vec<String> {
+        let mut texts: Vec<String> = self.guarded.iter().map(|(t, _)| t.clone()).collect();
+        texts.dedup();
+        texts
+    }
+
+    /// The tokens of [`Specials::guarded`].
+    pub(crate) fn guarded_tokens(&self) -> Vec<LlamaToken> {
+        self.guarded.iter().map(|(_, token)| *token).collect()
     }
 
     fn new(mut tokens: Vec<Special>) -> Self {
@@ -116,6 +159,7 @@ impl Specials {
         }
         Specials {
             tokens,
+            guarded: Vec::new(),
             by_prefix,
             short,
             first,
@@ -325,7 +369,12 @@ impl Specials {
                         .checked_sub(BASE)
                         .and_then(|k| self.tokens.get(k as usize))
                     {
-                        raw.push_str(&special.text);
+                        if special.user_defined {
+                            flush(&mut raw, &mut tokens);
+                            self.spelled(model, &special.text, &mut tokens);
+                        } else {
+                            raw.push_str(&special.text);
+                        }
                     }
                 }
                 copied = i;
@@ -360,6 +409,36 @@ impl Specials {
         }
         flush(&mut raw, &mut tokens);
         Ok(tokens)
+    }
+}
+
+impl Specials {
+    /// Tokens of `text`, a user-defined token's, that are not that token
+    /// (nor another of these): llama.cpp reads a user-defined token's text
+    /// as the token even with special-token parsing off, so the text is
+    /// tokenized in two parts, cut after its first character (and a
+    /// character at a time, should a part still hold one).
+    fn spelled(&self, model: &LlamaModel, text: &str, tokens: &mut Vec<LlamaToken>) {
+        let vocab = model.vocab();
+        let first = text.chars().next().map_or(0, char::len_utf8);
+        let from = tokens.len();
+        for part in [&text[..first], &text[first..]] {
+            if !part.is_empty() {
+                vocab.tokenize_into(part.as_bytes(), tokens, false, false);
+            }
+        }
+        let special = |t: &LlamaToken| self.tokens.iter().any(|s| s.user_defined && s.token == *t);
+        if tokens[from..].iter().any(special) {
+            tokens.truncate(from);
+            for (at, c) in text.char_indices() {
+                vocab.tokenize_into(
+                    &text.as_bytes()[at..at + c.len_utf8()],
+                    tokens,
+                    false,
+                    false,
+                );
+            }
+        }
     }
 }
 
@@ -442,6 +521,7 @@ mod tests {
             token: LlamaToken(id),
             lstrip: false,
             rstrip: false,
+            user_defined: false,
         };
         Specials::new(vec![
             special("<|im_start|>", 1),

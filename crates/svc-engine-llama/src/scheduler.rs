@@ -106,6 +106,9 @@ pub(crate) struct Job {
     /// Score the prompt's own tokens (with `logprobs`' alternatives) before
     /// the reply: every prompt token is decoded for it, none reused.
     pub(crate) score_prompt: bool,
+    /// Mark the text of the tool-call marker tokens in the reply (see
+    /// [`ContextSettings::marked`]).
+    pub(crate) mark_markers: bool,
     /// Who asks (an API key, or the choices of one request): while another
     /// owner's work waits, one owner's sequences hold at most
     /// [`Shared::per_owner`] slots, its further jobs waiting while the
@@ -320,6 +323,9 @@ pub(crate) struct ContextSettings {
     /// Control tokens written into the reply as their text (the model
     /// family's tool-call markers); every other control token writes none.
     pub(crate) shown: Vec<LlamaToken>,
+    /// The tool-call marker tokens, whose text a sequence that marks them
+    /// writes with a mark before it (see `crate::text::TextAssembler::marking`).
+    pub(crate) marked: Vec<LlamaToken>,
 }
 
 /// Runs the engine thread: creates the context, reports the per-sequence
@@ -366,6 +372,7 @@ pub(crate) fn run(
     let mut batcher = Batcher {
         model: &model,
         shown: settings.shown.clone(),
+        marked: settings.marked.clone(),
         cell_memory,
         slots: (0..settings.parallel).map(|_| Slot::default()).collect(),
         batch: LlamaBatch::new(settings.batch_size as usize, 1),
@@ -618,7 +625,7 @@ impl Sequence {
             return true;
         }
         if self.logprobs.is_some() {
-            let tokens = self.unsent.take(text.len());
+            let tokens = self.unsent.take(crate::text::unmarked_len(&text));
             if !tokens.is_empty() && self.sink.send(Ok(EngineEvent::Logprobs(tokens))).is_err() {
                 return false;
             }
@@ -709,6 +716,8 @@ struct Batcher<'a, 'm> {
     model: &'m LlamaModel,
     /// Control tokens written into replies as their text.
     shown: Vec<LlamaToken>,
+    /// Tool-call marker tokens (see [`ContextSettings::marked`]).
+    marked: Vec<LlamaToken>,
     /// Whether the model's memory is KV cells (not recurrent state): only
     /// then can a sequence be cut back to a prefix, or copied.
     cell_memory: bool,
@@ -1738,7 +1747,11 @@ impl Batcher<'_, '_> {
         Some(Sequence {
             serial,
             follows: None,
-            text: TextAssembler::new(&job.stop),
+            text: if job.mark_markers {
+                TextAssembler::new(&job.stop).marking()
+            } else {
+                TextAssembler::new(&job.stop)
+            },
             sink: job.sink,
             owner: job.owner,
             freezes: self.shared.freezes_at_first_token(),
@@ -2007,7 +2020,11 @@ impl Batcher<'_, '_> {
         if let Some(logprob) = logprob {
             seq.unsent.push(logprob);
         }
-        let release = seq.text.push(&piece);
+        let release = if self.marked.contains(&token) {
+            seq.text.push_marker(&piece)
+        } else {
+            seq.text.push(&piece)
+        };
         if !seq.send_text(release.text) {
             return Next::Gone;
         }

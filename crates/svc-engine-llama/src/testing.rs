@@ -226,6 +226,11 @@ pub struct TinyModel {
     /// More control tokens (a family's markers, such as `[TOOL_CALLS]`): a
     /// script piece that is one of them is that token.
     pub controls: Vec<String>,
+    /// More user-defined tokens (as Qwen's `<tool_call>`: llama.cpp reads
+    /// their text as the token even with special-token parsing off, and
+    /// writes it whatever it is asked): a script piece that is one of them
+    /// is that token.
+    pub user_defined: Vec<String>,
     /// The token the script follows: the newline that ends an assistant
     /// header (ChatML's, harmony's here), or a control token.
     pub follows: String,
@@ -282,6 +287,7 @@ impl TinyModel {
             template: TINY_TEMPLATE.to_owned(),
             fim: false,
             controls: Vec::new(),
+            user_defined: Vec::new(),
             follows: "\n".to_owned(),
             branches: Vec::new(),
             context_length: 4096,
@@ -368,6 +374,14 @@ impl TinyModel {
         }
     }
 
+    /// The same model with these user-defined tokens (see [`TinyModel::user_defined`]).
+    pub fn with_user_defined(self, tokens: &[&str]) -> Self {
+        TinyModel {
+            user_defined: tokens.iter().map(|t| (*t).to_owned()).collect(),
+            ..self
+        }
+    }
+
     /// The same model with a mixture of `count` experts a layer, `used` of
     /// them a token (see [`TinyModel::experts`]).
     pub fn with_experts(self, count: u32, used: u32) -> Self {
@@ -419,6 +433,11 @@ impl TinyModel {
             controls.insert(control.as_bytes(), tokens.len());
             tokens.push(control.clone());
             types.push(3);
+        }
+        for user_defined in &self.user_defined {
+            controls.insert(user_defined.as_bytes(), tokens.len());
+            tokens.push(user_defined.clone());
+            types.push(4);
         }
         let mut merges = Vec::new();
         // A script's pieces as token ids, each piece one token: a control

@@ -7,6 +7,20 @@
 //! a stop sequence, and releases them once they cannot. It knows nothing of
 //! llama.cpp and is tested on its own.
 
+/// Written before the text of a marker token (a tool-call marker the model
+/// wrote as its token) by an assembler that [marks](TextAssembler::marking)
+/// them: a noncharacter, which the model's own text in such an assembler
+/// never holds, so the same marker spelled in plain text is told apart.
+pub(crate) const TOKEN_MARK: char = '\u{FDD1}';
+/// A noncharacter the chat layer puts inside a marker the model spelled in
+/// plain text, so no parser reads it as the marker (and takes out again).
+pub(crate) const PLAIN_MARK: char = '\u{FDD2}';
+
+/// Bytes of `text` less its [`TOKEN_MARK`]s: what the model wrote.
+pub(crate) fn unmarked_len(text: &str) -> usize {
+    text.len() - text.matches(TOKEN_MARK).count() * TOKEN_MARK.len_utf8()
+}
+
 /// What one push of token bytes produced.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Release {
@@ -24,6 +38,10 @@ pub struct TextAssembler {
     partial: Vec<u8>,
     /// Decoded text held back because it may be the start of a stop sequence.
     held: String,
+    /// Whether marker tokens get a [`TOKEN_MARK`] (see [`TextAssembler::marking`]).
+    marking: bool,
+    /// Where in `held` the text of each marker token starts.
+    marks: Vec<usize>,
 }
 
 impl TextAssembler {
@@ -33,21 +51,57 @@ impl TextAssembler {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             partial: Vec::new(),
             held: String::new(),
+            marking: false,
+            marks: Vec::new(),
         }
+    }
+
+    /// The same assembler writing a [`TOKEN_MARK`] before the text of each
+    /// token pushed with [`TextAssembler::push_marker`], and U+FFFD for
+    /// the noncharacters svc marks with wherever the model's text has them.
+    /// Stop sequences are matched in the text without the marks.
+    pub(crate) fn marking(mut self) -> Self {
+        self.marking = true;
+        self
     }
 
     /// Adds the bytes of one token and returns what can be sent now.
     pub fn push(&mut self, bytes: &[u8]) -> Release {
         self.partial.extend_from_slice(bytes);
         let complete = take_complete_utf8(&mut self.partial);
-        self.held.push_str(&complete);
+        if self.marking && complete.contains([TOKEN_MARK, PLAIN_MARK]) {
+            self.held
+                .push_str(&complete.replace([TOKEN_MARK, PLAIN_MARK], "\u{FFFD}"));
+        } else {
+            self.held.push_str(&complete);
+        }
+        self.release()
+    }
 
+    /// Adds the bytes of a marker token (a whole text): marked, when the
+    /// assembler [marks](TextAssembler::marking) them.
+    pub(crate) fn push_marker(&mut self, bytes: &[u8]) -> Release {
+        if !self.marking {
+            return self.push(bytes);
+        }
+        // An unfinished character before a whole token is never finished.
+        if !self.partial.is_empty() {
+            self.held.push_str(&String::from_utf8_lossy(&self.partial));
+            self.partial.clear();
+        }
+        self.marks.push(self.held.len());
+        self.held.push_str(&String::from_utf8_lossy(bytes));
+        self.release()
+    }
+
+    /// What of `held` can be sent now.
+    fn release(&mut self) -> Release {
         if let Some(at) = self.first_stop() {
             let mut text = std::mem::take(&mut self.held);
             text.truncate(at);
             self.partial.clear();
             return Release {
-                text,
+                text: self.marked(text),
                 stopped: true,
             };
         }
@@ -56,9 +110,34 @@ impl TextAssembler {
         let rest = self.held.split_off(split);
         let text = std::mem::replace(&mut self.held, rest);
         Release {
-            text,
+            text: self.marked(text),
             stopped: false,
         }
+    }
+
+    /// `text`, the start of what was held, with a mark before each marker
+    /// token's text in it; the marks after it move to what is still held.
+    fn marked(&mut self, text: String) -> String {
+        let sent = self.marks.partition_point(|&at| at < text.len());
+        if sent == 0 {
+            for at in &mut self.marks {
+                *at -= text.len();
+            }
+            return text;
+        }
+        let mut out = String::with_capacity(text.len() + sent * TOKEN_MARK.len_utf8());
+        let mut from = 0;
+        for &at in &self.marks[..sent] {
+            out.push_str(&text[from..at]);
+            out.push(TOKEN_MARK);
+            from = at;
+        }
+        out.push_str(&text[from..]);
+        self.marks.drain(..sent);
+        for at in &mut self.marks {
+            *at = at.saturating_sub(text.len());
+        }
+        out
     }
 
     /// Ends the text (end of generation or length): everything still held back,
@@ -69,7 +148,8 @@ impl TextAssembler {
             text.push_str(&String::from_utf8_lossy(&self.partial));
             self.partial.clear();
         }
-        text
+        self.marks.retain(|&at| at < text.len());
+        self.marked(text)
     }
 
     /// Byte offset in `held` where the earliest stop sequence starts.
@@ -225,6 +305,36 @@ mod tests {
         let (out, stopped) = run(&["Hi"], &[b"H", b"i there"]);
         assert!(stopped);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_marking_assembler_marks_marker_tokens_and_nothing_else() {
+        let mut a = TextAssembler::new(&["[X]b".to_owned()]).marking();
+        let mut out = String::new();
+        // The model's own noncharacters cannot pass for marks.
+        out.push_str(&a.push("a\u{FDD1}\u{FDD2}".as_bytes()).text);
+        assert_eq!(out, "a\u{FFFD}\u{FFFD}");
+        // A marker held back (it may start the stop) keeps its mark.
+        let r = a.push_marker(b"[X]");
+        assert_eq!(r.text, "");
+        out.push_str(&a.push(b"c").text);
+        out.push_str(&a.push(b"[X").text);
+        out.push_str(&a.finish());
+        assert_eq!(out, "a\u{FFFD}\u{FFFD}\u{FDD1}[X]c[X");
+        assert_eq!(unmarked_len(&out), out.len() - 3);
+
+        // Stops match the text without the marks, and what a stop cuts
+        // off is never sent, its marks neither.
+        let mut a = TextAssembler::new(&["a[X]".to_owned()]).marking();
+        assert_eq!(a.push(b"za").text, "z");
+        let r = a.push_marker(b"[X]");
+        assert!(r.stopped);
+        assert_eq!(r.text, "");
+
+        // An assembler that does not mark writes a marker as text.
+        let mut a = TextAssembler::new(&[]);
+        assert_eq!(a.push_marker(b"[X]").text, "[X]");
+        assert_eq!(a.push("\u{FDD1}".as_bytes()).text, "\u{FDD1}");
     }
 
     /// What a client must see when `text` arrives cut at `cuts` (byte offsets):

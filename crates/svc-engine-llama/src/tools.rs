@@ -155,8 +155,10 @@ enum State {
 ///   (`parameters` is accepted for `arguments`; any whitespace between the
 ///   tokens) streams: the call starts as soon as that much is written, and
 ///   the arguments object follows piece by piece as it decodes, up to its
-///   closing brace (or `</tool_call>`, or the end of the output: a call cut
-///   off by `max_tokens` keeps what was written). What follows the
+///   closing brace (or `</tool_call>` outside its strings, or the end of the
+///   output: a call cut off by `max_tokens` keeps what was written); inside
+///   a string, `</tool_call>` and braces are the string's, as a grammar and
+///   a JSON parser read them. What follows the
 ///   arguments in the block is dropped. A streamed call is reported as
 ///   written: its arguments are not checked to be valid JSON (under a
 ///   grammar they always are).
@@ -172,7 +174,8 @@ enum State {
 ///   text).
 /// - Output that starts with `{` or `[` is held to the end and becomes calls
 ///   when it is, as a whole, a call or an array of calls (Llama 3 style), and
-///   text otherwise.
+///   text otherwise; but it is text at once for a model whose `<tool_call>`
+///   is a token (see [`ToolCallParser::without_bare_calls`]).
 /// - Whitespace next to a call block is dropped; other text before, between
 ///   and after calls is sent as text.
 #[derive(Debug, Clone)]
@@ -183,6 +186,8 @@ pub(crate) struct ToolCallParser {
     /// Whitespace at the start of the next text is to be skipped (after a call).
     skip_ws: bool,
     calls: usize,
+    /// Output that starts with `{` or `[` may be a bare call.
+    bare: bool,
 }
 
 impl ToolCallParser {
@@ -194,6 +199,16 @@ impl ToolCallParser {
             buf: String::new(),
             skip_ws: false,
             calls: 0,
+            bare: true,
+        }
+    }
+
+    /// The same parser taking calls in `<tool_call>` blocks only: output
+    /// that starts with `{` or `[` is text.
+    pub(crate) fn without_bare_calls(self) -> Self {
+        ToolCallParser {
+            bare: false,
+            ..self
         }
     }
 
@@ -213,7 +228,8 @@ impl ToolCallParser {
                     if visible.is_empty() {
                         return;
                     }
-                    self.state = if visible.starts_with('{') || visible.starts_with('[') {
+                    let bare = visible.starts_with('{') || visible.starts_with('[');
+                    self.state = if bare && self.bare {
                         State::Bare
                     } else {
                         State::Text
@@ -252,27 +268,28 @@ impl ToolCallParser {
                     self.state = State::Text;
                 }
                 State::Args(mut scan) => {
-                    let close = self.buf.find(CALL_CLOSE);
-                    let upto = close
-                        .unwrap_or_else(|| self.buf.len() - partial_tag_len(&self.buf, CALL_CLOSE));
-                    if let Some(end) = scan.feed(&self.buf[..upto]) {
-                        let args: String = self.buf.drain(..end).collect();
-                        out.push(Parsed::Args(args));
-                        self.state = State::Tail;
-                        continue;
-                    }
+                    // `</tool_call>` inside one of the arguments' strings is
+                    // the argument's text (a grammar allows it there), not
+                    // the block's end.
+                    let (upto, next) = match scan.feed_until(&self.buf, CALL_CLOSE) {
+                        Scanned::Closed(end) => (end, State::Tail),
+                        Scanned::Stopped(at) => (at, State::Text),
+                        Scanned::More(upto) => (upto, State::Args(scan)),
+                    };
                     let args: String = self.buf.drain(..upto).collect();
                     if !args.is_empty() {
                         out.push(Parsed::Args(args));
                     }
-                    if close.is_none() {
-                        self.state = State::Args(scan);
-                        return;
+                    self.state = next;
+                    match next {
+                        State::Args(_) => return,
+                        State::Text => {
+                            // Closed before its arguments did: the call stands as written.
+                            self.buf.drain(..CALL_CLOSE.len());
+                            self.skip_ws = true;
+                        }
+                        _ => {}
                     }
-                    // Closed before its arguments did: the call stands as written.
-                    self.buf.drain(..CALL_CLOSE.len());
-                    self.skip_ws = true;
-                    self.state = State::Text;
                 }
                 State::Tail => {
                     if let Some(at) = self.buf.find(CALL_CLOSE) {
@@ -513,33 +530,70 @@ pub(crate) struct ArgsScan {
     escaped: bool,
 }
 
+/// How far [`ArgsScan::feed_until`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scanned {
+    /// The object closed: the byte offset just after its closing brace.
+    Closed(usize),
+    /// The stop tag starts here, outside the object's strings, before the
+    /// object closed.
+    Stopped(usize),
+    /// Read up to here; what follows may be the start of the stop tag.
+    More(usize),
+}
+
 impl ArgsScan {
     /// Reads `text` (the next bytes of the object); the byte offset just
     /// after its closing brace when it closes in `text`.
     pub(crate) fn feed(&mut self, text: &str) -> Option<usize> {
-        for (i, c) in text.bytes().enumerate() {
-            if self.in_string {
-                match c {
-                    _ if self.escaped => self.escaped = false,
-                    b'\\' => self.escaped = true,
-                    b'"' => self.in_string = false,
-                    _ => {}
+        text.bytes()
+            .enumerate()
+            .find_map(|(i, c)| self.byte(c).then_some(i + 1))
+    }
+
+    /// Reads `text` (the next bytes of the object) up to its closing brace
+    /// or to `stop`, which counts only outside the object's strings: inside
+    /// one it is the string's text, as a JSON parser reads it.
+    pub(crate) fn feed_until(&mut self, text: &str, stop: &str) -> Scanned {
+        let bytes = text.as_bytes();
+        for (i, &c) in bytes.iter().enumerate() {
+            if !self.in_string && stop.as_bytes().first() == Some(&c) {
+                let rest = &bytes[i..];
+                if rest.starts_with(stop.as_bytes()) {
+                    return Scanned::Stopped(i);
                 }
-                continue;
+                if stop.as_bytes().starts_with(rest) {
+                    return Scanned::More(i);
+                }
             }
-            match c {
-                b'"' => self.in_string = true,
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' => {
-                    self.depth = self.depth.saturating_sub(1);
-                    if self.depth == 0 {
-                        return Some(i + 1);
-                    }
-                }
-                _ => {}
+            if self.byte(c) {
+                return Scanned::Closed(i + 1);
             }
         }
-        None
+        Scanned::More(bytes.len())
+    }
+
+    /// Reads one byte; true when it closes the object.
+    fn byte(&mut self, c: u8) -> bool {
+        if self.in_string {
+            match c {
+                _ if self.escaped => self.escaped = false,
+                b'\\' => self.escaped = true,
+                b'"' => self.in_string = false,
+                _ => {}
+            }
+            return false;
+        }
+        match c {
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                return self.depth == 0;
+            }
+            _ => {}
+        }
+        false
     }
 }
 
@@ -572,7 +626,13 @@ mod tests {
     use crate::reasoning::DEFAULT_SYSTEM;
 
     fn parse(pieces: &[&str]) -> Vec<Parsed> {
-        let mut p = ToolCallParser::new(vec!["get_weather".into(), "get_time".into()]);
+        parse_with(&["get_weather", "get_time"], pieces)
+    }
+
+    /// What the parser of calls of `names` makes of `pieces`, with text
+    /// pieces and a streamed call's pieces joined.
+    fn parse_with(names: &[&str], pieces: &[&str]) -> Vec<Parsed> {
+        let mut p = ToolCallParser::new(names.iter().map(|n| (*n).to_owned()).collect());
         let mut out = Vec::new();
         for piece in pieces {
             p.push(piece, &mut out);
@@ -680,6 +740,22 @@ mod tests {
                 "<tool_call>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"a<b}{\\\"\"}}\n</tool_call> ok",
                 vec![call("get_weather", "{\"city\": \"a<b}{\\\"\"}"), text("ok")],
             ),
+            // What a grammar allows in an argument's string is the
+            // argument's, braces, quotes and the block's end included.
+            (
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo}}</tool_call>\\\"}\"}}\n</tool_call>",
+                vec![call(
+                    "get_weather",
+                    "{\"city\": \"Oslo}}</tool_call>\\\"}\"}",
+                )],
+            ),
+            (
+                "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"\\\\\",\"x\":[\"</tool_call>\\n<tool_call>\"]}}\n</tool_call>",
+                vec![call(
+                    "get_weather",
+                    "{\"city\":\"\\\\\",\"x\":[\"</tool_call>\\n<tool_call>\"]}",
+                )],
+            ),
             // Closed before its arguments were: the call as written.
             (
                 "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"</tool_call> after",
@@ -778,6 +854,114 @@ mod tests {
             prop_assert_eq!(calls.len(), 2);
             let city_args = format!("{{\"city\": \"{city}\"}}");
             prop_assert_eq!(calls[0], &call("get_weather", &city_args));
+        }
+    }
+
+    /// Tools whose forced calls the grammar × parser property runs: the
+    /// Vercel AI SDK's shape of a one-string schema, one with every JSON
+    /// type, nesting, optional and free-form properties, a free-form
+    /// object, and no parameters at all.
+    fn forced_tools() -> Vec<ToolSpec> {
+        let tool = |name: &str, parameters: Value| ToolSpec {
+            name: name.into(),
+            description: None,
+            parameters,
+        };
+        vec![
+            tool(
+                "get_weather",
+                json!({
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                    "additionalProperties": false
+                }),
+            ),
+            tool(
+                "search",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string"},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "limit": {"type": "integer"},
+                        "score": {"type": "number"},
+                        "exact": {"type": "boolean"},
+                        "unit": {"enum": ["celsius", "fahrenheit", "}\"</tool_call>"]},
+                        "filter": {
+                            "type": "object",
+                            "properties": {
+                                "field": {"type": "string"},
+                                "any": {"type": "array", "items": {"type": "object", "properties": {"v": {"type": "string"}}}}
+                            },
+                            "required": ["field"]
+                        },
+                        "note": {"type": ["string", "null"]},
+                        "extra": {}
+                    },
+                    "required": ["query", "tags", "filter"]
+                }),
+            ),
+            tool("anything", json!({"type": "object"})),
+            tool("get_time", Value::Null),
+        ]
+    }
+
+    proptest! {
+        /// Whatever a forced call's grammar lets the model write, the parser
+        /// gives back that call, its arguments exactly as written: valid
+        /// JSON that matches the schema, however the text is cut.
+        #[test]
+        fn a_forced_call_parses_to_exactly_what_its_grammar_allowed(
+            seed: u64,
+            which in 0usize..5,
+            cuts in proptest::collection::vec(0usize..4096, 0..24),
+        ) {
+            #[derive(Deserialize)]
+            struct Written<'a> {
+                name: String,
+                #[serde(borrow)]
+                arguments: &'a RawValue,
+            }
+            let tools = forced_tools();
+            // One tool forced (tool_choice names it), or any of them ("required").
+            let chosen: Vec<&ToolSpec> = match tools.get(which) {
+                Some(tool) => vec![tool],
+                None => tools.iter().collect(),
+            };
+            let gbnf = crate::grammar::tool_call(&chosen).unwrap();
+            let output = crate::grammar::sample::Gbnf::parse(&gbnf).generate("root", seed);
+
+            let body = output
+                .strip_prefix("<tool_call>\n")
+                .and_then(|b| b.strip_suffix("\n</tool_call>"))
+                .unwrap_or_else(|| panic!("not a block: {output:?}"));
+            let written: Written<'_> = serde_json::from_str(body)
+                .unwrap_or_else(|e| panic!("the grammar wrote invalid JSON ({e}): {body:?}"));
+            let tool = chosen.iter().find(|t| t.name == written.name).unwrap();
+            let arguments: Value = serde_json::from_str(written.arguments.get()).unwrap();
+            let schema = if tool.parameters.is_null() { json!({"type": "object"}) } else { tool.parameters.clone() };
+            prop_assert!(
+                jsonschema::validator_for(&schema).unwrap().is_valid(&arguments),
+                "{arguments} does not match {schema}"
+            );
+
+            let mut bounds: Vec<usize> = cuts
+                .iter()
+                .map(|c| c % (output.len() + 1))
+                .filter(|&c| output.is_char_boundary(c))
+                .collect();
+            bounds.extend([0, output.len()]);
+            bounds.sort_unstable();
+            bounds.dedup();
+            let pieces: Vec<&str> = bounds.windows(2).map(|w| &output[w[0]..w[1]]).collect();
+            let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+            prop_assert_eq!(
+                parse_with(&names, &pieces),
+                vec![call(&written.name, written.arguments.get())],
+                "{:?}", output
+            );
         }
     }
 

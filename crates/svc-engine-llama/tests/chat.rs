@@ -449,6 +449,95 @@ async fn a_mistral_family_model_calls_tools_in_its_own_syntax() {
     assert_eq!(out.reason, Some(FinishReason::Stop));
 }
 
+/// A Hermes call of get_weather for Paris after "Sure.", its markers
+/// written as the pieces `open` and `close` (one token each, or spelled in
+/// several).
+fn hermes_script<'a>(open: &[&'a str], close: &[&'a str]) -> Vec<&'a str> {
+    let mut pieces = vec!["Sure."];
+    pieces.extend(open);
+    pieces.extend([
+        "\n{\"name\": \"get_weather\", ",
+        "\"arguments\": {\"city\": \"Paris\"}}\n",
+    ]);
+    pieces.extend(close);
+    pieces
+}
+
+#[tokio::test]
+async fn a_call_spelled_in_plain_tokens_is_text_where_its_markers_are_tokens() {
+    // A client's prompt can coax a model into echoing a call's markup in
+    // plain tokens: where the vocabulary has tokens for the markers, only
+    // the markers written as those tokens make a call.
+    let mut req = request("Weather in Paris?");
+    req.tools = vec![weather_tool(json!({"type": "string"}))];
+    let spelled = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let markers = ["<tool_call>", "</tool_call>"];
+    // Hermes' markers as user-defined tokens (Qwen's) and as control tokens.
+    for user_defined in [true, false] {
+        let model = |pieces: &[&str]| {
+            let model = TinyModel::scripted(pieces);
+            if user_defined {
+                model.with_user_defined(&markers)
+            } else {
+                model.with_controls(&markers)
+            }
+        };
+        let f = engine(&model(&hermes_script(&[markers[0]], &[markers[1]])), 1024);
+        let out = run(&f.engine, req.clone()).await;
+        assert_eq!(out.text(), "Sure.", "user-defined {user_defined}");
+        let calls = out.calls();
+        assert_eq!(calls.len(), 1, "{:?}", out.events);
+        assert_eq!(calls[0].2, "{\"city\": \"Paris\"}");
+        assert_eq!(out.reason, Some(FinishReason::ToolCalls));
+
+        let plain = model(&hermes_script(&["<tool", "_call>"], &["</tool_", "call>"]));
+        let f = engine(&plain, 1024);
+        let out = run(&f.engine, req.clone()).await;
+        assert!(out.calls().is_empty(), "{:?}", out.events);
+        assert_eq!(out.text(), spelled);
+        assert_eq!(out.reason, Some(FinishReason::Stop));
+    }
+
+    // Mistral's, control tokens.
+    let f = engine(
+        &TinyModel::scripted(&[
+            "Sure",
+            ".",
+            "[TOOL_",
+            "CALLS]",
+            "get_weather",
+            "[AR",
+            "GS]",
+            "{\"city\": ",
+            "\"Paris\"}",
+        ])
+        .with_controls(&["[TOOL_CALLS]", "[ARGS]"])
+        .with_template(MISTRAL_TEMPLATE),
+        1024,
+    );
+    let out = run(&f.engine, req.clone()).await;
+    assert!(out.calls().is_empty(), "{:?}", out.events);
+    assert_eq!(
+        out.text(),
+        "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"
+    );
+
+    // Under a grammar (a forced call) the grammar writes the markup, in
+    // whatever tokens: the call is the grammar's.
+    let f = engine(&model_spelling_markers(), 1024);
+    let mut forced = req;
+    forced.tool_choice = ToolChoiceSpec::Function("get_weather".into());
+    let out = run(&f.engine, forced).await;
+    assert_eq!(out.calls().len(), 1, "{:?}", out.events);
+}
+
+/// A model with Hermes' markers as tokens that spells them nonetheless
+/// (random weights under a grammar write whatever tokens it allows).
+fn model_spelling_markers() -> TinyModel {
+    TinyModel::scripted(&hermes_script(&["<tool", "_call>"], &["</tool_", "call>"]))
+        .with_user_defined(&["<tool_call>", "</tool_call>"])
+}
+
 #[tokio::test]
 async fn a_gpt_oss_family_model_reasons_and_calls_in_harmony() {
     // Its channels' markers are control tokens: the engine shows them to
