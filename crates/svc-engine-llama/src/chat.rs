@@ -145,7 +145,7 @@ pub(crate) fn generate(
 ) -> Result<EventStream, EngineError> {
     svc_core::refuse_images(&request)?;
     if request.n > 1 {
-        return generate_n(runner, template, features, request, cancel);
+        return crate::choices::generate_n(runner, template, features, request, cancel);
     }
     let runner = match &request.client {
         Some(client) => runner.for_owner(Arc::from(client.as_str())),
@@ -158,7 +158,7 @@ pub(crate) fn generate(
 /// A request rendered, tokenized and with its (first pass's) grammar built:
 /// all the slow work of [`generate`], done before anything is queued.
 #[derive(Clone)]
-struct Plan {
+pub(crate) struct Plan {
     first: Ready,
     /// How the first pass's text becomes events; `None` for a legacy text
     /// completion, whose stream is the pass's own.
@@ -187,7 +187,7 @@ impl Plan {
 
     /// The same request with its seed (every pass's) moved on by `offset`:
     /// choice `i` of an `n > 1` request says what a request seeded `seed + i` says.
-    fn with_seed_offset(self, offset: u64) -> Self {
+    pub(crate) fn with_seed_offset(self, offset: u64) -> Self {
         Plan {
             first: self.first.with_seed_offset(offset),
             then: self.then.map(|then| Then {
@@ -197,8 +197,21 @@ impl Plan {
         }
     }
 
+    /// Whether the first pass scores its prompt (see [`Ready::scores_prompt`]).
+    pub(crate) fn scores_prompt(&self) -> bool {
+        self.first.scores_prompt()
+    }
+
+    /// The same request without scoring its prompt (see [`Ready::unscored`]).
+    pub(crate) fn unscored(self) -> Self {
+        Plan {
+            first: self.first.unscored(),
+            ..self
+        }
+    }
+
     /// Queues the first pass; quick (nothing is built here).
-    fn start(self, runner: &Runner) -> Result<EventStream, EngineError> {
+    pub(crate) fn start(self, runner: &Runner) -> Result<EventStream, EngineError> {
         let first = runner.submit(self.first, false)?;
         Ok(match self.then {
             None => first,
@@ -227,7 +240,7 @@ fn ready_prompt(
 }
 
 /// Does the slow work of [`generate`] (see [`Plan`]).
-fn prepare(
+pub(crate) fn prepare(
     runner: &Runner,
     template: &Arc<ChatTemplate>,
     features: ChatFeatures,
@@ -445,100 +458,6 @@ fn prepare(
     let first = ready_prompt(runner, &prompt, answer, built.take(), cancel)
         .map_err(naming(grammar_param))?;
     Ok(Plan::chat(first, None, out, max_tokens))
-}
-
-/// `n > 1` replies: `n` generations of their own, each in a slot of its
-/// own, choice `i` seeded with the request's seed plus `i`, their events
-/// merged as they come with a `Choice` before each switch. They are queued
-/// under one hold on admission of their owner (the request's client, or
-/// the request itself), so the engine admits them together and decodes
-/// their (first pass's) prompt once: the other choices start from a copy
-/// of its KV cells. At most the engine's slots per client run at once
-/// (half the slots by default): the rest wait in the queue and start as
-/// earlier ones end, from the prompt's cells a finished choice left, while
-/// other clients' requests take the other slots. The prompt's tokens are
-/// counted in reply 0's usage only. `n` may be at most the engine's
-/// parallel slots.
-fn generate_n(
-    runner: &Runner,
-    template: &Arc<ChatTemplate>,
-    features: ChatFeatures,
-    request: GenerateRequest,
-    cancel: &Cancel,
-) -> Result<EventStream, EngineError> {
-    let n = request.n;
-    if n > runner.parallel() {
-        return Err(EngineError::InvalidRequest {
-            param: Some("n".into()),
-            message: format!(
-                "n must be at most {} on this model (the sequences it decodes in parallel); got {n}",
-                runner.parallel()
-            ),
-        });
-    }
-    let owner: Arc<str> = match &request.client {
-        Some(client) => Arc::from(client.as_str()),
-        // A name no API key has (ids have no spaces), unique to this request.
-        None => Arc::from(format!("request {}", next_request_serial())),
-    };
-    let runner = runner.for_owner(owner).in_background(request.background);
-    // The choices differ only in their seed: rendered, tokenized and their
-    // grammar built once (each choice gets a copy of the sampler), before
-    // the hold, which covers only the queueing.
-    let one = GenerateRequest { n: 1, ..request };
-    let plan = prepare(&runner, template, features, one, cancel)?;
-    let plans: Vec<Plan> = (0..n)
-        .map(|i| plan.clone().with_seed_offset(u64::from(i)))
-        .collect();
-    drop(plan);
-    let hold = runner.hold();
-    let mut streams = Vec::with_capacity(n as usize);
-    for (i, plan) in (0..n).zip(plans) {
-        // A failure drops the replies started so far, which cancels them.
-        let stream = plan.start(&runner)?;
-        streams.push(stream.map(move |event| (i, event)));
-    }
-    drop(hold);
-    let mut merged = futures::stream::select_all(streams);
-    Ok(Box::pin(async_stream::stream! {
-        let mut current = 0;
-        // Each choice's log probabilities, held until its next text: another
-        // choice's events may come in between.
-        let mut logprobs: Vec<Vec<TokenLogprob>> = (0..n).map(|_| Vec::new()).collect();
-        while let Some((i, event)) = merged.next().await {
-            if let Ok(EngineEvent::Logprobs(tokens)) = event {
-                logprobs[i as usize].extend(tokens);
-                continue;
-            }
-            if i != current {
-                current = i;
-                yield Ok(EngineEvent::Choice(i));
-            }
-            if matches!(event, Ok(EngineEvent::Text(_))) && !logprobs[i as usize].is_empty() {
-                yield Ok(EngineEvent::Logprobs(std::mem::take(&mut logprobs[i as usize])));
-            }
-            match event {
-                Ok(EngineEvent::Finish { reason, mut usage }) => {
-                    if i > 0 {
-                        usage.prompt_tokens = 0;
-                        usage.cached_tokens = 0;
-                    }
-                    yield Ok(EngineEvent::Finish { reason, usage });
-                }
-                Ok(event) => yield Ok(event),
-                Err(e) => {
-                    yield Err(e);
-                    return;
-                }
-            }
-        }
-    }))
-}
-
-/// A number no other `n > 1` request of this process had.
-fn next_request_serial() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Tokens the reasoning pass may use: at most [`REASONING_CAP`], half of

@@ -432,6 +432,19 @@ impl Ready {
         offset_seed(&mut self.sampling, offset);
         self
     }
+
+    /// Whether the prompt's own tokens are scored first.
+    pub(crate) fn scores_prompt(&self) -> bool {
+        self.score_prompt
+    }
+
+    /// The same generation without scoring its prompt, `max_tokens` 0
+    /// still allowed: a choice after the first of a scored request, which
+    /// gets the first one's scores (see `choices::generate_n`).
+    pub(crate) fn unscored(mut self) -> Self {
+        self.score_prompt = false;
+        self
+    }
 }
 
 /// Moves `sampling`'s seed on by `offset` (`None` stays `None`): choice

@@ -29,6 +29,7 @@
 
 mod backend;
 mod chat;
+mod choices;
 pub mod cpu;
 mod embed;
 mod engine;
@@ -42,6 +43,7 @@ mod markup;
 mod memory;
 mod numerics;
 mod options;
+mod prefill;
 mod prefix;
 mod prompt;
 mod reasoning;

@@ -79,6 +79,7 @@ use crate::backend;
 use crate::logprobs::{self, Pending};
 use crate::numerics::{self, Kernels};
 use crate::options::KvType;
+use crate::prefill;
 use crate::prefix::{self, HostCache};
 use crate::resident;
 use crate::sampler::{self, Sampler};
@@ -659,6 +660,12 @@ impl Sequence {
 /// for. The scores do not depend on it (the steps are batch-invariant).
 const SCORED_PER_STEP: usize = 64;
 
+/// What a scored prompt token takes of a step's room, in plain prompt
+/// tokens: its row of logits (the model's output layer for it, and svc's
+/// log-softmax over the vocabulary) costs more than the token itself.
+/// Measured on the default model: ... (see `prompt_shares`).
+const SCORED_COST: usize = 3;
+
 /// A prompt being scored (see [`Job::score_prompt`]).
 struct Scoring {
     /// Its tokens' log probabilities so far, in order.
@@ -1179,8 +1186,11 @@ impl Batcher<'_, '_> {
     /// work starts this step, that owner's background work first. Its cells
     /// stay where they lie, under a spare sequence id, with a copy in host
     /// memory for when the pool needs the room (see [`Held`]). False when
-    /// nothing was suspended. Not for sequences that others wait on or copy
-    /// (a prompt's leader and followers), or a scored prompt.
+    /// nothing was suspended. Not for a sequence others wait on (a prompt's
+    /// leader). A follower holds no cells yet: when it resumes it starts as
+    /// a new sequence would (see [`Batcher::recompute`]), a scored one with
+    /// its leader's scores when they came meanwhile (see
+    /// [`Batcher::scores_to_suspended`]).
     fn preempt(&mut self, ctx: &mut LlamaContext<'_>, queue: &Queue) -> bool {
         if !self.cell_memory || queue.paused {
             return false;
@@ -1200,21 +1210,30 @@ impl Batcher<'_, '_> {
                 let seq = self.slots[i].seq.as_ref()?;
                 let owner = seq.owner.as_ref()?;
                 let over = self.running(owner).checked_sub(per_owner + 1)?;
-                let movable = seq.follows.is_none()
-                    && seq.score.is_none()
-                    && !followed(seq.serial)
-                    && claimant.as_ref() != Some(owner);
+                let movable = !followed(seq.serial) && claimant.as_ref() != Some(owner);
                 movable.then_some((i, (over, seq.background, seq.serial)))
             })
             .max_by_key(|&(_, order)| order);
         let Some((i, _)) = victim else {
             return false;
         };
-        let cells = self.hold_cells(ctx, i);
+        let following = self.slots[i]
+            .seq
+            .as_ref()
+            .is_some_and(|s| s.follows.is_some());
+        let cells = if following {
+            Held::Dropped
+        } else {
+            self.hold_cells(ctx, i)
+        };
         // Not `release`: the queue is locked here (`admit` counts the free slots).
-        let Some(seq) = self.slots[i].seq.take() else {
+        let Some(mut seq) = self.slots[i].seq.take() else {
             return false;
         };
+        if seq.score.is_none() {
+            // It decodes its prompt itself, or follows again, when it resumes.
+            seq.follows = None;
+        }
         self.clock += 1;
         self.slots[i].used_at = self.clock;
         let tokens = std::mem::take(&mut self.slots[i].tokens);
@@ -1392,10 +1411,16 @@ impl Batcher<'_, '_> {
     /// Puts a suspended sequence whose cells were given up back into a free
     /// slot: the longest prefix of its tokens at hand (see
     /// [`Batcher::reuse`]), the rest decoded again before its next token.
+    /// One that had not started (a follower) is seated as a new one is.
     fn recompute(&mut self, ctx: &mut LlamaContext<'_>, suspended: Suspended) {
         let Suspended {
             mut seq, tokens, ..
         } = suspended;
+        if tokens.is_empty() && seq.prompt_fed == 0 {
+            self.shared.counters.resumed();
+            self.seat(ctx, seq);
+            return;
+        }
         let (slot, n) = self.reuse(ctx, &tokens);
         // What an earlier resume had not decoded again yet follows.
         let mut refill = tokens[n..].to_vec();
@@ -1429,14 +1454,16 @@ impl Batcher<'_, '_> {
     /// given the longest prefix any slot or the host cache has (see the
     /// module's docs).
     fn place(&mut self, ctx: &mut LlamaContext<'_>, job: Job) {
-        let Some(mut seq) = self.start(job) else {
-            return;
-        };
-        seq.follows = if seq.score.is_some() {
-            None
-        } else {
-            self.leader_for(&seq.prompt)
-        };
+        if let Some(seq) = self.start(job) {
+            self.seat(ctx, seq);
+        }
+    }
+
+    /// Puts `seq`, whose prompt is not started, in a free slot: following
+    /// a sequence decoding the same prompt, or with the longest prefix of
+    /// its prompt at hand.
+    fn seat(&mut self, ctx: &mut LlamaContext<'_>, mut seq: Sequence) {
+        seq.follows = self.leader_for(&seq.prompt, seq.score.is_some());
         let (slot, reused) = if seq.follows.is_some() || seq.score.is_some() {
             // A follower gets a copy of its leader's cells once they are
             // decoded; a scored prompt decodes every token for its logits.
@@ -1629,9 +1656,11 @@ impl Batcher<'_, '_> {
 
     /// A sequence whose prompt is `prompt` and whose prompt is not decoded
     /// yet (and that follows no other): a new sequence with the same
-    /// prompt can wait for it instead of decoding the prompt again. Not for
-    /// recurrent memory, whose state is not copied cell by cell.
-    fn leader_for(&self, prompt: &[LlamaToken]) -> Option<u64> {
+    /// prompt can wait for it instead of decoding the prompt again; one
+    /// that is `scored` only for a scored one, whose scores it then gets
+    /// too. Not for recurrent memory, whose state is not copied cell by
+    /// cell.
+    fn leader_for(&self, prompt: &[LlamaToken], scored: bool) -> Option<u64> {
         if !self.cell_memory {
             return None;
         }
@@ -1640,7 +1669,7 @@ impl Batcher<'_, '_> {
             .filter_map(|s| s.seq.as_ref())
             .find(|s| {
                 s.follows.is_none()
-                    && s.score.is_none()
+                    && (s.score.is_some() || !scored)
                     && s.generated == 0
                     && s.prompt_fed < s.prompt.len()
                     && s.prompt == prompt
@@ -1664,7 +1693,9 @@ impl Batcher<'_, '_> {
     }
 
     /// For each sequence whose prompt this step finished decoding: its
-    /// followers get a copy of its KV cells and sample from its logits.
+    /// followers get a copy of its KV cells and sample from its logits;
+    /// scored ones get its scores too, suspended ones only its scores (see
+    /// [`Batcher::scores_to_suspended`]).
     fn share_prompts(&mut self, ctx: &mut LlamaContext<'_>) {
         let leaders: Vec<(u64, usize, i32)> = (0..self.slots.len())
             .filter_map(|i| {
@@ -1675,6 +1706,11 @@ impl Batcher<'_, '_> {
             })
             .collect();
         for (serial, leader, at) in leaders {
+            let scores = self.slots[leader]
+                .seq
+                .as_ref()
+                .and_then(|s| s.score.as_ref())
+                .map(|score| score.tokens.clone());
             for i in 0..self.slots.len() {
                 if self.slots[i]
                     .seq
@@ -1697,8 +1733,45 @@ impl Batcher<'_, '_> {
                 seq.prompt_fed = seq.prompt.len();
                 seq.cached = seq.prompt.len();
                 seq.logits_at = Some(at);
+                if let (Some(score), Some(scores)) = (seq.score.as_mut(), &scores) {
+                    score.tokens.clone_from(scores);
+                }
                 self.slots[i].tokens = tokens;
                 self.shared.counters.shared_prompt();
+            }
+            if let Some(scores) = scores {
+                self.scores_to_suspended(serial, &scores);
+            }
+        }
+    }
+
+    /// A scored sequence suspended while it waited for the scored prompt
+    /// of sequence `leader` (which just finished) gets its `scores` now and
+    /// is no longer scored: it resumes as a new sequence would, with the
+    /// prompt's cells at hand; one that asked for nothing more is done.
+    fn scores_to_suspended(&mut self, leader: u64, scores: &[PromptLogprob]) {
+        let mut at = 0;
+        while at < self.suspended.len() {
+            let seq = &mut self.suspended[at].seq;
+            if seq.follows != Some(leader) || seq.score.is_none() {
+                at += 1;
+                continue;
+            }
+            seq.follows = None;
+            seq.score = None;
+            // A client gone is seen when it resumes, as ever.
+            let _ = seq
+                .sink
+                .send(Ok(EngineEvent::PromptLogprobs(scores.to_vec())));
+            self.shared.counters.shared_prompt();
+            if seq.max_tokens > 0 {
+                at += 1;
+                continue;
+            }
+            if let Some(mut done) = self.suspended.remove(at) {
+                // Its prompt's work was the leader's.
+                done.seq.cached = done.seq.prompt.len();
+                done.seq.finish(FinishReason::Length);
             }
         }
     }
@@ -1811,23 +1884,19 @@ impl Batcher<'_, '_> {
             sequences += 1;
         }
         self.orphan_followers();
-        for (i, slot) in self.slots.iter_mut().enumerate() {
+        let room = self
+            .batch_size
+            .saturating_sub(usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX));
+        for (i, n) in self.prompt_shares(room) {
+            let slot = &mut self.slots[i];
             let Some(seq) = slot.seq.as_mut() else {
                 continue;
             };
-            if seq.follows.is_some() {
-                continue;
-            }
-            let room = self
-                .batch_size
-                .saturating_sub(usize::try_from(self.batch.n_tokens()).unwrap_or(usize::MAX));
+            self.undo.push(Undo::of(i, slot.tokens.len(), seq, None));
+            sequences += 1;
             if seq.refill_fed < seq.refill.len() {
                 // Cells given up while suspended, decoded again first.
-                if room == 0 {
-                    continue;
-                }
-                self.undo.push(Undo::of(i, slot.tokens.len(), seq, None));
-                let end = seq.refill.len().min(seq.refill_fed + room);
+                let end = seq.refill.len().min(seq.refill_fed + n);
                 for &token in &seq.refill[seq.refill_fed..end] {
                     if self
                         .batch
@@ -1840,20 +1909,10 @@ impl Batcher<'_, '_> {
                     seq.refill_fed += 1;
                     prompt_tokens += 1;
                 }
-                sequences += 1;
                 continue;
             }
-            let mut left = seq.prompt.len() - seq.prompt_fed;
-            if seq.score.is_some() {
-                // Each scored token keeps a row of logits for the step.
-                left = left.min(SCORED_PER_STEP);
-            }
-            if left == 0 || room == 0 {
-                continue;
-            }
-            self.undo.push(Undo::of(i, slot.tokens.len(), seq, None));
             let last = seq.prompt.len() - 1;
-            for j in seq.prompt_fed..seq.prompt_fed + left.min(room) {
+            for j in seq.prompt_fed..seq.prompt_fed + n {
                 let scored = seq.score.as_mut().filter(|_| j < last);
                 let wants_logits = j == last || scored.is_some();
                 let token = seq.prompt[j];
@@ -1875,9 +1934,55 @@ impl Batcher<'_, '_> {
                 seq.prompt_fed += 1;
                 prompt_tokens += 1;
             }
-            sequences += 1;
         }
         (sequences, prompt_tokens)
+    }
+
+    /// The prompt work each sequence that has some takes this step, within
+    /// `room` tokens of the batch, as (slot, tokens): shared between owners
+    /// in turn, oldest sequence first within an owner (see `prefill`), so
+    /// one key's long prompts do not hold another key's first token; a
+    /// scored prompt's tokens cost [`SCORED_COST`] each, at most
+    /// [`SCORED_PER_STEP`] a step. Tokens to decode again after a
+    /// suspension come before a sequence's prompt.
+    fn prompt_shares(&self, room: usize) -> Vec<(usize, usize)> {
+        let mut claims = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Some(seq) = slot.seq.as_ref() else {
+                continue;
+            };
+            if seq.follows.is_some() {
+                continue;
+            }
+            let (tokens, cost) = if seq.refill_fed < seq.refill.len() {
+                (seq.refill.len() - seq.refill_fed, 1)
+            } else if seq.score.is_some() {
+                // Each scored token keeps a row of logits for the step.
+                let left = seq.prompt.len() - seq.prompt_fed;
+                (left.min(SCORED_PER_STEP), SCORED_COST)
+            } else {
+                (seq.prompt.len() - seq.prompt_fed, 1)
+            };
+            if tokens > 0 {
+                let claim = prefill::Claim {
+                    // A sequence of no owner is an owner of its own.
+                    owner: seq.owner.clone().ok_or(seq.serial),
+                    background: seq.background,
+                    tokens,
+                    cost,
+                };
+                claims.push((seq.serial, i, claim));
+            }
+        }
+        // Oldest first within an owner.
+        claims.sort_by_key(|&(serial, _, _)| serial);
+        let (slots, claims): (Vec<usize>, Vec<_>) =
+            claims.into_iter().map(|(_, i, claim)| (i, claim)).unzip();
+        slots
+            .into_iter()
+            .zip(prefill::shares(&claims, room))
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 
     /// Takes back what the last `build_batch` changed (its decode did not happen).
@@ -1904,8 +2009,9 @@ impl Batcher<'_, '_> {
     /// computed. True when one of them was the first of a sequence that
     /// stops the engine (see [`Shared::freeze_at_first_token`]).
     fn sample(&mut self, ctx: &mut LlamaContext<'_>) -> bool {
-        self.share_prompts(ctx);
         self.score_prompts(ctx);
+        self.share_prompts(ctx);
+        self.send_scores();
         let mut first_token = false;
         for i in 0..self.slots.len() {
             let Some(seq) = self.slots[i].seq.as_mut() else {
@@ -1968,8 +2074,7 @@ impl Batcher<'_, '_> {
     }
 
     /// Scores the prompt tokens this step decoded for a scored prompt (the
-    /// logits after token `j` give token `j + 1`'s log probability), and
-    /// sends a prompt's scores once its last token is decoded.
+    /// logits after token `j` give token `j + 1`'s log probability).
     fn score_prompts(&mut self, ctx: &LlamaContext<'_>) {
         let model = self.model;
         for slot in &mut self.slots {
@@ -1995,6 +2100,13 @@ impl Batcher<'_, '_> {
                     top: scored.top,
                 });
             }
+        }
+    }
+
+    /// Sends each scored prompt's scores once all its tokens are decoded
+    /// (its own, or its leader's: see [`Batcher::share_prompts`]).
+    fn send_scores(&mut self) {
+        for seq in self.slots.iter_mut().filter_map(|s| s.seq.as_mut()) {
             if seq.prompt_fed == seq.prompt.len()
                 && let Some(score) = seq.score.take()
             {
