@@ -59,14 +59,29 @@ pub struct ModelResidenceRequest {
     pub model: String,
 }
 
+/// `POST /v1/admin/models/unload`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelUnloadRequest {
+    /// The model id (ids may contain `/`), as `GET /v1/models` lists it.
+    #[schema(examples("svc"), min_length = 1)]
+    pub model: String,
+    /// Unload it now even while requests run on it: they are ended with a
+    /// `model_unavailable` error (a stream with an error event). Without
+    /// it (the default) an unload of a model in use waits for them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
 /// What `POST /v1/admin/models/unload` answers: the model (its residency
 /// as it is now) and what the unload did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UnloadedModel {
     #[serde(flatten)]
     pub model: Model,
-    /// `unloaded`: it is unloaded now; `when_idle`: requests are running
-    /// on it, and it is unloaded when the last one ends (none is cut);
+    /// `unloaded`: it is unloaded now (a forced unload ended the requests
+    /// running on it); `when_idle`: requests are running on it (or it is
+    /// loading), and it is unloaded when the last one ends (none is cut);
     /// `not_loaded`: it was not loaded (nor loading), nothing changed.
     #[schema(schema_with = unload_result)]
     pub unload: String,

@@ -603,6 +603,16 @@ pub const SERVE_FLAGS: &[Flag] = &[
         "DURATION",
         "How long a request for a model loaded on demand waits for its load before 503 with Retry-After",
     ),
+    flag(
+        "max_hold",
+        "DURATION",
+        "How long running requests may keep a local model loaded while another model waits for its room in models_memory; then they are ended with an error (503, or an error event in a stream) and the model is unloaded",
+    ),
+    flag(
+        "max_loads_per_minute",
+        "N",
+        "Loads of one local model in any minute; a load past it waits, up to load_timeout",
+    ),
 ];
 
 /// What key `key` means when no layer sets it and its default is "none".

@@ -1,6 +1,7 @@
 //! Models loaded on demand (a `[models.<id>]` table's GGUF, unless
 //! `preload = true`), through a real `svc serve` on tiny generated GGUFs:
-//! the model loads on its first request and answers it; a broken file
+//! the model loads on its first request and answers it (a prompt's count
+//! does not load it, and counts as the loaded model would); a broken file
 //! answers 503 naming itself while the other models keep answering; a
 //! preloaded broken file stops `svc serve`. The pool's rules (one load,
 //! waiting, eviction, keep_alive, unloads asked for) are tested with
@@ -108,6 +109,37 @@ async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
         .filter_map(|m| m["id"].as_str())
         .collect();
     assert!(ids.contains(&"lazy") && ids.contains(&"broken"), "{ids:?}");
+    let model = |id: &'static str| {
+        let (client, base, key) = (client.clone(), base.clone(), key.clone());
+        async move {
+            let reply = client
+                .get(format!("{base}/v1/models/{id}"))
+                .bearer_auth(&key)
+                .send()
+                .await
+                .unwrap();
+            reply.json::<Value>().await.unwrap()["residency"].clone()
+        }
+    };
+
+    // Counting a prompt never loads its model: the one not loaded counts it
+    // with its vocabulary alone, as the loaded one (the same file) does.
+    let count = |model: &str| {
+        client
+            .post(format!("{base}/v1/messages/count_tokens"))
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&json!({"model": model,
+                "messages": [{"role": "user", "content": "hello there, how are you?"}]}))
+            .send()
+    };
+    let unloaded = count("lazy").await.unwrap();
+    assert_eq!(unloaded.status(), 200);
+    let unloaded: Value = unloaded.json().await.unwrap();
+    let loaded: Value = count("early").await.unwrap().json().await.unwrap();
+    assert_eq!(unloaded["input_tokens"], loaded["input_tokens"], "{loaded}");
+    assert!(unloaded["input_tokens"].as_u64().unwrap() > 5, "{unloaded}");
+    assert_eq!(model("lazy").await["state"], "unloaded");
 
     let chat = |model: &str| {
         client
@@ -143,18 +175,6 @@ async fn a_model_loads_on_its_first_request_and_a_broken_one_fails_alone() {
 
     // The preloaded model, as the list shows it, unloaded by the admin API
     // and loaded again by its next request; /metrics counts both loads.
-    let model = |id: &'static str| {
-        let (client, base, key) = (client.clone(), base.clone(), key.clone());
-        async move {
-            let reply = client
-                .get(format!("{base}/v1/models/{id}"))
-                .bearer_auth(&key)
-                .send()
-                .await
-                .unwrap();
-            reply.json::<Value>().await.unwrap()["residency"].clone()
-        }
-    };
     let early = model("early").await;
     assert_eq!(early["state"], "loaded", "{early}");
     assert_eq!(early["pinned"], true, "{early}");

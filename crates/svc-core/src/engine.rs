@@ -722,8 +722,9 @@ pub trait Residence: Send + Sync {
     async fn load(&self) -> Result<(), EngineError>;
 
     /// Unloads the model: now when no request uses it, else as soon as the
-    /// last running request ends (a running request is never cut).
-    fn unload(&self) -> Unload;
+    /// last running request ends; with `force`, now, ending the running
+    /// requests with an error.
+    fn unload(&self, force: bool) -> Unload;
 
     /// Where the model stands now.
     fn residency(&self) -> Residency;

@@ -156,6 +156,20 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
+    /// A runner that only tokenizes (no engine thread serves it): what
+    /// `counter` counts prompts with.
+    pub(crate) fn counting(model: Arc<LlamaModel>, specials: Arc<Specials>) -> Runner {
+        Runner {
+            model,
+            shared: Arc::new(Shared::new(1, 1, 1)),
+            context: 0,
+            specials,
+            owner: None,
+            background: false,
+            trace: None,
+        }
+    }
+
     /// Context tokens of one sequence (prompt and reply together).
     pub(crate) fn context(&self) -> u32 {
         self.context
@@ -509,18 +523,7 @@ impl LlamaEngine {
         })?;
         let model = Arc::new(model);
 
-        let template = {
-            let source = model.meta_val_str("tokenizer.chat_template").ok();
-            let bos = special_text(&model, model.vocab().bos());
-            let eos = special_text(&model, model.vocab().eos());
-            // Without one, the turn format its vocabulary's markers say.
-            let fallback = Fallback::of_vocab(|text| {
-                model.vocab().tokenize(text.as_bytes(), false, true).len() == 1
-            });
-            // An empty template is none.
-            let source = source.filter(|s| !s.trim().is_empty());
-            ChatTemplate::or_else(source.as_deref(), fallback, &bos, &eos)
-        };
+        let template = model_template(&model);
 
         let trained_context = model.n_ctx_train();
         let mut context_per_sequence = options.context_per_sequence;
@@ -813,8 +816,22 @@ impl Engine for LlamaEngine {
     }
 }
 
+/// The chat template of `model` (its GGUF's, else the turn format its
+/// vocabulary's markers say), as the engine renders prompts with it.
+pub(crate) fn model_template(model: &LlamaModel) -> ChatTemplate {
+    let source = model.meta_val_str("tokenizer.chat_template").ok();
+    let bos = special_text(model, model.vocab().bos());
+    let eos = special_text(model, model.vocab().eos());
+    // Without one, the turn format its vocabulary's markers say.
+    let fallback =
+        Fallback::of_vocab(|text| model.vocab().tokenize(text.as_bytes(), false, true).len() == 1);
+    // An empty template is none.
+    let source = source.filter(|s| !s.trim().is_empty());
+    ChatTemplate::or_else(source.as_deref(), fallback, &bos, &eos)
+}
+
 /// The prompt tokens of `request` (see [`LlamaEngine::count_tokens`]).
-fn prompt_tokens(
+pub(crate) fn prompt_tokens(
     runner: &Runner,
     template: &ChatTemplate,
     features: ChatFeatures,

@@ -16,6 +16,8 @@
 //!   response formats on top of raw completions, with `grammar` (JSON
 //!   Schema to GBNF), `tools` (tool prompts and the tool-call parser),
 //!   `reasoning` (think blocks, the explicit reasoning pass) and `markup`.
+//! - `counter`: [`LlamaCounter`], a model's prompt counts from its
+//!   vocabulary alone (no weights), for a model that is not loaded.
 //! - `embed`: [`LlamaEmbedder`], embedding models (BERT and kin) encoded in
 //!   batches that take every waiting request's next input in turn.
 //! - `cpu`, `backend`: the CPU check and the process-wide llama.cpp backend.
@@ -30,6 +32,7 @@
 mod backend;
 mod chat;
 mod choices;
+mod counter;
 pub mod cpu;
 mod embed;
 mod engine;
@@ -57,6 +60,7 @@ pub mod testing;
 mod text;
 mod tools;
 
+pub use counter::LlamaCounter;
 pub use embed::{BATCH_TOKENS, EmbedderInfo, LlamaEmbedder, is_embedding_model};
 pub use engine::{CompletionParams, LlamaEngine, LoadError, ModelInfo};
 pub use families::ToolFormat;

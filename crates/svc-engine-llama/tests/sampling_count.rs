@@ -18,11 +18,12 @@ use svc_core::engine::{
     ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_llama::testing::TinyModel;
-use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
+use svc_engine_llama::{LlamaCounter, LlamaEngine, LlamaEngineOptions};
 use tempfile::TempDir;
 
 struct Fixture {
     engine: LlamaEngine,
+    options: LlamaEngineOptions,
     _dir: TempDir,
 }
 
@@ -35,7 +36,11 @@ fn engine(model: &TinyModel) -> Fixture {
     options.context_per_sequence = 2048;
     options.threads = Some(2);
     let engine = LlamaEngine::load(&options).unwrap();
-    Fixture { engine, _dir: dir }
+    Fixture {
+        engine,
+        options,
+        _dir: dir,
+    }
 }
 
 fn request(sampling: Sampling) -> GenerateRequest {
@@ -132,4 +137,37 @@ async fn count_tokens_is_the_prompt_a_generation_starts_from() {
     assert!(with_tools > counted, "{with_tools} <= {counted}");
     let (_, usage) = run(&f.engine, tooled).await;
     assert_eq!(with_tools, usage.prompt_tokens);
+}
+
+#[tokio::test]
+async fn the_vocabulary_alone_counts_as_the_loaded_engine() {
+    // What svc counts a model's prompts with while the model is not loaded.
+    let f = engine(&TinyModel::looping());
+    let counter = LlamaCounter::load(&f.options).unwrap();
+    let plain = request(Sampling::default());
+    let mut tooled = plain.clone();
+    tooled.tools = vec![ToolSpec {
+        name: "get_weather".into(),
+        description: Some("The weather of a city".into()),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+    }];
+    tooled.tool_choice = ToolChoiceSpec::Auto;
+    let text = GenerateRequest {
+        prompt: Some(svc_core::engine::TextPrompt {
+            text: "Once upon a time <|im_end|>".into(),
+            suffix: None,
+            score: false,
+        }),
+        ..GenerateRequest::default()
+    };
+    for request in [plain, tooled, text] {
+        let loaded = f.engine.count_tokens(&request).await.unwrap();
+        assert_eq!(counter.count(&request).unwrap(), loaded);
+        assert_ne!(loaded, svc_core::estimate_tokens(&request));
+    }
+    // A file that is not there is an error naming it.
+    let mut missing = f.options.clone();
+    missing.model_path = missing.model_path.with_file_name("missing.gguf");
+    let error = LlamaCounter::load(&missing).unwrap_err().to_string();
+    assert!(error.contains("missing.gguf"), "{error}");
 }

@@ -1351,7 +1351,7 @@ impl svc_core::Residence for FakeResidence {
         Ok(())
     }
 
-    fn unload(&self) -> svc_core::Unload {
+    fn unload(&self, _force: bool) -> svc_core::Unload {
         let mut r = self.residency.lock().unwrap();
         r.state = svc_core::ResidencyState::Unloaded;
         r.memory_bytes = 0;

@@ -205,8 +205,23 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         ),
         (None, _) => errln!("  models memory: no limit (the machine's free memory is unknown)"),
     }
+    if engine.max_hold >= engine.load_timeout {
+        errln!(
+            "  warning: max_hold ({}) is not below load_timeout ({}): a request for a model \
+             waiting for another's room may be answered 503 before that room is given",
+            svc_core::config::format_duration(engine.max_hold),
+            svc_core::config::format_duration(engine.load_timeout)
+        );
+    }
     let mut local = LocalModels {
-        pool: ResidentPool::new(memory, engine.load_timeout),
+        pool: ResidentPool::sharing(
+            memory,
+            engine.load_timeout,
+            resident::Sharing {
+                max_hold: engine.max_hold,
+                loads_per_minute: engine.max_loads_per_minute,
+            },
+        ),
         embedded,
         models: Vec::new(),
     };
@@ -297,6 +312,10 @@ impl LocalModels<'_> {
             .embedded
             .loader(file)
             .with_context(|| format!("models.{id}"))?;
+        let counter = self
+            .embedded
+            .counter(file)
+            .with_context(|| format!("models.{id}"))?;
         let engine = self.pool.add(resident::Model {
             id: id.to_owned(),
             file: file.path.display().to_string(),
@@ -308,6 +327,7 @@ impl LocalModels<'_> {
             keep_alive: file.keep_alive(),
             name: "llama".into(),
             loader,
+            counter: Some(counter),
         });
         if file.preload {
             self.preload(id, file, &engine).await?;

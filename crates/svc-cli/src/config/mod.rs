@@ -162,6 +162,17 @@ pub struct EngineConfig {
     /// How long a request for a model loaded on demand waits for its load.
     #[serde(with = "svc_core::config::duration")]
     pub load_timeout: Duration,
+    /// How long the requests running on a local model may keep it loaded
+    /// while another model waits for its room in `models_memory`: then
+    /// they are ended (with an error) and it is unloaded. New requests for
+    /// it meanwhile wait for its next load.
+    #[serde(with = "svc_core::config::duration")]
+    pub max_hold: Duration,
+    /// Loads of one local model in any minute: a load past it waits (up
+    /// to `load_timeout`), so that requests for models that do not fit
+    /// together cannot keep loading them in turn.
+    #[serde(with = "svc_core::config::at_least_one")]
+    pub max_loads_per_minute: u32,
 }
 
 impl Default for EngineConfig {
@@ -181,12 +192,22 @@ impl Default for EngineConfig {
             batch_invariant: true,
             models_memory: None,
             load_timeout: DEFAULT_LOAD_TIMEOUT,
+            max_hold: DEFAULT_MAX_HOLD,
+            max_loads_per_minute: DEFAULT_MAX_LOADS_PER_MINUTE,
         }
     }
 }
 
 /// Default wait for a model loaded on demand: 2 minutes.
 pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Default hold of a model another waits for: 1 minute (half of
+/// [`DEFAULT_LOAD_TIMEOUT`], so that the waiting model's requests are
+/// answered).
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// Default loads of one model in any minute: 6.
+pub const DEFAULT_MAX_LOADS_PER_MINUTE: u32 = 6;
 
 fn models_memory<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     svc_core::config::byte_count::deserialize(d).map(Some)

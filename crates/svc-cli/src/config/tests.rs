@@ -304,7 +304,8 @@ fn model_tables_are_read() {
 #[test]
 fn models_loaded_on_demand_are_read() {
     let s = config(
-        "models_memory = \"12GiB\"\nload_timeout = \"30s\"\n\
+        "models_memory = \"12GiB\"\nload_timeout = \"30s\"\nmax_hold = \"20s\"\n\
+         max_loads_per_minute = 2\n\
          [models.a]\npath = \"/m/a.gguf\"\npreload = false\nkeep_alive = \"5m\"\n\
          [models.b]\npath = \"/m/b.gguf\"\npreload = false\nkeep_alive = \"0\"\n\
          [models.c]\npath = \"/m/c.gguf\"\n\
@@ -314,6 +315,8 @@ fn models_loaded_on_demand_are_read() {
     .unwrap();
     assert_eq!(s.engine.models_memory, Some(12 << 30));
     assert_eq!(s.engine.load_timeout, Duration::from_secs(30));
+    assert_eq!(s.engine.max_hold, Duration::from_secs(20));
+    assert_eq!(s.engine.max_loads_per_minute, 2);
     let keep = |id: &str| match &s.models[id].source {
         ModelSource::File(file) => (file.preload, file.keep_alive()),
         other => panic!("{other:?}"),
@@ -328,6 +331,8 @@ fn models_loaded_on_demand_are_read() {
     let s = config("[models.d]\npath = \"/m/d.gguf\"\npreload = true\n", &[]).unwrap();
     assert_eq!(s.engine.models_memory, None);
     assert_eq!(s.engine.load_timeout, DEFAULT_LOAD_TIMEOUT);
+    assert_eq!(s.engine.max_hold, DEFAULT_MAX_HOLD);
+    assert_eq!(s.engine.max_loads_per_minute, DEFAULT_MAX_LOADS_PER_MINUTE);
     let ModelSource::File(d) = &s.models["d"].source else {
         panic!("{:?}", s.models["d"]);
     };
@@ -349,13 +354,16 @@ fn models_loaded_on_demand_are_read() {
         ),
         ("models_memory = \"lots\"\n", "models_memory"),
         ("load_timeout = \"0\"\n", "load_timeout"),
+        ("max_hold = \"0\"\n", "max_hold"),
+        ("max_loads_per_minute = 0\n", "max_loads_per_minute"),
     ] {
         let err = format!("{:#}", config(toml, &[]).unwrap_err());
         assert!(err.contains(says), "{toml}: {err}");
     }
     // --print-config writes them so that they read back the same.
     let (c, layers, path) = load(
-        "models_memory = 1000000\nload_timeout = \"45s\"\n\
+        "models_memory = 1000000\nload_timeout = \"45s\"\nmax_hold = \"15s\"\n\
+         max_loads_per_minute = 3\n\
          [models.a]\npath = \"/m/a.gguf\"\npreload = false\nkeep_alive = \"90s\"\n\
          [models.b]\npath = \"/m/b.gguf\"\npreload = false\nkeep_alive = \"0\"\n",
         &[],

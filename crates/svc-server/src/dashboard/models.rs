@@ -177,7 +177,7 @@ pub async fn unload(
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
     manager(&who)?;
-    match unload_model(&state, &form.model, &who.actor()).await {
+    match unload_model(&state, &form.model, false, &who.actor()).await {
         Ok((_, unload)) => Ok(done(
             &form.model,
             crate::routes::models::unload_text(unload),

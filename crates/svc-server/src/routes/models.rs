@@ -6,7 +6,9 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use svc_api::{Model, ModelList, ModelResidenceRequest, ModelResidency, UnloadedModel};
+use svc_api::{
+    Model, ModelList, ModelResidenceRequest, ModelResidency, ModelUnloadRequest, UnloadedModel,
+};
 use svc_core::audit::{Actor, AuditEntry};
 use svc_core::{Residence, Residency, Unload, ValidationError};
 
@@ -164,17 +166,21 @@ pub(crate) async fn load_model(
 }
 
 /// Unloads the local model `id` (now, or when its last running request
-/// ends) and audits it as `model.unloaded` by `actor`, with what it did:
-/// the model as the list shows it now, and that. Shared by the admin API
-/// and the dashboard.
+/// ends; with `force`, now, ending its running requests) and audits it as
+/// `model.unloaded` by `actor`, with what it did: the model as the list
+/// shows it now, and that. Shared by the admin API and the dashboard.
 pub(crate) async fn unload_model(
     state: &AppState,
     id: &str,
+    force: bool,
     actor: &Actor,
 ) -> Result<(Model, Unload), ApiError> {
     let (route, residence) = resident(state, id)?;
-    let unload = residence.unload();
-    let details = serde_json::json!({ "id": id, "unload": unload_text(unload) });
+    let unload = residence.unload(force);
+    let mut details = serde_json::json!({ "id": id, "unload": unload_text(unload) });
+    if force {
+        details["force"] = serde_json::Value::Bool(true);
+    }
     audit(state, actor, "model.unloaded", details).await?;
     Ok((entry(route), unload))
 }
@@ -213,26 +219,26 @@ pub async fn load(
     Ok(Json(load_model(&state, &body.model, &actor).await?))
 }
 
-/// `POST /v1/admin/models/unload`: never cuts a running request.
+/// `POST /v1/admin/models/unload`: cuts running requests only when forced.
 #[utoipa::path(post, path = "/v1/admin/models/unload", tag = "models", operation_id = "unloadModel",
-    summary = "Unload a local model: now when no request uses it, else when the last running one ends (none is cut). An organization owner's or the operator's admin key.",
-    description = "A pinned model is unloaded too; a request for an unloaded model loads it again. Audited as `model.unloaded`. The answer is the model with its residency as it is now, and `unload`: what was done.",
+    summary = "Unload a local model: now when no request uses it, else when the last running one ends (none is cut), or with `force` now, ending the running ones. An organization owner's or the operator's admin key.",
+    description = "A pinned model is unloaded too; a request for an unloaded model loads it again. With `\"force\": true` the requests running on it are ended with a `model_unavailable` error (a stream gets an error event). Audited as `model.unloaded`. The answer is the model with its residency as it is now, and `unload`: what was done.",
     security(("bearer" = ["api.management.write"])),
-    request_body = ModelResidenceRequest,
+    request_body = ModelUnloadRequest,
     responses(
         (status = 200, description = "The model with its residency now, and `unload`: `unloaded`, `when_idle` or `not_loaded`.", body = UnloadedModel),
-        (status = 400, description = "The body is not `{\"model\": \"...\"}` (`code` `invalid_json`, `param` naming the field), or the model is served by an upstream and is not loaded here (`code` `invalid_value`, `param` `model`).", body = svc_api::ErrorBody),
+        (status = 400, description = "The body is not `{\"model\": \"...\", \"force\": false}` (`code` `invalid_json`, `param` naming the field), or the model is served by an upstream and is not loaded here (`code` `invalid_value`, `param` `model`).", body = svc_api::ErrorBody),
         (status = 404, response = shared::NotFound),
         AdminErrors,
     ))]
 pub async fn unload(
     Key(key, _): Key<scope::ManagementWrite>,
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<ModelResidenceRequest>,
+    ApiJson(body): ApiJson<ModelUnloadRequest>,
 ) -> Result<Json<UnloadedModel>, ApiError> {
     organization_wide(&state, &key).await?;
     let actor = key_actor(&state, &key).await?;
-    let (model, unload) = unload_model(&state, &body.model, &actor).await?;
+    let (model, unload) = unload_model(&state, &body.model, body.force, &actor).await?;
     Ok(Json(UnloadedModel {
         model,
         unload: unload_text(unload).to_owned(),

@@ -31,12 +31,14 @@ const PINNED_MEMORY: u64 = 3 * 1024 * 1024 * 1024;
 
 /// A local model's residence whose state the test sets: loads take 0.25 s
 /// (as counted), fail while `fail` is set, and an unload waits for the
-/// running requests while `busy` is set.
+/// running requests while `busy` is set, unless forced (then `ended` is
+/// set: it ended them).
 #[derive(Default)]
 struct Resident {
     residency: Mutex<Residency>,
     busy: AtomicBool,
     fail: AtomicBool,
+    ended: AtomicBool,
 }
 
 impl Resident {
@@ -71,13 +73,16 @@ impl Residence for Resident {
         Ok(())
     }
 
-    fn unload(&self) -> Unload {
+    fn unload(&self, force: bool) -> Unload {
         let mut r = self.residency.lock().unwrap();
         if r.state == ResidencyState::Unloaded {
             Unload::NotLoaded
-        } else if self.busy.load(Ordering::SeqCst) {
+        } else if self.busy.load(Ordering::SeqCst) && !force {
             Unload::WhenIdle
         } else {
+            if self.busy.swap(false, Ordering::SeqCst) {
+                self.ended.store(true, Ordering::SeqCst);
+            }
             r.state = ResidencyState::Unloaded;
             r.memory_bytes = 0;
             r.unloads += 1;
@@ -335,6 +340,17 @@ async fn organization_admins_load_and_unload_through_the_admin_api(db: Database)
         .unwrap();
     assert_eq!(later["unload"], "when_idle");
     assert_eq!(later["residency"]["state"], "loaded");
+    assert!(!models.tiny.ended.load(Ordering::SeqCst));
+    // Forced: unloaded now, its running requests ended.
+    let forced = json!({"model": "local/tiny-q4", "force": true});
+    let forced: Value = post(&app, &admin, UNLOAD, forced)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(forced["unload"], "unloaded", "{forced}");
+    assert_eq!(forced["residency"]["state"], "unloaded");
+    assert!(models.tiny.ended.load(Ordering::SeqCst));
     // A pinned model is unloaded when asked too.
     let pinned: Value = post(&app, &admin, UNLOAD, json!({"model": "local-pinned"}))
         .await
@@ -365,11 +381,18 @@ async fn organization_admins_load_and_unload_through_the_admin_api(db: Database)
         said,
         [
             ("local-pinned", "unloaded"),
+            ("local/tiny-q4", "unloaded"),
             ("local/tiny-q4", "when_idle"),
             ("local/tiny-q4", "not_loaded"),
             ("local/tiny-q4", "unloaded"),
         ]
     );
+    // Only the forced one says it was.
+    let forced: Vec<bool> = unloads
+        .iter()
+        .map(|e| e["model.unloaded"]["force"] == true)
+        .collect();
+    assert_eq!(forced, [false, true, false, false, false]);
 
     // An organization owner's own admin key, made in another project, may.
     let team = app.create_project("Team", ModelAccess::any()).await;
@@ -457,10 +480,16 @@ async fn organization_admins_load_and_unload_through_the_admin_api(db: Database)
             .await;
             assert!(message.contains("upstream"), "{message}");
         }
+        // `force` is the unload's alone.
+        let force = match path {
+            LOAD => (json!({"model": "svc", "force": true}), None),
+            _ => (json!({"model": "svc", "force": "yes"}), Some("force")),
+        };
         for (body, param) in [
             (json!({}), Some("model")),
             (json!({"model": 3}), Some("model")),
-            (json!({"model": "svc", "force": true}), None),
+            force,
+            (json!({"model": "svc", "now": true}), None),
             (json!(["svc"]), None),
         ] {
             let refused = post(&app, &admin, path, body.clone()).await;

@@ -23,11 +23,12 @@ mod engines {
 
     use anyhow::Context;
     use svc_core::Engine;
+    use svc_core::engine::EngineError;
     use svc_engine_llama::{
-        LlamaEmbedder, LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat,
+        LlamaCounter, LlamaEmbedder, LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat,
     };
 
-    use super::super::resident::{Loaded, Loader};
+    use super::super::resident::{Count, CounterLoader, Loaded, Loader};
     use crate::config::{EngineConfig, FileModelConfig, KvType};
 
     /// The engine's options for the GGUF `file`; a wrong format name is
@@ -139,6 +140,47 @@ mod engines {
         }
     }
 
+    impl EmbeddedEngines<'_> {
+        /// The prompt counter of the GGUF `file` while it is not loaded
+        /// (see `resident`): its vocabulary read alone, on a blocking
+        /// thread, counting as its engine does; an embedding model's
+        /// refuses as its embedder does.
+        pub fn counter(&self, file: &FileModelConfig) -> anyhow::Result<CounterLoader> {
+            let options = options(self.settings, file)?;
+            Ok(Arc::new(move || {
+                let options = options.clone();
+                Box::pin(async move {
+                    if svc_engine_llama::is_embedding_model(&options.model_path) {
+                        let refuses: Count = Arc::new(|_| {
+                            Box::pin(async {
+                                Err(EngineError::InvalidRequest {
+                                    param: Some("model".into()),
+                                    message: "this model makes embeddings, not text".into(),
+                                })
+                            })
+                        });
+                        return Ok(refuses);
+                    }
+                    let counter = tokio::task::spawn_blocking(move || LlamaCounter::load(&options))
+                        .await
+                        .context("the tokenizer loader stopped")??;
+                    let counter = Arc::new(counter);
+                    let count: Count = Arc::new(move |request| {
+                        let counter = counter.clone();
+                        Box::pin(async move {
+                            tokio::task::spawn_blocking(move || counter.count(&request))
+                                .await
+                                .map_err(|e| {
+                                    EngineError::Internal(format!("counting tokens failed: {e}"))
+                                })?
+                        })
+                    });
+                    Ok(count)
+                })
+            }))
+        }
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -160,7 +202,7 @@ mod engines {
 
 #[cfg(not(feature = "embedded"))]
 mod engines {
-    use super::super::resident::Loader;
+    use super::super::resident::{CounterLoader, Loader};
     use crate::config::{EngineConfig, FileModelConfig};
 
     /// Without the embedded engine there are none.
@@ -196,6 +238,14 @@ mod engines {
         pub fn loader(&self, file: &FileModelConfig) -> anyhow::Result<Loader> {
             anyhow::bail!(
                 "cannot serve {}: this svc was built without the embedded engine",
+                file.path.display()
+            )
+        }
+
+        /// Never reached: [`new`](Self::new) refused every id this would load.
+        pub fn counter(&self, file: &FileModelConfig) -> anyhow::Result<CounterLoader> {
+            anyhow::bail!(
+                "cannot count for {}: this svc was built without the embedded engine",
                 file.path.display()
             )
         }

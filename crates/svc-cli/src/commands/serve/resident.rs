@@ -1,6 +1,6 @@
 //! The local models (GGUF files): a pool of resident models and, for each
 //! model, an [`Engine`] that loads it when first asked (or at start, for a
-//! preloaded one) and forwards to it.
+//! preloaded one) and forwards every call to it.
 //!
 //! - A load runs in a task of its own (the GGUF loader on a blocking
 //!   thread), so the other models keep serving; the requests that ask
@@ -8,37 +8,53 @@
 //!   [`EngineError::Unavailable`] (503 with `Retry-After`).
 //! - A failed load answers every waiting request with an error naming the
 //!   file and the cause; the next request tries again.
-//! - Each request holds an in-flight guard (a stream until it ends or is
-//!   dropped): no model is unloaded while one is running. After the last
-//!   one ends the model stays `keep_alive` (`forever` pins it).
-//! - `models_memory` bounds the bytes of all resident models of the pool:
-//!   before a load, the least recently used idle, unpinned models are
-//!   unloaded until the new one fits; when the busy and pinned ones leave
-//!   no room, the load waits for room up to `load_timeout`, then fails
-//!   with the same 503 (at once when only models kept forever hold the
-//!   room: nothing would free it).
+//! - Each request holds its model (a stream until it ends or is dropped,
+//!   see `hold`): no model is unloaded while one is running, unless the
+//!   pool ends it (below). After the last one ends the model stays
+//!   `keep_alive` (`forever` pins it).
+//! - A freshly loaded model is the requests' that waited for it: it is not
+//!   evicted before they take it (else two models that do not fit
+//!   together evict each other's fresh load, and load again, in turn).
+//! - A request that does no inference never loads a model: the prompt's
+//!   count of a model not loaded is its tokenizer's (a vocab-only load of
+//!   the GGUF, made once, see [`Model::counter`]) or the plain estimate.
+//! - `models_memory` bounds the bytes of all resident models of the pool.
+//!   Loads take room in the order they asked for it. Before a load, the
+//!   least recently used idle, unpinned models are unloaded until the new
+//!   one fits. When that is not enough, the models in use whose room it
+//!   needs are drained: they take no new request (those wait for their
+//!   next load), and once their running requests have held the room
+//!   `max_hold` they are ended with an error and the model is unloaded.
+//!   Only models kept forever are never drained (when they hold the room,
+//!   the load fails at once: nothing would free it).
+//! - A model loads at most `max_loads_per_minute` times in any minute; a
+//!   load past it waits, up to `load_timeout`.
 //! - The admin API loads a model and unloads it ([`Residence`]): an
-//!   unload of a model in use waits for its running requests to end.
+//!   unload of a model in use waits for its running requests to end, or,
+//!   forced, ends them.
 //! - A loaded model's bytes are what its engine says it holds now
 //!   (weights, KV cells, saved prefixes); before its first load, what
 //!   its GGUF's header says it will take.
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, StreamExt};
 use svc_core::engine::{
     EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
-    RerankRequest, Reranked, Residence, Residency, ResidencyState, Unload,
+    RerankRequest, Reranked, Residence, Residency, ResidencyState, Speech, SpeechRequest,
+    TranscribeRequest, Transcript, Unload, estimate_tokens,
 };
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OnceCell, watch};
 
-use crate::config::KeepAlive;
+use self::hold::{Guarded, Hold};
+use crate::config::{DEFAULT_MAX_HOLD, DEFAULT_MAX_LOADS_PER_MINUTE, KeepAlive};
+
+mod hold;
 
 /// A model just loaded: its engine and the memory it takes.
 pub struct Loaded {
@@ -49,6 +65,15 @@ pub struct Loaded {
 /// Loads a model; called for each load (the first request after start or
 /// after an unload, or after a failed load).
 pub type Loader = Arc<dyn Fn() -> BoxFuture<'static, anyhow::Result<Loaded>> + Send + Sync>;
+
+/// Counts a request's prompt tokens as the model's engine would, without
+/// the model loaded ([`Engine::count_tokens`]).
+pub type Count =
+    Arc<dyn Fn(GenerateRequest) -> BoxFuture<'static, Result<u64, EngineError>> + Send + Sync>;
+
+/// Makes a model's [`Count`] (its tokenizer and chat template only); called
+/// once, when a prompt of the model is first counted while it is not loaded.
+pub type CounterLoader = Arc<dyn Fn() -> BoxFuture<'static, anyhow::Result<Count>> + Send + Sync>;
 
 /// A model of the pool.
 pub struct Model {
@@ -63,12 +88,38 @@ pub struct Model {
     /// [`Engine::name`] of the model's engine.
     pub name: String,
     pub loader: Loader,
+    /// How a prompt is counted while the model is not loaded (a count never
+    /// loads it); `None`, or a counter that fails to load: the plain
+    /// estimate ([`estimate_tokens`]).
+    pub counter: Option<CounterLoader>,
 }
 
 /// How long a model stays loaded when nobody used it after its load
 /// (every request waiting for the load timed out), or after a prompt's
 /// count (its generation comes next), at least.
 const UNUSED_AFTER_LOAD: Duration = Duration::from_secs(5);
+
+/// The span [`Sharing::loads_per_minute`] counts loads over.
+const LOAD_WINDOW: Duration = Duration::from_secs(60);
+
+/// How the models of a pool share its memory when they do not fit together.
+#[derive(Debug, Clone, Copy)]
+pub struct Sharing {
+    /// `max_hold`: how long the requests running on a model may keep it
+    /// loaded while another model waits for its room; then they are ended.
+    pub max_hold: Duration,
+    /// `max_loads_per_minute`: loads of one model in any minute.
+    pub loads_per_minute: u32,
+}
+
+impl Default for Sharing {
+    fn default() -> Self {
+        Sharing {
+            max_hold: DEFAULT_MAX_HOLD,
+            loads_per_minute: DEFAULT_MAX_LOADS_PER_MINUTE,
+        }
+    }
+}
 
 /// The resident models loaded on demand, and the memory they share.
 #[derive(Clone)]
@@ -80,9 +131,10 @@ struct Inner {
     /// `models_memory`: `None` is no limit.
     memory: Option<u64>,
     load_timeout: Duration,
+    sharing: Sharing,
     state: Mutex<State>,
     /// Woken when room may have been made or a load ended: a request
-    /// ended, a model was unloaded or loaded.
+    /// ended, a model was unloaded or loaded, a load stopped draining.
     changed: Notify,
 }
 
@@ -90,6 +142,8 @@ struct State {
     slots: Vec<Slot>,
     /// Ticks of use, for least recently used.
     clock: u64,
+    /// The last turn given to a load waiting for room.
+    turns: u64,
 }
 
 struct Slot {
@@ -97,6 +151,16 @@ struct Slot {
     phase: Phase,
     /// Requests using the loaded engine now.
     in_flight: u64,
+    /// Requests waiting for the load under way, or that ended and have not
+    /// yet taken the model: a loaded model is theirs first (not evicted).
+    waiting: u64,
+    /// The running requests' holds, which the pool may end.
+    holds: Vec<Weak<Hold>>,
+    /// The load (a model's index) that needs this model's room: it takes
+    /// no new request until it is unloaded.
+    drained_for: Option<usize>,
+    /// When each of its loads of the last minute started.
+    loads_at: VecDeque<tokio::time::Instant>,
     /// The clock at the last use.
     last_used: u64,
     /// When the idle model is to be unloaded; `None` while it is used (or
@@ -112,6 +176,9 @@ struct Slot {
     /// The admin API asked to unload it while requests ran: it is
     /// unloaded when the last one ends.
     unload_when_idle: bool,
+    /// Its prompt counter while it is not loaded, made once (`None`: none
+    /// could be made, the plain estimate counts).
+    counter: Arc<OnceCell<Option<Count>>>,
     /// What happened to it since start.
     counts: Counts,
 }
@@ -151,16 +218,26 @@ type LoadResult = Option<Result<(), EngineError>>;
 
 enum Phase {
     Unloaded,
-    /// A load is under way; `done` says how it ended. `reserved`: bytes
-    /// held in the budget for it once room was made (`None` before).
+    /// A load is under way; `done` says how it ended.
     Loading {
         done: watch::Receiver<LoadResult>,
-        reserved: Option<u64>,
+        stage: Stage,
     },
     Loaded {
         engine: Arc<dyn Engine>,
         bytes: u64,
     },
+}
+
+/// Where a load is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for the model's loads of the last minute to allow one more.
+    Throttled,
+    /// Waiting for room, its turn among the loads that wait for room.
+    Room(u64),
+    /// Reading the model, these bytes held in the budget for it.
+    Reading(u64),
 }
 
 impl Slot {
@@ -178,8 +255,19 @@ impl Slot {
     fn held(&self) -> u64 {
         match &self.phase {
             Phase::Unloaded => 0,
-            Phase::Loading { reserved, .. } => reserved.unwrap_or(0),
+            Phase::Loading {
+                stage: Stage::Reading(bytes),
+                ..
+            } => *bytes,
+            Phase::Loading { .. } => 0,
             Phase::Loaded { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Moves its load under way to `stage`.
+    fn stage(&mut self, next: Stage) {
+        if let Phase::Loading { stage, .. } = &mut self.phase {
+            *stage = next;
         }
     }
 
@@ -190,6 +278,7 @@ impl Slot {
             Phase::Loaded { engine, .. } => {
                 self.idle_until = None;
                 self.unload_when_idle = false;
+                self.drained_for = None;
                 match why {
                     Why::Evicted => self.counts.evictions += 1,
                     Why::Idle | Why::Asked => self.counts.unloads += 1,
@@ -208,6 +297,13 @@ impl Slot {
                 None
             }
         }
+    }
+
+    /// A failed load: it is not loaded, and the next request tries again.
+    fn failed(&mut self) {
+        self.phase = Phase::Unloaded;
+        self.counts.load_failures += 1;
+        self.unload_when_idle = false;
     }
 
     /// Whether it keeps what it holds of the budget whatever happens:
@@ -258,23 +354,71 @@ impl Slot {
         }
     }
 
+    /// Whether nothing uses it nor waits to: no request runs on it, none
+    /// waits to take it after its load.
+    fn unused(&self) -> bool {
+        self.in_flight == 0 && self.waiting == 0
+    }
+
     /// Whether it may be unloaded to make room: loaded, unused, not pinned.
     fn evictable(&self) -> bool {
-        matches!(self.phase, Phase::Loaded { .. }) && self.in_flight == 0 && !self.pinned()
+        matches!(self.phase, Phase::Loaded { .. }) && self.unused() && !self.pinned()
+    }
+
+    /// Whether the room it holds would be given up after its requests:
+    /// loaded, in use (or waited for), not pinned.
+    fn drainable(&self) -> bool {
+        matches!(self.phase, Phase::Loaded { .. }) && !self.unused() && !self.pinned()
+    }
+
+    /// The holds of its running requests.
+    fn running(&self) -> Vec<Arc<Hold>> {
+        self.holds.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// A hold on it (it is loaded) for a new request, which stays at least
+    /// `linger` once done.
+    fn hold(
+        &mut self,
+        inner: &Arc<Inner>,
+        index: usize,
+        clock: u64,
+        linger: Duration,
+    ) -> Arc<Hold> {
+        self.in_flight += 1;
+        self.last_used = clock;
+        self.idle_until = None;
+        let hold = Arc::new(Hold::new(InFlight {
+            inner: inner.clone(),
+            index,
+            linger,
+        }));
+        self.holds.retain(|h| h.strong_count() > 0);
+        self.holds.push(Arc::downgrade(&hold));
+        hold
     }
 }
 
 impl ResidentPool {
     /// A pool sharing `memory` bytes (`None`: no limit), whose requests
-    /// wait up to `load_timeout` for a load.
+    /// wait up to `load_timeout` for a load, with the default [`Sharing`].
+    #[cfg(test)]
     pub fn new(memory: Option<u64>, load_timeout: Duration) -> Self {
+        Self::sharing(memory, load_timeout, Sharing::default())
+    }
+
+    /// [`ResidentPool::new`] with its models sharing the memory as
+    /// `sharing` says.
+    pub fn sharing(memory: Option<u64>, load_timeout: Duration, sharing: Sharing) -> Self {
         ResidentPool {
             inner: Arc::new(Inner {
                 memory,
                 load_timeout,
+                sharing,
                 state: Mutex::new(State {
                     slots: Vec::new(),
                     clock: 0,
+                    turns: 0,
                 }),
                 changed: Notify::new(),
             }),
@@ -289,12 +433,17 @@ impl ResidentPool {
             model,
             phase: Phase::Unloaded,
             in_flight: 0,
+            waiting: 0,
+            holds: Vec::new(),
+            drained_for: None,
+            loads_at: VecDeque::new(),
             last_used: 0,
             idle_until: None,
             timer: false,
             wake: Arc::new(Notify::new()),
             fingerprint: None,
             unload_when_idle: false,
+            counter: Arc::new(OnceCell::new()),
             counts: Counts::default(),
         });
         Arc::new(OnDemand {
@@ -319,6 +468,20 @@ impl ResidentPool {
     }
 }
 
+/// What a load waiting for room does next.
+enum Room {
+    /// The room is reserved for it.
+    Made,
+    /// It waits (until a change, or the time given), then tries again;
+    /// past the load's deadline it fails with the refusal.
+    Wait {
+        refusal: String,
+        until: Option<tokio::time::Instant>,
+    },
+    /// The requests holding the room it waited `max_hold` for are ended.
+    End(Vec<(Arc<Hold>, EngineError)>),
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -330,11 +493,10 @@ impl Inner {
         let result = match AssertUnwindSafe(self.try_load(index)).catch_unwind().await {
             Ok(result) => result,
             Err(_) => {
+                self.undrain(index);
                 let mut state = self.lock();
                 let slot = &mut state.slots[index];
-                slot.phase = Phase::Unloaded;
-                slot.counts.load_failures += 1;
-                slot.unload_when_idle = false;
+                slot.failed();
                 tracing::error!(model = %slot.model.id, file = %slot.model.file, "the model's loader panicked");
                 Err(EngineError::Unavailable(format!(
                     "model {} could not be loaded from {}: its loader failed",
@@ -359,13 +521,15 @@ impl Inner {
             )
         };
         let deadline = tokio::time::Instant::now() + self.load_timeout;
-        if let Err(e) = self.make_room(index, deadline).await {
-            let mut state = self.lock();
-            let slot = &mut state.slots[index];
-            slot.phase = Phase::Unloaded;
-            slot.counts.load_failures += 1;
-            slot.unload_when_idle = false;
-            drop(state);
+        let ready = match self.throttle(index, deadline).await {
+            Ok(()) => self.make_room(index, deadline).await,
+            Err(e) => Err(e),
+        };
+        // The models drained for it take requests again (those it needed
+        // were unloaded).
+        self.undrain(index);
+        if let Err(e) = ready {
+            self.lock().slots[index].failed();
             tracing::warn!(model = %id, file = %file, error = %e, "model not loaded");
             return Err(e);
         }
@@ -409,9 +573,7 @@ impl Inner {
             Err(e) => {
                 let mut state = self.lock();
                 let slot = &mut state.slots[index];
-                slot.phase = Phase::Unloaded;
-                slot.counts.load_failures += 1;
-                slot.unload_when_idle = false;
+                slot.failed();
                 slot.counts.load_seconds += started.elapsed().as_secs_f64();
                 drop(state);
                 tracing::error!(model = %id, file = %file, error = %format!("{e:#}"), "model failed to load");
@@ -422,95 +584,256 @@ impl Inner {
         }
     }
 
-    /// Reserves model `index`'s estimate in the budget, unloading least
-    /// recently used idle models when that makes it fit, else waiting for
-    /// room until `deadline`.
+    /// Waits until model `index` was loaded fewer than `loads_per_minute`
+    /// times in the last minute, and counts this load; fails when that
+    /// would be past `deadline`.
+    async fn throttle(
+        &self,
+        index: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), EngineError> {
+        let limit = self.sharing.loads_per_minute.max(1) as usize;
+        loop {
+            let next = {
+                let mut state = self.lock();
+                let slot = &mut state.slots[index];
+                gone(slot)?;
+                let now = tokio::time::Instant::now();
+                while slot
+                    .loads_at
+                    .front()
+                    .is_some_and(|&at| at + LOAD_WINDOW <= now)
+                {
+                    slot.loads_at.pop_front();
+                }
+                match slot.loads_at.front() {
+                    Some(&oldest) if slot.loads_at.len() >= limit => {
+                        slot.stage(Stage::Throttled);
+                        oldest + LOAD_WINDOW
+                    }
+                    _ => {
+                        slot.loads_at.push_back(now);
+                        return Ok(());
+                    }
+                }
+            };
+            if next > deadline {
+                let state = self.lock();
+                return Err(EngineError::Unavailable(throttled(
+                    &state.slots[index].model.id,
+                    limit,
+                )));
+            }
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// Reserves model `index`'s estimate in the budget (in its turn among
+    /// the loads that wait for room), unloading least recently used idle
+    /// models when that makes it fit, else draining models in use and,
+    /// after `max_hold`, ending their requests; fails at `deadline`.
     async fn make_room(
         self: &Arc<Self>,
         index: usize,
         deadline: tokio::time::Instant,
     ) -> Result<(), EngineError> {
+        let turn = {
+            let mut state = self.lock();
+            state.turns += 1;
+            let turn = state.turns;
+            state.slots[index].stage(Stage::Room(turn));
+            turn
+        };
+        // Since when the room it needs is held by requests.
+        let mut held_since = None;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (evicted, fits, refusal) = {
-                let mut state = self.lock();
-                let state = &mut *state;
-                let slot = &state.slots[index];
-                let need = slot.model.estimate;
-                let id = slot.model.id.clone();
-                let Some(budget) = self.memory else {
-                    reserve(&mut state.slots[index], need);
-                    return Ok(());
-                };
-                if need > budget {
-                    return Err(EngineError::Unavailable(format!(
-                        "model {id} ({}) needs about {need} bytes, more than models_memory ({budget} bytes)",
-                        slot.model.file
-                    )));
-                }
-                let others = || {
-                    state
-                        .slots
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| *i != index)
-                        .map(|(_, s)| s)
-                };
-                let mut used: u64 = others().map(Slot::resident).sum();
-                // What models kept forever hold is never given back: when
-                // the rest would not make room, waiting is no use.
-                let pinned: u64 = others().filter(|s| s.pinned()).map(Slot::resident).sum();
-                if pinned + need > budget {
-                    return Err(EngineError::Unavailable(format!(
-                        "model {id} ({}) needs about {need} bytes, but models kept forever \
-                         (keep_alive = \"forever\", or loaded at start) hold {pinned} of \
-                         models_memory ({budget} bytes)",
-                        slot.model.file
-                    )));
-                }
-                let mut idle: Vec<usize> = (0..state.slots.len())
-                    .filter(|&i| i != index && state.slots[i].evictable())
-                    .collect();
-                let freeable: u64 = idle.iter().map(|&i| state.slots[i].resident()).sum();
-                let mut evicted = Vec::new();
-                if used + need > budget && used - freeable + need <= budget {
-                    idle.sort_by_key(|&i| state.slots[i].last_used);
-                    for i in idle {
-                        if used + need <= budget {
-                            break;
-                        }
-                        let victim = &mut state.slots[i];
-                        let bytes = victim.resident();
-                        if let Some(engine) = victim.unload(Why::Evicted) {
-                            used -= bytes;
-                            tracing::info!(model = %victim.model.id, "unloaded to make room for {id}");
-                            evicted.push(engine);
-                        }
-                    }
-                }
-                let fits = used + need <= budget;
-                if fits {
-                    reserve(&mut state.slots[index], need);
-                }
-                let refusal = format!(
-                    "model {id} is waiting for room: it needs about {need} bytes of models_memory \
-                     ({budget} bytes), which models in use or kept forever hold; try again shortly"
-                );
-                (evicted, fits, refusal)
-            };
+            let (evicted, room) = self.room(index, turn, &mut held_since)?;
             if !evicted.is_empty() {
                 drop_engines(evicted).await;
                 self.changed.notify_waiters();
             }
-            if fits {
-                return Ok(());
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(EngineError::Unavailable(refusal));
+            match room {
+                Room::Made => return Ok(()),
+                Room::End(holds) => {
+                    for (hold, why) in holds {
+                        hold.end(why);
+                    }
+                }
+                Room::Wait { refusal, until } => {
+                    let wake = until.map_or(deadline, |until| until.min(deadline));
+                    if tokio::time::timeout_at(wake, notified).await.is_err()
+                        && tokio::time::Instant::now() >= deadline
+                    {
+                        return Err(EngineError::Unavailable(refusal));
+                    }
+                }
             }
         }
+    }
+
+    /// One look at the room for model `index`'s load of `turn` (see
+    /// [`Inner::make_room`]): the engines it evicted, and what next.
+    fn room(
+        &self,
+        index: usize,
+        turn: u64,
+        held_since: &mut Option<tokio::time::Instant>,
+    ) -> Result<(Vec<Arc<dyn Engine>>, Room), EngineError> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let slot = &state.slots[index];
+        let need = slot.model.estimate;
+        let id = slot.model.id.clone();
+        gone(slot)?;
+        let Some(budget) = self.memory else {
+            state.slots[index].stage(Stage::Reading(need));
+            return Ok((Vec::new(), Room::Made));
+        };
+        if need > budget {
+            return Err(EngineError::Unavailable(format!(
+                "model {id} ({}) needs about {need} bytes, more than models_memory ({budget} bytes)",
+                slot.model.file
+            )));
+        }
+        let others = || state.slots.iter().enumerate().filter(|(i, _)| *i != index);
+        // What models kept forever hold is never given back: when the rest
+        // would not make room, waiting is no use.
+        let pinned: u64 = others()
+            .filter(|(_, s)| s.pinned())
+            .map(|(_, s)| s.resident())
+            .sum();
+        if pinned + need > budget {
+            return Err(EngineError::Unavailable(format!(
+                "model {id} ({}) needs about {need} bytes, but models kept forever \
+                 (keep_alive = \"forever\", or loaded at start) hold {pinned} of \
+                 models_memory ({budget} bytes)",
+                slot.model.file
+            )));
+        }
+        let refusal = format!(
+            "model {id} is waiting for room: it needs about {need} bytes of models_memory \
+             ({budget} bytes), which models in use hold; try again shortly"
+        );
+        // Loads take room in the order they asked for it.
+        let first = !others().any(
+            |(_, s)| matches!(s.phase, Phase::Loading { stage: Stage::Room(t), .. } if t < turn),
+        );
+        if !first {
+            return Ok((
+                Vec::new(),
+                Room::Wait {
+                    refusal,
+                    until: None,
+                },
+            ));
+        }
+        let mut used: u64 = others().map(|(_, s)| s.resident()).sum();
+        let mut idle: Vec<usize> = others()
+            .filter(|(_, s)| s.evictable())
+            .map(|(i, _)| i)
+            .collect();
+        let freeable: u64 = idle.iter().map(|&i| state.slots[i].resident()).sum();
+        if used.saturating_sub(freeable) + need <= budget {
+            let mut evicted = Vec::new();
+            idle.sort_by_key(|&i| state.slots[i].last_used);
+            for i in idle {
+                if used + need <= budget {
+                    break;
+                }
+                let victim = &mut state.slots[i];
+                let bytes = victim.resident();
+                if let Some(engine) = victim.unload(Why::Evicted) {
+                    used -= bytes;
+                    tracing::info!(model = %victim.model.id, "unloaded to make room for {id}");
+                    evicted.push(engine);
+                }
+            }
+            for slot in &mut state.slots {
+                if slot.drained_for == Some(index) {
+                    slot.drained_for = None;
+                }
+            }
+            state.slots[index].stage(Stage::Reading(need));
+            return Ok((evicted, Room::Made));
+        }
+        // The idle models would not make room: drain those in use, least
+        // recently used first, until theirs would.
+        let mut busy: Vec<usize> = others()
+            .filter(|(_, s)| s.drainable())
+            .map(|(i, _)| i)
+            .collect();
+        busy.sort_by_key(|&i| state.slots[i].last_used);
+        let mut short = (used - freeable + need).saturating_sub(budget);
+        let mut drained = Vec::new();
+        for i in busy {
+            if short == 0 {
+                break;
+            }
+            short = short.saturating_sub(state.slots[i].resident());
+            drained.push(i);
+        }
+        for (i, slot) in state.slots.iter_mut().enumerate() {
+            if drained.contains(&i) {
+                slot.drained_for = Some(index);
+            } else if slot.drained_for == Some(index) {
+                slot.drained_for = None;
+            }
+        }
+        if drained.is_empty() {
+            // Loads under way hold the rest: they end.
+            return Ok((
+                Vec::new(),
+                Room::Wait {
+                    refusal,
+                    until: None,
+                },
+            ));
+        }
+        let now = tokio::time::Instant::now();
+        let until = *held_since.get_or_insert(now) + self.sharing.max_hold;
+        if now < until {
+            return Ok((
+                Vec::new(),
+                Room::Wait {
+                    refusal,
+                    until: Some(until),
+                },
+            ));
+        }
+        let max_hold = self.sharing.max_hold;
+        let holds = drained
+            .iter()
+            .flat_map(|&i| {
+                let victim = &state.slots[i];
+                let why = EngineError::Unavailable(format!(
+                    "model {} was unloaded to make room for another model, which waited \
+                     {max_hold:?} (max_hold) for its memory; try again shortly",
+                    victim.model.id
+                ));
+                tracing::info!(
+                    model = %victim.model.id,
+                    requests = victim.in_flight,
+                    "requests ended after max_hold to make room for {id}"
+                );
+                victim.running().into_iter().map(move |h| (h, why.clone()))
+            })
+            .collect();
+        Ok((Vec::new(), Room::End(holds)))
+    }
+
+    /// The models drained for model `index`'s load take requests again.
+    fn undrain(&self, index: usize) {
+        let mut state = self.lock();
+        for slot in &mut state.slots {
+            if slot.drained_for == Some(index) {
+                slot.drained_for = None;
+            }
+        }
+        drop(state);
+        self.changed.notify_waiters();
     }
 
     /// A request on model `index` ended; the model stays at least
@@ -579,7 +902,7 @@ impl Inner {
             Some(until) if until > tokio::time::Instant::now() => {
                 return Idle::Wait(until, slot.wake.clone());
             }
-            Some(_) if slot.in_flight == 0 => {}
+            Some(_) if slot.unused() => {}
             _ => {
                 slot.timer = false;
                 return Idle::Stop;
@@ -599,18 +922,31 @@ impl Inner {
     }
 }
 
+/// A load that waits (for its turn, or for room) goes on only while a
+/// request waits for it: else it would drain other models for nobody.
+fn gone(slot: &Slot) -> Result<(), EngineError> {
+    if slot.waiting == 0 {
+        return Err(EngineError::Unavailable(format!(
+            "model {}: no request waits for its load any more",
+            slot.model.id
+        )));
+    }
+    Ok(())
+}
+
+/// Why a load of `id` waits: its loads of the last minute.
+fn throttled(id: &str, limit: usize) -> String {
+    format!(
+        "model {id} was loaded {limit} times in the last minute (max_loads_per_minute); \
+         try again shortly"
+    )
+}
+
 /// The idle timer's next step.
 enum Idle {
     Wait(tokio::time::Instant, Arc<Notify>),
     Unload(Arc<dyn Engine>),
     Stop,
-}
-
-/// Holds `need` bytes of the budget for a load.
-fn reserve(slot: &mut Slot, need: u64) {
-    if let Phase::Loading { reserved, .. } = &mut slot.phase {
-        *reserved = Some(need);
-    }
 }
 
 /// Frees unloaded engines on a blocking thread (a model's memory may take
@@ -626,23 +962,13 @@ struct OnDemand {
     name: String,
 }
 
-/// One request's hold on a loaded model: it is not unloaded until the
-/// guard is dropped.
+/// One request's count in its model's requests in flight: the model is not
+/// unloaded until it is dropped (see [`Hold`]).
 struct InFlight {
     inner: Arc<Inner>,
     index: usize,
     /// The least the model then stays idle, whatever its `keep_alive`.
     linger: Duration,
-}
-
-impl InFlight {
-    /// A hold after which the model stays at least [`UNUSED_AFTER_LOAD`]:
-    /// a prompt's count is followed by its generation, which must not
-    /// load the model again (with `keep_alive = 0`, it would).
-    fn lingering(mut self) -> Self {
-        self.linger = UNUSED_AFTER_LOAD;
-        self
-    }
 }
 
 impl Drop for InFlight {
@@ -651,51 +977,105 @@ impl Drop for InFlight {
     }
 }
 
+/// A request counted in its model's `waiting` while it waits for a load:
+/// uncounted when it takes the model, or gives up.
+struct Waiter {
+    inner: Arc<Inner>,
+    index: usize,
+    counted: bool,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if self.counted {
+            let mut state = self.inner.lock();
+            let slot = &mut state.slots[self.index];
+            slot.waiting = slot.waiting.saturating_sub(1);
+            drop(state);
+            self.inner.changed.notify_waiters();
+        }
+    }
+}
+
+/// What a request for a model that cannot take it now waits for.
+enum Wait {
+    /// The load under way.
+    Load(watch::Receiver<LoadResult>),
+    /// Its unload (it is drained for another model's load), then its next load.
+    Drained,
+}
+
 impl OnDemand {
-    /// The loaded engine, with a hold on it: loads the model first when it
-    /// is not loaded (or waits for the load under way), up to
-    /// `load_timeout`.
-    async fn acquire(&self) -> Result<(Arc<dyn Engine>, InFlight), EngineError> {
+    /// The loaded engine, with a hold on it that keeps the model at least
+    /// `linger` once done: loads the model first when it is not loaded
+    /// (or waits for the load under way), up to `load_timeout`.
+    async fn acquire(&self, linger: Duration) -> Result<(Arc<dyn Engine>, Arc<Hold>), EngineError> {
         let deadline = tokio::time::Instant::now() + self.inner.load_timeout;
+        let mut waiter: Option<Waiter> = None;
         loop {
-            let (mut done, id, file) = {
+            let notified = self.inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wait = {
                 let mut state = self.inner.lock();
                 state.clock += 1;
                 let clock = state.clock;
                 let slot = &mut state.slots[self.index];
-                let done = match &slot.phase {
-                    Phase::Loaded { engine, .. } => {
+                let wait = match &slot.phase {
+                    // A drained model takes only the requests that waited
+                    // for its load.
+                    Phase::Loaded { engine, .. }
+                        if slot.drained_for.is_none() || waiter.is_some() =>
+                    {
                         let engine = engine.clone();
-                        slot.in_flight += 1;
-                        slot.last_used = clock;
-                        slot.idle_until = None;
-                        let guard = InFlight {
-                            inner: self.inner.clone(),
-                            index: self.index,
-                            linger: Duration::ZERO,
-                        };
-                        return Ok((engine, guard));
+                        if let Some(mut waited) = waiter.take() {
+                            waited.counted = false;
+                            slot.waiting = slot.waiting.saturating_sub(1);
+                        }
+                        let hold = slot.hold(&self.inner, self.index, clock, linger);
+                        return Ok((engine, hold));
                     }
-                    Phase::Loading { done, .. } => done.clone(),
+                    Phase::Loaded { .. } => Wait::Drained,
+                    Phase::Loading { done, .. } => Wait::Load(done.clone()),
                     Phase::Unloaded => {
                         let (tx, rx) = watch::channel(None);
                         slot.phase = Phase::Loading {
                             done: rx.clone(),
-                            reserved: None,
+                            stage: Stage::Throttled,
                         };
                         #[expect(
                             clippy::disallowed_methods,
                             reason = "a load must end (and say how to every waiting request) even when the request that started it goes away; it ends with the loader"
                         )]
                         tokio::spawn(self.inner.clone().load(self.index, tx));
-                        rx
+                        Wait::Load(rx)
                     }
                 };
-                (done, slot.model.id.clone(), slot.model.file.clone())
+                // Counted at once: the load may end before this request
+                // looks again, and the model must then be kept for it.
+                if matches!(wait, Wait::Load(_)) && waiter.is_none() {
+                    slot.waiting += 1;
+                    waiter = Some(Waiter {
+                        inner: self.inner.clone(),
+                        index: self.index,
+                        counted: true,
+                    });
+                }
+                wait
+            };
+            let mut done = match wait {
+                Wait::Drained => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return Err(self.still_loading());
+                    }
+                    continue;
+                }
+                Wait::Load(done) => done,
             };
             match tokio::time::timeout_at(deadline, done.wait_for(Option::is_some)).await {
-                Err(_) => return Err(self.still_loading(&id, &file)),
+                Err(_) => return Err(self.still_loading()),
                 Ok(Err(_)) => {
+                    let (id, file) = self.names();
                     return Err(EngineError::Unavailable(format!(
                         "model {id}: its load from {file} stopped"
                     )));
@@ -708,21 +1088,94 @@ impl OnDemand {
             }
         }
     }
-}
 
-impl OnDemand {
+    /// The loaded engine with a hold on it, when the model is loaded and
+    /// takes requests; never loads it.
+    fn loaded(&self, linger: Duration) -> Option<(Arc<dyn Engine>, Arc<Hold>)> {
+        let mut state = self.inner.lock();
+        state.clock += 1;
+        let clock = state.clock;
+        let slot = &mut state.slots[self.index];
+        match &slot.phase {
+            Phase::Loaded { engine, .. } if slot.drained_for.is_none() => {
+                let engine = engine.clone();
+                let hold = slot.hold(&self.inner, self.index, clock, linger);
+                Some((engine, hold))
+            }
+            _ => None,
+        }
+    }
+
+    /// The prompt tokens of `request` while the model is not loaded: its
+    /// counter's (made on first use), else the plain estimate.
+    async fn count_unloaded(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        let (cell, loader, id) = {
+            let state = self.inner.lock();
+            let slot = &state.slots[self.index];
+            (
+                slot.counter.clone(),
+                slot.model.counter.clone(),
+                slot.model.id.clone(),
+            )
+        };
+        let Some(loader) = loader else {
+            return Ok(estimate_tokens(request));
+        };
+        let count = cell
+            .get_or_init(|| async move {
+                match AssertUnwindSafe(loader()).catch_unwind().await {
+                    Ok(Ok(count)) => Some(count),
+                    Ok(Err(e)) => {
+                        tracing::warn!(model = %id, error = %format!("{e:#}"), "the model's prompts are estimated while it is not loaded: its tokenizer failed to load");
+                        None
+                    }
+                    Err(_) => {
+                        tracing::error!(model = %id, "the model's tokenizer loader panicked");
+                        None
+                    }
+                }
+            })
+            .await;
+        match count {
+            Some(count) => count(request.clone()).await,
+            None => Ok(estimate_tokens(request)),
+        }
+    }
+
+    /// The model's id and file.
+    fn names(&self) -> (String, String) {
+        let state = self.inner.lock();
+        let model = &state.slots[self.index].model;
+        (model.id.clone(), model.file.clone())
+    }
+
     /// The answer to a request that waited `load_timeout` for the load:
     /// whether the model is still waiting for room or loading.
-    fn still_loading(&self, id: &str, file: &str) -> EngineError {
-        let waits_for_room = matches!(
-            self.inner.lock().slots[self.index].phase,
-            Phase::Loading { reserved: None, .. }
-        );
+    fn still_loading(&self) -> EngineError {
+        let (id, file, stage, drained) = {
+            let state = self.inner.lock();
+            let slot = &state.slots[self.index];
+            let stage = match slot.phase {
+                Phase::Loading { stage, .. } => Some(stage),
+                _ => None,
+            };
+            (
+                slot.model.id.clone(),
+                slot.model.file.clone(),
+                stage,
+                slot.drained_for.is_some(),
+            )
+        };
         let timeout = self.inner.load_timeout;
-        EngineError::Unavailable(match self.inner.memory {
-            Some(budget) if waits_for_room => format!(
+        let limit = self.inner.sharing.loads_per_minute.max(1) as usize;
+        EngineError::Unavailable(match (self.inner.memory, stage) {
+            (_, Some(Stage::Throttled)) => throttled(&id, limit),
+            (Some(budget), Some(Stage::Room(_))) => format!(
                 "model {id} is waiting for room in models_memory ({budget} bytes), which models \
-                 in use or kept forever hold; try again shortly"
+                 in use hold; try again shortly"
+            ),
+            _ if drained => format!(
+                "model {id} is being unloaded to make room for another model; try again shortly"
             ),
             _ => format!(
                 "model {id} is still loading from {file} after {timeout:?}; try again shortly"
@@ -734,29 +1187,45 @@ impl OnDemand {
 #[async_trait]
 impl Engine for OnDemand {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
-        let (engine, guard) = self.acquire().await?;
-        let events = engine.generate(request).await?;
-        Ok(Guarded {
-            events,
-            guard: Some(guard),
-        }
-        .boxed())
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        let events = hold.run(engine.generate(request)).await?;
+        Ok(Guarded::new(events, hold).boxed())
     }
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
-        let (engine, _guard) = self.acquire().await?;
-        engine.embed(request).await
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        hold.run(engine.embed(request)).await
     }
 
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
-        let (engine, _guard) = self.acquire().await?;
-        engine.rerank(request).await
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        hold.run(engine.rerank(request)).await
     }
 
+    async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        hold.run(engine.transcribe(request)).await
+    }
+
+    async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        let speech = hold.run(engine.speak(request)).await?;
+        Ok(Speech {
+            content_type: speech.content_type,
+            audio: Guarded::new(speech.audio, hold).boxed(),
+        })
+    }
+
+    /// Counts on the loaded engine when the model is loaded (it then stays
+    /// at least [`UNUSED_AFTER_LOAD`]: the prompt's generation comes next,
+    /// and must not load it again, with `keep_alive = 0` it would); else
+    /// without loading it. A count does no inference: it must not make
+    /// room, nor wait for it.
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
-        let (engine, guard) = self.acquire().await?;
-        let _guard = guard.lingering();
-        engine.count_tokens(request).await
+        match self.loaded(UNUSED_AFTER_LOAD) {
+            Some((engine, hold)) => hold.run(engine.count_tokens(request)).await,
+            None => self.count_unloaded(request).await,
+        }
     }
 
     fn name(&self) -> &str {
@@ -796,26 +1265,47 @@ impl Engine for OnDemand {
 #[async_trait]
 impl Residence for OnDemand {
     async fn load(&self) -> Result<(), EngineError> {
-        let (_engine, _guard) = self.acquire().await?;
+        let (_engine, _hold) = self.acquire(Duration::ZERO).await?;
         Ok(())
     }
 
-    fn unload(&self) -> Unload {
-        let (engine, unload) = {
+    fn unload(&self, force: bool) -> Unload {
+        let (mut engine, mut unload, running, id) = {
             let mut state = self.inner.lock();
             let slot = &mut state.slots[self.index];
+            let id = slot.model.id.clone();
             match slot.phase {
-                Phase::Unloaded => (None, Unload::NotLoaded),
+                Phase::Unloaded => (None, Unload::NotLoaded, Vec::new(), id),
                 Phase::Loaded { .. } if slot.in_flight == 0 => {
-                    (slot.unload(Why::Asked), Unload::Unloaded)
+                    (slot.unload(Why::Asked), Unload::Unloaded, Vec::new(), id)
+                }
+                // Forced: its running requests are ended, then it is unloaded.
+                Phase::Loaded { .. } if force => {
+                    slot.unload_when_idle = true;
+                    (None, Unload::WhenIdle, slot.running(), id)
                 }
                 // Running requests end first; a load under way ends first.
                 Phase::Loaded { .. } | Phase::Loading { .. } => {
                     slot.unload_when_idle = true;
-                    (None, Unload::WhenIdle)
+                    (None, Unload::WhenIdle, Vec::new(), id)
                 }
             }
         };
+        if !running.is_empty() {
+            let why = EngineError::Unavailable(format!(
+                "model {id} was unloaded by an administrator while this request ran"
+            ));
+            tracing::info!(model = %id, requests = running.len(), "requests ended by a forced unload");
+            for hold in running {
+                hold.end(why.clone());
+            }
+            let mut state = self.inner.lock();
+            let slot = &mut state.slots[self.index];
+            if matches!(slot.phase, Phase::Loaded { .. }) && slot.in_flight == 0 {
+                engine = slot.unload(Why::Asked);
+                unload = Unload::Unloaded;
+            }
+        }
         if let Some(engine) = engine {
             // Its memory is given back on a blocking thread.
             match tokio::runtime::Handle::try_current() {
@@ -829,24 +1319,6 @@ impl Residence for OnDemand {
 
     fn residency(&self) -> Residency {
         self.inner.lock().slots[self.index].residency()
-    }
-}
-
-/// A stream that holds its model until it ends or is dropped.
-struct Guarded {
-    events: EventStream,
-    guard: Option<InFlight>,
-}
-
-impl Stream for Guarded {
-    type Item = <EventStream as Stream>::Item;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let item = std::task::ready!(self.events.poll_next_unpin(cx));
-        if item.is_none() {
-            self.guard = None;
-        }
-        Poll::Ready(item)
     }
 }
 

@@ -13,29 +13,42 @@ use tokio::sync::Semaphore;
 
 use super::*;
 
-/// Answers its id, in `pieces` pieces 10 ms apart; counts its drops (an
-/// unload); says it holds `memory` bytes (when not 0).
+/// Answers its id, in `pieces` pieces `every` apart; counts its drops (an
+/// unload) and those of engines that served no request (a wasted load);
+/// says it holds `memory` bytes (when not 0). It also embeds, reranks,
+/// transcribes, speaks and counts, each answer naming it.
 struct Fake {
     id: String,
     pieces: usize,
-    dropped: Arc<AtomicUsize>,
-    memory: Arc<AtomicU64>,
+    every: Duration,
+    served: AtomicUsize,
+    counts: Arc<Counts>,
 }
 
 impl Drop for Fake {
     fn drop(&mut self) {
-        self.dropped.fetch_add(1, Ordering::SeqCst);
+        self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+        if self.served.load(Ordering::SeqCst) == 0 {
+            self.counts.wasted.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Fake {
+    fn serve(&self) {
+        self.served.fetch_add(1, Ordering::SeqCst);
     }
 }
 
 #[async_trait]
 impl Engine for Fake {
     async fn generate(&self, _: GenerateRequest) -> Result<EventStream, EngineError> {
+        self.serve();
         let id = self.id.clone();
-        let pieces = self.pieces;
+        let (pieces, every) = (self.pieces, self.every);
         Ok(async_stream::stream! {
             for _ in 0..pieces {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::time::sleep(every).await;
                 yield Ok(EngineEvent::Text(id.clone()));
             }
             yield Ok(EngineEvent::Finish { reason: FinishReason::Stop, usage: TokenUsage::default() });
@@ -43,12 +56,53 @@ impl Engine for Fake {
         .boxed())
     }
 
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        self.serve();
+        // As long as a stream of it takes.
+        tokio::time::sleep(self.every * self.pieces as u32).await;
+        Ok(Embeddings {
+            vectors: vec![vec![1.0]; request.inputs.len()],
+            prompt_tokens: 3,
+        })
+    }
+
+    async fn rerank(&self, _: RerankRequest) -> Result<Reranked, EngineError> {
+        self.serve();
+        Ok(Reranked {
+            scores: vec![0.5],
+            prompt_tokens: 4,
+        })
+    }
+
+    async fn transcribe(&self, _: TranscribeRequest) -> Result<Transcript, EngineError> {
+        self.serve();
+        Ok(Transcript {
+            body: self.id.clone().into(),
+            content_type: "text/plain".into(),
+            seconds: Some(1.0),
+        })
+    }
+
+    async fn speak(&self, _: SpeechRequest) -> Result<Speech, EngineError> {
+        self.serve();
+        let id = self.id.clone();
+        Ok(Speech {
+            content_type: "audio/wav".into(),
+            audio: futures::stream::iter([Ok(bytes::Bytes::from(id))]).boxed(),
+        })
+    }
+
+    async fn count_tokens(&self, _: &GenerateRequest) -> Result<u64, EngineError> {
+        self.serve();
+        Ok(LOADED_COUNT)
+    }
+
     fn name(&self) -> &str {
         "fake"
     }
 
     fn status(&self) -> EngineStatus {
-        let bytes = self.memory.load(Ordering::SeqCst);
+        let bytes = self.counts.memory.load(Ordering::SeqCst);
         EngineStatus {
             memory_bytes: (bytes > 0).then_some(bytes),
             ..EngineStatus::default()
@@ -56,13 +110,24 @@ impl Engine for Fake {
     }
 }
 
+/// What a loaded fake counts for any prompt.
+const LOADED_COUNT: u64 = 7;
+/// What a fake's counter counts for any prompt, the model not loaded.
+const COUNTER_COUNT: u64 = 42;
+
 /// What a model's loader did.
 #[derive(Default)]
 struct Counts {
     loads: AtomicUsize,
-    dropped: Arc<AtomicUsize>,
+    dropped: AtomicUsize,
+    /// Engines dropped without having served a request.
+    wasted: AtomicUsize,
+    /// When each load started.
+    started: Mutex<Vec<tokio::time::Instant>>,
+    /// Counters made (vocab-only loads).
+    counters: AtomicUsize,
     /// What its engines say they hold (0: nothing said).
-    memory: Arc<AtomicU64>,
+    memory: AtomicU64,
 }
 
 impl Counts {
@@ -72,6 +137,9 @@ impl Counts {
     fn unloads(&self) -> usize {
         self.dropped.load(Ordering::SeqCst)
     }
+    fn wasted(&self) -> usize {
+        self.wasted.load(Ordering::SeqCst)
+    }
 }
 
 /// How a scripted load goes.
@@ -79,6 +147,8 @@ impl Counts {
 enum Script {
     /// At once.
     Quick,
+    /// After this long (the runtime's time: paused in some tests).
+    Slow(Duration),
     /// On a blocking thread, once the gate gives a permit.
     Gated(Arc<Semaphore>),
     /// Fails, saying why.
@@ -87,6 +157,7 @@ enum Script {
     Panics,
 }
 
+/// A model for `pool` whose engine answers in 3 pieces 10 ms apart.
 fn add(
     pool: &ResidentPool,
     id: &str,
@@ -94,20 +165,56 @@ fn add(
     keep_alive: KeepAlive,
     script: Script,
 ) -> (Arc<dyn Engine>, Arc<Counts>) {
+    add_model(pool, id, bytes, keep_alive, script, Engines::default())
+}
+
+/// What a fake model's engines do beyond loading.
+#[derive(Clone, Copy)]
+struct Engines {
+    pieces: usize,
+    every: Duration,
+    /// Whether it has a counter (else the plain estimate counts).
+    counter: bool,
+}
+
+impl Default for Engines {
+    fn default() -> Self {
+        Engines {
+            pieces: 3,
+            every: Duration::from_millis(10),
+            counter: false,
+        }
+    }
+}
+
+fn add_model(
+    pool: &ResidentPool,
+    id: &str,
+    bytes: u64,
+    keep_alive: KeepAlive,
+    script: Script,
+    engines: Engines,
+) -> (Arc<dyn Engine>, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
     let (name, seen) = (id.to_owned(), counts.clone());
     let loader: Loader = Arc::new(move || {
         seen.loads.fetch_add(1, Ordering::SeqCst);
+        seen.started
+            .lock()
+            .unwrap()
+            .push(tokio::time::Instant::now());
         let engine: Arc<dyn Engine> = Arc::new(Fake {
             id: name.clone(),
-            pieces: 3,
-            dropped: seen.dropped.clone(),
-            memory: seen.memory.clone(),
+            pieces: engines.pieces,
+            every: engines.every,
+            served: AtomicUsize::new(0),
+            counts: seen.clone(),
         });
         let script = script.clone();
         Box::pin(async move {
             match script {
                 Script::Quick => {}
+                Script::Slow(took) => tokio::time::sleep(took).await,
                 Script::Gated(gate) => {
                     tokio::task::spawn_blocking(move || {
                         let permit =
@@ -122,6 +229,15 @@ fn add(
             Ok(Loaded { engine, bytes })
         })
     });
+    let seen = counts.clone();
+    let counter: Option<CounterLoader> = engines.counter.then(|| {
+        let loader: CounterLoader = Arc::new(move || {
+            seen.counters.fetch_add(1, Ordering::SeqCst);
+            let count: Count = Arc::new(|_| Box::pin(async { Ok(COUNTER_COUNT) }));
+            Box::pin(async move { Ok(count) })
+        });
+        loader
+    });
     let engine = pool.add(Model {
         id: id.to_owned(),
         file: format!("models/{id}.gguf"),
@@ -129,6 +245,7 @@ fn add(
         keep_alive,
         name: "fake".into(),
         loader,
+        counter,
     });
     (engine, counts)
 }
@@ -394,7 +511,7 @@ async fn an_unload_asked_for_waits_for_the_running_requests_and_the_counts_say_w
     let pool = ResidentPool::new(Some(200), Duration::from_secs(5));
     let (m, counts) = add(&pool, "m", 100, KeepAlive::Forever, Script::Quick);
     let residence = m.residence().unwrap();
-    assert_eq!(residence.unload(), Unload::NotLoaded);
+    assert_eq!(residence.unload(false), Unload::NotLoaded);
     assert_eq!(residence.residency(), Residency::default());
     residence.load().await.unwrap();
     let loaded = residence.residency();
@@ -406,7 +523,7 @@ async fn an_unload_asked_for_waits_for_the_running_requests_and_the_counts_say_w
     // In use: unloaded when the last request ends, which is not cut; a
     // request that comes meanwhile is served.
     let running = m.generate(GenerateRequest::default()).await.unwrap();
-    assert_eq!(residence.unload(), Unload::WhenIdle);
+    assert_eq!(residence.unload(false), Unload::WhenIdle);
     assert_eq!(reply(&m).await.unwrap(), "mmm");
     assert_eq!(counts.unloads(), 0);
     assert_eq!(text_of(running).await, "mmm");
@@ -420,7 +537,7 @@ async fn an_unload_asked_for_waits_for_the_running_requests_and_the_counts_say_w
     // Asked again, a model kept forever loads again (and stays).
     assert_eq!(reply(&m).await.unwrap(), "mmm");
     // Idle: unloaded at once.
-    assert_eq!(residence.unload(), Unload::Unloaded);
+    assert_eq!(residence.unload(false), Unload::Unloaded);
     until(|| counts.unloads() == 2).await;
     let again = residence.residency();
     assert_eq!((again.loads, again.unloads, again.evictions), (2, 2, 0));
@@ -444,7 +561,7 @@ async fn a_model_that_cannot_fit_beside_the_models_kept_forever_is_refused_at_on
     let failed = other.status().residency.unwrap();
     assert_eq!((failed.loads, failed.load_failures), (0, 1));
     // Unloaded through the admin API, the pinned model makes room.
-    assert_eq!(pinned.residence().unwrap().unload(), Unload::Unloaded);
+    assert_eq!(pinned.residence().unwrap().unload(false), Unload::Unloaded);
     assert_eq!(reply(&other).await.unwrap(), "otherotherother");
     // Asked again, the pinned model evicts the idle one.
     assert_eq!(reply(&pinned).await.unwrap(), "pinnedpinnedpinned");
@@ -487,4 +604,314 @@ async fn a_prompts_count_then_its_generation_load_the_model_once_even_kept_0() {
     assert_eq!(counts.loads(), 1);
     // After the generation, keep_alive = 0 holds: unloaded at once.
     until(|| counts.unloads() == 1).await;
+}
+
+/// A pool of `memory` bytes whose requests wait a minute for a load, a
+/// model holding another's room `max_hold`, `loads_per_minute`.
+fn pool(memory: u64, max_hold: Duration, loads_per_minute: u32) -> ResidentPool {
+    ResidentPool::sharing(
+        Some(memory),
+        Duration::from_secs(60),
+        Sharing {
+            max_hold,
+            loads_per_minute,
+        },
+    )
+}
+
+/// A chat request whose prompt the plain estimate counts as neither
+/// [`LOADED_COUNT`] nor [`COUNTER_COUNT`].
+fn chat() -> GenerateRequest {
+    GenerateRequest {
+        messages: vec![svc_core::engine::ChatMessage::User("hello there".into())],
+        ..GenerateRequest::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prompts_count_never_loads_its_model() {
+    // Room for one of a and b: b's counts must not evict a (nor load b).
+    let pool = pool(100, Duration::from_secs(60), 100);
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Slow(Duration::from_secs(1)));
+    let counted = Engines {
+        counter: true,
+        ..Engines::default()
+    };
+    let (b, cb) = add_model(
+        &pool,
+        "b",
+        100,
+        HOUR,
+        Script::Slow(Duration::from_secs(1)),
+        counted,
+    );
+    assert_eq!(reply(&a).await.unwrap(), "aaa");
+    let estimate = estimate_tokens(&chat());
+    assert_ne!(estimate, COUNTER_COUNT);
+    // The attack's pattern: b's prompt counted once a second beside a's chats.
+    for _ in 0..10 {
+        assert_eq!(b.count_tokens(&chat()).await.unwrap(), COUNTER_COUNT);
+        assert_eq!(reply(&a).await.unwrap(), "aaa");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!((ca.loads(), cb.loads()), (1, 0));
+    // Its counter was made once, for every count.
+    assert_eq!(cb.counters.load(Ordering::SeqCst), 1);
+    // Listing it does not load it either.
+    assert_eq!(
+        b.status().residency.unwrap().state,
+        ResidencyState::Unloaded
+    );
+    assert_eq!(b.fingerprint(), None);
+    assert_eq!(cb.loads(), 0);
+    // A model without a counter: the plain estimate, no load.
+    let (c, cc) = add(&pool, "c", 100, HOUR, Script::Quick);
+    assert_eq!(c.count_tokens(&chat()).await.unwrap(), estimate);
+    assert_eq!(cc.loads(), 0);
+    // Loaded, its engine counts.
+    assert_eq!(reply(&b).await.unwrap(), "bbb");
+    assert_eq!(b.count_tokens(&chat()).await.unwrap(), LOADED_COUNT);
+    assert_eq!((ca.loads(), cb.loads()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_models_in_room_for_one_load_once_per_request_and_a_fresh_load_is_its_requests() {
+    // Each request's task is slow to look again once its model is loaded
+    // (a busy machine's: the other model's load got there first), while
+    // the other model's request waits for the room.
+    let pool = pool(100, Duration::from_secs(60), 100);
+    let slow = Script::Slow(Duration::from_secs(1));
+    let (a, ca) = add(&pool, "a", 100, HOUR, slow.clone());
+    let (b, cb) = add(&pool, "b", 100, HOUR, slow);
+    let requests = 12;
+    // Each turn, a request for the model not loaded, then one for the other.
+    for _ in 0..requests / 2 {
+        let loaded = |m: &Arc<dyn Engine>| {
+            m.status().residency.map(|r| r.state) == Some(ResidencyState::Loaded)
+        };
+        let (first, second) = if loaded(&b) { (&a, &b) } else { (&b, &a) };
+        let mut first_request = first.generate(GenerateRequest::default());
+        // Its model's load starts.
+        assert!(futures::poll!(first_request.as_mut()).is_pending());
+        let waiting = {
+            let second = second.clone();
+            tokio::spawn(async move { reply(&second).await })
+        };
+        // The first model is loaded meanwhile; its request looks again only now.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let events = first_request.await.unwrap();
+        assert_eq!(text_of(events).await.len(), 3);
+        assert_eq!(waiting.await.unwrap().unwrap().len(), 3);
+    }
+    let loads = ca.loads() + cb.loads();
+    println!("{loads} loads for {requests} requests");
+    assert!(loads <= requests, "{loads} loads for {requests} requests");
+    // No load was evicted before the request it was made for took it.
+    assert_eq!((ca.wasted(), cb.wasted()), (0, 0));
+}
+
+/// Reads `events` to their end: the text, and the error that ended them.
+async fn read_all(mut events: EventStream) -> (String, Option<EngineError>) {
+    let mut text = String::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(EngineEvent::Text(piece)) => text.push_str(&piece),
+            Ok(_) => {}
+            Err(e) => {
+                assert!(events.next().await.is_none(), "items after the error");
+                return (text, Some(e));
+            }
+        }
+    }
+    (text, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_held_by_a_long_request_is_given_up_after_max_hold_when_another_waits() {
+    let max_hold = Duration::from_secs(10);
+    let pool = pool(100, max_hold, 100);
+    // a streams for 1,000 s.
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    let (a, ca) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Slow(Duration::from_secs(2)));
+    let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(EngineEvent::Text(_)))
+    ));
+    let running = tokio::spawn(read_all(stream));
+    let asked = tokio::time::Instant::now();
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { reply(&b).await })
+    };
+    // A new request for a meanwhile waits for a's next load (after b's).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let later = {
+        let a = a.clone();
+        tokio::spawn(async move { reply(&a).await })
+    };
+    assert_eq!(waiting.await.unwrap().unwrap(), "bbb");
+    let waited = asked.elapsed();
+    println!("b answered after {waited:?} beside a's stream (max_hold {max_hold:?})");
+    // Within max_hold and its load (a minute's load_timeout would be 503).
+    assert!(waited >= max_hold, "{waited:?}");
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    // a's stream was ended with an error naming max_hold.
+    let (text, ended) = running.await.unwrap();
+    assert!(text.len() < 100, "{text}");
+    let Some(EngineError::Unavailable(message)) = ended else {
+        panic!("{ended:?}");
+    };
+    assert!(message.contains("max_hold"), "{message}");
+    assert_eq!(ca.unloads(), 1);
+    // a's next request is answered once b's is done.
+    assert_eq!(later.await.unwrap().unwrap().len(), 1000);
+    assert_eq!((ca.loads(), cb.loads()), (2, 1));
+    assert_eq!((ca.wasted(), cb.wasted()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forced_unload_ends_the_running_requests_at_once() {
+    let pool = pool(1000, Duration::from_secs(60), 100);
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    let (m, counts) = add_model(&pool, "m", 100, HOUR, Script::Quick, long);
+    let residence = m.residence().unwrap();
+    // A stream whose client reads nothing more, and a call in one piece.
+    let mut stream = m.generate(GenerateRequest::default()).await.unwrap();
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(EngineEvent::Text(_)))
+    ));
+    let embedding = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let inputs = vec![svc_core::engine::EmbedInput::Text("x".into())];
+            m.embed(EmbedRequest {
+                inputs,
+                ..EmbedRequest::default()
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Not forced: it waits for them.
+    assert_eq!(residence.unload(false), Unload::WhenIdle);
+    assert_eq!(counts.unloads(), 0);
+    assert_eq!(residence.unload(true), Unload::Unloaded);
+    // The model's memory is given back without the client reading on.
+    until(|| counts.unloads() == 1).await;
+    assert_eq!(pool.resident("m"), None);
+    let (_, ended) = read_all(stream).await;
+    let Some(EngineError::Unavailable(message)) = ended else {
+        panic!("{ended:?}");
+    };
+    assert!(message.contains("administrator"), "{message}");
+    let Err(EngineError::Unavailable(message)) = embedding.await.unwrap() else {
+        panic!("the embedding went on");
+    };
+    assert!(message.contains("administrator"), "{message}");
+    // The next request loads it again.
+    assert_eq!(m.residence().unwrap().unload(true), Unload::NotLoaded);
+    assert_eq!(
+        text_of(m.generate(GenerateRequest::default()).await.unwrap())
+            .await
+            .len(),
+        1000
+    );
+    assert_eq!(counts.loads(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_loads_at_most_max_loads_per_minute_times_in_any_minute() {
+    let pool = pool(100, Duration::from_secs(60), 3);
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+    // Alternating requests, one a second: each would load its model.
+    let started = tokio::time::Instant::now();
+    let mut refused = 0;
+    for i in 0..40 {
+        let model = if i % 2 == 0 { &a } else { &b };
+        match reply(model).await {
+            Ok(text) => assert_eq!(text.len(), 3),
+            Err(EngineError::Unavailable(message)) => {
+                assert!(message.contains("max_loads_per_minute"), "{message}");
+                refused += 1;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let took = started.elapsed();
+    for counts in [&ca, &cb] {
+        let at = counts.started.lock().unwrap().clone();
+        for window in at.windows(4) {
+            assert!(
+                window[3] - window[0] >= Duration::from_secs(60),
+                "4 loads within {:?}",
+                window[3] - window[0]
+            );
+        }
+    }
+    println!(
+        "{} loads for 40 requests over {took:?}, {refused} refused",
+        ca.loads() + cb.loads()
+    );
+    // A load waits for the minute (up to load_timeout), not refused.
+    assert_eq!(refused, 0);
+
+    // Past load_timeout, a load is refused at once, saying why.
+    let pool = ResidentPool::sharing(
+        Some(100),
+        Duration::from_secs(10),
+        Sharing {
+            max_hold: Duration::from_secs(5),
+            loads_per_minute: 1,
+        },
+    );
+    let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
+    let (b, _) = add(&pool, "b", 100, HOUR, Script::Quick);
+    reply(&a).await.unwrap();
+    reply(&b).await.unwrap();
+    let asked = tokio::time::Instant::now();
+    let Err(EngineError::Unavailable(message)) = reply(&a).await else {
+        panic!("loaded twice in a minute");
+    };
+    assert!(message.contains("max_loads_per_minute"), "{message}");
+    assert!(asked.elapsed() < Duration::from_secs(1));
+    assert_eq!(ca.loads(), 1);
+}
+
+#[tokio::test]
+async fn every_engine_call_reaches_the_loaded_model() {
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let (m, counts) = add(&pool, "m", 100, HOUR, Script::Quick);
+    let embedded = m
+        .embed(EmbedRequest {
+            inputs: vec![svc_core::engine::EmbedInput::Text("x".into())],
+            ..EmbedRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(embedded.prompt_tokens, 3);
+    let reranked = m.rerank(RerankRequest::default()).await.unwrap();
+    assert_eq!(reranked.prompt_tokens, 4);
+    let transcript = m.transcribe(TranscribeRequest::default()).await.unwrap();
+    assert_eq!(transcript.body, "m");
+    let speech = m.speak(SpeechRequest::default()).await.unwrap();
+    assert_eq!(speech.content_type, "audio/wav");
+    let audio: Vec<_> = speech.audio.collect().await;
+    assert_eq!(audio.len(), 1);
+    assert_eq!(audio[0].as_ref().unwrap(), &bytes::Bytes::from("m"));
+    assert_eq!(reply(&m).await.unwrap(), "mmm");
+    assert_eq!(m.count_tokens(&chat()).await.unwrap(), LOADED_COUNT);
+    assert_eq!(counts.loads(), 1);
 }
