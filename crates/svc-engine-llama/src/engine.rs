@@ -239,6 +239,20 @@ impl Runner {
         self.specials.tokenize(&self.model, text, cancel)
     }
 
+    /// Renders a conversation (already escaped) with `template`: stopped
+    /// as soon as `cancel` is set, besides the template's own limits (see
+    /// `template`).
+    pub(crate) fn render(
+        &self,
+        template: &ChatTemplate,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        options: &RenderOptions,
+        cancel: &Cancel,
+    ) -> Result<String, EngineError> {
+        template.render_checked(messages, tools, options, &mut |_| cancel.check())
+    }
+
     /// The control tokens only the template may write.
     pub(crate) fn specials(&self) -> &Specials {
         &self.specials
@@ -744,17 +758,23 @@ impl Engine for LlamaEngine {
     /// the conversation and tools prepared and rendered with the model's
     /// chat template as the answer is (reasoning switch included), then
     /// tokenized. A reasoning pass, when the template has none, renders
-    /// the prompt once more; that is not counted. Runs on a blocking thread.
+    /// the prompt once more; that is not counted. Runs on a blocking thread,
+    /// stopped when this future is dropped.
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        let cancel = Cancel::default();
+        let guard = cancel.on_drop();
         let runner = self.runner.clone();
         let template = Arc::clone(&self.template);
         let features = self.features;
         let request = request.clone();
         let task = tokio::task::spawn_blocking(move || {
-            prompt_tokens(&runner, &template, features, &request)
+            prompt_tokens(&runner, &template, features, &request, &cancel)
         });
-        task.await
-            .map_err(|e| EngineError::Internal(format!("counting tokens failed: {e}")))?
+        let counted = task
+            .await
+            .map_err(|e| EngineError::Internal(format!("counting tokens failed: {e}")))?;
+        guard.disarm();
+        counted
     }
 
     fn name(&self) -> &str {
@@ -793,6 +813,7 @@ fn prompt_tokens(
     template: &ChatTemplate,
     features: ChatFeatures,
     request: &GenerateRequest,
+    cancel: &Cancel,
 ) -> Result<u64, EngineError> {
     svc_core::refuse_images(request)?;
     if let Some(prompt) = &request.prompt {
@@ -812,8 +833,8 @@ fn prompt_tokens(
         Vec::new()
     };
     let options = chat::render_options(features, request);
-    let prompt = template.render_with(&messages, &tools, &options)?;
-    let tokens = runner.tokenize_prompt(&prompt, &Cancel::default())?;
+    let prompt = runner.render(template, &messages, &tools, &options, cancel)?;
+    let tokens = runner.tokenize_prompt(&prompt, cancel)?;
     Ok(tokens.len() as u64)
 }
 
