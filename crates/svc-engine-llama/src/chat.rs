@@ -362,7 +362,7 @@ pub(crate) fn prepare(
         mark_markers: !guarded.is_empty(),
     };
     let render = |messages: &[ChatMessage]| {
-        let prompt = template.render_with(messages, &template_tools, &options)?;
+        let prompt = runner.render(template, messages, &template_tools, &options, cancel)?;
         cancel.check()?;
         Ok::<_, EngineError>(prompt)
     };
@@ -602,6 +602,7 @@ impl Second {
         self,
         runner: &Runner,
         reasoning: &str,
+        cancel: &Cancel,
     ) -> Result<(String, CompletionParams), EngineError> {
         let reasoning = runner.specials().escape(reasoning);
         match self {
@@ -613,7 +614,8 @@ impl Second {
                 params,
             } => {
                 let messages = reasoning::answer_pass_messages(&messages, &reasoning);
-                Ok((template.render_with(&messages, &tools, &options)?, params))
+                let prompt = runner.render(&template, &messages, &tools, &options, cancel)?;
+                Ok((prompt, params))
             }
             Second::AfterThink {
                 prefix,
@@ -674,14 +676,18 @@ fn drive(
             // Reasoning tokens count against max_tokens, as OpenAI counts them.
             let used = u32::try_from(usage.completion_tokens).unwrap_or(u32::MAX);
             let runner = runner.clone();
-            // Rendering and tokenizing block: not on an async worker.
+            // Rendering and tokenizing block: not on an async worker. Stopped
+            // when this stream is dropped meanwhile (the client went away).
+            let cancel = Cancel::default();
+            let guard = cancel.on_drop();
             let next = tokio::task::spawn_blocking(move || {
-                let (prompt, mut params) = second.build(&runner, &raw)?;
+                let (prompt, mut params) = second.build(&runner, &raw, &cancel)?;
                 params.max_tokens = max_tokens.map(|max| max.saturating_sub(used).max(1));
-                runner.complete_prompt(&prompt, params, true, &Cancel::default())
+                runner.complete_prompt(&prompt, params, true, &cancel)
             })
             .await
             .unwrap_or_else(|e| Err(EngineError::Internal(format!("the second pass failed: {e}"))));
+            guard.disarm();
             stream = match next {
                 Ok(stream) => stream,
                 Err(e) => {

@@ -3,7 +3,8 @@
 //! trait as `Engine::embed`.
 //!
 //! Requests are tokenized on a blocking thread (never on an async worker),
-//! checked against the model's context, and queued. One thread owns the
+//! checked against the model's context (an input far past it refused
+//! before it is tokenized, see `fit`), and queued. One thread owns the
 //! llama.cpp context and encodes batches of at most [`BATCH_TOKENS`]
 //! tokens: each batch takes the next input of every waiting request in
 //! turn, so the inputs of many clients are encoded together, and a request
@@ -35,6 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::backend;
 use crate::engine::LoadError;
+use crate::fit::TextBound;
 
 /// The most tokens one encode takes (every input must fit in one).
 pub const BATCH_TOKENS: u32 = 512;
@@ -79,6 +81,9 @@ pub struct EmbedderInfo {
 /// An in-process llama.cpp embedding engine.
 pub struct LlamaEmbedder {
     model: Arc<LlamaModel>,
+    /// The fewest tokens a text can make: an input far past the context is
+    /// refused before it is tokenized (see `fit`).
+    bound: TextBound,
     shared: Arc<Shared>,
     info: EmbedderInfo,
     thread: Option<JoinHandle<()>>,
@@ -217,6 +222,7 @@ impl LlamaEmbedder {
             "llama.cpp embedder ready"
         );
         Ok(LlamaEmbedder {
+            bound: TextBound::of(&model),
             model,
             shared,
             info,
@@ -275,8 +281,8 @@ impl Engine for LlamaEmbedder {
         }
         let inputs = request.inputs;
         // Tokenizing 2,048 inputs takes a while: not on an async worker.
-        let (model, info) = (Arc::clone(&self.model), self.info.clone());
-        let tokens = tokio::task::spawn_blocking(move || tokenize(&model, &info, inputs))
+        let (model, info, bound) = (Arc::clone(&self.model), self.info.clone(), self.bound);
+        let tokens = tokio::task::spawn_blocking(move || tokenize(&model, &info, bound, inputs))
             .await
             .map_err(|e| EngineError::Internal(format!("the tokenizer task failed: {e}")))??;
         let prompt_tokens = tokens.iter().map(|t| t.len() as u64).sum();
@@ -325,6 +331,7 @@ impl Engine for LlamaEmbedder {
 fn tokenize(
     model: &LlamaModel,
     info: &EmbedderInfo,
+    bound: TextBound,
     inputs: Vec<EmbedInput>,
 ) -> Result<Vec<Vec<LlamaToken>>, EngineError> {
     let vocab = model.vocab();
@@ -346,7 +353,20 @@ fn tokenize(
         .enumerate()
         .map(|(i, input)| {
             let tokens = match input {
-                EmbedInput::Text(text) => vocab.tokenize(text.as_bytes(), true, false),
+                EmbedInput::Text(text) => {
+                    // Far past the context: refused from its length alone.
+                    if let Err(EngineError::ContextLengthExceeded { prompt_tokens, .. }) =
+                        bound.check(&[text.as_str()], info.max_input_tokens)
+                    {
+                        return Err(invalid(format!(
+                            "{} has at least {prompt_tokens} tokens ({} bytes); this model takes at most {} tokens an input",
+                            at(i),
+                            text.len(),
+                            info.max_input_tokens
+                        )));
+                    }
+                    vocab.tokenize(text.as_bytes(), true, false)
+                }
                 EmbedInput::Tokens(ids) => {
                     if let Some(bad) = ids.iter().find(|&&id| id >= info.vocab_size) {
                         return Err(invalid(format!(

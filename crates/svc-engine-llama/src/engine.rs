@@ -5,8 +5,10 @@
 //! rendered and tokenized on a blocking thread (never on an async worker,
 //! never on the engine thread), stopped when the caller drops the future
 //! (the client went away); then it is checked against the context and
-//! queued, and its events come back on a channel the returned stream reads.
-//! Dropping the stream cancels the generation. This file owns the public
+//! queued, and its events come back on a channel the returned stream
+//! reads. A prompt far past the context is refused before it is tokenized,
+//! and its rendering stopped as soon as it is (see `fit`). Dropping the
+//! stream cancels the generation. This file owns the public
 //! entry points; batching, sampling, templates, prompts and text assembly
 //! live in their own modules.
 
@@ -31,6 +33,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::backend;
 use crate::chat::{self, ChatFeatures};
+use crate::fit::TextBound;
 use crate::memory::KvShape;
 use crate::numerics::{self, Kernels, Numerics};
 use crate::options::{KvType, LlamaEngineOptions};
@@ -146,6 +149,9 @@ pub(crate) struct Runner {
     context: u32,
     /// The control tokens only the template may write.
     specials: Arc<Specials>,
+    /// The fewest tokens a text can make, from its length: a prompt far
+    /// past the context is refused before it is tokenized (see `fit`).
+    bound: TextBound,
     /// Whose jobs this runner starts (see `scheduler::Job::owner`).
     owner: Option<Arc<str>>,
     /// Whether its jobs are background work (see `scheduler::Job::background`).
@@ -217,6 +223,11 @@ impl Runner {
     /// those tokens is a 400 naming `suffix`; a prompt of no tokens one
     /// naming `prompt`.
     pub(crate) fn text_tokens(&self, prompt: &TextPrompt) -> Result<Vec<LlamaToken>, EngineError> {
+        let suffix = prompt.suffix.as_deref().unwrap_or("");
+        self.bound.check(&[&prompt.text, suffix], self.context)?;
+        self.shared
+            .counters
+            .tokenized(prompt.text.len() + suffix.len());
         let tokens = match &prompt.suffix {
             None => self.tokenize(&prompt.text),
             Some(suffix) => {
@@ -249,12 +260,36 @@ impl Runner {
 
     /// Tokenizes a rendered chat prompt: the template's control tokens as
     /// tokens, the escaped text of the request as plain text (see `prompt`).
+    /// A prompt far past the context is refused untokenized (see `fit`).
     pub(crate) fn tokenize_prompt(
         &self,
         text: &str,
         cancel: &Cancel,
     ) -> Result<Vec<LlamaToken>, EngineError> {
+        self.bound.check(&[text], self.context)?;
+        self.shared.counters.tokenized(text.len());
         self.specials.tokenize(&self.model, text, cancel)
+    }
+
+    /// Renders a conversation (already escaped) with `template` for this
+    /// engine: stopped as soon as its output is far past the context (the
+    /// context's own error, see `fit`) or `cancel` is set, besides the
+    /// template's own limits (see `template`).
+    pub(crate) fn render(
+        &self,
+        template: &ChatTemplate,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        options: &RenderOptions,
+        cancel: &Cancel,
+    ) -> Result<String, EngineError> {
+        let (bound, context) = (self.bound, self.context);
+        let mut counted = 0u64;
+        template.render_checked(messages, tools, options, &mut |piece| {
+            cancel.check()?;
+            counted = counted.saturating_add(bound.counted(piece));
+            bound.refuse_past(counted, context)
+        })
     }
 
     /// The control tokens only the template may write.
@@ -555,6 +590,7 @@ impl LlamaEngine {
             &features.markers(),
             &features.call_markers(),
         ));
+        let bound = TextBound::of(&model);
         tracing::info!(
             tool_calls = features.syntax.map_or("hermes", |s| s.name()),
             tool_format_set = options.tool_format.is_some(),
@@ -648,6 +684,7 @@ impl LlamaEngine {
                 shared,
                 context: context_per_sequence,
                 specials,
+                bound,
                 owner: None,
                 background: false,
                 trace: None,
@@ -724,7 +761,8 @@ impl LlamaEngine {
             &specials.escape_tools(tools),
             options,
         )?;
-        self.runner.tokenize_prompt(&prompt, &Cancel::default())
+        // Whatever its length (a tool for tests and benchmarks, not a client's).
+        specials.tokenize(&self.runner.model, &prompt, &Cancel::default())
     }
 
     /// Continues `prompt` (already rendered text): the events of one generation.
@@ -773,17 +811,24 @@ impl Engine for LlamaEngine {
     /// the conversation and tools prepared and rendered with the model's
     /// chat template as the answer is (reasoning switch included), then
     /// tokenized. A reasoning pass, when the template has none, renders
-    /// the prompt once more; that is not counted. Runs on a blocking thread.
+    /// the prompt once more; that is not counted. Runs on a blocking thread,
+    /// stopped when this future is dropped. A prompt far past the context
+    /// is not counted: its context error comes back (see `fit`).
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        let cancel = Cancel::default();
+        let guard = cancel.on_drop();
         let runner = self.runner.clone();
         let template = Arc::clone(&self.template);
         let features = self.features;
         let request = request.clone();
         let task = tokio::task::spawn_blocking(move || {
-            prompt_tokens(&runner, &template, features, &request)
+            prompt_tokens(&runner, &template, features, &request, &cancel)
         });
-        task.await
-            .map_err(|e| EngineError::Internal(format!("counting tokens failed: {e}")))?
+        let counted = task
+            .await
+            .map_err(|e| EngineError::Internal(format!("counting tokens failed: {e}")))?;
+        guard.disarm();
+        counted
     }
 
     fn name(&self) -> &str {
@@ -836,6 +881,7 @@ pub(crate) fn prompt_tokens(
     template: &ChatTemplate,
     features: ChatFeatures,
     request: &GenerateRequest,
+    cancel: &Cancel,
 ) -> Result<u64, EngineError> {
     svc_core::refuse_images(request)?;
     if let Some(prompt) = &request.prompt {
@@ -857,8 +903,8 @@ pub(crate) fn prompt_tokens(
         Vec::new()
     };
     let options = chat::render_options(features, request);
-    let prompt = template.render_with(&messages, &tools, &options)?;
-    let tokens = runner.tokenize_prompt(&prompt, &Cancel::default())?;
+    let prompt = runner.render(template, &messages, &tools, &options, cancel)?;
+    let tokens = runner.tokenize_prompt(&prompt, cancel)?;
     Ok(tokens.len() as u64)
 }
 

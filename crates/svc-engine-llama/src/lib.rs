@@ -8,6 +8,7 @@
 //! - `prefix`: common prefixes and the host-memory cache of sequence states.
 //! - `sampler`: per-sequence sampler chains (temperature, top-p, seed, penalties, grammar).
 //! - `template`: chat templates from GGUF metadata, rendered with minijinja.
+//! - `fit`: whether a text can fit the context, from its length alone.
 //! - `prompt`: rendered prompts to tokens, the client's text always plain
 //!   text (never control tokens), and the cancellation of a request's preparation.
 //! - `text`: whole-character, stop-sequence-safe text streaming.
@@ -37,6 +38,7 @@ pub mod cpu;
 mod embed;
 mod engine;
 mod families;
+mod fit;
 #[doc(hidden)]
 pub mod fuzzing;
 mod grammar;

@@ -64,6 +64,9 @@ pub struct EngineStats {
     /// Suspended sequences that resumed by decoding their tokens again:
     /// their cells were given up and no copy fit the host budget.
     pub recomputed: u64,
+    /// Bytes of requests' prompt text tokenized (a prompt far past the
+    /// context is refused before, see `fit`).
+    pub tokenized_bytes: u64,
     /// Sequences decoding now.
     pub active_sequences: u64,
     /// Requests waiting for a free sequence now.
@@ -94,6 +97,7 @@ pub(crate) struct Counters {
     resumed: AtomicU64,
     spilled: AtomicU64,
     recomputed: AtomicU64,
+    tokenized_bytes: AtomicU64,
     active_sequences: AtomicU64,
 }
 
@@ -180,6 +184,11 @@ impl Counters {
             .fetch_add(evicted, Ordering::Relaxed);
     }
 
+    pub(crate) fn tokenized(&self, bytes: usize) {
+        self.tokenized_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_active(&self, n: u64) {
         self.active_sequences.store(n, Ordering::Relaxed);
     }
@@ -208,6 +217,7 @@ impl Counters {
             resumed: self.resumed.load(Ordering::Relaxed),
             spilled: self.spilled.load(Ordering::Relaxed),
             recomputed: self.recomputed.load(Ordering::Relaxed),
+            tokenized_bytes: self.tokenized_bytes.load(Ordering::Relaxed),
             active_sequences: self.active_sequences.load(Ordering::Relaxed),
             waiting_requests,
         }

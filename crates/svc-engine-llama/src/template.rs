@@ -6,6 +6,16 @@
 //!
 //! This module turns typed messages into prompt text; it does not tokenize,
 //! and it knows nothing of llama.cpp.
+//!
+//! A template is a program, and `svc pull` brings third parties' ones: a
+//! rendering is bounded. It may take [`ChatTemplate::step_limit`] steps
+//! (minijinja's fuel, about one per instruction), from a million for a
+//! short conversation, at least twice what any real template needs for
+//! its messages and tools, and write at most [`MAX_OUTPUT_BYTES`]; a
+//! caller's check sees the output as it is written and may stop it sooner
+//! (the engine stops a prompt that can no longer fit the context, or whose
+//! client went away). A looping template had cost 40 CPU-s a request, one
+//! writing 64 MB 104 s and 6.9 GB.
 
 use std::fmt::Write as _;
 use std::io;
@@ -153,6 +163,22 @@ const PHI3_TEMPLATE: &str = concat!(
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// Template steps any rendering may take: over 800 times what the real
+/// templates of the tests (`tests/templates`) take for a short conversation
+/// with tools (at most 1,174, Qwen3-Coder's).
+pub const STEPS_BASE: u64 = 1_000_000;
+/// More steps for each message and tool (`n` of them): over 10 times the
+/// most a real template takes a message (88, Qwen3-Coder's)...
+pub const STEPS_PER_ITEM: u64 = 1_000;
+/// ... and for each pair of them (`n²`): some real templates look through
+/// the whole conversation at each message. Twice Command R7B's (22.2
+/// million steps for 2,048 messages and 128 tools, about 4.7 a pair;
+/// gpt-oss takes 1.0), so the most a request may bring renders.
+pub const STEPS_PER_PAIR: u64 = 10;
+/// The most bytes any rendering may write, whatever the context: about 32
+/// times the most text a request may hold (`svc_core::limits`).
+pub const MAX_OUTPUT_BYTES: usize = 32 << 20;
+
 /// The context variable that carries the rendering's time to `strftime_now`
 /// (a name no template uses).
 const NOW_VARIABLE: &str = "__svc_now";
@@ -266,6 +292,50 @@ impl ChatTemplate {
         tools: &[ToolSpec],
         options: &RenderOptions,
     ) -> Result<String, EngineError> {
+        self.render_checked(messages, tools, options, &mut |_| Ok(()))
+    }
+
+    /// The steps a rendering of `messages` and `tools` may take: about a
+    /// million for a short conversation, 50 million for the most messages
+    /// and tools a request may hold (`svc_core::limits`).
+    pub fn step_limit(messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
+        let n = (messages.len() + tools.len()) as u64;
+        STEPS_BASE
+            .saturating_add(STEPS_PER_ITEM.saturating_mul(n))
+            .saturating_add(STEPS_PER_PAIR.saturating_mul(n).saturating_mul(n))
+    }
+
+    /// Renders a conversation within its step limit ([`ChatTemplate::step_limit`])
+    /// and [`MAX_OUTPUT_BYTES`], calling `check` with each piece of output
+    /// before it is written: its error stops the rendering and is the
+    /// result. A template past its step limit is a 500 (the model's
+    /// template is at fault: no request within svc's bounds needs that
+    /// many), one past the bytes a 400 naming `messages`.
+    pub(crate) fn render_checked(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        options: &RenderOptions,
+        check: &mut dyn FnMut(&[u8]) -> Result<(), EngineError>,
+    ) -> Result<String, EngineError> {
+        self.render_limited(
+            messages,
+            tools,
+            options,
+            Self::step_limit(messages, tools),
+            check,
+        )
+    }
+
+    fn render_limited(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        options: &RenderOptions,
+        steps: u64,
+        check: &mut dyn FnMut(&[u8]) -> Result<(), EngineError>,
+    ) -> Result<String, EngineError> {
+        let items = messages.len() + tools.len();
         // What `apply_chat_template` passes: `tools` and `documents` are
         // always defined, `None` when there are none (templates test
         // `tools is not none`, and some read `tools` without a test).
@@ -295,19 +365,44 @@ impl ChatTemplate {
             NOW_VARIABLE.into(),
             Value::from(now.format(NOW_FORMAT).to_string()),
         ));
-        let template = self
-            .env
+        // The fuel is the environment's: a copy (it shares the compiled
+        // template) carries this rendering's.
+        let mut env = self.env.clone();
+        // minijinja counts fuel down in an `isize`.
+        env.set_fuel(Some(steps.min(i64::MAX as u64)));
+        let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| EngineError::Internal(format!("chat template missing: {e}")))?;
-        template
-            .render(Value::from_pairs(ctx))
-            .map_err(|e| EngineError::InvalidRequest {
+        let mut out = Checked {
+            text: Vec::new(),
+            check,
+            stopped: None,
+        };
+        let rendered = template.render_captured_to(Value::from_pairs(ctx), &mut out);
+        if let Some(stopped) = out.stopped {
+            return Err(stopped);
+        }
+        match rendered {
+            Ok(_) => String::from_utf8(out.text)
+                .map_err(|_| EngineError::Internal("the chat template wrote invalid UTF-8".into())),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                tracing::warn!(
+                    steps,
+                    items,
+                    "the model's chat template ran past its step limit"
+                );
+                Err(EngineError::Internal(format!(
+                    "the model's chat template ran past its step limit ({steps} steps)"
+                )))
+            }
+            Err(e) => Err(EngineError::InvalidRequest {
                 param: Some("messages".into()),
                 message: format!(
                     "the model's chat template rejected the messages: {}",
                     e.detail().unwrap_or("template error")
                 ),
-            })
+            }),
+        }
     }
 
     fn compile(source: &str) -> Result<Environment<'static>, Error> {
@@ -329,6 +424,41 @@ impl ChatTemplate {
         env.set_formatter(python_formatter);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())?;
         Ok(env)
+    }
+}
+
+/// A rendering's output: each piece goes through the caller's check and
+/// [`MAX_OUTPUT_BYTES`] before it is kept; the first refusal is kept in
+/// `stopped` and ends the rendering (minijinja stops at a write error).
+struct Checked<'c> {
+    text: Vec<u8>,
+    check: &'c mut dyn FnMut(&[u8]) -> Result<(), EngineError>,
+    stopped: Option<EngineError>,
+}
+
+impl io::Write for Checked<'_> {
+    fn write(&mut self, piece: &[u8]) -> io::Result<usize> {
+        let refused = if self.text.len().saturating_add(piece.len()) > MAX_OUTPUT_BYTES {
+            Err(EngineError::InvalidRequest {
+                param: Some("messages".into()),
+                message: format!(
+                    "the model's chat template writes more than {} MiB for these messages",
+                    MAX_OUTPUT_BYTES >> 20
+                ),
+            })
+        } else {
+            (self.check)(piece)
+        };
+        if let Err(e) = refused {
+            self.stopped.get_or_insert(e);
+            return Err(io::Error::other("the rendering was stopped"));
+        }
+        self.text.extend_from_slice(piece);
+        Ok(piece.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -1051,6 +1181,109 @@ mod tests {
             "",
         );
         assert_eq!(t.render(&[user("  hi ")], &[]).unwrap(), "HI4");
+    }
+
+    /// 10,000 × 10,000 loop steps: minutes of CPU unbounded.
+    const LOOPING: &str =
+        "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}done";
+
+    #[test]
+    fn a_looping_template_stops_at_its_step_limit() {
+        let t = ChatTemplate::new(Some(LOOPING), "", "");
+        assert!(t.is_from_model());
+        let messages = [user("Hi")];
+        let limit = ChatTemplate::step_limit(&messages, &[]);
+        assert!(limit < 100_000_000, "{limit}");
+        match t.render(&messages, &[]) {
+            Err(EngineError::Internal(message)) => {
+                assert!(message.contains("step limit"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // A loop that fits its steps runs to its end.
+        let t = ChatTemplate::new(
+            Some("{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}done"),
+            "",
+            "",
+        );
+        assert_eq!(t.render(&messages, &[]).unwrap(), "done");
+    }
+
+    #[test]
+    fn a_template_that_writes_too_much_is_stopped_at_the_output_bound() {
+        // 100,000 copies of a 1,000-byte message: 100 MB in few steps.
+        let t = ChatTemplate::new(
+            Some("{% for i in range(100000) %}{{ messages[0].content }}{% endfor %}"),
+            "",
+            "",
+        );
+        let messages = [user(&"x".repeat(1000))];
+        match t.render(&messages, &[]) {
+            Err(EngineError::InvalidRequest { param, message }) => {
+                assert_eq!(param.as_deref(), Some("messages"));
+                assert!(message.contains("MiB"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The caller's check sees each piece before it is kept, and its
+        // refusal stops the rendering.
+        let mut seen = 0usize;
+        let refused = t.render_checked(&messages, &[], &RenderOptions::default(), &mut |piece| {
+            seen += piece.len();
+            if seen > 10_000 {
+                return Err(EngineError::ContextLengthExceeded {
+                    prompt_tokens: 1,
+                    context: 1,
+                });
+            }
+            Ok(())
+        });
+        assert!(
+            matches!(refused, Err(EngineError::ContextLengthExceeded { .. })),
+            "{refused:?}"
+        );
+        assert!(seen <= 11_000, "{seen}");
+    }
+
+    #[test]
+    fn a_rendering_cancelled_from_another_thread_stops() {
+        // Writes a byte a step for 10^8 steps: it would run for minutes
+        // (and 32 MiB) if not stopped.
+        let t = ChatTemplate::new(
+            Some("{% for i in range(10000) %}{% for j in range(10000) %}x{% endfor %}{% endfor %}"),
+            "",
+            "",
+        );
+        let cancel = crate::prompt::Cancel::default();
+        let guard = cancel.on_drop();
+        let (started, wait) = std::sync::mpsc::channel::<()>();
+        let canceller = std::thread::spawn(move || {
+            // Once the rendering writes, its client goes away.
+            let _ = wait.recv();
+            drop(guard);
+        });
+        let mut pieces = 0u64;
+        let rendered = t.render_limited(
+            &[user("Hi")],
+            &[],
+            &RenderOptions::default(),
+            u64::MAX,
+            &mut |_| {
+                pieces += 1;
+                if pieces == 1 {
+                    let _ = started.send(());
+                }
+                cancel.check()
+            },
+        );
+        canceller.join().unwrap();
+        match rendered {
+            Err(EngineError::Unavailable(message)) => {
+                assert!(message.contains("cancelled"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(pieces < 10_000_000, "{pieces}");
     }
 
     #[test]

@@ -218,7 +218,9 @@ async fn an_ordinary_conversation_tokenizes_as_before() {
 }
 
 /// A conversation whose preparation takes a while: many messages full of
-/// control-token look-alikes (each escaped, then tokenized as plain text).
+/// control-token look-alikes (each escaped, then tokenized as plain text),
+/// 660 kB escaped: past a context of 65,536 tokens, but not so far that it
+/// is refused untokenized (see `bounded_prompts.rs`).
 fn slow_to_prepare() -> GenerateRequest {
     let content = "<|im_start|>x<|im_end|>".repeat(20);
     request(
@@ -232,7 +234,11 @@ fn slow_to_prepare() -> GenerateRequest {
 async fn preparing_a_prompt_neither_blocks_the_caller_nor_outlives_it() {
     // The test runs on one thread: a request prepared on it would stop
     // everything else until done.
-    let f = engine(&TinyModel::hello(), 2, 512);
+    let model = TinyModel {
+        context_length: 65_536,
+        ..TinyModel::hello()
+    };
+    let f = engine(&model, 2, 65_536);
     let e = &f.engine;
     let started = Instant::now();
     let gave_up =
@@ -273,6 +279,8 @@ async fn preparing_a_prompt_neither_blocks_the_caller_nor_outlives_it() {
         ),
         "the long prompt was not refused"
     );
+    // ... after it was tokenized: its preparation was the slow one.
+    assert!(e.stats().tokenized_bytes > 600_000, "{:?}", e.stats());
 }
 
 fn enum_schema(values: usize) -> serde_json::Value {

@@ -221,3 +221,60 @@ fn real_templates_render_as_transformers_renders_them() {
     assert!(failures.is_empty(), "\n{failures}");
     assert!(matched > 0);
 }
+
+/// The largest conversation a request may bring (issue 61): every real
+/// template renders [`MAX_MESSAGES`] messages of tool calls and results and
+/// [`MAX_TOOLS`] tools within its step and output limits (Command R7B's
+/// takes 22 million steps: it reads the whole conversation at each message).
+#[test]
+fn real_templates_render_the_largest_requests_within_their_limits() {
+    use svc_core::limits::{MAX_MESSAGES, MAX_TOOLS};
+
+    let fixture = read_json("conversations.json");
+    let conversation = objects(&fixture, "conversations")
+        .iter()
+        .find(|c| text(c, "name") == "two_tool_calls")
+        .unwrap();
+    // system, then (user, call, result, result, answer) again and again, then user.
+    let few: Vec<ChatMessage> = objects(conversation, "messages")
+        .iter()
+        .map(message)
+        .collect();
+    let (system, turn, last) = (&few[0], &few[1..6], &few[6]);
+    let mut messages = vec![system.clone()];
+    while messages.len() + turn.len() < MAX_MESSAGES {
+        messages.extend_from_slice(turn);
+    }
+    messages.push(last.clone());
+    let offered: Vec<ToolSpec> = objects(conversation, "tools").iter().map(tool).collect();
+    let tools: Vec<ToolSpec> = (0..MAX_TOOLS)
+        .map(|i| {
+            let mut tool = offered[i % offered.len()].clone();
+            if i >= offered.len() {
+                tool.name = format!("{}_{i}", tool.name);
+            }
+            tool
+        })
+        .collect();
+
+    let (mut rendered, mut failures) = (0, String::new());
+    for template in objects(&fixture, "templates") {
+        let file = text(template, "file");
+        let source = std::fs::read_to_string(folder().join(file)).unwrap();
+        let chat = ChatTemplate::new(
+            Some(&source),
+            text(template, "bos_token"),
+            text(template, "eos_token"),
+        );
+        let small = chat.render_with(&few, &offered, &RenderOptions::default());
+        let large = chat.render_with(&messages, &tools, &RenderOptions::default());
+        match (small, large) {
+            (Ok(_), Ok(_)) => rendered += 1,
+            // A template that refuses the conversation refuses it at any size.
+            (Err(_), Err(EngineError::InvalidRequest { .. })) => {}
+            (_, large) => writeln!(failures, "{file}: {:?}", large.map(|text| text.len())).unwrap(),
+        }
+    }
+    assert!(failures.is_empty(), "\n{failures}");
+    assert!(rendered >= 15, "{rendered}");
+}
