@@ -16,7 +16,8 @@ use crate::backend;
 use crate::chat::ChatFeatures;
 use crate::engine::{LoadError, Runner, model_template, prompt_tokens};
 use crate::options::LlamaEngineOptions;
-use crate::prompt::Specials;
+use crate::fit::TextBound;
+use crate::prompt::{Cancel, Specials};
 use crate::template::ChatTemplate;
 
 /// A model's tokenizer and chat template, counting prompts as its engine does.
@@ -53,9 +54,16 @@ impl LlamaCounter {
             options.tool_format,
             options.reasoning_format,
         );
-        let specials = Arc::new(Specials::of(&model));
+        let specials = Arc::new(Specials::of(
+            &model,
+            &features.markers(),
+            &features.call_markers(),
+        ));
+        // The configured context: the engine's may be smaller (when its KV
+        // pool is), so this bound refuses no prompt the engine counts.
+        let bound = TextBound::of(&model);
         Ok(LlamaCounter {
-            runner: Runner::counting(model, specials),
+            runner: Runner::counting(model, specials, bound, options.context_per_sequence),
             template,
             features,
         })
@@ -65,6 +73,13 @@ impl LlamaCounter {
     /// of the engine loaded with the same options says. This blocks while
     /// the prompt is rendered and tokenized.
     pub fn count(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
-        prompt_tokens(&self.runner, &self.template, self.features, request)
+        // Nobody cancels a count: it is bounded by the text's length (see `fit`).
+        prompt_tokens(
+            &self.runner,
+            &self.template,
+            self.features,
+            request,
+            &Cancel::default(),
+        )
     }
 }

@@ -162,14 +162,20 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    /// A runner that only tokenizes (no engine thread serves it): what
-    /// `counter` counts prompts with.
-    pub(crate) fn counting(model: Arc<LlamaModel>, specials: Arc<Specials>) -> Runner {
+    /// A runner that only tokenizes (no engine thread serves it), for a
+    /// `context` of that many tokens: what `counter` counts prompts with.
+    pub(crate) fn counting(
+        model: Arc<LlamaModel>,
+        specials: Arc<Specials>,
+        bound: TextBound,
+        context: u32,
+    ) -> Runner {
         Runner {
             model,
             shared: Arc::new(Shared::new(1, 1, 1)),
-            context: 0,
+            context,
             specials,
+            bound,
             owner: None,
             background: false,
             trace: None,
