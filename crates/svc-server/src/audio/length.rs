@@ -212,14 +212,18 @@ fn wav(file: &mut (impl Read + Seek), length: u64) -> Result<Wav, ValidationErro
     )))
 }
 
-/// The bytes of `data`: as declared (`size`), or what the file holds
-/// (`held`) where a stream's writer, which cannot seek back, left the size
-/// unknown (0, or all ones); `None` when the file holds less than declared.
+/// The bytes billed as audio: all the file holds after the `data` header
+/// (`held`), whatever the size declared (`size`): a decoder such as
+/// ffmpeg's plays every `data` chunk of a file, and what follows the
+/// declared data may be another one (a 2-byte `data` chunk before the real
+/// one was billed nothing). A stream's writer, which cannot seek back,
+/// leaves the size unknown (0, or all ones); `None` when the file holds
+/// less than declared.
 fn size_of_data(size: u64, held: u64) -> Option<u64> {
     if size == 0 || size == u64::from(u32::MAX) || size == u64::MAX {
         Some(held)
     } else {
-        (size <= held).then_some(size)
+        (size <= held).then_some(held)
     }
 }
 
@@ -566,6 +570,16 @@ mod tests {
             let streamed = wav_file(16_000, 1, 32_000, |h| h.data = unknown);
             assert_eq!(measured(&streamed).unwrap(), Length::Decoded(2.0));
         }
+        // What follows the declared data is audio a decoder plays too (a
+        // second `data` chunk): billed, not skipped.
+        let mut hidden = wav_file(16_000, 1, 1, |_| {});
+        hidden.extend_from_slice(b"data");
+        hidden.extend_from_slice(&64_000u32.to_le_bytes());
+        hidden.resize(hidden.len() + 64_000, 0);
+        let Length::Decoded(seconds) = measured(&hidden).unwrap() else {
+            panic!("not measured");
+        };
+        assert!(seconds >= 2.0, "{seconds}");
         // A trailing half frame is not a frame.
         let mut odd = wav_file(16_000, 1, 16_000, |h| h.data += 1);
         odd.push(0);
