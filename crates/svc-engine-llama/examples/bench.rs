@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p svc-engine-llama --example bench -- MODEL.gguf \
-//!     [--threads N] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
+//!     [--threads N] [--batch-size 512] [--prompt 512] [--gen 128] [--runs 3] [--streams 1,4,16]
 //!     [--stream-rounds 3] [--flash-attn on|off|auto] [--repack | --no-repack] [--kv-type f16|q8_0]
 //!     [--choices N] [--no-invariance]
 //! ```
@@ -35,6 +35,8 @@ use svc_engine_llama::{CompletionParams, KvType, LlamaEngine, LlamaEngineOptions
 struct Args {
     model: String,
     threads: Option<u32>,
+    /// Tokens a step decodes at most (`LlamaEngineOptions::batch_size`).
+    batch_size: Option<u32>,
     prompt: usize,
     gen_tokens: u32,
     runs: usize,
@@ -51,6 +53,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         model: std::env::var("SVC_TEST_MODEL").unwrap_or_default(),
         threads: None,
+        batch_size: None,
         prompt: 512,
         gen_tokens: 128,
         runs: 3,
@@ -67,6 +70,7 @@ fn parse_args() -> anyhow::Result<Args> {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--threads" => args.threads = Some(value()?.parse()?),
+            "--batch-size" => args.batch_size = Some(value()?.parse()?),
             "--prompt" => args.prompt = value()?.parse()?,
             "--gen" => args.gen_tokens = value()?.parse()?,
             "--runs" => args.runs = value()?.parse()?,
@@ -166,6 +170,9 @@ fn load_with(
     let mut options = LlamaEngineOptions::new(&args.model);
     options.parallel = parallel;
     options.threads = args.threads;
+    if let Some(batch_size) = args.batch_size {
+        options.batch_size = batch_size;
+    }
     options.flash_attention = args.flash_attention;
     options.kv_type = args.kv_type;
     options.batch_invariant = args.batch_invariant;

@@ -30,6 +30,9 @@ pub(crate) struct Claim<K> {
     pub(crate) tokens: usize,
     /// Units of room each of its tokens takes (at least 1).
     pub(crate) cost: usize,
+    /// Whether its `tokens` are the rest of its prompt: taken whole, its
+    /// first token comes this step.
+    pub(crate) ends: bool,
 }
 
 impl<K> Claim<K> {
@@ -43,15 +46,34 @@ impl<K> Claim<K> {
 /// between them (equal parts, what an owner needs less than its part going
 /// to the others); within an owner, its claims in the order given (pass
 /// them oldest first). Background owners then share what is left the same
-/// way. A claim takes only whole tokens; when the parts are too small for
-/// any token to go while there is room and work, the first claim takes
-/// what fits, at least one token (a step smaller than a token's cost still
+/// way.
+///
+/// A short prompt goes first and keeps its step short: an interactive
+/// owner whose claims all end their prompts within a [`SHORT`]th of the
+/// room takes them whole, and the others share at most another such part
+/// of the step, so the step that gives a short prompt its first token
+/// does not wait on a long prompt's chunk (issue 61: beside one key's
+/// 500-token prompts another key's first token took two full steps).
+///
+/// A claim takes only whole tokens; when the parts are too small for any
+/// token to go while there is room and work, the first claim takes what
+/// fits, at least one token (a step smaller than a token's cost still
 /// takes one), so every step with room makes progress.
 pub(crate) fn shares<K: Eq>(claims: &[Claim<K>], room: usize) -> Vec<usize> {
     let mut taken = vec![0; claims.len()];
+    let part = room / SHORT;
+    let short: Vec<bool> = claims
+        .iter()
+        .map(|claim| !claim.background && is_short(claims, &claim.owner, part))
+        .collect();
     let mut left = room;
+    if short.contains(&true) {
+        left -= share_among(claims, |i| short[i], left, &mut taken);
+        left = left.min(part);
+    }
     for background in [false, true] {
-        left -= share_class(claims, background, left, &mut taken);
+        let of_class = |i: usize| !short[i] && claims[i].background == background;
+        left -= share_among(claims, of_class, left, &mut taken);
     }
     if room > 0
         && taken.iter().all(|&t| t == 0)
@@ -63,19 +85,34 @@ pub(crate) fn shares<K: Eq>(claims: &[Claim<K>], room: usize) -> Vec<usize> {
     taken
 }
 
-/// Shares `room` units between the owners of the claims of one class
-/// (interactive or background), writing their tokens into `taken`.
-/// Returns the units used.
-fn share_class<K: Eq>(
+/// A short prompt's part of a step: at most a `SHORT`th of the room.
+const SHORT: usize = 4;
+
+/// Whether `owner`'s interactive claims all end their prompts, within
+/// `part` units together.
+fn is_short<K: Eq>(claims: &[Claim<K>], owner: &K, part: usize) -> bool {
+    let mut units = 0usize;
+    for claim in claims.iter().filter(|c| c.owner == *owner && !c.background) {
+        if !claim.ends {
+            return false;
+        }
+        units = units.saturating_add(claim.units());
+    }
+    units > 0 && units <= part
+}
+
+/// Shares `room` units between the owners of the claims `chosen` picks,
+/// writing their tokens into `taken`. Returns the units used.
+fn share_among<K: Eq>(
     claims: &[Claim<K>],
-    background: bool,
+    chosen: impl Fn(usize) -> bool,
     room: usize,
     taken: &mut [usize],
 ) -> usize {
-    // Each owner of the class, at its first claim, with the units it could use.
+    // Each owner, at its first chosen claim, with the units it could use.
     let mut owners: Vec<(usize, usize)> = Vec::new();
     for (i, claim) in claims.iter().enumerate() {
-        if claim.background != background || claim.tokens == 0 {
+        if !chosen(i) || claim.tokens == 0 {
             continue;
         }
         match owners
@@ -95,7 +132,7 @@ fn share_class<K: Eq>(
         let part = wants.min(left / (owners.len() - served));
         let mut part_left = part;
         for (i, claim) in claims.iter().enumerate().skip(first) {
-            if claim.background != background || claim.owner != claims[first].owner {
+            if !chosen(i) || claim.owner != claims[first].owner {
                 continue;
             }
             let cost = claim.cost.max(1);
@@ -119,6 +156,7 @@ mod tests {
             background: false,
             tokens,
             cost: 1,
+            ends: false,
         }
     }
 
@@ -136,6 +174,31 @@ mod tests {
         // Two owners needing more than half: half each, oldest first within a.
         let claims = [claim("a", 500), claim("a", 500), claim("b", 400)];
         assert_eq!(shares(&claims, 512), [256, 0, 256]);
+    }
+
+    #[test]
+    fn a_short_prompt_goes_first_and_keeps_its_step_short() {
+        let ending = |owner, tokens| Claim {
+            ends: true,
+            ..claim(owner, tokens)
+        };
+        // b's whole prompt (30) fits a quarter of 512: it goes whole, and
+        // a's long prompts share at most another quarter of the step.
+        let claims = [claim("a", 500), claim("a", 500), ending("b", 30)];
+        assert_eq!(shares(&claims, 512), [128, 0, 30]);
+        // A prompt that ends past a quarter (200 > 128) is shared as ever.
+        let claims = [claim("a", 500), ending("b", 200)];
+        assert_eq!(shares(&claims, 512), [312, 200]);
+        // An owner with a long prompt too is not short.
+        let claims = [ending("a", 30), claim("a", 500)];
+        assert_eq!(shares(&claims, 512), [30, 482]);
+        // Short owners all go whole; background work gets the part left.
+        let line = Claim {
+            background: true,
+            ..claim("batch", 500)
+        };
+        let claims = [ending("b", 30), ending("c", 40), line];
+        assert_eq!(shares(&claims, 512), [30, 40, 128]);
     }
 
     #[test]
