@@ -15,8 +15,8 @@ use svc_core::engine::{EngineError, GenerateRequest};
 use crate::backend;
 use crate::chat::ChatFeatures;
 use crate::engine::{LoadError, Runner, model_template, prompt_tokens};
-use crate::options::LlamaEngineOptions;
 use crate::fit::TextBound;
+use crate::options::LlamaEngineOptions;
 use crate::prompt::{Cancel, Specials};
 use crate::template::ChatTemplate;
 
