@@ -156,9 +156,9 @@ struct Slot {
     waiting: u64,
     /// The running requests' holds, which the pool may end.
     holds: Vec<Weak<Hold>>,
-    /// The load (a model's index) that needs this model's room: it takes
-    /// no new request until it is unloaded.
-    drained_for: Option<usize>,
+    /// The load that needs this model's room: it takes no new request
+    /// until it is unloaded.
+    drained: Option<Drain>,
     /// When each of its loads of the last minute started.
     loads_at: VecDeque<tokio::time::Instant>,
     /// The clock at the last use.
@@ -181,6 +181,16 @@ struct Slot {
     counter: Arc<OnceCell<Option<Count>>>,
     /// What happened to it since start.
     counts: Counts,
+}
+
+/// A model in use drained for another model's load.
+#[derive(Clone, Copy)]
+struct Drain {
+    /// The load (a model's index) that needs its room.
+    load: usize,
+    /// Since when: its running requests may keep it `max_hold` from then
+    /// (each model's own time: one drained later gets its full `max_hold`).
+    since: tokio::time::Instant,
 }
 
 /// A model's loads and unloads since start.
@@ -278,7 +288,7 @@ impl Slot {
             Phase::Loaded { engine, .. } => {
                 self.idle_until = None;
                 self.unload_when_idle = false;
-                self.drained_for = None;
+                self.drained = None;
                 match why {
                     Why::Evicted => self.counts.evictions += 1,
                     Why::Idle | Why::Asked => self.counts.unloads += 1,
@@ -366,14 +376,24 @@ impl Slot {
     }
 
     /// Whether the room it holds would be given up after its requests:
-    /// loaded, in use (or waited for), not pinned.
+    /// loaded, in use, not pinned, and taken by every request that waited
+    /// for its load (a fresh load is theirs: neither drained nor ended
+    /// before they start).
     fn drainable(&self) -> bool {
-        matches!(self.phase, Phase::Loaded { .. }) && !self.unused() && !self.pinned()
+        matches!(self.phase, Phase::Loaded { .. })
+            && self.in_flight > 0
+            && self.waiting == 0
+            && !self.pinned()
     }
 
-    /// The holds of its running requests.
+    /// The holds of its running requests that still count in `in_flight`
+    /// (an ended one gave its count back).
     fn running(&self) -> Vec<Arc<Hold>> {
-        self.holds.iter().filter_map(Weak::upgrade).collect()
+        self.holds
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|hold| hold.counted())
+            .collect()
     }
 
     /// A hold on it (it is loaded) for a new request, which stays at least
@@ -435,7 +455,7 @@ impl ResidentPool {
             in_flight: 0,
             waiting: 0,
             holds: Vec::new(),
-            drained_for: None,
+            drained: None,
             loads_at: VecDeque::new(),
             last_used: 0,
             idle_until: None,
@@ -644,19 +664,19 @@ impl Inner {
             state.slots[index].stage(Stage::Room(turn));
             turn
         };
-        // Since when the room it needs is held by requests.
-        let mut held_since = None;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (evicted, room) = self.room(index, turn, &mut held_since)?;
+            let (evicted, room) = self.room(index, turn)?;
             if !evicted.is_empty() {
                 drop_engines(evicted).await;
                 self.changed.notify_waiters();
             }
             match room {
                 Room::Made => return Ok(()),
+                // Never empty: each end gives a count back, so this loop
+                // (which does not wait) ends.
                 Room::End(holds) => {
                     for (hold, why) in holds {
                         hold.end(why);
@@ -676,12 +696,7 @@ impl Inner {
 
     /// One look at the room for model `index`'s load of `turn` (see
     /// [`Inner::make_room`]): the engines it evicted, and what next.
-    fn room(
-        &self,
-        index: usize,
-        turn: u64,
-        held_since: &mut Option<tokio::time::Instant>,
-    ) -> Result<(Vec<Arc<dyn Engine>>, Room), EngineError> {
+    fn room(&self, index: usize, turn: u64) -> Result<(Vec<Arc<dyn Engine>>, Room), EngineError> {
         let mut state = self.lock();
         let state = &mut *state;
         let slot = &state.slots[index];
@@ -752,8 +767,8 @@ impl Inner {
                 }
             }
             for slot in &mut state.slots {
-                if slot.drained_for == Some(index) {
-                    slot.drained_for = None;
+                if slot.drained.is_some_and(|d| d.load == index) {
+                    slot.drained = None;
                 }
             }
             state.slots[index].stage(Stage::Reading(need));
@@ -775,11 +790,18 @@ impl Inner {
             short = short.saturating_sub(state.slots[i].resident());
             drained.push(i);
         }
+        let now = tokio::time::Instant::now();
         for (i, slot) in state.slots.iter_mut().enumerate() {
+            let ours = slot.drained.is_some_and(|d| d.load == index);
             if drained.contains(&i) {
-                slot.drained_for = Some(index);
-            } else if slot.drained_for == Some(index) {
-                slot.drained_for = None;
+                if !ours {
+                    slot.drained = Some(Drain {
+                        load: index,
+                        since: now,
+                    });
+                }
+            } else if ours {
+                slot.drained = None;
             }
         }
         if drained.is_empty() {
@@ -792,35 +814,47 @@ impl Inner {
                 },
             ));
         }
-        let now = tokio::time::Instant::now();
-        let until = *held_since.get_or_insert(now) + self.sharing.max_hold;
-        if now < until {
+        // Those drained `max_hold` ago are ended; the load waits for the
+        // next one's time, or (all ended, their requests not yet gone) for
+        // the change their end makes.
+        let max_hold = self.sharing.max_hold;
+        let mut holds = Vec::new();
+        let mut next: Option<tokio::time::Instant> = None;
+        for &i in &drained {
+            let victim = &state.slots[i];
+            let Some(drain) = victim.drained else {
+                continue;
+            };
+            let until = drain.since + max_hold;
+            if now < until {
+                next = Some(next.map_or(until, |next| next.min(until)));
+                continue;
+            }
+            let running = victim.running();
+            if running.is_empty() {
+                continue;
+            }
+            let why = EngineError::Unavailable(format!(
+                "model {} was unloaded to make room for another model, which waited \
+                 {max_hold:?} (max_hold) for its memory; try again shortly",
+                victim.model.id
+            ));
+            tracing::info!(
+                model = %victim.model.id,
+                requests = running.len(),
+                "requests ended after max_hold to make room for {id}"
+            );
+            holds.extend(running.into_iter().map(|hold| (hold, why.clone())));
+        }
+        if holds.is_empty() {
             return Ok((
                 Vec::new(),
                 Room::Wait {
                     refusal,
-                    until: Some(until),
+                    until: next,
                 },
             ));
         }
-        let max_hold = self.sharing.max_hold;
-        let holds = drained
-            .iter()
-            .flat_map(|&i| {
-                let victim = &state.slots[i];
-                let why = EngineError::Unavailable(format!(
-                    "model {} was unloaded to make room for another model, which waited \
-                     {max_hold:?} (max_hold) for its memory; try again shortly",
-                    victim.model.id
-                ));
-                tracing::info!(
-                    model = %victim.model.id,
-                    requests = victim.in_flight,
-                    "requests ended after max_hold to make room for {id}"
-                );
-                victim.running().into_iter().map(move |h| (h, why.clone()))
-            })
-            .collect();
         Ok((Vec::new(), Room::End(holds)))
     }
 
@@ -828,8 +862,8 @@ impl Inner {
     fn undrain(&self, index: usize) {
         let mut state = self.lock();
         for slot in &mut state.slots {
-            if slot.drained_for == Some(index) {
-                slot.drained_for = None;
+            if slot.drained.is_some_and(|d| d.load == index) {
+                slot.drained = None;
             }
         }
         drop(state);
@@ -1024,15 +1058,16 @@ impl OnDemand {
                 let wait = match &slot.phase {
                     // A drained model takes only the requests that waited
                     // for its load.
-                    Phase::Loaded { engine, .. }
-                        if slot.drained_for.is_none() || waiter.is_some() =>
-                    {
+                    Phase::Loaded { engine, .. } if slot.drained.is_none() || waiter.is_some() => {
                         let engine = engine.clone();
+                        let hold = slot.hold(&self.inner, self.index, clock, linger);
                         if let Some(mut waited) = waiter.take() {
                             waited.counted = false;
                             slot.waiting = slot.waiting.saturating_sub(1);
+                            drop(state);
+                            // Taken by all that waited, it may be drained now.
+                            self.inner.changed.notify_waiters();
                         }
-                        let hold = slot.hold(&self.inner, self.index, clock, linger);
                         return Ok((engine, hold));
                     }
                     Phase::Loaded { .. } => Wait::Drained,
@@ -1097,7 +1132,7 @@ impl OnDemand {
         let clock = state.clock;
         let slot = &mut state.slots[self.index];
         match &slot.phase {
-            Phase::Loaded { engine, .. } if slot.drained_for.is_none() => {
+            Phase::Loaded { engine, .. } if slot.drained.is_none() => {
                 let engine = engine.clone();
                 let hold = slot.hold(&self.inner, self.index, clock, linger);
                 Some((engine, hold))
@@ -1163,7 +1198,7 @@ impl OnDemand {
                 slot.model.id.clone(),
                 slot.model.file.clone(),
                 stage,
-                slot.drained_for.is_some(),
+                slot.drained.is_some(),
             )
         };
         let timeout = self.inner.load_timeout;

@@ -915,3 +915,74 @@ async fn every_engine_call_reaches_the_loaded_model() {
     assert_eq!(m.count_tokens(&chat()).await.unwrap(), LOADED_COUNT);
     assert_eq!(counts.loads(), 1);
 }
+
+/// Runs the future `scenario` makes on a runtime of its own (one thread,
+/// paused time) and waits up to a minute of real time for its answer: a
+/// pool that loops without awaiting never answers there (nothing else
+/// runs), where it would pin a worker thread of a larger runtime.
+fn answered_within_a_minute<T, F>(scenario: impl FnOnce() -> F + Send + 'static) -> T
+where
+    F: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _ = tx.send(runtime.block_on(scenario()));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(answer) => answer,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("no answer within a minute: the pool loops without awaiting")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the scenario failed (see its panic above)")
+        }
+    }
+}
+
+#[test]
+fn a_fresh_load_is_drained_only_once_its_requests_took_it_and_max_hold_counts_from_then() {
+    let (a, c, x, c_wasted) = answered_within_a_minute(|| async {
+        let max_hold = Duration::from_secs(10);
+        let pool = pool(200, max_hold, 100);
+        // a and c stream for 1,000 s; x needs all the room.
+        let long = Engines {
+            pieces: 1000,
+            every: Duration::from_secs(1),
+            counter: false,
+        };
+        let slow = Script::Slow(Duration::from_secs(20));
+        let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+        let (c, cc) = add_model(&pool, "c", 100, HOUR, slow, long);
+        let (x, _) = add(&pool, "x", 200, HOUR, Script::Quick);
+        let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+        assert!(stream.next().await.is_some());
+        let a = tokio::spawn(read_all(stream));
+        // c's load has room beside a, and takes 20 s.
+        let c = tokio::spawn(async move {
+            let events = c.generate(GenerateRequest::default()).await.unwrap();
+            read_all(events).await
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // x drains a (ended after max_hold), then c once its request took it.
+        let x = tokio::spawn(async move { reply(&x).await });
+        let (a, c, x) = (a.await.unwrap(), c.await.unwrap(), x.await.unwrap());
+        (a, c, x, cc.wasted())
+    });
+    assert_eq!(x.unwrap(), "xxx");
+    for (model, (text, ended)) in [("a", a), ("c", c)] {
+        let Some(EngineError::Unavailable(message)) = ended else {
+            panic!("{model}: {ended:?}");
+        };
+        assert!(message.contains("max_hold"), "{model}: {message}");
+        // Each streamed about max_hold (10 pieces) after it was drained.
+        assert!(text.len() >= 5, "{model} streamed only {text:?}");
+    }
+    // c's load served the request it was made for.
+    assert_eq!(c_wasted, 0);
+}
