@@ -553,6 +553,10 @@ impl Inner {
             tracing::warn!(model = %id, file = %file, error = %e, "model not loaded");
             return Err(e);
         }
+        // Counted as it starts: a load given up before (no request waits
+        // any more, no room in time) took none of the minute's loads.
+        let now = tokio::time::Instant::now();
+        self.lock().slots[index].loads_at.push_back(now);
         match loader().await {
             Ok(Loaded { engine, bytes }) => {
                 let seconds = started.elapsed().as_secs_f64();
@@ -605,8 +609,9 @@ impl Inner {
     }
 
     /// Waits until model `index` was loaded fewer than `loads_per_minute`
-    /// times in the last minute, and counts this load; fails when that
-    /// would be past `deadline`.
+    /// times in the last minute; fails when that would be past `deadline`.
+    /// The load is counted when it starts (only it can load the model
+    /// meanwhile, and the minute's loads only age, so it still may then).
     async fn throttle(
         &self,
         index: usize,
@@ -631,10 +636,7 @@ impl Inner {
                         slot.stage(Stage::Throttled);
                         oldest + LOAD_WINDOW
                     }
-                    _ => {
-                        slot.loads_at.push_back(now);
-                        return Ok(());
-                    }
+                    _ => return Ok(()),
                 }
             };
             if next > deadline {

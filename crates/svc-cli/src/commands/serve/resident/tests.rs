@@ -986,3 +986,39 @@ fn a_fresh_load_is_drained_only_once_its_requests_took_it_and_max_hold_counts_fr
     // c's load served the request it was made for.
     assert_eq!(c_wasted, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_load_given_up_before_it_started_is_not_counted_in_max_loads_per_minute() {
+    let pool = pool(100, Duration::from_secs(60), 2);
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+    let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+    assert!(stream.next().await.is_some());
+    // The attack: b's requests, each given up while its load waits for a's room.
+    for _ in 0..3 {
+        let waiting = {
+            let b = b.clone();
+            tokio::spawn(async move { reply(&b).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(cb.loads(), 0);
+    drop(stream);
+    // No load of b happened: the next loads at once.
+    let asked = tokio::time::Instant::now();
+    assert_eq!(reply(&b).await.unwrap(), "bbb");
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(cb.loads(), 1);
+}
