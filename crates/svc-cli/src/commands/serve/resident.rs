@@ -19,14 +19,17 @@
 //!   count of a model not loaded is its tokenizer's (a vocab-only load of
 //!   the GGUF, made once, see [`Model::counter`]) or the plain estimate.
 //! - `models_memory` bounds the bytes of all resident models of the pool.
-//!   Loads take room in the order they asked for it. Before a load, the
-//!   least recently used idle, unpinned models are unloaded until the new
-//!   one fits. When that is not enough, the models in use whose room it
-//!   needs are drained: they take no new request (those wait for their
-//!   next load), and once their running requests have held the room
-//!   `max_hold` they are ended with an error and the model is unloaded.
-//!   Only models kept forever are never drained (when they hold the room,
-//!   the load fails at once: nothing would free it).
+//!   Loads take room in the order they asked for it; a later one goes
+//!   ahead only into free room that the earlier ones will not need.
+//!   Before a load, the least recently used idle, unpinned models are
+//!   unloaded until the new one fits. When that is not enough, the models
+//!   in use whose room it needs are drained: they take no new request
+//!   (those wait for their next load), and once their running requests
+//!   have held the room `max_hold` since that model was drained they are
+//!   ended with an error and the model is unloaded. A fresh load is
+//!   drained only once its waiting requests took it. Only models kept
+//!   forever are never drained (when they hold the room, the load fails at
+//!   once: nothing would free it).
 //! - A model loads at most `max_loads_per_minute` times in any minute; a
 //!   load past it waits, up to `load_timeout`.
 //! - The admin API loads a model and unloads it ([`Residence`]): an
@@ -734,11 +737,29 @@ impl Inner {
             "model {id} is waiting for room: it needs about {need} bytes of models_memory \
              ({budget} bytes), which models in use hold; try again shortly"
         );
-        // Loads take room in the order they asked for it.
-        let first = !others().any(
-            |(_, s)| matches!(s.phase, Phase::Loading { stage: Stage::Room(t), .. } if t < turn),
-        );
-        if !first {
+        let mut used: u64 = others().map(|(_, s)| s.resident()).sum();
+        // Loads take room in the order they asked for it. A later one goes
+        // ahead only into room that is free now and that the earlier ones
+        // will not need: it evicts and drains nothing, and they still fit
+        // beside it once all they may free is freed (else they would drain
+        // it in turn, or wait longer for it).
+        let mut earlier = others()
+            .filter(
+                |(_, s)| matches!(s.phase, Phase::Loading { stage: Stage::Room(t), .. } if t < turn),
+            )
+            .map(|(_, s)| s.model.estimate)
+            .peekable();
+        if earlier.peek().is_some() {
+            let earlier: u64 = earlier.sum();
+            let reclaimable: u64 = others()
+                .filter(|(_, s)| s.evictable() || s.drainable())
+                .map(|(_, s)| s.resident())
+                .sum();
+            if used + need <= budget && used.saturating_sub(reclaimable) + earlier + need <= budget
+            {
+                state.slots[index].stage(Stage::Reading(need));
+                return Ok((Vec::new(), Room::Made));
+            }
             return Ok((
                 Vec::new(),
                 Room::Wait {
@@ -747,7 +768,6 @@ impl Inner {
                 },
             ));
         }
-        let mut used: u64 = others().map(|(_, s)| s.resident()).sum();
         let mut idle: Vec<usize> = others()
             .filter(|(_, s)| s.evictable())
             .map(|(i, _)| i)

@@ -1022,3 +1022,46 @@ async fn a_load_given_up_before_it_started_is_not_counted_in_max_loads_per_minut
     );
     assert_eq!(cb.loads(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_fits_in_room_no_earlier_load_needs_goes_ahead_of_them() {
+    let max_hold = Duration::from_secs(30);
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    for (waits, small_first) in [(150, true), (180, false)] {
+        let pool = pool(200, max_hold, 100);
+        let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+        let (x, cx) = add(&pool, "x", waits, HOUR, Script::Quick);
+        let (s, cs) = add(&pool, "s", 50, HOUR, Script::Quick);
+        let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+        assert!(stream.next().await.is_some());
+        let running = tokio::spawn(read_all(stream));
+        // x waits for a's room (up to max_hold).
+        let x_request = {
+            let x = x.clone();
+            tokio::spawn(async move { reply(&x).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let s_request = tokio::spawn(async move { reply(&s).await });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if small_first {
+            // s fits in the free room, and beside x once a is gone: it
+            // need not wait for x (max_hold).
+            assert!(s_request.is_finished(), "x={waits}: s waits behind x");
+        } else {
+            // s would take room x needs (x would drain s after a): it
+            // waits its turn.
+            assert_eq!(cs.loads(), 0, "x={waits}: s took the room x waits for");
+        }
+        assert_eq!(x_request.await.unwrap().unwrap(), "xxx");
+        assert_eq!(s_request.await.unwrap().unwrap(), "sss");
+        let (_, ended) = running.await.unwrap();
+        assert!(ended.is_some());
+        let (x_at, s_at) = (cx.started.lock().unwrap()[0], cs.started.lock().unwrap()[0]);
+        assert_eq!(s_at < x_at, small_first);
+        assert_eq!((cx.loads(), cs.loads()), (1, 1));
+    }
+}
