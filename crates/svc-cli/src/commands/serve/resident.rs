@@ -37,7 +37,10 @@
 //!   forced, ends them.
 //! - A loaded model's bytes are what its engine says it holds now
 //!   (weights, KV cells, saved prefixes); before its first load, what
-//!   its GGUF's header says it will take.
+//!   its GGUF's header says it will take. An unloaded engine's bytes count
+//!   until its last reference is dropped (a request the pool ended lets go
+//!   of it once its work is dropped): a load never starts in memory an
+//!   engine still takes.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -179,6 +182,10 @@ struct Slot {
     /// The admin API asked to unload it while requests ran: it is
     /// unloaded when the last one ends.
     unload_when_idle: bool,
+    /// Its engines let go of (unloaded) and the bytes each held: they
+    /// count in the budget until their last reference is dropped (an ended
+    /// request's work may still hold one; the drop itself takes a while).
+    leaving: Vec<(Weak<dyn Engine>, u64)>,
     /// Its prompt counter while it is not loaded, made once (`None`: none
     /// could be made, the plain estimate counts).
     counter: Arc<OnceCell<Option<Count>>>,
@@ -277,6 +284,16 @@ impl Slot {
         }
     }
 
+    /// Bytes its engines let go of still hold: their last references are
+    /// not dropped yet.
+    fn leaving(&self) -> u64 {
+        self.leaving
+            .iter()
+            .filter(|(engine, _)| engine.strong_count() > 0)
+            .map(|&(_, bytes)| bytes)
+            .sum()
+    }
+
     /// Moves its load under way to `stage`.
     fn stage(&mut self, next: Stage) {
         if let Phase::Loading { stage, .. } = &mut self.phase {
@@ -303,6 +320,8 @@ impl Slot {
                     reason = why.as_str(),
                     "model unloaded"
                 );
+                self.leaving.retain(|(engine, _)| engine.strong_count() > 0);
+                self.leaving.push((Arc::downgrade(&engine), resident));
                 Some(engine)
             }
             other => {
@@ -466,6 +485,7 @@ impl ResidentPool {
             wake: Arc::new(Notify::new()),
             fingerprint: None,
             unload_when_idle: false,
+            leaving: Vec::new(),
             counter: Arc::new(OnceCell::new()),
             counts: Counts::default(),
         });
@@ -737,7 +757,11 @@ impl Inner {
             "model {id} is waiting for room: it needs about {need} bytes of models_memory \
              ({budget} bytes), which models in use hold; try again shortly"
         );
-        let mut used: u64 = others().map(|(_, s)| s.resident()).sum();
+        // Engines let go of count until they are dropped: soon (their
+        // requests were ended, or they are being dropped), so they are
+        // waited for, nothing evicted or drained for them.
+        let leaving: u64 = state.slots.iter().map(Slot::leaving).sum();
+        let mut used: u64 = others().map(|(_, s)| s.resident()).sum::<u64>() + leaving;
         // Loads take room in the order they asked for it. A later one goes
         // ahead only into room that is free now and that the earlier ones
         // will not need: it evicts and drains nothing, and they still fit
@@ -754,7 +778,8 @@ impl Inner {
             let reclaimable: u64 = others()
                 .filter(|(_, s)| s.evictable() || s.drainable())
                 .map(|(_, s)| s.resident())
-                .sum();
+                .sum::<u64>()
+                + leaving;
             if used + need <= budget && used.saturating_sub(reclaimable) + earlier + need <= budget
             {
                 state.slots[index].stage(Stage::Reading(need));
@@ -773,11 +798,11 @@ impl Inner {
             .map(|(i, _)| i)
             .collect();
         let freeable: u64 = idle.iter().map(|&i| state.slots[i].resident()).sum();
-        if used.saturating_sub(freeable) + need <= budget {
+        if used.saturating_sub(freeable + leaving) + need <= budget {
             let mut evicted = Vec::new();
             idle.sort_by_key(|&i| state.slots[i].last_used);
             for i in idle {
-                if used + need <= budget {
+                if used.saturating_sub(leaving) + need <= budget {
                     break;
                 }
                 let victim = &mut state.slots[i];
@@ -793,6 +818,17 @@ impl Inner {
                     slot.drained = None;
                 }
             }
+            // Made only once what it evicted (and any engine let go of) is
+            // dropped: an ended request may still hold its engine.
+            if !evicted.is_empty() || leaving > 0 {
+                return Ok((
+                    evicted,
+                    Room::Wait {
+                        refusal,
+                        until: None,
+                    },
+                ));
+            }
             state.slots[index].stage(Stage::Reading(need));
             return Ok((evicted, Room::Made));
         }
@@ -803,7 +839,7 @@ impl Inner {
             .map(|(i, _)| i)
             .collect();
         busy.sort_by_key(|&i| state.slots[i].last_used);
-        let mut short = (used - freeable + need).saturating_sub(budget);
+        let mut short = (used.saturating_sub(freeable + leaving) + need).saturating_sub(budget);
         let mut drained = Vec::new();
         for i in busy {
             if short == 0 {
@@ -1011,6 +1047,20 @@ async fn drop_engines(engines: Vec<Arc<dyn Engine>>) {
     let _ = tokio::task::spawn_blocking(move || drop(engines)).await;
 }
 
+/// Drops `engine` on a blocking thread (it may be its last reference:
+/// the memory is given back then), then wakes the loads that wait for room.
+fn give_back(inner: &Arc<Inner>, engine: Arc<dyn Engine>) {
+    let inner = inner.clone();
+    let given = move || {
+        drop(engine);
+        inner.changed.notify_waiters();
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(given)),
+        Err(_) => given(),
+    }
+}
+
 /// The engine of one model of the pool.
 struct OnDemand {
     inner: Arc<Inner>,
@@ -1163,6 +1213,32 @@ impl OnDemand {
         }
     }
 
+    /// `work` on the engine `acquired` with its hold (or the pool's error
+    /// once the hold is ended first). The request's references to the
+    /// engine are let go of before its count is given back, or, ended,
+    /// once its work is dropped: an engine the pool let go of meanwhile
+    /// counts in `models_memory` until then, and the loads that wait for
+    /// its room are woken.
+    async fn on_engine<T, F>(
+        &self,
+        (engine, hold): (Arc<dyn Engine>, Arc<Hold>),
+        work: impl FnOnce(Arc<dyn Engine>) -> F,
+    ) -> Result<(T, Arc<Hold>), EngineError>
+    where
+        F: std::future::Future<Output = Result<T, EngineError>>,
+    {
+        let done = hold.run(work(engine.clone())).await;
+        if hold.is_ended() {
+            // The pool may have let the engine go: this may be its last
+            // reference, not dropped on an async worker.
+            give_back(&self.inner, engine);
+        } else {
+            drop(engine);
+            self.inner.changed.notify_waiters();
+        }
+        done.map(|value| (value, hold))
+    }
+
     /// The prompt tokens of `request` while the model is not loaded: its
     /// counter's (made on first use), else the plain estimate.
     async fn count_unloaded(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
@@ -1244,29 +1320,36 @@ impl OnDemand {
 #[async_trait]
 impl Engine for OnDemand {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        let events = hold.run(engine.generate(request)).await?;
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let (events, hold) = self
+            .on_engine(acquired, |e| async move { e.generate(request).await })
+            .await?;
         Ok(Guarded::new(events, hold).boxed())
     }
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        hold.run(engine.embed(request)).await
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move { e.embed(request).await };
+        Ok(self.on_engine(acquired, work).await?.0)
     }
 
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        hold.run(engine.rerank(request)).await
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move { e.rerank(request).await };
+        Ok(self.on_engine(acquired, work).await?.0)
     }
 
     async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        hold.run(engine.transcribe(request)).await
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move { e.transcribe(request).await };
+        Ok(self.on_engine(acquired, work).await?.0)
     }
 
     async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        let speech = hold.run(engine.speak(request)).await?;
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let (speech, hold) = self
+            .on_engine(acquired, |e| async move { e.speak(request).await })
+            .await?;
         Ok(Speech {
             content_type: speech.content_type,
             audio: Guarded::new(speech.audio, hold).boxed(),
@@ -1280,7 +1363,10 @@ impl Engine for OnDemand {
     /// room, nor wait for it.
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
         match self.loaded(UNUSED_AFTER_LOAD) {
-            Some((engine, hold)) => hold.run(engine.count_tokens(request)).await,
+            Some(acquired) => {
+                let work = |e: Arc<dyn Engine>| async move { e.count_tokens(request).await };
+                Ok(self.on_engine(acquired, work).await?.0)
+            }
             None => self.count_unloaded(request).await,
         }
     }
@@ -1294,16 +1380,17 @@ impl Engine for OnDemand {
     }
 
     fn status(&self) -> EngineStatus {
-        let (engine, mut residency) = {
+        // Asked with the pool locked (as its memory is): a reference taken
+        // out would keep an engine the pool let go of counted, unseen.
+        let (status, mut residency) = {
             let state = self.inner.lock();
             let slot = &state.slots[self.index];
-            let engine = match &slot.phase {
-                Phase::Loaded { engine, .. } => Some(engine.clone()),
-                _ => None,
+            let status = match &slot.phase {
+                Phase::Loaded { engine, .. } => engine.status(),
+                _ => EngineStatus::default(),
             };
-            (engine, slot.counted())
+            (status, slot.counted())
         };
-        let status = engine.map(|e| e.status()).unwrap_or_default();
         // What the loaded engine says it holds now (else what it took).
         if let Some(bytes) = status.memory_bytes {
             residency.memory_bytes = bytes;
@@ -1322,7 +1409,10 @@ impl Engine for OnDemand {
 #[async_trait]
 impl Residence for OnDemand {
     async fn load(&self) -> Result<(), EngineError> {
-        let (_engine, _hold) = self.acquire(Duration::ZERO).await?;
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        // The engine first: its count given back then wakes the loads.
+        drop(engine);
+        drop(hold);
         Ok(())
     }
 
@@ -1364,12 +1454,9 @@ impl Residence for OnDemand {
             }
         }
         if let Some(engine) = engine {
-            // Its memory is given back on a blocking thread.
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(engine))),
-                Err(_) => drop(engine),
-            }
-            self.inner.changed.notify_waiters();
+            // Its memory is given back on a blocking thread (it counts
+            // until then, and while the ended requests still hold it).
+            give_back(&self.inner, engine);
         }
         unload
     }

@@ -71,6 +71,11 @@ impl Hold {
         locked(&self.guard).is_some()
     }
 
+    /// Whether the pool ended the request.
+    pub(super) fn is_ended(&self) -> bool {
+        self.why().is_some()
+    }
+
     /// Why the request was ended, if it was.
     fn why(&self) -> Option<EngineError> {
         locked(&self.ended).clone()

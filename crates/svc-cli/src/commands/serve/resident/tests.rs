@@ -1065,3 +1065,71 @@ async fn a_load_that_fits_in_room_no_earlier_load_needs_goes_ahead_of_them() {
         assert_eq!((cx.loads(), cs.loads()), (1, 1));
     }
 }
+
+/// An embedding request's inputs.
+fn embedding() -> EmbedRequest {
+    EmbedRequest {
+        inputs: vec![svc_core::engine::EmbedInput::Text("x".into())],
+        ..EmbedRequest::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ended_calls_model_takes_its_memory_until_the_call_let_go_of_it() {
+    let pool = pool(100, Duration::from_secs(10), 100);
+    // An embedding takes 1,000 s.
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    let (m, cm) = add_model(&pool, "m", 100, HOUR, Script::Quick, long);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+
+    // A forced unload ends the call; its work (this future, which holds
+    // m's engine) is not dropped yet.
+    assert_eq!(reply(&m).await.unwrap().len(), 1000);
+    let mut call = m.embed(embedding());
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    assert_eq!(m.residence().unwrap().unload(true), Unload::Unloaded);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { reply(&b).await })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(cm.unloads(), 0);
+    assert_eq!(
+        cb.loads(),
+        0,
+        "b loaded while m's engine still took its memory"
+    );
+    let Err(EngineError::Unavailable(message)) = call.await else {
+        panic!("the embedding went on");
+    };
+    assert!(message.contains("administrator"), "{message}");
+    assert_eq!(waiting.await.unwrap().unwrap(), "bbb");
+    assert_eq!((cm.unloads(), cb.loads()), (1, 1));
+
+    // The same after max_hold: b's load ends m's call, then waits for it.
+    assert_eq!(reply(&m).await.unwrap().len(), 1000);
+    let mut call = m.embed(embedding());
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    assert_eq!(cb.unloads(), 1);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { reply(&b).await })
+    };
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(cm.unloads(), 1);
+    assert_eq!(
+        cb.loads(),
+        1,
+        "b loaded while m's engine still took its memory"
+    );
+    let Err(EngineError::Unavailable(message)) = call.await else {
+        panic!("the embedding went on");
+    };
+    assert!(message.contains("max_hold"), "{message}");
+    assert_eq!(waiting.await.unwrap().unwrap(), "bbb");
+    assert_eq!((cm.unloads(), cb.loads()), (2, 2));
+}
