@@ -19,14 +19,17 @@
 //!   count of a model not loaded is its tokenizer's (a vocab-only load of
 //!   the GGUF, made once, see [`Model::counter`]) or the plain estimate.
 //! - `models_memory` bounds the bytes of all resident models of the pool.
-//!   Loads take room in the order they asked for it. Before a load, the
-//!   least recently used idle, unpinned models are unloaded until the new
-//!   one fits. When that is not enough, the models in use whose room it
-//!   needs are drained: they take no new request (those wait for their
-//!   next load), and once their running requests have held the room
-//!   `max_hold` they are ended with an error and the model is unloaded.
-//!   Only models kept forever are never drained (when they hold the room,
-//!   the load fails at once: nothing would free it).
+//!   Loads take room in the order they asked for it; a later one goes
+//!   ahead only into free room that the earlier ones will not need.
+//!   Before a load, the least recently used idle, unpinned models are
+//!   unloaded until the new one fits. When that is not enough, the models
+//!   in use whose room it needs are drained: they take no new request
+//!   (those wait for their next load), and once their running requests
+//!   have held the room `max_hold` since that model was drained they are
+//!   ended with an error and the model is unloaded. A fresh load is
+//!   drained only once its waiting requests took it. Only models kept
+//!   forever are never drained (when they hold the room, the load fails at
+//!   once: nothing would free it).
 //! - A model loads at most `max_loads_per_minute` times in any minute; a
 //!   load past it waits, up to `load_timeout`.
 //! - The admin API loads a model and unloads it ([`Residence`]): an
@@ -34,7 +37,10 @@
 //!   forced, ends them.
 //! - A loaded model's bytes are what its engine says it holds now
 //!   (weights, KV cells, saved prefixes); before its first load, what
-//!   its GGUF's header says it will take.
+//!   its GGUF's header says it will take. An unloaded engine's bytes count
+//!   until its last reference is dropped (a request the pool ended lets go
+//!   of it once its work is dropped): a load never starts in memory an
+//!   engine still takes.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -156,9 +162,9 @@ struct Slot {
     waiting: u64,
     /// The running requests' holds, which the pool may end.
     holds: Vec<Weak<Hold>>,
-    /// The load (a model's index) that needs this model's room: it takes
-    /// no new request until it is unloaded.
-    drained_for: Option<usize>,
+    /// The load that needs this model's room: it takes no new request
+    /// until it is unloaded.
+    drained: Option<Drain>,
     /// When each of its loads of the last minute started.
     loads_at: VecDeque<tokio::time::Instant>,
     /// The clock at the last use.
@@ -176,11 +182,25 @@ struct Slot {
     /// The admin API asked to unload it while requests ran: it is
     /// unloaded when the last one ends.
     unload_when_idle: bool,
+    /// Its engines let go of (unloaded) and the bytes each held: they
+    /// count in the budget until their last reference is dropped (an ended
+    /// request's work may still hold one; the drop itself takes a while).
+    leaving: Vec<(Weak<dyn Engine>, u64)>,
     /// Its prompt counter while it is not loaded, made once (`None`: none
     /// could be made, the plain estimate counts).
     counter: Arc<OnceCell<Option<Count>>>,
     /// What happened to it since start.
     counts: Counts,
+}
+
+/// A model in use drained for another model's load.
+#[derive(Clone, Copy)]
+struct Drain {
+    /// The load (a model's index) that needs its room.
+    load: usize,
+    /// Since when: its running requests may keep it `max_hold` from then
+    /// (each model's own time: one drained later gets its full `max_hold`).
+    since: tokio::time::Instant,
 }
 
 /// A model's loads and unloads since start.
@@ -264,6 +284,16 @@ impl Slot {
         }
     }
 
+    /// Bytes its engines let go of still hold: their last references are
+    /// not dropped yet.
+    fn leaving(&self) -> u64 {
+        self.leaving
+            .iter()
+            .filter(|(engine, _)| engine.strong_count() > 0)
+            .map(|&(_, bytes)| bytes)
+            .sum()
+    }
+
     /// Moves its load under way to `stage`.
     fn stage(&mut self, next: Stage) {
         if let Phase::Loading { stage, .. } = &mut self.phase {
@@ -278,7 +308,7 @@ impl Slot {
             Phase::Loaded { engine, .. } => {
                 self.idle_until = None;
                 self.unload_when_idle = false;
-                self.drained_for = None;
+                self.drained = None;
                 match why {
                     Why::Evicted => self.counts.evictions += 1,
                     Why::Idle | Why::Asked => self.counts.unloads += 1,
@@ -290,6 +320,8 @@ impl Slot {
                     reason = why.as_str(),
                     "model unloaded"
                 );
+                self.leaving.retain(|(engine, _)| engine.strong_count() > 0);
+                self.leaving.push((Arc::downgrade(&engine), resident));
                 Some(engine)
             }
             other => {
@@ -366,14 +398,24 @@ impl Slot {
     }
 
     /// Whether the room it holds would be given up after its requests:
-    /// loaded, in use (or waited for), not pinned.
+    /// loaded, in use, not pinned, and taken by every request that waited
+    /// for its load (a fresh load is theirs: neither drained nor ended
+    /// before they start).
     fn drainable(&self) -> bool {
-        matches!(self.phase, Phase::Loaded { .. }) && !self.unused() && !self.pinned()
+        matches!(self.phase, Phase::Loaded { .. })
+            && self.in_flight > 0
+            && self.waiting == 0
+            && !self.pinned()
     }
 
-    /// The holds of its running requests.
+    /// The holds of its running requests that still count in `in_flight`
+    /// (an ended one gave its count back).
     fn running(&self) -> Vec<Arc<Hold>> {
-        self.holds.iter().filter_map(Weak::upgrade).collect()
+        self.holds
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|hold| hold.counted())
+            .collect()
     }
 
     /// A hold on it (it is loaded) for a new request, which stays at least
@@ -435,7 +477,7 @@ impl ResidentPool {
             in_flight: 0,
             waiting: 0,
             holds: Vec::new(),
-            drained_for: None,
+            drained: None,
             loads_at: VecDeque::new(),
             last_used: 0,
             idle_until: None,
@@ -443,6 +485,7 @@ impl ResidentPool {
             wake: Arc::new(Notify::new()),
             fingerprint: None,
             unload_when_idle: false,
+            leaving: Vec::new(),
             counter: Arc::new(OnceCell::new()),
             counts: Counts::default(),
         });
@@ -533,6 +576,10 @@ impl Inner {
             tracing::warn!(model = %id, file = %file, error = %e, "model not loaded");
             return Err(e);
         }
+        // Counted as it starts: a load given up before (no request waits
+        // any more, no room in time) took none of the minute's loads.
+        let now = tokio::time::Instant::now();
+        self.lock().slots[index].loads_at.push_back(now);
         match loader().await {
             Ok(Loaded { engine, bytes }) => {
                 let seconds = started.elapsed().as_secs_f64();
@@ -585,8 +632,9 @@ impl Inner {
     }
 
     /// Waits until model `index` was loaded fewer than `loads_per_minute`
-    /// times in the last minute, and counts this load; fails when that
-    /// would be past `deadline`.
+    /// times in the last minute; fails when that would be past `deadline`.
+    /// The load is counted when it starts (only it can load the model
+    /// meanwhile, and the minute's loads only age, so it still may then).
     async fn throttle(
         &self,
         index: usize,
@@ -611,10 +659,7 @@ impl Inner {
                         slot.stage(Stage::Throttled);
                         oldest + LOAD_WINDOW
                     }
-                    _ => {
-                        slot.loads_at.push_back(now);
-                        return Ok(());
-                    }
+                    _ => return Ok(()),
                 }
             };
             if next > deadline {
@@ -644,19 +689,19 @@ impl Inner {
             state.slots[index].stage(Stage::Room(turn));
             turn
         };
-        // Since when the room it needs is held by requests.
-        let mut held_since = None;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (evicted, room) = self.room(index, turn, &mut held_since)?;
+            let (evicted, room) = self.room(index, turn)?;
             if !evicted.is_empty() {
                 drop_engines(evicted).await;
                 self.changed.notify_waiters();
             }
             match room {
                 Room::Made => return Ok(()),
+                // Never empty: each end gives a count back, so this loop
+                // (which does not wait) ends.
                 Room::End(holds) => {
                     for (hold, why) in holds {
                         hold.end(why);
@@ -676,12 +721,7 @@ impl Inner {
 
     /// One look at the room for model `index`'s load of `turn` (see
     /// [`Inner::make_room`]): the engines it evicted, and what next.
-    fn room(
-        &self,
-        index: usize,
-        turn: u64,
-        held_since: &mut Option<tokio::time::Instant>,
-    ) -> Result<(Vec<Arc<dyn Engine>>, Room), EngineError> {
+    fn room(&self, index: usize, turn: u64) -> Result<(Vec<Arc<dyn Engine>>, Room), EngineError> {
         let mut state = self.lock();
         let state = &mut *state;
         let slot = &state.slots[index];
@@ -717,11 +757,34 @@ impl Inner {
             "model {id} is waiting for room: it needs about {need} bytes of models_memory \
              ({budget} bytes), which models in use hold; try again shortly"
         );
-        // Loads take room in the order they asked for it.
-        let first = !others().any(
-            |(_, s)| matches!(s.phase, Phase::Loading { stage: Stage::Room(t), .. } if t < turn),
-        );
-        if !first {
+        // Engines let go of count until they are dropped: soon (their
+        // requests were ended, or they are being dropped), so they are
+        // waited for, nothing evicted or drained for them.
+        let leaving: u64 = state.slots.iter().map(Slot::leaving).sum();
+        let mut used: u64 = others().map(|(_, s)| s.resident()).sum::<u64>() + leaving;
+        // Loads take room in the order they asked for it. A later one goes
+        // ahead only into room that is free now and that the earlier ones
+        // will not need: it evicts and drains nothing, and they still fit
+        // beside it once all they may free is freed (else they would drain
+        // it in turn, or wait longer for it).
+        let mut earlier = others()
+            .filter(
+                |(_, s)| matches!(s.phase, Phase::Loading { stage: Stage::Room(t), .. } if t < turn),
+            )
+            .map(|(_, s)| s.model.estimate)
+            .peekable();
+        if earlier.peek().is_some() {
+            let earlier: u64 = earlier.sum();
+            let reclaimable: u64 = others()
+                .filter(|(_, s)| s.evictable() || s.drainable())
+                .map(|(_, s)| s.resident())
+                .sum::<u64>()
+                + leaving;
+            if used + need <= budget && used.saturating_sub(reclaimable) + earlier + need <= budget
+            {
+                state.slots[index].stage(Stage::Reading(need));
+                return Ok((Vec::new(), Room::Made));
+            }
             return Ok((
                 Vec::new(),
                 Room::Wait {
@@ -730,17 +793,16 @@ impl Inner {
                 },
             ));
         }
-        let mut used: u64 = others().map(|(_, s)| s.resident()).sum();
         let mut idle: Vec<usize> = others()
             .filter(|(_, s)| s.evictable())
             .map(|(i, _)| i)
             .collect();
         let freeable: u64 = idle.iter().map(|&i| state.slots[i].resident()).sum();
-        if used.saturating_sub(freeable) + need <= budget {
+        if used.saturating_sub(freeable + leaving) + need <= budget {
             let mut evicted = Vec::new();
             idle.sort_by_key(|&i| state.slots[i].last_used);
             for i in idle {
-                if used + need <= budget {
+                if used.saturating_sub(leaving) + need <= budget {
                     break;
                 }
                 let victim = &mut state.slots[i];
@@ -752,9 +814,20 @@ impl Inner {
                 }
             }
             for slot in &mut state.slots {
-                if slot.drained_for == Some(index) {
-                    slot.drained_for = None;
+                if slot.drained.is_some_and(|d| d.load == index) {
+                    slot.drained = None;
                 }
+            }
+            // Made only once what it evicted (and any engine let go of) is
+            // dropped: an ended request may still hold its engine.
+            if !evicted.is_empty() || leaving > 0 {
+                return Ok((
+                    evicted,
+                    Room::Wait {
+                        refusal,
+                        until: None,
+                    },
+                ));
             }
             state.slots[index].stage(Stage::Reading(need));
             return Ok((evicted, Room::Made));
@@ -766,7 +839,7 @@ impl Inner {
             .map(|(i, _)| i)
             .collect();
         busy.sort_by_key(|&i| state.slots[i].last_used);
-        let mut short = (used - freeable + need).saturating_sub(budget);
+        let mut short = (used.saturating_sub(freeable + leaving) + need).saturating_sub(budget);
         let mut drained = Vec::new();
         for i in busy {
             if short == 0 {
@@ -775,11 +848,18 @@ impl Inner {
             short = short.saturating_sub(state.slots[i].resident());
             drained.push(i);
         }
+        let now = tokio::time::Instant::now();
         for (i, slot) in state.slots.iter_mut().enumerate() {
+            let ours = slot.drained.is_some_and(|d| d.load == index);
             if drained.contains(&i) {
-                slot.drained_for = Some(index);
-            } else if slot.drained_for == Some(index) {
-                slot.drained_for = None;
+                if !ours {
+                    slot.drained = Some(Drain {
+                        load: index,
+                        since: now,
+                    });
+                }
+            } else if ours {
+                slot.drained = None;
             }
         }
         if drained.is_empty() {
@@ -792,35 +872,47 @@ impl Inner {
                 },
             ));
         }
-        let now = tokio::time::Instant::now();
-        let until = *held_since.get_or_insert(now) + self.sharing.max_hold;
-        if now < until {
+        // Those drained `max_hold` ago are ended; the load waits for the
+        // next one's time, or (all ended, their requests not yet gone) for
+        // the change their end makes.
+        let max_hold = self.sharing.max_hold;
+        let mut holds = Vec::new();
+        let mut next: Option<tokio::time::Instant> = None;
+        for &i in &drained {
+            let victim = &state.slots[i];
+            let Some(drain) = victim.drained else {
+                continue;
+            };
+            let until = drain.since + max_hold;
+            if now < until {
+                next = Some(next.map_or(until, |next| next.min(until)));
+                continue;
+            }
+            let running = victim.running();
+            if running.is_empty() {
+                continue;
+            }
+            let why = EngineError::Unavailable(format!(
+                "model {} was unloaded to make room for another model, which waited \
+                 {max_hold:?} (max_hold) for its memory; try again shortly",
+                victim.model.id
+            ));
+            tracing::info!(
+                model = %victim.model.id,
+                requests = running.len(),
+                "requests ended after max_hold to make room for {id}"
+            );
+            holds.extend(running.into_iter().map(|hold| (hold, why.clone())));
+        }
+        if holds.is_empty() {
             return Ok((
                 Vec::new(),
                 Room::Wait {
                     refusal,
-                    until: Some(until),
+                    until: next,
                 },
             ));
         }
-        let max_hold = self.sharing.max_hold;
-        let holds = drained
-            .iter()
-            .flat_map(|&i| {
-                let victim = &state.slots[i];
-                let why = EngineError::Unavailable(format!(
-                    "model {} was unloaded to make room for another model, which waited \
-                     {max_hold:?} (max_hold) for its memory; try again shortly",
-                    victim.model.id
-                ));
-                tracing::info!(
-                    model = %victim.model.id,
-                    requests = victim.in_flight,
-                    "requests ended after max_hold to make room for {id}"
-                );
-                victim.running().into_iter().map(move |h| (h, why.clone()))
-            })
-            .collect();
         Ok((Vec::new(), Room::End(holds)))
     }
 
@@ -828,8 +920,8 @@ impl Inner {
     fn undrain(&self, index: usize) {
         let mut state = self.lock();
         for slot in &mut state.slots {
-            if slot.drained_for == Some(index) {
-                slot.drained_for = None;
+            if slot.drained.is_some_and(|d| d.load == index) {
+                slot.drained = None;
             }
         }
         drop(state);
@@ -955,6 +1047,20 @@ async fn drop_engines(engines: Vec<Arc<dyn Engine>>) {
     let _ = tokio::task::spawn_blocking(move || drop(engines)).await;
 }
 
+/// Drops `engine` on a blocking thread (it may be its last reference:
+/// the memory is given back then), then wakes the loads that wait for room.
+fn give_back(inner: &Arc<Inner>, engine: Arc<dyn Engine>) {
+    let inner = inner.clone();
+    let given = move || {
+        drop(engine);
+        inner.changed.notify_waiters();
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(given)),
+        Err(_) => given(),
+    }
+}
+
 /// The engine of one model of the pool.
 struct OnDemand {
     inner: Arc<Inner>,
@@ -1024,15 +1130,16 @@ impl OnDemand {
                 let wait = match &slot.phase {
                     // A drained model takes only the requests that waited
                     // for its load.
-                    Phase::Loaded { engine, .. }
-                        if slot.drained_for.is_none() || waiter.is_some() =>
-                    {
+                    Phase::Loaded { engine, .. } if slot.drained.is_none() || waiter.is_some() => {
                         let engine = engine.clone();
+                        let hold = slot.hold(&self.inner, self.index, clock, linger);
                         if let Some(mut waited) = waiter.take() {
                             waited.counted = false;
                             slot.waiting = slot.waiting.saturating_sub(1);
+                            drop(state);
+                            // Taken by all that waited, it may be drained now.
+                            self.inner.changed.notify_waiters();
                         }
-                        let hold = slot.hold(&self.inner, self.index, clock, linger);
                         return Ok((engine, hold));
                     }
                     Phase::Loaded { .. } => Wait::Drained,
@@ -1097,13 +1204,39 @@ impl OnDemand {
         let clock = state.clock;
         let slot = &mut state.slots[self.index];
         match &slot.phase {
-            Phase::Loaded { engine, .. } if slot.drained_for.is_none() => {
+            Phase::Loaded { engine, .. } if slot.drained.is_none() => {
                 let engine = engine.clone();
                 let hold = slot.hold(&self.inner, self.index, clock, linger);
                 Some((engine, hold))
             }
             _ => None,
         }
+    }
+
+    /// `work` on the engine `acquired` with its hold (or the pool's error
+    /// once the hold is ended first). The request's references to the
+    /// engine are let go of before its count is given back, or, ended,
+    /// once its work is dropped: an engine the pool let go of meanwhile
+    /// counts in `models_memory` until then, and the loads that wait for
+    /// its room are woken.
+    async fn on_engine<T, F>(
+        &self,
+        (engine, hold): (Arc<dyn Engine>, Arc<Hold>),
+        work: impl FnOnce(Arc<dyn Engine>) -> F,
+    ) -> Result<(T, Arc<Hold>), EngineError>
+    where
+        F: std::future::Future<Output = Result<T, EngineError>>,
+    {
+        let done = hold.run(work(engine.clone())).await;
+        if hold.is_ended() {
+            // The pool may have let the engine go: this may be its last
+            // reference, not dropped on an async worker.
+            give_back(&self.inner, engine);
+        } else {
+            drop(engine);
+            self.inner.changed.notify_waiters();
+        }
+        done.map(|value| (value, hold))
     }
 
     /// The prompt tokens of `request` while the model is not loaded: its
@@ -1163,7 +1296,7 @@ impl OnDemand {
                 slot.model.id.clone(),
                 slot.model.file.clone(),
                 stage,
-                slot.drained_for.is_some(),
+                slot.drained.is_some(),
             )
         };
         let timeout = self.inner.load_timeout;
@@ -1187,29 +1320,36 @@ impl OnDemand {
 #[async_trait]
 impl Engine for OnDemand {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        let events = hold.run(engine.generate(request)).await?;
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let (events, hold) = self
+            .on_engine(acquired, |e| async move { e.generate(request).await })
+            .await?;
         Ok(Guarded::new(events, hold).boxed())
     }
 
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        hold.run(engine.embed(request)).await
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move { e.embed(request).await };
+        Ok(self.on_engine(acquired, work).await?.0)
     }
 
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        hold.run(engine.rerank(request)).await
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move { e.rerank(request).await };
+        Ok(self.on_engine(acquired, work).await?.0)
     }
 
     async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        hold.run(engine.transcribe(request)).await
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move { e.transcribe(request).await };
+        Ok(self.on_engine(acquired, work).await?.0)
     }
 
     async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
-        let (engine, hold) = self.acquire(Duration::ZERO).await?;
-        let speech = hold.run(engine.speak(request)).await?;
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let (speech, hold) = self
+            .on_engine(acquired, |e| async move { e.speak(request).await })
+            .await?;
         Ok(Speech {
             content_type: speech.content_type,
             audio: Guarded::new(speech.audio, hold).boxed(),
@@ -1223,7 +1363,10 @@ impl Engine for OnDemand {
     /// room, nor wait for it.
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
         match self.loaded(UNUSED_AFTER_LOAD) {
-            Some((engine, hold)) => hold.run(engine.count_tokens(request)).await,
+            Some(acquired) => {
+                let work = |e: Arc<dyn Engine>| async move { e.count_tokens(request).await };
+                Ok(self.on_engine(acquired, work).await?.0)
+            }
             None => self.count_unloaded(request).await,
         }
     }
@@ -1237,16 +1380,17 @@ impl Engine for OnDemand {
     }
 
     fn status(&self) -> EngineStatus {
-        let (engine, mut residency) = {
+        // Asked with the pool locked (as its memory is): a reference taken
+        // out would keep an engine the pool let go of counted, unseen.
+        let (status, mut residency) = {
             let state = self.inner.lock();
             let slot = &state.slots[self.index];
-            let engine = match &slot.phase {
-                Phase::Loaded { engine, .. } => Some(engine.clone()),
-                _ => None,
+            let status = match &slot.phase {
+                Phase::Loaded { engine, .. } => engine.status(),
+                _ => EngineStatus::default(),
             };
-            (engine, slot.counted())
+            (status, slot.counted())
         };
-        let status = engine.map(|e| e.status()).unwrap_or_default();
         // What the loaded engine says it holds now (else what it took).
         if let Some(bytes) = status.memory_bytes {
             residency.memory_bytes = bytes;
@@ -1265,7 +1409,10 @@ impl Engine for OnDemand {
 #[async_trait]
 impl Residence for OnDemand {
     async fn load(&self) -> Result<(), EngineError> {
-        let (_engine, _hold) = self.acquire(Duration::ZERO).await?;
+        let (engine, hold) = self.acquire(Duration::ZERO).await?;
+        // The engine first: its count given back then wakes the loads.
+        drop(engine);
+        drop(hold);
         Ok(())
     }
 
@@ -1307,12 +1454,9 @@ impl Residence for OnDemand {
             }
         }
         if let Some(engine) = engine {
-            // Its memory is given back on a blocking thread.
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(engine))),
-                Err(_) => drop(engine),
-            }
-            self.inner.changed.notify_waiters();
+            // Its memory is given back on a blocking thread (it counts
+            // until then, and while the ended requests still hold it).
+            give_back(&self.inner, engine);
         }
         unload
     }

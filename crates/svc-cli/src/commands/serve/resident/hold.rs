@@ -65,6 +65,17 @@ impl Hold {
         self.waker.wake();
     }
 
+    /// Whether it still counts in its model's requests in flight: not
+    /// ended, nor done.
+    pub(super) fn counted(&self) -> bool {
+        locked(&self.guard).is_some()
+    }
+
+    /// Whether the pool ended the request.
+    pub(super) fn is_ended(&self) -> bool {
+        self.why().is_some()
+    }
+
     /// Why the request was ended, if it was.
     fn why(&self) -> Option<EngineError> {
         locked(&self.ended).clone()

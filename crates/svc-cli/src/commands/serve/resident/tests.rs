@@ -915,3 +915,221 @@ async fn every_engine_call_reaches_the_loaded_model() {
     assert_eq!(m.count_tokens(&chat()).await.unwrap(), LOADED_COUNT);
     assert_eq!(counts.loads(), 1);
 }
+
+/// Runs the future `scenario` makes on a runtime of its own (one thread,
+/// paused time) and waits up to a minute of real time for its answer: a
+/// pool that loops without awaiting never answers there (nothing else
+/// runs), where it would pin a worker thread of a larger runtime.
+fn answered_within_a_minute<T, F>(scenario: impl FnOnce() -> F + Send + 'static) -> T
+where
+    F: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _ = tx.send(runtime.block_on(scenario()));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(answer) => answer,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("no answer within a minute: the pool loops without awaiting")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the scenario failed (see its panic above)")
+        }
+    }
+}
+
+#[test]
+fn a_fresh_load_is_drained_only_once_its_requests_took_it_and_max_hold_counts_from_then() {
+    let (a, c, x, c_wasted) = answered_within_a_minute(|| async {
+        let max_hold = Duration::from_secs(10);
+        let pool = pool(200, max_hold, 100);
+        // a and c stream for 1,000 s; x needs all the room.
+        let long = Engines {
+            pieces: 1000,
+            every: Duration::from_secs(1),
+            counter: false,
+        };
+        let slow = Script::Slow(Duration::from_secs(20));
+        let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+        let (c, cc) = add_model(&pool, "c", 100, HOUR, slow, long);
+        let (x, _) = add(&pool, "x", 200, HOUR, Script::Quick);
+        let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+        assert!(stream.next().await.is_some());
+        let a = tokio::spawn(read_all(stream));
+        // c's load has room beside a, and takes 20 s.
+        let c = tokio::spawn(async move {
+            let events = c.generate(GenerateRequest::default()).await.unwrap();
+            read_all(events).await
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // x drains a (ended after max_hold), then c once its request took it.
+        let x = tokio::spawn(async move { reply(&x).await });
+        let (a, c, x) = (a.await.unwrap(), c.await.unwrap(), x.await.unwrap());
+        (a, c, x, cc.wasted())
+    });
+    assert_eq!(x.unwrap(), "xxx");
+    for (model, (text, ended)) in [("a", a), ("c", c)] {
+        let Some(EngineError::Unavailable(message)) = ended else {
+            panic!("{model}: {ended:?}");
+        };
+        assert!(message.contains("max_hold"), "{model}: {message}");
+        // Each streamed about max_hold (10 pieces) after it was drained.
+        assert!(text.len() >= 5, "{model} streamed only {text:?}");
+    }
+    // c's load served the request it was made for.
+    assert_eq!(c_wasted, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_given_up_before_it_started_is_not_counted_in_max_loads_per_minute() {
+    let pool = pool(100, Duration::from_secs(60), 2);
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+    let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+    assert!(stream.next().await.is_some());
+    // The attack: b's requests, each given up while its load waits for a's room.
+    for _ in 0..3 {
+        let waiting = {
+            let b = b.clone();
+            tokio::spawn(async move { reply(&b).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(cb.loads(), 0);
+    drop(stream);
+    // No load of b happened: the next loads at once.
+    let asked = tokio::time::Instant::now();
+    assert_eq!(reply(&b).await.unwrap(), "bbb");
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(cb.loads(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_fits_in_room_no_earlier_load_needs_goes_ahead_of_them() {
+    let max_hold = Duration::from_secs(30);
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    for (waits, small_first) in [(150, true), (180, false)] {
+        let pool = pool(200, max_hold, 100);
+        let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
+        let (x, cx) = add(&pool, "x", waits, HOUR, Script::Quick);
+        let (s, cs) = add(&pool, "s", 50, HOUR, Script::Quick);
+        let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+        assert!(stream.next().await.is_some());
+        let running = tokio::spawn(read_all(stream));
+        // x waits for a's room (up to max_hold).
+        let x_request = {
+            let x = x.clone();
+            tokio::spawn(async move { reply(&x).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let s_request = tokio::spawn(async move { reply(&s).await });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if small_first {
+            // s fits in the free room, and beside x once a is gone: it
+            // need not wait for x (max_hold).
+            assert!(s_request.is_finished(), "x={waits}: s waits behind x");
+        } else {
+            // s would take room x needs (x would drain s after a): it
+            // waits its turn.
+            assert_eq!(cs.loads(), 0, "x={waits}: s took the room x waits for");
+        }
+        assert_eq!(x_request.await.unwrap().unwrap(), "xxx");
+        assert_eq!(s_request.await.unwrap().unwrap(), "sss");
+        let (_, ended) = running.await.unwrap();
+        assert!(ended.is_some());
+        let (x_at, s_at) = (cx.started.lock().unwrap()[0], cs.started.lock().unwrap()[0]);
+        assert_eq!(s_at < x_at, small_first);
+        assert_eq!((cx.loads(), cs.loads()), (1, 1));
+    }
+}
+
+/// An embedding request's inputs.
+fn embedding() -> EmbedRequest {
+    EmbedRequest {
+        inputs: vec![svc_core::engine::EmbedInput::Text("x".into())],
+        ..EmbedRequest::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ended_calls_model_takes_its_memory_until_the_call_let_go_of_it() {
+    let pool = pool(100, Duration::from_secs(10), 100);
+    // An embedding takes 1,000 s.
+    let long = Engines {
+        pieces: 1000,
+        every: Duration::from_secs(1),
+        counter: false,
+    };
+    let (m, cm) = add_model(&pool, "m", 100, HOUR, Script::Quick, long);
+    let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
+
+    // A forced unload ends the call; its work (this future, which holds
+    // m's engine) is not dropped yet.
+    assert_eq!(reply(&m).await.unwrap().len(), 1000);
+    let mut call = m.embed(embedding());
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    assert_eq!(m.residence().unwrap().unload(true), Unload::Unloaded);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { reply(&b).await })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(cm.unloads(), 0);
+    assert_eq!(
+        cb.loads(),
+        0,
+        "b loaded while m's engine still took its memory"
+    );
+    let Err(EngineError::Unavailable(message)) = call.await else {
+        panic!("the embedding went on");
+    };
+    assert!(message.contains("administrator"), "{message}");
+    assert_eq!(waiting.await.unwrap().unwrap(), "bbb");
+    assert_eq!((cm.unloads(), cb.loads()), (1, 1));
+
+    // The same after max_hold: b's load ends m's call, then waits for it.
+    assert_eq!(reply(&m).await.unwrap().len(), 1000);
+    let mut call = m.embed(embedding());
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    assert_eq!(cb.unloads(), 1);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { reply(&b).await })
+    };
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(cm.unloads(), 1);
+    assert_eq!(
+        cb.loads(),
+        1,
+        "b loaded while m's engine still took its memory"
+    );
+    let Err(EngineError::Unavailable(message)) = call.await else {
+        panic!("the embedding went on");
+    };
+    assert!(message.contains("max_hold"), "{message}");
+    assert_eq!(waiting.await.unwrap().unwrap(), "bbb");
+    assert_eq!((cm.unloads(), cb.loads()), (2, 2));
+}
