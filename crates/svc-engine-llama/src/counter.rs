@@ -14,10 +14,9 @@ use svc_core::engine::{EngineError, GenerateRequest};
 
 use crate::backend;
 use crate::chat::ChatFeatures;
-use crate::engine::{LoadError, Runner, model_template, prompt_tokens};
-use crate::fit::TextBound;
+use crate::engine::{LoadError, Runner, chat_parts, model_template, prompt_tokens};
 use crate::options::LlamaEngineOptions;
-use crate::prompt::{Cancel, Specials};
+use crate::prompt::Cancel;
 use crate::template::ChatTemplate;
 
 /// A model's tokenizer and chat template, counting prompts as its engine does.
@@ -49,19 +48,9 @@ impl LlamaCounter {
             })?;
         let model = Arc::new(model);
         let template = model_template(&model);
-        let features = ChatFeatures::of(
-            template.source(),
-            options.tool_format,
-            options.reasoning_format,
-        );
-        let specials = Arc::new(Specials::of(
-            &model,
-            &features.markers(),
-            &features.call_markers(),
-        ));
+        let (features, specials, bound) = chat_parts(&model, &template, options);
         // The configured context: the engine's may be smaller (when its KV
         // pool is), so this bound refuses no prompt the engine counts.
-        let bound = TextBound::of(&model);
         Ok(LlamaCounter {
             runner: Runner::counting(model, specials, bound, options.context_per_sequence),
             template,

@@ -586,17 +586,7 @@ impl LlamaEngine {
             );
             context_per_sequence = kv_cells;
         }
-        let features = ChatFeatures::of(
-            template.source(),
-            options.tool_format,
-            options.reasoning_format,
-        );
-        let specials = Arc::new(Specials::of(
-            &model,
-            &features.markers(),
-            &features.call_markers(),
-        ));
-        let bound = TextBound::of(&model);
+        let (features, specials, bound) = chat_parts(&model, &template, options);
         tracing::info!(
             tool_calls = features.syntax.map_or("hermes", |s| s.name()),
             tool_format_set = options.tool_format.is_some(),
@@ -879,6 +869,24 @@ pub(crate) fn model_template(model: &LlamaModel) -> ChatTemplate {
     // An empty template is none.
     let source = source.filter(|s| !s.trim().is_empty());
     ChatTemplate::or_else(source.as_deref(), fallback, &bos, &eos)
+}
+
+/// What `template` can do with `options`' tool and reasoning formats, the
+/// control tokens only it may write (the family's markers among them), and
+/// the fewest tokens a text of the model's vocabulary makes: what the
+/// engine and the vocabulary-only counter prepare prompts with.
+pub(crate) fn chat_parts(
+    model: &LlamaModel,
+    template: &ChatTemplate,
+    options: &LlamaEngineOptions,
+) -> (ChatFeatures, Arc<Specials>, TextBound) {
+    let features = ChatFeatures::of(
+        template.source(),
+        options.tool_format,
+        options.reasoning_format,
+    );
+    let specials = Specials::of(model, &features.markers(), &features.call_markers());
+    (features, Arc::new(specials), TextBound::of(model))
 }
 
 /// The prompt tokens of `request` (see [`LlamaEngine::count_tokens`]).
