@@ -552,15 +552,18 @@ async fn suspend_in_a_full_pool(prefix_cache_bytes: usize) -> EngineStats {
     assert!(a + b + 20 > 512 && a + 40 + 150 + 20 < 512, "{a} {b}");
     let alone = run(&f.engine, ask("key_c", &long_a, 40)).await.text();
 
-    let mut short = f.engine.generate(ask("key_a", "Go", 150)).await.unwrap();
-    let Some(Ok(EngineEvent::Text(_))) = short.next().await else {
-        panic!("no first token");
-    };
-    // The engine stops at the long one's first token until key_b's request
-    // is queued: on a busy machine its 40 tokens could otherwise all be
-    // decoded before key_b's request comes, and nothing would be suspended.
+    // Both of key_a's requests start in one step, the short one first, and
+    // the engine stops at their first tokens until key_b's request is
+    // queued: on a busy machine the long one's 40 tokens could otherwise
+    // all be decoded before key_b's request comes, or the short one's 150
+    // (a tiny model's tokens take a millisecond) before the long one is
+    // admitted, and nothing would be suspended (seen in CI: key_b's
+    // request then found no room beside the long one and was ended).
     let freeze = f.engine.freeze_at_first_token();
+    let pause = f.engine.pause_admission();
+    let short = f.engine.generate(ask("key_a", "Go", 150)).await.unwrap();
     let mut long = f.engine.generate(ask("key_a", &long_a, 40)).await.unwrap();
+    drop(pause);
     freeze.stopped().await;
     let other = f.engine.generate(ask("key_b", &long_b, 8)).await.unwrap();
     let stats = f.engine.stats();
@@ -601,17 +604,30 @@ async fn a_suspended_sequence_copy_never_takes_the_host_cache_past_its_limit() {
             req.client = Some(client.into());
             req
         };
+        // key_a's two start in one step and the engine stops at their
+        // first tokens until key_b's is queued: a tiny model's 150 tokens
+        // take about a millisecond each, and on a busy machine the first
+        // could end before the others came (seen: nothing suspended).
+        let freeze = f.engine.freeze_at_first_token();
+        let pause = f.engine.pause_admission();
         let mut started = Vec::new();
-        for (client, user, tokens) in [
-            ("key_a", "Go".to_owned(), 150),
-            ("key_a", "sand and shells ".repeat(16), 100),
-            ("key_b", "waves and tides ".repeat(16), 60),
-        ] {
-            let mut stream = f.engine.generate(ask(client, &user, tokens)).await.unwrap();
+        for (user, tokens) in [("Go".to_owned(), 150), ("sand and shells ".repeat(16), 100)] {
+            started.push(
+                f.engine
+                    .generate(ask("key_a", &user, tokens))
+                    .await
+                    .unwrap(),
+            );
+        }
+        drop(pause);
+        freeze.stopped().await;
+        let other = ask("key_b", &"waves and tides ".repeat(16), 60);
+        started.push(f.engine.generate(other).await.unwrap());
+        drop(freeze);
+        for stream in &mut started {
             let Some(Ok(EngineEvent::Text(_))) = stream.next().await else {
                 panic!("no first token");
             };
-            started.push(stream);
         }
         let during = f.engine.stats();
         for stream in started {
