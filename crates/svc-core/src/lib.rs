@@ -80,13 +80,13 @@ pub use device::{
     DeviceState, DeviceStatus, IssuedCodes, PollOutcome, UserCode, plain_text,
 };
 pub use engine::{
-    AudioFile, ChatMessage, EmbedInput, EmbedRequest, Embeddings, EndpointStatus, Engine,
-    EngineError, EngineEvent, EngineStatus, EventStream, FinishReason, GenerateRequest,
-    IMAGE_TOKEN_ESTIMATE, ImageInput, OutputFormat, PrefixCacheStatus, ReasoningEffort,
-    RerankRequest, Reranked, Residence, Residency, ResidencyState, Sampling, Speech, SpeechRequest,
-    TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec, ToolSpec,
-    TopLogprob, TranscribeRequest, Transcript, Unload, UserPart, estimate_tokens, refuse_images,
-    refuse_prompt_scoring,
+    AudioFile, Capability, ChatMessage, EmbedInput, EmbedRequest, Embedder, Embeddings,
+    EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus, EventStream, FinishReason,
+    GenerateRequest, Generator, IMAGE_TOKEN_ESTIMATE, ImageInput, OutputFormat, PrefixCacheStatus,
+    ReasoningEffort, RerankRequest, Reranked, Reranker, Residence, Residency, ResidencyState,
+    Sampling, Speaker, Speech, SpeechRequest, TextPrompt, TokenLogprob, TokenUsage, ToolCallChunk,
+    ToolCallSpec, ToolChoiceSpec, ToolSpec, TopLogprob, TranscribeRequest, Transcriber, Transcript,
+    Unload, UserPart, estimate_tokens, refuse_images, refuse_prompt_scoring,
 };
 pub use error::{StoreError, UnknownValue};
 pub use hashes::{DeviceCodeHash, SessionHash, SetupTokenHash, UserCodeHash};

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use futures::StreamExt as _;
-use svc_core::Engine as _;
+use svc_core::Generator as _;
 use svc_core::engine::{ChatMessage, EngineEvent, EventStream, GenerateRequest, Sampling};
 use svc_engine_llama::{CompletionParams, KvType, LlamaEngine, LlamaEngineOptions};
 

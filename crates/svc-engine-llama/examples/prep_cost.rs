@@ -23,7 +23,7 @@
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use svc_core::Engine as _;
+use svc_core::Generator as _;
 use svc_core::engine::{ChatMessage, GenerateRequest, TextPrompt};
 use svc_engine_llama::testing::{TINY_TEMPLATE, TinyModel};
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};

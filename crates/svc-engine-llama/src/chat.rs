@@ -1,4 +1,4 @@
-//! The chat layer of [`Engine::generate`](svc_core::engine::Engine): what
+//! The chat layer of [`Generator::generate`](svc_core::engine::Generator): what
 //! turns a typed chat request into one or two raw completions and their
 //! output into reasoning, text and tool-call events.
 //!

@@ -58,7 +58,7 @@ impl LlamaCounter {
         })
     }
 
-    /// The prompt tokens of `request`: exactly what `Engine::count_tokens`
+    /// The prompt tokens of `request`: exactly what `Generator::count_tokens`
     /// of the engine loaded with the same options says. This blocks while
     /// the prompt is rendered and tokenized.
     pub fn count(&self, request: &GenerateRequest) -> Result<u64, EngineError> {

@@ -1,6 +1,6 @@
 //! [`LlamaEmbedder`]: an embedding model (BERT and its kin, a GGUF with a
 //! pooling type) run in-process by llama.cpp, behind svc-core's `Engine`
-//! trait as `Engine::embed`.
+//! trait as `Embedder::embed`.
 //!
 //! Requests are tokenized on a blocking thread (never on an async worker),
 //! checked against the model's context (an input far past it refused
@@ -29,8 +29,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
-    EmbedInput, EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream,
-    GenerateRequest,
+    EmbedInput, EmbedRequest, Embedder, Embeddings, Engine, EngineError, EngineStatus, Generator,
+    Reranker, Speaker, Transcriber,
 };
 use tokio::sync::oneshot;
 
@@ -261,14 +261,7 @@ impl Drop for LlamaEmbedder {
 }
 
 #[async_trait]
-impl Engine for LlamaEmbedder {
-    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
-        Err(EngineError::InvalidRequest {
-            param: Some("model".into()),
-            message: "this model makes embeddings, not text; use POST /v1/embeddings".into(),
-        })
-    }
-
+impl Embedder for LlamaEmbedder {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         if let Some(d) = request.dimensions.filter(|&d| d != self.info.dimensions) {
             return Err(EngineError::InvalidRequest {
@@ -302,13 +295,28 @@ impl Engine for LlamaEmbedder {
             prompt_tokens,
         })
     }
+}
 
-    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
-        let _ = request;
-        Err(EngineError::InvalidRequest {
-            param: Some("model".into()),
-            message: "this model makes embeddings, not text".into(),
-        })
+/// An embedding model embeds, and does nothing else.
+impl Engine for LlamaEmbedder {
+    fn generator(&self) -> Option<&dyn Generator> {
+        None
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        Some(self)
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

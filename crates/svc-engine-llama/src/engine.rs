@@ -23,8 +23,9 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
-    ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
-    PrefixCacheStatus, Sampling, TextPrompt, ToolChoiceSpec, ToolSpec,
+    ChatMessage, Embedder, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
+    Generator, PrefixCacheStatus, Reranker, Sampling, Speaker, TextPrompt, ToolChoiceSpec,
+    ToolSpec, Transcriber,
 };
 use svc_gguf::cache::{self, Prepared};
 use svc_gguf::repack::RepackTarget;
@@ -103,7 +104,7 @@ pub struct ModelInfo {
 
 /// A raw completion: a prompt that is already text, and how to continue it.
 ///
-/// [`Engine::generate`] is `render_prompt` followed by this; a caller that
+/// [`Generator::generate`] is `render_prompt` followed by this; a caller that
 /// needs more than one pass (reasoning, then an answer) uses it directly.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CompletionParams {
@@ -742,7 +743,7 @@ impl LlamaEngine {
     }
 
     /// The prompt tokens of a conversation rendered as [`LlamaEngine::render_prompt`]
-    /// renders it and tokenized as [`Engine::generate`] tokenizes: every
+    /// renders it and tokenized as [`Generator::generate`] tokenizes: every
     /// string of the messages and tools is plain text, only the template's
     /// own markup becomes control tokens.
     pub fn chat_tokens(
@@ -775,7 +776,7 @@ impl LlamaEngine {
 }
 
 #[async_trait]
-impl Engine for LlamaEngine {
+impl Generator for LlamaEngine {
     /// Renders the conversation (tools, reasoning and response format
     /// included, see `chat`) and starts its first pass.
     ///
@@ -803,7 +804,7 @@ impl Engine for LlamaEngine {
         started
     }
 
-    /// Exactly the prompt tokens [`Engine::generate`] would start from:
+    /// Exactly the prompt tokens [`Generator::generate`] would start from:
     /// the conversation and tools prepared and rendered with the model's
     /// chat template as the answer is (reasoning switch included), then
     /// tokenized. A reasoning pass, when the template has none, renders
@@ -825,6 +826,35 @@ impl Engine for LlamaEngine {
             .map_err(|e| EngineError::Internal(format!("counting tokens failed: {e}")))?;
         guard.disarm();
         counted
+    }
+
+    /// No vision yet: a request with images is refused (`refuse_images`).
+    fn sees_images(&self) -> bool {
+        false
+    }
+}
+
+/// A chat model generates; it makes no embeddings, reranks nothing, hears
+/// and says nothing.
+impl Engine for LlamaEngine {
+    fn generator(&self) -> Option<&dyn Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

@@ -11,8 +11,8 @@
 )]
 
 use svc_core::engine::{
-    ChatMessage, EmbedInput, EmbedRequest, Engine, EngineError, GenerateRequest, Sampling,
-    TextPrompt,
+    ChatMessage, EmbedInput, EmbedRequest, Embedder, EngineError, GenerateRequest, Generator,
+    Sampling, TextPrompt,
 };
 use svc_core::limits::MAX_MESSAGE_BYTES;
 use svc_engine_llama::testing::TinyModel;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use svc_core::engine::{
-    ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
+    ChatMessage, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest, Generator,
     OutputFormat, Sampling, TokenLogprob, TokenUsage, ToolCallChunk, ToolCallSpec, ToolChoiceSpec,
     ToolSpec,
 };

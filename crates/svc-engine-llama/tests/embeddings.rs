@@ -14,7 +14,7 @@
 
 use std::path::PathBuf;
 
-use svc_core::engine::{EmbedInput, EmbedRequest, Engine, EngineError, GenerateRequest};
+use svc_core::engine::{Capability, EmbedInput, EmbedRequest, Embedder, Engine, EngineError};
 use svc_engine_llama::testing::{TINY_BERT_CONTEXT, TINY_BERT_DIMENSIONS, tiny_bert};
 use svc_engine_llama::{LlamaEmbedder, is_embedding_model};
 use tempfile::TempDir;
@@ -183,8 +183,12 @@ async fn inputs_beyond_the_context_or_vocabulary_and_other_lengths_are_refused()
     let mut same = texts(&["a"]);
     same.dimensions = Some(TINY_BERT_DIMENSIONS as u32);
     assert!(f.embedder.embed(same).await.is_ok());
-    let chat = f.embedder.generate(GenerateRequest::default()).await;
-    assert_eq!(invalid_param(chat.err().unwrap()), "model");
+    // It offers embeddings and nothing else: asked for text, the client's
+    // 400 naming `model`.
+    let engine: &dyn Engine = &f.embedder;
+    assert_eq!(engine.offered(), vec![Capability::Embedding]);
+    let chat = engine.generating("svc-embed").err().unwrap();
+    assert_eq!(invalid_param(chat), "model");
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use svc_core::engine::{
     ChatMessage, Engine, EngineError, EngineEvent, EventStream, FinishReason, GenerateRequest,
-    OutputFormat, Sampling, TokenUsage, ToolChoiceSpec,
+    Generator, OutputFormat, Sampling, TokenUsage, ToolChoiceSpec,
 };
 use svc_engine_llama::testing::{self, TinyModel};
 use svc_engine_llama::{

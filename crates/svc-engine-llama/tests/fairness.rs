@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use svc_core::engine::{
-    ChatMessage, Engine, EngineEvent, EventStream, GenerateRequest, PromptLogprob, Sampling,
+    ChatMessage, EngineEvent, EventStream, GenerateRequest, Generator, PromptLogprob, Sampling,
     TextPrompt,
 };
 use svc_engine_llama::LlamaEngine;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use serde_json::json;
 use svc_core::engine::{
-    ChatMessage, Engine, EngineError, EngineEvent, GenerateRequest, OutputFormat, Sampling,
+    ChatMessage, EngineError, EngineEvent, GenerateRequest, Generator, OutputFormat, Sampling,
     ToolChoiceSpec,
 };
 use svc_engine_llama::testing::TinyModel;

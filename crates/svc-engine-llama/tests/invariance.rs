@@ -17,7 +17,9 @@
 use std::path::{Path, PathBuf};
 
 use futures::{Stream, StreamExt as _};
-use svc_core::engine::{ChatMessage, Engine, EngineError, EngineEvent, GenerateRequest, Sampling};
+use svc_core::engine::{
+    ChatMessage, EngineError, EngineEvent, GenerateRequest, Generator, Sampling,
+};
 use svc_engine_llama::testing::{self, TinyModel};
 use svc_engine_llama::{LlamaEngine, LlamaEngineOptions};
 use tempfile::TempDir;

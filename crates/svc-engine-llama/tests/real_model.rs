@@ -17,7 +17,7 @@
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use svc_core::engine::{
-    ChatMessage, Engine, EngineEvent, FinishReason, GenerateRequest, OutputFormat, Sampling,
+    ChatMessage, EngineEvent, FinishReason, GenerateRequest, Generator, OutputFormat, Sampling,
     TextPrompt, TokenUsage, ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_llama::testing;

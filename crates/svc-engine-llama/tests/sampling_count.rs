@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use serde_json::json;
 use svc_core::engine::{
-    ChatMessage, Engine, EngineEvent, GenerateRequest, Sampling, TokenUsage, ToolCallSpec,
+    ChatMessage, EngineEvent, GenerateRequest, Generator, Sampling, TokenUsage, ToolCallSpec,
     ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_llama::testing::TinyModel;

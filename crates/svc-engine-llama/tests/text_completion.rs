@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use svc_core::engine::{
-    Engine, EngineError, EngineEvent, FinishReason, GenerateRequest, PromptLogprob, Sampling,
+    EngineError, EngineEvent, FinishReason, GenerateRequest, Generator, PromptLogprob, Sampling,
     TextPrompt, TokenUsage,
 };
 use svc_engine_llama::testing::TinyModel;

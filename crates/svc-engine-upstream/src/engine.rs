@@ -19,9 +19,9 @@ use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request};
 use svc_core::trace::{SpanKind, Value};
 use svc_core::{
-    EmbedRequest, Embeddings, EndpointStatus, Engine, EngineError, EngineEvent, EngineStatus,
-    EventStream, GenerateRequest, RerankRequest, Reranked, Speech, SpeechRequest,
-    TranscribeRequest, Transcript,
+    EmbedRequest, Embedder, Embeddings, EndpointStatus, Engine, EngineError, EngineEvent,
+    EngineStatus, EventStream, GenerateRequest, Generator, RerankRequest, Reranked, Reranker,
+    Speaker, Speech, SpeechRequest, TranscribeRequest, Transcriber, Transcript,
 };
 use tokio::time::{Instant, timeout, timeout_at};
 
@@ -509,7 +509,7 @@ fn idle(limit: Duration) -> Failure {
 }
 
 #[async_trait]
-impl Engine for UpstreamEngine {
+impl Generator for UpstreamEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         if request.n > 1 {
             // The translation follows one choice; several would need their
@@ -582,6 +582,22 @@ impl Engine for UpstreamEngine {
         Err(error::exhausted(worst.as_ref()))
     }
 
+    /// The estimate ([`svc_core::estimate_tokens`], the same as the prompt
+    /// usage of a reply that reports none): an OpenAI-compatible upstream
+    /// has no endpoint that counts a chat's tokens, and its tokenizer is not
+    /// known here.
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        Ok(svc_core::estimate_tokens(request))
+    }
+
+    /// The images are sent on; an upstream without vision refuses them.
+    fn sees_images(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait]
+impl Embedder for UpstreamEngine {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         self.whole(
             "embeddings",
@@ -594,7 +610,10 @@ impl Engine for UpstreamEngine {
         )
         .await
     }
+}
 
+#[async_trait]
+impl Reranker for UpstreamEngine {
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
         self.whole(
             "rerank",
@@ -607,7 +626,10 @@ impl Engine for UpstreamEngine {
         )
         .await
     }
+}
 
+#[async_trait]
+impl Transcriber for UpstreamEngine {
     async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
         let what = if request.translate {
             "translation"
@@ -636,7 +658,10 @@ impl Engine for UpstreamEngine {
         )
         .await
     }
+}
 
+#[async_trait]
+impl Speaker for UpstreamEngine {
     async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
         let request = &request;
         let (started, lease) = self
@@ -678,11 +703,30 @@ impl Engine for UpstreamEngine {
             audio,
         })
     }
+}
 
-    // `count_tokens` is the trait's estimate (`svc_core::estimate_tokens`,
-    // the same as the prompt usage of a reply that reports none): an
-    // OpenAI-compatible upstream has no endpoint that counts a chat's
-    // tokens, and its tokenizer is not known here.
+/// An upstream is asked for whatever its clients ask: it offers every
+/// capability, and the endpoints answer for what they serve.
+impl Engine for UpstreamEngine {
+    fn generator(&self) -> Option<&dyn Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        Some(self)
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        Some(self)
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        Some(self)
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        Some(self)
+    }
 
     fn name(&self) -> &str {
         "upstream"

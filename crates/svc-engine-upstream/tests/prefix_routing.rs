@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use svc_core::{ChatMessage, Engine, EngineEvent, EventStream, GenerateRequest};
+use svc_core::{ChatMessage, Engine, EngineEvent, EventStream, GenerateRequest, Generator};
 use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamOptions};
 use svc_test_support::{FakeUpstream, Reply};
 

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 use svc_core::{
-    ChatMessage, EmbedInput, EmbedRequest, Engine, EngineError, EngineEvent, EventStream,
-    FinishReason, GenerateRequest, OutputFormat, RerankRequest, Sampling, TextPrompt, TokenUsage,
-    ToolCallChunk, ToolChoiceSpec, ToolSpec,
+    ChatMessage, EmbedInput, EmbedRequest, Embedder, Engine, EngineError, EngineEvent, EventStream,
+    FinishReason, GenerateRequest, Generator, OutputFormat, RerankRequest, Reranker, Sampling,
+    TextPrompt, TokenUsage, ToolCallChunk, ToolChoiceSpec, ToolSpec,
 };
 use svc_engine_upstream::{EndpointConfig, UpstreamEngine, UpstreamKey, UpstreamOptions};
 use svc_test_support::{

@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use svc_core::{
-    ChatMessage, Engine, EngineError, EventStream, GenerateRequest, KeyRecord, ReasoningEffort,
-    TokenUsage, Tokens,
+    Capability, ChatMessage, Engine, EngineError, EventStream, GenerateRequest, KeyRecord,
+    ReasoningEffort, TokenUsage, Tokens,
 };
 
 use crate::budget::{BudgetSlot, Budgets, Charge, Spent};
@@ -56,6 +56,8 @@ impl From<Spent> for Refusal {
 /// for the model its form names.
 pub struct UploadGate {
     models: Arc<ModelRegistry>,
+    /// What the model must do with the upload.
+    capability: Capability,
     budgets: Budgets,
     key: KeyRecord,
     /// A spend budget found spent: it refuses a model with a price.
@@ -65,11 +67,17 @@ pub struct UploadGate {
 impl UploadGate {
     /// Refuses `model` as the admission of the work would, before the
     /// upload's file is written (or while it is): a model the key may not
-    /// use is one that does not exist ([`Admission::usable`]), and a spent
-    /// spend budget refuses a model with a price.
+    /// use is one that does not exist ([`Admission::usable`]), one that
+    /// cannot do the work is refused as [`Admission::serving`] refuses it,
+    /// and a spent spend budget refuses a model with a price.
     pub fn model(&self, model: &str) -> Result<(), Refusal> {
-        if self.models.get(model).is_none() || !self.key.may_use(model) {
+        let Some(route) = self.models.get(model).filter(|_| self.key.may_use(model)) else {
             return Err(Refusal::ModelNotFound(model.to_owned()));
+        };
+        if !route.engine.offers(self.capability) {
+            return Err(Refusal::Engine(
+                route.engine.refusal(model, self.capability),
+            ));
         }
         match self.spent_spend {
             Some(spent) if self.budgets.priced(model) => Err(Refusal::Spent(spent)),
@@ -135,15 +143,38 @@ impl Admission {
             .ok_or_else(|| Refusal::ModelNotFound(model.to_owned()))
     }
 
-    /// Admits an upload before a byte of it is kept: what holds whatever
-    /// the model (the key's rate limits are counted before, by the route) —
-    /// a spent budget of tokens refuses it here. The model, which a form
-    /// names in a field of its own, perhaps after its file, is checked by
-    /// the [`UploadGate`] as soon as that field is read.
-    pub async fn admit_upload(&self, key: &KeyRecord) -> Result<UploadGate, Refusal> {
+    /// `model`'s route when the key may use it ([`Admission::usable`])
+    /// and its engine offers `capability`; otherwise the engine's refusal
+    /// ([`Engine::refusal`]), the same on every endpoint.
+    pub fn serving(
+        &self,
+        key: &KeyRecord,
+        model: &str,
+        capability: Capability,
+    ) -> Result<&ModelRoute, Refusal> {
+        let route = self.usable(key, model)?;
+        if route.engine.offers(capability) {
+            Ok(route)
+        } else {
+            Err(Refusal::Engine(route.engine.refusal(model, capability)))
+        }
+    }
+
+    /// Admits an upload for work of `capability` before a byte of it is
+    /// kept: what holds whatever the model (the key's rate limits are
+    /// counted before, by the route) — a spent budget of tokens refuses it
+    /// here. The model, which a form names in a field of its own, perhaps
+    /// after its file, is checked by the [`UploadGate`] as soon as that
+    /// field is read.
+    pub async fn admit_upload(
+        &self,
+        key: &KeyRecord,
+        capability: Capability,
+    ) -> Result<UploadGate, Refusal> {
         let spent_spend = self.budgets.refuse_spent_before_model(key).await?;
         Ok(UploadGate {
             models: self.models.clone(),
+            capability,
             budgets: self.budgets.clone(),
             key: key.clone(),
             spent_spend,
@@ -232,12 +263,13 @@ impl Admission {
         W: FnOnce(&Arc<dyn Engine>, &GenerateRequest) -> F,
         F: FnOnce(EventStream) -> EventStream,
     {
-        let asked = self.usable(key, model)?;
+        let asked = self.serving(key, model, Capability::Generation)?;
         let fallbacks = asked.fallbacks.clone();
-        // The models to try: the one asked for, then its fallbacks the key may use.
+        // The models to try: the one asked for, then its fallbacks the key
+        // may use that generate.
         let mut candidates = vec![model.to_owned()];
         for fallback in &fallbacks.models {
-            if self.usable(key, fallback).is_ok() {
+            if self.serving(key, fallback, Capability::Generation).is_ok() {
                 candidates.push(fallback.clone());
             }
         }
@@ -256,6 +288,10 @@ impl Admission {
                 },
             };
             let route = self.routed(key, &candidate, &mut request)?;
+            let generator = route
+                .engine
+                .generating(&candidate)
+                .map_err(Refusal::Engine)?;
             // One key's requests share the engine's per-client share of its slots.
             request.client = Some(key.id.to_string());
             request.background = crate::scoped::in_batch();
@@ -279,17 +315,13 @@ impl Admission {
             }
             let started = if last {
                 let wrap = wrap.take().map(|w| w(&route.engine, &request));
-                route
-                    .engine
-                    .generate(request)
-                    .await
-                    .map(|events| match wrap {
-                        Some(w) => w(events),
-                        None => events,
-                    })
+                generator.generate(request).await.map(|events| match wrap {
+                    Some(w) => w(events),
+                    None => events,
+                })
             } else {
                 // With a fallback left, the first event decides.
-                match route.engine.generate(request.clone()).await {
+                match generator.generate(request.clone()).await {
                     Ok(events) => first_event(events).await.map(|events| match wrap.take() {
                         Some(w) => w(&route.engine, &request)(events),
                         None => events,
@@ -522,7 +554,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl Engine for Scripted {
+    impl svc_core::Generator for Scripted {
         async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
             self.asked.lock().unwrap().push(request);
             let answer = {
@@ -539,6 +571,32 @@ mod tests {
 
         async fn count_tokens(&self, _: &GenerateRequest) -> Result<u64, EngineError> {
             Ok(self.prompt_tokens)
+        }
+
+        fn sees_images(&self) -> bool {
+            false
+        }
+    }
+
+    impl Engine for Scripted {
+        fn generator(&self) -> Option<&dyn svc_core::Generator> {
+            Some(self)
+        }
+
+        fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+            None
+        }
+
+        fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+            None
+        }
+
+        fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+            None
+        }
+
+        fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+            None
         }
 
         fn name(&self) -> &str {

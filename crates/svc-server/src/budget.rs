@@ -245,10 +245,13 @@ impl Budgets {
             .saturating_mul(i64::from(request.n.max(1)));
         // A prompt the engine cannot count (too long, say) fails in the
         // engine next; until then the plain estimate stands in.
-        let prompt = engine
-            .count_tokens(request)
-            .await
-            .unwrap_or_else(|_| estimate_tokens(request));
+        let prompt = match engine.generator() {
+            Some(generator) => generator
+                .count_tokens(request)
+                .await
+                .unwrap_or_else(|_| estimate_tokens(request)),
+            None => estimate_tokens(request),
+        };
         let prompt = i64::try_from(prompt).unwrap_or(i64::MAX);
         self.charge_tokens(key, model, prompt, reply, slot).await
     }

@@ -118,10 +118,41 @@ mod tests {
     struct Idle;
 
     #[async_trait::async_trait]
-    impl Engine for Idle {
+    impl svc_core::Generator for Idle {
         async fn generate(&self, _: GenerateRequest) -> Result<EventStream, EngineError> {
             Err(EngineError::Unavailable("idle".into()))
         }
+
+        async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+            Ok(svc_core::estimate_tokens(request))
+        }
+
+        fn sees_images(&self) -> bool {
+            false
+        }
+    }
+
+    impl Engine for Idle {
+        fn generator(&self) -> Option<&dyn svc_core::Generator> {
+            Some(self)
+        }
+
+        fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+            None
+        }
+
+        fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+            None
+        }
+
+        fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+            None
+        }
+
+        fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+            None
+        }
+
         fn name(&self) -> &str {
             "idle"
         }

@@ -1366,12 +1366,45 @@ impl svc_core::Residence for FakeResidence {
 struct FakeLocal(std::sync::Arc<FakeResidence>);
 
 #[async_trait::async_trait]
-impl svc_core::Engine for FakeLocal {
+impl svc_core::Generator for FakeLocal {
     async fn generate(
         &self,
         _: svc_core::GenerateRequest,
     ) -> Result<svc_core::EventStream, svc_core::EngineError> {
         Err(svc_core::EngineError::Unavailable("not generating".into()))
+    }
+
+    async fn count_tokens(
+        &self,
+        request: &svc_core::GenerateRequest,
+    ) -> Result<u64, svc_core::EngineError> {
+        Ok(svc_core::estimate_tokens(request))
+    }
+
+    fn sees_images(&self) -> bool {
+        false
+    }
+}
+
+impl svc_core::Engine for FakeLocal {
+    fn generator(&self) -> Option<&dyn svc_core::Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

@@ -8,8 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use svc_core::engine::{TokenLogprob, TopLogprob};
 use svc_core::{
-    ChatMessage, EmbedInput, EmbedRequest, Embeddings, Engine, EngineError, EngineEvent,
-    EventStream, FinishReason, GenerateRequest, RerankRequest, Reranked, TokenUsage, ToolCallChunk,
+    ChatMessage, EmbedInput, EmbedRequest, Embedder, Embeddings, Engine, EngineError, EngineEvent,
+    EventStream, FinishReason, GenerateRequest, Generator, RerankRequest, Reranked, Reranker,
+    Speaker, TokenUsage, ToolCallChunk, Transcriber,
 };
 use svc_server::{ModelRegistry, ModelRoute};
 
@@ -209,7 +210,7 @@ fn message_tokens(message: &ChatMessage) -> u64 {
 }
 
 #[async_trait]
-impl Engine for FakeEngine {
+impl Generator for FakeEngine {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         let prompt_tokens = self.prompt_tokens(&request);
         if let Script::Refuse(error) = &self.script {
@@ -318,6 +319,33 @@ impl Engine for FakeEngine {
             tokio::time::sleep(delay * 10).await;
         }
         Ok(self.prompt_tokens(request))
+    }
+
+    /// None: an image is refused, as by a model without vision.
+    fn sees_images(&self) -> bool {
+        false
+    }
+}
+
+impl Engine for FakeEngine {
+    fn generator(&self) -> Option<&dyn Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        None
     }
 
     fn name(&self) -> &str {
@@ -433,14 +461,7 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
 pub struct FakeSpeech;
 
 #[async_trait]
-impl Engine for FakeSpeech {
-    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
-        Err(EngineError::InvalidRequest {
-            param: Some("model".into()),
-            message: "this model transcribes and speaks, it does not chat".into(),
-        })
-    }
-
+impl Transcriber for FakeSpeech {
     async fn transcribe(
         &self,
         request: svc_core::TranscribeRequest,
@@ -457,7 +478,10 @@ impl Engine for FakeSpeech {
             seconds: (request.response_format != "text").then(|| heard.div_ceil(32_000) as f64),
         })
     }
+}
 
+#[async_trait]
+impl Speaker for FakeSpeech {
     async fn speak(
         &self,
         request: svc_core::SpeechRequest,
@@ -469,6 +493,28 @@ impl Engine for FakeSpeech {
             content_type: "audio/mpeg".into(),
             audio: Box::pin(futures::stream::iter(pieces)),
         })
+    }
+}
+
+impl Engine for FakeSpeech {
+    fn generator(&self) -> Option<&dyn Generator> {
+        None
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        Some(self)
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        Some(self)
     }
 
     fn name(&self) -> &str {
@@ -506,14 +552,7 @@ pub fn fake_relevance(query: &str, document: &str) -> f32 {
 }
 
 #[async_trait]
-impl Engine for FakeReranker {
-    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
-        Err(EngineError::InvalidRequest {
-            param: Some("model".into()),
-            message: "this model reranks documents, not text; use POST /v1/rerank".into(),
-        })
-    }
-
+impl Reranker for FakeReranker {
     async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
         self.probe.started.fetch_add(1, Ordering::SeqCst);
         if request.background {
@@ -535,6 +574,28 @@ impl Engine for FakeReranker {
             out.scores.push(fake_relevance(&request.query, document));
         }
         Ok(out)
+    }
+}
+
+impl Engine for FakeReranker {
+    fn generator(&self) -> Option<&dyn Generator> {
+        None
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        Some(self)
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        None
     }
 
     fn name(&self) -> &str {
@@ -570,14 +631,7 @@ pub fn fake_vector(text: &str) -> Vec<f32> {
 }
 
 #[async_trait]
-impl Engine for FakeEmbedder {
-    async fn generate(&self, _request: GenerateRequest) -> Result<EventStream, EngineError> {
-        Err(EngineError::InvalidRequest {
-            param: Some("model".into()),
-            message: "this model makes embeddings, not text; use POST /v1/embeddings".into(),
-        })
-    }
-
+impl Embedder for FakeEmbedder {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         self.probe.started.fetch_add(1, Ordering::SeqCst);
         if request.background {
@@ -617,6 +671,28 @@ impl Engine for FakeEmbedder {
             out.vectors.push(fake_vector(&text));
         }
         Ok(out)
+    }
+}
+
+impl Engine for FakeEmbedder {
+    fn generator(&self) -> Option<&dyn Generator> {
+        None
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        Some(self)
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

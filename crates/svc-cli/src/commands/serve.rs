@@ -2,7 +2,6 @@
 //! Ctrl-C, then let in-flight requests finish.
 
 mod embedded;
-mod resident;
 
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use crate::output::{errln, outln};
 use crate::progress::StderrProgress;
 
 use self::embedded::EmbeddedEngines;
-use self::resident::ResidentPool;
+use svc_on_demand::ResidentPool;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let file = FileLayer::load(args.config.as_deref())?;
@@ -142,7 +141,7 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 /// Loads the engines and maps model ids to them: `svc` and `svc-thinking` on
 /// the default model, `svc-embed` on the embedding model, plus every
 /// `[models.<id>]` table (a GGUF file or upstream endpoints). Every GGUF
-/// is a model of one pool (see [`resident`]): the default models are
+/// is a model of one pool (see `svc_on_demand`): the default models are
 /// loaded at start and kept, a table's file when first asked unless
 /// `preload`; ids on the same file share one. The default models are only fetched when
 /// an id still uses them (the embedding model when the chat model is the
@@ -217,7 +216,7 @@ async fn load_models(settings: &ServeConfig) -> anyhow::Result<ModelRegistry> {
         pool: ResidentPool::sharing(
             memory,
             engine.load_timeout,
-            resident::Sharing {
+            svc_on_demand::Sharing {
                 max_hold: engine.max_hold,
                 loads_per_minute: engine.max_loads_per_minute,
             },
@@ -316,7 +315,7 @@ impl LocalModels<'_> {
             .embedded
             .counter(file)
             .with_context(|| format!("models.{id}"))?;
-        let engine = self.pool.add(resident::Model {
+        let engine = self.pool.add(svc_on_demand::Model {
             id: id.to_owned(),
             file: file.path.display().to_string(),
             estimate: self
@@ -326,6 +325,7 @@ impl LocalModels<'_> {
                 .unwrap_or(0),
             keep_alive: file.keep_alive(),
             name: "llama".into(),
+            offers: self.embedded.offers(file),
             loader,
             counter: Some(counter),
         });

@@ -201,13 +201,9 @@ impl Default for EngineConfig {
 /// Default wait for a model loaded on demand: 2 minutes.
 pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Default hold of a model another waits for: 1 minute (half of
-/// [`DEFAULT_LOAD_TIMEOUT`], so that the waiting model's requests are
-/// answered).
-pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
-
-/// Default loads of one model in any minute: 6.
-pub const DEFAULT_MAX_LOADS_PER_MINUTE: u32 = 6;
+// Half of DEFAULT_LOAD_TIMEOUT, so that the waiting model's requests are
+// answered.
+pub use svc_on_demand::{DEFAULT_MAX_HOLD, DEFAULT_MAX_LOADS_PER_MINUTE};
 
 fn models_memory<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     svc_core::config::byte_count::deserialize(d).map(Some)

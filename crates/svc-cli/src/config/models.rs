@@ -129,16 +129,7 @@ pub struct FileModelConfig {
 /// Ollama's 5 minutes.
 pub const DEFAULT_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// How long an idle model loaded on demand stays loaded (Ollama's
-/// `keep_alive`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KeepAlive {
-    /// Pinned: never unloaded, never evicted.
-    #[default]
-    Forever,
-    /// Unloaded this long after its last request ends (zero: at once).
-    For(std::time::Duration),
-}
+pub use svc_on_demand::KeepAlive;
 
 /// `forever`, `0` or a duration (`30s`, `5m`, `1h`).
 mod keep_alive {

@@ -203,7 +203,7 @@ impl Drop for StopGuard {
 }
 
 #[async_trait]
-impl Engine for Recorder {
+impl svc_core::Generator for Recorder {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         let mut seen = Vec::new();
         let mut users = Vec::new();
@@ -244,6 +244,36 @@ impl Engine for Recorder {
                 usage: TokenUsage { prompt_tokens: 1, completion_tokens: 1, ..TokenUsage::default() },
             });
         }))
+    }
+
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        Ok(svc_core::estimate_tokens(request))
+    }
+
+    fn sees_images(&self) -> bool {
+        false
+    }
+}
+
+impl Engine for Recorder {
+    fn generator(&self) -> Option<&dyn svc_core::Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

@@ -25,7 +25,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt as _;
-use svc_core::{KeyRecord, TokenUsage, Tokens};
+use svc_core::{Capability, KeyRecord, TokenUsage, Tokens};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -96,7 +96,10 @@ async fn transcribe(
     // Before a byte of the body is read (the rate limits were counted by
     // `limited`): a spent budget refuses the upload, and the gate checks
     // the form's model as soon as its field is read.
-    let gate = state.admission.admit_upload(&key).await?;
+    let gate = state
+        .admission
+        .admit_upload(&key, Capability::Transcription)
+        .await?;
     let place = state.batches.uploads.admit(&key.id)?;
     let boundary = request
         .headers()
@@ -156,7 +159,10 @@ async fn send(
     } = valid::transcription(fields, translate)?;
     crate::request_log::note_model(&model);
     let file = file.ok_or_else(|| svc_core::ValidationError::new("file", "file is required"))?;
-    let route = state.admission.usable(&key, &model)?;
+    let route = state
+        .admission
+        .serving(&key, &model, Capability::Transcription)?;
+    let transcriber = route.engine.transcribing(&model)?;
     transcribe.audio = file.audio.clone();
     transcribe.client = Some(key.id.to_string());
     let length = file.length;
@@ -179,7 +185,7 @@ async fn send(
         } else {
             "transcribe audio"
         },
-        route.engine.transcribe(transcribe),
+        transcriber.transcribe(transcribe),
         |transcript| TokenUsage {
             audio_seconds: seconds(length.billed(transcript.seconds)),
             ..TokenUsage::default()
@@ -237,7 +243,8 @@ async fn speak(
         ApiJson::<svc_api::audio::SpeechRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
     let valid::Speech { model, mut speak } = valid::speech(body)?;
-    let route = state.admission.usable(&key, &model)?;
+    let route = state.admission.serving(&key, &model, Capability::Speech)?;
+    let speaker = route.engine.speaking(&model)?;
     speak.client = Some(key.id.to_string());
     let characters = speak.input.chars().count() as u64;
     let (speech, _) = whole(
@@ -254,7 +261,7 @@ async fn speak(
             },
         ),
         "synthesize speech",
-        route.engine.speak(speak),
+        speaker.speak(speak),
         |_| TokenUsage {
             characters,
             ..TokenUsage::default()

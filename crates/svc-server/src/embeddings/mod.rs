@@ -11,7 +11,7 @@ use axum::response::Response;
 use base64::Engine as _;
 use svc_api::EmbeddingRequest;
 use svc_api::embeddings::{Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector};
-use svc_core::KeyRecord;
+use svc_core::{Capability, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -61,7 +61,10 @@ async fn answer(
         base64,
         mut embed,
     } = ValidEmbeddingRequest::try_from(body)?;
-    let route = state.admission.usable(&key, &model)?;
+    let route = state
+        .admission
+        .serving(&key, &model, Capability::Embedding)?;
+    let embedder = route.engine.embedding(&model)?;
     embed.client = Some(key.id.to_string());
     embed.background = crate::scoped::in_batch();
     let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
@@ -73,7 +76,7 @@ async fn answer(
         &metering,
         (arrived, svc_core::Tokens::prompt_only(estimate)),
         "create embeddings",
-        route.engine.embed(embed),
+        embedder.embed(embed),
         |embeddings| svc_core::TokenUsage::prompt_only(embeddings.prompt_tokens),
     )
     .await?;

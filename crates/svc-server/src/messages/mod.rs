@@ -196,6 +196,10 @@ async fn count(
         .admission
         .routed(&key, &request.model, &mut generate)
         .map_err(ApiError::from)?;
+    let generator = route
+        .engine
+        .generating(&request.model)
+        .map_err(ApiError::from)?;
     state
         .admission
         .budgets
@@ -203,7 +207,7 @@ async fn count(
         .await
         .map_err(ApiError::from)?;
     let _place = state.counting.enter(&key.id).await?;
-    let input_tokens = route.engine.count_tokens(&generate).await?;
+    let input_tokens = generator.count_tokens(&generate).await?;
     Ok(json_response(&CountTokensResponse { input_tokens }))
 }
 

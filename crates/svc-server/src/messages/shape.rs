@@ -89,7 +89,10 @@ pub fn stop_sequences(
                         if let Ok(mut slot) = stopped_by.lock() {
                             *slot = Some(stop);
                         }
-                        let prompt_tokens = engine.count_tokens(&request).await.unwrap_or(0);
+                        let prompt_tokens = match engine.generator() {
+                            Some(generator) => generator.count_tokens(&request).await.unwrap_or(0),
+                            None => 0,
+                        };
                         yield Ok(EngineEvent::Finish {
                             reason: FinishReason::Stop,
                             usage: TokenUsage { prompt_tokens, completion_tokens: pieces, ..TokenUsage::default() },

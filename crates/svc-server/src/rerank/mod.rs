@@ -11,7 +11,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::response::Response;
 use svc_api::RerankResponse;
 use svc_api::rerank::{RerankDocument, RerankResult, RerankUsage};
-use svc_core::KeyRecord;
+use svc_core::{Capability, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -97,7 +97,10 @@ async fn answer(
         return_documents,
         mut rerank,
     } = ValidRerankRequest::try_from(body)?;
-    let route = state.admission.usable(&key, &model)?;
+    let route = state
+        .admission
+        .serving(&key, &model, Capability::Reranking)?;
+    let reranker = route.engine.reranking(&model)?;
     rerank.client = Some(key.id.to_string());
     rerank.background = crate::scoped::in_batch();
     let estimate = rerank.estimate_tokens();
@@ -112,7 +115,7 @@ async fn answer(
         (arrived, svc_core::Tokens::prompt_only(estimate)),
         "rerank documents",
         async {
-            let reranked = route.engine.rerank(rerank).await?;
+            let reranked = reranker.rerank(rerank).await?;
             if reranked.scores.len() == count {
                 Ok(reranked)
             } else {

@@ -43,6 +43,7 @@ mod auth;
 mod batches;
 mod budgets;
 mod cached_tokens;
+mod capabilities;
 mod chat;
 mod completions;
 mod dashboard;

@@ -500,9 +500,39 @@ async fn over_the_rate_limit_is_a_rate_limit_error() {
 struct Refusing(EngineError);
 
 #[async_trait]
-impl Engine for Refusing {
+impl svc_core::Generator for Refusing {
     async fn generate(&self, _: GenerateRequest) -> Result<EventStream, EngineError> {
         Err(self.0.clone())
+    }
+
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        Ok(svc_core::estimate_tokens(request))
+    }
+
+    fn sees_images(&self) -> bool {
+        false
+    }
+}
+
+impl Engine for Refusing {
+    fn generator(&self) -> Option<&dyn svc_core::Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

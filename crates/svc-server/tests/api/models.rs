@@ -101,9 +101,39 @@ impl Residence for Resident {
 struct LocalEngine(Option<Arc<Resident>>);
 
 #[async_trait::async_trait]
-impl Engine for LocalEngine {
+impl svc_core::Generator for LocalEngine {
     async fn generate(&self, _: GenerateRequest) -> Result<EventStream, EngineError> {
         Err(EngineError::Unavailable("not a generating model".into()))
+    }
+
+    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
+        Ok(svc_core::estimate_tokens(request))
+    }
+
+    fn sees_images(&self) -> bool {
+        false
+    }
+}
+
+impl Engine for LocalEngine {
+    fn generator(&self) -> Option<&dyn svc_core::Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+        None
+    }
+
+    fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+        None
+    }
+
+    fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+        None
+    }
+
+    fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+        None
     }
 
     fn name(&self) -> &str {

@@ -22,14 +22,14 @@ mod engines {
     use std::sync::Arc;
 
     use anyhow::Context;
-    use svc_core::Engine;
     use svc_core::engine::EngineError;
+    use svc_core::{Capability, Engine};
     use svc_engine_llama::{
         LlamaCounter, LlamaEmbedder, LlamaEngine, LlamaEngineOptions, ReasoningFormat, ToolFormat,
     };
 
-    use super::super::resident::{Count, CounterLoader, Loaded, Loader};
     use crate::config::{EngineConfig, FileModelConfig, KvType};
+    use svc_on_demand::{Count, CounterLoader, Loaded, Loader};
 
     /// The engine's options for the GGUF `file`; a wrong format name is
     /// an error naming its key.
@@ -100,7 +100,17 @@ mod engines {
             svc_engine_llama::memory_estimate(&options(self.settings, file).ok()?)
         }
 
-        /// The loader of the GGUF `file` (see `resident`): each call loads
+        /// What the model of `file` will offer once loaded: an embedding
+        /// model's embeddings, else generation.
+        pub fn offers(&self, file: &FileModelConfig) -> Vec<Capability> {
+            if svc_engine_llama::is_embedding_model(&file.path) {
+                vec![Capability::Embedding]
+            } else {
+                vec![Capability::Generation]
+            }
+        }
+
+        /// The loader of the GGUF `file` (see `svc_on_demand`): each call loads
         /// it anew on a blocking thread (an embedding model's embedder,
         /// else the chat engine), its size being what the engine says it
         /// holds. The format names are checked now.
@@ -142,7 +152,7 @@ mod engines {
 
     impl EmbeddedEngines<'_> {
         /// The prompt counter of the GGUF `file` while it is not loaded
-        /// (see `resident`): its vocabulary read alone, on a blocking
+        /// (see `svc_on_demand`): its vocabulary read alone, on a blocking
         /// thread, counting as its engine does; an embedding model's
         /// refuses as its embedder does.
         pub fn counter(&self, file: &FileModelConfig) -> anyhow::Result<CounterLoader> {
@@ -202,7 +212,9 @@ mod engines {
 
 #[cfg(not(feature = "embedded"))]
 mod engines {
-    use super::super::resident::{CounterLoader, Loader};
+    use svc_core::Capability;
+    use svc_on_demand::{CounterLoader, Loader};
+
     use crate::config::{EngineConfig, FileModelConfig};
 
     /// Without the embedded engine there are none.
@@ -232,6 +244,11 @@ mod engines {
         /// Never reached: [`new`](Self::new) refused every id this would load.
         pub fn estimate(&self, _file: &FileModelConfig) -> Option<u64> {
             None
+        }
+
+        /// Never reached: [`new`](Self::new) refused every id this would load.
+        pub fn offers(&self, _file: &FileModelConfig) -> Vec<Capability> {
+            Vec::new()
         }
 
         /// Never reached: [`new`](Self::new) refused every id this would load.

@@ -1,8 +1,15 @@
-//! The Engine boundary: what the server asks of anything that generates text.
+//! The Engine boundary: what the server asks of a model.
 //!
-//! An engine gets a request that was already validated and yields a stream of
-//! events. It never sees HTTP or JSON bodies; the server never sees tokens.
-//! Dropping the stream cancels the generation.
+//! An engine offers the capabilities its model has (see [`capability`]):
+//! generation, embeddings, reranking, transcription, speech. It gets
+//! requests that were already validated and answers with typed results
+//! (a generation with a stream of events). It never sees HTTP or JSON
+//! bodies; the server never sees tokens. Dropping a stream cancels the
+//! generation.
+
+mod capability;
+
+pub use capability::{Capability, Embedder, Engine, Generator, Reranker, Speaker, Transcriber};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -634,83 +641,6 @@ impl std::fmt::Debug for Speech {
         f.debug_struct("Speech")
             .field("content_type", &self.content_type)
             .finish_non_exhaustive()
-    }
-}
-
-/// Anything that turns a validated request into a stream of events.
-#[async_trait]
-pub trait Engine: Send + Sync + 'static {
-    /// Starts a generation. An error here means nothing was generated.
-    async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError>;
-
-    /// The vectors of `request`'s inputs. An engine whose model makes no
-    /// embeddings refuses with `InvalidRequest` naming `model`.
-    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
-        let _ = request;
-        Err(EngineError::InvalidRequest {
-            param: Some("model".to_owned()),
-            message: "this model does not create embeddings".to_owned(),
-        })
-    }
-
-    /// The relevance of each of `request`'s documents to its query. An
-    /// engine whose model does not rerank refuses with `InvalidRequest`
-    /// naming `model`.
-    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
-        let _ = request;
-        Err(EngineError::InvalidRequest {
-            param: Some("model".to_owned()),
-            message: "this model does not rerank documents".to_owned(),
-        })
-    }
-
-    /// The text of `request`'s audio. An engine whose model does not
-    /// transcribe refuses with `InvalidRequest` naming `model`.
-    async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
-        let _ = request;
-        Err(EngineError::InvalidRequest {
-            param: Some("model".to_owned()),
-            message: "this model does not transcribe audio".to_owned(),
-        })
-    }
-
-    /// `request`'s text spoken. An engine whose model does not speak
-    /// refuses with `InvalidRequest` naming `model`.
-    async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
-        let _ = request;
-        Err(EngineError::InvalidRequest {
-            param: Some("model".to_owned()),
-            message: "this model does not synthesize speech".to_owned(),
-        })
-    }
-
-    /// How many prompt tokens `request` would use (its messages and tools,
-    /// with the model's markup). Engines that cannot tokenize give this
-    /// estimate ([`estimate_tokens`]).
-    async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
-        Ok(estimate_tokens(request))
-    }
-
-    /// A short name for logs and metrics (`llama`, `upstream`, ...).
-    fn name(&self) -> &str;
-
-    /// `system_fingerprint` of the replies: an id of the weights, the
-    /// engine build and the numeric settings, which changes only when one
-    /// of them does. `None` where the engine cannot say (an upstream).
-    fn fingerprint(&self) -> Option<String> {
-        None
-    }
-
-    /// What the engine is doing now, for metrics.
-    fn status(&self) -> EngineStatus {
-        EngineStatus::default()
-    }
-
-    /// The model's residence, for an engine whose model is loaded and
-    /// unloaded while the server runs (a local model): the admin API loads
-    /// and unloads it through this. `None`: always there (an upstream).
-    fn residence(&self) -> Option<&dyn Residence> {
-        None
     }
 }
 

@@ -1,6 +1,8 @@
-//! The local models (GGUF files): a pool of resident models and, for each
-//! model, an [`Engine`] that loads it when first asked (or at start, for a
-//! preloaded one) and forwards every call to it.
+//! Models on demand: the local models (GGUF files) of a server, each
+//! loaded when first asked (or at start, for a preloaded one), unloaded when
+//! idle, and sharing `models_memory`. [`ResidentPool::add`] wraps a model's
+//! loader as an [`Engine`] that offers what the loaded engine will offer
+//! and forwards every call to it.
 //!
 //! - A load runs in a task of its own (the GGUF loader on a blocking
 //!   thread), so the other models keep serving; the requests that ask
@@ -51,16 +53,37 @@ use async_trait::async_trait;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use svc_core::engine::{
-    EmbedRequest, Embeddings, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
-    RerankRequest, Reranked, Residence, Residency, ResidencyState, Speech, SpeechRequest,
-    TranscribeRequest, Transcript, Unload, estimate_tokens,
+    Capability, EmbedRequest, Embedder, Embeddings, Engine, EngineError, EngineStatus, EventStream,
+    GenerateRequest, Generator, RerankRequest, Reranked, Reranker, Residence, Residency,
+    ResidencyState, Speaker, Speech, SpeechRequest, TranscribeRequest, Transcriber, Transcript,
+    Unload, estimate_tokens,
 };
 use tokio::sync::{Notify, OnceCell, watch};
 
 use self::hold::{Guarded, Hold};
-use crate::config::{DEFAULT_MAX_HOLD, DEFAULT_MAX_LOADS_PER_MINUTE, KeepAlive};
 
 mod hold;
+
+/// `max_hold` when the configuration gives none (1 minute, half of svc's
+/// default `load_timeout`, so that the waiting model's requests are
+/// answered): how long the requests running on a model may keep it loaded
+/// while another model waits for its room.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// `max_loads_per_minute` when the configuration gives none: 6 loads of one
+/// model in any minute.
+pub const DEFAULT_MAX_LOADS_PER_MINUTE: u32 = 6;
+
+/// How long an idle model loaded on demand stays loaded (Ollama's
+/// `keep_alive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeepAlive {
+    /// Pinned: never unloaded, never evicted.
+    #[default]
+    Forever,
+    /// Unloaded this long after its last request ends (zero: at once).
+    For(Duration),
+}
 
 /// A model just loaded: its engine and the memory it takes.
 pub struct Loaded {
@@ -73,7 +96,7 @@ pub struct Loaded {
 pub type Loader = Arc<dyn Fn() -> BoxFuture<'static, anyhow::Result<Loaded>> + Send + Sync>;
 
 /// Counts a request's prompt tokens as the model's engine would, without
-/// the model loaded ([`Engine::count_tokens`]).
+/// the model loaded ([`Generator::count_tokens`]).
 pub type Count =
     Arc<dyn Fn(GenerateRequest) -> BoxFuture<'static, Result<u64, EngineError>> + Send + Sync>;
 
@@ -93,6 +116,10 @@ pub struct Model {
     pub keep_alive: KeepAlive,
     /// [`Engine::name`] of the model's engine.
     pub name: String,
+    /// What its engine will offer once loaded ([`Engine::offered`]): the
+    /// wrapper offers exactly these before the model is loaded, and
+    /// forwards each to the loaded engine.
+    pub offers: Vec<Capability>,
     pub loader: Loader,
     /// How a prompt is counted while the model is not loaded (a count never
     /// loads it); `None`, or a counter that fails to load: the plain
@@ -470,6 +497,7 @@ impl ResidentPool {
     /// Adds `model`, not loaded; its engine loads it when first asked.
     pub fn add(&self, model: Model) -> Arc<dyn Engine> {
         let name = model.name.clone();
+        let offers = model.offers.clone();
         let mut state = self.inner.lock();
         state.slots.push(Slot {
             model,
@@ -493,6 +521,7 @@ impl ResidentPool {
             inner: self.inner.clone(),
             index: state.slots.len() - 1,
             name,
+            offers,
         })
     }
 
@@ -1066,6 +1095,8 @@ struct OnDemand {
     inner: Arc<Inner>,
     index: usize,
     name: String,
+    /// What the loaded engine offers ([`Model::offers`]).
+    offers: Vec<Capability>,
 }
 
 /// One request's count in its model's requests in flight: the model is not
@@ -1317,43 +1348,31 @@ impl OnDemand {
     }
 }
 
+/// The loaded engine's `capability`, which its model said it offers; one
+/// that does not is the server's error, not the client's.
+fn loaded_capability<'e, T: ?Sized>(
+    engine: &'e Arc<dyn Engine>,
+    capability: Capability,
+    get: impl FnOnce(&'e dyn Engine) -> Option<&'e T>,
+) -> Result<&'e T, EngineError> {
+    get(engine.as_ref()).ok_or_else(|| {
+        EngineError::Internal(format!(
+            "the loaded model does not offer {}, which it was served for",
+            capability.as_str()
+        ))
+    })
+}
+
 #[async_trait]
-impl Engine for OnDemand {
+impl Generator for OnDemand {
     async fn generate(&self, request: GenerateRequest) -> Result<EventStream, EngineError> {
         let acquired = self.acquire(Duration::ZERO).await?;
-        let (events, hold) = self
-            .on_engine(acquired, |e| async move { e.generate(request).await })
-            .await?;
+        let work = |e: Arc<dyn Engine>| async move {
+            let generator = loaded_capability(&e, Capability::Generation, |e| e.generator())?;
+            generator.generate(request).await
+        };
+        let (events, hold) = self.on_engine(acquired, work).await?;
         Ok(Guarded::new(events, hold).boxed())
-    }
-
-    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
-        let acquired = self.acquire(Duration::ZERO).await?;
-        let work = |e: Arc<dyn Engine>| async move { e.embed(request).await };
-        Ok(self.on_engine(acquired, work).await?.0)
-    }
-
-    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
-        let acquired = self.acquire(Duration::ZERO).await?;
-        let work = |e: Arc<dyn Engine>| async move { e.rerank(request).await };
-        Ok(self.on_engine(acquired, work).await?.0)
-    }
-
-    async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
-        let acquired = self.acquire(Duration::ZERO).await?;
-        let work = |e: Arc<dyn Engine>| async move { e.transcribe(request).await };
-        Ok(self.on_engine(acquired, work).await?.0)
-    }
-
-    async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
-        let acquired = self.acquire(Duration::ZERO).await?;
-        let (speech, hold) = self
-            .on_engine(acquired, |e| async move { e.speak(request).await })
-            .await?;
-        Ok(Speech {
-            content_type: speech.content_type,
-            audio: Guarded::new(speech.audio, hold).boxed(),
-        })
     }
 
     /// Counts on the loaded engine when the model is loaded (it then stays
@@ -1364,11 +1383,106 @@ impl Engine for OnDemand {
     async fn count_tokens(&self, request: &GenerateRequest) -> Result<u64, EngineError> {
         match self.loaded(UNUSED_AFTER_LOAD) {
             Some(acquired) => {
-                let work = |e: Arc<dyn Engine>| async move { e.count_tokens(request).await };
+                let work = |e: Arc<dyn Engine>| async move {
+                    let generator =
+                        loaded_capability(&e, Capability::Generation, |e| e.generator())?;
+                    generator.count_tokens(request).await
+                };
                 Ok(self.on_engine(acquired, work).await?.0)
             }
             None => self.count_unloaded(request).await,
         }
+    }
+
+    fn sees_images(&self) -> bool {
+        self.offers.contains(&Capability::Vision)
+    }
+}
+
+#[async_trait]
+impl Embedder for OnDemand {
+    async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move {
+            let embedder = loaded_capability(&e, Capability::Embedding, |e| e.embedder())?;
+            embedder.embed(request).await
+        };
+        Ok(self.on_engine(acquired, work).await?.0)
+    }
+}
+
+#[async_trait]
+impl Reranker for OnDemand {
+    async fn rerank(&self, request: RerankRequest) -> Result<Reranked, EngineError> {
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move {
+            let reranker = loaded_capability(&e, Capability::Reranking, |e| e.reranker())?;
+            reranker.rerank(request).await
+        };
+        Ok(self.on_engine(acquired, work).await?.0)
+    }
+}
+
+#[async_trait]
+impl Transcriber for OnDemand {
+    async fn transcribe(&self, request: TranscribeRequest) -> Result<Transcript, EngineError> {
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move {
+            let transcriber =
+                loaded_capability(&e, Capability::Transcription, |e| e.transcriber())?;
+            transcriber.transcribe(request).await
+        };
+        Ok(self.on_engine(acquired, work).await?.0)
+    }
+}
+
+#[async_trait]
+impl Speaker for OnDemand {
+    async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
+        let acquired = self.acquire(Duration::ZERO).await?;
+        let work = |e: Arc<dyn Engine>| async move {
+            let speaker = loaded_capability(&e, Capability::Speech, |e| e.speaker())?;
+            speaker.speak(request).await
+        };
+        let (speech, hold) = self.on_engine(acquired, work).await?;
+        Ok(Speech {
+            content_type: speech.content_type,
+            audio: Guarded::new(speech.audio, hold).boxed(),
+        })
+    }
+}
+
+/// Offers what its model said it would ([`Model::offers`]), each forwarded
+/// to the engine loaded when a request comes.
+impl Engine for OnDemand {
+    fn generator(&self) -> Option<&dyn Generator> {
+        self.offers
+            .contains(&Capability::Generation)
+            .then_some(self as &dyn Generator)
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        self.offers
+            .contains(&Capability::Embedding)
+            .then_some(self as &dyn Embedder)
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        self.offers
+            .contains(&Capability::Reranking)
+            .then_some(self as &dyn Reranker)
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        self.offers
+            .contains(&Capability::Transcription)
+            .then_some(self as &dyn Transcriber)
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        self.offers
+            .contains(&Capability::Speech)
+            .then_some(self as &dyn Speaker)
     }
 
     fn name(&self) -> &str {

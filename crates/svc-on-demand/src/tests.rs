@@ -37,11 +37,12 @@ impl Drop for Fake {
 impl Fake {
     fn serve(&self) {
         self.served.fetch_add(1, Ordering::SeqCst);
+        self.counts.served.fetch_add(1, Ordering::SeqCst);
     }
 }
 
 #[async_trait]
-impl Engine for Fake {
+impl Generator for Fake {
     async fn generate(&self, _: GenerateRequest) -> Result<EventStream, EngineError> {
         self.serve();
         let id = self.id.clone();
@@ -56,6 +57,18 @@ impl Engine for Fake {
         .boxed())
     }
 
+    async fn count_tokens(&self, _: &GenerateRequest) -> Result<u64, EngineError> {
+        self.serve();
+        Ok(LOADED_COUNT)
+    }
+
+    fn sees_images(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait]
+impl Embedder for Fake {
     async fn embed(&self, request: EmbedRequest) -> Result<Embeddings, EngineError> {
         self.serve();
         // As long as a stream of it takes.
@@ -65,7 +78,10 @@ impl Engine for Fake {
             prompt_tokens: 3,
         })
     }
+}
 
+#[async_trait]
+impl Reranker for Fake {
     async fn rerank(&self, _: RerankRequest) -> Result<Reranked, EngineError> {
         self.serve();
         Ok(Reranked {
@@ -73,7 +89,10 @@ impl Engine for Fake {
             prompt_tokens: 4,
         })
     }
+}
 
+#[async_trait]
+impl Transcriber for Fake {
     async fn transcribe(&self, _: TranscribeRequest) -> Result<Transcript, EngineError> {
         self.serve();
         Ok(Transcript {
@@ -82,7 +101,10 @@ impl Engine for Fake {
             seconds: Some(1.0),
         })
     }
+}
 
+#[async_trait]
+impl Speaker for Fake {
     async fn speak(&self, _: SpeechRequest) -> Result<Speech, EngineError> {
         self.serve();
         let id = self.id.clone();
@@ -91,10 +113,28 @@ impl Engine for Fake {
             audio: futures::stream::iter([Ok(bytes::Bytes::from(id))]).boxed(),
         })
     }
+}
 
-    async fn count_tokens(&self, _: &GenerateRequest) -> Result<u64, EngineError> {
-        self.serve();
-        Ok(LOADED_COUNT)
+/// The fake does everything.
+impl Engine for Fake {
+    fn generator(&self) -> Option<&dyn Generator> {
+        Some(self)
+    }
+
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        Some(self)
+    }
+
+    fn reranker(&self) -> Option<&dyn Reranker> {
+        Some(self)
+    }
+
+    fn transcriber(&self) -> Option<&dyn Transcriber> {
+        Some(self)
+    }
+
+    fn speaker(&self) -> Option<&dyn Speaker> {
+        Some(self)
     }
 
     fn name(&self) -> &str {
@@ -122,6 +162,8 @@ struct Counts {
     dropped: AtomicUsize,
     /// Engines dropped without having served a request.
     wasted: AtomicUsize,
+    /// Calls its engines served, all together.
+    served: AtomicUsize,
     /// When each load started.
     started: Mutex<Vec<tokio::time::Instant>>,
     /// Counters made (vocab-only loads).
@@ -139,6 +181,10 @@ impl Counts {
     }
     fn wasted(&self) -> usize {
         self.wasted.load(Ordering::SeqCst)
+    }
+    /// Calls its engines served.
+    fn served(&self) -> usize {
+        self.served.load(Ordering::SeqCst)
     }
 }
 
@@ -175,6 +221,8 @@ struct Engines {
     every: Duration,
     /// Whether it has a counter (else the plain estimate counts).
     counter: bool,
+    /// What the model is served for (the fake itself does everything).
+    offers: &'static [Capability],
 }
 
 impl Default for Engines {
@@ -183,6 +231,7 @@ impl Default for Engines {
             pieces: 3,
             every: Duration::from_millis(10),
             counter: false,
+            offers: &Capability::ALL,
         }
     }
 }
@@ -244,6 +293,7 @@ fn add_model(
         estimate: bytes,
         keep_alive,
         name: "fake".into(),
+        offers: engines.offers.to_vec(),
         loader,
         counter,
     });
@@ -254,7 +304,11 @@ const HOUR: KeepAlive = KeepAlive::For(Duration::from_secs(3600));
 
 /// The whole reply's text.
 async fn reply(engine: &Arc<dyn Engine>) -> Result<String, EngineError> {
-    let mut events = engine.generate(GenerateRequest::default()).await?;
+    let mut events = engine
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await?;
     let mut text = String::new();
     while let Some(event) = events.next().await {
         if let EngineEvent::Text(piece) = event? {
@@ -364,8 +418,18 @@ async fn an_unload_waits_for_the_requests_running_on_the_model() {
         KeepAlive::For(Duration::ZERO),
         Script::Quick,
     );
-    let mut first = m.generate(GenerateRequest::default()).await.unwrap();
-    let second = m.generate(GenerateRequest::default()).await.unwrap();
+    let mut first = m
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
+    let second = m
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     first.next().await.unwrap().unwrap();
     drop(second);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -381,7 +445,12 @@ async fn an_unload_waits_for_the_requests_running_on_the_model() {
     let pool = ResidentPool::new(Some(100), Duration::from_secs(5));
     let (a, ca) = add(&pool, "a", 100, HOUR, Script::Quick);
     let (b, _) = add(&pool, "b", 100, HOUR, Script::Quick);
-    let mut running = a.generate(GenerateRequest::default()).await.unwrap();
+    let mut running = a
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     let waiting = tokio::spawn(async move { reply(&b).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished());
@@ -459,17 +528,8 @@ async fn past_load_timeout_a_request_gets_unavailable() {
         panic!("{refused:?}");
     };
     assert!(message.contains("still loading"), "{message}");
-    // What the client gets: 503, Retry-After, and the message.
-    let response =
-        axum::response::IntoResponse::into_response(svc_server::ApiError::Engine(refused.clone()));
-    assert_eq!(response.status(), 503);
-    assert_eq!(response.headers()["retry-after"], "1");
-    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-        .await
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["error"]["message"], refused.to_string());
-    assert_eq!(body["error"]["code"], "model_unavailable");
+    // What the client gets of it (503, Retry-After, the message) is the
+    // server's: svc-server's tests/api/models.rs checks it.
     // The load goes on; once done, the next request is answered by it.
     gate.add_permits(1);
     until(|| pool.resident("slow").is_some()).await;
@@ -478,7 +538,12 @@ async fn past_load_timeout_a_request_gets_unavailable() {
 
     // No room while the resident model is busy: the same error.
     let (other, other_counts) = add(&pool, "other", 100, HOUR, Script::Quick);
-    let running = slow.generate(GenerateRequest::default()).await.unwrap();
+    let running = slow
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     let Err(EngineError::Unavailable(message)) = reply(&other).await else {
         panic!("loaded beside a busy model past the budget");
     };
@@ -522,7 +587,12 @@ async fn an_unload_asked_for_waits_for_the_running_requests_and_the_counts_say_w
     );
     // In use: unloaded when the last request ends, which is not cut; a
     // request that comes meanwhile is served.
-    let running = m.generate(GenerateRequest::default()).await.unwrap();
+    let running = m
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     assert_eq!(residence.unload(false), Unload::WhenIdle);
     assert_eq!(reply(&m).await.unwrap(), "mmm");
     assert_eq!(counts.unloads(), 0);
@@ -598,7 +668,11 @@ async fn a_prompts_count_then_its_generation_load_the_model_once_even_kept_0() {
         KeepAlive::For(Duration::ZERO),
         Script::Quick,
     );
-    m.count_tokens(&GenerateRequest::default()).await.unwrap();
+    m.generator()
+        .unwrap()
+        .count_tokens(&GenerateRequest::default())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(reply(&m).await.unwrap(), "mmm");
     assert_eq!(counts.loads(), 1);
@@ -650,7 +724,10 @@ async fn a_prompts_count_never_loads_its_model() {
     assert_ne!(estimate, COUNTER_COUNT);
     // The attack's pattern: b's prompt counted once a second beside a's chats.
     for _ in 0..10 {
-        assert_eq!(b.count_tokens(&chat()).await.unwrap(), COUNTER_COUNT);
+        assert_eq!(
+            b.generator().unwrap().count_tokens(&chat()).await.unwrap(),
+            COUNTER_COUNT
+        );
         assert_eq!(reply(&a).await.unwrap(), "aaa");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -666,11 +743,17 @@ async fn a_prompts_count_never_loads_its_model() {
     assert_eq!(cb.loads(), 0);
     // A model without a counter: the plain estimate, no load.
     let (c, cc) = add(&pool, "c", 100, HOUR, Script::Quick);
-    assert_eq!(c.count_tokens(&chat()).await.unwrap(), estimate);
+    assert_eq!(
+        c.generator().unwrap().count_tokens(&chat()).await.unwrap(),
+        estimate
+    );
     assert_eq!(cc.loads(), 0);
     // Loaded, its engine counts.
     assert_eq!(reply(&b).await.unwrap(), "bbb");
-    assert_eq!(b.count_tokens(&chat()).await.unwrap(), LOADED_COUNT);
+    assert_eq!(
+        b.generator().unwrap().count_tokens(&chat()).await.unwrap(),
+        LOADED_COUNT
+    );
     assert_eq!((ca.loads(), cb.loads()), (1, 1));
 }
 
@@ -690,7 +773,10 @@ async fn two_models_in_room_for_one_load_once_per_request_and_a_fresh_load_is_it
             m.status().residency.map(|r| r.state) == Some(ResidencyState::Loaded)
         };
         let (first, second) = if loaded(&b) { (&a, &b) } else { (&b, &a) };
-        let mut first_request = first.generate(GenerateRequest::default());
+        let mut first_request = first
+            .generator()
+            .unwrap()
+            .generate(GenerateRequest::default());
         // Its model's load starts.
         assert!(futures::poll!(first_request.as_mut()).is_pending());
         let waiting = {
@@ -735,10 +821,16 @@ async fn a_model_held_by_a_long_request_is_given_up_after_max_hold_when_another_
         pieces: 1000,
         every: Duration::from_secs(1),
         counter: false,
+        ..Engines::default()
     };
     let (a, ca) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
     let (b, cb) = add(&pool, "b", 100, HOUR, Script::Slow(Duration::from_secs(2)));
-    let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+    let mut stream = a
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     assert!(matches!(
         stream.next().await,
         Some(Ok(EngineEvent::Text(_)))
@@ -782,11 +874,17 @@ async fn a_forced_unload_ends_the_running_requests_at_once() {
         pieces: 1000,
         every: Duration::from_secs(1),
         counter: false,
+        ..Engines::default()
     };
     let (m, counts) = add_model(&pool, "m", 100, HOUR, Script::Quick, long);
     let residence = m.residence().unwrap();
     // A stream whose client reads nothing more, and a call in one piece.
-    let mut stream = m.generate(GenerateRequest::default()).await.unwrap();
+    let mut stream = m
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     assert!(matches!(
         stream.next().await,
         Some(Ok(EngineEvent::Text(_)))
@@ -795,11 +893,13 @@ async fn a_forced_unload_ends_the_running_requests_at_once() {
         let m = m.clone();
         tokio::spawn(async move {
             let inputs = vec![svc_core::engine::EmbedInput::Text("x".into())];
-            m.embed(EmbedRequest {
-                inputs,
-                ..EmbedRequest::default()
-            })
-            .await
+            m.embedder()
+                .unwrap()
+                .embed(EmbedRequest {
+                    inputs,
+                    ..EmbedRequest::default()
+                })
+                .await
         })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -822,9 +922,15 @@ async fn a_forced_unload_ends_the_running_requests_at_once() {
     // The next request loads it again.
     assert_eq!(m.residence().unwrap().unload(true), Unload::NotLoaded);
     assert_eq!(
-        text_of(m.generate(GenerateRequest::default()).await.unwrap())
-            .await
-            .len(),
+        text_of(
+            m.generator()
+                .unwrap()
+                .generate(GenerateRequest::default())
+                .await
+                .unwrap()
+        )
+        .await
+        .len(),
         1000
     );
     assert_eq!(counts.loads(), 2);
@@ -890,30 +996,81 @@ async fn a_model_loads_at_most_max_loads_per_minute_times_in_any_minute() {
     assert_eq!(ca.loads(), 1);
 }
 
+/// Every capability the model is served for is offered before it is
+/// loaded and reaches the loaded engine: a capability the wrapper did not
+/// forward (as transcription and speech once were not) fails here.
 #[tokio::test]
-async fn every_engine_call_reaches_the_loaded_model() {
+async fn every_capability_reaches_the_loaded_model() {
     let pool = ResidentPool::new(None, Duration::from_secs(5));
     let (m, counts) = add(&pool, "m", 100, HOUR, Script::Quick);
-    let embedded = m
-        .embed(EmbedRequest {
-            inputs: vec![svc_core::engine::EmbedInput::Text("x".into())],
-            ..EmbedRequest::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(embedded.prompt_tokens, 3);
-    let reranked = m.rerank(RerankRequest::default()).await.unwrap();
-    assert_eq!(reranked.prompt_tokens, 4);
-    let transcript = m.transcribe(TranscribeRequest::default()).await.unwrap();
-    assert_eq!(transcript.body, "m");
-    let speech = m.speak(SpeechRequest::default()).await.unwrap();
-    assert_eq!(speech.content_type, "audio/wav");
-    let audio: Vec<_> = speech.audio.collect().await;
-    assert_eq!(audio.len(), 1);
-    assert_eq!(audio[0].as_ref().unwrap(), &bytes::Bytes::from("m"));
-    assert_eq!(reply(&m).await.unwrap(), "mmm");
-    assert_eq!(m.count_tokens(&chat()).await.unwrap(), LOADED_COUNT);
+    assert_eq!(m.offered(), Capability::ALL.to_vec());
+    assert_eq!(counts.loads(), 0, "what it offers is known unloaded");
+    for capability in Capability::ALL {
+        let before = counts.served();
+        match capability {
+            Capability::Generation => {
+                assert_eq!(reply(&m).await.unwrap(), "mmm");
+                let request = chat();
+                let count = m.generating("m").unwrap().count_tokens(&request);
+                assert_eq!(count.await.unwrap(), LOADED_COUNT);
+            }
+            Capability::Vision => assert!(m.generator().unwrap().sees_images()),
+            Capability::Embedding => {
+                let request = EmbedRequest {
+                    inputs: vec![svc_core::engine::EmbedInput::Text("x".into())],
+                    ..EmbedRequest::default()
+                };
+                let embedded = m.embedding("m").unwrap().embed(request).await.unwrap();
+                assert_eq!(embedded.prompt_tokens, 3);
+            }
+            Capability::Reranking => {
+                let reranking = m.reranking("m").unwrap();
+                let reranked = reranking.rerank(RerankRequest::default()).await.unwrap();
+                assert_eq!(reranked.prompt_tokens, 4);
+            }
+            Capability::Transcription => {
+                let transcribing = m.transcribing("m").unwrap();
+                let request = TranscribeRequest::default();
+                let transcript = transcribing.transcribe(request).await.unwrap();
+                assert_eq!(transcript.body, "m");
+            }
+            Capability::Speech => {
+                let speaking = m.speaking("m").unwrap();
+                let speech = speaking.speak(SpeechRequest::default()).await.unwrap();
+                assert_eq!(speech.content_type, "audio/wav");
+                let audio: Vec<_> = speech.audio.collect().await;
+                assert_eq!(audio.len(), 1);
+                assert_eq!(audio[0].as_ref().unwrap(), &bytes::Bytes::from("m"));
+            }
+        }
+        if capability != Capability::Vision {
+            assert!(counts.served() > before, "{capability:?} not forwarded");
+        }
+    }
     assert_eq!(counts.loads(), 1);
+}
+
+/// A model served for some capabilities offers only those: asked for
+/// another, it refuses as every engine does, without loading.
+#[tokio::test]
+async fn a_model_offers_only_what_it_is_served_for() {
+    let pool = ResidentPool::new(None, Duration::from_secs(5));
+    let embeds = Engines {
+        offers: &[Capability::Embedding],
+        ..Engines::default()
+    };
+    let (e, counts) = add_model(&pool, "e", 100, HOUR, Script::Quick, embeds);
+    assert_eq!(e.offered(), vec![Capability::Embedding]);
+    let Err(EngineError::InvalidRequest { param, message }) = e.generating("e") else {
+        panic!("an embedding model generates");
+    };
+    assert_eq!(param.as_deref(), Some("model"));
+    assert!(
+        message.starts_with("model e does not generate text"),
+        "{message}"
+    );
+    assert!(e.transcriber().is_none() && e.speaker().is_none() && e.reranker().is_none());
+    assert_eq!(counts.loads(), 0);
 }
 
 /// Runs the future `scenario` makes on a runtime of its own (one thread,
@@ -955,17 +1112,28 @@ fn a_fresh_load_is_drained_only_once_its_requests_took_it_and_max_hold_counts_fr
             pieces: 1000,
             every: Duration::from_secs(1),
             counter: false,
+            ..Engines::default()
         };
         let slow = Script::Slow(Duration::from_secs(20));
         let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
         let (c, cc) = add_model(&pool, "c", 100, HOUR, slow, long);
         let (x, _) = add(&pool, "x", 200, HOUR, Script::Quick);
-        let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+        let mut stream = a
+            .generator()
+            .unwrap()
+            .generate(GenerateRequest::default())
+            .await
+            .unwrap();
         assert!(stream.next().await.is_some());
         let a = tokio::spawn(read_all(stream));
         // c's load has room beside a, and takes 20 s.
         let c = tokio::spawn(async move {
-            let events = c.generate(GenerateRequest::default()).await.unwrap();
+            let events = c
+                .generator()
+                .unwrap()
+                .generate(GenerateRequest::default())
+                .await
+                .unwrap();
             read_all(events).await
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -994,10 +1162,16 @@ async fn a_load_given_up_before_it_started_is_not_counted_in_max_loads_per_minut
         pieces: 1000,
         every: Duration::from_secs(1),
         counter: false,
+        ..Engines::default()
     };
     let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
     let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
-    let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+    let mut stream = a
+        .generator()
+        .unwrap()
+        .generate(GenerateRequest::default())
+        .await
+        .unwrap();
     assert!(stream.next().await.is_some());
     // The attack: b's requests, each given up while its load waits for a's room.
     for _ in 0..3 {
@@ -1030,13 +1204,19 @@ async fn a_load_that_fits_in_room_no_earlier_load_needs_goes_ahead_of_them() {
         pieces: 1000,
         every: Duration::from_secs(1),
         counter: false,
+        ..Engines::default()
     };
     for (waits, small_first) in [(150, true), (180, false)] {
         let pool = pool(200, max_hold, 100);
         let (a, _) = add_model(&pool, "a", 100, HOUR, Script::Quick, long);
         let (x, cx) = add(&pool, "x", waits, HOUR, Script::Quick);
         let (s, cs) = add(&pool, "s", 50, HOUR, Script::Quick);
-        let mut stream = a.generate(GenerateRequest::default()).await.unwrap();
+        let mut stream = a
+            .generator()
+            .unwrap()
+            .generate(GenerateRequest::default())
+            .await
+            .unwrap();
         assert!(stream.next().await.is_some());
         let running = tokio::spawn(read_all(stream));
         // x waits for a's room (up to max_hold).
@@ -1082,6 +1262,7 @@ async fn an_ended_calls_model_takes_its_memory_until_the_call_let_go_of_it() {
         pieces: 1000,
         every: Duration::from_secs(1),
         counter: false,
+        ..Engines::default()
     };
     let (m, cm) = add_model(&pool, "m", 100, HOUR, Script::Quick, long);
     let (b, cb) = add(&pool, "b", 100, HOUR, Script::Quick);
@@ -1089,7 +1270,7 @@ async fn an_ended_calls_model_takes_its_memory_until_the_call_let_go_of_it() {
     // A forced unload ends the call; its work (this future, which holds
     // m's engine) is not dropped yet.
     assert_eq!(reply(&m).await.unwrap().len(), 1000);
-    let mut call = m.embed(embedding());
+    let mut call = m.embedder().unwrap().embed(embedding());
     assert!(futures::poll!(call.as_mut()).is_pending());
     assert_eq!(m.residence().unwrap().unload(true), Unload::Unloaded);
     let waiting = {
@@ -1112,7 +1293,7 @@ async fn an_ended_calls_model_takes_its_memory_until_the_call_let_go_of_it() {
 
     // The same after max_hold: b's load ends m's call, then waits for it.
     assert_eq!(reply(&m).await.unwrap().len(), 1000);
-    let mut call = m.embed(embedding());
+    let mut call = m.embedder().unwrap().embed(embedding());
     assert!(futures::poll!(call.as_mut()).is_pending());
     assert_eq!(cb.unloads(), 1);
     let waiting = {
