@@ -76,12 +76,12 @@ use svc_core::trace::{Current, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend;
+use crate::kv_pages;
 use crate::logprobs::{self, Pending};
 use crate::numerics::{self, Kernels};
 use crate::options::KvType;
 use crate::prefill;
 use crate::prefix::{self, HostCache};
-use crate::resident;
 use crate::sampler::{self, Sampler};
 use crate::stats::Counters;
 use crate::text::TextAssembler;
@@ -341,7 +341,7 @@ pub(crate) fn run(
     // On any exit, panics included, refuse new jobs and fail the waiting ones.
     let _guard = CloseOnExit(Arc::clone(&shared));
     let mut pool_bytes = 0;
-    let (made, released) = resident::make_context(
+    let (made, released) = kv_pages::make_context(
         || new_context(&model, &settings),
         |ctx| {
             let bytes = kv_buffer_bytes(&model, ctx.n_ctx(), settings.kv_type);
