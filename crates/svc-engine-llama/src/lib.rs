@@ -4,7 +4,11 @@
 //! - `engine`: [`LlamaEngine`], loading, rendering, tokenizing, admission.
 //! - `scheduler`: the one engine thread that owns the llama.cpp context and
 //!   decodes all sequences together (continuous batching), reusing the KV
-//!   cells of prompt prefixes it decoded before.
+//!   cells of prompt prefixes it decoded before; in parts: the queue and
+//!   admission, placement and prefix reuse, the KV pool's order,
+//!   suspension, shared prompts, and the batch of a step.
+//! - `kv_pages`: the KV pool's untouched pages handed back to the kernel
+//!   once the context is made, so its memory follows the cells in use.
 //! - `prefix`: common prefixes and the host-memory cache of sequence states.
 //! - `sampler`: per-sequence sampler chains (temperature, top-p, seed, penalties, grammar).
 //! - `template`: chat templates from GGUF metadata, rendered with minijinja.
@@ -43,6 +47,7 @@ mod fit;
 pub mod fuzzing;
 mod grammar;
 mod harmony;
+mod kv_pages;
 mod logprobs;
 mod markup;
 mod memory;
@@ -52,7 +57,6 @@ mod prefill;
 mod prefix;
 mod prompt;
 mod reasoning;
-mod resident;
 mod sampler;
 mod scheduler;
 mod stats;

@@ -6,7 +6,7 @@
 //!
 //! Not counted: llama.cpp's compute buffers (tens of MB; more for a large
 //! vocabulary), and the part of the KV cells not yet used, which the
-//! engine gives back to the kernel (see `resident`): the KV count is what
+//! engine gives back to the kernel (see `kv_pages`): the KV count is what
 //! the cells grow to, not what they hold at first.
 
 use llama_cpp_2::model::LlamaModel;

@@ -43,7 +43,7 @@ pub struct EngineStats {
     /// The KV pool's size in bytes (0 where the engine cannot tell).
     pub kv_pool_bytes: u64,
     /// Bytes of the KV pool handed back to the kernel when the context was
-    /// made, resident again only as cells are used (see `resident.rs`).
+    /// made, resident again only as cells are used (see `kv_pages.rs`).
     pub kv_released_bytes: u64,
     /// Sequences that started from a copy of another's decoded prompt (the
     /// choices of a request with `n > 1`) instead of decoding it again.
