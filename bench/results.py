@@ -11,6 +11,10 @@ Every file is one JSON object:
 
   area       the file's name without .json ("gateway")
   title      what was measured: the heading of its section in BENCHMARKS.md
+  external   true when the reference is another program (llama-server,
+             LiteLLM, ...), false when it is svc itself (a floor, a setting
+             off, the code before a fix); charts.py's summary chart shows
+             the first kind
   script     the bench script ("bench/gateway.sh")
   command    the whole command, its settings included
   reference  what svc is measured against
@@ -20,8 +24,9 @@ Every file is one JSON object:
   machine    the CPU model and how many the machine has
   source     how the file was made: written by its script, or transcribed
   summary    the rows of BENCHMARKS.md's first table, each a comparison:
-             {label, unit, better: "higher" | "lower", svc, reference,
-             reference_name}
+             {key, label, unit, better: "higher" | "lower", svc, reference,
+             reference_name}, and "ratio" (svc ÷ reference) where the run
+             printed one from its unrounded numbers
   rows       the area's own table, as its script prints it:
                gateway     {run, path, rps, p50_ms, p99_ms, non_2xx}; the
                            run "health" is the reference
@@ -46,6 +51,7 @@ BENCH_RESULTS=FILE writes elsewhere, BENCH_RESULTS=none not at all.
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -56,14 +62,18 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def git_commit() -> str:
-    """The checkout's commit, "+ changes" when crates/ differs from it."""
+    """The checkout's commit, "+ changes" when crates/ differs from it; when
+    the script was handed an svc binary (BENCH_SVC_BIN, SVC_BIN), says so:
+    the binary may not have been built from the checkout."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
+        clean = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "crates"], cwd=ROOT).returncode == 0
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    clean = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "crates"], cwd=ROOT).returncode == 0
-    return head if clean else f"{head} + changes"
+        head, clean = "unknown", True
+    commit = head if clean else f"{head} + changes"
+    binary = os.environ.get("BENCH_SVC_BIN") or os.environ.get("SVC_BIN")
+    return f"{commit} (the checkout; svc from {binary})" if binary else commit
 
 
 def machine() -> str:
@@ -82,11 +92,9 @@ def machine() -> str:
 
 def command(script: str, args: list[str], env_prefixes=("BENCH_",)) -> str:
     """The command as run: the settings it was given, the script, its arguments."""
-    settings = [f"{k}={v}" for k, v in sorted(os.environ.items())
+    settings = [f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items())
                 if k.startswith(tuple(env_prefixes)) and k not in ("BENCH_RESULTS", "BENCH_KEEP_JSON", "BENCH_KEEP")]
-    quoted = [a if re.fullmatch(r"[\w./,:=@+-]+", a) else "'" + a.replace("'", "'\\''") + "'"
-              for a in settings + [script] + list(args)]
-    return " ".join(quoted)
+    return " ".join(settings + [shlex.quote(w) for w in [script, *args]])
 
 
 def compare(key: str, label: str, unit: str, better: str, svc, reference, **extra) -> dict:
@@ -96,16 +104,16 @@ def compare(key: str, label: str, unit: str, better: str, svc, reference, **extr
             **extra}
 
 
-def document(area: str, *, title: str, script: str, command: str, reference: str, summary: list,
-             rows: list, started: float | None = None, notes: str | None = None, source: str | None = None,
-             commit: str | None = None) -> dict:
+def document(area: str, *, title: str, external: bool, script: str, command: str, reference: str,
+             summary: list, rows: list, started: float | None = None, notes: str | None = None,
+             source: str | None = None, commit: str | None = None) -> dict:
     """A result file's object; the date, time, commit and machine are this run's."""
     at = time.gmtime(started if started is not None else time.time())
     end = time.gmtime()
     span = time.strftime("%H:%M", at) + ("" if time.strftime("%H:%M", end) == time.strftime("%H:%M", at)
                                          else time.strftime("-%H:%M", end)) + " UTC"
     doc = {
-        "area": area, "title": title, "script": script, "command": command, "reference": reference,
+        "area": area, "title": title, "external": external, "script": script, "command": command, "reference": reference,
         "date": time.strftime("%Y-%m-%d", at), "time": span, "commit": commit or git_commit(),
         "machine": machine(), "source": source or f"written by {script}",
         "summary": summary, "rows": rows,
@@ -167,7 +175,7 @@ def gateway(folder: Path, secs: str, conns: str, started: float | None) -> dict:
     summary = []
     if health and chat:
         summary = [
-            compare("chat.rps", "a chat completion, whole (requests/s)", "req/s", "higher", chat["rps"],
+            compare("chat.rps", "a chat completion, whole: throughput", "req/s", "higher", chat["rps"],
                     health["rps"], reference_name="GET /health"),
             compare("chat.p50", "a chat completion, whole: p50", "ms", "lower", chat["p50_ms"], health["p50_ms"],
                     reference_name="GET /health"),
@@ -175,7 +183,7 @@ def gateway(folder: Path, secs: str, conns: str, started: float | None) -> dict:
                     reference_name="GET /health"),
         ]
     return document(
-        "gateway", title="HTTP layer against /health", script="bench/gateway.sh",
+        "gateway", title="HTTP layer against /health", external=False, script="bench/gateway.sh",
         command=command("bench/gateway.sh", [secs, conns]),
         reference="GET /health: the same server and stack, no key check, no engine",
         summary=summary, rows=rows, started=started,
@@ -186,15 +194,20 @@ def gateway(folder: Path, secs: str, conns: str, started: float | None) -> dict:
 def main() -> int:
     import argparse
     ap = argparse.ArgumentParser(description="Writes a result file from a bench script's raw output.")
-    sub = ap.add_subparsers(dest="area", required=True)
+    sub = ap.add_subparsers(dest="area", required=True)  # an area, or "command"
     g = sub.add_parser("gateway", help="bench/gateway.sh: a folder of wrk --latency reports, RUN.txt")
     g.add_argument("folder", type=Path)
     g.add_argument("--secs", required=True)
     g.add_argument("--conns", required=True)
     g.add_argument("--started", type=float, help="the run's start, seconds since the epoch")
+    c = sub.add_parser("command", help="print a script's command line as a result file records it")
+    c.add_argument("script")
+    c.add_argument("args", nargs="*")
     a = ap.parse_args()
     if a.area == "gateway":
         write(gateway(a.folder, a.secs, a.conns, a.started))
+    elif a.area == "command":
+        print(command(a.script, a.args))
     return 0
 
 
