@@ -4,8 +4,9 @@
 bench/charts.py reads them and draws bench/charts/*.svg and the results
 table at the top of BENCHMARKS.md. The bench scripts write them through
 this module (write(); bench/gateway.sh through `python3 bench/results.py
-gateway DIR`); the first files were transcribed from BENCHMARKS.md, and
-their "source" says so. Python's standard library only.
+gateway DIR`, and `python3 bench/results.py command SCRIPT ARGS...` gives
+the command line they record); the first files were transcribed from
+BENCHMARKS.md, and their "source" says so. Python's standard library only.
 
 Every file is one JSON object:
 
@@ -35,7 +36,8 @@ Every file is one JSON object:
                fairness    {condition, label, ttft_p50_ms, ttft_max_ms,
                            a_ended, foreign, review_ms}
                embeddings  {clients, svc_emb_s, svc_p50_ms, svc_p99_ms,
-                           peer_emb_s, peer_p50_ms, peer_p99_ms}
+                           svc_errors, peer_emb_s, peer_p50_ms, peer_p99_ms,
+                           peer_errors}
                the others  comparisons, as in summary, with a "key" and,
                            where the script has them, "target" and
                            "foreign" (the share of the CPUs other
@@ -87,7 +89,14 @@ def machine() -> str:
     except OSError:
         pass
     model = re.sub(r"\((R|TM)\)", "", model)
-    return f"{model}, {os.cpu_count()} CPUs"
+    gpus = ""
+    try:  # an NVIDIA GPU, when the machine has one
+        names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=20, check=True).stdout.split("\n")
+        gpus = ", ".join(n.strip() for n in names if n.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return f"{gpus + ' and ' if gpus else ''}{model}, {os.cpu_count()} CPUs"
 
 
 def command(script: str, args: list[str], env_prefixes=("BENCH_",)) -> str:
@@ -201,13 +210,15 @@ def main() -> int:
     g.add_argument("--conns", required=True)
     g.add_argument("--started", type=float, help="the run's start, seconds since the epoch")
     c = sub.add_parser("command", help="print a script's command line as a result file records it")
+    c.add_argument("--env", action="append", default=[],
+                   help="the prefix of the settings (environment variables) to show; default BENCH_")
     c.add_argument("script")
     c.add_argument("args", nargs="*")
     a = ap.parse_args()
     if a.area == "gateway":
         write(gateway(a.folder, a.secs, a.conns, a.started))
     elif a.area == "command":
-        print(command(a.script, a.args))
+        print(command(a.script, a.args, tuple(a.env) or ("BENCH_",)))
     return 0
 
 
