@@ -8,7 +8,10 @@
 # sequence of requests (texts from a fixed set of 64 sentences of 5-58 words),
 # one keep-alive connection per client, at each concurrency in CLIENTS, after
 # a few warm-up requests. Output: one Markdown table, svc's columns first, the
-# peer's second, and svc/peer for embeddings per second.
+# peer's second, and svc/peer for embeddings per second; and the run as
+# bench/results/embeddings.json (bench/results.py; BENCH_RESULTS=FILE elsewhere,
+# =none not at all), from which `python3 bench/charts.py` redraws
+# BENCHMARKS.md's table and charts.
 #
 # Usage: bench/embeddings.sh [SECONDS] [CLIENTS]      (defaults: 10 1,16)
 # Settings (environment):
@@ -126,17 +129,21 @@ load() { # name url key model
     --seconds "$seconds" --inputs-per-request "$inputs" --json >"$out/$1.json"
 }
 
+started=$(date +%s)
+command=$(python3 bench/results.py command --env BENCH_ --env SVC_BIN --env SVC_URL bench/embeddings.sh "$@")
+peer_versions="sentence-transformers $("$py" -c 'import sentence_transformers as s; print(s.__version__)' 2>/dev/null), torch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') ($(nproc) CPUs)," \
   "load average before: $(cut -d' ' -f1-3 /proc/loadavg)," \
-  "peer: sentence-transformers $("$py" -c 'import sentence_transformers as s; print(s.__version__)' 2>/dev/null)," \
-  "torch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null), $threads threads"
+  "peer: $peer_versions, $threads threads"
 [ -n "$svc_url" ] && load svc "$svc_url" "$svc_key" "$svc_model"
 load peer "http://127.0.0.1:$peer_port/v1" "" all-MiniLM-L6-v2
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); texts per request: $inputs; ${seconds}s per row"
 echo
 
-python3 - "$out" <<'PY'
+python3 - "$out" "$command" "$started" "$peer_versions" "$threads" "$inputs" "$seconds" <<'PY'
 import json, os, sys
+sys.path.insert(0, "bench")
+import results
 d = sys.argv[1]
 runs = {n: {r["clients"]: r for r in json.load(open(os.path.join(d, n + ".json")))}
         for n in ("svc", "peer") if os.path.exists(os.path.join(d, n + ".json"))}
@@ -162,4 +169,25 @@ for n in names:
     for r in runs[n].values():
         if r["first_error"]:
             print(f"\n{n}, {r['clients']} clients, first error: {r['first_error']}", file=sys.stderr)
+
+# Both sides measured: the run as bench/results/embeddings.json.
+command, started, peer, threads, inputs, seconds = sys.argv[2:8]
+if len(names) == 2:
+    rows = []
+    for c in levels:
+        a, b = runs["svc"].get(c), runs["peer"].get(c)
+        if a and b:
+            rows.append({"clients": c, **{f"{n}_{k}": round(r[f], 2) for n, r in (("svc", a), ("peer", b))
+                                         for k, f in (("emb_s", "embeddings_per_s"), ("p50_ms", "p50_ms"),
+                                                      ("p99_ms", "p99_ms"), ("errors", "errors"))}})
+    st = peer.split(",")[0]
+    summary = [results.compare(f"emb_s@{r['clients']}", f"embeddings/s, {r['clients']} client"
+                               + ("s" if r["clients"] != 1 else ""), "emb/s", "higher", r["svc_emb_s"],
+                               r["peer_emb_s"], reference_name=st) for r in rows]
+    results.write(results.document(
+        "embeddings", title="Embeddings against sentence-transformers", external=True, script="bench/embeddings.sh",
+        command=command, started=float(started), summary=summary, rows=rows,
+        reference=f"{peer} ({threads} threads) serving the same all-MiniLM-L6-v2 behind bench/embeddings_peer.py, "
+                  "which batches concurrent requests into one encode call",
+        notes=f"{inputs} text(s) a request, {seconds} s a row; svc-embed with {threads} threads"))
 PY

@@ -12,11 +12,19 @@
 #   with `svc pull` on first use; default ~/.cache/svc-bench),
 #   SVC_BENCH_VENV (default target/.venv-bench: a venv with httpx),
 #   BENCH_FAIRNESS_ARGS (more flags for fairness_ttft.py, e.g. --conditions idle,scored)
+# The table also goes to bench/results/fairness.json (bench/results.py; a run
+# of some conditions to fairness.partial.json, which git ignores), from which
+# `python3 bench/charts.py` redraws BENCHMARKS.md's table and charts;
+# BENCH_RESULTS=FILE writes it elsewhere, BENCH_RESULTS=none not at all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 # shellcheck source=bench/embedded-lib.sh
 source bench/embedded-lib.sh
-serve_embedded b a "${BENCH_THREADS:-1}" "${BENCH_PARALLEL:-8}"
+threads=${BENCH_THREADS:-1}
+parallel=${BENCH_PARALLEL:-8}
+serve_embedded b a "$threads" "$parallel"
 # shellcheck disable=SC2086
-"$py" bench/engine/fairness_ttft.py --url "$url/v1" --key "$key" --pid "$pid" --rounds "$rounds" ${BENCH_FAIRNESS_ARGS:-}
+"$py" bench/engine/fairness_ttft.py --url "$url/v1" --key "$key" --pid "$pid" --rounds "$rounds" \
+  --results auto --command "$(python3 bench/results.py command bench/fairness.sh "$@")" \
+  --threads "$threads" --parallel "$parallel" ${BENCH_FAIRNESS_ARGS:-}

@@ -12,13 +12,17 @@
 # The last four against chat/stream are what translating the Responses and
 # Messages dialects to and from the engine boundary costs.
 # Usage: bench/gateway.sh [seconds per run, default 10] [connections, default 64]
-# Needs wrk (apt-get install wrk). Prints a Markdown table.
+# Needs wrk (apt-get install wrk). Prints a Markdown table, and writes the run
+# to bench/results/gateway.json (bench/results.py; BENCH_RESULTS=FILE writes
+# elsewhere, BENCH_RESULTS=none not at all): `python3 bench/charts.py` then
+# redraws BENCHMARKS.md's table and charts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 conns=${2:-64}
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
 cargo build --release -q -p svc-test-support --bin svc-fake-server
+started=$(date +%s)
 out=$(mktemp -d)
 trap 'kill $server 2>/dev/null; rm -rf "$out"' EXIT
 target=${CARGO_TARGET_DIR:-target}
@@ -76,3 +80,4 @@ run resp /v1/responses resp
 run resp-sse /v1/responses resp-sse
 run msgs /v1/messages msgs
 run msgs-sse /v1/messages msgs-sse
+python3 bench/results.py gateway "$out" --secs "$secs" --conns "$conns" --started "$started"

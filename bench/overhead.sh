@@ -20,7 +20,10 @@
 #      CONC (64), LITELLM_CONC (16),
 #      LITELLM_VERSION (1.106.2), LITELLM_VENV (an existing venv with
 #      litellm[proxy]). Builds release binaries; otherwise creates a venv
-#      for LiteLLM under target/.venv-litellm. Prints a Markdown table.
+#      for LiteLLM under target/.venv-litellm. Prints a Markdown table, and
+#      writes the run to bench/results/overhead.json (bench/results.py;
+#      BENCH_RESULTS=FILE elsewhere, =none not at all), from which
+#      `python3 bench/charts.py` redraws BENCHMARKS.md's table and charts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -32,6 +35,8 @@ conc=${CONC:-64}
 litellm_conc=${LITELLM_CONC:-16}
 litellm_version=${LITELLM_VERSION:-1.106.2}
 target=${CARGO_TARGET_DIR:-target}
+started=$(date +%s)
+command=$(python3 bench/results.py command --env RATE --env LITELLM_ --env SLOW_SECS --env CONC bench/overhead.sh "$@")
 
 cargo build --release --locked -q -p svc-cli --bin svc \
   -p svc-test-support --bin svc-fake-upstream --bin svc-loadgen
@@ -108,10 +113,14 @@ litellm_peak=$(load "http://127.0.0.1:$litellm_port/v1/chat/completions" "$body"
 # One request through LiteLLM must have worked, or the numbers mean nothing.
 [[ $(field "$litellm_lat" ok) -gt 0 ]] || { echo "LiteLLM answered nothing; its log:" >&2; tail -20 "$out/litellm.log" >&2; exit 1; }
 
-python3 - "$direct_lat" "$svc_lat" "$direct_half" "$svc_half" "$direct_slow" "$svc_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$relay_slow" "$rate" "$half_rate" "$litellm_rate" "$(nproc)" <<'PY'
+litellm_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("litellm"))' 2>/dev/null || echo "$litellm_version")
+python3 - "$direct_lat" "$svc_lat" "$direct_half" "$svc_half" "$direct_slow" "$svc_slow" "$litellm_lat" "$direct_peak" "$svc_peak" "$litellm_peak" "$relay_slow" "$rate" "$half_rate" "$litellm_rate" "$(nproc)" "$command" "$started" "$litellm_version" <<'PY'
 import json, sys
+sys.path.insert(0, "bench")
+import results
 d, s, dh, sh, ds, ss, l, dp, sp, lp, rs = (json.loads(a) for a in sys.argv[1:12])
 rate, half, lrate, cores = sys.argv[12:16]
+command, started, litellm_version = sys.argv[16], float(sys.argv[17]), sys.argv[18]
 def over(g, base, k): return max(g[k] - base[k], 0.0)
 print(f"Gateway overhead over loopback, {cores} cores shared by upstream, gateway and load generator")
 print()
@@ -141,4 +150,39 @@ print(f"At {lrate} req/s: overhead p50 LiteLLM/svc = {ratio(lo50, so50):.0f}x, p
 if rs:
     print(f"At {lrate} req/s a bare TCP relay adds {over(rs, ds, 'p50_ms'):.3f} ms at p50 and "
           f"{over(rs, ds, 'p99_ms'):.3f} ms at p99: the floor for any gateway in a process of its own")
+
+# The same rows as bench/results/overhead.json.
+def result_row(name, offered, r, base=None, peak=None):
+    return {"target": name, "offered_rps": int(offered), "ok": r["ok"], "errors": r["errors"],
+            "p50_ms": round(r["p50_ms"], 3), "p99_ms": round(r["p99_ms"], 3),
+            "overhead_p50_ms": round(over(r, base, "p50_ms"), 3) if base else None,
+            "overhead_p99_ms": round(over(r, base, "p99_ms"), 3) if base else None,
+            "peak_rps": round(peak["rps"]) if peak else None}
+rows = [result_row("upstream alone", rate, d, peak=dp), result_row("svc → upstream", rate, s, d, sp),
+        result_row("upstream alone", half, dh), result_row("svc → upstream", half, sh, dh),
+        result_row("upstream alone", lrate, ds)]
+if rs:
+    rows.append(result_row("TCP relay (socat) → upstream", lrate, rs, ds))
+rows += [result_row("svc → upstream", lrate, ss, ds), result_row("LiteLLM → upstream", lrate, l, ds, lp)]
+litellm = f"LiteLLM proxy {litellm_version}, one worker"
+summary = [
+    results.compare(f"overhead.p50@{lrate}", f"added to the upstream's p50 at {lrate} req/s", "ms", "lower",
+                    round(so50, 3), round(lo50, 3), reference_name=litellm),
+    results.compare(f"overhead.p99@{lrate}", f"added to the upstream's p99 at {lrate} req/s", "ms", "lower",
+                    round(so99, 3), round(lo99, 3), reference_name=litellm),
+    results.compare("peak", "peak throughput, closed loop", "req/s", "higher", round(sp["rps"]), round(lp["rps"]),
+                    reference_name=litellm),
+]
+if rs:
+    summary.append(results.compare(
+        f"floor.p50@{lrate}", f"the relay floor: added to the upstream's p50 at {lrate} req/s", "ms", "lower",
+        round(so50, 3), round(max(over(rs, ds, "p50_ms"), 0.001), 3), reference_name="a bare TCP relay, socat"))
+results.write(results.document(
+    "overhead", title="Gateway overhead against LiteLLM and a bare relay", external=True, script="bench/overhead.sh",
+    command=command, started=started,
+    reference=f"the fake upstream alone; LiteLLM's proxy ({litellm_version}, one worker)"
+              + (" and a bare TCP relay (socat)" if rs else "") + " in front of the same upstream",
+    summary=summary, rows=rows,
+    notes=f"{cores} cores shared by upstream, gateway and load generator; latency open loop, overhead = the "
+          f"gateway's percentile minus the upstream's alone at the same rate"))
 PY

@@ -12,7 +12,10 @@
 #  5. worst gap between chunks of 8 running streams while a 1,400-token
 #     prompt arrives, and that prompt's TTFT;
 #  6. VmRSS of each server idle after start and after all runs, VmHWM.
-# Details of each measurement: bench/engine/vs_server.py.
+# Details of each measurement: bench/engine/vs_server.py. The medians also go
+# to bench/results/vs-llama-server.json (a run of some rows, BENCH_ONLY or
+# BENCH_QUICK, to vs-llama-server.partial.json, which git ignores), from
+# which `python3 bench/charts.py` redraws BENCHMARKS.md's table and charts.
 #
 # llama-server is built on first use (bench/llama-server-build.sh) from the
 # llama.cpp that svc links (the llama-cpp-sys-2 crate) with the server sources
@@ -45,6 +48,7 @@
 #   `bench/engine/vs_server.py --report DIR/vs.json` prints a cut-short run's
 #   table) and both servers' logs there
 #   SVC_BENCH_VENV (default target/.venv-bench): venv with httpx
+#   BENCH_RESULTS=FILE: write the result file there instead; =none: not at all
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -181,6 +185,7 @@ log "measuring: $only, $rounds rounds"
   --conv-count "$conv_count" --stall-stream-tokens "$stall_tokens" \
   --max-tokens "${BENCH_MAX_TOKENS:-128}" --quiet-wait "$quiet" --quiet-budget "${BENCH_QUIET_BUDGET:-$quiet_budget}" --retries "$retries" \
   --max-foreign "${BENCH_MAX_FOREIGN:-0.10}" --only "$only" \
+  --results auto --command "$(python3 bench/results.py command bench/vs-llama-server.sh "$@")" \
   --json "${keep:-$work}/vs.json" --header "## svc serve against llama-server
 
 $header

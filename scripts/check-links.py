@@ -15,24 +15,31 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 def anchor(heading):
     """The anchor of a heading: lower case, punctuation but - and _ dropped,
     spaces as -."""
-    text = re.sub(r"`|\*\*|\*|_(?=\w)|(?<=\w)_", "", heading)
+    # Emphasis marks go; an underscore inside a word (Q4_1) stays.
+    text = re.sub(r"`|\*\*|\*|(?<!\w)_+(?=\w)|(?<=\w)_+(?!\w)", "", heading)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = text.strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
 
+def outside_fences(text):
+    """The text with fenced code blocks blanked out."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
 def outside_code(text):
     """The text with fenced code blocks and inline code blanked out."""
-    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-    return re.sub(r"`[^`\n]*`", "``", text)
+    return re.sub(r"`[^`\n]*`", "``", outside_fences(text))
 
 
 def anchors(path, cache={}):
     if path not in cache:
         found = set()
         with open(path, encoding="utf-8") as f:
-            for line in outside_code(f.read()).splitlines():
+            # Inline code stays: its text is part of the anchor
+            # ("`n` choices" is #n-choices on GitHub and in mdBook).
+            for line in outside_fences(f.read()).splitlines():
                 m = HEADING.match(line)
                 if m:
                     found.add(anchor(m.group(2)))

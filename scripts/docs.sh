@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the manual (docs/, an mdBook) into target/book and checks every
-# link of it and of the README: each page, file and heading a link names
-# must exist (scripts/check-links.py; links off this repository are not
-# followed). The configuration reference (docs/src/configuration-reference.md)
+# link of it, of the README, of BENCHMARKS.md and its log (bench/LOG.md) and
+# of the crates' READMEs: each page, file and heading a link names must
+# exist (scripts/check-links.py; links off this repository are not
+# followed). Also checks that BENCHMARKS.md's results table and
+# bench/charts/*.svg are what bench/results/*.json give
+# (`python3 bench/charts.py --check`; `python3 bench/charts.py` redraws them). The configuration reference (docs/src/configuration-reference.md)
 # is generated from the configuration's types; the test command checks it
 # (`cargo test -p svc-cli --test config_reference`).
 # Installs mdbook with cargo (once) when it is missing. Part of the test
@@ -15,4 +18,5 @@ if [ "$(mdbook --version 2>/dev/null || true)" != "mdbook v$version" ]; then
   cargo install mdbook --locked --quiet --version "$version" --no-default-features --features search
 fi
 mdbook build docs
-python3 scripts/check-links.py README.md docs/src/*.md
+python3 scripts/check-links.py README.md docs/src/*.md BENCHMARKS.md bench/LOG.md crates/*/README.md deploy/kubernetes/README.md
+python3 bench/charts.py --check

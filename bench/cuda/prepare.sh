@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a run of svc on a GPU machine that has CUDA, cmake and Python but
 # no Rust toolchain and no network (issue 32: the `cuda` check), as done for
-# BENCHMARKS.md's "On an NVIDIA H100 with CUDA":
+# BENCHMARKS.md's "Embedded engine against llama-server on an NVIDIA H100"
+# (the whole run: bench/LOG.md's "On an NVIDIA H100 with CUDA"):
 #
 #   1. here: bench/cuda/prepare.sh  -> .gpu/ (ignored): svc built with
 #      llama.cpp as shared libraries (xz), its libllama-common (xz), the

@@ -3,7 +3,10 @@
 # joins the model, waits for the CUDA build, runs svc on it through a
 # wrapper that puts svc's own libllama-common first (llama-server keeps the
 # one it was linked with), then the greedy smoke check and the benchmark.
-# Results: $OUT/smoke.json, $OUT/bench.md, $OUT/bench/ (logs and JSON).
+# Results: $OUT/smoke.json, $OUT/bench.md, $OUT/bench/ (logs and JSON) and
+# $OUT/vs-llama-server-h100.json, the run as a result file (bench/results.py)
+# to copy into bench/results/ here (on another GPU, name its area in
+# BENCH_RESULTS_AREA and give it a title in bench/engine/vs_server.py's AREAS).
 set -x
 repo=$PWD
 dir=${GPU_DIR:-/root/gpu}
@@ -27,6 +30,7 @@ timeout 90 python3 "$repo/bench/cuda/greedy_smoke.py" "$url" "$key" | tee "$OUT/
 kill %1; wait
 cd "$repo"
 # The image's python3 is a virtual environment with httpx.
-BENCH_THREADS=4 BENCH_SVC_BIN=$dir/svc-run BENCH_LLAMA_SERVER_BIN=$dir/build/bin/llama-server \
+BENCH_RESULTS="$OUT/vs-llama-server-h100.json" BENCH_RESULTS_AREA=vs-llama-server-h100 \
+  BENCH_THREADS=4 BENCH_SVC_BIN=$dir/svc-run BENCH_LLAMA_SERVER_BIN=$dir/build/bin/llama-server \
   SVC_BENCH_VENV=$(dirname "$(dirname "$(command -v python3)")") BENCH_KEEP_JSON="$OUT/bench" \
   timeout "${BENCH_LIMIT:-300}" bash bench/vs-llama-server.sh "$dir/model.gguf" 2>&1 | tee "$OUT/bench.md"

@@ -23,13 +23,19 @@ requests ended meanwhile, the prompt tokens svc charged A for one scored
 request of `n` choices against one of 1, and the share of the CPUs other
 processes used (worst round).
 
+With --results, the table also goes to bench/results/fairness.json
+(bench/results.py's shape; a run of some conditions to fairness.partial.json),
+beside issue 61's review's numbers when the settings are the review's.
+
 Usage: python bench/engine/fairness_ttft.py --url http://127.0.0.1:PORT/v1
          --key sk-svc-...,sk-svc-... --pid PID [--rounds 3] [--asks 10] [--json FILE]
+         [--results auto|FILE --command CMD --threads N --parallel N]
 """
 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -38,6 +44,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+import results as result_files  # noqa: E402  (bench/results.py)
 from cpuload import ForeignLoad, wait_quiet  # noqa: E402
 
 CONDITIONS = ("idle", "generating", "prompts", "scored", "scored-n")
@@ -149,7 +157,13 @@ async def main() -> None:
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--quiet-wait", type=float, default=30)
     ap.add_argument("--json")
+    ap.add_argument("--results", metavar="auto|FILE",
+                    help="write the table in bench/results' shape: auto (bench/results/fairness.json) or FILE")
+    ap.add_argument("--command", default="bench/fairness.sh", help="the command, for --results")
+    ap.add_argument("--threads", type=int, help="svc's --threads, for --results")
+    ap.add_argument("--parallel", type=int, help="svc's --parallel, for --results")
     args = ap.parse_args()
+    started = time.time()
     conditions = args.conditions.split(",")
     results = []
     for r in range(args.rounds):
@@ -177,6 +191,61 @@ async def main() -> None:
               f"{100 * max(m['foreign'] for m in ms):.0f}% |")
     print(f"\nPrompt tokens reported for one scored request of {args.prompt_tokens} words: "
           f"n = 1: {one}, n = {args.hogs}: {many}.")
+    if args.results:
+        write_results(args, conditions, results, one, many, started)
+
+
+# Issue 61's security review: B's TTFT p50 beside the same work before the
+# fix, with svc serve --threads 1 --parallel 8, 8 of A's requests of 500
+# words (milliseconds).
+REVIEW_MS = {"idle": 86, "generating": 200, "prompts": 12100, "scored": 32500, "scored-n": 31400}
+
+
+def label(condition: str, args) -> str:
+    return {
+        "idle": "nothing else runs",
+        "generating": f"A's {args.hogs} long generations (reference)",
+        "prompts": f"A's {args.hogs} plain {args.prompt_tokens}-token prompts",
+        "scored": f"A's {args.hogs} scored {args.prompt_tokens}-token prompts",
+        "scored-n": f"one scored request of A's with n = {args.hogs}",
+    }[condition]
+
+
+def write_results(args, conditions: list, measured: list, one: int, many: int, started: float) -> None:
+    """The table as bench/results/fairness.json (bench/results.py's shape)."""
+    review = (args.threads, args.parallel, args.hogs, args.prompt_tokens) == (1, 8, 8, 500)
+    rows = []
+    for condition in conditions:
+        ms = [m for m in measured if m["condition"] == condition]
+        rows.append({"condition": condition, "label": label(condition, args),
+                     "ttft_p50_ms": round(1000 * statistics.median(m["p50"] for m in ms)),
+                     "ttft_max_ms": round(1000 * statistics.median(m["max"] for m in ms)),
+                     "a_ended": round(statistics.median(m["ended"] for m in ms)),
+                     "foreign": round(max(m["foreign"] for m in ms), 3),
+                     "review_ms": REVIEW_MS[condition] if review else None})
+    by = {r["condition"]: r for r in rows}
+    summary = []
+    for condition in ("scored", "scored-n", "prompts", "generating"):
+        r = by.get(condition)
+        base = REVIEW_MS[condition] if review else (by["generating"]["ttft_p50_ms"] if "generating" in by else None)
+        if r and base and (review or condition != "generating"):
+            name = ("issue 61's review, before the fix, same settings" if review
+                    else "B's TTFT beside A's long generations")
+            summary.append(result_files.compare(
+                condition, f"key B's TTFT p50 beside {r['label'].replace(' (reference)', '')}", "ms", "lower",
+                r["ttft_p50_ms"], base, reference_name=name))
+    doc = result_files.document(
+        "fairness", title="One key's prompt work beside another key's first token", external=False,
+        script="bench/fairness.sh", command=args.command,
+        reference="key B's TTFT beside key A's long generations (the same run)"
+                  + (", and issue 61's review before the fix (same settings)" if review else ""),
+        summary=summary, rows=rows, started=started,
+        notes=f"svc serve --threads {args.threads} --parallel {args.parallel}; B sends {args.asks} short streamed "
+              f"requests a condition; medians over {args.rounds} rounds. One scored request of "
+              f"{args.prompt_tokens} words reports {one} prompt tokens with n = 1 and {many} with n = {args.hogs}.")
+    if args.results != "auto":
+        os.environ["BENCH_RESULTS"] = args.results
+    result_files.write(doc, partial=set(conditions) != set(CONDITIONS))
 
 
 if __name__ == "__main__":

@@ -37,12 +37,15 @@ Measurements:
   memory   VmRSS idle after start (before any request), VmRSS and VmHWM
            after all runs.
 
-Prints the Markdown report on stdout; --json FILE keeps every number.
+Prints the Markdown report on stdout; --json FILE keeps every number;
+--results writes the medians as bench/results/vs-llama-server.json
+(bench/results.py; "auto": there, or .partial.json for a run of some rows).
 """
 
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -53,6 +56,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+import results  # noqa: E402  (bench/results.py)
 from cpuload import ForeignLoad  # noqa: E402
 from cpuload import wait_quiet as _wait_quiet  # noqa: E402
 
@@ -375,11 +380,17 @@ async def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--header", default="", help="Markdown printed above the table")
     ap.add_argument("--report", metavar="JSON", help="only print the report of a (partial) --json file")
+    ap.add_argument("--results", metavar="auto|FILE",
+                    help="write the medians in bench/results' shape: auto (bench/results/vs-llama-server.json, "
+                         "or .partial.json for a run of some rows) or FILE")
+    ap.add_argument("--command", default="bench/vs-llama-server.sh", help="the command, for --results")
     a = ap.parse_args()
     if a.report:
         out = json.loads(Path(a.report).read_text())
         out.setdefault("after", {s: {"VmRSS": 0, "VmHWM": 0} for s in ("svc", "llama-server")})
         print(report(out, out.get("header", "")))
+        if a.results:
+            write_results(out, a.results, a.command)
         return
     if not all((a.svc_url, a.svc_key, a.svc_pid, a.ls_url, a.ls_pid)):
         ap.error("--svc-url, --svc-key, --svc-pid, --ls-url and --ls-pid are required")
@@ -391,7 +402,8 @@ async def main() -> None:
         Server("llama-server", a.ls_url, a.ls_pid, None, "model"),
     ]
     text = Text(a.ls_url)
-    out = {"args": vars(a), "header": a.header, "idle": {s.name: proc_mem(s.pid) for s in servers}, "runs": {}}
+    out = {"args": vars(a), "header": a.header, "idle": {s.name: proc_mem(s.pid) for s in servers}, "runs": {},
+           "started": time.time()}
 
     def record(key, name, r):
         out["runs"].setdefault(key, {}).setdefault(name, []).append(r)
@@ -447,25 +459,67 @@ async def main() -> None:
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
     print(report(out, a.header))
+    if a.results:
+        write_results(out, a.results, a.command)
 
 
 # ---- report ----
 
+# Each row of the report: (measurement, field, the report's label, the
+# result file's label, unit, better, target, scale to the unit, format).
+# Targets: issue 46's (every TTFT row ≤ 0.8×).
+ROWS = (
+    ("single", "decode_tps", "single stream: decode tokens/s", "single stream: decode", "tokens/s", "higher",
+     "≥ 1.0×", 1, "tps"),
+    ("single", "short_ttft", "single stream: TTFT, short prompt (median of 5)",
+     "single stream: TTFT, short prompt (median of 5)", "ms", "lower", "≤ 0.8×", 1000, "ms"),
+    ("pp", "pp_tps", "prompt processing tokens/s, {pp_tokens:,}-token prompt",
+     "prompt processing, {pp_tokens:,}-token prompt", "tokens/s", "higher", "≥ 1.0×", 1, "int"),
+    ("c4", "tps", "4 streams: aggregate tokens/s", "4 streams: aggregate", "tokens/s", "higher", "", 1, "tps"),
+    ("c4", "ttft_p50", "4 streams: TTFT p50", "4 streams: TTFT p50", "ms", "lower", "", 1000, "ms"),
+    ("c4", "ttft_p99", "4 streams: TTFT p99", "4 streams: TTFT p99", "ms", "lower", "", 1000, "ms"),
+    ("c16", "tps", "16 streams: aggregate tokens/s", "16 streams: aggregate", "tokens/s", "higher", "≥ 1.05×", 1,
+     "tps"),
+    ("c16", "ttft_p50", "16 streams: TTFT p50", "16 streams: TTFT p50", "ms", "lower", "≤ 0.8×", 1000, "ms"),
+    ("c16", "ttft_p99", "16 streams: TTFT p99", "16 streams: TTFT p99", "ms", "lower", "", 1000, "ms"),
+    ("conv1", "ttft", "1 conversation: turn-7 TTFT", "1 conversation: turn-7 TTFT", "ms", "lower", "≤ 0.8×",
+     1000, "ms"),
+    ("conv8", "ttft", "{conv_count} interleaved conversations: turn-7 TTFT median",
+     "{conv_count} interleaved conversations: turn-7 TTFT median", "ms", "lower", "≤ 0.8×", 1000, "ms"),
+    ("stall", "worst_gap", "8 streams + a 1,400-token prompt: worst gap between chunks",
+     "8 streams + a 1,400-token prompt: worst gap between chunks", "ms", "lower", "≤ 0.5×", 1000, "ms"),
+    ("stall", "long_ttft", "8 streams + a 1,400-token prompt: its TTFT", "8 streams + a 1,400-token prompt: its TTFT",
+     "ms", "lower", "≤ 0.8×", 1000, "ms"),
+)
+# The memory rows: (when, field, label, target).
+MEMORY_ROWS = (("idle", "VmRSS", "RSS idle after start", ""),
+               ("after", "VmRSS", "RSS after all runs", "≤ 1.0×"),
+               ("after", "VmHWM", "peak RSS (VmHWM) after all runs", ""))
+NAMES = ("svc", "llama-server")
+
+
+def medians(runs: dict, key: str, field: str):
+    """({server: median over rounds}, {server: worst foreign share}); a server
+    without results (a cut-short run) is left out; None when neither has any."""
+    v, foreign = {}, {}
+    for n in NAMES:
+        rs = [r for r in runs.get(key, {}).get(n, []) if r.get(field) is not None]
+        if rs:
+            v[n] = statistics.median(r[field] for r in rs)
+            foreign[n] = max(r["foreign"] for r in rs)
+    return (v, foreign) if v else None
+
+
+def label_args(out: dict) -> dict:
+    return {"pp_tokens": 2000, **out["args"]}
+
 def report(out: dict, header: str) -> str:
     runs = out["runs"]
-    names = ("svc", "llama-server")
+    names = NAMES
     rows = []
 
     def med(key, field):
-        """{server: median over rounds}, {server: worst foreign share}; a
-        server without results (a cut-short run) is left out."""
-        v, foreign = {}, {}
-        for n in names:
-            rs = [r for r in runs.get(key, {}).get(n, []) if r.get(field) is not None]
-            if rs:
-                v[n] = statistics.median(r[field] for r in rs)
-                foreign[n] = max(r["foreign"] for r in rs)
-        return (v, foreign) if v else None
+        return medians(runs, key, field)
 
     def row(label, key, field, fmt, target, scale=1.0):
         m = med(key, field)
@@ -483,26 +537,11 @@ def report(out: dict, header: str) -> str:
     tok = lambda x: f"{x:.0f}"  # noqa: E731
     mib = lambda x: f"{x / MIB:.0f} MiB"  # noqa: E731
 
-    # Targets: issue 46's (every TTFT row ≤ 0.8×).
-    row("single stream: decode tokens/s", "single", "decode_tps", tps, "≥ 1.0×")
-    row("single stream: TTFT, short prompt (median of 5)", "single", "short_ttft", ms, "≤ 0.8×", 1000)
-    row(f"prompt processing tokens/s, {out['args'].get('pp_tokens', 2000):,}-token prompt", "pp", "pp_tps",
-        lambda x: f"{x:.0f}", "≥ 1.0×")
-    row("4 streams: aggregate tokens/s", "c4", "tps", tps, "")
-    row("4 streams: TTFT p50", "c4", "ttft_p50", ms, "", 1000)
-    row("4 streams: TTFT p99", "c4", "ttft_p99", ms, "", 1000)
-    row("16 streams: aggregate tokens/s", "c16", "tps", tps, "≥ 1.05×")
-    row("16 streams: TTFT p50", "c16", "ttft_p50", ms, "≤ 0.8×", 1000)
-    row("16 streams: TTFT p99", "c16", "ttft_p99", ms, "", 1000)
-    row("1 conversation: turn-7 TTFT", "conv1", "ttft", ms, "≤ 0.8×", 1000)
-    row(f"{out['args']['conv_count']} interleaved conversations: turn-7 TTFT median", "conv8", "ttft", ms, "≤ 0.8×", 1000)
-    row("8 streams + a 1,400-token prompt: worst gap between chunks", "stall", "worst_gap", ms, "≤ 0.5×", 1000)
-    row("8 streams + a 1,400-token prompt: its TTFT", "stall", "long_ttft", ms, "≤ 0.8×", 1000)
-    idle, after = out["idle"], out["after"]
-    for label, src, field, target in (("RSS idle after start", idle, "VmRSS", ""),
-                                      ("RSS after all runs", after, "VmRSS", "≤ 1.0×"),
-                                      ("peak RSS (VmHWM) after all runs", after, "VmHWM", "")):
-        a, b = src["svc"][field], src["llama-server"][field]
+    formats = {"tps": tps, "ms": ms, "int": lambda x: f"{x:.0f}"}
+    for key, field, label, _, _, _, target, scale, fmt in ROWS:
+        row(label.format(**label_args(out)), key, field, formats[fmt], target, scale)
+    for when, field, label, target in MEMORY_ROWS:
+        a, b = out[when]["svc"][field], out[when]["llama-server"][field]
         if not (a and b):
             continue
         rows.append(f"| {label} | {mib(a)} | {mib(b)} | **{a / b:.2f}×** | {target} | |")
@@ -536,6 +575,58 @@ def report(out: dict, header: str) -> str:
         lines.append(f"llama-server reused {statistics.median(cached):.0f} cached prompt tokens at turn 7 "
                      f"(median, its `timings.cache_n`).")
     return "\n".join(lines)
+
+
+# ---- bench/results/vs-llama-server.json ----
+
+# The result file's area (BENCH_RESULTS_AREA; bench/cuda/run-there.sh names
+# the GPU's), its title (its section's heading in BENCHMARKS.md) and the rows
+# of BENCHMARKS.md's table.
+AREAS = {
+    "vs-llama-server": ("Embedded engine against llama-server",
+                        {"single.decode_tps", "single.short_ttft", "pp.pp_tps", "c4.tps", "c16.tps", "c16.ttft_p50",
+                         "conv8.ttft", "stall.worst_gap", "after.VmRSS"}),
+    "vs-llama-server-h100": ("Embedded engine against llama-server on an NVIDIA H100",
+                             {"single.decode_tps", "c16.tps"}),
+}
+
+
+def write_results(out: dict, where: str, command: str) -> None:
+    """The report's medians as a result file (bench/results.py's shape)."""
+    rows = []
+    for key, field, _, label, unit, better, target, scale, _ in ROWS:
+        m = medians(out["runs"], key, field)
+        if not m or len(m[0]) < 2:
+            continue
+        v, foreign = m
+        s, r = v["svc"] * scale, v["llama-server"] * scale
+        rows.append(results.compare(
+            f"{key}.{field}", label.format(**label_args(out)), unit, better, round(s, 1), round(r, 1),
+            reference_name="llama-server", target=target, ratio=round(s / r, 4) if r else None,
+            foreign=[round(foreign["svc"], 3), round(foreign["llama-server"], 3)]))
+    for when, field, label, target in MEMORY_ROWS:
+        s, r = out[when]["svc"][field], out[when]["llama-server"][field]
+        if s and r:
+            rows.append(results.compare(f"{when}.{field}", label, "MiB", "lower", round(s / MIB), round(r / MIB),
+                                        reference_name="llama-server", target=target, ratio=round(s / r, 4)))
+    for row in rows:
+        if not row["target"]:
+            del row["target"]
+    a = out["args"]
+    full = set(a["only"].split(",")) >= {"single", "pp", "c4", "c16", "conv1", "conv8", "stall"} \
+        and a["conv_count"] == 8
+    area = os.environ.get("BENCH_RESULTS_AREA", "vs-llama-server")
+    title, headline = AREAS.get(area, (f"Embedded engine against llama-server ({area})", AREAS["vs-llama-server"][1]))
+    doc = results.document(
+        area, title=title, external=True,
+        script="bench/vs-llama-server.sh", command=command,
+        reference="llama.cpp's llama-server built from the same llama.cpp, on the same GGUF with the same "
+                  "threads, slots and context per slot",
+        summary=[r for r in rows if r["key"] in headline], rows=rows, started=out.get("started"),
+        notes=(out.get("header") or "").replace("## svc serve against llama-server", "").strip() or None)
+    if where != "auto":
+        os.environ["BENCH_RESULTS"] = where
+    results.write(doc, partial=not full)
 
 
 if __name__ == "__main__":
