@@ -5,7 +5,8 @@
 # exist (scripts/check-links.py; links off this repository are not
 # followed). Also checks that BENCHMARKS.md's results table and
 # bench/charts/*.svg are what bench/results/*.json give
-# (`python3 bench/charts.py --check`; `python3 bench/charts.py` redraws them). The configuration reference (docs/src/configuration-reference.md)
+# (`python3 bench/charts.py --check`; `python3 bench/charts.py` redraws them).
+# The configuration reference (docs/src/configuration-reference.md)
 # is generated from the configuration's types; the test command checks it
 # (`cargo test -p svc-cli --test config_reference`).
 # Installs mdbook with cargo (once) when it is missing. Part of the test
