@@ -6,10 +6,9 @@
 //! first event ([`Admission::generate_with`]), and the usage metered and
 //! settled as the events pass (see [`crate::usage`]). A reply served from
 //! the response cache is charged and counted here too
-//! ([`Admission::cache_hit`]), and work answered in one piece (embeddings)
-//! is routed, charged and recorded by the same parts
-//! ([`Admission::usable`], [`Admission::charge_tokens`],
-//! [`Admission::record_whole`]).
+//! ([`Admission::cache_hit`]), and work answered in one piece (embeddings,
+//! rerank, audio) is routed, charged and recorded by the same parts
+//! ([`Admission::whole`]).
 //!
 //! It knows nothing of HTTP: what refuses a request is a [`Refusal`],
 //! plain data that the HTTP edge (`crate::error`) turns into a status and
@@ -25,7 +24,7 @@ use svc_core::{
     ReasoningEffort, TokenUsage, Tokens,
 };
 
-use crate::budget::{BudgetSlot, Budgets, Charge, Spent};
+use crate::budget::{BudgetSlot, Budgets, Spent};
 use crate::metrics::Metrics;
 use crate::ratelimit::{RateLimiter, Verdict};
 use crate::registry::{ModelRegistry, ModelRoute};
@@ -93,6 +92,31 @@ impl std::fmt::Debug for UploadGate {
             .field("spent_spend", &self.spent_spend)
             .finish_non_exhaustive()
     }
+}
+
+/// Work answered in one piece, as [`Admission::whole`] is asked for it.
+pub struct Asked<'a> {
+    pub key: &'a KeyRecord,
+    /// The model id asked for.
+    pub model: &'a str,
+    /// What the model must do.
+    pub capability: Capability,
+    pub metering: &'a Metering,
+    /// When the request arrived, for the gateway's overhead.
+    pub arrived: Instant,
+    /// What it is expected to use, charged up front.
+    pub estimate: Tokens,
+}
+
+/// Who work answered in one piece is for, as its engine request says it
+/// (`client`, `background`: an engine that queues shares its capacity by
+/// client and runs a batch's lines after interactive work).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The key's id.
+    pub client: String,
+    /// Whether it is a batch's line.
+    pub background: bool,
 }
 
 /// A generation under way: its events, and the model serving it (the one
@@ -366,49 +390,47 @@ impl Admission {
         Err(failure.map_or_else(|| Refusal::ModelNotFound(model.to_owned()), Refusal::Engine))
     }
 
-    /// Charges an estimate already made (`prompt` tokens in, `reply` out:
-    /// 0 for embeddings) to `key`'s budgets for `model`, putting the
-    /// tighter state in `slot`.
-    pub async fn charge_tokens(
-        &self,
-        key: &KeyRecord,
-        model: &str,
-        prompt: i64,
-        reply: i64,
-        slot: &BudgetSlot,
-    ) -> Result<Option<Charge>, Refusal> {
-        Ok(self
+    /// Work answered in one piece (embeddings, rerank, a transcript,
+    /// speech), admitted as a generation is: the model must serve
+    /// `asked.capability` for the key ([`Admission::serving`]), the key's
+    /// and its project's budgets are charged `asked.estimate` up front (a
+    /// spent one refuses), the gateway's overhead since `asked.arrived` is
+    /// recorded, then `work` runs on the model's engine, told who it is for
+    /// ([`Origin`]), and the usage `used` reads off its answer is recorded:
+    /// the ledger, the budgets settled from the estimate to it, the key's
+    /// tokens per minute when `asked.metering` counts them, the metrics.
+    /// A refusal or a failure gives the charge back and records nothing.
+    pub async fn whole<'a, T, Fut>(
+        &'a self,
+        asked: Asked<'_>,
+        work: impl FnOnce(&'a dyn Engine, Origin) -> Fut,
+        used: impl FnOnce(&T) -> TokenUsage,
+    ) -> Result<(T, TokenUsage), Refusal>
+    where
+        Fut: Future<Output = Result<T, EngineError>>,
+    {
+        let Asked {
+            key,
+            model,
+            capability,
+            metering,
+            arrived,
+            estimate,
+        } = asked;
+        let route = self.serving(key, model, capability)?;
+        let charge = self
             .budgets
-            .charge_tokens(key, model, prompt, reply, slot)
-            .await?)
-    }
-
-    /// Charges `key`'s budgets an estimate of any kind (seconds of audio,
-    /// characters of speech) up front, as [`Admission::charge_tokens`].
-    pub async fn charge_usage(
-        &self,
-        key: &KeyRecord,
-        model: &str,
-        estimate: Tokens,
-        slot: &BudgetSlot,
-    ) -> Result<Option<Charge>, Refusal> {
-        Ok(self
-            .budgets
-            .charge_usage(key, model, estimate, slot)
-            .await?)
-    }
-
-    /// Records work answered in one piece (embeddings): its usage, its
-    /// budgets settled, its tokens toward the key's limit when `metering`
-    /// counts them, and its tokens in the metrics.
-    pub fn record_whole(
-        &self,
-        key: &KeyRecord,
-        model: &str,
-        metering: &Metering,
-        charge: Option<Charge>,
-        used: TokenUsage,
-    ) {
+            .charge_usage(key, model, estimate, &metering.budget)
+            .await?;
+        self.metrics.gateway_overhead(model, arrived.elapsed());
+        let origin = Origin {
+            client: key.id.to_string(),
+            background: crate::scoped::in_batch(),
+        };
+        let answer = work(route.engine.as_ref(), origin)
+            .await
+            .map_err(Refusal::Engine)?;
+        let used = used(&answer);
         crate::usage::record_whole(
             self.meters(metering.count_tokens),
             &key.id,
@@ -416,6 +438,7 @@ impl Admission {
             charge,
             used,
         );
+        Ok((answer, used))
     }
 
     /// Admits a reply of `served` kept in the response cache, which took
@@ -993,5 +1016,229 @@ mod tests {
                 .iter()
                 .all(|r| r.client.as_deref() == Some("key_admission"))
         );
+    }
+
+    /// An embedding model that records who each request was for and
+    /// answers with a vector an input and 7 tokens, or fails.
+    struct Embeds {
+        fails: bool,
+        origins: Mutex<Vec<(Option<String>, bool)>>,
+    }
+
+    #[async_trait]
+    impl svc_core::Embedder for Embeds {
+        async fn embed(
+            &self,
+            request: svc_core::EmbedRequest,
+        ) -> Result<svc_core::Embeddings, EngineError> {
+            let origin = (request.client.clone(), request.background);
+            self.origins.lock().unwrap().push(origin);
+            if self.fails {
+                return Err(EngineError::Unavailable("down".into()));
+            }
+            Ok(svc_core::Embeddings {
+                vectors: vec![vec![1.0]; request.inputs.len()],
+                prompt_tokens: 7,
+            })
+        }
+    }
+
+    impl Engine for Embeds {
+        fn generator(&self) -> Option<&dyn svc_core::Generator> {
+            None
+        }
+
+        fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
+            Some(self)
+        }
+
+        fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
+            None
+        }
+
+        fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
+            None
+        }
+
+        fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
+            None
+        }
+
+        fn name(&self) -> &str {
+            "embeds"
+        }
+    }
+
+    fn embeds(fails: bool) -> Arc<Embeds> {
+        Arc::new(Embeds {
+            fails,
+            origins: Mutex::default(),
+        })
+    }
+
+    /// Embeds one input of `key` on `model` through [`Admission::whole`],
+    /// estimated at 40 tokens.
+    async fn embed_one(
+        admission: &Admission,
+        key: &KeyRecord,
+        model: &str,
+        metering: &Metering,
+    ) -> Result<(svc_core::Embeddings, TokenUsage), Refusal> {
+        let asked = Asked {
+            key,
+            model,
+            capability: Capability::Embedding,
+            metering,
+            arrived: Instant::now(),
+            estimate: Tokens::prompt_only(40),
+        };
+        let mut request = svc_core::EmbedRequest {
+            inputs: vec![svc_core::EmbedInput::Text("x".into())],
+            ..svc_core::EmbedRequest::default()
+        };
+        admission
+            .whole(
+                asked,
+                |engine, origin| {
+                    request.client = Some(origin.client);
+                    request.background = origin.background;
+                    async move { engine.embedding(model)?.embed(request).await }
+                },
+                |embeddings| TokenUsage::prompt_only(embeddings.prompt_tokens),
+            )
+            .await
+    }
+
+    fn with_budget(mut key: KeyRecord, tokens: i64) -> KeyRecord {
+        key.budget = Some(Budget {
+            limit: tokens,
+            unit: BudgetUnit::Tokens,
+            period: BudgetPeriod::Day,
+        });
+        key
+    }
+
+    #[tokio::test]
+    async fn work_in_one_piece_is_charged_its_estimate_then_recorded_at_its_usage() {
+        let engine = embeds(false);
+        let mut route = route("m", Scripted::answering());
+        route.engine = engine.clone();
+        let admission = admission(vec![route]).await;
+        let key = with_budget(key(&[]), 100);
+        let metering = Metering::default();
+        let (embeddings, used) = embed_one(&admission, &key, "m", &metering).await.unwrap();
+        assert_eq!(embeddings.vectors.len(), 1);
+        assert_eq!(used.prompt_tokens, 7);
+        // The estimate was charged up front.
+        assert_eq!(metering.budget.take().unwrap().remaining, 60);
+        // What it used is what is recorded.
+        let (requests, tokens) = admission.ledger.counted(&key.id, "m");
+        assert_eq!((requests, tokens.prompt, tokens.completion), (1, 7, 0));
+        // The settlement gives back what the estimate took over the usage:
+        // a probe (charged the least, 1 token) finds 100 - 7 - 1 left.
+        let mut remaining = 0;
+        for _ in 0..100 {
+            let next = Metering::default();
+            let probe = admission
+                .budgets
+                .charge_usage(&key, "m", Tokens::prompt_only(0), &next.budget)
+                .await
+                .unwrap();
+            drop(probe);
+            remaining = next.budget.take().unwrap().remaining;
+            if remaining == 92 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(remaining, 92);
+        // The engine was told whose work it is; a batch's line is background.
+        let metering = Metering::default();
+        let line = crate::scoped::as_batch_line(
+            key.id.clone(),
+            embed_one(&admission, &key, "m", &metering),
+        );
+        line.await.unwrap();
+        let origins = engine.origins.lock().unwrap().clone();
+        let client = Some("key_admission".to_owned());
+        assert_eq!(origins, [(client.clone(), false), (client, true)]);
+    }
+
+    #[tokio::test]
+    async fn a_model_without_the_capability_is_refused_before_any_charge() {
+        let chat = Scripted::answering();
+        let admission = admission(vec![route("chat", chat.clone())]).await;
+        let key = with_budget(key(&[]), 100);
+        let metering = Metering::default();
+        let refused = embed_one(&admission, &key, "chat", &metering).await;
+        let Err(Refusal::Engine(EngineError::InvalidRequest { param, message })) = refused else {
+            panic!("a chat model embedded");
+        };
+        assert_eq!(param.as_deref(), Some("model"));
+        assert!(
+            message.starts_with("model chat does not create embeddings"),
+            "{message}"
+        );
+        assert!(metering.budget.take().is_none(), "nothing charged");
+        assert_eq!(admission.ledger.counted(&key.id, "chat").0, 0);
+        // A model the key may not use is one that does not exist.
+        let refused = embed_one(&admission, &self::key(&["other"]), "chat", &metering).await;
+        assert!(matches!(refused, Err(Refusal::ModelNotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn failed_work_records_nothing_and_a_spent_budget_refuses_before_the_engine() {
+        let engine = embeds(true);
+        let mut route = route("m", Scripted::answering());
+        route.engine = engine.clone();
+        let admission = admission(vec![route]).await;
+        let key = with_budget(key(&[]), 30);
+        let failed = embed_one(&admission, &key, "m", &Metering::default()).await;
+        assert!(matches!(
+            failed,
+            Err(Refusal::Engine(EngineError::Unavailable(_)))
+        ));
+        assert_eq!(admission.ledger.counted(&key.id, "m").0, 0);
+        // The charge given back: a probe (charged the least, 1 token) finds
+        // the budget whole.
+        let mut admitted = false;
+        for _ in 0..100 {
+            let next = Metering::default();
+            let probe = admission
+                .budgets
+                .charge_usage(&key, "m", Tokens::prompt_only(0), &next.budget)
+                .await
+                .unwrap();
+            drop(probe);
+            if next.budget.take().unwrap().remaining == 29 {
+                admitted = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(admitted, "the failed work's charge was not given back");
+        // A budget spent by work in one piece refuses the next before its
+        // engine is asked: 5 tokens, the first admitted (not yet spent),
+        // using 7.
+        let working = embeds(false);
+        let mut route = self::route("w", Scripted::answering());
+        route.engine = working.clone();
+        let admission = self::admission(vec![route]).await;
+        let key = with_budget(self::key(&[]), 5);
+        embed_one(&admission, &key, "w", &Metering::default())
+            .await
+            .unwrap();
+        let mut refused = None;
+        for _ in 0..100 {
+            match embed_one(&admission, &key, "w", &Metering::default()).await {
+                Err(Refusal::Spent(_)) => {
+                    refused = Some(());
+                    break;
+                }
+                _ => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+        assert!(refused.is_some(), "a spent budget admitted work");
+        assert_eq!(engine.origins.lock().unwrap().len(), 1);
     }
 }

@@ -15,12 +15,12 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use svc_core::{EngineError, KeyRecord, TokenUsage, Tokens, ValidationError};
+use svc_core::KeyRecord;
 
 use crate::admission::{Admission, Refusal};
 use crate::budget::BudgetSlot;
 use crate::error::{ApiError, header_map};
-use crate::metrics::{Arrived, Metrics};
+use crate::metrics::Arrived;
 pub(crate) use crate::usage::Metering;
 
 impl From<Refusal> for ApiError {
@@ -32,46 +32,6 @@ impl From<Refusal> for ApiError {
             Refusal::Engine(error) => ApiError::from(error),
         }
     }
-}
-
-/// Work answered in one piece on `model` (embeddings, rerank, a
-/// transcript), admitted as every endpoint's work is: the key's budgets
-/// charged `estimate` up front, the gateway's overhead counted since
-/// `arrived`, then `work`, whose usage (`used` of its answer) is recorded
-/// and settles the charge. A refusal or failure gives the charge
-/// back (dropping it) and records nothing. An engine's refusal naming
-/// `model` says the model cannot `what` ("create embeddings").
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the request's parts the admission needs, each named at the call"
-)]
-pub(crate) async fn whole<T>(
-    admission: &Admission,
-    metrics: &Metrics,
-    key: &KeyRecord,
-    model: &str,
-    metering: &Metering,
-    (arrived, estimate): (Instant, Tokens),
-    what: &str,
-    work: impl Future<Output = Result<T, EngineError>>,
-    used: impl FnOnce(&T) -> TokenUsage,
-) -> Result<(T, TokenUsage), ApiError> {
-    let charge = admission
-        .charge_usage(key, model, estimate, &metering.budget)
-        .await?;
-    metrics.gateway_overhead(model, arrived.elapsed());
-    let answer = work.await.map_err(|e| match e {
-        EngineError::InvalidRequest { param, message } if param.as_deref() == Some("model") => {
-            ApiError::Validation(ValidationError::new(
-                "model",
-                format!("The model `{model}` cannot {what}: {message}."),
-            ))
-        }
-        e => ApiError::Engine(e),
-    })?;
-    let used = used(&answer);
-    admission.record_whole(key, model, metering, charge, used);
-    Ok((answer, used))
 }
 
 /// Counts the request against the key's rate limits before anything else

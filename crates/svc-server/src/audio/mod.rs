@@ -29,10 +29,11 @@ use svc_core::{Capability, KeyRecord, TokenUsage, Tokens};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::admission::Asked;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, limited, whole};
+use crate::pipeline::{Metering, arrived, limited};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
@@ -159,39 +160,35 @@ async fn send(
     } = valid::transcription(fields, translate)?;
     crate::request_log::note_model(&model);
     let file = file.ok_or_else(|| svc_core::ValidationError::new("file", "file is required"))?;
-    let route = state
-        .admission
-        .serving(&key, &model, Capability::Transcription)?;
-    let transcriber = route.engine.transcribing(&model)?;
     transcribe.audio = file.audio.clone();
-    transcribe.client = Some(key.id.to_string());
     let length = file.length;
     let estimate = seconds(length.seconds());
-    let (transcript, _) = whole(
-        &state.admission,
-        &state.metrics,
-        &key,
-        &model,
-        &metering,
-        (
-            arrived,
-            Tokens {
-                audio_seconds: i64::try_from(estimate).unwrap_or(i64::MAX),
-                ..Tokens::default()
+    let id = model.as_str();
+    let asked = Asked {
+        key: &key,
+        model: id,
+        capability: Capability::Transcription,
+        metering: &metering,
+        arrived,
+        estimate: Tokens {
+            audio_seconds: i64::try_from(estimate).unwrap_or(i64::MAX),
+            ..Tokens::default()
+        },
+    };
+    let (transcript, _) = state
+        .admission
+        .whole(
+            asked,
+            |engine, origin| {
+                transcribe.client = Some(origin.client);
+                async move { engine.transcribing(id)?.transcribe(transcribe).await }
             },
-        ),
-        if translate {
-            "translate audio"
-        } else {
-            "transcribe audio"
-        },
-        transcriber.transcribe(transcribe),
-        |transcript| TokenUsage {
-            audio_seconds: seconds(length.billed(transcript.seconds)),
-            ..TokenUsage::default()
-        },
-    )
-    .await?;
+            |transcript| TokenUsage {
+                audio_seconds: seconds(length.billed(transcript.seconds)),
+                ..TokenUsage::default()
+            },
+        )
+        .await?;
     let mut response = transcript.body.into_response();
     if let Ok(value) = HeaderValue::from_str(&transcript.content_type) {
         response.headers_mut().insert(header::CONTENT_TYPE, value);
@@ -243,31 +240,33 @@ async fn speak(
         ApiJson::<svc_api::audio::SpeechRequest>::from_request(request, state).await?;
     crate::request_log::note_model(&body.model);
     let valid::Speech { model, mut speak } = valid::speech(body)?;
-    let route = state.admission.serving(&key, &model, Capability::Speech)?;
-    let speaker = route.engine.speaking(&model)?;
-    speak.client = Some(key.id.to_string());
     let characters = speak.input.chars().count() as u64;
-    let (speech, _) = whole(
-        &state.admission,
-        &state.metrics,
-        &key,
-        &model,
-        &metering,
-        (
-            arrived,
-            Tokens {
-                characters: i64::try_from(characters).unwrap_or(i64::MAX),
-                ..Tokens::default()
-            },
-        ),
-        "synthesize speech",
-        speaker.speak(speak),
-        |_| TokenUsage {
-            characters,
-            ..TokenUsage::default()
+    let id = model.as_str();
+    let asked = Asked {
+        key: &key,
+        model: id,
+        capability: Capability::Speech,
+        metering: &metering,
+        arrived,
+        estimate: Tokens {
+            characters: i64::try_from(characters).unwrap_or(i64::MAX),
+            ..Tokens::default()
         },
-    )
-    .await?;
+    };
+    let (speech, _) = state
+        .admission
+        .whole(
+            asked,
+            |engine, origin| {
+                speak.client = Some(origin.client);
+                async move { engine.speaking(id)?.speak(speak).await }
+            },
+            |_| TokenUsage {
+                characters,
+                ..TokenUsage::default()
+            },
+        )
+        .await?;
     let audio = speech
         .audio
         .map_err(|e| std::io::Error::other(e.to_string()));

@@ -15,10 +15,11 @@ use svc_core::{Capability, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::admission::Asked;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, json_response, limited, whole};
+use crate::pipeline::{Metering, arrived, json_response, limited};
 use crate::state::AppState;
 use valid::ValidEmbeddingRequest;
 
@@ -61,25 +62,28 @@ async fn answer(
         base64,
         mut embed,
     } = ValidEmbeddingRequest::try_from(body)?;
-    let route = state
-        .admission
-        .serving(&key, &model, Capability::Embedding)?;
-    let embedder = route.engine.embedding(&model)?;
-    embed.client = Some(key.id.to_string());
-    embed.background = crate::scoped::in_batch();
     let estimate: u64 = embed.inputs.iter().map(|i| i.estimate_tokens()).sum();
-    let (embeddings, used) = whole(
-        &state.admission,
-        &state.metrics,
-        &key,
-        &model,
-        &metering,
-        (arrived, svc_core::Tokens::prompt_only(estimate)),
-        "create embeddings",
-        embedder.embed(embed),
-        |embeddings| svc_core::TokenUsage::prompt_only(embeddings.prompt_tokens),
-    )
-    .await?;
+    let id = model.as_str();
+    let asked = Asked {
+        key: &key,
+        model: id,
+        capability: Capability::Embedding,
+        metering: &metering,
+        arrived,
+        estimate: svc_core::Tokens::prompt_only(estimate),
+    };
+    let (embeddings, used) = state
+        .admission
+        .whole(
+            asked,
+            |engine, origin| {
+                embed.client = Some(origin.client);
+                embed.background = origin.background;
+                async move { engine.embedding(id)?.embed(embed).await }
+            },
+            |embeddings| svc_core::TokenUsage::prompt_only(embeddings.prompt_tokens),
+        )
+        .await?;
     let data = embeddings
         .vectors
         .into_iter()

@@ -15,10 +15,11 @@ use svc_core::{Capability, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::admission::Asked;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
-use crate::pipeline::{Metering, arrived, json_response, limited, whole};
+use crate::pipeline::{Metering, arrived, json_response, limited};
 use crate::state::AppState;
 use valid::ValidRerankRequest;
 
@@ -97,37 +98,40 @@ async fn answer(
         return_documents,
         mut rerank,
     } = ValidRerankRequest::try_from(body)?;
-    let route = state
-        .admission
-        .serving(&key, &model, Capability::Reranking)?;
-    let reranker = route.engine.reranking(&model)?;
-    rerank.client = Some(key.id.to_string());
-    rerank.background = crate::scoped::in_batch();
     let estimate = rerank.estimate_tokens();
     let documents = return_documents.then(|| rerank.documents.clone());
     let count = rerank.documents.len();
-    let (reranked, used) = whole(
-        &state.admission,
-        &state.metrics,
-        &key,
-        &model,
-        &metering,
-        (arrived, svc_core::Tokens::prompt_only(estimate)),
-        "rerank documents",
-        async {
-            let reranked = reranker.rerank(rerank).await?;
-            if reranked.scores.len() == count {
-                Ok(reranked)
-            } else {
-                Err(svc_core::EngineError::Internal(format!(
-                    "the engine scored {} of {count} documents",
-                    reranked.scores.len()
-                )))
-            }
-        },
-        |reranked| svc_core::TokenUsage::prompt_only(reranked.prompt_tokens),
-    )
-    .await?;
+    let id = model.as_str();
+    let asked = Asked {
+        key: &key,
+        model: id,
+        capability: Capability::Reranking,
+        metering: &metering,
+        arrived,
+        estimate: svc_core::Tokens::prompt_only(estimate),
+    };
+    let (reranked, used) = state
+        .admission
+        .whole(
+            asked,
+            |engine, origin| {
+                rerank.client = Some(origin.client);
+                rerank.background = origin.background;
+                async move {
+                    let reranked = engine.reranking(id)?.rerank(rerank).await?;
+                    if reranked.scores.len() == count {
+                        Ok(reranked)
+                    } else {
+                        Err(svc_core::EngineError::Internal(format!(
+                            "the engine scored {} of {count} documents",
+                            reranked.scores.len()
+                        )))
+                    }
+                }
+            },
+            |reranked| svc_core::TokenUsage::prompt_only(reranked.prompt_tokens),
+        )
+        .await?;
     Ok(json_response(&RerankResponse {
         id: format!("rerank-{}", hex::encode(rand::random::<[u8; 12]>())),
         model,
