@@ -24,7 +24,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use svc_api::BudgetStatus;
 use svc_core::budget::{Budget, BudgetUnit, ModelPrice, Tokens};
 use svc_core::{Engine, GenerateRequest, KeyRecord, Store, estimate_tokens, now};
 
@@ -43,6 +42,17 @@ used = redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.call('EXPIREAT', KEYS[1], ARGV[3])
 return used
 ";
+
+/// A budget and what its current window used ([`Budgets::status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetReading {
+    pub budget: Budget,
+    /// Used (or held by requests in flight) in the current window: tokens,
+    /// or micro-dollars; `None` when the counter could not be read.
+    pub used: Option<i64>,
+    /// When the budget renews (unix seconds).
+    pub resets_at: i64,
+}
 
 /// Where budgets are counted.
 #[derive(Clone)]
@@ -580,17 +590,11 @@ impl Budgets {
         scope: Scope,
         id: &str,
         budget: Option<Budget>,
-    ) -> Option<BudgetStatus> {
+    ) -> Option<BudgetReading> {
         let budget = budget?;
         let (used, resets_at) = self.used(&scope.counter(id, budget.unit), budget).await;
-        let (tokens, usd) = match budget.unit {
-            BudgetUnit::Tokens => (Some(budget.limit), None),
-            BudgetUnit::Usd => (None, Some(svc_core::budget::micros_to_usd(budget.limit))),
-        };
-        Some(BudgetStatus {
-            tokens,
-            usd,
-            period: budget.period.as_str().into(),
+        Some(BudgetReading {
+            budget,
             used,
             resets_at,
         })
@@ -688,4 +692,180 @@ impl Drop for Charge {
 
 fn redis_key(scope: &str, window_start: i64) -> String {
     format!("svc:budget:{{{scope}}}:{window_start}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use svc_core::{BudgetPeriod, KeyId, KeyKind, KeyLimits, KeyOrigin, ModelAccess, ProjectId};
+
+    use super::*;
+
+    fn tokens(limit: i64) -> Budget {
+        Budget {
+            limit,
+            unit: BudgetUnit::Tokens,
+            period: BudgetPeriod::Day,
+        }
+    }
+
+    fn key(budget: Option<Budget>, project_budget: Option<Budget>) -> KeyRecord {
+        KeyRecord {
+            id: KeyId("key_budget".into()),
+            name: String::new(),
+            hint: String::new(),
+            owner_id: None,
+            created_via: KeyOrigin::Cli,
+            created_at: 0,
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+            limits: KeyLimits::default(),
+            owner_disabled_at: None,
+            project_id: ProjectId::default_project(),
+            kind: KeyKind::All,
+            allowed_models: ModelAccess::any(),
+            project_allowed_models: ModelAccess::any(),
+            budget,
+            project_budget,
+            rotated_from: None,
+            lineage: None,
+        }
+    }
+
+    /// Budgets counted in an in-memory store; `priced` costs $10 a million
+    /// prompt tokens and $30 a million completion tokens.
+    async fn budgets() -> Budgets {
+        let store = svc_store::SqlStore::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let price = ModelPrice {
+            input: 10.0,
+            output: 30.0,
+            ..ModelPrice::default()
+        };
+        let prices = BTreeMap::from([("priced".to_owned(), price)]);
+        Budgets::new(Arc::new(store), None, prices, 80)
+    }
+
+    /// Charges `prompt` and `completion` tokens of `model` to `key`: the
+    /// charge (or the refusal) and the tighter state.
+    async fn charge(
+        budgets: &Budgets,
+        key: &KeyRecord,
+        model: &str,
+        prompt: i64,
+        completion: i64,
+    ) -> (Result<Option<Charge>, Spent>, Option<BudgetState>) {
+        let slot = BudgetSlot::default();
+        let charged = budgets
+            .charge_tokens(key, model, prompt, completion, &slot)
+            .await;
+        (charged, slot.take())
+    }
+
+    /// What `key`'s own budget used, once it reads `expected` (a settlement
+    /// or a charge given back is counted off the caller's task).
+    async fn used_becomes(budgets: &Budgets, key: &KeyRecord, expected: i64) -> Option<i64> {
+        let mut used = None;
+        for _ in 0..200 {
+            let reading = budgets
+                .status(Scope::Key, &key.budget_holder().0, key.budget)
+                .await
+                .unwrap();
+            used = reading.used;
+            if used == Some(expected) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        used
+    }
+
+    #[tokio::test]
+    async fn a_key_without_budgets_is_charged_nothing() {
+        let budgets = budgets().await;
+        let (charged, state) = charge(&budgets, &key(None, None), "m", 100, 100).await;
+        assert!(matches!(charged, Ok(None)));
+        assert_eq!(state, None);
+    }
+
+    #[tokio::test]
+    async fn the_tighter_of_the_keys_and_its_projects_budgets_is_reported() {
+        let budgets = budgets().await;
+        let key = key(Some(tokens(100)), Some(tokens(50)));
+        let (charged, state) = charge(&budgets, &key, "m", 20, 10).await;
+        assert!(matches!(charged, Ok(Some(_))));
+        let state = state.unwrap();
+        assert_eq!(
+            (state.scope, state.limit, state.remaining),
+            (Scope::Project, 50, 20)
+        );
+        assert_eq!(used_becomes(&budgets, &key, 30).await, Some(30));
+    }
+
+    #[tokio::test]
+    async fn a_spend_budget_counts_priced_models_only() {
+        let budgets = budgets().await;
+        let dollar = Budget {
+            limit: 1_000_000,
+            unit: BudgetUnit::Usd,
+            period: BudgetPeriod::Month,
+        };
+        let key = key(Some(dollar), None);
+        // 1,000 prompt tokens at $10/M and 1,000 completion at $30/M: 4 cents.
+        let (_held, state) = charge(&budgets, &key, "priced", 1000, 1000).await;
+        assert_eq!(state.unwrap().remaining, 960_000);
+        // A model without a price costs nothing: no state, nothing counted.
+        let (charged, state) = charge(&budgets, &key, "free", 1000, 1000).await;
+        assert!(charged.is_ok());
+        assert_eq!(state, None);
+        assert!(budgets.priced("priced") && !budgets.priced("free"));
+        assert_eq!(used_becomes(&budgets, &key, 40_000).await, Some(40_000));
+    }
+
+    #[tokio::test]
+    async fn a_settled_charge_counts_its_usage_and_a_dropped_one_gives_back() {
+        let budgets = budgets().await;
+        let key = key(Some(tokens(100)), None);
+        let (charged, _) = charge(&budgets, &key, "m", 30, 10).await;
+        assert_eq!(used_becomes(&budgets, &key, 40).await, Some(40));
+        charged.unwrap().unwrap().settle(Tokens::new(5, 2));
+        assert_eq!(used_becomes(&budgets, &key, 7).await, Some(7));
+        let (charged, _) = charge(&budgets, &key, "m", 30, 10).await;
+        drop(charged);
+        assert_eq!(used_becomes(&budgets, &key, 7).await, Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_spent_budget_refuses_and_refusing_charges_nothing() {
+        let budgets = budgets().await;
+        let key = key(Some(tokens(10)), None);
+        // Not yet spent: admitted, though its estimate passes the limit.
+        let (charged, state) = charge(&budgets, &key, "m", 20, 10).await;
+        let _held = charged.unwrap();
+        assert_eq!(state.unwrap().remaining, -20);
+        let (refused, _) = charge(&budgets, &key, "m", 1, 0).await;
+        let Err(Spent(state)) = refused else {
+            panic!("a spent budget admitted a request");
+        };
+        assert_eq!((state.scope, state.remaining), (Scope::Key, -20));
+        assert!(budgets.refuse_spent(&key, "m").await.is_err());
+        assert_eq!(used_becomes(&budgets, &key, 30).await, Some(30));
+    }
+
+    #[tokio::test]
+    async fn a_cached_reply_is_free_without_a_cached_response_price() {
+        let budgets = budgets().await;
+        let key = key(Some(tokens(100)), None);
+        let slot = BudgetSlot::default();
+        let hit = budgets
+            .charge_cache_hit(&key, "priced", 50, &slot)
+            .await
+            .unwrap();
+        assert!(hit.is_none());
+        assert_eq!(slot.take(), None);
+        assert_eq!(used_becomes(&budgets, &key, 0).await, Some(0));
+    }
 }

@@ -3,37 +3,35 @@
 //! read back) and model lists.
 
 use minijinja::{Value, context};
-use svc_api::BudgetStatus;
 use svc_core::projects;
 use svc_core::{Budget, BudgetUnit, ModelAccess, ValidationError};
 
 use super::pages::time;
-use crate::budget::dollars;
+use crate::budget::{BudgetReading, dollars};
 
 /// The budget periods the forms offer.
 pub const PERIODS: &[&str] = &["day", "week", "month"];
 
 /// A budget as the pages show it: a bar of what this window used (`None`
 /// when there is no budget), marked high from `alert_percent`.
-pub fn budget_bar(status: Option<BudgetStatus>, alert_percent: i64) -> Value {
+pub fn budget_bar(status: Option<BudgetReading>, alert_percent: i64) -> Value {
     let Some(status) = status else {
         return Value::from(());
     };
-    let (limit, show): (i64, fn(i64) -> String) = match status.usd {
-        Some(usd) => ((usd * 1e6).round() as i64, |micros| {
-            format!("${}", dollars(micros))
-        }),
-        None => (status.tokens.unwrap_or(0), |tokens| format!("{tokens}")),
+    // Tokens, or micro-dollars.
+    let limit = status.budget.limit;
+    let (show, unit): (fn(i64) -> String, &str) = match status.budget.unit {
+        BudgetUnit::Usd => (|micros| format!("${}", dollars(micros)), ""),
+        BudgetUnit::Tokens => (|tokens| format!("{tokens}"), " tokens"),
     };
     let percent = status
         .used
         .map(|used| (used.saturating_mul(100) / limit.max(1)).clamp(0, 100));
-    let unit = if status.usd.is_some() { "" } else { " tokens" };
     context! {
         limit,
         high => limit.saturating_mul(alert_percent) / 100,
         limit_text => format!("{}{unit}", show(limit)),
-        period => status.period,
+        period => status.budget.period.as_str(),
         used => status.used,
         used_text => status.used.map(show),
         percent,

@@ -38,7 +38,7 @@ use svc_core::{
     ProjectMember, ProjectRecord, ProjectRole, UserId, UserRecord, ValidationError, now,
 };
 
-use crate::budget::Scope;
+use crate::budget::{BudgetReading, Scope};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
 use crate::openapi::shared;
@@ -220,7 +220,8 @@ async fn project_body(state: &AppState, project: ProjectRecord) -> Project {
         .admission
         .budgets
         .status(Scope::Project, &project.id.0, project.budget)
-        .await;
+        .await
+        .map(budget_status);
     Project {
         budget,
         id: project.id.0,
@@ -262,7 +263,8 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
         .admission
         .budgets
         .status(Scope::Key, &key.budget_holder().0, key.budget)
-        .await;
+        .await
+        .map(budget_status);
     Ok(ProjectApiKey {
         object: "organization.project.api_key".into(),
         budget,
@@ -1060,6 +1062,23 @@ pub async fn remove_user(
             message: "this is the project's last owner: make another member owner first".into(),
         }
         .into()),
+    }
+}
+
+/// A budget's reading as the admin API shows it: a token budget's tokens
+/// or a spend budget's dollars, its period, used and renewal.
+fn budget_status(reading: BudgetReading) -> svc_api::BudgetStatus {
+    let budget = reading.budget;
+    let (tokens, usd) = match budget.unit {
+        svc_core::BudgetUnit::Tokens => (Some(budget.limit), None),
+        svc_core::BudgetUnit::Usd => (None, Some(svc_core::budget::micros_to_usd(budget.limit))),
+    };
+    svc_api::BudgetStatus {
+        tokens,
+        usd,
+        period: budget.period.as_str().into(),
+        used: reading.used,
+        resets_at: reading.resets_at,
     }
 }
 
