@@ -20,9 +20,20 @@ use utoipa::openapi::{
     Header, HeaderBuilder, LicenseBuilder, OpenApi, Ref, RefOr, Required, ServerBuilder,
 };
 
+/// An OpenAPI tag: a group of operations, declared beside their handlers
+/// (`crate::chat::TAG`, ...) and listed, in the document's order, by the
+/// router (`routes::openapi`), which checks that every operation's tag is
+/// one of them.
+pub(crate) struct Tag {
+    pub name: &'static str,
+    /// Its description in the document.
+    pub about: &'static str,
+}
+
 /// The whole document: the operations of the API's routes (`api`) and of
-/// `/metrics` (`metrics`), each following the rules, in their frame.
-pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi) -> OpenApi {
+/// `/metrics` (`metrics`), each following the rules, in their frame, with
+/// `tags` in this order.
+pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi, tags: &[&Tag]) -> OpenApi {
     api.info.title = "svc".into();
     api.info.version = env!("CARGO_PKG_VERSION").into();
     api.info.description = Some(DESCRIPTION.into());
@@ -43,11 +54,11 @@ pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi) -> OpenApi {
         "Placeholder: the server replaces `servers` with its own public URL when it serves this document at /openapi.json.",
     )).build()]);
     api.tags = Some(
-        TAGS.iter()
-            .map(|(name, about)| {
+        tags.iter()
+            .map(|tag| {
                 TagBuilder::new()
-                    .name(*name)
-                    .description(Some(*about))
+                    .name(tag.name)
+                    .description(Some(tag.about))
                     .build()
             })
             .collect(),
@@ -133,42 +144,6 @@ fn generating(operation: &mut utoipa::openapi::path::Operation) {
 
 const SUMMARY: &str = "A self-hostable OpenAI-compatible chat-completion service.";
 const DESCRIPTION: &str = "Chat completions in the shape of OpenAI's chat-completions interface: client libraries written for it work unchanged once their base URL is `{base_url}/v1` and their API key is an svc key.\n\nEvery error is answered with the body `{\"error\":{\"message\",\"type\",\"param\",\"code\"}}` (`param` and `code` are always present, possibly null). Every response carries an `x-request-id` header; a 5xx body quotes it.";
-const TAGS: [(&str, &str); 10] = [
-    ("chat", "Chat completions."),
-    (
-        "completions",
-        "Legacy text completions: a prompt continued as it is, or filled in between a prompt and a suffix.",
-    ),
-    (
-        "embeddings",
-        "Embeddings: vectors for texts, from a model that makes them (`svc-embed`) or an upstream.",
-    ),
-    (
-        "rerank",
-        "Reranking: each document's relevance to a query, from a reranking model (a cross-encoder), most relevant first.",
-    ),
-    (
-        "responses",
-        "OpenAI's Responses API: replies with output items, streamed events and stored responses.",
-    ),
-    (
-        "messages",
-        "Anthropic's Messages API, on the same keys, models and limits. Its errors are `{\"type\":\"error\",\"error\":{\"type\",\"message\"},\"request_id\"}`.",
-    ),
-    (
-        "models",
-        "The models this server serves; each local one with its residency. Loading and unloading a local model (`/v1/admin/models/...`) is the admin API's, for an organization owner's or the operator's admin key.",
-    ),
-    ("meta", "Health, readiness and this document."),
-    (
-        "auth",
-        "The OAuth 2.0 device authorization flow (RFC 8628) that command-line clients use to obtain a key.",
-    ),
-    (
-        "organization",
-        "The admin API, in the shape of OpenAI's Administration API: projects, their keys and users, and the audit log. Admin keys only; a project owner's admin key reaches its own project, an organization owner's (or the operator's) every project.",
-    ),
-];
 
 fn operations(
     item: &mut utoipa::openapi::PathItem,

@@ -32,12 +32,18 @@ use utoipa_axum::routes;
 use crate::admission::Asked;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::{Metering, arrived, limited};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
 pub use length::fuzz_wav_seconds;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "audio",
+    about: "Audio: speech into text (transcriptions, and translations into English) and text into speech, from a model that does it (an upstream's).",
+};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -23,10 +23,16 @@ use utoipa_axum::routes;
 use super::lines::{self, ENDPOINTS};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::json_response;
 use crate::routes::organization::page;
 use crate::state::AppState;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "batches",
+    about: "The Batch API: a file of requests run in the background, at the model's batch price, with their answers and errors as files.",
+};
 
 /// How long a batch may take: OpenAI's only window.
 const WINDOW: &str = "24h";

@@ -21,11 +21,17 @@ use super::upload::{Received, Receiver, past_quota};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::multipart;
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::json_response;
 use crate::routes::organization::{QueryPairs, page_within};
 use crate::state::AppState;
 use crate::upload::receive;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "files",
+    about: "Files: the Batch API's input files, and the output and error files of batches.",
+};
 
 pub(crate) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -18,11 +18,17 @@ use utoipa_axum::routes;
 use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use shape::CompletionMeta;
 use valid::ValidChatRequest;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "chat",
+    about: "Chat completions.",
+};
 
 /// The dialect's routes.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -19,10 +19,16 @@ use utoipa_axum::routes;
 use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use valid::ValidCompletionRequest;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "completions",
+    about: "Legacy text completions: a prompt continued as it is, or filled in between a prompt and a suffix.",
+};
 
 /// The route.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -18,10 +18,16 @@ use utoipa_axum::routes;
 use crate::admission::Asked;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::{Metering, arrived, json_response, limited};
 use crate::state::AppState;
 use valid::ValidEmbeddingRequest;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "embeddings",
+    about: "Embeddings: vectors for texts, from a model that makes them (`svc-embed`) or an upstream.",
+};
 
 /// The route.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -35,6 +35,12 @@ use error::MessagesError;
 use shape::MessageMeta;
 use valid::{ValidCountTokensRequest, ValidMessagesRequest};
 
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: crate::openapi::Tag = crate::openapi::Tag {
+    name: "messages",
+    about: "Anthropic's Messages API, on the same keys, models and limits. Its errors are `{\"type\":\"error\",\"error\":{\"type\",\"message\"},\"request_id\"}`.",
+};
+
 /// The Messages routes: each answers a wrong method in Anthropic's shape,
 /// and so does every other path under `/v1/messages`.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -18,10 +18,16 @@ use utoipa_axum::routes;
 use crate::admission::Asked;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::{Metering, arrived, json_response, limited};
 use crate::state::AppState;
 use valid::ValidRerankRequest;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "rerank",
+    about: "Reranking: each document's relevance to a query, from a reranking model (a cross-encoder), most relevant first.",
+};
 
 /// The routes: the one path and the aliases clients of vLLM use.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -32,12 +32,18 @@ use utoipa_axum::routes;
 use crate::cache::{self, Lookup};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
 use valid::ValidResponseRequest;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "responses",
+    about: "OpenAI's Responses API: replies with output items, streamed events and stored responses.",
+};
 
 /// The dialect's routes.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -32,8 +32,14 @@ use svc_core::{DeviceClient, PollOutcome, plain_text};
 
 use crate::error::ApiError;
 use crate::extract::{BodyLimit, ClientAddress, parse_json};
-use crate::openapi::{NoStore, shared};
+use crate::openapi::{NoStore, Tag, shared};
 use crate::state::AppState;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "auth",
+    about: "The OAuth 2.0 device authorization flow (RFC 8628) that command-line clients use to obtain a key.",
+};
 
 /// Longest `client_id` or `scope` kept; they are shown to the user.
 const MAX_CLIENT_FIELD: usize = 200;

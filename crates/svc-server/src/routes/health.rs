@@ -5,8 +5,14 @@ use axum::extract::State;
 use svc_api::{HealthStatus, ReadyStatus};
 
 use crate::error::ApiError;
-use crate::openapi::shared;
+use crate::openapi::{Tag, shared};
 use crate::state::AppState;
+
+/// This endpoint's group in the OpenAPI document.
+pub(crate) const TAG: Tag = Tag {
+    name: "meta",
+    about: "Health, readiness and this document.",
+};
 
 #[utoipa::path(get, path = "/health", tag = "meta", operation_id = "health",
     summary = "Liveness: the process answers.",

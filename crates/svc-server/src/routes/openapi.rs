@@ -10,6 +10,7 @@ use serde_json::Value;
 use utoipa::openapi::OpenApi;
 
 use crate::error::ApiError;
+use crate::openapi::Tag;
 use crate::state::AppState;
 
 crate::openapi::json_schemas! {
@@ -26,11 +27,30 @@ pub fn document() -> Result<&'static Value, &'static str> {
     DOCUMENT.as_ref().map_err(String::as_str)
 }
 
+/// The groups of operations, each declared beside its handlers, in the
+/// document's order; every operation's tag must be one of them (a test
+/// below checks it).
+const TAGS: [&Tag; 13] = [
+    &crate::chat::TAG,
+    &crate::completions::TAG,
+    &crate::embeddings::TAG,
+    &crate::rerank::TAG,
+    &crate::audio::TAG,
+    &crate::responses::TAG,
+    &crate::messages::TAG,
+    &crate::batches::batch::TAG,
+    &crate::batches::files::TAG,
+    &super::models::TAG,
+    &super::health::TAG,
+    &super::device::TAG,
+    &super::organization::TAG,
+];
+
 /// The whole document: every route's operation, `/metrics` included.
 fn whole() -> OpenApi {
     let (_, api) = super::api().split_for_parts();
     let (_, metrics) = super::metrics().split_for_parts();
-    crate::openapi::framed(api, metrics)
+    crate::openapi::framed(api, metrics, &TAGS)
 }
 
 #[utoipa::path(get, path = "/openapi.json", tag = "meta", operation_id = "openapi",
@@ -42,4 +62,45 @@ pub async fn serve(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
         .clone();
     doc["servers"] = serde_json::json!([{"url": &*state.public_url}]);
     Ok(Json(doc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation's tags are declared, and every declared tag is used:
+    /// an endpoint added without its `TAG` (as audio, batches and files
+    /// once were) fails here.
+    #[test]
+    fn every_operation_is_in_a_declared_group() {
+        let declared: Vec<&str> = TAGS.iter().map(|t| t.name).collect();
+        let mut used = Vec::new();
+        for (path, item) in whole().paths.paths {
+            let operations = [
+                &item.get,
+                &item.put,
+                &item.post,
+                &item.delete,
+                &item.patch,
+                &item.head,
+            ];
+            for operation in operations.into_iter().flatten() {
+                let tags = operation.tags.clone().unwrap_or_default();
+                assert!(!tags.is_empty(), "{path}: an operation without a tag");
+                for tag in tags {
+                    assert!(
+                        declared.contains(&tag.as_str()),
+                        "{path}: tag {tag:?} is not declared (a TAG beside its handler, listed in TAGS)"
+                    );
+                    used.push(tag);
+                }
+            }
+        }
+        for tag in declared {
+            assert!(
+                used.iter().any(|u| u == tag),
+                "tag {tag:?} is declared but unused"
+            );
+        }
+    }
 }
