@@ -47,6 +47,7 @@ mod fit;
 pub mod fuzzing;
 mod grammar;
 mod harmony;
+mod harmony_tokens;
 mod kv_pages;
 mod logprobs;
 mod markup;
