@@ -496,7 +496,12 @@ mod tests {
         );
         assert_eq!(
             circle_through(&graph, "a"),
-            Some(vec!["a", "b", "c", "a"].into_iter().map(String::from).collect())
+            Some(
+                vec!["a", "b", "c", "a"]
+                    .into_iter()
+                    .map(String::from)
+                    .collect()
+            )
         );
         // A known circle is allowed; a new one, or one gone, is not.
         assert_eq!(
@@ -565,8 +570,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("svc-layers-{}", std::process::id()));
         let src = dir.join("src");
         fs::create_dir_all(src.join("folder"))?;
-        fs::write(src.join("lib.rs"), "pub mod folder;\npub mod leaf;\npub const MAX: u8 = 1;\n")?;
-        fs::write(src.join("leaf.rs"), "pub struct Leaf; // crate::folder in a comment\n")?;
+        fs::write(
+            src.join("lib.rs"),
+            "pub mod folder;\npub mod leaf;\npub const MAX: u8 = 1;\n",
+        )?;
+        fs::write(
+            src.join("leaf.rs"),
+            "pub struct Leaf; // crate::folder in a comment\n",
+        )?;
         fs::write(
             src.join("folder/mod.rs"),
             "pub mod inner;\npub use crate::folder::inner::Inner;\n",
@@ -607,10 +618,7 @@ mod tests {
         )?;
         let resolved = graph(&src, Depth::Top, Root::Resolved);
         fs::remove_dir_all(&dir)?;
-        assert_eq!(
-            resolved?["leaf"],
-            BTreeSet::from(["folder".to_owned()]),
-        );
+        assert_eq!(resolved?["leaf"], BTreeSet::from(["folder".to_owned()]),);
         assert!(
             matches!(&refused, Err(Error::ThroughRoot { module, path })
                 if module == "leaf" && path == "crate::Inner"),
