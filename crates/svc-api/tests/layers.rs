@@ -10,127 +10,30 @@
 //! models' `list`). There is no list of every schema to import them all:
 //! the server's router collects the schemas its operations name.
 //!
-//! The graph is read from the `crate::<module>` paths of each file's code
-//! (comments and the `#[cfg(test)]` part at the end left out), so it also
-//! sees paths written inline, in bodies, attributes and macro calls; as
-//! `tests/layers.rs` of svc-core does.
+//! The graph is read by svc-layers from the `crate::<module>` paths of
+//! each file's code, so it also sees paths written inline, in bodies,
+//! attributes and macro calls.
 #![expect(
     clippy::unwrap_used,
     reason = "test code: a failed check fails the test"
 )]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
+use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The names of the items `lib.rs` defines itself (`pub fn`, `pub const`).
-fn root_items(lib: &str) -> BTreeSet<String> {
-    lib.lines()
-        .filter_map(|line| {
-            let rest = line
-                .strip_prefix("pub fn ")
-                .or_else(|| line.strip_prefix("pub const "))?;
-            Some(
-                rest.chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect(),
-            )
-        })
-        .collect()
-}
+use svc_layers::{Depth, Graph, Root};
 
-/// Each module of `src/` and the other modules its code names.
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
+fn graph() -> Graph {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = BTreeMap::new();
-    for entry in fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        assert!(
-            path.is_file(),
-            "{path:?}: this test reads a flat src/; teach it folders"
-        );
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        files.insert(name, fs::read_to_string(&path).unwrap());
-    }
-    let root = root_items(&files["lib"]);
-    let modules: BTreeSet<String> = files.keys().filter(|m| *m != "lib").cloned().collect();
-    let mut graph = BTreeMap::new();
-    for (module, text) in files.iter().filter(|(m, _)| *m != "lib") {
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        let mut names = BTreeSet::new();
-        for line in code.lines() {
-            let line = line.split("//").next().unwrap_or_default();
-            for (at, _) in line.match_indices("crate::") {
-                let rest = &line[at + "crate::".len()..];
-                let named: Vec<&str> = match rest.strip_prefix('{') {
-                    Some(group) => group
-                        .split('}')
-                        .next()
-                        .unwrap_or_default()
-                        .split(',')
-                        .collect(),
-                    None => vec![rest],
-                };
-                for path in named {
-                    let first: String = path
-                        .trim()
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if root.contains(&first) {
-                        continue;
-                    }
-                    assert!(
-                        modules.contains(&first),
-                        "{module}.rs names crate::{first}: import it from the module \
-                         that defines it, not from the crate root"
-                    );
-                    if first != *module {
-                        names.insert(first);
-                    }
-                }
-            }
-        }
-        graph.insert(module.clone(), names);
-    }
-    graph
-}
-
-/// A path of imports from `from` back to itself, if there is one.
-fn circle(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> Option<Vec<String>> {
-    let mut stack = vec![vec![from.to_owned()]];
-    let mut seen = BTreeSet::new();
-    while let Some(path) = stack.pop() {
-        let last = path.last().unwrap();
-        for next in &graph[last] {
-            if next == from {
-                let mut circle = path.clone();
-                circle.push(next.clone());
-                return Some(circle);
-            }
-            if seen.insert(next.clone()) {
-                let mut longer = path.clone();
-                longer.push(next.clone());
-                stack.push(longer);
-            }
-        }
-    }
-    None
+    svc_layers::graph(&src, Depth::Top, Root::Refused)
+        .map_err(|e| e.to_string())
+        .unwrap()
 }
 
 #[test]
 fn no_module_imports_itself_through_others() {
-    let graph = graph();
-    let circles: Vec<String> = graph
-        .keys()
-        .filter_map(|m| circle(&graph, m))
-        .map(|c| c.join(" -> "))
-        .collect();
-    assert!(
-        circles.is_empty(),
-        "import circles:\n{}",
-        circles.join("\n")
-    );
+    let problems = svc_layers::check(&graph(), &[]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
+pub mod config_reference;
 mod logging;
 mod output;
 pub mod progress;

@@ -8,7 +8,7 @@ fn the_configuration_reference_is_the_codes() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/src/configuration-reference.md"
     );
-    let generated = svc_cli::config::reference::markdown();
+    let generated = svc_cli::config_reference::markdown();
     if std::env::var_os("SVC_UPDATE_DOCS").is_some() {
         std::fs::write(path, &generated).unwrap();
     }

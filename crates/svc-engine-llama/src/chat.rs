@@ -21,7 +21,7 @@
 //! second pass) is escaped before rendering and the prompt tokenized so that
 //! only the template's markup becomes control tokens (see `prompt`).
 //!
-//! [`generate`] runs on a blocking thread and checks its [`Cancel`] between
+//! [`generate_one`] runs on a blocking thread and checks its [`Cancel`] between
 //! steps. The returned stream owns the running completion: dropping it
 //! cancels whichever pass is running. Failures of a second pass arrive as an
 //! error item in the stream.
@@ -38,13 +38,13 @@ use svc_core::engine::{
     ToolSpec,
 };
 
-use crate::engine::{CompletionParams, Ready, Runner};
 use crate::families::{CallParser, Syntax, ToolFormat};
 use crate::grammar;
 use crate::harmony::{HarmonyParser, Said};
 use crate::markup::{MarkerGuard, WsTrim, unmark};
 use crate::prompt::Cancel;
 use crate::reasoning::{self, Piece, REASONING_PREFILL, ReasoningFormat, ThinkSplitter};
+use crate::runner::{CompletionParams, Ready, Runner};
 use crate::sampler::Grammar;
 use crate::template::{ChatTemplate, RenderOptions};
 use crate::tools::{self, Parsed, ToolSupport};
@@ -132,21 +132,15 @@ pub(crate) fn render_options(features: ChatFeatures, request: &GenerateRequest) 
     options
 }
 
-/// Starts the generation of `request`: fails before anything streams when
-/// the request is invalid or its first pass cannot start. Blocks (grammar,
-/// rendering, tokenizing): call it off the async workers. Stops with an
-/// error at its next step once `cancel` is set.
-pub(crate) fn generate(
+/// Starts the generation of `request`'s one choice (see
+/// `choices::generate`, which hands `n > 1` to `choices::generate_n`).
+pub(crate) fn generate_one(
     runner: &Runner,
     template: &Arc<ChatTemplate>,
     features: ChatFeatures,
     request: GenerateRequest,
     cancel: &Cancel,
 ) -> Result<EventStream, EngineError> {
-    svc_core::refuse_images(&request)?;
-    if request.n > 1 {
-        return crate::choices::generate_n(runner, template, features, request, cancel);
-    }
     let runner = match &request.client {
         Some(client) => runner.for_owner(Arc::from(client.as_str())),
         None => runner.clone(),
@@ -156,7 +150,7 @@ pub(crate) fn generate(
 }
 
 /// A request rendered, tokenized and with its (first pass's) grammar built:
-/// all the slow work of [`generate`], done before anything is queued.
+/// all the slow work of [`generate_one`], done before anything is queued.
 #[derive(Clone)]
 pub(crate) struct Plan {
     first: Ready,
@@ -239,7 +233,7 @@ fn ready_prompt(
     runner.ready_with(tokens, params, built)
 }
 
-/// Does the slow work of [`generate`] (see [`Plan`]).
+/// Does the slow work of [`generate_one`] (see [`Plan`]).
 pub(crate) fn prepare(
     runner: &Runner,
     template: &Arc<ChatTemplate>,
@@ -583,7 +577,7 @@ impl Second {
     /// The same pass with its seed moved on by `offset` (see [`Plan::with_seed_offset`]).
     fn with_seed_offset(mut self, offset: u64) -> Self {
         let (Second::Answer { params, .. } | Second::AfterThink { params, .. }) = &mut self;
-        crate::engine::offset_seed(&mut params.sampling, offset);
+        crate::runner::offset_seed(&mut params.sampling, offset);
         self
     }
 

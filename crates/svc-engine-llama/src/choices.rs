@@ -1,4 +1,5 @@
-//! Requests of `n > 1` choices: `n` generations of one prepared request,
+//! Where generation starts ([`generate`]: one choice is chat.rs's), and
+//! requests of `n > 1` choices: `n` generations of one prepared request,
 //! queued together so the engine decodes their prompt once, and their
 //! events merged into one stream with a `Choice` before each switch.
 //!
@@ -16,9 +17,29 @@ use svc_core::engine::{
 };
 
 use crate::chat::{self, ChatFeatures, Plan};
-use crate::engine::Runner;
 use crate::prompt::Cancel;
+use crate::runner::Runner;
 use crate::template::ChatTemplate;
+
+/// Starts the generation of `request`: fails before anything streams when
+/// the request is invalid or its first pass cannot start. Blocks (grammar,
+/// rendering, tokenizing): call it off the async workers. Stops with an
+/// error at its next step once `cancel` is set. One choice is
+/// `chat::generate_one`; here, above it, so that chat.rs needs nothing of
+/// this module (the two were an import circle).
+pub(crate) fn generate(
+    runner: &Runner,
+    template: &Arc<ChatTemplate>,
+    features: ChatFeatures,
+    request: GenerateRequest,
+    cancel: &Cancel,
+) -> Result<EventStream, EngineError> {
+    svc_core::refuse_images(&request)?;
+    if request.n > 1 {
+        return generate_n(runner, template, features, request, cancel);
+    }
+    chat::generate_one(runner, template, features, request, cancel)
+}
 
 /// `n > 1` replies: `n` generations of their own, each in a slot of its
 /// own, choice `i` seeded with the request's seed plus `i`, their events

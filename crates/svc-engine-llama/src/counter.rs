@@ -14,9 +14,10 @@ use svc_core::engine::{EngineError, GenerateRequest};
 
 use crate::backend;
 use crate::chat::ChatFeatures;
-use crate::engine::{LoadError, Runner, chat_parts, model_template, prompt_tokens};
+use crate::engine::{LoadError, chat_parts, model_template, prompt_tokens};
 use crate::options::LlamaEngineOptions;
 use crate::prompt::Cancel;
+use crate::runner::Runner;
 use crate::template::ChatTemplate;
 
 /// A model's tokenizer and chat template, counting prompts as its engine does.

@@ -27,36 +27,16 @@
 //! Output that does not start with a header (a model that ignores the
 //! format) is the reply's text, unchanged.
 
+use crate::harmony_tokens::{CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START};
 use crate::markup::{WsTrim, held_before_tags, partial_tag_len};
 use crate::reasoning::Piece;
 use crate::tools::Parsed;
-
-const START: &str = "<|start|>";
-const CHANNEL: &str = "<|channel|>";
-const MESSAGE: &str = "<|message|>";
-const END: &str = "<|end|>";
-const CALL: &str = "<|call|>";
-const RETURN: &str = "<|return|>";
-const CONSTRAIN: &str = "<|constrain|>";
-
-/// The format's control tokens, whose text the engine must show for the
-/// parser to see them.
-pub(crate) const MARKERS: &[&str] = &[START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN];
 
 /// What ends a message's body.
 const ENDS: &[&str] = &[END, CALL, RETURN, START];
 
 /// The longest header the parser waits for; a longer one is not a header.
 const MAX_HEADER: usize = 512;
-
-/// What opens the reasoning when svc writes the start of the reply itself.
-pub(crate) const OPEN_ANALYSIS: &str = "<|channel|>analysis<|message|>";
-/// What closes the reasoning and opens the answer.
-pub(crate) const TO_FINAL: &str = "<|end|><|start|>assistant<|channel|>final<|message|>";
-/// What opens the answer at once, without reasoning.
-pub(crate) const OPEN_FINAL: &str = "<|channel|>final<|message|>";
-/// What ends the reasoning (a stop string of a reasoning pass).
-pub(crate) const END_MESSAGE: &str = END;
 
 /// One thing the reply said.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 
 use svc_core::engine::ChatMessage;
 
-use crate::harmony;
+use crate::harmony_tokens;
 use crate::markup::{WsTrim, partial_tag_len};
 
 /// How a model marks its own reasoning.
@@ -104,7 +104,7 @@ impl ReasoningFormat {
             ReasoningFormat::Mistral => &["[THINK]", "[/THINK]"],
             ReasoningFormat::Seed => &["<seed:think>", "</seed:think>"],
             ReasoningFormat::CommandR => &[COMMAND_R.0, COMMAND_R.1],
-            ReasoningFormat::Harmony => harmony::MARKERS,
+            ReasoningFormat::Harmony => harmony_tokens::MARKERS,
         }
     }
 
@@ -122,7 +122,7 @@ impl ReasoningFormat {
     pub(crate) fn open(self) -> String {
         match self.tags() {
             Some((open, _)) => format!("{open}\n"),
-            None => harmony::OPEN_ANALYSIS.to_owned(),
+            None => harmony_tokens::OPEN_ANALYSIS.to_owned(),
         }
     }
 
@@ -130,7 +130,7 @@ impl ReasoningFormat {
     pub(crate) fn stop(self) -> &'static str {
         match self.tags() {
             Some((_, close)) => close,
-            None => harmony::END_MESSAGE,
+            None => harmony_tokens::END_MESSAGE,
         }
     }
 
@@ -138,7 +138,7 @@ impl ReasoningFormat {
     pub(crate) fn to_answer(self) -> String {
         match self.tags() {
             Some((_, close)) => format!("\n{close}\n\n"),
-            None => harmony::TO_FINAL.to_owned(),
+            None => harmony_tokens::TO_FINAL.to_owned(),
         }
     }
 
@@ -146,7 +146,7 @@ impl ReasoningFormat {
     /// for the model to answer at once, without reasoning.
     pub(crate) fn skip(self, opened: bool) -> String {
         match self {
-            ReasoningFormat::Harmony => harmony::OPEN_FINAL.to_owned(),
+            ReasoningFormat::Harmony => harmony_tokens::OPEN_FINAL.to_owned(),
             _ if opened => self.to_answer(),
             _ => String::new(),
         }

@@ -55,12 +55,8 @@ impl EndpointConfig {
         }
     }
 
-    /// Checks what [`UpstreamEngine::new`](crate::UpstreamEngine::new)
-    /// would refuse about this endpoint, without starting anything (the
-    /// proxy variables are read, and checked, by the engine).
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::pool::Endpoint::new(self, &crate::proxy::Proxies::default()).map(|_| ())
-    }
+    // `validate` is in pool.rs, beside the `Endpoint::new` it runs: this
+    // module is below the pool and the proxies, and names neither.
 }
 
 /// Timeouts, body limits, health checks, breaker and retry settings.

@@ -97,6 +97,15 @@ impl Route {
     }
 }
 
+impl EndpointConfig {
+    /// Checks what [`UpstreamEngine::new`](crate::UpstreamEngine::new)
+    /// would refuse about this endpoint, without starting anything (the
+    /// proxy variables are read, and checked, by the engine).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Endpoint::new(self, &Proxies::default()).map(|_| ())
+    }
+}
+
 impl Endpoint {
     /// The endpoint of `config`, reached through the proxy `proxies` name
     /// for it.

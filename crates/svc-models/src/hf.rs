@@ -15,13 +15,21 @@ use tokio::io::AsyncWriteExt;
 
 use crate::install::{COPY_BUFFER, Partial};
 use crate::progress::{Progress, Transfer};
-use crate::reference::ACCEPTED_FORMS;
 use crate::{GGUF_MAGIC, models_dir};
 
 /// The Hugging Face hub, unless `HF_ENDPOINT` names another.
 pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
 
 const MAX_REDIRECTS: usize = 10;
+
+/// The forms `svc pull` accepts, for error messages. Here, not in
+/// `reference.rs` which reads them all, because reading `hf:` names them
+/// too, and `reference.rs` stands on this module, not the other way.
+pub const ACCEPTED_FORMS: &str = "accepted: no argument (or `default`) for the default model \
+     (SmolLM2-135M-Instruct Q4_1), `embeddings` for the default embedding model \
+     (all-MiniLM-L6-v2), `gemma3` for the third-party model the tests serve (Gemma 3 \
+     270M Q4_K_M), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
+     optionally followed by @REVISION (default main)";
 
 /// A GGUF file in a Hugging Face repository: `hf:ORG/REPO/PATH.gguf[@REVISION]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

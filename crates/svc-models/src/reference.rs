@@ -3,13 +3,6 @@
 use crate::error::Result;
 use crate::hf::HfFile;
 
-/// The forms `svc pull` accepts, for error messages.
-pub const ACCEPTED_FORMS: &str = "accepted: no argument (or `default`) for the default model \
-     (SmolLM2-135M-Instruct Q4_1), `embeddings` for the default embedding model \
-     (all-MiniLM-L6-v2), `gemma3` for the third-party model the tests serve (Gemma 3 \
-     270M Q4_K_M), or hf:ORG/REPO/FILE.gguf, hf:ORG/REPO/PATH/TO/FILE.gguf, \
-     optionally followed by @REVISION (default main)";
-
 /// What `svc pull` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelRef {

@@ -20,6 +20,9 @@ pub mod sse;
 pub mod test_app;
 pub mod watchdog;
 
+/// The module graph and import circles every crate's `tests/layers.rs` checks.
+pub use svc_layers as layers;
+
 pub use browser::{Browser, Page};
 pub use fake_engine::{
     FAKE_EMBED_DIMENSIONS, FAKE_EMBED_MAX_WORDS, FAKE_FINGERPRINT, FAKE_TEMPLATE_TOKENS,

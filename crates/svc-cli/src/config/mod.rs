@@ -16,7 +16,6 @@
 pub mod layers;
 pub mod models;
 pub mod print;
-pub mod reference;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

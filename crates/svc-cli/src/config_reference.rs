@@ -1,10 +1,13 @@
 //! The configuration reference of the manual
 //! (`docs/src/configuration-reference.md`), generated from what defines
 //! the configuration: each section's keys (its serde fields, in
-//! [`super::sections`]), each key's flag, variable, help and meaning when
+//! [`crate::config::sections`]), each key's flag, variable, help and meaning when
 //! unset (`cli::STORE_FLAGS`, `cli::SERVE_FLAGS`) and its default (the
 //! section's `Default`). A test keeps the committed page equal to this, so
 //! the reference cannot drift from the code.
+//!
+//! It stands above both the flags (`cli`) and the sections (`config`),
+//! which `cli` reads: inside `config/` it made the two one circle.
 
 use std::fmt::Write as _;
 
@@ -15,7 +18,7 @@ pub fn markdown() -> String {
     let mut out = String::from(
         "# Configuration reference\n\n\
          <!-- Generated from the configuration's types by svc-cli's \
-         `config::reference`; `SVC_UPDATE_DOCS=1 cargo test -p svc-cli --test \
+         `config_reference`; `SVC_UPDATE_DOCS=1 cargo test -p svc-cli --test \
          config_reference` writes it again. Do not edit by hand. -->\n\n\
          Every key of `svc serve`, by section. A key is given, from the \
          weakest to the strongest, by its default, the TOML file of \
@@ -25,7 +28,7 @@ pub fn markdown() -> String {
          `[prices.<model>]` tables are described in \
          [Configuration](configuration.md).\n",
     );
-    for (section, keys) in super::sections() {
+    for (section, keys) in crate::config::sections() {
         let keys = keys.iter().copied();
         let _ = write!(
             out,
@@ -79,7 +82,7 @@ fn default_of(flag: &Flag) -> String {
     }
     match flag.unset {
         Some(meaning) => cell(meaning),
-        None => match super::print::default_text(flag.key) {
+        None => match crate::config::print::default_text(flag.key) {
             Some(text) => format!("`{text}`"),
             None => "none".to_owned(),
         },
