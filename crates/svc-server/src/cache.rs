@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::Admission;
 use crate::batcher::{Batcher, Written};
 use crate::error::ApiError;
+use crate::extract::NamesModel;
 use crate::ratelimit::Redis;
 use crate::usage::Watch;
 
@@ -105,19 +106,15 @@ impl Directives {
 /// A request as the cache sees it: each dialect's request says which
 /// route it is for, which model it asks, and whether it gives the same
 /// reply each time; the request itself, as read, is the rest of the key.
-pub(crate) trait Cacheable: Serialize {
+pub(crate) trait Cacheable: Serialize + NamesModel {
     /// Its route (`chat`, `responses`, ...).
     const ROUTE: &'static str;
-    fn model(&self) -> &str;
     /// Greedy or seeded, and nothing else makes it differ between calls.
     fn reproducible(&self) -> bool;
 }
 
 impl Cacheable for svc_api::ChatCompletionRequest {
     const ROUTE: &'static str = "chat";
-    fn model(&self) -> &str {
-        &self.model
-    }
     fn reproducible(&self) -> bool {
         reproducible(self.temperature, self.seed)
     }
@@ -125,9 +122,6 @@ impl Cacheable for svc_api::ChatCompletionRequest {
 
 impl Cacheable for svc_api::CompletionRequest {
     const ROUTE: &'static str = "completions";
-    fn model(&self) -> &str {
-        &self.model
-    }
     fn reproducible(&self) -> bool {
         reproducible(self.temperature, self.seed)
     }
@@ -135,9 +129,6 @@ impl Cacheable for svc_api::CompletionRequest {
 
 impl Cacheable for svc_api::messages::MessagesRequest {
     const ROUTE: &'static str = "messages";
-    fn model(&self) -> &str {
-        &self.model
-    }
     fn reproducible(&self) -> bool {
         reproducible(self.temperature, None)
     }
@@ -145,9 +136,6 @@ impl Cacheable for svc_api::messages::MessagesRequest {
 
 impl Cacheable for svc_api::responses::CreateResponseRequest {
     const ROUTE: &'static str = "responses";
-    fn model(&self) -> &str {
-        &self.model
-    }
     /// Only a reply that stands alone: not one kept for later (`store`),
     /// nor one that reads a kept conversation (another key of the project
     /// may not).

@@ -120,6 +120,32 @@ pub async fn authenticate(keys: &KeyService, header: Option<&str>) -> Result<Key
     Ok(record)
 }
 
+/// A request body that names the model it asks for.
+pub(crate) trait NamesModel {
+    fn model(&self) -> &str;
+}
+
+macro_rules! names_model {
+    ($($request:ty),* $(,)?) => {
+        $(impl NamesModel for $request {
+            fn model(&self) -> &str {
+                &self.model
+            }
+        })*
+    };
+}
+
+names_model!(
+    svc_api::ChatCompletionRequest,
+    svc_api::CompletionRequest,
+    svc_api::EmbeddingRequest,
+    svc_api::RerankRequest,
+    svc_api::audio::SpeechRequest,
+    svc_api::messages::MessagesRequest,
+    svc_api::messages::CountTokensRequest,
+    svc_api::responses::CreateResponseRequest,
+);
+
 /// A JSON body deserialized into `T`, with the failing field named as the
 /// error's `param`.
 #[derive(Debug)]

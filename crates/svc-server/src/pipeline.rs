@@ -12,14 +12,17 @@ use std::future::Future;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 use svc_core::KeyRecord;
 
 use crate::admission::{Admission, Refusal};
 use crate::budget::BudgetSlot;
+use crate::cache::Directives;
 use crate::error::{ApiError, header_map};
+use crate::extract::{ApiJson, BodyLimit, NamesModel};
 use crate::metrics::Arrived;
 pub(crate) use crate::usage::Metering;
 
@@ -67,6 +70,36 @@ where
         response.headers_mut().extend(header_map(b.headers()));
     }
     response
+}
+
+/// A JSON request as every model endpoint first reads it
+/// ([`open`]).
+pub(crate) struct Opened<T> {
+    /// When it arrived, for the gateway's overhead and the latencies.
+    pub arrived: Instant,
+    /// What its `Cache-Control` asks of the response cache.
+    pub directives: Directives,
+    pub body: T,
+}
+
+/// What every endpoint with a JSON body naming a model does first, written
+/// once: when it arrived, its cache directives, its body read as `T` (a
+/// 400 naming what is wrong), and its model noted in the request log.
+pub(crate) async fn open<T, S>(request: Request, state: &S) -> Result<Opened<T>, ApiError>
+where
+    T: DeserializeOwned + NamesModel,
+    BodyLimit: FromRef<S>,
+    S: Send + Sync,
+{
+    let arrived = arrived(&request);
+    let directives = Directives::of(request.headers());
+    let ApiJson(body) = ApiJson::<T>::from_request(request, state).await?;
+    crate::request_log::note_model(body.model());
+    Ok(Opened {
+        arrived,
+        directives,
+        body,
+    })
 }
 
 /// When the request arrived (set by the metrics layer), for the gateway's

@@ -21,7 +21,7 @@ mod length;
 mod valid;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt as _;
@@ -31,9 +31,9 @@ use utoipa_axum::routes;
 
 use crate::admission::Asked;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Key, scope};
+use crate::extract::{Key, scope};
 use crate::openapi::{Tag, shared};
-use crate::pipeline::{Metering, arrived, limited};
+use crate::pipeline::{Metering, Opened, arrived, limited, open};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
@@ -241,10 +241,8 @@ async fn speak(
     request: Request,
     metering: Metering,
 ) -> Result<Response, ApiError> {
-    let arrived = arrived(&request);
-    let ApiJson(body) =
-        ApiJson::<svc_api::audio::SpeechRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let Opened { arrived, body, .. } =
+        open::<svc_api::audio::SpeechRequest, _>(request, state).await?;
     let valid::Speech { model, mut speak } = valid::speech(body)?;
     let characters = speak.input.chars().count() as u64;
     let id = model.as_str();

@@ -9,18 +9,18 @@ pub(crate) mod shape;
 pub(crate) mod valid;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::response::Response;
 use svc_api::CompletionRequest;
 use svc_core::{EngineError, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::cache::{self, Lookup};
+use crate::cache::Lookup;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Key, scope};
+use crate::extract::{Key, scope};
 use crate::openapi::{Tag, shared};
-use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
+use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
 use valid::ValidCompletionRequest;
 
@@ -63,10 +63,11 @@ async fn answer(
     request: Request,
     metering: Metering,
 ) -> Result<Response, ApiError> {
-    let arrived = arrived(&request);
-    let directives = cache::Directives::of(request.headers());
-    let ApiJson(body) = ApiJson::<CompletionRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let Opened {
+        arrived,
+        directives,
+        body,
+    } = open::<CompletionRequest, _>(request, state).await?;
     let plan = match state
         .cache
         .lookup(&state.admission, directives, &key, &body)

@@ -6,7 +6,7 @@
 
 mod valid;
 
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::response::Response;
 use base64::Engine as _;
 use svc_api::EmbeddingRequest;
@@ -17,9 +17,9 @@ use utoipa_axum::routes;
 
 use crate::admission::Asked;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Key, scope};
+use crate::extract::{Key, scope};
 use crate::openapi::{Tag, shared};
-use crate::pipeline::{Metering, arrived, json_response, limited};
+use crate::pipeline::{Metering, Opened, json_response, limited, open};
 use crate::state::AppState;
 use valid::ValidEmbeddingRequest;
 
@@ -60,9 +60,7 @@ async fn answer(
     request: Request,
     metering: Metering,
 ) -> Result<Response, ApiError> {
-    let arrived = arrived(&request);
-    let ApiJson(body) = ApiJson::<EmbeddingRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let Opened { arrived, body, .. } = open::<EmbeddingRequest, _>(request, state).await?;
     let ValidEmbeddingRequest {
         model,
         base64,

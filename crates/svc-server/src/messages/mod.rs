@@ -15,7 +15,7 @@ pub(crate) mod valid;
 use std::marker::PhantomData;
 
 use axum::body::Body;
-use axum::extract::{FromRef, FromRequest, FromRequestParts, Request, State};
+use axum::extract::{FromRef, FromRequestParts, Request, State};
 use axum::http::header;
 use axum::http::request::Parts;
 use axum::response::Response;
@@ -26,10 +26,10 @@ use svc_core::{KeyRecord, KeyService};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
-use crate::cache::{self, Lookup};
+use crate::cache::Lookup;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Scope, authenticate, in_scope, scope};
-use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
+use crate::extract::{Scope, authenticate, in_scope, scope};
+use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
 use error::MessagesError;
 use shape::MessageMeta;
@@ -101,10 +101,11 @@ async fn answer(
     request: Request,
     metering: Metering,
 ) -> Result<Response, MessagesError> {
-    let arrived = arrived(&request);
-    let directives = cache::Directives::of(request.headers());
-    let ApiJson(body) = ApiJson::<MessagesRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let Opened {
+        arrived,
+        directives,
+        body,
+    } = open::<MessagesRequest, _>(request, state).await?;
     let plan = match state
         .cache
         .lookup(&state.admission, directives, &key, &body)
@@ -194,8 +195,7 @@ async fn count(
     key: KeyRecord,
     request: Request,
 ) -> Result<Response, MessagesError> {
-    let ApiJson(body) = ApiJson::<CountTokensRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let body = open::<CountTokensRequest, _>(request, state).await?.body;
     let request = ValidCountTokensRequest::try_from(body)?;
     let mut generate = request.generate;
     let route = state

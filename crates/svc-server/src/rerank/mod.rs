@@ -7,7 +7,7 @@
 
 mod valid;
 
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::response::Response;
 use svc_api::RerankResponse;
 use svc_api::rerank::{RerankDocument, RerankResult, RerankUsage};
@@ -17,9 +17,9 @@ use utoipa_axum::routes;
 
 use crate::admission::Asked;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Key, scope};
+use crate::extract::{Key, scope};
 use crate::openapi::{Tag, shared};
-use crate::pipeline::{Metering, arrived, json_response, limited};
+use crate::pipeline::{Metering, Opened, json_response, limited, open};
 use crate::state::AppState;
 use valid::ValidRerankRequest;
 
@@ -95,9 +95,7 @@ async fn answer(
     request: Request,
     metering: Metering,
 ) -> Result<Response, ApiError> {
-    let arrived = arrived(&request);
-    let ApiJson(body) = ApiJson::<svc_api::RerankRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let Opened { arrived, body, .. } = open::<svc_api::RerankRequest, _>(request, state).await?;
     let ValidRerankRequest {
         model,
         top_n,

@@ -20,7 +20,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Path, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -29,11 +29,11 @@ use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::cache::{self, Lookup};
+use crate::cache::Lookup;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Key, scope};
+use crate::extract::{Key, scope};
 use crate::openapi::{Tag, shared};
-use crate::pipeline::{Metering, arrived, json_response, limited, sse_response};
+use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
@@ -173,10 +173,11 @@ async fn answer(
     request: Request,
     metering: Metering,
 ) -> Result<Response, ApiError> {
-    let arrived = arrived(&request);
-    let directives = cache::Directives::of(request.headers());
-    let ApiJson(body) = ApiJson::<CreateResponseRequest>::from_request(request, state).await?;
-    crate::request_log::note_model(&body.model);
+    let Opened {
+        arrived,
+        directives,
+        body,
+    } = open::<CreateResponseRequest, _>(request, state).await?;
     let plan = match state
         .cache
         .lookup(&state.admission, directives, &key, &body)
