@@ -103,54 +103,15 @@ impl Directives {
     }
 }
 
-/// A request as the cache sees it: each dialect's request says which
-/// route it is for, which model it asks, and whether it gives the same
-/// reply each time; the request itself, as read, is the rest of the key.
+/// A request as the cache sees it: each dialect's request says, beside
+/// its handler, which route it is for, which model it asks, and whether it
+/// gives the same reply each time; the request itself, as read, is the
+/// rest of the key.
 pub(crate) trait Cacheable: Serialize + NamesModel {
-    /// Its route (`chat`, `responses`, ...).
+    /// Its route (its endpoint's tag: `chat`, `responses`, ...).
     const ROUTE: &'static str;
     /// Greedy or seeded, and nothing else makes it differ between calls.
     fn reproducible(&self) -> bool;
-}
-
-impl Cacheable for svc_api::ChatCompletionRequest {
-    const ROUTE: &'static str = "chat";
-    fn reproducible(&self) -> bool {
-        reproducible(self.temperature, self.seed)
-    }
-}
-
-impl Cacheable for svc_api::CompletionRequest {
-    const ROUTE: &'static str = "completions";
-    fn reproducible(&self) -> bool {
-        reproducible(self.temperature, self.seed)
-    }
-}
-
-impl Cacheable for svc_api::messages::MessagesRequest {
-    const ROUTE: &'static str = "messages";
-    fn reproducible(&self) -> bool {
-        reproducible(self.temperature, None)
-    }
-}
-
-impl Cacheable for svc_api::responses::CreateResponseRequest {
-    const ROUTE: &'static str = "responses";
-    /// Only a reply that stands alone: not one kept for later (`store`),
-    /// nor one that reads a kept conversation (another key of the project
-    /// may not).
-    fn reproducible(&self) -> bool {
-        let refers_to_items = match &self.input {
-            Some(svc_api::responses::ResponseInput::Items(items)) => items
-                .iter()
-                .any(|item| item.kind.as_deref() == Some("item_reference")),
-            _ => false,
-        };
-        self.store == Some(false)
-            && self.previous_response_id.is_none()
-            && !refers_to_items
-            && reproducible(self.temperature, None)
-    }
 }
 
 /// Whether a request's reply came from the cache, or where it goes.

@@ -13,6 +13,7 @@ use axum::response::Response;
 use svc_core::trace::SpanContext;
 
 use crate::body::{Watched, Watcher};
+use crate::endpoint::{self, Endpoint};
 use crate::error::{ErrorCode, ErrorType};
 use crate::metrics::{Arrived, Metrics};
 use crate::otlp::Tracer;
@@ -71,31 +72,29 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
-/// `openai`, `responses` or `anthropic`, by path.
-fn dialect(path: &str) -> &'static str {
-    if path.starts_with("/v1/messages") {
-        "anthropic"
-    } else if path.starts_with("/v1/responses") {
-        "responses"
-    } else {
-        "openai"
-    }
-}
+/// What the request log works with: where rows go, where spans go, and
+/// the endpoints, whose paths say which requests are API calls and in
+/// which dialect.
+pub(crate) type Logging = (
+    Arc<RequestLog>,
+    Option<Arc<Tracer>>,
+    &'static [&'static Endpoint],
+);
 
-/// Middleware: logs every API request (`/v1/`, and rerank's aliases
-/// `/rerank` and `/v2/rerank`; not the dashboard, health checks or
+/// Middleware: logs every API request (the endpoints' declared paths,
+/// and any other under `/v1/`; not the dashboard, health checks or
 /// `/metrics`) to `log`, and exports its spans to `tracer` when traces
 /// are exported.
-pub async fn request_log(
-    State((log, tracer)): State<(Arc<RequestLog>, Option<Arc<Tracer>>)>,
+pub(crate) async fn request_log(
+    State((log, tracer, endpoints)): State<Logging>,
     request: Request,
     next: Next,
 ) -> Response {
     let path = request.uri().path();
-    let api = path.starts_with("/v1/") || path == "/rerank" || path == "/v2/rerank";
-    if !(log.enabled || tracer.is_some()) || !api {
-        return next.run(request).await;
-    }
+    let dialect = match endpoint::dialect_of(endpoints, path) {
+        Some(dialect) if log.enabled || tracer.is_some() => dialect,
+        _ => return next.run(request).await,
+    };
     // A caller's trace is continued; else this request begins one.
     let caller = request
         .headers()
@@ -111,7 +110,7 @@ pub async fn request_log(
         (false, caller) => (caller, None),
     };
     let pending = request_log::open(
-        dialect(path),
+        dialect.name(),
         format!("{} {path}", request.method()),
         span,
         parent,

@@ -15,6 +15,7 @@ pub(crate) mod completions;
 pub mod config;
 pub(crate) mod dashboard;
 pub(crate) mod embeddings;
+pub(crate) mod endpoint;
 pub(crate) mod error;
 pub(crate) mod extract;
 pub(crate) mod layers;

@@ -20,20 +20,13 @@ use utoipa::openapi::{
     Header, HeaderBuilder, LicenseBuilder, OpenApi, Ref, RefOr, Required, ServerBuilder,
 };
 
-/// An OpenAPI tag: a group of operations, declared beside their handlers
-/// (`crate::chat::TAG`, ...) and listed, in the document's order, by the
-/// router (`routes::openapi`), which checks that every operation's tag is
-/// one of them.
-pub(crate) struct Tag {
-    pub name: &'static str,
-    /// Its description in the document.
-    pub about: &'static str,
-}
+use crate::endpoint::Endpoint;
 
 /// The whole document: the operations of the API's routes (`api`) and of
 /// `/metrics` (`metrics`), each following the rules, in their frame, with
-/// `tags` in this order.
-pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi, tags: &[&Tag]) -> OpenApi {
+/// the endpoints' tags in this order and their generating operations
+/// marked.
+pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi, endpoints: &[&Endpoint]) -> OpenApi {
     api.info.title = "svc".into();
     api.info.version = env!("CARGO_PKG_VERSION").into();
     api.info.description = Some(DESCRIPTION.into());
@@ -54,11 +47,12 @@ pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi, tags: &[&Tag]) -> OpenA
         "Placeholder: the server replaces `servers` with its own public URL when it serves this document at /openapi.json.",
     )).build()]);
     api.tags = Some(
-        tags.iter()
-            .map(|tag| {
+        endpoints
+            .iter()
+            .map(|endpoint| {
                 TagBuilder::new()
-                    .name(tag.name)
-                    .description(Some(tag.about))
+                    .name(endpoint.tag)
+                    .description(Some(endpoint.about))
                     .build()
             })
             .collect(),
@@ -67,7 +61,12 @@ pub(crate) fn framed(mut api: OpenApi, metrics: OpenApi, tags: &[&Tag]) -> OpenA
     api.paths.paths.extend(metrics.paths.paths);
     for (path, mut item) in std::mem::take(&mut api.paths.paths) {
         operations(&mut item).for_each(follow_the_rules);
-        operations(&mut item).for_each(generating);
+        for operation in operations(&mut item) {
+            let id = operation.operation_id.as_deref().unwrap_or_default();
+            if endpoints.iter().any(|e| e.generates == Some(id)) {
+                generating(operation);
+            }
+        }
         // A catch-all (`{*model}`) is a plain parameter to OpenAPI.
         api.paths.paths.insert(path.replace("{*", "{"), item);
     }
@@ -105,19 +104,10 @@ fn follow_the_rules(operation: &mut utoipa::openapi::path::Operation) {
     operation.security.get_or_insert_with(Vec::new);
 }
 
-/// The operations that generate (chat, legacy completions, Responses,
-/// Messages) say which model served the reply and whether it came from the
-/// response cache, and take the caller's `Cache-Control`.
+/// An operation that generates (an endpoint's [`Endpoint::generates`])
+/// says which model served the reply and whether it came from the
+/// response cache, and takes the caller's `Cache-Control`.
 fn generating(operation: &mut utoipa::openapi::path::Operation) {
-    const GENERATING: [&str; 4] = [
-        "createChatCompletion",
-        "createCompletion",
-        "createResponse",
-        "createMessage",
-    ];
-    if !GENERATING.contains(&operation.operation_id.as_deref().unwrap_or_default()) {
-        return;
-    }
     if let Some(RefOr::T(ok)) = operation.responses.responses.get_mut("200") {
         for (name, component) in [
             ("x-svc-served-model", "ServedModel"),

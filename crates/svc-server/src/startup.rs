@@ -14,13 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ServerConfig;
-use crate::dashboard::settings::Dashboard;
 use crate::extract::BodyLimit;
 use crate::ratelimit::RateLimiter;
 use crate::registry::ModelRegistry;
-use crate::responses::conversations::Conversations;
 use crate::serve::Limits;
 use crate::state::AppState;
+use crate::state::dashboard::Dashboard;
+use crate::state::stored::Conversations;
 use crate::tls::Tls;
 use crate::{request_id, routes};
 
@@ -167,7 +167,10 @@ impl Application {
             metrics: metrics.clone(),
             watch_outcomes: cache.enabled(),
         });
-        let batches = Arc::new(crate::batches::Batches::new(&config));
+        let batches = Arc::new(crate::state::files::Batches::new(
+            &config,
+            crate::endpoint::batchable(&crate::routes::ENDPOINTS).collect(),
+        ));
         batches.make_dir()?;
         let state = AppState {
             batches,
@@ -350,7 +353,7 @@ async fn sweep(
     store: Arc<dyn svc_core::Store>,
     retention_days: u32,
     request_log_retention: std::time::Duration,
-    batches: Arc<crate::batches::Batches>,
+    batches: Arc<crate::state::files::Batches>,
     stop: CancellationToken,
 ) {
     loop {
@@ -388,7 +391,11 @@ fn with_layers(routes: Router<AppState>, state: &AppState, max_body_bytes: usize
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(middleware::from_fn_with_state(
-            (state.request_log.clone(), state.tracer.clone()),
+            (
+                state.request_log.clone(),
+                state.tracer.clone(),
+                &crate::routes::ENDPOINTS[..],
+            ),
             crate::layers::request_log,
         ))
         .layer(middleware::from_fn(request_id::middleware))

@@ -1,4 +1,11 @@
-//! Shared state of the axum app.
+//! Shared state of the axum app: the infrastructure every handler may
+//! reach, and the services that outlive a request, whose types are here
+//! ([`dashboard`], [`files`], [`stored`]) so that the state imports none
+//! of the endpoints that use them.
+
+pub(crate) mod dashboard;
+pub(crate) mod files;
+pub(crate) mod stored;
 
 use std::sync::Arc;
 
@@ -6,8 +13,10 @@ use axum::extract::FromRef;
 use svc_core::{AccountService, DeviceService, KeyService, ProjectService, Store};
 
 use crate::admission::Admission;
-use crate::dashboard::settings::Dashboard;
 use crate::registry::ModelRegistry;
+use dashboard::Dashboard;
+use files::Batches;
+use stored::Conversations;
 
 /// What every handler may reach.
 #[derive(Clone, FromRef)]
@@ -40,7 +49,7 @@ pub struct AppState {
     pub body_limit: crate::extract::BodyLimit,
     /// Stored Responses API responses: their retention, each project's
     /// quota, and the bounds of reading a conversation back.
-    pub conversations: Arc<crate::responses::conversations::Conversations>,
+    pub conversations: Arc<Conversations>,
     /// Days audit-log entries are kept (0: forever), for the dashboard to say.
     pub audit_retention_days: u32,
     /// Finished requests' rows, waiting to be written.
@@ -50,5 +59,5 @@ pub struct AppState {
     /// Replies of reproducible requests, served again.
     pub cache: Arc<crate::cache::ResponseCache>,
     /// Files and batches: where they are kept and how batches run.
-    pub batches: Arc<crate::batches::Batches>,
+    pub batches: Arc<Batches>,
 }

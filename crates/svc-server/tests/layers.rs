@@ -95,3 +95,33 @@ fn the_admission_path_knows_nothing_of_http() {
         }
     }
 }
+
+/// The state holds infrastructure and services, whose types are its own
+/// (`state/`): it imports none of the endpoints that use it, folder by
+/// folder, so that an endpoint's folder and the state are never one
+/// circle.
+#[test]
+fn the_state_imports_no_endpoint() {
+    let graph = svc_layers::graph(&src(), Depth::Top, Root::Refused)
+        .map_err(|e| e.to_string())
+        .unwrap();
+    let reached = svc_layers::reach(&graph, "state");
+    for endpoint in [
+        "chat",
+        "completions",
+        "responses",
+        "messages",
+        "embeddings",
+        "rerank",
+        "audio",
+        "batches",
+        "dashboard",
+        "routes",
+        "startup",
+    ] {
+        assert!(
+            !reached.contains(endpoint),
+            "state reaches {endpoint}: {reached:?}"
+        );
+    }
+}

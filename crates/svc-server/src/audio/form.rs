@@ -224,7 +224,7 @@ impl Form for Parts {
 
 impl Parts {
     fn create(&self, filename: String, content_type: Option<String>) -> Result<Writing, ApiError> {
-        crate::batches::remake_dir(&self.dir)
+        crate::state::files::remake_dir(&self.dir)
             .map_err(|e| ApiError::Internal(format!("cannot make the files directory: {e}")))?;
         let path = self.dir.join(format!(
             ".audio-{}",

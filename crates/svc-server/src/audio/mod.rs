@@ -30,20 +30,23 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::admission::Asked;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, arrived, limited, open};
 use crate::state::AppState;
 use crate::upload::receive;
 use form::{Received, Receiver};
 pub use length::fuzz_wav_seconds;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "audio",
-    about: "Audio: speech into text (transcriptions, and translations into English) and text into speech, from a model that does it (an upstream's).",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "audio",
+    "Audio: speech into text (transcriptions, and translations into English) and text into speech, from a model that does it (an upstream's).",
+)
+.paths(&["/v1/audio"]);
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

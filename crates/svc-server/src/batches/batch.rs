@@ -20,19 +20,22 @@ use svc_core::{ValidationError, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::lines::{self, ENDPOINTS};
+use super::lines;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::json_response;
 use crate::routes::organization::page;
 use crate::state::AppState;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "batches",
-    about: "The Batch API: a file of requests run in the background, at the model's batch price, with their answers and errors as files.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "batches",
+    "The Batch API: a file of requests run in the background, at the model's batch price, with their answers and errors as files.",
+)
+.paths(&["/v1/batches"]);
 
 /// How long a batch may take: OpenAI's only window.
 const WINDOW: &str = "24h";
@@ -81,12 +84,13 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateBatchRequest>,
 ) -> Result<Response, ApiError> {
-    if !ENDPOINTS.contains(&body.endpoint.as_str()) {
+    let callable = &state.batches.callable;
+    if !callable.contains(&body.endpoint.as_str()) {
         return Err(ValidationError::new(
             "endpoint",
             format!(
                 "endpoint must be one of {}, not `{}`",
-                ENDPOINTS.join(", "),
+                callable.join(", "),
                 body.endpoint
             ),
         )
@@ -236,7 +240,7 @@ fn read_lines(path: &std::path::Path, endpoint: &str) -> Result<Vec<BatchLine>, 
             continue;
         }
         let error = |message: String| Unread::Line(lines::LineError { line: at, message });
-        let request = lines::parse(&line).map_err(error)?;
+        let request = lines::parse(&line, &[endpoint]).map_err(error)?;
         if request.url != endpoint {
             return Err(error(format!(
                 "url `{}` is not the batch's endpoint `{endpoint}`",

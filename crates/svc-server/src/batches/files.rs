@@ -17,21 +17,25 @@ use svc_core::{KeyRecord, ValidationError, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::lines::Checker;
 use super::upload::{Received, Receiver, past_quota};
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
 use crate::multipart;
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::json_response;
 use crate::routes::organization::{QueryPairs, page_within};
 use crate::state::AppState;
 use crate::upload::receive;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "files",
-    about: "Files: the Batch API's input files, and the output and error files of batches.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "files",
+    "Files: the Batch API's input files, and the output and error files of batches.",
+)
+.paths(&["/v1/files"]);
 
 pub(crate) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -100,7 +104,7 @@ pub async fn upload(
         state.batches.dir.clone(),
         state.batches.spool.clone(),
         // A line holds a request body, and its own fields beside it.
-        state.body_limit.0 + 4096,
+        Checker::new(state.body_limit.0 + 4096, state.batches.callable.clone()),
         limit,
         (quota, stored),
     );

@@ -4,17 +4,9 @@
 //! file is kept.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use svc_api::batches::BatchInputLine;
-
-/// The endpoints a batch may call.
-pub(crate) const ENDPOINTS: [&str; 5] = [
-    "/v1/chat/completions",
-    "/v1/responses",
-    "/v1/embeddings",
-    "/v1/completions",
-    "/v1/rerank",
-];
 
 /// The most requests one batch file holds (OpenAI's limit).
 pub(crate) const MAX_LINES: usize = 50_000;
@@ -36,11 +28,13 @@ impl std::fmt::Display for LineError {
 }
 
 /// Checks a file's lines as its bytes arrive.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Checker {
     /// The longest line (the request body limit, with room for the line's
     /// own fields).
     max_line: usize,
+    /// The paths a line may call (the endpoints that say batches may).
+    callable: Arc<[&'static str]>,
     /// Bytes of the line not yet ended.
     partial: Vec<u8>,
     /// Lines seen (ended), blank ones included.
@@ -52,9 +46,10 @@ pub(crate) struct Checker {
 }
 
 impl Checker {
-    pub(crate) fn new(max_line: usize) -> Self {
+    pub(crate) fn new(max_line: usize, callable: Arc<[&'static str]>) -> Self {
         Checker {
             max_line,
+            callable,
             partial: Vec::new(),
             line: 0,
             requests: 0,
@@ -102,7 +97,8 @@ impl Checker {
             return Ok(());
         }
         let at = self.line;
-        let request = parse(line).map_err(|message| LineError { line: at, message })?;
+        let request =
+            parse(line, &self.callable).map_err(|message| LineError { line: at, message })?;
         self.requests += 1;
         if self.requests > MAX_LINES {
             return Err(LineError {
@@ -123,8 +119,9 @@ impl Checker {
     }
 }
 
-/// One line read as a request a batch can run, or why not.
-pub(crate) fn parse(line: &[u8]) -> Result<BatchInputLine, String> {
+/// One line read as a request a batch can run (calling one of `callable`),
+/// or why not.
+pub(crate) fn parse(line: &[u8], callable: &[&str]) -> Result<BatchInputLine, String> {
     let request: BatchInputLine = serde_json::from_slice(line).map_err(|e| {
         format!(
             "not a request line ({e}); each line must be {{\"custom_id\": ..., \"method\": \"POST\", \"url\": ..., \"body\": {{...}}}}"
@@ -138,11 +135,11 @@ pub(crate) fn parse(line: &[u8]) -> Result<BatchInputLine, String> {
     if request.method != "POST" {
         return Err(format!("method must be POST, not `{}`", request.method));
     }
-    if !ENDPOINTS.contains(&request.url.as_str()) {
+    if !callable.contains(&request.url.as_str()) {
         return Err(format!(
             "url `{}` is not an endpoint a batch can call ({})",
             request.url,
-            ENDPOINTS.join(", ")
+            callable.join(", ")
         ));
     }
     if !request
@@ -167,7 +164,7 @@ mod tests {
     use super::*;
 
     fn check(text: &str) -> Result<usize, LineError> {
-        let mut checker = Checker::new(1_000);
+        let mut checker = Checker::new(1_000, Arc::from(["/v1/chat/completions"]));
         // Fed in small pieces, as a network would.
         for piece in text.as_bytes().chunks(7) {
             checker.feed(piece)?;

@@ -203,7 +203,7 @@ impl Runner {
             .batches
             .path(&id)
             .ok_or_else(|| StoreError::Unavailable(format!("{id} names no path")))?;
-        super::remake_dir(dir).map_err(|e| write_failed(&id, &e))?;
+        crate::state::files::remake_dir(dir).map_err(|e| write_failed(&id, &e))?;
         let temporary = dir.join(format!(".write-{id}-{}", self.owner));
         let file = tokio::fs::File::create(&temporary)
             .await
@@ -219,7 +219,7 @@ impl Runner {
     }
 
     /// How files are kept and batches run, for the server's hourly sweep.
-    pub(crate) fn settings(&self) -> Arc<super::Batches> {
+    pub(crate) fn settings(&self) -> Arc<crate::state::files::Batches> {
         self.state.batches.clone()
     }
 }
@@ -275,7 +275,7 @@ fn write_failed(id: &str, e: &std::io::Error) -> StoreError {
 
 /// Deletes ended batches past their retention, and their files (the
 /// server's hourly sweep calls it).
-pub(crate) async fn sweep(store: &dyn svc_core::Store, batches: &super::Batches) {
+pub(crate) async fn sweep(store: &dyn svc_core::Store, batches: &crate::state::files::Batches) {
     let kept = i64::try_from(batches.retention.as_secs()).unwrap_or(i64::MAX);
     match store.sweep_batches(now().saturating_sub(kept)).await {
         Ok(files) => {

@@ -37,15 +37,15 @@ pub(super) struct Received {
 
 impl Receiver {
     /// A form of `boundary` whose file is written in `dir`, its bytes
-    /// counted in `spool` while it arrives, its lines at most `max_line`
-    /// bytes; `file_limit` is the largest file (for a 413). Its project
+    /// counted in `spool` while it arrives, its lines checked by `lines`;
+    /// `file_limit` is the largest file (for a 413). Its project
     /// has `stored` bytes of its `quota`: a file (with its name) past what
     /// is left is refused as it arrives.
     pub(super) fn new(
         boundary: &str,
         dir: PathBuf,
         spool: Spool,
-        max_line: usize,
+        lines: Checker,
         file_limit: usize,
         (quota, stored): (i64, i64),
     ) -> Self {
@@ -54,7 +54,7 @@ impl Receiver {
             fields: Fields {
                 dir,
                 spool,
-                max_line,
+                lines,
                 file_limit,
                 quota,
                 room: u64::try_from(quota.saturating_sub(stored)).unwrap_or(0),
@@ -104,7 +104,8 @@ impl Receiving for Receiver {
 struct Fields {
     dir: PathBuf,
     spool: Spool,
-    max_line: usize,
+    /// The file's lines' checker, before its first byte.
+    lines: Checker,
     file_limit: usize,
     /// The project's quota of bytes, and what it has left.
     quota: i64,
@@ -213,7 +214,7 @@ impl Form for Fields {
 impl Fields {
     /// A temporary file for the upload.
     fn create(&self, filename: String) -> Result<Writing, ApiError> {
-        super::remake_dir(&self.dir)
+        crate::state::files::remake_dir(&self.dir)
             .map_err(|e| ApiError::Internal(format!("cannot make the files directory: {e}")))?;
         let id = FileRecord::generate_id();
         let upload = Upload {
@@ -228,8 +229,7 @@ impl Fields {
             out: std::io::BufWriter::with_capacity(64 * 1024, out),
             filename,
             upload,
-            // A line holds a request body, and its own fields beside it.
-            checker: Checker::new(self.max_line),
+            checker: self.lines.clone(),
         })
     }
 }

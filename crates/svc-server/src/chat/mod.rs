@@ -15,20 +15,30 @@ use svc_core::KeyRecord;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::cache::Lookup;
+use crate::cache::{Cacheable, Lookup, reproducible};
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
 use shape::CompletionMeta;
 use valid::ValidChatRequest;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "chat",
-    about: "Chat completions.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new("chat", "Chat completions.")
+    .paths(&["/v1/chat/completions"])
+    .batch("/v1/chat/completions")
+    .generates("createChatCompletion");
+
+/// Chat's replies are kept when greedy or seeded.
+impl Cacheable for ChatCompletionRequest {
+    const ROUTE: &'static str = ENDPOINT.tag;
+    fn reproducible(&self) -> bool {
+        reproducible(self.temperature, self.seed)
+    }
+}
 
 /// The dialect's routes.
 pub fn routes() -> OpenApiRouter<AppState> {

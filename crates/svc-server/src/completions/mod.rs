@@ -16,19 +16,32 @@ use svc_core::{EngineError, KeyRecord};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::cache::Lookup;
+use crate::cache::{Cacheable, Lookup, reproducible};
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
 use valid::ValidCompletionRequest;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "completions",
-    about: "Legacy text completions: a prompt continued as it is, or filled in between a prompt and a suffix.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "completions",
+    "Legacy text completions: a prompt continued as it is, or filled in between a prompt and a suffix.",
+)
+.paths(&["/v1/completions"])
+    .batch("/v1/completions")
+    .generates("createCompletion");
+
+/// Completions' replies are kept when greedy or seeded.
+impl Cacheable for svc_api::CompletionRequest {
+    const ROUTE: &'static str = ENDPOINT.tag;
+    fn reproducible(&self) -> bool {
+        reproducible(self.temperature, self.seed)
+    }
+}
 
 /// The route.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -24,7 +24,6 @@ mod pages;
 mod projects;
 mod requests;
 mod session;
-pub(crate) mod settings;
 mod sso;
 mod usage;
 mod users;
@@ -35,7 +34,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-pub use settings::PATH;
+pub use crate::state::dashboard::PATH;
 
 use crate::state::AppState;
 

@@ -16,18 +16,22 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::admission::Asked;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open};
 use crate::state::AppState;
 use valid::ValidEmbeddingRequest;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "embeddings",
-    about: "Embeddings: vectors for texts, from a model that makes them (`svc-embed`) or an upstream.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "embeddings",
+    "Embeddings: vectors for texts, from a model that makes them (`svc-embed`) or an upstream.",
+)
+.paths(&["/v1/embeddings"])
+.batch("/v1/embeddings");
 
 /// The route.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -26,7 +26,8 @@ use svc_core::{KeyRecord, KeyService};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
-use crate::cache::Lookup;
+use crate::cache::{Cacheable, Lookup, reproducible};
+use crate::endpoint::{Dialect, Endpoint};
 use crate::error::ApiError;
 use crate::extract::{Scope, authenticate, in_scope, scope};
 use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
@@ -35,11 +36,23 @@ use error::MessagesError;
 use shape::MessageMeta;
 use valid::{ValidCountTokensRequest, ValidMessagesRequest};
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: crate::openapi::Tag = crate::openapi::Tag {
-    name: "messages",
-    about: "Anthropic's Messages API, on the same keys, models and limits. Its errors are `{\"type\":\"error\",\"error\":{\"type\",\"message\"},\"request_id\"}`.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "messages",
+    "Anthropic's Messages API, on the same keys, models and limits. Its errors are `{\"type\":\"error\",\"error\":{\"type\",\"message\"},\"request_id\"}`.",
+)
+.paths(&["/v1/messages"])
+    .dialect(Dialect::Anthropic)
+    .generates("createMessage");
+
+/// Messages' replies are kept when greedy (Anthropic's dialect has no seed).
+impl Cacheable for svc_api::messages::MessagesRequest {
+    const ROUTE: &'static str = ENDPOINT.tag;
+    fn reproducible(&self) -> bool {
+        reproducible(self.temperature, None)
+    }
+}
 
 /// The Messages routes: each answers a wrong method in Anthropic's shape,
 /// and so does every other path under `/v1/messages`.

@@ -16,18 +16,22 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::admission::Asked;
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open};
 use crate::state::AppState;
 use valid::ValidRerankRequest;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "rerank",
-    about: "Reranking: each document's relevance to a query, from a reranking model (a cross-encoder), most relevant first.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "rerank",
+    "Reranking: each document's relevance to a query, from a reranking model (a cross-encoder), most relevant first.",
+)
+.paths(&["/v1/rerank", "/rerank", "/v2/rerank"])
+    .batch("/v1/rerank");
 
 /// The routes: the one path and the aliases clients of vLLM use.
 pub fn routes() -> OpenApiRouter<AppState> {

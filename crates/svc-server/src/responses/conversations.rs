@@ -13,19 +13,18 @@
 //! (`routes/responses.rs`) holds none of this.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use svc_api::responses::{InputItem, ResponseObject};
 use svc_core::{
-    Conversation, ConversationLimits, GenerateRequest, ProjectId, StorageQuota, Store, Stored,
-    StoredResponse, Turn, ValidationError, now,
+    Conversation, ConversationLimits, GenerateRequest, ProjectId, Stored, StoredResponse, Turn,
+    ValidationError, now,
 };
-use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
 use crate::responses::valid::{
     MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RESPONSES, ValidResponseRequest, conversation_items,
 };
+use crate::state::stored::Conversations;
 
 /// What a continuation may read of a stored conversation.
 const LIMITS: ConversationLimits = ConversationLimits {
@@ -33,31 +32,7 @@ const LIMITS: ConversationLimits = ConversationLimits {
     bytes: MAX_CONVERSATION_BYTES,
 };
 
-/// Where stored responses go, and how much of them there may be.
-pub struct Conversations {
-    store: Arc<dyn Store>,
-    /// How long a stored response is served.
-    retention: Duration,
-    /// What one project may keep.
-    quota: StorageQuota,
-    /// Continuations reading and parsing a conversation at once. Each
-    /// holds at most [`MAX_CONVERSATION_BYTES`] of stored text and what it
-    /// parses into; parsing is CPU work, so more at once than cores would
-    /// not be faster, only hold more memory.
-    reads: Semaphore,
-}
-
 impl Conversations {
-    pub fn new(store: Arc<dyn Store>, retention: Duration, quota: StorageQuota) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Conversations {
-            store,
-            retention,
-            quota,
-            reads: Semaphore::new(cores),
-        }
-    }
-
     /// The prompt of `valid`, whose `previous_response_id` (of `owner`)
     /// comes between the instructions and the new input: read within
     /// [`LIMITS`] (a 400 on `previous_response_id` past them), parsed and

@@ -29,21 +29,46 @@ use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::cache::Lookup;
+use crate::cache::{Cacheable, Lookup, reproducible};
+use crate::endpoint::{Dialect, Endpoint};
 use crate::error::ApiError;
 use crate::extract::{Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
 use valid::ValidResponseRequest;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "responses",
-    about: "OpenAI's Responses API: replies with output items, streamed events and stored responses.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "responses",
+    "OpenAI's Responses API: replies with output items, streamed events and stored responses.",
+)
+.paths(&["/v1/responses"])
+.dialect(Dialect::Responses)
+.batch("/v1/responses")
+.generates("createResponse");
+
+impl Cacheable for svc_api::responses::CreateResponseRequest {
+    const ROUTE: &'static str = ENDPOINT.tag;
+    /// Only a greedy reply that stands alone: not one kept for later
+    /// (`store`), nor one that reads a kept conversation (another key of
+    /// the project may not).
+    fn reproducible(&self) -> bool {
+        let refers_to_items = match &self.input {
+            Some(svc_api::responses::ResponseInput::Items(items)) => items
+                .iter()
+                .any(|item| item.kind.as_deref() == Some("item_reference")),
+            _ => false,
+        };
+        self.store == Some(false)
+            && self.previous_response_id.is_none()
+            && !refers_to_items
+            && reproducible(self.temperature, None)
+    }
+}
 
 /// The dialect's routes.
 pub fn routes() -> OpenApiRouter<AppState> {

@@ -30,16 +30,19 @@ use svc_api::{
 };
 use svc_core::{DeviceClient, PollOutcome, plain_text};
 
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{BodyLimit, ClientAddress, parse_json};
-use crate::openapi::{NoStore, Tag, shared};
+use crate::openapi::{NoStore, shared};
 use crate::state::AppState;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "auth",
-    about: "The OAuth 2.0 device authorization flow (RFC 8628) that command-line clients use to obtain a key.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "auth",
+    "The OAuth 2.0 device authorization flow (RFC 8628) that command-line clients use to obtain a key.",
+)
+.paths(&["/v1/auth", "/v1/admin/usage"]);
 
 /// Longest `client_id` or `scope` kept; they are shown to the user.
 const MAX_CLIENT_FIELD: usize = 200;

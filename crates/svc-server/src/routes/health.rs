@@ -4,15 +4,14 @@ use axum::Json;
 use axum::extract::State;
 use svc_api::{HealthStatus, ReadyStatus};
 
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::state::AppState;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "meta",
-    about: "Health, readiness and this document.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new("meta", "Health, readiness and this document.");
 
 #[utoipa::path(get, path = "/health", tag = "meta", operation_id = "health",
     summary = "Liveness: the process answers.",

@@ -16,6 +16,7 @@ use axum::Router;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -23,32 +24,81 @@ use crate::state::AppState;
 #[doc(hidden)]
 pub use device::{fuzz_code_body, fuzz_token_form};
 
+/// Every endpoint: its declaration (beside its handlers) and its routes,
+/// in the OpenAPI document's order. An endpoint is added here, one line,
+/// and nowhere else: the document's tags and generating operations, the
+/// request log's dialects and the endpoints a batch may call are read
+/// from the declarations.
+const TABLE: [(&Endpoint, fn() -> OpenApiRouter<AppState>); 13] = [
+    (&crate::chat::ENDPOINT, crate::chat::routes),
+    (&crate::completions::ENDPOINT, crate::completions::routes),
+    (&crate::embeddings::ENDPOINT, crate::embeddings::routes),
+    (&crate::rerank::ENDPOINT, crate::rerank::routes),
+    (&crate::audio::ENDPOINT, crate::audio::routes),
+    (&crate::responses::ENDPOINT, crate::responses::routes),
+    (&crate::messages::ENDPOINT, crate::messages::routes),
+    (
+        &crate::batches::batch::ENDPOINT,
+        crate::batches::batch::routes,
+    ),
+    (
+        &crate::batches::files::ENDPOINT,
+        crate::batches::files::routes,
+    ),
+    (&models::ENDPOINT, models),
+    (&health::ENDPOINT, meta),
+    (&device::ENDPOINT, auth),
+    (&organization::ENDPOINT, admin),
+];
+
+/// The endpoints' declarations, in the document's order.
+pub(crate) static ENDPOINTS: [&Endpoint; TABLE.len()] = {
+    let mut endpoints = [TABLE[0].0; TABLE.len()];
+    let mut i = 0;
+    while i < TABLE.len() {
+        endpoints[i] = TABLE[i].0;
+        i += 1;
+    }
+    endpoints
+};
+
 /// Every route of the API, each with its OpenAPI operation (declared on
 /// its handler): what [`router`] serves and what the document lists.
 pub fn api() -> OpenApiRouter<AppState> {
+    TABLE
+        .iter()
+        .fold(OpenApiRouter::new(), |api, (_, routes)| api.merge(routes()))
+}
+
+fn models() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(health::health))
-        .routes(routes!(health::ready))
-        .routes(routes!(openapi::serve))
         .routes(routes!(models::list))
         .routes(routes!(models::retrieve))
         .routes(routes!(models::load))
         .routes(routes!(models::unload))
-        // The dialects, each its own folder.
-        .merge(crate::chat::routes())
-        .merge(crate::responses::routes())
-        .merge(crate::messages::routes())
-        .merge(crate::completions::routes())
-        .merge(crate::embeddings::routes())
-        .merge(crate::rerank::routes())
-        .merge(crate::audio::routes())
-        .merge(crate::batches::files::routes())
-        .merge(crate::batches::batch::routes())
+}
+
+/// Health, readiness and the document itself.
+fn meta() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(health::health))
+        .routes(routes!(health::ready))
+        .routes(routes!(openapi::serve))
+}
+
+/// The device flow, and a key's own view of itself and its usage.
+fn auth() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .routes(routes!(device::code))
         .routes(routes!(device::token))
         .routes(routes!(device::metadata))
         .routes(routes!(key::current, key::revoke))
         .routes(routes!(usage::admin))
+}
+
+/// The admin API.
+fn admin() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .routes(routes!(
             organization::list_projects,
             organization::create_project

@@ -13,17 +13,20 @@ use svc_core::audit::{Actor, AuditEntry};
 use svc_core::{Residence, Residency, Unload, ValidationError};
 
 use super::organization::{AdminErrors, Reach, key_actor, reach};
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::registry::ModelRoute;
 use crate::state::AppState;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "models",
-    about: "The models this server serves; each local one with its residency. Loading and unloading a local model (`/v1/admin/models/...`) is the admin API's, for an organization owner's or the operator's admin key.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "models",
+    "The models this server serves; each local one with its residency. Loading and unloading a local model (`/v1/admin/models/...`) is the admin API's, for an organization owner's or the operator's admin key.",
+)
+.paths(&["/v1/models", "/v1/admin/models"]);
 
 crate::openapi::parameters! {
     /// The model of `GET /v1/models/{model}`.

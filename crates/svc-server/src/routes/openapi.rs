@@ -10,7 +10,6 @@ use serde_json::Value;
 use utoipa::openapi::OpenApi;
 
 use crate::error::ApiError;
-use crate::openapi::Tag;
 use crate::state::AppState;
 
 crate::openapi::json_schemas! {
@@ -27,30 +26,11 @@ pub fn document() -> Result<&'static Value, &'static str> {
     DOCUMENT.as_ref().map_err(String::as_str)
 }
 
-/// The groups of operations, each declared beside its handlers, in the
-/// document's order; every operation's tag must be one of them (a test
-/// below checks it).
-const TAGS: [&Tag; 13] = [
-    &crate::chat::TAG,
-    &crate::completions::TAG,
-    &crate::embeddings::TAG,
-    &crate::rerank::TAG,
-    &crate::audio::TAG,
-    &crate::responses::TAG,
-    &crate::messages::TAG,
-    &crate::batches::batch::TAG,
-    &crate::batches::files::TAG,
-    &super::models::TAG,
-    &super::health::TAG,
-    &super::device::TAG,
-    &super::organization::TAG,
-];
-
 /// The whole document: every route's operation, `/metrics` included.
 fn whole() -> OpenApi {
     let (_, api) = super::api().split_for_parts();
     let (_, metrics) = super::metrics().split_for_parts();
-    crate::openapi::framed(api, metrics, &TAGS)
+    crate::openapi::framed(api, metrics, &super::ENDPOINTS)
 }
 
 #[utoipa::path(get, path = "/openapi.json", tag = "meta", operation_id = "openapi",
@@ -69,11 +49,11 @@ mod tests {
     use super::*;
 
     /// Every operation's tags are declared, and every declared tag is used:
-    /// an endpoint added without its `TAG` (as audio, batches and files
+    /// an endpoint added without its `ENDPOINT` (as audio, batches and files
     /// once were) fails here.
     #[test]
     fn every_operation_is_in_a_declared_group() {
-        let declared: Vec<&str> = TAGS.iter().map(|t| t.name).collect();
+        let declared: Vec<&str> = super::super::ENDPOINTS.iter().map(|e| e.tag).collect();
         let mut used = Vec::new();
         for (path, item) in whole().paths.paths {
             let operations = [
@@ -90,7 +70,7 @@ mod tests {
                 for tag in tags {
                     assert!(
                         declared.contains(&tag.as_str()),
-                        "{path}: tag {tag:?} is not declared (a TAG beside its handler, listed in TAGS)"
+                        "{path}: tag {tag:?} is not declared (an ENDPOINT beside its handler, listed in routes::TABLE)"
                     );
                     used.push(tag);
                 }
@@ -101,6 +81,51 @@ mod tests {
                 used.iter().any(|u| u == tag),
                 "tag {tag:?} is declared but unused"
             );
+        }
+    }
+
+    /// What each endpoint declares is true of its operations: the
+    /// operation it says generates is one of its own, each path it claims
+    /// begins one of its operations' paths, and the path batches may call
+    /// is one of its `POST`s. A declaration that names nothing (a renamed
+    /// operation, a moved path) fails here rather than doing nothing.
+    #[test]
+    fn every_declaration_names_its_own_operations() {
+        let document = whole();
+        // (tag, method, path, operation id) of every operation.
+        let mut operations = Vec::new();
+        for (path, item) in &document.paths.paths {
+            for (method, operation) in [
+                ("get", &item.get),
+                ("post", &item.post),
+                ("delete", &item.delete),
+            ] {
+                let Some(operation) = operation else { continue };
+                for tag in operation.tags.iter().flatten() {
+                    let id = operation.operation_id.clone().unwrap_or_default();
+                    operations.push((tag.clone(), method, path.clone(), id));
+                }
+            }
+        }
+        for endpoint in super::super::ENDPOINTS {
+            let own = || operations.iter().filter(|o| o.0 == endpoint.tag);
+            if let Some(id) = endpoint.generates {
+                assert!(own().any(|o| o.3 == id), "{}: generates {id}", endpoint.tag);
+            }
+            for prefix in endpoint.paths {
+                assert!(
+                    own().any(|o| o.2.starts_with(prefix)),
+                    "{}: path {prefix} begins none of its operations",
+                    endpoint.tag
+                );
+            }
+            if let Some(batch) = endpoint.batch {
+                assert!(
+                    own().any(|o| o.1 == "post" && o.2 == batch),
+                    "{}: batches call {batch}, not one of its POSTs",
+                    endpoint.tag
+                );
+            }
         }
     }
 }

@@ -39,16 +39,19 @@ use svc_core::{
 };
 
 use crate::budget::{BudgetReading, Scope};
+use crate::endpoint::Endpoint;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Key, scope};
-use crate::openapi::{Tag, shared};
+use crate::openapi::shared;
 use crate::state::AppState;
 
-/// This endpoint's group in the OpenAPI document.
-pub(crate) const TAG: Tag = Tag {
-    name: "organization",
-    about: "The admin API, in the shape of OpenAI's Administration API: projects, their keys and users, and the audit log. Admin keys only; a project owner's admin key reaches its own project, an organization owner's (or the operator's) every project.",
-};
+/// What this endpoint is: its OpenAPI group, its paths and dialect, and
+/// what batches and the response cache make of it.
+pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
+    "organization",
+    "The admin API, in the shape of OpenAI's Administration API: projects, their keys and users, and the audit log. Admin keys only; a project owner's admin key reaches its own project, an organization owner's (or the operator's) every project.",
+)
+.paths(&["/v1/organization"]);
 
 crate::openapi::parameters! {
     /// OpenAI's cursor: `limit` and `after`.
