@@ -302,7 +302,7 @@ impl UpstreamEngine {
     ) -> Result<T, EngineError> {
         let (post, parse) = (&post, &parse);
         let (answer, mut lease) = self
-            .attempts(what, |lease| async move {
+            .attempts(what, &[], |lease, _| async move {
                 let outcome = self.whole_once(&lease, reply, post, parse).await;
                 (lease, outcome)
             })
@@ -311,21 +311,29 @@ impl UpstreamEngine {
         Ok(answer)
     }
 
-    /// `once` at one endpoint after another while its failure is worth
-    /// retrying, up to the attempts allowed; `what` names the work in the
-    /// log. The answer comes with its endpoint's lease, to settle.
-    async fn attempts<T, F, Fut>(&self, what: &str, once: F) -> Result<(T, Lease), EngineError>
+    /// `once` at one endpoint after another (the first picked by the
+    /// request's prefix `keys`, where affinity is on) while its failure is
+    /// worth retrying, up to the attempts allowed; `what` names the work in
+    /// the log, and `once` is told which attempt it is (from 1). The answer
+    /// comes with its endpoint's lease, to settle. Every call to an
+    /// upstream, generation included, is retried by this one loop.
+    async fn attempts<T, F, Fut>(
+        &self,
+        what: &str,
+        keys: &[u64],
+        once: F,
+    ) -> Result<(T, Lease), EngineError>
     where
-        F: Fn(Lease) -> Fut,
+        F: Fn(Lease, usize) -> Fut,
         Fut: std::future::Future<Output = (Lease, Result<T, Failure>)>,
     {
         let mut tried = vec![false; self.pool.endpoints.len()];
         let mut worst: Option<Failure> = None;
         for attempt in 1..=self.options.max_attempts {
-            let Some(lease) = self.pool.pick(&mut tried, &[]) else {
+            let Some(lease) = self.pool.pick(&mut tried, keys) else {
                 break;
             };
-            let (mut lease, outcome) = once(lease).await;
+            let (mut lease, outcome) = once(lease, attempt).await;
             match outcome {
                 Ok(answer) => return Ok((answer, lease)),
                 Err(failure) => {
@@ -523,63 +531,39 @@ impl Generator for UpstreamEngine {
         svc_core::refuse_prompt_scoring(&request)?;
         let prompt_estimate = svc_core::estimate_tokens(&request);
         let keys = self.pool.prefix_keys(&request);
-        let mut tried = vec![false; self.pool.endpoints.len()];
-        let mut worst: Option<Failure> = None;
-        for attempt in 1..=self.options.max_attempts {
-            let Some(mut lease) = self.pool.pick(&mut tried, &keys) else {
-                break;
-            };
-            let body = request::body(&request, &lease.endpoint().model);
-            let translator = Translator::new(request.reasoning, prompt_estimate);
-            let path = request::path_of(&request);
-            // The attempt is a span of the caller's trace, passed on.
-            let span = svc_core::trace::child("upstream attempt", SpanKind::Client);
-            let traceparent = span
-                .as_ref()
-                .and_then(|s| HeaderValue::from_str(&s.context.traceparent()).ok());
-            let outcome = self
-                .attempt(&lease, body, path, request.stream, translator, traceparent)
-                .await;
-            if let Some(span) = span {
-                let attributes = vec![
-                    (
-                        "url.full".to_owned(),
-                        Value::Text(lease.endpoint().base_url.clone()),
-                    ),
-                    (
-                        "svc.attempt".to_owned(),
-                        Value::Int(i64::try_from(attempt).unwrap_or(i64::MAX)),
-                    ),
-                ];
-                span.end(attributes, outcome.as_ref().err().map(|f| format!("{f:?}")));
-            }
-            match outcome {
-                Ok(started) => {
-                    lease.success();
-                    svc_core::trace::upstream(&lease.endpoint().base_url);
-                    return Ok(started.into_stream(lease, self.options.idle_timeout));
+        let request = &request;
+        let (started, mut lease) = self
+            .attempts("generation", &keys, |lease, attempt| async move {
+                let body = request::body(request, &lease.endpoint().model);
+                let translator = Translator::new(request.reasoning, prompt_estimate);
+                let path = request::path_of(request);
+                // The attempt is a span of the caller's trace, passed on.
+                let span = svc_core::trace::child("upstream attempt", SpanKind::Client);
+                let traceparent = span
+                    .as_ref()
+                    .and_then(|s| HeaderValue::from_str(&s.context.traceparent()).ok());
+                let outcome = self
+                    .attempt(&lease, body, path, request.stream, translator, traceparent)
+                    .await;
+                if let Some(span) = span {
+                    let attributes = vec![
+                        (
+                            "url.full".to_owned(),
+                            Value::Text(lease.endpoint().base_url.clone()),
+                        ),
+                        (
+                            "svc.attempt".to_owned(),
+                            Value::Int(i64::try_from(attempt).unwrap_or(i64::MAX)),
+                        ),
+                    ];
+                    span.end(attributes, outcome.as_ref().err().map(|f| format!("{f:?}")));
                 }
-                Err(failure) => {
-                    lease.failure(&failure);
-                    if !failure.retryable() {
-                        return Err(failure.to_engine_error());
-                    }
-                    tracing::warn!(
-                        upstream = %lease.endpoint().base_url,
-                        attempt,
-                        detail = ?failure,
-                        "upstream attempt failed"
-                    );
-                    if worst
-                        .as_ref()
-                        .is_none_or(|w| failure.severity() >= w.severity())
-                    {
-                        worst = Some(failure);
-                    }
-                }
-            }
-        }
-        Err(error::exhausted(worst.as_ref()))
+                (lease, outcome)
+            })
+            .await?;
+        lease.success();
+        svc_core::trace::upstream(&lease.endpoint().base_url);
+        Ok(started.into_stream(lease, self.options.idle_timeout))
     }
 
     /// The estimate ([`svc_core::estimate_tokens`], the same as the prompt
@@ -665,7 +649,7 @@ impl Speaker for UpstreamEngine {
     async fn speak(&self, request: SpeechRequest) -> Result<Speech, EngineError> {
         let request = &request;
         let (started, lease) = self
-            .attempts("speech", |lease| async move {
+            .attempts("speech", &[], |lease, _| async move {
                 let outcome = self.speak_once(&lease, request).await;
                 (lease, outcome)
             })
