@@ -29,8 +29,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
-    EmbedInput, EmbedRequest, Embedder, Embeddings, Engine, EngineError, EngineStatus, Generator,
-    Reranker, Speaker, Transcriber,
+    EmbedInput, EmbedRequest, Embedder, Embeddings, Engine, EngineError, EngineStatus,
 };
 use tokio::sync::oneshot;
 
@@ -299,25 +298,7 @@ impl Embedder for LlamaEmbedder {
 
 /// An embedding model embeds, and does nothing else.
 impl Engine for LlamaEmbedder {
-    fn generator(&self) -> Option<&dyn Generator> {
-        None
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        Some(self)
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        None
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        None
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        None
-    }
+    svc_core::offers!(embedder);
 
     fn name(&self) -> &str {
         "llama-embed"

@@ -21,8 +21,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 use svc_core::engine::{
-    ChatMessage, Embedder, Engine, EngineError, EngineStatus, EventStream, GenerateRequest,
-    Generator, PrefixCacheStatus, Reranker, Speaker, ToolChoiceSpec, ToolSpec, Transcriber,
+    ChatMessage, Engine, EngineError, EngineStatus, EventStream, GenerateRequest, Generator,
+    PrefixCacheStatus, ToolChoiceSpec, ToolSpec,
 };
 use svc_gguf::cache::{self, Prepared};
 use svc_gguf::repack::RepackTarget;
@@ -424,25 +424,7 @@ impl Generator for LlamaEngine {
 /// A chat model generates; it makes no embeddings, reranks nothing, hears
 /// and says nothing.
 impl Engine for LlamaEngine {
-    fn generator(&self) -> Option<&dyn Generator> {
-        Some(self)
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        None
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        None
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        None
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        None
-    }
+    svc_core::offers!(generator);
 
     fn name(&self) -> &str {
         "llama"

@@ -692,25 +692,7 @@ impl Speaker for UpstreamEngine {
 /// An upstream is asked for whatever its clients ask: it offers every
 /// capability, and the endpoints answer for what they serve.
 impl Engine for UpstreamEngine {
-    fn generator(&self) -> Option<&dyn Generator> {
-        Some(self)
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        Some(self)
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        Some(self)
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        Some(self)
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        Some(self)
-    }
+    svc_core::offers!(generator, embedder, reranker, transcriber, speaker);
 
     fn name(&self) -> &str {
         "upstream"

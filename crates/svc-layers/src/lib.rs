@@ -199,6 +199,26 @@ pub fn root_items(lib: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The names of the macros a file exports (`#[macro_export]`), which the
+/// language puts at the crate root whatever module defines them: a
+/// macro's own `$crate::helper!` names one of them, not an import through
+/// the root.
+pub fn exported_macros(text: &str) -> BTreeSet<String> {
+    let code = code(text);
+    code.match_indices("#[macro_export]")
+        .filter_map(|(at, _)| {
+            let rest = &code[at..];
+            let after = rest.find("macro_rules!")? + "macro_rules!".len();
+            let name: String = rest[after..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
 /// The names the crate root's `use` declarations bring in, each with the
 /// module path it comes from: `pub use write::{GgufWriter, Other};` gives
 /// `GgufWriter` and `Other` from `write`.
@@ -292,7 +312,12 @@ pub fn graph(src: &Path, depth: Depth, through_root: Root) -> Result<Graph, Erro
     } else {
         String::new()
     };
-    let root = root_items(&lib);
+    let mut root = root_items(&lib);
+    for path in modules.values() {
+        root.extend(exported_macros(
+            &fs::read_to_string(path).map_err(io(path))?,
+        ));
+    }
     let uses = match through_root {
         Root::Refused => BTreeMap::new(),
         Root::Resolved => root_uses(&lib),
@@ -560,6 +585,17 @@ mod tests {
         assert_eq!(
             root_items(lib),
             BTreeSet::from(["MAX".to_owned(), "model_id".to_owned()])
+        );
+    }
+
+    #[test]
+    fn exported_macros_are_the_roots_wherever_they_are_written() {
+        let text = "/// Doc.\n#[macro_export]\nmacro_rules! offers {\n    () => { $crate::__offer!() };\n}\n\
+                    #[doc(hidden)]\n#[macro_export]\nmacro_rules! __offer { () => {} }\n\
+                    macro_rules! local { () => {} }\n";
+        assert_eq!(
+            exported_macros(text),
+            BTreeSet::from(["offers".to_owned(), "__offer".to_owned()])
         );
     }
 

@@ -117,25 +117,7 @@ impl Speaker for Fake {
 
 /// The fake does everything.
 impl Engine for Fake {
-    fn generator(&self) -> Option<&dyn Generator> {
-        Some(self)
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        Some(self)
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        Some(self)
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        Some(self)
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        Some(self)
-    }
+    svc_core::offers!(generator, embedder, reranker, transcriber, speaker);
 
     fn name(&self) -> &str {
         "fake"

@@ -602,25 +602,7 @@ mod tests {
     }
 
     impl Engine for Scripted {
-        fn generator(&self) -> Option<&dyn svc_core::Generator> {
-            Some(self)
-        }
-
-        fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
-            None
-        }
-
-        fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
-            None
-        }
-
-        fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
-            None
-        }
-
-        fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
-            None
-        }
+        svc_core::offers!(generator);
 
         fn name(&self) -> &str {
             "scripted"
@@ -1044,25 +1026,7 @@ mod tests {
     }
 
     impl Engine for Embeds {
-        fn generator(&self) -> Option<&dyn svc_core::Generator> {
-            None
-        }
-
-        fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
-            Some(self)
-        }
-
-        fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
-            None
-        }
-
-        fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
-            None
-        }
-
-        fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
-            None
-        }
+        svc_core::offers!(embedder);
 
         fn name(&self) -> &str {
             "embeds"

@@ -133,25 +133,7 @@ mod tests {
     }
 
     impl Engine for Idle {
-        fn generator(&self) -> Option<&dyn svc_core::Generator> {
-            Some(self)
-        }
-
-        fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
-            None
-        }
-
-        fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
-            None
-        }
-
-        fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
-            None
-        }
-
-        fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
-            None
-        }
+        svc_core::offers!(generator);
 
         fn name(&self) -> &str {
             "idle"

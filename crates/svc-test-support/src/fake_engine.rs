@@ -328,25 +328,7 @@ impl Generator for FakeEngine {
 }
 
 impl Engine for FakeEngine {
-    fn generator(&self) -> Option<&dyn Generator> {
-        Some(self)
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        None
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        None
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        None
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        None
-    }
+    svc_core::offers!(generator);
 
     fn name(&self) -> &str {
         "fake"
@@ -497,25 +479,7 @@ impl Speaker for FakeSpeech {
 }
 
 impl Engine for FakeSpeech {
-    fn generator(&self) -> Option<&dyn Generator> {
-        None
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        None
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        None
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        Some(self)
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        Some(self)
-    }
+    svc_core::offers!(transcriber, speaker);
 
     fn name(&self) -> &str {
         "fake-speech"
@@ -578,25 +542,7 @@ impl Reranker for FakeReranker {
 }
 
 impl Engine for FakeReranker {
-    fn generator(&self) -> Option<&dyn Generator> {
-        None
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        None
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        Some(self)
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        None
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        None
-    }
+    svc_core::offers!(reranker);
 
     fn name(&self) -> &str {
         "fake-rerank"
@@ -675,25 +621,7 @@ impl Embedder for FakeEmbedder {
 }
 
 impl Engine for FakeEmbedder {
-    fn generator(&self) -> Option<&dyn Generator> {
-        None
-    }
-
-    fn embedder(&self) -> Option<&dyn Embedder> {
-        Some(self)
-    }
-
-    fn reranker(&self) -> Option<&dyn Reranker> {
-        None
-    }
-
-    fn transcriber(&self) -> Option<&dyn Transcriber> {
-        None
-    }
-
-    fn speaker(&self) -> Option<&dyn Speaker> {
-        None
-    }
+    svc_core::offers!(embedder);
 
     fn name(&self) -> &str {
         "fake-embed"

@@ -256,25 +256,7 @@ impl svc_core::Generator for Recorder {
 }
 
 impl Engine for Recorder {
-    fn generator(&self) -> Option<&dyn svc_core::Generator> {
-        Some(self)
-    }
-
-    fn embedder(&self) -> Option<&dyn svc_core::Embedder> {
-        None
-    }
-
-    fn reranker(&self) -> Option<&dyn svc_core::Reranker> {
-        None
-    }
-
-    fn transcriber(&self) -> Option<&dyn svc_core::Transcriber> {
-        None
-    }
-
-    fn speaker(&self) -> Option<&dyn svc_core::Speaker> {
-        None
-    }
+    svc_core::offers!(generator);
 
     fn name(&self) -> &str {
         "recorder"

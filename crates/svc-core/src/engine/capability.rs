@@ -169,6 +169,54 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// The five capability accessors of an [`Engine`] that does the work
+/// itself: each capability listed answers `Some(self)` (the type must
+/// implement its trait), every other `None`. Written inside the `impl
+/// Engine`: `svc_core::offers!(generator, embedder);`. An engine that
+/// hands work on to another (a wrapper) forwards each accessor by hand
+/// instead.
+#[macro_export]
+macro_rules! offers {
+    ($($capability:ident),* $(,)?) => {
+        fn generator(&self) -> Option<&dyn $crate::engine::Generator> {
+            $crate::__offer!(self, generator; $($capability),*)
+        }
+        fn embedder(&self) -> Option<&dyn $crate::engine::Embedder> {
+            $crate::__offer!(self, embedder; $($capability),*)
+        }
+        fn reranker(&self) -> Option<&dyn $crate::engine::Reranker> {
+            $crate::__offer!(self, reranker; $($capability),*)
+        }
+        fn transcriber(&self) -> Option<&dyn $crate::engine::Transcriber> {
+            $crate::__offer!(self, transcriber; $($capability),*)
+        }
+        fn speaker(&self) -> Option<&dyn $crate::engine::Speaker> {
+            $crate::__offer!(self, speaker; $($capability),*)
+        }
+    };
+}
+
+/// [`offers!`]'s test of one accessor against the list: `Some(self)`
+/// where it is named, `None` where not, and a compile error for a name
+/// that is no capability.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __offer {
+    ($this:tt, $want:ident;) => {
+        None
+    };
+    ($this:tt, generator; generator $(, $rest:ident)*) => { Some($this) };
+    ($this:tt, embedder; embedder $(, $rest:ident)*) => { Some($this) };
+    ($this:tt, reranker; reranker $(, $rest:ident)*) => { Some($this) };
+    ($this:tt, transcriber; transcriber $(, $rest:ident)*) => { Some($this) };
+    ($this:tt, speaker; speaker $(, $rest:ident)*) => { Some($this) };
+    ($this:tt, $want:ident; generator $(, $rest:ident)*) => { $crate::__offer!($this, $want; $($rest),*) };
+    ($this:tt, $want:ident; embedder $(, $rest:ident)*) => { $crate::__offer!($this, $want; $($rest),*) };
+    ($this:tt, $want:ident; reranker $(, $rest:ident)*) => { $crate::__offer!($this, $want; $($rest),*) };
+    ($this:tt, $want:ident; transcriber $(, $rest:ident)*) => { $crate::__offer!($this, $want; $($rest),*) };
+    ($this:tt, $want:ident; speaker $(, $rest:ident)*) => { $crate::__offer!($this, $want; $($rest),*) };
+}
+
 impl dyn Engine {
     /// Whether it offers `capability`.
     pub fn offers(&self, capability: Capability) -> bool {
@@ -265,21 +313,7 @@ mod tests {
     }
 
     impl Engine for Embeds {
-        fn generator(&self) -> Option<&dyn Generator> {
-            None
-        }
-        fn embedder(&self) -> Option<&dyn Embedder> {
-            Some(self)
-        }
-        fn reranker(&self) -> Option<&dyn Reranker> {
-            None
-        }
-        fn transcriber(&self) -> Option<&dyn Transcriber> {
-            None
-        }
-        fn speaker(&self) -> Option<&dyn Speaker> {
-            None
-        }
+        crate::offers!(embedder);
         fn name(&self) -> &str {
             "embeds"
         }
@@ -303,21 +337,7 @@ mod tests {
     }
 
     impl Engine for Chats {
-        fn generator(&self) -> Option<&dyn Generator> {
-            Some(self)
-        }
-        fn embedder(&self) -> Option<&dyn Embedder> {
-            None
-        }
-        fn reranker(&self) -> Option<&dyn Reranker> {
-            None
-        }
-        fn transcriber(&self) -> Option<&dyn Transcriber> {
-            None
-        }
-        fn speaker(&self) -> Option<&dyn Speaker> {
-            None
-        }
+        crate::offers!(generator);
         fn name(&self) -> &str {
             "chats"
         }

@@ -24,12 +24,15 @@ use crate::state::AppState;
 #[doc(hidden)]
 pub use device::{fuzz_code_body, fuzz_token_form};
 
+/// An endpoint's routes, with their OpenAPI operations.
+type Routes = fn() -> OpenApiRouter<AppState>;
+
 /// Every endpoint: its declaration (beside its handlers) and its routes,
 /// in the OpenAPI document's order. An endpoint is added here, one line,
 /// and nowhere else: the document's tags and generating operations, the
 /// request log's dialects and the endpoints a batch may call are read
 /// from the declarations.
-const TABLE: [(&Endpoint, fn() -> OpenApiRouter<AppState>); 13] = [
+const TABLE: [(&Endpoint, Routes); 13] = [
     (&crate::chat::ENDPOINT, crate::chat::routes),
     (&crate::completions::ENDPOINT, crate::completions::routes),
     (&crate::embeddings::ENDPOINT, crate::embeddings::routes),
