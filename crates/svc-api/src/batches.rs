@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::list::{Page, Paged};
+
 /// A file: uploaded for a batch (`purpose: batch`), or written by one
 /// (`batch_output`: its output and error files).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -34,15 +36,11 @@ pub struct FileObject {
 }
 
 /// `GET /v1/files`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[schema(as = ListFilesResponse)]
-pub struct FileList {
-    /// Always `list`.
-    pub object: String,
-    pub data: Vec<FileObject>,
-    pub first_id: Option<String>,
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type FileList = Page<FileObject>;
+
+impl Paged for FileObject {
+    const PAGE: &'static str = "ListFilesResponse";
+    const PAGE_ABOUT: &'static str = "`GET /v1/files`.";
 }
 
 /// `DELETE /v1/files/{id}`.
@@ -131,15 +129,11 @@ pub struct Batch {
 }
 
 /// `GET /v1/batches`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = ListBatchesResponse)]
-pub struct BatchList {
-    /// Always `list`.
-    pub object: String,
-    pub data: Vec<Batch>,
-    pub first_id: Option<String>,
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type BatchList = Page<Batch>;
+
+impl Paged for Batch {
+    const PAGE: &'static str = "ListBatchesResponse";
+    const PAGE_ABOUT: &'static str = "`GET /v1/batches`.";
 }
 
 /// One line of a batch's input file.

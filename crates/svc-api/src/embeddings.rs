@@ -47,7 +47,7 @@ pub struct EmbeddingRequest {
 #[schema(as = CreateEmbeddingResponse)]
 pub struct EmbeddingList {
     /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
+    #[schema(schema_with = crate::list::object_list)]
     pub object: String,
     /// One vector per input, in the inputs' order.
     pub data: Vec<Embedding>,

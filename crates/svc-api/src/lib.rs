@@ -17,6 +17,7 @@ pub mod embeddings;
 pub mod error;
 pub mod health;
 pub mod keys;
+pub mod list;
 pub mod messages;
 pub mod models;
 pub mod organization;

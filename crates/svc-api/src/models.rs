@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
+use crate::list::{List, Listed};
 use crate::schema::constant;
 
 /// One entry of the model list, as OpenAI shapes it, with svc's
@@ -88,12 +89,11 @@ pub struct UnloadedModel {
 }
 
 /// `{"object":"list","data":[...]}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ModelList {
-    /// Always `list`.
-    #[schema(schema_with = object_list)]
-    pub object: String,
-    pub data: Vec<Model>,
+pub type ModelList = List<Model>;
+
+impl Listed for Model {
+    const LIST: &'static str = "ModelList";
+    const LIST_ABOUT: &'static str = "`{\"object\":\"list\",\"data\":[...]}`.";
 }
 
 /// What [`ModelResidency::state`] may be.
@@ -119,10 +119,6 @@ fn unload_result() -> Object {
 
 fn object_model() -> Object {
     constant("model")
-}
-
-pub(crate) fn object_list() -> Object {
-    constant("list")
 }
 
 #[cfg(test)]

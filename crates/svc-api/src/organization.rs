@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
+use crate::list::{Page, Paged};
 use crate::schema::constant;
 
 /// A project: `organization.project`.
@@ -77,19 +78,11 @@ pub struct BudgetStatus {
 }
 
 /// `GET /v1/organization/projects`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ProjectList {
-    /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
-    pub object: String,
-    pub data: Vec<Project>,
-    /// The id of the first item of `data`; null when empty.
-    #[schema(required = true)]
-    pub first_id: Option<String>,
-    /// The id of the last item: pass it as `after` for the next page.
-    #[schema(required = true)]
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type ProjectList = Page<Project>;
+
+impl Paged for Project {
+    const PAGE: &'static str = "ProjectList";
+    const PAGE_ABOUT: &'static str = "`GET /v1/organization/projects`.";
 }
 
 /// `POST /v1/organization/projects`.
@@ -247,18 +240,11 @@ pub struct AuditLogProject {
 }
 
 /// `GET /v1/organization/audit_logs`: newest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct AuditLogList {
-    /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
-    pub object: String,
-    pub data: Vec<AuditLog>,
-    #[schema(required = true)]
-    pub first_id: Option<String>,
-    /// Pass as `after` for the next (older) page.
-    #[schema(required = true)]
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type AuditLogList = Page<AuditLog>;
+
+impl Paged for AuditLog {
+    const PAGE: &'static str = "AuditLogList";
+    const PAGE_ABOUT: &'static str = "`GET /v1/organization/audit_logs`: newest first.";
 }
 
 /// Whose a key is.
@@ -292,17 +278,11 @@ pub struct ProjectUser {
 }
 
 /// `GET /v1/organization/projects/{project_id}/users`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ProjectUserList {
-    /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
-    pub object: String,
-    pub data: Vec<ProjectUser>,
-    #[schema(required = true)]
-    pub first_id: Option<String>,
-    #[schema(required = true)]
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type ProjectUserList = Page<ProjectUser>;
+
+impl Paged for ProjectUser {
+    const PAGE: &'static str = "ProjectUserList";
+    const PAGE_ABOUT: &'static str = "`GET /v1/organization/projects/{project_id}/users`.";
 }
 
 /// `POST /v1/organization/projects/{project_id}/users`: adds an account to
@@ -318,17 +298,11 @@ pub struct CreateProjectUserRequest {
 }
 
 /// `GET /v1/organization/projects/{project_id}/api_keys`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ProjectApiKeyList {
-    /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
-    pub object: String,
-    pub data: Vec<ProjectApiKey>,
-    #[schema(required = true)]
-    pub first_id: Option<String>,
-    #[schema(required = true)]
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type ProjectApiKeyList = Page<ProjectApiKey>;
+
+impl Paged for ProjectApiKey {
+    const PAGE: &'static str = "ProjectApiKeyList";
+    const PAGE_ABOUT: &'static str = "`GET /v1/organization/projects/{project_id}/api_keys`.";
 }
 
 /// `POST /v1/organization/projects/{project_id}/api_keys` (svc's own: OpenAI
@@ -609,17 +583,11 @@ pub struct OrganizationUser {
 }
 
 /// `GET /v1/organization/users`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OrganizationUserList {
-    /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
-    pub object: String,
-    pub data: Vec<OrganizationUser>,
-    #[schema(required = true)]
-    pub first_id: Option<String>,
-    #[schema(required = true)]
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type OrganizationUserList = Page<OrganizationUser>;
+
+impl Paged for OrganizationUser {
+    const PAGE: &'static str = "OrganizationUserList";
+    const PAGE_ABOUT: &'static str = "`GET /v1/organization/users`.";
 }
 
 fn object_organization_user() -> Object {
@@ -686,16 +654,9 @@ pub struct RequestLog {
 }
 
 /// `GET /v1/organization/request_logs`: newest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct RequestLogList {
-    /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
-    pub object: String,
-    pub data: Vec<RequestLog>,
-    #[schema(required = true)]
-    pub first_id: Option<String>,
-    /// Pass as `after` for the next (older) page.
-    #[schema(required = true)]
-    pub last_id: Option<String>,
-    pub has_more: bool,
+pub type RequestLogList = Page<RequestLog>;
+
+impl Paged for RequestLog {
+    const PAGE: &'static str = "RequestLogList";
+    const PAGE_ABOUT: &'static str = "`GET /v1/organization/request_logs`: newest first.";
 }

@@ -16,7 +16,7 @@ use crate::schema::constant;
 pub struct UsageList {
     pub data: Vec<UsageDay>,
     /// Always `list`.
-    #[schema(schema_with = crate::models::object_list)]
+    #[schema(schema_with = crate::list::object_list)]
     pub object: String,
     /// The first day counted, `YYYY-MM-DD` (UTC).
     #[schema(schema_with = date)]

@@ -5,9 +5,9 @@
 //! to them is no arrow.
 //!
 //! The layers: `schema`, the building blocks of the schemas, is a leaf;
-//! the wire modules stand on it, and on each other only one way (a legacy
-//! completion takes chat's `Usage`, `Stop`...; a list's `object` is the
-//! models' `list`). There is no list of every schema to import them all:
+//! `list`, the list envelopes, stands on it alone; the wire modules stand
+//! on both, and on each other only one way (a legacy completion takes
+//! chat's `Usage`, `Stop`...). There is no list of every schema to import them all:
 //! the server's router collects the schemas its operations name.
 //!
 //! The graph is read by svc-layers from the `crate::<module>` paths of
@@ -42,4 +42,11 @@ fn the_leaves_import_nothing_of_svc_api() {
     for leaf in ["schema", "error"] {
         assert_eq!(graph[leaf], BTreeSet::new(), "{leaf}.rs");
     }
+}
+
+#[test]
+fn the_list_envelopes_name_no_wire_module() {
+    // An item's module names its list (`impl Paged for Project`), never
+    // the other way: `list` stands on `schema` alone.
+    assert_eq!(graph()["list"], BTreeSet::from(["schema".to_owned()]));
 }
