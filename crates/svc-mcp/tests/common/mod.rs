@@ -179,6 +179,11 @@ impl Fake {
         serve(handler(move |seen| fake.answer(&seen))).await
     }
 
+    /// The fake's answer, for a handler that scripts only some requests.
+    pub fn answer_for_test(&self, seen: &Seen) -> Response {
+        self.answer(seen)
+    }
+
     fn answer(&self, seen: &Seen) -> Response {
         let id = seen.body.get("id").cloned();
         let method = seen.method().to_owned();
