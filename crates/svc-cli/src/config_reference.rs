@@ -24,8 +24,8 @@ pub fn markdown() -> String {
          weakest to the strongest, by its default, the TOML file of \
          `--config` (the key as written here), the environment variable or \
          the flag. `svc serve --print-config` shows the values it would run \
-         with and where each came from. The `[models.<id>]` and \
-         `[prices.<model>]` tables are described in \
+         with and where each came from. The `[models.<id>]`, \
+         `[prices.<model>]` and `[mcp]` tables are described in \
          [Configuration](configuration.md).\n",
     );
     for (section, keys) in crate::config::sections() {

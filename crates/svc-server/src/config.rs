@@ -3,6 +3,8 @@
 //! environment and flags; this crate only says what each key holds (its
 //! serde form) and its default, never where a value came from.
 
+pub mod mcp;
+
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -12,6 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use svc_core::{DeviceConfig, KeyLimits};
 use url::Url;
+
+pub use mcp::McpConfig;
 
 /// The default share of a budget (percent) whose use is written to the
 /// audit log (`budget.threshold_reached`, once a window) and marked on the
@@ -186,6 +190,8 @@ pub struct ServerConfig {
     /// Single sign-on through an OpenID Connect provider, and whether
     /// passwords still sign in.
     pub sso: SsoConfig,
+    /// The MCP servers tools are called on: the file's `[mcp]` table.
+    pub mcp: McpConfig,
 }
 
 /// Dashboard sign-in through an OpenID Connect provider: the `oidc_*` and
@@ -366,6 +372,7 @@ impl Default for ServerConfig {
             budget_alert_percent: DEFAULT_ALERT_PERCENT,
             prices: std::collections::BTreeMap::new(),
             sso: SsoConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }

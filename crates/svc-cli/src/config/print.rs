@@ -37,7 +37,18 @@ pub fn render(
         }
     }
     for (name, table) in tables {
-        for (id, entry) in table {
+        // A table's own keys (`mcp.allow_urls`) under its header, then its
+        // tables (`[prices.<id>]`, `[mcp.servers]`).
+        let (keys, entries): (Vec<_>, Vec<_>) =
+            table.into_iter().partition(|(_, entry)| !entry.is_table());
+        if !keys.is_empty() {
+            let header = format!("[{name}]");
+            let _ = write!(out, "\n{header:<44} # {}\n", layers.source(name));
+            for (key, value) in keys {
+                let _ = writeln!(out, "{key} = {value}");
+            }
+        }
+        for (id, entry) in entries {
             let header = format!("[{name}.{id}]");
             let _ = write!(out, "\n{header:<44} # {}\n", layers.source(name));
             if let toml::Value::Table(entry) = entry {

@@ -586,6 +586,50 @@ fn defaults_hold_without_settings() {
     assert!(s.metrics_bind.is_none());
 }
 
+/// `[mcp]`: registered servers with a header from the environment, the
+/// ad-hoc URLs allowed; a wrong key is named; `--print-config` hides the
+/// header's value and reads back the same.
+#[test]
+fn mcp_servers_are_read_hidden_when_printed_and_read_back() {
+    // A variable cargo sets for every test process (setting one is unsafe).
+    let token = std::env::var("CARGO_PKG_NAME").unwrap();
+    let toml = "[mcp]\nallow_urls = [\"https://*.example.com/*\"]\n\
+                [mcp.servers.github]\nurl = \"https://mcp.example.com/mcp\"\n\
+                headers = { authorization = { env = \"CARGO_PKG_NAME\" } }\n\
+                allowed_tools = [\"search\"]\ndescription = \"Issues\"\n";
+    let (c, layers, path) = load(toml, &[]).unwrap();
+    let github = &c.server.mcp.servers["github"];
+    assert_eq!(github.headers["authorization"].0.expose(), token);
+    assert_eq!(c.server.mcp.allow_urls, ["https://*.example.com/*"]);
+    let shown = print::render(&c, &layers, &Source::File(path), |_| None).unwrap();
+    assert!(!shown.contains(&format!("\"{token}\"")), "{shown}");
+    assert!(
+        shown.contains("[mcp.servers]") && shown.contains("[mcp]"),
+        "{shown}"
+    );
+    let again = config(&shown, &[]).unwrap();
+    assert_eq!(again.server.mcp.allow_urls, c.server.mcp.allow_urls);
+    assert_eq!(again.server.mcp.servers["github"].url, github.url);
+    for (toml, says) in [
+        (
+            "[mcp.servers.gh]\nurl = \"https://x/\"\nheader = {}\n",
+            "header",
+        ),
+        (
+            "[mcp.servers.gh]\nurl = \"ftp://x/\"\n",
+            "mcp.servers.gh.url",
+        ),
+        ("[mcp.server.gh]\nurl = \"https://x/\"\n", "server"),
+    ] {
+        let err = format!("{:#}", config(toml, &[]).unwrap_err());
+        assert!(err.contains(says), "{toml}: {err}");
+    }
+    // With no [mcp], nothing of it is printed.
+    let (c, layers, path) = load("bind = \"127.0.0.1:9000\"\n", &[]).unwrap();
+    let shown = print::render(&c, &layers, &Source::File(path), |_| None).unwrap();
+    assert!(!shown.contains("mcp"), "{shown}");
+}
+
 #[test]
 fn price_tables_are_read_and_checked_by_key() {
     let s = config(
