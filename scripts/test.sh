@@ -82,6 +82,10 @@ else
   step image bash scripts/check-image.sh --manifests-only
 fi
 step python bash tests/python/run.sh
+# svc-mcp's client against the official Python SDK's server, in the
+# virtual environment the conformance suite made (it has `mcp`).
+step mcp-sdk env SVC_MCP_PYTHON="$PWD/.venv/bin/python" \
+  cargo test --locked -p svc-mcp --test python_sdk -- --ignored
 step browser bash tests/browser/run.sh
 step sdk-node bash tests/sdk-node/run.sh
 step agents bash tests/agents/run.sh

@@ -628,7 +628,7 @@ pub struct RequestLog {
     /// The model asked for, once the request reached one.
     #[schema(required = true)]
     pub model: Option<String>,
-    /// `openai`, `responses` or `anthropic`.
+    /// `openai`, `responses`, `anthropic` or `mcp`.
     pub dialect: String,
     /// Method and path: `POST /v1/chat/completions`.
     pub endpoint: String,

@@ -17,6 +17,8 @@ pub(crate) enum Dialect {
     Responses,
     /// Anthropic's Messages API.
     Anthropic,
+    /// MCP's JSON-RPC (svc's own `/mcp`).
+    Mcp,
 }
 
 impl Dialect {
@@ -26,6 +28,7 @@ impl Dialect {
             Dialect::OpenAi => "openai",
             Dialect::Responses => "responses",
             Dialect::Anthropic => "anthropic",
+            Dialect::Mcp => "mcp",
         }
     }
 }

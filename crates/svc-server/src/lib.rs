@@ -19,6 +19,7 @@ pub(crate) mod endpoint;
 pub(crate) mod error;
 pub(crate) mod extract;
 pub(crate) mod layers;
+pub(crate) mod mcp;
 pub(crate) mod messages;
 pub(crate) mod metrics;
 pub(crate) mod multipart;

@@ -93,6 +93,48 @@ struct Inner {
     overhead: BTreeMap<String, Histogram>,
     tokens: BTreeMap<String, Tokens>,
     errors: BTreeMap<String, u64>,
+    /// Tool calls handed to registered MCP servers, by server label.
+    tools: BTreeMap<String, ToolStats>,
+}
+
+/// What became of the tool calls handed to one MCP server.
+#[derive(Debug, Clone, Default)]
+struct ToolStats {
+    /// By [`ToolOutcome`], in its order.
+    outcomes: [u64; 4],
+    latency: Histogram,
+}
+
+/// What became of a tool call handed to an MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolOutcome {
+    /// It ran and answered.
+    Ok,
+    /// It ran and said it failed (`isError`): the model sees why.
+    ToolError,
+    /// The server refused the call with a JSON-RPC error.
+    Refused,
+    /// The server could not be reached, did not answer in time, or
+    /// answered past a bound.
+    Failed,
+}
+
+impl ToolOutcome {
+    const ALL: [ToolOutcome; 4] = [
+        ToolOutcome::Ok,
+        ToolOutcome::ToolError,
+        ToolOutcome::Refused,
+        ToolOutcome::Failed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            ToolOutcome::Ok => "ok",
+            ToolOutcome::ToolError => "tool_error",
+            ToolOutcome::Refused => "refused",
+            ToolOutcome::Failed => "failed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -173,6 +215,21 @@ impl Metrics {
         });
     }
 
+    /// A tool call handed to the registered MCP server `server` (its
+    /// label: the operator's, so a bounded set) ended as `outcome` after
+    /// `elapsed`. The tool's name is not a label: a client may ask for any.
+    pub fn tool_called(&self, server: &str, outcome: ToolOutcome, elapsed: Duration) {
+        self.with(|m| {
+            let stats = slot(&mut m.tools, server);
+            let at = ToolOutcome::ALL
+                .iter()
+                .position(|o| *o == outcome)
+                .unwrap_or(0);
+            stats.outcomes[at] += 1;
+            stats.latency.observe(elapsed.as_secs_f64());
+        });
+    }
+
     /// A connection was opened (`1`) or closed (`-1`).
     pub(crate) fn connections_open(&self, change: i64) {
         self.connections_open.fetch_add(change, Ordering::Relaxed);
@@ -228,9 +285,10 @@ impl Metrics {
                 m.overhead.clone(),
                 m.tokens.clone(),
                 m.errors.clone(),
+                m.tools.clone(),
             )
         });
-        let (routes, ttft, overhead, tokens, errors) = inner;
+        let (routes, ttft, overhead, tokens, errors, tools) = inner;
         out.push_str("# HELP svc_http_requests_total HTTP requests by route, method and status.\n");
         out.push_str("# TYPE svc_http_requests_total counter\n");
         for (route, stats) in &routes {
@@ -272,6 +330,27 @@ impl Metrics {
                 &mut out,
                 "svc_gateway_overhead_seconds",
                 &format!("model=\"{}\"", escape(model)),
+            );
+        }
+        out.push_str("# HELP svc_mcp_tool_calls_total Tool calls handed to registered MCP servers, by server label and outcome (ok; tool_error: the tool said it failed; refused: the server's JSON-RPC error; failed: unreachable, too slow or past a bound).\n");
+        out.push_str("# TYPE svc_mcp_tool_calls_total counter\n");
+        for (server, stats) in &tools {
+            for (outcome, n) in ToolOutcome::ALL.iter().zip(stats.outcomes) {
+                let _ = writeln!(
+                    out,
+                    "svc_mcp_tool_calls_total{{server=\"{}\",outcome=\"{}\"}} {n}",
+                    escape(server),
+                    outcome.label()
+                );
+            }
+        }
+        out.push_str("# HELP svc_mcp_tool_call_duration_seconds Time from handing a tool call to its server to its answer.\n");
+        out.push_str("# TYPE svc_mcp_tool_call_duration_seconds histogram\n");
+        for (server, stats) in &tools {
+            stats.latency.render(
+                &mut out,
+                "svc_mcp_tool_call_duration_seconds",
+                &format!("server=\"{}\"", escape(server)),
             );
         }
         out.push_str("# HELP svc_tokens_total Tokens of finished completions (cached_prompt: those of prompt served from a reused prefix).\n");

@@ -172,7 +172,9 @@ impl Application {
             crate::endpoint::batchable(&crate::routes::ENDPOINTS).collect(),
         ));
         batches.make_dir()?;
+        let mcp = crate::state::mcp::McpServers::new(&config.mcp).map_err(std::io::Error::other)?;
         let state = AppState {
+            mcp: Arc::new(mcp),
             batches,
             cache: cache.clone(),
             admission,

@@ -1,10 +1,11 @@
 //! Shared state of the axum app: the infrastructure every handler may
 //! reach, and the services that outlive a request, whose types are here
-//! ([`dashboard`], [`files`], [`stored`]) so that the state imports none
+//! ([`dashboard`], [`files`], [`mcp`], [`stored`]) so that the state imports none
 //! of the endpoints that use them.
 
 pub(crate) mod dashboard;
 pub(crate) mod files;
+pub(crate) mod mcp;
 pub(crate) mod stored;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::admission::Admission;
 use crate::registry::ModelRegistry;
 use dashboard::Dashboard;
 use files::Batches;
+use mcp::McpServers;
 use stored::Conversations;
 
 /// What every handler may reach.
@@ -60,4 +62,6 @@ pub struct AppState {
     pub cache: Arc<crate::cache::ResponseCache>,
     /// Files and batches: where they are kept and how batches run.
     pub batches: Arc<Batches>,
+    /// The MCP servers the operator registered, with their clients.
+    pub mcp: Arc<McpServers>,
 }

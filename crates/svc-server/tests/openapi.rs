@@ -113,7 +113,7 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
     insta::assert_json_snapshot!("openapi", doc);
 
     // Bearer auth on /v1/* (and rerank's aliases, /rerank and /v2/rerank,
-    // the paths vLLM's and Cohere's clients use), naming the one
+    // the paths vLLM's and Cohere's clients use, and svc's own /mcp), naming the one
     // permission the handler's key needs (none: any key); none elsewhere.
     let scheme = &doc["components"]["securitySchemes"]["bearer"];
     assert_eq!(scheme["type"], "http");
@@ -123,7 +123,10 @@ fn is_openapi_3_1_with_exactly_the_server_routes() {
             let route = format!("{} {path}", method.to_uppercase());
             let security = operation["security"].as_array().expect("explicit security");
             // The device flow is how a client without a key gets one.
-            let keyed = path.starts_with("/v1/") || path == "/rerank" || path == "/v2/rerank";
+            let keyed = path.starts_with("/v1/")
+                || path == "/rerank"
+                || path == "/v2/rerank"
+                || path == "/mcp";
             if keyed && !path.starts_with("/v1/auth/device/") {
                 let scopes = &security[0]["bearer"];
                 assert!(

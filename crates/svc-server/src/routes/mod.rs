@@ -32,7 +32,7 @@ type Routes = fn() -> OpenApiRouter<AppState>;
 /// and nowhere else: the document's tags and generating operations, the
 /// request log's dialects and the endpoints a batch may call are read
 /// from the declarations.
-const TABLE: [(&Endpoint, Routes); 13] = [
+const TABLE: [(&Endpoint, Routes); 14] = [
     (&crate::chat::ENDPOINT, crate::chat::routes),
     (&crate::completions::ENDPOINT, crate::completions::routes),
     (&crate::embeddings::ENDPOINT, crate::embeddings::routes),
@@ -48,6 +48,7 @@ const TABLE: [(&Endpoint, Routes); 13] = [
         &crate::batches::files::ENDPOINT,
         crate::batches::files::routes,
     ),
+    (&crate::mcp::ENDPOINT, crate::mcp::routes),
     (&models::ENDPOINT, models),
     (&health::ENDPOINT, meta),
     (&device::ENDPOINT, auth),

@@ -58,6 +58,7 @@ mod fingerprint;
 mod hardening;
 mod health;
 mod images;
+mod mcp;
 mod messages;
 mod models;
 mod offboarding;

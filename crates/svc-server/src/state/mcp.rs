@@ -1,0 +1,57 @@
+//! The MCP servers the operator registered (`[mcp.servers.<label>]`), each
+//! with its client, which the state holds. What is done with them (svc's
+//! own `/mcp`, the dialects' `mcp` tools) is `crate::mcp`'s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::McpConfig;
+
+/// The registered servers, by label.
+#[derive(Default)]
+pub struct McpServers {
+    pub(crate) servers: BTreeMap<String, Registered>,
+}
+
+/// One registered server: its client (headers included) and what of it is
+/// offered.
+pub(crate) struct Registered {
+    pub client: Arc<svc_mcp::Client>,
+    /// The only tools offered; all when `None`.
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+impl Registered {
+    /// Whether its tool `name` is offered.
+    pub(crate) fn offers(&self, name: &str) -> bool {
+        self.allowed_tools
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|a| a == name))
+    }
+}
+
+impl McpServers {
+    /// A client for each server `config` registers. Registered servers are
+    /// the operator's own: their URLs are not held to `mcp.allow_urls`
+    /// (only a request's ad-hoc `server_url` is).
+    pub fn new(config: &McpConfig) -> Result<Self, String> {
+        let mut servers = BTreeMap::new();
+        for (label, server) in &config.servers {
+            let mut builder = svc_mcp::Client::builder(server.url.as_str());
+            for (name, value) in &server.headers {
+                builder = builder.header(name.as_str(), value.0.expose());
+            }
+            let client = builder
+                .build()
+                .map_err(|e| format!("mcp.servers.{label}: {e}"))?;
+            servers.insert(
+                label.clone(),
+                Registered {
+                    client: Arc::new(client),
+                    allowed_tools: server.allowed_tools.clone(),
+                },
+            );
+        }
+        Ok(McpServers { servers })
+    }
+}

@@ -1,0 +1,135 @@
+"""svc's own MCP server (`/mcp`) between two halves of the official MCP
+Python SDK (`mcp`): `svc serve`, configured with a `[mcp.servers.py]`
+table, fronts the SDK's `MCPServer` (one tool, `add`, answering as event
+streams); the SDK's `Client` lists and calls it through svc with a key,
+at the 2025-11-25 handshake and at 2026-07-28 (the SDK's default probe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from conftest import Server, svc_binary, svc_serve
+
+UPSTREAM = """
+import sys
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("py")
+
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    \"\"\"Add two numbers.\"\"\"
+    return a + b
+
+
+app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """The SDK's own server, on loopback: its URL."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-c", UPSTREAM, str(port)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read().decode(errors="replace")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the SDK's server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def gateway(server: Server, upstream: str):
+    """`svc serve` with the SDK's server registered as `py` (its header's
+    value from the environment) and its model through the fake server."""
+    config = (
+        "[models.svc]\n"
+        f'upstreams = [{{ base_url = "{server.base_url}", model = "svc", api_key_env = "UPSTREAM_KEY" }}]\n'
+        "[mcp.servers.py]\n"
+        f'url = "{upstream}"\n'
+        'headers = { authorization = { env = "PY_MCP_TOKEN" } }\n'
+        'description = "The SDK\'s server"\n'
+    )
+    with tempfile.TemporaryDirectory(prefix="svc-mcp-") as tmp:
+        path = Path(tmp) / "svc.toml"
+        path.write_text(config)
+        data = Path(tmp) / "data"
+        env = {**os.environ, "SVC_LOG": "error", "UPSTREAM_KEY": server.key, "PY_MCP_TOKEN": "Bearer py-secret"}
+        created = subprocess.run(
+            [str(svc_binary()), "keys", "create", "--name", "mcp", "--data-dir", str(data)],
+            capture_output=True, text=True, check=True, env=env,
+        )
+        args = ["--config", str(path), "--data-dir", str(data), "--bind", "127.0.0.1:0"]
+        for url in svc_serve(args, env, timeout=60):
+            yield Server(url=url, key=created.stdout.strip())
+
+
+async def _list_and_call(gateway: Server, mode: str) -> tuple[list[str], object]:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {gateway.key}"})
+    transport = streamable_http_client(f"{gateway.url}/mcp", http_client=http)
+    async with http, Client(transport, mode=mode) as client:
+        tools = await client.list_tools()
+        result = await client.call_tool("py__add", {"a": 2, "b": 3})
+        return [t.name for t in tools.tools], result
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_the_sdks_client_lists_and_calls_the_registered_servers_tool(gateway: Server, mode: str) -> None:
+    names, result = asyncio.run(_list_and_call(gateway, mode))
+    assert names == ["py__add"]
+    assert not result.is_error, result
+    assert result.content[0].text == "5"
+    assert result.structured_content == {"result": 5}
+
+
+def test_a_tool_the_server_lacks_is_its_own_error_and_another_label_svcs(gateway: Server) -> None:
+    async def call(name: str) -> object:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {gateway.key}"})
+        transport = streamable_http_client(f"{gateway.url}/mcp", http_client=http)
+        async with http, Client(transport, mode="legacy") as client:
+            try:
+                return await client.call_tool(name, {"a": 2, "b": 3})
+            except MCPError as error:
+                return error
+
+    # `py` allows every tool: the call is the server's, and so is its error.
+    lacking = asyncio.run(call("py__subtract"))
+    assert lacking.is_error, lacking
+    assert "subtract" in lacking.content[0].text
+    # No server is labelled `other`: svc's JSON-RPC error, as the SDK raises it.
+    unknown = asyncio.run(call("other__add"))
+    assert isinstance(unknown, MCPError), unknown
+    assert unknown.code == -32602
+    assert str(unknown) == "Unknown tool: other__add"
