@@ -32,7 +32,7 @@ type Routes = fn() -> OpenApiRouter<AppState>;
 /// and nowhere else: the document's tags and generating operations, the
 /// request log's dialects and the endpoints a batch may call are read
 /// from the declarations.
-const TABLE: [(&Endpoint, Routes); 14] = [
+const TABLE: &[(&Endpoint, Routes)] = &[
     (&crate::chat::ENDPOINT, crate::chat::routes),
     (&crate::completions::ENDPOINT, crate::completions::routes),
     (&crate::embeddings::ENDPOINT, crate::embeddings::routes),
