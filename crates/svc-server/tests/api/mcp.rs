@@ -94,6 +94,22 @@ fn request(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
+/// The JSON-RPC reply to `message`, whatever its status.
+async fn reply(app: &TestApp, key: &str, message: Value) -> Value {
+    post(app, key, message).await.json().await.unwrap()
+}
+
+/// The names `tools/list` gives.
+async fn tool_names(app: &TestApp, key: &str) -> Vec<String> {
+    let listed = reply(app, key, request(2, "tools/list", json!({}))).await;
+    listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools: {listed}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 #[tokio::test]
 async fn a_key_lists_and_calls_only_the_allowed_tools_of_a_registered_server() {
     let (url, seen) = start_scripted().await;
@@ -127,18 +143,12 @@ async fn a_key_lists_and_calls_only_the_allowed_tools_of_a_registered_server() {
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(post(&app, &key, initialized).await.status(), 202);
 
-    let listed: Value = post(&app, &key, request(2, "tools/list", json!({})))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = listed["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["docs__echo"], "`wipe` is not allowed: {listed}");
+    assert_eq!(
+        tool_names(&app, &key).await,
+        ["docs__echo"],
+        "`wipe` is not allowed"
+    );
+    let listed = reply(&app, &key, request(2, "tools/list", json!({}))).await;
     assert_eq!(
         listed["result"]["tools"][0]["inputSchema"]["properties"]["text"]["type"],
         "string"
@@ -160,15 +170,8 @@ async fn a_key_lists_and_calls_only_the_allowed_tools_of_a_registered_server() {
     assert_eq!(called["result"]["content"][0]["text"], "hello", "{called}");
 
     for hidden in ["docs__wipe", "nobody__echo", "echo"] {
-        let refused: Value = post(
-            &app,
-            &key,
-            request(4, "tools/call", json!({"name": hidden, "arguments": {}})),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+        let call = request(4, "tools/call", json!({"name": hidden, "arguments": {}}));
+        let refused = reply(&app, &key, call).await;
         assert_eq!(refused["error"]["code"], -32602, "{refused}");
         assert_eq!(
             refused["error"]["message"],
@@ -330,19 +333,8 @@ async fn a_server_that_is_down_is_a_clean_error_that_shows_no_secret() {
     }))
     .await;
     let key = app.create_key().await;
-    let listed: Value = post(&app, &key, request(1, "tools/list", json!({})))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = listed["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        names,
+        tool_names(&app, &key).await,
         ["docs__echo", "docs__wipe"],
         "the others' tools are still listed"
     );

@@ -14,6 +14,7 @@
 //! `--no-password-sign-in` set up single sign-on (for the browser tests'
 //! OpenID Connect provider). `--no-request-log` turns the request log off
 //! and `--otlp-endpoint URL` exports traces (for bench/observability.sh).
+//! `--mcp-server LABEL=URL` registers an MCP server (for bench/mcp.sh).
 
 #![expect(
     clippy::expect_used,
@@ -49,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
     let mut files_dir = None;
     let mut batch_lease = defaults.batch_lease;
     let mut batch_concurrency = defaults.batch_concurrency;
+    let mut mcp_servers = serde_json::Map::new();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()
@@ -87,6 +89,11 @@ async fn main() -> anyhow::Result<()> {
                 batch_lease = std::time::Duration::from_secs(value("--batch-lease").parse()?)
             }
             "--batch-concurrency" => batch_concurrency = value("--batch-concurrency").parse()?,
+            "--mcp-server" => {
+                let spec = value("--mcp-server");
+                let (label, url) = spec.split_once('=').expect("LABEL=URL");
+                mcp_servers.insert(label.to_owned(), serde_json::json!({ "url": url }));
+            }
             other => anyhow::bail!(
                 "unknown argument {other:?} (use --bind ADDR, --database-url URL, \
                  --user EMAIL:PASSWORD, --admin EMAIL:PASSWORD, --admin-key, \
@@ -94,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
                  --oidc-client-id ID, --oidc-client-secret SECRET, --oidc-create-accounts, \
                  --no-password-sign-in, --no-request-log, --otlp-endpoint URL, \
                  --response-cache-ttl SECS, --files-dir DIR, --batch-lease SECS, \
-                 --batch-concurrency N)"
+                 --batch-concurrency N, --mcp-server LABEL=URL)"
             ),
         }
     }
@@ -161,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
         files_dir: files_dir.or_else(|| dir.as_ref().map(|d| d.path().join("files"))),
         batch_lease,
         batch_concurrency,
+        mcp: serde_json::from_value(serde_json::json!({ "servers": mcp_servers }))?,
         ..defaults
     };
     let app = Application::build(config, store, fake_models(Arc::new(Probe::default()))).await?;
