@@ -31,7 +31,7 @@ BEGIN, END = "<!-- results table: bench/charts.py writes it -->", "<!-- end of t
 
 # The table's order; an area not named here comes after these, by name.
 ORDER = ["vs-llama-server", "vs-llama-server-h100", "engine", "gateway", "overhead", "embeddings", "models",
-         "fairness", "batch", "prefix-routing", "observability", "cache"]
+         "mcp", "fairness", "batch", "prefix-routing", "observability", "cache"]
 
 WIDTH = 820
 SVC, REF, GOOD, BAD, INK, GREY, GRID = "#2b6cb0", "#a0aec0", "#2f855a", "#c05621", "#1a202c", "#4a5568", "#e2e8f0"
