@@ -54,6 +54,22 @@ export function startAndWait(command, args, stream, pattern, env = {}) {
   });
 }
 
+/** Runs `command args` to its end without blocking the event loop (the
+ *  scripted upstream answers from this process); resolves with its exit
+ *  code, signal, stdout and stderr. Killed after `timeout` ms. */
+export function run(command, args, { env, cwd, timeout }) {
+  const child = spawn(command, args, { env, cwd, stdio: ["ignore", "pipe", "pipe"], timeout });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8");
+  child.stderr.setEncoding("utf8");
+  child.stdout.on("data", (chunk) => (stdout += chunk));
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  return new Promise((resolve) =>
+    child.on("close", (status, signal) => resolve({ status, signal, stdout, stderr })),
+  );
+}
+
 /** Stops a child started here, by its own handle (never by name). */
 export async function stop(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
