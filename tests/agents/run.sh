@@ -4,7 +4,10 @@
 # from npm at pinned versions, each run against a `svc serve` that routes its
 # model to a scripted chat-completions upstream (their prompts are longer
 # than the default model's context), and Codex CLI again on svc's own engine
-# with a tiny GGUF of Devstral's family.
+# with a tiny GGUF of Devstral's family. And svc's own MCP server (`/mcp`)
+# used by MCP clients nobody here wrote (the MCP Inspector's command line,
+# Claude Code, Codex CLI), offering the tools of
+# @modelcontextprotocol/server-everything registered in svc's configuration.
 # Usage: tests/agents/run.sh [node --test args...]
 #
 # Installs the npm packages when node_modules is missing or older than

@@ -128,7 +128,13 @@ impl Events {
             let kind = std::mem::take(&mut self.kind);
             let data = std::mem::take(&mut self.data);
             let has_data = std::mem::replace(&mut self.has_data, false);
-            return (has_data && (kind.is_empty() || kind == "message")).then_some(data);
+            // An event whose data is empty is not dispatched (the
+            // event-stream standard's rule): the TypeScript SDK's server
+            // opens each stream with such a "priming" event, `id: ...` and
+            // `data:` alone, for clients to resume from, and it is no
+            // JSON-RPC message.
+            return (has_data && !data.is_empty() && (kind.is_empty() || kind == "message"))
+                .then_some(data);
         }
         let line = String::from_utf8_lossy(line);
         let (field, value) = match line.split_once(':') {
@@ -165,5 +171,16 @@ mod tests {
         assert_eq!(events.feed(b"\n\r\n"), vec!["{\"a\":\n1}".to_owned()]);
         assert_eq!(events.feed(b"id: 3\ndata:x\n\n"), vec!["x".to_owned()]);
         assert!(events.feed(b"event: other\ndata: y\n\n").is_empty());
+    }
+
+    #[test]
+    fn a_priming_event_with_empty_data_is_not_dispatched() {
+        let mut events = Events::default();
+        assert!(events.feed(b"id: 18ebf620\ndata: \n\n").is_empty());
+        assert!(events.feed(b"id: 1\ndata:\n\n").is_empty());
+        assert_eq!(
+            events.feed(b"event: message\nid: 2\ndata: {}\n\n"),
+            vec!["{}".to_owned()]
+        );
     }
 }

@@ -113,8 +113,9 @@ pub fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value
     json!({ "jsonrpc": "2.0", "id": id, "error": error })
 }
 
-/// An event stream that sends a progress notification, a comment and an
-/// event of another id before `message`.
+/// An event stream that sends a priming event (an id and empty data, as
+/// the TypeScript SDK's server opens each stream with), a progress
+/// notification, a comment and an event of another id before `message`.
 pub fn sse_response(message: &Value) -> Response {
     let progress = json!({
         "jsonrpc": "2.0",
@@ -123,7 +124,7 @@ pub fn sse_response(message: &Value) -> Response {
     });
     let other = json!({ "jsonrpc": "2.0", "id": 999_999, "result": {} });
     let text = format!(
-        ": keepalive\n\nevent: message\ndata: {progress}\n\ndata: {other}\r\n\r\nid: 7\nevent: message\ndata: {message}\n\n"
+        "id: priming-1\ndata: \n\n: keepalive\n\nevent: message\ndata: {progress}\n\ndata: {other}\r\n\r\nid: 7\nevent: message\ndata: {message}\n\n"
     );
     (
         StatusCode::OK,
