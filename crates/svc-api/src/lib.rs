@@ -18,6 +18,7 @@ pub mod error;
 pub mod health;
 pub mod keys;
 pub mod list;
+pub mod mcp;
 pub mod messages;
 pub mod models;
 pub mod organization;

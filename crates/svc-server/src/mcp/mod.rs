@@ -21,7 +21,7 @@ use utoipa_axum::routes;
 
 use crate::endpoint::{Dialect, Endpoint};
 use crate::error::ApiError;
-use crate::extract::{authenticate, in_scope, scope};
+use crate::extract::{Key, authenticate, in_scope, scope};
 use crate::openapi::shared;
 use crate::pipeline::limited;
 use crate::state::AppState;
@@ -77,6 +77,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(serve))
         .routes(routes!(resource_metadata))
+        .routes(routes!(list_servers))
 }
 
 #[utoipa::path(post, path = "/mcp", tag = "mcp", operation_id = "mcp",
@@ -205,4 +206,28 @@ pub async fn resource_metadata(State(state): State<AppState>) -> Json<Value> {
         "bearer_methods_supported": ["header"],
         "resource_name": SERVER_NAME,
     }))
+}
+
+#[utoipa::path(get, path = "/v1/organization/mcp_servers", tag = "mcp", operation_id = "listMcpServers",
+    summary = "The MCP servers the operator registered (`[mcp.servers.<label>]`), by label: their URLs, descriptions, allowed tools and the names of their headers, never a header's value.",
+    security(("bearer" = ["api.management.read"])),
+    responses(
+        (status = 200, description = "The registered servers.", body = svc_api::mcp::McpServerList),
+        (status = 401, response = shared::Unauthorized),
+        (status = 403, response = shared::Forbidden),
+        (status = 500, response = shared::InternalServerError),
+    ))]
+pub async fn list_servers(
+    Key(_, _): Key<scope::ManagementRead>,
+    State(state): State<AppState>,
+) -> Json<svc_api::mcp::McpServerList> {
+    Json(svc_api::mcp::McpServerList {
+        object: "list".into(),
+        data: state
+            .mcp
+            .servers
+            .values()
+            .map(|s| s.shown.clone())
+            .collect(),
+    })
 }

@@ -17,6 +17,8 @@ pub struct McpServers {
 /// offered.
 pub(crate) struct Registered {
     pub client: Arc<svc_mcp::Client>,
+    /// What the admin API shows of it (its headers' names, never a value).
+    pub shown: svc_api::mcp::McpServer,
     /// The only tools offered; all when `None`.
     pub allowed_tools: Option<Vec<String>>,
 }
@@ -44,10 +46,23 @@ impl McpServers {
             let client = builder
                 .build()
                 .map_err(|e| format!("mcp.servers.{label}: {e}"))?;
+            let mut url = server.url.clone();
+            if url.password().is_some() {
+                let _ = url.set_password(Some("hidden"));
+            }
+            let shown = svc_api::mcp::McpServer {
+                object: "mcp_server".into(),
+                label: label.clone(),
+                url: url.to_string(),
+                description: server.description.clone(),
+                allowed_tools: server.allowed_tools.clone(),
+                headers: server.headers.keys().cloned().collect(),
+            };
             servers.insert(
                 label.clone(),
                 Registered {
                     client: Arc::new(client),
+                    shown,
                     allowed_tools: server.allowed_tools.clone(),
                 },
             );

@@ -378,3 +378,39 @@ async fn a_server_that_is_down_is_a_clean_error_that_shows_no_secret() {
         .unwrap();
     assert_eq!(get.status(), 405);
 }
+
+#[tokio::test]
+async fn the_admin_api_lists_the_registered_servers_without_their_secrets() {
+    let (url, _) = start_scripted().await;
+    let app = spawn(json!({"docs": {"url": url,
+        "headers": {"authorization": "Bearer upstream-secret"},
+        "allowed_tools": ["echo"], "description": "The docs"}}))
+    .await;
+    let admin = app.create_admin_key().await;
+    let listed = app
+        .client
+        .get(app.url("/v1/organization/mcp_servers"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    let text = listed.text().await.unwrap();
+    assert!(!text.contains("upstream-secret"), "{text}");
+    let listed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        listed,
+        json!({"object": "list", "data": [{"object": "mcp_server", "label": "docs", "url": url,
+            "description": "The docs", "allowed_tools": ["echo"], "headers": ["authorization"]}]})
+    );
+    // A key that is not an admin key does not read it.
+    let key = app.create_key().await;
+    let refused = app
+        .client
+        .get(app.url("/v1/organization/mcp_servers"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+}
