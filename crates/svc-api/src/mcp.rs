@@ -17,7 +17,7 @@ pub struct McpServer {
     pub object: String,
     /// Its label: its tools are `<label>__<tool>` on svc's `/mcp`.
     pub label: String,
-    /// Its Streamable HTTP endpoint, without a password.
+    /// Its Streamable HTTP endpoint, a password in it shown as `***`.
     pub url: String,
     /// What it is for.
     pub description: Option<String>,

@@ -25,4 +25,7 @@ pub use client::{Client, ClientBuilder, VersionPolicy};
 pub use error::{AddressKind, Error, Refusal};
 pub use guard::{Guard, Lookup, LookupFuture};
 pub use limits::Limits;
-pub use wire::{Tool, ToolResult, Version};
+pub use wire::{
+    CLIENT_CAPABILITIES_META_KEY, HANDSHAKE_VERSIONS, PROTOCOL_VERSION_META_KEY, Tool, ToolResult,
+    UNSUPPORTED_PROTOCOL_VERSION, Version, decode_header_value,
+};

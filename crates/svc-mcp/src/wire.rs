@@ -47,7 +47,7 @@ pub enum Version {
 
 impl Version {
     /// The version as it goes on the wire.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Handshake => "2025-11-25",
             Self::Stateless => "2026-07-28",
@@ -111,6 +111,22 @@ pub(crate) fn encode_header_value(value: &str) -> String {
             "=?base64?{}?=",
             base64::engine::general_purpose::STANDARD.encode(value.as_bytes())
         )
+    }
+}
+
+/// A header value as [`encode_header_value`] writes it, read back (a
+/// server's side of `Mcp-Name`); `None` for a wrapped value that is not
+/// base64 of UTF-8.
+pub fn decode_header_value(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok()),
+        None => Some(value.to_owned()),
     }
 }
 
@@ -250,6 +266,13 @@ mod tests {
     #[test]
     fn header_values_outside_printable_ascii_are_wrapped_as_the_python_sdk_does() {
         assert_eq!(encode_header_value("get_weather"), "get_weather");
+        for value in ["get_weather", "météo", " x", "=?base64?x?="] {
+            assert_eq!(
+                decode_header_value(&encode_header_value(value)).as_deref(),
+                Some(value)
+            );
+        }
+        assert_eq!(decode_header_value("=?base64?%%?="), None);
         assert_eq!(encode_header_value("météo"), "=?base64?bcOpdMOpbw==?=");
         assert_eq!(encode_header_value(" x"), "=?base64?IHg=?=");
         assert_eq!(

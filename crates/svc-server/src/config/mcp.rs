@@ -7,9 +7,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use url::Url;
 
-use super::Secret;
+use super::{Secret, SecretUrl};
 
 /// What separates a registered server's label from its tool's name in the
 /// names svc's own `/mcp` lists (`github__search_issues`); a label may not
@@ -30,9 +29,8 @@ pub struct McpConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServer {
-    /// Its Streamable HTTP endpoint.
-    #[serde(deserialize_with = "svc_core::config::text::deserialize")]
-    pub url: Url,
+    /// Its Streamable HTTP endpoint (a password in it is shown hidden).
+    pub url: SecretUrl,
     /// Headers sent with every request to it (`authorization`, ...).
     #[serde(default)]
     pub headers: BTreeMap<String, HeaderValue>,
@@ -135,16 +133,13 @@ impl Serialize for McpConfig {
             .servers
             .iter()
             .map(|(label, server)| {
-                let mut url = server.url.clone();
-                if url.password().is_some() {
-                    let _ = url.set_password(Some("hidden"));
-                }
                 let headers: BTreeMap<&str, &str> = server
                     .headers
                     .keys()
                     .map(|name| (name.as_str(), "<hidden>"))
                     .collect();
-                let mut shown = serde_json::json!({"url": url.as_str(), "headers": headers});
+                let mut shown =
+                    serde_json::json!({"url": server.url.redacted(), "headers": headers});
                 if let Some(tools) = &server.allowed_tools {
                     shown["allowed_tools"] = serde_json::json!(tools);
                 }

@@ -21,7 +21,7 @@ use utoipa_axum::routes;
 
 use crate::endpoint::{Dialect, Endpoint};
 use crate::error::ApiError;
-use crate::extract::{Key, authenticate, in_scope, scope};
+use crate::extract::{Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::limited;
 use crate::state::AppState;
@@ -96,15 +96,14 @@ pub fn routes() -> OpenApiRouter<AppState> {
         (status = 429, description = "The key's rate limit (`type` `rate_limit_exceeded`).", body = svc_api::ErrorBody),
         (status = 500, response = shared::InternalServerError),
     ))]
-pub async fn serve(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or("\u{0}"));
-    let key = match authenticate(&state.keys, authorization)
-        .await
-        .and_then(in_scope::<scope::ModelRequest>)
-    {
-        Ok(key) => key,
+pub async fn serve(
+    key: Result<Key<scope::ModelRequest>, ApiError>,
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let key = match key {
+        Ok(Key(key, _)) => key,
         Err(e) => return unauthorized(&state, e),
     };
     limited(&state.admission, key, |_key, _metering| async {

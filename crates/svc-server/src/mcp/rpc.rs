@@ -9,18 +9,12 @@
 //! names a version that is not one of the handshake's, as the official
 //! Python SDK routes it.
 
-use base64::Engine as _;
 use serde_json::{Value, json};
+pub(crate) use svc_mcp::HANDSHAKE_VERSIONS;
+use svc_mcp::{CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, decode_header_value};
 
-/// The versions reached through `initialize`, oldest first.
-pub(crate) const HANDSHAKE_VERSIONS: [&str; 4] =
-    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 /// The stateless version.
-pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
-
-/// `_meta` keys of a 2026-07-28 request.
-const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
-const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const STATELESS_VERSION: &str = svc_mcp::Version::Stateless.as_str();
 
 /// JSON-RPC's and MCP's error codes.
 pub(crate) const PARSE_ERROR: i64 = -32700;
@@ -29,7 +23,7 @@ pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 pub(crate) const INVALID_PARAMS: i64 = -32602;
 pub(crate) const INTERNAL_ERROR: i64 = -32603;
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
-pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub(crate) use svc_mcp::UNSUPPORTED_PROTOCOL_VERSION;
 
 /// Which protocol a call is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,11 +179,11 @@ fn check_stateless(
         return Err(fault(
             INVALID_PARAMS,
             format!(
-                "params._meta must be an object carrying {PROTOCOL_VERSION_META:?} and {CLIENT_CAPABILITIES_META:?}"
+                "params._meta must be an object carrying {PROTOCOL_VERSION_META_KEY:?} and {CLIENT_CAPABILITIES_META_KEY:?}"
             ),
         ));
     };
-    let missing: Vec<&str> = [PROTOCOL_VERSION_META, CLIENT_CAPABILITIES_META]
+    let missing: Vec<&str> = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY]
         .into_iter()
         .filter(|key| !meta.contains_key(*key))
         .collect();
@@ -202,7 +196,7 @@ fn check_stateless(
             ),
         ));
     }
-    let version = &meta[PROTOCOL_VERSION_META];
+    let version = &meta[PROTOCOL_VERSION_META_KEY];
     if headers.version != version.as_str() {
         return Err(fault(
             HEADER_MISMATCH,
@@ -234,21 +228,6 @@ fn check_stateless(
         return Err(unsupported);
     }
     Ok(())
-}
-
-/// A header value as the protocol writes one that is not plain printable
-/// ASCII: `=?base64?…?=`.
-fn decode_header_value(value: &str) -> Option<String> {
-    match value
-        .strip_prefix("=?base64?")
-        .and_then(|v| v.strip_suffix("?="))
-    {
-        Some(encoded) => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok()),
-        None => Some(value.to_owned()),
-    }
 }
 
 /// The reply to `call` with its `result`. A 2026-07-28 result says that it
@@ -294,8 +273,8 @@ mod tests {
     fn envelope(method: &str, params: Value) -> Vec<u8> {
         let mut params = params;
         params["_meta"] = json!({
-            PROTOCOL_VERSION_META: STATELESS_VERSION,
-            CLIENT_CAPABILITIES_META: {},
+            PROTOCOL_VERSION_META_KEY: STATELESS_VERSION,
+            CLIENT_CAPABILITIES_META_KEY: {},
         });
         serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}))
             .unwrap()
@@ -374,7 +353,7 @@ mod tests {
     #[test]
     fn an_unknown_stateless_version_names_the_one_served() {
         let mut body: Value = serde_json::from_slice(&envelope("tools/list", json!({}))).unwrap();
-        body["params"]["_meta"][PROTOCOL_VERSION_META] = json!("2099-01-01");
+        body["params"]["_meta"][PROTOCOL_VERSION_META_KEY] = json!("2099-01-01");
         let headers = Headers {
             version: Some("2099-01-01"),
             method: Some("tools/list"),

@@ -39,21 +39,17 @@ impl McpServers {
     pub fn new(config: &McpConfig) -> Result<Self, String> {
         let mut servers = BTreeMap::new();
         for (label, server) in &config.servers {
-            let mut builder = svc_mcp::Client::builder(server.url.as_str());
+            let mut builder = svc_mcp::Client::builder(server.url.expose());
             for (name, value) in &server.headers {
                 builder = builder.header(name.as_str(), value.0.expose());
             }
             let client = builder
                 .build()
                 .map_err(|e| format!("mcp.servers.{label}: {e}"))?;
-            let mut url = server.url.clone();
-            if url.password().is_some() {
-                let _ = url.set_password(Some("hidden"));
-            }
             let shown = svc_api::mcp::McpServer {
                 object: "mcp_server".into(),
                 label: label.clone(),
-                url: url.to_string(),
+                url: server.url.redacted(),
                 description: server.description.clone(),
                 allowed_tools: server.allowed_tools.clone(),
                 headers: server.headers.keys().cloned().collect(),
