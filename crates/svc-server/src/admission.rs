@@ -522,8 +522,7 @@ mod tests {
 
     use async_trait::async_trait;
     use svc_core::{
-        Budget, BudgetPeriod, BudgetUnit, EngineEvent, FinishReason, KeyId, KeyKind, KeyLimits,
-        KeyOrigin, ModelAccess, ProjectId,
+        Budget, BudgetPeriod, BudgetUnit, EngineEvent, FinishReason, KeyLimits, ModelAccess,
     };
 
     use super::*;
@@ -623,29 +622,12 @@ mod tests {
 
     fn key(allowed: &[&str]) -> KeyRecord {
         KeyRecord {
-            id: KeyId("key_admission".into()),
-            name: String::new(),
-            hint: String::new(),
-            owner_id: None,
-            created_via: KeyOrigin::Cli,
-            created_at: 0,
-            expires_at: None,
-            last_used_at: None,
-            revoked_at: None,
-            limits: KeyLimits::default(),
-            owner_disabled_at: None,
-            project_id: ProjectId::default_project(),
-            kind: KeyKind::All,
             allowed_models: if allowed.is_empty() {
                 ModelAccess::any()
             } else {
                 ModelAccess(Some(allowed.iter().map(|m| (*m).to_owned()).collect()))
             },
-            project_allowed_models: ModelAccess::any(),
-            budget: None,
-            project_budget: None,
-            rotated_from: None,
-            lineage: None,
+            ..crate::fixtures::key("key_admission")
         }
     }
 

@@ -698,7 +698,7 @@ fn redis_key(scope: &str, window_start: i64) -> String {
 mod tests {
     use std::time::Duration;
 
-    use svc_core::{BudgetPeriod, KeyId, KeyKind, KeyLimits, KeyOrigin, ModelAccess, ProjectId};
+    use svc_core::BudgetPeriod;
 
     use super::*;
 
@@ -712,25 +712,9 @@ mod tests {
 
     fn key(budget: Option<Budget>, project_budget: Option<Budget>) -> KeyRecord {
         KeyRecord {
-            id: KeyId("key_budget".into()),
-            name: String::new(),
-            hint: String::new(),
-            owner_id: None,
-            created_via: KeyOrigin::Cli,
-            created_at: 0,
-            expires_at: None,
-            last_used_at: None,
-            revoked_at: None,
-            limits: KeyLimits::default(),
-            owner_disabled_at: None,
-            project_id: ProjectId::default_project(),
-            kind: KeyKind::All,
-            allowed_models: ModelAccess::any(),
-            project_allowed_models: ModelAccess::any(),
             budget,
             project_budget,
-            rotated_from: None,
-            lineage: None,
+            ..crate::fixtures::key("key_budget")
         }
     }
 

@@ -18,6 +18,8 @@ pub(crate) mod embeddings;
 pub(crate) mod endpoint;
 pub(crate) mod error;
 pub(crate) mod extract;
+#[cfg(test)]
+mod fixtures;
 pub(crate) mod layers;
 pub(crate) mod mcp;
 pub(crate) mod messages;
