@@ -94,6 +94,11 @@ fn request(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
+/// The JSON body of the answer to `request`.
+async fn sent(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// The JSON-RPC reply to `message`, whatever its status.
 async fn reply(app: &TestApp, key: &str, message: Value) -> Value {
     post(app, key, message).await.json().await.unwrap()
@@ -213,26 +218,14 @@ async fn stateless_requests_carry_their_envelope_and_get_its_results() {
             .header("mcp-method", method)
             .json(&request(9, method, params))
     };
-    let discovered: Value = stateless("server/discover", json!({"_meta": envelope}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let discovered = sent(stateless("server/discover", json!({"_meta": envelope}))).await;
     let versions = discovered["result"]["supportedVersions"]
         .as_array()
         .unwrap();
     assert!(versions.contains(&json!("2026-07-28")) && versions.contains(&json!("2025-11-25")));
     assert_eq!(discovered["result"]["resultType"], "complete");
 
-    let listed: Value = stateless("tools/list", json!({"_meta": envelope}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = sent(stateless("tools/list", json!({"_meta": envelope}))).await;
     assert_eq!(
         listed["result"]["tools"].as_array().unwrap().len(),
         2,
@@ -240,18 +233,8 @@ async fn stateless_requests_carry_their_envelope_and_get_its_results() {
     );
     assert_eq!(listed["result"]["cacheScope"], "private");
 
-    let called: Value = stateless(
-        "tools/call",
-        json!({"_meta": envelope,
-        "name": "docs__echo", "arguments": {"text": "hi"}}),
-    )
-    .header("mcp-name", "docs__echo")
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let call = json!({"_meta": envelope, "name": "docs__echo", "arguments": {"text": "hi"}});
+    let called = sent(stateless("tools/call", call).header("mcp-name", "docs__echo")).await;
     assert_eq!(called["result"]["content"][0]["text"], "hi", "{called}");
 
     // A method header that disagrees with the body is refused before anything runs.
