@@ -1,8 +1,15 @@
-"""svc's own MCP server (`/mcp`) between two halves of the official MCP
-Python SDK (`mcp`): `svc serve`, configured with a `[mcp.servers.py]`
-table, fronts the SDK's `MCPServer` (one tool, `add`, answering as event
-streams); the SDK's `Client` lists and calls it through svc with a key,
-at the 2025-11-25 handshake and at 2026-07-28 (the SDK's default probe).
+"""MCP through svc, against the official MCP Python SDK's own server
+(`MCPServer`, tools `add` and `shout`, answering as event streams),
+registered in `svc serve`'s configuration as `[mcp.servers.py]`:
+
+- svc's own MCP server (`/mcp`): the SDK's `Client` lists and calls the
+  registered server's tools through svc with a key, at the 2025-11-25
+  handshake and at 2026-07-28 (the SDK's default probe);
+- `mcp` tools in the Responses API, through the official `openai` SDK: the
+  model (`agent`, the scripted agent behind an upstream, so the loop runs
+  on the upstream engine) asks for approval, an approved call runs and the
+  model answers with its result, a denied one never runs, `allowed_tools`
+  hides the others, and streamed the MCP events arrive in order.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import openai
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -34,6 +42,12 @@ app = MCPServer("py")
 def add(a: int, b: int) -> int:
     \"\"\"Add two numbers.\"\"\"
     return a + b
+
+
+@app.tool()
+def shout(text: str) -> str:
+    \"\"\"Says the text back in capitals.\"\"\"
+    return text.upper()
 
 
 app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
@@ -77,6 +91,8 @@ def gateway(server: Server, upstream: str):
     config = (
         "[models.svc]\n"
         f'upstreams = [{{ base_url = "{server.base_url}", model = "svc", api_key_env = "UPSTREAM_KEY" }}]\n'
+        "[models.agent]\n"
+        f'upstreams = [{{ base_url = "{server.base_url}", model = "fake-agent", api_key_env = "UPSTREAM_KEY" }}]\n'
         "[mcp.servers.py]\n"
         f'url = "{upstream}"\n'
         'headers = { authorization = { env = "PY_MCP_TOKEN" } }\n'
@@ -108,7 +124,7 @@ async def _list_and_call(gateway: Server, mode: str) -> tuple[list[str], object]
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_the_sdks_client_lists_and_calls_the_registered_servers_tool(gateway: Server, mode: str) -> None:
     names, result = asyncio.run(_list_and_call(gateway, mode))
-    assert names == ["py__add"]
+    assert names == ["py__add", "py__shout"]
     assert not result.is_error, result
     assert result.content[0].text == "5"
     assert result.structured_content == {"result": 5}
@@ -133,3 +149,67 @@ def test_a_tool_the_server_lacks_is_its_own_error_and_another_label_svcs(gateway
     assert isinstance(unknown, MCPError), unknown
     assert unknown.code == -32602
     assert str(unknown) == "Unknown tool: other__add"
+
+
+@pytest.fixture
+def sdk(gateway: Server) -> openai.OpenAI:
+    with openai.OpenAI(base_url=gateway.base_url, api_key=gateway.key, max_retries=0, timeout=60) as c:
+        yield c
+
+
+def _tools(approval: str) -> list[dict]:
+    return [{"type": "mcp", "server_label": "py", "require_approval": approval, "allowed_tools": ["shout"]}]
+
+
+def test_responses_ask_for_approval_and_an_approved_call_runs(sdk: openai.OpenAI) -> None:
+    asked = sdk.responses.create(model="agent", input="hello there", tools=_tools("always"))
+    assert [o.type for o in asked.output] == ["mcp_list_tools", "mcp_approval_request"]
+    listed, request = asked.output
+    assert [t.name for t in listed.tools] == ["shout"], "allowed_tools hides `add`"
+    assert request.server_label == "py" and request.name == "shout"
+    assert request.arguments == '{"text":"hello there"}'
+
+    answered = sdk.responses.create(
+        model="agent",
+        previous_response_id=asked.id,
+        input=[{"type": "mcp_approval_response", "approve": True, "approval_request_id": request.id}],
+        tools=_tools("always"),
+    )
+    assert [o.type for o in answered.output] == ["mcp_call", "message"]
+    call = answered.output[0]
+    assert call.approval_request_id == request.id
+    assert call.output == "HELLO THERE" and call.error is None
+    assert answered.output_text == "The tool said: HELLO THERE"
+
+
+def test_responses_a_denied_call_never_runs(sdk: openai.OpenAI) -> None:
+    asked = sdk.responses.create(model="agent", input="quiet please", tools=_tools("always"))
+    request = asked.output[-1]
+    denied = sdk.responses.create(
+        model="agent",
+        previous_response_id=asked.id,
+        input=[{"type": "mcp_approval_response", "approve": False, "approval_request_id": request.id}],
+        tools=_tools("always"),
+    )
+    assert "mcp_call" not in [o.type for o in denied.output]
+    assert "QUIET PLEASE" not in denied.model_dump_json()
+
+
+def test_responses_stream_the_mcp_events_in_order(sdk: openai.OpenAI) -> None:
+    stream = sdk.responses.create(model="agent", input="loud", tools=_tools("never"), stream=True)
+    events = list(stream)
+    types = [e.type for e in events]
+    mcp = [t for t in types if "mcp" in t]
+    assert mcp == [
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.mcp_call.in_progress",
+        *["response.mcp_call_arguments.delta"] * types.count("response.mcp_call_arguments.delta"),
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+    ]
+    assert types[-1] == "response.completed"
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert final.output[1].output == "LOUD"
+    assert final.output_text == "The tool said: LOUD"

@@ -91,6 +91,12 @@ crate::schema::twin_schema! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(default = false)]
         pub stream: Option<bool>,
+        /// The most calls of `mcp` tools svc makes for this response
+        /// (default and ceiling 20); a model asking for more ends the
+        /// response `incomplete`, reason `max_tool_calls`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 20)]
+        pub max_tool_calls: Option<i64>,
     }
     #[schema(
         as = CreateResponseRequest,
@@ -166,6 +172,27 @@ pub struct InputItem {
     pub summary: Option<Vec<InputPart>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// The MCP server of an `mcp_list_tools`, `mcp_call` or
+    /// `mcp_approval_request` item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_label: Option<String>,
+    /// The tools an `mcp_list_tools` item lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
+    /// Why an `mcp_call` failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The `mcp_approval_request` an `mcp_approval_response` answers (or
+    /// the one an `mcp_call` ran after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_request_id: Option<String>,
+    /// Whether an `mcp_approval_response` approves the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve: Option<bool>,
+    /// Why, in an `mcp_approval_response` (accepted, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Message content: a string or typed parts.
@@ -207,7 +234,7 @@ pub struct InputPart {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(
     as = ResponseTool,
-    description = "A `function` tool, or a hosted tool type (`web_search`, `file_search`, `computer_use_preview`, `local_shell`, `custom`, `mcp`, ...) that svc accepts and leaves out of the prompt."
+    description = "A `function` tool; an `mcp` tool, whose server's tools svc lists and calls itself (`server_label`, `server_url`, `headers`, `authorization`, `allowed_tools`, `require_approval`); or another hosted tool type (`web_search`, `file_search`, `computer_use_preview`, `local_shell`, `custom`, ...) that svc accepts and leaves out of the prompt."
 )]
 pub struct ResponseTool {
     #[serde(rename = "type")]
@@ -221,6 +248,40 @@ pub struct ResponseTool {
     pub parameters: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    /// `mcp`: the server's label (a registered server's label alone is enough).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_label: Option<String>,
+    /// `mcp`: an ad-hoc server's Streamable HTTP URL, allowed only where the
+    /// operator's `mcp.allow_urls` match it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_url: Option<String>,
+    /// `mcp`: what the server is for, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_description: Option<String>,
+    /// `mcp`: headers sent to the server. Never repeated in the response
+    /// nor stored.
+    #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<BTreeMap<String, String>>, write_only)]
+    pub headers: Option<Value>,
+    /// `mcp`: an OAuth access token, sent as `Authorization: Bearer`.
+    /// Never repeated in the response nor stored.
+    #[serde(default, skip_serializing)]
+    #[schema(write_only)]
+    pub authorization: Option<String>,
+    /// `mcp`: the only tools offered: a list of names, or `{"tool_names":
+    /// [...], "read_only": bool}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub allowed_tools: Option<Value>,
+    /// `mcp`: which calls wait for the client's approval: `"always"` (the
+    /// default), `"never"`, or `{"always": {"tool_names": [...]}, "never":
+    /// {"tool_names": [...]}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub require_approval: Option<Value>,
+    /// `mcp`: OpenAI's connectors, which svc does not have (refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connector_id: Option<String>,
 }
 
 /// `tool_choice`: a mode or a named tool.
@@ -377,6 +438,54 @@ pub enum OutputItem {
         content: Vec<ReasoningText>,
         status: String,
     },
+    /// The tools an MCP server offered the model.
+    McpListTools {
+        id: String,
+        server_label: String,
+        tools: Vec<McpToolInfo>,
+        /// Why the list could not be read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A call of an MCP server's tool, made by svc: its `output`, or its
+    /// `error`.
+    McpCall {
+        id: String,
+        server_label: String,
+        name: String,
+        arguments: String,
+        output: Option<String>,
+        error: Option<String>,
+        /// `in_progress`, `completed`, `failed` or `incomplete`.
+        status: String,
+        /// The approval request it ran after, if it waited for one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_request_id: Option<String>,
+    },
+    /// A call the model asked for that waits for the client's approval
+    /// (`mcp_approval_response` in the next request's input).
+    McpApprovalRequest {
+        id: String,
+        server_label: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// One tool of an `mcp_list_tools` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = ResponseMcpToolInfo)]
+pub struct McpToolInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// The server's hints (`readOnlyHint`, ...), as it sent them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub annotations: Option<Value>,
 }
 
 /// An `output_text` part of a message.
@@ -573,6 +682,32 @@ pub enum ResponseEvent<'a> {
         name: &'a str,
         arguments: &'a str,
     },
+    /// `response.mcp_list_tools.in_progress`, `.completed` or `.failed`.
+    McpListTools {
+        #[serde(skip)]
+        phase: McpPhase,
+        item_id: &'a str,
+        output_index: usize,
+    },
+    /// `response.mcp_call.in_progress`, `.completed` or `.failed`.
+    McpCall {
+        #[serde(skip)]
+        phase: McpPhase,
+        item_id: &'a str,
+        output_index: usize,
+    },
+    /// `response.mcp_call_arguments.delta`.
+    McpCallArgumentsDelta {
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    /// `response.mcp_call_arguments.done`.
+    McpCallArgumentsDone {
+        item_id: &'a str,
+        output_index: usize,
+        arguments: &'a str,
+    },
     /// `error`: what ended the stream.
     Error {
         code: &'a str,
@@ -604,9 +739,29 @@ impl ResponseEvent<'_> {
             ResponseEvent::FunctionCallArgumentsDone { .. } => {
                 "response.function_call_arguments.done"
             }
+            ResponseEvent::McpListTools { phase, .. } => match phase {
+                McpPhase::InProgress => "response.mcp_list_tools.in_progress",
+                McpPhase::Completed => "response.mcp_list_tools.completed",
+                McpPhase::Failed => "response.mcp_list_tools.failed",
+            },
+            ResponseEvent::McpCall { phase, .. } => match phase {
+                McpPhase::InProgress => "response.mcp_call.in_progress",
+                McpPhase::Completed => "response.mcp_call.completed",
+                McpPhase::Failed => "response.mcp_call.failed",
+            },
+            ResponseEvent::McpCallArgumentsDelta { .. } => "response.mcp_call_arguments.delta",
+            ResponseEvent::McpCallArgumentsDone { .. } => "response.mcp_call_arguments.done",
             ResponseEvent::Error { .. } => "error",
         }
     }
+}
+
+/// Where an MCP list or call stands, in its events' names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpPhase {
+    InProgress,
+    Completed,
+    Failed,
 }
 
 /// The content part an event is about.
@@ -618,7 +773,7 @@ pub enum ContentPart<'a> {
 }
 
 /// The names of every event a stream may carry, in OpenAI's words.
-pub const STREAM_EVENT_TYPES: [&str; 19] = [
+pub const STREAM_EVENT_TYPES: [&str; 27] = [
     "response.created",
     "response.in_progress",
     "response.output_item.added",
@@ -634,6 +789,14 @@ pub const STREAM_EVENT_TYPES: [&str; 19] = [
     "response.completed",
     "response.incomplete",
     "response.failed",
+    "response.mcp_list_tools.in_progress",
+    "response.mcp_list_tools.completed",
+    "response.mcp_list_tools.failed",
+    "response.mcp_call.in_progress",
+    "response.mcp_call_arguments.delta",
+    "response.mcp_call_arguments.done",
+    "response.mcp_call.completed",
+    "response.mcp_call.failed",
     "error",
     // Not sent by svc; listed so clients' names are known.
     "response.queued",
@@ -796,12 +959,63 @@ impl PartialSchema for OutputItem {
             .required("summary")
             .required("content")
             .required("status");
+        let nullable = |ty| AnyOfBuilder::new().item(typed(ty, None)).item(null());
+        let list_tools = ObjectBuilder::new()
+            .property("type", constant("mcp_list_tools"))
+            .property("id", string())
+            .property("server_label", string())
+            .property(
+                "tools",
+                ArrayBuilder::new().items(reference("ResponseMcpToolInfo")),
+            )
+            .property("error", nullable(Type::String))
+            .required("type")
+            .required("id")
+            .required("server_label")
+            .required("tools");
+        let mcp_call = ObjectBuilder::new()
+            .property("type", constant("mcp_call"))
+            .property("id", string())
+            .property("server_label", string())
+            .property("name", string())
+            .property("arguments", string())
+            .property("output", nullable(Type::String))
+            .property("error", nullable(Type::String))
+            .property(
+                "status",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["in_progress", "completed", "incomplete", "failed"])),
+            )
+            .property("approval_request_id", string())
+            .required("type")
+            .required("id")
+            .required("server_label")
+            .required("name")
+            .required("arguments")
+            .required("output")
+            .required("error")
+            .required("status");
+        let approval = ObjectBuilder::new()
+            .property("type", constant("mcp_approval_request"))
+            .property("id", string())
+            .property("server_label", string())
+            .property("name", string())
+            .property("arguments", string())
+            .required("type")
+            .required("id")
+            .required("server_label")
+            .required("name")
+            .required("arguments");
         AnyOfBuilder::new()
             .item(message)
             .item(call)
             .item(reasoning)
+            .item(list_tools)
+            .item(mcp_call)
+            .item(approval)
             .description(Some(
-                "A `message` with `output_text` parts, a `function_call`, or a `reasoning` item.",
+                "A `message` with `output_text` parts, a `function_call`, a `reasoning` item, or an `mcp` tool's items: `mcp_list_tools`, `mcp_call` (run by svc) and `mcp_approval_request` (a call waiting for the client's `mcp_approval_response`).",
             ))
             .into()
     }
@@ -815,6 +1029,7 @@ impl ToSchema for OutputItem {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
         schemas.push((OutputText::name().into_owned(), OutputText::schema()));
         schemas.push((ReasoningText::name().into_owned(), ReasoningText::schema()));
+        schemas.push((McpToolInfo::name().into_owned(), McpToolInfo::schema()));
     }
 }
 

@@ -84,6 +84,16 @@ pub enum ApiError {
         param: &'static str,
         error: Box<ApiError>,
     },
+    /// An MCP server a request's `mcp` tool names could not list its
+    /// tools (down, slow, refusing): 424, as OpenAI answers, blamed on
+    /// the tool (`param`). The message names the server's label and why,
+    /// never its URL or headers.
+    #[error("Error retrieving tool list from MCP server '{label}': {reason}")]
+    ToolServer {
+        param: String,
+        label: String,
+        reason: String,
+    },
     /// Anything else: logged with the request id, never shown.
     #[error("internal: {0}")]
     Internal(String),
@@ -192,6 +202,7 @@ impl ApiError {
             ApiError::NotCached => StatusCode::GATEWAY_TIMEOUT,
             ApiError::RateLimited(_) | ApiError::QuotaExceeded(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::ToolServer { .. } => StatusCode::FAILED_DEPENDENCY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -290,6 +301,11 @@ impl ApiError {
                 Some("store".into()),
                 Some("storage_quota_exceeded"),
             ),
+            ApiError::ToolServer { param, .. } => (
+                "external_connector_error",
+                Some(param.clone()),
+                Some("mcp_list_tools_failed"),
+            ),
             ApiError::Internal(_) => ("server_error", None, Some("internal_error")),
         };
         (kind, param, code)
@@ -328,7 +344,9 @@ impl ApiError {
                 EngineError::BadGateway(_) | EngineError::Internal(_) => "api_error",
             },
             ApiError::UploadSpaceFull { .. } => "overloaded_error",
-            ApiError::Unavailable | ApiError::Internal(_) => "api_error",
+            ApiError::ToolServer { .. } | ApiError::Unavailable | ApiError::Internal(_) => {
+                "api_error"
+            }
         }
     }
 }

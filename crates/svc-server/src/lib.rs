@@ -41,6 +41,7 @@ mod serve;
 pub(crate) mod startup;
 pub(crate) mod state;
 pub(crate) mod tls;
+pub(crate) mod tools;
 pub(crate) mod upload;
 pub(crate) mod usage;
 

@@ -127,7 +127,7 @@ impl ToolOutcome {
         ToolOutcome::Failed,
     ];
 
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ToolOutcome::Ok => "ok",
             ToolOutcome::ToolError => "tool_error",

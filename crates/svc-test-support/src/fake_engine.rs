@@ -31,6 +31,12 @@ pub enum Script {
     FailAfter { words: usize },
     /// Calls the first tool with `{"city":"Paris"}`, in two pieces.
     CallTool,
+    /// An agent: calls the first tool offered, each string property of
+    /// its schema given the last user message, in two pieces; once the
+    /// last message is a tool's result, replies `The tool said: <result>`
+    /// word by word (and echoes, as [`Script::Echo`], when no tool is
+    /// offered).
+    Agent,
     /// Refuses every prompt as too long for a 16-token context.
     ContextTooSmall,
     /// Refuses every request with this error before any event (as an
@@ -197,6 +203,27 @@ fn prompt_tokens(request: &GenerateRequest) -> u64 {
 }
 
 /// A message's tokens: a word each, and one for the message.
+/// The call [`Script::Agent`] makes of `tool`: its name, and its schema's
+/// string properties each given `text`, as JSON.
+fn agent_call(tool: &svc_core::ToolSpec, text: &str) -> (String, String) {
+    let mut arguments = serde_json::Map::new();
+    if let Some(properties) = tool
+        .parameters
+        .get("properties")
+        .and_then(|p| p.as_object())
+    {
+        for (name, schema) in properties {
+            if schema.get("type").and_then(|t| t.as_str()) == Some("string") {
+                arguments.insert(name.clone(), serde_json::Value::String(text.to_owned()));
+            }
+        }
+    }
+    (
+        tool.name.clone(),
+        serde_json::Value::Object(arguments).to_string(),
+    )
+}
+
 fn message_tokens(message: &ChatMessage) -> u64 {
     let words = match message {
         ChatMessage::System(t) | ChatMessage::User(t) => t.split_whitespace().count(),
@@ -239,7 +266,18 @@ impl Generator for FakeEngine {
         }
         let script = self.script.clone();
         let probe = self.probe.clone();
-        let reply = words(&format!("You said: {}", last_user(&request)));
+        let after_tool = match request.messages.last() {
+            Some(ChatMessage::Tool { content, .. }) => Some(content.clone()),
+            _ => None,
+        };
+        let reply = match (&self.script, &after_tool) {
+            (Script::Agent, Some(result)) => words(&format!("The tool said: {result}")),
+            _ => words(&format!("You said: {}", last_user(&request))),
+        };
+        let agent_call = match (&self.script, &after_tool, request.tools.first()) {
+            (Script::Agent, None, Some(tool)) => Some(agent_call(tool, &last_user(&request))),
+            _ => None,
+        };
         let limit = request.max_tokens.map_or(usize::MAX, |n| n as usize);
         let tool = request.tools.first().map(|t| t.name.clone());
         // The prompt's tokens (with their cached part) count in reply 0 only.
@@ -264,6 +302,24 @@ impl Generator for FakeEngine {
                     });
                     return;
                 }
+                Script::Agent => match agent_call {
+                    Some((name, arguments)) => {
+                        let (head, tail) = arguments.split_at(arguments.len() / 2);
+                        yield Ok(EngineEvent::ToolCall(ToolCallChunk {
+                            index: 0, id: Some("call_agent0".into()), name: Some(name), arguments: head.into(),
+                        }));
+                        yield Ok(EngineEvent::ToolCall(ToolCallChunk {
+                            index: 0, id: None, name: None, arguments: tail.into(),
+                        }));
+                        guard.finished = true;
+                        yield Ok(EngineEvent::Finish {
+                            reason: FinishReason::ToolCalls,
+                            usage: TokenUsage { completion_tokens: 2, ..prompt_usage },
+                        });
+                        return;
+                    }
+                    None => (Duration::ZERO, None),
+                },
                 Script::ContextTooSmall | Script::Refuse(_) => unreachable!("refused above"),
             };
             if request.reasoning {
@@ -341,7 +397,8 @@ impl Engine for FakeEngine {
 
 /// The models a test server serves: `svc` and `svc-thinking` echo at once;
 /// `fake-slow` echoes a word every 50 ms; `fake-fail` fails after two words;
-/// `fake-tools` calls a tool; `fake-tiny` has a 16-token context;
+/// `fake-tools` calls a tool; `fake-agent` calls the first tool, then
+/// answers with its result ([`Script::Agent`]); `fake-tiny` has a 16-token context;
 /// `fake-template` echoes at once with a chat template of
 /// [`FAKE_TEMPLATE_TOKENS`] tokens; `fake-cached` stands in for the
 /// embedded engine: it echoes at once, reports the tokens of the messages
@@ -377,6 +434,7 @@ pub fn fake_models(probe: Arc<Probe>) -> ModelRegistry {
         ),
         route("fake-fail", Script::FailAfter { words: 2 }, false),
         route("fake-tools", Script::CallTool, false),
+        route("fake-agent", Script::Agent, false),
         route("fake-tiny", Script::ContextTooSmall, false),
         route_of(
             "fake-cached",

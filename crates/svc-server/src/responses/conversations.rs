@@ -23,6 +23,7 @@ use svc_core::{
 use crate::error::ApiError;
 use crate::responses::valid::{
     MAX_CONVERSATION_BYTES, MAX_CONVERSATION_RESPONSES, ValidResponseRequest, conversation_items,
+    is_tool_item,
 };
 use crate::state::stored::Conversations;
 
@@ -36,14 +37,15 @@ impl Conversations {
     /// The prompt of `valid`, whose `previous_response_id` (of `owner`)
     /// comes between the instructions and the new input: read within
     /// [`LIMITS`] (a 400 on `previous_response_id` past them), parsed and
-    /// assembled on a blocking thread.
+    /// assembled on a blocking thread. With it, the earlier items the
+    /// tool loop reads ([`is_tool_item`]: tool lists, approval requests).
     pub async fn prompt(
         &self,
         valid: &Arc<ValidResponseRequest>,
         owner: &str,
-    ) -> Result<GenerateRequest, ApiError> {
+    ) -> Result<(GenerateRequest, Vec<InputItem>), ApiError> {
         let Some(id) = &valid.previous_response_id else {
-            return Ok(valid.assemble(&[])?);
+            return Ok((valid.assemble(&[])?, Vec::new()));
         };
         let _reading = self
             .reads
@@ -68,7 +70,9 @@ impl Conversations {
         let valid = valid.clone();
         tokio::task::spawn_blocking(move || {
             let earlier = parse(turns)?;
-            Ok(valid.assemble(&earlier)?)
+            let request = valid.assemble(&earlier)?;
+            let tool_items = earlier.into_iter().filter(is_tool_item).collect();
+            Ok((request, tool_items))
         })
         .await
         .map_err(|e| ApiError::Internal(format!("reading a conversation: {e}")))?

@@ -14,6 +14,7 @@
 
 pub(crate) mod conversations;
 pub(crate) mod shape;
+pub(crate) mod tool_loop;
 pub(crate) mod valid;
 
 use std::convert::Infallible;
@@ -25,7 +26,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use svc_api::responses::{CreateResponseRequest, DeletedResponse};
-use svc_core::{EngineError, EngineEvent, KeyRecord, StoredResponse, now};
+use svc_core::{EngineError, KeyRecord, StoredResponse, now};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -38,6 +39,7 @@ use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_respon
 use crate::state::AppState;
 use conversations::Keep;
 use shape::{Shaper, new_id};
+use tool_loop::{Ending, Prepared, Run};
 use valid::ValidResponseRequest;
 
 /// What this endpoint is: its OpenAPI group, its paths and dialect, and
@@ -55,7 +57,7 @@ impl Cacheable for svc_api::responses::CreateResponseRequest {
     const ROUTE: &'static str = ENDPOINT.tag;
     /// Only a greedy reply that stands alone: not one kept for later
     /// (`store`), nor one that reads a kept conversation (another key of
-    /// the project may not).
+    /// the project may not), nor one that may call MCP tools.
     fn reproducible(&self) -> bool {
         let refers_to_items = match &self.input {
             Some(svc_api::responses::ResponseInput::Items(items)) => items
@@ -63,7 +65,10 @@ impl Cacheable for svc_api::responses::CreateResponseRequest {
                 .any(|item| item.kind.as_deref() == Some("item_reference")),
             _ => false,
         };
+        // A call of an MCP tool acts on the world: never a cached reply.
+        let calls_tools = self.tools.iter().flatten().any(|t| t.kind == "mcp");
         self.store == Some(false)
+            && !calls_tools
             && self.previous_response_id.is_none()
             && !refers_to_items
             && reproducible(self.temperature, None)
@@ -225,90 +230,66 @@ async fn answer(
             .check_room(&keep.project, keep.input_bytes())
             .await?;
     }
-    let generate_request = state.conversations.prompt(&valid, &owner).await?;
-    let stream = generate_request.stream;
+    let (generate_request, tool_items) = state.conversations.prompt(&valid, &owner).await?;
+    let Prepared {
+        toolset,
+        ran,
+        request,
+    } = tool_loop::prepare(state, &key, &valid, &tool_items, generate_request).await?;
+    let stream = request.stream;
     let outcome = metering.outcome.clone();
     let generated = state
         .admission
-        .generate(&key, &valid.model, generate_request, arrived, metering)
+        .generate(
+            &key,
+            &valid.model,
+            request.clone(),
+            arrived,
+            metering.clone(),
+        )
         .await
         .map_err(|refused| engine_error(refused.into()))?;
-    let (mut events, served) = (generated.events, generated.model);
+    let (events, served) = (generated.events, generated.model);
     let mut object = valid.response(new_id("resp"), now());
     object.model.clone_from(&served);
-    let mut shaper = Shaper::new(object, stream);
-    let conversations = state.conversations.clone();
+    let mut shaper = Shaper::new(object, stream).with_mcp(tool_loop::mcp_tools(&toolset));
+    let mut first = shaper.start();
+    for server in toolset.servers().iter().filter(|s| s.listed) {
+        first.extend(shaper.listed(&server.label, &server.tools));
+    }
+    for item in ran {
+        first.extend(shaper.ran(item));
+    }
+    let calls = u32::try_from(valid.approvals.iter().filter(|a| a.approve).count()).unwrap_or(0);
+    let run = Run {
+        state: state.clone(),
+        key,
+        model: valid.model.clone(),
+        metering,
+        toolset,
+        request,
+        keep,
+        max_tool_calls: valid.max_tool_calls,
+        calls,
+        request_id: crate::scoped::request_id(),
+    };
+    let ending = Ending::default();
+    let frames = tool_loop::drive(run, shaper, events, ending.clone());
     if !stream {
-        loop {
-            match events.next().await {
-                Some(Ok(EngineEvent::Finish { reason, usage })) => {
-                    shaper.finish(reason, usage);
-                    break;
-                }
-                Some(Ok(event)) => {
-                    shaper.on(event);
-                }
-                Some(Err(e)) => return Err(e.into()),
-                None => {
-                    return Err(ApiError::Internal(
-                        "engine stream ended without finishing".into(),
-                    ));
-                }
+        frames.for_each(|_| std::future::ready(())).await;
+        let ended = ending.lock().ok().and_then(|mut slot| slot.take());
+        let response = match ended {
+            Some(Ok(response)) => json_response(&response),
+            Some(Err(e)) => return Err(e),
+            None => {
+                return Err(ApiError::Internal(
+                    "the response ended without an outcome".into(),
+                ));
             }
-        }
-        let response = shaper.into_response();
-        if let Some(keep) = &keep {
-            conversations.save(keep, &response).await?;
-        }
-        let response = json_response(&response);
+        };
         return Ok(state.cache.keep(plan, response, &served, outcome));
     }
-    let request_id = crate::scoped::request_id();
-    let body = async_stream::stream! {
-        for frame in shaper.start() {
-            yield Ok::<_, Infallible>(frame);
-        }
-        loop {
-            let (out, last) = match events.next().await {
-                Some(Ok(EngineEvent::Finish { reason, usage })) => {
-                    let mut out = shaper.finish_output(reason, usage);
-                    // Kept before the client hears it is done, so that a
-                    // follow-up at once finds it; a response that could
-                    // not be kept (its project's quota, say) failed.
-                    let kept = match &keep {
-                        Some(keep) => conversations.save(keep, shaper.response()).await,
-                        None => Ok(()),
-                    };
-                    match kept {
-                        Ok(()) => out.extend(shaper.done()),
-                        Err(e) => out.extend(failed(&mut shaper, request_id.as_deref(), e)),
-                    }
-                    (out, true)
-                }
-                Some(Ok(event)) => (shaper.on(event), false),
-                Some(Err(e)) => (failed(&mut shaper, request_id.as_deref(), e.into()), true),
-                None => {
-                    let e = ApiError::Internal("engine stream ended without finishing".into());
-                    (failed(&mut shaper, request_id.as_deref(), e), true)
-                }
-            };
-            for frame in out {
-                yield Ok(frame);
-            }
-            if last {
-                break;
-            }
-        }
-    };
+    let body = futures::stream::iter(first.into_iter().map(Ok::<_, Infallible>)).chain(frames);
     let response = sse_response(Body::from_stream(body));
     Ok(state.cache.keep(plan, response, &served, outcome))
-}
-
-/// The events of a failure, built as if inside the request, so that a
-/// server error quotes its id.
-fn failed(shaper: &mut Shaper, request_id: Option<&str>, error: ApiError) -> Vec<bytes::Bytes> {
-    match request_id {
-        Some(id) => crate::scoped::in_request(id.to_owned(), || shaper.fail(&error)),
-        None => shaper.fail(&error),
-    }
 }

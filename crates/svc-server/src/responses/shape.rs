@@ -13,16 +13,29 @@
 //! then `response.completed` or `response.incomplete`, or after a failure
 //! an `error` event and `response.failed`. `sequence_number` counts every
 //! event from 0.
+//!
+//! With `mcp` tools, the response spans several generations (the tool
+//! loop): a server's `mcp_list_tools` item comes first
+//! (`response.mcp_list_tools.in_progress`, `.completed`); a call of an MCP
+//! tool is an `mcp_call` item (`response.mcp_call.in_progress`,
+//! `response.mcp_call_arguments.delta`, `.done`), left pending until svc
+//! ran it (`response.mcp_call.completed` or `.failed`, then
+//! `response.output_item.done` with its output or error); a call that
+//! waits for approval is an `mcp_approval_request` item, shown whole when
+//! the model is done with it. Usage adds up the generations.
 
 use bytes::Bytes;
+use std::collections::HashMap;
+
 use svc_api::responses::{
-    ContentPart, IncompleteDetails, InputTokensDetails, OutputItem, OutputText,
-    OutputTokensDetails, ReasoningText, ResponseError, ResponseEvent, ResponseObject,
+    ContentPart, IncompleteDetails, InputTokensDetails, McpPhase, McpToolInfo, OutputItem,
+    OutputText, OutputTokensDetails, ReasoningText, ResponseError, ResponseEvent, ResponseObject,
     ResponseUsage, StreamEvent,
 };
 use svc_core::{EngineEvent, FinishReason, TokenUsage, ToolCallChunk};
 
 use crate::error::ApiError;
+use crate::tools::CallOutcome;
 
 /// The frames of a stream being written: `event: <type>\ndata: <json>\n\n`
 /// each, as OpenAI sends them. For a whole reply, none are written.
@@ -60,9 +73,38 @@ impl Frames {
 
 /// The output item being generated.
 enum Open {
-    Reasoning { id: String, text: String },
-    Message { id: String, text: String },
-    Call { index: u32, item: CallItem },
+    Reasoning {
+        id: String,
+        text: String,
+    },
+    Message {
+        id: String,
+        text: String,
+    },
+    Call {
+        index: u32,
+        item: CallItem,
+    },
+    /// A call of an MCP server's tool; `approval` when it waits for the
+    /// client's (then nothing is shown until it is whole).
+    Mcp {
+        index: u32,
+        item: CallItem,
+        label: String,
+        approval: bool,
+    },
+}
+
+/// How a tool the model may call is served, by its name: an MCP server's
+/// (its label, and whether a call waits for approval).
+pub type McpTools = HashMap<String, (String, bool)>;
+
+/// A call of an MCP tool the model made, due to run.
+pub struct DueCall {
+    /// Its item's place in the output.
+    pub output_index: usize,
+    pub name: String,
+    pub arguments: String,
 }
 
 struct CallItem {
@@ -77,6 +119,13 @@ pub struct Shaper {
     response: ResponseObject,
     open: Option<Open>,
     frames: Frames,
+    mcp: McpTools,
+    /// The MCP calls made in this generation, not yet run.
+    due: Vec<DueCall>,
+    /// The usage of the generations before this one.
+    used: TokenUsage,
+    /// Why the response stops short, when not for its token cap.
+    stopped: Option<&'static str>,
 }
 
 /// A fresh id: `prefix` and 24 hexadecimal digits.
@@ -109,17 +158,195 @@ impl Shaper {
                 sequence: 0,
                 out: Vec::new(),
             },
+            mcp: McpTools::new(),
+            due: Vec::new(),
+            used: TokenUsage::default(),
+            stopped: None,
         }
+    }
+
+    /// The same, calls of the tools `mcp` names becoming MCP items.
+    pub fn with_mcp(self, mcp: McpTools) -> Self {
+        Shaper { mcp, ..self }
+    }
+
+    /// A server's tools as offered, an `mcp_list_tools` item.
+    pub fn listed(&mut self, label: &str, tools: &[svc_mcp::Tool]) -> Vec<Bytes> {
+        let output_index = self.next_index();
+        let item = OutputItem::McpListTools {
+            id: new_id("mcpl"),
+            server_label: label.to_owned(),
+            tools: tools
+                .iter()
+                .map(|t| McpToolInfo {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    input_schema: t.input_schema.clone(),
+                    annotations: t.annotations.clone(),
+                })
+                .collect(),
+            error: None,
+        };
+        let OutputItem::McpListTools { id, .. } = &item else {
+            return Vec::new();
+        };
+        let item_id = id.as_str();
+        self.frames.emit(ResponseEvent::OutputItemAdded {
+            output_index,
+            item: &item,
+        });
+        for phase in [McpPhase::InProgress, McpPhase::Completed] {
+            self.frames.emit(ResponseEvent::McpListTools {
+                phase,
+                item_id,
+                output_index,
+            });
+        }
+        self.frames.emit(ResponseEvent::OutputItemDone {
+            output_index,
+            item: &item,
+        });
+        self.response.output.push(item);
+        self.frames.take()
+    }
+
+    /// A call run before the model was asked (one the client approved),
+    /// done: its `mcp_call` item, with the events of its run.
+    pub fn ran(&mut self, item: OutputItem) -> Vec<Bytes> {
+        let OutputItem::McpCall {
+            id,
+            server_label,
+            name,
+            arguments,
+            approval_request_id,
+            error,
+            ..
+        } = &item
+        else {
+            return Vec::new();
+        };
+        let output_index = self.next_index();
+        self.added(output_index, || OutputItem::McpCall {
+            id: id.clone(),
+            server_label: server_label.clone(),
+            name: name.clone(),
+            arguments: arguments.clone(),
+            output: None,
+            error: None,
+            status: "in_progress".into(),
+            approval_request_id: approval_request_id.clone(),
+        });
+        let item_id = id.as_str();
+        let done = if error.is_some() {
+            McpPhase::Failed
+        } else {
+            McpPhase::Completed
+        };
+        for phase in [McpPhase::InProgress, done] {
+            self.frames.emit(ResponseEvent::McpCall {
+                phase,
+                item_id,
+                output_index,
+            });
+        }
+        self.frames.emit(ResponseEvent::OutputItemDone {
+            output_index,
+            item: &item,
+        });
+        self.response.output.push(item);
+        self.frames.take()
+    }
+
+    /// The MCP calls the model made in the generation just ended, to run.
+    pub fn take_due(&mut self) -> Vec<DueCall> {
+        std::mem::take(&mut self.due)
+    }
+
+    /// Whether the generation just ended asked for an approval or called
+    /// one of the client's functions: the response ends there.
+    pub fn waits_for_client(&self, since: usize) -> bool {
+        self.response.output[since.min(self.response.output.len())..]
+            .iter()
+            .any(|item| {
+                matches!(
+                    item,
+                    OutputItem::McpApprovalRequest { .. } | OutputItem::FunctionCall { .. }
+                )
+            })
+    }
+
+    /// The outcome of the call at `output_index`: its item done, with its
+    /// output or error.
+    pub fn call_done(&mut self, output_index: usize, outcome: &CallOutcome) -> Vec<Bytes> {
+        let Some(OutputItem::McpCall {
+            id,
+            output,
+            error,
+            status,
+            ..
+        }) = self.response.output.get_mut(output_index)
+        else {
+            return Vec::new();
+        };
+        output.clone_from(&outcome.output);
+        error.clone_from(&outcome.error);
+        let failed = outcome.error.is_some();
+        *status = if failed { "failed" } else { "completed" }.into();
+        let phase = if failed {
+            McpPhase::Failed
+        } else {
+            McpPhase::Completed
+        };
+        self.frames.emit(ResponseEvent::McpCall {
+            phase,
+            item_id: id,
+            output_index,
+        });
+        if let Some(item) = self.response.output.get(output_index) {
+            self.frames
+                .emit(ResponseEvent::OutputItemDone { output_index, item });
+        }
+        self.frames.take()
+    }
+
+    /// The call at `output_index` not run: the response reached its most
+    /// tool calls (`max_tool_calls`), and stops there, `incomplete`.
+    pub fn call_not_run(&mut self, output_index: usize, limit: u32) -> Vec<Bytes> {
+        self.stopped = Some("max_tool_calls");
+        let outcome = CallOutcome {
+            output: None,
+            error: Some(format!(
+                "not called: the response reached its most tool calls (max_tool_calls {limit})"
+            )),
+        };
+        let out = self.call_done(output_index, &outcome);
+        if let Some(OutputItem::McpCall { status, .. }) = self.response.output.get_mut(output_index)
+        {
+            *status = "incomplete".into();
+        }
+        out
+    }
+
+    /// Ends one generation of several: its open item closes and its usage
+    /// counts.
+    pub fn end_generation(&mut self, reason: FinishReason, used: TokenUsage) -> Vec<Bytes> {
+        self.close(if reason == FinishReason::Length {
+            "incomplete"
+        } else {
+            "completed"
+        });
+        self.used.add(used);
+        self.frames.take()
+    }
+
+    /// How many items the output holds.
+    pub fn output_len(&self) -> usize {
+        self.response.output.len()
     }
 
     /// The response as it stands.
     pub fn response(&self) -> &ResponseObject {
         &self.response
-    }
-
-    /// The response, once done.
-    pub fn into_response(self) -> ResponseObject {
-        self.response
     }
 
     /// `response.created` and `response.in_progress`.
@@ -232,8 +459,17 @@ impl Shaper {
     }
 
     fn tool_call(&mut self, chunk: ToolCallChunk) {
-        let same = matches!(&self.open, Some(Open::Call { index, .. }) if *index == chunk.index);
+        let same = matches!(&self.open, Some(Open::Call { index, .. } | Open::Mcp { index, .. }) if *index == chunk.index);
         if !same {
+            let served = chunk
+                .name
+                .as_ref()
+                .and_then(|name| self.mcp.get(name))
+                .cloned();
+            if let Some((label, approval)) = served {
+                self.mcp_call(chunk, label, approval);
+                return;
+            }
             self.close("completed");
             let output_index = self.next_index();
             let item = CallItem {
@@ -257,14 +493,71 @@ impl Shaper {
         if chunk.arguments.is_empty() {
             return;
         }
+        self.arguments(&chunk.arguments);
+    }
+
+    /// More of the open call's arguments.
+    fn arguments(&mut self, delta: &str) {
         let output_index = self.next_index();
-        if let Some(Open::Call { item, .. }) = &mut self.open {
-            item.arguments.push_str(&chunk.arguments);
-            self.frames.emit(ResponseEvent::FunctionCallArgumentsDelta {
+        match &mut self.open {
+            Some(Open::Call { item, .. }) => {
+                item.arguments.push_str(delta);
+                self.frames.emit(ResponseEvent::FunctionCallArgumentsDelta {
+                    item_id: &item.id,
+                    output_index,
+                    delta,
+                });
+            }
+            Some(Open::Mcp { item, approval, .. }) => {
+                item.arguments.push_str(delta);
+                if !*approval {
+                    self.frames.emit(ResponseEvent::McpCallArgumentsDelta {
+                        item_id: &item.id,
+                        output_index,
+                        delta,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A call of an MCP server's tool begins (`approval`: one that waits
+    /// for the client's, shown once whole).
+    fn mcp_call(&mut self, chunk: ToolCallChunk, label: String, approval: bool) {
+        self.close("completed");
+        let output_index = self.next_index();
+        let item = CallItem {
+            id: new_id(if approval { "mcpr" } else { "mcp" }),
+            call_id: String::new(),
+            name: chunk.name.clone().unwrap_or_default(),
+            arguments: String::new(),
+        };
+        if !approval {
+            self.added(output_index, || OutputItem::McpCall {
+                id: item.id.clone(),
+                server_label: label.clone(),
+                name: item.name.clone(),
+                arguments: String::new(),
+                output: None,
+                error: None,
+                status: "in_progress".into(),
+                approval_request_id: None,
+            });
+            self.frames.emit(ResponseEvent::McpCall {
+                phase: McpPhase::InProgress,
                 item_id: &item.id,
                 output_index,
-                delta: &chunk.arguments,
             });
+        }
+        self.open = Some(Open::Mcp {
+            index: chunk.index,
+            item,
+            label,
+            approval,
+        });
+        if !chunk.arguments.is_empty() {
+            self.arguments(&chunk.arguments);
         }
     }
 
@@ -322,6 +615,48 @@ impl Shaper {
                     content: vec![part],
                 }
             }
+            Open::Mcp {
+                item,
+                label,
+                approval: true,
+                ..
+            } => {
+                let item = OutputItem::McpApprovalRequest {
+                    id: item.id,
+                    server_label: label,
+                    name: item.name,
+                    arguments: item.arguments,
+                };
+                frames.emit(ResponseEvent::OutputItemAdded {
+                    output_index,
+                    item: &item,
+                });
+                item
+            }
+            Open::Mcp { item, label, .. } => {
+                frames.emit(ResponseEvent::McpCallArgumentsDone {
+                    item_id: &item.id,
+                    output_index,
+                    arguments: &item.arguments,
+                });
+                // Done once it ran (`call_done`).
+                self.due.push(DueCall {
+                    output_index,
+                    name: item.name.clone(),
+                    arguments: item.arguments.clone(),
+                });
+                self.response.output.push(OutputItem::McpCall {
+                    id: item.id,
+                    server_label: label,
+                    name: item.name,
+                    arguments: item.arguments,
+                    output: None,
+                    error: None,
+                    status: "in_progress".into(),
+                    approval_request_id: None,
+                });
+                return;
+            }
             Open::Call { item, .. } => {
                 frames.emit(ResponseEvent::FunctionCallArgumentsDone {
                     item_id: &item.id,
@@ -359,11 +694,17 @@ impl Shaper {
     pub fn finish_output(&mut self, reason: FinishReason, used: TokenUsage) -> Vec<Bytes> {
         let cut = reason == FinishReason::Length;
         self.close(if cut { "incomplete" } else { "completed" });
-        self.response.usage = Some(usage(used));
-        if cut {
+        self.used.add(used);
+        self.response.usage = Some(usage(self.used));
+        let stopped = if cut {
+            Some("max_output_tokens")
+        } else {
+            self.stopped
+        };
+        if let Some(reason) = stopped {
             self.response.status = "incomplete".into();
             self.response.incomplete_details = Some(IncompleteDetails {
-                reason: "max_output_tokens".into(),
+                reason: reason.into(),
             });
         } else {
             self.response.status = "completed".into();

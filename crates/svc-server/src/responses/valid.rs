@@ -24,11 +24,16 @@
 //!   and a stored response keeps only what the prompt reads
 //!   ([`ValidResponseRequest::conversation_input`]), so that items nothing
 //!   reads back cost no space;
-//! - tools of type `function` are offered to the model; every other tool
-//!   type (`web_search`, `file_search`, `computer_use_preview`,
-//!   `local_shell`, `custom`, `mcp`, ...) is hosted by OpenAI, so it is
-//!   accepted, returned in the response's `tools`, and left out of the
-//!   prompt.
+//! - tools of type `function` are offered to the model; `mcp` tools are
+//!   read into [`McpToolRequest`]s (svc lists and calls their servers'
+//!   tools, [`crate::tools`]); every other tool type (`web_search`,
+//!   `file_search`, `computer_use_preview`, `local_shell`, `custom`, ...)
+//!   is hosted by OpenAI, so it is accepted, returned in the response's
+//!   `tools`, and left out of the prompt;
+//! - an `mcp_call` item is the assistant's call and its result (output or
+//!   error); `mcp_list_tools` and `mcp_approval_request` items are kept
+//!   for the tool loop (a list reused, a call approved) but not rendered;
+//!   `mcp_approval_response` items are read into [`ApprovalAnswer`]s.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +53,7 @@ use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 use crate::chat::valid::{
     ranged, reasoning_effort, token_cap, tool_choice_mode, valid_function_name,
 };
+use crate::tools::{MAX_TOOL_CALLS, McpToolRequest, spec};
 
 /// Most `metadata` pairs, as with OpenAI.
 pub const MAX_METADATA: usize = 16;
@@ -76,8 +82,23 @@ pub struct ValidResponseRequest {
     pub input: Vec<InputItem>,
     pub store: bool,
     pub previous_response_id: Option<String>,
+    /// The `mcp` tools: the servers whose tools svc calls.
+    pub mcp: Vec<McpToolRequest>,
+    /// The most MCP tool calls for this response.
+    pub max_tool_calls: u32,
+    /// The input's `mcp_approval_response` items.
+    pub approvals: Vec<ApprovalAnswer>,
     /// What the response object repeats of the request.
     echo: Echo,
+}
+
+/// An `mcp_approval_response` of the input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalAnswer {
+    /// Where it is (`input[0]`), for errors.
+    pub param: String,
+    pub request_id: String,
+    pub approve: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,12 +139,24 @@ impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
             .flatten()
             .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
             .collect();
-        let tools = tools(req.tools.unwrap_or_default())?;
+        let (tools, mcp) = tools(req.tools.unwrap_or_default())?;
         let echo_choice = match &req.tool_choice {
             None => json!("auto"),
             Some(c) => serde_json::to_value(c).unwrap_or(Value::Null),
         };
-        let tool_choice = tool_choice(req.tool_choice, &tools)?;
+        let tool_choice = tool_choice(req.tool_choice, &tools, !mcp.is_empty())?;
+        let max_tool_calls = match req.max_tool_calls {
+            None => MAX_TOOL_CALLS,
+            Some(n) => u32::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_TOOL_CALLS)
+                .ok_or_else(|| {
+                    ValidationError::new(
+                        "max_tool_calls",
+                        format!("max_tool_calls must be 0 to {MAX_TOOL_CALLS} (got {n})"),
+                    )
+                })?,
+        };
         let format = req.text.as_ref().and_then(|t| t.format.clone());
         let echo_format = match &format {
             None => json!({"type": "text"}),
@@ -162,6 +195,7 @@ impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
         // Checked now, so that a bad item is a 400 before anything is read.
         input_bytes(&input)?;
         messages(&input, "input")?;
+        let approvals = approvals(&input)?;
         if input.is_empty() && req.previous_response_id.is_none() {
             return Err(ValidationError::new(
                 "input",
@@ -185,6 +219,9 @@ impl TryFrom<CreateResponseRequest> for ValidResponseRequest {
             input,
             store: req.store.unwrap_or(true),
             previous_response_id,
+            mcp,
+            max_tool_calls,
+            approvals,
             echo: Echo {
                 parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
                 reasoning: req.reasoning.unwrap_or_default(),
@@ -278,6 +315,7 @@ impl ValidResponseRequest {
                         output: item.output.clone(),
                         ..InputItem::default()
                     },
+                    "mcp_call" | "mcp_list_tools" | "mcp_approval_request" => mcp_item(item),
                     _ => return None,
                 };
                 Some(InputItem {
@@ -356,9 +394,155 @@ pub fn conversation_items(earlier: Vec<InputItem>, output: &[OutputItem]) -> Vec
                     items.push(reasoning_item(text));
                 }
             }
+            OutputItem::McpListTools {
+                server_label,
+                tools,
+                error,
+                ..
+            } => items.push(InputItem {
+                kind: Some("mcp_list_tools".into()),
+                server_label: Some(server_label.clone()),
+                tools: Some(
+                    tools
+                        .iter()
+                        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+                        .collect(),
+                ),
+                error: error.clone(),
+                ..InputItem::default()
+            }),
+            OutputItem::McpCall {
+                id,
+                server_label,
+                name,
+                arguments,
+                output,
+                error,
+                approval_request_id,
+                ..
+            } => items.push(InputItem {
+                kind: Some("mcp_call".into()),
+                id: Some(id.clone()),
+                server_label: Some(server_label.clone()),
+                name: Some(name.clone()),
+                arguments: Some(arguments.clone()),
+                output: output.clone().map(InputContent::Text),
+                error: error.clone(),
+                approval_request_id: approval_request_id.clone(),
+                ..InputItem::default()
+            }),
+            OutputItem::McpApprovalRequest {
+                id,
+                server_label,
+                name,
+                arguments,
+            } => items.push(InputItem {
+                kind: Some("mcp_approval_request".into()),
+                id: Some(id.clone()),
+                server_label: Some(server_label.clone()),
+                name: Some(name.clone()),
+                arguments: Some(arguments.clone()),
+                ..InputItem::default()
+            }),
         }
     }
     items
+}
+
+/// The messages `output` (a response's so far) adds to its prompt: what
+/// the next generation of the tool loop reads after the prompt.
+pub fn output_messages(output: &[OutputItem]) -> Result<Vec<ChatMessage>, ValidationError> {
+    messages(&conversation_items(Vec::new(), output), "output")
+}
+
+/// The tools the last `mcp_list_tools` item of `items` for the server
+/// `label` listed, if one did (without an error).
+pub fn listed_tools(items: &[InputItem], label: &str) -> Option<Vec<svc_mcp::Tool>> {
+    let listed = items.iter().rev().find(|item| {
+        item_kind(item) == Some("mcp_list_tools")
+            && item.server_label.as_deref() == Some(label)
+            && item.error.is_none()
+    })?;
+    let tools = listed.tools.as_deref().unwrap_or_default();
+    Some(
+        tools
+            .iter()
+            .filter_map(|t| {
+                serde_json::from_value::<svc_api::responses::McpToolInfo>(t.clone()).ok()
+            })
+            .map(|t| svc_mcp::Tool {
+                name: t.name,
+                title: None,
+                description: t.description,
+                input_schema: t.input_schema,
+                output_schema: None,
+                annotations: t.annotations,
+            })
+            .collect(),
+    )
+}
+
+/// Whether `item` is one the tool loop reads back from a conversation: a
+/// tool list, an approval request, or a call made after one.
+pub fn is_tool_item(item: &InputItem) -> bool {
+    matches!(
+        item_kind(item),
+        Some("mcp_list_tools" | "mcp_approval_request" | "mcp_call")
+    )
+}
+
+/// An MCP item as a conversation keeps it: the fields the tool loop and
+/// the prompt read.
+fn mcp_item(item: &InputItem) -> InputItem {
+    InputItem {
+        id: item.id.clone(),
+        server_label: item.server_label.clone(),
+        name: item.name.clone(),
+        arguments: item.arguments.clone(),
+        output: item.output.clone(),
+        error: item.error.clone(),
+        tools: item.tools.clone(),
+        approval_request_id: item.approval_request_id.clone(),
+        ..InputItem::default()
+    }
+}
+
+/// The input's `mcp_approval_response` items, each with the request it
+/// answers and a boolean `approve`.
+fn approvals(input: &[InputItem]) -> Result<Vec<ApprovalAnswer>, ValidationError> {
+    let mut out = Vec::new();
+    for (i, item) in input.iter().enumerate() {
+        if item_kind(item) != Some("mcp_approval_response") {
+            continue;
+        }
+        let param = format!("input[{i}]");
+        let request_id = required(
+            &item.approval_request_id,
+            || format!("{param}.approval_request_id"),
+            "approval_request_id",
+        )?;
+        let Some(approve) = item.approve else {
+            return Err(ValidationError::new(
+                format!("{param}.approve"),
+                "an mcp_approval_response needs approve (a boolean)",
+            ));
+        };
+        if out
+            .iter()
+            .any(|a: &ApprovalAnswer| a.request_id == request_id)
+        {
+            return Err(ValidationError::new(
+                format!("{param}.approval_request_id"),
+                format!("the approval request {request_id:?} is answered twice"),
+            ));
+        }
+        out.push(ApprovalAnswer {
+            param,
+            request_id: request_id.to_owned(),
+            approve,
+        });
+    }
+    Ok(out)
 }
 
 /// A reasoning item as a conversation keeps it: its text as `reasoning_text`.
@@ -437,7 +621,9 @@ fn messages_of(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Val
     messages(items, "input").map_err(|e| ValidationError::new(param, e.message))
 }
 
-fn tools(tools: Vec<ResponseTool>) -> Result<Vec<ToolSpec>, ValidationError> {
+fn tools(
+    tools: Vec<ResponseTool>,
+) -> Result<(Vec<ToolSpec>, Vec<McpToolRequest>), ValidationError> {
     if tools.len() > MAX_TOOLS {
         return Err(ValidationError::new(
             "tools",
@@ -448,9 +634,14 @@ fn tools(tools: Vec<ResponseTool>) -> Result<Vec<ToolSpec>, ValidationError> {
         ));
     }
     let mut specs: Vec<ToolSpec> = Vec::new();
+    let mut mcp = Vec::new();
     for (i, tool) in tools.into_iter().enumerate() {
-        // Hosted tool types (web_search, file_search, local_shell, custom,
-        // mcp, ...) are OpenAI's to run: accepted and left out.
+        if tool.kind == "mcp" {
+            mcp.push(mcp_tool(tool, format!("tools[{i}]"))?);
+            continue;
+        }
+        // Other hosted tool types (web_search, file_search, local_shell,
+        // custom, ...) are OpenAI's to run: accepted and left out.
         if tool.kind != "function" {
             continue;
         }
@@ -483,16 +674,51 @@ fn tools(tools: Vec<ResponseTool>) -> Result<Vec<ToolSpec>, ValidationError> {
             parameters,
         });
     }
-    Ok(specs)
+    Ok((specs, mcp))
 }
 
+/// An `mcp` tool: a registered `server_label`, or one with its
+/// `server_url`, and what of it is offered and approved.
+fn mcp_tool(tool: ResponseTool, param: String) -> Result<McpToolRequest, ValidationError> {
+    if tool.connector_id.is_some() {
+        return Err(ValidationError::new(
+            format!("{param}.connector_id"),
+            "svc has no connectors: give a registered server_label or a server_url",
+        ));
+    }
+    let Some(label) = tool.server_label else {
+        return Err(ValidationError::new(
+            format!("{param}.server_label"),
+            "an mcp tool needs server_label",
+        ));
+    };
+    spec::check_label(&label, &format!("{param}.server_label"))?;
+    let url = tool.server_url.filter(|u| !u.is_empty());
+    Ok(McpToolRequest {
+        headers: spec::headers(tool.headers.as_ref(), tool.authorization.as_deref(), &param)?,
+        allowed: spec::allowed_tools(tool.allowed_tools.as_ref(), &param)?,
+        approval: spec::require_approval(tool.require_approval.as_ref(), &param)?,
+        param,
+        label,
+        url,
+    })
+}
+
+/// `tool_choice`, for the function `tools` and, when `mcp`, the tools of
+/// MCP servers (listed later: a mode applies to them too).
 fn tool_choice(
     choice: Option<ResponseToolChoice>,
     tools: &[ToolSpec],
+    mcp: bool,
 ) -> Result<ToolChoiceSpec, ValidationError> {
+    let mode = |mode: Option<&str>| match (mode, mcp) {
+        (None | Some("auto"), true) => Ok(ToolChoiceSpec::Auto),
+        (Some("required"), true) => Ok(ToolChoiceSpec::Required),
+        _ => tool_choice_mode(mode, tools),
+    };
     Ok(match choice {
-        None => tool_choice_mode(None, tools)?,
-        Some(ResponseToolChoice::Mode(mode)) => tool_choice_mode(Some(&mode), tools)?,
+        None => mode(None)?,
+        Some(ResponseToolChoice::Mode(m)) => mode(Some(&m))?,
         Some(ResponseToolChoice::Named { kind, name }) => {
             if kind != "function" {
                 return Err(ValidationError::new(
@@ -772,6 +998,28 @@ fn messages(items: &[InputItem], param: &str) -> Result<Vec<ChatMessage>, Valida
                     content: text(output, &at("output"))?,
                 });
                 reasoning = None;
+            }
+            "mcp_call" => {
+                let call = ToolCallSpec {
+                    id: required(&item.id, || at("id"), "id")?.to_owned(),
+                    name: required(&item.name, || at("name"), "name")?.to_owned(),
+                    arguments: item.arguments.clone().unwrap_or_else(|| "{}".into()),
+                };
+                let result = match (&item.output, &item.error) {
+                    (Some(output), _) => text(output, &at("output"))?,
+                    (None, Some(error)) => format!("error: {error}"),
+                    (None, None) => String::new(),
+                };
+                let tool_call_id = call.id.clone();
+                out.push(ChatMessage::Assistant {
+                    content: None,
+                    tool_calls: vec![call],
+                    reasoning: reasoning.take(),
+                });
+                out.push(ChatMessage::Tool {
+                    tool_call_id,
+                    content: result,
+                });
             }
             "reasoning" => {
                 if let Some(text) = reasoning_text(item) {

@@ -11,6 +11,9 @@ use crate::config::McpConfig;
 #[derive(Default)]
 pub struct McpServers {
     pub(crate) servers: BTreeMap<String, Registered>,
+    /// What an ad-hoc `server_url` must pass (`mcp.allow_urls`); `None`
+    /// when the operator allows none, and every one is refused.
+    pub(crate) guard: Option<svc_mcp::Guard>,
 }
 
 /// One registered server: its client (headers included) and what of it is
@@ -21,6 +24,10 @@ pub(crate) struct Registered {
     pub shown: svc_api::mcp::McpServer,
     /// The only tools offered; all when `None`.
     pub allowed_tools: Option<Vec<String>>,
+    /// Its URL and headers, for a client of a request that adds headers
+    /// of its own (a user's token): never shown.
+    pub url: String,
+    pub headers: Vec<(String, String)>,
 }
 
 impl Registered {
@@ -60,9 +67,23 @@ impl McpServers {
                     client: Arc::new(client),
                     shown,
                     allowed_tools: server.allowed_tools.clone(),
+                    url: server.url.expose().to_owned(),
+                    headers: server
+                        .headers
+                        .iter()
+                        .map(|(name, value)| (name.clone(), value.0.expose().to_owned()))
+                        .collect(),
                 },
             );
         }
-        Ok(McpServers { servers })
+        let guard = if config.allow_urls.is_empty() {
+            None
+        } else {
+            Some(
+                svc_mcp::Guard::new(&config.allow_urls)
+                    .map_err(|e| format!("mcp.allow_urls: {e}"))?,
+            )
+        };
+        Ok(McpServers { servers, guard })
     }
 }

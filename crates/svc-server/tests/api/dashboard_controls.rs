@@ -325,7 +325,7 @@ async fn project_owners_remove_members_but_never_the_last_owner(db: Database) {
         app.store.project_role(&team.id, &carol.id).await.unwrap(),
         None
     );
-    assert_eq!(listed_models(&app, &carol_key).await.len(), 11);
+    assert_eq!(listed_models(&app, &carol_key).await.len(), 12);
     // Removed already, or never a member: 404.
     for user in [&carol.id, &UserId("usr_0000000000000000".into())] {
         let again = submit(&bob, &page, &remove(user), &[]).await;
@@ -500,7 +500,7 @@ async fn keys_are_made_with_models_and_a_kind_and_their_models_changed(db: Datab
         .await
         .value_by_id("new-key")
         .unwrap();
-    assert_eq!(listed_models(&app, &plain).await.len(), 11);
+    assert_eq!(listed_models(&app, &plain).await.len(), 12);
 
     // Bad input: the form again with what was sent and the message; no
     // key made (admin keys are not made here).
@@ -600,7 +600,7 @@ async fn keys_are_made_with_models_and_a_kind_and_their_models_changed(db: Datab
     let (ada, _) = app.signed_in("ada@example.com", true).await;
     let saved = submit(&ada, &access, &access, &[("models", "")]).await;
     assert_eq!(saved.status, 303, "{}", saved.body);
-    assert_eq!(listed_models(&app, &secret).await.len(), 11, "every model");
+    assert_eq!(listed_models(&app, &secret).await.len(), 12, "every model");
 
     let entries = audit_entries(&app, &admin_key, "api_key.updated").await;
     let changes: Vec<Value> = entries

@@ -73,6 +73,7 @@ mod rerank;
 mod response_cache;
 mod response_storage;
 mod responses;
+mod responses_mcp;
 mod sso;
 mod streaming;
 mod throttles;

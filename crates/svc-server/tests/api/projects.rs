@@ -332,6 +332,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
             "fake-slow",
             "fake-fail",
             "fake-tools",
+            "fake-agent",
             "fake-tiny",
             "fake-cached",
             "fake-template",
@@ -354,7 +355,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
         .json()
         .await
         .unwrap();
-    assert_eq!(list["data"].as_array().unwrap().len(), 11);
+    assert_eq!(list["data"].as_array().unwrap().len(), 12);
 }
 
 /// `method` on the admin API `path` with `key`, and the JSON answer.

@@ -734,8 +734,7 @@ async fn codex_s_request_goes_through() {
             {"type": "local_shell"},
             {"type": "web_search", "external_web_access": false},
             {"type": "custom", "name": "apply_patch", "description": "Patch",
-             "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"}},
-            {"type": "mcp", "server_label": "x", "server_url": "http://x"}
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"}}
         ],
         "tool_choice": "auto",
         "parallel_tool_calls": false,
