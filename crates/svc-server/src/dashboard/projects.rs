@@ -200,6 +200,7 @@ pub async fn create(
         created_at: now(),
         archived_at: None,
         allowed_models,
+        allowed_mcp_servers: svc_core::McpServerAccess::any(),
         budget,
     };
     state.projects.create(&who.actor(), &project).await?;
@@ -365,6 +366,7 @@ pub async fn set_settings(
     let changes = ProjectChanges {
         name: None,
         allowed_models: Some(allowed_models),
+        allowed_mcp_servers: None,
         budget: Some(budget),
     };
     if !state

@@ -478,6 +478,7 @@ pub async fn create_project(
         created_at: now(),
         archived_at: None,
         allowed_models: models(body.allowed_models)?,
+        allowed_mcp_servers: svc_core::McpServerAccess::any(),
         budget: budget(body.budget)?,
     };
     state
@@ -537,6 +538,7 @@ pub async fn modify_project(
     let changes = ProjectChanges {
         name: body.name.as_deref().map(projects::name).transpose()?,
         allowed_models: body.allowed_models.map(models).transpose()?,
+        allowed_mcp_servers: None,
         budget: body.budget.map(budget).transpose()?,
     };
     let actor = key_actor(&state, &key).await?;
@@ -648,6 +650,7 @@ pub async fn create_key(
                     project_id: Some(project.id.clone()),
                     kind,
                     allowed_models: models(body.allowed_models)?,
+                    allowed_mcp_servers: svc_core::McpServerAccess::any(),
                     budget: budget(body.budget)?,
                 },
             },

@@ -199,7 +199,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
                 project_id: Some(project.id.clone()),
                 kind: KeyKind::All,
                 allowed_models: ModelAccess::only(vec!["svc".into(), "fake-*".into()]).unwrap(),
-                budget: None,
+                ..KeyScope::default()
             },
         )
         .await;
