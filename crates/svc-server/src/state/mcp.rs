@@ -70,6 +70,11 @@ impl McpServers {
         Ok(McpServers { servers })
     }
 
+    /// The registered servers' labels, in order.
+    pub(crate) fn labels(&self) -> impl Iterator<Item = &str> {
+        self.servers.keys().map(String::as_str)
+    }
+
     /// The servers `key` may use (both its project's and its own lists
     /// allow them), by label: all a key is offered or may call. A server
     /// it may not use is, to it, one that is not registered.
