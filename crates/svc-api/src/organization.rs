@@ -2,7 +2,7 @@
 //! Administration API: projects and their API keys, lists with
 //! `first_id`/`last_id`/`has_more` and an `after` cursor. svc adds what
 //! OpenAI lacks: creating a project key (its secret is in the answer, once),
-//! and a key's kind, permissions and allowed models.
+//! and a key's kind, permissions, allowed models and allowed MCP servers.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -32,6 +32,11 @@ pub struct Project {
     /// project may use; null: every model.
     #[schema(required = true)]
     pub allowed_models: Option<Vec<String>>,
+    /// The labels of the registered MCP servers (`*` matches any run of
+    /// characters) keys of this project may use (svc's own): their tools
+    /// through `/mcp`; null: every registered server.
+    #[schema(required = true)]
+    pub allowed_mcp_servers: Option<Vec<String>>,
     /// The tokens all the project's keys together may use per period;
     /// null: no budget.
     #[schema(required = true)]
@@ -95,6 +100,11 @@ pub struct CreateProjectRequest {
     /// characters); omitted or null: every model.
     #[serde(default)]
     pub allowed_models: Option<Vec<String>>,
+    /// Labels of the registered MCP servers keys of the project may use
+    /// (`*` matches any run of characters; svc's own); omitted or null:
+    /// every registered server.
+    #[serde(default)]
+    pub allowed_mcp_servers: Option<Vec<String>>,
     /// The tokens all its keys together may use per period; omitted or
     /// null: no budget.
     #[serde(default)]
@@ -114,6 +124,12 @@ pub struct ModifyProjectRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<String>>)]
     pub allowed_models: Option<Option<Vec<String>>>,
+    /// The labels of the registered MCP servers keys of the project may
+    /// use; null: every registered server. Applies from the keys' next
+    /// request, on every replica.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub allowed_mcp_servers: Option<Option<Vec<String>>>,
     /// The project's token budget; null: none. Applies from the keys' next
     /// request, on every replica; the current window's count stays.
     #[serde(default, deserialize_with = "present")]
@@ -131,6 +147,12 @@ pub struct ModifyProjectApiKeyRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BudgetLimit>)]
     pub budget: Option<Option<BudgetLimit>>,
+    /// The labels of the registered MCP servers the key may use within its
+    /// project's; null: every one its project allows. Applies from its
+    /// next request, on every replica.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub allowed_mcp_servers: Option<Option<Vec<String>>>,
 }
 
 /// A field that is present (`null` included) is `Some`: only an absent
@@ -178,6 +200,10 @@ pub struct ProjectApiKey {
     /// its project allows.
     #[schema(required = true)]
     pub allowed_models: Option<Vec<String>>,
+    /// The labels of the registered MCP servers the key may use within its
+    /// project's (svc's own); null: every one its project allows.
+    #[schema(required = true)]
+    pub allowed_mcp_servers: Option<Vec<String>>,
     /// The tokens this key may use per period (within its project's
     /// budget); null: no budget of its own.
     #[schema(required = true)]
@@ -324,6 +350,11 @@ pub struct CreateProjectApiKeyRequest {
     /// or null: every one its project allows.
     #[serde(default)]
     pub allowed_models: Option<Vec<String>>,
+    /// Labels of the registered MCP servers (`*` matches any run of
+    /// characters) it may use (svc's own); omitted or null: every one its
+    /// project allows.
+    #[serde(default)]
+    pub allowed_mcp_servers: Option<Vec<String>>,
     /// Seconds until it expires; omitted or null: never.
     #[serde(default)]
     #[schema(minimum = 1)]

@@ -228,6 +228,7 @@ pub fn key_details(key: &KeyRecord) -> Value {
             "kind": key.kind.name(),
             "scopes": key.kind.permissions().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
             "allowed_models": key.allowed_models.0,
+            "allowed_mcp_servers": key.allowed_mcp_servers.0,
             "owner_id": key.owner_id.as_ref().map(|u| u.0.clone()),
             "expires_at": key.expires_at,
             "budget": key.budget.map(|b| b.to_json()),

@@ -635,6 +635,8 @@ impl DeviceService {
             kind: crate::project::KeyKind::All,
             allowed_models: crate::project::ModelAccess::any(),
             project_allowed_models: crate::project::ModelAccess::any(),
+            allowed_mcp_servers: crate::project::McpServerAccess::any(),
+            project_allowed_mcp_servers: crate::project::McpServerAccess::any(),
             budget: None,
             project_budget: None,
             rotated_from: None,

@@ -12,7 +12,7 @@ use thiserror::Error;
 use crate::budget::Budget;
 use crate::error::{StoreError, UnknownValue};
 use crate::ids::{KeyId, ProjectId, UserId};
-use crate::project::{KeyKind, ModelAccess};
+use crate::project::{KeyKind, McpServerAccess, ModelAccess};
 
 /// The constant prefix of every svc key.
 pub const KEY_PREFIX: &str = "sk-svc-";
@@ -122,6 +122,11 @@ pub struct KeyRecord {
     /// The models its project allows. Read from the project, not stored
     /// with the key.
     pub project_allowed_models: ModelAccess,
+    /// The registered MCP servers this key may use (within its project's).
+    pub allowed_mcp_servers: McpServerAccess,
+    /// The registered MCP servers its project allows. Read from the
+    /// project, not stored with the key.
+    pub project_allowed_mcp_servers: McpServerAccess,
     /// This key's token budget, if it has one.
     pub budget: Option<Budget>,
     /// Its project's token budget, if it has one. Read from the project.
@@ -144,6 +149,13 @@ impl KeyRecord {
     /// both allow it.
     pub fn may_use(&self, model: &str) -> bool {
         self.allowed_models.allows(model) && self.project_allowed_models.allows(model)
+    }
+
+    /// Whether this key may use the registered MCP server `label` (its
+    /// tools through `/mcp`, and the dialects' `mcp` tools naming it): its
+    /// own list and its project's both allow it.
+    pub fn may_use_mcp_server(&self, label: &str) -> bool {
+        self.allowed_mcp_servers.allows(label) && self.project_allowed_mcp_servers.allows(label)
     }
 }
 
@@ -236,6 +248,14 @@ pub trait KeyStore: Send + Sync {
     /// Sets the models a key may use (within its project's); false when
     /// there is no such key. Announced like its limits.
     async fn set_key_models(&self, id: &KeyId, models: &ModelAccess) -> Result<bool, StoreError>;
+    /// Sets the registered MCP servers a key may use (within its
+    /// project's); false when there is no such key. Announced like its
+    /// models.
+    async fn set_key_mcp_servers(
+        &self,
+        id: &KeyId,
+        servers: &McpServerAccess,
+    ) -> Result<bool, StoreError>;
     /// A number that changes whenever a key is revoked or its limits set,
     /// or an account is disabled, enabled or deleted (its keys are judged
     /// with it), through this store or, where the store can tell, by another process

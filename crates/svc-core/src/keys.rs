@@ -24,7 +24,7 @@ use crate::clock::now;
 use crate::error::StoreError;
 use crate::ids::{KeyId, ProjectId, UserId};
 use crate::key::{ApiKey, KeyFormatError, KeyHash, KeyLimits, KeyOrigin, KeyRecord, KeyStore};
-use crate::project::{KeyKind, ModelAccess, ProjectStore};
+use crate::project::{KeyKind, McpServerAccess, ModelAccess, ProjectStore};
 
 /// How often at most `last_used_at` is written for one key, in seconds:
 /// often enough for a dashboard, rare enough to keep writes off the hot path.
@@ -51,8 +51,8 @@ pub struct NewKey {
     pub created_via: KeyOrigin,
     /// Lifetime in seconds; `None` never expires.
     pub expires_in: Option<i64>,
-    /// Its project, kind and models (by default: the default project, kind
-    /// `all`, any model).
+    /// Its project, kind, models and MCP servers (by default: the default
+    /// project, kind `all`, any model, any server).
     pub scope: KeyScope,
 }
 
@@ -63,6 +63,7 @@ pub struct KeyScope {
     pub project_id: Option<ProjectId>,
     pub kind: KeyKind,
     pub allowed_models: ModelAccess,
+    pub allowed_mcp_servers: McpServerAccess,
     pub budget: Option<crate::budget::Budget>,
 }
 
@@ -225,6 +226,8 @@ impl KeyService {
             allowed_models: new.scope.allowed_models,
             // Read from the project when the key is read back.
             project_allowed_models: ModelAccess::any(),
+            allowed_mcp_servers: new.scope.allowed_mcp_servers,
+            project_allowed_mcp_servers: McpServerAccess::any(),
             budget: new.scope.budget,
             project_budget: None,
             rotated_from: None,
@@ -242,8 +245,9 @@ impl KeyService {
     }
 
     /// Rotates the active key `old`: a new key (returned, its only copy)
-    /// with the same project, owner, kind, models, rate limits, name and
-    /// lifetime, whose `rotated_from` names `old`; `old` keeps working for
+    /// with the same project, owner, kind, models, MCP servers, rate
+    /// limits, name and lifetime, whose `rotated_from` names `old`; `old`
+    /// keeps working for
     /// `grace_seconds` more (at most until it would have expired anyway),
     /// then is refused as expired. `None`, with nothing changed, when `old`
     /// is not active. Audited as `api_key.rotated`.
@@ -447,6 +451,27 @@ impl KeyService {
         }
         Ok(found)
     }
+
+    /// Sets the registered MCP servers a key may use (its project's list
+    /// still applies); false when there is no such key. From the key's
+    /// next request, on every replica. Audited as `api_key.updated`, as
+    /// its models are.
+    pub async fn set_allowed_mcp_servers(
+        &self,
+        key: &KeyRecord,
+        servers: &McpServerAccess,
+        actor: &Actor,
+    ) -> Result<bool, StoreError> {
+        let found = self.store.set_key_mcp_servers(&key.id, servers).await?;
+        if found {
+            let details = json!({
+                "id": key.id.0,
+                "changes_requested": {"allowed_mcp_servers": servers.0},
+            });
+            self.audit("api_key.updated", actor, key, details).await?;
+        }
+        Ok(found)
+    }
 }
 
 /// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 7235).
@@ -489,6 +514,8 @@ mod tests {
             kind: KeyKind::All,
             allowed_models: ModelAccess::any(),
             project_allowed_models: ModelAccess::any(),
+            allowed_mcp_servers: McpServerAccess::any(),
+            project_allowed_mcp_servers: McpServerAccess::any(),
             budget: None,
             project_budget: None,
             rotated_from: None,
@@ -518,6 +545,8 @@ mod tests {
             kind: KeyKind::All,
             allowed_models: ModelAccess::any(),
             project_allowed_models: ModelAccess::any(),
+            allowed_mcp_servers: McpServerAccess::any(),
+            project_allowed_mcp_servers: McpServerAccess::any(),
             budget: None,
             project_budget: None,
             rotated_from: None,

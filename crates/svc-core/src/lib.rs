@@ -94,8 +94,8 @@ pub use ids::{DEFAULT_PROJECT_ID, KeyId, ProjectId, UserId};
 pub use key::{ApiKey, KeyFormatError, KeyHash, KeyLimits, KeyOrigin, KeyRecord};
 pub use keys::{AuthError, KeyScope, KeyService, KeyState, NewKey};
 pub use project::{
-    AdminReach, KeyKind, MemberRemoval, ModelAccess, OrgRole, Permission, ProjectMember,
-    ProjectRecord, ProjectRole, ProjectStore,
+    AdminReach, KeyKind, McpServerAccess, MemberRemoval, ModelAccess, OrgRole, Permission,
+    ProjectMember, ProjectRecord, ProjectRole, ProjectStore,
 };
 pub use projects::{ProjectChanges, ProjectService};
 pub use session::{SessionRecord, SessionToken};

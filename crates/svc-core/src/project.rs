@@ -1,7 +1,8 @@
 //! Projects and what a key may do: the organization's projects and their
 //! members' roles, a key's kind (`all`, `restricted` to permissions, or
-//! `admin`), the models a project or a key may use, and [`ProjectStore`],
-//! the persistence of projects and memberships.
+//! `admin`), the models and the registered MCP servers a project or a key
+//! may use, and [`ProjectStore`], the persistence of projects and
+//! memberships.
 //!
 //! The shape is OpenAI's organization: every key belongs to a project;
 //! accounts are project members with the role `owner` or `member`; the
@@ -28,6 +29,8 @@ pub struct ProjectRecord {
     pub archived_at: Option<i64>,
     /// The models keys of this project may use.
     pub allowed_models: ModelAccess,
+    /// The registered MCP servers keys of this project may use.
+    pub allowed_mcp_servers: McpServerAccess,
     /// The tokens all its keys together may use per period.
     pub budget: Option<Budget>,
 }
@@ -321,9 +324,9 @@ pub enum KeyKindError {
     PermissionsWithoutRestricted,
 }
 
-/// The longest model pattern accepted.
+/// The longest model (or MCP server) pattern accepted.
 pub const MAX_MODEL_PATTERN_BYTES: usize = 256;
-/// The most model patterns one list may have.
+/// The most model (or MCP server) patterns one list may have.
 pub const MAX_MODEL_PATTERNS: usize = 256;
 
 /// Which model ids may be used: any (`None`), or those matching one of the
@@ -342,20 +345,7 @@ impl ModelAccess {
     /// most [`MAX_MODEL_PATTERN_BYTES`], without control characters, and at
     /// most [`MAX_MODEL_PATTERNS`] of them.
     pub fn only(patterns: Vec<String>) -> Result<Self, String> {
-        if patterns.len() > MAX_MODEL_PATTERNS {
-            return Err(format!("at most {MAX_MODEL_PATTERNS} model patterns"));
-        }
-        for pattern in &patterns {
-            if pattern.is_empty()
-                || pattern.len() > MAX_MODEL_PATTERN_BYTES
-                || pattern.chars().any(char::is_control)
-            {
-                return Err(format!(
-                    "model patterns are 1 to {MAX_MODEL_PATTERN_BYTES} bytes without control characters"
-                ));
-            }
-        }
-        Ok(ModelAccess(Some(patterns)))
+        check_patterns(&patterns, "model").map(|()| ModelAccess(Some(patterns)))
     }
 
     /// Whether `model` may be used.
@@ -365,6 +355,55 @@ impl ModelAccess {
             Some(patterns) => patterns.iter().any(|p| glob_matches(p, model)),
         }
     }
+}
+
+/// Which registered MCP servers may be used, by label: any (`None`), or
+/// those matching one of the patterns, as for [`ModelAccess`] (`*`
+/// matches any run of characters; a label never holds one). An empty list
+/// allows none. A pattern may name a server not registered (yet): lists
+/// are kept across configuration changes, as model lists are.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct McpServerAccess(pub Option<Vec<String>>);
+
+impl McpServerAccess {
+    /// Every registered server.
+    pub fn any() -> Self {
+        McpServerAccess(None)
+    }
+
+    /// Only servers whose label matches one of `patterns`, checked as a
+    /// model list is ([`ModelAccess::only`]).
+    pub fn only(patterns: Vec<String>) -> Result<Self, String> {
+        check_patterns(&patterns, "MCP server").map(|()| McpServerAccess(Some(patterns)))
+    }
+
+    /// Whether the server labelled `label` may be used.
+    pub fn allows(&self, label: &str) -> bool {
+        match &self.0 {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| glob_matches(p, label)),
+        }
+    }
+}
+
+/// Checks a list of `what` patterns (models, MCP servers): at most
+/// [`MAX_MODEL_PATTERNS`], each 1 to [`MAX_MODEL_PATTERN_BYTES`] bytes
+/// without control characters; the message names `what` otherwise.
+fn check_patterns(patterns: &[String], what: &str) -> Result<(), String> {
+    if patterns.len() > MAX_MODEL_PATTERNS {
+        return Err(format!("at most {MAX_MODEL_PATTERNS} {what} patterns"));
+    }
+    for pattern in patterns {
+        if pattern.is_empty()
+            || pattern.len() > MAX_MODEL_PATTERN_BYTES
+            || pattern.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "{what} patterns are 1 to {MAX_MODEL_PATTERN_BYTES} bytes without control characters"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `text` matches `pattern`, where `*` matches any run of
@@ -400,9 +439,9 @@ pub trait ProjectStore: Send + Sync {
     async fn list_projects(&self) -> Result<Vec<ProjectRecord>, StoreError>;
     /// The projects `user` is an owner of, oldest first.
     async fn owned_projects(&self, user: &UserId) -> Result<Vec<ProjectRecord>, StoreError>;
-    /// Stores a project's name, allowed models and budget; false when there
-    /// is no such project. Announced like a key change (its keys are judged
-    /// with its model list and budget), so [`KeyStore::keys_version`](crate::key::KeyStore::keys_version) moves
+    /// Stores a project's name, allowed models and MCP servers, and budget;
+    /// false when there is no such project. Announced like a key change
+    /// (its keys are judged with its lists and budget), so [`KeyStore::keys_version`](crate::key::KeyStore::keys_version) moves
     /// everywhere.
     async fn update_project(&self, project: &ProjectRecord) -> Result<bool, StoreError>;
     /// Makes `user` a member of `project` with `role` (replacing the role
@@ -466,6 +505,20 @@ mod tests {
         assert!(!ModelAccess::only(vec![]).unwrap().allows("svc"));
         assert!(ModelAccess::only(vec![String::new()]).is_err());
         assert!(ModelAccess::only(vec!["a\nb".into()]).is_err());
+    }
+
+    #[test]
+    fn mcp_server_access_any_or_listed() {
+        assert!(McpServerAccess::any().allows("github"));
+        let only = McpServerAccess::only(vec!["docs".into(), "git*".into()]).unwrap();
+        assert!(only.allows("docs"));
+        assert!(only.allows("github"));
+        assert!(!only.allows("docs-internal"), "a label matches whole");
+        assert!(!McpServerAccess::only(vec![]).unwrap().allows("docs"));
+        let err = McpServerAccess::only(vec![String::new()]).unwrap_err();
+        assert!(err.starts_with("MCP server patterns"), "{err}");
+        let err = McpServerAccess::only(vec!["x".into(); MAX_MODEL_PATTERNS + 1]).unwrap_err();
+        assert_eq!(err, "at most 256 MCP server patterns");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The project service: the rules for projects and their members, shared
 //! by the admin API and the dashboard, so that both check names, model
-//! lists, budgets and key kinds the same way and write the same audit
-//! entries.
+//! and MCP server lists, budgets and key kinds the same way and write the
+//! same audit entries.
 //!
 //! Who may make a change is the caller's decision: nothing here looks at
 //! roles. What a budget has used so far is the server's (it counts them).
@@ -16,7 +16,8 @@ use crate::clock::now;
 use crate::error::StoreError;
 use crate::ids::UserId;
 use crate::project::{
-    KeyKind, KeyKindError, MemberRemoval, ModelAccess, ProjectRecord, ProjectRole, ProjectStore,
+    KeyKind, KeyKindError, McpServerAccess, MemberRemoval, ModelAccess, ProjectRecord, ProjectRole,
+    ProjectStore,
 };
 use crate::validation::ValidationError;
 
@@ -44,6 +45,15 @@ pub fn models(list: Option<Vec<String>>) -> Result<ModelAccess, ValidationError>
         None => Ok(ModelAccess::any()),
         Some(list) => ModelAccess::only(list)
             .map_err(|message| ValidationError::new("allowed_models", message)),
+    }
+}
+
+/// A list of registered MCP servers, by label: `None` allows every one.
+pub fn mcp_servers(list: Option<Vec<String>>) -> Result<McpServerAccess, ValidationError> {
+    match list {
+        None => Ok(McpServerAccess::any()),
+        Some(list) => McpServerAccess::only(list)
+            .map_err(|message| ValidationError::new("allowed_mcp_servers", message)),
     }
 }
 
@@ -118,6 +128,7 @@ fn budget_json(budget: Option<Budget>) -> Value {
 pub struct ProjectChanges {
     pub name: Option<String>,
     pub allowed_models: Option<ModelAccess>,
+    pub allowed_mcp_servers: Option<McpServerAccess>,
     /// `Some(None)` removes the budget.
     pub budget: Option<Option<Budget>>,
 }
@@ -157,6 +168,7 @@ impl ProjectService {
         let details = json!({"id": project.id.0, "data": {
             "name": project.name,
             "allowed_models": project.allowed_models.0,
+            "allowed_mcp_servers": project.allowed_mcp_servers.0,
             "budget": budget_json(project.budget),
         }});
         self.audit(actor, "project.created", project, details).await
@@ -179,6 +191,10 @@ impl ProjectService {
         if let Some(models) = changes.allowed_models {
             requested.insert("allowed_models".into(), json!(models.0));
             project.allowed_models = models;
+        }
+        if let Some(servers) = changes.allowed_mcp_servers {
+            requested.insert("allowed_mcp_servers".into(), json!(servers.0));
+            project.allowed_mcp_servers = servers;
         }
         if let Some(budget) = changes.budget {
             requested.insert("budget".into(), budget_json(budget));
@@ -292,6 +308,9 @@ mod tests {
         assert_eq!(models(None).unwrap(), ModelAccess::any());
         let err = models(Some(vec![String::new()])).unwrap_err();
         assert_eq!(err.param, "allowed_models");
+        assert_eq!(mcp_servers(None).unwrap(), McpServerAccess::any());
+        let err = mcp_servers(Some(vec!["a\tb".into()])).unwrap_err();
+        assert_eq!(err.param, "allowed_mcp_servers");
         assert_eq!(key_kind("all", &[]).unwrap(), KeyKind::All);
         let err = key_kind("root", &[]).unwrap_err();
         assert_eq!(err.param, "kind");
@@ -397,6 +416,7 @@ mod tests {
             created_at: 0,
             archived_at: None,
             allowed_models: ModelAccess::any(),
+            allowed_mcp_servers: McpServerAccess::any(),
             budget: None,
         };
         let ada = UserId("usr_ada".into());
@@ -404,10 +424,13 @@ mod tests {
         let changes = ProjectChanges {
             name: Some("Lab".into()),
             budget: Some(Some(Budget::tokens(5, BudgetPeriod::Week))),
+            allowed_mcp_servers: Some(McpServerAccess::only(vec!["docs".into()]).unwrap()),
             ..ProjectChanges::default()
         };
         assert!(service.update(&actor, &mut project, changes).await.unwrap());
         assert_eq!(project.name, "Lab");
+        assert!(project.allowed_mcp_servers.allows("docs"));
+        assert!(!project.allowed_mcp_servers.allows("github"));
         service
             .set_member(&actor, &project, &ada, ProjectRole::Member)
             .await
@@ -463,6 +486,7 @@ mod tests {
             audit[1].details,
             json!({"id": "proj_1", "changes_requested": {
                 "name": "Lab", "budget": {"tokens": 5, "period": "week"},
+                "allowed_mcp_servers": ["docs"],
             }})
         );
         assert_eq!(

@@ -469,6 +469,8 @@ mod scope_tests {
             kind,
             allowed_models: Default::default(),
             project_allowed_models: Default::default(),
+            allowed_mcp_servers: Default::default(),
+            project_allowed_mcp_servers: Default::default(),
             budget: None,
             project_budget: None,
             rotated_from: None,

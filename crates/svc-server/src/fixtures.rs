@@ -1,6 +1,8 @@
 //! What the crate's unit tests share; compiled only for them.
 
-use svc_core::{KeyId, KeyKind, KeyLimits, KeyOrigin, KeyRecord, ModelAccess, ProjectId};
+use svc_core::{
+    KeyId, KeyKind, KeyLimits, KeyOrigin, KeyRecord, McpServerAccess, ModelAccess, ProjectId,
+};
 
 /// A live key `id` of the default project that may do anything, with no
 /// limits or budgets: a test sets on it what it tests.
@@ -21,6 +23,8 @@ pub(crate) fn key(id: &str) -> KeyRecord {
         kind: KeyKind::All,
         allowed_models: ModelAccess::any(),
         project_allowed_models: ModelAccess::any(),
+        allowed_mcp_servers: McpServerAccess::any(),
+        project_allowed_mcp_servers: McpServerAccess::any(),
         budget: None,
         project_budget: None,
         rotated_from: None,

@@ -7,23 +7,25 @@ use sqlx::{AnyConnection, Row};
 use svc_core::budget::Budget;
 use svc_core::ids::{KeyId, ProjectId, UserId};
 use svc_core::key::{KeyHash, KeyLimits, KeyOrigin, KeyRecord};
-use svc_core::project::{AdminReach, KeyKind, ModelAccess};
+use svc_core::project::{AdminReach, KeyKind, McpServerAccess, ModelAccess};
 use svc_core::store::{KeyStore, StoreError, UnknownValue};
 
 use crate::SqlStore;
 use crate::connect::REQUEST_PATH_TIMEOUT;
 use crate::error::{bounded, query_error, unknown_value};
 
-// Every key is read with its owner's state and its project's models: a
-// disabled account's keys are refused and a project's model list applies
-// to its keys (by svc-core), so what authentication reads must include them.
+// Every key is read with its owner's state and its project's lists: a
+// disabled account's keys are refused and a project's model and MCP server
+// lists apply to its keys (by svc-core), so what authentication reads must
+// include them.
 macro_rules! select {
     () => {
         "SELECT k.id, k.name, k.hint, k.owner_id, k.created_via, k.created_at, k.expires_at, \
          k.last_used_at, k.revoked_at, k.rpm_limit, k.tpm_limit, \
          k.project_id, k.kind, k.permissions, k.admin_reach, k.allowed_models, k.rotated_from, \
-         k.lineage_id, k.budget_tokens, k.budget_period, k.budget_unit, \
+         k.lineage_id, k.budget_tokens, k.budget_period, k.budget_unit, k.allowed_mcp_servers, \
          p.allowed_models AS project_allowed_models, \
+         p.allowed_mcp_servers AS project_allowed_mcp_servers, \
          p.budget_tokens AS project_budget_tokens, p.budget_period AS project_budget_period, \
          p.budget_unit AS project_budget_unit, \
          u.disabled_at AS owner_disabled_at \
@@ -35,9 +37,9 @@ macro_rules! select {
 const INSERT: &str = "INSERT INTO api_keys (id, key_hash, name, hint, owner_id, created_via, \
      created_at, expires_at, last_used_at, revoked_at, rpm_limit, tpm_limit, \
      project_id, kind, permissions, allowed_models, rotated_from, lineage_id, budget_tokens, \
-     budget_period, budget_unit, admin_reach) \
+     budget_period, budget_unit, admin_reach, allowed_mcp_servers) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-     $19, $20, $21, $22)";
+     $19, $20, $21, $22, $23)";
 const OF_PROJECT: &str = concat!(
     select!(),
     " WHERE k.project_id = $1 ORDER BY k.created_at DESC, k.id DESC"
@@ -59,6 +61,8 @@ const SET_BUDGET: &str =
 // PostgreSQL's key-change trigger lists allowed_models (0012), so every
 // replica hears of it.
 const SET_MODELS: &str = "UPDATE api_keys SET allowed_models = $2 WHERE id = $1";
+// Listed in the trigger too (0022).
+const SET_MCP_SERVERS: &str = "UPDATE api_keys SET allowed_mcp_servers = $2 WHERE id = $1";
 // Replicas may touch one key in any order: the latest time wins.
 const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)";
@@ -86,6 +90,11 @@ fn record(row: &AnyRow) -> Result<KeyRecord, sqlx::Error> {
         kind: kind(row)?,
         allowed_models: crate::lists::model_access(row, "allowed_models")?,
         project_allowed_models: crate::lists::model_access(row, "project_allowed_models")?,
+        allowed_mcp_servers: crate::lists::mcp_server_access(row, "allowed_mcp_servers")?,
+        project_allowed_mcp_servers: crate::lists::mcp_server_access(
+            row,
+            "project_allowed_mcp_servers",
+        )?,
         rotated_from: row.try_get::<Option<String>, _>("rotated_from")?.map(KeyId),
         lineage: row.try_get::<Option<String>, _>("lineage_id")?.map(KeyId),
         budget: crate::budgets::budget(row, "budget_tokens", "budget_period", "budget_unit")?,
@@ -149,6 +158,9 @@ pub(crate) async fn insert_key_on(
         .bind(crate::budgets::budget_columns(record.budget).period)
         .bind(crate::budgets::budget_columns(record.budget).unit)
         .bind(record.kind.admin_reach().map(AdminReach::as_str))
+        .bind(crate::lists::mcp_server_access_json(
+            &record.allowed_mcp_servers,
+        ))
         .execute(conn)
         .await
         .map(|_| ())
@@ -264,6 +276,19 @@ impl KeyStore for SqlStore {
             sqlx::query(SET_MODELS)
                 .bind(id.0.as_str())
                 .bind(crate::lists::model_access_json(models)),
+        )
+        .await
+    }
+
+    async fn set_key_mcp_servers(
+        &self,
+        id: &KeyId,
+        servers: &McpServerAccess,
+    ) -> Result<bool, StoreError> {
+        self.change_for_keys(
+            sqlx::query(SET_MCP_SERVERS)
+                .bind(id.0.as_str())
+                .bind(crate::lists::mcp_server_access_json(servers)),
         )
         .await
     }

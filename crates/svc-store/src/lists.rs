@@ -1,9 +1,10 @@
 //! Lists kept in one TEXT column as a JSON array of strings (a key's
-//! permissions, a project's or a key's allowed models); NULL is "no list".
+//! permissions, a project's or a key's allowed models and MCP servers);
+//! NULL is "no list".
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use svc_core::project::ModelAccess;
+use svc_core::project::{McpServerAccess, ModelAccess};
 use svc_core::store::UnknownValue;
 
 use crate::error::unknown_value;
@@ -31,5 +32,18 @@ pub(crate) fn to_json(items: impl Iterator<Item = String>) -> String {
 
 /// The stored form of `access`: NULL for every model.
 pub(crate) fn model_access_json(access: &ModelAccess) -> Option<String> {
+    access.0.as_ref().map(|list| to_json(list.iter().cloned()))
+}
+
+/// The registered MCP servers `column` allows (NULL: every one).
+pub(crate) fn mcp_server_access(
+    row: &AnyRow,
+    column: &str,
+) -> Result<McpServerAccess, sqlx::Error> {
+    strings(row, column).map(McpServerAccess)
+}
+
+/// The stored form of `access`: NULL for every server.
+pub(crate) fn mcp_server_access_json(access: &McpServerAccess) -> Option<String> {
     access.0.as_ref().map(|list| to_json(list.iter().cloned()))
 }

@@ -12,14 +12,15 @@ use crate::{Backend, SqlStore};
 
 macro_rules! columns {
     () => {
-        "id, name, created_at, archived_at, allowed_models, budget_tokens, budget_period, budget_unit"
+        "id, name, created_at, archived_at, allowed_models, budget_tokens, budget_period, \
+         budget_unit, allowed_mcp_servers"
     };
 }
 
 const INSERT: &str = concat!(
     "INSERT INTO projects (",
     columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 );
 const BY_ID: &str = concat!("SELECT ", columns!(), " FROM projects WHERE id = $1");
 const ALL: &str = concat!(
@@ -38,7 +39,8 @@ pub(crate) const SET_MEMBER: &str = "INSERT INTO project_members \
      (project_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (project_id, user_id) DO UPDATE SET role = excluded.role";
 const UPDATE: &str = "UPDATE projects SET name = $2, allowed_models = $3, \
-     budget_tokens = $4, budget_period = $5, budget_unit = $6 WHERE id = $1";
+     budget_tokens = $4, budget_period = $5, budget_unit = $6, allowed_mcp_servers = $7 \
+     WHERE id = $1";
 const MEMBERS: &str = "SELECT m.user_id, u.email, m.role, m.created_at \
      FROM project_members m JOIN users u ON u.id = m.user_id \
      WHERE m.project_id = $1 ORDER BY m.created_at, m.user_id";
@@ -60,6 +62,7 @@ fn record(row: &AnyRow) -> Result<ProjectRecord, sqlx::Error> {
         created_at: row.try_get("created_at")?,
         archived_at: row.try_get("archived_at")?,
         allowed_models: crate::lists::model_access(row, "allowed_models")?,
+        allowed_mcp_servers: crate::lists::mcp_server_access(row, "allowed_mcp_servers")?,
         budget: crate::budgets::budget(row, "budget_tokens", "budget_period", "budget_unit")?,
     })
 }
@@ -76,6 +79,9 @@ impl ProjectStore for SqlStore {
             .bind(crate::budgets::budget_columns(project.budget).limit)
             .bind(crate::budgets::budget_columns(project.budget).period)
             .bind(crate::budgets::budget_columns(project.budget).unit)
+            .bind(crate::lists::mcp_server_access_json(
+                &project.allowed_mcp_servers,
+            ))
             .execute(&self.pool)
             .await
             .map(|_| ())
@@ -103,7 +109,10 @@ impl ProjectStore for SqlStore {
                 .bind(crate::lists::model_access_json(&project.allowed_models))
                 .bind(columns.limit)
                 .bind(columns.period)
-                .bind(columns.unit),
+                .bind(columns.unit)
+                .bind(crate::lists::mcp_server_access_json(
+                    &project.allowed_mcp_servers,
+                )),
         )
         .await
     }

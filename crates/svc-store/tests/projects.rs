@@ -1,5 +1,5 @@
-//! Projects, memberships, key kinds and model lists, on both backends; and
-//! the upgrade of a database made before projects existed.
+//! Projects, memberships, key kinds, model and MCP server lists, on both
+//! backends; and the upgrade of a database made before projects existed.
 
 #![expect(
     clippy::unwrap_used,
@@ -18,7 +18,8 @@ use svc_core::ids::ProjectId;
 use svc_core::key::KeyOrigin;
 use svc_core::keys::{KeyScope, KeyService, NewKey};
 use svc_core::project::{
-    AdminReach, KeyKind, MemberRemoval, ModelAccess, Permission, ProjectRecord, ProjectRole,
+    AdminReach, KeyKind, McpServerAccess, MemberRemoval, ModelAccess, Permission, ProjectRecord,
+    ProjectRole,
 };
 use svc_core::store::{KeyStore, ProjectStore, ResponseStore, StoreError, UserStore};
 
@@ -32,6 +33,7 @@ on_both_backends!(
     concurrent_removals_of_two_owners_leave_one,
     a_keys_models_change_and_every_store_sees_it,
     admin_keys_from_before_0013_reach_what_their_making_allows,
+    mcp_server_lists_are_stored_and_judge_keys_on_every_store,
 );
 
 async fn a_database_from_before_projects_upgrades_with_everything_in_the_default_project(db: &Db) {
@@ -89,6 +91,7 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
     let project = store.project_by_id(&default).await.unwrap().unwrap();
     assert_eq!(project.name, "Default project");
     assert_eq!(project.allowed_models, ModelAccess::any());
+    assert_eq!(project.allowed_mcp_servers, McpServerAccess::any());
     assert_eq!(store.list_projects().await.unwrap(), vec![project]);
     for (record, hash) in &keys {
         let read = store.key_by_hash(hash).await.unwrap().unwrap();
@@ -99,6 +102,11 @@ async fn a_database_from_before_projects_upgrades_with_everything_in_the_default
         assert_eq!(read.allowed_models, ModelAccess::any());
         assert_eq!(read.limits.requests_per_minute, Some(7));
         assert!(read.may_use("svc"));
+        assert_eq!(read.allowed_mcp_servers, McpServerAccess::any());
+        assert!(
+            read.may_use_mcp_server("github"),
+            "keys from before use every server"
+        );
     }
     let in_project = store.list_project_keys(&default).await.unwrap();
     assert_eq!(in_project.len(), 3);
@@ -167,6 +175,7 @@ fn project(name: &str, created_at: i64, models: ModelAccess) -> ProjectRecord {
         created_at,
         archived_at: None,
         allowed_models: models,
+        allowed_mcp_servers: McpServerAccess::any(),
         budget: None,
     }
 }
@@ -643,4 +652,136 @@ async fn admin_keys_from_before_0013_reach_what_their_making_allows(db: &Db) {
         let read = store.key_by_hash(hash).await.unwrap().unwrap();
         assert_eq!(read.kind.admin_reach(), reach, "{owner:?} by {via}");
     }
+}
+
+/// Waits (at most 10 s) until `replica` has a keys version other than
+/// `before`: it heard of a change.
+async fn heard_of_a_change(replica: &svc_store::SqlStore, before: Option<u64>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while replica.keys_version() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never saw the change"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A project's and a key's MCP server lists are stored, read back with
+/// the key (its project's too), judge it through `may_use_mcp_server`,
+/// and changing either is a key change every store hears of.
+async fn mcp_server_lists_are_stored_and_judge_keys_on_every_store(db: &Db) {
+    let store = db.store().await;
+    let replica = db.store().await;
+    let docs_and_git = McpServerAccess::only(vec!["docs".into(), "git*".into()]).unwrap();
+    let team = ProjectRecord {
+        allowed_mcp_servers: docs_and_git.clone(),
+        ..project("team", 10, ModelAccess::any())
+    };
+    store.insert_project(&team).await.unwrap();
+    assert_eq!(
+        store.project_by_id(&team.id).await.unwrap(),
+        Some(team.clone())
+    );
+    let (mut record, hash) = new_key(None, 1);
+    record.project_id = team.id.clone();
+    record.allowed_mcp_servers =
+        McpServerAccess::only(vec!["github".into(), "docs".into()]).unwrap();
+    store.insert_key(&record, &hash).await.unwrap();
+    let (mut shut, shut_hash) = new_key(None, 2);
+    shut.allowed_mcp_servers = McpServerAccess::only(vec![]).unwrap();
+    store.insert_key(&shut, &shut_hash).await.unwrap();
+
+    let read = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(read.allowed_mcp_servers, record.allowed_mcp_servers);
+    assert_eq!(read.project_allowed_mcp_servers, docs_and_git);
+    assert!(read.may_use_mcp_server("github") && read.may_use_mcp_server("docs"));
+    assert!(!read.may_use_mcp_server("gitlab"), "the key's own list");
+    assert!(!read.may_use_mcp_server("wiki"), "neither list");
+    let shut_read = store.key_by_id(&shut.id).await.unwrap().unwrap();
+    assert_eq!(
+        shut_read.project_allowed_mcp_servers,
+        McpServerAccess::any()
+    );
+    assert!(
+        !shut_read.may_use_mcp_server("docs"),
+        "an empty list allows none"
+    );
+    // Keys list with their lists as well.
+    let listed = store.list_project_keys(&team.id).await.unwrap();
+    assert_eq!(listed, vec![read.clone()]);
+
+    // PostgreSQL's listener starts in the background: until it has, the
+    // version is `None`.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while replica.keys_version().is_none() {
+        assert!(std::time::Instant::now() < deadline, "no keys version");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
+    // The project's list narrows: the key follows, on the replica too.
+    let before = replica.keys_version();
+    let docs_only = McpServerAccess::only(vec!["docs".into()]).unwrap();
+    let narrowed = ProjectRecord {
+        allowed_mcp_servers: docs_only.clone(),
+        ..team.clone()
+    };
+    assert!(store.update_project(&narrowed).await.unwrap());
+    assert_eq!(
+        store.project_by_id(&team.id).await.unwrap(),
+        Some(narrowed.clone())
+    );
+    heard_of_a_change(&replica, before).await;
+    let read = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(read.project_allowed_mcp_servers, docs_only);
+    assert!(!read.may_use_mcp_server("github"), "the project's list");
+    assert!(read.may_use_mcp_server("docs"));
+
+    // The key's own list is set (and set back to every server) alone.
+    let before = replica.keys_version();
+    assert!(
+        store
+            .set_key_mcp_servers(&record.id, &McpServerAccess::only(vec![]).unwrap())
+            .await
+            .unwrap()
+    );
+    heard_of_a_change(&replica, before).await;
+    let read = replica.key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(
+        read.allowed_mcp_servers,
+        McpServerAccess::only(vec![]).unwrap()
+    );
+    assert_eq!(
+        read.allowed_models, record.allowed_models,
+        "nothing else changed"
+    );
+    assert!(!read.may_use_mcp_server("docs"));
+    assert!(
+        store
+            .set_key_mcp_servers(&record.id, &McpServerAccess::any())
+            .await
+            .unwrap()
+    );
+    let read = store.key_by_id(&record.id).await.unwrap().unwrap();
+    assert_eq!(read.allowed_mcp_servers, McpServerAccess::any());
+    assert!(read.may_use_mcp_server("docs") && !read.may_use_mcp_server("github"));
+    assert!(
+        !store
+            .set_key_mcp_servers(
+                &svc_core::ids::KeyId("key_missing".into()),
+                &McpServerAccess::any()
+            )
+            .await
+            .unwrap()
+    );
+
+    // A stored list that is no JSON list of strings is an error naming
+    // its column, never "every server".
+    db.execute(&format!(
+        "UPDATE api_keys SET allowed_mcp_servers = 'docs' WHERE id = '{}'",
+        record.id.0
+    ))
+    .await;
+    let err = store.key_by_hash(&hash).await.unwrap_err();
+    assert!(err.to_string().contains("allowed_mcp_servers"), "{err}");
 }

@@ -180,6 +180,7 @@ impl TestApp {
             created_at: 1,
             archived_at: None,
             allowed_models: models,
+            allowed_mcp_servers: svc_core::McpServerAccess::any(),
             budget: None,
         };
         svc_core::ProjectStore::insert_project(self.store.as_ref(), &project)

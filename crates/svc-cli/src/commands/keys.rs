@@ -57,6 +57,7 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                             kind,
                             allowed_models,
                             budget: None,
+                            ..KeyScope::default()
                         },
                     },
                     &Actor::Operator,

@@ -1,10 +1,10 @@
 //! The pieces of the dashboard's forms that more than one section shows
 //! or reads: budgets (a bar of what a window used, a form's fields, a form
-//! read back) and model lists.
+//! read back), model lists and MCP server lists.
 
 use minijinja::{Value, context};
 use svc_core::projects;
-use svc_core::{Budget, BudgetUnit, ModelAccess, ValidationError};
+use svc_core::{Budget, BudgetUnit, McpServerAccess, ModelAccess, ValidationError};
 
 use super::pages::time;
 use crate::budget::{BudgetReading, dollars};
@@ -106,25 +106,50 @@ pub fn form_budget(amount: &str, unit: &str, period: &str) -> Result<Option<Budg
     })
 }
 
-/// A model list from a form field: ids or patterns separated by commas or
-/// spaces; empty allows every model. Checked as the admin API checks one.
-pub fn form_models(text: &str) -> Result<ModelAccess, String> {
+/// The items of a list field: separated by commas or spaces; `None` when
+/// there are none (the field left empty allows everything).
+fn form_list(text: &str) -> Option<Vec<String>> {
     let list: Vec<String> = text
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|m| !m.is_empty())
         .map(str::to_owned)
         .collect();
-    if list.is_empty() {
-        return Ok(ModelAccess::any());
-    }
-    projects::models(Some(list))
+    (!list.is_empty()).then_some(list)
+}
+
+/// A model list from a form field: ids or patterns separated by commas or
+/// spaces; empty allows every model. Checked as the admin API checks one.
+pub fn form_models(text: &str) -> Result<ModelAccess, String> {
+    projects::models(form_list(text))
         .map_err(|e: ValidationError| format!("Allowed models: {}.", e.message))
+}
+
+/// An MCP server list from a form field: labels or patterns separated by
+/// commas or spaces; empty allows every registered server. Checked as the
+/// admin API checks one.
+pub fn form_mcp_servers(text: &str) -> Result<McpServerAccess, String> {
+    projects::mcp_servers(form_list(text))
+        .map_err(|e: ValidationError| format!("Allowed MCP servers: {}.", e.message))
+}
+
+/// A list as its form field shows it: empty for none (everything).
+pub fn list_field(list: Option<&Vec<String>>) -> String {
+    list.map(|l| l.join(", ")).unwrap_or_default()
 }
 
 /// A model list as the pages show it.
 pub fn models_text(models: &ModelAccess) -> String {
     match &models.0 {
         None => "every model".into(),
+        Some(list) if list.is_empty() => "none".into(),
+        Some(list) => list.join(", "),
+    }
+}
+
+/// An MCP server list as the pages show it.
+pub fn mcp_servers_text(servers: &McpServerAccess) -> String {
+    match &servers.0 {
+        None => "every server".into(),
         Some(list) if list.is_empty() => "none".into(),
         Some(list) => list.join(", "),
     }

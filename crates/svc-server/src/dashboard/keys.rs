@@ -1,9 +1,9 @@
 //! The API keys section: the list, Create key (the key shown exactly once;
-//! optionally restricted to some models and, for a `restricted` key, some
-//! permissions), the models a key may use changed later, and revocation
-//! with a confirmation step. Model lists and kinds are read and checked as
-//! the admin API reads them ([`svc_core::projects`]); admin keys are not made
-//! here.
+//! optionally restricted to some models and registered MCP servers and,
+//! for a `restricted` key, some permissions), the models and MCP servers a
+//! key may use changed later, and revocation with a confirmation step.
+//! Lists and kinds are read and checked as the admin API reads them
+//! ([`svc_core::projects`]); admin keys are not made here.
 
 use axum::Form;
 use axum::extract::{Path, Query, State};
@@ -12,11 +12,13 @@ use minijinja::{Value, context};
 use serde::Deserialize;
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
 use svc_core::{
-    ApiKey, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, ModelAccess, NewKey, Permission,
-    UserId, now,
+    ApiKey, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, Permission, UserId, now,
 };
 
-use super::forms::{PERIODS, budget_bar, budget_fields, form_budget};
+use super::forms::{
+    PERIODS, budget_bar, budget_fields, form_budget, form_mcp_servers, form_models, list_field,
+    mcp_servers_text, models_text,
+};
 use super::pages::{PageError, render, time};
 use super::session::SignedIn;
 use super::session::layout;
@@ -100,7 +102,8 @@ fn key_row(key: &KeyRecord, owners: &[(UserId, String)], rotated_into: bool) -> 
         // What a restricted key may do (the other kinds say it by name).
         permissions => matches!(key.kind, svc_core::KeyKind::Restricted(_))
             .then(|| key.kind.permissions().iter().map(|p| p.as_str()).collect::<Vec<_>>()),
-        models => super::forms::models_text(&key.allowed_models),
+        models => models_text(&key.allowed_models),
+        mcp_servers => mcp_servers_text(&key.allowed_mcp_servers),
         rpm => key.limits.requests_per_minute,
         tpm => key.limits.tokens_per_minute,
         rotated_into,
@@ -204,6 +207,7 @@ struct CreateForm {
     name: String,
     expires: Option<String>,
     models: String,
+    mcp_servers: String,
     kind: String,
     permissions: Vec<String>,
 }
@@ -217,6 +221,7 @@ impl CreateForm {
                 "name" => form.name = value,
                 "expires" => form.expires = Some(value),
                 "models" => form.models = value,
+                "mcp_servers" => form.mcp_servers = value,
                 "kind" => form.kind = value,
                 "permissions" => form.permissions.push(value),
                 _ => {}
@@ -231,6 +236,7 @@ impl CreateForm {
             name => &self.name,
             expires => self.expires.as_deref().unwrap_or("never"),
             models => &self.models,
+            mcp_servers => &self.mcp_servers,
             kind => if self.kind.is_empty() { "all" } else { self.kind.as_str() },
             permissions => &self.permissions,
         }
@@ -267,7 +273,8 @@ impl CreateForm {
             .map_err(|_| "Choose permissions from the list.".to_owned())?;
         let scope = KeyScope {
             kind,
-            allowed_models: super::forms::form_models(&self.models)?,
+            allowed_models: form_models(&self.models)?,
+            allowed_mcp_servers: form_mcp_servers(&self.mcp_servers)?,
             ..KeyScope::default()
         };
         Ok((name.to_owned(), *days, scope))
@@ -435,8 +442,8 @@ pub async fn revoke(
     Ok(Redirect::to(&format!("/dashboard/keys?revoked={}", key.id)).into_response())
 }
 
-/// The models form (the key's owner, or an admin): which models the key
-/// may use, within its project's.
+/// The access form (the key's owner, or an admin): which models and which
+/// registered MCP servers the key may use, within its project's.
 pub async fn access_page(
     State(state): State<AppState>,
     who: SignedIn,
@@ -444,7 +451,8 @@ pub async fn access_page(
 ) -> Result<Html<String>, PageError> {
     let key = own_key(&state, &who, &id).await?;
     let sent = context! {
-        models => key.allowed_models.0.as_ref().map(|l| l.join(", ")).unwrap_or_default(),
+        models => list_field(key.allowed_models.0.as_ref()),
+        mcp_servers => list_field(key.allowed_mcp_servers.0.as_ref()),
     };
     render_access(&state, &who, &key, sent, None).await
 }
@@ -457,9 +465,10 @@ async fn render_access(
     error: Option<String>,
 ) -> Result<Html<String>, PageError> {
     let project = state.store.project_by_id(&key.project_id).await?;
-    let project_models = project
+    let project_models = project.as_ref().map(|p| models_text(&p.allowed_models));
+    let project_mcp_servers = project
         .as_ref()
-        .map(|p| super::forms::models_text(&p.allowed_models));
+        .map(|p| mcp_servers_text(&p.allowed_mcp_servers));
     render(
         "key_access.html",
         context! {
@@ -468,6 +477,8 @@ async fn render_access(
                 key => key_row(key, &[], false),
                 project_name => project.map(|p| p.name),
                 project_models,
+                project_mcp_servers,
+                registered => state.mcp.labels().map(str::to_owned).collect::<Vec<_>>(),
                 form,
                 error,
             }
@@ -480,10 +491,15 @@ pub struct AccessForm {
     csrf: String,
     #[serde(default)]
     models: String,
+    /// Absent (a form from before MCP servers): the key's list is kept.
+    #[serde(default)]
+    mcp_servers: Option<String>,
 }
 
-/// Sets the models the key may use, from its next request, on every
-/// replica; audited as `api_key.updated`, as a key's budget change is.
+/// Sets the models and the MCP servers the key may use, from its next
+/// request, on every replica: each list that changed, audited as
+/// `api_key.updated` (as a key's budget change is); one that did not is
+/// neither written nor audited.
 pub async fn set_access(
     State(state): State<AppState>,
     who: SignedIn,
@@ -492,18 +508,32 @@ pub async fn set_access(
 ) -> Result<Response, PageError> {
     who.check_csrf(&form.csrf)?;
     let key = own_key(&state, &who, &id).await?;
-    let models: ModelAccess = match super::forms::form_models(&form.models) {
-        Ok(models) => models,
+    let servers = form
+        .mcp_servers
+        .as_deref()
+        .map(form_mcp_servers)
+        .transpose();
+    let (models, servers) = match form_models(&form.models).and_then(|m| Ok((m, servers?))) {
+        Ok(checked) => checked,
         Err(message) => {
-            let sent = context! { models => form.models };
+            let sent = context! { models => form.models, mcp_servers => form.mcp_servers };
             let page = render_access(&state, &who, &key, sent, Some(message)).await?;
             return Ok((axum::http::StatusCode::BAD_REQUEST, page).into_response());
         }
     };
-    if !state
-        .keys
-        .set_allowed_models(&key, &models, &who.actor())
-        .await?
+    if models != key.allowed_models
+        && !state
+            .keys
+            .set_allowed_models(&key, &models, &who.actor())
+            .await?
+    {
+        return Err(PageError::NotFound);
+    }
+    if let Some(servers) = servers.filter(|s| *s != key.allowed_mcp_servers)
+        && !state
+            .keys
+            .set_allowed_mcp_servers(&key, &servers, &who.actor())
+            .await?
     {
         return Err(PageError::NotFound);
     }

@@ -9,6 +9,12 @@
 //! Who may use which model: an organization owner every model; anyone
 //! else the models the default project allows (where the keys made on
 //! this dashboard go) and those any of their active keys may use.
+//!
+//! Below them, when the operator registered MCP servers, the servers the
+//! person may use, by the same rule: label, description and offered tools;
+//! to organization owners every server, with its URL (a password in it
+//! hidden) and its headers' names, as the admin API's
+//! `GET /v1/organization/mcp_servers` shows them, never a header's value.
 
 use axum::Form;
 use axum::extract::{Query, State};
@@ -16,7 +22,7 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use minijinja::{Value, context};
 use serde::Deserialize;
-use svc_core::{KeyState, ProjectId, now};
+use svc_core::{KeyRecord, KeyState, ProjectId, ProjectRecord, now};
 
 use super::pages::{PageError, render};
 use super::session::{SignedIn, layout};
@@ -77,33 +83,81 @@ fn model_row(route: &ModelRoute) -> Value {
     }
 }
 
-/// The models `who` may use, in the server's order.
-async fn usable(state: &AppState, who: &SignedIn) -> Result<Vec<ModelRoute>, PageError> {
-    if who.user.is_admin {
-        return Ok(state.models.iter().cloned().collect());
+/// What someone other than an organization owner may use: what the
+/// default project allows (where the keys made on this dashboard go) and
+/// what any of their active keys may use.
+struct Reach {
+    default: Option<ProjectRecord>,
+    keys: Vec<KeyRecord>,
+}
+
+impl Reach {
+    async fn of(state: &AppState, who: &SignedIn) -> Result<Self, PageError> {
+        let default = state
+            .store
+            .project_by_id(&ProjectId::default_project())
+            .await?;
+        let at = now();
+        let keys = state
+            .keys
+            .list(Some(&who.user.id))
+            .await?
+            .into_iter()
+            .filter(|k| KeyState::of(k, at) == KeyState::Active)
+            .collect();
+        Ok(Reach { default, keys })
     }
-    let default = state
-        .store
-        .project_by_id(&ProjectId::default_project())
-        .await?
-        .map(|p| p.allowed_models);
-    let at = now();
-    let keys: Vec<_> = state
-        .keys
-        .list(Some(&who.user.id))
-        .await?
-        .into_iter()
-        .filter(|k| KeyState::of(k, at) == KeyState::Active)
-        .collect();
-    Ok(state
+
+    fn model(&self, id: &str) -> bool {
+        self.default
+            .as_ref()
+            .is_some_and(|d| d.allowed_models.allows(id))
+            || self.keys.iter().any(|k| k.may_use(id))
+    }
+
+    fn mcp_server(&self, label: &str) -> bool {
+        self.default
+            .as_ref()
+            .is_some_and(|d| d.allowed_mcp_servers.allows(label))
+            || self.keys.iter().any(|k| k.may_use_mcp_server(label))
+    }
+}
+
+/// The models `who` may use, in the server's order.
+fn usable(state: &AppState, reach: Option<&Reach>) -> Vec<ModelRoute> {
+    state
         .models
         .iter()
-        .filter(|route| {
-            default.as_ref().is_some_and(|d| d.allows(&route.id))
-                || keys.iter().any(|k| k.may_use(&route.id))
-        })
+        .filter(|route| reach.is_none_or(|r| r.model(&route.id)))
         .cloned()
-        .collect())
+        .collect()
+}
+
+/// The registered MCP servers `who` may use, by label, as the page shows
+/// them (`reach` `None`: an organization owner, who sees every server and
+/// where it is); `None` when none is registered.
+fn mcp_rows(state: &AppState, reach: Option<&Reach>) -> Option<Vec<Value>> {
+    if state.mcp.servers.is_empty() {
+        return None;
+    }
+    let rows = state
+        .mcp
+        .servers
+        .iter()
+        .filter(|(label, _)| reach.is_none_or(|r| r.mcp_server(label)))
+        .map(|(label, server)| {
+            let shown = &server.shown;
+            let manager = reach.is_none();
+            context! {
+                label => label.clone(),
+                description => shown.description.clone(),
+                tools => shown.allowed_tools.clone(),
+                url => manager.then(|| shown.url.clone()),
+                headers => manager.then(|| shown.headers.clone()),
+            }
+        })
+        .collect();
+    Some(rows)
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,12 +190,26 @@ async fn render_page(
     done: Option<String>,
     error: Option<String>,
 ) -> Result<Html<String>, PageError> {
-    let rows: Vec<Value> = usable(state, who).await?.iter().map(model_row).collect();
+    let reach = if who.user.is_admin {
+        None
+    } else {
+        Some(Reach::of(state, who).await?)
+    };
+    let rows: Vec<Value> = usable(state, reach.as_ref())
+        .iter()
+        .map(model_row)
+        .collect();
     render(
         "models.html",
         context! {
             ..layout(who, "models"),
-            ..context! { models => rows, can_manage => who.user.is_admin, done, error }
+            ..context! {
+                models => rows,
+                mcp_servers => mcp_rows(state, reach.as_ref()),
+                can_manage => who.user.is_admin,
+                done,
+                error,
+            }
         },
     )
 }

@@ -1,5 +1,6 @@
 //! The Projects section: organization owners see every project, create
-//! projects, set a project's allowed models and token budget, and add
+//! projects, set a project's allowed models and MCP servers and its token
+//! budget, and add
 //! members or change their role; a project's owners see the projects they
 //! own and manage their members (as their admin keys may in the admin
 //! API). To anyone else the section does not exist (404), and neither does
@@ -21,7 +22,10 @@ use svc_core::{
 };
 use svc_core::{MemberRemoval, UserId};
 
-use super::forms::{PERIODS, budget_bar, budget_fields, form_budget, form_models, models_text};
+use super::forms::{
+    PERIODS, budget_bar, budget_fields, form_budget, form_mcp_servers, form_models, list_field,
+    mcp_servers_text, models_text,
+};
 use super::pages::{PageError, render, time};
 use super::session::SignedIn;
 use super::session::layout;
@@ -82,6 +86,7 @@ async fn project_row(state: &AppState, project: &ProjectRecord) -> Result<Value,
         id => project.id.0.clone(),
         name => project.name.clone(),
         models => models_text(&project.allowed_models),
+        mcp_servers => mcp_servers_text(&project.allowed_mcp_servers),
         budget => budget_bar(budget, state.admission.budgets.alert_percent()),
         members,
     })
@@ -92,7 +97,7 @@ fn done_text(done: Option<&str>) -> Option<&'static str> {
     match done? {
         "created" => Some("The project was created."),
         "settings" => Some(
-            "The project's models and budget were saved; its keys follow from their next request.",
+            "The project's models, MCP servers and budget were saved; its keys follow from their next request.",
         ),
         "member" => Some("The member was saved."),
         "removed" => Some(
@@ -124,6 +129,8 @@ pub struct CreateForm {
     #[serde(default)]
     models: String,
     #[serde(default)]
+    mcp_servers: String,
+    #[serde(default)]
     tokens: String,
     #[serde(default)]
     unit: String,
@@ -145,7 +152,8 @@ async fn render_list(
         Some((message, form)) => (
             Some(message),
             context! {
-                name => &form.name, models => &form.models, tokens => &form.tokens,
+                name => &form.name, models => &form.models,
+                mcp_servers => &form.mcp_servers, tokens => &form.tokens,
                 unit => &form.unit, period => &form.period,
             },
         ),
@@ -184,10 +192,11 @@ pub async fn create(
         Ok::<_, String>((
             name,
             form_models(&form.models)?,
+            form_mcp_servers(&form.mcp_servers)?,
             form_budget(&form.tokens, &form.unit, &form.period)?,
         ))
     })();
-    let (name, allowed_models, budget) = match checked {
+    let (name, allowed_models, allowed_mcp_servers, budget) = match checked {
         Ok(checked) => checked,
         Err(message) => {
             let page = render_list(&state, &who, None, Some((message, &form))).await?;
@@ -200,6 +209,7 @@ pub async fn create(
         created_at: now(),
         archived_at: None,
         allowed_models,
+        allowed_mcp_servers,
         budget,
     };
     state.projects.create(&who.actor(), &project).await?;
@@ -290,7 +300,8 @@ async fn render_project(
     let settings = match (&settings_error, &project.budget) {
         (Some(_), _) => sent.clone(),
         (None, budget) => context! {
-            models => project.allowed_models.0.as_ref().map(|l| l.join(", ")).unwrap_or_default(),
+            models => list_field(project.allowed_models.0.as_ref()),
+            mcp_servers => list_field(project.allowed_mcp_servers.0.as_ref()),
             ..budget_fields(*budget)
         },
     };
@@ -313,6 +324,7 @@ async fn render_project(
                 members,
                 keys,
                 can_change => who.user.is_admin,
+                registered => state.mcp.labels().map(str::to_owned).collect::<Vec<_>>(),
                 periods => PERIODS.to_vec(),
                 done,
                 settings_error,
@@ -331,6 +343,9 @@ pub struct SettingsForm {
     csrf: String,
     #[serde(default)]
     models: String,
+    /// Absent (a form from before MCP servers): the project's list is kept.
+    #[serde(default)]
+    mcp_servers: Option<String>,
     #[serde(default)]
     tokens: String,
     #[serde(default)]
@@ -339,8 +354,9 @@ pub struct SettingsForm {
     period: String,
 }
 
-/// Sets a project's allowed models and budget (organization owners only:
-/// a project's owner cannot widen what the organization allowed it).
+/// Sets a project's allowed models and MCP servers and its budget
+/// (organization owners only: a project's owner cannot widen what the
+/// organization allowed it).
 pub async fn set_settings(
     State(state): State<AppState>,
     who: SignedIn,
@@ -350,14 +366,22 @@ pub async fn set_settings(
     who.check_csrf(&form.csrf)?;
     organization_owner(&who)?;
     let mut project = visible_project(&state, &who, &id).await?;
-    let checked = form_models(&form.models)
-        .and_then(|models| Ok((models, form_budget(&form.tokens, &form.unit, &form.period)?)));
-    let (allowed_models, budget) = match checked {
+    let checked = (|| {
+        Ok::<_, String>((
+            form_models(&form.models)?,
+            form.mcp_servers
+                .as_deref()
+                .map(form_mcp_servers)
+                .transpose()?,
+            form_budget(&form.tokens, &form.unit, &form.period)?,
+        ))
+    })();
+    let (allowed_models, allowed_mcp_servers, budget) = match checked {
         Ok(checked) => checked,
         Err(message) => {
             let sent = context! {
-                models => form.models, tokens => form.tokens, unit => form.unit,
-                period => form.period,
+                models => form.models, mcp_servers => form.mcp_servers, tokens => form.tokens,
+                unit => form.unit, period => form.period,
             };
             return refused(&state, &who, &project, Section::Settings, message, sent).await;
         }
@@ -365,6 +389,7 @@ pub async fn set_settings(
     let changes = ProjectChanges {
         name: None,
         allowed_models: Some(allowed_models),
+        allowed_mcp_servers,
         budget: Some(budget),
     };
     if !state

@@ -1,22 +1,26 @@
 //! The registered servers' tools as one server's: listed under
 //! `<label>__<tool>` names, each call handed to its server. A server that
 //! cannot list its tools is left out of the list (and said in the log),
-//! so that one server down does not hide the others'.
+//! so that one server down does not hide the others'. Only the servers the
+//! key may use are listed or called ([`McpServers::usable_by`]): another
+//! is, to that key, not registered.
 
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use svc_core::KeyRecord;
 
 use super::rpc::{Fault, INTERNAL_ERROR, INVALID_PARAMS};
 use crate::config::mcp::SEPARATOR;
 use crate::metrics::{Metrics, ToolOutcome};
 use crate::state::mcp::McpServers;
 
-/// `tools/list`'s result: every offered tool of every registered server,
-/// by label, servers asked at once.
-pub(crate) async fn list(servers: &McpServers) -> Value {
+/// `tools/list`'s result: every offered tool of every registered server
+/// `key` may use, by label, those servers asked at once (the others not
+/// at all).
+pub(crate) async fn list(servers: &McpServers, key: &KeyRecord) -> Value {
     let lists =
-        futures::future::join_all(servers.servers.iter().map(|(label, server)| async move {
+        futures::future::join_all(servers.usable_by(key).map(|(label, server)| async move {
             (label, server, server.client.list_tools().await)
         }))
         .await;
@@ -40,10 +44,13 @@ pub(crate) async fn list(servers: &McpServers) -> Value {
 }
 
 /// `tools/call`'s result: the call handed to the server its name's label
-/// names, when that server offers the tool. A name no server offers is
-/// an unknown tool (invalid params, as MCP says), whatever the reason.
+/// names, when `key` may use that server and it offers the tool. A name
+/// no such server offers is an unknown tool (invalid params, as MCP
+/// says), whatever the reason: a server the key may not use is not told
+/// apart from one that is not registered.
 pub(crate) async fn call(
     servers: &McpServers,
+    key: &KeyRecord,
     metrics: &Metrics,
     id: &Value,
     params: &Value,
@@ -66,7 +73,7 @@ pub(crate) async fn call(
         }
     };
     let found = name.split_once(SEPARATOR).and_then(|(label, tool)| {
-        let server = servers.servers.get(label)?;
+        let server = servers.usable(key, label)?;
         server.offers(tool).then_some((label, tool, server))
     });
     let Some((label, tool, server)) = found else {

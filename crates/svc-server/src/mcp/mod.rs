@@ -1,7 +1,8 @@
 //! `POST /mcp`: svc's own MCP server (Streamable HTTP, stateless, both
 //! protocol eras: [`rpc`]), which offers the tools of the MCP servers the
 //! operator registered (`[mcp.servers.<label>]`), named
-//! `<label>__<tool>`, and hands each call to its server ([`gateway`]).
+//! `<label>__<tool>`, and hands each call to its server ([`gateway`]):
+//! only the servers the key's project and the key itself allow.
 //! The key is the bearer token, as for every endpoint; without one, the
 //! 401 points MCP clients at the protected resource's metadata (RFC 9728,
 //! `GET /.well-known/oauth-protected-resource/mcp`), which names svc as
@@ -16,6 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use svc_core::KeyRecord;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -30,7 +32,7 @@ use rpc::{Call, Era, Fault, METHOD_NOT_FOUND};
 /// What this endpoint is: its OpenAPI group, its paths and dialect.
 pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
     "mcp",
-    "svc's own MCP server (Streamable HTTP, protocol versions 2025-11-25 and before, and 2026-07-28): the tools of the MCP servers the operator registered, named `<server>__<tool>`, each call handed to its server, for any key that may request models.",
+    "svc's own MCP server (Streamable HTTP, protocol versions 2025-11-25 and before, and 2026-07-28): the tools of the MCP servers the operator registered, named `<server>__<tool>`, each call handed to its server, for any key that may request models: the servers its project's and its own `allowed_mcp_servers` allow.",
 )
 .paths(&["/mcp"])
 .dialect(Dialect::Mcp);
@@ -82,7 +84,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 #[utoipa::path(post, path = "/mcp", tag = "mcp", operation_id = "mcp",
     summary = "One MCP message: `initialize` or `server/discover`, `tools/list`, `tools/call`, `ping`, or a notification.",
-    description = "Streamable HTTP without sessions: each POST is one JSON-RPC message, answered with one JSON-RPC response (`application/json`); a notification or a client's response is acknowledged with a 202. A request whose `MCP-Protocol-Version` header names 2026-07-28 must carry the version and client capabilities in `params._meta` and mirror its method (and a tool call's name) in `Mcp-Method` (and `Mcp-Name`), else a 400 with error -32020. Tools are those of the registered servers, named `<server>__<tool>`; a call of a name no server offers is error -32602. There is no GET stream (405).",
+    description = "Streamable HTTP without sessions: each POST is one JSON-RPC message, answered with one JSON-RPC response (`application/json`); a notification or a client's response is acknowledged with a 202. A request whose `MCP-Protocol-Version` header names 2026-07-28 must carry the version and client capabilities in `params._meta` and mirror its method (and a tool call's name) in `Mcp-Method` (and `Mcp-Name`), else a 400 with error -32020. Tools are those of the registered servers the key's project and the key allow (`allowed_mcp_servers`), named `<server>__<tool>`; a call of a name no such server offers is error -32602, a server the key may not use answered as one that is not registered. There is no GET stream (405).",
     security(("bearer" = ["model.request"])),
     request_body(content = inline(JsonRpcMessage), content_type = "application/json"),
     responses(
@@ -106,8 +108,9 @@ pub async fn serve(
         Ok(Key(key, _)) => key,
         Err(e) => return unauthorized(&state, e),
     };
-    limited(&state.admission, key, |_key, _metering| async {
-        Ok::<_, ApiError>(answer(&state, &headers, &body).await)
+    let (state, headers, body) = (&state, &headers, &body);
+    limited(&state.admission, key, |key, _metering| async move {
+        Ok::<_, ApiError>(answer(state, &key, headers, body).await)
     })
     .await
 }
@@ -129,8 +132,8 @@ fn unauthorized(state: &AppState, error: ApiError) -> Response {
     response
 }
 
-/// The answer to the posted message.
-async fn answer(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Response {
+/// The answer to the posted message, for `key`.
+async fn answer(state: &AppState, key: &KeyRecord, headers: &HeaderMap, body: &[u8]) -> Response {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let routing = rpc::Headers {
         version: header("mcp-protocol-version"),
@@ -140,7 +143,7 @@ async fn answer(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Response 
     match rpc::read(body, routing) {
         Err(fault) => faulted(&fault),
         Ok(None) => StatusCode::ACCEPTED.into_response(),
-        Ok(Some(call)) => match dispatch(state, &call).await {
+        Ok(Some(call)) => match dispatch(state, key, &call).await {
             Ok(reply) => Json(reply).into_response(),
             Err(fault) => faulted(&fault),
         },
@@ -153,8 +156,8 @@ fn faulted(fault: &Fault) -> Response {
     (status, Json(fault.body())).into_response()
 }
 
-/// What `call` asks, answered.
-async fn dispatch(state: &AppState, call: &Call) -> Result<Value, Fault> {
+/// What `call` asks, answered for `key`.
+async fn dispatch(state: &AppState, key: &KeyRecord, call: &Call) -> Result<Value, Fault> {
     let server_info = json!({"name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION")});
     let capabilities = json!({"tools": {"listChanged": false}});
     match (call.method.as_str(), call.era) {
@@ -182,9 +185,14 @@ async fn dispatch(state: &AppState, call: &Call) -> Result<Value, Fault> {
             ))
         }
         ("ping", _) => Ok(rpc::result(call, json!({}), false)),
-        ("tools/list", _) => Ok(rpc::result(call, gateway::list(&state.mcp).await, true)),
+        ("tools/list", _) => Ok(rpc::result(
+            call,
+            gateway::list(&state.mcp, key).await,
+            true,
+        )),
         ("tools/call", _) => {
-            let result = gateway::call(&state.mcp, &state.metrics, &call.id, &call.params).await?;
+            let result =
+                gateway::call(&state.mcp, key, &state.metrics, &call.id, &call.params).await?;
             Ok(rpc::result(call, result, false))
         }
         (method, _) => Err(Fault::new(

@@ -142,9 +142,7 @@ pub async fn prepare(
 
 /// Whether the key may use the registered MCP server `label`.
 fn may_use(key: &KeyRecord, label: &str) -> bool {
-    // TODO(merge mcp-allowlists): key.may_use_mcp_server(label)
-    let _ = (key, label);
-    true
+    key.may_use_mcp_server(label)
 }
 
 /// The server, tool and arguments of the approval request `id`, from the

@@ -31,7 +31,7 @@ use svc_api::{
 };
 use svc_core::audit::{Actor, ActorUser};
 use svc_core::keys::{DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE};
-use svc_core::projects::{self, ProjectChanges, models};
+use svc_core::projects::{self, ProjectChanges, mcp_servers, models};
 use svc_core::user::AccountChange;
 use svc_core::{
     AdminReach, Budget, KeyId, KeyOrigin, KeyRecord, KeyScope, KeyState, NewKey, ProjectId,
@@ -244,6 +244,7 @@ async fn project_body(state: &AppState, project: ProjectRecord) -> Project {
             "active".into()
         },
         allowed_models: project.allowed_models.0,
+        allowed_mcp_servers: project.allowed_mcp_servers.0,
     }
 }
 
@@ -286,6 +287,7 @@ async fn key_body(state: &AppState, key: KeyRecord) -> Result<ProjectApiKey, Api
             .map(|p| p.as_str().to_owned())
             .collect(),
         allowed_models: key.allowed_models.0,
+        allowed_mcp_servers: key.allowed_mcp_servers.0,
         id: key.id.0,
         name: key.name,
         redacted_value: key.hint,
@@ -478,6 +480,7 @@ pub async fn create_project(
         created_at: now(),
         archived_at: None,
         allowed_models: models(body.allowed_models)?,
+        allowed_mcp_servers: mcp_servers(body.allowed_mcp_servers)?,
         budget: budget(body.budget)?,
     };
     state
@@ -508,10 +511,11 @@ pub async fn get_project(
 }
 
 /// `POST /v1/organization/projects/{project_id}`: renames the project or
-/// sets its allowed models (organization-wide admin keys only: a project's
-/// owner cannot widen what the organization allowed it).
+/// sets its allowed models, MCP servers or budget (organization-wide admin
+/// keys only: a project's owner cannot widen what the organization allowed
+/// it).
 #[utoipa::path(post, path = "/v1/organization/projects/{project_id}", tag = "organization", operation_id = "modifyProject",
-    summary = "Rename a project or set its allowed models (an organization owner's or the operator's admin key); keys follow from their next request.",
+    summary = "Rename a project or set its allowed models, MCP servers or budget (an organization owner's or the operator's admin key); keys follow from their next request.",
     security(("bearer" = ["api.management.write"])),
     params(ProjectPath), request_body = ModifyProjectRequest,
     responses(
@@ -537,6 +541,7 @@ pub async fn modify_project(
     let changes = ProjectChanges {
         name: body.name.as_deref().map(projects::name).transpose()?,
         allowed_models: body.allowed_models.map(models).transpose()?,
+        allowed_mcp_servers: body.allowed_mcp_servers.map(mcp_servers).transpose()?,
         budget: body.budget.map(budget).transpose()?,
     };
     let actor = key_actor(&state, &key).await?;
@@ -648,6 +653,7 @@ pub async fn create_key(
                     project_id: Some(project.id.clone()),
                     kind,
                     allowed_models: models(body.allowed_models)?,
+                    allowed_mcp_servers: mcp_servers(body.allowed_mcp_servers)?,
                     budget: budget(body.budget)?,
                 },
             },
@@ -681,9 +687,11 @@ pub async fn get_key(
 }
 
 /// `POST /v1/organization/projects/{project_id}/api_keys/{key_id}` (svc's
-/// own): sets or removes the key's token budget.
+/// own): sets or removes the key's token budget, or sets the MCP servers it
+/// may use (within its project's, so a project's owner narrows, never
+/// widens, what the organization allowed).
 #[utoipa::path(post, path = "/v1/organization/projects/{project_id}/api_keys/{key_id}", tag = "organization", operation_id = "modifyProjectApiKey",
-    summary = "Set or remove a key's token budget (svc's own); the key follows from its next request, on every replica.",
+    summary = "Set or remove a key's token budget, or set its allowed MCP servers (svc's own); the key follows from its next request, on every replica.",
     security(("bearer" = ["api.management.write"])),
     params(ProjectPath, KeyPath), request_body = ModifyProjectApiKeyRequest,
     responses(
@@ -701,15 +709,30 @@ pub async fn modify_key(
     let reach = reach(&state, &key).await?;
     let project = visible_project(&state, &reach, &project_id).await?;
     let mut found = key_of(&state, &project, &key_id).await?;
-    if let Some(requested) = body.budget {
-        found.budget = budget(requested)?;
+    // Everything asked is checked before anything is changed.
+    let new_budget = body.budget.map(budget).transpose()?;
+    let new_servers = body.allowed_mcp_servers.map(mcp_servers).transpose()?;
+    let gone = || ApiError::NotFound {
+        param: None,
+        message: format!("No API key found with id '{key_id}' in this project."),
+    };
+    if let Some(requested) = new_budget {
+        found.budget = requested;
         let actor = key_actor(&state, &key).await?;
         if !state.keys.set_budget(&found, found.budget, &actor).await? {
-            return Err(ApiError::NotFound {
-                param: None,
-                message: format!("No API key found with id '{key_id}' in this project."),
-            });
+            return Err(gone());
         }
+    }
+    if let Some(servers) = new_servers {
+        let actor = key_actor(&state, &key).await?;
+        if !state
+            .keys
+            .set_allowed_mcp_servers(&found, &servers, &actor)
+            .await?
+        {
+            return Err(gone());
+        }
+        found.allowed_mcp_servers = servers;
     }
     Ok(Json(key_body(&state, found).await?))
 }

@@ -1,9 +1,13 @@
 //! The MCP servers the operator registered (`[mcp.servers.<label>]`), each
-//! with its client, which the state holds. What is done with them (svc's
-//! own `/mcp`, the dialects' `mcp` tools) is `crate::mcp`'s.
+//! with its client, which the state holds, and which of them a key may
+//! use (its project's and its own allowlists: [`McpServers::usable_by`]).
+//! What is done with them (svc's own `/mcp`, the dialects' `mcp` tools) is
+//! `crate::mcp`'s.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use svc_core::KeyRecord;
 
 use crate::config::McpConfig;
 
@@ -85,5 +89,30 @@ impl McpServers {
             )
         };
         Ok(McpServers { servers, guard })
+    }
+
+    /// The registered servers' labels, in order.
+    pub(crate) fn labels(&self) -> impl Iterator<Item = &str> {
+        self.servers.keys().map(String::as_str)
+    }
+
+    /// The servers `key` may use (both its project's and its own lists
+    /// allow them), by label: all a key is offered or may call. A server
+    /// it may not use is, to it, one that is not registered.
+    pub(crate) fn usable_by<'a>(
+        &'a self,
+        key: &'a KeyRecord,
+    ) -> impl Iterator<Item = (&'a str, &'a Registered)> + 'a {
+        self.servers
+            .iter()
+            .filter(|(label, _)| key.may_use_mcp_server(label))
+            .map(|(label, server)| (label.as_str(), server))
+    }
+
+    /// The server `label`, when it is registered and `key` may use it.
+    pub(crate) fn usable(&self, key: &KeyRecord, label: &str) -> Option<&Registered> {
+        self.servers
+            .get(label)
+            .filter(|_| key.may_use_mcp_server(label))
     }
 }

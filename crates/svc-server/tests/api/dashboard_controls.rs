@@ -1,7 +1,9 @@
 //! The dashboard's operator controls (issue 20), on SQLite and PostgreSQL,
 //! as a browser without JavaScript uses them: an account's organization
-//! role on the Users page, removing a project's member, and a key's models
-//! and kind when it is made and its models later. Each change is the admin
+//! role on the Users page, removing a project's member, a key's models
+//! and kind when it is made and its models later, and the MCP servers a
+//! project or a key may use (and the registered ones, on the Models page).
+//! Each change is the admin
 //! API's (the same service call, the same audit entry); people who may not
 //! make it get the 404 of a page that does not exist; bad input is the
 //! form again (400) with the message; the last owner stays one.
@@ -9,6 +11,7 @@
 use serde_json::{Value, json};
 use svc_core::{KeyScope, ProjectRole, ProjectStore, UserId};
 use svc_server::ServerConfig;
+use svc_server::config::McpConfig;
 use svc_store::testing::{TestSchema, postgres_url};
 use svc_test_support::{Browser, Database, Page, TestApp};
 
@@ -19,6 +22,7 @@ on_both_databases!(
     two_owners_demoting_each_other_at_once_leave_one,
     project_owners_remove_members_but_never_the_last_owner,
     keys_are_made_with_models_and_a_kind_and_their_models_changed,
+    projects_and_keys_get_mcp_server_lists_and_the_models_page_lists_the_servers,
 );
 
 /// Posts `fields` with the CSRF token of the page at `from`.
@@ -632,4 +636,221 @@ fn row_of<'a>(body: &'a str, id: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row {id}: {body}"));
     let end = start + body[start..].find("</tr>").unwrap();
     &body[start..end]
+}
+
+async fn projects_and_keys_get_mcp_server_lists_and_the_models_page_lists_the_servers(
+    db: Database,
+) {
+    let mcp: McpConfig = serde_json::from_value(json!({"servers": {
+        "docs": {"url": "https://svc:pw-s3cret@mcp.example.com/mcp",
+            "headers": {"authorization": "Bearer header-s3cret"},
+            "allowed_tools": ["search"], "description": "The team's docs"},
+        "wiki": {"url": "http://127.0.0.1:9/mcp"},
+    }}))
+    .unwrap();
+    let config = ServerConfig {
+        mcp,
+        ..ServerConfig::default()
+    };
+    let app = TestApp::spawn_with(db, config).await;
+    let admin_key = app.create_admin_key().await;
+    let (ada, _) = app.signed_in("ada@example.com", true).await;
+    let (alice, _) = app.signed_in("alice@example.com", false).await;
+
+    // An organization owner sees every registered server and where it
+    // is, never a secret.
+    let models = ada.get("/dashboard/models").await;
+    assert_eq!(models.status, 200);
+    assert!(
+        models.body.contains("Registered MCP servers"),
+        "{}",
+        models.body
+    );
+    let docs = row_of(&models.body, "mcp-docs");
+    for shown in [
+        "The team&#x27;s docs",
+        "<code>search</code>",
+        // Escaped as HTML escapes every `/`.
+        "https:&#x2f;&#x2f;svc:***@mcp.example.com&#x2f;mcp",
+        "<code>authorization</code>",
+    ] {
+        assert!(docs.contains(shown), "{shown}: {docs}");
+    }
+    assert!(row_of(&models.body, "mcp-wiki").contains("all it offers"));
+    assert!(
+        !models.body.contains("s3cret"),
+        "no password or header value: {}",
+        models.body
+    );
+
+    // The default project's list, set on its page, narrows what its
+    // members see: only the label, what it is for and its tools.
+    let page = "/dashboard/projects/proj_default";
+    let settings = "/dashboard/projects/proj_default/settings";
+    let form = ada.get(page).await;
+    assert!(
+        form.body.contains("<label for=\"settings-mcp-servers\">"),
+        "{}",
+        form.body
+    );
+    assert!(
+        form.body
+            .contains("Registered now: <code>docs</code>, <code>wiki</code>.")
+    );
+    let saved = submit(
+        &ada,
+        page,
+        settings,
+        &[("models", ""), ("mcp_servers", "docs")],
+    )
+    .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let project = admin_get(&app, &admin_key, "/v1/organization/projects/proj_default").await;
+    assert_eq!(project["allowed_mcp_servers"], json!(["docs"]));
+    assert_eq!(
+        ada.get(page).await.input_value("mcp_servers").as_deref(),
+        Some("docs")
+    );
+    let mine = alice.get("/dashboard/models").await;
+    assert!(
+        mine.body.contains("MCP servers you may use"),
+        "{}",
+        mine.body
+    );
+    assert!(row_of(&mine.body, "mcp-docs").contains("The team&#x27;s docs"));
+    assert!(!mine.body.contains("mcp-wiki"), "{}", mine.body);
+    assert!(
+        !mine.body.contains("mcp.example.com") && !mine.body.contains("authorization"),
+        "where a server is is for organization owners: {}",
+        mine.body
+    );
+    let refused = submit(
+        &ada,
+        page,
+        settings,
+        &[("models", ""), ("mcp_servers", &"x".repeat(300))],
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.body.contains("Allowed MCP servers:"),
+        "{}",
+        refused.body
+    );
+
+    // A project made with a list of its own.
+    let created = submit(
+        &ada,
+        "/dashboard/projects",
+        "/dashboard/projects",
+        &[("name", "Wiki team"), ("mcp_servers", "wiki, docs")],
+    )
+    .await;
+    assert_eq!(created.status, 303, "{}", created.body);
+    let id = created
+        .location
+        .as_deref()
+        .and_then(|l| l.strip_prefix("/dashboard/projects/"))
+        .and_then(|rest| rest.strip_suffix("?done=created"))
+        .unwrap()
+        .to_owned();
+    let made = admin_get(&app, &admin_key, &format!("/v1/organization/projects/{id}")).await;
+    assert_eq!(made["allowed_mcp_servers"], json!(["wiki", "docs"]));
+    assert!(row_of(&ada.get("/dashboard/projects").await.body, &id).contains("wiki, docs"));
+
+    // A key made with a list, shown in the list, then changed on its
+    // access page: only the list that changed is written and audited.
+    let created = submit(
+        &alice,
+        "/dashboard/keys",
+        "/dashboard/keys",
+        &[
+            ("name", "agent"),
+            ("expires", "never"),
+            ("kind", "all"),
+            ("mcp_servers", "docs"),
+        ],
+    )
+    .await;
+    assert_eq!(created.status, 303, "{}", created.body);
+    let keys = alice.get("/dashboard/keys").await;
+    let id = keys
+        .body
+        .split("<tr id=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    assert!(
+        row_of(&keys.body, &id).contains("<td>docs</td>"),
+        "{}",
+        keys.body
+    );
+    let key_path = format!("/v1/organization/projects/proj_default/api_keys/{id}");
+    assert_eq!(
+        admin_get(&app, &admin_key, &key_path).await["allowed_mcp_servers"],
+        json!(["docs"])
+    );
+    let refused = submit(
+        &alice,
+        "/dashboard/keys",
+        "/dashboard/keys",
+        &[
+            ("name", "bad"),
+            ("expires", "never"),
+            ("kind", "all"),
+            ("mcp_servers", &"x".repeat(300)),
+        ],
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.body.contains("Allowed MCP servers:"),
+        "{}",
+        refused.body
+    );
+
+    let access = format!("/dashboard/keys/{id}/access");
+    let form = alice.get(&access).await;
+    assert_eq!(form.input_value("mcp_servers").as_deref(), Some("docs"));
+    assert!(
+        form.body.contains("MCP servers docs"),
+        "the project's list: {}",
+        form.body
+    );
+    let saved = submit(
+        &alice,
+        &access,
+        &access,
+        &[("models", ""), ("mcp_servers", "")],
+    )
+    .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    assert_eq!(
+        admin_get(&app, &admin_key, &key_path).await["allowed_mcp_servers"],
+        Value::Null
+    );
+    let refused = submit(
+        &alice,
+        &access,
+        &access,
+        &[("models", ""), ("mcp_servers", "a\u{7}")],
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.body.contains("Allowed MCP servers:"),
+        "{}",
+        refused.body
+    );
+    let changes: Vec<Value> = audit_entries(&app, &admin_key, "api_key.updated")
+        .await
+        .iter()
+        .map(|e| e["api_key.updated"]["changes_requested"].clone())
+        .collect();
+    assert_eq!(
+        changes,
+        [json!({"allowed_mcp_servers": null})],
+        "the models did not change"
+    );
 }

@@ -56,7 +56,7 @@ async fn project_pages_show_to_organization_and_project_owners_only(db: Database
     );
     let page = admin.get(&format!("/dashboard/projects/{}", team.id)).await;
     assert_eq!(page.status, 200);
-    assert!(page.body.contains("Save models and budget"));
+    assert!(page.body.contains("Save models, MCP servers and budget"));
 
     // A member of the default project only: the section does not exist.
     for path in [
@@ -93,7 +93,7 @@ async fn project_pages_show_to_organization_and_project_owners_only(db: Database
     let page = bob.get(&format!("/dashboard/projects/{}", team.id)).await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("bob@example.com"));
-    assert!(!page.body.contains("Save models and budget"));
+    assert!(!page.body.contains("Save models, MCP servers and budget"));
     for path in [
         "/dashboard/projects/proj_default",
         "/dashboard/projects/proj_0000000000000000",

@@ -3,8 +3,9 @@
 //! ones are): both protocol eras on svc's side, the registered server's
 //! tools under `<label>__<tool>` names and only those allowed, its headers
 //! sent to it and never shown, the key as the bearer token (a 401 naming
-//! the protected resource's metadata without one), and a server that is
-//! down answered cleanly.
+//! the protected resource's metadata without one), only the servers the
+//! key's project and the key allow, and a server that is down answered
+//! cleanly.
 
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use svc_core::{Actor, KeyScope, McpServerAccess, ModelAccess, ProjectRecord, ProjectStore};
 use svc_server::ServerConfig;
 use svc_server::config::McpConfig;
 use svc_test_support::{Database, TestApp};
@@ -396,4 +398,127 @@ async fn the_admin_api_lists_the_registered_servers_without_their_secrets() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
+}
+
+/// The methods the scripted server behind `seen` was asked.
+fn methods(seen: &Seen) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_key_sees_and_calls_only_the_servers_its_project_and_it_allow() {
+    let (docs_url, docs_seen) = start_scripted().await;
+    let (wiki_url, wiki_seen) = start_scripted().await;
+    let app = spawn(json!({"docs": {"url": docs_url}, "wiki": {"url": wiki_url}})).await;
+    let project = app.create_project("docs only", ModelAccess::any()).await;
+    let project = ProjectRecord {
+        allowed_mcp_servers: McpServerAccess::only(vec!["doc*".into()]).unwrap(),
+        ..project
+    };
+    assert!(app.store.update_project(&project).await.unwrap());
+    let in_project = |servers: McpServerAccess| KeyScope {
+        project_id: Some(project.id.clone()),
+        allowed_mcp_servers: servers,
+        ..KeyScope::default()
+    };
+    let key = app
+        .create_scoped_key(None, in_project(McpServerAccess::any()))
+        .await;
+
+    // The project's list: none of wiki's tools, and wiki is not even asked.
+    assert_eq!(tool_names(&app, &key).await, ["docs__echo", "docs__wipe"]);
+    assert!(
+        !methods(&wiki_seen).contains(&"tools/list".to_owned()),
+        "{:?}",
+        methods(&wiki_seen)
+    );
+    // Calling it is the unknown tool a name no server offers is: nothing
+    // says the server exists.
+    for name in ["wiki__echo", "nobody__echo"] {
+        let call = request(
+            3,
+            "tools/call",
+            json!({"name": name, "arguments": {"text": "x"}}),
+        );
+        let refused = reply(&app, &key, call).await;
+        assert_eq!(
+            refused["error"],
+            json!({"code": -32602, "message": format!("Unknown tool: {name}")}),
+            "{refused}"
+        );
+    }
+    assert!(methods(&wiki_seen).is_empty(), "{:?}", methods(&wiki_seen));
+    let call = request(
+        4,
+        "tools/call",
+        json!({"name": "docs__echo", "arguments": {"text": "hi"}}),
+    );
+    assert_eq!(
+        reply(&app, &key, call).await["result"]["content"][0]["text"],
+        "hi"
+    );
+
+    // A key's own list narrows further, from its next request.
+    let record = app
+        .keys
+        .list(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|k| k.project_id == project.id)
+        .unwrap();
+    let none = McpServerAccess::only(vec![]).unwrap();
+    assert!(
+        app.keys
+            .set_allowed_mcp_servers(&record, &none, &Actor::Operator)
+            .await
+            .unwrap()
+    );
+    assert!(tool_names(&app, &key).await.is_empty());
+    let call = request(
+        5,
+        "tools/call",
+        json!({"name": "docs__echo", "arguments": {"text": "x"}}),
+    );
+    assert_eq!(reply(&app, &key, call).await["error"]["code"], -32602);
+
+    // A key that allows wiki in a project that does not sees nothing of
+    // it either; a key of the default project sees what its own list says.
+    let wiki_key = app
+        .create_scoped_key(
+            None,
+            in_project(McpServerAccess::only(vec!["wiki".into()]).unwrap()),
+        )
+        .await;
+    assert!(tool_names(&app, &wiki_key).await.is_empty());
+    let elsewhere = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                allowed_mcp_servers: McpServerAccess::only(vec!["wiki".into()]).unwrap(),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    assert_eq!(
+        tool_names(&app, &elsewhere).await,
+        ["wiki__echo", "wiki__wipe"]
+    );
+    assert_eq!(
+        methods(&docs_seen)
+            .iter()
+            .filter(|m| *m == "tools/call")
+            .count(),
+        1,
+        "only the allowed call reached docs"
+    );
+    assert!(
+        !methods(&wiki_seen).contains(&"tools/call".to_owned()),
+        "{:?}",
+        methods(&wiki_seen)
+    );
 }

@@ -1,6 +1,7 @@
 //! Projects, scoped keys, model access and the admin API (issue 20), on
 //! SQLite and on PostgreSQL: every route that takes a key refuses a key
-//! beyond its scope; a key sees and uses only its models; an admin key
+//! beyond its scope; a key sees and uses only its models; projects' and
+//! keys' MCP server lists are set as model lists are; an admin key
 //! reaches only what its owner may, and another project's ids are answered
 //! as not found.
 
@@ -20,6 +21,7 @@ on_both_databases!(
     a_project_owners_admin_key_cannot_reach_another_project_by_guessed_ids,
     stored_responses_stay_in_their_project,
     members_are_removed_through_the_admin_api_never_the_last_owner,
+    mcp_server_lists_are_set_like_model_lists_and_audited,
 );
 
 fn scope(kind: KeyKind) -> KeyScope {
@@ -199,7 +201,7 @@ async fn models_are_listed_and_served_only_as_the_key_and_project_allow(db: Data
                 project_id: Some(project.id.clone()),
                 kind: KeyKind::All,
                 allowed_models: ModelAccess::only(vec!["svc".into(), "fake-*".into()]).unwrap(),
-                budget: None,
+                ..KeyScope::default()
             },
         )
         .await;
@@ -1052,4 +1054,184 @@ async fn members_are_removed_through_the_admin_api_never_the_last_owner(db: Data
     let entries = log["data"].as_array().unwrap();
     assert_eq!(entries.len(), 1, "{log}");
     assert_eq!(entries[0]["project"]["id"], team.id.0.as_str(), "{log}");
+}
+
+/// The audit entries of `kind`, newest first.
+async fn audited(app: &TestApp, key: &str, kind: &str) -> Vec<Value> {
+    let path = format!("/audit_logs?event_types[]={kind}&limit=100");
+    let (status, list) = admin(app, key, Method::GET, &path, None).await;
+    assert_eq!(status, 200, "{list}");
+    list["data"].as_array().unwrap().clone()
+}
+
+async fn mcp_server_lists_are_set_like_model_lists_and_audited(db: Database) {
+    let app = TestApp::spawn_with(db, ServerConfig::default()).await;
+    let root = app.create_admin_key().await;
+    let (status, project) = admin(
+        &app,
+        &root,
+        Method::POST,
+        "/projects",
+        Some(json!({"name": "tools", "allowed_mcp_servers": ["docs", "git*"]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{project}");
+    assert_eq!(project["allowed_mcp_servers"], json!(["docs", "git*"]));
+    let team = project["id"].as_str().unwrap().to_owned();
+    let (_, open) = admin(&app, &root, Method::GET, "/projects/proj_default", None).await;
+    assert_eq!(open["allowed_mcp_servers"], Value::Null, "every server");
+
+    // A key of it with a list of its own; one without has none (null).
+    let (status, key) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &format!("/projects/{team}/api_keys"),
+        Some(json!({"name": "agent", "allowed_mcp_servers": ["github", "wiki"]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{key}");
+    assert_eq!(key["allowed_mcp_servers"], json!(["github", "wiki"]));
+    let key_id = key["id"].as_str().unwrap().to_owned();
+    let key_path = format!("/projects/{team}/api_keys/{key_id}");
+    let record = |app: &TestApp| {
+        let id = svc_core::KeyId(key_id.clone());
+        let keys = app.keys.clone();
+        async move { keys.get(&id).await.unwrap().unwrap() }
+    };
+    let stored = record(&app).await;
+    assert!(stored.may_use_mcp_server("github"), "both lists allow it");
+    assert!(!stored.may_use_mcp_server("wiki"), "its project does not");
+    assert!(!stored.may_use_mcp_server("docs"), "it does not");
+
+    // The project's list changes alone, and back to every server.
+    let (status, changed) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &format!("/projects/{team}"),
+        Some(json!({"allowed_mcp_servers": ["wiki"]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["allowed_mcp_servers"], json!(["wiki"]));
+    assert!(record(&app).await.may_use_mcp_server("wiki"));
+    let (_, renamed) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &format!("/projects/{team}"),
+        Some(json!({"name": "tools 2"})),
+    )
+    .await;
+    assert_eq!(renamed["allowed_mcp_servers"], json!(["wiki"]), "kept");
+    let (_, opened) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &format!("/projects/{team}"),
+        Some(json!({"allowed_mcp_servers": null})),
+    )
+    .await;
+    assert_eq!(opened["allowed_mcp_servers"], Value::Null);
+
+    // The key's list changes alone: a budget change keeps it.
+    let (status, narrowed) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &key_path,
+        Some(json!({"allowed_mcp_servers": []})),
+    )
+    .await;
+    assert_eq!(status, 200, "{narrowed}");
+    assert_eq!(narrowed["allowed_mcp_servers"], json!([]));
+    assert!(!record(&app).await.may_use_mcp_server("github"), "none");
+    let (_, budgeted) = admin(
+        &app,
+        &root,
+        Method::POST,
+        &key_path,
+        Some(json!({"budget": {"tokens": 100, "period": "day"}})),
+    )
+    .await;
+    assert_eq!(budgeted["allowed_mcp_servers"], json!([]));
+    let (_, read) = admin(&app, &root, Method::GET, &key_path, None).await;
+    assert_eq!(read["allowed_mcp_servers"], json!([]));
+
+    // A bad list is a 400 naming the field, and nothing asked with it is
+    // done.
+    let long = "x".repeat(300);
+    for (path, json) in [
+        (
+            "/projects".to_owned(),
+            json!({"name": "p", "allowed_mcp_servers": [""]}),
+        ),
+        (
+            format!("/projects/{team}"),
+            json!({"allowed_mcp_servers": [long]}),
+        ),
+        (
+            format!("/projects/{team}/api_keys"),
+            json!({"name": "k", "allowed_mcp_servers": ["a\nb"]}),
+        ),
+        (
+            key_path.clone(),
+            json!({"budget": null, "allowed_mcp_servers": [""]}),
+        ),
+    ] {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/organization{path}")))
+            .bearer_auth(&root)
+            .json(&json)
+            .send()
+            .await
+            .unwrap();
+        expect_error(
+            response,
+            400,
+            "invalid_request_error",
+            "invalid_value",
+            Some("allowed_mcp_servers"),
+        )
+        .await;
+    }
+    let (_, read) = admin(&app, &root, Method::GET, &key_path, None).await;
+    assert_eq!(read["budget"]["tokens"], 100, "the budget was not removed");
+
+    // Each is audited as its models are.
+    let created = audited(&app, &root, "project.created").await;
+    assert_eq!(
+        created[0]["project.created"]["data"]["allowed_mcp_servers"],
+        json!(["docs", "git*"])
+    );
+    let updated = audited(&app, &root, "project.updated").await;
+    let requested: Vec<&Value> = updated
+        .iter()
+        .map(|e| &e["project.updated"]["changes_requested"])
+        .collect();
+    assert_eq!(requested[2], &json!({"allowed_mcp_servers": ["wiki"]}));
+    assert_eq!(requested[0], &json!({"allowed_mcp_servers": null}));
+    let made = audited(&app, &root, "api_key.created").await;
+    let made = made
+        .iter()
+        .find(|e| e["api_key.created"]["id"] == key_id.as_str())
+        .unwrap();
+    assert_eq!(
+        made["api_key.created"]["data"]["allowed_mcp_servers"],
+        json!(["github", "wiki"])
+    );
+    let key_updates: Vec<Value> = audited(&app, &root, "api_key.updated")
+        .await
+        .into_iter()
+        .map(|e| e["api_key.updated"]["changes_requested"].clone())
+        .collect();
+    assert_eq!(
+        key_updates,
+        [
+            json!({"budget": {"tokens": 100, "period": "day"}}),
+            json!({"allowed_mcp_servers": []})
+        ]
+    );
 }

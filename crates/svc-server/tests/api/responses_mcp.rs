@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use svc_core::{KeyScope, McpServerAccess, ModelAccess, ProjectRecord, ProjectStore};
 use svc_server::ServerConfig;
 use svc_server::config::McpConfig;
 use svc_test_support::{Database, TestApp};
@@ -455,4 +456,54 @@ async fn an_ad_hoc_server_s_headers_are_sent_and_never_shown() {
     .await;
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["param"], "tools[0].server_label");
+}
+
+#[tokio::test]
+async fn a_key_whose_lists_exclude_a_server_cannot_name_it() {
+    let (url, seen) = start_scripted("127.0.0.1").await;
+    let app = spawn(&url, json!([])).await;
+    let project = app.create_project("no tools", ModelAccess::any()).await;
+    let project = ProjectRecord {
+        allowed_mcp_servers: McpServerAccess::only(vec!["wiki".into()]).unwrap(),
+        ..project
+    };
+    assert!(app.store.update_project(&project).await.unwrap());
+    let in_project = |servers: McpServerAccess| KeyScope {
+        project_id: Some(project.id.clone()),
+        allowed_mcp_servers: servers,
+        ..KeyScope::default()
+    };
+    let body = json!({"model": "fake-agent", "input": "hello",
+        "tools": [{"type": "mcp", "server_label": "docs", "require_approval": "never"}]});
+    let outside = app
+        .create_scoped_key(None, in_project(McpServerAccess::any()))
+        .await;
+    let (status, refused) = create(&app, &outside, body.clone()).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "tools[0].server_label");
+    assert!(
+        !refused.to_string().contains(&url),
+        "nothing of the server is told: {refused}"
+    );
+    // A key of the default project, its own list without `docs`: the same.
+    let narrowed = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                allowed_mcp_servers: McpServerAccess::only(vec!["wiki".into()]).unwrap(),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let (status, _) = create(&app, &narrowed, body.clone()).await;
+    assert_eq!(status, 400);
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the server was never asked"
+    );
+    // A key that may: the loop runs.
+    let key = app.create_key().await;
+    let (status, response) = create(&app, &key, body).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(kinds(&response), ["mcp_list_tools", "mcp_call", "message"]);
 }

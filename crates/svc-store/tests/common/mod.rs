@@ -6,7 +6,7 @@ use svc_core::device::{DeviceRecord, DeviceState};
 use svc_core::hashes::DeviceCodeHash;
 use svc_core::ids::{KeyId, ProjectId, UserId};
 use svc_core::key::{ApiKey, KeyHash, KeyOrigin, KeyRecord};
-use svc_core::project::{KeyKind, ModelAccess};
+use svc_core::project::{KeyKind, McpServerAccess, ModelAccess};
 use svc_core::user::UserRecord;
 use svc_store::SqlStore;
 use svc_store::testing::{self, TestSchema};
@@ -150,6 +150,8 @@ pub fn new_key(owner_id: Option<&str>, created_at: i64) -> (KeyRecord, KeyHash) 
         kind: KeyKind::All,
         allowed_models: ModelAccess::any(),
         project_allowed_models: ModelAccess::any(),
+        allowed_mcp_servers: McpServerAccess::any(),
+        project_allowed_mcp_servers: McpServerAccess::any(),
         budget: None,
         project_budget: None,
         rotated_from: None,
