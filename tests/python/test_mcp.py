@@ -9,7 +9,9 @@ registered in `svc serve`'s configuration as `[mcp.servers.py]`:
   model (`agent`, the scripted agent behind an upstream, so the loop runs
   on the upstream engine) asks for approval, an approved call runs and the
   model answers with its result, a denied one never runs, `allowed_tools`
-  hides the others, and streamed the MCP events arrive in order.
+  hides the others, and streamed the MCP events arrive in order;
+- `mcp` tools in Chat Completions (svc's extension): the reply uses the
+  tool's result and lists the calls in `mcp_calls`, whole and streamed.
 """
 
 from __future__ import annotations
@@ -213,3 +215,21 @@ def test_responses_stream_the_mcp_events_in_order(sdk: openai.OpenAI) -> None:
     assert [o.type for o in final.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert final.output[1].output == "LOUD"
     assert final.output_text == "The tool said: LOUD"
+
+
+def test_chat_completions_run_mcp_tools_and_list_the_calls(sdk: openai.OpenAI) -> None:
+    tools = [{"type": "mcp", "server_label": "py", "allowed_tools": ["shout"]}]
+    completion = sdk.chat.completions.create(
+        model="agent", messages=[{"role": "user", "content": "chat"}], tools=tools
+    )
+    assert completion.choices[0].message.content == "The tool said: CHAT"
+    calls = completion.model_extra["mcp_calls"]
+    assert [(c["server_label"], c["name"], c["output"]) for c in calls] == [("py", "shout", "CHAT")]
+
+    stream = sdk.chat.completions.create(
+        model="agent", messages=[{"role": "user", "content": "stream"}], tools=tools, stream=True
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "The tool said: STREAM"
+    assert chunks[-1].model_extra["mcp_calls"][0]["output"] == "STREAM"

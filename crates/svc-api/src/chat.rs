@@ -277,10 +277,37 @@ fn type_image_url() -> Object {
 /// A function the model may call.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Tool {
+    /// `function`, or `mcp` (an MCP server whose tools svc calls).
     #[serde(rename = "type")]
-    #[schema(schema_with = type_function)]
+    #[schema(schema_with = type_tool)]
     pub kind: String,
-    pub function: FunctionDefinition,
+    /// The function (`function` tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionDefinition>,
+    /// `mcp`: a registered server's label (enough alone), or the label of
+    /// the ad-hoc server at `server_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_label: Option<String>,
+    /// `mcp`: an ad-hoc server's URL, allowed where `mcp.allow_urls` match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_url: Option<String>,
+    /// `mcp`: headers sent to the server, never shown.
+    #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>, write_only)]
+    pub headers: Option<Value>,
+    /// `mcp`: a token sent as `Authorization: Bearer`, never shown.
+    #[serde(default, skip_serializing)]
+    #[schema(write_only)]
+    pub authorization: Option<String>,
+    /// `mcp`: the only tools offered (a list, or `{"tool_names", "read_only"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub allowed_tools: Option<Value>,
+    /// `mcp`: `"never"` (the default here): Chat Completions cannot wait
+    /// for an approval (the Responses API can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub require_approval: Option<Value>,
 }
 
 /// The function part of a tool definition.
@@ -431,6 +458,24 @@ pub struct ChatCompletion {
     #[schema(inline)]
     pub choices: Vec<Choice>,
     pub usage: Usage,
+    /// svc's extension: the calls of `mcp` tools svc made to reach this
+    /// reply, in order (absent without `mcp` tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_calls: Option<Vec<McpCallRecord>>,
+}
+
+/// One call of an MCP tool that svc made for a chat completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpCallRecord {
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    /// The model's arguments, as JSON text.
+    pub arguments: String,
+    /// What the tool answered, when it did.
+    pub output: Option<String>,
+    /// Why it failed, when it did (the model read this instead).
+    pub error: Option<String>,
 }
 
 /// One choice of a whole response.
@@ -636,6 +681,13 @@ fn type_text() -> Object {
 
 fn type_function() -> Object {
     constant("function")
+}
+
+fn type_tool() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["function", "mcp"]))
+        .build()
 }
 
 fn role_assistant() -> Object {

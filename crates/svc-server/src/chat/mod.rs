@@ -5,11 +5,17 @@
 //! domain one in [`valid`].
 
 pub(crate) mod shape;
+pub(crate) mod tool_loop;
 pub(crate) mod valid;
+
+use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use svc_api::ChatCompletionRequest;
 use svc_core::KeyRecord;
 use utoipa_axum::router::OpenApiRouter;
@@ -22,7 +28,9 @@ use crate::extract::{Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
+use crate::tools::Toolset;
 use shape::CompletionMeta;
+use tool_loop::{Calls, ToolLoop};
 use valid::ValidChatRequest;
 
 /// What this endpoint is: its OpenAPI group, its paths and dialect, and
@@ -36,7 +44,9 @@ pub(crate) const ENDPOINT: Endpoint = Endpoint::new("chat", "Chat completions.")
 impl Cacheable for ChatCompletionRequest {
     const ROUTE: &'static str = ENDPOINT.tag;
     fn reproducible(&self) -> bool {
-        reproducible(self.temperature, self.seed)
+        // A call of an MCP tool acts on the world: never a cached reply.
+        let calls_tools = self.tools.iter().flatten().any(|t| t.kind == "mcp");
+        !calls_tools && reproducible(self.temperature, self.seed)
     }
 }
 
@@ -86,25 +96,100 @@ async fn answer(
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
-    let request = ValidChatRequest::try_from(body)?;
-    let stream = request.generate.stream;
-    let (n, logprobs) = (request.generate.n, request.generate.logprobs.is_some());
+    let ValidChatRequest {
+        model,
+        include_usage,
+        mut generate,
+        mcp,
+    } = ValidChatRequest::try_from(body)?;
+    let toolset = if mcp.is_empty() {
+        None
+    } else {
+        let toolset = Toolset::resolve(
+            &state.mcp,
+            |label| key.may_use_mcp_server(label),
+            mcp,
+            |_| None,
+        )
+        .await?;
+        toolset.offer(&mut generate)?;
+        Some(Arc::new(toolset))
+    };
+    let stream = generate.stream;
+    let (n, logprobs) = (generate.n, generate.logprobs.is_some());
     let outcome = metering.outcome.clone();
     let generated = state
         .admission
-        .generate(&key, &request.model, request.generate, arrived, metering)
+        .generate(&key, &model, generate.clone(), arrived, metering.clone())
         .await?;
     let meta = CompletionMeta::new(generated.model.clone())
         .with_choices(n, logprobs)
         .with_fingerprint(state.admission.fingerprint(&generated.model));
+    let calls = Calls::default();
+    let events = match toolset.clone() {
+        None => generated.events,
+        Some(toolset) => {
+            let run = ToolLoop {
+                state: state.clone(),
+                key,
+                model,
+                metering,
+                toolset,
+                request: generate,
+                calls: calls.clone(),
+            };
+            tool_loop::events(run, generated.events)
+        }
+    };
     let response = if stream {
-        sse_response(Body::from_stream(shape::sse(
-            meta,
-            request.include_usage,
-            generated.events,
-        )))
+        let listed = toolset.is_some().then(|| Listed {
+            id: meta.id.clone(),
+            created: meta.created,
+            model: meta.model.clone(),
+            calls,
+        });
+        let frames = shape::sse(meta, include_usage, events);
+        sse_response(Body::from_stream(with_calls(frames, listed)))
     } else {
-        json_response(&shape::collect(meta, generated.events).await?)
+        let mut completion = shape::collect(meta, events).await?;
+        if toolset.is_some() {
+            completion.mcp_calls = calls.lock().ok().map(|calls| calls.clone());
+        }
+        json_response(&completion)
     };
     Ok(state.cache.keep(plan, response, &generated.model, outcome))
+}
+
+/// What a streamed reply with `mcp` tools adds before `[DONE]`: a chunk
+/// with no choices listing the calls made (`mcp_calls`).
+struct Listed {
+    id: String,
+    created: i64,
+    model: String,
+    calls: Calls,
+}
+
+/// `frames`, with the chunk `listed` makes before `[DONE]`.
+fn with_calls(
+    frames: impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+    listed: Option<Listed>,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    frames.flat_map(move |frame| {
+        let mut out = Vec::with_capacity(2);
+        if let (Ok(bytes), Some(listed)) = (&frame, &listed)
+            && bytes.as_ref() == shape::DONE
+        {
+            let calls = listed.calls.lock().map(|c| c.clone()).unwrap_or_default();
+            out.push(Ok(shape::event(&serde_json::json!({
+                "id": listed.id,
+                "object": "chat.completion.chunk",
+                "created": listed.created,
+                "model": listed.model,
+                "choices": [],
+                "mcp_calls": calls,
+            }))));
+        }
+        out.push(frame);
+        futures::stream::iter(out)
+    })
 }

@@ -193,6 +193,7 @@ pub async fn collect(
         })
         .collect();
     Ok(ChatCompletion {
+        mcp_calls: None,
         id: meta.id,
         object: "chat.completion".into(),
         created: meta.created,

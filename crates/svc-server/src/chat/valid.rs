@@ -13,6 +13,8 @@ use svc_core::engine::{
 };
 use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 
+use crate::tools::{McpToolRequest, spec};
+
 /// Most stop sequences a request may give, as with OpenAI.
 pub const MAX_STOP_SEQUENCES: usize = 4;
 /// Most choices (`n`) a request may ask for, as with OpenAI; an engine may
@@ -27,6 +29,9 @@ pub struct ValidChatRequest {
     pub model: String,
     pub include_usage: bool,
     pub generate: GenerateRequest,
+    /// The `mcp` tools: servers whose tools svc calls (svc's extension, as
+    /// LiteLLM takes them).
+    pub mcp: Vec<McpToolRequest>,
 }
 
 impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
@@ -81,8 +86,20 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
         };
 
         let stop = stop_sequences(req.stop)?;
-        let tools = tools(req.tools.unwrap_or_default())?;
-        let tool_choice = tool_choice(req.tool_choice, &tools)?;
+        let (tools, mcp) = tools(req.tools.unwrap_or_default())?;
+        if !mcp.is_empty() && n > 1 {
+            return Err(ValidationError::new(
+                "n",
+                "with mcp tools, n must be 1: svc runs one conversation's tool calls",
+            ));
+        }
+        let tool_choice = match (&req.tool_choice, tools.is_empty() && !mcp.is_empty()) {
+            // Only MCP tools, listed later: a mode applies to them.
+            (None, true) => ToolChoiceSpec::Auto,
+            (Some(ToolChoice::Mode(mode)), true) if mode == "auto" => ToolChoiceSpec::Auto,
+            (Some(ToolChoice::Mode(mode)), true) if mode == "required" => ToolChoiceSpec::Required,
+            _ => tool_choice(req.tool_choice, &tools)?,
+        };
         let output = output_format(req.response_format)?;
         let reasoning_effort =
             reasoning_effort(req.reasoning_effort.as_deref(), "reasoning_effort")?;
@@ -91,6 +108,7 @@ impl TryFrom<ChatCompletionRequest> for ValidChatRequest {
         Ok(ValidChatRequest {
             model: req.model,
             include_usage,
+            mcp,
             generate: GenerateRequest {
                 messages,
                 sampling,
@@ -245,7 +263,9 @@ pub(crate) fn valid_function_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn tools(tools: Vec<svc_api::Tool>) -> Result<Vec<ToolSpec>, ValidationError> {
+fn tools(
+    tools: Vec<svc_api::Tool>,
+) -> Result<(Vec<ToolSpec>, Vec<McpToolRequest>), ValidationError> {
     if tools.len() > MAX_TOOLS {
         return Err(ValidationError::new(
             "tools",
@@ -256,14 +276,27 @@ fn tools(tools: Vec<svc_api::Tool>) -> Result<Vec<ToolSpec>, ValidationError> {
         ));
     }
     let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
+    let mut mcp = Vec::new();
     for (i, tool) in tools.into_iter().enumerate() {
+        if tool.kind == "mcp" {
+            mcp.push(mcp_tool(tool, i)?);
+            continue;
+        }
         if tool.kind != "function" {
             return Err(ValidationError::new(
                 format!("tools[{i}].type"),
-                format!("tool type must be \"function\" (got {:?})", tool.kind),
+                format!(
+                    "tool type must be \"function\" or \"mcp\" (got {:?})",
+                    tool.kind
+                ),
             ));
         }
-        let f = tool.function;
+        let Some(f) = tool.function else {
+            return Err(ValidationError::new(
+                format!("tools[{i}].function"),
+                "a function tool needs function",
+            ));
+        };
         if !valid_function_name(&f.name) {
             return Err(ValidationError::new(
                 format!("tools[{i}].function.name"),
@@ -292,7 +325,33 @@ fn tools(tools: Vec<svc_api::Tool>) -> Result<Vec<ToolSpec>, ValidationError> {
             parameters,
         });
     }
-    Ok(specs)
+    Ok((specs, mcp))
+}
+
+/// An `mcp` tool, as the Responses API's, except that its calls cannot
+/// wait for an approval here: `require_approval` is `"never"`, given or
+/// not.
+fn mcp_tool(tool: svc_api::Tool, i: usize) -> Result<McpToolRequest, ValidationError> {
+    let param = format!("tools[{i}]");
+    let approval = tool
+        .require_approval
+        .clone()
+        .unwrap_or(Value::from("never"));
+    if approval != "never" {
+        return Err(ValidationError::new(
+            format!("{param}.require_approval"),
+            "Chat Completions cannot wait for an approval: use require_approval \"never\", or the Responses API",
+        ));
+    }
+    let fields = spec::OpenAiMcpTool {
+        server_label: tool.server_label,
+        server_url: tool.server_url,
+        headers: tool.headers.as_ref(),
+        authorization: tool.authorization.as_deref(),
+        allowed_tools: tool.allowed_tools.as_ref(),
+        require_approval: Some(&approval),
+    };
+    spec::openai_mcp_tool(fields, param)
 }
 
 fn tool_choice(

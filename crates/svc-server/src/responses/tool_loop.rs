@@ -22,8 +22,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use svc_api::responses::{InputItem, OutputItem, ResponseObject};
 use svc_core::{
-    EngineEvent, EventStream, FinishReason, GenerateRequest, KeyRecord, TokenUsage, ToolChoiceSpec,
-    ValidationError,
+    EngineEvent, EventStream, FinishReason, GenerateRequest, KeyRecord, TokenUsage, ValidationError,
 };
 
 use super::conversations::Keep;
@@ -61,23 +60,7 @@ pub async fn prepare(
         |label| listed_tools(tool_items, label),
     )
     .await?;
-    for spec in toolset.specs() {
-        if request.tools.iter().any(|t| t.name == spec.name) {
-            let server = toolset.server_of(&spec.name).map(|s| s.param.clone());
-            return Err(ValidationError::new(
-                server.unwrap_or_else(|| "tools".into()),
-                format!(
-                    "the MCP tool {:?} has the name of a function tool; narrow allowed_tools",
-                    spec.name
-                ),
-            )
-            .into());
-        }
-        request.tools.push(spec);
-    }
-    if request.tools.is_empty() {
-        request.tool_choice = ToolChoiceSpec::None;
-    }
+    toolset.offer(&mut request)?;
     let mut ran = Vec::new();
     for answer in &valid.approvals {
         let asked = approval_request(tool_items, &valid.input, &answer.request_id);

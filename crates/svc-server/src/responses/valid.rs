@@ -686,22 +686,15 @@ fn mcp_tool(tool: ResponseTool, param: String) -> Result<McpToolRequest, Validat
             "svc has no connectors: give a registered server_label or a server_url",
         ));
     }
-    let Some(label) = tool.server_label else {
-        return Err(ValidationError::new(
-            format!("{param}.server_label"),
-            "an mcp tool needs server_label",
-        ));
+    let fields = spec::OpenAiMcpTool {
+        server_label: tool.server_label,
+        server_url: tool.server_url,
+        headers: tool.headers.as_ref(),
+        authorization: tool.authorization.as_deref(),
+        allowed_tools: tool.allowed_tools.as_ref(),
+        require_approval: tool.require_approval.as_ref(),
     };
-    spec::check_label(&label, &format!("{param}.server_label"))?;
-    let url = tool.server_url.filter(|u| !u.is_empty());
-    Ok(McpToolRequest {
-        headers: spec::headers(tool.headers.as_ref(), tool.authorization.as_deref(), &param)?,
-        allowed: spec::allowed_tools(tool.allowed_tools.as_ref(), &param)?,
-        approval: spec::require_approval(tool.require_approval.as_ref(), &param)?,
-        param,
-        label,
-        url,
-    })
+    spec::openai_mcp_tool(fields, param)
 }
 
 /// `tool_choice`, for the function `tools` and, when `mcp`, the tools of

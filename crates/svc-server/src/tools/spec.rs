@@ -39,8 +39,8 @@ impl Allowed {
     pub fn offers(&self, tool: &svc_mcp::Tool) -> bool {
         self.names
             .as_ref()
-            .is_none_or(|names| names.iter().any(|n| *n == tool.name))
-            && !self.denied.iter().any(|n| *n == tool.name)
+            .is_none_or(|names| names.contains(&tool.name))
+            && !self.denied.contains(&tool.name)
             && (!self.read_only || tool.read_only_hint())
     }
 }
@@ -68,6 +68,41 @@ impl Approval {
             }
         }
     }
+}
+
+/// The fields of OpenAI's `mcp` tool (the Responses API's, which Chat
+/// Completions take too, as LiteLLM does).
+pub struct OpenAiMcpTool<'a> {
+    pub server_label: Option<String>,
+    pub server_url: Option<String>,
+    pub headers: Option<&'a Value>,
+    pub authorization: Option<&'a str>,
+    pub allowed_tools: Option<&'a Value>,
+    pub require_approval: Option<&'a Value>,
+}
+
+/// OpenAI's `mcp` tool at `param` (`tools[2]`): a `server_label`, with a
+/// `server_url` for an ad-hoc server, and what of it is offered and
+/// approved.
+pub fn openai_mcp_tool(
+    tool: OpenAiMcpTool<'_>,
+    param: String,
+) -> Result<McpToolRequest, ValidationError> {
+    let Some(label) = tool.server_label else {
+        return Err(ValidationError::new(
+            format!("{param}.server_label"),
+            "an mcp tool needs server_label",
+        ));
+    };
+    check_label(&label, &format!("{param}.server_label"))?;
+    Ok(McpToolRequest {
+        headers: headers(tool.headers, tool.authorization, &param)?,
+        allowed: allowed_tools(tool.allowed_tools, &param)?,
+        approval: require_approval(tool.require_approval, &param)?,
+        url: tool.server_url.filter(|u| !u.is_empty()),
+        param,
+        label,
+    })
 }
 
 /// A server label: 1 to 64 characters of letters, digits, `_` and `-`

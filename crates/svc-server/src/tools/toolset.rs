@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
-use svc_core::{ToolSpec, ValidationError};
+use svc_core::{GenerateRequest, ToolSpec, ValidationError};
 
 use super::MAX_TOOL_OUTPUT_BYTES;
 use super::spec::{Allowed, Approval, McpToolRequest};
@@ -159,6 +159,28 @@ impl Toolset {
                 },
             })
             .collect()
+    }
+
+    /// Offers every tool to the model of `request`, beside its functions
+    /// (a function of the same name is refused, naming the server).
+    pub fn offer(&self, request: &mut GenerateRequest) -> Result<(), ValidationError> {
+        for spec in self.specs() {
+            if request.tools.iter().any(|t| t.name == spec.name) {
+                let server = self.server_of(&spec.name).map(|s| s.param.clone());
+                return Err(ValidationError::new(
+                    server.unwrap_or_else(|| "tools".into()),
+                    format!(
+                        "the MCP tool {:?} has the name of a function tool; narrow allowed_tools",
+                        spec.name
+                    ),
+                ));
+            }
+            request.tools.push(spec);
+        }
+        if request.tools.is_empty() {
+            request.tool_choice = svc_core::ToolChoiceSpec::None;
+        }
+        Ok(())
     }
 
     /// The server offering the tool `name`, if one does.
