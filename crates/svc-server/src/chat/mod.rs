@@ -28,7 +28,7 @@ use crate::extract::{Key, scope};
 use crate::openapi::shared;
 use crate::pipeline::{Metering, Opened, json_response, limited, open, sse_response};
 use crate::state::AppState;
-use crate::tools::Toolset;
+use crate::tools::{DailyCap, Toolset};
 use shape::CompletionMeta;
 use tool_loop::{Calls, ToolLoop};
 use valid::ValidChatRequest;
@@ -111,7 +111,8 @@ async fn answer(
             mcp,
             |_| None,
         )
-        .await?;
+        .await?
+        .capped(DailyCap::of(state, &key));
         toolset.offer(&mut generate)?;
         Some(Arc::new(toolset))
     };

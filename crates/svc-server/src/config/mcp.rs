@@ -23,6 +23,10 @@ pub struct McpConfig {
     /// `mcp.allow_urls`: the patterns an ad-hoc `server_url` must match
     /// (`https://mcp.example.com/*`).
     pub allow_urls: Vec<String>,
+    /// `mcp.max_calls_per_project_per_day`: the most MCP tool calls the
+    /// keys of one project make in a UTC day, all dialects and `/mcp`
+    /// together; no cap when absent.
+    pub max_calls_per_project_per_day: Option<u64>,
 }
 
 /// One registered server.
@@ -83,6 +87,8 @@ struct Written {
     servers: BTreeMap<String, McpServer>,
     #[serde(default)]
     allow_urls: Vec<String>,
+    #[serde(default)]
+    max_calls_per_project_per_day: Option<u64>,
 }
 
 impl TryFrom<BTreeMap<String, serde_json::Value>> for McpConfig {
@@ -110,9 +116,15 @@ impl TryFrom<BTreeMap<String, serde_json::Value>> for McpConfig {
                 ));
             }
         }
+        if written.max_calls_per_project_per_day == Some(0) {
+            return Err(
+                "mcp.max_calls_per_project_per_day: at least 1 (leave it out for no cap)".into(),
+            );
+        }
         Ok(McpConfig {
             servers: written.servers,
             allow_urls: written.allow_urls,
+            max_calls_per_project_per_day: written.max_calls_per_project_per_day,
         })
     }
 }
@@ -153,6 +165,12 @@ impl Serialize for McpConfig {
         let mut shown = serde_json::Map::new();
         if !self.allow_urls.is_empty() {
             shown.insert("allow_urls".into(), serde_json::json!(self.allow_urls));
+        }
+        if let Some(cap) = self.max_calls_per_project_per_day {
+            shown.insert(
+                "max_calls_per_project_per_day".into(),
+                serde_json::json!(cap),
+            );
         }
         if !servers.is_empty() {
             shown.insert("servers".into(), serde_json::json!(servers));

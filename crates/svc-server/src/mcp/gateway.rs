@@ -14,6 +14,7 @@ use super::rpc::{Fault, INTERNAL_ERROR, INVALID_PARAMS};
 use crate::config::mcp::SEPARATOR;
 use crate::metrics::{Metrics, ToolOutcome};
 use crate::state::mcp::McpServers;
+use crate::tools::DailyCap;
 
 /// `tools/list`'s result: every offered tool of every registered server
 /// `key` may use, by label, those servers asked at once (the others not
@@ -52,6 +53,7 @@ pub(crate) async fn call(
     servers: &McpServers,
     key: &KeyRecord,
     metrics: &Metrics,
+    cap: Option<DailyCap>,
     id: &Value,
     params: &Value,
 ) -> Result<Value, Fault> {
@@ -79,6 +81,13 @@ pub(crate) async fn call(
     let Some((label, tool, server)) = found else {
         return Err(fault(INVALID_PARAMS, format!("Unknown tool: {name}")));
     };
+    // The project's calls for today spent: a failed call, as the model
+    // should read it.
+    if let Some(cap) = cap
+        && let Err(why) = cap.take().await
+    {
+        return Ok(json!({"content": [{"type": "text", "text": why}], "isError": true}));
+    }
     let started = Instant::now();
     let outcome = server.client.call_tool(tool, arguments).await;
     let elapsed = started.elapsed();

@@ -191,8 +191,9 @@ async fn dispatch(state: &AppState, key: &KeyRecord, call: &Call) -> Result<Valu
             true,
         )),
         ("tools/call", _) => {
+            let cap = crate::tools::DailyCap::of(state, key);
             let result =
-                gateway::call(&state.mcp, key, &state.metrics, &call.id, &call.params).await?;
+                gateway::call(&state.mcp, key, &state.metrics, cap, &call.id, &call.params).await?;
             Ok(rpc::result(call, result, false))
         }
         (method, _) => Err(Fault::new(

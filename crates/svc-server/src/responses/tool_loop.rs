@@ -31,7 +31,7 @@ use super::valid::{ValidResponseRequest, listed_tools, output_messages};
 use crate::error::ApiError;
 use crate::pipeline::Metering;
 use crate::state::AppState;
-use crate::tools::{CallOutcome, Toolset};
+use crate::tools::{CallOutcome, DailyCap, Toolset};
 
 /// What [`prepare`] made ready: the servers, the calls run before the
 /// first generation, and the request it reads.
@@ -59,7 +59,8 @@ pub async fn prepare(
         valid.mcp.clone(),
         |label| listed_tools(tool_items, label),
     )
-    .await?;
+    .await?
+    .capped(DailyCap::of(state, key));
     toolset.offer(&mut request)?;
     let mut ran = Vec::new();
     for answer in &valid.approvals {

@@ -18,6 +18,8 @@ pub struct McpServers {
     /// What an ad-hoc `server_url` must pass (`mcp.allow_urls`); `None`
     /// when the operator allows none, and every one is refused.
     pub(crate) guard: Option<svc_mcp::Guard>,
+    /// `mcp.max_calls_per_project_per_day`.
+    pub(crate) daily_calls: Option<u64>,
 }
 
 /// One registered server: its client (headers included) and what of it is
@@ -88,7 +90,11 @@ impl McpServers {
                     .map_err(|e| format!("mcp.allow_urls: {e}"))?,
             )
         };
-        Ok(McpServers { servers, guard })
+        Ok(McpServers {
+            servers,
+            guard,
+            daily_calls: config.max_calls_per_project_per_day,
+        })
     }
 
     /// The registered servers' labels, in order.

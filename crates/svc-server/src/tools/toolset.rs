@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde_json::Value;
 use svc_core::{GenerateRequest, ToolSpec, ValidationError};
 
-use super::MAX_TOOL_OUTPUT_BYTES;
 use super::spec::{Allowed, Approval, McpToolRequest};
+use super::{DailyCap, MAX_TOOL_OUTPUT_BYTES};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, ToolOutcome};
 use crate::state::mcp::McpServers;
@@ -17,6 +17,8 @@ use crate::state::mcp::McpServers;
 #[derive(Default)]
 pub struct Toolset {
     servers: Vec<Server>,
+    /// The project's daily cap on calls, if any.
+    cap: Option<DailyCap>,
 }
 
 /// One server of a request.
@@ -115,7 +117,7 @@ impl Toolset {
         ))
         .await;
         let servers = listed.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let set = Toolset { servers };
+        let set = Toolset { servers, cap: None };
         set.check_names()?;
         Ok(set)
     }
@@ -161,6 +163,11 @@ impl Toolset {
             .collect()
     }
 
+    /// The same, each call taken from the project's daily `cap`.
+    pub fn capped(self, cap: Option<DailyCap>) -> Self {
+        Toolset { cap, ..self }
+    }
+
     /// Offers every tool to the model of `request`, beside its functions
     /// (a function of the same name is refused, naming the server).
     pub fn offer(&self, request: &mut GenerateRequest) -> Result<(), ValidationError> {
@@ -198,8 +205,9 @@ impl Toolset {
 
     /// Calls the tool `name` with `arguments` (the model's JSON text) on
     /// its server. Nothing is sent when the arguments are no JSON object.
-    /// Counted in the metrics and logged (the server's label, the tool,
-    /// the time and the outcome; never the arguments or the output).
+    /// Counted in the metrics, logged and traced as a span of the request
+    /// (the server's label, the tool, the time and the outcome; never the
+    /// arguments or the output).
     pub async fn call(&self, metrics: &Metrics, name: &str, arguments: &str) -> CallOutcome {
         let Some(server) = self.server_of(name) else {
             return CallOutcome::failed(format!("no MCP server offers the tool {name:?}"));
@@ -213,8 +221,13 @@ impl Toolset {
                 );
             }
         };
+        if let Some(cap) = &self.cap
+            && let Err(why) = cap.take().await
+        {
+            return CallOutcome::failed(why);
+        }
         let label = server.label.as_str();
-        let started = Instant::now();
+        let (started, began) = (Instant::now(), std::time::SystemTime::now());
         let result = server.client.call_tool(name, arguments).await;
         let elapsed = started.elapsed();
         let counted = match &result {
@@ -226,6 +239,17 @@ impl Toolset {
         metrics.tool_called(label, counted, elapsed);
         let ms = elapsed.as_secs_f64() * 1000.0;
         tracing::info!(target: "svc::mcp", server = %label, tool = name, ms, outcome = counted.label(), "tool called");
+        // A span of the request's trace, when it is traced.
+        let text = |v: &str| svc_core::trace::Value::Text(v.to_owned());
+        svc_core::trace::record(
+            "mcp.tools/call",
+            began,
+            vec![
+                ("mcp.server.label".into(), text(label)),
+                ("mcp.tool.name".into(), text(name)),
+                ("mcp.outcome".into(), text(counted.label())),
+            ],
+        );
         match result {
             Ok(result) => {
                 let text = result_text(&result);

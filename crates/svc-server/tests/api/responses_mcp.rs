@@ -11,9 +11,10 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use svc_core::{KeyScope, McpServerAccess, ModelAccess, ProjectRecord, ProjectStore};
-use svc_test_support::TestApp;
+use svc_store::testing::{TestSchema, postgres_url};
+use svc_test_support::{Database, TestApp};
 
-use crate::scripted_mcp::{seen_calls, spawn, start_scripted};
+use crate::scripted_mcp::{seen_calls, spawn, spawn_mcp, spawn_on, start_scripted};
 
 async fn create(app: &TestApp, key: &str, body: Value) -> (u16, Value) {
     let answer = app
@@ -427,4 +428,118 @@ async fn a_key_whose_lists_exclude_a_server_cannot_name_it() {
     let (status, response) = create(&app, &key, body).await;
     assert_eq!(status, 200, "{response}");
     assert_eq!(kinds(&response), ["mcp_list_tools", "mcp_call", "message"]);
+}
+
+/// Two replicas on one PostgreSQL: a call asked on one is approved on
+/// the other, which reads the approval request and the tool list from the
+/// stored conversation (the list is not fetched again).
+#[tokio::test]
+async fn an_approval_asked_on_one_replica_is_answered_on_another() {
+    let schema = TestSchema::create(&postgres_url()).await.unwrap();
+    let (url, seen) = start_scripted("127.0.0.1").await;
+    let first = spawn_on(Database::Url(schema.url().to_owned()), &url, json!([])).await;
+    let second = spawn_on(Database::Url(schema.url().to_owned()), &url, json!([])).await;
+    let key = first.create_key().await;
+    let tools = json!([{"type": "mcp", "server_label": "docs"}]);
+    let (status, asked) = create(
+        &first,
+        &key,
+        json!({"model": "fake-agent", "input": "hello", "tools": tools}),
+    )
+    .await;
+    assert_eq!(status, 200, "{asked}");
+    let request = &asked["output"][1];
+    assert_eq!(request["type"], "mcp_approval_request");
+    let approved = json!([{"type": "mcp_approval_response", "approve": true,
+        "approval_request_id": request["id"]}]);
+    let (status, answered) = create(
+        &second,
+        &key,
+        json!({"model": "fake-agent", "input": approved, "tools": tools,
+               "previous_response_id": asked["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answered}");
+    assert_eq!(kinds(&answered), ["mcp_call", "message"]);
+    assert_eq!(answered["output"][0]["output"], "hello");
+    let lists = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| *m == "tools/list")
+        .count();
+    assert_eq!(lists, 1, "the second replica reused the stored list");
+    drop((first, second));
+    schema.remove().await.unwrap();
+}
+
+/// `mcp.max_calls_per_project_per_day`: past it, a call is not made (the
+/// model reads why), in the dialects and on `/mcp` alike, for the whole
+/// project; another project's keys still call.
+#[tokio::test]
+async fn a_project_s_daily_calls_are_capped() {
+    let (url, seen) = start_scripted("127.0.0.1").await;
+    let mcp = json!({"servers": {"docs": {"url": url}}, "max_calls_per_project_per_day": 2});
+    let app = spawn_mcp(Database::Sqlite, mcp).await;
+    let key = app.create_key().await;
+    let body = json!({"model": "fake-tools", "input": "hello", "max_tool_calls": 3,
+        "tools": [{"type": "mcp", "server_label": "docs", "require_approval": "never"}]});
+    let (status, response) = create(&app, &key, body).await;
+    assert_eq!(status, 200, "{response}");
+    let calls: Vec<&Value> = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "mcp_call")
+        .collect();
+    assert_eq!(calls[0]["status"], "completed");
+    assert_eq!(calls[1]["status"], "completed");
+    assert_eq!(calls[2]["status"], "failed", "{response}");
+    assert!(
+        calls[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("for today are spent")
+    );
+    assert_eq!(seen_calls(&seen).len(), 2);
+
+    // The same project through /mcp: spent too.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "docs__echo", "arguments": {"text": "x"}}});
+    let answer: Value = app
+        .client
+        .post(app.url("/mcp"))
+        .bearer_auth(&key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&call)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        seen_calls(&seen).len(),
+        2,
+        "nothing more reached the server"
+    );
+
+    // Another project's key still calls.
+    let project = app.create_project("other", ModelAccess::any()).await;
+    let other = app
+        .create_scoped_key(
+            None,
+            KeyScope {
+                project_id: Some(project.id.clone()),
+                ..KeyScope::default()
+            },
+        )
+        .await;
+    let body = json!({"model": "fake-agent", "input": "hello",
+        "tools": [{"type": "mcp", "server_label": "docs", "require_approval": "never"}]});
+    let (status, response) = create(&app, &other, body).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["output"][1]["status"], "completed", "{response}");
 }

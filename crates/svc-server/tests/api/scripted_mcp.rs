@@ -67,15 +67,23 @@ pub async fn start_scripted(ip: &str) -> (String, Seen) {
 
 /// svc with the scripted server registered as `docs`, and `allow_urls`.
 pub async fn spawn(url: &str, allow_urls: Value) -> TestApp {
-    let mcp: McpConfig = serde_json::from_value(
-        json!({"servers": {"docs": {"url": url}}, "allow_urls": allow_urls}),
-    )
-    .unwrap();
+    spawn_on(Database::Sqlite, url, allow_urls).await
+}
+
+/// The same, on `database` (replicas share one).
+pub async fn spawn_on(database: Database, url: &str, allow_urls: Value) -> TestApp {
+    let mcp = json!({"servers": {"docs": {"url": url}}, "allow_urls": allow_urls});
+    spawn_mcp(database, mcp).await
+}
+
+/// svc with the `[mcp]` table `mcp`.
+pub async fn spawn_mcp(database: Database, mcp: Value) -> TestApp {
+    let mcp: McpConfig = serde_json::from_value(mcp).unwrap();
     let config = ServerConfig {
         mcp,
         ..ServerConfig::default()
     };
-    TestApp::spawn_with(Database::Sqlite, config).await
+    TestApp::spawn_with(database, config).await
 }
 
 /// The tools called, in order (`tools/call <name>`).
