@@ -701,6 +701,7 @@ fn mcp_tool(tool: ResponseTool, param: String) -> Result<McpToolRequest, Validat
         param,
         label,
         url,
+        fields: spec::Fields::OPENAI,
     })
 }
 

@@ -21,6 +21,34 @@ pub struct McpToolRequest {
     pub headers: Vec<(String, String)>,
     pub allowed: Allowed,
     pub approval: Approval,
+    /// What the dialect calls the label and the URL, for errors.
+    pub fields: Fields,
+}
+
+/// The names a dialect gives a server's label and URL, which errors name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fields {
+    pub label: &'static str,
+    pub url: &'static str,
+}
+
+impl Fields {
+    /// OpenAI's `mcp` tool (Responses, Chat Completions).
+    pub const OPENAI: Fields = Fields {
+        label: "server_label",
+        url: "server_url",
+    };
+    /// A server of Anthropic's `mcp_servers`.
+    pub const ANTHROPIC: Fields = Fields {
+        label: "name",
+        url: "url",
+    };
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Fields::OPENAI
+    }
 }
 
 /// Which of a server's tools are offered.
@@ -39,8 +67,8 @@ impl Allowed {
     pub fn offers(&self, tool: &svc_mcp::Tool) -> bool {
         self.names
             .as_ref()
-            .is_none_or(|names| names.iter().any(|n| *n == tool.name))
-            && !self.denied.iter().any(|n| *n == tool.name)
+            .is_none_or(|names| names.contains(&tool.name))
+            && !self.denied.contains(&tool.name)
             && (!self.read_only || tool.read_only_hint())
     }
 }
