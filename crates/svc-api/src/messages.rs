@@ -89,10 +89,12 @@ pub struct McpServerDefinition {
     /// names that server; another URL is an ad-hoc server. For a
     /// registered server, its label (the `name`) may stand here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, value_type = String, min_length = 1)]
     pub url: Option<String>,
     /// The server's name in `mcp_toolset` tools and `mcp_tool_use` blocks;
     /// a registered server's label names that server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, value_type = String, min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
     pub name: Option<String>,
     /// A bearer token sent to the server (never shown or logged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
