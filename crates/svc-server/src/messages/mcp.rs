@@ -241,3 +241,103 @@ pub fn registered(
     }
     Ok(request)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn read(
+        servers: serde_json::Value,
+        tools: serde_json::Value,
+    ) -> Result<Vec<McpToolRequest>, ValidationError> {
+        let servers = serde_json::from_value(servers).unwrap_or_default();
+        let tools: Vec<MessagesTool> = serde_json::from_value(tools).unwrap_or_default();
+        super::servers(servers, &tools)
+    }
+
+    fn tool(name: &str) -> svc_mcp::Tool {
+        serde_json::from_value(json!({"name": name})).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_toolset_allows_or_denies_by_its_default() {
+        let server = json!([{"type": "url", "url": "docs", "name": "docs"}]);
+        let deny = read(
+            server.clone(),
+            json!([{"type": "mcp_toolset", "mcp_server_name": "docs",
+                    "configs": {"wipe": {"enabled": false}}}]),
+        )
+        .unwrap_or_default();
+        assert!(deny[0].allowed.offers(&tool("echo")));
+        assert!(!deny[0].allowed.offers(&tool("wipe")));
+        let allow = read(
+            server,
+            json!([{"type": "mcp_toolset", "mcp_server_name": "docs",
+                    "default_config": {"enabled": false, "defer_loading": true},
+                    "configs": {"echo": {"enabled": true}, "wipe": {"defer_loading": true}}}]),
+        )
+        .unwrap_or_default();
+        assert!(allow[0].allowed.offers(&tool("echo")));
+        assert!(!allow[0].allowed.offers(&tool("wipe")));
+        assert_eq!(allow[0].approval, Approval::Never);
+    }
+
+    #[test]
+    fn the_older_form_filters_by_tool_configuration() {
+        let off = read(
+            json!([{"url": "docs", "name": "docs", "tool_configuration": {"enabled": false}}]),
+            json!([]),
+        )
+        .unwrap_or_default();
+        assert!(!off[0].allowed.offers(&tool("echo")));
+        let listed = read(
+            json!([{"url": "docs", "name": "docs",
+                    "tool_configuration": {"allowed_tools": ["echo"]}}]),
+            json!([]),
+        )
+        .unwrap_or_default();
+        assert!(listed[0].allowed.offers(&tool("echo")));
+        assert!(!listed[0].allowed.offers(&tool("wipe")));
+    }
+
+    #[test]
+    fn each_failure_names_its_field() {
+        let param = |servers, tools| read(servers, tools).err().map(|e| e.param);
+        let docs = json!({"type": "url", "url": "docs", "name": "docs"});
+        let toolset = json!({"type": "mcp_toolset", "mcp_server_name": "docs"});
+        assert_eq!(
+            param(json!([{"url": "x"}]), json!([])),
+            Some("mcp_servers[0].name".into())
+        );
+        assert_eq!(
+            param(json!([{"name": "docs"}]), json!([])),
+            Some("mcp_servers[0].url".into())
+        );
+        assert_eq!(
+            param(json!([{"type": "sse", "url": "x", "name": "a"}]), json!([])),
+            Some("mcp_servers[0].type".into())
+        );
+        assert_eq!(
+            param(json!([docs, docs]), json!([])),
+            Some("mcp_servers[1].name".into())
+        );
+        assert_eq!(
+            param(json!([docs]), json!([toolset, toolset])),
+            Some("tools[1].mcp_server_name".into())
+        );
+        assert_eq!(
+            param(
+                json!([{"url": "docs", "name": "docs", "tool_configuration": {}}]),
+                json!([toolset])
+            ),
+            Some("mcp_servers[0].tool_configuration".into())
+        );
+        let token = param(
+            json!([{"url": "docs", "name": "docs", "authorization_token": "bad\nsecret"}]),
+            json!([]),
+        );
+        assert_eq!(token, Some("mcp_servers[0].authorization_token".into()));
+    }
+}
