@@ -12,6 +12,11 @@ registered in `svc serve`'s configuration as `[mcp.servers.py]`:
   hides the others, and streamed the MCP events arrive in order;
 - `mcp` tools in Chat Completions (svc's extension): the reply uses the
   tool's result and lists the calls in `mcp_calls`, whole and streamed.
+- `mcp_servers` in the Messages API, through the official `anthropic` SDK
+  (beta `mcp-client-2025-11-20`): the server named by its URL or its name,
+  an `mcp_toolset` offering only `shout`, the reply's `mcp_tool_use` and
+  `mcp_tool_result` blocks and the model's answer using the result, whole
+  and streamed (the SDK's own accumulator reading the stream).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 from mcp import Client, MCPError
@@ -233,3 +239,66 @@ def test_chat_completions_run_mcp_tools_and_list_the_calls(sdk: openai.OpenAI) -
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "The tool said: STREAM"
     assert chunks[-1].model_extra["mcp_calls"][0]["output"] == "STREAM"
+
+
+@pytest.fixture
+def claude(gateway: Server) -> anthropic.Anthropic:
+    with anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key, max_retries=0, timeout=30) as c:
+        yield c
+
+
+def _toolset() -> list[dict]:
+    """`py`'s tools, `shout` alone enabled."""
+    return [{"type": "mcp_toolset", "mcp_server_name": "py",
+             "default_config": {"enabled": False}, "configs": {"shout": {"enabled": True}}}]
+
+
+def test_messages_mcp_servers_run_the_registered_servers_tool(claude: anthropic.Anthropic, upstream: str) -> None:
+    # Named by its URL: the registered server, with the operator's header.
+    message = claude.beta.messages.create(
+        model="agent", max_tokens=256,
+        messages=[{"role": "user", "content": "hello there"}],
+        mcp_servers=[{"type": "url", "url": upstream, "name": "py"}],
+        tools=_toolset(), betas=["mcp-client-2025-11-20"],
+    )
+    assert [b.type for b in message.content] == ["mcp_tool_use", "mcp_tool_result", "text"]
+    use, result, text = message.content
+    assert use.id.startswith("mcptoolu_")
+    assert (use.name, use.server_name, use.input) == ("shout", "py", {"text": "hello there"})
+    assert result.tool_use_id == use.id and result.is_error is False
+    assert [c.text for c in result.content] == ["HELLO THERE"]
+    assert text.text == "The tool said: HELLO THERE"
+    assert message.stop_reason == "end_turn"
+    assert "py-secret" not in message.model_dump_json()
+
+
+def test_messages_mcp_servers_stream_as_anthropic_streams_them(claude: anthropic.Anthropic) -> None:
+    # Named by its name (its label in svc's configuration).
+    with claude.beta.messages.stream(
+        model="agent", max_tokens=256,
+        messages=[{"role": "user", "content": "loud"}],
+        mcp_servers=[{"type": "url", "url": "py", "name": "py"}],
+        tools=_toolset(), betas=["mcp-client-2025-11-20"],
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    started = [e.content_block.type for e in events if e.type == "content_block_start"]
+    assert started == ["mcp_tool_use", "mcp_tool_result", "text"]
+    assert events[-1].type == "message_stop"
+    # The SDK's accumulator built the blocks from the stream.
+    assert [b.type for b in final.content] == ["mcp_tool_use", "mcp_tool_result", "text"]
+    assert final.content[0].input == {"text": "loud"}
+    assert final.content[1].content[0].text == "LOUD"
+    assert final.content[2].text == "The tool said: LOUD"
+
+
+def test_messages_an_unregistered_loopback_url_is_refused(claude: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.beta.messages.create(
+            model="agent", max_tokens=64,
+            messages=[{"role": "user", "content": "hi"}],
+            mcp_servers=[{"type": "url", "url": "http://127.0.0.1:9/mcp", "name": "elsewhere"}],
+            tools=[{"type": "mcp_toolset", "mcp_server_name": "elsewhere"}],
+            betas=["mcp-client-2025-11-20"],
+        )
+    assert refused.value.body["error"]["message"].startswith("mcp_servers[0].url: ")

@@ -68,6 +68,63 @@ pub struct MessagesRequest {
     /// `{"type":"adaptive"}` leaves the effort to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingConfig>,
+    /// MCP servers whose tools svc offers the model and calls itself
+    /// (Anthropic's MCP connector, beta `mcp-client-2025-11-20` or
+    /// `mcp-client-2025-04-04`): the calls and their results come back as
+    /// `mcp_tool_use` and `mcp_tool_result` blocks. A server registered in
+    /// svc is named by its `name` (its label) or its `url`; any other
+    /// `url` is an ad-hoc server, refused unless the operator allows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<McpServerDefinition>>,
+}
+
+/// A server of `mcp_servers`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct McpServerDefinition {
+    /// Always `url`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schema(examples("url"))]
+    pub kind: Option<String>,
+    /// The server's Streamable HTTP endpoint: a registered server's URL
+    /// names that server; another URL is an ad-hoc server. For a
+    /// registered server, its label (the `name`) may stand here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, value_type = String, min_length = 1)]
+    pub url: Option<String>,
+    /// The server's name in `mcp_toolset` tools and `mcp_tool_use` blocks;
+    /// a registered server's label names that server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, value_type = String, min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    pub name: Option<String>,
+    /// A bearer token sent to the server (never shown or logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization_token: Option<String>,
+    /// The older form's tool filter (without `mcp_toolset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_configuration: Option<McpToolConfiguration>,
+}
+
+/// `tool_configuration` of an MCP server (the older form).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct McpToolConfiguration {
+    /// `false` offers none of the server's tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Only these tools are offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+/// One tool's (or, as `default_config`, every tool's) setting in an
+/// `mcp_toolset`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct McpToolConfig {
+    /// Whether the tool is offered (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Accepted; svc offers every enabled tool at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defer_loading: Option<bool>,
 }
 
 /// `POST /v1/messages/count_tokens`: a Messages request without the reply's settings.
@@ -172,13 +229,17 @@ pub struct ContentBlockParam {
     pub source: Option<Value>,
 }
 
-/// A tool: a custom tool has `name`, `description`, `input_schema`.
+/// A tool: a custom tool has `name`, `description`, `input_schema`; an
+/// `mcp_toolset` has `mcp_server_name`, `default_config` and `configs`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct MessagesTool {
-    /// Absent or `custom` for a custom tool; anything else is a server
-    /// tool, accepted and left out of the prompt.
+    /// Absent or `custom` for a custom tool; `mcp_toolset` for the tools of
+    /// a server of `mcp_servers`; anything else is a server tool, accepted
+    /// and left out of the prompt.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// A custom tool's name (required for one).
+    #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -186,6 +247,16 @@ pub struct MessagesTool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub input_schema: Option<Value>,
+    /// An `mcp_toolset`'s server: a `name` of `mcp_servers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_server_name: Option<String>,
+    /// An `mcp_toolset`'s setting for every tool of its server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_config: Option<McpToolConfig>,
+    /// An `mcp_toolset`'s settings of single tools, by name, over
+    /// `default_config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configs: Option<std::collections::BTreeMap<String, McpToolConfig>>,
 }
 
 /// `tool_choice`: `auto`, `any`, `tool` (with `name`) or `none`.
@@ -250,6 +321,32 @@ pub enum ContentBlock {
         thinking: String,
         signature: String,
     },
+    /// A call of an MCP server's tool, which svc made.
+    McpToolUse {
+        /// `mcptoolu_...`.
+        id: String,
+        name: String,
+        /// The server's `name` in `mcp_servers`.
+        server_name: String,
+        #[schema(value_type = Object)]
+        input: Value,
+    },
+    /// What the call of `tool_use_id` came to: its output, or its error
+    /// (`is_error`).
+    McpToolResult {
+        tool_use_id: String,
+        is_error: bool,
+        content: Vec<McpResultText>,
+    },
+}
+
+/// A text block of an `mcp_tool_result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpResultText {
+    /// Always `text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
 }
 
 /// Token counts, as Anthropic counts them: `input_tokens` are the prompt's

@@ -8,8 +8,10 @@
 //! [`valid`]; [`stop`] finds its stop sequences in the reply.
 
 pub(crate) mod error;
+pub(crate) mod mcp;
 pub(crate) mod shape;
 pub(crate) mod stop;
+pub(crate) mod tool_loop;
 pub(crate) mod valid;
 
 use std::marker::PhantomData;
@@ -46,11 +48,12 @@ pub(crate) const ENDPOINT: Endpoint = Endpoint::new(
     .dialect(Dialect::Anthropic)
     .generates("createMessage");
 
-/// Messages' replies are kept when greedy (Anthropic's dialect has no seed).
+/// Messages' replies are kept when greedy (Anthropic's dialect has no
+/// seed), unless they may call MCP tools, which act on the world.
 impl Cacheable for svc_api::messages::MessagesRequest {
     const ROUTE: &'static str = ENDPOINT.tag;
     fn reproducible(&self) -> bool {
-        reproducible(self.temperature, None)
+        self.mcp_servers.as_ref().is_none_or(Vec::is_empty) && reproducible(self.temperature, None)
     }
 }
 
@@ -78,7 +81,7 @@ async fn method_not_allowed(request: Request) -> MessagesError {
 
 #[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "createMessage",
     summary = "Create a message: the model's next reply, in Anthropic's Messages API.",
-    description = "Anthropic's `POST /v1/messages`. The key comes as `x-api-key` or a bearer token; `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted. Unknown fields are ignored. Tools whose `type` is neither absent nor `custom` (server tools such as web search) are accepted and left out of the prompt. `thinking` blocks come from reasoning models (`svc-thinking`) unless `thinking.type` is `disabled` (reasoning off); `enabled` asks for the effort its `budget_tokens` says (up to 1024 low, up to 8192 medium, more high). An assistant turn's `thinking` blocks are its reasoning, for templates that render earlier reasoning. With `stream` true the reply is Server-Sent Events (`MessageStreamSseEvent`); an error after the stream has begun is a last `event: error`. The `message_start` event's usage is 0: the counts come in `message_delta`.",
+    description = "Anthropic's `POST /v1/messages`. The key comes as `x-api-key` or a bearer token; `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted. Unknown fields are ignored. Tools whose `type` is neither absent nor `custom` (server tools such as web search) are accepted and left out of the prompt, except `mcp_toolset`: with `mcp_servers` (Anthropic's MCP connector, beta `mcp-client-2025-11-20` or the older form with `tool_configuration`) svc lists the servers' tools, runs the model's calls itself and asks the model again with the results; the reply holds `mcp_tool_use` and `mcp_tool_result` blocks before the answer (streamed as `content_block_start`/`input_json_delta`/`content_block_stop`). A registered server is named by its `name` or its `url`; another `url` is an ad-hoc server, refused (400 naming `mcp_servers[i].url`) unless the operator allows it. `thinking` blocks come from reasoning models (`svc-thinking`) unless `thinking.type` is `disabled` (reasoning off); `enabled` asks for the effort its `budget_tokens` says (up to 1024 low, up to 8192 medium, more high). An assistant turn's `thinking` blocks are its reasoning, for templates that render earlier reasoning. With `stream` true the reply is Server-Sent Events (`MessageStreamSseEvent`); an error after the stream has begun is a last `event: error`. The `message_start` event's usage is 0: the counts come in `message_delta`.",
     security(("bearer" = ["model.request"]), ("apiKey" = ["model.request"])),
     request_body = MessagesRequest,
     responses(
@@ -127,43 +130,63 @@ async fn answer(
         Lookup::Hit(response) => return Ok(response),
         Lookup::Miss(plan) => plan,
     };
-    let request = ValidMessagesRequest::try_from(body)?;
-    let stream = request.generate.stream;
+    let ValidMessagesRequest {
+        model,
+        stop_sequences: stops,
+        mut generate,
+        mcp,
+        ..
+    } = ValidMessagesRequest::try_from(body)?;
+    let stream = generate.stream;
     // `thinking: disabled` is effort `none`: no reasoning, no thinking blocks.
     let reasoning = state
         .models
-        .get(&request.model)
-        .is_some_and(|r| crate::admission::reasons(r.reasoning, request.generate.reasoning_effort));
-    let mut meta = MessageMeta::new(request.model.clone(), reasoning);
-    let stops = request.stop_sequences;
-    let stopped_by = meta.stopped_by.clone();
-    let outcome = metering.outcome.clone();
-    let generated = state
-        .admission
-        .generate_with(
-            &key,
-            &request.model,
-            request.generate,
-            arrived,
-            metering,
-            |engine, generate| {
-                // Only a request with stop sequences pays for the matching.
-                let with_stops =
-                    (!stops.is_empty()).then(|| (engine.clone(), generate.clone(), stops));
-                move |events| match with_stops {
-                    Some((engine, generate, stops)) => {
-                        shape::stop_sequences(stops, stopped_by, engine, generate, events)
-                    }
-                    None => events,
-                }
-            },
-        )
-        .await?;
-    meta.model.clone_from(&generated.model);
-    let response = if stream {
-        sse_response(Body::from_stream(shape::sse(meta, generated.events)))
+        .get(&model)
+        .is_some_and(|r| crate::admission::reasons(r.reasoning, generate.reasoning_effort));
+    let mut meta = MessageMeta::new(model.clone(), reasoning);
+    // MCP servers: resolved and their tools offered before anything is
+    // generated, so that a refusal is the request's status.
+    let prepared = if mcp.is_empty() {
+        None
     } else {
-        json_response(&shape::collect(meta, generated.events).await?)
+        Some(tool_loop::prepare(state, &key, mcp, &mut generate).await?)
+    };
+    let stops = tool_loop::Stops {
+        sequences: stops,
+        stopped_by: meta.stopped_by.clone(),
+    };
+    let outcome = metering.outcome.clone();
+    let generated = tool_loop::generate(
+        state,
+        &key,
+        &model,
+        generate.clone(),
+        arrived,
+        metering.clone(),
+        stops.clone(),
+    )
+    .await?;
+    meta.model.clone_from(&generated.model);
+    let response = match prepared {
+        None if stream => sse_response(Body::from_stream(shape::sse(meta, generated.events))),
+        None => json_response(&shape::collect(meta, generated.events).await?),
+        Some(prepared) => {
+            let run = tool_loop::Run {
+                state: state.clone(),
+                key,
+                model,
+                metering,
+                toolset: prepared.toolset,
+                request: generate,
+                stops,
+            };
+            let steps = tool_loop::drive(run, meta, prepared.servers, generated.events);
+            if stream {
+                sse_response(Body::from_stream(tool_loop::sse(steps)))
+            } else {
+                json_response(&tool_loop::collect(steps).await?)
+            }
+        }
     };
     Ok(state.cache.keep(plan, response, &generated.model, outcome))
 }

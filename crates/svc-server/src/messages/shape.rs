@@ -4,10 +4,15 @@
 //! stream that failed.
 //!
 //! Content blocks follow the events: reasoning is a `thinking` block (when
-//! shown), text a `text` block, each tool call a `tool_use` block, each
-//! opened when its first piece arrives and closed when another kind of
-//! piece (or the end) comes.
+//! shown), text a `text` block, each tool call a `tool_use` block (an
+//! `mcp_tool_use` block for a tool of a server of `mcp_servers`, which
+//! svc calls: its result is an `mcp_tool_result` block), each opened when
+//! its first piece arrives and closed when another kind of piece (or the
+//! end) comes. With MCP servers a reply spans several generations
+//! ([`super::tool_loop`]): one `message_start`, their blocks one after
+//! another, and one `message_delta` with their usage summed.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -15,13 +20,14 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use svc_api::messages::{
-    AnthropicError, AnthropicErrorBody, BlockDelta, ContentBlock, MessageDelta, MessageReply,
-    MessageStreamEvent, MessagesUsage,
+    AnthropicError, AnthropicErrorBody, BlockDelta, ContentBlock, McpResultText, MessageDelta,
+    MessageReply, MessageStreamEvent, MessagesUsage,
 };
 use svc_core::{Engine, EngineEvent, EventStream, FinishReason, GenerateRequest, TokenUsage};
 
 use crate::error::ApiError;
 use crate::messages::stop::StopMatcher;
+use crate::tools::CallOutcome;
 
 /// The `signature` of the thinking blocks svc sends. Anthropic signs its
 /// thinking so that it can be sent back unchanged; svc ignores thinking
@@ -122,27 +128,65 @@ enum Open {
     Tool(u32),
 }
 
+/// A call of an MCP server's tool the model made, for svc to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpCall {
+    /// Its `mcp_tool_use` block.
+    pub block: u32,
+    /// `mcptoolu_...`.
+    pub id: String,
+    pub name: String,
+    /// The arguments' JSON text, as the model wrote it.
+    pub arguments: String,
+}
+
+/// What one generation of the reply said: what the next one reads.
+#[derive(Debug, Default)]
+pub struct Turn {
+    pub text: String,
+    pub reasoning: String,
+    /// Its calls of MCP tools.
+    pub calls: Vec<McpCall>,
+}
+
 /// Turns engine events into Messages stream events, one step at a time.
-struct Shaper {
+pub struct Shaper {
     meta: MessageMeta,
     open: Option<(Open, u32)>,
     blocks: u32,
     pinged: bool,
+    /// Whether the model called a tool of the client's.
     called: bool,
+    /// The tools of MCP servers, by name: their server's `name`.
+    mcp: HashMap<String, String>,
+    /// The generation under way.
+    turn: Turn,
+    /// The usage of the generations so far.
+    usage: MessagesUsage,
 }
 
 impl Shaper {
-    fn new(meta: MessageMeta) -> Self {
+    pub fn new(meta: MessageMeta) -> Self {
         Shaper {
             meta,
             open: None,
             blocks: 0,
             pinged: false,
             called: false,
+            mcp: HashMap::new(),
+            turn: Turn::default(),
+            usage: MessagesUsage::default(),
         }
     }
 
-    fn start(&self) -> MessageStreamEvent {
+    /// The tools whose calls are `mcp_tool_use` blocks: each tool's name,
+    /// with its server's.
+    pub fn with_mcp(mut self, tools: HashMap<String, String>) -> Self {
+        self.mcp = tools;
+        self
+    }
+
+    pub fn start(&self) -> MessageStreamEvent {
         MessageStreamEvent::MessageStart {
             message: MessageReply {
                 id: self.meta.id.clone(),
@@ -198,10 +242,13 @@ impl Shaper {
     }
 
     /// The stream events `event` makes.
-    fn on(&mut self, event: EngineEvent) -> Vec<MessageStreamEvent> {
+    pub fn on(&mut self, event: EngineEvent) -> Vec<MessageStreamEvent> {
         let mut out = Vec::new();
         match event {
             EngineEvent::Reasoning(thinking) => {
+                if !self.mcp.is_empty() {
+                    self.turn.reasoning.push_str(&thinking);
+                }
                 if self.meta.show_thinking && !thinking.is_empty() {
                     let index = self.open(
                         Open::Thinking,
@@ -218,6 +265,9 @@ impl Shaper {
                 }
             }
             EngineEvent::Text(text) => {
+                if !self.mcp.is_empty() {
+                    self.turn.text.push_str(&text);
+                }
                 if !text.is_empty() {
                     let index = self.open(
                         Open::Text,
@@ -233,25 +283,52 @@ impl Shaper {
                 }
             }
             EngineEvent::ToolCall(chunk) => {
-                self.called = true;
                 let index = match (self.open, chunk.id) {
                     (Some((Open::Tool(open), index)), _) if open == chunk.index => index,
                     (_, id) => {
-                        let id = tool_use_id(id.as_deref());
                         let name = chunk.name.unwrap_or_default();
                         // A new call: `open` finds no block of its index open.
                         self.close(&mut out);
-                        self.open(
-                            Open::Tool(chunk.index),
-                            || ContentBlock::ToolUse {
-                                id,
-                                name,
-                                input: Value::Object(serde_json::Map::new()),
-                            },
-                            &mut out,
-                        )
+                        match self.mcp.get(&name).cloned() {
+                            Some(server_name) => {
+                                let id = mcp_tool_use_id();
+                                let block = self.open(
+                                    Open::Tool(chunk.index),
+                                    || ContentBlock::McpToolUse {
+                                        id: id.clone(),
+                                        name: name.clone(),
+                                        server_name,
+                                        input: Value::Object(serde_json::Map::new()),
+                                    },
+                                    &mut out,
+                                );
+                                self.turn.calls.push(McpCall {
+                                    block,
+                                    id,
+                                    name,
+                                    arguments: String::new(),
+                                });
+                                block
+                            }
+                            None => {
+                                self.called = true;
+                                let id = tool_use_id(id.as_deref());
+                                self.open(
+                                    Open::Tool(chunk.index),
+                                    || ContentBlock::ToolUse {
+                                        id,
+                                        name,
+                                        input: Value::Object(serde_json::Map::new()),
+                                    },
+                                    &mut out,
+                                )
+                            }
+                        }
                     }
                 };
+                if let Some(call) = self.turn.calls.iter_mut().find(|c| c.block == index) {
+                    call.arguments.push_str(&chunk.arguments);
+                }
                 if !chunk.arguments.is_empty() {
                     out.push(MessageStreamEvent::ContentBlockDelta {
                         index,
@@ -264,35 +341,101 @@ impl Shaper {
             // Not asked for: Messages requests have n = 1 and no logprobs.
             EngineEvent::Logprobs(_) | EngineEvent::PromptLogprobs(_) | EngineEvent::Choice(_) => {}
             EngineEvent::Finish { reason, usage } => {
-                self.close(&mut out);
-                if !std::mem::replace(&mut self.pinged, true) {
-                    out.push(MessageStreamEvent::Ping);
-                }
-                let stop_sequence = self.meta.stop_sequence();
-                let stop_reason = match reason {
-                    FinishReason::Length => "max_tokens",
-                    FinishReason::ToolCalls => "tool_use",
-                    FinishReason::Stop if self.called => "tool_use",
-                    FinishReason::Stop if stop_sequence.is_some() => "stop_sequence",
-                    FinishReason::Stop => "end_turn",
-                };
-                out.push(MessageStreamEvent::MessageDelta {
-                    delta: MessageDelta {
-                        stop_reason: Some(stop_reason.into()),
-                        stop_sequence,
-                    },
-                    usage: MessagesUsage {
-                        input_tokens: usage.uncached_prompt_tokens(),
-                        output_tokens: usage.completion_tokens,
-                        cache_read_input_tokens: usage.cached_tokens,
-                        cache_creation_input_tokens: 0,
-                    },
-                });
-                out.push(MessageStreamEvent::MessageStop);
+                out.extend(self.end_generation(usage));
+                out.extend(self.finish(reason, None));
             }
         }
         out
     }
+
+    /// The end of one generation: its open block closed, its usage counted.
+    pub fn end_generation(&mut self, usage: TokenUsage) -> Vec<MessageStreamEvent> {
+        let mut out = Vec::new();
+        self.close(&mut out);
+        self.usage.input_tokens += usage.uncached_prompt_tokens();
+        self.usage.output_tokens += usage.completion_tokens;
+        self.usage.cache_read_input_tokens += usage.cached_tokens;
+        out
+    }
+
+    /// What the generation that ended said (taken).
+    pub fn take_turn(&mut self) -> Turn {
+        std::mem::take(&mut self.turn)
+    }
+
+    /// Whether the model called a tool of the client's: the reply ends
+    /// for the client to run it.
+    pub fn waits_for_client(&self) -> bool {
+        self.called
+    }
+
+    /// The `mcp_tool_result` block of `call`.
+    pub fn call_done(&mut self, call: &McpCall, outcome: &CallOutcome) -> Vec<MessageStreamEvent> {
+        let mut out = Vec::new();
+        self.close(&mut out);
+        let index = self.blocks;
+        self.blocks += 1;
+        let (is_error, text) = match (&outcome.output, &outcome.error) {
+            (_, Some(error)) => (true, error.clone()),
+            (Some(output), None) => (false, output.clone()),
+            (None, None) => (false, String::new()),
+        };
+        out.push(MessageStreamEvent::ContentBlockStart {
+            index,
+            content_block: ContentBlock::McpToolResult {
+                tool_use_id: call.id.clone(),
+                is_error,
+                content: vec![McpResultText {
+                    kind: "text".into(),
+                    text,
+                }],
+            },
+        });
+        if !std::mem::replace(&mut self.pinged, true) {
+            out.push(MessageStreamEvent::Ping);
+        }
+        out.push(MessageStreamEvent::ContentBlockStop { index });
+        out
+    }
+
+    /// The end of the reply: why it stopped (`reason` of its last
+    /// generation, unless `instead` says otherwise), the usage of every
+    /// generation.
+    pub fn finish(
+        &mut self,
+        reason: FinishReason,
+        instead: Option<&str>,
+    ) -> Vec<MessageStreamEvent> {
+        let mut out = Vec::new();
+        self.close(&mut out);
+        if !std::mem::replace(&mut self.pinged, true) {
+            out.push(MessageStreamEvent::Ping);
+        }
+        let stop_sequence = self.meta.stop_sequence();
+        let stop_reason = match (instead, reason) {
+            (Some(instead), _) => instead,
+            (None, FinishReason::Length) => "max_tokens",
+            (None, FinishReason::ToolCalls | FinishReason::Stop) if self.called => "tool_use",
+            // Without MCP servers every call is the client's.
+            (None, FinishReason::ToolCalls) if self.mcp.is_empty() => "tool_use",
+            (None, FinishReason::Stop) if stop_sequence.is_some() => "stop_sequence",
+            (None, FinishReason::Stop | FinishReason::ToolCalls) => "end_turn",
+        };
+        out.push(MessageStreamEvent::MessageDelta {
+            delta: MessageDelta {
+                stop_reason: Some(stop_reason.into()),
+                stop_sequence,
+            },
+            usage: self.usage,
+        });
+        out.push(MessageStreamEvent::MessageStop);
+        out
+    }
+}
+
+/// A fresh id of an `mcp_tool_use` block.
+fn mcp_tool_use_id() -> String {
+    format!("mcptoolu_{}", hex::encode(rand::random::<[u8; 12]>()))
 }
 
 /// Anthropic's form of a tool call id: `toolu_` and the engine's id
@@ -308,11 +451,7 @@ fn tool_use_id(id: Option<&str>) -> String {
 /// Collects a whole generation into one `message`.
 pub async fn collect(meta: MessageMeta, mut events: EventStream) -> Result<MessageReply, ApiError> {
     let mut shaper = Shaper::new(meta);
-    let MessageStreamEvent::MessageStart { message: mut reply } = shaper.start() else {
-        return Err(ApiError::Internal("no message_start".into()));
-    };
-    // Tool inputs arrive as JSON text; they are parsed when complete.
-    let mut inputs: Vec<Option<String>> = Vec::new();
+    let mut collector = Collector::new(shaper.start())?;
     loop {
         let event = match events.next().await {
             Some(Ok(event)) => event,
@@ -325,56 +464,94 @@ pub async fn collect(meta: MessageMeta, mut events: EventStream) -> Result<Messa
         };
         let finished = matches!(event, EngineEvent::Finish { .. });
         for out in shaper.on(event) {
-            match out {
-                MessageStreamEvent::ContentBlockStart { content_block, .. } => {
-                    inputs.push(
-                        matches!(content_block, ContentBlock::ToolUse { .. }).then(String::new),
-                    );
-                    reply.content.push(content_block);
-                }
-                MessageStreamEvent::ContentBlockDelta { index, delta } => {
-                    let i = index as usize;
-                    match (reply.content.get_mut(i), delta) {
-                        (Some(ContentBlock::Text { text }), BlockDelta::TextDelta { text: t }) => {
-                            text.push_str(&t);
-                        }
-                        (
-                            Some(ContentBlock::Thinking { thinking, .. }),
-                            BlockDelta::ThinkingDelta { thinking: t },
-                        ) => thinking.push_str(&t),
-                        (
-                            Some(ContentBlock::Thinking { signature, .. }),
-                            BlockDelta::SignatureDelta { signature: s },
-                        ) => signature.push_str(&s),
-                        (
-                            Some(ContentBlock::ToolUse { .. }),
-                            BlockDelta::InputJsonDelta { partial_json },
-                        ) => {
-                            if let Some(Some(json)) = inputs.get_mut(i) {
-                                json.push_str(&partial_json);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                MessageStreamEvent::MessageDelta { delta, usage } => {
-                    reply.stop_reason = delta.stop_reason;
-                    reply.stop_sequence = delta.stop_sequence;
-                    reply.usage = usage;
-                }
-                _ => {}
-            }
+            collector.add(out);
         }
         if finished {
             break;
         }
     }
-    for (block, json) in reply.content.iter_mut().zip(inputs) {
-        if let (ContentBlock::ToolUse { input, .. }, Some(json)) = (block, json) {
-            *input = tool_input(&json);
+    Ok(collector.reply())
+}
+
+/// A whole `message`, built from the stream events of its reply.
+pub struct Collector {
+    reply: MessageReply,
+    /// Tool inputs arrive as JSON text; they are parsed when complete.
+    inputs: Vec<Option<String>>,
+}
+
+impl Collector {
+    /// From the reply's `message_start`.
+    pub fn new(start: MessageStreamEvent) -> Result<Self, ApiError> {
+        let MessageStreamEvent::MessageStart { message } = start else {
+            return Err(ApiError::Internal("no message_start".into()));
+        };
+        Ok(Collector {
+            reply: message,
+            inputs: Vec::new(),
+        })
+    }
+
+    pub fn add(&mut self, event: MessageStreamEvent) {
+        let reply = &mut self.reply;
+        match event {
+            MessageStreamEvent::ContentBlockStart { content_block, .. } => {
+                self.inputs.push(
+                    matches!(
+                        content_block,
+                        ContentBlock::ToolUse { .. } | ContentBlock::McpToolUse { .. }
+                    )
+                    .then(String::new),
+                );
+                reply.content.push(content_block);
+            }
+            MessageStreamEvent::ContentBlockDelta { index, delta } => {
+                let i = index as usize;
+                match (reply.content.get_mut(i), delta) {
+                    (Some(ContentBlock::Text { text }), BlockDelta::TextDelta { text: t }) => {
+                        text.push_str(&t);
+                    }
+                    (
+                        Some(ContentBlock::Thinking { thinking, .. }),
+                        BlockDelta::ThinkingDelta { thinking: t },
+                    ) => thinking.push_str(&t),
+                    (
+                        Some(ContentBlock::Thinking { signature, .. }),
+                        BlockDelta::SignatureDelta { signature: s },
+                    ) => signature.push_str(&s),
+                    (
+                        Some(ContentBlock::ToolUse { .. } | ContentBlock::McpToolUse { .. }),
+                        BlockDelta::InputJsonDelta { partial_json },
+                    ) => {
+                        if let Some(Some(json)) = self.inputs.get_mut(i) {
+                            json.push_str(&partial_json);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            MessageStreamEvent::MessageDelta { delta, usage } => {
+                reply.stop_reason = delta.stop_reason;
+                reply.stop_sequence = delta.stop_sequence;
+                reply.usage = usage;
+            }
+            _ => {}
         }
     }
-    Ok(reply)
+
+    /// The message, its tool inputs parsed.
+    pub fn reply(mut self) -> MessageReply {
+        for (block, json) in self.reply.content.iter_mut().zip(self.inputs) {
+            if let (
+                ContentBlock::ToolUse { input, .. } | ContentBlock::McpToolUse { input, .. },
+                Some(json),
+            ) = (block, json)
+            {
+                *input = tool_input(&json);
+            }
+        }
+        self.reply
+    }
 }
 
 /// A tool call's arguments as the `input` object; arguments that are not a
@@ -387,7 +564,7 @@ fn tool_input(json: &str) -> Value {
 }
 
 /// One SSE event: `event: <name>\ndata: <json>\n\n`.
-fn sse_event(name: &str, json: &impl serde::Serialize) -> Bytes {
+pub(crate) fn sse_event(name: &str, json: &impl serde::Serialize) -> Bytes {
     let mut buf = Vec::with_capacity(192);
     buf.extend_from_slice(b"event: ");
     buf.extend_from_slice(name.as_bytes());
@@ -454,7 +631,7 @@ pub(crate) fn body(kind: &str, message: String) -> AnthropicErrorBody {
 
 /// The `error` event that ends a stream which failed after it started.
 /// Built as if inside the request, so a server error quotes its id.
-fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
+pub(crate) fn error_event(request_id: Option<&str>, err: ApiError) -> Bytes {
     let make = || sse_event("error", &error_body(&err));
     match request_id {
         Some(id) => crate::scoped::in_request(id.to_owned(), make),

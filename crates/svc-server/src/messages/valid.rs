@@ -35,6 +35,8 @@ use svc_core::engine::{
 };
 use svc_core::limits::{MAX_MESSAGE_BYTES, MAX_MESSAGES, MAX_TOOLS};
 
+use crate::tools::McpToolRequest;
+
 /// Most stop sequences a Messages request may give.
 pub const MAX_STOP_SEQUENCES: usize = 16;
 /// The largest thinking budget that is effort `low` (Anthropic's least
@@ -87,6 +89,9 @@ pub struct ValidMessagesRequest {
     /// ended the reply); `generate.stop` is left empty.
     pub stop_sequences: Vec<String>,
     pub generate: GenerateRequest,
+    /// The servers of `mcp_servers`, with the tools their `mcp_toolset`
+    /// (or `tool_configuration`) offers ([`super::mcp`]).
+    pub mcp: Vec<McpToolRequest>,
 }
 
 impl TryFrom<MessagesRequest> for ValidMessagesRequest {
@@ -122,12 +127,22 @@ impl TryFrom<MessagesRequest> for ValidMessagesRequest {
         };
         let stop_sequences = stop_sequences(req.stop_sequences.unwrap_or_default())?;
         let thinking = thinking(req.thinking.as_ref(), Some(max_tokens))?;
-        let (messages, tools, tool_choice) =
-            conversation(req.system, req.messages, req.tools, req.tool_choice)?;
+        let mcp = super::mcp::servers(
+            req.mcp_servers.unwrap_or_default(),
+            req.tools.as_deref().unwrap_or_default(),
+        )?;
+        let (messages, tools, tool_choice) = conversation(
+            req.system,
+            req.messages,
+            req.tools,
+            req.tool_choice,
+            !mcp.is_empty(),
+        )?;
         Ok(ValidMessagesRequest {
             model: req.model,
             thinking,
             stop_sequences,
+            mcp,
             generate: GenerateRequest {
                 messages,
                 sampling,
@@ -157,7 +172,7 @@ impl TryFrom<CountTokensRequest> for ValidCountTokensRequest {
         model(&req.model)?;
         let thinking = thinking(req.thinking.as_ref(), None)?;
         let (messages, tools, tool_choice) =
-            conversation(req.system, req.messages, req.tools, req.tool_choice)?;
+            conversation(req.system, req.messages, req.tools, req.tool_choice, false)?;
         Ok(ValidCountTokensRequest {
             model: req.model,
             generate: GenerateRequest {
@@ -252,15 +267,17 @@ fn thinking(
     }
 }
 
-/// The system prompt, messages, tools and tool choice as chat messages.
+/// The system prompt, messages, tools and tool choice as chat messages;
+/// `mcp` when MCP servers will offer tools beside `tools`.
 fn conversation(
     system: Option<Content>,
     input: Vec<InputMessage>,
     tools: Option<Vec<MessagesTool>>,
     choice: Option<MessagesToolChoice>,
+    mcp: bool,
 ) -> Result<(Vec<ChatMessage>, Vec<ToolSpec>, ToolChoiceSpec), ValidationError> {
     let tools = custom_tools(tools.unwrap_or_default())?;
-    let tool_choice = tool_choice(choice, &tools)?;
+    let tool_choice = tool_choice(choice, &tools, mcp)?;
     if input.is_empty() {
         return Err(ValidationError::new(
             "messages",
@@ -464,6 +481,9 @@ fn assistant_turn(
     let mut text: Vec<String> = Vec::new();
     let mut thinking: Vec<String> = Vec::new();
     let mut tool_calls = Vec::new();
+    // Whether an `mcp_tool_result` split the turn: what came before it is
+    // a message of its own already.
+    let mut split = false;
     for (j, block) in blocks.into_iter().enumerate() {
         let param = format!("{param}[{j}]");
         match block.kind.as_str() {
@@ -472,12 +492,46 @@ fn assistant_turn(
                 *bytes += t.len();
                 text.push(t);
             }
-            "tool_use" => {
+            // The calls svc made for an earlier reply (`mcp_servers`): the
+            // model's call and its result, as a function call and a tool
+            // message, the rest of the turn after them.
+            "mcp_tool_result" => {
+                let tool_call_id = block.tool_use_id.ok_or_else(|| {
+                    ValidationError::new(
+                        format!("{param}.tool_use_id"),
+                        "an mcp_tool_result block needs tool_use_id",
+                    )
+                })?;
+                let mut content = match block.content {
+                    None => String::new(),
+                    Some(content) => text_of(content, &format!("{param}.content"))?,
+                };
+                if block.is_error == Some(true) {
+                    content = format!("Error: {content}");
+                }
+                *bytes += tool_call_id.len() + content.len();
+                messages.push(assistant_message(&mut text, &mut thinking, &mut tool_calls));
+                messages.push(ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                });
+                split = true;
+            }
+            // An MCP server's tool list: what svc lists anew.
+            "mcp_tool_listing" => {}
+            "tool_use" | "mcp_tool_use" => {
+                let kind = block.kind.as_str();
                 let id = block.id.ok_or_else(|| {
-                    ValidationError::new(format!("{param}.id"), "a tool_use block needs an id")
+                    ValidationError::new(
+                        format!("{param}.id"),
+                        format!("a {kind} block needs an id"),
+                    )
                 })?;
                 let name = block.name.ok_or_else(|| {
-                    ValidationError::new(format!("{param}.name"), "a tool_use block needs a name")
+                    ValidationError::new(
+                        format!("{param}.name"),
+                        format!("a {kind} block needs a name"),
+                    )
                 })?;
                 let arguments = match block.input {
                     None => "{}".to_owned(),
@@ -485,7 +539,7 @@ fn assistant_turn(
                     Some(_) => {
                         return Err(ValidationError::new(
                             format!("{param}.input"),
-                            "a tool_use block's input must be an object",
+                            format!("a {kind} block's input must be an object"),
                         ));
                     }
                 };
@@ -513,13 +567,27 @@ fn assistant_turn(
             }
         }
     }
-    let content = (!text.is_empty() || tool_calls.is_empty()).then(|| text.join("\n"));
-    messages.push(ChatMessage::Assistant {
-        content,
-        tool_calls,
-        reasoning: (!thinking.is_empty()).then(|| thinking.join("\n")),
-    });
+    if !split || !text.is_empty() || !tool_calls.is_empty() || !thinking.is_empty() {
+        messages.push(assistant_message(&mut text, &mut thinking, &mut tool_calls));
+    }
     Ok(())
+}
+
+/// The assistant message of the text, reasoning and calls collected (taken).
+fn assistant_message(
+    text: &mut Vec<String>,
+    thinking: &mut Vec<String>,
+    tool_calls: &mut Vec<ToolCallSpec>,
+) -> ChatMessage {
+    let content = (!text.is_empty() || tool_calls.is_empty()).then(|| text.join("\n"));
+    let reasoning = (!thinking.is_empty()).then(|| thinking.join("\n"));
+    text.clear();
+    thinking.clear();
+    ChatMessage::Assistant {
+        content,
+        tool_calls: std::mem::take(tool_calls),
+        reasoning,
+    }
 }
 
 fn valid_tool_name(name: &str) -> bool {
@@ -581,12 +649,16 @@ fn custom_tools(tools: Vec<MessagesTool>) -> Result<Vec<ToolSpec>, ValidationErr
     Ok(specs)
 }
 
+/// `tool_choice` for the custom `tools` and, when `mcp`, the tools of MCP
+/// servers (listed later: a choice of one of those is checked then).
 fn tool_choice(
     choice: Option<MessagesToolChoice>,
     tools: &[ToolSpec],
+    mcp: bool,
 ) -> Result<ToolChoiceSpec, ValidationError> {
+    let none_offered = tools.is_empty() && !mcp;
     let Some(choice) = choice else {
-        return Ok(if tools.is_empty() {
+        return Ok(if none_offered {
             ToolChoiceSpec::None
         } else {
             ToolChoiceSpec::Auto
@@ -600,9 +672,9 @@ fn tool_choice(
     };
     Ok(match choice.kind.as_str() {
         "none" => ToolChoiceSpec::None,
-        "auto" if tools.is_empty() => ToolChoiceSpec::None,
+        "auto" if none_offered => ToolChoiceSpec::None,
         "auto" => ToolChoiceSpec::Auto,
-        "any" if tools.is_empty() => return Err(needs_tools("\"any\"")),
+        "any" if none_offered => return Err(needs_tools("\"any\"")),
         "any" => ToolChoiceSpec::Required,
         "tool" => {
             let name = choice.name.ok_or_else(|| {
@@ -611,7 +683,7 @@ fn tool_choice(
                     "tool_choice of type \"tool\" needs a name",
                 )
             })?;
-            if !tools.iter().any(|t| t.name == name) {
+            if !mcp && !tools.iter().any(|t| t.name == name) {
                 return Err(ValidationError::new(
                     "tool_choice.name",
                     format!("tool_choice names {name:?}, which is not among tools"),

@@ -21,6 +21,34 @@ pub struct McpToolRequest {
     pub headers: Vec<(String, String)>,
     pub allowed: Allowed,
     pub approval: Approval,
+    /// What the dialect calls the label and the URL, for errors.
+    pub fields: Fields,
+}
+
+/// The names a dialect gives a server's label and URL, which errors name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fields {
+    pub label: &'static str,
+    pub url: &'static str,
+}
+
+impl Fields {
+    /// OpenAI's `mcp` tool (Responses, Chat Completions).
+    pub const OPENAI: Fields = Fields {
+        label: "server_label",
+        url: "server_url",
+    };
+    /// A server of Anthropic's `mcp_servers`.
+    pub const ANTHROPIC: Fields = Fields {
+        label: "name",
+        url: "url",
+    };
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Fields::OPENAI
+    }
 }
 
 /// Which of a server's tools are offered.
@@ -102,6 +130,7 @@ pub fn openai_mcp_tool(
         url: tool.server_url.filter(|u| !u.is_empty()),
         param,
         label,
+        fields: Fields::OPENAI,
     })
 }
 

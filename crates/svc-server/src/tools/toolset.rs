@@ -74,7 +74,7 @@ impl Toolset {
                 .any(|(r, _, _): &(McpToolRequest, _, _)| r.label == request.label)
             {
                 return Err(ValidationError::new(
-                    format!("{}.server_label", request.param),
+                    format!("{}.{}", request.param, request.fields.label),
                     format!("the server label {:?} is used twice", request.label),
                 )
                 .into());
@@ -312,11 +312,12 @@ async fn connect(
             .get(&request.label)
             .filter(|_| may_use(&request.label));
         let Some(registered) = registered else {
+            let fields = request.fields;
             return Err(ValidationError::new(
-                format!("{}.server_label", request.param),
+                format!("{}.{}", request.param, fields.label),
                 format!(
-                    "no MCP server labelled {:?} is registered for this key; name one, or give its server_url",
-                    request.label
+                    "no MCP server labelled {:?} is registered for this key; name one, or give its {}",
+                    request.label, fields.url
                 ),
             )
             .into());
@@ -348,12 +349,13 @@ async fn connect(
             .map_err(|e| ApiError::Internal(format!("mcp.servers.{}: {e}", request.label)))?;
         return Ok((Arc::new(client), operator));
     };
-    let param = format!("{}.server_url", request.param);
+    let param = format!("{}.{}", request.param, request.fields.url);
     let refused = |why: String| ApiError::from(ValidationError::new(param.clone(), why));
     let Some(guard) = &registry.guard else {
-        return Err(refused(
-            "this server allows no ad-hoc MCP server URLs (mcp.allow_urls); name a registered server_label".into(),
-        ));
+        return Err(refused(format!(
+            "this server allows no ad-hoc MCP server URLs (mcp.allow_urls); name a registered server by its {}",
+            request.fields.label
+        )));
     };
     let parsed = url::Url::parse(url).map_err(|e| refused(format!("not a URL: {e}")))?;
     guard

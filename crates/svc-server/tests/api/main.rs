@@ -61,6 +61,7 @@ mod health;
 mod images;
 mod mcp;
 mod messages;
+mod messages_mcp;
 mod models;
 mod offboarding;
 mod operations;
