@@ -8,80 +8,11 @@
 //! and a key that may not use a server cannot name it, each refusal an
 //! Anthropic 400 naming the field before anything is sent.
 
-use std::sync::{Arc, Mutex};
-
-use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use svc_core::{KeyScope, McpServerAccess};
-use svc_server::ServerConfig;
-use svc_server::config::McpConfig;
-use svc_test_support::{Database, TestApp};
+use svc_test_support::TestApp;
 
-/// The methods the scripted server was asked, with the tool called.
-type Seen = Arc<Mutex<Vec<String>>>;
-
-/// A stateless (2026-07-28) MCP server: `echo` says its `text` back,
-/// `wipe` says `wiped`.
-async fn scripted(State(seen): State<Seen>, Json(message): Json<Value>) -> Response {
-    let method = message["method"].as_str().unwrap_or_default().to_owned();
-    let tool = message["params"]["name"].as_str().unwrap_or_default();
-    seen.lock()
-        .unwrap()
-        .push(format!("{method} {tool}").trim().to_owned());
-    let Some(id) = message.get("id").cloned() else {
-        return StatusCode::ACCEPTED.into_response();
-    };
-    let result = match method.as_str() {
-        "server/discover" => json!({"supportedVersions": ["2026-07-28"],
-            "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
-        "tools/list" => json!({"tools": [
-            {"name": "echo", "description": "Says the text back.",
-             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
-            {"name": "wipe", "description": "Deletes everything.",
-             "inputSchema": {"type": "object", "properties": {"what": {"type": "string"}}}}
-        ]}),
-        "tools/call" if tool == "wipe" => json!({"content": [{"type": "text", "text": "wiped"}]}),
-        "tools/call" => {
-            let text = message["params"]["arguments"]["text"].clone();
-            json!({"content": [{"type": "text", "text": text}], "isError": false})
-        }
-        _ => {
-            let error = json!({"code": -32601, "message": "Method not found"});
-            return Json(json!({"jsonrpc": "2.0", "id": id, "error": error})).into_response();
-        }
-    };
-    Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
-}
-
-/// The scripted server on a free port of `ip`: its URL and what it saw.
-async fn start_scripted(ip: &str) -> (String, Seen) {
-    let seen = Seen::default();
-    let app = axum::Router::new()
-        .route("/mcp", axum::routing::post(scripted))
-        .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind(format!("{ip}:0"))
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}/mcp"), seen)
-}
-
-/// svc with the scripted server registered as `docs`, and `allow_urls`.
-async fn spawn(url: &str, allow_urls: Value) -> TestApp {
-    let mcp: McpConfig = serde_json::from_value(
-        json!({"servers": {"docs": {"url": url}}, "allow_urls": allow_urls}),
-    )
-    .unwrap();
-    let config = ServerConfig {
-        mcp,
-        ..ServerConfig::default()
-    };
-    TestApp::spawn_with(Database::Sqlite, config).await
-}
+use crate::scripted_mcp::{seen_calls, spawn, start_scripted};
 
 /// A request of `fake-agent` saying `text`, with these servers and tools.
 fn asking(text: &str, servers: Value, tools: Value) -> Value {
@@ -121,15 +52,6 @@ fn kinds(message: &Value) -> Vec<String> {
         .unwrap_or_else(|| panic!("no content: {message}"))
         .iter()
         .map(|block| block["type"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn seen_calls(seen: &Seen) -> Vec<String> {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .filter(|m| m.starts_with("tools/call"))
-        .cloned()
         .collect()
 }
 

@@ -16,7 +16,7 @@ use svc_test_support::{Database, TestApp};
 pub type Seen = Arc<Mutex<Vec<String>>>;
 
 /// A stateless (2026-07-28) MCP server with three tools: `echo` says its
-/// `text` back, `wipe` would delete everything, `huge` answers 5 MB.
+/// `text` back, `wipe` says `wiped`, `huge` answers 5 MB.
 async fn scripted(State(seen): State<Seen>, Json(message): Json<Value>) -> Response {
     let method = message["method"].as_str().unwrap_or_default().to_owned();
     let tool = message["params"]["name"].as_str().unwrap_or_default();
@@ -33,9 +33,11 @@ async fn scripted(State(seen): State<Seen>, Json(message): Json<Value>) -> Respo
             {"name": "echo", "description": "Says the text back.",
              "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
              "annotations": {"readOnlyHint": true}},
-            {"name": "wipe", "description": "Deletes everything.", "inputSchema": {"type": "object"}},
+            {"name": "wipe", "description": "Deletes everything.",
+             "inputSchema": {"type": "object", "properties": {"what": {"type": "string"}}}},
             {"name": "huge", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}
         ]}),
+        "tools/call" if tool == "wipe" => json!({"content": [{"type": "text", "text": "wiped"}]}),
         "tools/call" if tool == "huge" => {
             json!({"content": [{"type": "text", "text": "x".repeat(5 << 20)}]})
         }
