@@ -378,7 +378,7 @@ describe('dashboard', () => {
       await page.getByLabel('Counted in').selectOption('usd');
       await Promise.all([
         page.waitForURL('**/dashboard/projects/proj_*?done=settings'),
-        page.getByRole('button', { name: 'Save models and budget' }).click(),
+        page.getByRole('button', { name: 'Save models, MCP servers and budget' }).click(),
       ]);
       assert.match(await page.locator('.facts').textContent(), /\$0 \/ \$2\.5 this week/);
       assert.equal(await page.getByLabel('Counted in').inputValue(), 'usd');
@@ -424,13 +424,13 @@ describe('dashboard', () => {
 
       await page.goto('/dashboard/keys');
       assert.match(await rowOf(page, 'scoped').textContent(), /restricted\s*\(api\.model\.read\)/);
-      await rowOf(page, 'scoped').getByRole('link', { name: 'Change the models of scoped' }).click();
-      await page.getByRole('heading', { name: 'Models of “scoped”', level: 1 }).waitFor();
+      await rowOf(page, 'scoped').getByRole('link', { name: 'Change the models and MCP servers of scoped' }).click();
+      await page.getByRole('heading', { name: 'Models and MCP servers of “scoped”', level: 1 }).waitFor();
       await assertEveryControlLabelled(page, 1);
       await page.getByLabel(/^Allowed models/).fill('svc');
       await Promise.all([
         page.waitForURL((u) => u.pathname.endsWith('/dashboard/keys')),
-        page.getByRole('button', { name: 'Save models' }).click(),
+        page.getByRole('button', { name: 'Save', exact: true }).click(),
       ]);
       await screenshot(page, 'keys-models');
       assert.deepEqual(await modelIds(server, key), ['svc']);
